@@ -2,30 +2,238 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
 	"net"
+	"sync"
+	"time"
 
+	"go.mongodb.org/mongo-driver/event"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/description"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/mongo/readpref"
 	"go.uber.org/zap"
 )
 
+// ErrNoPrimary is returned by Dial when no writable server is known before
+// the dial's deadline.
+var ErrNoPrimary = errors.New("upstream: no primary available")
+
 // Options configure the upstream deployment.
 type Options struct {
-	// URI is a MongoDB connection string. Its hosts, replicaSet, directConnection
-	// and TLS options decide where and how client connections are dialed.
-	URI    string
-	Logger *zap.Logger
+	// URI is a MongoDB connection string. Its hosts, replicaSet,
+	// directConnection, heartbeatFrequencyMS, connectTimeoutMS and TLS
+	// options decide where and how client connections are dialed.
+	URI string
+	// DialTimeout bounds one Dial, including the wait for a primary to be
+	// known. Zero means 10s.
+	DialTimeout time.Duration
+	Logger      *zap.Logger
 }
 
-// Upstream dials connections to the deployment's primary.
-type Upstream struct{}
+// Upstream dials connections to the deployment's writable server: the
+// primary of a replica set, a mongos of a sharded cluster, or the one
+// server of a standalone. It follows elections through the driver's own
+// server discovery and monitoring, so the proxy never re-implements SDAM.
+//
+// Upstream is safe for concurrent use.
+type Upstream struct {
+	log         *zap.Logger
+	client      *mongo.Client
+	tls         *tls.Config
+	dialer      net.Dialer
+	dialTimeout time.Duration
 
-// New parses the URI and starts monitoring the deployment.
-func New(ctx context.Context, opts Options) (*Upstream, error) { panic("todo") }
+	mu      sync.Mutex
+	target  string        // address that Dial uses; "" while unknown
+	changed chan struct{} // closed, and replaced, whenever target changes
+}
 
-// Dial opens a new connection to the current primary.
-func (u *Upstream) Dial(ctx context.Context) (net.Conn, error) { panic("todo") }
+// New parses the URI and starts monitoring the deployment. It does not wait
+// for the deployment to answer: Dial and Ping do.
+func New(ctx context.Context, opts Options) (*Upstream, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 10 * time.Second
+	}
+	co := options.Client().ApplyURI(opts.URI)
+	if err := co.Validate(); err != nil {
+		return nil, fmt.Errorf("upstream.uri: %w", err)
+	}
+	if co.LoadBalanced != nil && *co.LoadBalanced {
+		return nil, errors.New("upstream.uri: loadBalanced deployments are not supported: point lockgate at the mongos or replica set members directly")
+	}
+	u := &Upstream{
+		log:         opts.Logger.Named("upstream"),
+		tls:         co.TLSConfig,
+		dialTimeout: opts.DialTimeout,
+		changed:     make(chan struct{}),
+	}
+	if co.ConnectTimeout != nil {
+		u.dialer.Timeout = *co.ConnectTimeout
+	}
+	u.dialer.KeepAlive = 30 * time.Second
 
-// Ping checks that the primary answers a hello; used by /readyz.
-func (u *Upstream) Ping(ctx context.Context) error { panic("todo") }
+	// Polling keeps the monitor on plain hello round trips; streaming
+	// monitoring needs topologyVersion support that buys nothing here.
+	co.SetServerMonitoringMode(options.ServerMonitoringModePoll)
+	if co.HeartbeatInterval == nil {
+		co.SetHeartbeatInterval(2 * time.Second)
+	}
+	co.SetServerMonitor(&event.ServerMonitor{
+		TopologyDescriptionChanged: func(e *event.TopologyDescriptionChangedEvent) {
+			u.setTarget(writable(e.NewDescription))
+		},
+	})
+	// The monitoring client never runs application traffic: keep it small.
+	co.SetMaxPoolSize(2).SetMinPoolSize(0)
+	client, err := mongo.Connect(ctx, co)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	u.client = client
+	return u, nil
+}
 
-// Close stops monitoring.
-func (u *Upstream) Close() error { panic("todo") }
+// writable picks the server that takes writes: the replica set primary,
+// otherwise a standalone or the first known mongos.
+func writable(t description.Topology) string {
+	var fallback string
+	for _, s := range t.Servers {
+		switch s.Kind {
+		case description.RSPrimary:
+			return s.Addr.String()
+		case description.Standalone, description.Mongos:
+			if fallback == "" {
+				fallback = s.Addr.String()
+			}
+		}
+	}
+	return fallback
+}
+
+func (u *Upstream) setTarget(addr string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if addr == u.target {
+		return
+	}
+	if addr == "" {
+		// A primary that merely stops answering heartbeats keeps its
+		// connections: they fail on their own if it is gone, and an
+		// election that names a new primary retires them below.
+		u.log.Warn("no writable upstream server known", zap.String("previous", u.target))
+		u.target = ""
+		return
+	}
+	prev := u.target
+	u.target = addr
+	close(u.changed)
+	u.changed = make(chan struct{})
+	u.log.Info("writable upstream server", zap.String("addr", addr), zap.String("previous", prev))
+}
+
+// Target returns the address Dial currently uses, "" while none is known.
+func (u *Upstream) Target() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.target
+}
+
+// current returns the target and a channel closed when it changes.
+func (u *Upstream) current() (string, <-chan struct{}) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.target, u.changed
+}
+
+// Dial opens a new connection to the current writable server, waiting for
+// one to be discovered within the dial timeout. The returned connection
+// reports through Retired when another server has become the primary, so
+// the proxy can move its client over.
+func (u *Upstream) Dial(ctx context.Context) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, u.dialTimeout)
+	defer cancel()
+	for {
+		addr, changed := u.current()
+		if addr != "" {
+			c, err := u.dialAddr(ctx, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &Conn{Conn: c, addr: addr, up: u}, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w within %s", ErrNoPrimary, u.dialTimeout)
+		}
+	}
+}
+
+func (u *Upstream) dialAddr(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := u.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: dial %s: %w", addr, err)
+	}
+	if u.tls == nil {
+		return c, nil
+	}
+	cfg := u.tls.Clone()
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err == nil {
+			cfg.ServerName = host
+		}
+	}
+	tc := tls.Client(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("upstream: TLS handshake with %s: %w", addr, err)
+	}
+	return tc, nil
+}
+
+// Ping checks that a writable server answers; used by /readyz.
+func (u *Upstream) Ping(ctx context.Context) error {
+	return u.client.Ping(ctx, readpref.Primary())
+}
+
+// Close stops monitoring. Connections already dialed stay open.
+func (u *Upstream) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return u.client.Disconnect(ctx)
+}
+
+// Conn is a connection to one upstream server.
+type Conn struct {
+	net.Conn
+	addr string
+	up   *Upstream
+}
+
+// WaitRetired blocks until another server has become the deployment's
+// writable server (true) or ctx ends (false). The connection still works
+// once retired, but writes sent over it will be refused, so the proxy moves
+// its client to a new connection.
+func (c *Conn) WaitRetired(ctx context.Context) bool {
+	for {
+		target, changed := c.up.current()
+		if target != "" && target != c.addr {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// Addr is the server address this connection was dialed to.
+func (c *Conn) Addr() string { return c.addr }

@@ -1,0 +1,488 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgate/lockgate/wire"
+	"go.uber.org/zap"
+)
+
+// readBufferSize is the buffered reader in front of each socket: most
+// requests and replies fit in one read, and it bounds what an idle
+// connection holds.
+const readBufferSize = 4 << 10
+
+// maxPendingHellos bounds the handshake requests one connection may have
+// outstanding. Drivers send one at a time; more is abuse.
+const maxPendingHellos = 16
+
+// maxTimed bounds the requests whose round trip one connection tracks.
+const maxTimed = 32
+
+// conn is one proxied client connection and its upstream connection.
+//
+// Two goroutines move bytes: clientPump reads requests and writes them
+// upstream (or answers them itself), upstreamPump reads replies and writes
+// them to the client. Both write to the client under wmu, so that replies
+// the proxy makes never interleave with forwarded ones.
+type conn struct {
+	srv      *Server
+	info     *ClientInfo
+	log      *zap.Logger
+	client   net.Conn
+	upstream net.Conn
+	// cancel ends ctx, which unblocks everything the connection waits on.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	wmu sync.Mutex // serialises writes to client
+
+	// nextID numbers the replies the proxy makes itself. They are only
+	// matched by responseTo, so any sequence unique per connection works.
+	nextID atomic.Int32
+
+	mu       sync.Mutex
+	hellos   []int32             // requestIDs whose replies are handshakes to rewrite
+	timed    map[int32]time.Time // forward time of requests awaiting a reply
+	inflight int                 // requests forwarded and not yet answered
+	draining bool                // stop reading requests; close once inflight is 0
+	idle     chan struct{}       // signalled when inflight drops to 0 while draining
+
+	closeOnce sync.Once
+}
+
+func (s *Server) newConn(ctx context.Context, client net.Conn, id uint64) *conn {
+	ctx, cancel := context.WithCancel(ctx)
+	info := &ClientInfo{ID: id, RemoteAddr: client.RemoteAddr()}
+	c := &conn{
+		srv:    s,
+		info:   info,
+		log:    s.log.With(zap.Uint64("conn", id), zap.Stringer("client", client.RemoteAddr())),
+		client: client,
+		ctx:    ctx,
+		cancel: cancel,
+		timed:  make(map[int32]time.Time),
+		idle:   make(chan struct{}, 1),
+	}
+	c.nextID.Store(1 << 30)
+	return c
+}
+
+// serve runs the connection to its end. It recovers from its own panics so
+// that one bad connection never takes the proxy down.
+func (c *conn) serve() {
+	defer func() {
+		if r := recover(); r != nil {
+			c.srv.metrics.error(errPanic)
+			c.log.Error("connection handler panicked", zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+		}
+		c.close()
+	}()
+
+	up, err := c.srv.opts.Upstream.Dial(c.ctx)
+	if err != nil {
+		c.srv.metrics.error(errUpstreamDial)
+		c.log.Warn("closing client connection: no upstream connection", zap.Error(err))
+		return
+	}
+	c.upstream = up
+	if r, ok := up.(interface{ WaitRetired(context.Context) bool }); ok {
+		go func() {
+			if r.WaitRetired(c.ctx) {
+				c.srv.metrics.retiredConns.Inc()
+				c.log.Info("upstream server is no longer primary: closing the connection once idle")
+				c.drain()
+			}
+		}()
+	}
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.upstreamPump()
+	}()
+	c.clientPump()
+	<-done
+}
+
+// close tears down both sockets once; safe from any goroutine.
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.client.Close()
+		if c.upstream != nil {
+			c.upstream.Close()
+		}
+	})
+}
+
+// drain stops reading new requests and closes the connection as soon as
+// every forwarded request has been answered.
+func (c *conn) drain() {
+	c.mu.Lock()
+	c.draining = true
+	idle := c.inflight == 0
+	c.mu.Unlock()
+	// Unblock a read waiting for the next request. A request that is half
+	// read is abandoned: the client sees a closed connection and retries.
+	c.client.SetReadDeadline(time.Now())
+	if idle {
+		c.close()
+	}
+}
+
+func (c *conn) isDraining() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.draining
+}
+
+// clientPump reads client requests until the client goes away, a message
+// is malformed, or the connection drains. When it returns because of the
+// client, the whole connection closes; when it returns because of
+// draining, the upstream pump finishes the in-flight replies.
+func (c *conn) clientPump() {
+	md := &messageDeadline{conn: c.client, timeout: c.srv.opts.MessageTimeout}
+	r := bufio.NewReaderSize(md, readBufferSize)
+	lim := wire.Limits{MaxMessageSize: c.srv.opts.MaxMessageSize}
+	for {
+		raw, err := wire.ReadMessage(r, c.srv.pool, lim)
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		keep := c.handleRequest(raw)
+		raw.Release()
+		if !keep {
+			c.close()
+			return
+		}
+		// The next message's clock starts with its first byte, which may
+		// already be buffered. Reset before checking for a drain, whose
+		// own deadline must win.
+		md.next(r.Buffered() > 0)
+		if c.isDraining() {
+			return
+		}
+	}
+}
+
+func (c *conn) readFailed(err error) {
+	switch {
+	case errors.Is(err, io.EOF):
+		c.log.Debug("client closed the connection")
+	case c.isDraining() && errors.Is(err, os.ErrDeadlineExceeded):
+		return // drain() interrupted the read on purpose
+	case errors.Is(err, wire.ErrTooLarge):
+		c.srv.metrics.error(errTooLarge)
+		c.log.Warn("closing client connection: message too large", zap.Error(err))
+	case errors.Is(err, wire.ErrMalformed):
+		c.srv.metrics.error(errMalformed)
+		c.log.Warn("closing client connection: malformed message", zap.Error(err))
+	case c.ctx.Err() != nil:
+		c.log.Debug("connection closed", zap.Error(err))
+	default:
+		c.srv.metrics.error(errClientIO)
+		c.log.Info("closing client connection: read failed", zap.Error(err))
+	}
+	c.close()
+}
+
+// handleRequest decodes one request, lets the interceptor decide, and acts.
+// It returns false when the connection must close.
+func (c *conn) handleRequest(raw *wire.RawMessage) bool {
+	m := c.srv.metrics
+	m.message(toUpstream, len(raw.Bytes))
+	msg, err := wire.Parse(raw.Bytes, wire.Limits{MaxMessageSize: c.srv.opts.MaxMessageSize})
+	if err != nil {
+		return c.rejectMalformed(err)
+	}
+	cmd, err := wire.CommandOf(msg)
+	if err != nil {
+		return c.rejectMalformed(err)
+	}
+	hello := false
+	if cmd != nil {
+		m.command(cmd.Name)
+		if isHello(cmd.Name) {
+			hello = true
+			app, driver := helloClient(cmd.Body)
+			c.info.setHandshake(app, driver)
+		}
+	} else {
+		m.legacyOps.WithLabelValues(raw.Header.OpCode.String()).Inc()
+	}
+
+	d := Decision{Action: Forward}
+	if ic := c.srv.opts.Interceptor; ic != nil {
+		d = ic.Intercept(c.ctx, &Request{Message: msg, Command: cmd, Client: c.info})
+	}
+	switch d.Action {
+	case Forward:
+		return c.forward(msg, raw.Bytes, hello)
+	case Rewrite:
+		return c.forward(msg, d.Message, hello)
+	case Reply:
+		return c.reply(msg, cmd, d)
+	default:
+		c.log.Warn("closing client connection", zap.String("reason", d.Reason))
+		return false
+	}
+}
+
+func (c *conn) rejectMalformed(err error) bool {
+	if errors.Is(err, wire.ErrTooLarge) {
+		c.srv.metrics.error(errTooLarge)
+	} else {
+		c.srv.metrics.error(errMalformed)
+	}
+	c.log.Warn("closing client connection: malformed message", zap.Error(err))
+	return false
+}
+
+// expectsReply reports whether the upstream answers a request: everything
+// but fire-and-forget OP_MSG and the legacy write and killCursors opcodes.
+func expectsReply(msg wire.Message) bool {
+	switch m := msg.(type) {
+	case *wire.OpMsg:
+		return m.Flags&wire.MoreToCome == 0
+	case *wire.OpCompressed:
+		return expectsReply(m.Inner)
+	case *wire.OpInsert, *wire.OpUpdate, *wire.OpDelete, *wire.OpKillCursors:
+		return false
+	}
+	return true
+}
+
+// forward writes b, the request or its rewrite, to the upstream and
+// records what its reply needs.
+func (c *conn) forward(msg wire.Message, b []byte, hello bool) bool {
+	reply := expectsReply(msg)
+	id := msg.Header().RequestID
+	c.mu.Lock()
+	if hello && reply {
+		if len(c.hellos) >= maxPendingHellos {
+			c.mu.Unlock()
+			c.srv.metrics.error(errMalformed)
+			c.log.Warn("closing client connection: too many handshakes in flight")
+			return false
+		}
+		c.hellos = append(c.hellos, id)
+	}
+	if reply {
+		c.inflight++
+		if len(c.timed) < maxTimed {
+			c.timed[id] = time.Now()
+		}
+	}
+	c.mu.Unlock()
+
+	if _, err := c.upstream.Write(b); err != nil {
+		if c.ctx.Err() == nil {
+			c.srv.metrics.error(errUpstreamIO)
+			c.log.Warn("closing client connection: upstream write failed", zap.Error(err))
+		}
+		return false
+	}
+	return true
+}
+
+// reply answers a request with a body the proxy made.
+func (c *conn) reply(msg wire.Message, cmd *wire.Command, d Decision) bool {
+	if cmd != nil && cmd.MoreToCome {
+		if !isOK(d.Reply) {
+			// mongod closes the connection when a fire-and-forget request
+			// fails, since there is no reply to carry the error.
+			c.srv.metrics.error(errUnackRejected)
+			errmsg, _ := d.Reply.Lookup("errmsg").StringValueOK()
+			c.log.Warn("closing client connection: unacknowledged request refused", zap.String("command", cmd.Name), zap.String("error", errmsg))
+			return false
+		}
+		return true
+	}
+	b, ok := wire.ReplyTo(msg, c.nextID.Add(1), d.Reply)
+	if !ok {
+		// Legacy write opcodes have no reply either.
+		if !isOK(d.Reply) {
+			c.srv.metrics.error(errUnackRejected)
+			c.log.Warn("closing client connection: unacknowledged legacy request refused", zap.Stringer("opcode", msg.Header().OpCode))
+			return false
+		}
+		return true
+	}
+	c.srv.metrics.proxyReplies.Inc()
+	return c.writeClient(b) == nil
+}
+
+func (c *conn) writeClient(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if t := c.srv.opts.WriteTimeout; t > 0 {
+		c.client.SetWriteDeadline(time.Now().Add(t))
+	}
+	_, err := c.client.Write(b)
+	if err != nil {
+		if c.ctx.Err() == nil {
+			c.srv.metrics.error(errClientIO)
+			c.log.Info("closing client connection: write failed", zap.Error(err))
+		}
+		c.close()
+		return err
+	}
+	c.srv.metrics.message(toClient, len(b))
+	return nil
+}
+
+// upstreamPump relays replies to the client until either side goes away.
+// Upstream replies are not decoded except the handshake replies it
+// rewrites: the upstream is trusted to speak the protocol, and a reply it
+// cannot frame closes the connection.
+func (c *conn) upstreamPump() {
+	r := bufio.NewReaderSize(c.upstream, readBufferSize)
+	// Replies may be as large as the upstream allows; the proxy's limit
+	// governs what clients send.
+	lim := wire.Limits{MaxMessageSize: wire.DefaultMaxMessageSize}
+	for {
+		raw, err := wire.ReadMessage(r, c.srv.pool, lim)
+		if err != nil {
+			if c.ctx.Err() == nil {
+				if errors.Is(err, io.EOF) {
+					c.log.Info("closing client connection: upstream closed the connection")
+				} else {
+					c.srv.metrics.error(errUpstreamIO)
+					c.log.Warn("closing client connection: upstream read failed", zap.Error(err))
+				}
+			}
+			c.close()
+			return
+		}
+		err = c.relayReply(raw)
+		raw.Release()
+		if err != nil {
+			c.close()
+			return
+		}
+		c.mu.Lock()
+		done := c.draining && c.inflight == 0
+		c.mu.Unlock()
+		if done {
+			c.close()
+			return
+		}
+	}
+}
+
+func (c *conn) relayReply(raw *wire.RawMessage) error {
+	h := raw.Header
+	flags, _ := wire.PeekMsgFlags(raw.Bytes)
+	moreToCome := flags&wire.MoreToCome != 0
+
+	c.mu.Lock()
+	if t, ok := c.timed[h.ResponseTo]; ok {
+		delete(c.timed, h.ResponseTo)
+		c.srv.metrics.roundTrip.Observe(time.Since(t).Seconds())
+	}
+	hello := false
+	for i, id := range c.hellos {
+		if id == h.ResponseTo {
+			hello = true
+			c.hellos = append(c.hellos[:i], c.hellos[i+1:]...)
+			break
+		}
+	}
+	if hello && moreToCome {
+		// A streamed reply: the next one answers this one.
+		c.hellos = append(c.hellos, h.RequestID)
+	}
+	if !moreToCome && c.inflight > 0 {
+		c.inflight--
+	}
+	c.mu.Unlock()
+
+	b := raw.Bytes
+	if hello {
+		rewritten, err := c.rewriteHelloReply(raw.Bytes)
+		if err != nil {
+			c.srv.metrics.error(errUpstreamReply)
+			c.log.Warn("closing client connection: cannot rewrite the upstream's handshake reply", zap.Error(err))
+			return err
+		}
+		if rewritten != nil {
+			b = rewritten
+		}
+	}
+	return c.writeClient(b)
+}
+
+// rewriteHelloReply returns the rewritten message, or nil when the reply
+// needs no rewrite (an error reply).
+func (c *conn) rewriteHelloReply(b []byte) ([]byte, error) {
+	msg, err := wire.Parse(b, wire.Limits{MaxMessageSize: wire.DefaultMaxMessageSize})
+	if err != nil {
+		return nil, err
+	}
+	inner := msg
+	if oc, ok := msg.(*wire.OpCompressed); ok {
+		inner = oc.Inner
+	}
+	var body []byte
+	switch m := inner.(type) {
+	case *wire.OpMsg:
+		body = m.Body
+	case *wire.OpReply:
+		if len(m.Documents) != 1 {
+			return nil, fmt.Errorf("OP_REPLY to a handshake has %d documents, want 1", len(m.Documents))
+		}
+		body = m.Documents[0]
+	default:
+		return nil, fmt.Errorf("handshake reply in unexpected opcode %s", inner.Header().OpCode)
+	}
+	nb, changed, err := rewriteHello(body)
+	if err != nil || !changed {
+		return nil, err
+	}
+	c.srv.metrics.helloRewrites.Inc()
+	return wire.WithBody(msg, nb)
+}
+
+// messageDeadline gives each message a bounded time to arrive once its
+// first byte has: an idle connection may wait forever, a client that
+// trickles a message one byte at a time may not.
+type messageDeadline struct {
+	conn    net.Conn
+	timeout time.Duration
+	armed   bool
+}
+
+// next prepares for the next message; started says its first bytes are
+// already buffered.
+func (d *messageDeadline) next(started bool) {
+	if d.timeout <= 0 {
+		return
+	}
+	d.armed = started
+	if started {
+		d.conn.SetReadDeadline(time.Now().Add(d.timeout))
+	} else {
+		d.conn.SetReadDeadline(time.Time{})
+	}
+}
+
+func (d *messageDeadline) Read(p []byte) (int, error) {
+	n, err := d.conn.Read(p)
+	if d.timeout > 0 && n > 0 && !d.armed {
+		d.armed = true
+		d.conn.SetReadDeadline(time.Now().Add(d.timeout))
+	}
+	return n, err
+}

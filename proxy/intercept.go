@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"sync"
+
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// Interceptor is the seam where lock commands and enforcement plug in. It
+// sees every client request after decoding and before anything reaches the
+// upstream.
+//
+// Intercept is called from the connection's client pump, one request at a
+// time per connection and concurrently across connections. The request and
+// everything it points into are valid only until Intercept returns: copy
+// what must outlive the call. ctx is cancelled when the connection closes.
+type Interceptor interface {
+	Intercept(ctx context.Context, req *Request) Decision
+}
+
+// Request is one decoded client message.
+type Request struct {
+	// Message is the decoded message; Message.Raw() are the bytes the
+	// client sent.
+	Message wire.Message
+	// Command is the command it carries, nil for legacy opcodes such as
+	// OP_INSERT or OP_GET_MORE that are not commands.
+	Command *wire.Command
+	// Client describes the connection.
+	Client *ClientInfo
+}
+
+// Action says what the proxy does with a request.
+type Action int
+
+const (
+	// Forward sends the client's bytes to the upstream unchanged.
+	Forward Action = iota
+	// Rewrite sends Decision.Message to the upstream instead.
+	Rewrite
+	// Reply answers the client with Decision.Reply and sends nothing
+	// upstream.
+	Reply
+	// Close ends the client's connection without an answer.
+	Close
+)
+
+// Decision is an Interceptor's verdict on one request.
+type Decision struct {
+	Action Action
+	// Message is the full wire message to forward for Rewrite. It must
+	// keep the request's requestID so that the upstream's reply still
+	// matches what the client waits for.
+	Message []byte
+	// Reply is the body the proxy answers with for Reply, framed in the
+	// request's own opcode family. When the client asked for no reply
+	// (moreToCome), a body with ok:0 closes the connection instead, as
+	// mongod does, and any other body is dropped.
+	Reply bsoncore.Document
+	// Reason is logged when the decision closes the connection.
+	Reason string
+}
+
+// ClientInfo describes a client connection. The proxy fills it in from the
+// connection and from the client's handshake.
+type ClientInfo struct {
+	// ID is unique per connection for the lifetime of the process.
+	ID         uint64
+	RemoteAddr net.Addr
+
+	mu      sync.Mutex
+	appName string
+	driver  string
+	user    string
+}
+
+// AppName is the application name the driver sent in its handshake.
+func (c *ClientInfo) AppName() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.appName
+}
+
+// Driver is the driver name and version from the handshake.
+func (c *ClientInfo) Driver() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.driver
+}
+
+// User is the user name seen in the client's authentication conversation,
+// "" before authentication or for mechanisms that do not name one.
+func (c *ClientInfo) User() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.user
+}
+
+// SetUser records the authenticated user name.
+func (c *ClientInfo) SetUser(user string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.user = user
+}
+
+func (c *ClientInfo) setHandshake(app, driver string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.appName == "" {
+		c.appName = app
+	}
+	if c.driver == "" {
+		c.driver = driver
+	}
+}

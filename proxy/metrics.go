@@ -1,0 +1,164 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Directions of traffic, the values of the "direction" label.
+const (
+	toUpstream = "client_to_upstream"
+	toClient   = "upstream_to_client"
+)
+
+// Error kinds, the values of the "kind" label of lockgate_errors_total.
+const (
+	errMalformed     = "malformed"      // a client message failed to decode
+	errTooLarge      = "too_large"      // a message exceeded the size limits
+	errUpstreamDial  = "upstream_dial"  // no upstream connection for a client
+	errUpstreamIO    = "upstream_io"    // reading or writing the upstream failed
+	errUpstreamReply = "upstream_reply" // an upstream reply could not be handled
+	errClientIO      = "client_io"      // reading or writing the client failed mid-message
+	errUnackRejected = "unack_rejected" // a moreToCome request was refused: connection closed
+	errPanic         = "panic"          // a connection handler panicked
+)
+
+// trackedCommands are the command names counted under their own label;
+// everything else is "other", so clients cannot grow the label set.
+var trackedCommands = []string{
+	"hello", "isMaster", "ismaster", "ping", "buildInfo", "buildinfo",
+	"saslStart", "saslContinue", "authenticate", "logout", "getnonce",
+	"find", "getMore", "killCursors", "aggregate", "count", "distinct",
+	"insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite",
+	"create", "createIndexes", "dropIndexes", "listIndexes", "listCollections",
+	"listDatabases", "drop", "dropDatabase", "renameCollection", "collMod",
+	"mapReduce", "applyOps", "explain", "endSessions", "startSession",
+	"refreshSessions", "killSessions", "abortTransaction", "commitTransaction",
+	"serverStatus", "dbStats", "collStats", "getParameter", "getLastError",
+	"connectionStatus", "whatsmyuri", "hostInfo", "currentOp", "killOp",
+	"acquireLock", "renewLock", "releaseLock", "lockStatus",
+}
+
+// Metrics are the proxy's Prometheus collectors. Create them with
+// NewMetrics and register them once; they are safe for concurrent use.
+type Metrics struct {
+	connsOpen      prometheus.Gauge
+	connsTotal     prometheus.Counter
+	messages       map[string]prometheus.Counter
+	bytes          map[string]prometheus.Counter
+	commandsVec    *prometheus.CounterVec
+	commands       map[string]prometheus.Counter
+	otherCommand   prometheus.Counter
+	legacyOps      *prometheus.CounterVec
+	roundTrip      prometheus.Histogram
+	errorsVec      *prometheus.CounterVec
+	helloRewrites  prometheus.Counter
+	proxyReplies   prometheus.Counter
+	messagesVec    *prometheus.CounterVec
+	bytesVec       *prometheus.CounterVec
+	retiredConns   prometheus.Counter
+	collectorsList []prometheus.Collector
+}
+
+// NewMetrics creates the proxy's collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lockgate_client_connections",
+			Help: "Client connections currently open.",
+		}),
+		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_client_connections_total",
+			Help: "Client connections accepted.",
+		}),
+		messagesVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_messages_total",
+			Help: "Wire messages relayed or answered, by direction.",
+		}, []string{"direction"}),
+		bytesVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_message_bytes_total",
+			Help: "Bytes of wire messages relayed or answered, by direction.",
+		}, []string{"direction"}),
+		commandsVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_commands_total",
+			Help: "Client commands by name; names outside a fixed list count as other.",
+		}, []string{"command"}),
+		legacyOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_legacy_opcodes_total",
+			Help: "Client messages in legacy opcodes that carry no command, by opcode.",
+		}, []string{"opcode"}),
+		roundTrip: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lockgate_upstream_roundtrip_seconds",
+			Help:    "Time from forwarding a request to the upstream to the first byte of its reply being read back.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
+		}),
+		errorsVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_errors_total",
+			Help: "Errors by kind; each closes the client connection it happened on, or was answered with an error reply.",
+		}, []string{"kind"}),
+		helloRewrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_handshake_rewrites_total",
+			Help: "hello/isMaster replies rewritten so that drivers keep talking to the proxy.",
+		}),
+		proxyReplies: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_proxy_replies_total",
+			Help: "Replies the proxy made itself instead of forwarding the request.",
+		}),
+		retiredConns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_retired_connections_total",
+			Help: "Client connections closed because the upstream server they were bound to stopped being the primary.",
+		}),
+	}
+	m.messages = map[string]prometheus.Counter{
+		toUpstream: m.messagesVec.WithLabelValues(toUpstream),
+		toClient:   m.messagesVec.WithLabelValues(toClient),
+	}
+	m.bytes = map[string]prometheus.Counter{
+		toUpstream: m.bytesVec.WithLabelValues(toUpstream),
+		toClient:   m.bytesVec.WithLabelValues(toClient),
+	}
+	m.commands = make(map[string]prometheus.Counter, len(trackedCommands))
+	for _, name := range trackedCommands {
+		m.commands[name] = m.commandsVec.WithLabelValues(name)
+	}
+	m.otherCommand = m.commandsVec.WithLabelValues("other")
+	for _, k := range []string{errMalformed, errTooLarge, errUpstreamDial, errUpstreamIO, errUpstreamReply, errClientIO, errUnackRejected, errPanic} {
+		m.errorsVec.WithLabelValues(k)
+	}
+	m.collectorsList = []prometheus.Collector{
+		m.connsOpen, m.connsTotal, m.messagesVec, m.bytesVec, m.commandsVec,
+		m.legacyOps, m.roundTrip, m.errorsVec, m.helloRewrites, m.proxyReplies,
+		m.retiredConns,
+	}
+	return m
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectorsList {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectorsList {
+		c.Collect(ch)
+	}
+}
+
+func (m *Metrics) command(name string) {
+	if c, ok := m.commands[name]; ok {
+		c.Inc()
+		return
+	}
+	m.otherCommand.Inc()
+}
+
+func (m *Metrics) message(direction string, n int) {
+	m.messages[direction].Inc()
+	m.bytes[direction].Add(float64(n))
+}
+
+func (m *Metrics) error(kind string) {
+	m.errorsVec.WithLabelValues(kind).Inc()
+}
