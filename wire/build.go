@@ -1,0 +1,199 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+func appendInt32(dst []byte, v int32) []byte {
+	return binary.LittleEndian.AppendUint32(dst, uint32(v))
+}
+
+func appendCString(dst []byte, s string) []byte {
+	return append(append(dst, s...), 0)
+}
+
+// setLength writes the length of the message that starts at start.
+func setLength(dst []byte, start int) []byte {
+	binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-start))
+	return dst
+}
+
+// AppendMsg appends an OP_MSG with body as its kind-0 section followed by
+// seqs as kind-1 sections. With ChecksumPresent in flags the CRC-32C is
+// computed and appended.
+func AppendMsg(dst []byte, requestID, responseTo int32, flags MsgFlags, body bsoncore.Document, seqs ...Sequence) []byte {
+	return appendMsg(dst, requestID, responseTo, flags, body, 0, seqs)
+}
+
+// appendMsg places the body at section position bodyIndex so that a parsed
+// message re-encodes to its original bytes.
+func appendMsg(dst []byte, requestID, responseTo int32, flags MsgFlags, body bsoncore.Document, bodyIndex int, seqs []Sequence) []byte {
+	start := len(dst)
+	dst = Header{RequestID: requestID, ResponseTo: responseTo, OpCode: OpCodeMsg}.Append(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(flags))
+	for i := 0; i <= len(seqs); i++ {
+		if i == bodyIndex {
+			dst = append(dst, sectionBody)
+			dst = append(dst, body...)
+		}
+		if i == len(seqs) {
+			break
+		}
+		s := seqs[i]
+		dst = append(dst, sectionSequence)
+		at := len(dst)
+		dst = appendInt32(dst, 0)
+		dst = appendCString(dst, s.Identifier)
+		for _, d := range s.Documents {
+			dst = append(dst, d...)
+		}
+		binary.LittleEndian.PutUint32(dst[at:], uint32(len(dst)-at))
+	}
+	if bodyIndex > len(seqs) {
+		dst = append(dst, sectionBody)
+		dst = append(dst, body...)
+	}
+	if flags&ChecksumPresent != 0 {
+		// The checksum covers the header, so the final length goes in first.
+		binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-start+4))
+		dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+		return dst
+	}
+	return setLength(dst, start)
+}
+
+// AppendReply appends an OP_REPLY carrying docs.
+func AppendReply(dst []byte, requestID, responseTo int32, flags int32, cursorID int64, startingFrom int32, docs ...bsoncore.Document) []byte {
+	start := len(dst)
+	dst = Header{RequestID: requestID, ResponseTo: responseTo, OpCode: OpCodeReply}.Append(dst)
+	dst = appendInt32(dst, flags)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(cursorID))
+	dst = appendInt32(dst, startingFrom)
+	dst = appendInt32(dst, int32(len(docs)))
+	for _, d := range docs {
+		dst = append(dst, d...)
+	}
+	return setLength(dst, start)
+}
+
+// AppendCompressed appends msg, a whole message, wrapped in OP_COMPRESSED
+// with compressor c; the ids are taken from msg's header.
+func AppendCompressed(dst []byte, msg []byte, c Compressor) ([]byte, error) {
+	h, err := ParseHeader(msg)
+	if err != nil {
+		return dst, err
+	}
+	start := len(dst)
+	dst = Header{RequestID: h.RequestID, ResponseTo: h.ResponseTo, OpCode: OpCodeCompressed}.Append(dst)
+	dst = appendInt32(dst, int32(h.OpCode))
+	dst = appendInt32(dst, int32(len(msg)-HeaderSize))
+	dst = append(dst, byte(c))
+	dst, err = Compress(c, msg[HeaderSize:], dst)
+	if err != nil {
+		return dst[:start], err
+	}
+	return setLength(dst, start), nil
+}
+
+// ReplyTo builds a reply to req carrying body, in req's opcode family:
+// OP_MSG for OP_MSG, OP_REPLY for OP_QUERY and OP_GET_MORE, looking through
+// OP_COMPRESSED. Replies are never compressed; drivers accept that. ok is
+// false when req expects no reply: the fire-and-forget legacy writes,
+// OP_KILL_CURSORS, an OP_MSG with moreToCome, replies and unknown opcodes.
+func ReplyTo(req Message, requestID int32, body bsoncore.Document) (reply []byte, ok bool) {
+	return replyTo(req, requestID, req.Header().RequestID, body)
+}
+
+func replyTo(req Message, requestID, responseTo int32, body bsoncore.Document) ([]byte, bool) {
+	switch m := req.(type) {
+	case *OpMsg:
+		if m.Flags&MoreToCome != 0 {
+			return nil, false
+		}
+		return AppendMsg(nil, requestID, responseTo, 0, body), true
+	case *OpQuery, *OpGetMore:
+		return AppendReply(nil, requestID, responseTo, 0, 0, 0, body), true
+	case *OpCompressed:
+		if m.Inner == nil {
+			return nil, false
+		}
+		return replyTo(m.Inner, requestID, responseTo, body)
+	default:
+		return nil, false
+	}
+}
+
+// ErrorDocument builds {ok: 0.0, errmsg, code, codeName} followed by extra.
+func ErrorDocument(code int32, codeName, errmsg string, extra ...bsoncore.Element) bsoncore.Document {
+	idx, doc := bsoncore.AppendDocumentStart(nil)
+	doc = bsoncore.AppendDoubleElement(doc, "ok", 0)
+	doc = bsoncore.AppendStringElement(doc, "errmsg", errmsg)
+	doc = bsoncore.AppendInt32Element(doc, "code", code)
+	doc = bsoncore.AppendStringElement(doc, "codeName", codeName)
+	for _, e := range extra {
+		doc = append(doc, e...)
+	}
+	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
+	return doc
+}
+
+// ErrorReplyTo answers req with an error in its own family: a command
+// (OP_MSG, OP_QUERY on "<db>.$cmd") gets ErrorDocument; a plain OP_QUERY or
+// OP_GET_MORE gets an OP_REPLY with the QueryFailure flag and
+// {$err, code, codeName, extra...}, which is how the server failed them.
+// ok is false when req expects no reply.
+func ErrorReplyTo(req Message, requestID int32, code int32, codeName, errmsg string, extra ...bsoncore.Element) ([]byte, bool) {
+	inner := req
+	if c, ok := req.(*OpCompressed); ok {
+		inner = c.Inner
+	}
+	legacyFailure := false
+	switch m := inner.(type) {
+	case *OpQuery:
+		legacyFailure = !m.IsCommand()
+	case *OpGetMore:
+		legacyFailure = true
+	}
+	if !legacyFailure {
+		return ReplyTo(req, requestID, ErrorDocument(code, codeName, errmsg, extra...))
+	}
+	idx, doc := bsoncore.AppendDocumentStart(nil)
+	doc = bsoncore.AppendStringElement(doc, "$err", errmsg)
+	doc = bsoncore.AppendInt32Element(doc, "code", code)
+	doc = bsoncore.AppendStringElement(doc, "codeName", codeName)
+	for _, e := range extra {
+		doc = append(doc, e...)
+	}
+	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
+	return AppendReply(nil, requestID, req.Header().RequestID, QueryFailure, 0, 0, doc), true
+}
+
+// WithBody re-encodes m with its command or reply document replaced,
+// keeping the header ids; the length is recomputed. OP_MSG keeps its flags,
+// sequences and section order (the checksum is recomputed when present);
+// OP_REPLY must carry exactly one document; OP_QUERY replaces its query;
+// OP_COMPRESSED rewrites its inner message and returns it uncompressed.
+func WithBody(m Message, body bsoncore.Document) ([]byte, error) {
+	switch m := m.(type) {
+	case *OpMsg:
+		return m.encode(nil, body), nil
+	case *OpQuery:
+		return m.encode(nil, body), nil
+	case *OpReply:
+		if len(m.Documents) != 1 {
+			return nil, malformed("OP_REPLY: WithBody needs exactly one document, have %d", len(m.Documents))
+		}
+		return AppendReply(nil, m.hdr.RequestID, m.hdr.ResponseTo, m.Flags, m.CursorID, m.StartingFrom, body), nil
+	case *OpCompressed:
+		if m.Inner == nil {
+			return nil, malformed("OP_COMPRESSED: no inner message")
+		}
+		return WithBody(m.Inner, body)
+	default:
+		return nil, fmt.Errorf("wire: WithBody: %v carries no command or reply document", m.Header().OpCode)
+	}
+}

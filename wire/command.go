@@ -1,0 +1,257 @@
+package wire
+
+import (
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// Command is the view of a database command, however it arrived. Its
+// documents are views into the message's bytes and share their lifetime;
+// its strings are copies.
+type Command struct {
+	Name       string            // first key of the body, as sent (case preserved)
+	DB         string            // $db (OP_MSG) or the db of "<db>.$cmd" (OP_QUERY)
+	Collection string            // value of the first key when it is a string, else ""
+	Body       bsoncore.Document // for OP_QUERY: the unwrapped command ($query/query wrapper removed)
+	Sequences  []Sequence
+	LSID       bsoncore.Document // the lsid sub-document, nil when absent
+	Legacy     bool              // arrived as OP_QUERY
+	MoreToCome bool
+	// ExhaustAllowed is the OP_MSG flag; it is never set for OP_QUERY.
+	ExhaustAllowed bool
+	Compressed     bool // arrived inside OP_COMPRESSED
+}
+
+// CommandOf returns the command carried by an OP_MSG, an OP_QUERY on
+// "<db>.$cmd", or an OP_COMPRESSED wrapping either; (nil, nil) for anything
+// else. The server identifies a command by the first key of its body, so
+// does this; a body that could be read two ways (a duplicate $db, lsid or
+// command key), an empty body, a missing or non-string $db in OP_MSG, or an
+// OP_QUERY whose $db disagrees with its namespace is ErrMalformed: the proxy
+// must never judge a different command than the one the server runs.
+func CommandOf(m Message) (*Command, error) {
+	switch m := m.(type) {
+	case *OpMsg:
+		c := &Command{
+			Body:           m.Body,
+			Sequences:      m.Sequences,
+			MoreToCome:     m.Flags&MoreToCome != 0,
+			ExhaustAllowed: m.Flags&ExhaustAllowed != 0,
+		}
+		db, err := c.scanBody("OP_MSG")
+		if err != nil {
+			return nil, err
+		}
+		if db.Type == 0 {
+			return nil, malformed("OP_MSG: command %q has no $db", c.Name)
+		}
+		s, ok := stringBytes(db)
+		if !ok {
+			return nil, malformed("OP_MSG: $db of command %q is a %v, not a string", c.Name, db.Type)
+		}
+		if len(s) == 0 {
+			return nil, malformed("OP_MSG: $db of command %q is empty", c.Name)
+		}
+		c.DB = internName(s)
+		return c, nil
+	case *OpQuery:
+		nsDB, ok := m.commandDB()
+		if !ok {
+			return nil, nil
+		}
+		if nsDB == "" {
+			return nil, malformed("OP_QUERY: namespace %q has no database", m.FullCollectionName)
+		}
+		c := &Command{Body: unwrapQuery(m.Query), Legacy: true, DB: nsDB}
+		db, err := c.scanBody("OP_QUERY")
+		if err != nil {
+			return nil, err
+		}
+		if db.Type != 0 {
+			if s, ok := stringBytes(db); !ok || string(s) != nsDB {
+				return nil, malformed("OP_QUERY: $db %v disagrees with namespace %q", db, m.FullCollectionName)
+			}
+		}
+		return c, nil
+	case *OpCompressed:
+		c, err := CommandOf(m.Inner)
+		if c != nil {
+			c.Compressed = true
+		}
+		return c, err
+	default:
+		return nil, nil
+	}
+}
+
+// unwrapQuery removes the legacy {$query: {...}, $readPreference: ...} and
+// {query: {...}} wrappers that mongos-era drivers put around a command.
+func unwrapQuery(q bsoncore.Document) bsoncore.Document {
+	e, err := q.IndexErr(0)
+	if err != nil {
+		return q
+	}
+	switch string(e.KeyBytes()) {
+	case "$query", "query":
+		if d, ok := e.Value().DocumentOK(); ok {
+			return d
+		}
+	}
+	return q
+}
+
+// scanBody walks the body once: the command name, its collection, lsid, and
+// $db (returned raw, zero Value when absent), rejecting duplicates.
+func (c *Command) scanBody(op string) (bsoncore.Value, error) {
+	var db bsoncore.Value
+	var name []byte
+	sawDB, sawLSID := false, false
+	rest := elements(c.Body)
+	for i := 0; len(rest) > 0; i++ {
+		e, r, ok := bsoncore.ReadElement(rest)
+		if !ok {
+			return db, malformed("%s: command body element %d is unreadable", op, i)
+		}
+		rest = r
+		key := e.KeyBytes()
+		if i == 0 {
+			name = key
+			c.Name = internName(key)
+			if s, ok := e.Value().StringValueOK(); ok {
+				c.Collection = s
+			}
+		} else if string(key) == string(name) {
+			return db, malformed("%s: command key %q appears twice", op, name)
+		}
+		switch string(key) {
+		case "$db":
+			if sawDB {
+				return db, malformed("%s: $db appears twice in command %q", op, name)
+			}
+			sawDB, db = true, e.Value()
+		case "lsid":
+			if sawLSID {
+				return db, malformed("%s: lsid appears twice in command %q", op, name)
+			}
+			sawLSID = true
+			d, ok := e.Value().DocumentOK()
+			if !ok {
+				return db, malformed("%s: lsid of command %q is a %v, not a document", op, name, e.Value().Type)
+			}
+			c.LSID = d
+		}
+	}
+	if name == nil {
+		return db, malformed("%s: empty command body", op)
+	}
+	return db, nil
+}
+
+// SessionID returns the 16 bytes of lsid.id (a UUID, binary subtype 4, or
+// the legacy subtype 3) and true; false when absent or malformed.
+func (c *Command) SessionID() ([]byte, bool) {
+	if c.LSID == nil {
+		return nil, false
+	}
+	v, err := c.LSID.LookupErr("id")
+	if err != nil {
+		return nil, false
+	}
+	sub, data, ok := v.BinaryOK()
+	if !ok || (sub != 4 && sub != 3) || len(data) != 16 {
+		return nil, false
+	}
+	return data, true
+}
+
+// Documents returns the statements under field ("updates", "deletes",
+// "documents", "ops", "nsInfo"), from the body's array or from the kind-1
+// section of that name. Present in both places (or twice in the body) is
+// ErrMalformed, as the server refuses it; absent is (nil, nil); a body
+// field that is not an array of documents is ErrMalformed.
+func (c *Command) Documents(field string) ([]bsoncore.Document, error) {
+	var fromBody []bsoncore.Document
+	inBody := false
+	rest := elements(c.Body)
+	for len(rest) > 0 {
+		e, r, ok := bsoncore.ReadElement(rest)
+		if !ok {
+			return nil, malformed("command %q: body element unreadable", c.Name)
+		}
+		rest = r
+		if string(e.KeyBytes()) != field {
+			continue
+		}
+		if inBody {
+			return nil, malformed("command %q: field %q appears twice", c.Name, field)
+		}
+		inBody = true
+		arr, ok := e.Value().ArrayOK()
+		if !ok {
+			return nil, malformed("command %q: field %q is a %v, not an array", c.Name, field, e.Value().Type)
+		}
+		docs, err := arrayDocuments(arr)
+		if err != nil {
+			return nil, malformed("command %q: field %q: %v", c.Name, field, err)
+		}
+		fromBody = docs
+	}
+	var fromSeq []bsoncore.Document
+	inSeq := false
+	for _, s := range c.Sequences {
+		if s.Identifier != field {
+			continue
+		}
+		if inSeq {
+			return nil, malformed("command %q: two document sequences named %q", c.Name, field)
+		}
+		inSeq, fromSeq = true, s.Documents
+	}
+	switch {
+	case inBody && inSeq:
+		return nil, malformed("command %q: %q is both a body field and a document sequence", c.Name, field)
+	case inSeq:
+		return fromSeq, nil
+	default:
+		return fromBody, nil
+	}
+}
+
+// arrayDocuments returns the elements of arr, each of which must be a
+// document. An empty array yields an empty, non-nil slice.
+func arrayDocuments(arr bsoncore.Array) ([]bsoncore.Document, error) {
+	docs := []bsoncore.Document{}
+	rest := elements(arr)
+	for i := 0; len(rest) > 0; i++ {
+		e, r, ok := bsoncore.ReadElement(rest)
+		if !ok {
+			return nil, fmt.Errorf("element %d unreadable", i)
+		}
+		rest = r
+		d, ok := e.Value().DocumentOK()
+		if !ok {
+			return nil, fmt.Errorf("element %d is a %v, not a document", i, e.Value().Type)
+		}
+		docs = append(docs, d)
+	}
+	return docs, nil
+}
+
+// elements returns the element bytes of a document or array, nil when it is
+// too short to be one (a zero Command, a hand-made OpMsg).
+func elements(d []byte) []byte {
+	if len(d) < minDocSize {
+		return nil
+	}
+	return d[4 : len(d)-1]
+}
+
+// stringBytes returns the bytes of a validated BSON string without copying.
+func stringBytes(v bsoncore.Value) ([]byte, bool) {
+	if v.Type != bsontype.String || len(v.Data) < 5 {
+		return nil, false
+	}
+	return v.Data[4 : len(v.Data)-1], true
+}
