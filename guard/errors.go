@@ -1,0 +1,153 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// MongoDB error codes the proxy answers with. None of them is one that
+// drivers retry on their own, so a refusal is never silently repeated.
+const (
+	codeBadValue        = 2
+	codeFailedToParse   = 9
+	codeTypeMismatch    = 14
+	codeLockTimeout     = 24
+	codeLockBusy        = 46
+	codeLockFailed      = 107
+	codeIDLUnknownField = 40415
+)
+
+var codeNames = map[int32]string{
+	codeBadValue:        "BadValue",
+	codeFailedToParse:   "FailedToParse",
+	codeTypeMismatch:    "TypeMismatch",
+	codeLockTimeout:     "LockTimeout",
+	codeLockBusy:        "LockBusy",
+	codeLockFailed:      "LockFailed",
+	codeIDLUnknownField: "IDLUnknownField",
+}
+
+// Reasons, the machine-readable "reason" of a refusal's detail and the
+// values of the "reason" metric label.
+const (
+	reasonBadArgument = "bad_argument"
+	reasonNoSession   = "no_session"
+	reasonHeld        = "held"
+	reasonTimeout     = "timeout"
+	reasonNotHolder   = "not_holder"
+	reasonUnavailable = "lockstore_unavailable"
+	reasonInternal    = "internal"
+)
+
+// cmdError is a refusal on its way to becoming a MongoDB error reply.
+type cmdError struct {
+	code   int32
+	reason string
+	msg    string
+	ns     string
+	ids    []bson.RawValue
+	holder *lockstore.Holder
+}
+
+func (e *cmdError) Error() string { return e.msg }
+
+func badArg(code int32, format string, args ...any) *cmdError {
+	return &cmdError{code: code, reason: reasonBadArgument, msg: fmt.Sprintf(format, args...)}
+}
+
+// document renders the error reply body: {ok:0, errmsg, code, codeName,
+// lockgate: {reason, ns, ids, holder}}.
+func (e *cmdError) document() bsoncore.Document {
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	d = bsoncore.AppendStringElement(d, "reason", e.reason)
+	if e.ns != "" {
+		d = bsoncore.AppendStringElement(d, "ns", e.ns)
+	}
+	if len(e.ids) > 0 {
+		aidx, arr := bsoncore.AppendArrayStart(nil)
+		for i, id := range e.ids {
+			arr = bsoncore.AppendValueElement(arr, arrayKey(i), bsoncore.Value{Type: id.Type, Data: id.Value})
+		}
+		arr, _ = bsoncore.AppendArrayEnd(arr, aidx)
+		d = bsoncore.AppendArrayElement(d, "ids", arr)
+	}
+	if e.holder != nil {
+		d = bsoncore.AppendDocumentElement(d, "holder", holderDocument(*e.holder))
+	}
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return wire.ErrorDocument(e.code, codeNames[e.code], e.msg, bsoncore.AppendDocumentElement(nil, "lockgate", d))
+}
+
+func holderDocument(h lockstore.Holder) bsoncore.Document {
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	d = bsoncore.AppendStringElement(d, "app", h.App)
+	d = bsoncore.AppendStringElement(d, "session", h.SessionPrefix)
+	d = bsoncore.AppendDateTimeElement(d, "expiresAt", h.ExpiresAt.UnixMilli())
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return d
+}
+
+// fromStore maps a lock store error to the reply a client gets. This is
+// the one place where lock store failures become MongoDB error codes.
+func fromStore(op, ns string, err error) *cmdError {
+	var held *lockstore.HeldError
+	var notHolder *lockstore.NotHolderError
+	switch {
+	case errors.As(err, &held):
+		e := &cmdError{ns: ns, ids: []bson.RawValue{held.ID}, holder: &held.Holder}
+		who := describeHolder(held.Holder)
+		if held.Timeout {
+			e.code, e.reason = codeLockTimeout, reasonTimeout
+			e.msg = fmt.Sprintf("lockgate: timed out waiting for the lock on %s _id %s: %s; no lock was taken: retry, or wait longer with a larger waitMS",
+				ns, held.ID, who)
+		} else {
+			e.code, e.reason = codeLockBusy, reasonHeld
+			e.msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: retry later, or pass waitMS to wait for it",
+				ns, held.ID, who)
+		}
+		return e
+	case errors.As(err, &notHolder):
+		return &cmdError{code: codeLockFailed, reason: reasonNotHolder, ns: ns, ids: notHolder.IDs,
+			msg: fmt.Sprintf("lockgate: %s: this session does not hold the lock on %s (it expired or was never taken); acquire it again with acquireLock", op, idsString(notHolder.IDs))}
+	case errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, lockstore.ErrClosed):
+		return &cmdError{code: codeLockBusy, reason: reasonUnavailable, ns: ns,
+			msg: fmt.Sprintf("lockgate: %s failed: the lock store is unreachable (%v); nothing was changed: retry when it is back", op, err)}
+	case errors.Is(err, lockstore.ErrInvalidID), errors.Is(err, lockstore.ErrInvalidLease), errors.Is(err, lockstore.ErrInvalidArgument):
+		return &cmdError{code: codeBadValue, reason: reasonBadArgument, ns: ns, msg: fmt.Sprintf("lockgate: %s: %v", op, err)}
+	default:
+		return &cmdError{code: codeLockBusy, reason: reasonInternal, ns: ns,
+			msg: fmt.Sprintf("lockgate: %s failed: %v; nothing was changed", op, err)}
+	}
+}
+
+func describeHolder(h lockstore.Holder) string {
+	app := "an unnamed application"
+	if h.App != "" {
+		app = fmt.Sprintf("application %q", h.App)
+	}
+	return fmt.Sprintf("held by %s, session %s, until %s", app, h.SessionPrefix, h.ExpiresAt.UTC().Format(time.RFC3339Nano))
+}
+
+func idsString(ids []bson.RawValue) string {
+	s := "_id "
+	for i, id := range ids {
+		if i > 0 {
+			s += ", "
+		}
+		s += id.String()
+	}
+	return s
+}
+
+func arrayKey(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return fmt.Sprint(i)
+}

@@ -1,0 +1,110 @@
+package guard
+
+import (
+	"context"
+	"time"
+
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+)
+
+// LockStore is what the guard needs of the lock store; *lockstore.Store
+// implements it.
+type LockStore interface {
+	Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease, wait time.Duration) ([]lockstore.Lock, error)
+	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease time.Duration) ([]lockstore.Lock, error)
+	Release(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, errText string) (int, error)
+	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns string, errText string) (int, error)
+	ReleaseSession(ctx context.Context, session []byte) (int, error)
+	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue) ([]lockstore.Status, error)
+}
+
+// Options configure a Guard.
+type Options struct {
+	Store LockStore
+	// MaxWait bounds acquireLock's waitMS; 0 means 5 minutes.
+	MaxWait time.Duration
+	// AnswerEndSessions makes the proxy answer endSessions itself, after
+	// releasing the sessions' locks, for upstreams that do not know the
+	// command. Otherwise it is forwarded.
+	AnswerEndSessions bool
+	Logger            *zap.Logger
+	Metrics           *Metrics
+}
+
+// Guard is the proxy's Interceptor: it answers the lock commands and
+// releases the locks of ended sessions. It is safe for concurrent use.
+type Guard struct {
+	opts    Options
+	log     *zap.Logger
+	metrics *Metrics
+}
+
+// New returns a Guard.
+func New(opts Options) *Guard {
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 5 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics()
+	}
+	return &Guard{opts: opts, log: opts.Logger.Named("guard"), metrics: opts.Metrics}
+}
+
+// Intercept implements proxy.Interceptor.
+func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decision {
+	cmd := req.Command
+	if cmd == nil {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	switch {
+	case isLockCommand(cmd.Name):
+		return proxy.Decision{Action: proxy.Reply, Reply: g.lockCommand(ctx, req)}
+	case cmd.Name == "endSessions":
+		return g.endSessions(ctx, req)
+	}
+	return proxy.Decision{Action: proxy.Forward}
+}
+
+// endSessions releases the locks of every session the driver ends, then
+// lets the upstream end the sessions too, or answers for an upstream that
+// does not know the command. A lock store failure does not fail the
+// command: drivers ignore endSessions errors, and the leases still expire.
+func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decision {
+	vals, err := req.Command.Body.Lookup("endSessions").Array().Values()
+	if err == nil {
+		for _, v := range vals {
+			doc, ok := v.DocumentOK()
+			if !ok {
+				continue
+			}
+			_, data, ok := doc.Lookup("id").BinaryOK()
+			if !ok || len(data) != 16 {
+				continue
+			}
+			n, err := g.opts.Store.ReleaseSession(ctx, data)
+			if err != nil {
+				g.log.Warn("endSessions: could not release the session's locks; they expire with their lease",
+					zap.String("session", lockstore.SessionPrefix(data)), zap.Error(err))
+				continue
+			}
+			g.metrics.sessionsEnded.Inc()
+			if n > 0 {
+				g.log.Debug("endSessions released locks", zap.String("session", lockstore.SessionPrefix(data)), zap.Int("released", n))
+			}
+		}
+	}
+	if !g.opts.AnswerEndSessions {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	d = bsoncore.AppendDoubleElement(d, "ok", 1)
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return proxy.Decision{Action: proxy.Reply, Reply: d}
+}

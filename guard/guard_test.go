@@ -1,0 +1,312 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+var upstreamURI, upstreamAddr string
+
+func TestMain(m *testing.M) {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "embedded upstream:", err)
+		os.Exit(1)
+	}
+	upstreamURI, upstreamAddr = srv.URI(), srv.Addr()
+	code := m.Run()
+	srv.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+type dialAddr string
+
+func (a dialAddr) Dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", string(a))
+}
+
+var seq atomic.Int64
+
+// stack is one proxy with a guard and its own lock collection.
+type stack struct {
+	uri   string
+	store *lockstore.Store
+}
+
+func startStack(t *testing.T, collection string) *stack {
+	t.Helper()
+	if collection == "" {
+		collection = fmt.Sprintf("locks_%d", seq.Add(1))
+	}
+	ctx := context.Background()
+	store, err := lockstore.Open(ctx, lockstore.Config{
+		URI: upstreamURI, Database: "lockgate_guard_test", Collection: collection,
+		DefaultLease: 5 * time.Second, MaxLease: time.Minute,
+	}, lockstore.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close(context.Background()) })
+	srv, err := proxy.New(proxy.Options{
+		Upstream:    dialAddr(upstreamAddr),
+		Interceptor: New(Options{Store: store, AnswerEndSessions: true, Logger: zaptest.NewLogger(t)}),
+		Logger:      zaptest.NewLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { srv.Serve(sctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &stack{uri: "mongodb://" + ln.Addr().String() + "/", store: store}
+}
+
+func connect(t *testing.T, uri, app string) *mongo.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI(uri).SetAppName(app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Disconnect(context.Background()) })
+	return c
+}
+
+// run executes cmd in the session sess (nil: implicit session).
+func run(t *testing.T, c *mongo.Client, sess mongo.Session, cmd bson.D) (bson.M, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if sess != nil {
+		ctx = mongo.NewSessionContext(ctx, sess)
+	}
+	var out bson.M
+	err := c.Database("shop").RunCommand(ctx, cmd).Decode(&out)
+	return out, err
+}
+
+func session(t *testing.T, c *mongo.Client) mongo.Session {
+	t.Helper()
+	s, err := c.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.EndSession(context.Background()) })
+	return s
+}
+
+func commandError(t *testing.T, err error) mongo.CommandError {
+	t.Helper()
+	var ce mongo.CommandError
+	if !errors.As(err, &ce) {
+		t.Fatalf("want a server error, got %v", err)
+	}
+	return ce
+}
+
+func TestAcquireContendReleaseStatus(t *testing.T) {
+	st := startStack(t, "")
+	alice := connect(t, st.uri, "alice-app")
+	bob := connect(t, st.uri, "bob-app")
+	sa, sb := session(t, alice), session(t, bob)
+
+	got, err := run(t, alice, sa, bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1, "x"}}, {"leaseMS", 10000}})
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	locks := got["locks"].(bson.A)
+	if len(locks) != 2 {
+		t.Fatalf("locks = %v", locks)
+	}
+	first := locks[0].(bson.M)
+	if first["_id"] != int32(1) || first["token"].(int64) < 1 {
+		t.Fatalf("first lock = %v", first)
+	}
+	if _, ok := first["expiresAt"].(interface{ Time() time.Time }); !ok {
+		t.Fatalf("expiresAt is %T, want a date", first["expiresAt"])
+	}
+
+	// Another session, same key as a double: busy, naming the holder.
+	_, err = run(t, bob, sb, bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1.0}}})
+	ce := commandError(t, err)
+	if ce.Code != 46 || ce.Name != "LockBusy" {
+		t.Fatalf("contended acquire: code %d %s, want 46 LockBusy", ce.Code, ce.Name)
+	}
+	if !strings.Contains(ce.Message, `"alice-app"`) || !strings.Contains(ce.Message, "waitMS") {
+		t.Fatalf("errmsg does not name the holder or say what to do: %q", ce.Message)
+	}
+	detail, err := run(t, bob, sb, bson.D{{"acquireLock", "orders"}, {"ids", bson.A{int64(1)}}})
+	if err == nil {
+		t.Fatalf("NumberLong(1) is the same key as 1: acquire must fail, got %v", detail)
+	}
+
+	// A string "1" is another key.
+	if _, err := run(t, bob, sb, bson.D{{"acquireLock", "orders"}, {"ids", bson.A{"1"}}}); err != nil {
+		t.Fatalf(`"1" is not 1: %v`, err)
+	}
+
+	status, err := run(t, bob, sb, bson.D{{"lockStatus", "orders"}, {"ids", bson.A{1, "1", 99}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := status["locks"].(bson.A)
+	held := func(i int) (bool, bool) {
+		m := sl[i].(bson.M)
+		return m["held"].(bool), m["heldByYou"].(bool)
+	}
+	if h, you := held(0); !h || you {
+		t.Fatalf("status of 1 for bob: held=%v heldByYou=%v", h, you)
+	}
+	if h, you := held(1); !h || !you {
+		t.Fatalf(`status of "1" for bob: held=%v heldByYou=%v`, h, you)
+	}
+	if h, _ := held(2); h {
+		t.Fatalf("99 was never locked")
+	}
+	if owner := sl[0].(bson.M)["owner"].(bson.M); owner["app"] != "alice-app" {
+		t.Fatalf("owner = %v", owner)
+	}
+
+	// Bob cannot release Alice's lock; Alice can, leaving a note.
+	if got, err := run(t, bob, sb, bson.D{{"releaseLock", "orders"}, {"ids", bson.A{1}}}); err != nil || got["released"] != int32(0) {
+		t.Fatalf("release by a non-holder: %v %v", got, err)
+	}
+	if got, err := run(t, alice, sa, bson.D{{"releaseLock", "orders"}, {"error", "payment step failed"}}); err != nil || got["released"] != int32(2) {
+		t.Fatalf("release all: %v %v", got, err)
+	}
+	status, err = run(t, bob, sb, bson.D{{"lockStatus", "orders"}, {"ids", bson.A{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := status["locks"].(bson.A)[0].(bson.M); m["held"] != false || m["lastError"] != "payment step failed" {
+		t.Fatalf("after release: %v", m)
+	}
+	got, err = run(t, bob, sb, bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := got["locks"].(bson.A)[0].(bson.M)["token"].(int64); tok <= first["token"].(int64) {
+		t.Fatalf("fencing token went from %d to %d, must grow", first["token"], tok)
+	}
+}
+
+func TestBadArgumentsTakeNothing(t *testing.T) {
+	st := startStack(t, "")
+	c := connect(t, st.uri, "args")
+	s := session(t, c)
+	cases := []struct {
+		cmd  bson.D
+		code int32
+		want string
+	}{
+		{bson.D{{"acquireLock", "orders"}}, 2, "missing ids"},
+		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{}}}, 2, "empty"},
+		{bson.D{{"acquireLock", "orders"}, {"ids", 1}}, 14, "array"},
+		{bson.D{{"acquireLock", 5}, {"ids", bson.A{1}}}, 14, "collection name"},
+		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}, {"leaseMS", -1}}, 2, "negative"},
+		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}, {"leaseMS", 3_600_000}}, 2, "lease"},
+		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}, {"leaseMS", "soon"}}, 14, "milliseconds"},
+		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}, {"waitMS", 1.5}}, 14, "milliseconds"},
+		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}, {"color", "red"}}, 40415, "unknown field"},
+		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{bson.A{1}}}}, 2, "_id"},
+		{bson.D{{"renewLock", "orders"}, {"ids", bson.A{1}}, {"waitMS", 5}}, 40415, "unknown field"},
+	}
+	for _, tc := range cases {
+		_, err := run(t, c, s, tc.cmd)
+		ce := commandError(t, err)
+		if ce.Code != tc.code || !strings.Contains(ce.Message, tc.want) {
+			t.Errorf("%v: got %d %q, want code %d mentioning %q", tc.cmd, ce.Code, ce.Message, tc.code, tc.want)
+		}
+	}
+	all, err := st.store.List(context.Background(), lockstore.ListOptions{IncludeFree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 0 {
+		t.Fatalf("refused commands left lock records: %v", all)
+	}
+}
+
+func TestWaiterOnSameProxyGetsTheLockOnRelease(t *testing.T) {
+	st := startStack(t, "")
+	c := connect(t, st.uri, "waiters")
+	holder, waiter := session(t, c), session(t, c)
+	if _, err := run(t, c, holder, bson.D{{"acquireLock", "jobs"}, {"ids", bson.A{"j1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		at  time.Time
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, err := run(t, c, waiter, bson.D{{"acquireLock", "jobs"}, {"ids", bson.A{"j1"}}, {"waitMS", 5000}})
+		done <- result{time.Now(), err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	released := time.Now()
+	if _, err := run(t, c, holder, bson.D{{"releaseLock", "jobs"}, {"ids", bson.A{"j1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	t.Logf("waiter held the lock %v after the release was sent", r.at.Sub(released))
+
+	// A waiter whose wait runs out gets LockTimeout.
+	_, err := run(t, c, holder, bson.D{{"acquireLock", "jobs"}, {"ids", bson.A{"j1"}}, {"waitMS", 100}})
+	if ce := commandError(t, err); ce.Code != 24 || ce.Name != "LockTimeout" {
+		t.Fatalf("timed-out wait: %d %s, want 24 LockTimeout", ce.Code, ce.Name)
+	}
+}
+
+func TestEndSessionsReleasesLocks(t *testing.T) {
+	st := startStack(t, "")
+	c := connect(t, st.uri, "ender")
+	s, err := c.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, c, s, bson.D{{"acquireLock", "jobs"}, {"ids", bson.A{7}}, {"leaseMS", 60000}}); err != nil {
+		t.Fatal(err)
+	}
+	s.EndSession(context.Background())
+	// Disconnect sends endSessions for every pooled session.
+	if err := c.Disconnect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	other := connect(t, st.uri, "next")
+	if _, err := run(t, other, session(t, other), bson.D{{"acquireLock", "jobs"}, {"ids", bson.A{7}}}); err != nil {
+		t.Fatalf("lock not freed by endSessions: %v", err)
+	}
+}

@@ -1,0 +1,309 @@
+package guard
+
+import (
+	"context"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+)
+
+// Lock command names. They are answered by the proxy and never forwarded.
+const (
+	cmdAcquire = "acquireLock"
+	cmdRenew   = "renewLock"
+	cmdRelease = "releaseLock"
+	cmdStatus  = "lockStatus"
+)
+
+func isLockCommand(name string) bool {
+	switch name {
+	case cmdAcquire, cmdRenew, cmdRelease, cmdStatus:
+		return true
+	}
+	return false
+}
+
+// maxIDs bounds the ids of one lock command: each costs a round trip to
+// the lock store.
+const maxIDs = 1000
+
+// genericFields are the arguments drivers attach to every command; a lock
+// command accepts and ignores them.
+var genericFields = map[string]bool{
+	"$db": true, "lsid": true, "$clusterTime": true, "$readPreference": true,
+	"apiVersion": true, "apiStrict": true, "apiDeprecationErrors": true,
+	"comment": true, "maxTimeMS": true, "txnNumber": true, "autocommit": true,
+	"startTransaction": true, "readConcern": true, "writeConcern": true,
+}
+
+// lockArgs are the parsed arguments of a lock command.
+type lockArgs struct {
+	name    string
+	ns      string
+	ids     []bson.RawValue // copies: they outlive the request's buffer
+	hasIDs  bool
+	lease   time.Duration
+	wait    time.Duration
+	errText string
+	bind    string
+}
+
+// allowed lists the specific fields of each command.
+var allowed = map[string]map[string]bool{
+	cmdAcquire: {"ids": true, "leaseMS": true, "waitMS": true, "bind": true},
+	cmdRenew:   {"ids": true, "leaseMS": true, "bind": true},
+	cmdRelease: {"ids": true, "error": true, "bind": true},
+	cmdStatus:  {"ids": true, "bind": true},
+}
+
+func parseLockCommand(cmd *wire.Command) (*lockArgs, *cmdError) {
+	a := &lockArgs{name: cmd.Name}
+	elems, err := cmd.Body.Elements()
+	if err != nil {
+		return nil, badArg(codeFailedToParse, "%s: %v", cmd.Name, err)
+	}
+	coll, ok := elems[0].Value().StringValueOK()
+	if !ok {
+		return nil, badArg(codeTypeMismatch, "%s: the value of %s must be the collection name as a string, got %s", cmd.Name, cmd.Name, elems[0].Value().Type)
+	}
+	if coll == "" || strings.HasPrefix(coll, "$") || strings.ContainsRune(coll, 0) {
+		return nil, badArg(codeBadValue, "%s: invalid collection name %q", cmd.Name, coll)
+	}
+	a.ns = cmd.DB + "." + coll
+	for _, e := range elems[1:] {
+		key := e.Key()
+		if genericFields[key] {
+			continue
+		}
+		if !allowed[cmd.Name][key] {
+			return nil, badArg(codeIDLUnknownField, "%s: unknown field %q (allowed: %s)", cmd.Name, key, fieldList(cmd.Name))
+		}
+		v := e.Value()
+		switch key {
+		case "ids":
+			arr, ok := v.ArrayOK()
+			if !ok {
+				return nil, badArg(codeTypeMismatch, "%s: ids must be an array of _id values, got %s", cmd.Name, v.Type)
+			}
+			vals, err := arr.Values()
+			if err != nil {
+				return nil, badArg(codeFailedToParse, "%s: ids: %v", cmd.Name, err)
+			}
+			if len(vals) == 0 {
+				return nil, badArg(codeBadValue, "%s: ids is empty: name at least one _id", cmd.Name)
+			}
+			if len(vals) > maxIDs {
+				return nil, badArg(codeBadValue, "%s: %d ids, at most %d per command", cmd.Name, len(vals), maxIDs)
+			}
+			a.hasIDs = true
+			a.ids = make([]bson.RawValue, len(vals))
+			for i, iv := range vals {
+				a.ids[i] = bson.RawValue{Type: iv.Type, Value: append([]byte(nil), iv.Data...)}
+			}
+		case "leaseMS", "waitMS":
+			ms, ok := millis(v)
+			if !ok {
+				return nil, badArg(codeTypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, v)
+			}
+			if ms < 0 {
+				return nil, badArg(codeBadValue, "%s: %s must not be negative, got %d", cmd.Name, key, ms)
+			}
+			if key == "leaseMS" {
+				if ms == 0 {
+					return nil, badArg(codeBadValue, "%s: leaseMS must be positive; omit it for the default lease", cmd.Name)
+				}
+				a.lease = time.Duration(ms) * time.Millisecond
+			} else {
+				a.wait = time.Duration(ms) * time.Millisecond
+			}
+		case "error":
+			s, ok := v.StringValueOK()
+			if !ok {
+				return nil, badArg(codeTypeMismatch, "%s: error must be a string, got %s", cmd.Name, v.Type)
+			}
+			if len(s) > 1024 {
+				s = s[:1024]
+			}
+			a.errText = s
+		case "bind":
+			s, ok := v.StringValueOK()
+			if !ok || s == "" || len(s) > 256 {
+				return nil, badArg(codeBadValue, "%s: bind must be a non-empty string of at most 256 bytes", cmd.Name)
+			}
+			a.bind = s
+		}
+	}
+	if !a.hasIDs && cmd.Name != cmdRelease {
+		return nil, badArg(codeBadValue, "%s: missing ids: name the _id values to lock, e.g. {%s: %q, ids: [1, 2]}", cmd.Name, cmd.Name, coll)
+	}
+	return a, nil
+}
+
+// millis reads a whole number of milliseconds from any numeric BSON type.
+func millis(v bsoncore.Value) (int64, bool) {
+	switch v.Type {
+	case bsontype.Int32:
+		return int64(v.Int32()), true
+	case bsontype.Int64:
+		return v.Int64(), true
+	case bsontype.Double:
+		f := v.Double()
+		if f != math.Trunc(f) || math.IsInf(f, 0) || math.Abs(f) > 1<<53 {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	return 0, false
+}
+
+func fieldList(name string) string {
+	var fs []string
+	for _, f := range []string{"ids", "leaseMS", "waitMS", "error", "bind"} {
+		if allowed[name][f] {
+			fs = append(fs, f)
+		}
+	}
+	return strings.Join(fs, ", ")
+}
+
+// owner builds the lock owner of a request: its logical session, plus the
+// explicit binding when the caller asked for one.
+func owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
+	return lockstore.Owner{
+		Session: session,
+		App:     req.Client.AppName(),
+		Client:  req.Client.RemoteAddr.String(),
+		Bind:    bind,
+	}
+}
+
+// lockCommand runs one lock command and returns the reply body.
+func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Document {
+	cmd := req.Command
+	start := time.Now()
+	a, cerr := parseLockCommand(cmd)
+	if cerr == nil {
+		session, ok := cmd.SessionID()
+		if !ok {
+			cerr = &cmdError{code: codeBadValue, reason: reasonNoSession,
+				msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
+		} else {
+			var reply bsoncore.Document
+			reply, cerr = g.runLockCommand(ctx, a, owner(req, session, a.bind))
+			if cerr == nil {
+				g.metrics.lockCommand(cmd.Name, "ok", time.Since(start))
+				return reply
+			}
+		}
+	}
+	g.metrics.lockCommand(cmd.Name, cerr.reason, time.Since(start))
+	if a != nil && cerr.ns == "" {
+		cerr.ns = a.ns
+	}
+	g.log.Debug("lock command refused", zap.String("command", cmd.Name), zap.Uint64("conn", req.Client.ID),
+		zap.String("reason", cerr.reason), zap.String("error", cerr.msg))
+	return cerr.document()
+}
+
+func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Owner) (bsoncore.Document, *cmdError) {
+	switch a.name {
+	case cmdAcquire:
+		wait := a.wait
+		if wait > g.opts.MaxWait {
+			return nil, badArg(codeBadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), g.opts.MaxWait.Milliseconds())
+		}
+		locks, err := g.opts.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
+		if err != nil {
+			return nil, fromStore(a.name, a.ns, err)
+		}
+		return locksReply(locks), nil
+	case cmdRenew:
+		locks, err := g.opts.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
+		if err != nil {
+			return nil, fromStore(a.name, a.ns, err)
+		}
+		return locksReply(locks), nil
+	case cmdRelease:
+		var n int
+		var err error
+		if a.hasIDs {
+			n, err = g.opts.Store.Release(ctx, o, a.ns, a.ids, a.errText)
+		} else {
+			n, err = g.opts.Store.ReleaseAll(ctx, o, a.ns, a.errText)
+		}
+		if err != nil {
+			return nil, fromStore(a.name, a.ns, err)
+		}
+		idx, d := bsoncore.AppendDocumentStart(nil)
+		d = bsoncore.AppendDoubleElement(d, "ok", 1)
+		d = bsoncore.AppendInt32Element(d, "released", int32(n))
+		d, _ = bsoncore.AppendDocumentEnd(d, idx)
+		return d, nil
+	default: // lockStatus
+		sts, err := g.opts.Store.Status(ctx, o, a.ns, a.ids)
+		if err != nil {
+			return nil, fromStore(a.name, a.ns, err)
+		}
+		return statusReply(sts), nil
+	}
+}
+
+func locksReply(locks []lockstore.Lock) bsoncore.Document {
+	aidx, arr := bsoncore.AppendArrayStart(nil)
+	for i, l := range locks {
+		idx, d := bsoncore.AppendDocumentStart(nil)
+		d = bsoncore.AppendValueElement(d, "_id", bsoncore.Value{Type: l.ID.Type, Data: l.ID.Value})
+		d = bsoncore.AppendInt64Element(d, "token", l.Token)
+		d = bsoncore.AppendDateTimeElement(d, "expiresAt", l.ExpiresAt.UnixMilli())
+		if l.LastError != "" {
+			d = bsoncore.AppendStringElement(d, "lastError", l.LastError)
+		}
+		d, _ = bsoncore.AppendDocumentEnd(d, idx)
+		arr = bsoncore.AppendDocumentElement(arr, arrayKey(i), d)
+	}
+	arr, _ = bsoncore.AppendArrayEnd(arr, aidx)
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	d = bsoncore.AppendDoubleElement(d, "ok", 1)
+	d = bsoncore.AppendArrayElement(d, "locks", arr)
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return d
+}
+
+func statusReply(sts []lockstore.Status) bsoncore.Document {
+	aidx, arr := bsoncore.AppendArrayStart(nil)
+	for i, st := range sts {
+		idx, d := bsoncore.AppendDocumentStart(nil)
+		d = bsoncore.AppendValueElement(d, "_id", bsoncore.Value{Type: st.ID.Type, Data: st.ID.Value})
+		d = bsoncore.AppendBooleanElement(d, "held", st.Held)
+		d = bsoncore.AppendBooleanElement(d, "heldByYou", st.HeldByYou)
+		if st.Held {
+			d = bsoncore.AppendDocumentElement(d, "owner", holderDocument(st.Holder))
+			d = bsoncore.AppendDateTimeElement(d, "expiresAt", st.ExpiresAt.UnixMilli())
+		} else {
+			d = bsoncore.AppendNullElement(d, "owner")
+			d = bsoncore.AppendNullElement(d, "expiresAt")
+		}
+		d = bsoncore.AppendInt64Element(d, "token", st.Token)
+		if st.LastError != "" {
+			d = bsoncore.AppendStringElement(d, "lastError", st.LastError)
+		} else {
+			d = bsoncore.AppendNullElement(d, "lastError")
+		}
+		d, _ = bsoncore.AppendDocumentEnd(d, idx)
+		arr = bsoncore.AppendDocumentElement(arr, arrayKey(i), d)
+	}
+	arr, _ = bsoncore.AppendArrayEnd(arr, aidx)
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	d = bsoncore.AppendDoubleElement(d, "ok", 1)
+	d = bsoncore.AppendArrayElement(d, "locks", arr)
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return d
+}

@@ -1,0 +1,109 @@
+package lockstore
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is the source of "now" for lease arithmetic. The default is an
+// estimate of the lock store server's clock (see serverClock); tests inject
+// a fake with WithClock, which then replaces the server-time estimate.
+//
+// Implementations must be safe for concurrent use.
+type Clock interface {
+	// Now returns the current time of the lock store server, and a bound on
+	// how far that estimate may be from the server's real time.
+	Now() (now time.Time, uncertainty time.Duration)
+}
+
+// Server time resolution (BSON dates are milliseconds) and the drift allowed
+// between the local monotonic clock and the server clock between samples.
+const (
+	serverTimeResolution = time.Millisecond
+	driftPPM             = 200
+	maxSampleAge         = time.Minute
+)
+
+// clockSample is one measurement: the server's localTime read by a hello
+// sent at local time sent and answered at local time recv.
+type clockSample struct {
+	sent, recv time.Time // local, with monotonic readings
+	server     time.Time
+}
+
+// serverClock estimates the server's time from hello samples:
+//
+//	server(now) = sample.server + (now - midpoint(sample)),
+//
+// with uncertainty rtt/2 + 1 ms (the server reports milliseconds) plus
+// driftPPM of the time since the sample. The sample with the smallest
+// resulting uncertainty wins, so a slow round trip never worsens the
+// estimate. Before the first sample, Now reports ok=false through estimate.
+type serverClock struct {
+	local func() time.Time
+
+	mu     sync.Mutex
+	have   bool
+	mid    time.Time // local midpoint of the best sample
+	server time.Time // server time at that midpoint
+	rtt    time.Duration
+}
+
+func newServerClock(local func() time.Time) *serverClock {
+	if local == nil {
+		local = time.Now
+	}
+	return &serverClock{local: local}
+}
+
+// add folds a sample into the estimate.
+func (c *serverClock) add(s clockSample) {
+	rtt := s.recv.Sub(s.sent)
+	if rtt < 0 {
+		rtt = 0
+	}
+	mid := s.sent.Add(rtt / 2)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.local()
+	// Keep the old sample only while it is both better and recent: a server
+	// clock step is picked up within maxSampleAge.
+	if c.have && now.Sub(c.mid) < maxSampleAge &&
+		c.uncertaintyLocked(now) < rtt/2+serverTimeResolution+drift(now.Sub(mid)) {
+		return
+	}
+	c.have, c.mid, c.server, c.rtt = true, mid, s.server, rtt
+}
+
+func drift(d time.Duration) time.Duration {
+	if d < 0 {
+		d = -d
+	}
+	return d / 1e6 * driftPPM
+}
+
+func (c *serverClock) uncertaintyLocked(now time.Time) time.Duration {
+	return c.rtt/2 + serverTimeResolution + drift(now.Sub(c.mid))
+}
+
+// estimate returns the server time, its uncertainty, and false before the
+// first sample.
+func (c *serverClock) estimate() (time.Time, time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.have {
+		return time.Time{}, 0, false
+	}
+	now := c.local()
+	return c.server.Add(now.Sub(c.mid)), c.uncertaintyLocked(now), true
+}
+
+// Now implements Clock; before the first sample it falls back to the local
+// clock with an unbounded (one hour) uncertainty, which makes every check
+// conservative. Store operations refuse to run before the first sample.
+func (c *serverClock) Now() (time.Time, time.Duration) {
+	if t, u, ok := c.estimate(); ok {
+		return t, u
+	}
+	return c.local(), time.Hour
+}

@@ -1,0 +1,113 @@
+package lockstore
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults applied by Config.withDefaults.
+const (
+	DefaultDatabase          = "lockgate"
+	DefaultCollection        = "locks"
+	DefaultLease             = 30 * time.Second
+	DefaultMaxLease          = 10 * time.Minute
+	DefaultCleanupAfter      = 24 * time.Hour
+	DefaultOpTimeout         = 5 * time.Second
+	DefaultCacheTrust        = time.Second
+	DefaultClockSyncInterval = 10 * time.Second
+	DefaultMinPoll           = 5 * time.Millisecond
+	DefaultMaxPoll           = 250 * time.Millisecond
+
+	// MinCleanupAfter is the shortest idle time after which a free record may
+	// be deleted. Tokens of re-created records are derived from the server
+	// clock, so this margin is what protects them against clock error (see
+	// docs/LOCKS.md).
+	MinCleanupAfter = time.Minute
+)
+
+// Config configures a Store. Zero values take the defaults above.
+type Config struct {
+	// URI of the deployment that keeps the lock records (required).
+	URI string
+	// Database and Collection of the lock records.
+	Database   string
+	Collection string
+	// DefaultLease applies when a caller asks for lease 0; MaxLease is the
+	// longest lease a caller may ask for.
+	DefaultLease time.Duration
+	MaxLease     time.Duration
+	// CleanupAfter is how long a record must stay free (or expired) before it
+	// may be deleted; at least MinCleanupAfter.
+	CleanupAfter time.Duration
+	// CleanupInterval is how often this Store deletes idle records; 0 means
+	// CleanupAfter/24 (at least a minute), negative disables the janitor.
+	CleanupInterval time.Duration
+	// OpTimeout bounds each round trip to the store (and server selection),
+	// so that an unreachable store fails quickly with ErrUnavailable.
+	OpTimeout time.Duration
+	// CacheTrust is how long Holds may answer from the local cache after the
+	// record was last written or read through this Store; negative disables
+	// the cache (every Holds reads the database).
+	CacheTrust time.Duration
+	// ClockSyncInterval is how often the server clock offset is re-measured.
+	ClockSyncInterval time.Duration
+	// MinPoll and MaxPoll bound the jittered exponential backoff with which
+	// waiters poll for locks released through other instances.
+	MinPoll time.Duration
+	MaxPoll time.Duration
+	// AppName is the driver's application name for the store's own client.
+	AppName string
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Database == "" {
+		c.Database = DefaultDatabase
+	}
+	if c.Collection == "" {
+		c.Collection = DefaultCollection
+	}
+	if c.AppName == "" {
+		c.AppName = "lockgate-lockstore"
+	}
+	def(&c.DefaultLease, DefaultLease)
+	def(&c.MaxLease, DefaultMaxLease)
+	def(&c.CleanupAfter, DefaultCleanupAfter)
+	if c.CleanupInterval == 0 {
+		c.CleanupInterval = max(c.CleanupAfter/24, time.Minute)
+	}
+	def(&c.OpTimeout, DefaultOpTimeout)
+	def(&c.CacheTrust, DefaultCacheTrust)
+	def(&c.ClockSyncInterval, DefaultClockSyncInterval)
+	def(&c.MinPoll, DefaultMinPoll)
+	def(&c.MaxPoll, DefaultMaxPoll)
+	return c
+}
+
+// Validate checks the configuration after defaults; the error names the key.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.URI == "":
+		return fmt.Errorf("lockstore.uri: required")
+	case c.DefaultLease < 0:
+		return fmt.Errorf("lockstore.defaultLeaseMS: must be positive")
+	case c.MaxLease < 0:
+		return fmt.Errorf("lockstore.maxLeaseMS: must be positive")
+	case c.DefaultLease > c.MaxLease:
+		return fmt.Errorf("lockstore.defaultLeaseMS: %v exceeds maxLeaseMS %v", c.DefaultLease, c.MaxLease)
+	case c.CleanupAfter < MinCleanupAfter:
+		return fmt.Errorf("lockstore.cleanupAfter: must be at least %v", MinCleanupAfter)
+	case c.OpTimeout < 0:
+		return fmt.Errorf("lockstore.opTimeout: must be positive")
+	case c.ClockSyncInterval < 0:
+		return fmt.Errorf("lockstore.clockSyncInterval: must be positive")
+	case c.MinPoll < 0 || c.MaxPoll < c.MinPoll:
+		return fmt.Errorf("lockstore.maxPoll: must be at least minPoll (%v)", c.MinPoll)
+	}
+	return nil
+}

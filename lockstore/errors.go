@@ -1,0 +1,115 @@
+package lockstore
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+)
+
+// Sentinel errors. Test with errors.Is; the proxy maps them to MongoDB error
+// codes in one place (ErrBusy -> 46 LockBusy, ErrTimeout -> 24 LockTimeout).
+var (
+	// ErrBusy: a lock is held by another owner and the call did not wait.
+	// Returned as a *HeldError that names the holder.
+	ErrBusy = errors.New("lock is held by another session")
+	// ErrTimeout: the wait elapsed before every lock could be taken.
+	// Returned as a *HeldError that names the last holder seen.
+	ErrTimeout = errors.New("timed out waiting for the lock")
+	// ErrNotHolder: renew of a lock the owner does not hold (or whose lease
+	// has ended). Returned as a *NotHolderError listing the ids.
+	ErrNotHolder = errors.New("lock not held by this session")
+	// ErrUnavailable: the lock store could not be reached or refused the
+	// operation; the cause is wrapped. Callers enforcing locks must fail
+	// closed on it.
+	ErrUnavailable = errors.New("lock store unavailable")
+	// ErrInvalidID: a value that cannot be a document _id (array, regex,
+	// undefined, "$"-prefixed field, malformed BSON).
+	ErrInvalidID = errors.New("invalid _id for a lock")
+	// ErrInvalidLease: a negative lease or one over Config.MaxLease.
+	ErrInvalidLease = errors.New("invalid lease")
+	// ErrInvalidArgument: any other bad argument: no owner session, empty
+	// namespace, no ids, negative wait.
+	ErrInvalidArgument = errors.New("invalid lock argument")
+	// ErrClosed: the Store has been closed.
+	ErrClosed = errors.New("lock store closed")
+)
+
+// Holder describes who holds a lock, for error messages and status views.
+// It never carries the full session id.
+type Holder struct {
+	App           string    // client application name, "" if unknown
+	Client        string    // client address, "" if unknown
+	SessionPrefix string    // first 4 bytes of the session id, hex
+	ExpiresAt     time.Time // lease end, in the store's estimate of server time
+	Token         int64     // fencing token of the current holder
+}
+
+// HeldError reports that a lock is held by someone else. errors.Is matches
+// ErrBusy, or ErrTimeout when Timeout is set.
+type HeldError struct {
+	NS      string
+	ID      bson.RawValue
+	Holder  Holder
+	Timeout bool
+}
+
+func (e *HeldError) Error() string {
+	var b strings.Builder
+	if e.Timeout {
+		b.WriteString("timed out waiting for lock on ")
+	} else {
+		b.WriteString("lock on ")
+	}
+	fmt.Fprintf(&b, "%s _id %s held by ", e.NS, e.ID)
+	if e.Holder.App != "" {
+		fmt.Fprintf(&b, "app %q ", e.Holder.App)
+	} else {
+		b.WriteString("an unnamed app ")
+	}
+	fmt.Fprintf(&b, "session %s until %s", e.Holder.SessionPrefix,
+		e.Holder.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrBusy) or errors.Is(err, ErrTimeout) true.
+func (e *HeldError) Is(target error) bool {
+	if e.Timeout {
+		return target == ErrTimeout
+	}
+	return target == ErrBusy
+}
+
+// NotHolderError lists the ids that the owner does not hold. errors.Is
+// matches ErrNotHolder.
+type NotHolderError struct {
+	NS  string
+	IDs []bson.RawValue
+}
+
+func (e *NotHolderError) Error() string {
+	ids := make([]string, len(e.IDs))
+	for i, id := range e.IDs {
+		ids[i] = id.String()
+	}
+	return fmt.Sprintf("%v: %s _id %s", ErrNotHolder, e.NS, strings.Join(ids, ", "))
+}
+
+// Is makes errors.Is(err, ErrNotHolder) true.
+func (e *NotHolderError) Is(target error) bool { return target == ErrNotHolder }
+
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+}
+
+// SessionPrefix is the short form of a session id shown to other sessions
+// and in logs: the first 4 bytes in hex.
+func SessionPrefix(session []byte) string {
+	if len(session) > 4 {
+		session = session[:4]
+	}
+	return hex.EncodeToString(session)
+}

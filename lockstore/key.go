@@ -1,0 +1,272 @@
+package lockstore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+)
+
+// maxIDDepth bounds the nesting of documents and arrays inside an _id.
+const maxIDDepth = 100
+
+// maxPlainKey is the longest canonical key kept readable (hex) in a record
+// _id; longer keys are replaced by their SHA-256.
+const maxPlainKey = 256
+
+// Type brackets of the canonical encoding. Values that MongoDB considers
+// equal share a bracket (all numbers; string and symbol), as in the server's
+// canonical type order; the byte values only need to be distinct.
+const (
+	tagMinKey     = 0x00
+	tagUndefined  = 0x01
+	tagNull       = 0x05
+	tagNumber     = 0x0a
+	tagString     = 0x0f
+	tagDocument   = 0x14
+	tagArray      = 0x19
+	tagBinary     = 0x1e
+	tagObjectID   = 0x23
+	tagBool       = 0x28
+	tagDate       = 0x2d
+	tagTimestamp  = 0x2f
+	tagRegex      = 0x32
+	tagDBPointer  = 0x37
+	tagCode       = 0x3c
+	tagCodeScope  = 0x41
+	tagMaxKey     = 0x7f
+	tagElemMore   = 0x01
+	tagElemEnd    = 0x00
+	numNaN        = "nan"
+	numPosInf     = "+inf"
+	numNegInf     = "-inf"
+	keySeparator  = "/"
+	hashKeyPrefix = "#"
+)
+
+// canonicalID returns the canonical key of an _id value: two values get the
+// same key exactly when MongoDB's _id index considers them equal (simple
+// binary collation). Numbers of any type compare by exact value (int32 1,
+// int64 1, double 1.0 and decimal128 1 are one key, -0 equals 0, every NaN is
+// one key); string and symbol share a bracket; documents compare field by
+// field in order, so field order matters; arrays, regular expressions and
+// undefined are invalid as a top-level _id, and "$"-prefixed field names are
+// invalid anywhere inside it.
+func canonicalID(v bson.RawValue) ([]byte, error) {
+	if err := v.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidID, err)
+	}
+	switch v.Type {
+	case bsontype.Array:
+		return nil, fmt.Errorf("%w: an _id cannot be an array", ErrInvalidID)
+	case bsontype.Regex:
+		return nil, fmt.Errorf("%w: an _id cannot be a regular expression", ErrInvalidID)
+	case bsontype.Undefined:
+		return nil, fmt.Errorf("%w: an _id cannot be undefined", ErrInvalidID)
+	case bsontype.Type(0):
+		return nil, fmt.Errorf("%w: missing _id value", ErrInvalidID)
+	}
+	var b bytes.Buffer
+	if err := encodeValue(&b, v, 0); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// recordID is the _id of the lock record of (ns, canonical key). The hex part
+// never contains the separator, so the last "/" splits the two parts
+// unambiguously and the mapping is injective.
+func recordID(ns string, key []byte) string {
+	if len(key) > maxPlainKey {
+		sum := sha256.Sum256(key)
+		return ns + keySeparator + hashKeyPrefix + hex.EncodeToString(sum[:])
+	}
+	return ns + keySeparator + hex.EncodeToString(key)
+}
+
+func encodeValue(b *bytes.Buffer, v bson.RawValue, depth int) error {
+	if depth > maxIDDepth {
+		return fmt.Errorf("%w: _id nested deeper than %d", ErrInvalidID, maxIDDepth)
+	}
+	switch v.Type {
+	case bsontype.MinKey:
+		b.WriteByte(tagMinKey)
+	case bsontype.MaxKey:
+		b.WriteByte(tagMaxKey)
+	case bsontype.Undefined:
+		b.WriteByte(tagUndefined)
+	case bsontype.Null:
+		b.WriteByte(tagNull)
+	case bsontype.Int32, bsontype.Int64, bsontype.Double, bsontype.Decimal128:
+		n, err := canonicalNumber(v)
+		if err != nil {
+			return err
+		}
+		b.WriteByte(tagNumber)
+		writeString(b, n)
+	case bsontype.String:
+		b.WriteByte(tagString)
+		writeString(b, v.StringValue())
+	case bsontype.Symbol:
+		b.WriteByte(tagString)
+		writeString(b, v.Symbol())
+	case bsontype.EmbeddedDocument:
+		b.WriteByte(tagDocument)
+		elems, err := v.Document().Elements()
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidID, err)
+		}
+		for _, e := range elems {
+			k := e.Key()
+			if strings.HasPrefix(k, "$") {
+				return fmt.Errorf("%w: _id fields may not start with '$' (%q)", ErrInvalidID, k)
+			}
+			b.WriteByte(tagElemMore)
+			writeString(b, k)
+			if err := encodeValue(b, e.Value(), depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(tagElemEnd)
+	case bsontype.Array:
+		b.WriteByte(tagArray)
+		vals, err := v.Array().Values()
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidID, err)
+		}
+		for _, e := range vals {
+			b.WriteByte(tagElemMore)
+			if err := encodeValue(b, e, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(tagElemEnd)
+	case bsontype.Binary:
+		sub, data := v.Binary()
+		b.WriteByte(tagBinary)
+		b.WriteByte(sub)
+		writeBytes(b, data)
+	case bsontype.ObjectID:
+		oid := v.ObjectID()
+		b.WriteByte(tagObjectID)
+		b.Write(oid[:])
+	case bsontype.Boolean:
+		b.WriteByte(tagBool)
+		if v.Boolean() {
+			b.WriteByte(1)
+		} else {
+			b.WriteByte(0)
+		}
+	case bsontype.DateTime:
+		b.WriteByte(tagDate)
+		// Flip the sign bit so that byte order follows numeric order.
+		_ = binary.Write(b, binary.BigEndian, uint64(v.DateTime())^(1<<63))
+	case bsontype.Timestamp:
+		t, i := v.Timestamp()
+		b.WriteByte(tagTimestamp)
+		_ = binary.Write(b, binary.BigEndian, uint64(t)<<32|uint64(i))
+	case bsontype.Regex:
+		p, o := v.Regex()
+		b.WriteByte(tagRegex)
+		writeString(b, p)
+		writeString(b, o)
+	case bsontype.DBPointer:
+		ns, oid := v.DBPointer()
+		b.WriteByte(tagDBPointer)
+		writeString(b, ns)
+		b.Write(oid[:])
+	case bsontype.JavaScript:
+		b.WriteByte(tagCode)
+		writeString(b, v.JavaScript())
+	case bsontype.CodeWithScope:
+		code, scope := v.CodeWithScope()
+		b.WriteByte(tagCodeScope)
+		writeString(b, code)
+		sv := bson.RawValue{Type: bsontype.EmbeddedDocument, Value: scope}
+		if err := encodeValue(b, sv, depth+1); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: unsupported BSON type %v", ErrInvalidID, v.Type)
+	}
+	return nil
+}
+
+func writeString(b *bytes.Buffer, s string) {
+	var n [binary.MaxVarintLen64]byte
+	b.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+	b.WriteString(s)
+}
+
+func writeBytes(b *bytes.Buffer, p []byte) {
+	var n [binary.MaxVarintLen64]byte
+	b.Write(n[:binary.PutUvarint(n[:], uint64(len(p)))])
+	b.Write(p)
+}
+
+// canonicalNumber renders a number by its exact value: an integer as its
+// decimal digits, any other finite value as the reduced fraction p/q, and the
+// special values as "nan", "+inf", "-inf". Values equal in MongoDB's numeric
+// comparison get the same text.
+func canonicalNumber(v bson.RawValue) (string, error) {
+	switch v.Type {
+	case bsontype.Int32:
+		return strconv.FormatInt(int64(v.Int32()), 10), nil
+	case bsontype.Int64:
+		return strconv.FormatInt(v.Int64(), 10), nil
+	case bsontype.Double:
+		f := v.Double()
+		switch {
+		case math.IsNaN(f):
+			return numNaN, nil
+		case math.IsInf(f, 1):
+			return numPosInf, nil
+		case math.IsInf(f, -1):
+			return numNegInf, nil
+		case f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63:
+			return strconv.FormatInt(int64(f), 10), nil
+		}
+		return new(big.Rat).SetFloat64(f).RatString(), nil
+	case bsontype.Decimal128:
+		d := v.Decimal128()
+		if d.IsNaN() {
+			return numNaN, nil
+		}
+		switch d.IsInf() {
+		case 1:
+			return numPosInf, nil
+		case -1:
+			return numNegInf, nil
+		}
+		bi, exp, err := d.BigInt()
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", ErrInvalidID, err)
+		}
+		r := new(big.Rat).SetInt(bi)
+		if exp != 0 {
+			p := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(abs(exp))), nil)
+			if exp > 0 {
+				r.Mul(r, new(big.Rat).SetInt(p))
+			} else {
+				r.Quo(r, new(big.Rat).SetInt(p))
+			}
+		}
+		return r.RatString(), nil
+	}
+	return "", fmt.Errorf("%w: not a number", ErrInvalidID)
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}

@@ -1,0 +1,118 @@
+package lockstore
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/lockgate/lockgate/internal/embedded"
+)
+
+// upstreamURI is the embedded FerretDB shared by the package's tests.
+var upstreamURI string
+
+func TestMain(m *testing.M) {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "embedded upstream:", err)
+		os.Exit(1)
+	}
+	upstreamURI = srv.URI()
+	code := m.Run()
+	srv.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var collSeq atomic.Int64
+
+// testConfig returns a config on a collection of its own.
+func testConfig(t testing.TB) Config {
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	return Config{
+		URI:        upstreamURI,
+		Database:   "lockgate_test",
+		Collection: fmt.Sprintf("locks_%s_%d", name, collSeq.Add(1)),
+		OpTimeout:  5 * time.Second,
+	}
+}
+
+func openStore(t testing.TB, cfg Config, opts ...Option) *Store {
+	t.Helper()
+	if _, ok := t.(*testing.T); ok {
+		opts = append([]Option{WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))}, opts...)
+	}
+	s, err := Open(context.Background(), cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+func newOwner(app string) Owner {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return Owner{Session: b, App: app, Client: "127.0.0.1:1"}
+}
+
+// rv makes an _id value.
+func rv(t testing.TB, v any) bson.RawValue {
+	t.Helper()
+	typ, b, err := bson.MarshalValue(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bson.RawValue{Type: typ, Value: b}
+}
+
+func ids(t testing.TB, vs ...any) []bson.RawValue {
+	out := make([]bson.RawValue, len(vs))
+	for i, v := range vs {
+		out[i] = rv(t, v)
+	}
+	return out
+}
+
+// fakeClock is a server clock that tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Now().Truncate(time.Millisecond)} }
+
+func (c *fakeClock) Now() (time.Time, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t, 0
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}

@@ -1,0 +1,422 @@
+package lockstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/mongo/readpref"
+	"go.mongodb.org/mongo-driver/mongo/writeconcern"
+	"go.uber.org/zap"
+)
+
+// Owner identifies who holds a lock: the MongoDB logical session id
+// (lsid.id, 16 bytes) plus, optionally, a binding that must match as well.
+type Owner struct {
+	// Session is the lsid.id bytes (required).
+	Session []byte
+	// App is the client's application name, shown to other sessions.
+	App string
+	// Client is the client's address, kept for operators.
+	Client string
+	// Bind is the stricter owner binding of DESIGN §4: when the proxy sets
+	// it (e.g. to the client connection id), a lock taken with Bind "x" is
+	// owned only by requests that carry the same session and Bind "x". It is
+	// compared exactly, so "" only matches "".
+	Bind string
+}
+
+// Lock is one lock granted or renewed.
+type Lock struct {
+	ID        bson.RawValue // the _id as the caller gave it
+	Token     int64         // fencing token, strictly increasing per key across holders
+	ExpiresAt time.Time     // lease end, in server time
+	LastError string        // error text left by a previous holder's release, if any
+}
+
+// Status describes one lock record, for lockStatus and the admin view.
+type Status struct {
+	NS        string
+	ID        bson.RawValue // the _id as first locked (List) or as asked (Status)
+	Held      bool          // held by someone with an unexpired lease
+	HeldByYou bool          // held by the owner passed to Status
+	Holder    Holder        // valid when Held
+	Since     time.Time     // when the current holder acquired it (Held)
+	ExpiresAt time.Time     // lease end (Held)
+	Token     int64         // last token issued for the key; 0 if never locked
+	LastError string        // error text of the last release, if any
+	UpdatedAt time.Time     // last change of the record
+}
+
+// ListOptions filter List.
+type ListOptions struct {
+	NS          string // only this namespace; "" for all
+	IncludeFree bool   // also list records that nobody holds
+	Limit       int    // at most this many; 0 means 1000
+}
+
+// Option configures Open.
+type Option func(*Store)
+
+// WithLogger sets the logger; the Store logs under Named("lockstore").
+func WithLogger(l *zap.Logger) Option { return func(s *Store) { s.log = l } }
+
+// WithMetrics sets the collectors the Store updates.
+func WithMetrics(m *Metrics) Option { return func(s *Store) { s.m = m } }
+
+// WithClock replaces the estimate of the server's clock, for tests. The
+// Store then takes the Clock's Now as server time and does not sync.
+func WithClock(c Clock) Option { return func(s *Store) { s.clock = c } }
+
+// Store keeps lock records in a MongoDB collection shared by every proxy
+// instance. It is safe for concurrent use by any number of goroutines.
+//
+// Fail-closed contract: every method that answers "may this owner write"
+// (Holds) or "is this granted" (Acquire, Renew) returns an error instead of
+// a positive answer when the store cannot be reached or the server time
+// estimate is not available; errors.Is(err, ErrUnavailable) then holds.
+type Store struct {
+	cfg    Config
+	client *mongo.Client
+	coll   *mongo.Collection
+	log    *zap.Logger
+	m      *Metrics
+	clock  Clock
+	sclock *serverClock // nil when the clock was injected
+
+	cache *holdCache
+	wq    *waitQueues
+
+	setupMu   sync.Mutex
+	setupDone atomic.Bool
+
+	streamActive atomic.Bool
+	openStream   func(ctx context.Context) (changeStream, error)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+
+	// testHookTry, when set, sees every key in the order an acquire tries it.
+	testHookTry func(rid string)
+}
+
+// Open connects to the lock store. It fails only for an invalid
+// configuration: an unreachable deployment is reported by the operations
+// (ErrUnavailable) and by Ping, and the Store keeps trying to reach it in
+// the background, so that a proxy can start before its database.
+func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Store{cfg: cfg}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	s.log = s.log.Named("lockstore")
+	if s.m == nil {
+		s.m = NewMetrics()
+	}
+	if s.clock == nil {
+		s.sclock = newServerClock(time.Now)
+		s.clock = s.sclock
+	}
+	s.cache = newHoldCache(s.m.held)
+	s.wq = newWaitQueues()
+
+	copts := options.Client().ApplyURI(cfg.URI).
+		SetAppName(cfg.AppName).
+		SetServerSelectionTimeout(cfg.OpTimeout).
+		SetConnectTimeout(cfg.OpTimeout)
+	client, err := mongo.Connect(ctx, copts)
+	if err != nil {
+		return nil, fmt.Errorf("lockstore.uri: %w", err)
+	}
+	s.client = client
+	// Lock records must survive a failover: majority writes and primary
+	// reads, so that a new primary knows every grant that was acknowledged.
+	s.coll = client.Database(cfg.Database).Collection(cfg.Collection,
+		options.Collection().
+			SetWriteConcern(&writeconcern.WriteConcern{W: "majority", WTimeout: cfg.OpTimeout}).
+			SetReadPreference(readpref.Primary()))
+	s.openStream = s.watchCollection
+
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if err := s.setup(ctx); err != nil {
+		s.log.Warn("lock store not reachable yet; will retry", zap.Error(err))
+	}
+	s.wg.Add(1)
+	go s.background()
+	return s, nil
+}
+
+// Close stops the background work, makes pending waits return ErrClosed
+// and disconnects. Locks stay in the store until released or expired.
+func (s *Store) Close(ctx context.Context) error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.cancel()
+	s.wg.Wait()
+	return s.client.Disconnect(ctx)
+}
+
+// Ping checks that the store answers (and refreshes the clock estimate).
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if _, err := s.hello(ctx); err != nil {
+		return err
+	}
+	return s.setup(ctx)
+}
+
+// helloReply is what the Store needs from hello.
+type helloReply struct {
+	LocalTime time.Time `bson:"localTime"`
+	SetName   string    `bson:"setName"`
+	Msg       string    `bson:"msg"`
+}
+
+// changeStreamCandidate tells whether a deployment may offer change
+// streams: replica sets (setName) and sharded clusters (mongos answers
+// msg "isdbgrid"). A standalone server (and FerretDB) does not.
+func changeStreamCandidate(h helloReply) bool {
+	return h.SetName != "" || h.Msg == "isdbgrid"
+}
+
+// hello runs one hello and, with the server clock, records a sample.
+func (s *Store) hello(ctx context.Context) (helloReply, error) {
+	var h helloReply
+	err := s.rt(ctx, opHello, func(ctx context.Context) error {
+		sent := time.Now()
+		raw, err := s.client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+		if err != nil {
+			var ce mongo.CommandError
+			if errors.As(err, &ce) && ce.Code == 59 { // CommandNotFound: before 4.4.2
+				raw, err = s.client.Database("admin").RunCommand(ctx, bson.D{{Key: "isMaster", Value: 1}}).Raw()
+			}
+			if err != nil {
+				return err
+			}
+		}
+		recv := time.Now()
+		if err := bson.Unmarshal(raw, &h); err != nil {
+			return err
+		}
+		if s.sclock != nil {
+			server := h.LocalTime
+			if server.IsZero() {
+				// No server clock: fall back to the local one and let the
+				// uncertainty say so.
+				server = recv
+				recv = recv.Add(2 * noServerClockSkew)
+			}
+			s.sclock.add(clockSample{sent: sent, recv: recv, server: server})
+		}
+		return nil
+	})
+	return h, s.storeErr(ctx, opHello, err)
+}
+
+// noServerClockSkew is the skew assumed between proxies when the server does
+// not report its time (hello without localTime).
+const noServerClockSkew = time.Second
+
+// setup measures the clock (if needed) and ensures indexes, once.
+func (s *Store) setup(ctx context.Context) error {
+	if s.setupDone.Load() {
+		return nil
+	}
+	s.setupMu.Lock()
+	defer s.setupMu.Unlock()
+	if s.setupDone.Load() {
+		return nil
+	}
+	h, err := s.hello(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.ensureIndexes(ctx); err != nil {
+		return err
+	}
+	if changeStreamCandidate(h) {
+		s.startWatcher()
+	}
+	s.setupDone.Store(true)
+	return nil
+}
+
+// ready makes sure the store was reached once and the server time is known.
+func (s *Store) ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.setup(ctx)
+}
+
+func (s *Store) ensureIndexes(ctx context.Context) error {
+	idx := s.coll.Indexes()
+	create := func(m mongo.IndexModel) error {
+		return s.rt(ctx, opIndex, func(ctx context.Context) error {
+			_, err := idx.CreateOne(ctx, m)
+			return err
+		})
+	}
+	for _, m := range []mongo.IndexModel{
+		{Keys: bson.D{{Key: "owner", Value: 1}, {Key: "ns", Value: 1}}},
+		{Keys: bson.D{{Key: "expiresAt", Value: 1}}},
+	} {
+		if err := create(m); err != nil {
+			if isUnreachable(err) {
+				return s.storeErr(ctx, opIndex, err)
+			}
+			s.log.Warn("creating lock index failed; continuing without it", zap.Error(err))
+		}
+	}
+	// gcAt is both the janitor's query and, where the server has TTL
+	// indexes, the server's own garbage collection; see docs/LOCKS.md for
+	// why deleting idle records never resets a token.
+	ttl := mongo.IndexModel{Keys: bson.D{{Key: "gcAt", Value: 1}}, Options: options.Index().SetExpireAfterSeconds(0)}
+	if err := create(ttl); err != nil {
+		s.log.Info("TTL index not available; the janitor alone deletes idle records", zap.Error(err))
+		if err := create(mongo.IndexModel{Keys: bson.D{{Key: "gcAt", Value: 1}}}); err != nil {
+			s.log.Warn("creating lock index failed; continuing without it", zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// isUnreachable tells a failure to talk to the server from a server's
+// refusal (which has a code).
+func isUnreachable(err error) bool {
+	var se mongo.ServerError
+	return !errors.As(err, &se)
+}
+
+// background refreshes the clock, retries setup, deletes idle records and
+// prunes the cache until Close.
+func (s *Store) background() {
+	defer s.wg.Done()
+	syncT := time.NewTicker(s.cfg.ClockSyncInterval)
+	defer syncT.Stop()
+	pruneT := time.NewTicker(time.Second)
+	defer pruneT.Stop()
+	var cleanC <-chan time.Time
+	if s.cfg.CleanupInterval > 0 {
+		t := time.NewTicker(s.cfg.CleanupInterval)
+		defer t.Stop()
+		cleanC = t.C
+	}
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-syncT.C:
+			if !s.setupDone.Load() {
+				if err := s.setup(s.ctx); err != nil {
+					s.log.Debug("lock store still unreachable", zap.Error(err))
+				}
+			} else if s.sclock != nil {
+				if _, err := s.hello(s.ctx); err != nil {
+					s.log.Debug("clock sync failed", zap.Error(err))
+				}
+			}
+		case <-pruneT.C:
+			now, unc := s.clock.Now()
+			s.cache.prune(now.Add(-unc))
+		case <-cleanC:
+			if n, err := s.Cleanup(s.ctx); err != nil {
+				s.log.Debug("cleanup failed", zap.Error(err))
+			} else if n > 0 {
+				s.log.Info("deleted idle lock records", zap.Int("count", n))
+			}
+		}
+	}
+}
+
+// rt runs one round trip bounded by OpTimeout and records it.
+func (s *Store) rt(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	start := time.Now()
+	err := f(ctx)
+	var rec error
+	if err != nil && !mongo.IsDuplicateKeyError(err) && !errors.Is(err, mongo.ErrNoDocuments) {
+		rec = err
+	}
+	s.m.roundTrip(op, start, rec)
+	return err
+}
+
+// storeErr maps a driver error: nil and "no documents" pass, a cancelled
+// caller context is reported as such, anything else is ErrUnavailable.
+func (s *Store) storeErr(ctx context.Context, op string, err error) error {
+	if err == nil || errors.Is(err, mongo.ErrNoDocuments) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("lockstore %s: %w", op, ctx.Err())
+	}
+	return unavailable(op, err)
+}
+
+// record is the stored form of a lock. The fencing token is
+// tokenBase + tokenSeq: tokenBase is set once, when the record is created,
+// from the server clock in nanoseconds; tokenSeq is incremented by every
+// grant to a new holder and by every force-release.
+type record struct {
+	ID          string            `bson:"_id"`
+	NS          string            `bson:"ns"`
+	Value       bson.RawValue     `bson:"id"`
+	Owner       *primitive.Binary `bson:"owner"`
+	Bind        string            `bson:"bind"`
+	OwnerApp    string            `bson:"ownerApp"`
+	OwnerClient string            `bson:"ownerClient"`
+	TokenBase   int64             `bson:"tokenBase"`
+	TokenSeq    int64             `bson:"tokenSeq"`
+	AcquiredAt  time.Time         `bson:"acquiredAt"`
+	ExpiresAt   time.Time         `bson:"expiresAt"`
+	UpdatedAt   time.Time         `bson:"updatedAt"`
+	LastError   string            `bson:"lastError"`
+}
+
+func (r *record) token() int64 { return r.TokenBase + r.TokenSeq }
+
+func (r *record) ownedBy(o Owner) bool {
+	return r.Owner != nil && string(r.Owner.Data) == string(o.Session) && r.Bind == o.Bind
+}
+
+func (r *record) holder() Holder {
+	h := Holder{App: r.OwnerApp, Client: r.OwnerClient, ExpiresAt: r.ExpiresAt, Token: r.token()}
+	if r.Owner != nil {
+		h.SessionPrefix = SessionPrefix(r.Owner.Data)
+	}
+	return h
+}
+
+// freeExpiry is the expiresAt of a released record: far in the past, so
+// that every instance sees it free whatever its clock uncertainty.
+var freeExpiry = time.Unix(0, 0).UTC()
+
+func sessionBinary(session []byte) primitive.Binary {
+	return primitive.Binary{Subtype: 0x04, Data: session}
+}
+
+// ownerFilter matches records held by o (expired or not).
+func ownerFilter(o Owner) bson.D {
+	return bson.D{{Key: "owner", Value: sessionBinary(o.Session)}, {Key: "bind", Value: o.Bind}}
+}
