@@ -1,0 +1,287 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// Check reports whether one dependency is usable. It must honour ctx: the
+// readiness handler stops waiting when ctx is done and reports a timeout.
+type Check func(ctx context.Context) error
+
+// Options configure a Server.
+type Options struct {
+	// Registry is gathered by /metrics. Required.
+	Registry *prometheus.Registry
+	// Logger; nil discards.
+	Logger *zap.Logger
+	// CheckTimeout bounds all readiness checks of one /readyz request. A
+	// kubelet probe times out after 1s by default, so the default is
+	// shorter than that: a slow dependency reads as "not ready" with a
+	// reason instead of as a failed probe without one.
+	CheckTimeout time.Duration
+	// ShutdownTimeout bounds how long Serve waits for in-flight requests
+	// once its context is done. Default 2s.
+	ShutdownTimeout time.Duration
+}
+
+const (
+	defaultCheckTimeout    = 800 * time.Millisecond
+	defaultShutdownTimeout = 2 * time.Second
+)
+
+// Server is the admin HTTP listener. AddCheck and Handle are safe to call
+// at any time, including while Serve runs.
+type Server struct {
+	reg             *prometheus.Registry
+	logger          *zap.Logger
+	checkTimeout    time.Duration
+	shutdownTimeout time.Duration
+	mux             *http.ServeMux
+	serving         atomic.Bool
+
+	mu       sync.Mutex
+	checks   []namedCheck
+	patterns []string
+}
+
+type namedCheck struct {
+	name  string
+	check Check
+}
+
+// New returns a Server with /metrics, /healthz and /readyz mounted.
+func New(opts Options) (*Server, error) {
+	if opts.Registry == nil {
+		return nil, errors.New("admin: Options.Registry is required")
+	}
+	s := &Server{
+		reg:             opts.Registry,
+		logger:          opts.Logger,
+		checkTimeout:    opts.CheckTimeout,
+		shutdownTimeout: opts.ShutdownTimeout,
+		mux:             http.NewServeMux(),
+	}
+	if s.logger == nil {
+		s.logger = zap.NewNop()
+	}
+	if s.checkTimeout <= 0 {
+		s.checkTimeout = defaultCheckTimeout
+	}
+	if s.shutdownTimeout <= 0 {
+		s.shutdownTimeout = defaultShutdownTimeout
+	}
+	s.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{
+		ErrorLog: zapErrorLog{s.logger},
+		// One broken collector must not hide every other metric.
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	s.Handle("/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		// Liveness says only that the process can answer HTTP. It must not
+		// depend on the upstream: a restart does not fix an unreachable
+		// database, and restarting every sidecar at once makes it worse.
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	}))
+	s.Handle("/readyz", http.HandlerFunc(s.serveReady))
+	// The index lists what is mounted, so an operator who only knows the
+	// port can find the rest. It is not listed itself.
+	s.mux.Handle("/{$}", readOnly(JSON(func(*http.Request) (any, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return map[string]any{"endpoints": slices.Clone(s.patterns)}, nil
+	})))
+	return s, nil
+}
+
+// AddCheck adds a named readiness check. Names must be unique and
+// non-empty; violating that is a programming error and panics, as
+// http.ServeMux does for duplicate patterns.
+func (s *Server) AddCheck(name string, check Check) {
+	if name == "" || check == nil {
+		panic("admin: AddCheck needs a name and a check")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.checks {
+		if c.name == name {
+			panic("admin: duplicate readiness check " + name)
+		}
+	}
+	s.checks = append(s.checks, namedCheck{name, check})
+}
+
+// Handle mounts a read-only view. Only GET and HEAD reach h; other methods
+// get 405, so a view cannot become a way to change state by accident.
+// Patterns follow net/http.ServeMux; a duplicate panics.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, readOnly(h))
+	s.mu.Lock()
+	s.patterns = append(s.patterns, pattern)
+	s.mu.Unlock()
+}
+
+// Handler is the server's root handler, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve serves HTTP on ln until ctx is done, then shuts down gracefully
+// within ShutdownTimeout and returns nil. It returns an error if serving
+// fails for any other reason. ln is closed on return. Serve may be called
+// once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if !s.serving.CompareAndSwap(false, true) {
+		ln.Close()
+		return errors.New("admin: Serve called twice")
+	}
+	srv := &http.Server{
+		Handler: s.mux,
+		// Slow-loris bounds: the admin port is often reachable from the
+		// whole cluster network.
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          zap.NewStdLog(s.logger),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("admin: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		s.logger.Warn("admin shutdown timed out; closing remaining connections", zap.Error(err))
+		srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("admin: %w", err)
+	}
+	return nil
+}
+
+// CheckResult is one check's outcome in the /readyz body.
+type CheckResult struct {
+	Name            string  `json:"name"`
+	OK              bool    `json:"ok"`
+	Error           string  `json:"error,omitempty"`
+	DurationSeconds float64 `json:"durationSeconds"`
+}
+
+// Readiness is the /readyz body.
+type Readiness struct {
+	// Status is "ready" or "not ready".
+	Status string        `json:"status"`
+	Checks []CheckResult `json:"checks"`
+}
+
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+	rd := s.Ready(r.Context())
+	code := http.StatusOK
+	if rd.Status != "ready" {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, rd)
+}
+
+// Ready runs every check concurrently, each bounded by CheckTimeout, and
+// reports them in the order they were added.
+func (s *Server) Ready(ctx context.Context) Readiness {
+	s.mu.Lock()
+	checks := slices.Clone(s.checks)
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, s.checkTimeout)
+	defer cancel()
+	res := make([]CheckResult, len(checks))
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Go(func() { res[i] = runCheck(ctx, c) })
+	}
+	wg.Wait()
+
+	rd := Readiness{Status: "ready", Checks: res}
+	for _, c := range res {
+		if !c.OK {
+			rd.Status = "not ready"
+		}
+	}
+	return rd
+}
+
+func runCheck(ctx context.Context, c namedCheck) CheckResult {
+	start := time.Now()
+	// Buffered so a check that ignores ctx can still finish and exit after
+	// we stopped waiting for it.
+	done := make(chan error, 1)
+	go func() { done <- c.check(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("no answer within the readiness timeout: %w", ctx.Err())
+	}
+	cr := CheckResult{Name: c.name, OK: err == nil, DurationSeconds: time.Since(start).Seconds()}
+	if err != nil {
+		cr.Error = err.Error()
+	}
+	return cr
+}
+
+// JSON adapts a function returning a value into a read-only JSON view: the
+// value is written with status 200, an error as {"error": "..."} with 500.
+func JSON(fn func(r *http.Request) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := fn(r)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		code = http.StatusInternalServerError
+		body, _ = json.Marshal(map[string]string{"error": err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(append(body, '\n'))
+}
+
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "read-only endpoint", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// zapErrorLog adapts zap to promhttp's Println-style logger.
+type zapErrorLog struct{ l *zap.Logger }
+
+func (z zapErrorLog) Println(v ...any) {
+	z.l.Error("metrics gathering failed", zap.String("error", fmt.Sprint(v...)))
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/gateway"
+)
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); builds
+// without it report the module version recorded by the go command.
+var version = ""
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the gateway failed to start or stopped on an error
+	exitUsage   = 2 // bad flags or an invalid configuration
+)
+
+// EnvConfig names the config file when -config is not given.
+const EnvConfig = "LOCKGATE_CONFIG"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, hangups()))
+}
+
+// hangups delivers SIGHUP. It is separate from the shutdown signals so a
+// reload request can never be mistaken for a stop.
+func hangups() <-chan os.Signal {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	return ch
+}
+
+// options are the parsed command line.
+type options struct {
+	configPath string
+	overrides  config.Overrides
+	version    bool
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("lockgate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.configPath, "config", getenv(EnvConfig), "YAML config `file` (env "+EnvConfig+"); none means defaults")
+	fs.StringVar(&o.overrides.Listen, "listen", "", "client listener `host:port` (overrides listen)")
+	fs.StringVar(&o.overrides.Admin, "admin", "", "admin HTTP listener `host:port` (overrides admin)")
+	fs.StringVar(&o.overrides.UpstreamURI, "upstream", "", "upstream MongoDB connection `uri` (overrides upstream.uri)")
+	fs.StringVar(&o.overrides.LogLevel, "log-level", "", "log `level`: debug, info, warn, error (overrides log.level)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: lockgate [flags]\n\n"+
+			"Precedence: config file < LOCKGATE_* environment < flags.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return o, nil
+}
+
+// loadConfig merges file, environment and flags and validates the result.
+// SIGHUP reuses it, so a reload sees exactly what a restart would.
+func loadConfig(o options, getenv func(string) string) (*config.Config, error) {
+	cfg := config.Default()
+	if o.configPath != "" {
+		var err error
+		if cfg, err = config.Load(o.configPath); err != nil {
+			return nil, err
+		}
+	}
+	cfg.ApplyEnv(getenv)
+	cfg.Apply(o.overrides)
+	if err := cfg.Validate(); err != nil {
+		source := "defaults, environment and flags"
+		if o.configPath != "" {
+			source = o.configPath
+		}
+		return nil, fmt.Errorf("invalid configuration (%s):\n%w", source, err)
+	}
+	return cfg, nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, hup <-chan os.Signal) int {
+	o, err := parseFlags(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "lockgate:", err)
+		return exitUsage
+	}
+	if o.version {
+		fmt.Fprintln(stdout, "lockgate", versionString())
+		return exitOK
+	}
+	cfg, err := loadConfig(o, getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "lockgate:", err)
+		return exitUsage
+	}
+	logger, err := gateway.NewLoggerTo(cfg.Log, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "lockgate:", err)
+		return exitUsage
+	}
+	defer logger.Sync()
+	logger.Info("starting lockgate", zap.String("version", versionString()), zap.String("config", o.configPath))
+
+	// The gateway gets its own context so that a second signal, or a hung
+	// drain, can be bounded here without racing the gateway's shutdown.
+	gwCtx, stopGateway := context.WithCancel(context.Background())
+	defer stopGateway()
+	gw, err := gateway.Start(gwCtx, cfg, logger)
+	if err != nil {
+		logger.Error("start failed", zap.Error(err))
+		return exitFailure
+	}
+
+wait:
+	for {
+		select {
+		case <-hup:
+			reload(o, getenv, logger)
+		case <-gw.Done():
+			// A component failed before any signal.
+			if err := gw.Wait(); err != nil {
+				logger.Error("lockgate stopped", zap.Error(err))
+				return exitFailure
+			}
+			return exitOK
+		case <-ctx.Done():
+			break wait
+		}
+	}
+
+	timeout := cfg.ShutdownTimeout.D()
+	logger.Info("shutting down", zap.Duration("timeout", timeout))
+	stopGateway()
+	// The gateway bounds its own drain by shutdownTimeout; the margin only
+	// guards against a component that ignores its deadline.
+	select {
+	case <-gw.Done():
+	case <-time.After(timeout + 2*time.Second):
+		logger.Error("shutdown exceeded shutdownTimeout; exiting with connections still open")
+		return exitFailure
+	}
+	if err := gw.Wait(); err != nil {
+		logger.Error("shutdown finished with errors", zap.Error(err))
+		return exitFailure
+	}
+	logger.Info("lockgate stopped")
+	return exitOK
+}
+
+// reload is the SIGHUP hook. Policy reload arrives with the enforcement
+// issue; until then it re-reads and re-validates the configuration so an
+// operator learns at once that a file they edited would be refused, and
+// changes nothing in the running gateway.
+func reload(o options, getenv func(string) string, logger *zap.Logger) {
+	logger.Info("reload requested", zap.String("config", o.configPath))
+	if o.configPath == "" {
+		logger.Warn("reload ignored: no config file to re-read")
+		return
+	}
+	if _, err := loadConfig(o, getenv); err != nil {
+		logger.Error("reload refused: the running configuration stays", zap.Error(err))
+		return
+	}
+	// TODO(policy reload): hand the new policy to the running gateway.
+	logger.Info("reload: configuration is valid; policy reload is not implemented yet, nothing changed")
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// forbiddenDeps must never be linked into the production binary.
+var forbiddenDeps = []string{"github.com/FerretDB/", "sqlite", "github.com/lockgate/lockgate/internal/embedded"}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func goListDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	// go test puts its own go command first on PATH.
+	cmd := exec.Command("go", "list", "-deps", pkg)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
+	}
+	return strings.Fields(string(out))
+}
+
+func forbidden(deps []string) []string {
+	var bad []string
+	for _, d := range deps {
+		for _, f := range forbiddenDeps {
+			if strings.Contains(d, f) {
+				bad = append(bad, d)
+				break
+			}
+		}
+	}
+	return bad
+}
+
+func TestProductionBinaryHasNoFerretDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the go command")
+	}
+	if bad := forbidden(goListDeps(t, "github.com/lockgate/lockgate/cmd/proxy")); len(bad) > 0 {
+		t.Fatalf("cmd/proxy links packages that must stay out of production:\n%s", strings.Join(bad, "\n"))
+	}
+	// The detector itself must work: the embedded upstream is exactly what
+	// it has to catch.
+	if bad := forbidden(goListDeps(t, "github.com/lockgate/lockgate/internal/embedded")); len(bad) == 0 {
+		t.Fatal("the forbidden-dependency check does not recognise internal/embedded's dependencies")
+	}
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "lockgate.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runOnce(t *testing.T, args []string, getenv func(string) string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // anything that gets as far as serving stops at once
+	code := run(ctx, args, getenv, &stdout, &stderr, nil)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestExitCodes(t *testing.T) {
+	bad := writeFile(t, "lockstore:\n  defaultLeaseMS: 0\n")
+	unknown := writeFile(t, "listen: 127.0.0.1:1\nlisten_addr: x\n")
+	tests := []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{"version", []string{"-version"}, nil, exitOK, "lockgate ", ""},
+		{"help", []string{"-h"}, nil, exitOK, "", "Usage: lockgate"},
+		{"unknown flag", []string{"-nope"}, nil, exitUsage, "", "flag provided but not defined: -nope"},
+		{"stray argument", []string{"extra"}, nil, exitUsage, "", `unexpected arguments: ["extra"]`},
+		{"invalid value", []string{"-config", bad}, nil, exitUsage, "",
+			"lockstore.defaultLeaseMS: must be between 1 and lockstore.maxLeaseMS (600000), got 0"},
+		{"config from env", nil, map[string]string{EnvConfig: bad}, exitUsage, "", bad},
+		{"unknown key", []string{"-config", unknown}, nil, exitUsage, "", "line 2: listen_addr: unknown key"},
+		{"missing file", []string{"-config", "/nonexistent/lockgate.yaml"}, nil, exitUsage, "", "/nonexistent/lockgate.yaml"},
+		{"invalid flag value", []string{"-log-level", "loud"}, nil, exitUsage, "", `log.level: must be one of debug, info, warn, error, got "loud"`},
+		{"invalid env value", nil, map[string]string{"LOCKGATE_LISTEN": "nope"}, exitUsage, "", `listen: must be host:port`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runOnce(t, tt.args, env(tt.env))
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d\nstderr: %s", code, tt.wantCode, stderr)
+			}
+			if !strings.Contains(stdout, tt.wantStdout) {
+				t.Errorf("stdout %q lacks %q", stdout, tt.wantStdout)
+			}
+			if !strings.Contains(stderr, tt.wantStderr) {
+				t.Errorf("stderr %q lacks %q", stderr, tt.wantStderr)
+			}
+		})
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, "listen: 127.0.0.1:1001\nadmin: 127.0.0.1:2001\nupstream:\n  uri: mongodb://file/\nlog:\n  level: warn\n")
+	o, err := parseFlags([]string{"-config", file, "-admin", "127.0.0.1:2003", "-log-level", "debug"}, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(o, env(map[string]string{
+		"LOCKGATE_ADMIN":        "127.0.0.1:2002",
+		"LOCKGATE_UPSTREAM_URI": "mongodb://env/",
+		"LOCKGATE_LOG_LEVEL":    "error",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, got, want string }{
+		{"listen from file", cfg.Listen, "127.0.0.1:1001"},
+		{"admin from flag over env", cfg.Admin, "127.0.0.1:2003"},
+		{"upstream from env over file", cfg.Upstream.URI, "mongodb://env/"},
+		{"log level from flag", string(cfg.Log.Level), "debug"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, c.got, c.want)
+		}
+	}
+	// -config beats LOCKGATE_CONFIG.
+	o, _ = parseFlags([]string{"-config", file}, env(map[string]string{EnvConfig: "/other.yaml"}), &bytes.Buffer{})
+	if o.configPath != file {
+		t.Errorf("configPath = %q, want the flag's %q", o.configPath, file)
+	}
+}
+
+func TestReloadRefusesInvalidConfig(t *testing.T) {
+	path := writeFile(t, "listen: 127.0.0.1:1001\n")
+	o := options{configPath: path}
+	core, logs := observer.New(zap.InfoLevel)
+	logger := zap.New(core)
+
+	reload(o, env(nil), logger)
+	if logs.FilterMessage("reload requested").Len() != 1 || logs.FilterMessageSnippet("configuration is valid").Len() != 1 {
+		t.Errorf("valid reload logged: %v", logs.AllUntimed())
+	}
+
+	os.WriteFile(path, []byte("policy:\n  default: block\n"), 0o600)
+	logs.TakeAll()
+	reload(o, env(nil), logger)
+	refused := logs.FilterMessageSnippet("reload refused")
+	if refused.Len() != 1 || !strings.Contains(refused.All()[0].ContextMap()["error"].(string), `policy.default: must be one of off, audit, enforce, got "block"`) {
+		t.Errorf("invalid reload logged: %v", logs.AllUntimed())
+	}
+}
+
+// TestRunServesUntilCancelled starts the real binary's run loop against an
+// upstream that is not there (the gateway starts anyway and reports not
+// ready), then stops it as SIGTERM would.
+func TestRunServesUntilCancelled(t *testing.T) {
+	file := writeFile(t, "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshutdownTimeout: 2s\n"+
+		"upstream:\n  uri: mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200\n  dialTimeout: 200ms\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	hup := make(chan os.Signal, 1)
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-config", file, "-log-level", "debug"}, env(nil), &stdout, &stderr, hup)
+	}()
+
+	waitFor(t, func() bool { return strings.Contains(stderr.String(), "lockgate started") })
+	hup <- os.Interrupt // any value: the channel stands for SIGHUP
+	waitFor(t, func() bool { return strings.Contains(stderr.String(), "reload requested") })
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("exit code %d\n%s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	if !strings.Contains(stderr.String(), "lockgate stopped") {
+		t.Errorf("no clean stop logged:\n%s", stderr.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,234 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole of lockgate's configuration. The yaml tags are the
+// file's keys; config.example.yaml documents every one of them and a test
+// keeps the two in step.
+type Config struct {
+	// Listen is the host:port clients connect to.
+	Listen string `yaml:"listen"`
+	// Admin is the host:port of the HTTP listener for metrics, health and
+	// read-only views.
+	Admin string `yaml:"admin"`
+	// TLS secures the client listener; empty certFile means plain TCP.
+	TLS TLS `yaml:"tls"`
+	// Upstream is the deployment client connections are relayed to.
+	Upstream Upstream `yaml:"upstream"`
+	// Lockstore is where lock records live.
+	Lockstore Lockstore `yaml:"lockstore"`
+	// Policy says which namespaces are protected and how.
+	Policy Policy `yaml:"policy"`
+	// Limits bound what a peer may send.
+	Limits Limits `yaml:"limits"`
+	// ShutdownTimeout bounds a graceful shutdown, from the signal to exit.
+	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
+	// Log configures the process logger.
+	Log Log `yaml:"log"`
+}
+
+// TLS configures TLS on the client listener.
+type TLS struct {
+	// CertFile and KeyFile are PEM files of the proxy's certificate chain
+	// and private key. Both or neither.
+	CertFile string `yaml:"certFile"`
+	KeyFile  string `yaml:"keyFile"`
+	// CAFile is a PEM bundle of the CAs that sign client certificates.
+	CAFile string `yaml:"caFile"`
+	// ClientAuth says whether clients must present a certificate.
+	ClientAuth ClientAuth `yaml:"clientAuth"`
+}
+
+// Enabled reports whether the client listener speaks TLS.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
+
+// Upstream configures the relayed deployment.
+type Upstream struct {
+	// URI is a MongoDB connection string (mongodb:// or mongodb+srv://).
+	URI string `yaml:"uri"`
+	// DialTimeout bounds opening one upstream connection for one client.
+	DialTimeout Duration `yaml:"dialTimeout"`
+}
+
+// Lockstore configures where lock records are kept.
+type Lockstore struct {
+	// URI is the lockstore's connection string; empty means the upstream's.
+	URI        string `yaml:"uri"`
+	Database   string `yaml:"database"`
+	Collection string `yaml:"collection"`
+	// DefaultLeaseMS is the lease of an acquireLock that names none.
+	DefaultLeaseMS int64 `yaml:"defaultLeaseMS"`
+	// MaxLeaseMS caps any requested lease.
+	MaxLeaseMS int64 `yaml:"maxLeaseMS"`
+}
+
+// Policy is the static part of the enforcement policy.
+type Policy struct {
+	// Default is the mode of namespaces that no rule matches.
+	Default Mode `yaml:"default"`
+	// MaxCandidates bounds how many documents a filter that does not pin
+	// _id may resolve to before the write is refused; rules may lower or
+	// raise it.
+	MaxCandidates int `yaml:"maxCandidates"`
+	// LeaseMarginMS is the lease a lock must have left for a write under
+	// it to be allowed, so a lease cannot run out between check and write.
+	LeaseMarginMS int64 `yaml:"leaseMarginMS"`
+	// Namespaces are per-namespace rules; the most specific match wins.
+	Namespaces []NamespaceRule `yaml:"namespaces"`
+}
+
+// NamespaceRule sets the mode of one namespace or one database.
+type NamespaceRule struct {
+	// Match is "db.coll" (exact) or "db.*" (every collection of db).
+	Match string `yaml:"match"`
+	Mode  Mode   `yaml:"mode"`
+	// Inserts says what an insert needs; empty means InsertsAllow.
+	Inserts InsertMode `yaml:"inserts"`
+	// AllowCollectionWrites lets drop, renameCollection, $out/$merge,
+	// mapReduce output and applyOps through on an enforced namespace.
+	AllowCollectionWrites bool `yaml:"allowCollectionWrites"`
+	// MaxCandidates overrides policy.maxCandidates; 0 keeps it.
+	MaxCandidates int `yaml:"maxCandidates"`
+}
+
+// Limits bound message sizes.
+type Limits struct {
+	// MaxMessageSizeBytes bounds one wire message in either direction.
+	MaxMessageSizeBytes int `yaml:"maxMessageSizeBytes"`
+}
+
+// Log configures the process logger.
+type Log struct {
+	Level  LogLevel  `yaml:"level"`
+	Format LogFormat `yaml:"format"`
+}
+
+// Defaults; exported where other packages or docs need to agree with them.
+const (
+	DefaultListen              = "127.0.0.1:27018"
+	DefaultAdmin               = "127.0.0.1:9218"
+	DefaultUpstreamURI         = "mongodb://127.0.0.1:27017/"
+	DefaultMaxMessageSizeBytes = 48000000
+	DefaultMaxCandidates       = 1000
+	MaxMaxCandidates           = 100000
+	DefaultLeaseMarginMS       = 1000
+	MaxLeaseMarginMS           = 600000
+)
+
+// Default returns the configuration used for every key the file omits.
+func Default() *Config {
+	return &Config{
+		Listen: DefaultListen,
+		Admin:  DefaultAdmin,
+		TLS:    TLS{ClientAuth: ClientAuthNone},
+		Upstream: Upstream{
+			URI:         DefaultUpstreamURI,
+			DialTimeout: Duration(10 * time.Second),
+		},
+		Lockstore: Lockstore{
+			Database:       "lockgate",
+			Collection:     "locks",
+			DefaultLeaseMS: 30000,
+			MaxLeaseMS:     600000,
+		},
+		Policy:          Policy{Default: ModeOff, MaxCandidates: DefaultMaxCandidates, LeaseMarginMS: DefaultLeaseMarginMS},
+		Limits:          Limits{MaxMessageSizeBytes: DefaultMaxMessageSizeBytes},
+		ShutdownTimeout: Duration(15 * time.Second),
+		Log:             Log{Level: LogLevelInfo, Format: LogFormatJSON},
+	}
+}
+
+// Parse decodes a YAML document over Default. Unknown keys, values of the
+// wrong type and more than one document are refused with the line and key.
+// Parse does not call Validate: the caller applies env and flags first.
+func Parse(data []byte) (*Config, error) {
+	cfg := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(cfg)
+	switch {
+	case errors.Is(err, io.EOF):
+		// An empty file (or one of comments only) means all defaults.
+		return cfg, nil
+	case err != nil:
+		return nil, explainYAMLError(data, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		// A second document would otherwise be silently ignored; an
+		// operator who concatenated two files deserves to know.
+		return nil, errors.New("config: more than one YAML document; lockgate reads exactly one")
+	}
+	return cfg, nil
+}
+
+// Load reads and parses the file at path. Errors carry the path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Overrides are the settings a container or a command line may set without
+// a file. An empty field leaves the setting alone.
+type Overrides struct {
+	Listen       string
+	Admin        string
+	UpstreamURI  string
+	LockstoreURI string
+	LogLevel     string
+}
+
+// Environment variables read by ApplyEnv.
+const (
+	EnvListen       = "LOCKGATE_LISTEN"
+	EnvAdmin        = "LOCKGATE_ADMIN"
+	EnvUpstreamURI  = "LOCKGATE_UPSTREAM_URI"
+	EnvLockstoreURI = "LOCKGATE_LOCKSTORE_URI"
+	EnvLogLevel     = "LOCKGATE_LOG_LEVEL"
+)
+
+// ApplyEnv applies the LOCKGATE_* variables that getenv returns non-empty.
+// getenv is injected (os.Getenv in binaries) so tests need not touch the
+// process environment.
+func (c *Config) ApplyEnv(getenv func(string) string) {
+	c.Apply(Overrides{
+		Listen:       getenv(EnvListen),
+		Admin:        getenv(EnvAdmin),
+		UpstreamURI:  getenv(EnvUpstreamURI),
+		LockstoreURI: getenv(EnvLockstoreURI),
+		LogLevel:     getenv(EnvLogLevel),
+	})
+}
+
+// Apply sets every non-empty field of o. Binaries call it with their flags
+// after ApplyEnv, which gives flags the last word.
+func (c *Config) Apply(o Overrides) {
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&c.Listen, o.Listen)
+	set(&c.Admin, o.Admin)
+	set(&c.Upstream.URI, o.UpstreamURI)
+	set(&c.Lockstore.URI, o.LockstoreURI)
+	if o.LogLevel != "" {
+		c.Log.Level = LogLevel(o.LogLevel)
+	}
+}

@@ -1,0 +1,279 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+
+	"github.com/lockgate/lockgate/admin"
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/upstream"
+)
+
+// Gateway is a running lockgate: both listeners bound, serving until the
+// context given to Start is done.
+type Gateway struct {
+	logger   *zap.Logger
+	reg      *prometheus.Registry
+	proxyLn  net.Listener
+	adminLn  net.Listener
+	upstream *upstream.Upstream
+	admin    *admin.Server
+
+	done chan struct{}
+	mu   sync.Mutex
+	errs []error
+}
+
+// Start validates cfg, builds every component, binds the client and admin
+// listeners and starts serving; it returns once both listeners accept
+// connections, so ":0" addresses can be read back with ProxyAddr and
+// AdminAddr. Cancelling ctx starts a graceful shutdown that Wait observes.
+//
+// Start does not wait for the upstream to answer: a gateway whose database
+// is down still starts, reports not ready on /readyz, and recovers by
+// itself when the database comes back.
+func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gateway, err error) {
+	if cfg == nil {
+		return nil, errors.New("gateway: nil config")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("gateway: invalid config:\n%w", err)
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	tlsCfg, err := ServerTLS(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+
+	// Everything opened below is closed again if a later step fails.
+	var cleanup []func() error
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	metrics := proxy.NewMetrics()
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		// go_build_info: which build is running, for rollouts.
+		collectors.NewBuildInfoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		metrics,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gateway: registering metrics: %w", err)
+		}
+	}
+
+	proxyLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: listen: %w", err)
+	}
+	cleanup = append(cleanup, proxyLn.Close)
+	adminLn, err := net.Listen("tcp", cfg.Admin)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: admin: %w", err)
+	}
+	cleanup = append(cleanup, adminLn.Close)
+
+	up, err := upstream.New(ctx, upstream.Options{
+		URI:         cfg.Upstream.URI,
+		DialTimeout: cfg.Upstream.DialTimeout.D(),
+		Logger:      logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	cleanup = append(cleanup, up.Close)
+
+	proxyGrace, adminGrace := splitShutdown(cfg.ShutdownTimeout.D())
+	srv, err := proxy.New(proxy.Options{
+		TLS:            tlsCfg,
+		Upstream:       up,
+		MaxMessageSize: cfg.Limits.MaxMessageSizeBytes,
+		ShutdownGrace:  proxyGrace,
+		Logger:         logger, // the proxy names itself
+		Metrics:        metrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+
+	adm, err := admin.New(admin.Options{
+		Registry:        reg,
+		Logger:          logger.Named("admin"),
+		ShutdownTimeout: adminGrace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+
+	// runCtx ends on the caller's cancel or on a fatal serve error. The
+	// admin listener outlives it until the proxy has drained, so probes and
+	// metrics stay observable during the drain.
+	runCtx, stop := context.WithCancel(ctx)
+	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
+
+	// Readiness checks, in the order /readyz lists them. Later components
+	// (lockstore, policy) add theirs here.
+	adm.AddCheck("serving", func(context.Context) error {
+		if runCtx.Err() != nil {
+			return errors.New("shutting down: draining client connections")
+		}
+		return nil
+	})
+	adm.AddCheck("upstream", up.Ping)
+
+	g := &Gateway{
+		logger:   logger,
+		reg:      reg,
+		proxyLn:  proxyLn,
+		adminLn:  adminLn,
+		upstream: up,
+		admin:    adm,
+		done:     make(chan struct{}),
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer stopAdmin()
+		err := srv.Serve(runCtx, proxyLn)
+		switch {
+		case runCtx.Err() != nil && errors.Is(err, context.Canceled):
+			err = nil // the shutdown we asked for
+		case err == nil && runCtx.Err() == nil:
+			err = errors.New("stopped accepting connections unexpectedly")
+		}
+		if err != nil {
+			g.fail(fmt.Errorf("proxy: %w", err))
+			stop()
+		}
+	})
+	wg.Go(func() {
+		if err := adm.Serve(adminCtx, adminLn); err != nil {
+			g.fail(err)
+			stop()
+		}
+	})
+	go func() {
+		wg.Wait()
+		stop()
+		if err := up.Close(); err != nil {
+			g.fail(fmt.Errorf("upstream close: %w", err))
+		}
+		close(g.done)
+	}()
+
+	logger.Info("lockgate started",
+		zap.Stringer("listen", proxyLn.Addr()),
+		zap.Stringer("admin", adminLn.Addr()),
+		zap.Bool("tls", tlsCfg != nil),
+		zap.String("policyDefault", string(cfg.Policy.Default)),
+		zap.Int("policyRules", len(cfg.Policy.Namespaces)),
+	)
+	return g, nil
+}
+
+// splitShutdown divides the shutdown budget: most of it for draining
+// client connections, a small tail for the admin listener, so the whole
+// shutdown ends within total.
+func splitShutdown(total time.Duration) (proxyGrace, adminGrace time.Duration) {
+	adminGrace = min(2*time.Second, total/4)
+	return total - adminGrace, adminGrace
+}
+
+func (g *Gateway) fail(err error) {
+	g.logger.Error("gateway component failed", zap.Error(err))
+	g.mu.Lock()
+	g.errs = append(g.errs, err)
+	g.mu.Unlock()
+}
+
+// ProxyAddr is the bound address of the client listener.
+func (g *Gateway) ProxyAddr() net.Addr { return g.proxyLn.Addr() }
+
+// AdminAddr is the bound address of the admin HTTP listener.
+func (g *Gateway) AdminAddr() net.Addr { return g.adminLn.Addr() }
+
+// Registry is the gateway's own Prometheus registry (never the global one).
+func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
+
+// Admin is the admin server, for mounting read-only views.
+func (g *Gateway) Admin() *admin.Server { return g.admin }
+
+// Done is closed when the gateway has stopped.
+func (g *Gateway) Done() <-chan struct{} { return g.done }
+
+// Wait blocks until the gateway has stopped: after the context given to
+// Start is done and every connection has drained, or after a component
+// failed (which also stops the others). It returns nil after a clean
+// shutdown and the component errors otherwise. Safe to call many times.
+func (g *Gateway) Wait() error {
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return errors.Join(g.errs...)
+}
+
+// ServerTLS builds the client listener's TLS configuration; nil when TLS is
+// off. Errors name the config key whose file is at fault.
+func ServerTLS(t config.TLS) (*tls.Config, error) {
+	if !t.Enabled() {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls.certFile/tls.keyFile: %w", err)
+	}
+	c := &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		// MongoDB 4.0+ and every supported driver speak TLS 1.2.
+		MinVersion: tls.VersionTLS12,
+	}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.caFile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.caFile: no PEM certificate in %s", t.CAFile)
+		}
+		c.ClientCAs = pool
+	}
+	switch t.ClientAuth {
+	case config.ClientAuthNone, "":
+		c.ClientAuth = tls.NoClientCert
+	case config.ClientAuthRequest:
+		c.ClientAuth = tls.RequestClientCert
+		if c.ClientCAs != nil {
+			c.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+	case config.ClientAuthRequireAndVerify:
+		if c.ClientCAs == nil {
+			return nil, errors.New("tls.caFile: required when tls.clientAuth is require-and-verify")
+		}
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+	default:
+		return nil, fmt.Errorf("tls.clientAuth: unknown value %q", t.ClientAuth)
+	}
+	return c, nil
+}

@@ -1,0 +1,177 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lockgate/lockgate/config"
+)
+
+// Mode is how writes on a namespace are treated.
+type Mode = config.Mode
+
+// The modes, weakest first.
+const (
+	Off     = config.ModeOff
+	Audit   = config.ModeAudit
+	Enforce = config.ModeEnforce
+)
+
+// InsertMode says what an insert into a protected namespace needs.
+type InsertMode = config.InsertMode
+
+// Insert modes.
+const (
+	// InsertsAllow lets inserts through: a new document has no lock yet.
+	InsertsAllow = config.InsertsAllow
+	// InsertsRequireUnlocked refuses an insert whose _id another session
+	// has locked (the lock-then-insert pattern).
+	InsertsRequireUnlocked = config.InsertsRequireUnlocked
+)
+
+// DefaultMaxCandidates bounds the documents a filter that does not pin _id
+// may resolve to before the write is refused.
+const DefaultMaxCandidates = 1000
+
+// Rule is the policy for one namespace.
+type Rule struct {
+	// Match is the rule's pattern as configured ("shop.orders", "shop.*"),
+	// or "default" when no rule matched. It is the namespace's metric label:
+	// the set of values is fixed by the configuration.
+	Match                 string
+	Mode                  Mode
+	Inserts               InsertMode
+	AllowCollectionWrites bool
+	MaxCandidates         int
+	// LeaseMargin is the lease a lock must have left for a write to be
+	// allowed under it.
+	LeaseMargin time.Duration
+}
+
+// Policy is a compiled, immutable policy. It is safe for concurrent use;
+// a reload replaces it whole.
+type Policy struct {
+	version  string
+	fallback Rule
+	exact    map[string]Rule // "db.coll"
+	byDB     map[string]Rule // "db" for "db.*"
+	rules    []Rule          // as configured, for the admin view
+}
+
+// Compile checks and compiles the policy part of a configuration. The
+// configuration is expected to have passed config.Validate; Compile still
+// refuses what it cannot use.
+func Compile(c config.Policy) (*Policy, error) {
+	p := &Policy{
+		exact: make(map[string]Rule),
+		byDB:  make(map[string]Rule),
+	}
+	base := Rule{
+		Inserts:       InsertsAllow,
+		MaxCandidates: DefaultMaxCandidates,
+		LeaseMargin:   time.Duration(c.LeaseMarginMS) * time.Millisecond,
+	}
+	if c.MaxCandidates > 0 {
+		base.MaxCandidates = c.MaxCandidates
+	}
+	if !c.Default.Valid() {
+		return nil, fmt.Errorf("policy.default: unknown mode %q", c.Default)
+	}
+	p.fallback = base
+	p.fallback.Match, p.fallback.Mode = "default", c.Default
+	for i, nr := range c.Namespaces {
+		key := fmt.Sprintf("policy.namespaces[%d]", i)
+		if !nr.Mode.Valid() {
+			return nil, fmt.Errorf("%s.mode: unknown mode %q", key, nr.Mode)
+		}
+		r := base
+		r.Match, r.Mode = nr.Match, nr.Mode
+		if nr.Inserts != "" {
+			r.Inserts = nr.Inserts
+		}
+		r.AllowCollectionWrites = nr.AllowCollectionWrites
+		if nr.MaxCandidates > 0 {
+			r.MaxCandidates = nr.MaxCandidates
+		}
+		db, coll, ok := strings.Cut(nr.Match, ".")
+		if !ok || db == "" || coll == "" {
+			return nil, fmt.Errorf("%s.match: want \"db.coll\" or \"db.*\", got %q", key, nr.Match)
+		}
+		if coll == "*" {
+			if _, dup := p.byDB[db]; dup {
+				return nil, fmt.Errorf("%s.match: %q appears twice", key, nr.Match)
+			}
+			p.byDB[db] = r
+		} else {
+			if _, dup := p.exact[nr.Match]; dup {
+				return nil, fmt.Errorf("%s.match: %q appears twice", key, nr.Match)
+			}
+			p.exact[nr.Match] = r
+		}
+		p.rules = append(p.rules, r)
+	}
+	p.version = fingerprint(c, p)
+	return p, nil
+}
+
+// fingerprint names a policy by its content, so that the version in every
+// decision log line identifies exactly which rules decided.
+func fingerprint(c config.Policy, p *Policy) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%+v|", p.fallback)
+	for _, r := range p.rules {
+		fmt.Fprintf(h, "%+v|", r)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// Version identifies the policy's content.
+func (p *Policy) Version() string { return p.version }
+
+// Rules returns the configured rules and the default, for the admin view.
+func (p *Policy) Rules() (rules []Rule, fallback Rule) {
+	return append([]Rule(nil), p.rules...), p.fallback
+}
+
+// Lookup returns the rule for a namespace "db.coll": an exact rule, else
+// the rule of its database, else the default. A namespace "db.*" (a write
+// that touches a whole database) gets the strictest rule of that database.
+func (p *Policy) Lookup(ns string) Rule {
+	if r, ok := p.exact[ns]; ok {
+		return r
+	}
+	db, coll, _ := strings.Cut(ns, ".")
+	if coll == "*" {
+		return p.strictestIn(db)
+	}
+	if r, ok := p.byDB[db]; ok {
+		return r
+	}
+	return p.fallback
+}
+
+// strictestIn is the rule of the most protected namespace of db, since a
+// database-wide write touches all of them.
+func (p *Policy) strictestIn(db string) Rule {
+	best := p.fallback
+	if r, ok := p.byDB[db]; ok {
+		best = r
+	}
+	for ns, r := range p.exact {
+		if strings.HasPrefix(ns, db+".") && stricter(r, best) {
+			best = r
+		}
+	}
+	return best
+}
+
+func stricter(a, b Rule) bool {
+	rank := map[Mode]int{Off: 0, Audit: 1, Enforce: 2}
+	if rank[a.Mode] != rank[b.Mode] {
+		return rank[a.Mode] > rank[b.Mode]
+	}
+	return !a.AllowCollectionWrites && b.AllowCollectionWrites
+}
