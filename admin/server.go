@@ -2,12 +2,14 @@ package admin
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -267,6 +269,37 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	w.Write(append(body, '\n'))
 }
+
+// HandleAction mounts an operator action that changes state. Only POST
+// reaches h, and only with "Authorization: Bearer <token>"; an empty token
+// disables the action (403), so that a deployment without a configured
+// credential has no way to change state over HTTP.
+func (s *Server) HandleAction(pattern, token string, h http.Handler) {
+	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "operator action: POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		if token == "" {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "operator actions are disabled: configure adminAuth.tokenFile or LOCKGATE_ADMIN_TOKEN"})
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate-admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	s.mu.Lock()
+	s.patterns = append(s.patterns, "POST "+pattern)
+	s.mu.Unlock()
+}
+
+// WriteJSON writes v as an indented JSON response with status code.
+func WriteJSON(w http.ResponseWriter, code int, v any) { writeJSON(w, code, v) }
 
 func readOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

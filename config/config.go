@@ -20,6 +20,8 @@ type Config struct {
 	// Admin is the host:port of the HTTP listener for metrics, health and
 	// read-only views.
 	Admin string `yaml:"admin"`
+	// AdminAuth guards the admin listener's operator actions.
+	AdminAuth AdminAuth `yaml:"adminAuth"`
 	// TLS secures the client listener; empty certFile means plain TCP.
 	TLS TLS `yaml:"tls"`
 	// Upstream is the deployment client connections are relayed to.
@@ -34,6 +36,14 @@ type Config struct {
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	// Log configures the process logger.
 	Log Log `yaml:"log"`
+}
+
+// AdminAuth guards operator actions on the admin listener (force-releasing
+// a stuck lock). Without a token they are disabled.
+type AdminAuth struct {
+	// TokenFile holds the bearer token operators must present; leading and
+	// trailing white space is ignored. Empty disables operator actions.
+	TokenFile string `yaml:"tokenFile"`
 }
 
 // TLS configures TLS on the client listener.
@@ -201,6 +211,7 @@ const (
 	EnvUpstreamURI  = "LOCKGATE_UPSTREAM_URI"
 	EnvLockstoreURI = "LOCKGATE_LOCKSTORE_URI"
 	EnvLogLevel     = "LOCKGATE_LOG_LEVEL"
+	EnvAdminToken   = "LOCKGATE_ADMIN_TOKEN_FILE"
 )
 
 // ApplyEnv applies the LOCKGATE_* variables that getenv returns non-empty.
@@ -214,6 +225,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 		LockstoreURI: getenv(EnvLockstoreURI),
 		LogLevel:     getenv(EnvLogLevel),
 	})
+	if f := getenv(EnvAdminToken); f != "" {
+		c.AdminAuth.TokenFile = f
+	}
 }
 
 // Apply sets every non-empty field of o. Binaries call it with their flags

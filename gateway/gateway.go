@@ -8,15 +8,20 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/admin"
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/upstream"
 )
@@ -30,6 +35,8 @@ type Gateway struct {
 	adminLn  net.Listener
 	upstream *upstream.Upstream
 	admin    *admin.Server
+	guard    *guard.Guard
+	reloads  *prometheus.CounterVec
 
 	done chan struct{}
 	mu   sync.Mutex
@@ -104,10 +111,55 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	}
 	cleanup = append(cleanup, up.Close)
 
+	pol, err := policy.Compile(cfg.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	token, err := adminToken(cfg.AdminAuth)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	lockURI := cfg.Lockstore.URI
+	if lockURI == "" {
+		lockURI = cfg.Upstream.URI
+	}
+	lsMetrics := lockstore.NewMetrics()
+	store, err := lockstore.Open(ctx, lockstore.Config{
+		URI:          lockURI,
+		Database:     cfg.Lockstore.Database,
+		Collection:   cfg.Lockstore.Collection,
+		DefaultLease: time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,
+		MaxLease:     time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
+	}, lockstore.WithLogger(logger), lockstore.WithMetrics(lsMetrics))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	cleanup = append(cleanup, func() error { return store.Close(context.Background()) })
+	guardMetrics := guard.NewMetrics()
+	gd := guard.New(guard.Options{
+		Store: store,
+		EndSessionsSupported: func(ctx context.Context) (bool, error) {
+			return up.Supports(ctx, bson.D{{Key: "endSessions", Value: bson.A{}}})
+		},
+		Logger:  logger,
+		Metrics: guardMetrics,
+	})
+	gd.SetPolicy(pol)
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockgate_policy_reloads_total",
+		Help: "Policy reloads by result: applied, or refused (the policy in force stayed).",
+	}, []string{"result"})
+	for _, c := range []prometheus.Collector{lsMetrics, guardMetrics, reloads} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gateway: registering metrics: %w", err)
+		}
+	}
+
 	proxyGrace, adminGrace := splitShutdown(cfg.ShutdownTimeout.D())
 	srv, err := proxy.New(proxy.Options{
 		TLS:            tlsCfg,
 		Upstream:       up,
+		Interceptor:    gd,
 		MaxMessageSize: cfg.Limits.MaxMessageSizeBytes,
 		ShutdownGrace:  proxyGrace,
 		Logger:         logger, // the proxy names itself
@@ -141,6 +193,14 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		return nil
 	})
 	adm.AddCheck("upstream", up.Ping)
+	adm.AddCheck("lockstore", store.Ping)
+	adm.AddCheck("policy", func(context.Context) error {
+		if gd.Policy() == nil {
+			return errors.New("no policy loaded")
+		}
+		return nil
+	})
+	mountViews(adm, store, gd.Policy, token, logger.Named("admin"))
 
 	g := &Gateway{
 		logger:   logger,
@@ -149,6 +209,8 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		adminLn:  adminLn,
 		upstream: up,
 		admin:    adm,
+		guard:    gd,
+		reloads:  reloads,
 		done:     make(chan struct{}),
 	}
 
@@ -176,6 +238,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	go func() {
 		wg.Wait()
 		stop()
+		if err := store.Close(context.Background()); err != nil {
+			g.fail(fmt.Errorf("lockstore close: %w", err))
+		}
 		if err := up.Close(); err != nil {
 			g.fail(fmt.Errorf("upstream close: %w", err))
 		}
@@ -188,8 +253,55 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		zap.Bool("tls", tlsCfg != nil),
 		zap.String("policyDefault", string(cfg.Policy.Default)),
 		zap.Int("policyRules", len(cfg.Policy.Namespaces)),
+		zap.String("policyVersion", pol.Version()),
 	)
 	return g, nil
+}
+
+// Reload applies the reloadable part of a new configuration, the policy,
+// to the running gateway without touching connections. An invalid
+// configuration is refused and the policy in force stays.
+func (g *Gateway) Reload(cfg *config.Config) error {
+	if err := cfg.Validate(); err != nil {
+		g.CountReload(false)
+		return fmt.Errorf("reload refused: %w", err)
+	}
+	pol, err := policy.Compile(cfg.Policy)
+	if err != nil {
+		g.CountReload(false)
+		return fmt.Errorf("reload refused: %w", err)
+	}
+	g.CountReload(true)
+	old := g.guard.Policy()
+	g.guard.SetPolicy(pol)
+	g.logger.Info("policy reloaded", zap.String("version", pol.Version()), zap.String("previous", old.Version()))
+	return nil
+}
+
+// CountReload counts a reload attempt, for refusals found before Reload
+// (a file that does not parse).
+func (g *Gateway) CountReload(applied bool) {
+	if applied {
+		g.reloads.WithLabelValues("applied").Inc()
+	} else {
+		g.reloads.WithLabelValues("refused").Inc()
+	}
+}
+
+// adminToken reads the operator token; "" when none is configured.
+func adminToken(a config.AdminAuth) (string, error) {
+	if a.TokenFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(a.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("adminAuth.tokenFile: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if len(t) < 16 {
+		return "", fmt.Errorf("adminAuth.tokenFile: the token in %s is shorter than 16 characters", a.TokenFile)
+	}
+	return t, nil
 }
 
 // splitShutdown divides the shutdown budget: most of it for draining

@@ -2,9 +2,11 @@ package guard
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -27,12 +29,13 @@ type Options struct {
 	Store LockStore
 	// MaxWait bounds acquireLock's waitMS; 0 means 5 minutes.
 	MaxWait time.Duration
-	// AnswerEndSessions makes the proxy answer endSessions itself, after
-	// releasing the sessions' locks, for upstreams that do not know the
-	// command. Otherwise it is forwarded.
-	AnswerEndSessions bool
-	Logger            *zap.Logger
-	Metrics           *Metrics
+	// EndSessionsSupported tells whether the upstream knows endSessions.
+	// When it does not, the proxy answers endSessions itself after
+	// releasing the sessions' locks; otherwise it forwards it. The first
+	// definite answer is kept; nil means supported.
+	EndSessionsSupported func(ctx context.Context) (bool, error)
+	Logger               *zap.Logger
+	Metrics              *Metrics
 }
 
 // Guard is the proxy's Interceptor: it answers the lock commands and
@@ -41,7 +44,20 @@ type Guard struct {
 	opts    Options
 	log     *zap.Logger
 	metrics *Metrics
+
+	// endSessions caches the upstream's support: 0 unknown, 1 yes, 2 no.
+	endSessionsSupport atomic.Int32
+
+	// policy is replaced whole on reload; requests read it once each.
+	policy atomic.Pointer[policy.Policy]
 }
+
+// SetPolicy installs a new policy for every request from now on. Requests
+// already being decided finish under the policy they started with.
+func (g *Guard) SetPolicy(p *policy.Policy) { g.policy.Store(p) }
+
+// Policy returns the policy in force, nil before the first SetPolicy.
+func (g *Guard) Policy() *policy.Policy { return g.policy.Load() }
 
 // New returns a Guard.
 func New(opts Options) *Guard {
@@ -100,11 +116,35 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 			}
 		}
 	}
-	if !g.opts.AnswerEndSessions {
+	if g.upstreamKnowsEndSessions(ctx) {
 		return proxy.Decision{Action: proxy.Forward}
 	}
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	d = bsoncore.AppendDoubleElement(d, "ok", 1)
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
 	return proxy.Decision{Action: proxy.Reply, Reply: d}
+}
+
+func (g *Guard) upstreamKnowsEndSessions(ctx context.Context) bool {
+	switch g.endSessionsSupport.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	if g.opts.EndSessionsSupported == nil {
+		return true
+	}
+	ok, err := g.opts.EndSessionsSupported(ctx)
+	if err != nil {
+		// Unknown: forward; a server that does not know the command
+		// answers CommandNotFound, which drivers ignore for endSessions.
+		return true
+	}
+	if ok {
+		g.endSessionsSupport.Store(1)
+	} else {
+		g.endSessionsSupport.Store(2)
+	}
+	return ok
 }

@@ -72,7 +72,7 @@ func startStack(t *testing.T, collection string) *stack {
 	t.Cleanup(func() { store.Close(context.Background()) })
 	srv, err := proxy.New(proxy.Options{
 		Upstream:    dialAddr(upstreamAddr),
-		Interceptor: New(Options{Store: store, AnswerEndSessions: true, Logger: zaptest.NewLogger(t)}),
+		Interceptor: New(Options{Store: store, EndSessionsSupported: func(context.Context) (bool, error) { return false, nil }, Logger: zaptest.NewLogger(t)}),
 		Logger:      zaptest.NewLogger(t),
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -89,6 +90,18 @@ func (c *conn) serve() {
 		c.close()
 	}()
 
+	if tc, ok := c.client.(*tls.Conn); ok {
+		// Finish the handshake before spending an upstream connection on
+		// a client that may never complete it.
+		hctx, cancel := context.WithTimeout(c.ctx, c.srv.opts.MessageTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			c.srv.metrics.error(errClientIO)
+			c.log.Info("closing client connection: TLS handshake failed", zap.Error(err))
+			return
+		}
+	}
 	up, err := c.srv.opts.Upstream.Dial(c.ctx)
 	if err != nil {
 		c.srv.metrics.error(errUpstreamDial)

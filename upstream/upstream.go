@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/event"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/description"
@@ -237,3 +238,20 @@ func (c *Conn) WaitRetired(ctx context.Context) bool {
 
 // Addr is the server address this connection was dialed to.
 func (c *Conn) Addr() string { return c.addr }
+
+// Supports reports whether the deployment knows a command, by running it on
+// the admin database: CommandNotFound means no, success or any other server
+// error means yes. Only harmless commands may be probed this way.
+func (u *Upstream) Supports(ctx context.Context, cmd bson.D) (bool, error) {
+	err := u.client.Database("admin").RunCommand(ctx, cmd).Err()
+	var ce mongo.CommandError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ce) && ce.Code == 59: // CommandNotFound
+		return false, nil
+	case errors.As(err, &ce):
+		return true, nil
+	}
+	return false, err
+}

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 )
 
 // forbiddenDeps must never be linked into the production binary.
@@ -151,23 +149,39 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
-func TestReloadRefusesInvalidConfig(t *testing.T) {
-	path := writeFile(t, "listen: 127.0.0.1:1001\n")
-	o := options{configPath: path}
-	core, logs := observer.New(zap.InfoLevel)
-	logger := zap.New(core)
+// TestReloadAppliesPolicyAndRefusesInvalid drives the run loop: SIGHUP
+// applies a changed policy, an edit of the file is picked up without a
+// signal, and an invalid file is refused while the gateway keeps running.
+func TestReloadAppliesPolicyAndRefusesInvalid(t *testing.T) {
+	base := "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshutdownTimeout: 2s\n" +
+		"upstream:\n  uri: mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200\n  dialTimeout: 200ms\n"
+	file := writeFile(t, base+"policy:\n  namespaces:\n    - match: shop.orders\n      mode: audit\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hup := make(chan os.Signal, 1)
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"-config", file}, env(nil), &stdout, &stderr, hup) }()
+	waitFor(t, func() bool { return strings.Contains(stderr.String(), "lockgate started") })
 
-	reload(o, env(nil), logger)
-	if logs.FilterMessage("reload requested").Len() != 1 || logs.FilterMessageSnippet("configuration is valid").Len() != 1 {
-		t.Errorf("valid reload logged: %v", logs.AllUntimed())
+	os.WriteFile(file, []byte(base+"policy:\n  namespaces:\n    - match: shop.orders\n      mode: enforce\n"), 0o600)
+	hup <- os.Interrupt // any value: the channel stands for SIGHUP
+	waitFor(t, func() bool { return strings.Count(stderr.String(), "policy reloaded") >= 1 })
+
+	// No signal: the file watcher notices the edit.
+	os.WriteFile(file, []byte(base+"policy:\n  default: block\n"), 0o600)
+	waitFor(t, func() bool { return strings.Contains(stderr.String(), "reload refused") })
+	if !strings.Contains(stderr.String(), `policy.default: must be one of off, audit, enforce, got \"block\"`) {
+		t.Errorf("refusal does not name the key:\n%s", stderr.String())
 	}
-
-	os.WriteFile(path, []byte("policy:\n  default: block\n"), 0o600)
-	logs.TakeAll()
-	reload(o, env(nil), logger)
-	refused := logs.FilterMessageSnippet("reload refused")
-	if refused.Len() != 1 || !strings.Contains(refused.All()[0].ContextMap()["error"].(string), `policy.default: must be one of off, audit, enforce, got "block"`) {
-		t.Errorf("invalid reload logged: %v", logs.AllUntimed())
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("exit code %d after a refused reload\n%s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
 	}
 }
 

@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/lockgate/lockgate/admin"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.uber.org/zap"
+)
+
+// lockView is one held lock as the admin listener shows it. It never shows
+// a whole session id: the prefix is enough to correlate with logs.
+type lockView struct {
+	NS            string    `json:"namespace"`
+	ID            any       `json:"id"`
+	App           string    `json:"ownerApp"`
+	Client        string    `json:"ownerClient,omitempty"`
+	SessionPrefix string    `json:"sessionPrefix"`
+	Held          bool      `json:"held"`
+	Since         time.Time `json:"since,omitzero"`
+	ExpiresAt     time.Time `json:"expiresAt,omitzero"`
+	Token         int64     `json:"token"`
+	LastError     string    `json:"lastError,omitempty"`
+}
+
+func viewOf(st lockstore.Status) lockView {
+	v := lockView{
+		NS: st.NS, ID: extJSON(st.ID), Held: st.Held, Token: st.Token, LastError: st.LastError,
+	}
+	if st.Held {
+		v.App, v.Client, v.SessionPrefix = st.Holder.App, st.Holder.Client, st.Holder.SessionPrefix
+		v.Since, v.ExpiresAt = st.Since, st.ExpiresAt
+	}
+	return v
+}
+
+// extJSON renders an _id as relaxed extended JSON, so that 1, NumberLong(1)
+// and "1" stay distinguishable in the view.
+func extJSON(v bson.RawValue) any {
+	doc, err := bson.Marshal(bson.D{{Key: "v", Value: v}})
+	if err != nil {
+		return v.String()
+	}
+	out, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
+	if err != nil {
+		return v.String()
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(out, &m) != nil {
+		return v.String()
+	}
+	return m["v"]
+}
+
+// mountViews adds the lock and policy views and the force-release action.
+func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, token string, log *zap.Logger) {
+	adm.Handle("/locks", admin.JSON(func(r *http.Request) (any, error) {
+		q := r.URL.Query()
+		limit, _ := strconv.Atoi(q.Get("limit"))
+		sts, err := store.List(r.Context(), lockstore.ListOptions{NS: q.Get("ns"), Limit: limit, IncludeFree: q.Get("all") == "1"})
+		if err != nil {
+			return nil, err
+		}
+		views := make([]lockView, len(sts))
+		for i, st := range sts {
+			views[i] = viewOf(st)
+		}
+		return map[string]any{"locks": views}, nil
+	}))
+	adm.Handle("/policy", admin.JSON(func(*http.Request) (any, error) {
+		p := pol()
+		if p == nil {
+			return nil, errors.New("no policy loaded")
+		}
+		rules, fallback := p.Rules()
+		return map[string]any{"version": p.Version(), "default": fallback, "rules": rules}, nil
+	}))
+	adm.HandleAction("/locks/release", token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			NS     string          `json:"namespace"`
+			ID     json.RawMessage `json:"id"`
+			Reason string          `json:"reason"`
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+		if err == nil {
+			err = json.Unmarshal(body, &req)
+		}
+		if err != nil || req.NS == "" || len(req.ID) == 0 || req.Reason == "" {
+			admin.WriteJSON(w, http.StatusBadRequest, map[string]string{
+				"error": `want {"namespace": "db.coll", "id": <_id as extended JSON>, "reason": "why"}`})
+			return
+		}
+		id, err := parseExtJSONValue(req.ID)
+		if err != nil {
+			admin.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "id: " + err.Error()})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		before, err := store.ForceRelease(ctx, req.NS, id, req.Reason)
+		if err != nil {
+			admin.WriteJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+			return
+		}
+		log.Warn("operator force-released a lock", zap.String("ns", req.NS), zap.String("id", id.String()),
+			zap.String("reason", req.Reason), zap.String("remote", r.RemoteAddr),
+			zap.Bool("wasHeld", before.Held), zap.String("holderApp", before.Holder.App),
+			zap.String("holderSession", before.Holder.SessionPrefix))
+		admin.WriteJSON(w, http.StatusOK, map[string]any{"released": before.Held, "before": viewOf(before)})
+	}))
+}
+
+// parseExtJSONValue reads one extended-JSON value ({"$numberLong": "1"},
+// {"$oid": "..."}, 1, "x").
+func parseExtJSONValue(raw json.RawMessage) (bson.RawValue, error) {
+	var doc bson.Raw
+	if err := bson.UnmarshalExtJSON([]byte(fmt.Sprintf(`{"v": %s}`, raw)), false, &doc); err != nil {
+		return bson.RawValue{}, err
+	}
+	return doc.Lookup("v"), nil
+}
