@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/admin"
@@ -135,9 +137,17 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	cleanup = append(cleanup, func() error { return store.Close(context.Background()) })
+	// Writes whose filter does not pin _id are resolved with the proxy's
+	// own client to the upstream, never over a client's connection.
+	resolverClient, err := mongo.Connect(ctx, options.Client().ApplyURI(cfg.Upstream.URI).SetAppName("lockgate-resolver"))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: upstream.uri: %w", err)
+	}
+	cleanup = append(cleanup, func() error { return resolverClient.Disconnect(context.Background()) })
 	guardMetrics := guard.NewMetrics()
 	gd := guard.New(guard.Options{
-		Store: store,
+		Store:    store,
+		Resolver: guard.NewResolver(resolverClient),
 		EndSessionsSupported: func(ctx context.Context) (bool, error) {
 			return up.Supports(ctx, bson.D{{Key: "endSessions", Value: bson.A{}}})
 		},
@@ -238,6 +248,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	go func() {
 		wg.Wait()
 		stop()
+		resolverClient.Disconnect(context.Background())
 		if err := store.Close(context.Background()); err != nil {
 			g.fail(fmt.Errorf("lockstore close: %w", err))
 		}

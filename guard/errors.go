@@ -3,6 +3,7 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/lockstore"
@@ -105,11 +106,11 @@ func fromStore(op, ns string, err error) *cmdError {
 		if held.Timeout {
 			e.code, e.reason = codeLockTimeout, reasonTimeout
 			e.msg = fmt.Sprintf("lockgate: timed out waiting for the lock on %s _id %s: %s; no lock was taken: retry, or wait longer with a larger waitMS",
-				ns, held.ID, who)
+				ns, idString(held.ID), who)
 		} else {
 			e.code, e.reason = codeLockBusy, reasonHeld
 			e.msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: retry later, or pass waitMS to wait for it",
-				ns, held.ID, who)
+				ns, idString(held.ID), who)
 		}
 		return e
 	case errors.As(err, &notHolder):
@@ -140,9 +141,25 @@ func idsString(ids []bson.RawValue) string {
 		if i > 0 {
 			s += ", "
 		}
-		s += id.String()
+		if i == 10 {
+			s += fmt.Sprintf("... (%d in all)", len(ids))
+			break
+		}
+		s += idString(id)
 	}
 	return s
+}
+
+// idString renders an _id as a person would type it in the shell: relaxed
+// extended JSON, so 3 is 3 and "3" is "3".
+func idString(id bson.RawValue) string {
+	doc := bsoncore.BuildDocumentFromElements(nil, bsoncore.AppendValueElement(nil, "v", bsoncore.Value{Type: id.Type, Data: id.Value}))
+	out, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
+	if err != nil {
+		return id.String()
+	}
+	// {"v":<value>}
+	return strings.TrimSuffix(strings.TrimPrefix(string(out), `{"v":`), "}")
 }
 
 func arrayKey(i int) string {

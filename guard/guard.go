@@ -22,11 +22,15 @@ type LockStore interface {
 	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns string, errText string) (int, error)
 	ReleaseSession(ctx context.Context, session []byte) (int, error)
 	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue) ([]lockstore.Status, error)
+	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) (bool, []bson.RawValue, error)
 }
 
 // Options configure a Guard.
 type Options struct {
 	Store LockStore
+	// Resolver finds the documents of writes whose filter does not pin
+	// _id; without one such writes are refused on enforced namespaces.
+	Resolver Resolver
 	// MaxWait bounds acquireLock's waitMS; 0 means 5 minutes.
 	MaxWait time.Duration
 	// EndSessionsSupported tells whether the upstream knows endSessions.
@@ -43,6 +47,7 @@ type Options struct {
 type Guard struct {
 	opts    Options
 	log     *zap.Logger
+	audit   *zap.Logger // one line per decision on audited and enforced namespaces
 	metrics *Metrics
 
 	// endSessions caches the upstream's support: 0 unknown, 1 yes, 2 no.
@@ -70,22 +75,25 @@ func New(opts Options) *Guard {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
 	}
-	return &Guard{opts: opts, log: opts.Logger.Named("guard"), metrics: opts.Metrics}
+	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit"), metrics: opts.Metrics}
 }
 
 // Intercept implements proxy.Interceptor.
 func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decision {
-	cmd := req.Command
-	if cmd == nil {
+	if cmd := req.Command; cmd != nil {
+		switch {
+		case isLockCommand(cmd.Name):
+			return proxy.Decision{Action: proxy.Reply, Reply: g.lockCommand(ctx, req)}
+		case cmd.Name == "endSessions":
+			return g.endSessions(ctx, req)
+		}
+		observeAuth(req)
+	}
+	pol := g.policy.Load()
+	if pol == nil || pol.AllOff() {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	switch {
-	case isLockCommand(cmd.Name):
-		return proxy.Decision{Action: proxy.Reply, Reply: g.lockCommand(ctx, req)}
-	case cmd.Name == "endSessions":
-		return g.endSessions(ctx, req)
-	}
-	return proxy.Decision{Action: proxy.Forward}
+	return g.enforce(ctx, req, pol)
 }
 
 // endSessions releases the locks of every session the driver ends, then
@@ -104,6 +112,7 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 			if !ok || len(data) != 16 {
 				continue
 			}
+			data = append([]byte(nil), data...) // a view into the request's buffer
 			n, err := g.opts.Store.ReleaseSession(ctx, data)
 			if err != nil {
 				g.log.Warn("endSessions: could not release the session's locks; they expire with their lease",

@@ -11,13 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -52,28 +55,75 @@ var seq atomic.Int64
 
 // stack is one proxy with a guard and its own lock collection.
 type stack struct {
-	uri   string
-	store *lockstore.Store
+	uri     string
+	addr    string
+	store   *lockstore.Store
+	guard   *Guard
+	metrics *Metrics
+}
+
+// stackOptions vary a test stack.
+type stackOptions struct {
+	collection string        // lock collection; "" for a fresh one
+	storeURI   string        // lock store deployment; "" for the upstream
+	policy     config.Policy // zero: everything off
+	resolver   func(Resolver) Resolver
+	logger     *zap.Logger
 }
 
 func startStack(t *testing.T, collection string) *stack {
+	return startStackWith(t, stackOptions{collection: collection})
+}
+
+func startStackWith(t *testing.T, so stackOptions) *stack {
 	t.Helper()
-	if collection == "" {
-		collection = fmt.Sprintf("locks_%d", seq.Add(1))
+	if so.collection == "" {
+		so.collection = fmt.Sprintf("locks_%d", seq.Add(1))
+	}
+	if so.storeURI == "" {
+		so.storeURI = upstreamURI
+	}
+	if so.logger == nil {
+		so.logger = zaptest.NewLogger(t)
 	}
 	ctx := context.Background()
 	store, err := lockstore.Open(ctx, lockstore.Config{
-		URI: upstreamURI, Database: "lockgate_guard_test", Collection: collection,
-		DefaultLease: 5 * time.Second, MaxLease: time.Minute,
-	}, lockstore.WithLogger(zaptest.NewLogger(t)))
+		URI: so.storeURI, Database: "lockgate_guard_test", Collection: so.collection,
+		DefaultLease: 5 * time.Second, MaxLease: time.Minute, OpTimeout: 2 * time.Second,
+	}, lockstore.WithLogger(so.logger))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close(context.Background()) })
+	rc, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rc.Disconnect(context.Background()) })
+	var res Resolver = NewResolver(rc)
+	if so.resolver != nil {
+		res = so.resolver(res)
+	}
+	if so.policy.Default == "" {
+		so.policy.Default = config.ModeOff
+	}
+	if so.policy.MaxCandidates == 0 {
+		so.policy.MaxCandidates = 100
+	}
+	pol, err := policy.Compile(so.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := NewMetrics()
+	gd := New(Options{
+		Store: store, Resolver: res, Metrics: metrics, Logger: so.logger,
+		EndSessionsSupported: func(context.Context) (bool, error) { return false, nil },
+	})
+	gd.SetPolicy(pol)
 	srv, err := proxy.New(proxy.Options{
 		Upstream:    dialAddr(upstreamAddr),
-		Interceptor: New(Options{Store: store, EndSessionsSupported: func(context.Context) (bool, error) { return false, nil }, Logger: zaptest.NewLogger(t)}),
-		Logger:      zaptest.NewLogger(t),
+		Interceptor: gd,
+		Logger:      so.logger,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +136,7 @@ func startStack(t *testing.T, collection string) *stack {
 	done := make(chan struct{})
 	go func() { srv.Serve(sctx, ln); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &stack{uri: "mongodb://" + ln.Addr().String() + "/", store: store}
+	return &stack{uri: "mongodb://" + ln.Addr().String() + "/", addr: ln.Addr().String(), store: store, guard: gd, metrics: metrics}
 }
 
 func connect(t *testing.T, uri, app string) *mongo.Client {

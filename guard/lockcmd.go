@@ -175,10 +175,12 @@ func fieldList(name string) string {
 }
 
 // owner builds the lock owner of a request: its logical session, plus the
-// explicit binding when the caller asked for one.
+// explicit binding when the caller asked for one. The session id is copied:
+// it is a view into the request's pooled buffer, and the lock store keeps
+// owners beyond the request.
 func owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
 	return lockstore.Owner{
-		Session: session,
+		Session: append([]byte(nil), session...),
 		App:     req.Client.AppName(),
 		Client:  req.Client.RemoteAddr.String(),
 		Bind:    bind,

@@ -11,6 +11,10 @@ type Metrics struct {
 	lockCommands   *prometheus.CounterVec
 	lockCmdSeconds *prometheus.HistogramVec
 	sessionsEnded  prometheus.Counter
+
+	decisions       *prometheus.CounterVec
+	decisionSeconds prometheus.Histogram
+	pinned          prometheus.Counter
 }
 
 // NewMetrics creates the guard's collectors; register them once.
@@ -29,6 +33,19 @@ func NewMetrics() *Metrics {
 			Name: "lockgate_sessions_ended_total",
 			Help: "Sessions named by endSessions whose locks were released.",
 		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_decisions_total",
+			Help: "Decisions on writes to audited and enforced namespaces, by policy rule (its match pattern, or default), decision and reason.",
+		}, []string{"rule", "decision", "reason"}),
+		decisionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lockgate_decision_seconds",
+			Help:    "Time to decide a write on an audited or enforced namespace, lock checks and resolution included.",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
+		}),
+		pinned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_pinned_writes_total",
+			Help: "Writes whose filter did not pin _id, forwarded restricted to the verified documents.",
+		}),
 	}
 }
 
@@ -37,6 +54,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.lockCommands.Describe(ch)
 	m.lockCmdSeconds.Describe(ch)
 	m.sessionsEnded.Describe(ch)
+	m.decisions.Describe(ch)
+	m.decisionSeconds.Describe(ch)
+	m.pinned.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -44,6 +64,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.lockCommands.Collect(ch)
 	m.lockCmdSeconds.Collect(ch)
 	m.sessionsEnded.Collect(ch)
+	m.decisions.Collect(ch)
+	m.decisionSeconds.Collect(ch)
+	m.pinned.Collect(ch)
 }
 
 func (m *Metrics) lockCommand(name, result string, took time.Duration) {

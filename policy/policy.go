@@ -59,6 +59,7 @@ type Policy struct {
 	exact    map[string]Rule // "db.coll"
 	byDB     map[string]Rule // "db" for "db.*"
 	rules    []Rule          // as configured, for the admin view
+	allOff   bool
 }
 
 // Compile checks and compiles the policy part of a configuration. The
@@ -113,6 +114,12 @@ func Compile(c config.Policy) (*Policy, error) {
 		}
 		p.rules = append(p.rules, r)
 	}
+	p.allOff = p.fallback.Mode == Off
+	for _, r := range p.rules {
+		if r.Mode != Off {
+			p.allOff = false
+		}
+	}
 	p.version = fingerprint(c, p)
 	return p, nil
 }
@@ -127,6 +134,10 @@ func fingerprint(c config.Policy, p *Policy) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
+
+// AllOff reports whether no namespace is audited or enforced, so that
+// requests need no classification at all.
+func (p *Policy) AllOff() bool { return p.allOff }
 
 // Version identifies the policy's content.
 func (p *Policy) Version() string { return p.version }
@@ -143,6 +154,9 @@ func (p *Policy) Lookup(ns string) Rule {
 	if r, ok := p.exact[ns]; ok {
 		return r
 	}
+	if ns == "*" {
+		return p.strictestIn("")
+	}
 	db, coll, _ := strings.Cut(ns, ".")
 	if coll == "*" {
 		return p.strictestIn(db)
@@ -153,15 +167,17 @@ func (p *Policy) Lookup(ns string) Rule {
 	return p.fallback
 }
 
-// strictestIn is the rule of the most protected namespace of db, since a
-// database-wide write touches all of them.
+// strictestIn is the rule of the most protected namespace of db ("" for
+// every database), since a database-wide write touches all of them.
 func (p *Policy) strictestIn(db string) Rule {
 	best := p.fallback
-	if r, ok := p.byDB[db]; ok {
-		best = r
+	for d, r := range p.byDB {
+		if (db == "" || d == db) && stricter(r, best) {
+			best = r
+		}
 	}
 	for ns, r := range p.exact {
-		if strings.HasPrefix(ns, db+".") && stricter(r, best) {
+		if (db == "" || strings.HasPrefix(ns, db+".")) && stricter(r, best) {
 			best = r
 		}
 	}

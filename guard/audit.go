@@ -1,0 +1,145 @@
+package guard
+
+import (
+	"bytes"
+	"strings"
+	"time"
+
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+)
+
+// record writes the audit trail of one decision: a log line for every
+// namespace the message writes under an audited or enforced rule, and the
+// decision counters, labelled by rule (a bounded set), never by namespace
+// or id.
+func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration) {
+	g.metrics.decisionSeconds.Observe(took.Seconds())
+	command := req.Message.Header().OpCode.String()
+	var session string
+	if req.Command != nil {
+		command = req.Command.Name
+		if sid, ok := req.Command.SessionID(); ok {
+			session = lockstore.SessionPrefix(sid)
+		}
+	}
+	seen := map[string]bool{}
+	logNS := func(w policy.Write, r policy.Rule, x *violation) {
+		if seen[w.NS] {
+			return
+		}
+		seen[w.NS] = true
+		decision, reason := decisionAllow, ""
+		if x != nil {
+			reason = x.reason
+			decision = decisionWouldReject
+			if enforced != nil {
+				decision = decisionReject
+			}
+		}
+		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
+		fields := []zap.Field{
+			zap.String("client", req.Client.RemoteAddr.String()),
+			zap.String("app", req.Client.AppName()),
+			zap.String("user", req.Client.User()),
+			zap.String("session", session),
+			zap.String("ns", w.NS),
+			zap.String("command", command),
+			zap.String("mode", string(r.Mode)),
+			zap.String("decision", decision),
+			zap.String("policyVersion", pol.Version()),
+			zap.Duration("took", took),
+		}
+		if ids, ok := v.checked[w.NS]; ok {
+			fields = append(fields, zap.String("ids", idList(ids)))
+		}
+		if x != nil {
+			fields = append(fields, zap.String("reason", reason), zap.String("detail", x.detail))
+			if len(x.ids) > 0 {
+				fields = append(fields, zap.String("ids", idList(x.ids)))
+			}
+		}
+		g.audit.Info("decision", fields...)
+	}
+	for i := range v.violations {
+		x := &v.violations[i]
+		logNS(x.write, x.rule, x)
+	}
+	for _, w := range v.writes {
+		logNS(w, pol.Lookup(w.NS), nil)
+	}
+}
+
+// metricReason keeps the reason label to the known values.
+func metricReason(r string) string {
+	switch r {
+	case "", reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
+		reasonUnclassifiable, reasonUnpinnedLegacy, reasonTooManyCandidates, reasonResolveFailed,
+		reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable:
+		if r == "" {
+			return "none"
+		}
+		return r
+	}
+	return "other"
+}
+
+// observeAuth notes the user name of an authentication conversation for
+// the audit trail. It never affects what is forwarded.
+func observeAuth(req *proxy.Request) {
+	cmd := req.Command
+	switch cmd.Name {
+	case "saslStart":
+		if u := saslUser(cmd.Body); u != "" {
+			req.Client.SetUser(u)
+		}
+	case "authenticate":
+		if u, ok := cmd.Body.Lookup("user").StringValueOK(); ok {
+			req.Client.SetUser(truncate(u, 128))
+		}
+	case "hello", "isMaster", "ismaster":
+		if spec, ok := cmd.Body.Lookup("speculativeAuthenticate").DocumentOK(); ok {
+			if u := saslUser(spec); u != "" {
+				req.Client.SetUser(u)
+			} else if u, ok := spec.Lookup("user").StringValueOK(); ok {
+				req.Client.SetUser(truncate(u, 128))
+			}
+		}
+	}
+}
+
+// saslUser reads the user name from the first SASL message: SCRAM's
+// client-first "n,,n=<user>,r=<nonce>" or PLAIN's "\x00<user>\x00<pass>".
+func saslUser(doc bsoncore.Document) string {
+	mech, _ := doc.Lookup("mechanism").StringValueOK()
+	_, payload, ok := doc.Lookup("payload").BinaryOK()
+	if !ok {
+		return ""
+	}
+	switch {
+	case strings.HasPrefix(mech, "SCRAM-"):
+		for _, part := range bytes.Split(payload, []byte(",")) {
+			if u, ok := bytes.CutPrefix(part, []byte("n=")); ok {
+				// SCRAM escapes ',' and '=' in names.
+				name := strings.NewReplacer("=2C", ",", "=3D", "=").Replace(string(u))
+				return truncate(name, 128)
+			}
+		}
+	case mech == "PLAIN":
+		parts := bytes.SplitN(payload, []byte{0}, 3)
+		if len(parts) == 3 {
+			return truncate(string(parts[1]), 128)
+		}
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

@@ -1,0 +1,396 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// Refusal reasons of enforcement, in the detail document, the decision log
+// and the metrics.
+const (
+	reasonNotLocked          = "not_locked"
+	reasonHeldByOther        = "held_by_other"
+	reasonInsertLocked       = "insert_locked"
+	reasonCollectionWrite    = "collection_write"
+	reasonUnclassifiable     = "unclassifiable"
+	reasonUnpinnedLegacy     = "unpinned_legacy_write"
+	reasonTooManyCandidates  = "too_many_candidates"
+	reasonResolveFailed      = "resolve_failed"
+	reasonUnverifiableUpsert = "unverifiable_upsert"
+)
+
+// Decisions.
+const (
+	decisionAllow       = "allow"
+	decisionReject      = "reject"
+	decisionWouldReject = "would_reject" // audit mode
+)
+
+// violation is one reason a write may not proceed.
+type violation struct {
+	rule   policy.Rule
+	write  policy.Write
+	reason string
+	ids    []bson.RawValue
+	holder *lockstore.Holder
+	detail string // what a person should know, without the advice
+}
+
+// verdict collects what enforcement found for one message.
+type verdict struct {
+	writes     []policy.Write
+	violations []violation
+	pins       []policy.Pin
+	checked    map[string][]bson.RawValue // ns -> ids whose locks were verified
+}
+
+// enforce decides a message that may write under pol.
+func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Policy) proxy.Decision {
+	start := time.Now()
+	writes, err := policy.Classify(req.Message, req.Command)
+	if err != nil {
+		return g.unclassifiable(req, pol, err, start)
+	}
+	if len(writes) == 0 {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	v := &verdict{checked: map[string][]bson.RawValue{}}
+	rules := make([]policy.Rule, len(writes))
+	for i, w := range writes {
+		rules[i] = pol.Lookup(w.NS)
+		if rules[i].Mode != policy.Off {
+			v.writes = append(v.writes, w)
+		}
+	}
+	if len(v.writes) == 0 {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+
+	o, hasSession := g.writeOwner(req)
+	need := map[string][]bson.RawValue{}
+	needRule := map[string]policy.Rule{}
+	inserts := map[string][]bson.RawValue{}
+	for i, w := range writes {
+		r := rules[i]
+		if r.Mode == policy.Off {
+			continue
+		}
+		switch w.Kind {
+		case policy.KindCollectionWrite:
+			if !r.AllowCollectionWrites {
+				v.add(r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
+			}
+		case policy.KindInsert:
+			if r.Inserts == policy.InsertsRequireUnlocked {
+				if id, err := w.Doc.LookupErr("_id"); err == nil {
+					inserts[w.NS] = append(inserts[w.NS], rawCopy(id))
+					needRule[w.NS] = r
+				}
+			}
+		default:
+			if !hasSession {
+				v.add(r, w, reasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				continue
+			}
+			ids, ok := g.targets(ctx, v, r, w)
+			if !ok {
+				continue
+			}
+			need[w.NS] = append(need[w.NS], ids...)
+			needRule[w.NS] = r
+		}
+	}
+	for ns, ids := range need {
+		if len(ids) > 0 && !v.blocked(ns) {
+			g.checkHeld(ctx, v, needRule[ns], o, ns, ids)
+		}
+	}
+	for ns, ids := range inserts {
+		g.checkInsertable(ctx, v, needRule[ns], o, ns, ids)
+	}
+	return g.decide(req, pol, v, start)
+}
+
+// add records a violation.
+func (v *verdict) add(r policy.Rule, w policy.Write, reason string, ids []bson.RawValue, detail string) {
+	v.violations = append(v.violations, violation{rule: r, write: w, reason: reason, ids: ids, detail: detail})
+}
+
+// blocked reports whether ns already has a violation, so that no lock
+// store round trip is spent on a command that is refused anyway.
+func (v *verdict) blocked(ns string) bool {
+	for _, x := range v.violations {
+		if x.write.NS == ns && x.rule.Mode == policy.Enforce {
+			return true
+		}
+	}
+	return false
+}
+
+// targets returns the ids whose locks write w needs: the ids its filter
+// pins, or the documents it currently matches (then the statement is
+// pinned to them), plus the _id an upsert would insert.
+func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy.Write) ([]bson.RawValue, bool) {
+	var ids []bson.RawValue
+	pinned, hasString, ok := policy.PinnedIDs(w.Filter)
+	if ok && hasString {
+		ok = g.exactStrings(ctx, w)
+	}
+	switch {
+	case ok:
+		ids = rawCopies(pinned)
+	case w.List == policy.ListLegacy:
+		v.add(r, w, reasonUnpinnedLegacy, nil, "a legacy OP_UPDATE/OP_DELETE whose selector does not name _id values cannot be pinned to verified documents")
+		return nil, false
+	case g.opts.Resolver == nil:
+		v.add(r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
+		return nil, false
+	default:
+		limit := r.MaxCandidates
+		cands, err := g.opts.Resolver.Candidates(ctx, w.NS, w.Filter, w.Collation, w.Hint, limit+1)
+		if err != nil {
+			v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("the documents it can touch could not be resolved: %v", err))
+			return nil, false
+		}
+		if len(cands) > limit {
+			v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow the filter, for example to a list of _id values", limit))
+			return nil, false
+		}
+		ids = cands
+		if r.Mode == policy.Enforce {
+			v.pins = append(v.pins, policy.Pin{List: w.List, Index: w.Index, IDs: coreValues(cands)})
+		}
+	}
+	if w.Upsert {
+		id, found, certain := policy.UpsertID(w)
+		if !certain {
+			v.add(r, w, reasonUnverifiableUpsert, nil, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
+			return nil, false
+		}
+		if found {
+			ids = append(ids, rawCopy(id))
+		}
+	}
+	return ids, true
+}
+
+// exactStrings reports whether string _id values compare exactly for w:
+// a non-simple collation can make "abc" match "ABC".
+func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
+	if w.Collation != nil {
+		return collationSimple(w.Collation)
+	}
+	if g.opts.Resolver == nil {
+		return false
+	}
+	simple, err := g.opts.Resolver.SimpleCollation(ctx, w.NS)
+	return err == nil && simple
+}
+
+// checkHeld verifies that o holds every id in ns with the rule's margin.
+func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) {
+	w := firstWrite(v.writes, ns)
+	ok, missing, err := g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
+	if err != nil {
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
+		return
+	}
+	if ok {
+		v.checked[ns] = ids
+		return
+	}
+	x := violation{rule: r, write: w, reason: reasonNotLocked, ids: missing}
+	// One more round trip, on the refusal path only, to say who holds it.
+	if sts, err := g.opts.Store.Status(ctx, o, ns, missing[:1]); err == nil && len(sts) == 1 {
+		st := sts[0]
+		switch {
+		case st.Held && !st.HeldByYou:
+			x.reason, x.holder = reasonHeldByOther, &st.Holder
+		case st.HeldByYou:
+			x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %v left; renew it with renewLock", idsString(missing), r.LeaseMargin)
+		}
+	}
+	if x.detail == "" {
+		x.detail = fmt.Sprintf("this session does not hold the lock on %s", idsString(missing))
+		if x.holder != nil {
+			x.detail += " (" + describeHolder(*x.holder) + ")"
+		}
+	}
+	v.violations = append(v.violations, x)
+}
+
+// checkInsertable refuses inserts of _ids another session has locked.
+func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) {
+	w := firstWrite(v.writes, ns)
+	sts, err := g.opts.Store.Status(ctx, o, ns, ids)
+	if err != nil {
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)})
+		return
+	}
+	for _, st := range sts {
+		if st.Held && !st.HeldByYou {
+			h := st.Holder
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked,
+				ids: []bson.RawValue{st.ID}, holder: &h,
+				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", idString(st.ID), describeHolder(h))})
+			return
+		}
+	}
+}
+
+// unclassifiable handles a message that may write but cannot be read with
+// certainty: refused where its namespace is enforced.
+func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error, start time.Time) proxy.Decision {
+	ns := "*"
+	var ce *policy.ClassifyError
+	if errors.As(err, &ce) && ce.NS != "" {
+		ns = ce.NS
+	} else if req.Command != nil {
+		ns = req.Command.DB + ".*"
+	}
+	r := pol.Lookup(ns)
+	if r.Mode == policy.Off {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	v := &verdict{}
+	w := policy.Write{NS: ns}
+	v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
+	return g.decide(req, pol, v, start)
+}
+
+// decide turns a verdict into the proxy's action, and logs and counts it.
+func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start time.Time) proxy.Decision {
+	var enforced *violation
+	for i := range v.violations {
+		if v.violations[i].rule.Mode == policy.Enforce {
+			enforced = &v.violations[i]
+			break
+		}
+	}
+	g.record(req, pol, v, enforced, time.Since(start))
+	if enforced != nil {
+		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, *enforced).document()}
+	}
+	if len(v.pins) > 0 {
+		b, err := policy.PinStatements(req.Message, req.Command, v.pins)
+		if err != nil {
+			// Cannot pin what was verified: refusing is the only safe
+			// answer in enforce mode.
+			x := violation{write: v.writes[0], rule: pol.Lookup(v.writes[0].NS), reason: reasonUnclassifiable,
+				detail: fmt.Sprintf("the proxy could not restrict it to the verified documents (%v)", err)}
+			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
+		}
+		g.metrics.pinned.Inc()
+		return proxy.Decision{Action: proxy.Rewrite, Message: b}
+	}
+	return proxy.Decision{Action: proxy.Forward}
+}
+
+// refusal renders an enforced violation as the command's error.
+func refusal(req *proxy.Request, x violation) *cmdError {
+	name := "write"
+	if req.Command != nil {
+		name = req.Command.Name
+	} else {
+		name = req.Message.Header().OpCode.String()
+	}
+	advice := "acquire the lock with acquireLock in the same session, then retry"
+	switch x.reason {
+	case reasonNoSession:
+		advice = "run the write in an explicit session (startSession) that holds the lock"
+	case reasonHeldByOther:
+		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
+	case reasonCollectionWrite:
+		advice = "ask an operator to allow collection writes for this namespace (allowCollectionWrites)"
+	case reasonTooManyCandidates, reasonUnpinnedLegacy, reasonUnverifiableUpsert:
+		advice = "lock the documents and name their _id values in the filter"
+	case reasonUnavailable, reasonResolveFailed:
+		advice = "retry when the lock store and the database are reachable; nothing was written"
+	case reasonUnclassifiable, reasonInsertLocked:
+		advice = "nothing was written"
+	}
+	return &cmdError{
+		code:   codeLockBusy,
+		reason: x.reason,
+		ns:     x.write.NS,
+		ids:    x.ids,
+		holder: x.holder,
+		msg:    fmt.Sprintf("lockgate: %s on %s refused: %s; %s", name, x.write.NS, x.detail, advice),
+	}
+}
+
+// writeOwner is the lock owner a write acts as: its session, and the
+// binding it names, if any, in comment: {lockgate: "<bind>"}.
+func (g *Guard) writeOwner(req *proxy.Request) (lockstore.Owner, bool) {
+	if req.Command == nil {
+		return lockstore.Owner{}, false
+	}
+	session, ok := req.Command.SessionID()
+	if !ok {
+		return lockstore.Owner{}, false
+	}
+	o := owner(req, session, "")
+	if c, err := req.Command.Body.LookupErr("comment"); err == nil && c.Type == bsontype.EmbeddedDocument {
+		if b, ok := c.Document().Lookup("lockgate").StringValueOK(); ok {
+			o.Bind = b
+		}
+	}
+	return o, true
+}
+
+func firstWrite(ws []policy.Write, ns string) policy.Write {
+	for _, w := range ws {
+		if w.NS == ns {
+			return w
+		}
+	}
+	return policy.Write{NS: ns}
+}
+
+func rawCopy(v bsoncore.Value) bson.RawValue {
+	return bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Data...)}
+}
+
+func rawCopies(vs []bsoncore.Value) []bson.RawValue {
+	out := make([]bson.RawValue, len(vs))
+	for i, v := range vs {
+		out[i] = rawCopy(v)
+	}
+	return out
+}
+
+func coreValues(vs []bson.RawValue) []bsoncore.Value {
+	out := make([]bsoncore.Value, len(vs))
+	for i, v := range vs {
+		out[i] = bsoncore.Value{Type: v.Type, Data: v.Value}
+	}
+	return out
+}
+
+// idList renders ids for a log line.
+func idList(ids []bson.RawValue) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		if i == 20 {
+			fmt.Fprintf(&b, "... (%d in all)", len(ids))
+			break
+		}
+		b.WriteString(idString(id))
+	}
+	return b.String()
+}

@@ -1,0 +1,125 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/mongo/readpref"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// Resolver finds which documents a filter matches, for writes whose filter
+// does not pin _id. It queries the deployment with the proxy's own client,
+// never over the client's connection.
+type Resolver interface {
+	// Candidates returns the _id of every document that filter matches in
+	// ns under collation and hint, at most limit of them.
+	Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]bson.RawValue, error)
+	// SimpleCollation reports whether the collection's default collation
+	// compares strings byte for byte, so that a string _id pins exactly.
+	SimpleCollation(ctx context.Context, ns string) (bool, error)
+}
+
+// MongoResolver is the Resolver over a driver client to the upstream
+// deployment. Reads go to the primary, which the writes go to as well.
+type MongoResolver struct {
+	client     *mongo.Client
+	collations *lru.Cache[string, collationEntry]
+	now        func() time.Time
+}
+
+type collationEntry struct {
+	simple bool
+	at     time.Time
+}
+
+// collationTTL bounds how long a collection's collation is trusted.
+const collationTTL = 30 * time.Second
+
+// NewResolver returns a resolver over client. Collection collations are
+// cached for a short while: a collection's default collation can only be
+// set when it is created, so a stale answer only matters across a drop and
+// re-create, and the cache is short.
+func NewResolver(client *mongo.Client) *MongoResolver {
+	c, _ := lru.New[string, collationEntry](4096) // only fails for a size <= 0
+	return &MongoResolver{client: client, collations: c, now: time.Now}
+}
+
+func splitNS(ns string) (db, coll string) {
+	db, coll, _ = strings.Cut(ns, ".")
+	return db, coll
+}
+
+// Candidates implements Resolver.
+func (r *MongoResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]bson.RawValue, error) {
+	db, coll := splitNS(ns)
+	cmd := bson.D{
+		{Key: "find", Value: coll},
+		{Key: "filter", Value: bson.Raw(filter)},
+		{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}},
+		{Key: "limit", Value: int64(limit)},
+		{Key: "batchSize", Value: int64(limit)},
+	}
+	if len(collation) > 0 {
+		cmd = append(cmd, bson.E{Key: "collation", Value: bson.Raw(collation)})
+	}
+	if hint.Type != 0 {
+		cmd = append(cmd, bson.E{Key: "hint", Value: bson.RawValue{Type: hint.Type, Value: hint.Data}})
+	}
+	cur, err := r.client.Database(db).RunCommandCursor(ctx, cmd, options.RunCmd().SetReadPreference(readpref.Primary()))
+	if err != nil {
+		return nil, fmt.Errorf("resolving the documents a write can touch: %w", err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	var ids []bson.RawValue
+	for cur.Next(ctx) {
+		id, err := cur.Current.LookupErr("_id")
+		if err != nil {
+			return nil, fmt.Errorf("resolving the documents a write can touch: a document without _id")
+		}
+		ids = append(ids, bson.RawValue{Type: id.Type, Value: append([]byte(nil), id.Value...)})
+		if len(ids) >= limit {
+			break
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("resolving the documents a write can touch: %w", err)
+	}
+	return ids, nil
+}
+
+// SimpleCollation implements Resolver.
+func (r *MongoResolver) SimpleCollation(ctx context.Context, ns string) (bool, error) {
+	if e, ok := r.collations.Get(ns); ok && r.now().Sub(e.at) < collationTTL {
+		return e.simple, nil
+	}
+	db, coll := splitNS(ns)
+	specs, err := r.client.Database(db).ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
+	if err != nil {
+		return false, fmt.Errorf("reading the collation of %s: %w", ns, err)
+	}
+	simple := true
+	for _, s := range specs {
+		if s.Options == nil {
+			continue
+		}
+		if locale, err := s.Options.LookupErr("collation", "locale"); err == nil {
+			simple = locale.StringValue() == "simple"
+		}
+	}
+	r.collations.Add(ns, collationEntry{simple: simple, at: r.now()})
+	return simple, nil
+}
+
+// collationSimple reports whether an explicit collation document is the
+// simple (binary) one.
+func collationSimple(c bsoncore.Document) bool {
+	locale, ok := c.Lookup("locale").StringValueOK()
+	return ok && locale == "simple"
+}

@@ -1,0 +1,387 @@
+package policy
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// maxFilterDepth bounds the recursion over $and/$or; wire already refuses
+// documents nested deeper than the server's limit.
+const maxFilterDepth = 200
+
+// PinnedIDs returns the _id values a filter pins by MongoDB equality, when
+// it provably restricts the matched documents to a known finite set; the
+// set is a superset of what the filter can match (the engine compares the
+// values the way MongoDB does: 1, NumberLong(1) and 1.0 are one key).
+//
+// A conjunct pins when it is
+//   - `_id: v` where v is not a regex, an array, null, undefined, minKey or
+//     maxKey, and not a document whose first key starts with "$" (a
+//     document that does not is a literal: `_id: {a: 1}` pins {a: 1});
+//   - `_id: {$eq: v}` with v as above except that a document is always
+//     literal (`{$eq: {$gt: 1}}` pins the document {$gt: 1});
+//   - `_id: {$in: [v...]}` when no element is a regex, an array, null,
+//     undefined, minKey or maxKey; other operators beside $eq/$in in the
+//     same document ({$in: [...], $ne: 3}) are ANDed and do not matter;
+//   - `$and: [...]`: every conjunct of every element counts;
+//   - `$or: [...]` when every branch pins: the union of the branches.
+//
+// Conditions at the top level are ANDed, so any pinning conjunct pins the
+// filter whatever the others are ($expr, $where, $jsonSchema, $nor, other
+// fields). When several conjuncts pin, the smallest set is returned (the
+// first of equal sizes): each alone is a superset of the matches, and
+// choosing one needs no MongoDB value comparison, which an intersection
+// would, so a comparison mistake can never shrink the set. Values are
+// deduplicated byte for byte only.
+//
+// ok with no ids means the filter matches no document (`_id: {$in: []}`).
+// hasString reports whether a returned value is or contains a string (or
+// symbol): under a non-simple collation "abc" may match "ABC", so the
+// engine treats such pins as unpinned there. The returned values are views
+// into filter.
+func PinnedIDs(filter bsoncore.Document) (ids []bsoncore.Value, hasString bool, ok bool) {
+	ids, ok = pinsOf(filter, 0)
+	if !ok {
+		return nil, false, false
+	}
+	for _, v := range ids {
+		if containsString(v, 0) {
+			hasString = true
+			break
+		}
+	}
+	return ids, hasString, true
+}
+
+// pinsOf returns the smallest pin set among the conjuncts of filter.
+func pinsOf(filter []byte, depth int) ([]bsoncore.Value, bool) {
+	var best []bsoncore.Value
+	found := false
+	consider := func(set []bsoncore.Value) {
+		if !found || len(set) < len(best) {
+			best, found = set, true
+		}
+	}
+	if depth > maxFilterDepth {
+		return nil, false
+	}
+	it := iterate(filter)
+	for {
+		k, v, ok := it.next()
+		if !ok {
+			break
+		}
+		switch string(k) {
+		case "_id":
+			if set, ok := idCondition(v); ok {
+				consider(set)
+			}
+		case "$and":
+			arr, ok := v.ArrayOK()
+			if !ok {
+				continue
+			}
+			at := iterate(arr)
+			for {
+				_, c, ok := at.next()
+				if !ok {
+					break
+				}
+				if d, ok := c.DocumentOK(); ok {
+					if set, ok := pinsOf(d, depth+1); ok {
+						consider(set)
+					}
+				}
+			}
+		case "$or":
+			if set, ok := orPins(v, depth); ok {
+				consider(set)
+			}
+		}
+	}
+	if it.bad {
+		return nil, false
+	}
+	return best, found
+}
+
+// orPins returns the union of the branches of an $or when every branch
+// pins.
+func orPins(v bsoncore.Value, depth int) ([]bsoncore.Value, bool) {
+	arr, ok := v.ArrayOK()
+	if !ok {
+		return nil, false
+	}
+	union := []bsoncore.Value{}
+	n := 0
+	it := iterate(arr)
+	for {
+		_, b, ok := it.next()
+		if !ok {
+			break
+		}
+		d, ok := b.DocumentOK()
+		if !ok {
+			return nil, false
+		}
+		set, ok := pinsOf(d, depth+1)
+		if !ok {
+			return nil, false
+		}
+		for _, id := range set {
+			union = addUnique(union, id)
+		}
+		n++
+	}
+	if it.bad || n == 0 {
+		return nil, false
+	}
+	return union, true
+}
+
+// idCondition returns the set that the value of a top-level _id condition
+// pins.
+func idCondition(v bsoncore.Value) ([]bsoncore.Value, bool) {
+	if !pinnable(v) {
+		return nil, false
+	}
+	d, isDoc := v.DocumentOK()
+	if !isDoc || !isOperatorDoc(d) {
+		return []bsoncore.Value{v}, true
+	}
+	var best []bsoncore.Value
+	found := false
+	it := iterate(d)
+	for {
+		k, op, ok := it.next()
+		if !ok {
+			break
+		}
+		var set []bsoncore.Value
+		switch string(k) {
+		case "$eq":
+			if !pinnable(op) {
+				continue
+			}
+			set = []bsoncore.Value{op}
+		case "$in":
+			if set, ok = inPins(op); !ok {
+				continue
+			}
+		default:
+			continue
+		}
+		if !found || len(set) < len(best) {
+			best, found = set, true
+		}
+	}
+	if it.bad {
+		return nil, false
+	}
+	return best, found
+}
+
+func inPins(v bsoncore.Value) ([]bsoncore.Value, bool) {
+	arr, ok := v.ArrayOK()
+	if !ok {
+		return nil, false
+	}
+	set := []bsoncore.Value{}
+	it := iterate(arr)
+	for {
+		_, e, ok := it.next()
+		if !ok {
+			break
+		}
+		if !pinnable(e) {
+			return nil, false
+		}
+		set = addUnique(set, e)
+	}
+	if it.bad {
+		return nil, false
+	}
+	return set, true
+}
+
+// isOperatorDoc reports whether the server reads d, the value of a field
+// condition, as operators: its first key starts with "$".
+func isOperatorDoc(d []byte) bool {
+	it := iterate(d)
+	k, _, ok := it.next()
+	return ok && len(k) > 0 && k[0] == '$'
+}
+
+// pinnable reports whether equality with v matches exactly the documents
+// whose _id equals v: not a regex (a pattern), not an array (never an _id),
+// not null/undefined/minKey/maxKey (which the engine must not treat as a
+// key: null also matches in ways that depend on the server).
+func pinnable(v bsoncore.Value) bool {
+	switch v.Type {
+	case bsontype.Regex, bsontype.Array, bsontype.Null, bsontype.Undefined,
+		bsontype.MinKey, bsontype.MaxKey, 0:
+		return false
+	}
+	return true
+}
+
+func addUnique(set []bsoncore.Value, v bsoncore.Value) []bsoncore.Value {
+	for _, s := range set {
+		if s.Type == v.Type && bytes.Equal(s.Data, v.Data) {
+			return set
+		}
+	}
+	return append(set, v)
+}
+
+// containsString reports whether v is or contains a string or a symbol.
+func containsString(v bsoncore.Value, depth int) bool {
+	switch v.Type {
+	case bsontype.String, bsontype.Symbol:
+		return true
+	case bsontype.EmbeddedDocument, bsontype.Array:
+		if depth > maxFilterDepth {
+			return true
+		}
+		it := iterate(v.Data)
+		for {
+			_, e, ok := it.next()
+			if !ok {
+				return it.bad
+			}
+			if containsString(e, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// iterator walks the elements of a document or array without allocating.
+// bad is set when an element cannot be read.
+type iterator struct {
+	rest []byte
+	bad  bool
+}
+
+func iterate(d []byte) iterator {
+	if len(d) < 5 {
+		return iterator{bad: len(d) != 0}
+	}
+	return iterator{rest: d[4 : len(d)-1]}
+}
+
+func (it *iterator) next() (key []byte, v bsoncore.Value, ok bool) {
+	if len(it.rest) == 0 || it.bad {
+		return nil, bsoncore.Value{}, false
+	}
+	e, rest, ok := bsoncore.ReadElement(it.rest)
+	if !ok {
+		it.bad = true
+		return nil, bsoncore.Value{}, false
+	}
+	it.rest = rest
+	return e.KeyBytes(), e.Value(), true
+}
+
+// fieldsOf returns the values of the named fields of d, the zero Value for
+// an absent one. A named field that appears twice is an error: the server
+// refuses duplicate fields in commands and statements, and a proxy must
+// never judge a different value than the one the server reads.
+func fieldsOf(d bsoncore.Document, names ...string) ([]bsoncore.Value, error) {
+	out := make([]bsoncore.Value, len(names))
+	it := iterate(d)
+	for {
+		k, v, ok := it.next()
+		if !ok {
+			break
+		}
+		for i, n := range names {
+			if string(k) != n {
+				continue
+			}
+			if out[i].Type != 0 {
+				return nil, fmt.Errorf("field %q appears twice", n)
+			}
+			out[i] = v
+		}
+	}
+	if it.bad {
+		return nil, fmt.Errorf("unreadable document")
+	}
+	return out, nil
+}
+
+func requiredDoc(v bsoncore.Value, name string) (bsoncore.Document, error) {
+	if v.Type == 0 {
+		return nil, fmt.Errorf("%s is missing", name)
+	}
+	d, ok := v.DocumentOK()
+	if !ok {
+		return nil, fmt.Errorf("%s is a %v, not a document", name, v.Type)
+	}
+	return d, nil
+}
+
+func optionalDoc(v bsoncore.Value, name string) (bsoncore.Document, error) {
+	if v.Type == 0 {
+		return nil, nil
+	}
+	return requiredDoc(v, name)
+}
+
+// updateValue checks an update: a document (modifiers or replacement) or
+// an array (pipeline).
+func updateValue(v bsoncore.Value, name string) (bsoncore.Value, error) {
+	switch v.Type {
+	case 0:
+		return v, fmt.Errorf("%s is missing", name)
+	case bsontype.EmbeddedDocument, bsontype.Array:
+		return v, nil
+	default:
+		return bsoncore.Value{}, fmt.Errorf("%s is a %v, neither a document nor a pipeline", name, v.Type)
+	}
+}
+
+// truthy reads a boolean option. Absent is false. The server's IDL wants a
+// bool; numbers are read as the server reads a truthy value (non-zero is
+// true), which can only make a statement look wider than it is. Anything
+// else is refused.
+func truthy(v bsoncore.Value, name string) (bool, error) {
+	switch v.Type {
+	case 0:
+		return false, nil
+	case bsontype.Boolean:
+		return v.Boolean(), nil
+	case bsontype.Int32:
+		return v.Int32() != 0, nil
+	case bsontype.Int64:
+		return v.Int64() != 0, nil
+	case bsontype.Double:
+		return v.Double() != 0, nil // NaN is true, as for the server
+	default:
+		return false, fmt.Errorf("%s is a %v, not a boolean", name, v.Type)
+	}
+}
+
+// integral returns the value of an int32, an int64 or an integral double.
+func integral(v bsoncore.Value) (int64, bool) {
+	switch v.Type {
+	case bsontype.Int32:
+		return int64(v.Int32()), true
+	case bsontype.Int64:
+		return v.Int64(), true
+	case bsontype.Double:
+		f := v.Double()
+		if f != math.Trunc(f) || math.IsInf(f, 0) || math.Abs(f) > 1<<53 {
+			return 0, false
+		}
+		return int64(f), true
+	default:
+		return 0, false
+	}
+}

@@ -1,0 +1,251 @@
+package policy
+
+import (
+	"fmt"
+
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// Pin restricts one statement, named as in Write (List and Index), to the
+// verified ids.
+type Pin struct {
+	List  string
+	Index int
+	IDs   []bsoncore.Value
+}
+
+// PinStatements returns msg re-encoded so that the filter of each pinned
+// statement becomes {$and: [{_id: {$in: ids}}, <original filter>]}, or
+// {_id: {$in: ids}} when the original filter is empty (an absent
+// findAndModify query is added as such). Everything else keeps its meaning:
+// the header ids, the OP_MSG flags (a checksum is recomputed), every other
+// field and statement in order, document sequences stay sequences, an
+// OP_QUERY keeps its $query wrapper and other fields. OP_COMPRESSED yields
+// the rewritten inner message, uncompressed.
+//
+// It handles update and delete (statements in the body or in a kind-1
+// section), findAndModify (List "", Index 0) and bulkWrite update and
+// delete ops, over OP_MSG and OP_QUERY "<db>.$cmd". Legacy OP_UPDATE and
+// OP_DELETE, inserts, collection writes, a pin that names no statement or
+// one statement twice, and a statement whose filter is not a single
+// document are errors: the engine then rejects the write.
+//
+// The result may exceed the size limits the message was read under; the
+// caller checks it against the upstream's limits before sending it.
+func PinStatements(msg wire.Message, cmd *wire.Command, pins []Pin) ([]byte, error) {
+	if c, ok := msg.(*wire.OpCompressed); ok {
+		if c.Inner == nil {
+			return nil, fmt.Errorf("policy: PinStatements: OP_COMPRESSED without an inner message")
+		}
+		msg = c.Inner
+	}
+	switch msg.(type) {
+	case *wire.OpMsg, *wire.OpQuery:
+	default:
+		return nil, fmt.Errorf("policy: PinStatements: %v statements cannot be pinned", msg.Header().OpCode)
+	}
+	if cmd == nil {
+		c, err := wire.CommandOf(msg)
+		if err != nil {
+			return nil, fmt.Errorf("policy: PinStatements: %w", err)
+		}
+		if c == nil {
+			return nil, fmt.Errorf("policy: PinStatements: not a command")
+		}
+		cmd = c
+	}
+	for i, p := range pins {
+		for _, q := range pins[:i] {
+			if p.List == q.List && p.Index == q.Index {
+				return nil, fmt.Errorf("policy: PinStatements: statement %q[%d] pinned twice", p.List, p.Index)
+			}
+		}
+	}
+	body, seqs, err := pinCommand(cmd, pins)
+	if err != nil {
+		return nil, fmt.Errorf("policy: PinStatements: %s: %w", cmd.Name, err)
+	}
+	if q, ok := msg.(*wire.OpQuery); ok {
+		query, err := rewrapQuery(q.Query, body)
+		if err != nil {
+			return nil, fmt.Errorf("policy: PinStatements: OP_QUERY: %w", err)
+		}
+		return wire.WithBody(q, query)
+	}
+	// A copy of the OP_MSG keeps its flags and section order; only the
+	// sequences and the body change.
+	cp := *msg.(*wire.OpMsg)
+	cp.Sequences = seqs
+	return wire.WithBody(&cp, body)
+}
+
+// pinCommand returns the new body and sequences of cmd.
+func pinCommand(cmd *wire.Command, pins []Pin) (bsoncore.Document, []wire.Sequence, error) {
+	var list, key string
+	switch cmd.Name {
+	case "update":
+		list, key = "updates", "q"
+	case "delete":
+		list, key = "deletes", "q"
+	case "bulkWrite":
+		list, key = "ops", "filter"
+	case "findAndModify", "findandmodify":
+		for _, p := range pins {
+			if p.List != ListFindAndModify || p.Index != 0 {
+				return nil, nil, fmt.Errorf("no statement %q[%d]", p.List, p.Index)
+			}
+		}
+		if len(pins) == 0 {
+			return cmd.Body, cmd.Sequences, nil
+		}
+		body, err := pinStatement(cmd.Body, "query", pins[0].IDs, true)
+		return body, cmd.Sequences, err
+	default:
+		return nil, nil, fmt.Errorf("command has no statements to pin")
+	}
+	byIndex := map[int][]bsoncore.Value{}
+	for _, p := range pins {
+		if p.List != list {
+			return nil, nil, fmt.Errorf("no statement list %q", p.List)
+		}
+		byIndex[p.Index] = p.IDs
+	}
+	docs, err := cmd.Documents(list)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range pins {
+		if p.Index < 0 || p.Index >= len(docs) {
+			return nil, nil, fmt.Errorf("no statement %q[%d] among %d", list, p.Index, len(docs))
+		}
+	}
+	rewritten := make([]bsoncore.Document, len(docs))
+	for i, d := range docs {
+		ids, ok := byIndex[i]
+		if !ok {
+			rewritten[i] = d
+			continue
+		}
+		if list == "ops" {
+			if err := checkBulkOp(d); err != nil {
+				return nil, nil, fmt.Errorf("ops[%d]: %w", i, err)
+			}
+		}
+		if rewritten[i], err = pinStatement(d, key, ids, false); err != nil {
+			return nil, nil, fmt.Errorf("%s[%d]: %w", list, i, err)
+		}
+	}
+	for si, s := range cmd.Sequences {
+		if s.Identifier != list {
+			continue
+		}
+		seqs := append([]wire.Sequence(nil), cmd.Sequences...)
+		seqs[si] = wire.Sequence{Identifier: list, Documents: rewritten}
+		return cmd.Body, seqs, nil
+	}
+	body, err := replaceField(cmd.Body, list, bsoncore.Value{Type: bsontype.Array, Data: buildArray(rewritten)}, false)
+	return body, cmd.Sequences, err
+}
+
+// checkBulkOp accepts only update and delete ops, by their first key.
+func checkBulkOp(op bsoncore.Document) error {
+	it := iterate(op)
+	k, _, _ := it.next()
+	if s := string(k); s != "update" && s != "delete" {
+		return fmt.Errorf("a %q op has no filter to pin", s)
+	}
+	return nil
+}
+
+// pinStatement replaces the filter under key in stmt.
+func pinStatement(stmt bsoncore.Document, key string, ids []bsoncore.Value, addIfMissing bool) (bsoncore.Document, error) {
+	f, err := fieldsOf(stmt, key)
+	if err != nil {
+		return nil, err
+	}
+	orig := emptyDoc
+	if f[0].Type != 0 || !addIfMissing {
+		if orig, err = requiredDoc(f[0], key); err != nil {
+			return nil, err
+		}
+	}
+	filter := pinnedFilter(orig, ids)
+	return replaceField(stmt, key, bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: filter}, addIfMissing)
+}
+
+// pinnedFilter builds {$and: [{_id: {$in: ids}}, orig]}, or {_id: {$in:
+// ids}} for an empty orig.
+func pinnedFilter(orig bsoncore.Document, ids []bsoncore.Value) bsoncore.Document {
+	idx, in := bsoncore.AppendDocumentStart(nil)
+	in = bsoncore.BuildArrayElement(in, "$in", ids...)
+	in, _ = bsoncore.AppendDocumentEnd(in, idx)
+	idx, pin := bsoncore.AppendDocumentStart(nil)
+	pin = bsoncore.AppendDocumentElement(pin, "_id", in)
+	pin, _ = bsoncore.AppendDocumentEnd(pin, idx)
+	if len(orig) <= 5 {
+		return pin
+	}
+	idx, out := bsoncore.AppendDocumentStart(nil)
+	out = bsoncore.AppendArrayElement(out, "$and", buildArray([]bsoncore.Document{pin, orig}))
+	out, _ = bsoncore.AppendDocumentEnd(out, idx)
+	return out
+}
+
+func buildArray(docs []bsoncore.Document) bsoncore.Array {
+	idx, arr := bsoncore.AppendArrayStart(nil)
+	for i, d := range docs {
+		arr = bsoncore.AppendDocumentElement(arr, fmt.Sprint(i), d)
+	}
+	arr, _ = bsoncore.AppendArrayEnd(arr, idx)
+	return arr
+}
+
+// replaceField copies d with the value of key replaced (appended when
+// missing and add is set). key must appear at most once.
+func replaceField(d bsoncore.Document, key string, v bsoncore.Value, add bool) (bsoncore.Document, error) {
+	idx, out := bsoncore.AppendDocumentStart(make([]byte, 0, len(d)+len(v.Data)+len(key)+8))
+	done := false
+	it := iterate(d)
+	for {
+		k, old, ok := it.next()
+		if !ok {
+			break
+		}
+		if string(k) != key {
+			out = bsoncore.AppendValueElement(out, string(k), old)
+			continue
+		}
+		if done {
+			return nil, fmt.Errorf("field %q appears twice", key)
+		}
+		done = true
+		out = bsoncore.AppendValueElement(out, key, v)
+	}
+	if it.bad {
+		return nil, fmt.Errorf("unreadable document")
+	}
+	if !done {
+		if !add {
+			return nil, fmt.Errorf("no field %q", key)
+		}
+		out = bsoncore.AppendValueElement(out, key, v)
+	}
+	out, _ = bsoncore.AppendDocumentEnd(out, idx)
+	return out, nil
+}
+
+// rewrapQuery puts the new command body back into an OP_QUERY's query,
+// inside the {$query: ..., $readPreference: ...} or {query: ...} wrapper
+// when the command came in one.
+// The test is wire's: the first key is $query or query and holds a
+// document.
+func rewrapQuery(query, newBody bsoncore.Document) (bsoncore.Document, error) {
+	it := iterate(query)
+	k, v, ok := it.next()
+	if !ok || (string(k) != "$query" && string(k) != "query") || v.Type != bsontype.EmbeddedDocument {
+		return newBody, nil
+	}
+	return replaceField(query, string(k), bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: newBody}, false)
+}
