@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -70,6 +71,13 @@ func devConfig(o flags) (*config.Config, error) {
 			return nil, fmt.Errorf("invalid configuration (%s):\n%w", o.configPath, err)
 		}
 		cfg.Lockstore, cfg.Policy, cfg.Log = file.Lockstore, file.Policy, file.Log
+	} else {
+		// Without a file, protect what the README's walk-through uses, so
+		// that enforcement can be seen at once.
+		cfg.Policy.Namespaces = []config.NamespaceRule{
+			{Match: "shop.orders", Mode: config.ModeEnforce},
+			{Match: "shop.*", Mode: config.ModeAudit},
+		}
 	}
 	// Lock records live in the embedded upstream too: a dev stack that
 	// wrote them to some other deployment would surprise its user.
@@ -126,12 +134,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.dataDir == "" {
 		dataNote += ", temporary: removed on exit"
 	}
+	var rules []string
+	for _, r := range cfg.Policy.Namespaces {
+		rules = append(rules, r.Match+"="+string(r.Mode))
+	}
+	rules = append(rules, "default="+string(cfg.Policy.Default))
 	fmt.Fprintf(stdout, "\nlockgate dev stack is running\n\n"+
 		"  connection string: mongodb://%s/\n"+
-		"  admin:             http://%s/  (/metrics /healthz /readyz)\n"+
-		"  upstream:          %s  (embedded FerretDB, data in %s)\n\n"+
+		"  admin:             http://%s/  (/metrics /healthz /readyz /locks /policy)\n"+
+		"  upstream:          %s  (embedded FerretDB, data in %s)\n"+
+		"  policy:            %s\n\n"+
 		"Press Ctrl-C to stop.\n\n",
-		gw.ProxyAddr(), gw.AdminAddr(), up.URI(), dataNote)
+		gw.ProxyAddr(), gw.AdminAddr(), up.URI(), dataNote, strings.Join(rules, " "))
 
 	select {
 	case <-ctx.Done():
