@@ -27,9 +27,6 @@ const readBufferSize = 4 << 10
 // outstanding. Drivers send one at a time; more is abuse.
 const maxPendingHellos = 16
 
-// maxTimed bounds the requests whose round trip one connection tracks.
-const maxTimed = 32
-
 // conn is one proxied client connection and its upstream connection.
 //
 // Two goroutines move bytes: clientPump reads requests and writes them
@@ -52,12 +49,27 @@ type conn struct {
 	// matched by responseTo, so any sequence unique per connection works.
 	nextID atomic.Int32
 
-	mu       sync.Mutex
-	hellos   []int32             // requestIDs whose replies are handshakes to rewrite
-	timed    map[int32]time.Time // forward time of requests awaiting a reply
-	inflight int                 // requests forwarded and not yet answered
-	draining bool                // stop reading requests; close once inflight is 0
-	idle     chan struct{}       // signalled when inflight drops to 0 while draining
+	// Handshakes are rare: their bookkeeping may take a lock. Everything
+	// touched on every request is atomic.
+	mu      sync.Mutex
+	hellos  []int32      // requestIDs whose replies are handshakes to rewrite
+	nHellos atomic.Int32 // len(hellos), read without the lock
+
+	inflight atomic.Int32 // requests forwarded and not yet answered
+	draining atomic.Bool  // stop reading requests; close once inflight is 0
+
+	// The latest request's id and forward time, for the round-trip
+	// histogram. Drivers do not pipeline, so one slot times nearly every
+	// request; a mismatch is simply not measured.
+	rttID atomic.Int32
+	rttAt atomic.Int64
+
+	// Unix nanoseconds since a client message began arriving, or a write
+	// to the client began; 0 when idle. The server's watchdog closes
+	// connections stuck in either for too long, so that the hot path
+	// never touches socket deadlines.
+	readSince  atomic.Int64
+	writeSince atomic.Int64
 
 	closeOnce sync.Once
 }
@@ -72,8 +84,6 @@ func (s *Server) newConn(ctx context.Context, client net.Conn, id uint64) *conn 
 		client: client,
 		ctx:    ctx,
 		cancel: cancel,
-		timed:  make(map[int32]time.Time),
-		idle:   make(chan struct{}, 1),
 	}
 	c.nextID.Store(1 << 30)
 	return c
@@ -142,22 +152,13 @@ func (c *conn) close() {
 // drain stops reading new requests and closes the connection as soon as
 // every forwarded request has been answered.
 func (c *conn) drain() {
-	c.mu.Lock()
-	c.draining = true
-	idle := c.inflight == 0
-	c.mu.Unlock()
+	c.draining.Store(true)
 	// Unblock a read waiting for the next request. A request that is half
 	// read is abandoned: the client sees a closed connection and retries.
 	c.client.SetReadDeadline(time.Now())
-	if idle {
+	if c.inflight.Load() == 0 {
 		c.close()
 	}
-}
-
-func (c *conn) isDraining() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.draining
 }
 
 // clientPump reads client requests until the client goes away, a message
@@ -165,8 +166,7 @@ func (c *conn) isDraining() bool {
 // client, the whole connection closes; when it returns because of
 // draining, the upstream pump finishes the in-flight replies.
 func (c *conn) clientPump() {
-	md := &messageDeadline{conn: c.client, timeout: c.srv.opts.MessageTimeout}
-	r := bufio.NewReaderSize(md, readBufferSize)
+	r := bufio.NewReaderSize(watchedReader{c}, readBufferSize)
 	lim := wire.Limits{MaxMessageSize: c.srv.opts.MaxMessageSize}
 	for {
 		raw, err := wire.ReadMessage(r, c.srv.pool, lim)
@@ -181,10 +181,13 @@ func (c *conn) clientPump() {
 			return
 		}
 		// The next message's clock starts with its first byte, which may
-		// already be buffered. Reset before checking for a drain, whose
-		// own deadline must win.
-		md.next(r.Buffered() > 0)
-		if c.isDraining() {
+		// already be buffered.
+		if r.Buffered() > 0 {
+			c.readSince.Store(time.Now().UnixNano())
+		} else {
+			c.readSince.Store(0)
+		}
+		if c.draining.Load() {
 			return
 		}
 	}
@@ -194,7 +197,7 @@ func (c *conn) readFailed(err error) {
 	switch {
 	case errors.Is(err, io.EOF):
 		c.log.Debug("client closed the connection")
-	case c.isDraining() && errors.Is(err, os.ErrDeadlineExceeded):
+	case c.draining.Load() && errors.Is(err, os.ErrDeadlineExceeded):
 		return // drain() interrupted the read on purpose
 	case errors.Is(err, wire.ErrTooLarge):
 		c.srv.metrics.error(errTooLarge)
@@ -282,23 +285,16 @@ func expectsReply(msg wire.Message) bool {
 func (c *conn) forward(msg wire.Message, b []byte, hello bool) bool {
 	reply := expectsReply(msg)
 	id := msg.Header().RequestID
-	c.mu.Lock()
-	if hello && reply {
-		if len(c.hellos) >= maxPendingHellos {
-			c.mu.Unlock()
-			c.srv.metrics.error(errMalformed)
-			c.log.Warn("closing client connection: too many handshakes in flight")
-			return false
-		}
-		c.hellos = append(c.hellos, id)
+	if hello && reply && !c.trackHello(id) {
+		c.srv.metrics.error(errMalformed)
+		c.log.Warn("closing client connection: too many handshakes in flight")
+		return false
 	}
 	if reply {
-		c.inflight++
-		if len(c.timed) < maxTimed {
-			c.timed[id] = time.Now()
-		}
+		c.inflight.Add(1)
+		c.rttAt.Store(time.Now().UnixNano())
+		c.rttID.Store(id)
 	}
-	c.mu.Unlock()
 
 	if _, err := c.upstream.Write(b); err != nil {
 		if c.ctx.Err() == nil {
@@ -340,10 +336,9 @@ func (c *conn) reply(msg wire.Message, cmd *wire.Command, d Decision) bool {
 func (c *conn) writeClient(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if t := c.srv.opts.WriteTimeout; t > 0 {
-		c.client.SetWriteDeadline(time.Now().Add(t))
-	}
+	c.writeSince.Store(time.Now().UnixNano())
 	_, err := c.client.Write(b)
+	c.writeSince.Store(0)
 	if err != nil {
 		if c.ctx.Err() == nil {
 			c.srv.metrics.error(errClientIO)
@@ -385,10 +380,7 @@ func (c *conn) upstreamPump() {
 			c.close()
 			return
 		}
-		c.mu.Lock()
-		done := c.draining && c.inflight == 0
-		c.mu.Unlock()
-		if done {
+		if c.draining.Load() && c.inflight.Load() == 0 {
 			c.close()
 			return
 		}
@@ -400,27 +392,15 @@ func (c *conn) relayReply(raw *wire.RawMessage) error {
 	flags, _ := wire.PeekMsgFlags(raw.Bytes)
 	moreToCome := flags&wire.MoreToCome != 0
 
-	c.mu.Lock()
-	if t, ok := c.timed[h.ResponseTo]; ok {
-		delete(c.timed, h.ResponseTo)
-		c.srv.metrics.roundTrip.Observe(time.Since(t).Seconds())
-	}
-	hello := false
-	for i, id := range c.hellos {
-		if id == h.ResponseTo {
-			hello = true
-			c.hellos = append(c.hellos[:i], c.hellos[i+1:]...)
-			break
+	if c.rttID.Load() == h.ResponseTo {
+		if at := c.rttAt.Swap(0); at != 0 {
+			c.srv.metrics.roundTrip.Observe(float64(time.Now().UnixNano()-at) / 1e9)
 		}
 	}
-	if hello && moreToCome {
-		// A streamed reply: the next one answers this one.
-		c.hellos = append(c.hellos, h.RequestID)
+	hello := c.nHellos.Load() > 0 && c.answersHello(h, moreToCome)
+	if !moreToCome && c.inflight.Load() > 0 {
+		c.inflight.Add(-1)
 	}
-	if !moreToCome && c.inflight > 0 {
-		c.inflight--
-	}
-	c.mu.Unlock()
 
 	b := raw.Bytes
 	if hello {
@@ -468,34 +448,58 @@ func (c *conn) rewriteHelloReply(b []byte) ([]byte, error) {
 	return wire.WithBody(msg, nb)
 }
 
-// messageDeadline gives each message a bounded time to arrive once its
-// first byte has: an idle connection may wait forever, a client that
-// trickles a message one byte at a time may not.
-type messageDeadline struct {
-	conn    net.Conn
-	timeout time.Duration
-	armed   bool
+// trackHello records a handshake request whose reply must be rewritten;
+// false when too many are outstanding.
+func (c *conn) trackHello(id int32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.hellos) >= maxPendingHellos {
+		return false
+	}
+	c.hellos = append(c.hellos, id)
+	c.nHellos.Store(int32(len(c.hellos)))
+	return true
 }
 
-// next prepares for the next message; started says its first bytes are
-// already buffered.
-func (d *messageDeadline) next(started bool) {
-	if d.timeout <= 0 {
-		return
+// answersHello reports whether a reply answers a tracked handshake, and
+// keeps tracking a streamed handshake whose next reply answers this one.
+func (c *conn) answersHello(h wire.Header, moreToCome bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, id := range c.hellos {
+		if id == h.ResponseTo {
+			c.hellos = append(c.hellos[:i], c.hellos[i+1:]...)
+			if moreToCome {
+				c.hellos = append(c.hellos, h.RequestID)
+			}
+			c.nHellos.Store(int32(len(c.hellos)))
+			return true
+		}
 	}
-	d.armed = started
-	if started {
-		d.conn.SetReadDeadline(time.Now().Add(d.timeout))
-	} else {
-		d.conn.SetReadDeadline(time.Time{})
-	}
+	return false
 }
 
-func (d *messageDeadline) Read(p []byte) (int, error) {
-	n, err := d.conn.Read(p)
-	if d.timeout > 0 && n > 0 && !d.armed {
-		d.armed = true
-		d.conn.SetReadDeadline(time.Now().Add(d.timeout))
+// watchedReader notes when a client message starts arriving, for the
+// watchdog: an idle connection may wait forever, a client that trickles a
+// message one byte at a time may not.
+type watchedReader struct{ c *conn }
+
+func (w watchedReader) Read(p []byte) (int, error) {
+	n, err := w.c.client.Read(p)
+	if n > 0 && w.c.readSince.Load() == 0 {
+		w.c.readSince.Store(time.Now().UnixNano())
 	}
 	return n, err
+}
+
+// stuck reports why the connection has been stuck longer than the limits
+// allow, or "" when it is not.
+func (c *conn) stuck(now int64, message, write time.Duration) string {
+	if t := c.readSince.Load(); t != 0 && now-t > int64(message) {
+		return fmt.Sprintf("a message took longer than %v to arrive", message)
+	}
+	if t := c.writeSince.Load(); t != 0 && now-t > int64(write) {
+		return fmt.Sprintf("the client did not read its replies for %v", write)
+	}
+	return ""
 }

@@ -20,6 +20,7 @@ const (
 	errClientIO      = "client_io"      // reading or writing the client failed mid-message
 	errUnackRejected = "unack_rejected" // a moreToCome request was refused: connection closed
 	errPanic         = "panic"          // a connection handler panicked
+	errSlowClient    = "slow_client"    // a message trickled in, or replies were not read
 )
 
 // trackedCommands are the command names counted under their own label;
@@ -121,7 +122,7 @@ func NewMetrics() *Metrics {
 		m.commands[name] = m.commandsVec.WithLabelValues(name)
 	}
 	m.otherCommand = m.commandsVec.WithLabelValues("other")
-	for _, k := range []string{errMalformed, errTooLarge, errUpstreamDial, errUpstreamIO, errUpstreamReply, errClientIO, errUnackRejected, errPanic} {
+	for _, k := range []string{errMalformed, errTooLarge, errUpstreamDial, errUpstreamIO, errUpstreamReply, errClientIO, errUnackRejected, errPanic, errSlowClient} {
 		m.errorsVec.WithLabelValues(k)
 	}
 	m.collectorsList = []prometheus.Collector{

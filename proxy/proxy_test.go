@@ -462,3 +462,31 @@ func TestCompressedRequestIsInspected(t *testing.T) {
 	c.send(packed)
 	c.expectClosed()
 }
+
+// TestClientThatNeverReadsIsCut: replies pile up behind a client that does
+// not read them; once a write has been stuck longer than WriteTimeout the
+// connection closes, and other clients are unaffected.
+func TestClientThatNeverReadsIsCut(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+		if cmd != nil && cmd.Name == "big" {
+			return s.Reply(req, mustDoc(t, bson.D{{"ok", 1.0}, {"blob", big}}))
+		}
+		return nil
+	})
+	p := startProxy(t, Options{Upstream: dialTo(up.Addr()), WriteTimeout: 300 * time.Millisecond})
+	deaf := dialRaw(t, p.addr)
+	for i := 0; i < 64; i++ {
+		req, _ := deaf.msg(0, bson.D{{"big", 1}, {"$db", "admin"}})
+		if _, err := deaf.conn.Write(req); err != nil {
+			break // the proxy already gave up on us
+		}
+	}
+	eventually(t, "the deaf client to be cut off", func() bool { return p.errorCount(errSlowClient) >= 1 })
+	other := dialRaw(t, p.addr)
+	req, _ := other.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
+	other.send(req)
+	if r := other.read(); !isOK(body(t, r)) {
+		t.Fatalf("another client was affected")
+	}
+}

@@ -107,6 +107,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	watchdogDone := make(chan struct{})
+	go s.watchdog(connCtx, watchdogDone)
+	defer func() { cancelConns(); <-watchdogDone }()
 
 	var serveErr error
 	var delay time.Duration
@@ -145,6 +148,40 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ln.Close()
 	s.shutdown(cancelConns)
 	return serveErr
+}
+
+// watchdog closes connections whose client trickles a message or stops
+// reading its replies. One goroutine for the whole server keeps socket
+// deadlines off every request's path.
+func (s *Server) watchdog(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	every := min(s.opts.MessageTimeout, s.opts.WriteTimeout) / 4
+	every = max(every, 20*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixNano()
+		var stuck []*conn
+		var reasons []string
+		s.mu.Lock()
+		for c := range s.conns {
+			if why := c.stuck(now, s.opts.MessageTimeout, s.opts.WriteTimeout); why != "" {
+				stuck = append(stuck, c)
+				reasons = append(reasons, why)
+			}
+		}
+		s.mu.Unlock()
+		for i, c := range stuck {
+			s.metrics.error(errSlowClient)
+			c.log.Warn("closing client connection: " + reasons[i])
+			c.close()
+		}
+	}
 }
 
 func (s *Server) track(c *conn, add bool) {
