@@ -27,6 +27,10 @@ import (
 var upstreamURI, upstreamAddr string
 
 func TestMain(m *testing.M) {
+	if uri := os.Getenv("LOCKGATE_HOLDER_URI"); uri != "" {
+		holderProcess(uri, os.Getenv("LOCKGATE_HOLDER_COLL"))
+		return
+	}
 	srv, err := embedded.Start(embedded.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "embedded upstream:", err)
@@ -80,8 +84,11 @@ func startStackWith(t *testing.T, so stackOptions) *stack {
 	if so.collection == "" {
 		so.collection = fmt.Sprintf("locks_%d", seq.Add(1))
 	}
+	opTimeout := time.Duration(0) // the store's default
 	if so.storeURI == "" {
 		so.storeURI = upstreamURI
+	} else {
+		opTimeout = 2 * time.Second // an unreachable store should fail fast
 	}
 	if so.logger == nil {
 		so.logger = zaptest.NewLogger(t)
@@ -89,7 +96,7 @@ func startStackWith(t *testing.T, so stackOptions) *stack {
 	ctx := context.Background()
 	store, err := lockstore.Open(ctx, lockstore.Config{
 		URI: so.storeURI, Database: "lockgate_guard_test", Collection: so.collection,
-		DefaultLease: 5 * time.Second, MaxLease: time.Minute, OpTimeout: 2 * time.Second,
+		DefaultLease: 5 * time.Second, MaxLease: time.Minute, OpTimeout: opTimeout,
 	}, lockstore.WithLogger(so.logger))
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,235 @@
+package guard
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+)
+
+// rawCommand sends one OP_MSG command over a fresh raw connection to addr
+// and returns the reply body: it lets a test speak with a session id of its
+// choosing, as a second process of the same application would.
+func rawCommand(t *testing.T, addr string, cmd bson.D) bson.M {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body, err := bson.Marshal(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(wire.AppendMsg(nil, 7, 0, 0, body)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	raw, err := wire.ReadMessage(bufio.NewReader(c), wire.NewBufferPool(), wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Release()
+	m, err := wire.Parse(raw.Bytes, wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bson.M
+	if err := bson.Unmarshal(m.(*wire.OpMsg).Body, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestTwoProxiesShareLocks: two proxy instances on one lock collection. A
+// lock taken through one blocks the other; the holder's session can write
+// through either.
+func TestTwoProxiesShareLocks(t *testing.T) {
+	coll, pol := protected(t, 3)
+	shared := fmt.Sprintf("shared_%d", seq.Add(1))
+	a := startStackWith(t, stackOptions{collection: shared, policy: pol})
+	b := startStackWith(t, stackOptions{collection: shared, policy: pol})
+	ca, cb := connect(t, a.uri, "via-a"), connect(t, b.uri, "via-b")
+	sa, sb := session(t, ca), session(t, cb)
+	acquire(t, ca, sa, coll, 1)
+
+	err := cb.Database("shop").RunCommand(inSession(sb), bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}}).Err()
+	if ce := commandError(t, err); ce.Code != 46 || !strings.Contains(ce.Message, `"via-a"`) {
+		t.Fatalf("acquire through B of a lock held through A: %v", err)
+	}
+	_, err = cb.Database("shop").Collection(coll).UpdateOne(inSession(sb), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"by", "b"}}}})
+	lockBusy(t, err, "wait for the holder")
+
+	// The holder's session, speaking through proxy B.
+	reply := rawCommand(t, b.addr, bson.D{
+		{"update", coll},
+		{"updates", bson.A{bson.D{{"q", bson.D{{"_id", 1}}}, {"u", bson.D{{"$set", bson.D{{"by", "holder-via-b"}}}}}}}},
+		{"lsid", sa.ID()},
+		{"$db", "shop"},
+	})
+	if reply["ok"] != 1.0 || reply["nModified"] != int32(1) {
+		t.Fatalf("holder's write through the other proxy: %v", reply)
+	}
+	if got := snapshot(t, coll)[0]["by"]; got != "holder-via-b" {
+		t.Fatalf("_id 1 by = %v", got)
+	}
+}
+
+// holderProcess is the child process of TestKilledHolderLockExpires: it
+// takes a lock, says so, and waits to be killed. TestMain runs it instead of
+// the tests when the environment asks for it.
+func holderProcess(uri, coll string) {
+	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(uri).SetAppName("doomed"))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	s, err := c.StartSession()
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	if err := c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{"job"}}, {"leaseMS", 1500}}).Err(); err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	fmt.Println("LOCKED")
+	time.Sleep(time.Hour) // until killed
+}
+
+// TestKilledHolderLockExpires: a process holding a lock is killed with
+// SIGKILL, sending no goodbye; its lock is free once the lease ends.
+func TestKilledHolderLockExpires(t *testing.T) {
+	st := startStack(t, "")
+	coll := fmt.Sprintf("jobs_%d", seq.Add(1))
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "LOCKGATE_HOLDER_URI="+st.uri, "LOCKGATE_HOLDER_COLL="+coll)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "LOCKED") {
+				locked <- true
+			}
+		}
+		close(locked)
+	}()
+	select {
+	case ok := <-locked:
+		if !ok {
+			t.Fatal("holder process exited before locking")
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("holder process did not lock within 30s")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	killed := time.Now()
+
+	c := connect(t, st.uri, "survivor")
+	s := session(t, c)
+	err = c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{"job"}}}).Err()
+	if ce := commandError(t, err); ce.Code != 46 || !strings.Contains(ce.Message, `"doomed"`) {
+		t.Fatalf("right after the kill the lock should still be held by the dead process: %v", err)
+	}
+	// Waiting is bounded by the dead holder's lease (1.5 s) plus the
+	// waiter's wake-up at its expiry.
+	if err := c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{"job"}}, {"waitMS", 10000}}).Err(); err != nil {
+		t.Fatalf("lock of a killed holder not freed by its lease: %v", err)
+	}
+	t.Logf("lock free %v after the holder was killed (lease 1.5s)", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestManyClientsNoDoubleGrant: 50 clients, each in its own session, run
+// 200 acquire/release cycles over 10 keys through the proxy. While a client
+// believes it holds a key, nobody else may: checked with a per-key counter
+// that must never exceed one.
+func TestManyClientsNoDoubleGrant(t *testing.T) {
+	clients, cycles := 50, 200
+	if testing.Short() {
+		clients, cycles = 10, 20
+	}
+	st := startStack(t, "")
+	coll := fmt.Sprintf("hot_%d", seq.Add(1))
+	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(st.uri).SetAppName("crowd").SetMaxPoolSize(uint64(clients)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	var holders [10]atomic.Int32
+	var granted, violations atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for w := 0; w < clients; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			s, err := c.StartSession()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.EndSession(context.Background())
+			ctx := inSession(s)
+			db := c.Database("shop")
+			for i := 0; i < cycles; i++ {
+				key := (w*7 + i) % 10
+				err := db.RunCommand(ctx, bson.D{{"acquireLock", coll}, {"ids", bson.A{key}}, {"waitMS", 20000}, {"leaseMS", 30000}}).Err()
+				if err != nil {
+					errs <- fmt.Errorf("client %d cycle %d: %w", w, i, err)
+					return
+				}
+				if holders[key].Add(1) != 1 {
+					violations.Add(1)
+				}
+				granted.Add(1)
+				time.Sleep(time.Millisecond) // hold it long enough for an overlap to show
+				holders[key].Add(-1)
+				var rel bson.M
+				if err := db.RunCommand(ctx, bson.D{{"releaseLock", coll}, {"ids", bson.A{key}}}).Decode(&rel); err != nil || rel["released"] != int32(1) {
+					errs <- fmt.Errorf("client %d cycle %d: release %v %v", w, i, rel, err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		var ce mongo.CommandError
+		if errors.As(err, &ce) {
+			t.Errorf("%v (code %d)", err, ce.Code)
+		} else {
+			t.Error(err)
+		}
+	}
+	if v := violations.Load(); v != 0 {
+		t.Fatalf("%d double grants", v)
+	}
+	if g := granted.Load(); g != int64(clients*cycles) {
+		t.Fatalf("granted %d, want %d", g, clients*cycles)
+	}
+}
