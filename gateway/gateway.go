@@ -146,8 +146,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	cleanup = append(cleanup, func() error { return resolverClient.Disconnect(context.Background()) })
 	guardMetrics := guard.NewMetrics()
 	gd := guard.New(guard.Options{
-		Store:    store,
-		Resolver: guard.NewResolver(resolverClient),
+		Store:          store,
+		Resolver:       guard.NewResolver(resolverClient),
+		MaxMessageSize: cfg.Limits.MaxMessageSizeBytes,
 		EndSessionsSupported: func(ctx context.Context) (bool, error) {
 			return up.Supports(ctx, bson.D{{Key: "endSessions", Value: bson.A{}}})
 		},

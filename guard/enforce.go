@@ -92,7 +92,11 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			}
 		case policy.KindInsert:
 			if r.Inserts == policy.InsertsRequireUnlocked {
-				if id, err := w.Doc.LookupErr("_id"); err == nil {
+				id, found, certain := policy.InsertID(w)
+				switch {
+				case !certain:
+					v.add(r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
+				case found:
 					inserts[w.NS] = append(inserts[w.NS], rawCopy(id))
 					needRule[w.NS] = r
 				}
@@ -290,6 +294,11 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 			// answer in enforce mode.
 			x := violation{write: v.writes[0], rule: pol.Lookup(v.writes[0].NS), reason: reasonUnclassifiable,
 				detail: fmt.Sprintf("the proxy could not restrict it to the verified documents (%v)", err)}
+			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
+		}
+		if len(b) > g.opts.MaxMessageSize {
+			x := violation{write: v.writes[0], rule: pol.Lookup(v.writes[0].NS), reason: reasonTooManyCandidates,
+				detail: fmt.Sprintf("restricted to its %d verified documents it would exceed the %d-byte message limit; narrow the filter", len(v.pins[0].IDs), g.opts.MaxMessageSize)}
 			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
 		}
 		g.metrics.pinned.Inc()

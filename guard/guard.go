@@ -8,6 +8,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
@@ -33,6 +34,9 @@ type Options struct {
 	Resolver Resolver
 	// MaxWait bounds acquireLock's waitMS; 0 means 5 minutes.
 	MaxWait time.Duration
+	// MaxMessageSize bounds a rewritten (pinned) message; 0 means
+	// MongoDB's 48 MB.
+	MaxMessageSize int
 	// EndSessionsSupported tells whether the upstream knows endSessions.
 	// When it does not, the proxy answers endSessions itself after
 	// releasing the sessions' locks; otherwise it forwards it. The first
@@ -68,6 +72,9 @@ func (g *Guard) Policy() *policy.Policy { return g.policy.Load() }
 func New(opts Options) *Guard {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = 5 * time.Minute
+	}
+	if opts.MaxMessageSize <= 0 {
+		opts.MaxMessageSize = wire.DefaultMaxMessageSize
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()

@@ -83,7 +83,9 @@ const (
 	// the server then deletes documents on its own.
 	WhatCollMod = "collMod"
 	// WhatCreateIndexes: createIndexes with an index that has
-	// expireAfterSeconds (a TTL index deletes documents).
+	// expireAfterSeconds (a TTL index deletes documents), or an insert into
+	// "<db>.system.indexes" (how servers before 4.2 created indexes; NS is
+	// then "db.*"), reported after the insert writes.
 	WhatCreateIndexes = "createIndexes"
 	// Commands removed from current servers that wrote arbitrary documents
 	// (eval and $eval ran JavaScript, NS "*"; copydb, clone and
@@ -155,7 +157,17 @@ const (
 // message Classify computes it). OP_COMPRESSED is classified by its inner
 // message. Reads and unrelated commands return no writes and no error.
 // Command names match exactly, as the server matches them (with the
-// aliases findandmodify and mapreduce); explain never writes.
+// aliases findandmodify and mapreduce); a case variant of a write command
+// name is refused, for upstreams that fold case. Writes inside
+// transactions are the same commands and classify the same way. An
+// explained update, delete, insert, findAndModify or bulkWrite writes
+// nothing; an explained aggregate or mapReduce is classified as if it ran
+// (see classifyExplain).
+//
+// Multi is set for update multi, delete limit 0, bulkWrite multi, legacy
+// MultiUpdate and legacy deletes without SingleRemove; for findAndModify
+// it is always false. Boolean options given as numbers are read as the
+// server reads a truthy value; other types are refused.
 //
 // An error is always a *ClassifyError: the message is or may be a write
 // that cannot be classified with certainty, and must not be forwarded to a
@@ -241,7 +253,18 @@ func classifyLegacyInsert(m *wire.OpInsert) ([]Write, error) {
 	for i, d := range m.Documents {
 		ws[i] = Write{NS: m.FullCollectionName, Kind: KindInsert, List: ListLegacy, Index: i, Doc: d}
 	}
-	return ws, nil
+	return withIndexInserts(ws, m.FullCollectionName), nil
+}
+
+// withIndexInserts adds a collection write on the whole db to inserts into
+// "<db>.system.indexes": servers before 4.2 created the index described by
+// the document (a TTL index deletes documents).
+func withIndexInserts(ws []Write, ns string) []Write {
+	db, coll, _ := strings.Cut(ns, ".")
+	if coll != "system.indexes" || len(ws) == 0 {
+		return ws
+	}
+	return append(ws, collWrite(DBNamespace(db), WhatCreateIndexes))
 }
 
 // writeCommands are the command names classified here, for the case check.
@@ -249,7 +272,7 @@ var writeCommands = []string{
 	"insert", "update", "delete", "findAndModify", "bulkWrite", "drop",
 	"dropDatabase", "renameCollection", "aggregate", "mapReduce", "applyOps",
 	"convertToCapped", "cloneCollectionAsCapped", "emptycapped", "collMod",
-	"createIndexes", "eval", "$eval", "copydb", "clone", "cloneCollection",
+	"createIndexes", "eval", "$eval", "copydb", "clone", "cloneCollection", "doTxn",
 	"internalRenameIfOptionsAndIndexesMatch",
 }
 
@@ -269,7 +292,7 @@ func classifyCommand(c *wire.Command) ([]Write, error) {
 		return classifyAggregate(c)
 	case "mapReduce", "mapreduce":
 		return classifyMapReduce(c)
-	case "applyOps":
+	case "applyOps", "doTxn":
 		return classifyApplyOps(c)
 	case "drop", "convertToCapped", "emptycapped", "cloneCollection":
 		return classifyCollectionCommand(c)
@@ -289,15 +312,66 @@ func classifyCommand(c *wire.Command) ([]Write, error) {
 		return classifyCopyDB(c)
 	case "clone":
 		return []Write{collWrite(DBNamespace(c.DB), WhatClone)}, nil
+	case "explain":
+		return classifyExplain(c)
 	}
 	// The server matches names exactly and answers CommandNotFound to
 	// "UPDATE"; an upstream that folds case would run it. Refuse.
 	for _, w := range writeCommands {
-		if strings.EqualFold(c.Name, w) {
-			return nil, refuse(commandNS(c), "command %q differs from the write command %q only by case", c.Name, w)
+		if asciiFoldEqual(c.Name, w) {
+			return nil, refuse(NSAll, "command %q differs from the write command %q only by case", c.Name, w)
 		}
 	}
 	return nil, nil
+}
+
+// classifyExplain: explain never executes an update, delete, insert,
+// findAndModify or bulkWrite. It did execute $out (and so mapReduce output)
+// at executionStats verbosity before MongoDB 4.2 (SERVER-38063), so an
+// explained aggregate or mapReduce is classified as if it ran.
+func classifyExplain(c *wire.Command) ([]Write, error) {
+	inner, ok := firstValue(c.Body).DocumentOK()
+	if !ok {
+		return nil, nil // the server refuses it
+	}
+	it := iterate(inner)
+	k, v, ok := it.next()
+	if !ok {
+		return nil, nil
+	}
+	name := string(k)
+	switch name {
+	case "aggregate", "mapReduce", "mapreduce":
+	default:
+		if asciiFoldEqual(name, "aggregate") || asciiFoldEqual(name, "mapReduce") {
+			return nil, refuse(NSAll, "explained command %q differs from a write command only by case", name)
+		}
+		return nil, nil
+	}
+	ic := &wire.Command{Name: name, DB: c.DB, Body: inner}
+	ic.Collection, _ = v.StringValueOK()
+	return classifyCommand(ic)
+}
+
+// asciiFoldEqual compares ASCII case-insensitively; it runs for every
+// command that is not a write, so it fails fast on the length.
+func asciiFoldEqual(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 func collWrite(ns, what string) Write {
@@ -353,7 +427,7 @@ func classifyInsert(c *wire.Command) ([]Write, error) {
 	for i, d := range docs {
 		ws[i] = Write{NS: ns, Kind: KindInsert, List: "documents", Index: i, Doc: d}
 	}
-	return ws, nil
+	return withIndexInserts(ws, ns), nil
 }
 
 func classifyUpdate(c *wire.Command) ([]Write, error) {
@@ -368,7 +442,7 @@ func classifyUpdate(c *wire.Command) ([]Write, error) {
 	ws := make([]Write, len(docs))
 	for i, d := range docs {
 		w := Write{NS: ns, Kind: KindUpdate, List: "updates", Index: i, FilterKey: "q"}
-		if err := readUpdate(&w, d, "q", "u", "updates"); err != nil {
+		if err := readUpdate(&w, d, "q", "u", "updates", ns); err != nil {
 			return nil, err
 		}
 		ws[i] = w
@@ -378,10 +452,14 @@ func classifyUpdate(c *wire.Command) ([]Write, error) {
 
 // readUpdate fills w from an update statement whose filter and update sit
 // under filterKey and updateKey.
-func readUpdate(w *Write, d bsoncore.Document, filterKey, updateKey, list string) error {
-	f, err := fieldsOf(d, filterKey, updateKey, "multi", "upsert", "collation", "hint", "sort")
+// Errors name errNS.
+func readUpdate(w *Write, d bsoncore.Document, filterKey, updateKey, list, errNS string) error {
+	f, err := fieldsOf(d, filterKey, updateKey, "multi", "upsert", "collation", "hint", "sort", "upsertSupplied")
 	if err != nil {
-		return refuse(w.NS, "%s[%d]: %v", list, w.Index, err)
+		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
+	}
+	if err := noUpsertSupplied(f[7]); err != nil {
+		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
 	}
 	if w.Filter, err = requiredDoc(f[0], filterKey); err == nil {
 		w.Update, err = updateValue(f[1], updateKey)
@@ -396,7 +474,7 @@ func readUpdate(w *Write, d bsoncore.Document, filterKey, updateKey, list string
 		err = readOptions(w, f[4], f[5], f[6])
 	}
 	if err != nil {
-		return refuse(w.NS, "%s[%d]: %v", list, w.Index, err)
+		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
 	}
 	return nil
 }
@@ -443,6 +521,21 @@ func classifyDelete(c *wire.Command) ([]Write, error) {
 	return ws, nil
 }
 
+// noUpsertSupplied refuses upsertSupplied: true, the internal option that
+// makes the server insert the document under c.new (constants) instead of
+// one built from the filter and the update; drivers never send it and
+// UpsertID does not read it.
+func noUpsertSupplied(v bsoncore.Value) error {
+	on, err := truthy(v, "upsertSupplied")
+	if err != nil {
+		return err
+	}
+	if on {
+		return fmt.Errorf("upsertSupplied: the upserted document is supplied by the client")
+	}
+	return nil
+}
+
 // deleteLimit reads a delete statement's limit: 0 deletes every match
 // (multi), 1 deletes one; the server refuses anything else, so do we.
 func deleteLimit(v bsoncore.Value) (multi bool, err error) {
@@ -462,7 +555,10 @@ func classifyFindAndModify(c *wire.Command) ([]Write, error) {
 		return nil, err
 	}
 	w := Write{NS: ns, Kind: KindFindAndModify, List: ListFindAndModify, FilterKey: "query"}
-	f, err := fieldsOf(c.Body, "query", "update", "remove", "upsert", "collation", "hint", "sort")
+	f, err := fieldsOf(c.Body, "query", "update", "remove", "upsert", "collation", "hint", "sort", "upsertSupplied")
+	if err == nil {
+		err = noUpsertSupplied(f[7])
+	}
 	if err == nil {
 		if f[0].Type == 0 {
 			w.Filter = emptyDoc
@@ -535,7 +631,9 @@ func classifyBulkWrite(c *wire.Command) ([]Write, error) {
 
 // bulkOp reads one bulkWrite op. The server tells the op types apart by the
 // first field name (insert, update or delete) whose value is the nsInfo
-// index; a second op-type field is refused as ambiguous.
+// index; a second op-type field is refused as ambiguous. Every refusal of a
+// bulkWrite names "*": the command spans namespaces, and a refusal on one
+// op's namespace would hide the ops on the others.
 func bulkOp(op bsoncore.Document, i int, nss []string) (Write, error) {
 	it := iterate(op)
 	key, v, ok := it.next()
@@ -564,11 +662,11 @@ func bulkOp(op bsoncore.Document, i int, nss []string) (Write, error) {
 			break
 		}
 		if s := string(k); s == "insert" || s == "update" || s == "delete" {
-			return Write{}, refuse(w.NS, "bulkWrite ops[%d]: op types %q and %q in one op", i, key, k)
+			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: op types %q and %q in one op", i, key, k)
 		}
 	}
 	if it.bad {
-		return Write{}, refuse(w.NS, "bulkWrite ops[%d] is unreadable", i)
+		return Write{}, refuse(NSAll, "bulkWrite ops[%d] is unreadable", i)
 	}
 	switch w.Kind {
 	case KindInsert:
@@ -577,11 +675,11 @@ func bulkOp(op bsoncore.Document, i int, nss []string) (Write, error) {
 			w.Doc, err = requiredDoc(f[0], "document")
 		}
 		if err != nil {
-			return Write{}, refuse(w.NS, "bulkWrite ops[%d]: %v", i, err)
+			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: %v", i, err)
 		}
 	case KindUpdate:
 		w.FilterKey = "filter"
-		if err := readUpdate(&w, op, "filter", "updateMods", "ops"); err != nil {
+		if err := readUpdate(&w, op, "filter", "updateMods", "ops", NSAll); err != nil {
 			return Write{}, err
 		}
 	case KindDelete:
@@ -597,7 +695,7 @@ func bulkOp(op bsoncore.Document, i int, nss []string) (Write, error) {
 			err = readOptions(&w, f[2], f[3], bsoncore.Value{})
 		}
 		if err != nil {
-			return Write{}, refuse(w.NS, "bulkWrite ops[%d]: %v", i, err)
+			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: %v", i, err)
 		}
 	}
 	return w, nil
@@ -631,7 +729,7 @@ func classifyRename(c *wire.Command) ([]Write, error) {
 		return nil, refuse(NSAll, "%s: %v", c.Name, err)
 	}
 	var ws []Write
-	for i, v := range f {
+	for i, v := range f[:2] {
 		s, ok := v.StringValueOK()
 		db, coll, cut := strings.Cut(s, ".")
 		if !ok || !cut || db == "" || coll == "" {
@@ -717,16 +815,11 @@ func classifyCopyDB(c *wire.Command) ([]Write, error) {
 // ($lookup, $facet, $unionWith) or a future server might read them
 // elsewhere, so any document key "$out"/"$merge" at any depth counts.
 func classifyAggregate(c *wire.Command) ([]Write, error) {
-	dbns := DBNamespace(c.DB)
-	f, err := fieldsOf(c.Body, "pipeline")
+	// Documents reads the body array or a kind-1 section alike, and
+	// refuses two pipelines.
+	stages, err := c.Documents("pipeline")
 	if err != nil {
-		return nil, refuse(commandNS(c), "aggregate: %v", err)
-	}
-	if f[0].Type == 0 {
-		return nil, nil // the server refuses it; nothing runs
-	}
-	if f[0].Type != bsontype.Array {
-		return nil, refuse(commandNS(c), "aggregate: pipeline is a %v, not an array", f[0].Type)
+		return nil, refuse(commandNS(c), "%v", err)
 	}
 	var ws []Write
 	var walkErr error
@@ -742,14 +835,14 @@ func classifyAggregate(c *wire.Command) ([]Write, error) {
 			case "$out":
 				ns, err := outTarget(c.DB, v)
 				if err != nil {
-					walkErr = refuse(dbns, "aggregate $out: %v", err)
+					walkErr = refuse(NSAll, "aggregate $out: %v", err)
 					return
 				}
 				ws = append(ws, collWrite(ns, WhatOut))
 			case "$merge":
 				ns, err := mergeTarget(c.DB, v)
 				if err != nil {
-					walkErr = refuse(dbns, "aggregate $merge: %v", err)
+					walkErr = refuse(NSAll, "aggregate $merge: %v", err)
 					return
 				}
 				ws = append(ws, collWrite(ns, WhatMerge))
@@ -759,10 +852,12 @@ func classifyAggregate(c *wire.Command) ([]Write, error) {
 			}
 		}
 		if it.bad && walkErr == nil {
-			walkErr = refuse(dbns, "aggregate: unreadable pipeline")
+			walkErr = refuse(NSAll, "aggregate: unreadable pipeline")
 		}
 	}
-	walk(f[0].Data)
+	for _, st := range stages {
+		walk(st)
+	}
 	if walkErr != nil {
 		return nil, walkErr
 	}
@@ -851,13 +946,13 @@ func classifyMapReduce(c *wire.Command) ([]Write, error) {
 	}
 	g, err := fieldsOf(d, "replace", "merge", "reduce", "db", "inline")
 	if err != nil {
-		return nil, refuse(ns, "%s out: %v", c.Name, err)
+		return nil, refuse(NSAll, "%s out: %v", c.Name, err)
 	}
 	db := c.DB
 	if g[3].Type != 0 {
 		s, ok := g[3].StringValueOK()
 		if !ok || s == "" {
-			return nil, refuse(ns, "%s: out.db is not a non-empty string", c.Name)
+			return nil, refuse(NSAll, "%s: out.db is not a non-empty string", c.Name)
 		}
 		db = s
 	}
@@ -878,18 +973,19 @@ func classifyMapReduce(c *wire.Command) ([]Write, error) {
 	return ws, nil
 }
 
-// classifyApplyOps: a collection write on the ns of every CRUD op ("i",
+// classifyApplyOps (and doTxn, its 4.0 transactional twin, What
+// "applyOps"): a collection write on the ns of every CRUD op ("i",
 // "u", "d") that names its collection by ns only; a no-op ("n") writes
 // nothing; a command op ("c"), an op that carries a collection UUID (ui:
 // the server resolves it, whatever ns says), or anything else is "*".
 // Each namespace is reported once.
 func classifyApplyOps(c *wire.Command) ([]Write, error) {
-	ops, err := c.Documents("applyOps")
+	ops, err := c.Documents(c.Name)
 	if err != nil {
 		return nil, refuse(NSAll, "%v", err)
 	}
 	if ops == nil {
-		return nil, refuse(NSAll, "applyOps is not an array of documents")
+		return nil, refuse(NSAll, "%s is not an array of documents", c.Name)
 	}
 	var ws []Write
 	seen := map[string]bool{}

@@ -309,8 +309,8 @@ func classifyCases() []classifyCase {
 		{name: "update twice in body", raw: clBody(D{{"update", "c"}, {"updates", A{upd0}}, {"updates", A{upd1}}, {"$db", "db"}}), errNS: "db.c", errText: "twice"},
 		{name: "update collection not a string", raw: clBody(D{{"update", 1}, {"updates", A{upd0}}, {"$db", "db"}}), errNS: "db.*", errText: "collection"},
 		{name: "update empty collection", raw: clBody(D{{"update", ""}, {"updates", A{upd0}}, {"$db", "db"}}), errNS: "db.*", errText: "collection"},
-		{name: "Update case variant", raw: clBody(D{{"Update", "c"}, {"updates", A{upd0}}, {"$db", "db"}}), errNS: "db.c", errText: "case"},
-		{name: "FINDANDMODIFY case variant", raw: clBody(D{{"FINDANDMODIFY", "c"}, {"$db", "db"}}), errNS: "db.c", errText: "case"},
+		{name: "Update case variant", raw: clBody(D{{"Update", "c"}, {"updates", A{upd0}}, {"$db", "db"}}), errNS: "*", errText: "case"},
+		{name: "FINDANDMODIFY case variant", raw: clBody(D{{"FINDANDMODIFY", "c"}, {"$db", "db"}}), errNS: "*", errText: "case"},
 
 		// delete
 		{name: "delete body", raw: clBody(D{{"delete", "c"}, {"deletes", A{del0, del1}}, {"$db", "db"}}), want: wantDel},
@@ -359,13 +359,13 @@ func classifyCases() []classifyCase {
 		{name: "bulkWrite index negative", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"delete", -1}, {"filter", byID1}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "*", errText: "nsInfo index"},
 		{name: "bulkWrite index string", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"delete", "0"}, {"filter", byID1}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "*", errText: "nsInfo index"},
 		{name: "bulkWrite unknown op", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"replace", 0}, {"filter", byID1}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "*", errText: "unknown op type"},
-		{name: "bulkWrite two op types", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"insert", 0}, {"document", byID1}, {"delete", 0}, {"filter", D{}}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "shop.orders", errText: "in one op"},
+		{name: "bulkWrite two op types", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"insert", 0}, {"document", byID1}, {"delete", 0}, {"filter", D{}}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "*", errText: "in one op"},
 		{name: "bulkWrite ns not a string", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{bwOps[0]}}, {"nsInfo", A{D{{"ns", 1}}}}, {"$db", "admin"}}), errNS: "*", errText: "not a string"},
 		{name: "bulkWrite ns without collection", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{bwOps[0]}}, {"nsInfo", A{D{{"ns", "shop"}}}}, {"$db", "admin"}}), errNS: "*", errText: "not <db>.<collection>"},
 		{name: "bulkWrite nsInfo missing", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{bwOps[0]}}, {"$db", "admin"}}), errNS: "*", errText: "nsInfo"},
-		{name: "bulkWrite update without filter", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"update", 0}, {"updateMods", setA}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "shop.orders", errText: "filter is missing"},
-		{name: "bulkWrite insert without document", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"insert", 0}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "shop.orders", errText: "document is missing"},
-		{name: "bulkWrite delete multi string", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"delete", 0}, {"filter", D{}}, {"multi", "x"}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "shop.orders", errText: "multi"},
+		{name: "bulkWrite update without filter", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"update", 0}, {"updateMods", setA}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "*", errText: "filter is missing"},
+		{name: "bulkWrite insert without document", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"insert", 0}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "*", errText: "document is missing"},
+		{name: "bulkWrite delete multi string", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"delete", 0}, {"filter", D{}}, {"multi", "x"}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "*", errText: "multi"},
 		{name: "bulkWrite empty op", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "*", errText: "empty"},
 
 		// OP_QUERY commands
@@ -392,6 +392,16 @@ func classifyCases() []classifyCase {
 		{name: "OP_INSERT", raw: func(t testing.TB) []byte { return clInsertRaw(t, "db.c", ins...) }, want: []want{
 			{NS: "db.c", Kind: KindInsert, List: "legacy", Index: 0, Doc: ins[0]},
 			{NS: "db.c", Kind: KindInsert, List: "legacy", Index: 1, Doc: ins[1]},
+		}},
+		{name: "OP_INSERT system.indexes", raw: func(t testing.TB) []byte {
+			return clInsertRaw(t, "db.system.indexes", D{{"ns", "db.c"}, {"key", D{{"t", 1}}}, {"expireAfterSeconds", 0}})
+		}, want: []want{
+			{NS: "db.system.indexes", Kind: KindInsert, List: "legacy", Doc: D{{"ns", "db.c"}, {"key", D{{"t", 1}}}, {"expireAfterSeconds", 0}}},
+			cw("db.*", "createIndexes"),
+		}},
+		{name: "insert system.indexes", raw: clBody(D{{"insert", "system.indexes"}, {"documents", A{D{{"ns", "db.c"}}}}, {"$db", "db"}}), want: []want{
+			{NS: "db.system.indexes", Kind: KindInsert, List: "documents", Doc: D{{"ns", "db.c"}}},
+			cw("db.*", "createIndexes"),
 		}},
 		{name: "OP_INSERT on $cmd", raw: func(t testing.TB) []byte { return clInsertRaw(t, "db.$cmd", ins[0]) }, errNS: "db.*", errText: "command namespace"},
 
@@ -425,13 +435,13 @@ func classifyCases() []classifyCase {
 		{name: "aggregate $out string", raw: aggr(D{{"$match", D{}}}, D{{"$out", "dst"}}), want: []want{cw("db.dst", "$out")}},
 		{name: "aggregate $out db coll", raw: aggr(D{{"$out", D{{"db", "x"}, {"coll", "y"}}}}), want: []want{cw("x.y", "$out")}},
 		{name: "aggregate $out coll only", raw: aggr(D{{"$out", D{{"coll", "y"}}}}), want: []want{cw("db.y", "$out")}},
-		{name: "aggregate $out number", raw: aggr(D{{"$out", 1}}), errNS: "db.*", errText: "$out"},
-		{name: "aggregate $out db not a string", raw: aggr(D{{"$out", D{{"db", 1}, {"coll", "y"}}}}), errNS: "db.*", errText: "db is not"},
-		{name: "aggregate $out no coll", raw: aggr(D{{"$out", D{{"db", "x"}}}}), errNS: "db.*", errText: "coll is not"},
+		{name: "aggregate $out number", raw: aggr(D{{"$out", 1}}), errNS: "*", errText: "$out"},
+		{name: "aggregate $out db not a string", raw: aggr(D{{"$out", D{{"db", 1}, {"coll", "y"}}}}), errNS: "*", errText: "db is not"},
+		{name: "aggregate $out no coll", raw: aggr(D{{"$out", D{{"db", "x"}}}}), errNS: "*", errText: "coll is not"},
 		{name: "aggregate $merge string", raw: aggr(D{{"$merge", "dst"}}), want: []want{cw("db.dst", "$merge")}},
 		{name: "aggregate $merge into string", raw: aggr(D{{"$merge", D{{"into", "dst"}, {"whenMatched", "replace"}}}}), want: []want{cw("db.dst", "$merge")}},
 		{name: "aggregate $merge into db coll", raw: aggr(D{{"$merge", D{{"into", D{{"db", "x"}, {"coll", "y"}}}, {"on", "_id"}}}}), want: []want{cw("x.y", "$merge")}},
-		{name: "aggregate $merge no into", raw: aggr(D{{"$merge", D{{"on", "_id"}}}}), errNS: "db.*", errText: "no into"},
+		{name: "aggregate $merge no into", raw: aggr(D{{"$merge", D{{"on", "_id"}}}}), errNS: "*", errText: "no into"},
 		{name: "aggregate $out not last", raw: aggr(D{{"$out", "a"}}, D{{"$match", D{}}}), want: []want{cw("db.a", "$out")}},
 		{name: "aggregate $out in $facet and $lookup", raw: aggr(
 			D{{"$lookup", D{{"from", "o"}, {"pipeline", A{D{{"$merge", "m"}}}}, {"as", "x"}}}},
@@ -439,10 +449,24 @@ func classifyCases() []classifyCase {
 			want: []want{cw("db.m", "$merge"), cw("db.fo", "$out")}},
 		{name: "aggregate read", raw: aggr(D{{"$match", D{{"a", 1}}}}, D{{"$group", D{{"_id", "$a"}}}})},
 		{name: "aggregate pipeline not array", raw: clBody(D{{"aggregate", "src"}, {"pipeline", D{}}, {"$db", "db"}}), errNS: "db.src", errText: "not an array"},
+		{name: "aggregate pipeline as a sequence", raw: clBody(D{{"aggregate", "src"}, {"cursor", D{}}, {"$db", "db"}}, clSeqOf("pipeline", D{{"$match", D{}}}, D{{"$merge", "m"}})),
+			want: []want{cw("db.m", "$merge")}},
+		{name: "aggregate stage not a document", raw: clBody(D{{"aggregate", "src"}, {"pipeline", A{"$out"}}, {"$db", "db"}}), errNS: "db.src", errText: "not a document"},
 		{name: "aggregate two pipelines", raw: clBody(D{{"aggregate", "src"}, {"pipeline", A{}}, {"pipeline", A{D{{"$out", "x"}}}}, {"$db", "db"}}), errNS: "db.src", errText: "twice"},
 		{name: "aggregate db-level $documents $out", raw: clBody(D{{"aggregate", 1}, {"pipeline", A{D{{"$documents", A{D{{"a", 1}}}}}, D{{"$out", "z"}}}}, {"$db", "db"}}), want: []want{cw("db.z", "$out")}},
 		{name: "explain of update", raw: clBody(D{{"explain", D{{"update", "c"}, {"updates", A{upd0}}}}, {"verbosity", "executionStats"}, {"$db", "db"}})},
-		{name: "explain of aggregate $out", raw: clBody(D{{"explain", D{{"aggregate", "c"}, {"pipeline", A{D{{"$out", "x"}}}}}}, {"$db", "db"}})},
+		{name: "explain of aggregate $out", raw: clBody(D{{"explain", D{{"aggregate", "c"}, {"pipeline", A{D{{"$out", "x"}}}}}}, {"verbosity", "executionStats"}, {"$db", "db"}}),
+			want: []want{cw("db.x", "$out")}},
+		{name: "explain of mapReduce", raw: clBody(D{{"explain", D{{"mapReduce", "c"}, {"out", "x"}}}, {"$db", "db"}}), want: []want{cw("db.x", "mapReduce")}},
+		{name: "explain of aggregate read", raw: clBody(D{{"explain", D{{"aggregate", "c"}, {"pipeline", A{}}}}, {"$db", "db"}})},
+		{name: "explain of delete", raw: clBody(D{{"explain", D{{"delete", "c"}, {"deletes", A{del0}}}}, {"$db", "db"}})},
+		{name: "explain of findAndModify", raw: clBody(D{{"explain", D{{"findAndModify", "c"}, {"remove", true}}}, {"$db", "db"}})},
+		{name: "explain of AGGREGATE", raw: clBody(D{{"explain", D{{"AGGREGATE", "c"}, {"pipeline", A{}}}}, {"$db", "db"}}), errNS: "*", errText: "case"},
+		{name: "update upsertSupplied", raw: clBody(D{{"update", "c"}, {"updates", A{D{{"q", byID1}, {"u", setA}, {"upsert", true}, {"upsertSupplied", true}, {"c", D{{"new", D{{"_id", 2}}}}}}}}, {"$db", "db"}}), errNS: "db.c", errText: "upsertSupplied"},
+		{name: "update upsertSupplied false", raw: clBody(D{{"update", "c"}, {"updates", A{D{{"q", byID1}, {"u", setA}, {"upsertSupplied", false}}}}, {"$db", "db"}}),
+			want: []want{{NS: "db.c", Kind: KindUpdate, List: "updates", FilterKey: "q", Filter: byID1, Update: setA}}},
+		{name: "findAndModify upsertSupplied", raw: clBody(D{{"findAndModify", "c"}, {"query", byID1}, {"update", setA}, {"upsert", true}, {"upsertSupplied", 1}, {"$db", "db"}}), errNS: "db.c", errText: "upsertSupplied"},
+		{name: "bulkWrite upsertSupplied", raw: clBody(D{{"bulkWrite", 1}, {"ops", A{D{{"update", 0}, {"filter", byID1}, {"updateMods", setA}, {"upsert", true}, {"upsertSupplied", true}}}}, {"nsInfo", A{bwInfo[0]}}, {"$db", "admin"}}), errNS: "*", errText: "upsertSupplied"},
 		{name: "mapReduce out string", raw: clBody(D{{"mapReduce", "src"}, {"map", "f"}, {"reduce", "g"}, {"out", "dst"}, {"$db", "db"}}), want: []want{cw("db.dst", "mapReduce")}},
 		{name: "mapreduce out replace db", raw: clBody(D{{"mapreduce", "src"}, {"out", D{{"replace", "dst"}, {"db", "x"}}}, {"$db", "db"}}), want: []want{cw("x.dst", "mapReduce")}},
 		{name: "mapReduce out merge", raw: clBody(D{{"mapReduce", "src"}, {"out", D{{"merge", "dst"}}}, {"$db", "db"}}), want: []want{cw("db.dst", "mapReduce")}},
@@ -451,6 +475,8 @@ func classifyCases() []classifyCase {
 		{name: "mapReduce inline and replace", raw: clBody(D{{"mapReduce", "src"}, {"out", D{{"inline", 1}, {"replace", "d"}}}, {"$db", "db"}}), want: []want{cw("db.d", "mapReduce")}},
 		{name: "mapReduce out unknown", raw: clBody(D{{"mapReduce", "src"}, {"out", D{{"into", "d"}}}, {"$db", "db"}}), errNS: "db.*", errText: "no output mode"},
 		{name: "mapReduce out number", raw: clBody(D{{"mapReduce", "src"}, {"out", 1}, {"$db", "db"}}), errNS: "db.src", errText: "out is a"},
+		{name: "mapReduce out db not a string", raw: clBody(D{{"mapReduce", "src"}, {"out", D{{"replace", "d"}, {"db", 1}}}, {"$db", "db"}}), errNS: "*", errText: "out.db"},
+		{name: "mapReduce out replace not a string", raw: clBody(D{{"mapReduce", "src"}, {"out", D{{"merge", 1}, {"db", "x"}}}, {"$db", "db"}}), errNS: "x.*", errText: "out.merge"},
 		{name: "mapReduce no out", raw: clBody(D{{"mapReduce", "src"}, {"$db", "db"}}), errNS: "db.src", errText: "without out"},
 		{name: "applyOps", raw: clBody(D{{"applyOps", A{
 			D{{"op", "i"}, {"ns", "shop.orders"}, {"o", byID1}},
@@ -460,6 +486,7 @@ func classifyCases() []classifyCase {
 		}}, {"$db", "admin"}}), want: []want{cw("shop.orders", "applyOps"), cw("other.c", "applyOps")}},
 		{name: "applyOps command op", raw: clBody(D{{"applyOps", A{D{{"op", "c"}, {"ns", "shop.$cmd"}, {"o", D{{"drop", "orders"}}}}}}, {"$db", "admin"}}), want: []want{cw("*", "applyOps")}},
 		{name: "applyOps with ui", raw: clBody(D{{"applyOps", A{D{{"op", "i"}, {"ns", "a.b"}, {"ui", primitive.Binary{Subtype: 4, Data: make([]byte, 16)}}, {"o", byID1}}}}, {"$db", "admin"}}), want: []want{cw("*", "applyOps")}},
+		{name: "doTxn", raw: clBody(D{{"doTxn", A{D{{"op", "u"}, {"ns", "shop.orders"}, {"o", setA}, {"o2", byID1}}}}, {"txnNumber", int64(1)}, {"$db", "admin"}}), want: []want{cw("shop.orders", "applyOps")}},
 		{name: "applyOps not an array", raw: clBody(D{{"applyOps", 1}, {"$db", "admin"}}), errNS: "*", errText: "applyOps"},
 		{name: "applyOps op not a document", raw: clBody(D{{"applyOps", A{1}}, {"$db", "admin"}}), errNS: "*", errText: "not a document"},
 		{name: "convertToCapped", raw: clBody(D{{"convertToCapped", "c"}, {"size", 1000}, {"$db", "db"}}), want: []want{cw("db.c", "convertToCapped")}},
@@ -639,4 +666,32 @@ func FuzzClassify(f *testing.F) {
 			}
 		}
 	})
+}
+
+func BenchmarkClassifyPinnedUpdate(b *testing.B) {
+	raw := clMsgRaw(b, 0, D{{"update", "orders"}, {"ordered", true}, {"lsid", lsid}, {"$db", "shop"}},
+		clSeq(b, "updates", D{{"q", D{{"_id", 42}}}, {"u", setA}}))
+	m := clParse(b, raw)
+	cmd, _ := wire.CommandOf(m)
+	b.ReportAllocs()
+	for b.Loop() {
+		ws, err := Classify(m, cmd)
+		if err != nil || len(ws) != 1 {
+			b.Fatal(err)
+		}
+		if _, _, ok := PinnedIDs(ws[0].Filter); !ok {
+			b.Fatal("not pinned")
+		}
+	}
+}
+
+func BenchmarkClassifyRead(b *testing.B) {
+	m := clMsg(b, D{{"find", "orders"}, {"filter", D{{"_id", 42}}}, {"lsid", lsid}, {"$db", "shop"}})
+	cmd, _ := wire.CommandOf(m)
+	b.ReportAllocs()
+	for b.Loop() {
+		if ws, err := Classify(m, cmd); err != nil || ws != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -288,12 +288,20 @@ func (it *iterator) next() (key []byte, v bsoncore.Value, ok bool) {
 	return e.KeyBytes(), e.Value(), true
 }
 
-// fieldsOf returns the values of the named fields of d, the zero Value for
-// an absent one. A named field that appears twice is an error: the server
-// refuses duplicate fields in commands and statements, and a proxy must
-// never judge a different value than the one the server reads.
-func fieldsOf(d bsoncore.Document, names ...string) ([]bsoncore.Value, error) {
-	out := make([]bsoncore.Value, len(names))
+// fields holds the values fieldsOf finds; an array, so that reading a
+// statement allocates nothing.
+type fields [8]bsoncore.Value
+
+// fieldsOf returns the values of the named fields of d (at most 8), the
+// zero Value for an absent one. A named field that appears twice is an
+// error: the server refuses duplicate fields in commands and statements,
+// and a proxy must never judge a different value than the one the server
+// reads.
+func fieldsOf(d bsoncore.Document, names ...string) (fields, error) {
+	var out fields
+	if len(names) > len(out) {
+		return out, fmt.Errorf("too many fields")
+	}
 	it := iterate(d)
 	for {
 		k, v, ok := it.next()
@@ -305,13 +313,13 @@ func fieldsOf(d bsoncore.Document, names ...string) ([]bsoncore.Value, error) {
 				continue
 			}
 			if out[i].Type != 0 {
-				return nil, fmt.Errorf("field %q appears twice", n)
+				return out, fmt.Errorf("field %q appears twice", n)
 			}
 			out[i] = v
 		}
 	}
 	if it.bad {
-		return nil, fmt.Errorf("unreadable document")
+		return out, fmt.Errorf("unreadable document")
 	}
 	return out, nil
 }

@@ -158,6 +158,22 @@ func (p *Policy) Lookup(ns string) Rule {
 		return p.strictestIn("")
 	}
 	db, coll, _ := strings.Cut(ns, ".")
+	if base, ok := strings.CutPrefix(coll, "system.buckets."); ok {
+		// A time-series collection keeps its documents in its buckets
+		// collection; writing there directly writes the protected data.
+		own := p.lookupColl(db, coll)
+		if viaBase := p.lookupColl(db, base); stricter(viaBase, own) {
+			return viaBase
+		}
+		return own
+	}
+	return p.lookupColl(db, coll)
+}
+
+func (p *Policy) lookupColl(db, coll string) Rule {
+	if r, ok := p.exact[db+"."+coll]; ok {
+		return r
+	}
 	if coll == "*" {
 		return p.strictestIn(db)
 	}
@@ -185,9 +201,18 @@ func (p *Policy) strictestIn(db string) Rule {
 }
 
 func stricter(a, b Rule) bool {
-	rank := map[Mode]int{Off: 0, Audit: 1, Enforce: 2}
-	if rank[a.Mode] != rank[b.Mode] {
-		return rank[a.Mode] > rank[b.Mode]
+	if rank(a.Mode) != rank(b.Mode) {
+		return rank(a.Mode) > rank(b.Mode)
 	}
 	return !a.AllowCollectionWrites && b.AllowCollectionWrites
+}
+
+func rank(m Mode) int {
+	switch m {
+	case Enforce:
+		return 2
+	case Audit:
+		return 1
+	}
+	return 0
 }

@@ -29,8 +29,16 @@ type Pin struct {
 // section), findAndModify (List "", Index 0) and bulkWrite update and
 // delete ops, over OP_MSG and OP_QUERY "<db>.$cmd". Legacy OP_UPDATE and
 // OP_DELETE, inserts, collection writes, a pin that names no statement or
-// one statement twice, and a statement whose filter is not a single
-// document are errors: the engine then rejects the write.
+// one statement twice, a pinned value that is a regex or an array (in $in
+// they would match by pattern or by element, widening the statement), and
+// a statement whose filter is not a single document are errors: the engine
+// then rejects the write. Pinning an empty IDs list is allowed: the
+// statement then matches nothing.
+//
+// Note for upserts: a pinned upsert that no longer matches inserts a
+// document whose _id the server copies from a one-element $in; the engine
+// should only pin an upsert whose UpsertID it has checked, or pin more than
+// one id, or refuse it.
 //
 // The result may exceed the size limits the message was read under; the
 // caller checks it against the upstream's limits before sending it.
@@ -56,10 +64,12 @@ func PinStatements(msg wire.Message, cmd *wire.Command, pins []Pin) ([]byte, err
 		}
 		cmd = c
 	}
-	for i, p := range pins {
-		for _, q := range pins[:i] {
-			if p.List == q.List && p.Index == q.Index {
-				return nil, fmt.Errorf("policy: PinStatements: statement %q[%d] pinned twice", p.List, p.Index)
+	for _, p := range pins {
+		for _, id := range p.IDs {
+			// In $in a regex matches by pattern and an array by element:
+			// either would widen the statement instead of pinning it.
+			if id.Type == bsontype.Regex || id.Type == bsontype.Array || id.Type == 0 {
+				return nil, fmt.Errorf("policy: PinStatements: statement %q[%d]: a %v cannot be a pinned _id", p.List, p.Index, id.Type)
 			}
 		}
 	}
@@ -97,6 +107,9 @@ func pinCommand(cmd *wire.Command, pins []Pin) (bsoncore.Document, []wire.Sequen
 				return nil, nil, fmt.Errorf("no statement %q[%d]", p.List, p.Index)
 			}
 		}
+		if len(pins) > 1 {
+			return nil, nil, fmt.Errorf("statement %q[0] pinned twice", ListFindAndModify)
+		}
 		if len(pins) == 0 {
 			return cmd.Body, cmd.Sequences, nil
 		}
@@ -105,10 +118,13 @@ func pinCommand(cmd *wire.Command, pins []Pin) (bsoncore.Document, []wire.Sequen
 	default:
 		return nil, nil, fmt.Errorf("command has no statements to pin")
 	}
-	byIndex := map[int][]bsoncore.Value{}
+	byIndex := make(map[int][]bsoncore.Value, len(pins))
 	for _, p := range pins {
 		if p.List != list {
 			return nil, nil, fmt.Errorf("no statement list %q", p.List)
+		}
+		if _, dup := byIndex[p.Index]; dup {
+			return nil, nil, fmt.Errorf("statement %q[%d] pinned twice", p.List, p.Index)
 		}
 		byIndex[p.Index] = p.IDs
 	}
@@ -247,5 +263,11 @@ func rewrapQuery(query, newBody bsoncore.Document) (bsoncore.Document, error) {
 	if !ok || (string(k) != "$query" && string(k) != "query") || v.Type != bsontype.EmbeddedDocument {
 		return newBody, nil
 	}
-	return replaceField(query, string(k), bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: newBody}, false)
+	// Only the first element is the command, as for wire and the server;
+	// the rest of the wrapper is copied as is.
+	idx, out := bsoncore.AppendDocumentStart(make([]byte, 0, len(query)+len(newBody)))
+	out = bsoncore.AppendDocumentElement(out, string(k), newBody)
+	out = append(out, it.rest...)
+	out, err := bsoncore.AppendDocumentEnd(out, idx)
+	return out, err
 }

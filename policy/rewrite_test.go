@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -264,3 +265,27 @@ func TestPinStatementsDuplicatePin(t *testing.T) {
 		t.Fatalf("err %v, want pinned twice", err)
 	}
 }
+
+func TestPinStatementsRefusesWideningIDs(t *testing.T) {
+	m := clMsg(t, D{{"delete", "c"}, {"deletes", A{D{{"q", D{}}, {"limit", 0}}}}, {"$db", "db"}})
+	for _, id := range []any{primitiveRegex, A{1}} {
+		_, err := PinStatements(m, nil, []Pin{{List: "deletes", IDs: clValues(t, A{1, id})}})
+		if err == nil || !strings.Contains(err.Error(), "cannot be a pinned _id") {
+			t.Fatalf("id %v: err %v, want a refusal", id, err)
+		}
+	}
+	_, err := PinStatements(m, nil, []Pin{{List: "deletes", IDs: []bsoncore.Value{{}}}})
+	if err == nil {
+		t.Fatal("a zero Value was pinned")
+	}
+}
+
+func TestPinStatementsDuplicateFindAndModify(t *testing.T) {
+	m := clMsg(t, D{{"findAndModify", "c"}, {"remove", true}, {"$db", "db"}})
+	_, err := PinStatements(m, nil, []Pin{{IDs: clValues(t, A{1})}, {IDs: clValues(t, A{2})}})
+	if err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("err %v, want pinned twice", err)
+	}
+}
+
+var primitiveRegex = primitive.Regex{Pattern: "x"}

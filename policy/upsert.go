@@ -12,8 +12,8 @@ import (
 // document matches, when the statement determines it.
 //
 // The server builds the inserted document from the filter's equality
-// conditions (`_id: v`, `_id: {$eq: v}`, a one-element $in, inside $and or
-// a one-branch $or) and then applies the update: a replacement's own _id,
+// conditions (`_id: v`, `_id: {$eq: v}`, a one-element $in, $all, inside
+// $and or a one-branch $or) and then applies the update: a replacement's own _id,
 // or `$set`/`$setOnInsert` of `_id` in a modifier document. found is false
 // when the document would get a generated _id (nothing in the statement
 // sets one), and for a statement that is not an upsert (nothing is
@@ -24,7 +24,7 @@ import (
 //   - the filter conditions _id in a way the server may copy but which is
 //     no key (null, an array, a regex, minKey/maxKey, a dotted "_id.x"
 //     path, two different equality values, an $or of several branches on
-//     _id);
+//     _id, a DBRef literal or an unknown operator);
 //   - a modifier other than $set/$setOnInsert touches _id or a path below
 //     it ($inc, $min, $max, $mul, $currentDate, $rename to _id, "_id.x"),
 //     or sets a value different from the filter's;
@@ -282,7 +282,9 @@ func equalityCondition(v bsoncore.Value, cands *[]bsoncore.Value) bool {
 				return false
 			}
 			*cands = addUnique(*cands, op)
-		case "$in":
+		case "$in", "$all":
+			// A one-element $in is optimized into an equality; $all is
+			// parsed into one equality per element.
 			arr, ok := op.ArrayOK()
 			if !ok {
 				return false
@@ -291,15 +293,35 @@ func equalityCondition(v bsoncore.Value, cands *[]bsoncore.Value) bool {
 			if err != nil {
 				return false
 			}
-			if len(vals) == 1 {
-				if !pinnable(vals[0]) {
-					return false
+			if len(vals) == 1 || string(k) == "$all" {
+				for _, v := range vals {
+					if !pinnable(v) {
+						return false
+					}
+					*cands = addUnique(*cands, v)
 				}
-				*cands = addUnique(*cands, vals[0])
+			}
+		default:
+			// Operators the server copies nothing from; anything else
+			// (a DBRef literal {$ref, $id}, an unknown operator) is
+			// unknowable.
+			if !nonEqualityOps[string(k)] {
+				return false
 			}
 		}
 	}
 	return !it.bad
+}
+
+// nonEqualityOps are the field operators from which an upsert copies no
+// value into the inserted document.
+var nonEqualityOps = map[string]bool{
+	"$gt": true, "$gte": true, "$lt": true, "$lte": true, "$ne": true, "$nin": true,
+	"$exists": true, "$type": true, "$not": true, "$regex": true, "$options": true,
+	"$mod": true, "$elemMatch": true, "$size": true, "$bitsAllSet": true,
+	"$bitsAnySet": true, "$bitsAllClear": true, "$bitsAnyClear": true,
+	"$geoWithin": true, "$geoIntersects": true, "$near": true, "$nearSphere": true,
+	"$maxDistance": true, "$minDistance": true, "$within": true,
 }
 
 // mentionsID reports whether a filter has a condition on _id or below it
