@@ -14,10 +14,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// maxAcquireRaces bounds how often one key is retried when the record
-// changes between the conditional upsert and the read that explains it.
-const maxAcquireRaces = 3
-
 // streamPollCap is the backoff ceiling while a change stream delivers
 // releases: polling is then only a safety net.
 const streamPollCap = 2 * time.Second
@@ -167,130 +163,304 @@ func (s *Store) acquireAll(ctx context.Context, owner Owner, ns string, ordered 
 }
 
 // tryOne takes one key or reports who holds it. isNew is false when the
-// owner already held it (re-entrant).
+// owner already held it (re-entrant: same token, lease extended).
 func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, lease time.Duration) (l Lock, isNew bool, err error) {
-	var seen *record
-	for range maxAcquireRaces {
-		if s.testHookTry != nil {
-			s.testHookTry(k.rid)
-		}
-		now, unc := s.clock.Now()
-		if e, ok := s.cache.get(k.rid); ok && e.session == string(owner.Session) && e.bind == owner.Bind && e.expiresAt.After(now.Add(unc)) {
-			// Probably re-entrant: try the cheap extension first.
-			l, ok, err := s.extend(ctx, owner, k, lease, opAcquire)
-			if err != nil || ok {
-				return l, false, err
-			}
-		}
+	if s.testHookTry != nil {
+		s.testHookTry(k.rid)
+	}
+	var reentrant, takeover bool
+	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
+		reentrant, takeover = false, false
 		exp := now.Add(lease).Truncate(time.Millisecond)
-		filter := bson.D{
-			{Key: "_id", Value: k.rid},
-			// Taken over only once expired for certain, whatever the error
-			// of this instance's clock estimate.
-			{Key: "expiresAt", Value: bson.D{{Key: "$lte", Value: now.Add(-unc)}}},
+		if h != nil && h.Owner != nil && h.ExpiresAt.After(now.Add(-unc)) {
+			if !h.ownedBy(owner) {
+				return nil, &HeldError{NS: ns, ID: k.id, Holder: h.holder()}
+			}
+			reentrant = true
+			n := h.next(kindRenew, now)
+			n.ExpiresAt = exp
+			return n, nil
 		}
-		update := bson.D{
-			{Key: "$set", Value: bson.D{
-				{Key: "owner", Value: sessionBinary(owner.Session)},
-				{Key: "bind", Value: owner.Bind},
-				{Key: "ownerApp", Value: owner.App},
-				{Key: "ownerClient", Value: owner.Client},
-				{Key: "acquiredAt", Value: now},
-				{Key: "expiresAt", Value: exp},
-				{Key: "updatedAt", Value: now},
-				{Key: "gcAt", Value: exp.Add(s.cfg.CleanupAfter)},
-			}},
-			{Key: "$inc", Value: bson.D{{Key: "tokenSeq", Value: int64(1)}}},
-			{Key: "$setOnInsert", Value: bson.D{
-				{Key: "ns", Value: ns},
-				{Key: "id", Value: k.id},
-				{Key: "tokenBase", Value: now.UnixNano()},
-			}},
+		// Free, or expired for certain whatever this instance's clock error.
+		var n *gen
+		if h == nil {
+			n = &gen{ID: genID(k.rid, 1), Key: k.rid, Seq: 1, NS: ns, Value: k.id, At: now,
+				Token: now.UnixNano()} // see docs/LOCKS.md, "Fencing tokens"
+		} else {
+			takeover = h.Owner != nil
+			n = h.next(kindAcquire, now)
+			n.Token = h.Token + 1
 		}
-		opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.Before)
-		var before record
-		err := s.rt(ctx, opAcquire, func(ctx context.Context) error {
-			return s.coll.FindOneAndUpdate(ctx, filter, update, opts).Decode(&before)
-		})
-		var token int64
-		switch {
-		case err == nil:
-			token = before.token() + 1
-			l.LastError = before.LastError
-			if before.Owner != nil {
-				s.m.expired.Inc() // a lease ended without a release
-			}
-		case errors.Is(err, mongo.ErrNoDocuments):
-			token = now.UnixNano() + 1 // created
-		case mongo.IsDuplicateKeyError(err):
-			// The record exists and is not (certainly) expired: the upsert
-			// tried to insert it. An ordinary "busy" unless it is ours.
-			r, err := s.findOne(ctx, k.rid)
-			if err != nil {
-				return l, false, err
-			}
-			if r == nil {
-				continue // deleted meanwhile
-			}
-			now, unc := s.clock.Now()
-			if r.ownedBy(owner) && r.ExpiresAt.After(now.Add(unc)) {
-				l, ok, err := s.extend(ctx, owner, k, lease, opAcquire)
-				if err != nil || ok {
-					return l, false, err
-				}
-				continue
-			}
-			if !r.ExpiresAt.After(now.Add(-unc)) {
-				continue // released meanwhile
-			}
-			seen = r
-			return l, false, &HeldError{NS: ns, ID: k.id, Holder: r.holder()}
-		default:
-			return l, false, s.storeErr(ctx, opAcquire, err)
-		}
-		l.ID, l.Token, l.ExpiresAt = k.id, token, exp
-		s.cache.put(k.rid, holdEntry{
-			session: string(owner.Session), bind: owner.Bind, token: token,
-			expiresAt: exp, verified: time.Now(), own: true,
-		})
-		return l, true, nil
+		n.Kind = kindAcquire
+		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient = sessionBinary(owner.Session), owner.Bind, owner.App, owner.Client
+		n.AcquiredAt, n.ExpiresAt = now, exp
+		return n, nil
 	}
-	// The record kept changing under us: report it as busy.
-	he := &HeldError{NS: ns, ID: k.id}
-	if seen != nil {
-		he.Holder = seen.holder()
-	}
-	return l, false, he
-}
-
-// extend sets the lease of a lock that owner holds and whose lease has not
-// ended to end lease from now; ok is false if owner does not hold it.
-func (s *Store) extend(ctx context.Context, owner Owner, k lockKey, lease time.Duration, op string) (l Lock, ok bool, err error) {
-	now, unc := s.clock.Now()
-	exp := now.Add(lease).Truncate(time.Millisecond)
-	filter := append(bson.D{{Key: "_id", Value: k.rid}}, ownerFilter(owner)...)
-	filter = append(filter, bson.E{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now.Add(unc)}}})
-	update := bson.D{{Key: "$set", Value: bson.D{
-		{Key: "expiresAt", Value: exp},
-		{Key: "updatedAt", Value: now},
-		{Key: "gcAt", Value: exp.Add(s.cfg.CleanupAfter)},
-	}}}
-	var r record
-	err = s.rt(ctx, op, func(ctx context.Context) error {
-		return s.coll.FindOneAndUpdate(ctx, filter, update,
-			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&r)
-	})
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return l, false, nil
+	g, _, err := s.transition(ctx, opAcquire, k.rid, step)
+	if errors.Is(err, errContended) {
+		// The key kept changing hands under us: for the caller that is
+		// "busy" (and a waiter simply tries again).
+		return l, false, &HeldError{NS: ns, ID: k.id}
 	}
 	if err != nil {
-		return l, false, s.storeErr(ctx, op, err)
+		return l, false, err
 	}
-	s.cache.put(k.rid, holdEntry{
-		session: string(owner.Session), bind: owner.Bind, token: r.token(),
-		expiresAt: exp, verified: time.Now(), own: true,
+	if takeover {
+		s.m.expired.Inc() // a lease ended without a release
+	}
+	return Lock{ID: k.id, Token: g.Token, ExpiresAt: g.ExpiresAt, LastError: g.LastError}, !reentrant, nil
+}
+
+// maxRaces bounds how often one operation retries a key whose head keeps
+// changing under it.
+const maxRaces = 8
+
+// errContended reports a key that changed maxRaces times during one call.
+var errContended = errors.New("lock key changed too often during the call")
+
+// stepFunc decides the next generation of a key from its head (nil when
+// the key has none) at server time now ± unc. It returns nil to do nothing
+// (with an error, e.g. *HeldError, or without). It may run several times.
+type stepFunc func(h *gen, now time.Time, unc time.Duration) (*gen, error)
+
+// transition applies step to the state of rid and makes the result the
+// next generation: it inserts the claim (the atomic step) and then the head
+// document. It starts from the cached head when that is recent (one round
+// trip fewer), confirms any refusal made on a cached head with a read, and
+// on a duplicate claim reads the claim that won and goes on from there. It
+// returns the generation written (nil if step declined) and the last state
+// seen.
+func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (written, head *gen, err error) {
+	// h is the state to build on; maybeStale says a newer one may exist
+	// (h came from the cache or from a claim that beat us).
+	h, maybeStale := s.guess(rid), true
+	if h == nil {
+		maybeStale = false
+		if h, err = s.head(ctx, rid); err != nil {
+			return nil, nil, err
+		}
+		s.remember(rid, h)
+	}
+	for range maxRaces {
+		now, unc := s.clock.Now()
+		next, serr := step(h, now, unc)
+		if next == nil {
+			if maybeStale {
+				// Decide on the current head document instead, unless it
+				// lags behind what we already know.
+				maybeStale = false
+				fresh, err := s.head(ctx, rid)
+				if err != nil {
+					return nil, nil, err
+				}
+				if fresh != nil && (h == nil || fresh.Seq > h.Seq) {
+					h = fresh
+					s.remember(rid, h)
+					continue
+				}
+			}
+			return nil, h, serr
+		}
+		ok, err := s.insert(ctx, op, next)
+		if err != nil {
+			s.cache.remove(rid)
+			return nil, h, err
+		}
+		if ok {
+			if err := s.writeHead(ctx, op, next); err != nil {
+				// The claim stands but readers of the head document do not
+				// see it yet; the next change rolls forward past it. Report
+				// the failure: the caller must not rely on the change.
+				s.cache.remove(rid)
+				return nil, h, err
+			}
+			s.cache.put(rid, holdEntry{g: next, verified: time.Now(), own: next.Owner != nil})
+			return next, next, nil
+		}
+		// Someone else made generation next.Seq first: go on from it (and
+		// check the head document if that leads to a refusal).
+		// The head document is usually already there (and is the cheaper
+		// read); the winning claim is the fallback while it lags.
+		s.cache.remove(rid)
+		maybeStale = true
+		fresh, err := s.head(ctx, rid)
+		if err != nil {
+			return nil, nil, err
+		}
+		if fresh == nil || fresh.Seq < next.Seq {
+			won, err := s.claim(ctx, rid, next.Seq)
+			if err != nil {
+				return nil, nil, err
+			}
+			if won != nil { // nil: compacted meanwhile, only after CleanupAfter
+				fresh = won
+			}
+		}
+		h = fresh
+	}
+	if h != nil && h.Owner != nil {
+		return nil, h, &HeldError{NS: h.NS, ID: h.Value, Holder: h.holder()}
+	}
+	return nil, h, fmt.Errorf("%w: %w", ErrUnavailable, errContended)
+}
+
+// remember caches a head document just read, so that the next change of
+// the key can start from it.
+func (s *Store) remember(rid string, h *gen) {
+	if h != nil {
+		s.cache.put(rid, holdEntry{g: h, verified: time.Now()})
+	}
+}
+
+// writeHead replaces the head document of claim g's key. It filters on _id
+// alone (the only filter FerretDB answers from an index); a slower writer
+// of an older generation may therefore move the head document back for a
+// moment. That is harmless: changes are decided by the claims, and readers
+// of a stale head document err towards "not held" (see docs/LOCKS.md).
+func (s *Store) writeHead(ctx context.Context, op string, g *gen) error {
+	err := s.rt(ctx, op, func(ctx context.Context) error {
+		_, err := s.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: g.Key}}, g.asHead(), options.Replace().SetUpsert(true))
+		return err
 	})
-	return Lock{ID: k.id, Token: r.token(), ExpiresAt: exp, LastError: r.LastError}, true, nil
+	if mongo.IsDuplicateKeyError(err) {
+		return nil // a concurrent first write of the head document
+	}
+	return s.storeErr(ctx, op, err)
+}
+
+// guess returns the cached state of rid if it is recent enough to build on
+// without a read; a wrong guess costs one duplicate claim. It must be much
+// younger than the compaction grace (see Cleanup).
+func (s *Store) guess(rid string) *gen {
+	e, ok := s.cache.get(rid)
+	if !ok || time.Since(e.verified) > min(s.cfg.CleanupAfter/8, 30*time.Second) {
+		return nil
+	}
+	return e.g
+}
+
+// insert inserts claim g; ok is false if that generation already exists (a
+// duplicate key: someone else changed the key first), which is never an
+// error.
+func (s *Store) insert(ctx context.Context, op string, g *gen) (bool, error) {
+	err := s.rt(ctx, op, func(ctx context.Context) error {
+		_, err := s.claims.InsertOne(ctx, g)
+		return err
+	})
+	if mongo.IsDuplicateKeyError(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.storeErr(ctx, op, err)
+	}
+	return true, nil
+}
+
+// head reads the head document of rid; nil if the key was never locked.
+func (s *Store) head(ctx context.Context, rid string) (*gen, error) {
+	return s.byID(ctx, s.coll, rid)
+}
+
+// claim reads the claim of generation seq of rid; nil if there is none.
+func (s *Store) claim(ctx context.Context, rid string, seq int64) (*gen, error) {
+	return s.byID(ctx, s.claims, genID(rid, seq))
+}
+
+func (s *Store) byID(ctx context.Context, c *mongo.Collection, id string) (*gen, error) {
+	var g gen
+	err := s.rt(ctx, opFind, func(ctx context.Context) error {
+		return c.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&g)
+	})
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.storeErr(ctx, opFind, err)
+	}
+	return &g, nil
+}
+
+// heads reads the head documents of rids (one round trip).
+func (s *Store) heads(ctx context.Context, rids []string) (map[string]*gen, error) {
+	if len(rids) == 1 {
+		h, err := s.head(ctx, rids[0])
+		if err != nil || h == nil {
+			return map[string]*gen{}, err
+		}
+		return map[string]*gen{rids[0]: h}, nil
+	}
+	gens, err := s.findGens(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: rids}}}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return headsOf(gens), nil
+}
+
+// headsOf keeps the highest generation of each key.
+func headsOf(gens []gen) map[string]*gen {
+	out := make(map[string]*gen)
+	for i := range gens {
+		g := &gens[i]
+		if h := out[g.Key]; h == nil || g.Seq > h.Seq {
+			out[g.Key] = g
+		}
+	}
+	return out
+}
+
+// findGens returns the generations matching filter.
+func (s *Store) findGens(ctx context.Context, filter bson.D, opts *options.FindOptions) ([]gen, error) {
+	var gens []gen
+	err := s.rt(ctx, opFind, func(ctx context.Context) error {
+		cur, err := s.coll.Find(ctx, filter, opts)
+		if err != nil {
+			return err
+		}
+		return cur.All(ctx, &gens)
+	})
+	return gens, s.storeErr(ctx, opFind, err)
+}
+
+// extend sets the lease of a lock that owner holds (and whose lease has not
+// ended by this instance's estimate) to end lease from now; ok is false if
+// owner does not hold it.
+func (s *Store) extend(ctx context.Context, owner Owner, k lockKey, lease time.Duration, op string) (l Lock, ok bool, err error) {
+	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
+		if h == nil || !h.ownedBy(owner) || !h.ExpiresAt.After(now) {
+			return nil, nil
+		}
+		n := h.next(kindRenew, now)
+		n.ExpiresAt = now.Add(lease).Truncate(time.Millisecond)
+		return n, nil
+	}
+	g, _, err := s.transition(ctx, op, k.rid, step)
+	if err != nil || g == nil {
+		return l, false, err
+	}
+	return Lock{ID: k.id, Token: g.Token, ExpiresAt: g.ExpiresAt, LastError: g.LastError}, true, nil
+}
+
+// releaseOne frees rid if match accepts its holder. errText becomes
+// lastError unless keepLastError (rollback, session end).
+func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen) bool, errText string, keepLastError bool) (bool, error) {
+	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
+		if h == nil || h.Owner == nil || !match(h) {
+			return nil, nil
+		}
+		n := h.next(kindRelease, now)
+		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient = nil, "", "", ""
+		n.AcquiredAt, n.ExpiresAt = time.Time{}, freeExpiry
+		if !keepLastError {
+			n.LastError = errText
+		}
+		return n, nil
+	}
+	g, _, err := s.transition(ctx, op, rid, step)
+	if err != nil {
+		s.cache.remove(rid) // outcome unknown
+		return false, err
+	}
+	return g != nil, nil
 }
 
 // rollback releases the keys a failed attempt newly took. It does not touch
@@ -300,33 +470,14 @@ func (s *Store) rollback(ctx context.Context, owner Owner, rids []string, self *
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	now, _ := s.clock.Now()
-	filter := append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: rids}}}}, ownerFilter(owner)...)
-	err := s.rt(ctx, opRelease, func(ctx context.Context) error {
-		_, err := s.coll.UpdateMany(ctx, filter, s.releaseUpdate(now, "", true))
-		return err
-	})
-	s.cache.remove(rids...)
-	if err != nil {
-		s.log.Warn("rollback of a partial acquire failed; the locks expire with their lease",
-			zap.Strings("keys", rids), zap.Error(err))
+	for _, rid := range rids {
+		_, err := s.releaseOne(ctx, opRelease, rid, func(g *gen) bool { return g.ownedBy(owner) }, "", true)
+		if err != nil {
+			s.log.Warn("rollback of a partial acquire failed; the lock expires with its lease",
+				zap.String("key", rid), zap.Error(err))
+		}
 	}
 	s.wq.notifyExcept(self, rids...)
-}
-
-// releaseUpdate frees a record. errText becomes lastError unless
-// keepLastError (rollback) leaves it alone; a clean release clears it.
-func (s *Store) releaseUpdate(now time.Time, errText string, keepLastError bool) bson.D {
-	set := bson.D{
-		{Key: "owner", Value: nil},
-		{Key: "expiresAt", Value: freeExpiry},
-		{Key: "updatedAt", Value: now},
-		{Key: "gcAt", Value: now.Add(s.cfg.CleanupAfter)},
-	}
-	if !keepLastError {
-		set = append(set, bson.E{Key: "lastError", Value: errText})
-	}
-	return bson.D{{Key: "$set", Value: set}}
 }
 
 // acquireWait retries acquireAll until it succeeds or wait elapses: woken
@@ -401,23 +552,8 @@ func (s *Store) timeoutErr(ctx context.Context, ns string, ordered []lockKey, la
 		he.ID, he.Holder = last.ID, last.Holder
 		return he
 	}
-	if r, err := s.findOne(ctx, ordered[0].rid); err == nil && r != nil {
-		he.Holder = r.holder()
+	if h, err := s.head(ctx, ordered[0].rid); err == nil && h != nil {
+		he.Holder = h.holder()
 	}
 	return he
-}
-
-// findOne reads one record; nil if there is none.
-func (s *Store) findOne(ctx context.Context, rid string) (*record, error) {
-	var r record
-	err := s.rt(ctx, opFind, func(ctx context.Context) error {
-		return s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: rid}}).Decode(&r)
-	})
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, s.storeErr(ctx, opFind, err)
-	}
-	return &r, nil
 }

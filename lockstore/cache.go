@@ -7,14 +7,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// holdEntry is what this instance knows about a lock record.
+// holdEntry is what this instance knows about a lock key: the head
+// generation it last wrote or read.
 type holdEntry struct {
-	session   string // owner session bytes
-	bind      string
-	token     int64
-	expiresAt time.Time // server time
-	verified  time.Time // local time of the last write or read of the record
-	own       bool      // acquired through this Store
+	g        *gen      // immutable
+	verified time.Time // local time of that write or read
+	own      bool      // held through this Store (acquired or renewed here)
 }
 
 // holdCache remembers locks written or verified through this Store so that
@@ -40,8 +38,12 @@ func (c *holdCache) put(rid string, e holdEntry) {
 	if old, ok := c.m[rid]; ok && old.own {
 		c.own--
 	}
-	if old, ok := c.m[rid]; ok && old.own && old.session == e.session && old.bind == e.bind && old.token == e.token {
+	if old, ok := c.m[rid]; ok && old.own && e.g.Owner != nil && old.g.Owner != nil &&
+		string(old.g.Owner.Data) == string(e.g.Owner.Data) && old.g.Token == e.g.Token {
 		e.own = true // a DB verification of our own lock stays ours
+	}
+	if e.g.Owner == nil {
+		e.own = false
 	}
 	c.m[rid] = e
 	if e.own {
@@ -82,7 +84,7 @@ func (c *holdCache) removeSession(session []byte) []string {
 	defer c.mu.Unlock()
 	var rids []string
 	for rid, e := range c.m {
-		if e.session == string(session) {
+		if e.g.Owner != nil && string(e.g.Owner.Data) == string(session) {
 			rids = append(rids, rid)
 			c.removeLocked(rid)
 		}
@@ -91,12 +93,15 @@ func (c *holdCache) removeSession(session []byte) []string {
 	return rids
 }
 
-// prune drops entries whose lease ended before serverNow.
-func (c *holdCache) prune(serverNow time.Time) {
+// prune drops entries whose lease ended before serverNow, and entries not
+// held through this Store that are older than maxAge (local time).
+func (c *holdCache) prune(serverNow time.Time, maxAge time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	local := time.Now()
 	for rid, e := range c.m {
-		if !e.expiresAt.After(serverNow) {
+		expired := e.g.Owner != nil && !e.g.ExpiresAt.After(serverNow)
+		if expired || (!e.own && local.Sub(e.verified) > maxAge) {
 			c.removeLocked(rid)
 		}
 	}

@@ -11,17 +11,16 @@ const (
 	DefaultCollection        = "locks"
 	DefaultLease             = 30 * time.Second
 	DefaultMaxLease          = 10 * time.Minute
-	DefaultCleanupAfter      = 24 * time.Hour
+	DefaultCleanupAfter      = 10 * time.Minute
 	DefaultOpTimeout         = 5 * time.Second
 	DefaultCacheTrust        = time.Second
 	DefaultClockSyncInterval = 10 * time.Second
 	DefaultMinPoll           = 5 * time.Millisecond
 	DefaultMaxPoll           = 250 * time.Millisecond
 
-	// MinCleanupAfter is the shortest idle time after which a free record may
-	// be deleted. Tokens of re-created records are derived from the server
-	// clock, so this margin is what protects them against clock error (see
-	// docs/LOCKS.md).
+	// MinCleanupAfter is the shortest time a superseded generation is kept
+	// before compaction deletes it. It must exceed by far the longest store
+	// operation (see docs/LOCKS.md), so it is also at least 12 x OpTimeout.
 	MinCleanupAfter = time.Minute
 )
 
@@ -36,11 +35,12 @@ type Config struct {
 	// longest lease a caller may ask for.
 	DefaultLease time.Duration
 	MaxLease     time.Duration
-	// CleanupAfter is how long a record must stay free (or expired) before it
-	// may be deleted; at least MinCleanupAfter.
+	// CleanupAfter is how long a superseded generation of a lock key is kept
+	// before compaction deletes it (the head generation of a key is never
+	// deleted); at least MinCleanupAfter and 12 x OpTimeout.
 	CleanupAfter time.Duration
-	// CleanupInterval is how often this Store deletes idle records; 0 means
-	// CleanupAfter/24 (at least a minute), negative disables the janitor.
+	// CleanupInterval is how often this Store compacts; 0 means
+	// CleanupAfter/4 (at least a minute), negative disables the janitor.
 	CleanupInterval time.Duration
 	// OpTimeout bounds each round trip to the store (and server selection),
 	// so that an unreachable store fails quickly with ErrUnavailable.
@@ -57,6 +57,10 @@ type Config struct {
 	MaxPoll time.Duration
 	// AppName is the driver's application name for the store's own client.
 	AppName string
+	// MaxPoolSize bounds the store client's connection pool; 0 keeps the
+	// driver's default (100). A small pool helps servers that serialize
+	// writes badly (FerretDB on SQLite).
+	MaxPoolSize uint64
 }
 
 func (c Config) withDefaults() Config {
@@ -78,7 +82,7 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxLease, DefaultMaxLease)
 	def(&c.CleanupAfter, DefaultCleanupAfter)
 	if c.CleanupInterval == 0 {
-		c.CleanupInterval = max(c.CleanupAfter/24, time.Minute)
+		c.CleanupInterval = max(c.CleanupAfter/4, time.Minute)
 	}
 	def(&c.OpTimeout, DefaultOpTimeout)
 	def(&c.CacheTrust, DefaultCacheTrust)
@@ -102,6 +106,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lockstore.defaultLeaseMS: %v exceeds maxLeaseMS %v", c.DefaultLease, c.MaxLease)
 	case c.CleanupAfter < MinCleanupAfter:
 		return fmt.Errorf("lockstore.cleanupAfter: must be at least %v", MinCleanupAfter)
+	case c.CleanupAfter < 12*c.OpTimeout:
+		return fmt.Errorf("lockstore.cleanupAfter: must be at least 12 x opTimeout (%v)", 12*c.OpTimeout)
 	case c.OpTimeout < 0:
 		return fmt.Errorf("lockstore.opTimeout: must be positive")
 	case c.ClockSyncInterval < 0:

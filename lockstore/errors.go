@@ -4,10 +4,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
 )
 
 // Sentinel errors. Test with errors.Is; the proxy maps them to MongoDB error
@@ -64,7 +66,7 @@ func (e *HeldError) Error() string {
 	} else {
 		b.WriteString("lock on ")
 	}
-	fmt.Fprintf(&b, "%s _id %s held by ", e.NS, e.ID)
+	fmt.Fprintf(&b, "%s _id %s held by ", e.NS, FormatID(e.ID))
 	if e.Holder.App != "" {
 		fmt.Fprintf(&b, "app %q ", e.Holder.App)
 	} else {
@@ -93,7 +95,7 @@ type NotHolderError struct {
 func (e *NotHolderError) Error() string {
 	ids := make([]string, len(e.IDs))
 	for i, id := range e.IDs {
-		ids[i] = id.String()
+		ids[i] = FormatID(id)
 	}
 	return fmt.Sprintf("%v: %s _id %s", ErrNotHolder, e.NS, strings.Join(ids, ", "))
 }
@@ -112,4 +114,35 @@ func SessionPrefix(session []byte) string {
 		session = session[:4]
 	}
 	return hex.EncodeToString(session)
+}
+
+// FormatID renders an _id for people, in mongosh's style where it is short
+// (7, "abc", ObjectId("..."), 1.5) and as extended JSON otherwise.
+func FormatID(v bson.RawValue) string {
+	switch v.Type {
+	case bsontype.Int32:
+		if n, ok := v.Int32OK(); ok {
+			return strconv.FormatInt(int64(n), 10)
+		}
+	case bsontype.Int64:
+		if n, ok := v.Int64OK(); ok {
+			return "NumberLong(" + strconv.FormatInt(n, 10) + ")"
+		}
+	case bsontype.Double:
+		if f, ok := v.DoubleOK(); ok {
+			return strconv.FormatFloat(f, 'g', -1, 64)
+		}
+	case bsontype.String:
+		if s, ok := v.StringValueOK(); ok {
+			return strconv.Quote(s)
+		}
+	case bsontype.ObjectID:
+		if oid, ok := v.ObjectIDOK(); ok {
+			return `ObjectId("` + oid.Hex() + `")`
+		}
+	}
+	if v.Validate() != nil {
+		return "<invalid>"
+	}
+	return v.String()
 }

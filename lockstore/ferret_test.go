@@ -2,63 +2,57 @@ package lockstore
 
 import (
 	"context"
-	"errors"
 	"testing"
-	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
 )
 
-// TestUpstreamOperators checks, against the real upstream, the update
-// semantics the store relies on: a conditional upsert with $set, $inc and
-// $setOnInsert returning the document before, a duplicate-key error when
-// the filter does not match an existing _id, and majority write concern.
-func TestUpstreamOperators(t *testing.T) {
+// TestUpstreamOperations checks, against the real upstream, the operations
+// the store relies on: an insert of an existing _id fails with a duplicate
+// key (the store's only compare-and-swap), a sorted find returns the
+// highest generation of a key, $in finds, and deletes by _id.
+func TestUpstreamOperations(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	ctx := context.Background()
-	now := time.Now().Truncate(time.Millisecond)
-	upd := func(base int64) bson.D {
-		return bson.D{
-			{Key: "$set", Value: bson.D{{Key: "owner", Value: sessionBinary([]byte("a"))}, {Key: "expiresAt", Value: now.Add(time.Minute)}}},
-			{Key: "$inc", Value: bson.D{{Key: "tokenSeq", Value: int64(1)}}},
-			{Key: "$setOnInsert", Value: bson.D{{Key: "tokenBase", Value: base}}},
+	for _, seq := range []int64{1, 2, 3} {
+		g := &gen{ID: genID("db.c/01", seq), Key: "db.c/01", Seq: seq, Owner: sessionBinary([]byte("a"))}
+		if ok, err := s.insert(ctx, opAcquire, g); !ok || err != nil {
+			t.Fatalf("insert claim %d: %v %v", seq, ok, err)
+		}
+		if err := s.writeHead(ctx, opAcquire, g); err != nil {
+			t.Fatalf("write head %d: %v", seq, err)
 		}
 	}
-	free := bson.D{{Key: "_id", Value: "k"}, {Key: "expiresAt", Value: bson.D{{Key: "$lte", Value: now}}}}
-	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.Before)
-
-	// Insert: no document before.
-	err := s.coll.FindOneAndUpdate(ctx, free, upd(1000), opts).Err()
-	if !errors.Is(err, mongo.ErrNoDocuments) {
-		t.Fatalf("first upsert: %v, want ErrNoDocuments (inserted)", err)
+	if _, err := s.claims.InsertOne(ctx, &gen{ID: genID("db.c/01", 2), Key: "db.c/01", Seq: 2}); !mongo.IsDuplicateKeyError(err) {
+		t.Fatalf("second insert of one claim: %v, want a duplicate key error", err)
 	}
-	var r record
-	if err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: "k"}}).Decode(&r); err != nil {
+	if ok, err := s.insert(ctx, opAcquire, &gen{ID: genID("db.c/01", 2), Key: "db.c/01", Seq: 2}); ok || err != nil {
+		t.Fatalf("insert helper on a duplicate: %v %v, want false, nil", ok, err)
+	}
+	h, err := s.head(ctx, "db.c/01")
+	if err != nil || h == nil || h.Seq != 3 || !h.Head || h.Owner == nil || string(h.Owner.Data) != "a" {
+		t.Fatalf("head: %+v %v, want seq 3", h, err)
+	}
+	if c, err := s.claim(ctx, "db.c/01", 2); err != nil || c == nil || c.Seq != 2 || c.Head {
+		t.Fatalf("claim 2: %+v %v", c, err)
+	}
+	g := &gen{ID: genID("db.c/0102", 9), Key: "db.c/0102", Seq: 9}
+	if _, err := s.insert(ctx, opAcquire, g); err != nil {
 		t.Fatal(err)
 	}
-	if r.TokenBase != 1000 || r.TokenSeq != 1 {
-		t.Fatalf("inserted base=%d seq=%d, want 1000 and 1", r.TokenBase, r.TokenSeq)
-	}
-	// Held (expiresAt in the future): the upsert must fail with a duplicate key.
-	err = s.coll.FindOneAndUpdate(ctx, free, upd(2000), opts).Err()
-	if !mongo.IsDuplicateKeyError(err) {
-		t.Fatalf("upsert on a held record: %v, want duplicate key", err)
-	}
-	// Expired: the update matches, returns the old document, keeps the base.
-	later := bson.D{{Key: "_id", Value: "k"}, {Key: "expiresAt", Value: bson.D{{Key: "$lte", Value: now.Add(time.Hour)}}}}
-	var before record
-	if err := s.coll.FindOneAndUpdate(ctx, later, upd(3000), opts).Decode(&before); err != nil {
+	if err := s.writeHead(ctx, opAcquire, g); err != nil {
 		t.Fatal(err)
 	}
-	if before.TokenSeq != 1 {
-		t.Fatalf("before seq=%d, want 1", before.TokenSeq)
+	hs, err := s.heads(ctx, []string{"db.c/01", "db.c/0102", "db.c/none"})
+	if err != nil || len(hs) != 2 || hs["db.c/01"].Seq != 3 || hs["db.c/0102"].Seq != 9 {
+		t.Fatalf("heads: %v %v", hs, err)
 	}
-	if err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: "k"}}).Decode(&r); err != nil {
-		t.Fatal(err)
+	res, err := s.claims.DeleteMany(ctx, bson.D{})
+	if err != nil || res.DeletedCount != 4 {
+		t.Fatalf("delete claims: %v %v", res, err)
 	}
-	if r.TokenBase != 1000 || r.TokenSeq != 2 {
-		t.Fatalf("after update base=%d seq=%d, want 1000 and 2", r.TokenBase, r.TokenSeq)
+	if h, _ := s.head(ctx, "db.c/none"); h != nil {
+		t.Fatalf("head of an unknown key: %+v", h)
 	}
 }

@@ -234,7 +234,14 @@ func canonicalNumber(v bson.RawValue) (string, error) {
 		case f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63:
 			return strconv.FormatInt(int64(f), 10), nil
 		}
-		return new(big.Rat).SetFloat64(f).RatString(), nil
+		// MongoDB compares a double with a decimal after rounding the double
+		// to 34 significant digits (Decimal128's precision); the rounded
+		// value is injective on doubles, so it is the canonical value.
+		r, ok := new(big.Rat).SetString(new(big.Float).SetFloat64(f).Text('e', 33))
+		if !ok {
+			return "", fmt.Errorf("%w: cannot render %v", ErrInvalidID, f)
+		}
+		return r.RatString(), nil
 	case bsontype.Decimal128:
 		d := v.Decimal128()
 		if d.IsNaN() {

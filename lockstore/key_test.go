@@ -40,7 +40,10 @@ func TestCanonicalIDEqual(t *testing.T) {
 		{bson.D{{Key: "a", Value: int32(1)}, {Key: "b", Value: "x"}}, bson.D{{Key: "a", Value: 1.0}, {Key: "b", Value: "x"}}},
 		{bson.D{{Key: "a", Value: bson.A{int32(1), 2.0}}}, bson.D{{Key: "a", Value: bson.A{int64(1), int32(2)}}}},
 		{int64(math.MaxInt64)},
-		{1e300, dec(t, "1E+300")},
+		// A double equals the decimal that is its value rounded to 34 digits,
+		// as MongoDB converts it for the comparison.
+		{0.1, dec(t, "0.1000000000000000055511151231257827")},
+		{1e300, dec(t, "1.000000000000000052504760255204420E+300")},
 	}
 	for _, g := range groups {
 		k0 := key(t, g[0])
@@ -54,7 +57,8 @@ func TestCanonicalIDEqual(t *testing.T) {
 
 func TestCanonicalIDDistinct(t *testing.T) {
 	vals := []any{
-		int32(1), "1", 1.5, dec(t, "0.1"), 0.1, int64(2), true, false, nil,
+		int32(1), "1", 1.5, dec(t, "0.1"), 0.1, int64(2), true, false, primitive.Null{},
+		1e300, dec(t, "1E+300"),
 		primitive.MinKey{}, primitive.MaxKey{},
 		bson.D{{Key: "a", Value: int32(1)}, {Key: "b", Value: int32(2)}},
 		bson.D{{Key: "b", Value: int32(2)}, {Key: "a", Value: int32(1)}},

@@ -23,7 +23,16 @@ import (
 var upstreamURI string
 
 func TestMain(m *testing.M) {
-	srv, err := embedded.Start(embedded.Options{})
+	// SQLite on tmpfs when there is one: the tests measure the lock store,
+	// not fsync.
+	opts := embedded.Options{}
+	var shmDir string
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "lockgate-lockstore-"); err == nil {
+			shmDir, opts.Dir = d, d
+		}
+	}
+	srv, err := embedded.Start(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "embedded upstream:", err)
 		os.Exit(1)
@@ -31,6 +40,9 @@ func TestMain(m *testing.M) {
 	upstreamURI = srv.URI()
 	code := m.Run()
 	srv.Close()
+	if shmDir != "" {
+		os.RemoveAll(shmDir)
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
@@ -46,10 +58,11 @@ var collSeq atomic.Int64
 func testConfig(t testing.TB) Config {
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
 	return Config{
-		URI:        upstreamURI,
-		Database:   "lockgate_test",
-		Collection: fmt.Sprintf("locks_%s_%d", name, collSeq.Add(1)),
-		OpTimeout:  5 * time.Second,
+		URI:          upstreamURI,
+		Database:     "lockgate_test",
+		Collection:   fmt.Sprintf("locks_%s_%d", name, collSeq.Add(1)),
+		OpTimeout:    20 * time.Second, // FerretDB under -race can be slow
+		CleanupAfter: 5 * time.Minute,
 	}
 }
 

@@ -1,8 +1,10 @@
 package lockstore
 
 import (
+	"cmp"
 	"context"
-	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -54,8 +56,8 @@ func (s *Store) Renew(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 // Release frees the locks on ids that owner holds (expired or not, as long
 // as nobody took them over) and returns how many it freed; ids owner does
 // not hold are not an error, they just do not count. A non-empty errText is
-// kept on each freed record as lastError for the next holder (Status shows
-// it); an empty one clears it. Tokens are kept: records are not deleted.
+// kept on each freed key as lastError for the next holder (Status shows
+// it); an empty one clears it. Tokens are kept.
 func (s *Store) Release(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, errText string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
@@ -78,19 +80,16 @@ func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns string, errText 
 		return 0, err
 	}
 	if ns == "" {
-		return 0, ErrInvalidArgument
+		return 0, fmt.Errorf("%w: no namespace", ErrInvalidArgument)
 	}
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	filter := append(bson.D{{Key: "ns", Value: ns}}, ownerFilter(owner)...)
-	rids, err := s.findIDs(ctx, filter)
+	rids, err := s.keysOf(ctx, bson.D{
+		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns}, {Key: "head", Value: true},
+	})
 	if err != nil {
 		return 0, err
-	}
-	if len(rids) == 0 {
-		s.debug("release", ns, owner, zap.Int("released", 0))
-		return 0, nil
 	}
 	return s.release(ctx, owner, ns, rids, errText)
 }
@@ -99,88 +98,73 @@ func (s *Store) release(ctx context.Context, owner Owner, ns string, rids []stri
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	now, _ := s.clock.Now()
-	filter := append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: rids}}}}, ownerFilter(owner)...)
-	var res *mongo.UpdateResult
-	err := s.rt(ctx, opRelease, func(ctx context.Context) error {
-		var err error
-		res, err = s.coll.UpdateMany(ctx, filter, s.releaseUpdate(now, errText, false))
-		return err
-	})
-	if err != nil {
-		// The outcome is unknown: forget the cache entries either way.
-		s.cache.remove(rids...)
-		return 0, s.storeErr(ctx, opRelease, err)
+	n := 0
+	var firstErr error
+	for _, rid := range rids {
+		ok, err := s.releaseOne(ctx, opRelease, rid, func(g *gen) bool { return g.ownedBy(owner) }, errText, false)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		if ok {
+			n++
+		}
 	}
-	s.cache.remove(rids...)
 	s.wq.notify(rids...)
-	s.debug("release", ns, owner, zap.Int("ids", len(rids)), zap.Int64("released", res.MatchedCount),
-		zap.Bool("error", errText != ""))
-	return int(res.MatchedCount), nil
+	s.debug("release", ns, owner, zap.Int("ids", len(rids)), zap.Int("released", n),
+		zap.Bool("error", errText != ""), zap.NamedError("err", firstErr))
+	return n, firstErr
+}
+
+// keysOf returns the distinct keys of the generations matching filter.
+func (s *Store) keysOf(ctx context.Context, filter bson.D) ([]string, error) {
+	gens, err := s.findGens(ctx, filter, options.Find().SetProjection(bson.D{{Key: "key", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool, len(gens))
+	var rids []string
+	for _, g := range gens {
+		if !seen[g.Key] {
+			seen[g.Key] = true
+			rids = append(rids, g.Key)
+		}
+	}
+	return rids, nil
 }
 
 // ReleaseSession frees every lock held by the session, whatever its
-// binding (endSessions), and returns how many.
+// binding (endSessions), and returns how many. lastError is kept.
 func (s *Store) ReleaseSession(ctx context.Context, session []byte) (int, error) {
 	if len(session) == 0 {
-		return 0, ErrInvalidArgument
+		return 0, fmt.Errorf("%w: no session", ErrInvalidArgument)
 	}
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	filter := bson.D{{Key: "owner", Value: sessionBinary(session)}}
-	rids, err := s.findIDs(ctx, filter)
+	rids, err := s.keysOf(ctx, bson.D{{Key: "owner", Value: sessionBinary(session)}, {Key: "head", Value: true}})
 	if err != nil {
 		return 0, err
 	}
-	now, _ := s.clock.Now()
-	var res *mongo.UpdateResult
-	err = s.rt(ctx, opRelease, func(ctx context.Context) error {
-		var err error
-		res, err = s.coll.UpdateMany(ctx, filter, s.releaseUpdate(now, "", true))
-		return err
-	})
-	cached := s.cache.removeSession(session)
-	if err != nil {
-		return 0, s.storeErr(ctx, opRelease, err)
+	n := 0
+	var firstErr error
+	match := func(g *gen) bool { return string(g.Owner.Data) == string(session) }
+	for _, rid := range rids {
+		ok, err := s.releaseOne(ctx, opRelease, rid, match, "", true)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		if ok {
+			n++
+		}
 	}
+	cached := s.cache.removeSession(session)
 	s.wq.notify(append(rids, cached...)...)
 	if ce := s.log.Check(zap.DebugLevel, "release session"); ce != nil {
-		ce.Write(zap.String("session", SessionPrefix(session)), zap.Int64("released", res.MatchedCount))
+		ce.Write(zap.String("session", SessionPrefix(session)), zap.Int("released", n), zap.NamedError("err", firstErr))
 	}
-	return int(res.MatchedCount), nil
-}
-
-// findIDs returns the record ids matching filter.
-func (s *Store) findIDs(ctx context.Context, filter bson.D) ([]string, error) {
-	var rids []string
-	err := s.rt(ctx, opFind, func(ctx context.Context) error {
-		cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-		if err != nil {
-			return err
-		}
-		defer cur.Close(ctx)
-		for cur.Next(ctx) {
-			if id, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
-				rids = append(rids, id)
-			}
-		}
-		return cur.Err()
-	})
-	return rids, s.storeErr(ctx, opFind, err)
-}
-
-// findRecords returns the records matching filter.
-func (s *Store) findRecords(ctx context.Context, filter bson.D, opts *options.FindOptions) ([]record, error) {
-	var recs []record
-	err := s.rt(ctx, opFind, func(ctx context.Context) error {
-		cur, err := s.coll.Find(ctx, filter, opts)
-		if err != nil {
-			return err
-		}
-		return cur.All(ctx, &recs)
-	})
-	return recs, s.storeErr(ctx, opFind, err)
+	return n, firstErr
 }
 
 // Status describes the locks on ids, in the order of the distinct ids,
@@ -198,20 +182,16 @@ func (s *Store) Status(ctx context.Context, owner Owner, ns string, ids []bson.R
 	for i, k := range ks {
 		rids[i] = k.rid
 	}
-	recs, err := s.findRecords(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: rids}}}}, nil)
+	hs, err := s.heads(ctx, rids)
 	if err != nil {
 		return nil, err
-	}
-	byID := make(map[string]*record, len(recs))
-	for i := range recs {
-		byID[recs[i].ID] = &recs[i]
 	}
 	now, _ := s.clock.Now()
 	out := make([]Status, len(ks))
 	for i, k := range ks {
 		out[i] = Status{NS: ns, ID: k.id}
-		if r := byID[k.rid]; r != nil {
-			out[i] = r.status(now, &owner)
+		if h := hs[k.rid]; h != nil {
+			out[i] = h.status(now, &owner)
 			out[i].ID = k.id
 		}
 	}
@@ -219,22 +199,20 @@ func (s *Store) Status(ctx context.Context, owner Owner, ns string, ids []bson.R
 	return out, nil
 }
 
-// status renders a record; owner (optional) sets HeldByYou.
-func (r *record) status(now time.Time, owner *Owner) Status {
-	st := Status{
-		NS: r.NS, ID: r.Value, Token: r.token(), LastError: r.LastError, UpdatedAt: r.UpdatedAt,
-	}
-	if r.Owner != nil && r.ExpiresAt.After(now) {
+// status renders a head generation; owner (optional) sets HeldByYou.
+func (g *gen) status(now time.Time, owner *Owner) Status {
+	st := Status{NS: g.NS, ID: g.Value, Token: g.Token, LastError: g.LastError, UpdatedAt: g.At}
+	if g.heldAt(now) {
 		st.Held = true
-		st.Holder = r.holder()
-		st.Since = r.AcquiredAt
-		st.ExpiresAt = r.ExpiresAt
-		st.HeldByYou = owner != nil && r.ownedBy(*owner)
+		st.Holder = g.holder()
+		st.Since = g.AcquiredAt
+		st.ExpiresAt = g.ExpiresAt
+		st.HeldByYou = owner != nil && g.ownedBy(*owner)
 	}
 	return st
 }
 
-// List returns lock records for the admin view, held ones only unless
+// List returns lock keys for the admin view, held ones only unless
 // opts.IncludeFree, ordered by namespace and key.
 func (s *Store) List(ctx context.Context, opts ListOptions) ([]Status, error) {
 	if err := s.ready(ctx); err != nil {
@@ -245,29 +223,44 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Status, error) {
 		limit = 1000
 	}
 	now, _ := s.clock.Now()
-	filter := bson.D{}
+	filter := bson.D{{Key: "head", Value: true}}
 	if opts.NS != "" {
 		filter = append(filter, bson.E{Key: "ns", Value: opts.NS})
 	}
 	if !opts.IncludeFree {
-		filter = append(filter, bson.E{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now}}},
-			bson.E{Key: "owner", Value: bson.D{{Key: "$ne", Value: nil}}})
+		filter = append(filter, bson.E{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now}}})
 	}
-	recs, err := s.findRecords(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
+	rids, err := s.keysOf(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Status, len(recs))
-	for i := range recs {
-		out[i] = recs[i].status(now, nil)
+	slices.Sort(rids)
+	var out []Status
+	for len(rids) > 0 && len(out) < limit {
+		batch := rids[:min(len(rids), 500)]
+		rids = rids[len(batch):]
+		hs, err := s.heads(ctx, batch)
+		if err != nil {
+			return nil, err
+		}
+		for _, rid := range batch {
+			h := hs[rid]
+			if h == nil || (!opts.IncludeFree && !h.heldAt(now)) {
+				continue
+			}
+			out = append(out, h.status(now, nil))
+			if len(out) == limit {
+				break
+			}
+		}
 	}
 	return out, nil
 }
 
 // ForceRelease frees a lock whoever holds it, for operators. It raises the
 // fencing token (so that a fenced resource refuses the old holder), records
-// reason and the time on the record, logs an audit event at warn level and
-// returns the state before. A key without a record is not an error.
+// reason on the new generation, logs an audit event at warn level and
+// returns the state before. A key that was never locked is not an error.
 func (s *Store) ForceRelease(ctx context.Context, ns string, id bson.RawValue, reason string) (Status, error) {
 	ks, err := keys(ns, []bson.RawValue{id})
 	if err != nil {
@@ -277,30 +270,30 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id bson.RawValue, r
 		return Status{}, err
 	}
 	k := ks[0]
-	now, _ := s.clock.Now()
-	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: "owner", Value: nil},
-			{Key: "expiresAt", Value: freeExpiry},
-			{Key: "updatedAt", Value: now},
-			{Key: "gcAt", Value: now.Add(s.cfg.CleanupAfter)},
-			{Key: "forcedAt", Value: now},
-			{Key: "forceReason", Value: reason},
-		}},
-		{Key: "$inc", Value: bson.D{{Key: "tokenSeq", Value: int64(1)}}},
+	var before *gen
+	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
+		before = h
+		if h == nil {
+			return nil, nil
+		}
+		n := h.next(kindForce, now)
+		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient = nil, "", "", ""
+		n.AcquiredAt, n.ExpiresAt = time.Time{}, freeExpiry
+		n.Token = h.Token + 1
+		n.Reason = reason
+		return n, nil
 	}
-	var before record
-	err = s.rt(ctx, opForce, func(ctx context.Context) error {
-		return s.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: k.rid}}, update,
-			options.FindOneAndUpdate().SetReturnDocument(options.Before)).Decode(&before)
-	})
+	// Never act on a cached head: an operator's view must be current.
 	s.cache.remove(k.rid)
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	g, _, err := s.transition(ctx, opForce, k.rid, step)
+	s.cache.remove(k.rid)
+	if err != nil {
+		return Status{}, err
+	}
+	now, _ := s.clock.Now()
+	if g == nil {
 		s.log.Warn("force release: no such lock", zap.String("ns", ns), zap.Stringer("id", id), zap.String("reason", reason))
 		return Status{NS: ns, ID: id}, nil
-	}
-	if err != nil {
-		return Status{}, s.storeErr(ctx, opForce, err)
 	}
 	s.wq.notify(k.rid)
 	st := before.status(now, nil)
@@ -309,7 +302,7 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id bson.RawValue, r
 		zap.String("ns", ns), zap.Stringer("id", id), zap.String("reason", reason),
 		zap.Bool("wasHeld", st.Held), zap.String("holderApp", st.Holder.App),
 		zap.String("holderSession", st.Holder.SessionPrefix),
-		zap.Int64("oldToken", before.token()), zap.Int64("newToken", before.token()+1))
+		zap.Int64("oldToken", before.Token), zap.Int64("newToken", g.Token))
 	return st, nil
 }
 
@@ -333,8 +326,8 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 	var ask []lockKey
 	for _, k := range ks {
 		if s.cfg.CacheTrust > 0 {
-			if e, ok := s.cache.get(k.rid); ok && e.session == string(owner.Session) && e.bind == owner.Bind &&
-				e.expiresAt.After(need) && local.Sub(e.verified) <= s.cfg.CacheTrust {
+			if e, ok := s.cache.get(k.rid); ok && e.g.ownedBy(owner) && e.g.ExpiresAt.After(need) &&
+				local.Sub(e.verified) <= s.cfg.CacheTrust {
 				continue
 			}
 		}
@@ -350,72 +343,43 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 	for i, k := range ask {
 		rids[i] = k.rid
 	}
-	recs, err := s.findRecords(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: rids}}}}, nil)
+	hs, err := s.heads(ctx, rids)
 	if err != nil {
 		return false, nil, err
 	}
 	now, unc = s.clock.Now()
 	need = now.Add(unc + margin)
 	verified := time.Now()
-	held := make(map[string]bool, len(recs))
-	for i := range recs {
-		r := &recs[i]
-		if r.ownedBy(owner) && r.ExpiresAt.After(need) {
-			held[r.ID] = true
-			s.cache.put(r.ID, holdEntry{
-				session: string(owner.Session), bind: owner.Bind, token: r.token(),
-				expiresAt: r.ExpiresAt, verified: verified,
-			})
-		}
-	}
 	var missing []bson.RawValue
 	for _, k := range ask {
-		if !held[k.rid] {
-			missing = append(missing, k.id)
+		h := hs[k.rid]
+		if h != nil && h.ownedBy(owner) && h.ExpiresAt.After(need) {
+			s.cache.put(k.rid, holdEntry{g: h, verified: verified})
+			continue
 		}
+		missing = append(missing, k.id)
 	}
 	return len(missing) == 0, missing, nil
 }
 
-// Cleanup deletes records that have been free (or expired) for at least
-// Config.CleanupAfter, and returns how many. The background janitor calls
-// it every Config.CleanupInterval; operators and tests may call it too.
-// A record is deleted only if its last token is older than the cutoff in
-// server-clock nanoseconds, and the delete is conditional on the record not
-// having been written since it was read, so tokens never go back (see
-// docs/LOCKS.md).
+// Cleanup compacts the collection and returns how many claims it deleted:
+// every claim older than Config.CleanupAfter. Head documents are never
+// deleted, so a key's token can never be reset. Claims are only needed
+// while a change is in flight (they are the compare-and-swap) and while a
+// head document lags behind them; both last milliseconds unless a store
+// operation takes longer than CleanupAfter, which Config forbids (at least
+// 12 x OpTimeout). The background janitor calls it every
+// Config.CleanupInterval.
 func (s *Store) Cleanup(ctx context.Context) (int, error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
 	now, unc := s.clock.Now()
-	horizon := now.Add(-unc)
-	cutoff := horizon.Add(-s.cfg.CleanupAfter).UnixNano()
-	recs, err := s.findRecords(ctx, bson.D{{Key: "gcAt", Value: bson.D{{Key: "$lte", Value: horizon}}}},
-		options.Find().SetLimit(1000).SetProjection(bson.D{{Key: "tokenBase", Value: 1}, {Key: "tokenSeq", Value: 1}}))
-	if err != nil {
-		return 0, err
-	}
-	var rids []string
-	for _, r := range recs {
-		if r.token() < cutoff {
-			rids = append(rids, r.ID)
-		} else {
-			s.log.Warn("idle lock record has a token from the future; not deleting it",
-				zap.String("record", r.ID), zap.Int64("token", r.token()))
-		}
-	}
-	if len(rids) == 0 {
-		return 0, nil
-	}
+	horizon := now.Add(-unc - s.cfg.CleanupAfter)
 	var res *mongo.DeleteResult
-	err = s.rt(ctx, opCleanup, func(ctx context.Context) error {
+	err := s.rt(ctx, opCleanup, func(ctx context.Context) error {
 		var err error
-		res, err = s.coll.DeleteMany(ctx, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "$in", Value: rids}}},
-			// Any write since the read moved gcAt past the horizon.
-			{Key: "gcAt", Value: bson.D{{Key: "$lte", Value: horizon}}},
-		})
+		res, err = s.claims.DeleteMany(ctx, bson.D{{Key: "at", Value: bson.D{{Key: "$lt", Value: horizon}}}})
 		return err
 	})
 	if err != nil {

@@ -85,7 +85,8 @@ func WithClock(c Clock) Option { return func(s *Store) { s.clock = c } }
 type Store struct {
 	cfg    Config
 	client *mongo.Client
-	coll   *mongo.Collection
+	coll   *mongo.Collection // head documents
+	claims *mongo.Collection // claims: Collection + "_claims"
 	log    *zap.Logger
 	m      *Metrics
 	clock  Clock
@@ -140,6 +141,9 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 		SetAppName(cfg.AppName).
 		SetServerSelectionTimeout(cfg.OpTimeout).
 		SetConnectTimeout(cfg.OpTimeout)
+	if cfg.MaxPoolSize > 0 {
+		copts.SetMaxPoolSize(cfg.MaxPoolSize)
+	}
 	client, err := mongo.Connect(ctx, copts)
 	if err != nil {
 		return nil, fmt.Errorf("lockstore.uri: %w", err)
@@ -147,10 +151,11 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	s.client = client
 	// Lock records must survive a failover: majority writes and primary
 	// reads, so that a new primary knows every grant that was acknowledged.
-	s.coll = client.Database(cfg.Database).Collection(cfg.Collection,
-		options.Collection().
-			SetWriteConcern(&writeconcern.WriteConcern{W: "majority", WTimeout: cfg.OpTimeout}).
-			SetReadPreference(readpref.Primary()))
+	copt := options.Collection().
+		SetWriteConcern(&writeconcern.WriteConcern{W: "majority", WTimeout: cfg.OpTimeout}).
+		SetReadPreference(readpref.Primary())
+	s.coll = client.Database(cfg.Database).Collection(cfg.Collection, copt)
+	s.claims = client.Database(cfg.Database).Collection(cfg.Collection+ClaimsSuffix, copt)
 	s.openStream = s.watchCollection
 
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -268,32 +273,40 @@ func (s *Store) ready(ctx context.Context) error {
 	return s.setup(ctx)
 }
 
+// ClaimsSuffix names the claims collection next to Config.Collection.
+const ClaimsSuffix = "_claims"
+
 func (s *Store) ensureIndexes(ctx context.Context) error {
-	idx := s.coll.Indexes()
-	create := func(m mongo.IndexModel) error {
+	create := func(c *mongo.Collection, m mongo.IndexModel) error {
 		return s.rt(ctx, opIndex, func(ctx context.Context) error {
-			_, err := idx.CreateOne(ctx, m)
+			_, err := c.Indexes().CreateOne(ctx, m)
 			return err
 		})
 	}
-	for _, m := range []mongo.IndexModel{
-		{Keys: bson.D{{Key: "owner", Value: 1}, {Key: "ns", Value: 1}}},
-		{Keys: bson.D{{Key: "expiresAt", Value: 1}}},
+	for _, ci := range []struct {
+		c *mongo.Collection
+		m mongo.IndexModel
+	}{
+		{s.coll, mongo.IndexModel{Keys: bson.D{{Key: "owner", Value: 1}, {Key: "ns", Value: 1}}}},
+		{s.coll, mongo.IndexModel{Keys: bson.D{{Key: "expiresAt", Value: 1}}}},
 	} {
-		if err := create(m); err != nil {
+		if err := create(ci.c, ci.m); err != nil {
 			if isUnreachable(err) {
 				return s.storeErr(ctx, opIndex, err)
 			}
 			s.log.Warn("creating lock index failed; continuing without it", zap.Error(err))
 		}
 	}
-	// gcAt is both the janitor's query and, where the server has TTL
-	// indexes, the server's own garbage collection; see docs/LOCKS.md for
-	// why deleting idle records never resets a token.
-	ttl := mongo.IndexModel{Keys: bson.D{{Key: "gcAt", Value: 1}}, Options: options.Index().SetExpireAfterSeconds(0)}
-	if err := create(ttl); err != nil {
-		s.log.Info("TTL index not available; the janitor alone deletes idle records", zap.Error(err))
-		if err := create(mongo.IndexModel{Keys: bson.D{{Key: "gcAt", Value: 1}}}); err != nil {
+	// Claims expire by themselves where the server has TTL indexes (only
+	// garbage collection: the janitor does the same); FerretDB refuses them,
+	// then a plain index serves the janitor.
+	ttl := mongo.IndexModel{
+		Keys:    bson.D{{Key: "at", Value: 1}},
+		Options: options.Index().SetExpireAfterSeconds(int32(s.cfg.CleanupAfter / time.Second)),
+	}
+	if err := create(s.claims, ttl); err != nil {
+		s.log.Info("TTL index on claims not available; the janitor alone compacts", zap.Error(err))
+		if err := create(s.claims, mongo.IndexModel{Keys: bson.D{{Key: "at", Value: 1}}}); err != nil {
 			s.log.Warn("creating lock index failed; continuing without it", zap.Error(err))
 		}
 	}
@@ -337,7 +350,7 @@ func (s *Store) background() {
 			}
 		case <-pruneT.C:
 			now, unc := s.clock.Now()
-			s.cache.prune(now.Add(-unc))
+			s.cache.prune(now.Add(-unc), time.Minute)
 		case <-cleanC:
 			if n, err := s.Cleanup(s.ctx); err != nil {
 				s.log.Debug("cleanup failed", zap.Error(err))
@@ -374,49 +387,97 @@ func (s *Store) storeErr(ctx context.Context, op string, err error) error {
 	return unavailable(op, err)
 }
 
-// record is the stored form of a lock. The fencing token is
-// tokenBase + tokenSeq: tokenBase is set once, when the record is created,
-// from the server clock in nanoseconds; tokenSeq is incremented by every
-// grant to a new holder and by every force-release.
-type record struct {
+// gen is one generation of the state of a lock key. It is stored twice:
+//
+//   - as a claim in the claims collection, _id = genID(key, seq), inserted
+//     once and never changed:
+//     the unique _id index makes "insert claim seq+1" an atomic
+//     compare-and-swap on every MongoDB-compatible server, including
+//     FerretDB, whose conditional updates are not atomic;
+//   - as the key's head document in the lock collection, _id = key,
+//     head = true, replaced after
+//     every successful claim: the one fast (by _id) place to read a key's
+//     state. It may lag behind the newest claim for a moment (or until the
+//     next change, if its writer failed); writers detect that through the
+//     duplicate claim and roll forward.
+//
+// Claims are compacted after Config.CleanupAfter; head documents are never
+// deleted, so a key's token can never go back. See docs/LOCKS.md.
+type gen struct {
 	ID          string            `bson:"_id"`
+	Head        bool              `bson:"head,omitempty"`
+	Key         string            `bson:"key"`
+	Seq         int64             `bson:"seq"`
 	NS          string            `bson:"ns"`
-	Value       bson.RawValue     `bson:"id"`
+	Value       bson.RawValue     `bson:"id,omitempty"`
+	Kind        string            `bson:"kind"`
 	Owner       *primitive.Binary `bson:"owner"`
 	Bind        string            `bson:"bind"`
 	OwnerApp    string            `bson:"ownerApp"`
 	OwnerClient string            `bson:"ownerClient"`
-	TokenBase   int64             `bson:"tokenBase"`
-	TokenSeq    int64             `bson:"tokenSeq"`
+	Token       int64             `bson:"token"`
 	AcquiredAt  time.Time         `bson:"acquiredAt"`
 	ExpiresAt   time.Time         `bson:"expiresAt"`
-	UpdatedAt   time.Time         `bson:"updatedAt"`
+	At          time.Time         `bson:"at"`
 	LastError   string            `bson:"lastError"`
+	Reason      string            `bson:"reason,omitempty"`
 }
 
-func (r *record) token() int64 { return r.TokenBase + r.TokenSeq }
+// Generation kinds, for operators reading the collection.
+const (
+	kindAcquire = "acquire"
+	kindRenew   = "renew"
+	kindRelease = "release"
+	kindForce   = "force-release"
+)
 
-func (r *record) ownedBy(o Owner) bool {
-	return r.Owner != nil && string(r.Owner.Data) == string(o.Session) && r.Bind == o.Bind
+// genID is the _id of generation seq of record id rid. The fixed-width
+// suffix makes the mapping injective.
+func genID(rid string, seq int64) string { return fmt.Sprintf("%s#%016x", rid, uint64(seq)) }
+
+// keyOfGenID strips the generation suffix.
+func keyOfGenID(id string) string {
+	if len(id) < 17 || id[len(id)-17] != '#' {
+		return ""
+	}
+	return id[:len(id)-17]
 }
 
-func (r *record) holder() Holder {
-	h := Holder{App: r.OwnerApp, Client: r.OwnerClient, ExpiresAt: r.ExpiresAt, Token: r.token()}
-	if r.Owner != nil {
-		h.SessionPrefix = SessionPrefix(r.Owner.Data)
+func (g *gen) ownedBy(o Owner) bool {
+	return g.Owner != nil && string(g.Owner.Data) == string(o.Session) && g.Bind == o.Bind
+}
+
+func (g *gen) holder() Holder {
+	h := Holder{App: g.OwnerApp, Client: g.OwnerClient, ExpiresAt: g.ExpiresAt, Token: g.Token}
+	if g.Owner != nil {
+		h.SessionPrefix = SessionPrefix(g.Owner.Data)
 	}
 	return h
 }
 
-// freeExpiry is the expiresAt of a released record: far in the past, so
-// that every instance sees it free whatever its clock uncertainty.
-var freeExpiry = time.Unix(0, 0).UTC()
+// heldAt tells whether someone holds the key at server time t.
+func (g *gen) heldAt(t time.Time) bool { return g.Owner != nil && g.ExpiresAt.After(t) }
 
-func sessionBinary(session []byte) primitive.Binary {
-	return primitive.Binary{Subtype: 0x04, Data: session}
+// next returns a copy of g as the claim of generation seq+1 at time now.
+func (g *gen) next(kind string, now time.Time) *gen {
+	n := *g
+	n.Seq = g.Seq + 1
+	n.ID, n.Head = genID(g.Key, n.Seq), false
+	n.Kind, n.At, n.Reason = kind, now, ""
+	return &n
 }
 
-// ownerFilter matches records held by o (expired or not).
-func ownerFilter(o Owner) bson.D {
-	return bson.D{{Key: "owner", Value: sessionBinary(o.Session)}, {Key: "bind", Value: o.Bind}}
+// asHead returns the head document of claim g.
+func (g *gen) asHead() *gen {
+	h := *g
+	h.ID, h.Head = g.Key, true
+	return &h
+}
+
+// freeExpiry is the expiresAt of a released key: far in the past, so that
+// every instance sees it free whatever its clock uncertainty.
+var freeExpiry = time.Unix(0, 0).UTC()
+
+func sessionBinary(session []byte) *primitive.Binary {
+	return &primitive.Binary{Subtype: 0x04, Data: session}
 }

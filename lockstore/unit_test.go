@@ -63,8 +63,8 @@ func TestServerClockEstimate(t *testing.T) {
 	if want := now().Add(time.Hour); got.Sub(want).Abs() > time.Millisecond {
 		t.Fatalf("estimate %v, want %v", got, want)
 	}
-	if u != 6*time.Millisecond {
-		t.Fatalf("uncertainty %v, want rtt/2 + 1ms = 6ms", u)
+	if u < 6*time.Millisecond || u > 6*time.Millisecond+10*time.Microsecond {
+		t.Fatalf("uncertainty %v, want rtt/2 + 1ms = 6ms (+ drift)", u)
 	}
 	// A worse (slower) sample does not replace a recent better one.
 	sent = now()
@@ -83,7 +83,7 @@ func TestServerClockEstimate(t *testing.T) {
 	sent = now()
 	advance(2 * time.Millisecond)
 	c.add(clockSample{sent: sent, recv: now(), server: sent.Add(30 * time.Minute)})
-	if got, u := c.Now(); got.Sub(now().Add(30*time.Minute)).Abs() > 2*time.Millisecond || u != 2*time.Millisecond {
+	if got, u := c.Now(); got.Sub(now().Add(30*time.Minute)).Abs() > 2*time.Millisecond || u > 3*time.Millisecond {
 		t.Fatalf("fresh sample not taken: %v ± %v", got.Sub(now()), u)
 	}
 }
@@ -203,7 +203,7 @@ func TestWaitModeSelection(t *testing.T) {
 	s.wq.join(w)
 	<-w.kick // first try
 	var ev changeEvent
-	ev.DocumentKey.ID = "x/01"
+	ev.DocumentKey.ID = genID("x/01", 7)
 	fs.ch <- ev
 	select {
 	case <-w.kick:
@@ -221,7 +221,7 @@ func TestErrorsAndMessages(t *testing.T) {
 		t.Fatal("busy error must match ErrBusy only")
 	}
 	msg := he.Error()
-	for _, want := range []string{"shop.orders", "billing", "1a2b3c4d", "2026-01-02T03:04:05Z"} {
+	for _, want := range []string{"shop.orders _id 7 ", "billing", "1a2b3c4d", "2026-01-02T03:04:05Z"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q lacks %q", msg, want)
 		}
@@ -229,6 +229,9 @@ func TestErrorsAndMessages(t *testing.T) {
 	he.Timeout = true
 	if !errors.Is(he, ErrTimeout) || errors.Is(he, ErrBusy) {
 		t.Fatal("timeout error must match ErrTimeout only")
+	}
+	if got := FormatID(rv(t, "x")) + FormatID(rv(t, int64(2))) + FormatID(rv(t, bson.D{{Key: "a", Value: int32(1)}})); got != `"x"NumberLong(2){"a": {"$numberInt":"1"}}` {
+		t.Fatalf("FormatID: %s", got)
 	}
 	if SessionPrefix([]byte{0x1a, 0x2b, 0x3c, 0x4d, 0x5e}) != "1a2b3c4d" {
 		t.Fatal("session prefix")

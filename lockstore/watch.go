@@ -25,14 +25,14 @@ type changeEvent struct {
 	DocumentKey struct {
 		ID string `bson:"_id"`
 	} `bson:"documentKey"`
-	FullDocument *record `bson:"fullDocument"`
+	FullDocument *gen `bson:"fullDocument"`
 }
 
-// watchCollection opens a change stream on the lock collection: updates,
-// replacements and deletes, with the record looked up after the change.
+// watchCollection opens a change stream on the lock collection: claims
+// (inserts) and head documents (replacements, upserts).
 func (s *Store) watchCollection(ctx context.Context) (changeStream, error) {
 	pipeline := mongo.Pipeline{{{Key: "$match", Value: bson.D{
-		{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"update", "replace", "delete"}}}},
+		{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"insert", "replace", "update"}}}},
 	}}}}
 	var cs *mongo.ChangeStream
 	err := s.rt(ctx, "watch", func(ctx context.Context) error {
@@ -102,10 +102,17 @@ func (s *Store) watch(cs changeStream) {
 }
 
 func (s *Store) onChange(ev changeEvent) {
-	rid := ev.DocumentKey.ID
+	rid := keyOfGenID(ev.DocumentKey.ID)
+	if ev.FullDocument != nil && ev.FullDocument.Key != "" {
+		rid = ev.FullDocument.Key
+	}
+	if rid == "" {
+		return
+	}
 	if e, ok := s.cache.get(rid); ok {
-		r := ev.FullDocument
-		if r == nil || r.Owner == nil || string(r.Owner.Data) != e.session || r.Bind != e.bind || r.token() != e.token {
+		// A generation this Store did not write (or a newer one) makes the
+		// cached head stale.
+		if g := ev.FullDocument; g == nil || g.Seq > e.g.Seq {
 			s.cache.remove(rid)
 		}
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package lockstore
+
+const raceEnabled = false
