@@ -341,7 +341,8 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 }
 
 // writeOwner is the lock owner a write acts as: its session, and the
-// binding it names, if any, in comment: {lockgate: "<bind>"}.
+// binding it names, if any, in its comment: "lockgate:<bind>" (a string,
+// which every server accepts), or {lockgate: "<bind>"}.
 func (g *Guard) writeOwner(req *proxy.Request) (lockstore.Owner, bool) {
 	if req.Command == nil {
 		return lockstore.Owner{}, false
@@ -351,9 +352,16 @@ func (g *Guard) writeOwner(req *proxy.Request) (lockstore.Owner, bool) {
 		return lockstore.Owner{}, false
 	}
 	o := owner(req, session, "")
-	if c, err := req.Command.Body.LookupErr("comment"); err == nil && c.Type == bsontype.EmbeddedDocument {
-		if b, ok := c.Document().Lookup("lockgate").StringValueOK(); ok {
-			o.Bind = b
+	if c, err := req.Command.Body.LookupErr("comment"); err == nil {
+		switch c.Type {
+		case bsontype.String:
+			if b, ok := strings.CutPrefix(c.StringValue(), "lockgate:"); ok {
+				o.Bind = b
+			}
+		case bsontype.EmbeddedDocument:
+			if b, ok := c.Document().Lookup("lockgate").StringValueOK(); ok {
+				o.Bind = b
+			}
 		}
 	}
 	return o, true

@@ -314,3 +314,26 @@ func TestLimitsAndUnacknowledged(t *testing.T) {
 		t.Fatalf("unacknowledged unlocked write landed: qty %v", got)
 	}
 }
+
+// TestBindRequiresTheToken: a lock taken with bind covers only writes that
+// carry the same binding in their comment, even in the holder's session.
+func TestBindRequiresTheToken(t *testing.T) {
+	coll, pol := protected(t, 2)
+	st := startStackWith(t, stackOptions{policy: pol})
+	c := connect(t, st.uri, "binder")
+	s := session(t, c)
+	if err := c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}, {"bind", "unit-of-work-7f3a"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	col := c.Database("shop").Collection(coll)
+	_, err := col.UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	lockBusy(t, err, "refused")
+	_, err = col.UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}},
+		options.Update().SetComment("lockgate:wrong"))
+	lockBusy(t, err, "refused")
+	r, err := col.UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}},
+		options.Update().SetComment("lockgate:unit-of-work-7f3a"))
+	if err != nil || r.ModifiedCount != 1 {
+		t.Fatalf("write with the binding: %v %v", r, err)
+	}
+}
