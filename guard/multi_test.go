@@ -172,8 +172,8 @@ func TestManyClientsNoDoubleGrant(t *testing.T) {
 	// under this much contention, so the run is bounded in time: every
 	// cycle started is checked, and the figure is logged.
 	clients, cycles, budget := 50, 200, 90*time.Second
-	if testing.Short() {
-		clients, cycles = 10, 20
+	if testing.Short() || raceEnabled {
+		clients, cycles = 20, 10
 	}
 	start := time.Now()
 	st := startStack(t, "")
