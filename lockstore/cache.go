@@ -117,3 +117,39 @@ func (c *holdCache) staleAll() {
 		c.m[rid] = e
 	}
 }
+
+// held returns the generation of every entry that names a holder, for the
+// background refresh.
+func (c *holdCache) heldEntries() map[string]*gen {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]*gen, len(c.m))
+	for rid, e := range c.m {
+		if e.g.Owner != nil {
+			out[rid] = e.g
+		}
+	}
+	return out
+}
+
+// refresh replaces the entry of rid with fresh, read from the database at
+// verified, but only if the entry is still the generation seen before the
+// read: a release or acquire through this Store in between wins, so a
+// refresh can never resurrect a lock released meanwhile. fresh nil drops
+// the entry.
+func (c *holdCache) refresh(rid string, seen, fresh *gen, verified time.Time) {
+	c.mu.Lock()
+	cur, ok := c.m[rid]
+	if !ok || cur.g != seen {
+		c.mu.Unlock()
+		return
+	}
+	if fresh == nil {
+		c.removeLocked(rid)
+		c.held.Set(float64(c.own))
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.put(rid, holdEntry{g: fresh, verified: verified})
+}

@@ -16,7 +16,7 @@ const (
 	DefaultCacheTrust        = time.Second
 	DefaultClockSyncInterval = 10 * time.Second
 	DefaultMinPoll           = 5 * time.Millisecond
-	DefaultMaxPoll           = 250 * time.Millisecond
+	DefaultMaxPoll           = 100 * time.Millisecond
 
 	// MinCleanupAfter is the shortest time a superseded generation is kept
 	// before compaction deletes it. It must exceed by far the longest store

@@ -328,6 +328,15 @@ func (s *Store) background() {
 	defer syncT.Stop()
 	pruneT := time.NewTicker(time.Second)
 	defer pruneT.Stop()
+	// Locks held through this Store are re-read together, in one round
+	// trip, twice per CacheTrust, so that Holds answers writes from memory
+	// instead of reading each key once its verification grows old.
+	var refreshC <-chan time.Time
+	if s.cfg.CacheTrust > 0 {
+		t := time.NewTicker(max(s.cfg.CacheTrust/2, 50*time.Millisecond))
+		defer t.Stop()
+		refreshC = t.C
+	}
 	var cleanC <-chan time.Time
 	if s.cfg.CleanupInterval > 0 {
 		t := time.NewTicker(s.cfg.CleanupInterval)
@@ -348,6 +357,8 @@ func (s *Store) background() {
 					s.log.Debug("clock sync failed", zap.Error(err))
 				}
 			}
+		case <-refreshC:
+			s.refreshCache(s.ctx)
 		case <-pruneT.C:
 			now, unc := s.clock.Now()
 			s.cache.prune(now.Add(-unc), time.Minute)
@@ -480,4 +491,30 @@ var freeExpiry = time.Unix(0, 0).UTC()
 
 func sessionBinary(session []byte) *primitive.Binary {
 	return &primitive.Binary{Subtype: 0x04, Data: session}
+}
+
+// refreshCache re-reads the head of every cached lock that names a holder,
+// at most 1000 keys per round trip.
+func (s *Store) refreshCache(ctx context.Context) {
+	seen := s.cache.heldEntries()
+	if len(seen) == 0 || !s.setupDone.Load() {
+		return
+	}
+	rids := make([]string, 0, len(seen))
+	for rid := range seen {
+		rids = append(rids, rid)
+	}
+	for len(rids) > 0 {
+		batch := rids[:min(len(rids), 1000)]
+		rids = rids[len(batch):]
+		hs, err := s.heads(ctx, batch)
+		if err != nil {
+			s.log.Debug("lock cache refresh failed; entries age out", zap.Error(err))
+			return
+		}
+		verified := time.Now()
+		for _, rid := range batch {
+			s.cache.refresh(rid, seen[rid], hs[rid], verified)
+		}
+	}
 }
