@@ -105,6 +105,9 @@ func AppendCompressed(dst []byte, msg []byte, c Compressor) ([]byte, error) {
 // false when req expects no reply: the fire-and-forget legacy writes,
 // OP_KILL_CURSORS, an OP_MSG with moreToCome, replies and unknown opcodes.
 func ReplyTo(req Message, requestID int32, body bsoncore.Document) (reply []byte, ok bool) {
+	if req == nil {
+		return nil, false
+	}
 	return replyTo(req, requestID, req.Header().RequestID, body)
 }
 
@@ -147,6 +150,9 @@ func ErrorDocument(code int32, codeName, errmsg string, extra ...bsoncore.Elemen
 // {$err, code, codeName, extra...}, which is how the server failed them.
 // ok is false when req expects no reply.
 func ErrorReplyTo(req Message, requestID int32, code int32, codeName, errmsg string, extra ...bsoncore.Element) ([]byte, bool) {
+	if req == nil {
+		return nil, false
+	}
 	inner := req
 	if c, ok := req.(*OpCompressed); ok {
 		inner = c.Inner
@@ -193,7 +199,17 @@ func WithBody(m Message, body bsoncore.Document) ([]byte, error) {
 			return nil, malformed("OP_COMPRESSED: no inner message")
 		}
 		return WithBody(m.Inner, body)
+	case nil:
+		return nil, fmt.Errorf("wire: WithBody: nil message")
 	default:
 		return nil, fmt.Errorf("wire: WithBody: %v carries no command or reply document", m.Header().OpCode)
 	}
+}
+
+// WithSequences re-encodes m with its body and its kind-1 sections both
+// replaced, keeping the header ids, the flags and the body's position among
+// the sections; the checksum is recomputed when present. It is the
+// supported alternative to copying an OpMsg and editing its fields.
+func WithSequences(m *OpMsg, body bsoncore.Document, seqs []Sequence) []byte {
+	return appendMsg(nil, m.hdr.RequestID, m.hdr.ResponseTo, m.Flags, body, min(m.bodyIndex, len(seqs)), seqs)
 }

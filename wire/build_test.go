@@ -204,3 +204,38 @@ func TestErrorReplyTo(t *testing.T) {
 		t.Error("legacy failure carries ok")
 	}
 }
+
+func TestNilMessage(t *testing.T) {
+	if _, ok := ReplyTo(nil, 1, nil); ok {
+		t.Error("ReplyTo(nil)")
+	}
+	if _, ok := ErrorReplyTo(nil, 1, 2, "BadValue", "x"); ok {
+		t.Error("ErrorReplyTo(nil)")
+	}
+	if _, err := WithBody(nil, nil); err == nil {
+		t.Error("WithBody(nil)")
+	}
+	if c, err := CommandOf(nil); c != nil || err != nil {
+		t.Error("CommandOf(nil)")
+	}
+}
+
+func TestWithSequences(t *testing.T) {
+	body := cmdDoc("update", "items", "app")
+	a := doc(func(b *bsoncore.DocumentBuilder) { b.AppendInt32("_id", 1) })
+	bb := doc(func(b *bsoncore.DocumentBuilder) { b.AppendInt32("_id", 2) })
+	raw := withChecksum(frameOf(OpCodeMsg, i32(int32(ChecksumPresent)), seqSection("updates", a), bodySection(body)))
+	m := mustParse(t, raw).(*OpMsg)
+	if got := WithSequences(m, m.Body, m.Sequences); !bytes.Equal(got, raw) {
+		t.Fatal("same sections do not give the same bytes")
+	}
+	out := WithSequences(m, body, []Sequence{{Identifier: "updates", Documents: []bsoncore.Document{bb}}, {Identifier: "x"}})
+	nm := mustParse(t, out).(*OpMsg)
+	if nm.Flags != ChecksumPresent || nm.bodyIndex != 1 || len(nm.Sequences) != 2 || !bytes.Equal(nm.Sequences[0].Documents[0], bb) || nm.Header().RequestID != 7 {
+		t.Errorf("rebuilt %+v", nm)
+	}
+	nm = mustParse(t, WithSequences(m, body, nil)).(*OpMsg)
+	if len(nm.Sequences) != 0 || !bytes.Equal(nm.Body, body) {
+		t.Errorf("without sequences %+v", nm)
+	}
+}

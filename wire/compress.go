@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/klauspost/compress/snappy"
@@ -47,11 +48,18 @@ func Compress(c Compressor, src []byte, dst []byte) ([]byte, error) {
 	case CompressorNoop:
 		return append(dst, src...), nil
 	case CompressorSnappy:
-		enc := snappy.Encode(nil, src)
-		return append(dst, enc...), nil
+		n := snappy.MaxEncodedLen(len(src))
+		if n < 0 {
+			return dst, tooLarge("snappy: %d bytes cannot be compressed", len(src))
+		}
+		dst = slices.Grow(dst, n)
+		enc := snappy.Encode(dst[len(dst):len(dst)+n], src)
+		return dst[:len(dst)+len(enc)], nil
 	case CompressorZlib:
 		var b bytes.Buffer
-		w := zlib.NewWriter(&b)
+		// BestSpeed: the proxy compresses in flight, where latency matters
+		// more than the last few percent of ratio.
+		w, _ := zlib.NewWriterLevel(&b, zlib.BestSpeed)
 		if _, err := w.Write(src); err != nil {
 			return dst, err
 		}
@@ -60,7 +68,14 @@ func Compress(c Compressor, src []byte, dst []byte) ([]byte, error) {
 		}
 		return append(dst, b.Bytes()...), nil
 	case CompressorZstd:
-		enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+		// A window no larger than the message and the lower-memory mode
+		// keep a per-call encoder to tens of kilobytes for small messages.
+		window := zstd.MinWindowSize
+		for window < len(src) && window < 8<<20 {
+			window <<= 1
+		}
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(window),
+			zstd.WithLowerEncoderMem(true), zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithSingleSegment(true))
 		if err != nil {
 			return dst, err
 		}
@@ -79,11 +94,46 @@ func Decompress(c Compressor, src []byte, size int) ([]byte, error) {
 	if size < 0 {
 		return nil, malformed("%v: negative uncompressed size %d", c, size)
 	}
-	out, err := decompressInto(make([]byte, 0, size+1), c, src, size)
+	out, err := decompress(c, src, size, 0)
 	if err != nil {
 		return nil, malformed("%v", err)
 	}
 	return out, nil
+}
+
+// Largest expansion each format can achieve, used to refuse a declared size
+// that src cannot possibly produce before allocating it: a snappy copy
+// emits at most 64 bytes for a 3-byte tag, deflate at most 258 bytes for
+// two bits (the classic 1032:1), a zstd RLE block 128 KiB for 4 bytes.
+const (
+	maxSnappyRatio = 22
+	maxZlibRatio   = 1032
+	maxZstdRatio   = 32 << 10
+)
+
+// decompress checks that src can plausibly expand to size, then allocates
+// prefix+size+1 bytes once and decompresses after the prefix.
+func decompress(c Compressor, src []byte, size, prefix int) ([]byte, error) {
+	ratio := 1
+	switch c {
+	case CompressorNoop:
+	case CompressorSnappy:
+		ratio = maxSnappyRatio
+	case CompressorZlib:
+		ratio = maxZlibRatio
+	case CompressorZstd:
+		ratio = maxZstdRatio
+		var h zstd.Header
+		if err := h.Decode(src); err == nil && h.HasFCS && h.FrameContentSize > uint64(size) {
+			return nil, fmt.Errorf("zstd: frame declares %d bytes, message declares %d", h.FrameContentSize, size)
+		}
+	default:
+		return nil, fmt.Errorf("compressor id %d is unknown", uint8(c))
+	}
+	if size > len(src)*ratio+64 {
+		return nil, fmt.Errorf("%v: %d bytes cannot expand to the declared %d", c, len(src), size)
+	}
+	return decompressInto(make([]byte, prefix, prefix+size+1), c, src, size)
 }
 
 // decompressInto appends exactly size decompressed bytes to dst, whose

@@ -177,6 +177,9 @@ func TestParseCompressed(t *testing.T) {
 		{"unknown compressor", compressedFrame(OpCodeMsg, int32(len(plain)-HeaderSize), 4, plain[HeaderSize:]), ErrMalformed, "compressor id 4 is unknown"},
 		{"size below opcode minimum", compressedFrame(OpCodeMsg, 3, CompressorNoop, []byte{0, 0, 0}), ErrMalformed, "below the OP_MSG minimum"},
 		{"truncated compressor id", frameOf(OpCodeCompressed, i32(int32(OpCodeMsg)), i32(10)), ErrMalformed, "below the minimum"},
+		{"zlib claim beyond any ratio", compressedFrame(OpCodeMsg, 40_000_000, CompressorZlib, make([]byte, 30)), ErrMalformed, "30 bytes cannot expand to the declared 40000000"},
+		{"snappy claim beyond any ratio", compressedFrame(OpCodeMsg, 40_000, CompressorSnappy, snap), ErrMalformed, "cannot expand"},
+		{"zstd frame size disagrees", compressedFrame(OpCodeMsg, int32(len(plain)-HeaderSize-1), CompressorZstd, zstdOf(plain[HeaderSize:])), ErrMalformed, "zstd: frame declares"},
 		{"inner message malformed", compressedFrame(OpCodeMsg, int32(len(badInner)-HeaderSize), CompressorNoop, badInner[HeaderSize:]), ErrMalformed, "unknown required flag bits 0x0008 (inside OP_COMPRESSED)"},
 	}
 	for _, tt := range tests {
@@ -218,5 +221,31 @@ func TestDecompressZstdStreams(t *testing.T) {
 		}
 		_, err = Decompress(CompressorZstd, buf.Bytes(), len(src)-1)
 		wantErr(t, err, ErrMalformed, "zstd")
+	}
+}
+
+func zstdOf(b []byte) []byte {
+	out, err := Compress(CompressorZstd, b, nil)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// TestCompressedClaimCostsNothing: a small OP_COMPRESSED that claims a
+// large uncompressed size is refused before the size is allocated.
+func TestCompressedClaimCostsNothing(t *testing.T) {
+	for _, c := range []Compressor{CompressorNoop, CompressorSnappy, CompressorZlib, CompressorZstd} {
+		raw := compressedFrame(OpCodeMsg, 40_000_000, c, make([]byte, 100))
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := Parse(raw, Limits{})
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Fatalf("%v: accepted", c)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+			t.Errorf("%v: %d bytes allocated to refuse a 40 MB claim", c, n)
+		}
 	}
 }

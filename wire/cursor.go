@@ -78,3 +78,15 @@ func (c *cursor) done() error {
 	}
 	return nil
 }
+
+// identifier reads a sequence identifier, interned: drivers only ever send
+// a handful of them.
+func (c *cursor) identifier() (string, error) {
+	i := bytes.IndexByte(c.b[c.off:c.end], 0)
+	if i < 0 {
+		return "", malformed("%v: document sequence identifier at offset %d is not terminated", c.op, c.off)
+	}
+	s := internName(c.b[c.off : c.off+i])
+	c.off += i + 1
+	return s, nil
+}

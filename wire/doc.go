@@ -11,7 +11,10 @@
 //
 // Strictness. Every decoder checks each length before using it, allocates
 // nothing a sender merely claims (message lengths are bounded by Limits
-// before a buffer is taken; decompression produces at most the declared
+// before a buffer is taken, and a message above 1 MiB is read into a buffer
+// that grows with the bytes that actually arrive; an uncompressed size the
+// payload cannot reach at the format's maximum ratio is refused before it
+// is allocated, and decompression never produces more than the declared
 // size plus one byte), and accounts for every byte: trailing bytes, unknown
 // required OP_MSG flags, unknown section kinds, nested compression, a
 // checksum mismatch and invalid BSON are all errors wrapping ErrMalformed

@@ -10,6 +10,8 @@ type OpCode int32
 
 // Opcodes of the MongoDB wire protocol. The legacy ones are still parsed so
 // that old clients cannot slip a write past a proxy that only knows OP_MSG.
+// The constants carry the OpCode prefix because the decoded message types
+// own the short names (*OpMsg is a parsed OP_MSG, OpCodeMsg its opcode).
 const (
 	OpCodeReply       OpCode = 1
 	OpCodeUpdate      OpCode = 2001

@@ -65,6 +65,16 @@ func internName(b []byte) string {
 		return "commitTransaction"
 	case "abortTransaction":
 		return "abortTransaction"
+	case "documents":
+		return "documents"
+	case "updates":
+		return "updates"
+	case "deletes":
+		return "deletes"
+	case "ops":
+		return "ops"
+	case "nsInfo":
+		return "nsInfo"
 	case "admin":
 		return "admin"
 	case "config":

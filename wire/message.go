@@ -68,8 +68,8 @@ func Parse(raw []byte, lim Limits) (Message, error) {
 	}
 }
 
-func (f frame) cursor() *cursor {
-	return &cursor{b: f.raw, off: HeaderSize, end: len(f.raw), op: f.hdr.OpCode}
+func (f frame) cursor() cursor {
+	return cursor{b: f.raw, off: HeaderSize, end: len(f.raw), op: f.hdr.OpCode}
 }
 
 // checked keeps a typed nil pointer out of the Message interface when a

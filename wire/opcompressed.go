@@ -47,15 +47,14 @@ func parseCompressed(f frame, lim Limits) (*OpCompressed, error) {
 	if min := m.OriginalOpCode.minBody(); size < min {
 		return nil, malformed("OP_COMPRESSED: uncompressed size %d is below the %v minimum of %d", size, m.OriginalOpCode, min)
 	}
-	buf := make([]byte, HeaderSize, HeaderSize+size+1)
-	binary.LittleEndian.PutUint32(buf[0:], uint32(HeaderSize+size))
-	binary.LittleEndian.PutUint32(buf[4:], uint32(f.hdr.RequestID))
-	binary.LittleEndian.PutUint32(buf[8:], uint32(f.hdr.ResponseTo))
-	binary.LittleEndian.PutUint32(buf[12:], uint32(m.OriginalOpCode))
-	inner, err := decompressInto(buf, m.CompressorID, f.raw[c.off:], size)
+	inner, err := decompress(m.CompressorID, f.raw[c.off:], size, HeaderSize)
 	if err != nil {
 		return nil, malformed("OP_COMPRESSED: %v", err)
 	}
+	binary.LittleEndian.PutUint32(inner[0:], uint32(HeaderSize+size))
+	binary.LittleEndian.PutUint32(inner[4:], uint32(f.hdr.RequestID))
+	binary.LittleEndian.PutUint32(inner[8:], uint32(f.hdr.ResponseTo))
+	binary.LittleEndian.PutUint32(inner[12:], uint32(m.OriginalOpCode))
 	if m.Inner, err = Parse(inner[:len(inner):len(inner)], lim); err != nil {
 		return nil, fmt.Errorf("%w (inside OP_COMPRESSED)", err)
 	}

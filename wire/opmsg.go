@@ -37,7 +37,9 @@ type Sequence struct {
 	Documents  []bsoncore.Document
 }
 
-// OpMsg is an OP_MSG message.
+// OpMsg is an OP_MSG message. Flags are kept as received, including the
+// optional bits 16-31 this codec does not interpret, so that a rewrite
+// preserves them.
 type OpMsg struct {
 	frame
 	Flags     MsgFlags
@@ -46,6 +48,11 @@ type OpMsg struct {
 	Checksum  uint32 // valid only when Flags has ChecksumPresent
 
 	bodyIndex int // position of the kind-0 section among the sections, to re-encode in order
+
+	// Inline room for the common case, one sequence of a few documents, so
+	// that parsing it costs a single allocation.
+	seqBuf [1]Sequence
+	docBuf [4]bsoncore.Document
 }
 
 func parseMsg(f frame, lim Limits) (*OpMsg, error) {
@@ -84,7 +91,11 @@ func parseMsg(f frame, lim Limits) (*OpMsg, error) {
 			}
 			m.bodyIndex = sections
 		case sectionSequence:
-			seq, err := parseSequence(c, at, lim.maxBSON())
+			var docs []bsoncore.Document
+			if len(m.Sequences) == 0 {
+				m.Sequences, docs = m.seqBuf[:0], m.docBuf[:0]
+			}
+			seq, err := parseSequence(&c, at, lim.maxBSON(), docs)
 			if err != nil {
 				return nil, err
 			}
@@ -107,7 +118,7 @@ func parseMsg(f frame, lim Limits) (*OpMsg, error) {
 
 // parseSequence reads a kind-1 section whose size field is at c.off; the
 // size covers itself, the identifier and the documents.
-func parseSequence(c *cursor, at, maxDoc int) (Sequence, error) {
+func parseSequence(c *cursor, at, maxDoc int, docs []bsoncore.Document) (Sequence, error) {
 	start := c.off
 	size, err := c.int32("document sequence size")
 	if err != nil {
@@ -119,14 +130,14 @@ func parseSequence(c *cursor, at, maxDoc int) (Sequence, error) {
 	outer := c.end
 	c.end = start + int(size)
 	defer func() { c.end = outer }()
-	id, err := c.cstring("document sequence identifier")
+	id, err := c.identifier()
 	if err != nil {
 		return Sequence{}, err
 	}
 	if id == "" {
 		return Sequence{}, malformed("OP_MSG: kind-1 section at offset %d has an empty identifier", at)
 	}
-	seq := Sequence{Identifier: id}
+	seq := Sequence{Identifier: id, Documents: docs}
 	for c.left() > 0 {
 		d, err := c.document("kind-1 section document", maxDoc)
 		if err != nil {
@@ -137,7 +148,7 @@ func parseSequence(c *cursor, at, maxDoc int) (Sequence, error) {
 	return seq, nil
 }
 
-// Encode appends m re-encoded with body as its kind-0 section, keeping the
+// encode appends m re-encoded with body as its kind-0 section, keeping the
 // header ids, the flags, the sequences and the section order; the checksum
 // is recomputed when present.
 func (m *OpMsg) encode(dst []byte, body bsoncore.Document) []byte {
