@@ -2,6 +2,7 @@ package guard
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,12 +27,12 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			session = lockstore.SessionPrefix(sid)
 		}
 	}
-	seen := map[string]bool{}
+	var seen []string // namespaces logged; a message writes very few
 	logNS := func(w policy.Write, r policy.Rule, x *violation) {
-		if seen[w.NS] {
+		if slices.Contains(seen, w.NS) {
 			return
 		}
-		seen[w.NS] = true
+		seen = append(seen, w.NS)
 		decision, reason := decisionAllow, ""
 		if x != nil {
 			reason = x.reason
@@ -42,7 +43,7 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		}
 		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
 		fields := []zap.Field{
-			zap.String("client", req.Client.RemoteAddr.String()),
+			zap.String("client", req.Client.Addr),
 			zap.String("app", req.Client.AppName()),
 			zap.String("user", req.Client.User()),
 			zap.String("session", session),

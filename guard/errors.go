@@ -3,12 +3,14 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -153,6 +155,25 @@ func idsString(ids []bson.RawValue) string {
 // idString renders an _id as a person would type it in the shell: relaxed
 // extended JSON, so 3 is 3 and "3" is "3".
 func idString(id bson.RawValue) string {
+	// The common _id types directly; the rest through extended JSON.
+	switch id.Type {
+	case bsontype.Int32:
+		if v, ok := id.Int32OK(); ok {
+			return strconv.FormatInt(int64(v), 10)
+		}
+	case bsontype.Int64:
+		if v, ok := id.Int64OK(); ok {
+			return strconv.FormatInt(v, 10)
+		}
+	case bsontype.String:
+		if v, ok := id.StringValueOK(); ok {
+			return strconv.Quote(v)
+		}
+	case bsontype.ObjectID:
+		if v, ok := id.ObjectIDOK(); ok {
+			return `ObjectId("` + v.Hex() + `")`
+		}
+	}
 	doc := bsoncore.BuildDocumentFromElements(nil, bsoncore.AppendValueElement(nil, "v", bsoncore.Value{Type: id.Type, Data: id.Value}))
 	out, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
 	if err != nil {

@@ -82,7 +82,7 @@ func New(opts Options) *Guard {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
 	}
-	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit"), metrics: opts.Metrics}
+	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)), metrics: opts.Metrics}
 }
 
 // Intercept implements proxy.Interceptor.

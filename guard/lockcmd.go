@@ -182,7 +182,7 @@ func owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
 	return lockstore.Owner{
 		Session: append([]byte(nil), session...),
 		App:     req.Client.AppName(),
-		Client:  req.Client.RemoteAddr.String(),
+		Client:  req.Client.Addr,
 		Bind:    bind,
 	}
 }

@@ -76,11 +76,11 @@ type conn struct {
 
 func (s *Server) newConn(ctx context.Context, client net.Conn, id uint64) *conn {
 	ctx, cancel := context.WithCancel(ctx)
-	info := &ClientInfo{ID: id, RemoteAddr: client.RemoteAddr()}
+	info := &ClientInfo{ID: id, RemoteAddr: client.RemoteAddr(), Addr: client.RemoteAddr().String()}
 	c := &conn{
 		srv:    s,
 		info:   info,
-		log:    s.log.With(zap.Uint64("conn", id), zap.Stringer("client", client.RemoteAddr())),
+		log:    s.log.With(zap.Uint64("conn", id), zap.String("client", info.Addr)),
 		client: client,
 		ctx:    ctx,
 		cancel: cancel,

@@ -70,6 +70,8 @@ type ClientInfo struct {
 	// ID is unique per connection for the lifetime of the process.
 	ID         uint64
 	RemoteAddr net.Addr
+	// Addr is RemoteAddr as a string, formatted once.
+	Addr string
 
 	mu      sync.Mutex
 	appName string
