@@ -54,6 +54,12 @@ type conn struct {
 	mu      sync.Mutex
 	hellos  []int32      // requestIDs whose replies are handshakes to rewrite
 	nHellos atomic.Int32 // len(hellos), read without the lock
+	// Recent fire-and-forget requestIDs: a reply to one of them is a
+	// protocol violation by the upstream (FerretDB v1.24 commits it) that
+	// the client would take for the answer to its next request, so it is
+	// dropped. Bounded: only the latest few are remembered.
+	unacked  []int32
+	nUnacked atomic.Int32
 
 	inflight atomic.Int32 // requests forwarded and not yet answered
 	draining atomic.Bool  // stop reading requests; close once inflight is 0
@@ -294,6 +300,8 @@ func (c *conn) forward(msg wire.Message, b []byte, hello bool) bool {
 		c.inflight.Add(1)
 		c.rttAt.Store(time.Now().UnixNano())
 		c.rttID.Store(id)
+	} else if msg.Header().OpCode != wire.OpCodeKillCursors {
+		c.trackUnacked(id)
 	}
 
 	if _, err := c.upstream.Write(b); err != nil {
@@ -397,6 +405,11 @@ func (c *conn) relayReply(raw *wire.RawMessage) error {
 			c.srv.metrics.roundTrip.Observe(float64(time.Now().UnixNano()-at) / 1e9)
 		}
 	}
+	if c.nUnacked.Load() > 0 && c.answersUnacked(h.ResponseTo) {
+		c.srv.metrics.droppedReplies.Inc()
+		c.log.Debug("dropped an upstream reply to a fire-and-forget request", zap.Int32("responseTo", h.ResponseTo))
+		return nil
+	}
 	hello := c.nHellos.Load() > 0 && c.answersHello(h, moreToCome)
 	if !moreToCome && c.inflight.Load() > 0 {
 		c.inflight.Add(-1)
@@ -459,6 +472,34 @@ func (c *conn) trackHello(id int32) bool {
 	c.hellos = append(c.hellos, id)
 	c.nHellos.Store(int32(len(c.hellos)))
 	return true
+}
+
+// maxUnacked bounds the fire-and-forget requests remembered per connection.
+const maxUnacked = 16
+
+func (c *conn) trackUnacked(id int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.unacked) == maxUnacked {
+		c.unacked = c.unacked[1:]
+	}
+	c.unacked = append(c.unacked, id)
+	c.nUnacked.Store(int32(len(c.unacked)))
+}
+
+// answersUnacked reports whether responseTo names a remembered
+// fire-and-forget request.
+func (c *conn) answersUnacked(responseTo int32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, id := range c.unacked {
+		if id == responseTo {
+			c.unacked = append(c.unacked[:i], c.unacked[i+1:]...)
+			c.nUnacked.Store(int32(len(c.unacked)))
+			return true
+		}
+	}
+	return false
 }
 
 // answersHello reports whether a reply answers a tracked handshake, and

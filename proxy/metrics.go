@@ -57,6 +57,7 @@ type Metrics struct {
 	messagesVec    *prometheus.CounterVec
 	bytesVec       *prometheus.CounterVec
 	retiredConns   prometheus.Counter
+	droppedReplies prometheus.Counter
 	collectorsList []prometheus.Collector
 }
 
@@ -109,6 +110,10 @@ func NewMetrics() *Metrics {
 			Help: "Client connections closed because the upstream server they were bound to stopped being the primary.",
 		}),
 	}
+	m.droppedReplies = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockgate_dropped_replies_total",
+		Help: "Upstream replies to fire-and-forget (moreToCome) requests, which the protocol forbids, dropped instead of confusing the client.",
+	})
 	m.messages = map[string]prometheus.Counter{
 		toUpstream: m.messagesVec.WithLabelValues(toUpstream),
 		toClient:   m.messagesVec.WithLabelValues(toClient),
@@ -128,7 +133,7 @@ func NewMetrics() *Metrics {
 	m.collectorsList = []prometheus.Collector{
 		m.connsOpen, m.connsTotal, m.messagesVec, m.bytesVec, m.commandsVec,
 		m.legacyOps, m.roundTrip, m.errorsVec, m.helloRewrites, m.proxyReplies,
-		m.retiredConns,
+		m.retiredConns, m.droppedReplies,
 	}
 	return m
 }

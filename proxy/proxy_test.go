@@ -490,3 +490,27 @@ func TestClientThatNeverReadsIsCut(t *testing.T) {
 		t.Fatalf("another client was affected")
 	}
 }
+
+// TestUpstreamReplyToFireAndForgetIsDropped: an upstream that answers a
+// moreToCome request (FerretDB v1.24 does) must not make the client take
+// that answer for the reply to its next request.
+func TestUpstreamReplyToFireAndForgetIsDropped(t *testing.T) {
+	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+		if cmd != nil && cmd.MoreToCome {
+			// Answer anyway, as a buggy server does.
+			return [][]byte{wire.AppendMsg(nil, s.NextID(), req.Header().RequestID, 0, mustDoc(t, bson.D{{"ok", 1.0}, {"stray", true}}))}
+		}
+		return nil
+	})
+	p := startProxy(t, Options{Upstream: dialTo(up.Addr())})
+	c := dialRaw(t, p.addr)
+	w0, _ := c.msg(wire.MoreToCome, bson.D{{"insert", "c"}, {"documents", bson.A{bson.D{{"_id", 1}}}}, {"$db", "test"}})
+	ping, id := c.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
+	c.send(append(w0, ping...))
+	if r := c.read(); r.Header().ResponseTo != id {
+		t.Fatalf("first reply answers %d, want the ping %d: the stray reply got through", r.Header().ResponseTo, id)
+	}
+	if got := testutilCount(p.metrics.droppedReplies); got != 1 {
+		t.Fatalf("dropped replies = %v, want 1", got)
+	}
+}
