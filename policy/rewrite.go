@@ -191,8 +191,13 @@ func pinStatement(stmt bsoncore.Document, key string, ids []bsoncore.Value, addI
 	return replaceField(stmt, key, bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: filter}, addIfMissing)
 }
 
-// pinnedFilter builds {$and: [{_id: {$in: ids}}, orig]}, or {_id: {$in:
-// ids}} for an empty orig.
+// pinnedFilter restricts orig to ids. The filter's own top-level fields stay
+// where they are, and the restriction joins its $and (or a new one): the
+// server ANDs every top-level condition, and it builds an upsert's new
+// document from the top-level equalities (FerretDB only from those), so
+// wrapping the whole filter in $and would change what an upsert inserts.
+// A filter whose $and is not an array is wrapped whole instead; the server
+// refuses it either way.
 func pinnedFilter(orig bsoncore.Document, ids []bsoncore.Value) bsoncore.Document {
 	idx, in := bsoncore.AppendDocumentStart(nil)
 	in = bsoncore.BuildArrayElement(in, "$in", ids...)
@@ -203,6 +208,43 @@ func pinnedFilter(orig bsoncore.Document, ids []bsoncore.Value) bsoncore.Documen
 	if len(orig) <= 5 {
 		return pin
 	}
+	elems, err := orig.Elements()
+	if err != nil {
+		return wrapped(pin, orig)
+	}
+	idx, out := bsoncore.AppendDocumentStart(make([]byte, 0, len(orig)+len(pin)+16))
+	joined := false
+	for _, e := range elems {
+		if e.Key() != "$and" || joined {
+			out = append(out, e...)
+			continue
+		}
+		arr, ok := e.Value().ArrayOK()
+		if !ok {
+			return wrapped(pin, orig)
+		}
+		vals, err := arr.Values()
+		if err != nil {
+			return wrapped(pin, orig)
+		}
+		aidx, a := bsoncore.AppendArrayStart(nil)
+		a = bsoncore.AppendDocumentElement(a, "0", pin)
+		for i, v := range vals {
+			a = bsoncore.AppendValueElement(a, fmt.Sprint(i+1), v)
+		}
+		a, _ = bsoncore.AppendArrayEnd(a, aidx)
+		out = bsoncore.AppendArrayElement(out, "$and", a)
+		joined = true
+	}
+	if !joined {
+		out = bsoncore.AppendArrayElement(out, "$and", buildArray([]bsoncore.Document{pin}))
+	}
+	out, _ = bsoncore.AppendDocumentEnd(out, idx)
+	return out
+}
+
+// wrapped is {$and: [pin, orig]}.
+func wrapped(pin, orig bsoncore.Document) bsoncore.Document {
 	idx, out := bsoncore.AppendDocumentStart(nil)
 	out = bsoncore.AppendArrayElement(out, "$and", buildArray([]bsoncore.Document{pin, orig}))
 	out, _ = bsoncore.AppendDocumentEnd(out, idx)

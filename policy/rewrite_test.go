@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -51,7 +53,8 @@ type pinCase struct {
 
 func TestPinStatements(t *testing.T) {
 	in := func(ids ...any) D { return D{{"_id", D{{"$in", append(A{}, ids...)}}}} }
-	and := func(pin, orig D) D { return D{{"$and", A{pin, orig}}} }
+	// The filter's own fields stay top-level; the pin joins a new $and.
+	and := func(pin, orig D) D { return append(append(D{}, orig...), E{"$and", A{pin}}) }
 	upds := []D{
 		{{"q", byID1}, {"u", setA}, {"upsert", true}},
 		{{"q", D{{"x", 1}}}, {"u", D{{"x", 2}}}, {"multi", true}, {"collation", D{{"locale", "fr"}}}},
@@ -289,3 +292,33 @@ func TestPinStatementsDuplicateFindAndModify(t *testing.T) {
 }
 
 var primitiveRegex = primitive.Regex{Pattern: "x"}
+
+func TestPinnedFilterKeepsTopLevelFields(t *testing.T) {
+	ids := []bsoncore.Value{bsoncore.Value{Type: bsontype.Int32, Data: bsoncore.AppendInt32(nil, 7)}}
+	cases := []struct {
+		name string
+		orig D
+		want D
+	}{
+		{"fields stay, pin in a new $and", D{{"sku", "zz"}, {"a.b", 5}},
+			D{{"sku", "zz"}, {"a.b", 5}, {"$and", A{D{{"_id", D{{"$in", A{int32(7)}}}}}}}}},
+		{"pin joins an existing $and, first", D{{"x", 1}, {"$and", A{D{{"y", 2}}, D{{"z", 3}}}}, {"w", 4}},
+			D{{"x", 1}, {"$and", A{D{{"_id", D{{"$in", A{int32(7)}}}}}, D{{"y", 2}}, D{{"z", 3}}}}, {"w", 4}}},
+		{"an $and that is not an array is wrapped whole", D{{"$and", 5}},
+			D{{"$and", A{D{{"_id", D{{"$in", A{int32(7)}}}}}, D{{"$and", 5}}}}}},
+		{"empty filter", D{}, D{{"_id", D{{"$in", A{int32(7)}}}}}},
+	}
+	for _, tc := range cases {
+		orig, err := bson.Marshal(tc.orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := bson.Marshal(tc.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pinnedFilter(orig, ids); !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got  %v\n want %v", tc.name, bsoncore.Document(got), bsoncore.Document(want))
+		}
+	}
+}
