@@ -228,7 +228,11 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 	if x.detail == "" {
 		x.detail = fmt.Sprintf("this session does not hold the lock on %s", idsString(missing))
 		if x.holder != nil {
-			x.detail += " (" + describeHolder(*x.holder) + ")"
+			if len(missing) == 1 {
+				x.detail += " (" + describeHolder(*x.holder) + ")"
+			} else {
+				x.detail += fmt.Sprintf(" (_id %s is %s)", idString(missing[0]), describeHolder(*x.holder))
+			}
 		}
 	}
 	v.violations = append(v.violations, x)
