@@ -155,6 +155,23 @@ func (c *conn) close() {
 	})
 }
 
+// finishGrace bounds how long a connection that must close still waits
+// for the replies to requests it had already forwarded.
+const finishGrace = 5 * time.Second
+
+// finish stops reading and closes the connection once the requests already
+// forwarded are answered, within finishGrace: a good request followed by
+// garbage still gets its reply, as it would from mongod, which answers in
+// order before it reads the garbage.
+func (c *conn) finish() {
+	c.draining.Store(true)
+	if c.inflight.Load() == 0 {
+		c.close()
+		return
+	}
+	time.AfterFunc(finishGrace, c.close)
+}
+
 // drain stops reading new requests and closes the connection as soon as
 // every forwarded request has been answered.
 func (c *conn) drain() {
@@ -183,7 +200,7 @@ func (c *conn) clientPump() {
 		keep := c.handleRequest(raw)
 		raw.Release()
 		if !keep {
-			c.close()
+			c.finish()
 			return
 		}
 		// The next message's clock starts with its first byte, which may
@@ -208,9 +225,13 @@ func (c *conn) readFailed(err error) {
 	case errors.Is(err, wire.ErrTooLarge):
 		c.srv.metrics.error(errTooLarge)
 		c.log.Warn("closing client connection: message too large", zap.Error(err))
+		c.finish()
+		return
 	case errors.Is(err, wire.ErrMalformed):
 		c.srv.metrics.error(errMalformed)
 		c.log.Warn("closing client connection: malformed message", zap.Error(err))
+		c.finish()
+		return
 	case c.ctx.Err() != nil:
 		c.log.Debug("connection closed", zap.Error(err))
 	default:
@@ -228,6 +249,12 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	msg, err := wire.Parse(raw.Bytes, wire.Limits{MaxMessageSize: c.srv.opts.MaxMessageSize})
 	if err != nil {
 		return c.rejectMalformed(err)
+	}
+	switch msg.(type) {
+	case *wire.OpUnknown, *wire.OpReply:
+		// Nothing a client may send; a server refuses it too. Forwarding
+		// what cannot be inspected would let it past the policy.
+		return c.rejectMalformed(fmt.Errorf("%w: opcode %v is not a client request", wire.ErrMalformed, raw.Header.OpCode))
 	}
 	cmd, err := wire.CommandOf(msg)
 	if err != nil {

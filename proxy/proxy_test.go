@@ -313,6 +313,8 @@ func TestMalformedClosesOnlyThatConnection(t *testing.T) {
 		{"duplicate $db", dupDB, errMalformed},
 		{"OP_MSG without $db", noDB, errMalformed},
 		{"invalid BSON", append(header(int32(wire.HeaderSize+4+1+5), wire.OpCodeMsg), 0, 0, 0, 0, 0, 9, 0, 0, 0, 0), errMalformed},
+		{"unknown opcode", append(header(wire.HeaderSize+8, 4242), 1, 2, 3, 4, 5, 6, 7, 8), errMalformed},
+		{"OP_RESERVED", append(header(wire.HeaderSize+8, wire.OpCodeReserved), 1, 2, 3, 4, 5, 6, 7, 8), errMalformed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -513,4 +515,23 @@ func TestUpstreamReplyToFireAndForgetIsDropped(t *testing.T) {
 	if got := testutilCount(p.metrics.droppedReplies); got != 1 {
 		t.Fatalf("dropped replies = %v, want 1", got)
 	}
+}
+
+// TestGoodRequestBeforeGarbageIsAnswered: the reply to a request forwarded
+// before a malformed one still reaches the client before the connection
+// closes, as mongod, answering in order, would send it.
+func TestGoodRequestBeforeGarbageIsAnswered(t *testing.T) {
+	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+		time.Sleep(100 * time.Millisecond) // the garbage arrives first
+		return nil
+	})
+	p := startProxy(t, Options{Upstream: dialTo(up.Addr())})
+	c := dialRaw(t, p.addr)
+	ping, id := c.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
+	garbage := wire.Header{MessageLength: 8, OpCode: wire.OpCodeMsg}.Append(nil)
+	c.send(append(ping, garbage...))
+	if r := c.read(); r.Header().ResponseTo != id || !isOK(body(t, r)) {
+		t.Fatalf("reply to the good request lost: %v", body(t, r))
+	}
+	c.expectClosed()
 }
