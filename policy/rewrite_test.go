@@ -54,7 +54,7 @@ type pinCase struct {
 func TestPinStatements(t *testing.T) {
 	in := func(ids ...any) D { return D{{"_id", D{{"$in", append(A{}, ids...)}}}} }
 	// The filter's own fields stay top-level; the pin joins a new $and.
-	and := func(pin, orig D) D { return append(append(D{}, orig...), E{"$and", A{pin}}) }
+	and := func(pin, orig D) D { return append(append(D{}, orig...), E{Key: "$and", Value: A{pin}}) }
 	upds := []D{
 		{{"q", byID1}, {"u", setA}, {"upsert", true}},
 		{{"q", D{{"x", 1}}}, {"u", D{{"x", 2}}}, {"multi", true}, {"collation", D{{"locale", "fr"}}}},

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# lockgate's test command (README: `bash scripts/test.sh`), also what CI
+# runs. On a fresh Debian machine with Go at /usr/local/go and Node.js +
+# npm, it installs the real clients the compatibility suites drive
+# (pymongo from Debian's packages, the Node.js driver and mongosh from npm),
+# then runs, in order: gofmt, go vet, go test ./..., the race detector on
+# the packages with concurrency, and a fuzz smoke run of every fuzz target.
+#
+# With CI set (CI does), a missing client runtime fails the compatibility
+# suites instead of skipping them. Installing needs root (or sudo) the first
+# time only.
+set -euo pipefail
+PATH=/usr/local/go/bin:$PATH
+export PATH
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+NODE_COMPAT=tests/compat/node
+# Executions per fuzz target in the smoke run. A count, not a duration: Go
+# 1.26's fuzzer can end a short timed run with "context deadline exceeded"
+# (golang/go#75804). The long runs are in docs/RELIABILITY.md.
+FUZZ_EXECS="${FUZZ_EXECS:-20000}"
+
+start_all=$SECONDS
+current=""
+section_start=$SECONDS
+section() {
+	if [ -n "$current" ]; then
+		printf '==== ok: %s (%ds)\n' "$current" "$((SECONDS - section_start))"
+	fi
+	current=$1
+	section_start=$SECONDS
+	printf '\n==== %s\n' "$1"
+}
+trap 'printf "\n==== FAILED: %s (after %ds)\n" "$current" "$((SECONDS - section_start))" >&2' ERR
+
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+section "environment"
+go version
+node --version
+npm --version
+nproc
+
+section "install: python3-pymongo (apt)"
+if /usr/bin/python3 -c 'import pymongo' 2>/dev/null; then
+	echo "already installed"
+else
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get update -qq
+	as_root apt-get install -y -qq --no-install-recommends python3-pymongo >/dev/null
+fi
+/usr/bin/python3 -c 'import pymongo; print("pymongo", pymongo.version)'
+
+section "install: Node.js driver and mongosh (npm ci in $NODE_COMPAT)"
+if [ -x "$NODE_COMPAT/node_modules/.bin/mongosh" ] && [ "$NODE_COMPAT/node_modules/.package-lock.json" -nt "$NODE_COMPAT/package-lock.json" ]; then
+	echo "already installed"
+else
+	# --ignore-scripts: only optional native add-ons of mongosh have install
+	# scripts (kerberos, OS DNS, ssh); the suites need none, and skipping
+	# them keeps the install free of a compiler toolchain.
+	(cd "$NODE_COMPAT" && npm ci --ignore-scripts --no-audit --no-fund)
+fi
+"$NODE_COMPAT/node_modules/.bin/mongosh" --version
+
+section "gofmt"
+unformatted=$(git ls-files '*.go' | xargs gofmt -l)
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change these files:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+
+section "go vet ./..."
+# Every analyzer runs. The one exception is a single message of the
+# composites analyzer: bson.D{{"k", v}} (unkeyed bson.E) is the Go driver's
+# documented idiom; any other finding fails the run.
+vet_out=$(go vet ./... 2>&1) || true
+vet_findings=$(printf '%s\n' "$vet_out" | grep -v '^#' | grep -v '^$' |
+	grep -Ev 'go\.mongodb\.org/mongo-driver/bson(/primitive)?\.E struct literal uses unkeyed fields$' || true)
+if [ -n "$vet_findings" ]; then
+	printf '%s\n' "$vet_findings" >&2
+	exit 1
+fi
+
+section "go test ./..."
+go test -count=1 ./...
+
+section "go test -race (packages with concurrency)"
+go test -count=1 -race ./proxy ./upstream ./lockstore ./guard ./gateway ./tests/...
+
+section "fuzz smoke ($FUZZ_EXECS executions per target)"
+# Every fuzz target of every package, found with go test -list, so a new
+# target is covered without editing this script.
+fuzzed=0
+for pkg in $(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | xargs -n1 dirname | sort -u); do
+	for target in $(go test -list '^Fuzz' "./$pkg" | grep '^Fuzz' || true); do
+		echo "--- $pkg $target"
+		go test "./$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_EXECS}x" -parallel 2
+		fuzzed=$((fuzzed + 1))
+	done
+done
+echo "fuzzed $fuzzed targets"
+
+section "summary"
+echo "all checks passed in $((SECONDS - start_all))s"
