@@ -163,7 +163,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 		s.log.Warn("lock store not reachable yet; will retry", zap.Error(err))
 	}
 	s.wg.Add(1)
-	go s.background()
+	go s.background(s.cfg)
 	return s, nil
 }
 
@@ -322,9 +322,11 @@ func isUnreachable(err error) bool {
 
 // background refreshes the clock, retries setup, deletes idle records and
 // prunes the cache until Close.
-func (s *Store) background() {
+// background runs the store's periodic work. It takes the configuration as
+// an argument so that it never reads s.cfg concurrently with the caller.
+func (s *Store) background(cfg Config) {
 	defer s.wg.Done()
-	syncT := time.NewTicker(s.cfg.ClockSyncInterval)
+	syncT := time.NewTicker(cfg.ClockSyncInterval)
 	defer syncT.Stop()
 	pruneT := time.NewTicker(time.Second)
 	defer pruneT.Stop()
@@ -332,14 +334,14 @@ func (s *Store) background() {
 	// trip, twice per CacheTrust, so that Holds answers writes from memory
 	// instead of reading each key once its verification grows old.
 	var refreshC <-chan time.Time
-	if s.cfg.CacheTrust > 0 {
-		t := time.NewTicker(max(s.cfg.CacheTrust/2, 50*time.Millisecond))
+	if cfg.CacheTrust > 0 {
+		t := time.NewTicker(max(cfg.CacheTrust/2, 50*time.Millisecond))
 		defer t.Stop()
 		refreshC = t.C
 	}
 	var cleanC <-chan time.Time
-	if s.cfg.CleanupInterval > 0 {
-		t := time.NewTicker(s.cfg.CleanupInterval)
+	if cfg.CleanupInterval > 0 {
+		t := time.NewTicker(cfg.CleanupInterval)
 		defer t.Stop()
 		cleanC = t.C
 	}
