@@ -1,0 +1,327 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// Collection writes: commands that replace, rename, drop or fill whole
+// collections or databases.
+
+func classifyCollectionCommand(c *wire.Command) ([]Write, error) {
+	if c.Name == "cloneCollection" {
+		// {cloneCollection: "db.coll", from: host}: a full namespace.
+		if s, ok := firstValue(c.Body).StringValueOK(); ok && strings.Contains(s, ".") {
+			return []Write{collWrite(s, WhatCloneCollection)}, nil
+		}
+		return nil, refuse(DBNamespace(c.DB), "cloneCollection: namespace is not <db>.<collection>")
+	}
+	ns, err := collectionNS(c)
+	if err != nil {
+		return nil, err
+	}
+	return []Write{collWrite(ns, c.Name)}, nil
+}
+
+// classifyRename: {renameCollection: "db.from", to: "db.to", dropTarget};
+// both namespaces are written (the source loses its documents, the target
+// is replaced when dropTarget is set, created otherwise).
+func classifyRename(c *wire.Command) ([]Write, error) {
+	fromKey, toKey := c.Name, "to"
+	if c.Name == "internalRenameIfOptionsAndIndexesMatch" {
+		fromKey = "from"
+	}
+	f, err := fieldsOf(c.Body, fromKey, toKey)
+	if err != nil {
+		return nil, refuse(NSAll, "%s: %v", c.Name, err)
+	}
+	var ws []Write
+	for i, v := range f[:2] {
+		s, ok := v.StringValueOK()
+		db, coll, cut := strings.Cut(s, ".")
+		if !ok || !cut || db == "" || coll == "" {
+			return nil, refuse(NSAll, "%s: %s is not a <db>.<collection> string", c.Name, []string{fromKey, toKey}[i])
+		}
+		ws = append(ws, collWrite(s, WhatRenameCollection))
+	}
+	return ws, nil
+}
+
+func classifyCloneAsCapped(c *wire.Command) ([]Write, error) {
+	f, err := fieldsOf(c.Body, "toCollection")
+	if err != nil {
+		return nil, refuse(DBNamespace(c.DB), "cloneCollectionAsCapped: %v", err)
+	}
+	s, ok := f[0].StringValueOK()
+	if !ok || s == "" {
+		return nil, refuse(DBNamespace(c.DB), "cloneCollectionAsCapped: toCollection is not a non-empty string")
+	}
+	return []Write{collWrite(c.DB+"."+s, WhatCloneCollectionAsCapped)}, nil
+}
+
+// classifyCollMod: collMod writes no document itself, except when it makes
+// the server delete some: a TTL (expireAfterSeconds, top level for a
+// clustered collection or under index) or a smaller capped collection.
+func classifyCollMod(c *wire.Command) ([]Write, error) {
+	ns := commandNS(c)
+	f, err := fieldsOf(c.Body, "expireAfterSeconds", "cappedSize", "cappedMax", "index")
+	if err != nil {
+		return nil, refuse(ns, "collMod: %v", err)
+	}
+	deletes := f[0].Type != 0 || f[1].Type != 0 || f[2].Type != 0
+	if f[3].Type != 0 {
+		idx, ok := f[3].DocumentOK()
+		if !ok {
+			return nil, refuse(ns, "collMod: index is a %v, not a document", f[3].Type)
+		}
+		g, err := fieldsOf(idx, "expireAfterSeconds")
+		if err != nil {
+			return nil, refuse(ns, "collMod index: %v", err)
+		}
+		deletes = deletes || g[0].Type != 0
+	}
+	if !deletes {
+		return nil, nil
+	}
+	return []Write{collWrite(ns, WhatCollMod)}, nil
+}
+
+// classifyCreateIndexes: a TTL index deletes documents.
+func classifyCreateIndexes(c *wire.Command) ([]Write, error) {
+	ns := commandNS(c)
+	idx, err := c.Documents("indexes")
+	if err != nil {
+		return nil, refuse(ns, "createIndexes: %v", err)
+	}
+	for i, d := range idx {
+		g, err := fieldsOf(d, "expireAfterSeconds")
+		if err != nil {
+			return nil, refuse(ns, "createIndexes indexes[%d]: %v", i, err)
+		}
+		if g[0].Type != 0 {
+			return []Write{collWrite(ns, WhatCreateIndexes)}, nil
+		}
+	}
+	return nil, nil
+}
+
+func classifyCopyDB(c *wire.Command) ([]Write, error) {
+	f, err := fieldsOf(c.Body, "todb")
+	if err != nil {
+		return nil, refuse(NSAll, "copydb: %v", err)
+	}
+	s, ok := f[0].StringValueOK()
+	if !ok || s == "" {
+		return nil, refuse(NSAll, "copydb: todb is not a non-empty string")
+	}
+	return []Write{collWrite(DBNamespace(s), WhatCopyDB)}, nil
+}
+
+// classifyAggregate finds every $out and $merge anywhere in the pipeline:
+// the server accepts them only as the last stage, but a sub-pipeline
+// ($lookup, $facet, $unionWith) or a future server might read them
+// elsewhere, so any document key "$out"/"$merge" at any depth counts.
+func classifyAggregate(c *wire.Command) ([]Write, error) {
+	// Documents reads the body array or a kind-1 section alike, and
+	// refuses two pipelines.
+	stages, err := c.Documents("pipeline")
+	if err != nil {
+		return nil, refuse(commandNS(c), "%v", err)
+	}
+	var ws []Write
+	var walkErr error
+	var walk func(d []byte)
+	walk = func(d []byte) {
+		it := iterate(d)
+		for walkErr == nil {
+			k, v, ok := it.next()
+			if !ok {
+				break
+			}
+			switch string(k) {
+			case "$out":
+				ns, err := outTarget(c.DB, v)
+				if err != nil {
+					walkErr = refuse(NSAll, "aggregate $out: %v", err)
+					return
+				}
+				ws = append(ws, collWrite(ns, WhatOut))
+			case "$merge":
+				ns, err := mergeTarget(c.DB, v)
+				if err != nil {
+					walkErr = refuse(NSAll, "aggregate $merge: %v", err)
+					return
+				}
+				ws = append(ws, collWrite(ns, WhatMerge))
+			}
+			if v.Type == bsontype.EmbeddedDocument || v.Type == bsontype.Array {
+				walk(v.Data)
+			}
+		}
+		if it.bad && walkErr == nil {
+			walkErr = refuse(NSAll, "aggregate: unreadable pipeline")
+		}
+	}
+	for _, st := range stages {
+		walk(st)
+	}
+	if walkErr != nil {
+		return nil, walkErr
+	}
+	return ws, nil
+}
+
+// outTarget: "$out": "coll" or {db, coll} (db defaults to the command's).
+func outTarget(db string, v bsoncore.Value) (string, error) {
+	if s, ok := v.StringValueOK(); ok {
+		if s == "" {
+			return "", fmt.Errorf("empty collection name")
+		}
+		return db + "." + s, nil
+	}
+	return dbCollTarget(db, v, "db", "coll")
+}
+
+// dbCollTarget reads {<dbKey>: "db", <collKey>: "coll"}.
+func dbCollTarget(db string, v bsoncore.Value, dbKey, collKey string) (string, error) {
+	d, ok := v.DocumentOK()
+	if !ok {
+		return "", fmt.Errorf("target is a %v, neither a string nor a document", v.Type)
+	}
+	f, err := fieldsOf(d, dbKey, collKey)
+	if err != nil {
+		return "", err
+	}
+	if f[0].Type != 0 {
+		s, ok := f[0].StringValueOK()
+		if !ok || s == "" {
+			return "", fmt.Errorf("%s is not a non-empty string", dbKey)
+		}
+		db = s
+	}
+	s, ok := f[1].StringValueOK()
+	if !ok || s == "" {
+		return "", fmt.Errorf("%s is not a non-empty string", collKey)
+	}
+	return db + "." + s, nil
+}
+
+// mergeTarget: "$merge": "coll" or {into: "coll" | {db, coll}, ...}.
+func mergeTarget(db string, v bsoncore.Value) (string, error) {
+	if s, ok := v.StringValueOK(); ok {
+		if s == "" {
+			return "", fmt.Errorf("empty collection name")
+		}
+		return db + "." + s, nil
+	}
+	d, ok := v.DocumentOK()
+	if !ok {
+		return "", fmt.Errorf("$merge is a %v, neither a string nor a document", v.Type)
+	}
+	f, err := fieldsOf(d, "into")
+	if err != nil {
+		return "", err
+	}
+	if f[0].Type == 0 {
+		return "", fmt.Errorf("no into")
+	}
+	return outTarget(db, f[0])
+}
+
+// classifyMapReduce: out is a collection name (replace), {inline: 1} (no
+// write) or {replace|merge|reduce: coll, db: d}. Every output-mode key
+// present is counted; inline alone is not a write.
+func classifyMapReduce(c *wire.Command) ([]Write, error) {
+	ns := commandNS(c)
+	f, err := fieldsOf(c.Body, "out")
+	if err != nil {
+		return nil, refuse(ns, "%s: %v", c.Name, err)
+	}
+	v := f[0]
+	if v.Type == 0 {
+		return nil, refuse(ns, "%s without out", c.Name)
+	}
+	if s, ok := v.StringValueOK(); ok {
+		if s == "" {
+			return nil, refuse(ns, "%s: empty out collection", c.Name)
+		}
+		return []Write{collWrite(c.DB+"."+s, WhatMapReduce)}, nil
+	}
+	d, ok := v.DocumentOK()
+	if !ok {
+		return nil, refuse(ns, "%s: out is a %v, neither a string nor a document", c.Name, v.Type)
+	}
+	g, err := fieldsOf(d, "replace", "merge", "reduce", "db", "inline")
+	if err != nil {
+		return nil, refuse(NSAll, "%s out: %v", c.Name, err)
+	}
+	db := c.DB
+	if g[3].Type != 0 {
+		s, ok := g[3].StringValueOK()
+		if !ok || s == "" {
+			return nil, refuse(NSAll, "%s: out.db is not a non-empty string", c.Name)
+		}
+		db = s
+	}
+	var ws []Write
+	for i, mode := range []string{"replace", "merge", "reduce"} {
+		if g[i].Type == 0 {
+			continue
+		}
+		s, ok := g[i].StringValueOK()
+		if !ok || s == "" {
+			return nil, refuse(DBNamespace(db), "%s: out.%s is not a non-empty string", c.Name, mode)
+		}
+		ws = append(ws, collWrite(db+"."+s, WhatMapReduce))
+	}
+	if ws == nil && g[4].Type == 0 {
+		return nil, refuse(DBNamespace(db), "%s: out names no output mode", c.Name)
+	}
+	return ws, nil
+}
+
+// classifyApplyOps (and doTxn, its 4.0 transactional twin, What
+// "applyOps"): a collection write on the ns of every CRUD op ("i",
+// "u", "d") that names its collection by ns only; a no-op ("n") writes
+// nothing; a command op ("c"), an op that carries a collection UUID (ui:
+// the server resolves it, whatever ns says), or anything else is "*".
+// Each namespace is reported once.
+func classifyApplyOps(c *wire.Command) ([]Write, error) {
+	ops, err := c.Documents(c.Name)
+	if err != nil {
+		return nil, refuse(NSAll, "%v", err)
+	}
+	if ops == nil {
+		return nil, refuse(NSAll, "%s is not an array of documents", c.Name)
+	}
+	var ws []Write
+	seen := map[string]bool{}
+	add := func(ns string) {
+		if !seen[ns] {
+			seen[ns] = true
+			ws = append(ws, collWrite(ns, WhatApplyOps))
+		}
+	}
+	for _, op := range ops {
+		f, err := fieldsOf(op, "op", "ns", "ui")
+		if err != nil {
+			add(NSAll)
+			continue
+		}
+		kind, _ := f[0].StringValueOK()
+		ns, nsOK := f[1].StringValueOK()
+		db, coll, cut := strings.Cut(ns, ".")
+		switch {
+		case kind == "n" && f[2].Type == 0:
+		case (kind == "i" || kind == "u" || kind == "d") && f[2].Type == 0 && nsOK && cut && db != "" && coll != "" && !strings.HasPrefix(coll, "$cmd"):
+			add(ns)
+		default:
+			add(NSAll)
+		}
+	}
+	return ws, nil
+}

@@ -1,0 +1,309 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// Document writes: insert, update, delete, findAndModify and bulkWrite.
+
+func statements(c *wire.Command, ns, field string) ([]bsoncore.Document, error) {
+	docs, err := c.Documents(field)
+	if err != nil {
+		return nil, refuse(ns, "%v", err)
+	}
+	if docs == nil {
+		return nil, refuse(ns, "%s without %q", c.Name, field)
+	}
+	return docs, nil
+}
+
+func classifyInsert(c *wire.Command) ([]Write, error) {
+	ns, err := collectionNS(c)
+	if err != nil {
+		return nil, err
+	}
+	docs, err := statements(c, ns, "documents")
+	if err != nil {
+		return nil, err
+	}
+	ws := make([]Write, len(docs))
+	for i, d := range docs {
+		ws[i] = Write{NS: ns, Kind: KindInsert, List: "documents", Index: i, Doc: d}
+	}
+	return withIndexInserts(ws, ns), nil
+}
+
+func classifyUpdate(c *wire.Command) ([]Write, error) {
+	ns, err := collectionNS(c)
+	if err != nil {
+		return nil, err
+	}
+	docs, err := statements(c, ns, "updates")
+	if err != nil {
+		return nil, err
+	}
+	ws := make([]Write, len(docs))
+	for i, d := range docs {
+		w := Write{NS: ns, Kind: KindUpdate, List: "updates", Index: i, FilterKey: "q"}
+		if err := readUpdate(&w, d, "q", "u", "updates", ns); err != nil {
+			return nil, err
+		}
+		ws[i] = w
+	}
+	return ws, nil
+}
+
+// readUpdate fills w from an update statement whose filter and update sit
+// under filterKey and updateKey.
+// Errors name errNS.
+func readUpdate(w *Write, d bsoncore.Document, filterKey, updateKey, list, errNS string) error {
+	f, err := fieldsOf(d, filterKey, updateKey, "multi", "upsert", "collation", "hint", "sort", "upsertSupplied")
+	if err != nil {
+		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
+	}
+	if err := noUpsertSupplied(f[7]); err != nil {
+		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
+	}
+	if w.Filter, err = requiredDoc(f[0], filterKey); err == nil {
+		w.Update, err = updateValue(f[1], updateKey)
+	}
+	if err == nil {
+		w.Multi, err = truthy(f[2], "multi")
+	}
+	if err == nil {
+		w.Upsert, err = truthy(f[3], "upsert")
+	}
+	if err == nil {
+		err = readOptions(w, f[4], f[5], f[6])
+	}
+	if err != nil {
+		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
+	}
+	return nil
+}
+
+func readOptions(w *Write, collation, hint, sort bsoncore.Value) error {
+	var err error
+	if w.Collation, err = optionalDoc(collation, "collation"); err != nil {
+		return err
+	}
+	if w.Sort, err = optionalDoc(sort, "sort"); err != nil {
+		return err
+	}
+	w.Hint = hint
+	return nil
+}
+
+func classifyDelete(c *wire.Command) ([]Write, error) {
+	ns, err := collectionNS(c)
+	if err != nil {
+		return nil, err
+	}
+	docs, err := statements(c, ns, "deletes")
+	if err != nil {
+		return nil, err
+	}
+	ws := make([]Write, len(docs))
+	for i, d := range docs {
+		w := Write{NS: ns, Kind: KindDelete, List: "deletes", Index: i, FilterKey: "q"}
+		f, err := fieldsOf(d, "q", "limit", "collation", "hint")
+		if err == nil {
+			w.Filter, err = requiredDoc(f[0], "q")
+		}
+		if err == nil {
+			w.Multi, err = deleteLimit(f[1])
+		}
+		if err == nil {
+			err = readOptions(&w, f[2], f[3], bsoncore.Value{})
+		}
+		if err != nil {
+			return nil, refuse(ns, "deletes[%d]: %v", i, err)
+		}
+		ws[i] = w
+	}
+	return ws, nil
+}
+
+// noUpsertSupplied refuses upsertSupplied: true, the internal option that
+// makes the server insert the document under c.new (constants) instead of
+// one built from the filter and the update; drivers never send it and
+// UpsertID does not read it.
+func noUpsertSupplied(v bsoncore.Value) error {
+	on, err := truthy(v, "upsertSupplied")
+	if err != nil {
+		return err
+	}
+	if on {
+		return fmt.Errorf("upsertSupplied: the upserted document is supplied by the client")
+	}
+	return nil
+}
+
+// deleteLimit reads a delete statement's limit: 0 deletes every match
+// (multi), 1 deletes one; the server refuses anything else, so do we.
+func deleteLimit(v bsoncore.Value) (multi bool, err error) {
+	if v.Type == 0 {
+		return false, fmt.Errorf("limit is missing")
+	}
+	n, ok := integral(v)
+	if !ok || (n != 0 && n != 1) {
+		return false, fmt.Errorf("limit must be 0 or 1, got %v", v)
+	}
+	return n == 0, nil
+}
+
+func classifyFindAndModify(c *wire.Command) ([]Write, error) {
+	ns, err := collectionNS(c)
+	if err != nil {
+		return nil, err
+	}
+	w := Write{NS: ns, Kind: KindFindAndModify, List: ListFindAndModify, FilterKey: "query"}
+	f, err := fieldsOf(c.Body, "query", "update", "remove", "upsert", "collation", "hint", "sort", "upsertSupplied")
+	if err == nil {
+		err = noUpsertSupplied(f[7])
+	}
+	if err == nil {
+		if f[0].Type == 0 {
+			w.Filter = emptyDoc
+		} else {
+			w.Filter, err = requiredDoc(f[0], "query")
+		}
+	}
+	if err == nil {
+		w.Remove, err = truthy(f[2], "remove")
+	}
+	if err == nil {
+		w.Upsert, err = truthy(f[3], "upsert")
+	}
+	if err == nil {
+		err = readOptions(&w, f[4], f[5], f[6])
+	}
+	if err == nil {
+		switch {
+		case w.Remove && f[1].Type != 0:
+			err = fmt.Errorf("both remove and update")
+		case w.Remove:
+		default:
+			w.Update, err = updateValue(f[1], "update")
+		}
+	}
+	if err != nil {
+		return nil, refuse(ns, "%s: %v", c.Name, err)
+	}
+	return []Write{w}, nil
+}
+
+// emptyDoc is {}: the filter of a findAndModify without query.
+var emptyDoc = bsoncore.Document{5, 0, 0, 0, 0}
+
+func classifyBulkWrite(c *wire.Command) ([]Write, error) {
+	infos, err := statements(c, NSAll, "nsInfo")
+	if err != nil {
+		return nil, err
+	}
+	nss := make([]string, len(infos))
+	for i, d := range infos {
+		f, err := fieldsOf(d, "ns")
+		if err != nil {
+			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: %v", i, err)
+		}
+		s, ok := f[0].StringValueOK()
+		if !ok {
+			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: ns is a %v, not a string", i, f[0].Type)
+		}
+		db, coll, ok := strings.Cut(s, ".")
+		if !ok || db == "" || coll == "" {
+			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: ns %q is not <db>.<collection>", i, s)
+		}
+		nss[i] = s
+	}
+	ops, err := statements(c, NSAll, "ops")
+	if err != nil {
+		return nil, err
+	}
+	ws := make([]Write, len(ops))
+	for i, op := range ops {
+		w, err := bulkOp(op, i, nss)
+		if err != nil {
+			return nil, err
+		}
+		ws[i] = w
+	}
+	return ws, nil
+}
+
+// bulkOp reads one bulkWrite op. The server tells the op types apart by the
+// first field name (insert, update or delete) whose value is the nsInfo
+// index; a second op-type field is refused as ambiguous. Every refusal of a
+// bulkWrite names "*": the command spans namespaces, and a refusal on one
+// op's namespace would hide the ops on the others.
+func bulkOp(op bsoncore.Document, i int, nss []string) (Write, error) {
+	it := iterate(op)
+	key, v, ok := it.next()
+	if !ok {
+		return Write{}, refuse(NSAll, "bulkWrite ops[%d] is empty or unreadable", i)
+	}
+	var w Write
+	switch string(key) {
+	case "insert":
+		w.Kind = KindInsert
+	case "update":
+		w.Kind = KindUpdate
+	case "delete":
+		w.Kind = KindDelete
+	default:
+		return Write{}, refuse(NSAll, "bulkWrite ops[%d]: unknown op type %q", i, key)
+	}
+	n, ok := integral(v)
+	if !ok || n < 0 || n >= int64(len(nss)) {
+		return Write{}, refuse(NSAll, "bulkWrite ops[%d]: nsInfo index %v is not an index into the %d nsInfo entries", i, v, len(nss))
+	}
+	w.NS, w.List, w.Index = nss[n], "ops", i
+	for {
+		k, _, ok := it.next()
+		if !ok {
+			break
+		}
+		if s := string(k); s == "insert" || s == "update" || s == "delete" {
+			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: op types %q and %q in one op", i, key, k)
+		}
+	}
+	if it.bad {
+		return Write{}, refuse(NSAll, "bulkWrite ops[%d] is unreadable", i)
+	}
+	switch w.Kind {
+	case KindInsert:
+		f, err := fieldsOf(op, "document")
+		if err == nil {
+			w.Doc, err = requiredDoc(f[0], "document")
+		}
+		if err != nil {
+			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: %v", i, err)
+		}
+	case KindUpdate:
+		w.FilterKey = "filter"
+		if err := readUpdate(&w, op, "filter", "updateMods", "ops", NSAll); err != nil {
+			return Write{}, err
+		}
+	case KindDelete:
+		w.FilterKey = "filter"
+		f, err := fieldsOf(op, "filter", "multi", "collation", "hint")
+		if err == nil {
+			w.Filter, err = requiredDoc(f[0], "filter")
+		}
+		if err == nil {
+			w.Multi, err = truthy(f[1], "multi")
+		}
+		if err == nil {
+			err = readOptions(&w, f[2], f[3], bsoncore.Value{})
+		}
+		if err != nil {
+			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: %v", i, err)
+		}
+	}
+	return w, nil
+}

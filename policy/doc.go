@@ -1,0 +1,16 @@
+// Package policy says which namespaces lockgate protects and how, and reads
+// a client message as the writes it performs.
+//
+// Rules (policy.go) are compiled from the configuration into an immutable
+// Policy; a reload replaces it whole. Classification (classify.go and its
+// companions) is pure: Classify turns a decoded message into Writes, with
+// the documents each can touch where the filter pins them (PinnedIDs,
+// UpsertID, InsertID), and PinStatements restricts a forwarded message to
+// verified ids.
+//
+// Contracts: classification never guesses. A message that is, or may be, a
+// write it cannot read with certainty is a *ClassifyError naming the widest
+// namespace it could reach, so that the caller refuses it wherever that is
+// protected. The package does no I/O and holds no state; everything in it is
+// safe for concurrent use. It never decides an outcome: that is the guard's.
+package policy
