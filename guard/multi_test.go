@@ -171,7 +171,7 @@ func TestManyClientsNoDoubleGrant(t *testing.T) {
 	// FerretDB with SQLite manages a few hundred lock round trips a second
 	// under this much contention, so the run is bounded in time: every
 	// cycle started is checked, and the figure is logged.
-	clients, cycles, budget := 50, 200, 60*time.Second
+	clients, cycles, budget := 50, 200, 120*time.Second
 	if testing.Short() || raceEnabled {
 		clients, cycles = 20, 10
 	}
