@@ -78,7 +78,7 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 func metricReason(r string) string {
 	switch r {
 	case "", reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
-		reasonUnclassifiable, reasonUnpinnedLegacy, reasonTooManyCandidates, reasonResolveFailed,
+		reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
 		reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable:
 		if r == "" {
 			return "none"

@@ -23,7 +23,6 @@ const (
 	reasonInsertLocked       = "insert_locked"
 	reasonCollectionWrite    = "collection_write"
 	reasonUnclassifiable     = "unclassifiable"
-	reasonUnpinnedLegacy     = "unpinned_legacy_write"
 	reasonTooManyCandidates  = "too_many_candidates"
 	reasonResolveFailed      = "resolve_failed"
 	reasonUnverifiableUpsert = "unverifiable_upsert"
@@ -153,9 +152,6 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	switch {
 	case ok:
 		ids = rawCopies(pinned)
-	case w.List == policy.ListLegacy:
-		v.add(r, w, reasonUnpinnedLegacy, nil, "a legacy OP_UPDATE/OP_DELETE whose selector does not name _id values cannot be pinned to verified documents")
-		return nil, false
 	case g.opts.Resolver == nil:
 		v.add(r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
 		return nil, false
@@ -327,7 +323,7 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
 	case reasonCollectionWrite:
 		advice = "ask an operator to allow collection writes for this namespace (allowCollectionWrites)"
-	case reasonTooManyCandidates, reasonUnpinnedLegacy, reasonUnverifiableUpsert:
+	case reasonTooManyCandidates, reasonUnverifiableUpsert:
 		advice = "lock the documents and name their _id values in the filter"
 	case reasonUnavailable, reasonResolveFailed:
 		advice = "retry when the lock store and the database are reachable; nothing was written"
