@@ -78,6 +78,7 @@ type conn struct {
 	writeSince atomic.Int64
 
 	closeOnce sync.Once
+	closed    bool // under mu: set by close, read by setUpstream
 }
 
 func (s *Server) newConn(ctx context.Context, client net.Conn, id uint64) *conn {
@@ -124,7 +125,9 @@ func (c *conn) serve() {
 		c.log.Warn("closing client connection: no upstream connection", zap.Error(err))
 		return
 	}
-	c.upstream = up
+	if !c.setUpstream(up) {
+		return // closed while dialing
+	}
 	if r, ok := up.(interface{ WaitRetired(context.Context) bool }); ok {
 		go func() {
 			if r.WaitRetired(c.ctx) {
@@ -144,13 +147,31 @@ func (c *conn) serve() {
 	<-done
 }
 
+// setUpstream installs the upstream connection, unless the connection was
+// closed while it was being dialed: then it is closed too, and false
+// returned, so that no upstream connection outlives its client.
+func (c *conn) setUpstream(up net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		up.Close()
+		return false
+	}
+	c.upstream = up
+	return true
+}
+
 // close tears down both sockets once; safe from any goroutine.
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		c.client.Close()
-		if c.upstream != nil {
-			c.upstream.Close()
+		c.mu.Lock()
+		c.closed = true
+		up := c.upstream
+		c.mu.Unlock()
+		if up != nil {
+			up.Close()
 		}
 	})
 }
