@@ -212,6 +212,19 @@ func TestAcquireContendReleaseStatus(t *testing.T) {
 		t.Fatalf("expiresAt is %T, want a date", first["expiresAt"])
 	}
 
+	// Renew keeps the token and moves the lease; a non-holder cannot renew.
+	renewed, err := run(t, alice, sa, bson.D{{"renewLock", "orders"}, {"ids", bson.A{1}}, {"leaseMS", 30000}})
+	if err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if rl := renewed["locks"].(bson.A)[0].(bson.M); rl["token"] != first["token"] {
+		t.Fatalf("renew changed the token: %v -> %v", first["token"], rl["token"])
+	}
+	_, err = run(t, bob, sb, bson.D{{"renewLock", "orders"}, {"ids", bson.A{1}}})
+	if ce := commandError(t, err); ce.Code != 107 || ce.Name != "LockFailed" {
+		t.Fatalf("renew by a non-holder: code %d %s, want 107 LockFailed", ce.Code, ce.Name)
+	}
+
 	// Another session, same key as a double: busy, naming the holder.
 	_, err = run(t, bob, sb, bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1.0}}})
 	ce := commandError(t, err)

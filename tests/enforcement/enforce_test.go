@@ -325,6 +325,10 @@ func checkReports(t *testing.T, d driver, reports map[string]*report) {
 	checkSetup(t, get("other/holder_releaseLock"), lockedIDs)
 	// (3) Locked by the caller's session, writes in that session: applied.
 	checkSetup(t, get("own/acquireLock"), -1)
+	// The other two lock commands, from every driver: renew keeps every
+	// lock with a token, status shows each held by the caller.
+	checkLockReply(t, get("own/renewLock"), lockedIDs, false)
+	checkLockReply(t, get("own/lockStatus"), lockedIDs, true)
 	for _, api := range writeAPIs() {
 		if r := get("own/" + d.names(api)); r != nil {
 			checkApplied(t, r, api.own)
@@ -693,4 +697,40 @@ func metricValue(t *testing.T, name string, labels map[string]string) float64 {
 	}
 	// A vector with no series yet is not gathered at all.
 	return 0
+}
+
+// checkLockReply asserts a renewLock (status false) or lockStatus (status
+// true) reply over n ids: unchanged collection, n locks, each with a token
+// (renew) or held by the caller (status).
+func checkLockReply(t *testing.T, r *report, n int64, status bool) {
+	t.Helper()
+	checkSetup(t, r, -1)
+	if r == nil || r.Error != nil {
+		return
+	}
+	res, err := parseDoc(deref(r.Result))
+	if err != nil {
+		t.Errorf("%s: reply does not parse: %v", r.Case, err)
+		return
+	}
+	arr, ok := res.Lookup("locks").ArrayOK()
+	vals, verr := arr.Values()
+	if !ok || verr != nil || int64(len(vals)) != n {
+		t.Errorf("%s: want %d locks in the reply: %s", r.Case, n, r.line)
+		return
+	}
+	for _, v := range vals {
+		d, ok := v.DocumentOK()
+		if !ok {
+			t.Errorf("%s: a lock that is not a document: %s", r.Case, r.line)
+			return
+		}
+		if status {
+			if you, _ := d.Lookup("heldByYou").BooleanOK(); !you {
+				t.Errorf("%s: a lock not held by the caller: %v", r.Case, d)
+			}
+		} else if tok, ok := d.Lookup("token").AsInt64OK(); !ok || tok <= 0 {
+			t.Errorf("%s: a renewed lock without a token: %v", r.Case, d)
+		}
+	}
 }

@@ -210,6 +210,8 @@ async function main() {
     dc = await seed(ddb, 'own');
     s = caller.startSession();
     await check('own/acquireLock', dc, () => lock(cdb, s, 'own', LOCK_IDS));
+    await check('own/renewLock', dc, () => cdb.command({ renewLock: 'own', ids: LOCK_IDS, leaseMS: 60000 }, { session: s }));
+    await check('own/lockStatus', dc, () => cdb.command({ lockStatus: 'own', ids: LOCK_IDS }, { session: s }));
     for (const [name, fn] of writeAPIs(cdb.collection('own'), s)) await check('own/' + name, dc, fn);
     await check('own/releaseLock', dc, () => cdb.command({ releaseLock: 'own' }, { session: s }));
     await s.endSession();

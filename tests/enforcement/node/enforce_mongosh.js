@@ -166,6 +166,8 @@ dc = seed(ddb, 'own');
 s = caller.startSession();
 const sdb = s.getDatabase(DB);
 check('own/acquireLock', dc, () => lock(sdb, 'own', LOCK_IDS));
+check('own/renewLock', dc, () => sdb.runCommand({ renewLock: 'own', ids: LOCK_IDS, leaseMS: 60000 }));
+check('own/lockStatus', dc, () => sdb.runCommand({ lockStatus: 'own', ids: LOCK_IDS }));
 for (const [name, fn] of writeAPIs(sdb.getCollection('own'))) check('own/' + name, dc, fn);
 check('own/releaseLock', dc, () => sdb.runCommand({ releaseLock: 'own' }));
 s.endSession();

@@ -221,6 +221,8 @@ def main():
     dc = seed(ddb, "own")
     with caller.start_session() as s:
         check("own/acquireLock", dc, lambda: lock(cdb, s, "own", LOCK_IDS))
+        check("own/renewLock", dc, lambda: cdb.command(SON([("renewLock", "own"), ("ids", LOCK_IDS), ("leaseMS", 60000)]), session=s))
+        check("own/lockStatus", dc, lambda: cdb.command(SON([("lockStatus", "own"), ("ids", LOCK_IDS)]), session=s))
         for name, fn in write_apis(cdb["own"], s):
             check("own/" + name, dc, fn)
         check("own/releaseLock", dc, lambda: cdb.command(SON([("releaseLock", "own")]), session=s))
