@@ -3,13 +3,15 @@
 # runs. On a fresh Debian machine with Go at /usr/local/go and Node.js +
 # npm, it installs the real clients the compatibility suites drive
 # (pymongo from Debian's packages, the Node.js driver and mongosh from npm),
-# then runs, in order: gofmt, go vet, go test ./..., the race detector on
-# the packages with concurrency, and a fuzz smoke run of every fuzz target.
+# then runs, in order: gofmt, the module downloads, go vet (in CI also once
+# from empty Go caches), go test ./..., the race detector on the packages
+# with concurrency, and a fuzz smoke run of every fuzz target. Every
+# failure ends with a "==== FAILED: <step>" line that names the step.
 #
 # With CI set (CI does), a missing client runtime fails the compatibility
 # suites instead of skipping them. Installing needs root (or sudo) the first
 # time only.
-set -euo pipefail
+set -Eeuo pipefail
 PATH=/usr/local/go/bin:$PATH
 export PATH
 
@@ -32,6 +34,23 @@ section() {
 	printf '\n==== %s\n' "$1"
 }
 trap 'printf "\n==== FAILED: %s (after %ds)\n" "$current" "$((SECONDS - section_start))" >&2' ERR
+
+# fail ends the run with the section and the reason; a bare `exit 1` would
+# skip the ERR trap and leave a reader with no idea what failed.
+fail() {
+	trap - ERR
+	printf '\n==== FAILED: %s (after %ds): %s\n' "$current" "$((SECONDS - section_start))" "$*" >&2
+	exit 1
+}
+
+# run_vet runs every analyzer but composites, judged by go vet's exit
+# status alone: the go command also writes progress ("go: downloading ...")
+# to stderr, so its output says nothing about findings. composites is off
+# because its only findings are bson.D{{"k", v}}, the Go driver's
+# documented idiom for ordered documents.
+run_vet() {
+	go vet -composites=false ./...
+}
 
 as_root() {
 	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -67,22 +86,31 @@ fi
 section "gofmt"
 unformatted=$(git ls-files '*.go' | xargs gofmt -l)
 if [ -n "$unformatted" ]; then
-	echo "gofmt would change these files:" >&2
 	echo "$unformatted" >&2
-	exit 1
+	fail "gofmt would change the files above (run gofmt -w on them)"
+fi
+
+section "go mod download"
+# Modules first, so that a fresh machine's downloads are a step of their
+# own with their own failure, not noise inside the steps after it.
+go mod download
+go mod verify
+
+if [ -n "${CI:-}" ] || [ -n "${FRESH_CACHE_CHECK:-}" ]; then
+	section "fresh caches: go vet with empty GOMODCACHE and GOCACHE"
+	# CI's own machine may have warm caches left by an earlier run, which
+	# hid a failure that only a fresh machine shows. This step starts from
+	# nothing, so it cannot pass on a warm cache only.
+	fresh=$(mktemp -d)
+	(
+		export GOMODCACHE="$fresh/mod" GOCACHE="$fresh/build" GOFLAGS="${GOFLAGS:+$GOFLAGS }-modcacherw"
+		run_vet
+	) || fail "go vet failed from empty module and build caches"
+	rm -rf "$fresh"
 fi
 
 section "go vet ./..."
-# Every analyzer runs. The one exception is a single message of the
-# composites analyzer: bson.D{{"k", v}} (unkeyed bson.E) is the Go driver's
-# documented idiom; any other finding fails the run.
-vet_out=$(go vet ./... 2>&1) || true
-vet_findings=$(printf '%s\n' "$vet_out" | grep -v '^#' | grep -v '^$' |
-	grep -Ev 'go\.mongodb\.org/mongo-driver/bson(/primitive)?\.E struct literal uses unkeyed fields$' || true)
-if [ -n "$vet_findings" ]; then
-	printf '%s\n' "$vet_findings" >&2
-	exit 1
-fi
+run_vet || fail "go vet reported the findings above"
 
 section "go test ./..."
 go test -count=1 ./...

@@ -1,12 +1,15 @@
 // Command devstack runs a complete lockgate on one machine for development:
 // an embedded FerretDB (SQLite) as the upstream and the gateway in front of
-// it. It prints the connection string to give an application and the admin
-// URL, and runs until SIGINT or SIGTERM.
+// it (package internal/devstack). It prints the connection string to give
+// an application and the admin URL, and runs until SIGINT or SIGTERM.
 //
 //	go run ./cmd/devstack [-config FILE] [-listen ADDR] [-admin ADDR] [-data DIR]
 //
-// From FILE it takes the lockstore, policy and log sections only: the
-// upstream is always the embedded one. It is a development tool and must
-// never be what production runs (that is cmd/proxy, which stays free of
-// FerretDB).
+// This command is a launcher that imports nothing of the project, so that
+// `go run` compiles it in a second and it can say what happens next: it
+// builds the dev stack with `go build`, reporting the module downloads and
+// the count of packages compiled while a first build takes its two
+// minutes, then replaces itself with the built program (same arguments,
+// same process, so signals reach the dev stack directly). Later runs reuse
+// the build cache and start in seconds.
 package main

@@ -1,163 +1,139 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
-
-	"go.uber.org/zap"
-
-	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"time"
 )
 
-const (
-	defaultListen = "127.0.0.1:27018"
-	defaultAdmin  = "127.0.0.1:9218"
-)
+// stackPackage is the program the launcher builds and runs.
+const stackPackage = "github.com/lockgate/lockgate/internal/devstack/cmd/lockgate-devstack"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
-
-type flags struct {
-	configPath string
-	listen     string
-	admin      string
-	dataDir    string
-}
-
-func parseFlags(args []string, stderr io.Writer) (flags, error) {
-	var o flags
-	fs := flag.NewFlagSet("devstack", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.configPath, "config", "", "YAML config `file`; only its lockstore, policy and log sections are used")
-	fs.StringVar(&o.listen, "listen", defaultListen, "proxy listener `host:port`")
-	fs.StringVar(&o.admin, "admin", defaultAdmin, "admin HTTP listener `host:port`")
-	fs.StringVar(&o.dataDir, "data", "", "FerretDB data `dir`; empty means a temporary directory removed on exit")
-	if err := fs.Parse(args); err != nil {
-		return o, err
+	bin, err := buildStack(context.Background(), os.Stderr, time.NewTicker(progressEvery).C)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "devstack:", err)
+		os.Exit(1)
 	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	return o, nil
+	// Exec rather than a child process: Ctrl-C, SIGTERM and the exit code
+	// belong to the dev stack itself, with no launcher in between.
+	err = syscall.Exec(bin, append([]string{bin}, os.Args[1:]...), os.Environ())
+	fmt.Fprintln(os.Stderr, "devstack: cannot start", bin+":", err)
+	os.Exit(1)
 }
 
-// devConfig builds the gateway's configuration: development defaults, the
-// lockstore, policy and log sections of the file if one is given, then the
-// flags. The upstream is filled in once the embedded server runs.
-func devConfig(o flags) (*config.Config, error) {
-	cfg := config.Default()
-	cfg.Log = config.Log{Level: config.LogLevelInfo, Format: config.LogFormatConsole}
-	if o.configPath != "" {
-		file, err := config.Load(o.configPath)
-		if err != nil {
-			return nil, err
+// progressEvery is how often a running build reports; a build that ends
+// before the first tick (a warm cache) prints nothing at all.
+const progressEvery = 5 * time.Second
+
+// buildStack builds the dev stack into the user's cache directory and
+// returns the binary's path. The go command skips the link when the binary
+// is already up to date.
+func buildStack(ctx context.Context, stderr io.Writer, tick <-chan time.Time) (string, error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("the go command is not on PATH: %w", err)
+	}
+	gomod, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	modFile := strings.TrimSpace(string(gomod))
+	if modFile == "" || modFile == os.DevNull {
+		return "", errors.New("run it from a lockgate checkout: go run ./cmd/devstack")
+	}
+	modDir := filepath.Dir(modFile)
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	// One binary per checkout, so that two checkouts never run each
+	// other's code.
+	sum := sha256.Sum256([]byte(modDir))
+	bin := filepath.Join(cache, "lockgate", "devstack-"+hex.EncodeToString(sum[:6]))
+
+	cmd := exec.CommandContext(ctx, goBin, "build", "-v", "-o", bin, stackPackage)
+	cmd.Dir = modDir
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("go build: %w", err)
+	}
+	report := reportBuild(scanLines(out), stderr, tick)
+	if err := cmd.Wait(); err != nil {
+		stderr.Write(report)
+		return "", fmt.Errorf("building the dev stack failed (output above): %w", err)
+	}
+	return bin, nil
+}
+
+// scanLines delivers r's lines until it ends, then closes the channel.
+func scanLines(r io.Reader) <-chan string {
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			lines <- sc.Text()
 		}
-		// Validate the file as a whole so its errors name its own keys,
-		// even in sections the dev stack then ignores.
-		if err := file.Validate(); err != nil {
-			return nil, fmt.Errorf("invalid configuration (%s):\n%w", o.configPath, err)
-		}
-		cfg.Lockstore, cfg.Policy, cfg.Log = file.Lockstore, file.Policy, file.Log
-	} else {
-		// Without a file, protect what the README's walk-through uses, so
-		// that enforcement can be seen at once.
-		cfg.Policy.Namespaces = []config.NamespaceRule{
-			{Match: "shop.orders", Mode: config.ModeEnforce},
-			{Match: "shop.*", Mode: config.ModeAudit},
-		}
-	}
-	// Lock records live in the embedded upstream too: a dev stack that
-	// wrote them to some other deployment would surprise its user.
-	cfg.Lockstore.URI = ""
-	cfg.Listen, cfg.Admin = o.listen, o.admin
-	cfg.Upstream.URI = "mongodb://placeholder/" // replaced by the embedded URI
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid flags:\n%w", err)
-	}
-	return cfg, nil
+	}()
+	return lines
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+// reportBuild consumes the go command's -v output until it ends. Module
+// downloads are shown as they happen; compiled packages are counted and
+// the count reported on each tick, since a first build is minutes of
+// otherwise silent compiling that looks like a hang. It returns everything
+// else the build printed (compiler errors), for a failed build.
+func reportBuild(lines <-chan string, w io.Writer, tick <-chan time.Time) []byte {
+	var other bytes.Buffer
+	compiled, announced := 0, false
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				if announced {
+					fmt.Fprintf(w, "devstack: built (%d packages compiled)\n", compiled)
+				}
+				return other.Bytes()
+			}
+			switch {
+			case strings.HasPrefix(line, "go: downloading "):
+				if !announced {
+					announce(w)
+					announced = true
+				}
+				fmt.Fprintln(w, line)
+			case line != "" && !strings.ContainsAny(line, " \t:"):
+				compiled++ // -v prints each package's import path as it compiles
+			default:
+				fmt.Fprintln(&other, line)
+			}
+		case <-tick:
+			if !announced {
+				announce(w)
+				announced = true
+			}
+			fmt.Fprintf(w, "devstack: still building: %d packages compiled so far\n", compiled)
+		}
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "devstack:", err)
-		return 2
-	}
-	cfg, err := devConfig(o)
-	if err != nil {
-		fmt.Fprintln(stderr, "devstack:", err)
-		return 2
-	}
-	logger, err := gateway.NewLoggerTo(cfg.Log, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "devstack:", err)
-		return 2
-	}
-	defer logger.Sync()
+}
 
-	// FerretDB logs a great deal at info; warnings and errors are what a
-	// developer needs to see next to lockgate's own lines.
-	ferretLog := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, Logger: ferretLog})
-	if err != nil {
-		logger.Error("embedded upstream failed to start", zap.Error(err))
-		return 1
-	}
-	defer up.Close()
-	cfg.Upstream.URI = up.URI()
-
-	gwCtx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopGateway()
-	gw, err := gateway.Start(gwCtx, cfg, logger)
-	if err != nil {
-		logger.Error("gateway failed to start", zap.Error(err))
-		return 1
-	}
-
-	dataNote := up.Dir()
-	if o.dataDir == "" {
-		dataNote += ", temporary: removed on exit"
-	}
-	var rules []string
-	for _, r := range cfg.Policy.Namespaces {
-		rules = append(rules, r.Match+"="+string(r.Mode))
-	}
-	rules = append(rules, "default="+string(cfg.Policy.Default))
-	fmt.Fprintf(stdout, "\nlockgate dev stack is running\n\n"+
-		"  connection string: mongodb://%s/\n"+
-		"  admin:             http://%s/  (/metrics /healthz /readyz /locks /policy)\n"+
-		"  upstream:          %s  (embedded FerretDB, data in %s)\n"+
-		"  policy:            %s\n\n"+
-		"Press Ctrl-C to stop.\n\n",
-		gw.ProxyAddr(), gw.AdminAddr(), up.URI(), dataNote, strings.Join(rules, " "))
-
-	select {
-	case <-ctx.Done():
-		logger.Info("stopping dev stack")
-		stopGateway()
-	case <-gw.Done():
-	}
-	if err := gw.Wait(); err != nil {
-		logger.Error("gateway stopped with errors", zap.Error(err))
-		return 1
-	}
-	// The deferred up.Close stops FerretDB after every proxied connection
-	// has drained, so no client sees its upstream vanish mid-request.
-	return 0
+func announce(w io.Writer) {
+	fmt.Fprintln(w, "devstack: building the dev stack (embedded FerretDB + lockgate). "+
+		"A first build downloads the Go modules and compiles for about two minutes; "+
+		"later runs start in seconds.")
 }

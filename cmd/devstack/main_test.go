@@ -3,200 +3,83 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/http"
-	"os"
-	"path/filepath"
-	"regexp"
+	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
-
-	"github.com/lockgate/lockgate/config"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestReportBuildShowsDownloadsAndProgress(t *testing.T) {
+	lines := make(chan string)
+	tick := make(chan time.Time)
+	var out bytes.Buffer
+	done := make(chan []byte)
+	go func() { done <- reportBuild(lines, &out, tick) }()
 
-func writeFile(t *testing.T, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "lockgate.yaml")
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+	lines <- "go: downloading github.com/FerretDB/FerretDB v1.24.0"
+	lines <- "internal/abi"
+	lines <- "runtime"
+	tick <- time.Time{}
+	lines <- "github.com/lockgate/lockgate/wire"
+	lines <- "# github.com/lockgate/lockgate/wire"
+	lines <- "wire/x.go:1:2: undefined: y"
+	close(lines)
+	other := <-done
 
-func TestDevConfigDefaults(t *testing.T) {
-	o, err := parseFlags(nil, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := devConfig(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Listen != "127.0.0.1:27018" || cfg.Admin != "127.0.0.1:9218" ||
-		cfg.Log != (config.Log{Level: config.LogLevelInfo, Format: config.LogFormatConsole}) {
-		t.Errorf("defaults: listen %q admin %q log %+v", cfg.Listen, cfg.Admin, cfg.Log)
-	}
-}
-
-func TestDevConfigTakesOnlyLockstorePolicyLog(t *testing.T) {
-	file := writeFile(t, `
-listen: 127.0.0.1:1111
-admin: 127.0.0.1:2222
-upstream:
-  uri: mongodb://production:27017/
-lockstore:
-  uri: mongodb://production-locks:27017/
-  collection: mylocks
-  defaultLeaseMS: 5000
-policy:
-  default: audit
-  namespaces:
-    - match: shop.orders
-      mode: enforce
-log:
-  level: debug
-  format: json
-`)
-	o, err := parseFlags([]string{"-config", file, "-admin", "127.0.0.1:3333"}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := devConfig(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct{ name, got, want string }{
-		{"listen: flag default, not the file", cfg.Listen, "127.0.0.1:27018"},
-		{"admin: the flag", cfg.Admin, "127.0.0.1:3333"},
-		{"lockstore.uri: always the embedded upstream", cfg.Lockstore.URI, ""},
-		{"lockstore.collection from file", cfg.Lockstore.Collection, "mylocks"},
-		{"policy.default from file", string(cfg.Policy.Default), "audit"},
-		{"log.level from file", string(cfg.Log.Level), "debug"},
-		{"log.format from file", string(cfg.Log.Format), "json"},
+	got := out.String()
+	for _, want := range []string{
+		"devstack: building the dev stack",
+		"go: downloading github.com/FerretDB/FerretDB v1.24.0",
+		"still building: 2 packages compiled so far",
+		"devstack: built (3 packages compiled)",
 	} {
-		if c.got != c.want {
-			t.Errorf("%s: got %q, want %q", c.name, c.got, c.want)
+		if !strings.Contains(got, want) {
+			t.Errorf("progress output lacks %q:\n%s", want, got)
 		}
 	}
-	if cfg.Lockstore.DefaultLeaseMS != 5000 || len(cfg.Policy.Namespaces) != 1 {
-		t.Errorf("lockstore/policy not taken from the file: %+v %+v", cfg.Lockstore, cfg.Policy)
+	if strings.Contains(got, "undefined: y") {
+		t.Errorf("compiler output belongs to a failed build's report, not the progress:\n%s", got)
 	}
-	if strings.Contains(cfg.Upstream.URI, "production") {
-		t.Errorf("upstream taken from the file: %q", cfg.Upstream.URI)
-	}
-}
-
-func TestBadInputExits2(t *testing.T) {
-	bad := writeFile(t, "policy:\n  namespaces:\n    - match: shop\n      mode: enforce\n")
-	for _, tt := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-config", bad}, `policy.namespaces[0].match: must be "db.collection" or "db.*", got "shop"`},
-		{[]string{"-listen", "nowhere"}, `listen: must be host:port`},
-		{[]string{"-bogus"}, "flag provided but not defined"},
-	} {
-		var stdout, stderr bytes.Buffer
-		if code := run(context.Background(), tt.args, &stdout, &stderr); code != 2 {
-			t.Errorf("%v: exit %d, want 2", tt.args, code)
-		}
-		if !strings.Contains(stderr.String(), tt.want) {
-			t.Errorf("%v: stderr %q lacks %q", tt.args, stderr.String(), tt.want)
-		}
+	if want := "# github.com/lockgate/lockgate/wire\nwire/x.go:1:2: undefined: y\n"; string(other) != want {
+		t.Errorf("other output = %q, want %q", other, want)
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+func TestReportBuildIsQuietWhenFast(t *testing.T) {
+	var out bytes.Buffer
+	reportBuild(scanLines(strings.NewReader("runtime\n")), &out, nil)
+	if out.Len() != 0 {
+		t.Errorf("a build that ends before the first tick printed %q", out.String())
+	}
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var (
-	connRE  = regexp.MustCompile(`connection string: (mongodb://\S+)`)
-	adminRE = regexp.MustCompile(`admin: +(http://\S+)`)
-)
-
-func TestDevStackRunsAndStops(t *testing.T) {
+// TestLauncherBuildsTheStack builds the real dev stack the way `go run
+// ./cmd/devstack` does and runs the result: its flag usage proves that the
+// binary is the dev stack and that it receives the launcher's arguments.
+func TestLauncherBuildsTheStack(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts FerretDB")
+		t.Skip("builds the dev stack binary")
 	}
-	data := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-data", data}, &stdout, &stderr)
-	}()
-
-	var uri, adminURL string
-	deadline := time.Now().Add(30 * time.Second)
-	for uri == "" {
-		if m := connRE.FindStringSubmatch(stdout.String()); m != nil {
-			uri = m[1]
-			adminURL = adminRE.FindStringSubmatch(stdout.String())[1]
-			break
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("devstack exited %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection string printed\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
-		}
-	}
-
-	mctx, mcancel := context.WithTimeout(ctx, 15*time.Second)
-	defer mcancel()
-	client, err := mongo.Connect(mctx, options.Client().ApplyURI(uri))
+	// A fresh place for the binary, and the usual build cache kept: the
+	// default GOCACHE lives under XDG_CACHE_HOME too.
+	gocache, err := exec.Command("go", "env", "GOCACHE").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Database("dev").Collection("c").InsertOne(mctx, bson.D{{Key: "x", Value: 1}}); err != nil {
-		t.Fatalf("insert through the printed connection string: %v", err)
-	}
-	client.Disconnect(mctx)
-
-	resp, err := http.Get(adminURL + "healthz")
+	t.Setenv("GOCACHE", strings.TrimSpace(string(gocache)))
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	var progress bytes.Buffer
+	bin, err := buildStack(context.Background(), &progress, nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("buildStack: %v\n%s", err, progress.String())
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("%shealthz = %d", adminURL, resp.StatusCode)
+	out, err := exec.Command(bin, "-h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s -h: %v\n%s", bin, err, out)
 	}
-
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("exit %d\nstderr: %s", code, stderr.String())
+	for _, flag := range []string{"-config", "-listen", "-admin", "-data"} {
+		if !strings.Contains(string(out), flag) {
+			t.Errorf("dev stack usage lacks %s:\n%s", flag, out)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("devstack did not stop")
-	}
-	if entries, _ := os.ReadDir(data); len(entries) == 0 {
-		t.Error("-data dir is empty: FerretDB did not use it")
 	}
 }

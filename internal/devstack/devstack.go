@@ -1,0 +1,157 @@
+package devstack
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/embedded"
+)
+
+const (
+	defaultListen = "127.0.0.1:27018"
+	defaultAdmin  = "127.0.0.1:9218"
+)
+
+type flags struct {
+	configPath string
+	listen     string
+	admin      string
+	dataDir    string
+}
+
+func parseFlags(args []string, stderr io.Writer) (flags, error) {
+	var o flags
+	fs := flag.NewFlagSet("devstack", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.configPath, "config", "", "YAML config `file`; only its lockstore, policy and log sections are used")
+	fs.StringVar(&o.listen, "listen", defaultListen, "proxy listener `host:port`")
+	fs.StringVar(&o.admin, "admin", defaultAdmin, "admin HTTP listener `host:port`")
+	fs.StringVar(&o.dataDir, "data", "", "FerretDB data `dir`; empty means a temporary directory removed on exit")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return o, nil
+}
+
+// devConfig builds the gateway's configuration: development defaults, the
+// lockstore, policy and log sections of the file if one is given, then the
+// flags. The upstream is filled in once the embedded server runs.
+func devConfig(o flags) (*config.Config, error) {
+	cfg := config.Default()
+	cfg.Log = config.Log{Level: config.LogLevelInfo, Format: config.LogFormatConsole}
+	if o.configPath != "" {
+		file, err := config.Load(o.configPath)
+		if err != nil {
+			return nil, err
+		}
+		// Validate the file as a whole so its errors name its own keys,
+		// even in sections the dev stack then ignores.
+		if err := file.Validate(); err != nil {
+			return nil, fmt.Errorf("invalid configuration (%s):\n%w", o.configPath, err)
+		}
+		cfg.Lockstore, cfg.Policy, cfg.Log = file.Lockstore, file.Policy, file.Log
+	} else {
+		// Without a file, protect what the README's walk-through uses, so
+		// that enforcement can be seen at once.
+		cfg.Policy.Namespaces = []config.NamespaceRule{
+			{Match: "shop.orders", Mode: config.ModeEnforce},
+			{Match: "shop.*", Mode: config.ModeAudit},
+		}
+	}
+	// Lock records live in the embedded upstream too: a dev stack that
+	// wrote them to some other deployment would surprise its user.
+	cfg.Lockstore.URI = ""
+	cfg.Listen, cfg.Admin = o.listen, o.admin
+	cfg.Upstream.URI = "mongodb://placeholder/" // replaced by the embedded URI
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid flags:\n%w", err)
+	}
+	return cfg, nil
+}
+
+// Run runs the dev stack until ctx ends and returns the process exit code:
+// 0 after a clean stop, 1 when something failed at run time, 2 for bad
+// flags or configuration.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "devstack:", err)
+		return 2
+	}
+	cfg, err := devConfig(o)
+	if err != nil {
+		fmt.Fprintln(stderr, "devstack:", err)
+		return 2
+	}
+	logger, err := gateway.NewLoggerTo(cfg.Log, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "devstack:", err)
+		return 2
+	}
+	defer logger.Sync()
+
+	// FerretDB logs a great deal at info; warnings and errors are what a
+	// developer needs to see next to lockgate's own lines.
+	ferretLog := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, Logger: ferretLog})
+	if err != nil {
+		logger.Error("embedded upstream failed to start", zap.Error(err))
+		return 1
+	}
+	defer up.Close()
+	cfg.Upstream.URI = up.URI()
+
+	gwCtx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopGateway()
+	gw, err := gateway.Start(gwCtx, cfg, logger)
+	if err != nil {
+		logger.Error("gateway failed to start", zap.Error(err))
+		return 1
+	}
+
+	dataNote := up.Dir()
+	if o.dataDir == "" {
+		dataNote += ", temporary: removed on exit"
+	}
+	var rules []string
+	for _, r := range cfg.Policy.Namespaces {
+		rules = append(rules, r.Match+"="+string(r.Mode))
+	}
+	rules = append(rules, "default="+string(cfg.Policy.Default))
+	fmt.Fprintf(stdout, "\nlockgate dev stack is running\n\n"+
+		"  connection string: mongodb://%s/\n"+
+		"  admin:             http://%s/  (/metrics /healthz /readyz /locks /policy)\n"+
+		"  upstream:          %s  (embedded FerretDB, data in %s)\n"+
+		"  policy:            %s\n\n"+
+		"Press Ctrl-C to stop.\n\n",
+		gw.ProxyAddr(), gw.AdminAddr(), up.URI(), dataNote, strings.Join(rules, " "))
+
+	select {
+	case <-ctx.Done():
+		logger.Info("stopping dev stack")
+		stopGateway()
+	case <-gw.Done():
+	}
+	if err := gw.Wait(); err != nil {
+		logger.Error("gateway stopped with errors", zap.Error(err))
+		return 1
+	}
+	// The deferred up.Close stops FerretDB after every proxied connection
+	// has drained, so no client sees its upstream vanish mid-request.
+	return 0
+}
