@@ -38,16 +38,20 @@ var hiddenHelloFields = map[string]bool{
 	"msg":             true,
 }
 
-// rewriteHello turns an upstream hello reply into the reply of a
-// mongos-like router: the same wire versions, size limits, session timeout,
-// authentication and compression fields, and nothing that points past the
-// proxy. Error replies pass through unchanged.
+// rewriteHello turns the hello reply of a replica-set member or a router
+// into the reply of a mongos-like router: the same wire versions, size
+// limits, session timeout, authentication and compression fields, and
+// nothing that points past the proxy. A standalone server's reply passes
+// through unchanged: it names no other member a driver could discover, and
+// masquerading would change what drivers do (a driver that believes it
+// talks to mongos stops using exhaust cursors and runs router code paths).
+// Error replies pass through unchanged too.
 func rewriteHello(body bsoncore.Document) (bsoncore.Document, bool, error) {
 	elems, err := body.Elements()
 	if err != nil {
 		return nil, false, fmt.Errorf("hello reply: %w", err)
 	}
-	if !isOK(body) {
+	if !isOK(body) || standalone(elems) {
 		return nil, false, nil
 	}
 	idx, out := bsoncore.AppendDocumentStart(make([]byte, 0, len(body)+16))
@@ -63,6 +67,25 @@ func rewriteHello(body bsoncore.Document) (bsoncore.Document, bool, error) {
 		return nil, false, err
 	}
 	return out, true, nil
+}
+
+// standalone reports whether a hello reply comes from a standalone server:
+// one that is neither a replica-set member (setName, or isreplicaset on a
+// member not yet initiated, or a member list) nor a router (msg
+// "isdbgrid"). Any of those marks means the reply is masqueraded, so an
+// unknown topology errs on the side of hiding what is behind the proxy.
+func standalone(elems []bsoncore.Element) bool {
+	for _, e := range elems {
+		switch e.Key() {
+		case "setName", "isreplicaset", "hosts", "passives", "arbiters", "primary", "setVersion", "electionId":
+			return false
+		case "msg":
+			if s, ok := e.Value().StringValueOK(); !ok || s == "isdbgrid" {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // helloClient extracts the application and driver names from the client

@@ -126,6 +126,74 @@ func checkRouterHello(t *testing.T, doc bsoncore.Document) {
 	}
 }
 
+// TestHelloStandalonePassesThrough: a standalone server has no members a
+// driver could discover, so its handshake reply reaches the client byte for
+// byte, over OP_MSG and OP_QUERY alike; a router's reply is still made the
+// proxy's own (its members stay hidden). Masquerading a standalone as
+// mongos changed what drivers do (issue 9: exhaust cursors off, router
+// code paths on).
+func TestHelloStandalonePassesThrough(t *testing.T) {
+	standaloneHello := mustDoc(t, bson.D{
+		{"helloOk", true}, {"isWritablePrimary", true},
+		{"topologyVersion", bson.D{{"processId", "x"}, {"counter", int64(0)}}},
+		{"maxBsonObjectSize", int32(16777216)}, {"maxMessageSizeBytes", int32(48000000)},
+		{"maxWriteBatchSize", int32(100000)}, {"minWireVersion", int32(0)}, {"maxWireVersion", int32(21)},
+		{"ok", 1.0},
+	})
+	routerHello := mustDoc(t, bson.D{
+		{"ismaster", true}, {"msg", "isdbgrid"}, {"me", "router-1:27017"},
+		{"maxWireVersion", int32(21)}, {"ok", 1.0},
+	})
+	for _, tc := range []struct {
+		name    string
+		reply   bsoncore.Document
+		rewrite bool
+	}{
+		{"standalone", standaloneHello, false},
+		{"router", routerHello, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+				if cmd != nil && isHello(cmd.Name) {
+					return s.Reply(req, tc.reply)
+				}
+				return nil
+			})
+			p := startProxy(t, Options{Upstream: dialTo(up.Addr())})
+			c := dialRaw(t, p.addr)
+			for _, opcode := range []wire.OpCode{wire.OpCodeMsg, wire.OpCodeQuery} {
+				var req []byte
+				if opcode == wire.OpCodeQuery {
+					req, _ = c.query("admin.$cmd", bson.D{{"isMaster", 1}})
+				} else {
+					req, _ = c.msg(0, bson.D{{"hello", 1}, {"$db", "admin"}})
+				}
+				c.send(req)
+				got := body(t, c.read())
+				if !tc.rewrite {
+					if string(got) != string(tc.reply) {
+						t.Errorf("over %v: the standalone's reply changed through the proxy:\n got  %v\n want %v", opcode, got, tc.reply)
+					}
+					continue
+				}
+				if _, err := got.LookupErr("me"); err == nil {
+					t.Errorf("over %v: the router's reply still names its host: %v", opcode, got)
+				}
+				if msg, _ := got.Lookup("msg").StringValueOK(); msg != "isdbgrid" {
+					t.Errorf("over %v: msg = %q, want isdbgrid", opcode, msg)
+				}
+			}
+			want := 0.0
+			if tc.rewrite {
+				want = 2
+			}
+			if got := testutil.ToFloat64(p.metrics.helloRewrites); got != want {
+				t.Errorf("lockgate_handshake_rewrites_total = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 // TestHelloErrorReplyPassesThrough: an upstream that refuses the handshake
 // has nothing to hide; its reply reaches the client unchanged.
 func TestHelloErrorReplyPassesThrough(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +175,41 @@ func diffLines(t testing.TB, aName string, a []string, bName string, b []string)
 	}
 	if bad == 0 && len(a) == 0 {
 		t.Errorf("nothing to compare: both runs are empty")
+	}
+}
+
+// TestLargeUpsertStatement is pymongo's test_upsert_large through the
+// proxy: a replacement just under maxBsonObjectSize makes its update
+// statement (q, u, upsert) larger than 16 MiB, which MongoDB accepts in a
+// kind-1 section (the 16 KiB command allowance applies to every document of
+// a message). The proxy used to close the connection; it must answer as the
+// upstream does. pymongo, because it sends such statements (the Go driver
+// refuses them client-side).
+func TestLargeUpsertStatement(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import pymongo").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("pymongo missing (CI is set, so this is a failure): %v", err)
+		}
+		t.Skipf("pymongo missing: %v (apt-get install python3-pymongo)", err)
+	}
+	const script = `
+import sys, pymongo
+coll = pymongo.MongoClient(sys.argv[1], serverSelectionTimeoutMS=10000)["large_upsert"][sys.argv[2]]
+coll.drop()
+# {_id: "big", s: big} is len(big)+26 bytes: 10 under 16 MiB.
+big = "x" * (16 * 1024 * 1024 - 36)
+r = coll.replace_one({"_id": "big"}, {"_id": "big", "s": big}, upsert=True)
+print("upserted %s, count %d" % (r.upserted_id, coll.count_documents({"_id": "big"})))
+`
+	g := startGateway(t, upstream.URI())
+	ctx := testCtx(t, 2*time.Minute)
+	for _, target := range []struct{ name, uri string }{{"direct", g.Direct}, {"proxy", g.URI}} {
+		out, err := exec.CommandContext(ctx, "/usr/bin/python3", "-c", script, target.uri, target.name).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", target.name, err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != "upserted big, count 1" {
+			t.Fatalf("%s: %s", target.name, got)
+		}
 	}
 }

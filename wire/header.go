@@ -134,11 +134,17 @@ func (l Limits) maxMessage() int {
 	return l.MaxMessageSize
 }
 
-func (l Limits) maxBSON() int {
+// maxDocument bounds every document on the wire, whatever section or
+// opcode carries it: maxBsonObjectSize plus MongoDB's 16 KiB allowance
+// (BSONObjMaxInternalSize), which the server applies when it reads any
+// document of a message. The 16 MiB user limit is the server's to enforce
+// on what it stores; a statement document in a kind-1 section (an upsert's
+// full replacement plus q) legitimately exceeds it.
+func (l Limits) maxDocument() int {
 	if l.MaxBSONSize <= 0 {
-		return DefaultMaxBSONSize
+		return DefaultMaxBSONSize + commandOverhead
 	}
-	return l.MaxBSONSize
+	return l.MaxBSONSize + commandOverhead
 }
 
 // checkLength judges a declared message length against the opcode's minimum

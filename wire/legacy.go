@@ -58,10 +58,10 @@ func parseUpdate(f frame, lim Limits) (*OpUpdate, error) {
 	if m.Flags, err = c.int32("flags"); err != nil {
 		return nil, err
 	}
-	if m.Selector, err = c.document("selector", lim.maxBSON()); err != nil {
+	if m.Selector, err = c.document("selector", lim.maxDocument()); err != nil {
 		return nil, err
 	}
-	if m.Update, err = c.document("update", lim.maxBSON()); err != nil {
+	if m.Update, err = c.document("update", lim.maxDocument()); err != nil {
 		return nil, err
 	}
 	if err := c.done(); err != nil {
@@ -81,7 +81,7 @@ func parseInsert(f frame, lim Limits) (*OpInsert, error) {
 		return nil, err
 	}
 	for c.left() > 0 {
-		d, err := c.document("document", lim.maxBSON())
+		d, err := c.document("document", lim.maxDocument())
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +106,7 @@ func parseDelete(f frame, lim Limits) (*OpDelete, error) {
 	if m.Flags, err = c.int32("flags"); err != nil {
 		return nil, err
 	}
-	if m.Selector, err = c.document("selector", lim.maxBSON()); err != nil {
+	if m.Selector, err = c.document("selector", lim.maxDocument()); err != nil {
 		return nil, err
 	}
 	if err := c.done(); err != nil {

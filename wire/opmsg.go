@@ -75,7 +75,7 @@ func parseMsg(f frame, lim Limits) (*OpMsg, error) {
 			return nil, malformed("OP_MSG: checksum 0x%08x does not match the computed 0x%08x", m.Checksum, sum)
 		}
 	}
-	maxBody := lim.maxBSON() + commandOverhead
+	maxBody := lim.maxDocument()
 	sections := 0
 	for c.left() > 0 {
 		at := c.off
@@ -95,7 +95,7 @@ func parseMsg(f frame, lim Limits) (*OpMsg, error) {
 			if len(m.Sequences) == 0 {
 				m.Sequences, docs = m.seqBuf[:0], m.docBuf[:0]
 			}
-			seq, err := parseSequence(&c, at, lim.maxBSON(), docs)
+			seq, err := parseSequence(&c, at, lim.maxDocument(), docs)
 			if err != nil {
 				return nil, err
 			}

@@ -39,11 +39,11 @@ func parseQuery(f frame, lim Limits) (*OpQuery, error) {
 	if q.NumberToReturn, err = c.int32("numberToReturn"); err != nil {
 		return nil, err
 	}
-	if q.Query, err = c.document("query", lim.maxBSON()+commandOverhead); err != nil {
+	if q.Query, err = c.document("query", lim.maxDocument()); err != nil {
 		return nil, err
 	}
 	if c.left() > 0 {
-		if q.ReturnFieldsSelector, err = c.document("returnFieldsSelector", lim.maxBSON()); err != nil {
+		if q.ReturnFieldsSelector, err = c.document("returnFieldsSelector", lim.maxDocument()); err != nil {
 			return nil, err
 		}
 	}

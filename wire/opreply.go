@@ -39,7 +39,7 @@ func parseReply(f frame, lim Limits) (*OpReply, error) {
 		return nil, malformed("OP_REPLY: numberReturned %d cannot fit in %d bytes", n, c.left())
 	}
 	for c.left() > 0 {
-		d, err := c.document("document", lim.maxBSON()+commandOverhead)
+		d, err := c.document("document", lim.maxDocument())
 		if err != nil {
 			return nil, err
 		}

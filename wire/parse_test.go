@@ -130,13 +130,22 @@ func TestParseBodyLimits(t *testing.T) {
 	}
 	_, err := Parse(raw, Limits{MaxBSONSize: len(big) - commandOverhead - 1})
 	wantErr(t, err, ErrTooLarge, "over the limit")
-	// A sequence document gets no allowance.
+	// A sequence document gets the same allowance, as on the server: an
+	// upsert statement carries a replacement of up to maxBsonObjectSize
+	// plus its q and flags (pymongo's test_upsert_large).
 	raw = frameOf(OpCodeMsg, i32(0), bodySection(cmdDoc("insert", "c", "d")), seqSection("documents", big))
-	if _, err := Parse(raw, Limits{MaxBSONSize: len(big)}); err != nil {
-		t.Fatalf("sequence document at the limit refused: %v", err)
+	if _, err := Parse(raw, Limits{MaxBSONSize: len(big) - commandOverhead}); err != nil {
+		t.Fatalf("sequence document within the allowance refused: %v", err)
 	}
-	_, err = Parse(raw, Limits{MaxBSONSize: len(big) - 1})
+	_, err = Parse(raw, Limits{MaxBSONSize: len(big) - commandOverhead - 1})
 	wantErr(t, err, ErrTooLarge, "kind-1 section document")
+	// And so does every document of the legacy opcodes.
+	raw = frameOf(OpCodeInsert, i32(0), cstr("d.c"), big)
+	if _, err := Parse(raw, Limits{MaxBSONSize: len(big) - commandOverhead}); err != nil {
+		t.Fatalf("OP_INSERT document within the allowance refused: %v", err)
+	}
+	_, err = Parse(raw, Limits{MaxBSONSize: len(big) - commandOverhead - 1})
+	wantErr(t, err, ErrTooLarge, "document")
 }
 
 func TestParseOpMsg(t *testing.T) {

@@ -98,6 +98,9 @@ async function main() {
   await step('isMaster', () => admin.command({ isMaster: 1 }));
   await step('ping', () => admin.command({ ping: 1 }));
   await step('buildInfo', () => admin.command({ buildInfo: 1 }));
+  // What the driver concluded about the deployment from the handshake:
+  // through the proxy it must be what it is directly.
+  await step('driverView', async () => ({ topologyType: client.topology.description.type }));
 
   await step('insertOne_autoId', () => coll.insertOne({ kind: 'auto', n: -1 }));
   await step('insertOne', () => coll.insertOne({

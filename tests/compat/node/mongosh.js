@@ -79,6 +79,8 @@ step('hello', () => db.adminCommand({ hello: 1 }));
 step('isMaster', () => db.adminCommand({ isMaster: 1 }));
 step('ping', () => db.runCommand({ ping: 1 }));
 step('buildInfo', () => db.adminCommand({ buildInfo: 1 }));
+// The shell's view of the deployment, as it decides it (from hello).
+step('driverView', () => ({ isMongos: db.hello().msg === 'isdbgrid' }));
 
 step('insertOne_autoId', () => plain(coll.insertOne({ kind: 'auto', n: -1 })));
 step('insertOne', () => plain(coll.insertOne({

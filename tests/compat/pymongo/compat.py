@@ -104,6 +104,9 @@ def main():
     step("isMaster", lambda: client.admin.command("isMaster"))
     step("ping", lambda: client.admin.command("ping"))
     step("buildInfo", lambda: client.admin.command("buildInfo"))
+    # What the driver concluded about the deployment from the handshake:
+    # through the proxy it must be what it is directly.
+    step("driverView", lambda: {"is_mongos": client.is_mongos, "is_primary": client.is_primary})
 
     step("insertOne_autoId", lambda: write_result(coll.insert_one({"kind": "auto", "n": -1})))
     step("insertOne", lambda: write_result(coll.insert_one(
