@@ -282,7 +282,7 @@ func (s *Server) HandleAction(pattern, token string, h http.Handler) {
 			return
 		}
 		if token == "" {
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "operator actions are disabled: configure adminAuth.tokenFile or LOCKGATE_ADMIN_TOKEN"})
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "operator actions are disabled: configure adminAuth.tokenFile or the LOCKGATE_ADMIN_TOKEN_FILE environment variable"})
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")

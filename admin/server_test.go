@@ -272,3 +272,20 @@ func TestServeReturnsListenerError(t *testing.T) {
 		t.Fatal("Serve on a closed listener returned nil")
 	}
 }
+
+// TestActionDisabledNamesTheVariable: the refusal of a disabled action
+// tells the operator the exact config key and environment variable that
+// enable it (it used to name a variable that does not exist).
+func TestActionDisabledNamesTheVariable(t *testing.T) {
+	s := newServer(t, Options{})
+	s.HandleAction("/act", "", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("a disabled action ran") }))
+	code, _, body := get(t, s.Handler(), "POST", "/act")
+	if code != http.StatusForbidden {
+		t.Fatalf("POST /act = %d, want 403", code)
+	}
+	for _, want := range []string{"adminAuth.tokenFile", "LOCKGATE_ADMIN_TOKEN_FILE"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("403 body %q does not name %s", body, want)
+		}
+	}
+}

@@ -140,7 +140,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.configPath != "" {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		go watchFile(wctx, o.configPath, 2*time.Second, changed)
+		go config.WatchFile(wctx, o.configPath, 2*time.Second, changed)
 	}
 
 wait:
@@ -207,36 +207,6 @@ func reload(o options, getenv func(string) string, logger *zap.Logger, gw *gatew
 	probe.Policy = running.Policy
 	if !reflect.DeepEqual(&probe, running) {
 		logger.Warn("reload applied the policy only: other changed keys take effect on restart")
-	}
-}
-
-// watchFile signals on changed whenever the file's size or modification
-// time changes, checking every interval, until ctx ends. Polling needs no
-// inotify and sees a ConfigMap's symlink swap like any other change.
-func watchFile(ctx context.Context, path string, interval time.Duration, changed chan<- struct{}) {
-	stamp := func() string {
-		fi, err := os.Stat(path)
-		if err != nil {
-			return "missing"
-		}
-		return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
-	}
-	last := stamp()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if s := stamp(); s != last {
-				last = s
-				select {
-				case changed <- struct{}{}:
-				default:
-				}
-			}
-		}
 	}
 }
 

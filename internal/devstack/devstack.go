@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -61,7 +63,7 @@ func devConfig(o flags) (*config.Config, error) {
 		if err := file.Validate(); err != nil {
 			return nil, fmt.Errorf("invalid configuration (%s):\n%w", o.configPath, err)
 		}
-		cfg.Lockstore, cfg.Policy, cfg.Log = file.Lockstore, file.Policy, file.Log
+		cfg.Lockstore, cfg.Policy, cfg.Log, cfg.AdminAuth = file.Lockstore, file.Policy, file.Log, file.AdminAuth
 	} else {
 		// Without a file, protect what the README's walk-through uses, so
 		// that enforcement can be seen at once.
@@ -83,8 +85,9 @@ func devConfig(o flags) (*config.Config, error) {
 
 // Run runs the dev stack until ctx ends and returns the process exit code:
 // 0 after a clean stop, 1 when something failed at run time, 2 for bad
-// flags or configuration.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// flags or configuration. Each value on hup (SIGHUP), and each change of
+// the -config file, reloads the policy from the file as cmd/proxy does.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-chan os.Signal) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -107,7 +110,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	// FerretDB logs a great deal at info; warnings and errors are what a
 	// developer needs to see next to lockgate's own lines.
-	ferretLog := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Its lines are prefixed so that nobody takes them for lockgate's.
+	ferretLog := slog.New(slog.NewTextHandler(prefixWriter{prefix: []byte("embedded FerretDB (upstream): "), w: stderr}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, Logger: ferretLog})
 	if err != nil {
 		logger.Error("embedded upstream failed to start", zap.Error(err))
@@ -141,11 +145,26 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"Press Ctrl-C to stop.\n\n",
 		gw.ProxyAddr(), gw.AdminAddr(), up.URI(), dataNote, strings.Join(rules, " "))
 
-	select {
-	case <-ctx.Done():
-		logger.Info("stopping dev stack")
-		stopGateway()
-	case <-gw.Done():
+	changed := make(chan struct{}, 1)
+	if o.configPath != "" {
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go config.WatchFile(wctx, o.configPath, 2*time.Second, changed)
+	}
+wait:
+	for {
+		select {
+		case <-hup:
+			reload(o, logger, gw, "SIGHUP")
+		case <-changed:
+			reload(o, logger, gw, "the configuration file changed")
+		case <-ctx.Done():
+			logger.Info("stopping dev stack")
+			stopGateway()
+			break wait
+		case <-gw.Done():
+			break wait
+		}
 	}
 	if err := gw.Wait(); err != nil {
 		logger.Error("gateway stopped with errors", zap.Error(err))
@@ -154,4 +173,40 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The deferred up.Close stops FerretDB after every proxied connection
 	// has drained, so no client sees its upstream vanish mid-request.
 	return 0
+}
+
+// reload re-reads the -config file as a start would and hands the result
+// to the running gateway, which swaps the policy without touching
+// connections; an invalid file is refused and the policy in force stays.
+func reload(o flags, logger *zap.Logger, gw *gateway.Gateway, why string) {
+	if o.configPath == "" {
+		logger.Warn("reload ignored: the dev stack was started without -config, so there is no policy file to re-read", zap.String("trigger", why))
+		return
+	}
+	logger.Info("reloading the policy", zap.String("trigger", why), zap.String("config", o.configPath))
+	cfg, err := devConfig(o)
+	if err != nil {
+		gw.CountReload(false)
+		logger.Error("reload refused: the running policy stays", zap.Error(err))
+		return
+	}
+	if err := gw.Reload(cfg); err != nil {
+		logger.Error("reload refused: the running policy stays", zap.Error(err))
+		return
+	}
+	logger.Info("policy reloaded")
+}
+
+// prefixWriter starts every line written through it with prefix. slog's
+// handlers write one whole record per call, so per-call is per-line.
+type prefixWriter struct {
+	prefix []byte
+	w      io.Writer
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	if _, err := p.w.Write(append(append([]byte(nil), p.prefix...), b...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,7 +106,7 @@ func TestBadInputExits2(t *testing.T) {
 		{[]string{"-bogus"}, "flag provided but not defined"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if code := Run(context.Background(), tt.args, &stdout, &stderr); code != 2 {
+		if code := Run(context.Background(), tt.args, &stdout, &stderr, nil); code != 2 {
 			t.Errorf("%v: exit %d, want 2", tt.args, code)
 		}
 		if !strings.Contains(stderr.String(), tt.want) {
@@ -146,7 +147,7 @@ func TestDevStackRunsAndStops(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-data", data}, &stdout, &stderr)
+		done <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-data", data}, &stdout, &stderr, nil)
 	}()
 
 	var uri, adminURL string
@@ -198,5 +199,138 @@ func TestDevStackRunsAndStops(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(data); len(entries) == 0 {
 		t.Error("-data dir is empty: FerretDB did not use it")
+	}
+}
+
+// startStack runs the dev stack with args until the test ends and returns
+// its admin URL.
+func startStack(t *testing.T, hup chan os.Signal, args ...string) (adminURL string, stderr *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout syncBuffer
+	stderr = &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, append([]string{"-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...), &stdout, stderr, hup)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("exit %d\nstderr: %s", code, stderr.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("devstack did not stop")
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if m := adminRE.FindStringSubmatch(stdout.String()); m != nil {
+			return m[1], stderr
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("devstack exited %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no admin URL printed\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
+		}
+	}
+}
+
+func httpBody(t *testing.T, method, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
+
+// TestDevStackReloadsOnHangup: SIGHUP re-reads the -config file's policy
+// (it used to kill the dev stack, leaving its temporary directory behind),
+// and the file's adminAuth guards operator actions as in cmd/proxy (it used
+// to be ignored).
+func TestDevStackReloadsOnHangup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte(strings.Repeat("t", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	policy := func(ns string) string {
+		return "adminAuth:\n  tokenFile: " + token + "\npolicy:\n  namespaces:\n    - match: " + ns + "\n      mode: enforce\n"
+	}
+	file := filepath.Join(dir, "lockgate.yaml")
+	if err := os.WriteFile(file, []byte(policy("shop.orders")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup := make(chan os.Signal, 1)
+	adminURL, stderr := startStack(t, hup, "-config", file)
+
+	if code, body := httpBody(t, "GET", adminURL+"policy"); code != 200 || !strings.Contains(body, "shop.orders") {
+		t.Fatalf("GET /policy = %d %s", code, body)
+	}
+	if code, body := httpBody(t, "POST", adminURL+"locks/release"); code != http.StatusUnauthorized {
+		t.Errorf("POST /locks/release without the token = %d %s, want 401 (adminAuth from the file)", code, body)
+	}
+
+	if err := os.WriteFile(file, []byte(policy("shop.invoices")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup <- syscall.SIGHUP
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := httpBody(t, "GET", adminURL+"policy")
+		if strings.Contains(body, "shop.invoices") && !strings.Contains(body, "shop.orders") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("policy not reloaded after SIGHUP: %s\nstderr: %s", body, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDevStackHangupWithoutConfig: with no file to re-read, SIGHUP is
+// logged and ignored; the dev stack keeps running.
+func TestDevStackHangupWithoutConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	hup := make(chan os.Signal, 1)
+	adminURL, stderr := startStack(t, hup)
+	hup <- syscall.SIGHUP
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), "reload ignored") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line for SIGHUP without -config:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, _ := httpBody(t, "GET", adminURL+"healthz"); code != 200 {
+		t.Errorf("after SIGHUP /healthz = %d", code)
+	}
+}
+
+func TestPrefixWriter(t *testing.T) {
+	var b bytes.Buffer
+	w := prefixWriter{prefix: []byte("ferret: "), w: &b}
+	if n, err := w.Write([]byte("level=WARN msg=x\n")); err != nil || n != 17 {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if b.String() != "ferret: level=WARN msg=x\n" {
+		t.Errorf("got %q", b.String())
 	}
 }

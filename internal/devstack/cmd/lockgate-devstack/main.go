@@ -15,5 +15,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	os.Exit(devstack.Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	// SIGHUP reloads the policy instead of killing the process, which
+	// would leave its temporary data directory behind.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	os.Exit(devstack.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup))
 }
