@@ -211,6 +211,13 @@ func TestAcquireContendReleaseStatus(t *testing.T) {
 	if _, ok := first["expiresAt"].(interface{ Time() time.Time }); !ok {
 		t.Fatalf("expiresAt is %T, want a date", first["expiresAt"])
 	}
+	// The reply names the session that now holds the locks (the implicit
+	// session trap: docs/LOCKS.md).
+	_, lsid := sa.ID().Lookup("id").Binary()
+	if want := lockstore.SessionPrefix(lsid); got["session"] != want ||
+		!strings.Contains(fmt.Sprint(got["note"]), want) {
+		t.Fatalf("acquire reply session %v, note %q; want the caller's session %s named in both", got["session"], got["note"], want)
+	}
 
 	// Renew keeps the token and moves the lease; a non-holder cannot renew.
 	renewed, err := run(t, alice, sa, bson.D{{"renewLock", "orders"}, {"ids", bson.A{1}}, {"leaseMS", 30000}})

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -226,13 +227,13 @@ func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Own
 		if err != nil {
 			return nil, fromStore(a.name, a.ns, err)
 		}
-		return locksReply(locks), nil
+		return locksReply(locks, o.Session), nil
 	case cmdRenew:
 		locks, err := g.opts.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
 		if err != nil {
 			return nil, fromStore(a.name, a.ns, err)
 		}
-		return locksReply(locks), nil
+		return locksReply(locks, o.Session), nil
 	case cmdRelease:
 		var n int
 		var err error
@@ -258,7 +259,16 @@ func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Own
 	}
 }
 
-func locksReply(locks []lockstore.Lock) bsoncore.Document {
+// sessionNote reminds the caller which session now holds the locks. Nothing
+// on the wire tells a driver's explicit session from an implicit one (both
+// send a bare lsid), so a lock taken without startSession lands in a pooled
+// implicit session that a later write may or may not reuse; the note and
+// the session prefix make that visible in the reply (docs/LOCKS.md).
+const sessionNote = "held by logical session %s: write in the same explicit session (startSession) and pass it to every write; a write outside it is refused"
+
+// locksReply is the reply of acquireLock and renewLock. session is the
+// caller's own lsid: its prefix tells the caller nothing about others.
+func locksReply(locks []lockstore.Lock, session []byte) bsoncore.Document {
 	aidx, arr := bsoncore.AppendArrayStart(nil)
 	for i, l := range locks {
 		idx, d := bsoncore.AppendDocumentStart(nil)
@@ -275,6 +285,9 @@ func locksReply(locks []lockstore.Lock) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	d = bsoncore.AppendDoubleElement(d, "ok", 1)
 	d = bsoncore.AppendArrayElement(d, "locks", arr)
+	prefix := lockstore.SessionPrefix(session)
+	d = bsoncore.AppendStringElement(d, "session", prefix)
+	d = bsoncore.AppendStringElement(d, "note", fmt.Sprintf(sessionNote, prefix))
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
 	return d
 }
