@@ -147,6 +147,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	guardMetrics := guard.NewMetrics()
 	gd := guard.New(guard.Options{
 		Store:          store,
+		Reserved:       reservedNamespaces(cfg.Lockstore),
 		Resolver:       guard.NewResolver(resolverClient),
 		MaxMessageSize: cfg.Limits.MaxMessageSizeBytes,
 		EndSessionsSupported: func(ctx context.Context) (bool, error) {
@@ -400,4 +401,19 @@ func ServerTLS(t config.TLS) (*tls.Config, error) {
 		return nil, fmt.Errorf("tls.clientAuth: unknown value %q", t.ClientAuth)
 	}
 	return c, nil
+}
+
+// reservedNamespaces are the lock store's namespaces, sealed against
+// client requests. They are sealed even when lockstore.uri names another
+// deployment: two URIs may reach the same servers, and the names belong to
+// lockgate either way.
+func reservedNamespaces(c config.Lockstore) guard.Reserved {
+	db, coll := c.Database, c.Collection
+	if db == "" {
+		db = lockstore.DefaultDatabase
+	}
+	if coll == "" {
+		coll = lockstore.DefaultCollection
+	}
+	return guard.ReservedFor(db, coll)
 }

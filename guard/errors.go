@@ -19,6 +19,7 @@ import (
 const (
 	codeBadValue        = 2
 	codeFailedToParse   = 9
+	codeUnauthorized    = 13
 	codeTypeMismatch    = 14
 	codeLockTimeout     = 24
 	codeLockBusy        = 46
@@ -29,6 +30,7 @@ const (
 var codeNames = map[int32]string{
 	codeBadValue:        "BadValue",
 	codeFailedToParse:   "FailedToParse",
+	codeUnauthorized:    "Unauthorized",
 	codeTypeMismatch:    "TypeMismatch",
 	codeLockTimeout:     "LockTimeout",
 	codeLockBusy:        "LockBusy",
@@ -46,6 +48,7 @@ const (
 	reasonNotHolder   = "not_holder"
 	reasonUnavailable = "lockstore_unavailable"
 	reasonInternal    = "internal"
+	reasonReserved    = "reserved" // the lock store's own namespaces
 )
 
 // cmdError is a refusal on its way to becoming a MongoDB error reply.

@@ -29,6 +29,9 @@ type LockStore interface {
 // Options configure a Guard.
 type Options struct {
 	Store LockStore
+	// Reserved are the lock store's namespaces, sealed against every
+	// client request; zero seals nothing (tests without a lock store).
+	Reserved Reserved
 	// Resolver finds the documents of writes whose filter does not pin
 	// _id; without one such writes are refused on enforced namespaces.
 	Resolver Resolver
@@ -87,6 +90,14 @@ func New(opts Options) *Guard {
 
 // Intercept implements proxy.Interceptor.
 func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decision {
+	// First, and whatever the policy: the lock store is reachable through
+	// the proxy in no form, lock commands on it included.
+	if e := g.reservedRefusal(req); e != nil {
+		g.metrics.reservedRefusals.Inc()
+		g.log.Info("refused a request for the lock store's namespaces", zap.Uint64("conn", req.Client.ID),
+			zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("ns", e.ns))
+		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
+	}
 	if cmd := req.Command; cmd != nil {
 		switch {
 		case isLockCommand(cmd.Name):

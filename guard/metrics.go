@@ -15,6 +15,8 @@ type Metrics struct {
 	decisions       *prometheus.CounterVec
 	decisionSeconds prometheus.Histogram
 	pinned          prometheus.Counter
+
+	reservedRefusals prometheus.Counter
 }
 
 // NewMetrics creates the guard's collectors; register them once.
@@ -46,6 +48,10 @@ func NewMetrics() *Metrics {
 			Name: "lockgate_pinned_writes_total",
 			Help: "Writes whose filter did not pin _id, forwarded restricted to the verified documents.",
 		}),
+		reservedRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_reserved_refusals_total",
+			Help: "Client requests refused because they named the lock store's own namespaces.",
+		}),
 	}
 }
 
@@ -57,6 +63,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisions.Describe(ch)
 	m.decisionSeconds.Describe(ch)
 	m.pinned.Describe(ch)
+	m.reservedRefusals.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -67,6 +74,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisions.Collect(ch)
 	m.decisionSeconds.Collect(ch)
 	m.pinned.Collect(ch)
+	m.reservedRefusals.Collect(ch)
 }
 
 func (m *Metrics) lockCommand(name, result string, took time.Duration) {

@@ -1,0 +1,159 @@
+package guard
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
+	"golang.org/x/text/unicode/norm"
+)
+
+// Reserved names the lock store's own namespaces, which no client request
+// through the proxy may read or write in any form (docs/SECURITY.md): a
+// reader would learn who holds what, a writer could erase or forge locks.
+// Operators see locks through the admin endpoints instead.
+type Reserved struct {
+	// DB is the lock store's database.
+	DB string
+	// Collections are its collections in DB: the lock records and the
+	// claims beside them.
+	Collections []string
+}
+
+// ReservedFor returns the namespaces of a lock store configured with
+// database db and lock collection coll.
+func ReservedFor(db, coll string) Reserved {
+	return Reserved{DB: db, Collections: []string{coll, coll + lockstore.ClaimsSuffix}}
+}
+
+// dbLevelAllowed are the database-level commands (first value not a
+// collection) that may run on the lock store's database: they name no
+// collection and reveal nothing but collection names. Everything else that
+// acts on the database as a whole (dropDatabase, applyOps, copydb into
+// it, db-level aggregate with its pipeline walked separately) is refused
+// there. The lock store may share its database with application data, so
+// the drivers' own db-level commands must keep working.
+var dbLevelAllowed = map[string]bool{
+	"ping": true, "hello": true, "isMaster": true, "ismaster": true,
+	"buildInfo": true, "buildinfo": true, "listCollections": true,
+	"dbStats": true, "dbstats": true, "connectionStatus": true,
+	"saslStart": true, "saslContinue": true, "authenticate": true, "logout": true,
+	"getnonce": true, "endSessions": true, "listCommands": true,
+	"getLastError": true, "getlasterror": true, "whatsmyuri": true,
+}
+
+// dbMatches compares database names as an upstream that folds case
+// would: MongoDB refuses a second database that differs only by case, and
+// FerretDB's SQLite backend folds table names, so "LockGate" must be
+// treated as "lockgate".
+func (r Reserved) dbMatches(db string) bool {
+	return db == policy.UnknownNS || sameName(db, r.DB)
+}
+
+// touches reports whether (db, coll) is, or may be, a reserved namespace;
+// coll "" is the whole database.
+func (r Reserved) touches(db, coll, command string) bool {
+	if r.DB == "" || !r.dbMatches(db) {
+		return false
+	}
+	if coll == policy.UnknownNS {
+		return true
+	}
+	if coll == "" {
+		return !dbLevelAllowed[command]
+	}
+	for _, c := range r.Collections {
+		if sameName(coll, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameName compares names case-insensitively and, for non-ASCII names,
+// after compatibility normalization, so that neither "LOCKS" nor a
+// full-width "ｌｏｃｋｓ" slips past an upstream that would map it to the
+// same storage. ASCII names, nearly all traffic, take the fast path.
+func sameName(a, b string) bool {
+	if strings.EqualFold(a, b) {
+		return true
+	}
+	if isASCII(a) {
+		return false
+	}
+	return strings.EqualFold(norm.NFKC.String(a), norm.NFKC.String(b))
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// reservedRefusal returns the refusal of a request that touches a reserved
+// namespace, or nil.
+func (g *Guard) reservedRefusal(req *proxy.Request) *cmdError {
+	r := g.opts.Reserved
+	if r.DB == "" {
+		return nil
+	}
+	var hit string
+	if cmd := req.Command; cmd != nil {
+		policy.VisitNamespaces(cmd, func(db, coll string) bool {
+			if r.touches(db, coll, cmd.Name) {
+				hit = db + "." + coll
+				if coll == "" {
+					hit = db
+				}
+				return true
+			}
+			return false
+		})
+	} else if ns := legacyNamespace(req.Message); ns != "" {
+		if db, coll, ok := strings.Cut(ns, "."); ok && r.touches(db, coll, "") {
+			hit = ns
+		}
+	}
+	if hit == "" {
+		return nil
+	}
+	name := "request"
+	if req.Command != nil {
+		name = req.Command.Name
+	} else {
+		name = req.Message.Header().OpCode.String()
+	}
+	return &cmdError{code: codeUnauthorized, reason: reasonReserved, ns: hit,
+		msg: fmt.Sprintf("lockgate: %s refused: %s is reserved for the lock store, which clients cannot read or write through the proxy; "+
+			"operators see locks on the admin listener (/locks)", name, hit)}
+}
+
+// legacyNamespace is the namespace of a legacy opcode that is not a
+// command (OP_QUERY on a collection, OP_GET_MORE, OP_INSERT, OP_UPDATE,
+// OP_DELETE), inside OP_COMPRESSED too.
+func legacyNamespace(m wire.Message) string {
+	switch m := m.(type) {
+	case *wire.OpCompressed:
+		if m.Inner != nil {
+			return legacyNamespace(m.Inner)
+		}
+	case *wire.OpQuery:
+		return m.FullCollectionName
+	case *wire.OpGetMore:
+		return m.FullCollectionName
+	case *wire.OpInsert:
+		return m.FullCollectionName
+	case *wire.OpUpdate:
+		return m.FullCollectionName
+	case *wire.OpDelete:
+		return m.FullCollectionName
+	}
+	return ""
+}

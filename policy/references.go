@@ -1,0 +1,277 @@
+package policy
+
+import (
+	"strings"
+
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// UnknownNS is what VisitNamespaces reports for a reference whose
+// namespace cannot be told (an applyOps operation that names its
+// collection by UUID): a caller that protects namespaces must treat it as
+// any of them.
+const UnknownNS = "*"
+
+// VisitNamespaces calls visit for every namespace cmd names, in every
+// position the server reads one from, and stops as soon as visit returns
+// true (which it then returns). coll is "" for a reference to a whole
+// database (a database-level command such as dropDatabase, copydb's
+// todb); db and coll are both UnknownNS where the namespace cannot be
+// told.
+//
+// The positions are the command's own collection (the first value, also
+// read as a full "db.coll" namespace, which dataSize, renameCollection and
+// cloneCollection take), the full namespaces of renameCollection's to,
+// applyOps' and bulkWrite's ns, a view's viewOn, getMore's collection,
+// mapReduce's out, copydb's databases, explain's inner command, and the
+// pipeline stages that read or write another collection ($lookup,
+// $graphLookup, $unionWith, $out, $merge, at any depth, in $facet and in
+// sub-pipelines). Statement and document values are data, never
+// namespaces: a field that happens to be called "from" in an inserted
+// document or a $match names nothing.
+//
+// Values that are not strings where a name belongs are skipped: the server
+// refuses such a command, so it reaches no namespace.
+func VisitNamespaces(cmd *wire.Command, visit func(db, coll string) bool) bool {
+	if visitCommand(cmd.DB, cmd.Body, visit) {
+		return true
+	}
+	for _, s := range cmd.Sequences {
+		if s.Identifier != "nsInfo" {
+			continue
+		}
+		for _, d := range s.Documents {
+			if visitFullNS(d.Lookup("ns"), visit) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// visitCommand walks one command body run on db.
+func visitCommand(db string, body bsoncore.Document, visit func(db, coll string) bool) bool {
+	it := iterate(body)
+	for first := true; ; first = false {
+		k, v, ok := it.next()
+		if !ok {
+			return false
+		}
+		if first {
+			if s, ok := v.StringValueOK(); ok {
+				if visit(db, s) {
+					return true
+				}
+				if d, c, ok := splitNS(s); ok && visit(d, c) {
+					return true
+				}
+			} else if visit(db, "") {
+				return true
+			}
+		}
+		// The first key too: explain and applyOps carry their
+		// references in the command's own value.
+		var hit bool
+		switch string(k) {
+		case "pipeline":
+			hit = visitPipeline(db, v, visit)
+		case "to":
+			hit = visitFullNS(v, visit)
+		case "viewOn", "collection", "toCollection":
+			if s, ok := v.StringValueOK(); ok {
+				hit = visit(db, s)
+			}
+		case "todb", "fromdb":
+			if s, ok := v.StringValueOK(); ok {
+				hit = visit(s, "")
+			}
+		case "out":
+			hit = visitOut(db, v, visit)
+		case "explain":
+			if d, ok := v.DocumentOK(); ok {
+				hit = visitCommand(db, d, visit)
+			}
+		case "applyOps":
+			hit = visitApplyOps(v, visit)
+		case "nsInfo":
+			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitFullNS(d.Lookup("ns"), visit) })
+		}
+		if hit {
+			return true
+		}
+	}
+}
+
+// visitPipeline walks the stages of an aggregation pipeline run on db.
+func visitPipeline(db string, v bsoncore.Value, visit func(db, coll string) bool) bool {
+	return eachDocument(v, func(stage bsoncore.Document) bool {
+		it := iterate(stage)
+		k, sv, ok := it.next()
+		if !ok {
+			return false
+		}
+		switch string(k) {
+		case "$lookup", "$graphLookup":
+			spec, ok := sv.DocumentOK()
+			if !ok {
+				return false
+			}
+			target := db
+			from := spec.Lookup("from")
+			if s, ok := from.StringValueOK(); ok {
+				if visit(db, s) {
+					return true
+				}
+			} else if d, ok := from.DocumentOK(); ok {
+				var hit bool
+				target, hit = visitDBColl(db, d, "coll", visit)
+				if hit {
+					return true
+				}
+			}
+			return visitPipeline(target, spec.Lookup("pipeline"), visit)
+		case "$unionWith":
+			if s, ok := sv.StringValueOK(); ok {
+				return visit(db, s)
+			}
+			spec, ok := sv.DocumentOK()
+			if !ok {
+				return false
+			}
+			target, hit := visitDBColl(db, spec, "coll", visit)
+			return hit || visitPipeline(target, spec.Lookup("pipeline"), visit)
+		case "$out":
+			if s, ok := sv.StringValueOK(); ok {
+				return visit(db, s)
+			}
+			if spec, ok := sv.DocumentOK(); ok {
+				_, hit := visitDBColl(db, spec, "coll", visit)
+				return hit
+			}
+		case "$merge":
+			if s, ok := sv.StringValueOK(); ok {
+				return visit(db, s)
+			}
+			spec, ok := sv.DocumentOK()
+			if !ok {
+				return false
+			}
+			into := spec.Lookup("into")
+			if s, ok := into.StringValueOK(); ok {
+				return visit(db, s)
+			}
+			if d, ok := into.DocumentOK(); ok {
+				_, hit := visitDBColl(db, d, "coll", visit)
+				return hit
+			}
+		case "$facet":
+			facets, ok := sv.DocumentOK()
+			if !ok {
+				return false
+			}
+			fit := iterate(facets)
+			for {
+				_, p, ok := fit.next()
+				if !ok {
+					return false
+				}
+				if visitPipeline(db, p, visit) {
+					return true
+				}
+			}
+		}
+		return false
+	})
+}
+
+// visitDBColl visits {db: <db>, <collKey>: <coll>}, the db defaulting to
+// db, and returns the database the reference is in.
+func visitDBColl(db string, d bsoncore.Document, collKey string, visit func(db, coll string) bool) (string, bool) {
+	if s, ok := d.Lookup("db").StringValueOK(); ok {
+		db = s
+	}
+	if s, ok := d.Lookup(collKey).StringValueOK(); ok {
+		return db, visit(db, s)
+	}
+	return db, false
+}
+
+// visitOut walks mapReduce's out: a collection name, or {replace|merge|
+// reduce: <coll>, db: <db>} ({inline: 1} names nothing).
+func visitOut(db string, v bsoncore.Value, visit func(db, coll string) bool) bool {
+	if s, ok := v.StringValueOK(); ok {
+		return visit(db, s)
+	}
+	d, ok := v.DocumentOK()
+	if !ok {
+		return false
+	}
+	if s, ok := d.Lookup("db").StringValueOK(); ok {
+		db = s
+	}
+	for _, k := range []string{"replace", "merge", "reduce"} {
+		if s, ok := d.Lookup(k).StringValueOK(); ok && visit(db, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// visitApplyOps walks applyOps operations: each names its namespace by ns
+// ("db.coll", or "db.$cmd" with a command in o) or by ui, a collection
+// UUID the proxy cannot map to a name.
+func visitApplyOps(v bsoncore.Value, visit func(db, coll string) bool) bool {
+	return eachDocument(v, func(op bsoncore.Document) bool {
+		if _, err := op.LookupErr("ui"); err == nil {
+			return visit(UnknownNS, UnknownNS)
+		}
+		ns, ok := op.Lookup("ns").StringValueOK()
+		if !ok {
+			return false
+		}
+		db, coll, ok := splitNS(ns)
+		if !ok {
+			return false
+		}
+		if coll == "$cmd" {
+			o, _ := op.Lookup("o").DocumentOK()
+			return visitCommand(db, o, visit)
+		}
+		return visit(db, coll)
+	})
+}
+
+func visitFullNS(v bsoncore.Value, visit func(db, coll string) bool) bool {
+	s, ok := v.StringValueOK()
+	if !ok {
+		return false
+	}
+	db, coll, ok := splitNS(s)
+	return ok && visit(db, coll)
+}
+
+// eachDocument calls f for each document of an array value until it
+// returns true.
+func eachDocument(v bsoncore.Value, f func(bsoncore.Document) bool) bool {
+	if v.Type != bsontype.Array {
+		return false
+	}
+	it := iterate(v.Data)
+	for {
+		_, e, ok := it.next()
+		if !ok {
+			return false
+		}
+		if d, ok := e.DocumentOK(); ok && f(d) {
+			return true
+		}
+	}
+}
+
+// splitNS splits "db.coll" at its first dot, as the server does.
+func splitNS(s string) (db, coll string, ok bool) {
+	db, coll, ok = strings.Cut(s, ".")
+	return db, coll, ok && db != "" && coll != ""
+}

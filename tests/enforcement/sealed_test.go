@@ -1,0 +1,367 @@
+package enforcement
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+
+	"github.com/lockgate/lockgate/wire"
+)
+
+// The gateway's lock store: config.Default's database and collection.
+const (
+	lockDB     = "lockgate"
+	lockColl   = "locks"
+	claimsColl = "locks_claims"
+)
+
+func goClient(t *testing.T, uri string) *mongo.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI(uri).SetAppName("sealed-attacker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Disconnect(context.Background()) })
+	return c
+}
+
+// lockStoreSnapshot reads every lock store document directly, as canonical
+// extended JSON in _id order: the bytes an attack must leave unchanged.
+func lockStoreSnapshot(t *testing.T, direct *mongo.Client) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, coll := range []string{lockColl, claimsColl} {
+		cur, err := direct.Database(lockDB).Collection(coll).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			t.Fatalf("snapshot %s: %v", coll, err)
+		}
+		for cur.Next(ctx) {
+			b.WriteString(coll + ": " + cur.Current.String() + "\n")
+		}
+		if err := cur.Err(); err != nil {
+			t.Fatal(err)
+		}
+		cur.Close(ctx)
+	}
+	return b.String()
+}
+
+// wantUnauthorized requires err to be lockgate's refusal of a reserved
+// namespace: code 13 with reason "reserved".
+func wantUnauthorized(t *testing.T, attack string, err error) {
+	t.Helper()
+	var se mongo.ServerError
+	if !errors.As(err, &se) {
+		t.Errorf("%s: got %v, want lockgate's Unauthorized (13) refusal", attack, err)
+		return
+	}
+	if !se.HasErrorCode(13) || !strings.Contains(err.Error(), "reserved for the lock store") {
+		t.Errorf("%s: got %v, want code 13 naming the lock store", attack, err)
+	}
+}
+
+// TestLockStoreIsSealed: through the proxy no client command reads or
+// writes the lock store's namespaces, in any form (issue 10, item 1). A
+// victim holds a lock; an attacker with no lock tries to read the lock
+// records (to learn the holder's lsid and write as the holder), delete or
+// forge them, or reach them through another collection, a view, a rename,
+// an aggregation stage, another database, a case or Unicode variant of the
+// names, a legacy opcode or compression. Every attempt is refused with
+// Unauthorized (13), the lock store is byte-for-byte unchanged, and the
+// victim's lock still protects its document.
+func TestLockStoreIsSealed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	direct := goClient(t, directURI)
+	victim := goClient(t, proxyURI)
+	attacker := goClient(t, proxyURI)
+
+	protected := direct.Database("shop").Collection("protected")
+	if _, err := protected.InsertOne(ctx, bson.D{{Key: "_id", Value: "sealed-1"}, {Key: "v", Value: 0}}); err != nil && !mongo.IsDuplicateKeyError(err) {
+		t.Fatal(err)
+	}
+	sess, err := victim.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+	sctx := mongo.NewSessionContext(ctx, sess)
+	if err := victim.Database("shop").RunCommand(sctx, bson.D{{Key: "acquireLock", Value: "protected"}, {Key: "ids", Value: bson.A{"sealed-1"}}, {Key: "leaseMS", Value: 60000}}).Err(); err != nil {
+		t.Fatalf("victim acquireLock: %v", err)
+	}
+	before := lockStoreSnapshot(t, direct)
+	if !strings.Contains(before, "sealed-1") {
+		t.Fatalf("the victim's lock is not in the lock store:\n%s", before)
+	}
+
+	lg := attacker.Database(lockDB)
+	shop := attacker.Database("shop")
+	admin := attacker.Database("admin")
+	cmd := func(db *mongo.Database, c bson.D) error { return db.RunCommand(ctx, c).Err() }
+	pipeline := func(stages ...bson.D) bson.D {
+		return bson.D{{Key: "aggregate", Value: "protected"}, {Key: "pipeline", Value: stages}, {Key: "cursor", Value: bson.D{}}}
+	}
+	dbColl := func(db, coll string) bson.D { return bson.D{{Key: "db", Value: db}, {Key: "coll", Value: coll}} }
+	attacks := []struct {
+		name string
+		run  func() error
+	}{
+		{"find the lock records", func() error { _, err := lg.Collection(lockColl).Find(ctx, bson.D{}); return err }},
+		{"find the claims", func() error { _, err := lg.Collection(claimsColl).Find(ctx, bson.D{}); return err }},
+		{"count", func() error { _, err := lg.Collection(lockColl).CountDocuments(ctx, bson.D{}); return err }},
+		{"distinct owners", func() error { return cmd(lg, bson.D{{Key: "distinct", Value: lockColl}, {Key: "key", Value: "owner"}}) }},
+		{"aggregate on the lock collection", func() error { _, err := lg.Collection(lockColl).Aggregate(ctx, bson.A{}); return err }},
+		{"delete the victim's lock", func() error { _, err := lg.Collection(lockColl).DeleteMany(ctx, bson.D{}); return err }},
+		{"delete the claims", func() error { _, err := lg.Collection(claimsColl).DeleteMany(ctx, bson.D{}); return err }},
+		{"update the lock records", func() error {
+			_, err := lg.Collection(lockColl).UpdateMany(ctx, bson.D{}, bson.D{{Key: "$set", Value: bson.D{{Key: "expiresAt", Value: time.Unix(0, 0)}}}})
+			return err
+		}},
+		{"forge a lock record", func() error {
+			_, err := lg.Collection(lockColl).InsertOne(ctx, bson.D{{Key: "forged", Value: true}})
+			return err
+		}},
+		{"findAndModify", func() error {
+			return lg.Collection(claimsColl).FindOneAndDelete(ctx, bson.D{}).Err()
+		}},
+		{"drop the lock collection", func() error { return lg.Collection(lockColl).Drop(ctx) }},
+		{"drop the lock database", func() error { return lg.Drop(ctx) }},
+		{"index the lock collection", func() error {
+			_, err := lg.Collection(lockColl).Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "x", Value: 1}}})
+			return err
+		}},
+		{"rename the lock collection away", func() error {
+			return cmd(admin, bson.D{{Key: "renameCollection", Value: "lockgate.locks"}, {Key: "to", Value: "shop.stolen"}})
+		}},
+		{"rename over the lock collection", func() error {
+			return cmd(admin, bson.D{{Key: "renameCollection", Value: "shop.protected"}, {Key: "to", Value: "lockgate.locks"}, {Key: "dropTarget", Value: true}})
+		}},
+		{"a view on the lock collection", func() error {
+			return cmd(lg, bson.D{{Key: "create", Value: "peek"}, {Key: "viewOn", Value: lockColl}, {Key: "pipeline", Value: bson.A{}}})
+		}},
+		{"$lookup from another database", func() error {
+			return cmd(shop, pipeline(bson.D{{Key: "$lookup", Value: bson.D{{Key: "from", Value: dbColl(lockDB, lockColl)}, {Key: "pipeline", Value: bson.A{}}, {Key: "as", Value: "l"}}}}))
+		}},
+		{"$unionWith nested in $facet", func() error {
+			return cmd(shop, pipeline(bson.D{{Key: "$facet", Value: bson.D{{Key: "f", Value: bson.A{bson.D{{Key: "$unionWith", Value: dbColl(lockDB, claimsColl)}}}}}}}))
+		}},
+		{"$out into the lock collection", func() error {
+			return cmd(shop, pipeline(bson.D{{Key: "$out", Value: dbColl(lockDB, lockColl)}}))
+		}},
+		{"$merge into the lock collection", func() error {
+			return cmd(shop, pipeline(bson.D{{Key: "$merge", Value: bson.D{{Key: "into", Value: dbColl(lockDB, lockColl)}}}}))
+		}},
+		{"explain a find", func() error {
+			return cmd(lg, bson.D{{Key: "explain", Value: bson.D{{Key: "find", Value: lockColl}}}})
+		}},
+		{"bulkWrite with nsInfo", func() error {
+			return cmd(admin, bson.D{{Key: "bulkWrite", Value: 1}, {Key: "ops", Value: bson.A{bson.D{{Key: "delete", Value: 0}, {Key: "filter", Value: bson.D{}}, {Key: "multi", Value: true}}}},
+				{Key: "nsInfo", Value: bson.A{bson.D{{Key: "ns", Value: "lockgate.locks"}}}}})
+		}},
+		{"applyOps", func() error {
+			return cmd(admin, bson.D{{Key: "applyOps", Value: bson.A{bson.D{{Key: "op", Value: "d"}, {Key: "ns", Value: "lockgate.locks"}, {Key: "o", Value: bson.D{}}}}}})
+		}},
+		{"acquireLock on the lock collection", func() error {
+			return cmd(lg, bson.D{{Key: "acquireLock", Value: lockColl}, {Key: "ids", Value: bson.A{"x"}}})
+		}},
+		{"case variant of the collection", func() error { _, err := lg.Collection("LOCKS").DeleteMany(ctx, bson.D{}); return err }},
+		{"case variant of the database", func() error {
+			_, err := attacker.Database("LockGate").Collection(lockColl).Find(ctx, bson.D{})
+			return err
+		}},
+		{"full-width Unicode variant", func() error { _, err := lg.Collection("ｌｏｃｋｓ").Find(ctx, bson.D{}); return err }},
+	}
+	for _, a := range attacks {
+		wantUnauthorized(t, a.name, a.run())
+	}
+
+	// The same reads in the forms old drivers and compressing clients send.
+	for _, raw := range legacyAttacks(t) {
+		reply := roundTrip(t, raw.msg)
+		if code, _ := reply.Lookup("code").AsInt64OK(); code != 13 || !strings.Contains(reply.String(), "reserved for the lock store") {
+			t.Errorf("%s: reply %v, want the Unauthorized refusal", raw.name, reply)
+		}
+	}
+
+	if after := lockStoreSnapshot(t, direct); after != before {
+		t.Errorf("the lock store changed under the attacks:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	// The victim's lock still guards the document: the attacker's write is
+	// refused, the victim's own goes through.
+	_, err = attacker.Database("shop").Collection("protected").UpdateOne(ctx, bson.D{{Key: "_id", Value: "sealed-1"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: -1}}}})
+	if se := (mongo.ServerError)(nil); !errors.As(err, &se) || !se.HasErrorCode(46) {
+		t.Errorf("attacker's write after the attacks: %v, want LockBusy (46)", err)
+	}
+	if _, err := victim.Database("shop").Collection("protected").UpdateOne(sctx, bson.D{{Key: "_id", Value: "sealed-1"}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "v", Value: 1}}}}); err != nil {
+		t.Errorf("victim's write under its lock: %v", err)
+	}
+}
+
+type rawAttack struct {
+	name string
+	msg  []byte
+}
+
+// legacyAttacks are lock store reads as OP_QUERY (a legacy find and a
+// legacy command), and an OP_MSG find wrapped in OP_COMPRESSED.
+func legacyAttacks(t *testing.T) []rawAttack {
+	t.Helper()
+	find := bsoncore.NewDocumentBuilder().AppendString("find", lockColl).AppendString("$db", lockDB).Build()
+	msg := wire.AppendMsg(nil, 7, 0, 0, find)
+	compressed, err := wire.AppendCompressed(nil, msg, wire.CompressorZlib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := bsoncore.NewDocumentBuilder().Build()
+	findCmd := bsoncore.NewDocumentBuilder().AppendString("find", claimsColl).Build()
+	return []rawAttack{
+		{"OP_QUERY on the lock collection", opQuery(5, lockDB+"."+lockColl, empty)},
+		{"OP_QUERY command on lockgate.$cmd", opQuery(6, lockDB+".$cmd", findCmd)},
+		{"OP_COMPRESSED OP_MSG find", compressed},
+	}
+}
+
+func opQuery(id int32, ns string, q bsoncore.Document) []byte {
+	b := make([]byte, 16, 64+len(q))
+	b = binary.LittleEndian.AppendUint32(b, 0) // flags
+	b = append(append(b, ns...), 0)
+	b = binary.LittleEndian.AppendUint32(b, 0)          // numberToSkip
+	b = binary.LittleEndian.AppendUint32(b, 0xFFFFFFFF) // numberToReturn: -1, one batch
+	b = append(b, q...)
+	binary.LittleEndian.PutUint32(b[0:], uint32(len(b)))
+	binary.LittleEndian.PutUint32(b[4:], uint32(id))
+	binary.LittleEndian.PutUint32(b[12:], uint32(wire.OpCodeQuery))
+	return b
+}
+
+// roundTrip sends one raw request to the proxy and returns its reply's
+// body (OP_MSG) or first document (OP_REPLY).
+func roundTrip(t *testing.T, req []byte) bsoncore.Document {
+	t.Helper()
+	addr := strings.TrimSuffix(strings.TrimPrefix(proxyURI, "mongodb://"), "/")
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := wire.ReadMessage(c, wire.NewBufferPool(), wire.Limits{})
+	if err != nil {
+		t.Fatalf("reading the reply: %v", err)
+	}
+	b := append([]byte(nil), raw.Bytes...)
+	raw.Release()
+	m, err := wire.Parse(b, wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch r := m.(type) {
+	case *wire.OpMsg:
+		return r.Body
+	case *wire.OpReply:
+		if len(r.Documents) > 0 {
+			return r.Documents[0]
+		}
+	case *wire.OpCompressed:
+		if inner, ok := r.Inner.(*wire.OpMsg); ok {
+			return inner.Body
+		}
+	}
+	t.Fatalf("unexpected reply %T", m)
+	return nil
+}
+
+// TestLockStoreIsSealedForOtherDrivers: the same door, tried from pymongo
+// and the Node.js driver: reading and deleting the lock records fail with
+// code 13.
+func TestLockStoreIsSealedForOtherDrivers(t *testing.T) {
+	scripts := []struct {
+		name  string
+		check func() string
+		cmd   func(ctx context.Context) *exec.Cmd
+	}{
+		{"pymongo", func() string {
+			if exec.Command("/usr/bin/python3", "-c", "import pymongo").Run() != nil {
+				return "pymongo missing: apt-get install python3-pymongo"
+			}
+			return ""
+		}, func(ctx context.Context) *exec.Cmd {
+			return exec.CommandContext(ctx, "/usr/bin/python3", "-c", `
+import sys, pymongo
+from pymongo.errors import OperationFailure
+c = pymongo.MongoClient(sys.argv[1], serverSelectionTimeoutMS=10000)
+for name, f in [("find", lambda: list(c.lockgate.locks.find())), ("delete", lambda: c.lockgate.locks.delete_many({})),
+                ("claims", lambda: list(c.lockgate.locks_claims.find()))]:
+    try:
+        f()
+        print(name, "ALLOWED")
+    except OperationFailure as e:
+        print(name, e.code)
+`, proxyURI)
+		}},
+		{"node", func() string {
+			if _, err := exec.LookPath("node"); err != nil {
+				return "node is not on PATH"
+			}
+			if _, err := os.Stat(filepath.Join("..", "compat", "node", "node_modules", "mongodb")); err != nil {
+				return "tests/compat/node/node_modules/mongodb missing: npm ci there"
+			}
+			return ""
+		}, func(ctx context.Context) *exec.Cmd {
+			c := exec.CommandContext(ctx, "node", "-e", `
+const { MongoClient } = require('mongodb');
+(async () => {
+  const c = new MongoClient(process.argv[1], { serverSelectionTimeoutMS: 10000 });
+  const tries = [['find', () => c.db('lockgate').collection('locks').find().toArray()],
+                 ['delete', () => c.db('lockgate').collection('locks').deleteMany({})],
+                 ['claims', () => c.db('lockgate').collection('locks_claims').find().toArray()]];
+  for (const [name, f] of tries) {
+    try { await f(); console.log(name, 'ALLOWED'); } catch (e) { console.log(name, e.code); }
+  }
+  await c.close();
+})();
+`, proxyURI)
+			c.Dir = filepath.Join("..", "compat", "node")
+			return c
+		}},
+	}
+	for _, s := range scripts {
+		t.Run(s.name, func(t *testing.T) {
+			if missing := s.check(); missing != "" {
+				if os.Getenv("CI") != "" {
+					t.Fatalf("%s (CI is set, so this is a failure)", missing)
+				}
+				t.Skip(missing)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := s.cmd(ctx).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if got, want := string(bytes.TrimSpace(out)), "find 13\ndelete 13\nclaims 13"; got != want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
