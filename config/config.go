@@ -94,6 +94,13 @@ type Policy struct {
 	LeaseMarginMS int64 `yaml:"leaseMarginMS"`
 	// Namespaces are per-namespace rules; the most specific match wins.
 	Namespaces []NamespaceRule `yaml:"namespaces"`
+	// AllowSessionIntrospection lets commands that list other clients'
+	// logical session ids (currentOp, $currentOp, $listSessions,
+	// $listLocalSessions, config.system.sessions, killing other sessions)
+	// through while a namespace is enforced. Off by default: on a
+	// deployment without authentication a listed lsid could be replayed
+	// to write as its lock holder (docs/SECURITY.md).
+	AllowSessionIntrospection bool `yaml:"allowSessionIntrospection"`
 }
 
 // NamespaceRule sets the mode of one namespace or one database.

@@ -49,6 +49,8 @@ const (
 	reasonUnavailable = "lockstore_unavailable"
 	reasonInternal    = "internal"
 	reasonReserved    = "reserved" // the lock store's own namespaces
+	// reasonIntrospection: a command that lists or ends other sessions.
+	reasonIntrospection = "session_introspection"
 )
 
 // cmdError is a refusal on its way to becoming a MongoDB error reply.

@@ -93,9 +93,16 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 	// First, and whatever the policy: the lock store is reachable through
 	// the proxy in no form, lock commands on it included.
 	if e := g.reservedRefusal(req); e != nil {
-		g.metrics.reservedRefusals.Inc()
+		g.metrics.reservedRefusals.WithLabelValues("lock_store").Inc()
 		g.log.Info("refused a request for the lock store's namespaces", zap.Uint64("conn", req.Client.ID),
 			zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("ns", e.ns))
+		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
+	}
+	pol := g.policy.Load()
+	if e := g.introspectionRefusal(req, pol); e != nil {
+		g.metrics.reservedRefusals.WithLabelValues("session_introspection").Inc()
+		g.log.Info("refused a request that reveals other sessions", zap.Uint64("conn", req.Client.ID),
+			zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("error", e.msg))
 		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
 	}
 	if cmd := req.Command; cmd != nil {
@@ -107,7 +114,6 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 		}
 		observeAuth(req)
 	}
-	pol := g.policy.Load()
 	if pol == nil || pol.AllOff() {
 		return proxy.Decision{Action: proxy.Forward}
 	}

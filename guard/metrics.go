@@ -16,7 +16,7 @@ type Metrics struct {
 	decisionSeconds prometheus.Histogram
 	pinned          prometheus.Counter
 
-	reservedRefusals prometheus.Counter
+	reservedRefusals *prometheus.CounterVec
 }
 
 // NewMetrics creates the guard's collectors; register them once.
@@ -48,10 +48,10 @@ func NewMetrics() *Metrics {
 			Name: "lockgate_pinned_writes_total",
 			Help: "Writes whose filter did not pin _id, forwarded restricted to the verified documents.",
 		}),
-		reservedRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+		reservedRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_reserved_refusals_total",
-			Help: "Client requests refused because they named the lock store's own namespaces.",
-		}),
+			Help: "Client requests refused whatever the policy's modes, by what they reached for: lock_store (its own namespaces) or session_introspection (other clients' session ids).",
+		}, []string{"what"}),
 	}
 }
 

@@ -60,6 +60,9 @@ type Policy struct {
 	byDB     map[string]Rule // "db" for "db.*"
 	rules    []Rule          // as configured, for the admin view
 	allOff   bool
+	// introspection: session-listing commands pass (allowed, or nothing
+	// is enforced so there is no lock to steal).
+	introspection bool
 }
 
 // Compile checks and compiles the policy part of a configuration. The
@@ -120,15 +123,25 @@ func Compile(c config.Policy) (*Policy, error) {
 			p.allOff = false
 		}
 	}
+	enforced := p.fallback.Mode == Enforce
+	for _, r := range p.rules {
+		enforced = enforced || r.Mode == Enforce
+	}
+	p.introspection = c.AllowSessionIntrospection || !enforced
 	p.version = fingerprint(c, p)
 	return p, nil
 }
+
+// SessionIntrospection reports whether commands that reveal other
+// sessions' ids may pass: when the operator allows them, or when no
+// namespace is enforced.
+func (p *Policy) SessionIntrospection() bool { return p.introspection }
 
 // fingerprint names a policy by its content, so that the version in every
 // decision log line identifies exactly which rules decided.
 func fingerprint(c config.Policy, p *Policy) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%+v|", p.fallback)
+	fmt.Fprintf(h, "%+v|%v|", p.fallback, c.AllowSessionIntrospection)
 	for _, r := range p.rules {
 		fmt.Fprintf(h, "%+v|", r)
 	}

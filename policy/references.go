@@ -35,7 +35,15 @@ const UnknownNS = "*"
 // Values that are not strings where a name belongs are skipped: the server
 // refuses such a command, so it reaches no namespace.
 func VisitNamespaces(cmd *wire.Command, visit func(db, coll string) bool) bool {
-	if visitCommand(cmd.DB, cmd.Body, visit) {
+	return VisitReferences(cmd, visit, nil)
+}
+
+// VisitReferences is VisitNamespaces that also calls stage with the name
+// of every aggregation stage, at any depth, until either returns true.
+// stage may be nil.
+func VisitReferences(cmd *wire.Command, visit func(db, coll string) bool, stage func(name string) bool) bool {
+	w := walker{ns: visit, stage: stage}
+	if w.command(cmd.DB, cmd.Body) {
 		return true
 	}
 	for _, s := range cmd.Sequences {
@@ -51,8 +59,15 @@ func VisitNamespaces(cmd *wire.Command, visit func(db, coll string) bool) bool {
 	return false
 }
 
-// visitCommand walks one command body run on db.
-func visitCommand(db string, body bsoncore.Document, visit func(db, coll string) bool) bool {
+// walker carries the callbacks through the recursion.
+type walker struct {
+	ns    func(db, coll string) bool
+	stage func(name string) bool
+}
+
+// command walks one command body run on db.
+func (w walker) command(db string, body bsoncore.Document) bool {
+	visit := w.ns
 	it := iterate(body)
 	for first := true; ; first = false {
 		k, v, ok := it.next()
@@ -76,7 +91,7 @@ func visitCommand(db string, body bsoncore.Document, visit func(db, coll string)
 		var hit bool
 		switch string(k) {
 		case "pipeline":
-			hit = visitPipeline(db, v, visit)
+			hit = w.pipeline(db, v)
 		case "to":
 			hit = visitFullNS(v, visit)
 		case "viewOn", "collection", "toCollection":
@@ -91,10 +106,10 @@ func visitCommand(db string, body bsoncore.Document, visit func(db, coll string)
 			hit = visitOut(db, v, visit)
 		case "explain":
 			if d, ok := v.DocumentOK(); ok {
-				hit = visitCommand(db, d, visit)
+				hit = w.command(db, d)
 			}
 		case "applyOps":
-			hit = visitApplyOps(v, visit)
+			hit = w.applyOps(v)
 		case "nsInfo":
 			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitFullNS(d.Lookup("ns"), visit) })
 		}
@@ -104,13 +119,17 @@ func visitCommand(db string, body bsoncore.Document, visit func(db, coll string)
 	}
 }
 
-// visitPipeline walks the stages of an aggregation pipeline run on db.
-func visitPipeline(db string, v bsoncore.Value, visit func(db, coll string) bool) bool {
+// pipeline walks the stages of an aggregation pipeline run on db.
+func (w walker) pipeline(db string, v bsoncore.Value) bool {
+	visit := w.ns
 	return eachDocument(v, func(stage bsoncore.Document) bool {
 		it := iterate(stage)
 		k, sv, ok := it.next()
 		if !ok {
 			return false
+		}
+		if w.stage != nil && w.stage(string(k)) {
+			return true
 		}
 		switch string(k) {
 		case "$lookup", "$graphLookup":
@@ -131,7 +150,7 @@ func visitPipeline(db string, v bsoncore.Value, visit func(db, coll string) bool
 					return true
 				}
 			}
-			return visitPipeline(target, spec.Lookup("pipeline"), visit)
+			return w.pipeline(target, spec.Lookup("pipeline"))
 		case "$unionWith":
 			if s, ok := sv.StringValueOK(); ok {
 				return visit(db, s)
@@ -141,7 +160,7 @@ func visitPipeline(db string, v bsoncore.Value, visit func(db, coll string) bool
 				return false
 			}
 			target, hit := visitDBColl(db, spec, "coll", visit)
-			return hit || visitPipeline(target, spec.Lookup("pipeline"), visit)
+			return hit || w.pipeline(target, spec.Lookup("pipeline"))
 		case "$out":
 			if s, ok := sv.StringValueOK(); ok {
 				return visit(db, s)
@@ -177,7 +196,7 @@ func visitPipeline(db string, v bsoncore.Value, visit func(db, coll string) bool
 				if !ok {
 					return false
 				}
-				if visitPipeline(db, p, visit) {
+				if w.pipeline(db, p) {
 					return true
 				}
 			}
@@ -219,10 +238,11 @@ func visitOut(db string, v bsoncore.Value, visit func(db, coll string) bool) boo
 	return false
 }
 
-// visitApplyOps walks applyOps operations: each names its namespace by ns
+// applyOps walks applyOps operations: each names its namespace by ns
 // ("db.coll", or "db.$cmd" with a command in o) or by ui, a collection
 // UUID the proxy cannot map to a name.
-func visitApplyOps(v bsoncore.Value, visit func(db, coll string) bool) bool {
+func (w walker) applyOps(v bsoncore.Value) bool {
+	visit := w.ns
 	return eachDocument(v, func(op bsoncore.Document) bool {
 		if _, err := op.LookupErr("ui"); err == nil {
 			return visit(UnknownNS, UnknownNS)
@@ -237,7 +257,7 @@ func visitApplyOps(v bsoncore.Value, visit func(db, coll string) bool) bool {
 		}
 		if coll == "$cmd" {
 			o, _ := op.Lookup("o").DocumentOK()
-			return visitCommand(db, o, visit)
+			return w.command(db, o)
 		}
 		return visit(db, coll)
 	})

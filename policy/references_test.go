@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 )
@@ -89,5 +90,26 @@ func TestVisitNamespacesStops(t *testing.T) {
 	n := 0
 	if !VisitNamespaces(cmd, func(db, coll string) bool { n++; return true }) || n != 1 {
 		t.Errorf("a visit that returns true must stop the walk: %d visits", n)
+	}
+}
+
+func TestSessionIntrospectionSwitch(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		c     config.Policy
+		allow bool
+	}{
+		{"nothing enforced", config.Policy{Default: config.ModeAudit}, true},
+		{"a namespace enforced", config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}}, false},
+		{"default enforce", config.Policy{Default: config.ModeEnforce}, false},
+		{"enforced, operator allows", config.Policy{Default: config.ModeEnforce, AllowSessionIntrospection: true}, true},
+	} {
+		p, err := Compile(tt.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.SessionIntrospection(); got != tt.allow {
+			t.Errorf("%s: SessionIntrospection() = %v, want %v", tt.name, got, tt.allow)
+		}
 	}
 }

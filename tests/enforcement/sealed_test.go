@@ -365,3 +365,61 @@ const { MongoClient } = require('mongodb');
 		})
 	}
 }
+
+// TestSessionIntrospectionRefused: while a namespace is enforced, nothing
+// lists other clients' session ids through the proxy (issue 10, item 6): on
+// a deployment without authentication (this one) a listed lsid could be
+// replayed to write as a lock holder. Killing one's own session still
+// reaches the server.
+func TestSessionIntrospectionRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := goClient(t, proxyURI)
+	admin, cfg := c.Database("admin"), c.Database("config")
+	agg := func(coll any, stage string) bson.D {
+		return bson.D{{Key: "aggregate", Value: coll}, {Key: "pipeline", Value: bson.A{bson.D{{Key: stage, Value: bson.D{}}}}}, {Key: "cursor", Value: bson.D{}}}
+	}
+	attacks := []struct {
+		name string
+		db   *mongo.Database
+		cmd  bson.D
+	}{
+		{"currentOp", admin, bson.D{{Key: "currentOp", Value: 1}}},
+		{"$currentOp", admin, agg(1, "$currentOp")},
+		{"$listLocalSessions", admin, agg(1, "$listLocalSessions")},
+		{"$listSessions", cfg, agg("system.sessions", "$listSessions")},
+		{"$currentOp in a $facet", admin, bson.D{{Key: "aggregate", Value: 1}, {Key: "pipeline", Value: bson.A{
+			bson.D{{Key: "$documents", Value: bson.A{bson.D{}}}},
+			bson.D{{Key: "$facet", Value: bson.D{{Key: "x", Value: bson.A{bson.D{{Key: "$lookup", Value: bson.D{{Key: "from", Value: bson.D{{Key: "db", Value: "config"}, {Key: "coll", Value: "system.sessions"}}}, {Key: "pipeline", Value: bson.A{}}, {Key: "as", Value: "s"}}}}}}}}},
+		}}, {Key: "cursor", Value: bson.D{}}}},
+		{"find config.system.sessions", cfg, bson.D{{Key: "find", Value: "system.sessions"}}},
+		{"killAllSessions", admin, bson.D{{Key: "killAllSessions", Value: bson.A{}}}},
+		{"killAllSessionsByPattern", admin, bson.D{{Key: "killAllSessionsByPattern", Value: bson.A{}}}},
+		{"killSessions of another session", admin, bson.D{{Key: "killSessions", Value: bson.A{bson.D{{Key: "id", Value: primitiveUUID(1)}}}}}},
+	}
+	for _, a := range attacks {
+		err := a.db.RunCommand(ctx, a.cmd).Err()
+		var se mongo.ServerError
+		if !errors.As(err, &se) || !se.HasErrorCode(13) || !strings.Contains(err.Error(), "allowSessionIntrospection") {
+			t.Errorf("%s: got %v, want lockgate's Unauthorized (13) naming policy.allowSessionIntrospection", a.name, err)
+		}
+	}
+
+	// The caller's own session is its own business: it reaches the server.
+	sess, err := c.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+	sctx := mongo.NewSessionContext(ctx, sess)
+	own := sess.ID().Lookup("id")
+	err = admin.RunCommand(sctx, bson.D{{Key: "killSessions", Value: bson.A{bson.D{{Key: "id", Value: own}}}}}).Err()
+	if err != nil && strings.Contains(err.Error(), "allowSessionIntrospection") {
+		t.Errorf("killSessions of the caller's own session was refused: %v", err)
+	}
+}
+
+func primitiveUUID(b byte) bson.RawValue {
+	id := bytes.Repeat([]byte{b}, 16)
+	return bson.RawValue{Type: bson.TypeBinary, Value: bsoncore.AppendBinary(nil, 4, id)}
+}
