@@ -51,6 +51,21 @@ type verdict struct {
 	violations []violation
 	pins       []policy.Pin
 	checked    map[string][]bson.RawValue // ns -> ids whose locks were verified
+	// named are the ids the request itself names (filters that pin _id,
+	// upserted and inserted ids): the only ids a refusal may show. Ids
+	// found by resolving a filter stay secret, or a refusal would tell
+	// the client which documents match any filter it likes.
+	named []bson.RawValue
+}
+
+// isNamed reports whether the request itself named id.
+func (v *verdict) isNamed(id bson.RawValue) bool {
+	for _, n := range v.named {
+		if lockstore.SameID(n, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // enforce decides a message that may write under pol.
@@ -152,6 +167,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	switch {
 	case ok:
 		ids = rawCopies(pinned)
+		v.named = append(v.named, ids...)
 	case g.opts.Resolver == nil:
 		v.add(r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
 		return nil, false
@@ -179,6 +195,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		}
 		if found {
 			ids = append(ids, rawCopy(id))
+			v.named = append(v.named, ids[len(ids)-1])
 		}
 	}
 	return ids, true
@@ -210,28 +227,54 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 		v.checked[ns] = ids
 		return
 	}
-	x := violation{rule: r, write: w, reason: reasonNotLocked, ids: missing}
-	// One more round trip, on the refusal path only, to say who holds it.
-	if sts, err := g.opts.Store.Status(ctx, o, ns, missing[:1]); err == nil && len(sts) == 1 {
-		st := sts[0]
-		switch {
-		case st.Held && !st.HeldByYou:
-			x.reason, x.holder = reasonHeldByOther, &st.Holder
-		case st.HeldByYou:
-			x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %v left; renew it with renewLock", idsString(missing), r.LeaseMargin)
+	// Only the ids the request named are shown; the others are counted.
+	var shown []bson.RawValue
+	for _, id := range missing {
+		if v.isNamed(id) {
+			shown = append(shown, id)
+		}
+	}
+	hidden := len(missing) - len(shown)
+	x := violation{rule: r, write: w, reason: reasonNotLocked, ids: shown}
+	// One more round trip, on the refusal path only, to say who holds it:
+	// for a named id only, as the holder of another document is none of
+	// the caller's business.
+	if len(shown) > 0 {
+		if sts, err := g.opts.Store.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
+			st := sts[0]
+			switch {
+			case st.Held && !st.HeldByYou:
+				x.reason, x.holder = reasonHeldByOther, &st.Holder
+			case st.HeldByYou:
+				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %v left; renew it with renewLock", idsString(shown), r.LeaseMargin)
+			}
 		}
 	}
 	if x.detail == "" {
-		x.detail = fmt.Sprintf("this session does not hold the lock on %s", idsString(missing))
+		switch {
+		case hidden == 0:
+			x.detail = fmt.Sprintf("this session does not hold the lock on %s", idsString(shown))
+		case len(shown) == 0:
+			x.detail = fmt.Sprintf("this session does not hold the lock on %s its filter matches", documents(hidden))
+		default:
+			x.detail = fmt.Sprintf("this session does not hold the lock on %s, nor on %s more that its filter matches", idsString(shown), documents(hidden))
+		}
 		if x.holder != nil {
-			if len(missing) == 1 {
+			if len(shown) == 1 {
 				x.detail += " (" + describeHolder(*x.holder) + ")"
 			} else {
-				x.detail += fmt.Sprintf(" (_id %s is %s)", idString(missing[0]), describeHolder(*x.holder))
+				x.detail += fmt.Sprintf(" (_id %s is %s)", idString(shown[0]), describeHolder(*x.holder))
 			}
 		}
 	}
 	v.violations = append(v.violations, x)
+}
+
+func documents(n int) string {
+	if n == 1 {
+		return "1 document"
+	}
+	return fmt.Sprintf("%d documents", n)
 }
 
 // checkInsertable refuses inserts of _ids another session has locked.

@@ -277,3 +277,15 @@ func abs(n int) int {
 	}
 	return n
 }
+
+// SameID reports whether two _id values are one lock key: equal as
+// MongoDB's _id index compares them (1, NumberLong(1) and 1.0 are the
+// same). Invalid ids equal nothing.
+func SameID(a, b bson.RawValue) bool {
+	ka, err := canonicalID(a)
+	if err != nil {
+		return false
+	}
+	kb, err := canonicalID(b)
+	return err == nil && bytes.Equal(ka, kb)
+}
