@@ -251,12 +251,25 @@ func JSON(fn func(r *http.Request) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, err := fn(r)
 		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			code := http.StatusInternalServerError
+			var bad badRequest
+			if errors.As(err, &bad) {
+				code = http.StatusBadRequest
+			}
+			writeJSON(w, code, map[string]string{"error": err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
 	})
 }
+
+// BadRequest marks an error of a JSON view as the caller's (a malformed
+// query parameter): the view answers 400 with the message, not 500.
+func BadRequest(err error) error { return badRequest{err} }
+
+type badRequest struct{ error }
+
+func (b badRequest) Unwrap() error { return b.error }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	body, err := json.MarshalIndent(v, "", "  ")

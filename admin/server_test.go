@@ -289,3 +289,17 @@ func TestActionDisabledNamesTheVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONBadRequest: a view that blames the request answers 400 with its
+// message; any other error stays a 500.
+func TestJSONBadRequest(t *testing.T) {
+	s := newServer(t, Options{})
+	s.Handle("/bad", JSON(func(*http.Request) (any, error) { return nil, BadRequest(errors.New("limit=\"x\": nope")) }))
+	s.Handle("/broken", JSON(func(*http.Request) (any, error) { return nil, errors.New("down") }))
+	if code, _, body := get(t, s.Handler(), "GET", "/bad"); code != http.StatusBadRequest || !strings.Contains(body, "nope") {
+		t.Errorf("GET /bad = %d %q, want 400 with the message", code, body)
+	}
+	if code, _, _ := get(t, s.Handler(), "GET", "/broken"); code != http.StatusInternalServerError {
+		t.Errorf("GET /broken = %d, want 500", code)
+	}
+}

@@ -65,7 +65,10 @@ func extJSON(v bson.RawValue) any {
 func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, token string, log *zap.Logger) {
 	adm.Handle("/locks", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
-		limit, _ := strconv.Atoi(q.Get("limit"))
+		limit, err := queryLimit(q.Get("limit"))
+		if err != nil {
+			return nil, err
+		}
 		sts, err := store.List(r.Context(), lockstore.ListOptions{NS: q.Get("ns"), Limit: limit, IncludeFree: q.Get("all") == "1"})
 		if err != nil {
 			return nil, err
@@ -82,7 +85,12 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			return nil, errors.New("no policy loaded")
 		}
 		rules, fallback := p.Rules()
-		return map[string]any{"version": p.Version(), "default": fallback, "rules": rules}, nil
+		views := make([]ruleView, len(rules))
+		for i, r := range rules {
+			views[i] = viewOfRule(r)
+		}
+		return map[string]any{"version": p.Version(), "default": viewOfRule(fallback), "namespaces": views,
+			"allowSessionIntrospection": p.SessionIntrospection()}, nil
 	}))
 	adm.HandleAction("/locks/release", token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -117,6 +125,39 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			zap.String("holderSession", before.Holder.SessionPrefix))
 		admin.WriteJSON(w, http.StatusOK, map[string]any{"released": before.Held, "before": viewOf(before)})
 	}))
+}
+
+// ruleView is a policy rule as the configuration spells it, so that what
+// /policy shows can be compared with the file key by key.
+type ruleView struct {
+	Match                 string `json:"match"`
+	Mode                  string `json:"mode"`
+	Inserts               string `json:"inserts"`
+	AllowCollectionWrites bool   `json:"allowCollectionWrites"`
+	MaxCandidates         int    `json:"maxCandidates"`
+	LeaseMarginMS         int64  `json:"leaseMarginMS"`
+}
+
+func viewOfRule(r policy.Rule) ruleView {
+	return ruleView{
+		Match: r.Match, Mode: string(r.Mode), Inserts: string(r.Inserts),
+		AllowCollectionWrites: r.AllowCollectionWrites, MaxCandidates: r.MaxCandidates,
+		LeaseMarginMS: r.LeaseMargin.Milliseconds(),
+	}
+}
+
+// queryLimit reads /locks?limit=N: empty means the store's default; any
+// other value must be a positive whole number, or the request fails with a
+// message instead of silently showing something else.
+func queryLimit(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, admin.BadRequest(fmt.Errorf("limit=%q: want a positive whole number", s))
+	}
+	return n, nil
 }
 
 // parseExtJSONValue reads one extended-JSON value ({"$numberLong": "1"},
