@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -265,9 +267,59 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 			} else {
 				x.detail += fmt.Sprintf(" (_id %s is %s)", idString(shown[0]), describeHolder(*x.holder))
 			}
+		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
+			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, a %s: an _id of another type is another document)", idString(alt), typeName(alt))
 		}
 	}
 	v.violations = append(v.violations, x)
+}
+
+// heldAsOtherType finds, on the refusal path only, a lock the session holds
+// on one of ids written as another type: "1" for 1, or 1 for "1", the usual
+// way a lock that "was taken" still does not cover a write.
+func (g *Guard) heldAsOtherType(ctx context.Context, o lockstore.Owner, ns string, ids []bson.RawValue) (bson.RawValue, bool) {
+	var alts []bson.RawValue
+	for _, id := range ids {
+		if len(alts) >= 10 {
+			break
+		}
+		switch id.Type {
+		case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+			if f, ok := id.DoubleOK(); ok && f != math.Trunc(f) {
+				continue // 1.5 has no string twin worth suggesting
+			}
+			if n, ok := id.AsInt64OK(); ok {
+				alts = append(alts, bson.RawValue{Type: bson.TypeString, Value: bsoncore.AppendString(nil, strconv.FormatInt(n, 10))})
+			}
+		case bson.TypeString:
+			if n, err := strconv.ParseInt(id.StringValue(), 10, 64); err == nil {
+				alts = append(alts, bson.RawValue{Type: bson.TypeInt64, Value: bsoncore.AppendInt64(nil, n)})
+			}
+		}
+	}
+	if len(alts) == 0 {
+		return bson.RawValue{}, false
+	}
+	sts, err := g.opts.Store.Status(ctx, o, ns, alts)
+	if err != nil {
+		return bson.RawValue{}, false
+	}
+	for i, st := range sts {
+		if st.HeldByYou && i < len(alts) {
+			return alts[i], true
+		}
+	}
+	return bson.RawValue{}, false
+}
+
+func typeName(v bson.RawValue) string {
+	switch v.Type {
+	case bson.TypeString:
+		return "string"
+	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
+		return "number"
+	}
+	return v.Type.String()
 }
 
 func documents(n int) string {

@@ -337,3 +337,17 @@ func TestBindRequiresTheToken(t *testing.T) {
 		t.Fatalf("write with the binding: %v %v", r, err)
 	}
 }
+
+// TestRefusalNamesTheOtherTypeLock: a session that locked "1" (a string)
+// and writes _id 1 (a number) is refused, and the refusal says that it
+// holds the lock on the string, since an _id of another type is another
+// document (issue 9: "refused although I locked").
+func TestRefusalNamesTheOtherTypeLock(t *testing.T) {
+	coll, pol := protected(t, 2)
+	st := startStackWith(t, stackOptions{policy: pol})
+	c := connect(t, st.uri, "typed")
+	s := session(t, c)
+	acquire(t, c, s, coll, "1")
+	_, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	lockBusy(t, err, `it holds the lock on _id "1", a string`)
+}

@@ -387,3 +387,33 @@ func TestEndSessionsReleasesLocks(t *testing.T) {
 		t.Fatalf("lock not freed by endSessions: %v", err)
 	}
 }
+
+// TestLockCommandNamespaceHints: the namespace mistakes of issue 9 explain
+// themselves in the reply: a collection that repeats the database name,
+// and a collection that does not exist.
+func TestLockCommandNamespaceHints(t *testing.T) {
+	st := startStack(t, "")
+	c := connect(t, st.uri, "hints")
+	s := session(t, c)
+	got, err := run(t, c, s, bson.D{{"acquireLock", "shop.orders"}, {"ids", bson.A{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warnings := fmt.Sprint(got["warnings"])
+	if !strings.Contains(warnings, "shop.shop.orders") || !strings.Contains(warnings, `{acquireLock: "orders"}`) {
+		t.Errorf("warnings %q do not explain the doubled database name", warnings)
+	}
+	if !strings.Contains(warnings, "does not exist") {
+		t.Errorf("warnings %q do not say that shop.shop.orders does not exist", warnings)
+	}
+	if _, err := c.Database("shop").Collection("hinted").InsertOne(context.Background(), bson.D{{"_id", 1}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = run(t, c, s, bson.D{{"acquireLock", "hinted"}, {"ids", bson.A{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := got["warnings"]; ok {
+		t.Errorf("a correct lock command got warnings: %v", w)
+	}
+}

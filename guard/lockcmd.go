@@ -49,6 +49,7 @@ var genericFields = map[string]bool{
 type lockArgs struct {
 	name    string
 	ns      string
+	coll    string // the collection as given, for hints
 	ids     []bson.RawValue // copies: they outlive the request's buffer
 	hasIDs  bool
 	lease   time.Duration
@@ -78,7 +79,7 @@ func parseLockCommand(cmd *wire.Command) (*lockArgs, *cmdError) {
 	if coll == "" || strings.HasPrefix(coll, "$") || strings.ContainsRune(coll, 0) {
 		return nil, badArg(codeBadValue, "%s: invalid collection name %q", cmd.Name, coll)
 	}
-	a.ns = cmd.DB + "." + coll
+	a.ns, a.coll = cmd.DB+"."+coll, coll
 	for _, e := range elems[1:] {
 		key := e.Key()
 		if genericFields[key] {
@@ -203,7 +204,7 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 			reply, cerr = g.runLockCommand(ctx, a, owner(req, session, a.bind))
 			if cerr == nil {
 				g.metrics.lockCommand(cmd.Name, "ok", time.Since(start))
-				return reply
+				return withWarnings(reply, g.namespaceHints(ctx, cmd, a))
 			}
 		}
 	}
@@ -321,4 +322,49 @@ func statusReply(sts []lockstore.Status) bsoncore.Document {
 	d = bsoncore.AppendArrayElement(d, "locks", arr)
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
 	return d
+}
+
+// namespaceHints are the likely namespace mistakes of a lock command that
+// succeeded: a collection name that repeats the database name (run on
+// database shop, "shop.orders" names shop.shop.orders), and, for
+// acquireLock, a collection that does not exist, where a typo would
+// otherwise show only as the next write's refusal.
+func (g *Guard) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockArgs) []string {
+	var hints []string
+	if rest, ok := strings.CutPrefix(a.coll, cmd.DB+"."); ok && rest != "" {
+		hints = append(hints, fmt.Sprintf("the collection %q begins with the database name, so this names %s; "+
+			"to name %s.%s, run {%s: %q} on database %s", a.coll, a.ns, cmd.DB, rest, cmd.Name, rest, cmd.DB))
+	}
+	if a.name == cmdAcquire {
+		if c, ok := g.opts.Resolver.(collectionChecker); ok {
+			if exists, err := c.CollectionExists(ctx, a.ns); err == nil && !exists {
+				hints = append(hints, fmt.Sprintf("the collection %s does not exist (yet): the lock is held, but check the name "+
+					"if your writes go to another collection", a.ns))
+			}
+		}
+	}
+	return hints
+}
+
+// collectionChecker is implemented by resolvers that can tell whether a
+// collection exists (MongoResolver does, from its cached listCollections).
+type collectionChecker interface {
+	CollectionExists(ctx context.Context, ns string) (bool, error)
+}
+
+// withWarnings appends {warnings: [...]} to a reply document.
+func withWarnings(reply bsoncore.Document, warnings []string) bsoncore.Document {
+	if len(warnings) == 0 {
+		return reply
+	}
+	aidx, arr := bsoncore.AppendArrayStart(nil)
+	for i, w := range warnings {
+		arr = bsoncore.AppendStringElement(arr, arrayKey(i), w)
+	}
+	arr, _ = bsoncore.AppendArrayEnd(arr, aidx)
+	out := make([]byte, 0, len(reply)+len(arr)+16)
+	out = append(out, reply[:len(reply)-1]...) // without the terminator
+	out = bsoncore.AppendArrayElement(out, "warnings", arr)
+	out = append(out, 0)
+	return bsoncore.UpdateLength(out, 0, int32(len(out)))
 }

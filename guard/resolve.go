@@ -36,6 +36,7 @@ type MongoResolver struct {
 
 type collationEntry struct {
 	simple bool
+	exists bool
 	at     time.Time
 }
 
@@ -105,6 +106,7 @@ func (r *MongoResolver) SimpleCollation(ctx context.Context, ns string) (bool, e
 		return false, fmt.Errorf("reading the collation of %s: %w", ns, err)
 	}
 	simple := true
+	exists := len(specs) > 0
 	for _, s := range specs {
 		if s.Options == nil {
 			continue
@@ -113,8 +115,19 @@ func (r *MongoResolver) SimpleCollation(ctx context.Context, ns string) (bool, e
 			simple = locale.StringValue() == "simple"
 		}
 	}
-	r.collations.Add(ns, collationEntry{simple: simple, at: r.now()})
+	r.collations.Add(ns, collationEntry{simple: simple, exists: exists, at: r.now()})
 	return simple, nil
+}
+
+// CollectionExists reports whether ns exists, from the same cached
+// listCollections that SimpleCollation reads.
+func (r *MongoResolver) CollectionExists(ctx context.Context, ns string) (bool, error) {
+	if _, err := r.SimpleCollation(ctx, ns); err != nil {
+		return false, err
+	}
+	e, ok := r.collations.Get(ns)
+	// An entry evicted in between is no evidence of absence: no hint.
+	return !ok || e.exists, nil
 }
 
 // collationSimple reports whether an explicit collation document is the
