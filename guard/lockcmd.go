@@ -49,7 +49,7 @@ var genericFields = map[string]bool{
 type lockArgs struct {
 	name    string
 	ns      string
-	coll    string // the collection as given, for hints
+	coll    string          // the collection as given, for hints
 	ids     []bson.RawValue // copies: they outlive the request's buffer
 	hasIDs  bool
 	lease   time.Duration
