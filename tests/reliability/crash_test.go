@@ -17,6 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/lockgate/lockgate/lockstore"
 )
 
 // childGateway is a lockgate running in a child process (this test binary
@@ -89,8 +91,8 @@ func startChildGateway(t *testing.T, uri, lockColl, enforceNS string) *childGate
 //   - the dead instance's locks are NOT dropped early: right after the kill
 //     a fail-fast acquire through A is refused (LockBusy);
 //   - they become available through A once their lease ends: each is
-//     acquired by a waiter on A within lease + the waiter's poll cap (250
-//     ms) + slack; the figure is logged;
+//     acquired by a waiter on A within lease + the waiter's poll cap
+//     (lockstore.DefaultMaxPoll, 100 ms) + slack; the figure is logged;
 //   - every write B's clients had acknowledged is in the database.
 func TestProxyKilledMidTraffic(t *testing.T) {
 	const (
@@ -100,8 +102,8 @@ func TestProxyKilledMidTraffic(t *testing.T) {
 		aWorkers   = 2
 		// The documented bound (docs/LOCKS.md): a waiter on another proxy
 		// takes an expired lock at the lease end (+ clock uncertainty),
-		// polling at most every 250 ms; 2 s of slack for a noisy machine.
-		pollCap = 250 * time.Millisecond
+		// polling at most every MaxPoll; 2 s of slack for a noisy machine.
+		pollCap = lockstore.DefaultMaxPoll
 		slack   = 2 * time.Second
 	)
 	ctx := testCtx(t, 3*time.Minute)
