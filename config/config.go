@@ -121,6 +121,12 @@ type NamespaceRule struct {
 type Limits struct {
 	// MaxMessageSizeBytes bounds one wire message in either direction.
 	MaxMessageSizeBytes int `yaml:"maxMessageSizeBytes"`
+	// ResolveTimeoutMS bounds the resolution of a write whose filter names
+	// no _id (the wait for a slot included); the write is refused when it
+	// runs out.
+	ResolveTimeoutMS int64 `yaml:"resolveTimeoutMS"`
+	// MaxConcurrentResolves bounds the resolutions running at once.
+	MaxConcurrentResolves int `yaml:"maxConcurrentResolves"`
 }
 
 // Log configures the process logger.
@@ -139,6 +145,8 @@ const (
 	MaxMaxCandidates           = 100000
 	DefaultLeaseMarginMS       = 1000
 	MaxLeaseMarginMS           = 600000
+	DefaultResolveTimeoutMS    = 2000
+	DefaultMaxResolves         = 8
 )
 
 // Default returns the configuration used for every key the file omits.
@@ -158,7 +166,8 @@ func Default() *Config {
 			MaxLeaseMS:     600000,
 		},
 		Policy:          Policy{Default: ModeOff, MaxCandidates: DefaultMaxCandidates, LeaseMarginMS: DefaultLeaseMarginMS},
-		Limits:          Limits{MaxMessageSizeBytes: DefaultMaxMessageSizeBytes},
+		Limits: Limits{MaxMessageSizeBytes: DefaultMaxMessageSizeBytes,
+			ResolveTimeoutMS: DefaultResolveTimeoutMS, MaxConcurrentResolves: DefaultMaxResolves},
 		ShutdownTimeout: Duration(15 * time.Second),
 		Log:             Log{Level: LogLevelInfo, Format: LogFormatJSON},
 	}

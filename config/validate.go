@@ -72,6 +72,12 @@ func (c *Config) Validate() error {
 	if n := c.Limits.MaxMessageSizeBytes; n < MinMaxMessageSizeBytes || n > MaxMaxMessageSizeBytes {
 		v.add("limits.maxMessageSizeBytes", "must be between %d and %d, got %d", MinMaxMessageSizeBytes, MaxMaxMessageSizeBytes, n)
 	}
+	if n := c.Limits.ResolveTimeoutMS; n < 10 || n > 60000 {
+		v.add("limits.resolveTimeoutMS", "must be between 10 and 60000 milliseconds, got %d", n)
+	}
+	if n := c.Limits.MaxConcurrentResolves; n < 1 || n > 1000 {
+		v.add("limits.maxConcurrentResolves", "must be between 1 and 1000, got %d", n)
+	}
 	v.duration("shutdownTimeout", c.ShutdownTimeout, MaxShutdownTimeout)
 
 	if !c.Log.Level.Valid() {

@@ -149,6 +149,8 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		Store:          store,
 		Reserved:       reservedNamespaces(cfg.Lockstore),
 		Resolver:       guard.NewResolver(resolverClient),
+		ResolveTimeout: time.Duration(cfg.Limits.ResolveTimeoutMS) * time.Millisecond,
+		MaxResolves:    cfg.Limits.MaxConcurrentResolves,
 		MaxMessageSize: cfg.Limits.MaxMessageSizeBytes,
 		EndSessionsSupported: func(ctx context.Context) (bool, error) {
 			return up.Supports(ctx, bson.D{{Key: "endSessions", Value: bson.A{}}})

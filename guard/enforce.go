@@ -28,6 +28,8 @@ const (
 	reasonTooManyCandidates  = "too_many_candidates"
 	reasonResolveFailed      = "resolve_failed"
 	reasonUnverifiableUpsert = "unverifiable_upsert"
+	// reasonUnverified: audit only; not resolved, so not known either way.
+	reasonUnverified = "unverified"
 )
 
 // Decisions.
@@ -93,6 +95,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	}
 
 	o, hasSession := g.writeOwner(req)
+	var deferred []int // writes whose documents must be resolved first
 	need := map[string][]bson.RawValue{}
 	needRule := map[string]policy.Rule{}
 	inserts := map[string][]bson.RawValue{}
@@ -122,7 +125,11 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				v.add(r, w, reasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 				continue
 			}
-			ids, ok := g.targets(ctx, v, r, w)
+			ids, ok, later := g.targets(ctx, v, r, w, false)
+			if later {
+				deferred = append(deferred, i)
+				continue
+			}
 			if !ok {
 				continue
 			}
@@ -130,15 +137,50 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			needRule[w.NS] = r
 		}
 	}
-	for ns, ids := range need {
-		if len(ids) > 0 && !v.blocked(ns) {
-			g.checkHeld(ctx, v, needRule[ns], o, ns, ids)
+	g.checkNeeds(ctx, v, o, need, needRule)
+	// Statements whose filter names no _id are resolved last, and only
+	// while the command can still be allowed: a query for the documents
+	// they match is the expensive part, and pointless once anything in the
+	// command is refused.
+	if len(deferred) > 0 {
+		if v.enforcedViolation() {
+			g.metrics.resolves.WithLabelValues("skipped").Add(float64(len(deferred)))
+		} else {
+			resolved := map[string][]bson.RawValue{}
+			for _, i := range deferred {
+				ids, ok, _ := g.targets(ctx, v, rules[i], writes[i], true)
+				if ok {
+					resolved[writes[i].NS] = append(resolved[writes[i].NS], ids...)
+					needRule[writes[i].NS] = rules[i]
+				}
+			}
+			g.checkNeeds(ctx, v, o, resolved, needRule)
 		}
 	}
 	for ns, ids := range inserts {
 		g.checkInsertable(ctx, v, needRule[ns], o, ns, ids)
 	}
 	return g.decide(req, pol, v, start)
+}
+
+// checkNeeds checks the locks each namespace's writes need, skipping
+// namespaces already refused.
+func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, need map[string][]bson.RawValue, rules map[string]policy.Rule) {
+	for ns, ids := range need {
+		if len(ids) > 0 && !v.blocked(ns) {
+			g.checkHeld(ctx, v, rules[ns], o, ns, ids)
+		}
+	}
+}
+
+// enforcedViolation reports whether the command is refused already.
+func (v *verdict) enforcedViolation() bool {
+	for _, x := range v.violations {
+		if x.rule.Mode == policy.Enforce {
+			return true
+		}
+	}
+	return false
 }
 
 // add records a violation.
@@ -159,12 +201,17 @@ func (v *verdict) blocked(ns string) bool {
 
 // targets returns the ids whose locks write w needs: the ids its filter
 // pins, or the documents it currently matches (then the statement is
-// pinned to them), plus the _id an upsert would insert.
-func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy.Write) ([]bson.RawValue, bool) {
+// pinned to them), plus the _id an upsert would insert. Without resolve,
+// a write whose documents would have to be resolved is reported as later
+// (true) instead.
+func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy.Write, resolve bool) (_ []bson.RawValue, ok, later bool) {
 	var ids []bson.RawValue
 	pinned, hasString, ok := policy.PinnedIDs(w.Filter)
 	if ok && hasString {
 		ok = g.exactStrings(ctx, w)
+	}
+	if !ok && !resolve && g.opts.Resolver != nil {
+		return nil, false, true
 	}
 	switch {
 	case ok:
@@ -172,17 +219,31 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		v.named = append(v.named, ids...)
 	case g.opts.Resolver == nil:
 		v.add(r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
-		return nil, false
+		return nil, false, false
+	case r.Mode == policy.Enforce && v.blocked(w.NS):
+		// Refused already: what the filter matches cannot change that.
+		g.metrics.resolves.WithLabelValues("skipped").Inc()
+		return nil, false, false
 	default:
 		limit := r.MaxCandidates
-		cands, err := g.opts.Resolver.Candidates(ctx, w.NS, w.Filter, w.Collation, w.Hint, limit+1)
+		cands, err := g.resolve(ctx, r, w, limit+1)
+		if errors.Is(err, errResolveSkipped) {
+			// Audit only, and every slot busy: the write goes through
+			// either way, so it does not queue behind enforced ones.
+			v.add(r, w, reasonUnverified, nil, "the documents it can touch were not resolved: every resolver slot was busy, and an audited write does not wait for one")
+			return nil, false, false
+		}
 		if err != nil {
-			v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("the documents it can touch could not be resolved: %v", err))
-			return nil, false
+			detail := fmt.Sprintf("the documents it can touch could not be resolved: %v", err)
+			if errors.Is(err, context.DeadlineExceeded) || isMaxTimeExpired(err) {
+				detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %v; lock the documents and name their _id values in the filter", g.opts.ResolveTimeout)
+			}
+			v.add(r, w, reasonResolveFailed, nil, detail)
+			return nil, false, false
 		}
 		if len(cands) > limit {
 			v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow the filter, for example to a list of _id values", limit))
-			return nil, false
+			return nil, false, false
 		}
 		ids = cands
 		if r.Mode == policy.Enforce {
@@ -193,14 +254,14 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		id, found, certain := policy.UpsertID(w)
 		if !certain {
 			v.add(r, w, reasonUnverifiableUpsert, nil, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
-			return nil, false
+			return nil, false, false
 		}
 		if found {
 			ids = append(ids, rawCopy(id))
 			v.named = append(v.named, ids[len(ids)-1])
 		}
 	}
-	return ids, true
+	return ids, true, false
 }
 
 // exactStrings reports whether string _id values compare exactly for w:
@@ -226,7 +287,7 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 		return
 	}
 	if ok {
-		v.checked[ns] = ids
+		v.checked[ns] = append(v.checked[ns], ids...)
 		return
 	}
 	// Only the ids the request named are shown; the others are counted.
@@ -505,4 +566,52 @@ func idList(ids []bson.RawValue) string {
 		b.WriteString(idString(id))
 	}
 	return b.String()
+}
+
+// errResolveSkipped: an audited write found no free resolver slot.
+var errResolveSkipped = errors.New("resolution skipped")
+
+// resolve runs one resolution within the guard's bounds: at most
+// MaxResolves at once, first come first served, the wait for a slot and the
+// query together within ResolveTimeout. An enforced write waits for a slot;
+// an audited one only takes a free slot, since nothing it could learn
+// changes what is forwarded.
+func (g *Guard) resolve(ctx context.Context, r policy.Rule, w policy.Write, limit int) ([]bson.RawValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.opts.ResolveTimeout)
+	defer cancel()
+	if r.Mode == policy.Enforce {
+		select {
+		case g.resolveSlots <- struct{}{}:
+		case <-ctx.Done():
+			g.metrics.resolves.WithLabelValues("timeout").Inc()
+			return nil, ctx.Err()
+		}
+	} else {
+		select {
+		case g.resolveSlots <- struct{}{}:
+		default:
+			g.metrics.resolves.WithLabelValues("skipped").Inc()
+			return nil, errResolveSkipped
+		}
+	}
+	defer func() { <-g.resolveSlots }()
+	start := time.Now()
+	ids, err := g.opts.Resolver.Candidates(ctx, w.NS, w.Filter, w.Collation, w.Hint, limit)
+	g.metrics.resolveSeconds.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+		g.metrics.resolves.WithLabelValues("ok").Inc()
+	case errors.Is(err, context.DeadlineExceeded) || isMaxTimeExpired(err):
+		g.metrics.resolves.WithLabelValues("timeout").Inc()
+	default:
+		g.metrics.resolves.WithLabelValues("error").Inc()
+	}
+	return ids, err
+}
+
+// isMaxTimeExpired reports MongoDB's MaxTimeMSExpired (50), the server's
+// side of the resolution deadline.
+func isMaxTimeExpired(err error) bool {
+	var se interface{ HasErrorCode(int) bool }
+	return errors.As(err, &se) && se.HasErrorCode(50)
 }

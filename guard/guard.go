@@ -35,6 +35,14 @@ type Options struct {
 	// Resolver finds the documents of writes whose filter does not pin
 	// _id; without one such writes are refused on enforced namespaces.
 	Resolver Resolver
+	// ResolveTimeout bounds one resolution, the wait for a resolver slot
+	// included; the query carries it as maxTimeMS. 0 means 2 s.
+	ResolveTimeout time.Duration
+	// MaxResolves bounds the resolutions running at once across all
+	// connections (each connection runs at most one: requests on a
+	// connection are decided in order). Waiters queue first in, first
+	// out. 0 means 8.
+	MaxResolves int
 	// MaxWait bounds acquireLock's waitMS; 0 means 5 minutes.
 	MaxWait time.Duration
 	// MaxMessageSize bounds a rewritten (pinned) message; 0 means
@@ -62,6 +70,10 @@ type Guard struct {
 
 	// policy is replaced whole on reload; requests read it once each.
 	policy atomic.Pointer[policy.Policy]
+
+	// resolveSlots holds one token per resolution allowed to run; a
+	// buffered channel queues blocked senders in arrival order.
+	resolveSlots chan struct{}
 }
 
 // SetPolicy installs a new policy for every request from now on. Requests
@@ -85,7 +97,14 @@ func New(opts Options) *Guard {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
 	}
-	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)), metrics: opts.Metrics}
+	if opts.ResolveTimeout <= 0 {
+		opts.ResolveTimeout = 2 * time.Second
+	}
+	if opts.MaxResolves <= 0 {
+		opts.MaxResolves = 8
+	}
+	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
+		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves)}
 }
 
 // Intercept implements proxy.Interceptor.

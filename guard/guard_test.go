@@ -73,6 +73,9 @@ type stackOptions struct {
 	policy     config.Policy // zero: everything off
 	resolver   func(Resolver) Resolver
 	logger     *zap.Logger
+	// resolveTimeout and maxResolves: zero keeps the guard's defaults.
+	resolveTimeout time.Duration
+	maxResolves    int
 }
 
 func startStack(t *testing.T, collection string) *stack {
@@ -124,6 +127,7 @@ func startStackWith(t *testing.T, so stackOptions) *stack {
 	metrics := NewMetrics()
 	gd := New(Options{
 		Store: store, Resolver: res, Metrics: metrics, Logger: so.logger,
+		ResolveTimeout: so.resolveTimeout, MaxResolves: so.maxResolves,
 		EndSessionsSupported: func(context.Context) (bool, error) { return false, nil },
 	})
 	gd.SetPolicy(pol)

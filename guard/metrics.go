@@ -17,6 +17,9 @@ type Metrics struct {
 	pinned          prometheus.Counter
 
 	reservedRefusals *prometheus.CounterVec
+
+	resolves       *prometheus.CounterVec
+	resolveSeconds prometheus.Histogram
 }
 
 // NewMetrics creates the guard's collectors; register them once.
@@ -48,6 +51,15 @@ func NewMetrics() *Metrics {
 			Name: "lockgate_pinned_writes_total",
 			Help: "Writes whose filter did not pin _id, forwarded restricted to the verified documents.",
 		}),
+		resolves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_resolves_total",
+			Help: "Resolutions of write filters that name no _id, by result: ok, timeout (no slot or no answer within the resolve timeout), error, skipped (an audited write found no free slot, or the write was refused already).",
+		}, []string{"result"}),
+		resolveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lockgate_resolve_seconds",
+			Help:    "Time a resolution query took, from holding a slot to its answer.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
+		}),
 		reservedRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_reserved_refusals_total",
 			Help: "Client requests refused whatever the policy's modes, by what they reached for: lock_store (its own namespaces) or session_introspection (other clients' session ids).",
@@ -64,6 +76,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisionSeconds.Describe(ch)
 	m.pinned.Describe(ch)
 	m.reservedRefusals.Describe(ch)
+	m.resolves.Describe(ch)
+	m.resolveSeconds.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -75,6 +89,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisionSeconds.Collect(ch)
 	m.pinned.Collect(ch)
 	m.reservedRefusals.Collect(ch)
+	m.resolves.Collect(ch)
+	m.resolveSeconds.Collect(ch)
 }
 
 func (m *Metrics) lockCommand(name, result string, took time.Duration) {

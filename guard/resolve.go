@@ -73,6 +73,11 @@ func (r *MongoResolver) Candidates(ctx context.Context, ns string, filter, colla
 	if hint.Type != 0 {
 		cmd = append(cmd, bson.E{Key: "hint", Value: bson.RawValue{Type: hint.Type, Value: hint.Data}})
 	}
+	// The server stops the query at the caller's deadline too, so a slow
+	// filter costs the database no more than it costs the proxy.
+	if dl, ok := ctx.Deadline(); ok {
+		cmd = append(cmd, bson.E{Key: "maxTimeMS", Value: max(int64(1), time.Until(dl).Milliseconds())})
+	}
 	cur, err := r.client.Database(db).RunCommandCursor(ctx, cmd, options.RunCmd().SetReadPreference(readpref.Primary()))
 	if err != nil {
 		return nil, fmt.Errorf("resolving the documents a write can touch: %w", err)

@@ -1,0 +1,100 @@
+package guard
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// stallingResolver holds every resolution of a filter on "slow" until its
+// context ends, as a filter the database cannot answer quickly does, and
+// counts the resolutions it is asked for.
+type stallingResolver struct {
+	Resolver
+	calls   *atomic.Int64
+	stalled chan struct{} // receives once per stalled resolution
+}
+
+func (r stallingResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]bson.RawValue, error) {
+	r.calls.Add(1)
+	if _, err := filter.LookupErr("slow"); err == nil {
+		r.stalled <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return r.Resolver.Candidates(ctx, ns, filter, collation, hint, limit)
+}
+
+// TestSlowFiltersCannotStarveOthers is issue 12's resolver flood, reduced
+// to its mechanism: one resolver slot, held by a write whose filter the
+// database cannot answer in time. A second slow-filter write waits for the
+// slot only up to the resolve timeout and is refused saying why; a
+// lock-holding client's _id write needs no resolution and goes through
+// while the slot is held; an audited write does not queue for the slot.
+func TestSlowFiltersCannotStarveOthers(t *testing.T) {
+	coll, pol := protected(t, 3)
+	var calls atomic.Int64
+	stalled := make(chan struct{}, 4)
+	st := startStackWith(t, stackOptions{policy: pol, maxResolves: 1, resolveTimeout: 1500 * time.Millisecond,
+		resolver: func(r Resolver) Resolver { return stallingResolver{r, &calls, stalled} }})
+
+	flood := connect(t, st.uri, "flood")
+	fs := session(t, flood)
+	first := make(chan error, 1)
+	go func() {
+		_, err := flood.Database("shop").Collection(coll).UpdateMany(inSession(fs), bson.D{{"slow", true}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+		first <- err
+	}()
+	<-stalled // the only slot is now held
+	// A second flooder queues for the slot, within the same deadline.
+	second := make(chan error, 1)
+	flood2 := connect(t, st.uri, "flood2")
+	fs2 := session(t, flood2)
+	go func() {
+		_, err := flood2.Database("shop").Collection(coll).DeleteMany(inSession(fs2), bson.D{{"slow", true}})
+		second <- err
+	}()
+
+	// The well-behaved client: lock, write by _id, while the slot is held.
+	good := connect(t, st.uri, "good")
+	gs := session(t, good)
+	acquire(t, good, gs, coll, 1)
+	if _, err := good.Database("shop").Collection(coll).UpdateOne(inSession(gs), bson.D{{"_id", 1}}, bson.D{{"$inc", bson.D{{"qty", 1}}}}); err != nil {
+		t.Fatalf("an _id write under a held lock, while the resolver is flooded: %v", err)
+	}
+	// An audited write with a filter that names no _id: not queued.
+	if _, err := good.Database("shop").Collection(coll+"_audit").UpdateMany(context.Background(), bson.D{{"qty", bson.D{{"$gt", 0}}}}, bson.D{{"$set", bson.D{{"seen", true}}}}); err != nil {
+		t.Fatalf("audited write while the resolver is flooded: %v", err)
+	}
+	if got := testutil.ToFloat64(st.metrics.resolves.WithLabelValues("skipped")); got < 1 {
+		t.Errorf("resolves{skipped} = %v, want the audited write counted as not resolved", got)
+	}
+
+	// The first slow write runs out of time and is refused saying why.
+	err := <-first
+	lockBusy(t, err, "too slow to verify")
+	if !strings.Contains(err.Error(), "name their _id values") {
+		t.Errorf("the refusal does not say what to do instead: %v", err)
+	}
+
+	lockBusy(t, <-second, "too slow to verify")
+
+	// A write refused for a pinned statement never spends a resolution on
+	// the next statement: its outcome cannot change.
+	before := calls.Load()
+	_, err = flood.Database("shop").Collection(coll).BulkWrite(inSession(fs), []mongo.WriteModel{
+		mongo.NewDeleteOneModel().SetFilter(bson.D{{"_id", 2}}),
+		mongo.NewDeleteManyModel().SetFilter(bson.D{{"qty", bson.D{{"$gt", 0}}}}),
+	})
+	lockBusy(t, err, "does not hold the lock")
+	if n := calls.Load() - before; n != 0 {
+		t.Errorf("%d resolutions for a write already refused", n)
+	}
+}
