@@ -165,7 +165,7 @@ func Default() *Config {
 			DefaultLeaseMS: 30000,
 			MaxLeaseMS:     600000,
 		},
-		Policy:          Policy{Default: ModeOff, MaxCandidates: DefaultMaxCandidates, LeaseMarginMS: DefaultLeaseMarginMS},
+		Policy: Policy{Default: ModeOff, MaxCandidates: DefaultMaxCandidates, LeaseMarginMS: DefaultLeaseMarginMS},
 		Limits: Limits{MaxMessageSizeBytes: DefaultMaxMessageSizeBytes,
 			ResolveTimeoutMS: DefaultResolveTimeoutMS, MaxConcurrentResolves: DefaultMaxResolves},
 		ShutdownTimeout: Duration(15 * time.Second),
