@@ -51,6 +51,9 @@ const (
 	reasonReserved    = "reserved" // the lock store's own namespaces
 	// reasonIntrospection: a command that lists or ends other sessions.
 	reasonIntrospection = "session_introspection"
+	// reasonInFlight: a release or renew could not wait for the requests
+	// sent before it on its connection.
+	reasonInFlight = "in_flight"
 )
 
 // cmdError is a refusal on its way to becoming a MongoDB error reply.

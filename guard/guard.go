@@ -45,6 +45,10 @@ type Options struct {
 	MaxResolves int
 	// MaxWait bounds acquireLock's waitMS; 0 means 5 minutes.
 	MaxWait time.Duration
+	// OrderTimeout bounds how long releaseLock, renewLock and endSessions
+	// wait for the requests sent before them on their connection to be
+	// answered; 0 means 30 s.
+	OrderTimeout time.Duration
 	// MaxMessageSize bounds a rewritten (pinned) message; 0 means
 	// MongoDB's 48 MB.
 	MaxMessageSize int
@@ -97,6 +101,9 @@ func New(opts Options) *Guard {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
 	}
+	if opts.OrderTimeout <= 0 {
+		opts.OrderTimeout = 30 * time.Second
+	}
 	if opts.ResolveTimeout <= 0 {
 		opts.ResolveTimeout = 2 * time.Second
 	}
@@ -144,7 +151,22 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 // does not know the command. A lock store failure does not fail the
 // command: drivers ignore endSessions errors, and the leases still expire.
 func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decision {
-	vals, err := req.Command.Body.Lookup("endSessions").Array().Values()
+	// In the connection's order, like releaseLock: a write sent before
+	// endSessions keeps its lock until it is answered.
+	wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
+	ordered := req.WaitAnswered(wctx) == nil
+	cancel()
+	arr, isArray := req.Command.Body.Lookup("endSessions").ArrayOK()
+	if !isArray {
+		// The server's answer, without a panic on the way.
+		e := badArg(codeTypeMismatch, "endSessions: the value must be an array of session ids, got %s", req.Command.Body.Lookup("endSessions").Type)
+		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
+	}
+	vals, err := arr.Values()
+	if err == nil && !ordered {
+		g.log.Warn("endSessions: requests sent before it were still running; the sessions' locks are left to expire with their leases")
+		vals = nil
+	}
 	if err == nil {
 		for _, v := range vals {
 			doc, ok := v.DocumentOK()

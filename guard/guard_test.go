@@ -421,3 +421,20 @@ func TestLockCommandNamespaceHints(t *testing.T) {
 		t.Errorf("a correct lock command got warnings: %v", w)
 	}
 }
+
+// TestEndSessionsWrongTypeIsAnError: {endSessions: 1} used to panic the
+// connection handler (recovered, one stack trace per message); it is a
+// TypeMismatch like the server's, and the connection stays usable.
+func TestEndSessionsWrongTypeIsAnError(t *testing.T) {
+	st := startStack(t, "")
+	c := connect(t, st.uri, "shapes")
+	for i := 0; i < 3; i++ {
+		_, err := run(t, c, nil, bson.D{{"endSessions", 1}})
+		if ce := commandError(t, err); ce.Code != 14 {
+			t.Fatalf("{endSessions: 1}: code %d (%v), want 14 TypeMismatch", ce.Code, err)
+		}
+	}
+	if _, err := run(t, c, nil, bson.D{{"ping", 1}}); err != nil {
+		t.Fatalf("the connection after the refusals: %v", err)
+	}
+}

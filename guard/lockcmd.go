@@ -199,7 +199,7 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 		if !ok {
 			cerr = &cmdError{code: codeBadValue, reason: reasonNoSession,
 				msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
-		} else {
+		} else if cerr = g.inOrder(ctx, req); cerr == nil {
 			var reply bsoncore.Document
 			reply, cerr = g.runLockCommand(ctx, a, owner(req, session, a.bind))
 			if cerr == nil {
@@ -367,4 +367,24 @@ func withWarnings(reply bsoncore.Document, warnings []string) bsoncore.Document 
 	out = bsoncore.AppendArrayElement(out, "warnings", arr)
 	out = append(out, 0)
 	return bsoncore.UpdateLength(out, 0, int32(len(out)))
+}
+
+// inOrder makes renewLock and releaseLock take effect in the order of the
+// connection they arrive on: after the upstream has answered every request
+// sent before them, so that a write sent just before a release is never
+// still running when the lock is someone else's. The wait is bounded by
+// OrderTimeout; past it the command is refused and the lock stays as it
+// was, still covering the writes in flight.
+func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
+	if req.Command.Name != cmdRelease && req.Command.Name != cmdRenew {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
+	defer cancel()
+	if err := req.WaitAnswered(wctx); err != nil {
+		return &cmdError{code: codeLockFailed, reason: reasonInFlight,
+			msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection were still running after %v; "+
+				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, g.opts.OrderTimeout)}
+	}
+	return nil
 }

@@ -63,6 +63,10 @@ type conn struct {
 
 	inflight atomic.Int32 // requests forwarded and not yet answered
 	draining atomic.Bool  // stop reading requests; close once inflight is 0
+	// quiet are closed when inflight drops to 0: the waiters of
+	// Request.WaitAnswered (under mu; nQuiet is len(quiet) for the hot path).
+	quiet  []chan struct{}
+	nQuiet atomic.Int32
 
 	// The latest request's id and forward time, for the round-trip
 	// histogram. Drivers do not pipeline, so one slot times nearly every
@@ -295,7 +299,7 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 
 	d := Decision{Action: Forward}
 	if ic := c.srv.opts.Interceptor; ic != nil {
-		d = ic.Intercept(c.ctx, &Request{Message: msg, Command: cmd, Client: c.info})
+		d = ic.Intercept(c.ctx, &Request{Message: msg, Command: cmd, Client: c.info, answered: c.waitAnswered})
 	}
 	switch d.Action {
 	case Forward:
@@ -460,7 +464,9 @@ func (c *conn) relayReply(raw *wire.RawMessage) error {
 	}
 	hello := c.nHellos.Load() > 0 && c.answersHello(h, moreToCome)
 	if !moreToCome && c.inflight.Load() > 0 {
-		c.inflight.Add(-1)
+		if c.inflight.Add(-1) == 0 && c.nQuiet.Load() > 0 {
+			defer c.wakeQuiet() // after the reply reaches the client
+		}
 	}
 
 	b := raw.Bytes
@@ -507,6 +513,42 @@ func (c *conn) rewriteHelloReply(b []byte) ([]byte, error) {
 	}
 	c.srv.metrics.helloRewrites.Inc()
 	return wire.WithBody(msg, nb)
+}
+
+// waitAnswered implements Request.WaitAnswered. The client pump is the
+// caller, so inflight can only fall while it waits.
+func (c *conn) waitAnswered(ctx context.Context) error {
+	for c.inflight.Load() > 0 {
+		ch := make(chan struct{})
+		c.mu.Lock()
+		c.quiet = append(c.quiet, ch)
+		c.nQuiet.Store(int32(len(c.quiet)))
+		c.mu.Unlock()
+		// A reply that arrived between the check and the registration
+		// found no waiter to wake: look again.
+		if c.inflight.Load() == 0 {
+			c.wakeQuiet()
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (c *conn) wakeQuiet() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.quiet {
+		close(ch)
+	}
+	c.quiet = nil
+	c.nQuiet.Store(0)
 }
 
 // trackHello records a handshake request whose reply must be rewritten;

@@ -31,6 +31,24 @@ type Request struct {
 	Command *wire.Command
 	// Client describes the connection.
 	Client *ClientInfo
+
+	// answered waits for the requests forwarded earlier on the connection;
+	// nil where no connection backs the request (tests).
+	answered func(context.Context) error
+}
+
+// WaitAnswered blocks until the upstream has answered every request this
+// connection forwarded before this one, ctx ends, or the connection
+// closes. While an interceptor waits, the connection reads nothing more,
+// so nothing new is forwarded meanwhile: a lock command that waits here
+// takes effect after the writes sent before it, in the connection's own
+// order, as the server would execute them. Fire-and-forget requests have
+// no answer and are not waited for.
+func (r *Request) WaitAnswered(ctx context.Context) error {
+	if r.answered == nil {
+		return nil
+	}
+	return r.answered(ctx)
 }
 
 // Action says what the proxy does with a request.
