@@ -127,6 +127,12 @@ type Limits struct {
 	ResolveTimeoutMS int64 `yaml:"resolveTimeoutMS"`
 	// MaxConcurrentResolves bounds the resolutions running at once.
 	MaxConcurrentResolves int `yaml:"maxConcurrentResolves"`
+	// MaxConnections bounds the open client connections; 0 derives it
+	// from the file descriptor limit.
+	MaxConnections int `yaml:"maxConnections"`
+	// HandshakeTimeoutMS closes a client that sends nothing for this long
+	// after connecting.
+	HandshakeTimeoutMS int64 `yaml:"handshakeTimeoutMS"`
 }
 
 // Log configures the process logger.
@@ -147,6 +153,7 @@ const (
 	MaxLeaseMarginMS           = 600000
 	DefaultResolveTimeoutMS    = 2000
 	DefaultMaxResolves         = 8
+	DefaultHandshakeTimeoutMS  = 10000
 )
 
 // Default returns the configuration used for every key the file omits.
@@ -167,7 +174,8 @@ func Default() *Config {
 		},
 		Policy: Policy{Default: ModeOff, MaxCandidates: DefaultMaxCandidates, LeaseMarginMS: DefaultLeaseMarginMS},
 		Limits: Limits{MaxMessageSizeBytes: DefaultMaxMessageSizeBytes,
-			ResolveTimeoutMS: DefaultResolveTimeoutMS, MaxConcurrentResolves: DefaultMaxResolves},
+			ResolveTimeoutMS: DefaultResolveTimeoutMS, MaxConcurrentResolves: DefaultMaxResolves,
+			HandshakeTimeoutMS: DefaultHandshakeTimeoutMS},
 		ShutdownTimeout: Duration(15 * time.Second),
 		Log:             Log{Level: LogLevelInfo, Format: LogFormatJSON},
 	}

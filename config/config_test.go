@@ -122,13 +122,28 @@ func TestParseErrorsNameKeyAndLine(t *testing.T) {
 		{"unknown key in a rule", "policy:\n  namespaces:\n    - match: a.b\n      mod: audit\n",
 			[]string{"line 4: policy.namespaces[0].mod: unknown key", "match, mode"}},
 		{"wrong type", "lockstore:\n  maxLeaseMS: ten\n",
-			[]string{"line 2: lockstore.maxLeaseMS: cannot unmarshal"}},
+			[]string{`line 2: lockstore.maxLeaseMS: want a whole number of milliseconds, e.g. 30000 for 30 s; got "ten"`}},
+		// A duration written where milliseconds are due (issue 9): the key,
+		// what it takes, and what was given; never the YAML library's own
+		// "cannot unmarshal !!str".
+		{"duration where milliseconds are due", "lockstore:\n  defaultLeaseMS: \"30s\"\n",
+			[]string{`line 2: lockstore.defaultLeaseMS: want a whole number of milliseconds, e.g. 30000 for 30 s; got "30s"`}},
+		{"boolean expected", "policy:\n  allowSessionIntrospection: maybe\n",
+			[]string{`line 2: policy.allowSessionIntrospection: want true or false; got "maybe"`}},
+		// Indentation mistakes are reported on the line that has them (the
+		// parser names the line where the enclosing block began).
+		{"key indented less than its siblings", "upstream:\n  uri: mongodb://x/\n dialTimeout: 5s\n",
+			[]string{"line 3: indented by 1 spaces, which matches none of the keys above it"}},
+		{"key indented deeper than a key with a value", "policy:\n  default: off\n   namespaces: []\n",
+			[]string{"line 3: indented by 3 spaces, deeper than the key above it"}},
+		{"tab indentation", "policy:\n\tdefault: off\n",
+			[]string{"line 2: indented with a tab"}},
 		{"bare number duration", "shutdownTimeout: 15\n",
 			[]string{`line 1: shutdownTimeout: want a duration string such as "15s", got "15"`}},
 		{"bad duration", "upstream:\n  dialTimeout: 10 seconds\n",
 			[]string{`line 2: upstream.dialTimeout: want a duration string`}},
 		{"namespaces not a list", "policy:\n  namespaces: shop.orders\n",
-			[]string{"line 2: policy.namespaces: cannot unmarshal"}},
+			[]string{"line 2: policy.namespaces: want a list; got"}},
 		{"syntax error", "listen: [\n", []string{"config: yaml:"}},
 		{"two documents", "listen: a:1\n---\nadmin: b:2\n", []string{"more than one YAML document"}},
 	}

@@ -78,6 +78,12 @@ func (c *Config) Validate() error {
 	if n := c.Limits.MaxConcurrentResolves; n < 1 || n > 1000 {
 		v.add("limits.maxConcurrentResolves", "must be between 1 and 1000, got %d", n)
 	}
+	if n := c.Limits.MaxConnections; n < 0 || n > 1000000 {
+		v.add("limits.maxConnections", "must be between 0 (derived from the file descriptor limit) and 1000000, got %d", n)
+	}
+	if n := c.Limits.HandshakeTimeoutMS; n < 100 || n > 600000 {
+		v.add("limits.handshakeTimeoutMS", "must be between 100 and 600000 milliseconds, got %d", n)
+	}
 	v.duration("shutdownTimeout", c.ShutdownTimeout, MaxShutdownTimeout)
 
 	if !c.Log.Level.Valid() {

@@ -16,13 +16,21 @@ import (
 // are rewritten with the dotted key found at that line of the document.
 
 var (
-	lineRE    = regexp.MustCompile(`^line (\d+): (.*)$`)
-	unknownRE = regexp.MustCompile(`^field (\S+) not found in type `)
+	lineRE      = regexp.MustCompile(`^line (\d+): (.*)$`)
+	unknownRE   = regexp.MustCompile(`^field (\S+) not found in type `)
+	unmarshalRE = regexp.MustCompile("^cannot unmarshal !!(\\w+) `(.*)` into (\\S+)$")
 )
 
 func explainYAMLError(data []byte, err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
+		// A syntax error: yaml.v3 names the line where the enclosing
+		// block began, which is rarely where the mistake is. An
+		// indentation that matches no enclosing key is the usual cause,
+		// so point at that line when there is one.
+		if line, why := badIndentation(data); line > 0 {
+			return fmt.Errorf("config: line %d: %s (the YAML parser said: %v)", line, why, err)
+		}
 		return fmt.Errorf("config: %w", err)
 	}
 	var root yaml.Node
@@ -39,6 +47,9 @@ func explainYAMLError(data []byte, err error) error {
 		}
 		line, _ := strconv.Atoi(m[1])
 		key, reason := keys[line], m[2]
+		if u := unmarshalRE.FindStringSubmatch(reason); u != nil {
+			reason = wantedType(key, u[3], u[1], u[2])
+		}
 		if u := unknownRE.FindStringSubmatch(reason); u != nil {
 			parent := parentPath(key)
 			reason = "unknown key"
@@ -143,4 +154,88 @@ func yamlName(f reflect.StructField) string {
 		return ""
 	}
 	return tag
+}
+
+// wantedType says in a person's words what a key takes, for a value of
+// the wrong type ("cannot unmarshal !!str `30s` into int64").
+func wantedType(key, goType, yamlType, value string) string {
+	got := fmt.Sprintf("got %q", value)
+	if yamlType != "str" {
+		got = fmt.Sprintf("got %s (a %s)", value, map[string]string{"int": "number", "float": "number", "bool": "boolean", "map": "mapping", "seq": "list", "null": "null"}[yamlType])
+	}
+	switch {
+	case strings.HasSuffix(key, "MS") && strings.HasPrefix(goType, "int"):
+		return "want a whole number of milliseconds, e.g. 30000 for 30 s; " + got
+	case strings.HasPrefix(goType, "int") || strings.HasPrefix(goType, "uint"):
+		return "want a whole number; " + got
+	case goType == "bool":
+		return "want true or false; " + got
+	case goType == "string" || strings.HasPrefix(goType, "config."):
+		return "want a string; " + got
+	case strings.HasPrefix(goType, "[]"):
+		return "want a list; " + got
+	}
+	return fmt.Sprintf("want a value of type %s; %s", goType, got)
+}
+
+// badIndentation finds the first line whose indentation matches no
+// enclosing level of the document (or that indents with a tab), the
+// mistake behind most YAML syntax errors in hand-edited config files.
+func badIndentation(data []byte) (int, string) {
+	levels := []int{0}
+	opens := true  // the previous line ends a key with no value: a block may follow
+	scalarAt := -1 // inside a block scalar (| or >) of a key at this level
+	for i, line := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimLeft(line, " \t")
+		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		lead := line[:len(line)-len(trimmed)]
+		if scalarAt >= 0 {
+			if len(lead) > scalarAt {
+				continue // text of the block scalar
+			}
+			scalarAt = -1
+		}
+		if strings.Contains(lead, "\t") {
+			return i + 1, "indented with a tab; YAML indents with spaces only"
+		}
+		n := len(lead)
+		item := strings.HasPrefix(trimmed, "- ") || trimmed == "-"
+		if item {
+			// A list item may sit at its parent key's level or deeper.
+			n += 2
+		}
+		content := strings.TrimSpace(strings.SplitN(trimmed, " #", 2)[0])
+		top := levels[len(levels)-1]
+		switch {
+		case n > top && !opens && !item:
+			return i + 1, fmt.Sprintf("indented by %d spaces, deeper than the key above it, which already has a value", len(lead))
+		case n > top:
+			levels = append(levels, n)
+		case n == top:
+		default:
+			for len(levels) > 1 && levels[len(levels)-1] > n {
+				levels = levels[:len(levels)-1]
+			}
+			if levels[len(levels)-1] != n {
+				return i + 1, fmt.Sprintf("indented by %d spaces, which matches none of the keys above it (at %s spaces)", len(lead), joinInts(levels))
+			}
+		}
+		opens = strings.HasSuffix(content, ":")
+		for _, b := range []string{"|", ">", "|-", ">-", "|+", ">+"} {
+			if strings.HasSuffix(content, ": "+b) {
+				scalarAt = n
+			}
+		}
+	}
+	return 0, ""
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
 }

@@ -171,13 +171,15 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 
 	proxyGrace, adminGrace := splitShutdown(cfg.ShutdownTimeout.D())
 	srv, err := proxy.New(proxy.Options{
-		TLS:            tlsCfg,
-		Upstream:       up,
-		Interceptor:    gd,
-		MaxMessageSize: cfg.Limits.MaxMessageSizeBytes,
-		ShutdownGrace:  proxyGrace,
-		Logger:         logger, // the proxy names itself
-		Metrics:        metrics,
+		TLS:              tlsCfg,
+		Upstream:         up,
+		Interceptor:      gd,
+		MaxMessageSize:   cfg.Limits.MaxMessageSizeBytes,
+		ShutdownGrace:    proxyGrace,
+		MaxConnections:   cfg.Limits.MaxConnections,
+		HandshakeTimeout: time.Duration(cfg.Limits.HandshakeTimeoutMS) * time.Millisecond,
+		Logger:           logger, // the proxy names itself
+		Metrics:          metrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -211,6 +213,12 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	adm.AddCheck("policy", func(context.Context) error {
 		if gd.Policy() == nil {
 			return errors.New("no policy loaded")
+		}
+		return nil
+	})
+	adm.AddCheck("connections", func(context.Context) error {
+		if srv.AtLimit() {
+			return errors.New("limits.maxConnections client connections are open: new clients are turned away")
 		}
 		return nil
 	})

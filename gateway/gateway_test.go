@@ -115,7 +115,7 @@ func TestGatewayAgainstEmbeddedUpstream(t *testing.T) {
 	for _, c := range rd.Checks {
 		names = append(names, c.Name)
 	}
-	if rd.Status != "ready" || strings.Join(names, ",") != "serving,upstream,lockstore,policy" {
+	if rd.Status != "ready" || strings.Join(names, ",") != "serving,upstream,lockstore,policy,connections" {
 		t.Errorf("/readyz = %+v", rd)
 	}
 
@@ -189,7 +189,7 @@ func TestGatewayUnreachableUpstream(t *testing.T) {
 	code, body := httpGet(t, "http://"+gw.AdminAddr().String()+"/readyz")
 	var rd admin.Readiness
 	json.Unmarshal([]byte(body), &rd)
-	if code != 503 || len(rd.Checks) != 4 || rd.Checks[0].Name != "serving" || !rd.Checks[0].OK ||
+	if code != 503 || len(rd.Checks) != 5 || rd.Checks[0].Name != "serving" || !rd.Checks[0].OK ||
 		rd.Checks[1].Name != "upstream" || rd.Checks[1].OK || rd.Checks[1].Error == "" ||
 		rd.Checks[2].Name != "lockstore" || rd.Checks[2].OK {
 		t.Errorf("/readyz = %d %s", code, body)

@@ -83,6 +83,14 @@ type conn struct {
 
 	closeOnce sync.Once
 	closed    bool // under mu: set by close, read by setUpstream
+
+	// pumpDone is closed when the upstream pump ends; nil until the
+	// upstream is dialed. Set and read by the client pump's goroutine.
+	pumpDone chan struct{}
+	// acceptedAt and spoke: a client that sends nothing within the
+	// handshake timeout of connecting is closed by the watchdog.
+	acceptedAt int64
+	spoke      atomic.Bool
 }
 
 func (s *Server) newConn(ctx context.Context, client net.Conn, id uint64) *conn {
@@ -97,6 +105,7 @@ func (s *Server) newConn(ctx context.Context, client net.Conn, id uint64) *conn 
 		cancel: cancel,
 	}
 	c.nextID.Store(1 << 30)
+	c.acceptedAt = time.Now().UnixNano()
 	return c
 }
 
@@ -123,14 +132,36 @@ func (c *conn) serve() {
 			return
 		}
 	}
+	// The upstream connection is dialed when the first request must be
+	// forwarded, not at accept: an idle or silent client costs no
+	// upstream connection, and one that only sends lock commands none at
+	// all.
+	c.clientPump()
+	if c.pumpDone != nil {
+		<-c.pumpDone
+	}
+}
+
+// connectUpstream dials the upstream and starts relaying its replies; on
+// failure it answers req with an error the driver shows to its user (the
+// client would otherwise see only a reset connection) and returns false.
+func (c *conn) connectUpstream(req wire.Message) bool {
 	up, err := c.srv.opts.Upstream.Dial(c.ctx)
 	if err != nil {
 		c.srv.metrics.error(errUpstreamDial)
 		c.log.Warn("closing client connection: no upstream connection", zap.Error(err))
-		return
+		if expectsReply(req) {
+			// HostUnreachable, which drivers may retry: nothing was
+			// sent, so a retry elsewhere is exactly right.
+			if b, ok := wire.ErrorReplyTo(req, c.nextID.Add(1), 6, "HostUnreachable",
+				fmt.Sprintf("lockgate: cannot reach the upstream database: %v; nothing was sent. Check that it is running and that upstream.uri names it", err)); ok {
+				c.writeClient(b)
+			}
+		}
+		return false
 	}
 	if !c.setUpstream(up) {
-		return // closed while dialing
+		return false // closed while dialing
 	}
 	if r, ok := up.(interface{ WaitRetired(context.Context) bool }); ok {
 		go func() {
@@ -141,14 +172,12 @@ func (c *conn) serve() {
 			}
 		}()
 	}
-
-	done := make(chan struct{})
+	c.pumpDone = make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(c.pumpDone)
 		c.upstreamPump()
 	}()
-	c.clientPump()
-	<-done
+	return true
 }
 
 // setUpstream installs the upstream connection, unless the connection was
@@ -341,6 +370,9 @@ func expectsReply(msg wire.Message) bool {
 // forward writes b, the request or its rewrite, to the upstream and
 // records what its reply needs.
 func (c *conn) forward(msg wire.Message, b []byte, hello bool) bool {
+	if c.pumpDone == nil && !c.connectUpstream(msg) {
+		return false
+	}
 	reply := expectsReply(msg)
 	id := msg.Header().RequestID
 	if hello && reply && !c.trackHello(id) {
@@ -619,13 +651,17 @@ func (w watchedReader) Read(p []byte) (int, error) {
 	n, err := w.c.client.Read(p)
 	if n > 0 && w.c.readSince.Load() == 0 {
 		w.c.readSince.Store(time.Now().UnixNano())
+		w.c.spoke.Store(true)
 	}
 	return n, err
 }
 
 // stuck reports why the connection has been stuck longer than the limits
 // allow, or "" when it is not.
-func (c *conn) stuck(now int64, message, write time.Duration) string {
+func (c *conn) stuck(now int64, message, write, handshake time.Duration) string {
+	if !c.spoke.Load() && now-c.acceptedAt > int64(handshake) {
+		return fmt.Sprintf("the client sent nothing within %v of connecting", handshake)
+	}
 	if t := c.readSince.Load(); t != 0 && now-t > int64(message) {
 		return fmt.Sprintf("a message took longer than %v to arrive", message)
 	}

@@ -44,6 +44,8 @@ var trackedCommands = []string{
 type Metrics struct {
 	connsOpen      prometheus.Gauge
 	connsTotal     prometheus.Counter
+	connsRefused   prometheus.Counter
+	acceptErrors   prometheus.Counter
 	messages       map[string]prometheus.Counter
 	bytes          map[string]prometheus.Counter
 	commandsVec    *prometheus.CounterVec
@@ -67,6 +69,14 @@ func NewMetrics() *Metrics {
 		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lockgate_client_connections",
 			Help: "Client connections currently open.",
+		}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_client_connections_refused_total",
+			Help: "Client connections closed on arrival because maxConnections were open.",
+		}),
+		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_accept_errors_total",
+			Help: "Temporary accept failures (out of file descriptors or buffers), each followed by a backoff and a retry.",
 		}),
 		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_client_connections_total",
@@ -133,7 +143,7 @@ func NewMetrics() *Metrics {
 	m.collectorsList = []prometheus.Collector{
 		m.connsOpen, m.connsTotal, m.messagesVec, m.bytesVec, m.commandsVec,
 		m.legacyOps, m.roundTrip, m.errorsVec, m.helloRewrites, m.proxyReplies,
-		m.retiredConns, m.droppedReplies,
+		m.retiredConns, m.droppedReplies, m.connsRefused, m.acceptErrors,
 	}
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/lockgate/lockgate/wire"
@@ -42,6 +43,13 @@ type Options struct {
 	// ShutdownGrace bounds how long Serve waits for in-flight requests after
 	// its context is cancelled; 0 means 15 seconds.
 	ShutdownGrace time.Duration
+	// MaxConnections bounds the open client connections; a client beyond
+	// it is closed at once and counted. 0 derives it from the process's
+	// file descriptor limit (DefaultMaxConnections).
+	MaxConnections int
+	// HandshakeTimeout closes a client that sends nothing for this long
+	// after connecting; 0 means 10 seconds.
+	HandshakeTimeout time.Duration
 	Logger        *zap.Logger
 	Metrics       *Metrics
 }
@@ -55,6 +63,7 @@ type Server struct {
 	pool    *wire.BufferPool
 
 	nextConn atomic.Uint64
+	open     atomic.Int64 // len(conns), read on every accept
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	wg       sync.WaitGroup
@@ -76,6 +85,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 15 * time.Second
+	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = DefaultMaxConnections()
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 10 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -113,25 +128,44 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	var serveErr error
 	var delay time.Duration
+	var lastLog time.Time
+	suppressed := 0
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if temporaryAcceptError(err) {
 				// Out of file descriptors and the like: back off, as
-				// net/http does, instead of spinning or giving up.
+				// net/http does, instead of spinning or giving up. The
+				// connections already open keep being served, and closing
+				// them frees descriptors for the next accept.
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("delay", delay))
-				time.Sleep(delay)
+				s.metrics.acceptErrors.Inc()
+				if time.Since(lastLog) >= 10*time.Second {
+					s.log.Warn("accept failed; retrying with backoff", zap.Error(err), zap.Duration("delay", delay), zap.Int("suppressed", suppressed))
+					lastLog, suppressed = time.Now(), 0
+				} else {
+					suppressed++
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(delay):
+				}
 				continue
 			}
 			serveErr = err
 			break
 		}
 		delay = 0
+		if s.open.Load() >= int64(s.opts.MaxConnections) {
+			// Closed before it costs anything more: no goroutine, no
+			// upstream connection, no buffers.
+			s.metrics.connsRefused.Inc()
+			nc.Close()
+			continue
+		}
 		c := s.newConn(connCtx, nc, s.nextConn.Add(1))
 		s.track(c, true)
 		s.wg.Add(1)
@@ -155,7 +189,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // deadlines off every request's path.
 func (s *Server) watchdog(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
-	every := min(s.opts.MessageTimeout, s.opts.WriteTimeout) / 4
+	every := min(s.opts.MessageTimeout, s.opts.WriteTimeout, s.opts.HandshakeTimeout) / 4
 	every = max(every, 20*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -170,7 +204,7 @@ func (s *Server) watchdog(ctx context.Context, done chan<- struct{}) {
 		var reasons []string
 		s.mu.Lock()
 		for c := range s.conns {
-			if why := c.stuck(now, s.opts.MessageTimeout, s.opts.WriteTimeout); why != "" {
+			if why := c.stuck(now, s.opts.MessageTimeout, s.opts.WriteTimeout, s.opts.HandshakeTimeout); why != "" {
 				stuck = append(stuck, c)
 				reasons = append(reasons, why)
 			}
@@ -189,9 +223,48 @@ func (s *Server) track(c *conn, add bool) {
 	defer s.mu.Unlock()
 	if add {
 		s.conns[c] = struct{}{}
+		s.open.Add(1)
 	} else {
 		delete(s.conns, c)
+		s.open.Add(-1)
 	}
+}
+
+// AtLimit reports whether the open client connections have reached
+// MaxConnections, so that new clients are being turned away (a readiness
+// check: a load balancer should send them elsewhere).
+func (s *Server) AtLimit() bool { return s.open.Load() >= int64(s.opts.MaxConnections) }
+
+// DefaultMaxConnections derives the connection limit from the process's
+// file descriptor limit: each client costs two descriptors (its socket and
+// its upstream connection), and a reserve is kept for listeners, the lock
+// store's and resolver's pools, logs and config files.
+func DefaultMaxConnections() int {
+	const reserve = 128
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == rl.Max && rl.Cur > 1<<30 {
+		return 10000
+	}
+	n := (int64(rl.Cur) - reserve) / 2
+	return int(max(n, 16))
+}
+
+// temporaryAcceptError reports whether an accept failure will likely pass:
+// the process or system is out of descriptors or buffers, or one
+// connection was aborted before it was accepted. Only a closed or broken
+// listener ends Serve.
+func temporaryAcceptError(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EPROTO, syscall.EPERM, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // shutdown drains every connection, waits up to the grace period, then
