@@ -50,8 +50,8 @@ type Options struct {
 	// HandshakeTimeout closes a client that sends nothing for this long
 	// after connecting; 0 means 10 seconds.
 	HandshakeTimeout time.Duration
-	Logger        *zap.Logger
-	Metrics       *Metrics
+	Logger           *zap.Logger
+	Metrics          *Metrics
 }
 
 // Server accepts client connections and relays each to its own upstream
