@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/admin"
@@ -119,12 +120,38 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			admin.WriteJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 			return
 		}
+		if !before.Held {
+			// Nothing was released: say so, and point at the likely
+			// mistake, an _id of another type than the lock's.
+			msg := fmt.Sprintf("no lock is held on _id %s in %s; nothing was released", lockstore.FormatID(id), req.NS)
+			if alt, ok := heldAsOtherType(ctx, store, req.NS, id); ok {
+				msg += fmt.Sprintf("; a lock is held on _id %s, of another type: send the id with its type in extended JSON (e.g. {\"$numberInt\": \"42\"} or \"42\")", lockstore.FormatID(alt))
+			}
+			admin.WriteJSON(w, http.StatusNotFound, map[string]any{"released": false, "error": msg})
+			return
+		}
 		log.Warn("operator force-released a lock", zap.String("ns", req.NS), zap.String("id", id.String()),
 			zap.String("reason", req.Reason), zap.String("remote", r.RemoteAddr),
 			zap.Bool("wasHeld", before.Held), zap.String("holderApp", before.Holder.App),
 			zap.String("holderSession", before.Holder.SessionPrefix))
 		admin.WriteJSON(w, http.StatusOK, map[string]any{"released": before.Held, "before": viewOf(before)})
 	}))
+}
+
+// heldAsOtherType finds a held lock in ns whose _id is id written as
+// another type ("42" for 42, or 42 for "42").
+func heldAsOtherType(ctx context.Context, store *lockstore.Store, ns string, id bson.RawValue) (bson.RawValue, bool) {
+	sts, err := store.List(ctx, lockstore.ListOptions{NS: ns, Limit: 10000})
+	if err != nil {
+		return bson.RawValue{}, false
+	}
+	text := lockstore.FormatID(id)
+	for _, st := range sts {
+		if st.ID.Type != id.Type && strings.Trim(lockstore.FormatID(st.ID), `"`) == strings.Trim(text, `"`) {
+			return st.ID, true
+		}
+	}
+	return bson.RawValue{}, false
 }
 
 // ruleView is a policy rule as the configuration spells it, so that what

@@ -95,6 +95,21 @@ func TestLockViewsForceReleaseAndReload(t *testing.T) {
 	if code, body := post(t, admin+"/locks/release", token, release); code != 200 || !strings.Contains(body, `"released": true`) {
 		t.Fatalf("force-release: %d %s", code, body)
 	}
+	// The old holder is told what happened, not that its lock "expired or
+	// was never taken" (issue 9).
+	err = client.Database("shop").RunCommand(sctx, bson.D{{Key: "renewLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Err()
+	if err == nil || !strings.Contains(err.Error(), `an operator force-released it (reason: "stuck job")`) {
+		t.Fatalf("renewLock after a force-release: %v, want it to say an operator force-released it and why", err)
+	}
+	// A force-release naming the id with another type than the lock's
+	// releases nothing, and says so with a 404 that points at the type.
+	if err := client.Database("shop").RunCommand(sctx, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{43}}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := post(t, admin+"/locks/release", token, `{"namespace": "shop.orders", "id": "43", "reason": "typo"}`); code != http.StatusNotFound ||
+		!strings.Contains(body, `a lock is held on _id 43, of another type`) {
+		t.Fatalf("force-release of \"43\" where 43 is locked: %d %s", code, body)
+	}
 	// The old holder no longer holds it; the next holder gets a larger token.
 	var st bson.M
 	if err := client.Database("shop").RunCommand(sctx, bson.D{{Key: "lockStatus", Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Decode(&st); err != nil {

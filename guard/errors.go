@@ -124,8 +124,15 @@ func fromStore(op, ns string, err error) *cmdError {
 		}
 		return e
 	case errors.As(err, &notHolder):
+		why := "it expired, was released, or was never taken"
+		if len(notHolder.Why) > 0 && notHolder.Why[0] != "" {
+			why = notHolder.Why[0]
+			if len(notHolder.IDs) > 1 {
+				why = fmt.Sprintf("_id %s: %s", idString(notHolder.IDs[0]), why)
+			}
+		}
 		return &cmdError{code: codeLockFailed, reason: reasonNotHolder, ns: ns, ids: notHolder.IDs,
-			msg: fmt.Sprintf("lockgate: %s: this session does not hold the lock on %s (it expired or was never taken); acquire it again with acquireLock", op, idsString(notHolder.IDs))}
+			msg: fmt.Sprintf("lockgate: %s: this session does not hold the lock on %s (%s); acquire it again with acquireLock", op, idsString(notHolder.IDs), why)}
 	case errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, lockstore.ErrClosed):
 		return &cmdError{code: codeLockBusy, reason: reasonUnavailable, ns: ns,
 			msg: fmt.Sprintf("lockgate: %s failed: the lock store is unreachable (%v); nothing was changed: retry when it is back", op, err)}

@@ -424,9 +424,24 @@ func (s *Store) findGens(ctx context.Context, filter bson.D, opts *options.FindO
 // extend sets the lease of a lock that owner holds (and whose lease has not
 // ended by this instance's estimate) to end lease from now; ok is false if
 // owner does not hold it.
-func (s *Store) extend(ctx context.Context, owner Owner, k lockKey, lease time.Duration, op string) (l Lock, ok bool, err error) {
+func (s *Store) extend(ctx context.Context, owner Owner, k lockKey, lease time.Duration, op string) (l Lock, ok bool, why string, err error) {
 	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
-		if h == nil || !h.ownedBy(owner) || !h.ExpiresAt.After(now) {
+		switch {
+		case h == nil:
+			why = "it was never taken"
+		case h.Kind == kindForce && h.Owner == nil:
+			why = "an operator force-released it"
+			if h.Reason != "" {
+				why += fmt.Sprintf(" (reason: %q)", h.Reason)
+			}
+		case h.Owner == nil:
+			why = "it was released"
+		case !h.ownedBy(owner):
+			why = "another session holds it now"
+		case !h.ExpiresAt.After(now):
+			why = "its lease ended at " + h.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		if why != "" {
 			return nil, nil
 		}
 		n := h.next(kindRenew, now)
@@ -435,9 +450,9 @@ func (s *Store) extend(ctx context.Context, owner Owner, k lockKey, lease time.D
 	}
 	g, _, err := s.transition(ctx, op, k.rid, step)
 	if err != nil || g == nil {
-		return l, false, err
+		return l, false, why, err
 	}
-	return Lock{ID: k.id, Token: g.Token, ExpiresAt: g.ExpiresAt, LastError: g.LastError}, true, nil
+	return Lock{ID: k.id, Token: g.Token, ExpiresAt: g.ExpiresAt, LastError: g.LastError}, true, "", nil
 }
 
 // releaseOne frees rid if match accepts its holder. errText becomes

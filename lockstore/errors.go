@@ -90,6 +90,10 @@ func (e *HeldError) Is(target error) bool {
 type NotHolderError struct {
 	NS  string
 	IDs []bson.RawValue
+	// Why says, per id where known, what happened to the lock: "an
+	// operator force-released it (reason: ...)", "its lease ended at
+	// ...", "another session holds it now", "it was never taken".
+	Why []string
 }
 
 func (e *NotHolderError) Error() string {

@@ -35,20 +35,22 @@ func (s *Store) Renew(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 	}
 	var out []Lock
 	var missing []bson.RawValue
+	var whys []string
 	for _, k := range ks {
-		l, ok, err := s.extend(ctx, owner, k, lease, opRenew)
+		l, ok, why, err := s.extend(ctx, owner, k, lease, opRenew)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
 			missing = append(missing, k.id)
+			whys = append(whys, why)
 			continue
 		}
 		out = append(out, l)
 	}
 	s.debug("renew", ns, owner, zap.Int("ids", len(ks)), zap.Int("renewed", len(out)))
 	if len(missing) > 0 {
-		return out, &NotHolderError{NS: ns, IDs: missing}
+		return out, &NotHolderError{NS: ns, IDs: missing, Why: whys}
 	}
 	return out, nil
 }
