@@ -411,6 +411,15 @@ func checkSetup(t *testing.T, r *report, released int64) {
 		t.Errorf("%s changed the collection: %s", r.Case, r.line)
 	}
 	if released < 0 {
+		// An acquire: the reply names the session that now holds the
+		// locks, for each driver (the implicit-session trap, issue 9).
+		if res, err := parseDoc(deref(r.Result)); err == nil && strings.HasSuffix(r.Case, "acquireLock") {
+			s, _ := res.Lookup("session").StringValueOK()
+			note, _ := res.Lookup("note").StringValueOK()
+			if len(s) != 8 || !strings.Contains(note, s) || !strings.Contains(note, "explicit session") {
+				t.Errorf("%s: the reply does not name the holding session (session %q, note %q): %s", r.Case, s, note, r.line)
+			}
+		}
 		return
 	}
 	res, err := parseDoc(deref(r.Result))
