@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,11 @@ type Gateway struct {
 	admin    *admin.Server
 	guard    *guard.Guard
 	reloads  *prometheus.CounterVec
+
+	// nsClient lists databases and collections for the policy check;
+	// policyWarnings holds its latest result.
+	nsClient       *mongo.Client
+	policyWarnings atomic.Pointer[[]string]
 
 	done chan struct{}
 	mu   sync.Mutex
@@ -222,9 +228,10 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		}
 		return nil
 	})
-	mountViews(adm, store, gd.Policy, token, logger.Named("admin"))
+	var g *Gateway
+	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"))
 
-	g := &Gateway{
+	g = &Gateway{
 		logger:   logger,
 		reg:      reg,
 		proxyLn:  proxyLn,
@@ -233,6 +240,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		admin:    adm,
 		guard:    gd,
 		reloads:  reloads,
+		nsClient: resolverClient,
 		done:     make(chan struct{}),
 	}
 
@@ -250,6 +258,11 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 			g.fail(fmt.Errorf("proxy: %w", err))
 			stop()
 		}
+	})
+	wg.Go(func() {
+		cctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
+		defer cancel()
+		g.checkPolicy(cctx, pol)
 	})
 	wg.Go(func() {
 		if err := adm.Serve(adminCtx, adminLn); err != nil {
@@ -298,6 +311,9 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	old := g.guard.Policy()
 	g.guard.SetPolicy(pol)
 	g.logger.Info("policy reloaded", zap.String("version", pol.Version()), zap.String("previous", old.Version()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g.checkPolicy(ctx, pol)
 	return nil
 }
 

@@ -1,10 +1,17 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/config"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/policy"
 )
@@ -40,4 +47,47 @@ func TestLocksLimitParameter(t *testing.T) {
 			t.Errorf("queryLimit(%q): unhelpful error %v", tt.in, err)
 		}
 	}
+}
+
+// TestPolicyWarningsForRulesThatProtectNothing: a misspelt rule and one
+// that differs from the real namespace only by case are logged and shown
+// in /policy (issue 9); a rule for an existing collection is not.
+func TestPolicyWarningsForRulesThatProtectNothing(t *testing.T) {
+	up := startEmbedded(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI(up.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	if _, err := c.Database("shop").Collection("orders").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Policy.Namespaces = []config.NamespaceRule{
+		{Match: "shop.orders", Mode: config.ModeEnforce},
+		{Match: "shop.ordres", Mode: config.ModeEnforce},
+		{Match: "Shop.orders", Mode: config.ModeEnforce},
+	}
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := "http://" + gw.AdminAddr().String()
+	var view struct{ Warnings []string }
+	deadline := time.Now().Add(15 * time.Second)
+	for len(view.Warnings) == 0 && time.Now().Before(deadline) {
+		_, body := httpGet(t, admin+"/policy")
+		json.Unmarshal([]byte(body), &view)
+		time.Sleep(20 * time.Millisecond)
+	}
+	all := strings.Join(view.Warnings, "\n")
+	if len(view.Warnings) != 2 || !strings.Contains(all, `rule "shop.ordres" matches no existing namespace`) ||
+		!strings.Contains(all, `rule "Shop.orders": database "Shop" does not exist, "shop" does: names differ only by case`) {
+		t.Errorf("/policy warnings:\n%s\nwant one for the misspelt rule and one for the case-only difference", all)
+	}
+	cancel()
+	gw.Wait()
 }

@@ -63,7 +63,7 @@ func extJSON(v bson.RawValue) any {
 }
 
 // mountViews adds the lock and policy views and the force-release action.
-func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, token string, log *zap.Logger) {
+func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger) {
 	adm.Handle("/locks", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		limit, err := queryLimit(q.Get("limit"))
@@ -91,7 +91,7 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			views[i] = viewOfRule(r)
 		}
 		return map[string]any{"version": p.Version(), "default": viewOfRule(fallback), "namespaces": views,
-			"allowSessionIntrospection": p.SessionIntrospection()}, nil
+			"allowSessionIntrospection": p.SessionIntrospection(), "warnings": warnings()}, nil
 	}))
 	adm.HandleAction("/locks/release", token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {

@@ -1,0 +1,97 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.uber.org/zap"
+
+	"github.com/lockgate/lockgate/policy"
+)
+
+// policyWarnings lists the rules of pol that match no namespace that
+// exists now: a misspelt rule ("shop.ordres") or one that differs from the
+// real name only by case ("Shop.Orders"; MongoDB names are case-sensitive)
+// protects nothing, silently. A collection that does not exist yet is
+// legitimate (it may be created later), so these are warnings, logged at
+// start and reload and shown in /policy, never refusals.
+func policyWarnings(ctx context.Context, client *mongo.Client, pol *policy.Policy) ([]string, error) {
+	dbs, err := client.ListDatabaseNames(ctx, bson.D{})
+	if err != nil {
+		return nil, fmt.Errorf("listing databases: %w", err)
+	}
+	colls := map[string][]string{}
+	var warnings []string
+	rules, _ := pol.Rules()
+	for _, r := range rules {
+		db, coll, _ := strings.Cut(r.Match, ".")
+		if !contains(dbs, db) {
+			if other, ok := foldMatch(dbs, db); ok {
+				warnings = append(warnings, fmt.Sprintf("rule %q: database %q does not exist, %q does: names differ only by case, and MongoDB's are case-sensitive, so this rule protects nothing there", r.Match, db, other))
+			} else {
+				warnings = append(warnings, fmt.Sprintf("rule %q matches no existing namespace: database %q does not exist (yet)", r.Match, db))
+			}
+			continue
+		}
+		if coll == "*" {
+			continue
+		}
+		names, ok := colls[db]
+		if !ok {
+			if names, err = client.Database(db).ListCollectionNames(ctx, bson.D{}); err != nil {
+				return warnings, fmt.Errorf("listing the collections of %s: %w", db, err)
+			}
+			colls[db] = names
+		}
+		if contains(names, coll) {
+			continue
+		}
+		if other, ok := foldMatch(names, coll); ok {
+			warnings = append(warnings, fmt.Sprintf("rule %q: collection %s.%s does not exist, %s.%s does: names differ only by case, and MongoDB's are case-sensitive, so this rule protects nothing there", r.Match, db, coll, db, other))
+		} else {
+			warnings = append(warnings, fmt.Sprintf("rule %q matches no existing namespace: collection %s.%s does not exist (yet)", r.Match, db, coll))
+		}
+	}
+	return warnings, nil
+}
+
+func contains(names []string, n string) bool {
+	for _, x := range names {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
+
+func foldMatch(names []string, n string) (string, bool) {
+	for _, x := range names {
+		if strings.EqualFold(x, n) {
+			return x, true
+		}
+	}
+	return "", false
+}
+
+// checkPolicy computes and publishes the policy's warnings, logging each.
+func (g *Gateway) checkPolicy(ctx context.Context, pol *policy.Policy) {
+	warnings, err := policyWarnings(ctx, g.nsClient, pol)
+	if err != nil {
+		g.logger.Info("could not check the policy's rules against the existing namespaces", zap.Error(err))
+	}
+	for _, w := range warnings {
+		g.logger.Warn("policy rule protects nothing yet", zap.String("warning", w), zap.String("policyVersion", pol.Version()))
+	}
+	g.policyWarnings.Store(&warnings)
+}
+
+// PolicyWarnings returns the latest warnings about the policy's rules.
+func (g *Gateway) PolicyWarnings() []string {
+	if w := g.policyWarnings.Load(); w != nil {
+		return *w
+	}
+	return nil
+}
