@@ -330,6 +330,8 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 			}
 		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
 			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, a %s: an _id of another type is another document)", idString(alt), typeName(alt))
+		} else if other, ok := g.heldInDoubledNamespace(ctx, o, ns, shown); ok {
+			x.detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
 		}
 	}
 	v.violations = append(v.violations, x)
@@ -371,6 +373,28 @@ func (g *Guard) heldAsOtherType(ctx context.Context, o lockstore.Owner, ns strin
 		}
 	}
 	return bson.RawValue{}, false
+}
+
+// heldInDoubledNamespace checks, on the refusal path only, the usual
+// namespace mistake: acquireLock: "shop.orders" run on database shop locks
+// shop.shop.orders. It reports that namespace when the session holds one
+// of ids there.
+func (g *Guard) heldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []bson.RawValue) (string, bool) {
+	db, _, ok := strings.Cut(ns, ".")
+	if !ok || len(ids) == 0 {
+		return "", false
+	}
+	other := db + "." + ns
+	sts, err := g.opts.Store.Status(ctx, o, other, ids[:min(len(ids), 10)])
+	if err != nil {
+		return "", false
+	}
+	for _, st := range sts {
+		if st.HeldByYou {
+			return other, true
+		}
+	}
+	return "", false
 }
 
 func typeName(v bson.RawValue) string {

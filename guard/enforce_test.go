@@ -351,3 +351,16 @@ func TestRefusalNamesTheOtherTypeLock(t *testing.T) {
 	_, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
 	lockBusy(t, err, `it holds the lock on _id "1", a string`)
 }
+
+// TestRefusalNamesTheDoubledNamespace: acquireLock: "shop.<coll>" run on
+// database shop locks shop.shop.<coll>; the write's refusal says where the
+// session's lock is (issue 9).
+func TestRefusalNamesTheDoubledNamespace(t *testing.T) {
+	coll, pol := protected(t, 1)
+	st := startStackWith(t, stackOptions{policy: pol})
+	c := connect(t, st.uri, "doubled")
+	s := session(t, c)
+	acquire(t, c, s, "shop."+coll, 1)
+	_, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	lockBusy(t, err, "it holds the lock in shop.shop."+coll+" instead")
+}
