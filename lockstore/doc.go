@@ -10,7 +10,7 @@
 // lease measured on the lock store server's clock, and carries a fencing
 // token that strictly increases per key across holders and never goes back,
 // even when idle records are deleted. docs/LOCKS.md describes the semantics
-// and the reasoning behind them.
+// as users of the lock commands see them.
 //
 // What it must never do:
 //   - grant a lock that another owner holds with an unexpired lease, or say
@@ -28,4 +28,141 @@
 //     personal data; the force-release audit event is the exception).
 //
 // A Store is safe for concurrent use.
+//
+// The rest of this comment is how the store keeps docs/LOCKS.md's promises:
+// the storage format, the Store methods, the cache behind Holds, and what
+// the embedded FerretDB changes. Users of the lock commands need none of it.
+//
+// # Storage: claims and head documents
+//
+// Records live in two collections shared by every proxy instance: the lock
+// collection (default `lockgate.locks`) and its claims collection
+// (`lockgate.locks_claims`). Every change of a key (grant, renew, release,
+// force-release) creates the next *generation* of its state, `seq + 1`, and
+// stores it twice:
+//
+//  1. a **claim** in the claims collection, `_id = <key>#<seq as 16 hex
+//     digits>`, inserted once and never modified. Only one inserter of a given generation can succeed (the
+//     unique `_id` index), so "insert claim seq+1" is an atomic
+//     compare-and-swap; a duplicate-key error is an ordinary "someone changed
+//     the key first", never an error to the client;
+//  2. the key's **head document** in the lock collection, `_id = <key>`,
+//     `head: true`, replaced after the claim succeeded. It is the one fast
+//     place (lookup by `_id`) to read a key's state; the lock collection holds
+//     one document per key, so its scans stay small. `<key>` is
+//     `<namespace>/<hex of the canonical key>` (or `/#<sha256>` when long).
+//
+// Why not the usual conditional `findOneAndUpdate` upsert? Because FerretDB
+// v1.24, the upstream the tests run against, implements `findAndModify` and
+// `update` as "query, then rewrite by `_id`" without any atomicity (its
+// source says so: FerretDB issue 2168). A conditional upsert lock on it
+// grants the same lock twice under contention; our 50-worker invariant test
+// caught exactly that (two holders with the same token). An insert with a
+// unique `_id` is atomic on every MongoDB-compatible server, so the lock
+// store uses nothing else to decide a change.
+//
+// A head document can lag behind the newest claim: for the milliseconds
+// between the two writes, or until the next change of the key if the writer
+// failed between them (the operation then returns `ErrUnavailable`, so its
+// caller does not rely on it). Writers notice a lagging head through the
+// duplicate claim, read the claim that won and go on from it. Two writers of
+// consecutive generations can also leave the head document one generation
+// behind for a moment (FerretDB answers only a pure `_id` filter from an
+// index, so the head write is not conditional). Readers of a stale head
+// document err towards "not held", with one exception: an operator's
+// force-release racing the holder's own acquire or renew can leave the head
+// document showing the holder until the next change or the lease end.
+//
+// Claims are **compacted**: the janitor (every `CleanupInterval`) deletes
+// claims older than `CleanupAfter` (default 10 min, at least 1 min and 12 x
+// `OpTimeout`). A claim is only needed while someone may still try to insert
+// the same generation: a writer whose view of the key is older than that. Views
+// come from head documents read milliseconds earlier and from the local cache,
+// which is used as a starting point only while younger than
+// min(`CleanupAfter`/8, 30 s). The assumption, stated plainly: **no single
+// store operation takes longer than `CleanupAfter`** (each round trip is cut
+// at `OpTimeout`). Head documents are never deleted, so a key costs one small
+// document forever once it has been locked (a few hundred bytes). Deleting a
+// key's last record cannot be made race-free with insert-only atomicity (a
+// reader of the old state and a creator of a new one would both succeed), so
+// we do not do it; that is the "never delete, compact" choice.
+//
+// Document fields: `key`, `seq`, `ns`, `id` (the `_id` as first locked, for
+// display), `kind` (`acquire`, `renew`, `release`, `force-release`), `owner`
+// (session id, binary subtype 4, null when free), `bind`, `ownerApp`,
+// `ownerClient`, `token`, `acquiredAt`, `expiresAt` (1970-01-01 when free),
+// `at` (time of the change), `lastError`, `reason` (force-release).
+// Indexes: `{owner:1, ns:1}` (endSessions, release-all) and `{expiresAt:1}`
+// (the admin list) on the lock collection, `{at:1}` (compaction) on the claims
+// collection; where the server has TTL indexes, that one is a TTL index
+// (`expireAfterSeconds` = `CleanupAfter`), pure garbage collection doing what
+// the janitor does. Head documents have no TTL: deleting them would reset
+// tokens. (FerretDB refuses TTL indexes; the janitor alone compacts there.)
+//
+// # Operations
+//
+//	| Store method | semantics |
+//	|---|---|
+//	| `Acquire(owner, ns, ids, lease, wait)` | all-or-nothing. Keys are taken one by one in canonical order (sorted by canonical key); if one is held by another owner, the keys this call newly took are released again (keys the owner already held stay held) and the call fails (`wait` 0: `*HeldError` matching `ErrBusy`) or waits and retries (see Waiting; `ErrTimeout` when `wait` elapses). An id the owner already holds is re-entrant: same token, lease set to end `lease` from now. A lock can be taken on an `_id` that does not exist yet. `lease` 0 = `DefaultLease`; over `MaxLease` or negative = `ErrInvalidLease`. |
+//	| `Renew(owner, ns, ids, lease)` | sets the lease to end `lease` from now for ids the owner holds and whose lease has not ended; the others are reported in a `*NotHolderError` (`ErrNotHolder`). Tokens are kept. |
+//	| `Release(owner, ns, ids, errText)` / `ReleaseAll(owner, ns, errText)` | frees the ids the owner holds (even if the lease ended, as long as nobody took them over) and returns how many; ids not held just do not count. A non-empty `errText` is kept as `lastError` and shown to the next holder (`Lock.LastError`, `Status`); a clean release clears it; rollback and `ReleaseSession` keep it. |
+//	| `ReleaseSession(session)` | `endSessions`: frees everything the session holds, whatever its binding. |
+//	| `Status(owner, ns, ids)` | one read; held, held by you, holder (app, session prefix, client), since, expires, token, last error. |
+//	| `List(opts)` | admin view of held (or all) keys: namespace, id, holder app and session prefix, since, expires, token, last error. |
+//	| `ForceRelease(ns, id, reason)` | operators: frees the key whoever holds it, token + 1, `reason` stored on the generation, audit event logged at warn level; returns the state before. |
+//	| `Holds(owner, ns, ids, margin)` | enforcement: does the owner hold every id with at least `margin` of lease left? See "Cache". |
+//	| `Ping`, `Cleanup`, `Close` | reachability, compaction, shutdown. |
+//
+// Errors: `ErrBusy` and `ErrTimeout` come as `*HeldError` carrying the
+// holder's app name, session prefix (first 4 bytes, hex), token and lease end,
+// and an `Error()` text like `lock on shop.orders _id 7 held by app "billing"
+// session 1a2b3c4d until 2026-01-02T03:04:05Z`; the proxy maps them to codes
+// 46 `LockBusy` and 24 `LockTimeout`. `ErrUnavailable` wraps the cause when
+// the store cannot be reached or refuses the operation (each round trip,
+// including server selection, is bounded by `OpTimeout`, default 5 s).
+// `ErrInvalidID`, `ErrInvalidLease`, `ErrInvalidArgument` (no session, no
+// ids, bad namespace, negative wait) take nothing. `Open` fails only for an
+// invalid configuration: an unreachable database is reported by the
+// operations and `Ping`, and retried in the background, so a proxy can start
+// before its database (its `/readyz` should use `Ping`).
+//
+// # Cache and Holds
+//
+// Each store keeps the last state it wrote or read per key. `Holds` answers
+// from it, without a round trip, when the entry shows the owner holding the
+// lock with enough lease left and was written or verified within
+// the cache's trust period (1 s; not a configuration key); otherwise it reads
+// the head documents (one round trip) so that a lock taken through another
+// proxy is honoured. A background task re-reads every cached lock that names
+// a holder twice per trust period, all of them in one round trip, so that
+// writes under a lock held through this proxy are answered from memory for
+// the whole lease; a refresh never overwrites an entry that a release or
+// acquire through the same store changed meanwhile. The cache never outlives a lease, and every release,
+// force-release and session release through the same store drops the entry.
+// **Accepted risk:** a force-release or `endSessions` through *another* proxy
+// (or a manual edit) is seen by this proxy only after the trust period (at once
+// where change streams run). For that window the old holder may still pass
+// enforcement on this proxy; the raised fencing token is the backstop for
+// resources that check tokens. `Holds` fails closed: on any store error it answers
+// "not held" with `ErrUnavailable`.
+//
+// # FerretDB notes
+//
+//   - No atomic conditional updates (see Storage), no change streams, no TTL
+//     indexes, no `Decimal128` storage (a decimal `_id` is canonicalised
+//     correctly but cannot be stored, so locking one fails with
+//     `ErrUnavailable` there; MongoDB is fine).
+//   - Only an exact `_id` filter is answered from an index; everything else
+//     scans. The store's hot path (acquire, renew, release, single-id status
+//     and `Holds`) uses only `_id` lookups and inserts; `ReleaseSession`,
+//     release-all, multi-id status and the admin list scan.
+//   - Throughput is bounded by SQLite writes (two per change of a key): about
+//     1-2 ms per round trip alone, but only a few hundred round trips a second
+//     under concurrency (SQLite serializes writers), so the 50 x 200 invariant
+//     test is time-bounded. The tests keep SQLite on tmpfs (`/dev/shm`).
+//   - `BenchmarkAcquireRelease` (uncontended, one key, cached head: four round
+//     trips per cycle) gives about 2.7 ms per acquire+release on this machine;
+//     its allocation figures include FerretDB itself, which runs in the test
+//     process. `BenchmarkHoldsCached` (the enforcement check for a lock taken
+//     through the same proxy) is about 0.6 µs, no round trip.
 package lockstore
