@@ -83,7 +83,7 @@ func (g *Gateway) checkPolicy(ctx context.Context, pol *policy.Policy) {
 		g.logger.Info("could not check the policy's rules against the existing namespaces", zap.Error(err))
 	}
 	for _, w := range warnings {
-		g.logger.Warn("policy rule protects nothing yet", zap.String("warning", w), zap.String("policyVersion", pol.Version()))
+		g.logger.Warn("policy rule matches no existing namespace: fine if it is created later, a mistake otherwise", zap.String("warning", w), zap.String("policyVersion", pol.Version()))
 	}
 	g.policyWarnings.Store(&warnings)
 }

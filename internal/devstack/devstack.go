@@ -108,10 +108,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	}
 	defer logger.Sync()
 
-	// FerretDB logs a great deal at info; warnings and errors are what a
-	// developer needs to see next to lockgate's own lines.
+	// FerretDB logs a great deal at info, and at warn it dumps every error
+	// reply it sends (each CommandNotFound of a capability probe), which
+	// drowns lockgate's own lines; its errors are what a developer needs.
 	// Its lines are prefixed so that nobody takes them for lockgate's.
-	ferretLog := slog.New(slog.NewTextHandler(prefixWriter{prefix: []byte("embedded FerretDB (upstream): "), w: stderr}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ferretLog := slog.New(slog.NewTextHandler(prefixWriter{prefix: []byte("embedded FerretDB (upstream): "), w: stderr}, &slog.HandlerOptions{Level: slog.LevelError}))
 	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, Logger: ferretLog})
 	if err != nil {
 		logger.Error("embedded upstream failed to start", zap.Error(err))
