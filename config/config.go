@@ -108,13 +108,17 @@ type NamespaceRule struct {
 	// Match is "db.coll" (exact) or "db.*" (every collection of db).
 	Match string `yaml:"match"`
 	Mode  Mode   `yaml:"mode"`
-	// Inserts says what an insert needs; empty means InsertsAllow.
+	// Inserts says what an insert needs; empty means InsertsRequireUnlocked.
 	Inserts InsertMode `yaml:"inserts"`
 	// AllowCollectionWrites lets drop, renameCollection, $out/$merge,
 	// mapReduce output and applyOps through on an enforced namespace.
 	AllowCollectionWrites bool `yaml:"allowCollectionWrites"`
 	// MaxCandidates overrides policy.maxCandidates; 0 keeps it.
 	MaxCandidates int `yaml:"maxCandidates"`
+	// AllowCappedInserts lets inserts (and inserting upserts) into a
+	// capped collection through on an enforced namespace, although each
+	// may evict the oldest documents, locked ones included.
+	AllowCappedInserts bool `yaml:"allowCappedInserts"`
 }
 
 // Limits bound message sizes.

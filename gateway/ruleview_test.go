@@ -27,7 +27,7 @@ func TestPolicyViewUsesConfigKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"match":"shop.orders","mode":"enforce","inserts":"requireUnlocked","allowCollectionWrites":true,"maxCandidates":50,"leaseMarginMS":1500}`
+	want := `{"match":"shop.orders","mode":"enforce","inserts":"requireUnlocked","allowCollectionWrites":true,"allowCappedInserts":false,"maxCandidates":50,"leaseMarginMS":1500}`
 	if string(b) != want {
 		t.Errorf("rule view\n got  %s\n want %s", b, want)
 	}

@@ -161,6 +161,7 @@ type ruleView struct {
 	Mode                  string `json:"mode"`
 	Inserts               string `json:"inserts"`
 	AllowCollectionWrites bool   `json:"allowCollectionWrites"`
+	AllowCappedInserts    bool   `json:"allowCappedInserts"`
 	MaxCandidates         int    `json:"maxCandidates"`
 	LeaseMarginMS         int64  `json:"leaseMarginMS"`
 }
@@ -168,7 +169,7 @@ type ruleView struct {
 func viewOfRule(r policy.Rule) ruleView {
 	return ruleView{
 		Match: r.Match, Mode: string(r.Mode), Inserts: string(r.Inserts),
-		AllowCollectionWrites: r.AllowCollectionWrites, MaxCandidates: r.MaxCandidates,
+		AllowCollectionWrites: r.AllowCollectionWrites, AllowCappedInserts: r.AllowCappedInserts, MaxCandidates: r.MaxCandidates,
 		LeaseMarginMS: r.LeaseMargin.Milliseconds(),
 	}
 }

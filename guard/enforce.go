@@ -30,6 +30,8 @@ const (
 	reasonUnverifiableUpsert = "unverifiable_upsert"
 	// reasonUnverified: audit only; not resolved, so not known either way.
 	reasonUnverified = "unverified"
+	// reasonCappedInsert: an insert into a capped collection may evict.
+	reasonCappedInsert = "capped_insert"
 )
 
 // Decisions.
@@ -110,6 +112,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				v.add(r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 		case policy.KindInsert:
+			if g.cappedInsertRefused(ctx, v, r, w) {
+				continue
+			}
 			if r.Inserts == policy.InsertsRequireUnlocked {
 				id, found, certain := policy.InsertID(w)
 				switch {
@@ -123,6 +128,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		default:
 			if !hasSession {
 				v.add(r, w, reasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				continue
+			}
+			if w.Upsert && g.cappedInsertRefused(ctx, v, r, w) {
 				continue
 			}
 			ids, ok, later := g.targets(ctx, v, r, w, false)
@@ -161,6 +169,36 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		g.checkInsertable(ctx, v, needRule[ns], o, ns, ids)
 	}
 	return g.decide(req, pol, v, start)
+}
+
+// cappedChecker is implemented by resolvers that can tell a capped
+// collection (MongoResolver does, from its cached listCollections).
+type cappedChecker interface {
+	Capped(ctx context.Context, ns string) (bool, error)
+}
+
+// cappedInsertRefused records a violation for an insert, or an upsert that
+// may insert, into a capped collection: the server evicts the oldest
+// documents to make room, locked ones included, without naming them, so
+// no lock check can cover it. Rules opt in with allowCappedInserts.
+func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Rule, w policy.Write) bool {
+	if r.AllowCappedInserts {
+		return false
+	}
+	c, ok := g.opts.Resolver.(cappedChecker)
+	if !ok {
+		return false
+	}
+	capped, err := c.Capped(ctx, w.NS)
+	switch {
+	case err != nil:
+		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection could not be read (%v), and an insert there could evict locked documents", w.NS, err))
+		return true
+	case capped:
+		v.add(r, w, reasonCappedInsert, nil, fmt.Sprintf("%s is a capped collection: an insert may evict its oldest documents, locked ones included, which no lock can prevent; the policy does not allow inserts there (allowCappedInserts is false)", w.NS))
+		return true
+	}
+	return false
 }
 
 // checkNeeds checks the locks each namespace's writes need, skipping
@@ -417,6 +455,13 @@ func documents(n int) string {
 // checkInsertable refuses inserts of _ids another session has locked.
 func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) {
 	w := firstWrite(v.writes, ns)
+	// Where no lock is held in the namespace at all, no _id of it can be
+	// locked: most inserts need no round trip.
+	if h, ok := g.opts.Store.(interface{ MayHoldLocks(string) bool }); ok && !h.MayHoldLocks(ns) {
+		g.metrics.insertChecks.WithLabelValues("skipped").Inc()
+		return
+	}
+	g.metrics.insertChecks.WithLabelValues("checked").Inc()
 	sts, err := g.opts.Store.Status(ctx, o, ns, ids)
 	if err != nil {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
@@ -503,6 +548,8 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
 	case reasonCollectionWrite:
 		advice = "ask an operator to allow collection writes for this namespace (allowCollectionWrites)"
+	case reasonCappedInsert:
+		advice = "ask an operator to allow capped inserts for this namespace (allowCappedInserts) if evictions are acceptable; nothing was written"
 	case reasonTooManyCandidates, reasonUnverifiableUpsert:
 		advice = "lock the documents and name their _id values in the filter"
 	case reasonUnavailable, reasonResolveFailed:

@@ -82,7 +82,7 @@ func startStack(t *testing.T, collection string) *stack {
 	return startStackWith(t, stackOptions{collection: collection})
 }
 
-func startStackWith(t *testing.T, so stackOptions) *stack {
+func startStackWith(t testing.TB, so stackOptions) *stack {
 	t.Helper()
 	if so.collection == "" {
 		so.collection = fmt.Sprintf("locks_%d", seq.Add(1))
@@ -150,7 +150,7 @@ func startStackWith(t *testing.T, so stackOptions) *stack {
 	return &stack{uri: "mongodb://" + ln.Addr().String() + "/", addr: ln.Addr().String(), store: store, guard: gd, metrics: metrics}
 }
 
-func connect(t *testing.T, uri, app string) *mongo.Client {
+func connect(t testing.TB, uri, app string) *mongo.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -175,7 +175,7 @@ func run(t *testing.T, c *mongo.Client, sess mongo.Session, cmd bson.D) (bson.M,
 	return out, err
 }
 
-func session(t *testing.T, c *mongo.Client) mongo.Session {
+func session(t testing.TB, c *mongo.Client) mongo.Session {
 	t.Helper()
 	s, err := c.StartSession()
 	if err != nil {

@@ -20,6 +20,8 @@ type Metrics struct {
 
 	resolves       *prometheus.CounterVec
 	resolveSeconds prometheus.Histogram
+
+	insertChecks *prometheus.CounterVec
 }
 
 // NewMetrics creates the guard's collectors; register them once.
@@ -51,6 +53,10 @@ func NewMetrics() *Metrics {
 			Name: "lockgate_pinned_writes_total",
 			Help: "Writes whose filter did not pin _id, forwarded restricted to the verified documents.",
 		}),
+		insertChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_insert_checks_total",
+			Help: "Inserts on protected namespaces checked for ids another session has locked: checked (one lock store round trip), skipped (no lock held in the namespace).",
+		}, []string{"result"}),
 		resolves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_resolves_total",
 			Help: "Resolutions of write filters that name no _id, by result: ok, timeout (no slot or no answer within the resolve timeout), error, skipped (an audited write found no free slot, or the write was refused already).",
@@ -77,6 +83,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.pinned.Describe(ch)
 	m.reservedRefusals.Describe(ch)
 	m.resolves.Describe(ch)
+	m.insertChecks.Describe(ch)
 	m.resolveSeconds.Describe(ch)
 }
 
@@ -90,6 +97,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.pinned.Collect(ch)
 	m.reservedRefusals.Collect(ch)
 	m.resolves.Collect(ch)
+	m.insertChecks.Collect(ch)
 	m.resolveSeconds.Collect(ch)
 }
 

@@ -37,6 +37,7 @@ type MongoResolver struct {
 type collationEntry struct {
 	simple bool
 	exists bool
+	capped bool
 	at     time.Time
 }
 
@@ -112,15 +113,19 @@ func (r *MongoResolver) SimpleCollation(ctx context.Context, ns string) (bool, e
 	}
 	simple := true
 	exists := len(specs) > 0
+	capped := false
 	for _, s := range specs {
 		if s.Options == nil {
 			continue
+		}
+		if c, ok := s.Options.Lookup("capped").BooleanOK(); ok && c {
+			capped = true
 		}
 		if locale, err := s.Options.LookupErr("collation", "locale"); err == nil {
 			simple = locale.StringValue() == "simple"
 		}
 	}
-	r.collations.Add(ns, collationEntry{simple: simple, exists: exists, at: r.now()})
+	r.collations.Add(ns, collationEntry{simple: simple, exists: exists, capped: capped, at: r.now()})
 	return simple, nil
 }
 
@@ -140,4 +145,22 @@ func (r *MongoResolver) CollectionExists(ctx context.Context, ns string) (bool, 
 func collationSimple(c bsoncore.Document) bool {
 	locale, ok := c.Lookup("locale").StringValueOK()
 	return ok && locale == "simple"
+}
+
+// Capped reports whether ns is a capped collection, from the same cached
+// listCollections. A collection converted to capped is seen within the
+// cache's 30 s.
+func (r *MongoResolver) Capped(ctx context.Context, ns string) (bool, error) {
+	if _, err := r.SimpleCollation(ctx, ns); err != nil {
+		return false, err
+	}
+	e, ok := r.collations.Get(ns)
+	if !ok {
+		// Evicted in between: ask again rather than guess.
+		if _, err := r.SimpleCollation(ctx, ns); err != nil {
+			return false, err
+		}
+		e, _ = r.collations.Get(ns)
+	}
+	return e.capped, nil
 }

@@ -275,6 +275,9 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 				return nil, h, err
 			}
 			s.cache.put(rid, holdEntry{g: next, verified: time.Now(), own: next.Owner != nil})
+			if next.Owner != nil {
+				s.heldNS.mark(next.NS)
+			}
 			return next, next, nil
 		}
 		// Someone else made generation next.Seq first: go on from it (and

@@ -24,6 +24,8 @@ const (
 	opCleanup = "cleanup"
 	opHello   = "hello"
 	opIndex   = "create_index"
+	// opHeldNamespaces reads which namespaces have a held lock.
+	opHeldNamespaces = "held_namespaces"
 )
 
 // Metrics are the lock store's Prometheus collectors. Create them with

@@ -92,8 +92,9 @@ type Store struct {
 	clock  Clock
 	sclock *serverClock // nil when the clock was injected
 
-	cache *holdCache
-	wq    *waitQueues
+	cache  *holdCache
+	wq     *waitQueues
+	heldNS heldNamespaces
 
 	setupMu   sync.Mutex
 	setupDone atomic.Bool
@@ -136,6 +137,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	}
 	s.cache = newHoldCache(s.m.held)
 	s.wq = newWaitQueues()
+	s.heldNS.trust = cfg.CacheTrust
 
 	copts := options.Client().ApplyURI(cfg.URI).
 		SetAppName(cfg.AppName).
@@ -361,6 +363,7 @@ func (s *Store) background(cfg Config) {
 			}
 		case <-refreshC:
 			s.refreshCache(s.ctx)
+			s.refreshHeldNamespaces(s.ctx)
 		case <-pruneT.C:
 			now, unc := s.clock.Now()
 			s.cache.prune(now.Add(-unc), time.Minute)

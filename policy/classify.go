@@ -64,7 +64,7 @@ const (
 // stage) that performs the write. Not classified, because they write no
 // document: create (a view or an empty collection; it fails when the
 // namespace exists), collMod and createIndexes unless they make the server
-// delete documents (below), dropIndexes, validate, compact.
+// delete documents (below), dropIndexes, validate without repair.
 const (
 	WhatDrop                    = "drop"
 	WhatDropDatabase            = "dropDatabase" // NS is "db.*"
@@ -92,6 +92,15 @@ const (
 	WhatCopyDB          = "copydb"
 	WhatClone           = "clone"
 	WhatCloneCollection = "cloneCollection"
+	// Commands that rewrite a collection in place and may lose documents
+	// doing so: compact (trims a capped collection to its max on some
+	// servers, FerretDB among them), reIndex, validate with repair
+	// (removes what it finds corrupt), cleanupOrphaned (deletes documents
+	// a shard does not own).
+	WhatCompact         = "compact"
+	WhatReIndex         = "reIndex"
+	WhatValidateRepair  = "validate"
+	WhatCleanupOrphaned = "cleanupOrphaned"
 )
 
 // Write is one write a message performs. Its documents and values are views
@@ -209,7 +218,7 @@ var writeCommands = []string{
 	"dropDatabase", "renameCollection", "aggregate", "mapReduce", "applyOps",
 	"convertToCapped", "cloneCollectionAsCapped", "emptycapped", "collMod",
 	"createIndexes", "eval", "$eval", "copydb", "clone", "cloneCollection", "doTxn",
-	"internalRenameIfOptionsAndIndexesMatch",
+	"internalRenameIfOptionsAndIndexesMatch", "compact", "reIndex", "validate", "cleanupOrphaned",
 }
 
 func classifyCommand(c *wire.Command) ([]Write, error) {
@@ -230,8 +239,10 @@ func classifyCommand(c *wire.Command) ([]Write, error) {
 		return classifyMapReduce(c)
 	case "applyOps", "doTxn":
 		return classifyApplyOps(c)
-	case "drop", "convertToCapped", "emptycapped", "cloneCollection":
+	case "drop", "convertToCapped", "emptycapped", "cloneCollection", "compact", "reIndex", "cleanupOrphaned":
 		return classifyCollectionCommand(c)
+	case "validate":
+		return classifyValidate(c)
 	case "dropDatabase":
 		return []Write{collWrite(DBNamespace(c.DB), WhatDropDatabase)}, nil
 	case "renameCollection", "internalRenameIfOptionsAndIndexesMatch":

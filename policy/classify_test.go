@@ -493,6 +493,18 @@ func classifyCases() []classifyCase {
 		{name: "cloneCollectionAsCapped", raw: clBody(D{{"cloneCollectionAsCapped", "c"}, {"toCollection", "d"}, {"size", 1000}, {"$db", "db"}}), want: []want{cw("db.d", "cloneCollectionAsCapped")}},
 		{name: "cloneCollectionAsCapped no target", raw: clBody(D{{"cloneCollectionAsCapped", "c"}, {"$db", "db"}}), errNS: "db.*", errText: "toCollection"},
 		{name: "emptycapped", raw: clBody(D{{"emptycapped", "c"}, {"$db", "db"}}), want: []want{cw("db.c", "emptycapped")}},
+		// Commands that rewrite a collection in place and may lose
+		// documents (issue 16): compact trims a capped collection.
+		{name: "compact", raw: clBody(D{{"compact", "c"}, {"$db", "db"}}), want: []want{cw("db.c", "compact")}},
+		{name: "compact with force", raw: clBody(D{{"compact", "c"}, {"force", true}, {"$db", "db"}}), want: []want{cw("db.c", "compact")}},
+		{name: "Compact case variant", raw: clBody(D{{"Compact", "c"}, {"$db", "db"}}), errNS: "*", errText: "case"},
+		{name: "reIndex", raw: clBody(D{{"reIndex", "c"}, {"$db", "db"}}), want: []want{cw("db.c", "reIndex")}},
+		{name: "REINDEX case variant", raw: clBody(D{{"REINDEX", "c"}, {"$db", "db"}}), errNS: "*", errText: "case"},
+		{name: "cleanupOrphaned", raw: clBody(D{{"cleanupOrphaned", "db.c"}, {"$db", "admin"}}), want: []want{cw("db.c", "cleanupOrphaned")}},
+		{name: "validate repair", raw: clBody(D{{"validate", "c"}, {"repair", true}, {"$db", "db"}}), want: []want{cw("db.c", "validate")}},
+		{name: "validate repair as a number", raw: clBody(D{{"validate", "c"}, {"repair", 1}, {"$db", "db"}}), want: []want{cw("db.c", "validate")}},
+		{name: "validate repair of the wrong type", raw: clBody(D{{"validate", "c"}, {"repair", "yes"}, {"$db", "db"}}), errNS: "db.c", errText: "repair"},
+		{name: "validate without repair reads", raw: clBody(D{{"validate", "c"}, {"full", true}, {"$db", "db"}})},
 		{name: "collMod TTL index", raw: clBody(D{{"collMod", "c"}, {"index", D{{"keyPattern", D{{"t", 1}}}, {"expireAfterSeconds", 1}}}, {"$db", "db"}}), want: []want{cw("db.c", "collMod")}},
 		{name: "collMod capped shrink", raw: clBody(D{{"collMod", "c"}, {"cappedMax", 1}, {"$db", "db"}}), want: []want{cw("db.c", "collMod")}},
 		{name: "collMod validator", raw: clBody(D{{"collMod", "c"}, {"validator", D{{"a", D{{"$exists", true}}}}}, {"$db", "db"}})},

@@ -13,18 +13,41 @@ import (
 // collections or databases.
 
 func classifyCollectionCommand(c *wire.Command) ([]Write, error) {
-	if c.Name == "cloneCollection" {
-		// {cloneCollection: "db.coll", from: host}: a full namespace.
+	if c.Name == "cloneCollection" || c.Name == "cleanupOrphaned" {
+		// {cloneCollection: "db.coll", from: host} and
+		// {cleanupOrphaned: "db.coll"} (run on admin): a full namespace.
 		if s, ok := firstValue(c.Body).StringValueOK(); ok && strings.Contains(s, ".") {
-			return []Write{collWrite(s, WhatCloneCollection)}, nil
+			return []Write{collWrite(s, c.Name)}, nil
 		}
-		return nil, refuse(DBNamespace(c.DB), "cloneCollection: namespace is not <db>.<collection>")
+		return nil, refuse(DBNamespace(c.DB), "%s: namespace is not <db>.<collection>", c.Name)
 	}
 	ns, err := collectionNS(c)
 	if err != nil {
 		return nil, err
 	}
 	return []Write{collWrite(ns, c.Name)}, nil
+}
+
+// classifyValidate: validate only reads, unless it repairs: {repair: true}
+// removes documents and index entries it finds corrupt. A repair value of
+// the wrong type is refused, as the server might read it as true.
+func classifyValidate(c *wire.Command) ([]Write, error) {
+	ns, err := collectionNS(c)
+	if err != nil {
+		return nil, err
+	}
+	f, err := fieldsOf(c.Body, "repair")
+	if err != nil {
+		return nil, refuse(ns, "validate: %v", err)
+	}
+	repair, err := truthy(f[0], "repair")
+	if err != nil {
+		return nil, refuse(ns, "validate: %v", err)
+	}
+	if !repair {
+		return nil, nil
+	}
+	return []Write{collWrite(ns, WhatValidateRepair)}, nil
 }
 
 // classifyRename: {renameCollection: "db.from", to: "db.to", dropTarget};

@@ -45,6 +45,7 @@ type Rule struct {
 	Mode                  Mode
 	Inserts               InsertMode
 	AllowCollectionWrites bool
+	AllowCappedInserts    bool
 	MaxCandidates         int
 	// LeaseMargin is the lease a lock must have left for a write to be
 	// allowed under it.
@@ -74,7 +75,11 @@ func Compile(c config.Policy) (*Policy, error) {
 		byDB:  make(map[string]Rule),
 	}
 	base := Rule{
-		Inserts:       InsertsAllow,
+		// An insert of an _id another session has locked is refused
+		// unless a rule says inserts: allow: lock-then-upsert is the
+		// documented way to create a document, and an intruder's insert
+		// would defeat it.
+		Inserts:       InsertsRequireUnlocked,
 		MaxCandidates: DefaultMaxCandidates,
 		LeaseMargin:   time.Duration(c.LeaseMarginMS) * time.Millisecond,
 	}
@@ -97,6 +102,7 @@ func Compile(c config.Policy) (*Policy, error) {
 			r.Inserts = nr.Inserts
 		}
 		r.AllowCollectionWrites = nr.AllowCollectionWrites
+		r.AllowCappedInserts = nr.AllowCappedInserts
 		if nr.MaxCandidates > 0 {
 			r.MaxCandidates = nr.MaxCandidates
 		}

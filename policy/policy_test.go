@@ -52,8 +52,8 @@ func TestLookupMostSpecificWins(t *testing.T) {
 	if got := p.Lookup("shop.items").MaxCandidates; got != 10 {
 		t.Errorf("policy maxCandidates = %d, want 10", got)
 	}
-	if p.Lookup("shop.items").Inserts != InsertsAllow {
-		t.Errorf("inserts default to allow")
+	if p.Lookup("shop.items").Inserts != InsertsRequireUnlocked {
+		t.Errorf("inserts default to requireUnlocked (issue 16: an intruder's insert of a locked _id)")
 	}
 	if p.AllOff() {
 		t.Errorf("AllOff with enforced rules")

@@ -1,0 +1,80 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/lockgate/lockgate/config"
+)
+
+// BenchmarkEnforcedInsert measures an insert on an enforced namespace
+// through the proxy on the embedded upstream, for issue 16's default
+// (inserts: requireUnlocked) against the old one (inserts: allow):
+//
+//   - allow: no lock check (the previous default);
+//   - requireUnlocked/noLocks: no lock held in the namespace, so no lock
+//     store round trip;
+//   - requireUnlocked/lockHeld: another session holds a lock there, so each
+//     insert command reads the lock store once.
+//
+// Compare the ns/op of the legs of one run:
+//
+//	go test ./guard -run '^$' -bench EnforcedInsert -benchtime 2000x -count 3
+func BenchmarkEnforcedInsert(b *testing.B) {
+	for _, leg := range []struct {
+		name     string
+		inserts  config.InsertMode
+		lockHeld bool
+	}{
+		{"allow", config.InsertsAllow, false},
+		{"requireUnlocked/noLocks", config.InsertsRequireUnlocked, false},
+		{"requireUnlocked/lockHeld", config.InsertsRequireUnlocked, true},
+	} {
+		b.Run(leg.name, func(b *testing.B) {
+			coll := fmt.Sprintf("ins_%d", collSeq.Add(1))
+			pol := config.Policy{Default: config.ModeOff, MaxCandidates: 50,
+				Namespaces: []config.NamespaceRule{{Match: "shop." + coll, Mode: config.ModeEnforce, Inserts: leg.inserts}}}
+			st := startStackWith(b, stackOptions{policy: pol})
+			c := connect(b, st.uri, "bench")
+			s := session(b, c)
+			ctx := mongo.NewSessionContext(context.Background(), s)
+			col := c.Database("shop").Collection(coll)
+			if _, err := col.InsertOne(ctx, bson.D{{Key: "_id", Value: -1}}); err != nil {
+				b.Fatal(err)
+			}
+			if leg.lockHeld {
+				other := connect(b, st.uri, "holder")
+				os := session(b, other)
+				if err := other.Database("shop").RunCommand(mongo.NewSessionContext(context.Background(), os),
+					bson.D{{Key: "acquireLock", Value: coll}, {Key: "ids", Value: bson.A{-2}}, {Key: "leaseMS", Value: 600000}}).Err(); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				// Until the store has seen that nothing is locked here.
+				deadline := time.Now().Add(10 * time.Second)
+				for st.store.MayHoldLocks("shop."+coll) && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			before := testutil.ToFloat64(st.metrics.insertChecks.WithLabelValues("checked"))
+			opts := options.InsertOne()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := col.InsertOne(ctx, bson.D{{Key: "_id", Value: i}}, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			checked := testutil.ToFloat64(st.metrics.insertChecks.WithLabelValues("checked")) - before
+			b.ReportMetric(checked/float64(b.N), "lockstore-reads/op")
+		})
+	}
+}

@@ -1,0 +1,80 @@
+package lockstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+)
+
+// heldNamespaces remembers which namespaces had a held lock at the last
+// refresh, so that an insert into a namespace where nobody holds any lock
+// needs no lock store round trip to prove that its _id is not locked.
+// It errs only towards "may hold": unknown before the first refresh, after
+// a failed one, and once the last refresh is older than the trust period;
+// a lock taken through this Store marks its namespace at once.
+type heldNamespaces struct {
+	mu    sync.Mutex
+	ns    map[string]bool
+	at    time.Time // local time of the last successful refresh
+	trust time.Duration
+}
+
+func (h *heldNamespaces) mark(ns string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ns != nil {
+		h.ns[ns] = true
+	}
+}
+
+func (h *heldNamespaces) set(ns map[string]bool, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ns, h.at = ns, at
+}
+
+func (h *heldNamespaces) mayHold(ns string, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ns == nil || h.trust <= 0 || now.Sub(h.at) > h.trust {
+		return true
+	}
+	return h.ns[ns]
+}
+
+// MayHoldLocks reports whether a lock may be held in ns. false means: no
+// lock was held there at the last refresh (at most CacheTrust ago) and
+// none was taken through this Store since. A lock taken through another
+// proxy since that refresh is the accepted risk, the same window as Holds'
+// cache (docs/LOCKS.md). Inserts use it to skip the per-_id check.
+func (s *Store) MayHoldLocks(ns string) bool {
+	return s.heldNS.mayHold(ns, time.Now())
+}
+
+// refreshHeldNamespaces reads the namespaces that have a held lock, in one
+// round trip.
+func (s *Store) refreshHeldNamespaces(ctx context.Context) {
+	if !s.setupDone.Load() {
+		return
+	}
+	start := time.Now()
+	now, unc := s.clock.Now()
+	var vals []any
+	err := s.rt(ctx, opHeldNamespaces, func(ctx context.Context) error {
+		var err error
+		vals, err = s.coll.Distinct(ctx, "ns", bson.D{{Key: "head", Value: true}, {Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now.Add(-unc)}}}})
+		return err
+	})
+	if err != nil {
+		return // the old view ages out after CacheTrust
+	}
+	m := make(map[string]bool, len(vals))
+	for _, v := range vals {
+		if ns, ok := v.(string); ok {
+			m[ns] = true
+		}
+	}
+	s.heldNS.set(m, start)
+}
