@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/config"
+	"go.uber.org/zap"
 )
 
 // BenchmarkEnforcedInsert measures an insert on an enforced namespace
@@ -42,7 +43,7 @@ func BenchmarkEnforcedInsert(b *testing.B) {
 			coll := fmt.Sprintf("ins_%d", collSeq.Add(1))
 			pol := config.Policy{Default: config.ModeOff, MaxCandidates: 50,
 				Namespaces: []config.NamespaceRule{{Match: "shop." + coll, Mode: config.ModeEnforce, Inserts: leg.inserts}}}
-			st := startStackWith(b, stackOptions{policy: pol})
+			st := startStackWith(b, stackOptions{policy: pol, logger: zap.NewNop()})
 			c := connect(b, st.uri, "bench")
 			s := session(b, c)
 			ctx := mongo.NewSessionContext(context.Background(), s)
@@ -54,7 +55,7 @@ func BenchmarkEnforcedInsert(b *testing.B) {
 				other := connect(b, st.uri, "holder")
 				os := session(b, other)
 				if err := other.Database("shop").RunCommand(mongo.NewSessionContext(context.Background(), os),
-					bson.D{{Key: "acquireLock", Value: coll}, {Key: "ids", Value: bson.A{-2}}, {Key: "leaseMS", Value: 600000}}).Err(); err != nil {
+					bson.D{{Key: "acquireLock", Value: coll}, {Key: "ids", Value: bson.A{-2}}, {Key: "leaseMS", Value: 60000}}).Err(); err != nil {
 					b.Fatal(err)
 				}
 			} else {
