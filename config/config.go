@@ -137,6 +137,11 @@ type Limits struct {
 	// HandshakeTimeoutMS closes a client that sends nothing for this long
 	// after connecting.
 	HandshakeTimeoutMS int64 `yaml:"handshakeTimeoutMS"`
+	// MaxLockIDs bounds the ids of one lock command.
+	MaxLockIDs int `yaml:"maxLockIDs"`
+	// MaxWaitersPerLock bounds the acquires waiting for one lock on this
+	// instance.
+	MaxWaitersPerLock int `yaml:"maxWaitersPerLock"`
 }
 
 // Log configures the process logger.
@@ -179,7 +184,7 @@ func Default() *Config {
 		Policy: Policy{Default: ModeOff, MaxCandidates: DefaultMaxCandidates, LeaseMarginMS: DefaultLeaseMarginMS},
 		Limits: Limits{MaxMessageSizeBytes: DefaultMaxMessageSizeBytes,
 			ResolveTimeoutMS: DefaultResolveTimeoutMS, MaxConcurrentResolves: DefaultMaxResolves,
-			HandshakeTimeoutMS: DefaultHandshakeTimeoutMS},
+			HandshakeTimeoutMS: DefaultHandshakeTimeoutMS, MaxLockIDs: 1000, MaxWaitersPerLock: 1000},
 		ShutdownTimeout: Duration(15 * time.Second),
 		Log:             Log{Level: LogLevelInfo, Format: LogFormatJSON},
 	}

@@ -81,6 +81,12 @@ func (c *Config) Validate() error {
 	if n := c.Limits.MaxConnections; n < 0 || n > 1000000 {
 		v.add("limits.maxConnections", "must be between 0 (derived from the file descriptor limit) and 1000000, got %d", n)
 	}
+	if n := c.Limits.MaxLockIDs; n < 1 || n > 100000 {
+		v.add("limits.maxLockIDs", "must be between 1 and 100000, got %d", n)
+	}
+	if n := c.Limits.MaxWaitersPerLock; n < 1 || n > 1000000 {
+		v.add("limits.maxWaitersPerLock", "must be between 1 and 1000000, got %d", n)
+	}
 	if n := c.Limits.HandshakeTimeoutMS; n < 100 || n > 600000 {
 		v.add("limits.handshakeTimeoutMS", "must be between 100 and 600000 milliseconds, got %d", n)
 	}

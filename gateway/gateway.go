@@ -138,6 +138,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		Collection:   cfg.Lockstore.Collection,
 		DefaultLease: time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,
 		MaxLease:     time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
+		MaxWaiters:   cfg.Limits.MaxWaitersPerLock,
 	}, lockstore.WithLogger(logger), lockstore.WithMetrics(lsMetrics))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -156,6 +157,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		Reserved:       reservedNamespaces(cfg.Lockstore),
 		Resolver:       guard.NewResolver(resolverClient),
 		ResolveTimeout: time.Duration(cfg.Limits.ResolveTimeoutMS) * time.Millisecond,
+		MaxLockIDs:     cfg.Limits.MaxLockIDs,
 		MaxResolves:    cfg.Limits.MaxConcurrentResolves,
 		MaxMessageSize: cfg.Limits.MaxMessageSizeBytes,
 		EndSessionsSupported: func(ctx context.Context) (bool, error) {

@@ -54,6 +54,8 @@ const (
 	// reasonInFlight: a release or renew could not wait for the requests
 	// sent before it on its connection.
 	reasonInFlight = "in_flight"
+	// reasonTooManyWaiters: the lock's wait queue is full.
+	reasonTooManyWaiters = "too_many_waiters"
 )
 
 // cmdError is a refusal on its way to becoming a MongoDB error reply.
@@ -136,6 +138,9 @@ func fromStore(op, ns string, err error) *cmdError {
 	case errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, lockstore.ErrClosed):
 		return &cmdError{code: codeLockBusy, reason: reasonUnavailable, ns: ns,
 			msg: fmt.Sprintf("lockgate: %s failed: the lock store is unreachable (%v); nothing was changed: retry when it is back", op, err)}
+	case errors.Is(err, lockstore.ErrTooManyWaiters):
+		return &cmdError{code: codeLockBusy, reason: reasonTooManyWaiters, ns: ns,
+			msg: fmt.Sprintf("lockgate: %s: %v; nothing was taken", op, err)}
 	case errors.Is(err, lockstore.ErrInvalidID), errors.Is(err, lockstore.ErrInvalidLease), errors.Is(err, lockstore.ErrInvalidArgument):
 		return &cmdError{code: codeBadValue, reason: reasonBadArgument, ns: ns, msg: fmt.Sprintf("lockgate: %s: %v", op, err)}
 	default:
@@ -149,7 +154,16 @@ func describeHolder(h lockstore.Holder) string {
 	if h.App != "" {
 		app = fmt.Sprintf("application %q", h.App)
 	}
-	return fmt.Sprintf("held by %s, session %s, until %s", app, h.SessionPrefix, h.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("held by %s, session %s, %s", app, h.SessionPrefix, leaseEnd(h.ExpiresAt))
+}
+
+// leaseEnd says when a lease ends, never printing the zero or 1970 time
+// that an absent or released lease carries.
+func leaseEnd(t time.Time) string {
+	if t.IsZero() || t.Before(time.Unix(86400, 0)) {
+		return "with no lease in force (it ended or was released)"
+	}
+	return "until " + t.UTC().Format(time.RFC3339Nano)
 }
 
 func idsString(ids []bson.RawValue) string {

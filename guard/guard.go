@@ -45,6 +45,9 @@ type Options struct {
 	MaxResolves int
 	// MaxWait bounds acquireLock's waitMS; 0 means 5 minutes.
 	MaxWait time.Duration
+	// MaxLockIDs bounds the ids of one lock command; 0 means
+	// DefaultMaxLockIDs.
+	MaxLockIDs int
 	// OrderTimeout bounds how long releaseLock, renewLock and endSessions
 	// wait for the requests sent before them on their connection to be
 	// answered; 0 means 30 s.
@@ -100,6 +103,9 @@ func New(opts Options) *Guard {
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
+	}
+	if opts.MaxLockIDs <= 0 {
+		opts.MaxLockIDs = DefaultMaxLockIDs
 	}
 	if opts.OrderTimeout <= 0 {
 		opts.OrderTimeout = 30 * time.Second

@@ -32,9 +32,9 @@ func isLockCommand(name string) bool {
 	return false
 }
 
-// maxIDs bounds the ids of one lock command: each costs a round trip to
-// the lock store.
-const maxIDs = 1000
+// DefaultMaxLockIDs bounds the ids of one lock command when Options do
+// not: each costs a round trip to the lock store.
+const DefaultMaxLockIDs = 1000
 
 // genericFields are the arguments drivers attach to every command; a lock
 // command accepts and ignores them.
@@ -66,7 +66,7 @@ var allowed = map[string]map[string]bool{
 	cmdStatus:  {"ids": true, "bind": true},
 }
 
-func parseLockCommand(cmd *wire.Command) (*lockArgs, *cmdError) {
+func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 	a := &lockArgs{name: cmd.Name}
 	elems, err := cmd.Body.Elements()
 	if err != nil {
@@ -103,7 +103,7 @@ func parseLockCommand(cmd *wire.Command) (*lockArgs, *cmdError) {
 				return nil, badArg(codeBadValue, "%s: ids is empty: name at least one _id", cmd.Name)
 			}
 			if len(vals) > maxIDs {
-				return nil, badArg(codeBadValue, "%s: %d ids, at most %d per command", cmd.Name, len(vals), maxIDs)
+				return nil, badArg(codeBadValue, "%s: %d ids, at most %d per command (limits.maxLockIDs): lock in smaller batches", cmd.Name, len(vals), maxIDs)
 			}
 			a.hasIDs = true
 			a.ids = make([]bson.RawValue, len(vals))
@@ -193,7 +193,7 @@ func owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
 func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Document {
 	cmd := req.Command
 	start := time.Now()
-	a, cerr := parseLockCommand(cmd)
+	a, cerr := parseLockCommand(cmd, g.opts.MaxLockIDs)
 	if cerr == nil {
 		session, ok := cmd.SessionID()
 		if !ok {

@@ -508,7 +508,9 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 		rids[i] = k.rid
 	}
 	w := newWaiter(rids)
-	s.wq.join(w)
+	if !s.wq.join(w, s.cfg.MaxWaiters) {
+		return nil, fmt.Errorf("%w: %d acquires already wait for one of these locks on this lockgate; retry later", ErrTooManyWaiters, s.cfg.MaxWaiters)
+	}
 	defer s.wq.leave(w)
 
 	deadline := time.NewTimer(wait)
@@ -536,6 +538,7 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 			retry.Stop()
 			continue // behind an older local waiter; it will wake us
 		}
+		s.wq.unblock(w)
 		got, err := s.acquireAll(ctx, owner, ns, ordered, lease, w)
 		if err == nil {
 			return got, nil
@@ -543,6 +546,12 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 		var he *HeldError
 		if !errors.As(err, &he) {
 			return nil, err
+		}
+		for _, k := range ordered {
+			if SameID(k.id, he.ID) {
+				s.wq.block(w, k.rid)
+				break
+			}
 		}
 		if last == nil || kicked || he.Holder.Token != last.Holder.Token {
 			bo.reset() // a new holder: start polling fast again

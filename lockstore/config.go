@@ -55,6 +55,9 @@ type Config struct {
 	// waiters poll for locks released through other instances.
 	MinPoll time.Duration
 	MaxPoll time.Duration
+	// MaxWaiters bounds the waiting acquires per lock on this instance, so
+	// that one client cannot queue unbounded work on a key; 0 means 1000.
+	MaxWaiters int
 	// AppName is the driver's application name for the store's own client.
 	AppName string
 	// MaxPoolSize bounds the store client's connection pool; 0 keeps the
@@ -89,6 +92,9 @@ func (c Config) withDefaults() Config {
 	def(&c.ClockSyncInterval, DefaultClockSyncInterval)
 	def(&c.MinPoll, DefaultMinPoll)
 	def(&c.MaxPoll, DefaultMaxPoll)
+	if c.MaxWaiters <= 0 {
+		c.MaxWaiters = 1000
+	}
 	return c
 }
 

@@ -38,6 +38,9 @@ var (
 	ErrInvalidArgument = errors.New("invalid lock argument")
 	// ErrClosed: the Store has been closed.
 	ErrClosed = errors.New("lock store closed")
+	// ErrTooManyWaiters: a lock already has Config.MaxWaiters waiting
+	// for it on this instance; the caller may retry or fail fast.
+	ErrTooManyWaiters = errors.New("too many waiters for the lock")
 )
 
 // Holder describes who holds a lock, for error messages and status views.
@@ -72,8 +75,14 @@ func (e *HeldError) Error() string {
 	} else {
 		b.WriteString("an unnamed app ")
 	}
-	fmt.Fprintf(&b, "session %s until %s", e.Holder.SessionPrefix,
-		e.Holder.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(&b, "session %s", e.Holder.SessionPrefix)
+	// A timeout behind other waiters may find the lock free by now:
+	// never print the zero or 1970 time of an absent lease.
+	if t := e.Holder.ExpiresAt; !t.IsZero() && !t.Before(time.Unix(86400, 0)) {
+		fmt.Fprintf(&b, " until %s", t.UTC().Format(time.RFC3339Nano))
+	} else {
+		b.WriteString(" with no lease in force")
+	}
 	return b.String()
 }
 

@@ -101,9 +101,9 @@ func TestWaitQueueFIFO(t *testing.T) {
 			return false
 		}
 	}
-	wq.join(a)
-	wq.join(b)
-	wq.join(c)
+	wq.join(a, 1000)
+	wq.join(b, 1000)
+	wq.join(c, 1000)
 	if !kicked(a) || kicked(b) || kicked(c) {
 		t.Fatal("only the first waiter may try at first")
 	}
@@ -200,7 +200,7 @@ func TestWaitModeSelection(t *testing.T) {
 		t.Fatal("an open stream must be used")
 	}
 	w := newWaiter([]string{"x/01"})
-	s.wq.join(w)
+	s.wq.join(w, 1000)
 	<-w.kick // first try
 	var ev changeEvent
 	ev.DocumentKey.ID = genID("x/01", 7)

@@ -6,6 +6,12 @@ import "sync"
 type waiter struct {
 	rids []string      // record ids it needs, distinct
 	kick chan struct{} // buffered(1): "try now"
+	// blockedOn is the record id its last attempt found held by someone
+	// who is not waiting here (under waitQueues.mu; "" when none). While
+	// it is set the waiter cannot proceed, so it yields its place in the
+	// queues of its other keys: a waiter that can proceed is never held
+	// up behind one that cannot.
+	blockedOn string
 }
 
 func newWaiter(rids []string) *waiter {
@@ -23,12 +29,14 @@ func (w *waiter) poke() {
 //
 // Fairness guarantee: among waiting Acquire calls on one Store, a waiter
 // tries to take its locks only while it is first in the queue of every key
-// it needs; everyone joins all their queues at once, under one mutex, so the
-// oldest waiter is always first everywhere and waiters whose key sets
-// overlap are served in arrival order (FIFO). A local release wakes exactly
-// one waiter per released key (the head). This is not a guarantee against
-// fail-fast calls (wait 0) or other instances, which may take a freed lock
-// first (barging); the woken waiter then waits again at the head.
+// it needs, not counting waiters that cannot proceed: a waiter whose last
+// attempt found one of its keys held yields its other keys until that key
+// is released, so a waiter for [4] is not delayed by an older waiter for
+// [4, "squat"] while "squat" is held. Among waiters that can proceed,
+// those whose key sets overlap are served in arrival order (FIFO per key).
+// A local release wakes exactly one waiter per released key. This is not a
+// guarantee against fail-fast calls (wait 0) or other instances, which may
+// take a freed lock first (barging); the woken waiter then waits again.
 type waitQueues struct {
 	mu sync.Mutex
 	q  map[string][]*waiter
@@ -36,24 +44,71 @@ type waitQueues struct {
 
 func newWaitQueues() *waitQueues { return &waitQueues{q: make(map[string][]*waiter)} }
 
-func (wq *waitQueues) join(w *waiter) {
+// join queues w on every key it needs, unless one of them already has
+// max waiters (then nothing is queued and it returns false).
+func (wq *waitQueues) join(w *waiter, max int) bool {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
+	for _, rid := range w.rids {
+		if len(wq.q[rid]) >= max {
+			return false
+		}
+	}
 	for _, rid := range w.rids {
 		wq.q[rid] = append(wq.q[rid], w)
 	}
 	if wq.headLocked(w) {
 		w.poke()
 	}
+	return true
 }
 
 func (wq *waitQueues) headLocked(w *waiter) bool {
 	for _, rid := range w.rids {
-		if q := wq.q[rid]; len(q) == 0 || q[0] != w {
+		if wq.firstLocked(rid, w) != w {
 			return false
 		}
 	}
 	return true
+}
+
+// firstLocked is the first waiter for rid that may take it now: w itself
+// (asking on its own behalf), or one not blocked on another key.
+func (wq *waitQueues) firstLocked(rid string, w *waiter) *waiter {
+	for _, x := range wq.q[rid] {
+		if x == w || x.blockedOn == "" || x.blockedOn == rid {
+			return x
+		}
+	}
+	return nil
+}
+
+// wakeLocked pokes the waiter that may take rid now, if it may take all
+// its keys.
+func (wq *waitQueues) wakeLocked(rid string, except *waiter) {
+	if x := wq.firstLocked(rid, nil); x != nil && x != except && wq.headLocked(x) {
+		x.poke()
+	}
+}
+
+// block records that w's attempt found rid held by someone not waiting
+// here; w yields its other keys, whose next waiters are woken.
+func (wq *waitQueues) block(w *waiter, rid string) {
+	wq.mu.Lock()
+	defer wq.mu.Unlock()
+	w.blockedOn = rid
+	for _, r := range w.rids {
+		if r != rid {
+			wq.wakeLocked(r, w)
+		}
+	}
+}
+
+// unblock: w is about to try again, and takes its places back.
+func (wq *waitQueues) unblock(w *waiter) {
+	wq.mu.Lock()
+	defer wq.mu.Unlock()
+	w.blockedOn = ""
 }
 
 // isHead tells whether w may try now.
@@ -81,8 +136,8 @@ func (wq *waitQueues) leave(w *waiter) {
 			continue
 		}
 		wq.q[rid] = q
-		if wasHead && wq.headLocked(q[0]) {
-			q[0].poke()
+		if wasHead || w.blockedOn != "" {
+			wq.wakeLocked(rid, nil)
 		}
 	}
 }
@@ -93,9 +148,7 @@ func (wq *waitQueues) notify(rids ...string) {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
 	for _, rid := range rids {
-		if q := wq.q[rid]; len(q) > 0 && wq.headLocked(q[0]) {
-			q[0].poke()
-		}
+		wq.wakeLocked(rid, nil)
 	}
 }
 
@@ -104,9 +157,7 @@ func (wq *waitQueues) notifyExcept(self *waiter, rids ...string) {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
 	for _, rid := range rids {
-		if q := wq.q[rid]; len(q) > 0 && q[0] != self && wq.headLocked(q[0]) {
-			q[0].poke()
-		}
+		wq.wakeLocked(rid, self)
 	}
 }
 

@@ -304,11 +304,18 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	if err != nil {
 		return c.rejectMalformed(err)
 	}
-	switch msg.(type) {
+	// The opcode rules apply to what the server will execute: the inner
+	// message of OP_COMPRESSED exactly as a bare one (nested compression
+	// is refused by the codec).
+	inner := msg
+	if oc, ok := msg.(*wire.OpCompressed); ok {
+		inner = oc.Inner
+	}
+	switch inner.(type) {
 	case *wire.OpUnknown, *wire.OpReply:
 		// Nothing a client may send; a server refuses it too. Forwarding
 		// what cannot be inspected would let it past the policy.
-		return c.rejectMalformed(fmt.Errorf("%w: opcode %v is not a client request", wire.ErrMalformed, raw.Header.OpCode))
+		return c.rejectMalformed(fmt.Errorf("%w: opcode %v is not a client request", wire.ErrMalformed, inner.Header().OpCode))
 	}
 	cmd, err := wire.CommandOf(msg)
 	if err != nil {

@@ -439,19 +439,42 @@ func anyIn(have, want []string) bool {
 // connection is closed (or answered with an error) with a logged reason
 // counted in lockgate_errors_total. The upstream is a scripted server here
 // because it records exactly what reaches it.
+//
+// The same opcodes wrapped in OP_COMPRESSED (and OP_COMMAND, 2010, which
+// old drivers sent) must meet the same rule: the server executes the inner
+// message, so the proxy judges it (issue 12: they used to pass wrapped).
 func TestUnknownOpcodeIsRefused(t *testing.T) {
-	for _, op := range []wire.OpCode{wire.OpCodeReserved, wire.OpCode(4242)} {
-		t.Run(op.String(), func(t *testing.T) {
+	type tc struct {
+		op         wire.OpCode
+		compressed bool
+	}
+	var cases []tc
+	for _, op := range []wire.OpCode{wire.OpCodeReserved, wire.OpCode(4242), wire.OpCode(2010)} {
+		cases = append(cases, tc{op, false}, tc{op, true})
+	}
+	for _, c := range cases {
+		op := c.op
+		name := op.String()
+		if c.compressed {
+			name += " in OP_COMPRESSED"
+		}
+		t.Run(name, func(t *testing.T) {
 			up, _ := slowUpstream(t, 0)
 			ns := relDB + "." + uniq("unknown_op")
 			g := startGateway(t, gatewayConfig("mongodb://"+up.Addr()+"/?directConnection=true", uniq("locks"), ns))
 			msg := wire.Header{MessageLength: wire.HeaderSize + 32, RequestID: 77, OpCode: op}.Append(nil)
 			msg = append(msg, bytes.Repeat([]byte{0xA5}, 32)...)
+			if c.compressed {
+				var err error
+				if msg, err = wire.AppendCompressed(nil, msg, wire.CompressorNoop); err != nil {
+					t.Fatal(err)
+				}
+			}
 			before := total(g.errorsByKind(t))
 			out, local := sendHostile(t, g.Addr, msg, 2*time.Second)
 			forwarded := false
 			for _, r := range up.Requests() {
-				if h, err := wire.ParseHeader(r); err == nil && h.OpCode == op {
+				if h, err := wire.ParseHeader(r); err == nil && (h.OpCode == op || h.OpCode == wire.OpCodeCompressed) {
 					forwarded = true
 				}
 			}

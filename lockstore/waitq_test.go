@@ -1,0 +1,71 @@
+package lockstore
+
+import "testing"
+
+func poked(w *waiter) bool {
+	select {
+	case <-w.kick:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestWaiterThatCannotProceedYields is issue 12's head-of-line blocking: a
+// waiter for [4, "squat"] whose attempt found "squat" held used to keep a
+// later waiter for [4] waiting although 4 was free. It now yields 4 until
+// "squat" is released; fairness per key stays first come, first served
+// among the waiters that can proceed.
+func TestWaiterThatCannotProceedYields(t *testing.T) {
+	wq := newWaitQueues()
+	a := newWaiter([]string{"4", "squat"})
+	wq.join(a, 1000)
+	if !poked(a) || !wq.isHead(a) {
+		t.Fatal("the first waiter is not at the head")
+	}
+	b := newWaiter([]string{"4"})
+	wq.join(b, 1000)
+	if poked(b) || wq.isHead(b) {
+		t.Fatal("the later waiter for 4 went ahead of the first one before it tried")
+	}
+
+	wq.block(a, "squat") // a's attempt: "squat" is held by someone else
+	if !poked(b) || !wq.isHead(b) {
+		t.Fatal("the waiter for [4] is still held up behind a waiter that cannot proceed")
+	}
+	wq.leave(b) // b took 4 and left
+
+	wq.notify("squat") // "squat" released
+	if !poked(a) || !wq.isHead(a) {
+		t.Fatal("the blocked waiter was not woken when its key was released")
+	}
+	wq.unblock(a)
+
+	// FIFO per key among waiters that can proceed.
+	c := newWaiter([]string{"4"})
+	wq.join(c, 1000)
+	if poked(c) || wq.isHead(c) {
+		t.Fatal("a later waiter overtook one that can proceed")
+	}
+	wq.leave(a)
+	if !poked(c) {
+		t.Fatal("the next waiter was not woken when the first left")
+	}
+}
+
+// TestWaitersPerLockAreBounded: one client cannot queue unbounded work on
+// a key (issue 12); a waiter beyond the bound is refused and queues nothing.
+func TestWaitersPerLockAreBounded(t *testing.T) {
+	wq := newWaitQueues()
+	for i := 0; i < 3; i++ {
+		if !wq.join(newWaiter([]string{"k"}), 3) {
+			t.Fatalf("waiter %d refused under the bound", i)
+		}
+	}
+	if wq.join(newWaiter([]string{"other", "k"}), 3) {
+		t.Fatal("a fourth waiter for k was queued")
+	}
+	if n := wq.waiting("other"); n != 0 {
+		t.Errorf("a refused waiter left %d entries on its other keys", n)
+	}
+}
