@@ -79,6 +79,11 @@ type Lockstore struct {
 	DefaultLeaseMS int64 `yaml:"defaultLeaseMS"`
 	// MaxLeaseMS caps any requested lease.
 	MaxLeaseMS int64 `yaml:"maxLeaseMS"`
+	// OwnerSecretFile holds the secret that keys the hash under which lock
+	// owners are stored (never the session id itself). Every lockgate that
+	// shares a lock store must use the same secret. Empty: a random secret
+	// per process.
+	OwnerSecretFile string `yaml:"ownerSecretFile"`
 }
 
 // Policy is the static part of the enforcement policy.
@@ -245,6 +250,7 @@ const (
 	EnvLockstoreURI = "LOCKGATE_LOCKSTORE_URI"
 	EnvLogLevel     = "LOCKGATE_LOG_LEVEL"
 	EnvAdminToken   = "LOCKGATE_ADMIN_TOKEN_FILE"
+	EnvOwnerSecret  = "LOCKGATE_OWNER_SECRET_FILE"
 )
 
 // ApplyEnv applies the LOCKGATE_* variables that getenv returns non-empty.
@@ -260,6 +266,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	})
 	if f := getenv(EnvAdminToken); f != "" {
 		c.AdminAuth.TokenFile = f
+	}
+	if f := getenv(EnvOwnerSecret); f != "" {
+		c.Lockstore.OwnerSecretFile = f
 	}
 }
 

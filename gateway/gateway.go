@@ -127,6 +127,15 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	ownerSecret, err := readOwnerSecret(cfg.Lockstore.OwnerSecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if ownerSecret == nil {
+		logger.Warn("lockstore.ownerSecretFile is not set: lock owners are hashed with a random secret of this process; " +
+			"locks taken through it are not recognised as their holder's by other lockgate instances or after a restart " +
+			"(they stay exclusive and expire with their leases). Give every instance that shares the lock store the same secret file.")
+	}
 	lockURI := cfg.Lockstore.URI
 	if lockURI == "" {
 		lockURI = cfg.Upstream.URI
@@ -155,6 +164,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	gd := guard.New(guard.Options{
 		Store:          store,
 		Reserved:       reservedNamespaces(cfg.Lockstore),
+		OwnerSecret:    ownerSecret,
 		Resolver:       guard.NewResolver(resolverClient),
 		ResolveTimeout: time.Duration(cfg.Limits.ResolveTimeoutMS) * time.Millisecond,
 		MaxLockIDs:     cfg.Limits.MaxLockIDs,
@@ -327,6 +337,23 @@ func (g *Gateway) CountReload(applied bool) {
 	} else {
 		g.reloads.WithLabelValues("refused").Inc()
 	}
+}
+
+// readOwnerSecret reads the owner secret; nil when none is configured.
+func readOwnerSecret(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("lockstore.ownerSecretFile: %w", err)
+	}
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) < guard.MinOwnerSecret {
+		return nil, fmt.Errorf("lockstore.ownerSecretFile: the secret in %s is %d bytes, at least %d are needed (e.g. openssl rand -hex 32 > %s)",
+			path, len(b), guard.MinOwnerSecret, path)
+	}
+	return b, nil
 }
 
 // adminToken reads the operator token; "" when none is configured.

@@ -578,20 +578,22 @@ func (g *Guard) writeOwner(req *proxy.Request) (lockstore.Owner, bool) {
 	if !ok {
 		return lockstore.Owner{}, false
 	}
-	o := owner(req, session, "")
+	bind := ""
 	if c, err := req.Command.Body.LookupErr("comment"); err == nil {
 		switch c.Type {
 		case bsontype.String:
 			if b, ok := strings.CutPrefix(c.StringValue(), "lockgate:"); ok {
-				o.Bind = b
+				bind = b
 			}
 		case bsontype.EmbeddedDocument:
-			if b, ok := c.Document().Lookup("lockgate").StringValueOK(); ok {
-				o.Bind = b
+			if d, ok := c.DocumentOK(); ok {
+				if b, ok := d.Lookup("lockgate").StringValueOK(); ok {
+					bind = b
+				}
 			}
 		}
 	}
-	return o, true
+	return g.owner(req, session, bind), true
 }
 
 func firstWrite(ws []policy.Write, ns string) policy.Write {

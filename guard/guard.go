@@ -48,6 +48,10 @@ type Options struct {
 	// MaxLockIDs bounds the ids of one lock command; 0 means
 	// DefaultMaxLockIDs.
 	MaxLockIDs int
+	// OwnerSecret keys the hashes under which lock owners are stored.
+	// Every guard sharing a lock store must have the same one; empty means
+	// a random secret for this guard alone.
+	OwnerSecret []byte
 	// OrderTimeout bounds how long releaseLock, renewLock and endSessions
 	// wait for the requests sent before them on their connection to be
 	// answered; 0 means 30 s.
@@ -81,6 +85,8 @@ type Guard struct {
 	// resolveSlots holds one token per resolution allowed to run; a
 	// buffered channel queues blocked senders in arrival order.
 	resolveSlots chan struct{}
+
+	owners *ownerKeys
 }
 
 // SetPolicy installs a new policy for every request from now on. Requests
@@ -117,7 +123,7 @@ func New(opts Options) *Guard {
 		opts.MaxResolves = 8
 	}
 	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
-		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves)}
+		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret)}
 }
 
 // Intercept implements proxy.Interceptor.
@@ -183,8 +189,10 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 			if !ok || len(data) != 16 {
 				continue
 			}
-			data = append([]byte(nil), data...) // a view into the request's buffer
-			n, err := g.opts.Store.ReleaseSession(ctx, data)
+			// The locks of this session as this connection's user: an
+			// endSessions naming someone else's session id from another
+			// user releases nothing of theirs.
+			n, err := g.opts.Store.ReleaseSession(ctx, g.owners.session(req.Client.User(), data))
 			if err != nil {
 				g.log.Warn("endSessions: could not release the session's locks; they expire with their lease",
 					zap.String("session", lockstore.SessionPrefix(data)), zap.Error(err))

@@ -76,7 +76,12 @@ type stackOptions struct {
 	// resolveTimeout and maxResolves: zero keeps the guard's defaults.
 	resolveTimeout time.Duration
 	maxResolves    int
+	// ownerSecret: nil gives every test stack the same one, as proxies
+	// that share a lock store must have.
+	ownerSecret []byte
 }
+
+var testOwnerSecret = []byte("lockgate-test-owner-secret-0123456789")
 
 func startStack(t *testing.T, collection string) *stack {
 	return startStackWith(t, stackOptions{collection: collection})
@@ -114,6 +119,9 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	if so.resolver != nil {
 		res = so.resolver(res)
 	}
+	if so.ownerSecret == nil {
+		so.ownerSecret = testOwnerSecret
+	}
 	if so.policy.Default == "" {
 		so.policy.Default = config.ModeOff
 	}
@@ -127,7 +135,7 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	metrics := NewMetrics()
 	gd := New(Options{
 		Store: store, Resolver: res, Metrics: metrics, Logger: so.logger,
-		ResolveTimeout: so.resolveTimeout, MaxResolves: so.maxResolves,
+		ResolveTimeout: so.resolveTimeout, MaxResolves: so.maxResolves, OwnerSecret: so.ownerSecret,
 		EndSessionsSupported: func(context.Context) (bool, error) { return false, nil },
 	})
 	gd.SetPolicy(pol)

@@ -176,16 +176,15 @@ func fieldList(name string) string {
 	return strings.Join(fs, ", ")
 }
 
-// owner builds the lock owner of a request: its logical session, plus the
-// explicit binding when the caller asked for one. The session id is copied:
-// it is a view into the request's pooled buffer, and the lock store keeps
-// owners beyond the request.
-func owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
+// owner builds the lock owner of a request: the keyed hash of its user and
+// logical session, plus the hashed binding when the caller asked for one.
+// Neither the session id nor the bind value reaches the lock store.
+func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
 	return lockstore.Owner{
-		Session: append([]byte(nil), session...),
+		Session: g.owners.session(req.Client.User(), session),
 		App:     req.Client.AppName(),
 		Client:  req.Client.Addr,
-		Bind:    bind,
+		Bind:    g.owners.bind(bind),
 	}
 }
 
@@ -201,7 +200,7 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 				msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
 		} else if cerr = g.inOrder(ctx, req); cerr == nil {
 			var reply bsoncore.Document
-			reply, cerr = g.runLockCommand(ctx, a, owner(req, session, a.bind))
+			reply, cerr = g.runLockCommand(ctx, a, g.owner(req, session, a.bind), session)
 			if cerr == nil {
 				g.metrics.lockCommand(cmd.Name, "ok", time.Since(start))
 				return withWarnings(reply, g.namespaceHints(ctx, cmd, a))
@@ -217,7 +216,7 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	return cerr.document()
 }
 
-func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Owner) (bsoncore.Document, *cmdError) {
+func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *cmdError) {
 	switch a.name {
 	case cmdAcquire:
 		wait := a.wait
@@ -228,13 +227,13 @@ func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Own
 		if err != nil {
 			return nil, fromStore(a.name, a.ns, err)
 		}
-		return locksReply(locks, o.Session), nil
+		return locksReply(locks, lsid, o.Session), nil
 	case cmdRenew:
 		locks, err := g.opts.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
 		if err != nil {
 			return nil, fromStore(a.name, a.ns, err)
 		}
-		return locksReply(locks, o.Session), nil
+		return locksReply(locks, lsid, o.Session), nil
 	case cmdRelease:
 		var n int
 		var err error
@@ -269,7 +268,9 @@ const sessionNote = "held by logical session %s: write in the same explicit sess
 
 // locksReply is the reply of acquireLock and renewLock. session is the
 // caller's own lsid: its prefix tells the caller nothing about others.
-func locksReply(locks []lockstore.Lock, session []byte) bsoncore.Document {
+// owner is the stored owner key, whose prefix is the tag that lockStatus,
+// refusals and the admin views show for this holder.
+func locksReply(locks []lockstore.Lock, session, owner []byte) bsoncore.Document {
 	aidx, arr := bsoncore.AppendArrayStart(nil)
 	for i, l := range locks {
 		idx, d := bsoncore.AppendDocumentStart(nil)
@@ -288,6 +289,7 @@ func locksReply(locks []lockstore.Lock, session []byte) bsoncore.Document {
 	d = bsoncore.AppendArrayElement(d, "locks", arr)
 	prefix := lockstore.SessionPrefix(session)
 	d = bsoncore.AppendStringElement(d, "session", prefix)
+	d = bsoncore.AppendStringElement(d, "owner", lockstore.SessionPrefix(owner))
 	d = bsoncore.AppendStringElement(d, "note", fmt.Sprintf(sessionNote, prefix))
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
 	return d

@@ -20,7 +20,10 @@ import (
 // Owner identifies who holds a lock: the MongoDB logical session id
 // (lsid.id, 16 bytes) plus, optionally, a binding that must match as well.
 type Owner struct {
-	// Session is the lsid.id bytes (required).
+	// Session identifies the owning session (required). The store keeps
+	// it as given and compares it exactly; lockgate passes a keyed hash of
+	// the authenticated user and the lsid, never the lsid itself, so that
+	// what the store holds cannot be replayed as a session id.
 	Session []byte
 	// App is the client's application name, shown to other sessions.
 	App string

@@ -2,6 +2,7 @@ package devstack
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -100,6 +101,21 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	if err != nil {
 		fmt.Fprintln(stderr, "devstack:", err)
 		return 2
+	}
+	if cfg.Lockstore.OwnerSecretFile == "" {
+		// A fresh owner secret for this run, so that the dev stack starts
+		// as a configured deployment would, without the warning.
+		f, err := os.CreateTemp("", "lockgate-owner-secret-")
+		if err != nil {
+			fmt.Fprintln(stderr, "devstack:", err)
+			return 1
+		}
+		defer os.Remove(f.Name())
+		secret := make([]byte, 32)
+		rand.Read(secret)
+		fmt.Fprintf(f, "%x\n", secret)
+		f.Close()
+		cfg.Lockstore.OwnerSecretFile = f.Name()
 	}
 	logger, err := gateway.NewLoggerTo(cfg.Log, stderr)
 	if err != nil {

@@ -1,0 +1,62 @@
+package guard
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"hash"
+	"sync"
+)
+
+// ownerKeys turns a caller's identity into the owner the lock store keeps:
+// a keyed hash of the authenticated user and the logical session id, and
+// of the bind value. The store, its backups and anyone who reads them see
+// only these hashes, from which no session id, and so no write as the
+// holder, can be recovered (docs/SECURITY.md). Safe for concurrent use.
+type ownerKeys struct {
+	pool sync.Pool // of hash.Hash keyed with the secret
+}
+
+// MinOwnerSecret is the shortest owner secret accepted, in bytes.
+const MinOwnerSecret = 32
+
+func newOwnerKeys(secret []byte) *ownerKeys {
+	if len(secret) == 0 {
+		secret = make([]byte, MinOwnerSecret)
+		rand.Read(secret)
+	}
+	secret = append([]byte(nil), secret...)
+	return &ownerKeys{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}
+}
+
+// session is the owner key of (user, lsid): 16 bytes, the size of the
+// session id it stands for, which keeps the store's records unchanged in
+// shape. The user is length-prefixed so that no (user, lsid) pair can be
+// made to collide with another by moving bytes between them.
+func (k *ownerKeys) session(user string, lsid []byte) []byte {
+	h := k.pool.Get().(hash.Hash)
+	defer k.pool.Put(h)
+	h.Reset()
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(user)))
+	h.Write([]byte("lockgate owner v1\x00"))
+	h.Write(n[:])
+	h.Write([]byte(user))
+	h.Write(lsid)
+	return h.Sum(nil)[:16]
+}
+
+// bind is the stored form of a bind value; "" stays "" (no binding).
+func (k *ownerKeys) bind(v string) string {
+	if v == "" {
+		return ""
+	}
+	h := k.pool.Get().(hash.Hash)
+	defer k.pool.Put(h)
+	h.Reset()
+	h.Write([]byte("lockgate bind v1\x00"))
+	h.Write([]byte(v))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}

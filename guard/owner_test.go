@@ -1,0 +1,117 @@
+package guard
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+)
+
+// lockRecords returns every document of a test stack's lock collection and
+// its claims, raw, read straight from the database.
+func lockRecords(t *testing.T, coll string) []bson.Raw {
+	t.Helper()
+	ctx := context.Background()
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(ctx)
+	var out []bson.Raw
+	for _, name := range []string{coll, coll + "_claims"} {
+		cur, err := c.Database("lockgate_guard_test").Collection(name).Find(ctx, bson.D{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for cur.Next(ctx) {
+			out = append(out, append(bson.Raw(nil), cur.Current...))
+		}
+		cur.Close(ctx)
+	}
+	return out
+}
+
+// TestLockStoreKeepsNoSessionID: someone who reads the lock store (or a
+// backup of it) learns nothing that lets them write as the holder (issue
+// 10, item 2). The records hold neither the holder's session id nor its
+// bind value, and a write that carries the owner value found there as its
+// session id holds nothing.
+func TestLockStoreKeepsNoSessionID(t *testing.T) {
+	coll, pol := protected(t, 2)
+	lockColl := "locks_owner_" + coll
+	st := startStackWith(t, stackOptions{collection: lockColl, policy: pol})
+	holder := connect(t, st.uri, "holder")
+	s := session(t, holder)
+	_, lsid := s.ID().Lookup("id").Binary()
+	const bind = "holder-private-bind-value"
+	if _, err := run(t, holder, s, bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}, {"bind", bind}}); err != nil {
+		t.Fatal(err)
+	}
+	recs := lockRecords(t, lockColl)
+	if len(recs) == 0 {
+		t.Fatal("no lock records to inspect")
+	}
+	var stored []byte
+	for _, r := range recs {
+		if bytes.Contains(r, lsid) {
+			t.Errorf("a lock record contains the holder's session id: %v", r)
+		}
+		if bytes.Contains(r, []byte(bind)) {
+			t.Errorf("a lock record contains the holder's bind value: %v", r)
+		}
+		if _, data, ok := r.Lookup("owner").BinaryOK(); ok && len(data) > 0 {
+			stored = data
+		}
+	}
+	if stored == nil {
+		t.Fatal("no owner value in the lock records")
+	}
+
+	// The attacker replays what it read as its own session id, with the
+	// binding too, on a raw connection (a driver would add its own lsid).
+	forged := bson.D{{"update", coll}, {"updates", bson.A{bson.D{{"q", bson.D{{"_id", 1}}}, {"u", bson.D{{"$set", bson.D{{"x", "forged"}}}}}}}},
+		{"lsid", bson.D{{"id", primitive.Binary{Subtype: 4, Data: stored}}}}, {"comment", "lockgate:" + bind}, {"$db", "shop"}}
+	if reply := rawCommand(t, st.addr, forged); fmt.Sprint(reply["code"]) != "46" {
+		t.Errorf("a write as the stored owner value: %v, want LockBusy", reply)
+	}
+	// The holder itself, on a raw connection with its real session id
+	// and binding, still holds it: the check above refused for the right
+	// reason.
+	real := bson.D{{"update", coll}, {"updates", bson.A{bson.D{{"q", bson.D{{"_id", 1}}}, {"u", bson.D{{"$set", bson.D{{"x", "holder"}}}}}}}},
+		{"lsid", bson.D{{"id", primitive.Binary{Subtype: 4, Data: lsid}}}}, {"comment", "lockgate:" + bind}, {"$db", "shop"}}
+	if reply := rawCommand(t, st.addr, real); fmt.Sprint(reply["ok"]) != "1" {
+		t.Errorf("the holder's own write on a raw connection: %v", reply)
+	}
+}
+
+// TestOwnerSecretIsShared: proxies that share a lock store must share the
+// owner secret; with another secret the same session is a stranger, which
+// keeps the lock exclusive (fail closed) but not usable (docs/SECURITY.md).
+func TestOwnerSecretIsShared(t *testing.T) {
+	coll, pol := protected(t, 1)
+	lockColl := "locks_secret_" + coll
+	a := startStackWith(t, stackOptions{collection: lockColl, policy: pol})
+	same := startStackWith(t, stackOptions{collection: lockColl, policy: pol})
+	other := startStackWith(t, stackOptions{collection: lockColl, policy: pol, ownerSecret: []byte("another-owner-secret-0123456789abcdef")})
+	ca := connect(t, a.uri, "app")
+	s := session(t, ca)
+	acquire(t, ca, s, coll, 1)
+	_, lsid := s.ID().Lookup("id").Binary()
+	status := bson.D{{"lockStatus", coll}, {"ids", bson.A{1}}, {"lsid", bson.D{{"id", primitive.Binary{Subtype: 4, Data: lsid}}}}, {"$db", "shop"}}
+	for _, tc := range []struct {
+		name string
+		st   *stack
+		want bool
+	}{{"same secret", same, true}, {"other secret", other, false}} {
+		reply := rawCommand(t, tc.st.addr, status)
+		l, _ := reply["locks"].(bson.A)
+		if len(l) != 1 || l[0].(bson.M)["heldByYou"] != tc.want || l[0].(bson.M)["held"] != true {
+			t.Errorf("%s: %v, want held and heldByYou = %v", tc.name, reply, tc.want)
+		}
+	}
+}
