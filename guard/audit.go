@@ -1,15 +1,12 @@
 package guard
 
 import (
-	"bytes"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
 
@@ -86,61 +83,4 @@ func metricReason(r string) string {
 		return r
 	}
 	return "other"
-}
-
-// observeAuth notes the user name of an authentication conversation for
-// the audit trail. It never affects what is forwarded.
-func observeAuth(req *proxy.Request) {
-	cmd := req.Command
-	switch cmd.Name {
-	case "saslStart":
-		if u := saslUser(cmd.Body); u != "" {
-			req.Client.SetUser(u)
-		}
-	case "authenticate":
-		if u, ok := cmd.Body.Lookup("user").StringValueOK(); ok {
-			req.Client.SetUser(truncate(u, 128))
-		}
-	case "hello", "isMaster", "ismaster":
-		if spec, ok := cmd.Body.Lookup("speculativeAuthenticate").DocumentOK(); ok {
-			if u := saslUser(spec); u != "" {
-				req.Client.SetUser(u)
-			} else if u, ok := spec.Lookup("user").StringValueOK(); ok {
-				req.Client.SetUser(truncate(u, 128))
-			}
-		}
-	}
-}
-
-// saslUser reads the user name from the first SASL message: SCRAM's
-// client-first "n,,n=<user>,r=<nonce>" or PLAIN's "\x00<user>\x00<pass>".
-func saslUser(doc bsoncore.Document) string {
-	mech, _ := doc.Lookup("mechanism").StringValueOK()
-	_, payload, ok := doc.Lookup("payload").BinaryOK()
-	if !ok {
-		return ""
-	}
-	switch {
-	case strings.HasPrefix(mech, "SCRAM-"):
-		for _, part := range bytes.Split(payload, []byte(",")) {
-			if u, ok := bytes.CutPrefix(part, []byte("n=")); ok {
-				// SCRAM escapes ',' and '=' in names.
-				name := strings.NewReplacer("=2C", ",", "=3D", "=").Replace(string(u))
-				return truncate(name, 128)
-			}
-		}
-	case mech == "PLAIN":
-		parts := bytes.SplitN(payload, []byte{0}, 3)
-		if len(parts) == 3 {
-			return truncate(string(parts[1]), 128)
-		}
-	}
-	return ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }

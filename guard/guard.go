@@ -150,7 +150,6 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 		case cmd.Name == "endSessions":
 			return g.endSessions(ctx, req)
 		}
-		observeAuth(req)
 	}
 	if pol == nil || pol.AllOff() {
 		return proxy.Decision{Action: proxy.Forward}

@@ -60,6 +60,12 @@ type conn struct {
 	// dropped. Bounded: only the latest few are remembered.
 	unacked  []int32
 	nUnacked atomic.Int32
+	// Authentication steps awaiting the upstream's verdict (under mu;
+	// nAuth for the hot path), and the user of the conversation in
+	// progress (client pump only).
+	auth     []authStep
+	nAuth    atomic.Int32
+	authUser string
 
 	inflight atomic.Int32 // requests forwarded and not yet answered
 	draining atomic.Bool  // stop reading requests; close once inflight is 0
@@ -322,6 +328,8 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 		return c.rejectMalformed(err)
 	}
 	hello := false
+	var auth authStep
+	var isAuth bool
 	if cmd != nil {
 		m.command(cmd.Name)
 		if isHello(cmd.Name) {
@@ -329,6 +337,7 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 			app, driver := helloClient(cmd.Body)
 			c.info.setHandshake(app, driver)
 		}
+		auth, isAuth = c.authRequest(cmd)
 	} else {
 		m.legacyOps.WithLabelValues(raw.Header.OpCode.String()).Inc()
 	}
@@ -336,6 +345,14 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	d := Decision{Action: Forward}
 	if ic := c.srv.opts.Interceptor; ic != nil {
 		d = ic.Intercept(c.ctx, &Request{Message: msg, Command: cmd, Client: c.info, answered: c.waitAnswered})
+	}
+	if isAuth && (d.Action == Forward || d.Action == Rewrite) && expectsReply(msg) {
+		auth.id = msg.Header().RequestID
+		if !c.trackAuth(auth) {
+			c.srv.metrics.error(errMalformed)
+			c.log.Warn("closing client connection: too many authentication requests in flight")
+			return false
+		}
 	}
 	switch d.Action {
 	case Forward:
@@ -500,6 +517,13 @@ func (c *conn) relayReply(raw *wire.RawMessage) error {
 		c.srv.metrics.droppedReplies.Inc()
 		c.log.Debug("dropped an upstream reply to a fire-and-forget request", zap.Int32("responseTo", h.ResponseTo))
 		return nil
+	}
+	if c.nAuth.Load() > 0 {
+		if step, ok := c.answersAuth(h.ResponseTo); ok {
+			if body, ok := replyBody(raw.Bytes); ok {
+				c.authReply(step, body)
+			}
+		}
 	}
 	hello := c.nHellos.Load() > 0 && c.answersHello(h, moreToCome)
 	if !moreToCome && c.inflight.Load() > 0 {

@@ -111,16 +111,17 @@ func (c *ClientInfo) Driver() string {
 	return c.driver
 }
 
-// User is the user name seen in the client's authentication conversation,
-// "" before authentication or for mechanisms that do not name one.
+// User is "user@db" as the upstream accepted it in this connection's
+// latest successful authentication conversation; "" before one, after
+// logout, and for mechanisms that name no user. A user only claimed in a
+// conversation the upstream refused is never recorded.
 func (c *ClientInfo) User() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.user
 }
 
-// SetUser records the authenticated user name.
-func (c *ClientInfo) SetUser(user string) {
+func (c *ClientInfo) setUser(user string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.user = user
