@@ -125,7 +125,7 @@ func TestUserIsWhatTheUpstreamAccepted(t *testing.T) {
 	defer cancel()
 
 	connect := func(user, pass string) (*mongo.Client, error) {
-		o := options.Client().ApplyURI("mongodb://"+p.addr+"/?directConnection=true").
+		o := options.Client().ApplyURI("mongodb://" + p.addr + "/?directConnection=true").
 			SetAuth(options.Credential{Username: user, Password: pass, AuthMechanism: "SCRAM-SHA-256", AuthSource: "admin"}).
 			SetServerSelectionTimeout(5 * time.Second)
 		c, err := mongo.Connect(ctx, o)
