@@ -160,11 +160,15 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		return nil, fmt.Errorf("gateway: upstream.uri: %w", err)
 	}
 	cleanup = append(cleanup, func() error { return resolverClient.Disconnect(context.Background()) })
+	// Whether the upstream refuses unauthenticated clients, probed at
+	// start and every minute (below); until the first answer, false.
+	var authRequired atomic.Bool
 	guardMetrics := guard.NewMetrics()
 	gd := guard.New(guard.Options{
 		Store:          store,
 		Reserved:       reservedNamespaces(cfg.Lockstore),
 		OwnerSecret:    ownerSecret,
+		AuthRequired:   authRequired.Load,
 		Resolver:       guard.NewResolver(resolverClient),
 		ResolveTimeout: time.Duration(cfg.Limits.ResolveTimeoutMS) * time.Millisecond,
 		MaxLockIDs:     cfg.Limits.MaxLockIDs,
@@ -275,6 +279,24 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		cctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
 		defer cancel()
 		g.checkPolicy(cctx, pol)
+	})
+	wg.Go(func() {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			pctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
+			req, err := up.RequiresAuth(pctx)
+			cancel()
+			if err == nil && req != authRequired.Load() {
+				authRequired.Store(req)
+				logger.Info("upstream authentication requirement", zap.Bool("required", req))
+			}
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+			}
+		}
 	})
 	wg.Go(func() {
 		if err := adm.Serve(adminCtx, adminLn); err != nil {

@@ -56,6 +56,9 @@ const (
 	reasonInFlight = "in_flight"
 	// reasonTooManyWaiters: the lock's wait queue is full.
 	reasonTooManyWaiters = "too_many_waiters"
+	// reasonUnauthenticated: a lock command before authentication, where
+	// the upstream requires it.
+	reasonUnauthenticated = "unauthenticated"
 )
 
 // cmdError is a refusal on its way to becoming a MongoDB error reply.

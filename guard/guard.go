@@ -48,6 +48,10 @@ type Options struct {
 	// MaxLockIDs bounds the ids of one lock command; 0 means
 	// DefaultMaxLockIDs.
 	MaxLockIDs int
+	// AuthRequired reports whether the upstream refuses unauthenticated
+	// clients; lock commands from a connection that has not authenticated
+	// are then refused, as they would carry no authority. nil: never.
+	AuthRequired func() bool
 	// OwnerSecret keys the hashes under which lock owners are stored.
 	// Every guard sharing a lock store must have the same one; empty means
 	// a random secret for this guard alone.

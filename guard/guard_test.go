@@ -79,6 +79,10 @@ type stackOptions struct {
 	// ownerSecret: nil gives every test stack the same one, as proxies
 	// that share a lock store must have.
 	ownerSecret []byte
+	// upstreamAddr replaces the embedded upstream behind the proxy (the
+	// lock store stays on it); authRequired is the guard's AuthRequired.
+	upstreamAddr string
+	authRequired func() bool
 }
 
 var testOwnerSecret = []byte("lockgate-test-owner-secret-0123456789")
@@ -136,11 +140,15 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	gd := New(Options{
 		Store: store, Resolver: res, Metrics: metrics, Logger: so.logger,
 		ResolveTimeout: so.resolveTimeout, MaxResolves: so.maxResolves, OwnerSecret: so.ownerSecret,
+		AuthRequired:         so.authRequired,
 		EndSessionsSupported: func(context.Context) (bool, error) { return false, nil },
 	})
 	gd.SetPolicy(pol)
+	if so.upstreamAddr == "" {
+		so.upstreamAddr = upstreamAddr
+	}
 	srv, err := proxy.New(proxy.Options{
-		Upstream:    dialAddr(upstreamAddr),
+		Upstream:    dialAddr(so.upstreamAddr),
 		Interceptor: gd,
 		Logger:      so.logger,
 	})

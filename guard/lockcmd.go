@@ -195,7 +195,11 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	a, cerr := parseLockCommand(cmd, g.opts.MaxLockIDs)
 	if cerr == nil {
 		session, ok := cmd.SessionID()
-		if !ok {
+		if g.opts.AuthRequired != nil && req.Client.User() == "" && g.opts.AuthRequired() {
+			cerr = &cmdError{code: codeUnauthorized, reason: reasonUnauthenticated,
+				msg: "lockgate: " + cmd.Name + " refused: the database requires authentication and this connection has not authenticated; " +
+					"lock commands carry the caller's own authority, so authenticate first"}
+		} else if !ok {
 			cerr = &cmdError{code: codeBadValue, reason: reasonNoSession,
 				msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
 		} else if cerr = g.inOrder(ctx, req); cerr == nil {

@@ -3,11 +3,9 @@ package proxy
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/xdg-go/scram"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -17,75 +15,32 @@ import (
 	"github.com/lockgate/lockgate/wire"
 )
 
-// scramUpstream plays a server that runs real SCRAM-SHA-256 conversations
-// (the xdg-go implementation the Go driver itself uses) and knows one
-// user, alice with password "right". FerretDB here enforces no
-// authentication, so this is the only way to see an upstream refuse one.
+// scramUpstream plays a server that enforces SCRAM-SHA-256 for one user,
+// alice with password "right", and answers everything else like
+// echoUpstream; hello replies describe a standalone server.
 func scramUpstream(t *testing.T) *scripted.Server {
 	t.Helper()
-	client, err := scram.SHA256.NewClient("alice", "right", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds := client.GetStoredCredentials(scram.KeyFactors{Salt: "lockgate-test-salt", Iters: 4096})
-	server, err := scram.SHA256.NewServer(func(user string) (scram.StoredCredentials, error) {
-		if user != "alice" {
-			return scram.StoredCredentials{}, errUnknownUser
+	var up *scripted.Server
+	h, err := scripted.SCRAM(map[string]string{"alice": "right"}, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+		if cmd != nil && isHello(cmd.Name) {
+			return s.Reply(req, mustDoc(t, bson.D{{"isWritablePrimary", true}, {"maxWireVersion", int32(21)}, {"minWireVersion", int32(0)},
+				{"maxBsonObjectSize", int32(16777216)}, {"maxMessageSizeBytes", int32(48000000)}, {"ok", 1.0}}))
 		}
-		return creds, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	convs := map[int32]*scram.ServerConversation{}
-	var nextConv atomic.Int32
-	refuse := func(s *scripted.Server, req wire.Message) [][]byte {
-		return s.Reply(req, wire.ErrorDocument(18, "AuthenticationFailed", "Authentication failed."))
-	}
-	return echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
 		if cmd == nil {
 			return nil
 		}
-		switch cmd.Name {
-		case "hello", "isMaster", "ismaster":
-			return s.Reply(req, mustDoc(t, bson.D{{"isWritablePrimary", true}, {"maxWireVersion", int32(21)}, {"minWireVersion", int32(0)},
-				{"maxBsonObjectSize", int32(16777216)}, {"maxMessageSizeBytes", int32(48000000)}, {"ok", 1.0}}))
-		case "saslStart", "saslContinue":
-			_, payload, _ := cmd.Body.Lookup("payload").BinaryOK()
-			mu.Lock()
-			var id int32
-			var conv *scram.ServerConversation
-			if cmd.Name == "saslStart" {
-				id, conv = nextConv.Add(1), server.NewConversation()
-				convs[id] = conv
-			} else {
-				id, _ = cmd.Body.Lookup("conversationId").Int32OK()
-				conv = convs[id]
-			}
-			mu.Unlock()
-			if conv == nil {
-				return refuse(s, req)
-			}
-			out := ""
-			if !conv.Done() {
-				var err error
-				if out, err = conv.Step(string(payload)); err != nil {
-					return refuse(s, req)
-				}
-			}
-			return s.Reply(req, bsoncore.NewDocumentBuilder().AppendInt32("conversationId", id).
-				AppendBoolean("done", conv.Done() && conv.Valid()).AppendBinary("payload", 0, []byte(out)).AppendDouble("ok", 1).Build())
-		}
-		return nil
+		return s.Reply(req, mustDoc(t, bson.D{{"ok", 1.0}, {"cmd", cmd.Name}}))
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err = scripted.Start(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	return up
 }
-
-type authErr string
-
-func (e authErr) Error() string { return string(e) }
-
-const errUnknownUser = authErr("unknown user")
 
 // userRecorder notes the connection's user as the proxy sees it on each
 // ping: what lock ownership would be keyed by.

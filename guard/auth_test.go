@@ -1,0 +1,158 @@
+package guard
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/xdg-go/scram"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+
+	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/wire"
+)
+
+// scramProxyStack is a test stack whose proxy relays to a scripted server
+// enforcing SCRAM-SHA-256 for alice and bob (the lock store stays on the
+// embedded FerretDB) and whose guard knows that the upstream requires
+// authentication.
+func scramProxyStack(t *testing.T) *stack {
+	t.Helper()
+	h, err := scripted.SCRAM(map[string]string{"alice": "alice-pw", "bob": "bob-pw"}, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+		if cmd == nil {
+			return nil
+		}
+		return s.Reply(req, bsoncore.NewDocumentBuilder().AppendBoolean("isWritablePrimary", true).AppendInt32("maxWireVersion", 21).AppendDouble("ok", 1).Build())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := scripted.Start(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	return startStackWith(t, stackOptions{upstreamAddr: up.Addr(), authRequired: func() bool { return true }})
+}
+
+// rawConn is a wire connection that can authenticate by hand, so that a
+// test can choose its lsid (a driver always picks its own).
+type rawConn struct {
+	t  *testing.T
+	c  net.Conn
+	r  *bufio.Reader
+	id int32
+}
+
+func dialRawConn(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	return &rawConn{t: t, c: c, r: bufio.NewReader(c)}
+}
+
+func (rc *rawConn) do(cmd bson.D) bson.M {
+	rc.t.Helper()
+	doc, err := bson.Marshal(cmd)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	rc.id++
+	if _, err := rc.c.Write(wire.AppendMsg(nil, rc.id, 0, 0, doc)); err != nil {
+		rc.t.Fatal(err)
+	}
+	raw, err := wire.ReadMessage(rc.r, wire.NewBufferPool(), wire.Limits{})
+	if err != nil {
+		rc.t.Fatalf("reading the reply: %v", err)
+	}
+	m, err := wire.Parse(append([]byte(nil), raw.Bytes...), wire.Limits{})
+	raw.Release()
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	var out bson.M
+	if err := bson.Unmarshal(m.(*wire.OpMsg).Body, &out); err != nil {
+		rc.t.Fatal(err)
+	}
+	return out
+}
+
+// scramAuth runs a SCRAM-SHA-256 conversation on the connection.
+func (rc *rawConn) scramAuth(user, pass string) bool {
+	rc.t.Helper()
+	client, err := scram.SHA256.NewClient(user, pass, "")
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	conv := client.NewConversation()
+	first, _ := conv.Step("")
+	r := rc.do(bson.D{{"saslStart", 1}, {"mechanism", "SCRAM-SHA-256"}, {"payload", primitive.Binary{Data: []byte(first)}}, {"$db", "admin"}})
+	for fmt.Sprint(r["ok"]) == "1" && r["done"] != true {
+		payload := r["payload"].(primitive.Binary).Data
+		next, err := conv.Step(string(payload))
+		if err != nil {
+			return false
+		}
+		r = rc.do(bson.D{{"saslContinue", 1}, {"conversationId", r["conversationId"]}, {"payload", primitive.Binary{Data: []byte(next)}}, {"$db", "admin"}})
+	}
+	return fmt.Sprint(r["ok"]) == "1"
+}
+
+func lsidDoc(id []byte) bson.D { return bson.D{{"id", primitive.Binary{Subtype: 4, Data: id}}} }
+
+// TestLocksBelongToTheAuthenticatedUser: where the upstream requires
+// authentication, a connection that has not authenticated cannot take,
+// renew or inspect locks (issue 10, item 4), and a lock taken by session S
+// as alice is not held by the same S on a connection authenticated as bob,
+// or by bob's endSessions naming S (item 3).
+func TestLocksBelongToTheAuthenticatedUser(t *testing.T) {
+	st := scramProxyStack(t)
+	lsid := []byte("0123456789abcdef")
+	acquire := bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}, {"lsid", lsidDoc(lsid)}, {"$db", "shop"}}
+	status := bson.D{{"lockStatus", "orders"}, {"ids", bson.A{1}}, {"lsid", lsidDoc(lsid)}, {"$db", "shop"}}
+
+	anon := dialRawConn(t, st.addr)
+	if r := anon.do(acquire); fmt.Sprint(r["code"]) != "13" {
+		t.Fatalf("acquireLock before authenticating: %v, want Unauthorized (13)", r)
+	}
+
+	alice := dialRawConn(t, st.addr)
+	if !alice.scramAuth("alice", "alice-pw") {
+		t.Fatal("alice could not authenticate through the proxy")
+	}
+	if r := alice.do(acquire); fmt.Sprint(r["ok"]) != "1" {
+		t.Fatalf("alice's acquireLock: %v", r)
+	}
+
+	bob := dialRawConn(t, st.addr)
+	if !bob.scramAuth("bob", "bob-pw") {
+		t.Fatal("bob could not authenticate through the proxy")
+	}
+	r := bob.do(status)
+	locks, _ := r["locks"].(bson.A)
+	if len(locks) != 1 || locks[0].(bson.M)["held"] != true || locks[0].(bson.M)["heldByYou"] != false {
+		t.Fatalf("alice's session id on bob's connection: %v, want held but not by you", r)
+	}
+	bob.do(bson.D{{"endSessions", bson.A{lsidDoc(lsid)}}, {"$db", "admin"}})
+	r = alice.do(status)
+	if locks, _ := r["locks"].(bson.A); len(locks) != 1 || locks[0].(bson.M)["heldByYou"] != true {
+		t.Fatalf("after bob's endSessions naming alice's session: %v, want alice still holding it", r)
+	}
+
+	// A refused conversation leaves the connection unauthenticated.
+	mallory := dialRawConn(t, st.addr)
+	if mallory.scramAuth("alice", "guess") {
+		t.Fatal("a wrong password was accepted")
+	}
+	if r := mallory.do(status); fmt.Sprint(r["code"]) != "13" {
+		t.Fatalf("lockStatus after a refused conversation: %v, want Unauthorized (13)", r)
+	}
+}

@@ -1,0 +1,83 @@
+package scripted
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/xdg-go/scram"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+
+	"github.com/lockgate/lockgate/wire"
+)
+
+// SCRAM returns a handler that plays a server enforcing SCRAM-SHA-256
+// authentication for users (name -> password) with the real conversation
+// (the xdg-go implementation the Go driver itself uses): saslStart and
+// saslContinue are answered, a wrong password or unknown user is refused
+// with AuthenticationFailed (18), and listDatabases on a connection that
+// has not authenticated is refused with Unauthorized (13), as a server
+// with authorization enabled does. Every other request goes to next. The
+// embedded FerretDB enforces no authentication, hence this.
+func SCRAM(users map[string]string, next Handler) (Handler, error) {
+	creds := map[string]scram.StoredCredentials{}
+	for u, p := range users {
+		c, err := scram.SHA256.NewClient(u, p, "")
+		if err != nil {
+			return nil, err
+		}
+		creds[u] = c.GetStoredCredentials(scram.KeyFactors{Salt: "lockgate-scripted-salt", Iters: 4096})
+	}
+	server, err := scram.SHA256.NewServer(func(user string) (scram.StoredCredentials, error) {
+		c, ok := creds[user]
+		if !ok {
+			return scram.StoredCredentials{}, errors.New("unknown user")
+		}
+		return c, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	convs := map[int32]*scram.ServerConversation{}
+	var nextConv atomic.Int32
+	refuse := func(s *Server, req wire.Message) [][]byte {
+		return s.Reply(req, wire.ErrorDocument(18, "AuthenticationFailed", "Authentication failed."))
+	}
+	return func(s *Server, req wire.Message, cmd *wire.Command) [][]byte {
+		if cmd == nil {
+			return next(s, req, cmd)
+		}
+		switch cmd.Name {
+		case "listDatabases":
+			// Only the unauthenticated probe sends it here.
+			return s.Reply(req, wire.ErrorDocument(13, "Unauthorized", "command listDatabases requires authentication"))
+		case "saslStart", "saslContinue":
+			_, payload, _ := cmd.Body.Lookup("payload").BinaryOK()
+			mu.Lock()
+			var id int32
+			var conv *scram.ServerConversation
+			if cmd.Name == "saslStart" {
+				id, conv = nextConv.Add(1), server.NewConversation()
+				convs[id] = conv
+			} else {
+				id, _ = cmd.Body.Lookup("conversationId").Int32OK()
+				conv = convs[id]
+			}
+			mu.Unlock()
+			if conv == nil {
+				return refuse(s, req)
+			}
+			out := ""
+			if !conv.Done() {
+				var err error
+				if out, err = conv.Step(string(payload)); err != nil {
+					return refuse(s, req)
+				}
+			}
+			return s.Reply(req, bsoncore.NewDocumentBuilder().AppendInt32("conversationId", id).
+				AppendBoolean("done", conv.Done() && conv.Valid()).AppendBinary("payload", 0, []byte(out)).AppendDouble("ok", 1).Build())
+		}
+		return next(s, req, cmd)
+	}, nil
+}
