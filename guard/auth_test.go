@@ -2,8 +2,10 @@ package guard
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
+	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/internal/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
@@ -154,5 +157,111 @@ func TestLocksBelongToTheAuthenticatedUser(t *testing.T) {
 	}
 	if r := mallory.do(status); fmt.Sprint(r["code"]) != "13" {
 		t.Fatalf("lockStatus after a refused conversation: %v, want Unauthorized (13)", r)
+	}
+}
+
+// TestYouMayLockOnlyWhatYouMayWrite: where the upstream enforces
+// authorization, acquireLock needs the caller's own update privilege on
+// the namespace, decided by the upstream on the caller's own connection
+// (issue 10, item 4): bob, who may write nothing, cannot lock alice's
+// documents (a denial of service otherwise); alice can. The verdict is
+// asked once per connection and namespace.
+func TestYouMayLockOnlyWhatYouMayWrite(t *testing.T) {
+	up, err := scripted.StartPerConn(func() scripted.Handler {
+		h, err := scripted.SCRAMAuthz(map[string]string{"alice": "alice-pw", "bob": "bob-pw"},
+			map[string][]string{"alice": {"shop.orders"}}, nil,
+			func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+				if cmd == nil {
+					return nil
+				}
+				return s.Reply(req, bsoncore.NewDocumentBuilder().AppendBoolean("isWritablePrimary", true).AppendInt32("maxWireVersion", 21).AppendDouble("ok", 1).Build())
+			})
+		if err != nil {
+			panic(err)
+		}
+		return h
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	st := startStackWith(t, stackOptions{upstreamAddr: up.Addr(), authRequired: func() bool { return true }})
+	acquire := func(lsid string, id int) bson.D {
+		return bson.D{{"acquireLock", "orders"}, {"ids", bson.A{id}}, {"lsid", lsidDoc([]byte(lsid))}, {"$db", "shop"}}
+	}
+
+	bob := dialRawConn(t, st.addr)
+	if !bob.scramAuth("bob", "bob-pw") {
+		t.Fatal("bob could not authenticate")
+	}
+	if r := bob.do(acquire("bob-session-0001", 1)); fmt.Sprint(r["code"]) != "13" {
+		t.Fatalf("bob's acquireLock on a namespace he may not write: %v, want Unauthorized (13)", r)
+	}
+	alice := dialRawConn(t, st.addr)
+	if !alice.scramAuth("alice", "alice-pw") {
+		t.Fatal("alice could not authenticate")
+	}
+	for i := 1; i <= 2; i++ {
+		if r := alice.do(acquire("alice-session-01", i)); fmt.Sprint(r["ok"]) != "1" {
+			t.Fatalf("alice's acquireLock %d: %v", i, r)
+		}
+	}
+	probes := 0
+	for _, b := range up.Requests() {
+		if bytes.Contains(b, []byte("lockgateAuthorizationProbe")) {
+			probes++
+		}
+	}
+	if probes != 2 {
+		t.Errorf("%d authorization probes reached the upstream, want 2 (one per connection and namespace)", probes)
+	}
+}
+
+// TestResolutionNeedsTheCallersReadAccess: a write whose filter names no
+// _id is resolved with the proxy's own credentials, so where the upstream
+// enforces authorization the caller must itself be allowed to read the
+// namespace (issue 10, item 5: the resolver was an oracle on data the
+// caller could not read). carol may write shop.orders but not read it;
+// alice may do both.
+func TestResolutionNeedsTheCallersReadAccess(t *testing.T) {
+	up, err := scripted.StartPerConn(func() scripted.Handler {
+		h, err := scripted.SCRAMAuthz(map[string]string{"alice": "alice-pw", "carol": "carol-pw"},
+			map[string][]string{"alice": {"shop.secrets"}, "carol": {"shop.secrets"}},
+			map[string][]string{"alice": {"shop.secrets"}},
+			func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+				if cmd == nil {
+					return nil
+				}
+				return s.Reply(req, bsoncore.NewDocumentBuilder().AppendBoolean("isWritablePrimary", true).AppendInt32("maxWireVersion", 21).AppendInt32("n", 0).AppendDouble("ok", 1).Build())
+			})
+		if err != nil {
+			panic(err)
+		}
+		return h
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	pol := config.Policy{Default: config.ModeOff, MaxCandidates: 50, Namespaces: []config.NamespaceRule{{Match: "shop.secrets", Mode: config.ModeEnforce}}}
+	st := startStackWith(t, stackOptions{upstreamAddr: up.Addr(), authRequired: func() bool { return true }, policy: pol})
+	update := func(lsid string) bson.D {
+		return bson.D{{"update", "secrets"}, {"updates", bson.A{bson.D{{"q", bson.D{{"secret", bson.D{{"$regex", "^a"}}}}}, {"u", bson.D{{"$set", bson.D{{"x", 1}}}}}, {"multi", true}}}},
+			{"lsid", lsidDoc([]byte(lsid))}, {"$db", "shop"}}
+	}
+	carol := dialRawConn(t, st.addr)
+	if !carol.scramAuth("carol", "carol-pw") {
+		t.Fatal("carol could not authenticate")
+	}
+	r := carol.do(update("carol-session-01"))
+	if fmt.Sprint(r["code"]) != "46" || !strings.Contains(fmt.Sprint(r["errmsg"]), "may not read shop.secrets") {
+		t.Fatalf("carol's filter on data she may not read: %v, want a refusal saying so", r)
+	}
+	alice := dialRawConn(t, st.addr)
+	if !alice.scramAuth("alice", "alice-pw") {
+		t.Fatal("alice could not authenticate")
+	}
+	if r := alice.do(update("alice-session-01")); strings.Contains(fmt.Sprint(r["errmsg"]), "may not read") {
+		t.Fatalf("alice, who may read, was refused for it: %v", r)
 	}
 }

@@ -57,6 +57,9 @@ type verdict struct {
 	violations []violation
 	pins       []policy.Pin
 	checked    map[string][]bson.RawValue // ns -> ids whose locks were verified
+	// req is the request decided, for asking the upstream on its
+	// connection.
+	req *proxy.Request
 	// named are the ids the request itself names (filters that pin _id,
 	// upserted and inserted ids): the only ids a refusal may show. Ids
 	// found by resolving a filter stay secret, or a refusal would tell
@@ -84,7 +87,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if len(writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	v := &verdict{checked: map[string][]bson.RawValue{}}
+	v := &verdict{checked: map[string][]bson.RawValue{}, req: req}
 	rules := make([]policy.Rule, len(writes))
 	for i, w := range writes {
 		rules[i] = pol.Lookup(w.NS)
@@ -264,6 +267,10 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		return nil, false, false
 	default:
 		limit := r.MaxCandidates
+		if e := g.mayRead(ctx, v.req, w.NS); e != "" {
+			v.add(r, w, reasonResolveFailed, nil, e)
+			return nil, false, false
+		}
 		cands, err := g.resolve(ctx, r, w, limit+1)
 		if errors.Is(err, errResolveSkipped) {
 			// Audit only, and every slot busy: the write goes through
@@ -639,6 +646,41 @@ func idList(ids []bson.RawValue) string {
 		b.WriteString(idString(id))
 	}
 	return b.String()
+}
+
+// mayRead: the resolver reads with the proxy's own credentials, so where
+// the upstream enforces authorization it first asks, on the caller's own
+// connection, whether the caller may read ns itself (a find that provably
+// matches nothing). A caller who may not is refused before anything is
+// resolved: resolution must reveal nothing the caller could not find out
+// with its own authority. Verdicts are remembered like mayLock's. It
+// returns the refusal's detail, or "".
+func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) string {
+	if req == nil || g.opts.AuthRequired == nil || !g.opts.AuthRequired() {
+		return ""
+	}
+	key := "find " + ns
+	allowed, known := req.Client.Verdict(key)
+	if !known {
+		db, coll, _ := strings.Cut(ns, ".")
+		probe := bsoncore.NewDocumentBuilder().
+			AppendString("find", coll).
+			AppendDocument("filter", bsoncore.NewDocumentBuilder().AppendDocument("_id",
+				bsoncore.NewDocumentBuilder().AppendArray("$in", bsoncore.NewArrayBuilder().Build()).Build()).Build()).
+			AppendInt32("limit", 1).AppendBoolean("singleBatch", true).
+			AppendString("$db", db).Build()
+		reply, err := req.Ask(ctx, probe)
+		if err != nil {
+			return fmt.Sprintf("its filter names no _id, and whether this connection may read %s could not be asked (%v)", ns, err)
+		}
+		code, _ := reply.Lookup("code").AsInt64OK()
+		allowed = code != codeUnauthorized && code != 18
+		req.Client.SetVerdict(key, allowed)
+	}
+	if !allowed {
+		return fmt.Sprintf("its filter names no _id, and this connection's user may not read %s, so the documents it matches cannot be looked up on its behalf; name the _id values", ns)
+	}
+	return ""
 }
 
 // errResolveSkipped: an audited write found no free resolver slot.

@@ -202,6 +202,7 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 		} else if !ok {
 			cerr = &cmdError{code: codeBadValue, reason: reasonNoSession,
 				msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
+		} else if cerr = g.mayLock(ctx, req, a); cerr != nil {
 		} else if cerr = g.inOrder(ctx, req); cerr == nil {
 			var reply bsoncore.Document
 			reply, cerr = g.runLockCommand(ctx, a, g.owner(req, session, a.bind), session)
@@ -391,6 +392,45 @@ func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
 		return &cmdError{code: codeLockFailed, reason: reasonInFlight,
 			msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection were still running after %v; "+
 				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, g.opts.OrderTimeout)}
+	}
+	return nil
+}
+
+// mayLock: you may lock only what you may write. Where the upstream
+// requires authentication, acquireLock on a namespace needs the caller's
+// own update privilege there, decided by the upstream on the caller's own
+// connection: the proxy sends an update that provably matches nothing
+// ({_id: {$in: []}}) and reads the verdict. The answer is remembered per
+// connection and namespace until the connection's user changes.
+func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *cmdError {
+	if a.name != cmdAcquire || g.opts.AuthRequired == nil || !g.opts.AuthRequired() {
+		return nil
+	}
+	key := "update " + a.ns
+	allowed, known := req.Client.Verdict(key)
+	if !known {
+		db, coll, _ := strings.Cut(a.ns, ".")
+		probe := bsoncore.NewDocumentBuilder().
+			AppendString("update", coll).
+			AppendArray("updates", bsoncore.NewArrayBuilder().AppendDocument(bsoncore.NewDocumentBuilder().
+				AppendDocument("q", bsoncore.NewDocumentBuilder().AppendDocument("_id",
+					bsoncore.NewDocumentBuilder().AppendArray("$in", bsoncore.NewArrayBuilder().Build()).Build()).Build()).
+				AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$set",
+					bsoncore.NewDocumentBuilder().AppendInt32("lockgateAuthorizationProbe", 1).Build()).Build()).
+				Build()).Build()).
+			AppendString("$db", db).Build()
+		reply, err := req.Ask(ctx, probe)
+		if err != nil {
+			return &cmdError{code: codeLockBusy, reason: reasonUnavailable, ns: a.ns,
+				msg: fmt.Sprintf("lockgate: acquireLock: could not ask the database whether this connection may write %s (%v); nothing was taken", a.ns, err)}
+		}
+		code, _ := reply.Lookup("code").AsInt64OK()
+		allowed = code != codeUnauthorized && code != 18
+		req.Client.SetVerdict(key, allowed)
+	}
+	if !allowed {
+		return &cmdError{code: codeUnauthorized, reason: reasonUnauthenticated, ns: a.ns,
+			msg: fmt.Sprintf("lockgate: acquireLock refused: this connection's user may not write %s, and you may lock only what you may write", a.ns)}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
 
@@ -73,6 +74,10 @@ type conn struct {
 	// Request.WaitAnswered (under mu; nQuiet is len(quiet) for the hot path).
 	quiet  []chan struct{}
 	nQuiet atomic.Int32
+	// asks are the proxy's own requests awaiting replies, by requestID
+	// (under mu; nAsks for the hot path).
+	asks  map[int32]chan []byte
+	nAsks atomic.Int32
 
 	// The latest request's id and forward time, for the round-trip
 	// histogram. Drivers do not pipeline, so one slot times nearly every
@@ -156,7 +161,7 @@ func (c *conn) connectUpstream(req wire.Message) bool {
 	if err != nil {
 		c.srv.metrics.error(errUpstreamDial)
 		c.log.Warn("closing client connection: no upstream connection", zap.Error(err))
-		if expectsReply(req) {
+		if req != nil && expectsReply(req) {
 			// HostUnreachable, which drivers may retry: nothing was
 			// sent, so a retry elsewhere is exactly right.
 			if b, ok := wire.ErrorReplyTo(req, c.nextID.Add(1), 6, "HostUnreachable",
@@ -344,7 +349,7 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 
 	d := Decision{Action: Forward}
 	if ic := c.srv.opts.Interceptor; ic != nil {
-		d = ic.Intercept(c.ctx, &Request{Message: msg, Command: cmd, Client: c.info, answered: c.waitAnswered})
+		d = ic.Intercept(c.ctx, &Request{Message: msg, Command: cmd, Client: c.info, answered: c.waitAnswered, ask: c.ask})
 	}
 	if isAuth && (d.Action == Forward || d.Action == Rewrite) && expectsReply(msg) {
 		auth.id = msg.Header().RequestID
@@ -513,6 +518,9 @@ func (c *conn) relayReply(raw *wire.RawMessage) error {
 			c.srv.metrics.roundTrip.Observe(float64(time.Now().UnixNano()-at) / 1e9)
 		}
 	}
+	if c.nAsks.Load() > 0 && c.answersAsk(h.ResponseTo, raw.Bytes) {
+		return nil // the proxy's own request: never the client's
+	}
 	if c.nUnacked.Load() > 0 && c.answersUnacked(h.ResponseTo) {
 		c.srv.metrics.droppedReplies.Inc()
 		c.log.Debug("dropped an upstream reply to a fire-and-forget request", zap.Int32("responseTo", h.ResponseTo))
@@ -576,6 +584,60 @@ func (c *conn) rewriteHelloReply(b []byte) ([]byte, error) {
 	}
 	c.srv.metrics.helloRewrites.Inc()
 	return wire.WithBody(msg, nb)
+}
+
+// ask implements Request.Ask. It runs on the client pump (inside
+// Intercept), the only goroutine that writes upstream.
+func (c *conn) ask(ctx context.Context, body bsoncore.Document) (bsoncore.Document, error) {
+	if err := c.waitAnswered(ctx); err != nil {
+		return nil, err
+	}
+	if c.pumpDone == nil && !c.connectUpstream(nil) {
+		return nil, ErrNoUpstream
+	}
+	id := c.nextID.Add(1)
+	ch := make(chan []byte, 1)
+	c.mu.Lock()
+	if c.asks == nil {
+		c.asks = map[int32]chan []byte{}
+	}
+	c.asks[id] = ch
+	c.nAsks.Store(int32(len(c.asks)))
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.asks, id)
+		c.nAsks.Store(int32(len(c.asks)))
+		c.mu.Unlock()
+	}()
+	if _, err := c.upstream.Write(wire.AppendMsg(nil, id, 0, 0, body)); err != nil {
+		return nil, err
+	}
+	select {
+	case b := <-ch:
+		doc, ok := replyBody(b)
+		if !ok {
+			return nil, fmt.Errorf("%w: unreadable reply to the proxy's own request", wire.ErrMalformed)
+		}
+		return doc, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.ctx.Done():
+		return nil, c.ctx.Err()
+	}
+}
+
+// answersAsk hands a reply to the proxy's own request it answers, if any.
+func (c *conn) answersAsk(responseTo int32, b []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.asks[responseTo]
+	if ok {
+		ch <- append([]byte(nil), b...)
+		delete(c.asks, responseTo)
+		c.nAsks.Store(int32(len(c.asks)))
+	}
+	return ok
 }
 
 // waitAnswered implements Request.WaitAnswered. The client pump is the

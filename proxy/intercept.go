@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 
@@ -35,6 +36,25 @@ type Request struct {
 	// answered waits for the requests forwarded earlier on the connection;
 	// nil where no connection backs the request (tests).
 	answered func(context.Context) error
+	// ask sends a command of the proxy's own on the connection's upstream
+	// connection; nil where no connection backs the request.
+	ask func(context.Context, bsoncore.Document) (bsoncore.Document, error)
+}
+
+// ErrNoUpstream: Ask has no upstream connection to send on.
+var ErrNoUpstream = errors.New("proxy: no upstream connection for this request")
+
+// Ask sends body, a command of the interceptor's own, to the upstream on
+// this client's own upstream connection, and returns the upstream's reply
+// body; the client never sees either. The upstream decides it with the
+// client's authentication, so the answer says what the client itself may
+// do. Earlier requests on the connection are answered first
+// (WaitAnswered). The reply document is a copy.
+func (r *Request) Ask(ctx context.Context, body bsoncore.Document) (bsoncore.Document, error) {
+	if r.ask == nil {
+		return nil, ErrNoUpstream
+	}
+	return r.ask(ctx, body)
 }
 
 // WaitAnswered blocks until the upstream has answered every request this
@@ -95,6 +115,28 @@ type ClientInfo struct {
 	appName string
 	driver  string
 	user    string
+	// verdicts remembers what the upstream allowed this connection's
+	// user, keyed by the asker's choice; dropped when the user changes.
+	verdicts map[string]bool
+}
+
+// Verdict returns a remembered verdict for key under the current user.
+func (c *ClientInfo) Verdict(key string) (allowed, known bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	allowed, known = c.verdicts[key]
+	return allowed, known
+}
+
+// SetVerdict remembers a verdict for key until the user changes. At most
+// a few hundred are kept per connection.
+func (c *ClientInfo) SetVerdict(key string, allowed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.verdicts == nil || len(c.verdicts) >= 256 {
+		c.verdicts = map[string]bool{}
+	}
+	c.verdicts[key] = allowed
 }
 
 // AppName is the application name the driver sent in its handshake.
@@ -125,6 +167,7 @@ func (c *ClientInfo) setUser(user string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.user = user
+	c.verdicts = nil // re-authentication or logout: earlier answers no longer hold
 }
 
 func (c *ClientInfo) setHandshake(app, driver string) {

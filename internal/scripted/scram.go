@@ -2,6 +2,7 @@ package scripted
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -10,6 +11,68 @@ import (
 
 	"github.com/lockgate/lockgate/wire"
 )
+
+// SCRAMAuthz is SCRAM for one connection of a server that also enforces
+// authorization: once a user has authenticated on the connection, an
+// insert, update or delete is allowed only on the namespaces mayWrite
+// lists for that user ("db.coll"), a find only on those mayRead lists, and
+// anything else is refused with Unauthorized (13), as is any of them
+// before authentication. Use it with StartPerConn, which calls it once per
+// connection.
+func SCRAMAuthz(users map[string]string, mayWrite, mayRead map[string][]string, next Handler) (Handler, error) {
+	user := "" // authenticated on this connection
+	var pending string
+	inner, err := SCRAM(users, func(s *Server, req wire.Message, cmd *wire.Command) [][]byte {
+		if cmd != nil {
+			var grants map[string][]string
+			switch cmd.Name {
+			case "insert", "update", "delete":
+				grants = mayWrite
+			case "find":
+				grants = mayRead
+			}
+			if grants != nil {
+				allowed := false
+				for _, ns := range grants[user] {
+					allowed = allowed || ns == cmd.DB+"."+cmd.Collection
+				}
+				if user == "" || !allowed {
+					return s.Reply(req, wire.ErrorDocument(13, "Unauthorized", "not authorized on "+cmd.DB+" to execute command "+cmd.Name))
+				}
+			}
+		}
+		return next(s, req, cmd)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func(s *Server, req wire.Message, cmd *wire.Command) [][]byte {
+		if cmd != nil && cmd.Name == "saslStart" {
+			_, payload, _ := cmd.Body.Lookup("payload").BinaryOK()
+			pending = scramName(payload)
+		}
+		replies := inner(s, req, cmd)
+		if cmd != nil && (cmd.Name == "saslStart" || cmd.Name == "saslContinue") && len(replies) == 1 {
+			if m, err := wire.Parse(replies[0], wire.Limits{}); err == nil {
+				if msg, ok := m.(*wire.OpMsg); ok {
+					if done, _ := msg.Body.Lookup("done").BooleanOK(); done {
+						user = pending
+					}
+				}
+			}
+		}
+		return replies
+	}, nil
+}
+
+func scramName(payload []byte) string {
+	for _, part := range strings.Split(string(payload), ",") {
+		if u, ok := strings.CutPrefix(part, "n="); ok {
+			return u
+		}
+	}
+	return ""
+}
 
 // SCRAM returns a handler that plays a server enforcing SCRAM-SHA-256
 // authentication for users (name -> password) with the real conversation

@@ -22,6 +22,9 @@ type Handler func(s *Server, req wire.Message, cmd *wire.Command) [][]byte
 type Server struct {
 	ln      net.Listener
 	handler Handler
+	// perConn, when set, makes a handler for each connection, for servers
+	// whose answers depend on the connection (who authenticated on it).
+	perConn func() Handler
 
 	mu       sync.Mutex
 	requests [][]byte
@@ -37,6 +40,18 @@ func Start(h Handler) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{ln: ln, handler: h, conns: make(map[net.Conn]struct{})}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// StartPerConn is Start with a handler made for each connection.
+func StartPerConn(newHandler func() Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{ln: ln, perConn: newHandler, conns: make(map[net.Conn]struct{})}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -92,6 +107,10 @@ func (s *Server) serve(c net.Conn) {
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
+	h := s.handler
+	if s.perConn != nil {
+		h = s.perConn()
+	}
 	r := bufio.NewReader(c)
 	pool := wire.NewBufferPool()
 	for {
@@ -108,7 +127,7 @@ func (s *Server) serve(c net.Conn) {
 			return
 		}
 		cmd, _ := wire.CommandOf(msg)
-		replies := s.handler(s, msg, cmd)
+		replies := h(s, msg, cmd)
 		raw.Release()
 		for _, b := range replies {
 			if _, err := c.Write(b); err != nil {
