@@ -156,3 +156,42 @@ func FuzzAuthReply(f *testing.F) {
 		}
 	})
 }
+
+// askingInterceptor asks the upstream a question of its own, with a short
+// patience, before letting each ping through.
+type askingInterceptor struct{ patience time.Duration }
+
+func (a askingInterceptor) Intercept(ctx context.Context, req *Request) Decision {
+	if req.Command != nil && req.Command.Name == "ping" {
+		actx, cancel := context.WithTimeout(ctx, a.patience)
+		req.Ask(actx, bsoncore.NewDocumentBuilder().AppendInt32("slowQuestion", 1).AppendString("$db", "admin").Build())
+		cancel()
+	}
+	return Decision{Action: Forward}
+}
+
+// TestLateAnswerToTheProxyIsNotTheClients: when the proxy stops waiting
+// for its own request's reply, the reply that comes later is swallowed,
+// never delivered to the client as the answer to its next request.
+func TestLateAnswerToTheProxyIsNotTheClients(t *testing.T) {
+	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+		if cmd != nil && cmd.Name == "slowQuestion" {
+			time.Sleep(300 * time.Millisecond)
+			return s.Reply(req, mustDoc(t, bson.D{{"ok", 1.0}, {"answer", "late"}}))
+		}
+		return nil
+	})
+	p := startProxy(t, Options{Upstream: dialTo(up.Addr()), Interceptor: askingInterceptor{patience: 50 * time.Millisecond}})
+	c := dialRaw(t, p.addr)
+	for i := 0; i < 2; i++ {
+		req, id := c.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
+		c.send(req)
+		reply := c.read()
+		if reply.Header().ResponseTo != id {
+			t.Fatalf("ping %d: reply answers %d, want %d", i, reply.Header().ResponseTo, id)
+		}
+		if _, err := body(t, reply).LookupErr("answer"); err == nil {
+			t.Fatalf("ping %d: the client got the proxy's own late answer: %v", i, body(t, reply))
+		}
+	}
+}

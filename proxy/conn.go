@@ -604,12 +604,9 @@ func (c *conn) ask(ctx context.Context, body bsoncore.Document) (bsoncore.Docume
 	c.asks[id] = ch
 	c.nAsks.Store(int32(len(c.asks)))
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.asks, id)
-		c.nAsks.Store(int32(len(c.asks)))
-		c.mu.Unlock()
-	}()
+	// The entry stays until its reply arrives, even if the caller stops
+	// waiting: a late reply must be swallowed, never handed to the client
+	// as the answer to a request it did not send.
 	if _, err := c.upstream.Write(wire.AppendMsg(nil, id, 0, 0, body)); err != nil {
 		return nil, err
 	}
