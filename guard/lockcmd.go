@@ -193,23 +193,15 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	cmd := req.Command
 	start := time.Now()
 	a, cerr := parseLockCommand(cmd, g.opts.MaxLockIDs)
+	var session []byte
 	if cerr == nil {
-		session, ok := cmd.SessionID()
-		if g.opts.AuthRequired != nil && req.Client.User() == "" && g.opts.AuthRequired() {
-			cerr = &cmdError{code: codeUnauthorized, reason: reasonUnauthenticated,
-				msg: "lockgate: " + cmd.Name + " refused: the database requires authentication and this connection has not authenticated; " +
-					"lock commands carry the caller's own authority, so authenticate first"}
-		} else if !ok {
-			cerr = &cmdError{code: codeBadValue, reason: reasonNoSession,
-				msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
-		} else if cerr = g.mayLock(ctx, req, a); cerr != nil {
-		} else if cerr = g.inOrder(ctx, req); cerr == nil {
-			var reply bsoncore.Document
-			reply, cerr = g.runLockCommand(ctx, a, g.owner(req, session, a.bind), session)
-			if cerr == nil {
-				g.metrics.lockCommand(cmd.Name, "ok", time.Since(start))
-				return withWarnings(reply, g.namespaceHints(ctx, cmd, a))
-			}
+		session, cerr = g.lockCommandMayRun(ctx, req, a)
+	}
+	if cerr == nil {
+		var reply bsoncore.Document
+		if reply, cerr = g.runLockCommand(ctx, a, g.owner(req, session, a.bind), session); cerr == nil {
+			g.metrics.lockCommand(cmd.Name, "ok", time.Since(start))
+			return withWarnings(reply, g.namespaceHints(ctx, cmd, a))
 		}
 	}
 	g.metrics.lockCommand(cmd.Name, cerr.reason, time.Since(start))
@@ -219,6 +211,32 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	g.log.Debug("lock command refused", zap.String("command", cmd.Name), zap.Uint64("conn", req.Client.ID),
 		zap.String("reason", cerr.reason), zap.String("error", cerr.msg))
 	return cerr.document()
+}
+
+// lockCommandMayRun checks, in order, what a lock command needs before it
+// touches the lock store: an authenticated caller where the upstream
+// requires one, a logical session, the caller's own write privilege for
+// acquireLock, and its turn on the connection for releases and renewals.
+// It returns the session id.
+func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lockArgs) ([]byte, *cmdError) {
+	cmd := req.Command
+	if g.opts.AuthRequired != nil && req.Client.User() == "" && g.opts.AuthRequired() {
+		return nil, &cmdError{code: codeUnauthorized, reason: reasonUnauthenticated,
+			msg: "lockgate: " + cmd.Name + " refused: the database requires authentication and this connection has not authenticated; " +
+				"lock commands carry the caller's own authority, so authenticate first"}
+	}
+	session, ok := cmd.SessionID()
+	if !ok {
+		return nil, &cmdError{code: codeBadValue, reason: reasonNoSession,
+			msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
+	}
+	if e := g.mayLock(ctx, req, a); e != nil {
+		return nil, e
+	}
+	if e := g.inOrder(ctx, req); e != nil {
+		return nil, e
+	}
+	return session, nil
 }
 
 func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *cmdError) {
