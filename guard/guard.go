@@ -133,17 +133,12 @@ func New(opts Options) *Guard {
 // Intercept implements proxy.Interceptor.
 func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decision {
 	// First, and whatever the policy: the lock store is reachable through
-	// the proxy in no form, lock commands on it included.
-	if e := g.reservedRefusal(req); e != nil {
-		g.metrics.reservedRefusals.WithLabelValues("lock_store").Inc()
-		g.log.Info("refused a request for the lock store's namespaces", zap.Uint64("conn", req.Client.ID),
-			zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("ns", e.ns))
-		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
-	}
+	// the proxy in no form, lock commands on it included, and other
+	// sessions' ids are not listed while anything is enforced.
 	pol := g.policy.Load()
-	if e := g.introspectionRefusal(req, pol); e != nil {
-		g.metrics.reservedRefusals.WithLabelValues("session_introspection").Inc()
-		g.log.Info("refused a request that reveals other sessions", zap.Uint64("conn", req.Client.ID),
+	if e, what := g.boundaryRefusal(req, pol); e != nil {
+		g.metrics.reservedRefusals.WithLabelValues(what).Inc()
+		g.log.Info("refused a request across the proxy's boundary", zap.String("what", what), zap.Uint64("conn", req.Client.ID),
 			zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("error", e.msg))
 		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
 	}

@@ -2,10 +2,7 @@ package guard
 
 import (
 	"bytes"
-	"fmt"
-	"strings"
 
-	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
 
@@ -20,40 +17,6 @@ var (
 	}
 	sessionStages = map[string]bool{"$currentOp": true, "$listSessions": true, "$listLocalSessions": true}
 )
-
-// introspectionRefusal returns the refusal of a request that reveals or
-// kills other sessions under pol, or nil.
-func (g *Guard) introspectionRefusal(req *proxy.Request, pol *policy.Policy) *cmdError {
-	if pol == nil || pol.SessionIntrospection() {
-		return nil
-	}
-	what := ""
-	if cmd := req.Command; cmd != nil {
-		if sessionCommands[cmd.Name] && !(cmd.Name == "killSessions" && killsOnlyOwn(req)) {
-			what = cmd.Name
-		} else {
-			policy.VisitReferences(cmd, func(db, coll string) bool {
-				if isSessionsCollection(db, coll) {
-					what = "config.system.sessions"
-				}
-				return what != ""
-			}, func(stage string) bool {
-				if sessionStages[stage] {
-					what = stage
-				}
-				return what != ""
-			})
-		}
-	} else if db, coll, ok := strings.Cut(legacyNamespace(req.Message), "."); ok && isSessionsCollection(db, coll) {
-		what = "config.system.sessions"
-	}
-	if what == "" {
-		return nil
-	}
-	return &cmdError{code: codeUnauthorized, reason: reasonIntrospection,
-		msg: fmt.Sprintf("lockgate: %s refused: it lists or ends other clients' logical sessions, and while namespaces are enforced a session id "+
-			"is enough to act as a lock holder on a deployment without authentication; an operator can allow it with policy.allowSessionIntrospection", what)}
-}
 
 func isSessionsCollection(db, coll string) bool {
 	return sameName(db, "config") && sameName(coll, "system.sessions")

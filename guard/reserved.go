@@ -97,32 +97,53 @@ func isASCII(s string) bool {
 	return true
 }
 
-// reservedRefusal returns the refusal of a request that touches a reserved
-// namespace, or nil.
-func (g *Guard) reservedRefusal(req *proxy.Request) *cmdError {
+// boundaryRefusal returns the refusal of a request that crosses one of
+// the lines drawn whatever the policy's modes: it names the lock store's
+// namespaces, or, while introspection is not allowed, it lists or ends
+// other clients' sessions. One walk over the command serves both, since
+// every request pays for it. what is the metric label.
+func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdError, what string) {
 	r := g.opts.Reserved
-	if r.DB == "" {
-		return nil
+	introspect := pol == nil || pol.SessionIntrospection()
+	if r.DB == "" && introspect {
+		return nil, ""
 	}
-	var hit string
+	var reserved, reveals string
 	if cmd := req.Command; cmd != nil {
-		policy.VisitNamespaces(cmd, func(db, coll string) bool {
-			if r.touches(db, coll, cmd.Name) {
-				hit = db + "." + coll
-				if coll == "" {
-					hit = db
+		if !introspect && sessionCommands[cmd.Name] && !(cmd.Name == "killSessions" && killsOnlyOwn(req)) {
+			reveals = cmd.Name
+		} else {
+			var stage func(string) bool
+			if !introspect {
+				stage = func(name string) bool {
+					if sessionStages[name] {
+						reveals = name
+					}
+					return reveals != ""
 				}
-				return true
 			}
-			return false
-		})
-	} else if ns := legacyNamespace(req.Message); ns != "" {
-		if db, coll, ok := strings.Cut(ns, "."); ok && r.touches(db, coll, "") {
-			hit = ns
+			policy.VisitReferences(cmd, func(db, coll string) bool {
+				switch {
+				case r.DB != "" && r.touches(db, coll, cmd.Name):
+					reserved = db + "." + coll
+					if coll == "" {
+						reserved = db
+					}
+				case !introspect && isSessionsCollection(db, coll):
+					reveals = "config.system.sessions"
+				}
+				return reserved != "" || reveals != ""
+			}, stage)
 		}
-	}
-	if hit == "" {
-		return nil
+	} else if ns := legacyNamespace(req.Message); ns != "" {
+		if db, coll, ok := strings.Cut(ns, "."); ok {
+			switch {
+			case r.DB != "" && r.touches(db, coll, ""):
+				reserved = ns
+			case !introspect && isSessionsCollection(db, coll):
+				reveals = "config.system.sessions"
+			}
+		}
 	}
 	name := "request"
 	if req.Command != nil {
@@ -130,9 +151,17 @@ func (g *Guard) reservedRefusal(req *proxy.Request) *cmdError {
 	} else {
 		name = req.Message.Header().OpCode.String()
 	}
-	return &cmdError{code: codeUnauthorized, reason: reasonReserved, ns: hit,
-		msg: fmt.Sprintf("lockgate: %s refused: %s is reserved for the lock store, which clients cannot read or write through the proxy; "+
-			"operators see locks on the admin listener (/locks)", name, hit)}
+	switch {
+	case reserved != "":
+		return &cmdError{code: codeUnauthorized, reason: reasonReserved, ns: reserved,
+			msg: fmt.Sprintf("lockgate: %s refused: %s is reserved for the lock store, which clients cannot read or write through the proxy; "+
+				"operators see locks on the admin listener (/locks)", name, reserved)}, "lock_store"
+	case reveals != "":
+		return &cmdError{code: codeUnauthorized, reason: reasonIntrospection,
+			msg: fmt.Sprintf("lockgate: %s refused: it lists or ends other clients' logical sessions, and while namespaces are enforced a session id "+
+				"is enough to act as a lock holder on a deployment without authentication; an operator can allow it with policy.allowSessionIntrospection", reveals)}, "session_introspection"
+	}
+	return nil, ""
 }
 
 // legacyNamespace is the namespace of a legacy opcode that is not a
