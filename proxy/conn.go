@@ -349,7 +349,7 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 
 	d := Decision{Action: Forward}
 	if ic := c.srv.opts.Interceptor; ic != nil {
-		d = ic.Intercept(c.ctx, &Request{Message: msg, Command: cmd, Client: c.info, answered: c.waitAnswered, ask: c.ask})
+		d = ic.Intercept(c.ctx, &Request{Message: msg, Command: cmd, Client: c.info, conn: c})
 	}
 	if isAuth && (d.Action == Forward || d.Action == Rewrite) && expectsReply(msg) {
 		auth.id = msg.Header().RequestID

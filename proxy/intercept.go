@@ -33,12 +33,10 @@ type Request struct {
 	// Client describes the connection.
 	Client *ClientInfo
 
-	// answered waits for the requests forwarded earlier on the connection;
-	// nil where no connection backs the request (tests).
-	answered func(context.Context) error
-	// ask sends a command of the proxy's own on the connection's upstream
-	// connection; nil where no connection backs the request.
-	ask func(context.Context, bsoncore.Document) (bsoncore.Document, error)
+	// conn is the connection the request arrived on; nil where none backs
+	// it (tests). A pointer, not method values: those would cost two
+	// allocations per request.
+	conn *conn
 }
 
 // ErrNoUpstream: Ask has no upstream connection to send on.
@@ -51,10 +49,10 @@ var ErrNoUpstream = errors.New("proxy: no upstream connection for this request")
 // do. Earlier requests on the connection are answered first
 // (WaitAnswered). The reply document is a copy.
 func (r *Request) Ask(ctx context.Context, body bsoncore.Document) (bsoncore.Document, error) {
-	if r.ask == nil {
+	if r.conn == nil {
 		return nil, ErrNoUpstream
 	}
-	return r.ask(ctx, body)
+	return r.conn.ask(ctx, body)
 }
 
 // WaitAnswered blocks until the upstream has answered every request this
@@ -65,10 +63,10 @@ func (r *Request) Ask(ctx context.Context, body bsoncore.Document) (bsoncore.Doc
 // order, as the server would execute them. Fire-and-forget requests have
 // no answer and are not waited for.
 func (r *Request) WaitAnswered(ctx context.Context) error {
-	if r.answered == nil {
+	if r.conn == nil {
 		return nil
 	}
-	return r.answered(ctx)
+	return r.conn.waitAnswered(ctx)
 }
 
 // Action says what the proxy does with a request.
