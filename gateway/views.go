@@ -25,7 +25,8 @@ type lockView struct {
 	ID            any       `json:"id"`
 	App           string    `json:"ownerApp"`
 	Client        string    `json:"ownerClient,omitempty"`
-	SessionPrefix string    `json:"sessionPrefix"`
+	User          string    `json:"ownerUser,omitempty"`
+	SessionPrefix string    `json:"ownerTag"` // a prefix of the keyed owner hash, not of the session id
 	Held          bool      `json:"held"`
 	Since         time.Time `json:"since,omitzero"`
 	ExpiresAt     time.Time `json:"expiresAt,omitzero"`
@@ -38,7 +39,7 @@ func viewOf(st lockstore.Status) lockView {
 		NS: st.NS, ID: extJSON(st.ID), Held: st.Held, Token: st.Token, LastError: st.LastError,
 	}
 	if st.Held {
-		v.App, v.Client, v.SessionPrefix = st.Holder.App, st.Holder.Client, st.Holder.SessionPrefix
+		v.App, v.Client, v.User, v.SessionPrefix = st.Holder.App, st.Holder.Client, st.Holder.User, st.Holder.SessionPrefix
 		v.Since, v.ExpiresAt = st.Since, st.ExpiresAt
 	}
 	return v

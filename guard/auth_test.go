@@ -144,6 +144,9 @@ func TestLocksBelongToTheAuthenticatedUser(t *testing.T) {
 	if len(locks) != 1 || locks[0].(bson.M)["held"] != true || locks[0].(bson.M)["heldByYou"] != false {
 		t.Fatalf("alice's session id on bob's connection: %v, want held but not by you", r)
 	}
+	if owner, _ := locks[0].(bson.M)["owner"].(bson.M); owner["user"] != "alice@admin" {
+		t.Errorf("lockStatus names the holder %v, want user alice@admin", owner)
+	}
 	bob.do(bson.D{{"endSessions", bson.A{lsidDoc(lsid)}}, {"$db", "admin"}})
 	r = alice.do(status)
 	if locks, _ := r["locks"].(bson.A); len(locks) != 1 || locks[0].(bson.M)["heldByYou"] != true {

@@ -184,6 +184,7 @@ func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore
 		Session: g.owners.session(req.Client.User(), session),
 		App:     req.Client.AppName(),
 		Client:  req.Client.Addr,
+		User:    req.Client.User(),
 		Bind:    g.owners.bind(bind),
 	}
 }

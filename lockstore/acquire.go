@@ -192,7 +192,7 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 			n.Token = h.Token + 1
 		}
 		n.Kind = kindAcquire
-		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient = sessionBinary(owner.Session), owner.Bind, owner.App, owner.Client
+		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = sessionBinary(owner.Session), owner.Bind, owner.App, owner.Client, owner.User
 		n.AcquiredAt, n.ExpiresAt = now, exp
 		return n, nil
 	}
@@ -466,7 +466,7 @@ func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen)
 			return nil, nil
 		}
 		n := h.next(kindRelease, now)
-		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient = nil, "", "", ""
+		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = nil, "", "", "", ""
 		n.AcquiredAt, n.ExpiresAt = time.Time{}, freeExpiry
 		if !keepLastError {
 			n.LastError = errText

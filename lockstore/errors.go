@@ -48,7 +48,8 @@ var (
 type Holder struct {
 	App           string    // client application name, "" if unknown
 	Client        string    // client address, "" if unknown
-	SessionPrefix string    // first 4 bytes of the session id, hex
+	User          string    // authenticated user@db, "" without authentication
+	SessionPrefix string    // first 4 bytes of the owner key, hex: a tag, not the session id
 	ExpiresAt     time.Time // lease end, in the store's estimate of server time
 	Token         int64     // fencing token of the current holder
 }

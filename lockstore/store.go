@@ -29,6 +29,8 @@ type Owner struct {
 	App string
 	// Client is the client's address, kept for operators.
 	Client string
+	// User is the authenticated user ("user@db"), kept for operators.
+	User string
 	// Bind is the stricter owner binding of DESIGN §4: when the proxy sets
 	// it (e.g. to the client connection id), a lock taken with Bind "x" is
 	// owned only by requests that carry the same session and Bind "x". It is
@@ -434,6 +436,7 @@ type gen struct {
 	Bind        string            `bson:"bind"`
 	OwnerApp    string            `bson:"ownerApp"`
 	OwnerClient string            `bson:"ownerClient"`
+	OwnerUser   string            `bson:"ownerUser,omitempty"`
 	Token       int64             `bson:"token"`
 	AcquiredAt  time.Time         `bson:"acquiredAt"`
 	ExpiresAt   time.Time         `bson:"expiresAt"`
@@ -467,7 +470,7 @@ func (g *gen) ownedBy(o Owner) bool {
 }
 
 func (g *gen) holder() Holder {
-	h := Holder{App: g.OwnerApp, Client: g.OwnerClient, ExpiresAt: g.ExpiresAt, Token: g.Token}
+	h := Holder{App: g.OwnerApp, Client: g.OwnerClient, User: g.OwnerUser, ExpiresAt: g.ExpiresAt, Token: g.Token}
 	if g.Owner != nil {
 		h.SessionPrefix = SessionPrefix(g.Owner.Data)
 	}
