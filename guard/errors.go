@@ -104,6 +104,9 @@ func holderDocument(h lockstore.Holder) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	d = bsoncore.AppendStringElement(d, "app", h.App)
 	d = bsoncore.AppendStringElement(d, "session", h.SessionPrefix)
+	if h.Client != "" {
+		d = bsoncore.AppendStringElement(d, "client", h.Client)
+	}
 	if h.User != "" {
 		d = bsoncore.AppendStringElement(d, "user", h.User)
 	}
