@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +28,7 @@ import (
 // authentication.
 func scramProxyStack(t *testing.T) *stack {
 	t.Helper()
-	h, err := scripted.SCRAM(map[string]string{"alice": "alice-pw", "bob": "bob-pw"}, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
-		if cmd == nil {
-			return nil
-		}
-		return s.Reply(req, bsoncore.NewDocumentBuilder().AppendBoolean("isWritablePrimary", true).AppendInt32("maxWireVersion", 21).AppendDouble("ok", 1).Build())
-	})
+	h, err := scripted.SCRAM(map[string]string{"alice": "alice-pw", "bob": "bob-pw"}, standaloneReplies)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +38,23 @@ func scramProxyStack(t *testing.T) *stack {
 	}
 	t.Cleanup(func() { up.Close() })
 	return startStackWith(t, stackOptions{upstreamAddr: up.Addr(), authRequired: func() bool { return true }})
+}
+
+// standaloneReplies answers a handshake as a standalone server with
+// sessions does (what drivers need to connect), and anything else with ok.
+func standaloneReplies(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+	if cmd == nil {
+		return nil
+	}
+	switch cmd.Name {
+	case "hello", "isMaster", "ismaster":
+		return s.Reply(req, bsoncore.NewDocumentBuilder().AppendBoolean("helloOk", true).AppendBoolean("ismaster", true).
+			AppendBoolean("isWritablePrimary", true).AppendInt32("maxBsonObjectSize", 16777216).AppendInt32("maxMessageSizeBytes", 48000000).
+			AppendInt32("maxWriteBatchSize", 100000).AppendDateTime("localTime", time.Now().UnixMilli()).
+			AppendInt32("logicalSessionTimeoutMinutes", 30).AppendInt32("minWireVersion", 0).AppendInt32("maxWireVersion", 21).
+			AppendDouble("ok", 1).Build())
+	}
+	return s.Reply(req, bsoncore.NewDocumentBuilder().AppendInt32("n", 0).AppendDouble("ok", 1).Build())
 }
 
 // rawConn is a wire connection that can authenticate by hand, so that a
@@ -266,5 +281,83 @@ func TestResolutionNeedsTheCallersReadAccess(t *testing.T) {
 	}
 	if r := alice.do(update("alice-session-01")); strings.Contains(fmt.Sprint(r["errmsg"]), "may not read") {
 		t.Fatalf("alice, who may read, was refused for it: %v", r)
+	}
+}
+
+// TestAuthenticatedLocksWithOtherDrivers: the same rules through pymongo
+// and the Node.js driver authenticating with SCRAM-SHA-256 through the
+// proxy: without credentials acquireLock is Unauthorized (13); as alice
+// it succeeds and lockStatus names alice@admin as the holder; a wrong
+// password does not authenticate.
+func TestAuthenticatedLocksWithOtherDrivers(t *testing.T) {
+	st := scramProxyStack(t)
+	host := st.addr
+	scripts := map[string][]string{
+		"pymongo": {"/usr/bin/python3", "-c", `
+import sys, pymongo
+from pymongo.errors import OperationFailure
+host = sys.argv[1]
+anon = pymongo.MongoClient("mongodb://%s/?directConnection=true" % host, serverSelectionTimeoutMS=5000)
+with anon.start_session() as s:
+    try:
+        anon.shop.command({"acquireLock": "orders", "ids": [7]}, session=s)
+        print("anon ALLOWED")
+    except OperationFailure as e:
+        print("anon", e.code)
+alice = pymongo.MongoClient("mongodb://alice:alice-pw@%s/?directConnection=true&authMechanism=SCRAM-SHA-256" % host, serverSelectionTimeoutMS=5000)
+with alice.start_session() as s:
+    alice.shop.command({"acquireLock": "orders", "ids": [7]}, session=s)
+    st = alice.shop.command({"lockStatus": "orders", "ids": [7]}, session=s)
+    print("alice", st["locks"][0]["heldByYou"], st["locks"][0]["owner"]["user"])
+wrong = pymongo.MongoClient("mongodb://alice:nope@%s/?directConnection=true&authMechanism=SCRAM-SHA-256" % host, serverSelectionTimeoutMS=5000)
+try:
+    wrong.shop.command({"ping": 1})
+    print("wrong ALLOWED")
+except OperationFailure as e:
+    print("wrong", e.code)
+`, host},
+		"node": {"node", "-e", `
+const { MongoClient } = require('mongodb');
+(async () => {
+  const host = process.argv[1];
+  const anon = new MongoClient('mongodb://' + host + '/?directConnection=true', { serverSelectionTimeoutMS: 5000 });
+  let s = anon.startSession();
+  try { await anon.db('shop').command({ acquireLock: 'orders', ids: [8] }, { session: s }); console.log('anon ALLOWED'); }
+  catch (e) { console.log('anon', e.code); }
+  await s.endSession(); await anon.close();
+  const alice = new MongoClient('mongodb://alice:alice-pw@' + host + '/?directConnection=true&authMechanism=SCRAM-SHA-256', { serverSelectionTimeoutMS: 5000 });
+  s = alice.startSession();
+  await alice.db('shop').command({ acquireLock: 'orders', ids: [8] }, { session: s });
+  const st = await alice.db('shop').command({ lockStatus: 'orders', ids: [8] }, { session: s });
+  console.log('alice', st.locks[0].heldByYou ? 'True' : 'False', st.locks[0].owner.user);
+  await s.endSession(); await alice.close();
+  const wrong = new MongoClient('mongodb://alice:nope@' + host + '/?directConnection=true&authMechanism=SCRAM-SHA-256', { serverSelectionTimeoutMS: 5000 });
+  try { await wrong.db('shop').command({ ping: 1 }); console.log('wrong ALLOWED'); }
+  catch (e) { console.log('wrong', e.code); }
+  await wrong.close();
+})();
+`, host},
+	}
+	for _, name := range []string{"pymongo", "node"} {
+		t.Run(name, func(t *testing.T) {
+			args := scripts[name]
+			if _, err := exec.LookPath(args[0]); err != nil {
+				if os.Getenv("CI") != "" {
+					t.Fatalf("%s missing (CI is set, so this is a failure)", args[0])
+				}
+				t.Skip(args[0] + " missing")
+			}
+			cmd := exec.Command(args[0], args[1:]...)
+			if name == "node" {
+				cmd.Dir = filepath.Join("..", "tests", "compat", "node")
+			}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if got, want := strings.TrimSpace(string(out)), "anon 13\nalice True alice@admin\nwrong 18"; got != want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, want)
+			}
+		})
 	}
 }
