@@ -124,6 +124,14 @@ type NamespaceRule struct {
 	// capped collection through on an enforced namespace, although each
 	// may evict the oldest documents, locked ones included.
 	AllowCappedInserts bool `yaml:"allowCappedInserts"`
+	// Fence is FenceDocument to stamp each locked document with its
+	// holder's fencing token and make every enforced write apply only
+	// where the stamp is the writer's (docs/ENFORCEMENT.md, "Document
+	// fence"); empty or FenceNone for none.
+	Fence FenceMode `yaml:"fence"`
+	// FenceField is the document field that carries the stamp; empty
+	// means DefaultFenceField.
+	FenceField string `yaml:"fenceField"`
 }
 
 // Limits bound message sizes.

@@ -65,6 +65,8 @@ type verdict struct {
 	// found by resolving a filter stay secret, or a refusal would tell
 	// the client which documents match any filter it likes.
 	named []bson.RawValue
+	// fence: the statements of fenced namespaces and their tokens.
+	fence *fencePlan
 }
 
 // isNamed reports whether the request itself named id.
@@ -115,6 +117,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				v.add(r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 		case policy.KindInsert:
+			v.fenceWrite(r, w, nil)
 			if g.cappedInsertRefused(ctx, v, r, w) {
 				continue
 			}
@@ -144,6 +147,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			if !ok {
 				continue
 			}
+			v.fenceWrite(r, w, ids)
 			need[w.NS] = append(need[w.NS], ids...)
 			needRule[w.NS] = r
 		}
@@ -161,6 +165,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			for _, i := range deferred {
 				ids, ok, _ := g.targets(ctx, v, rules[i], writes[i], true)
 				if ok {
+					v.fenceWrite(rules[i], writes[i], ids)
 					resolved[writes[i].NS] = append(resolved[writes[i].NS], ids...)
 					needRule[writes[i].NS] = rules[i]
 				}
@@ -170,6 +175,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	}
 	for ns, ids := range inserts {
 		g.checkInsertable(ctx, v, needRule[ns], o, ns, ids)
+	}
+	if !v.enforcedViolation() {
+		g.fenceInserts(ctx, v, o, hasSession)
 	}
 	return g.decide(req, pol, v, start)
 }
@@ -325,7 +333,7 @@ func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
 // checkHeld verifies that o holds every id in ns with the rule's margin.
 func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) {
 	w := firstWrite(v.writes, ns)
-	ok, missing, err := g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
+	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
 	if err != nil {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
@@ -518,6 +526,9 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 	g.record(req, pol, v, enforced, time.Since(start))
 	if enforced != nil {
 		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, *enforced).document()}
+	}
+	if v.fence != nil {
+		return g.fenceDecision(req, pol, v)
 	}
 	if len(v.pins) > 0 {
 		b, err := policy.PinStatements(req.Message, req.Command, v.pins)

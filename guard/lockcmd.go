@@ -251,6 +251,9 @@ func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Own
 		if err != nil {
 			return nil, fromStore(a.name, a.ns, err)
 		}
+		if e := g.fenceAcquired(ctx, a, o, locks); e != nil {
+			return nil, e
+		}
 		return locksReply(locks, lsid, o.Session), nil
 	case cmdRenew:
 		locks, err := g.opts.Store.Renew(ctx, o, a.ns, a.ids, a.lease)

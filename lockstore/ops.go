@@ -315,6 +315,12 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id bson.RawValue, r
 // so a lock taken through another instance is honoured. It fails closed:
 // on error the answer is false.
 func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration) (bool, []bson.RawValue, error) {
+	return s.holds(ctx, owner, ns, ids, margin, nil)
+}
+
+// holds is Holds; when tokens is not nil, it also records the token of
+// each key held, by record id.
+func (s *Store) holds(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration, tokens map[string]int64) (bool, []bson.RawValue, error) {
 	if err := checkOwner(owner); err != nil {
 		return false, nil, err
 	}
@@ -330,6 +336,9 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 		if s.cfg.CacheTrust > 0 {
 			if e, ok := s.cache.get(k.rid); ok && e.g.ownedBy(owner) && e.g.ExpiresAt.After(need) &&
 				local.Sub(e.verified) <= s.cfg.CacheTrust {
+				if tokens != nil {
+					tokens[k.rid] = e.g.Token
+				}
 				continue
 			}
 		}
@@ -357,6 +366,9 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 		h := hs[k.rid]
 		if h != nil && h.ownedBy(owner) && h.ExpiresAt.After(need) {
 			s.cache.put(k.rid, holdEntry{g: h, verified: verified})
+			if tokens != nil {
+				tokens[k.rid] = h.Token
+			}
 			continue
 		}
 		missing = append(missing, k.id)

@@ -50,6 +50,10 @@ type Rule struct {
 	// LeaseMargin is the lease a lock must have left for a write to be
 	// allowed under it.
 	LeaseMargin time.Duration
+	// FenceField is the field that carries the lock holder's fencing
+	// token when the rule sets fence: document, "" without a fence. Only
+	// enforced namespaces are fenced.
+	FenceField string
 }
 
 // Policy is a compiled, immutable policy. It is safe for concurrent use;
@@ -105,6 +109,12 @@ func Compile(c config.Policy) (*Policy, error) {
 		r.AllowCappedInserts = nr.AllowCappedInserts
 		if nr.MaxCandidates > 0 {
 			r.MaxCandidates = nr.MaxCandidates
+		}
+		if nr.Fence == config.FenceDocument {
+			r.FenceField = nr.FenceField
+			if r.FenceField == "" {
+				r.FenceField = config.DefaultFenceField
+			}
 		}
 		db, coll, ok := strings.Cut(nr.Match, ".")
 		if !ok || db == "" || coll == "" {

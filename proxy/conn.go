@@ -78,6 +78,10 @@ type conn struct {
 	// (under mu; nAsks for the hot path).
 	asks  map[int32]chan []byte
 	nAsks atomic.Int32
+	// hooks see the replies to some forwarded requests first, by
+	// requestID (under mu; nHooks for the hot path).
+	hooks  map[int32]ReplyHook
+	nHooks atomic.Int32
 
 	// The latest request's id and forward time, for the round-trip
 	// histogram. Drivers do not pipeline, so one slot times nearly every
@@ -217,6 +221,7 @@ func (c *conn) close() {
 		if up != nil {
 			up.Close()
 		}
+		c.abandonHooks()
 	})
 }
 
@@ -357,6 +362,13 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 			c.srv.metrics.error(errMalformed)
 			c.log.Warn("closing client connection: too many authentication requests in flight")
 			return false
+		}
+	}
+	if d.OnReply != nil {
+		if (d.Action == Forward || d.Action == Rewrite) && expectsReply(msg) {
+			c.addHook(msg.Header().RequestID, d.OnReply)
+		} else {
+			d.OnReply.Abandon()
 		}
 	}
 	switch d.Action {
@@ -541,6 +553,9 @@ func (c *conn) relayReply(raw *wire.RawMessage) error {
 	}
 
 	b := raw.Bytes
+	if c.nHooks.Load() > 0 && !moreToCome {
+		b = c.hookReply(h, b)
+	}
 	if hello {
 		rewritten, err := c.rewriteHelloReply(raw.Bytes)
 		if err != nil {

@@ -98,6 +98,10 @@ type Decision struct {
 	Reply bsoncore.Document
 	// Reason is logged when the decision closes the connection.
 	Reason string
+	// OnReply, if set, sees the upstream's reply to a forwarded or
+	// rewritten request before the client does (ReplyHook). For any other
+	// action, or a request that expects no reply, it is abandoned at once.
+	OnReply ReplyHook
 }
 
 // ClientInfo describes a client connection. The proxy fills it in from the
