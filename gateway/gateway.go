@@ -177,8 +177,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		EndSessionsSupported: func(ctx context.Context) (bool, error) {
 			return up.Supports(ctx, bson.D{{Key: "endSessions", Value: bson.A{}}})
 		},
-		Logger:  logger,
-		Metrics: guardMetrics,
+		MaxInFlight: time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
+		Logger:      logger,
+		Metrics:     guardMetrics,
 	})
 	gd.SetPolicy(pol)
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -245,7 +246,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		return nil
 	})
 	var g *Gateway
-	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"))
+	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn)
 
 	g = &Gateway{
 		logger:   logger,

@@ -64,7 +64,9 @@ func extJSON(v bson.RawValue) any {
 }
 
 // mountViews adds the lock and policy views and the force-release action.
-func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger) {
+// waitWrites, if set, waits for the writes in flight under a lock before
+// an operator's force-release frees it.
+func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, waitWrites func(context.Context, string, bson.RawValue) error) {
 	adm.Handle("/locks", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		limit, err := queryLimit(q.Get("limit"))
@@ -113,6 +115,12 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 		if err != nil {
 			admin.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "id: " + err.Error()})
 			return
+		}
+		if waitWrites != nil {
+			if err := waitWrites(r.Context(), req.NS, id); err != nil {
+				admin.WriteJSON(w, http.StatusConflict, map[string]string{"error": "a write this proxy forwarded under the lock is still unanswered; the lock stays: retry"})
+				return
+			}
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()

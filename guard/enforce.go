@@ -67,6 +67,8 @@ type verdict struct {
 	named []bson.RawValue
 	// fence: the statements of fenced namespaces and their tokens.
 	fence *fencePlan
+	// flight: the locks an allowed enforced write holds while in flight.
+	flight *flightPlan
 }
 
 // isNamed reports whether the request itself named id.
@@ -528,7 +530,7 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, *enforced).document()}
 	}
 	if v.fence != nil {
-		return g.fenceDecision(req, pol, v)
+		return g.launchDecision(req, pol, v, g.fenceDecision(req, pol, v))
 	}
 	if len(v.pins) > 0 {
 		b, err := policy.PinStatements(req.Message, req.Command, v.pins)
@@ -545,9 +547,9 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
 		}
 		g.metrics.pinned.Inc()
-		return proxy.Decision{Action: proxy.Rewrite, Message: b}
+		return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Rewrite, Message: b})
 	}
-	return proxy.Decision{Action: proxy.Forward}
+	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward})
 }
 
 // refusal renders an enforced violation as the command's error.

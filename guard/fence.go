@@ -40,7 +40,7 @@ const (
 
 // tokenStore is the lock store's HeldTokens (lockstore.Store has it).
 type tokenStore interface {
-	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) ([]int64, []bson.RawValue, error)
+	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error)
 }
 
 // fenced reports whether r fences documents.
@@ -93,19 +93,27 @@ func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []bson.RawValue)
 	p.stmts = append(p.stmts, fenceStmt{r: r, w: w, ids: ids})
 }
 
-// holds checks the locks of ids like Store.Holds and, for a fenced rule,
-// records their tokens for the rewrite.
+// holds checks the locks of ids like Store.Holds, records for an enforced
+// rule what the write's flight needs (the owner, the locks, the lease they
+// surely have left, measured now) and, for a fenced rule, their tokens for
+// the rewrite.
 func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) (bool, []bson.RawValue, error) {
-	if !fenced(r) {
-		return g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
-	}
 	ts, ok := g.opts.Store.(tokenStore)
 	if !ok {
-		return false, nil, fmt.Errorf("%w: this lock store cannot report fencing tokens", lockstore.ErrUnavailable)
+		if fenced(r) {
+			return false, nil, fmt.Errorf("%w: this lock store cannot report fencing tokens", lockstore.ErrUnavailable)
+		}
+		return g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
 	}
-	tokens, missing, err := ts.HeldTokens(ctx, o, ns, ids, r.LeaseMargin)
+	tokens, left, missing, err := ts.HeldTokens(ctx, o, ns, ids, r.LeaseMargin)
 	if err != nil || len(missing) > 0 {
 		return false, missing, err
+	}
+	if r.Mode == policy.Enforce {
+		v.flightLocks(o, r, ns, ids, left)
+	}
+	if !fenced(r) {
+		return true, nil, nil
 	}
 	p := v.fencePlan()
 	for i, id := range ids {

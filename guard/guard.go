@@ -68,8 +68,12 @@ type Options struct {
 	// releasing the sessions' locks; otherwise it forwards it. The first
 	// definite answer is kept; nil means supported.
 	EndSessionsSupported func(ctx context.Context) (bool, error)
-	Logger               *zap.Logger
-	Metrics              *Metrics
+	// MaxInFlight bounds how long this proxy keeps renewing the locks of
+	// an enforced write that has not been answered; 0 means 10 minutes
+	// (the gateway passes lockstore.maxLeaseMS).
+	MaxInFlight time.Duration
+	Logger      *zap.Logger
+	Metrics     *Metrics
 }
 
 // Guard is the proxy's Interceptor: it answers the lock commands and
@@ -91,6 +95,9 @@ type Guard struct {
 	resolveSlots chan struct{}
 
 	owners *ownerKeys
+
+	// flights are the enforced writes forwarded and not yet answered.
+	flights *flightTracker
 }
 
 // SetPolicy installs a new policy for every request from now on. Requests
@@ -126,8 +133,12 @@ func New(opts Options) *Guard {
 	if opts.MaxResolves <= 0 {
 		opts.MaxResolves = 8
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 10 * time.Minute
+	}
 	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
-		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret)}
+		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
+		flights: newFlightTracker()}
 }
 
 // Intercept implements proxy.Interceptor.
@@ -189,8 +200,18 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 			}
 			// The locks of this session as this connection's user: an
 			// endSessions naming someone else's session id from another
-			// user releases nothing of theirs.
-			n, err := g.opts.Store.ReleaseSession(ctx, g.owners.session(req.Client.User(), data))
+			// user releases nothing of theirs. Its writes in flight on
+			// other connections keep their locks until answered.
+			key := g.owners.session(req.Client.User(), data)
+			wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
+			err := g.flights.waitSession(wctx, key)
+			cancel()
+			if err != nil {
+				g.log.Warn("endSessions: the session's writes were still running; its locks are left to expire with their leases",
+					zap.String("session", lockstore.SessionPrefix(data)))
+				continue
+			}
+			n, err := g.opts.Store.ReleaseSession(ctx, key)
 			if err != nil {
 				g.log.Warn("endSessions: could not release the session's locks; they expire with their lease",
 					zap.String("session", lockstore.SessionPrefix(data)), zap.Error(err))

@@ -410,9 +410,16 @@ func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
 	defer cancel()
-	if err := req.WaitAnswered(wctx); err != nil {
+	err := req.WaitAnswered(wctx)
+	if err == nil && req.Command.Name == cmdRelease {
+		// And the session's writes on its other connections.
+		if session, ok := req.Command.SessionID(); ok {
+			err = g.flights.waitSession(wctx, g.owners.session(req.Client.User(), session))
+		}
+	}
+	if err != nil {
 		return &cmdError{code: codeLockFailed, reason: reasonInFlight,
-			msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection were still running after %v; "+
+			msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection, or this session's writes on its other connections, were still running after %v; "+
 				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, g.opts.OrderTimeout)}
 	}
 	return nil

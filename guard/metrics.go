@@ -17,6 +17,8 @@ type Metrics struct {
 	pinned          prometheus.Counter
 	// fencedOut counts statements the document fence refused.
 	fencedOut prometheus.Counter
+	// inFlightRenewals counts renewals of locks under writes in flight.
+	inFlightRenewals prometheus.Counter
 
 	reservedRefusals *prometheus.CounterVec
 
@@ -50,6 +52,10 @@ func NewMetrics() *Metrics {
 			Name:    "lockgate_decision_seconds",
 			Help:    "Time to decide a write on an audited or enforced namespace, lock checks and resolution included.",
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
+		}),
+		inFlightRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_inflight_renewals_total",
+			Help: "Lease renewals of locks whose enforced write was still unanswered by the database.",
 		}),
 		fencedOut: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_fenced_out_writes_total",
@@ -88,6 +94,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisionSeconds.Describe(ch)
 	m.pinned.Describe(ch)
 	m.fencedOut.Describe(ch)
+	m.inFlightRenewals.Describe(ch)
 	m.reservedRefusals.Describe(ch)
 	m.resolves.Describe(ch)
 	m.insertChecks.Describe(ch)
@@ -103,6 +110,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisionSeconds.Collect(ch)
 	m.pinned.Collect(ch)
 	m.fencedOut.Collect(ch)
+	m.inFlightRenewals.Collect(ch)
 	m.reservedRefusals.Collect(ch)
 	m.resolves.Collect(ch)
 	m.insertChecks.Collect(ch)

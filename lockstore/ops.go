@@ -319,7 +319,9 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 }
 
 // holds is Holds; when tokens is not nil, it also records the token of
-// each key held, by record id.
+// each key held, by record id, and the earliest lease end under the key
+// "" (as Unix nanoseconds of server time, with the clock's uncertainty
+// already subtracted).
 func (s *Store) holds(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration, tokens map[string]int64) (bool, []bson.RawValue, error) {
 	if err := checkOwner(owner); err != nil {
 		return false, nil, err
@@ -338,6 +340,7 @@ func (s *Store) holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 				local.Sub(e.verified) <= s.cfg.CacheTrust {
 				if tokens != nil {
 					tokens[k.rid] = e.g.Token
+					earliest(tokens, e.g.ExpiresAt.Add(-unc))
 				}
 				continue
 			}
@@ -368,6 +371,7 @@ func (s *Store) holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 			s.cache.put(k.rid, holdEntry{g: h, verified: verified})
 			if tokens != nil {
 				tokens[k.rid] = h.Token
+				earliest(tokens, h.ExpiresAt.Add(-unc))
 			}
 			continue
 		}
@@ -407,5 +411,12 @@ func (s *Store) debug(op, ns string, owner Owner, fields ...zap.Field) {
 	if ce := s.log.Check(zap.DebugLevel, op); ce != nil {
 		ce.Write(append([]zap.Field{zap.String("ns", ns), zap.String("session", SessionPrefix(owner.Session)),
 			zap.String("app", owner.App)}, fields...)...)
+	}
+}
+
+// earliest keeps the earliest lease end under tokens[""].
+func earliest(tokens map[string]int64, end time.Time) {
+	if cur, ok := tokens[""]; !ok || end.UnixNano() < cur {
+		tokens[""] = end.UnixNano()
 	}
 }

@@ -364,6 +364,9 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 			return false
 		}
 	}
+	if !d.Deadline.IsZero() && (d.Action == Forward || d.Action == Rewrite) && time.Now().After(d.Deadline) {
+		d = Decision{Action: Reply, Reply: d.LateReply, OnReply: d.OnReply}
+	}
 	if d.OnReply != nil {
 		if (d.Action == Forward || d.Action == Rewrite) && expectsReply(msg) {
 			c.addHook(msg.Header().RequestID, d.OnReply)

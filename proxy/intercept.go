@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -102,6 +103,11 @@ type Decision struct {
 	// rewritten request before the client does (ReplyHook). For any other
 	// action, or a request that expects no reply, it is abandoned at once.
 	OnReply ReplyHook
+	// Deadline, if set, is when a forwarded or rewritten request may no
+	// longer leave: the proxy checks it immediately before writing the
+	// bytes upstream and answers LateReply instead (abandoning OnReply).
+	Deadline  time.Time
+	LateReply bsoncore.Document
 }
 
 // ClientInfo describes a client connection. The proxy fills it in from the

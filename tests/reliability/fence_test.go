@@ -186,109 +186,152 @@ func TestFenceWriteForms(t *testing.T) {
 	}
 }
 
-// TestFenceStaleHolderPastLease is the stale holder the fence exists for:
-// a checked write waits upstream (behind a slow query on its connection)
-// until its lock's lease has ended, a second session takes the lock and
-// writes, and then the first write reaches the database. Without the fence
-// the first write lands over the second holder's work (shown here, so that
-// the test can fail); with the fence the database refuses it and the first
-// client gets the fenced-out error.
-func TestFenceStaleHolderPastLease(t *testing.T) {
-	for _, fence := range []bool{false, true} {
-		name := "without fence"
-		if fence {
-			name = "with fence"
-		}
-		t.Run(name, func(t *testing.T) {
-			coll := uniq("stale")
-			ns := "fence." + coll
-			cfg := fencedConfig("mongodb://"+markerRelay(t, upstream.Addr(), 4*time.Second)+"/", ns, fence)
-			cfg.Lockstore.URI = upstream.URI()
-			cfg.Policy.LeaseMarginMS = 50
-			g := startGateway(t, cfg)
-			ctx := testCtx(t, time.Minute)
-			direct := connect(t, upstream.URI(), "seed").Database("fence").Collection(coll)
-			if _, err := direct.InsertOne(ctx, bson.D{{Key: "_id", Value: "X"}, {Key: "v", Value: "start"}}); err != nil {
-				t.Fatal(err)
-			}
+// staleScenario is issue 11's stale holder: a session on proxy 1 takes X
+// with a 400 ms lease and sends, on one connection, a slow query and then
+// an update of X, checked while the lease is good; the update waits behind
+// the query at the database for 4 s. Meanwhile a second session takes X
+// once the lease has ended and writes it. It returns the final value of X
+// and the first session's reply to its update.
+//
+// partition cuts proxy 1 off from the lock store right after the update
+// left, so that it cannot keep the lock alive while the write is in
+// flight (a paused or partitioned proxy); without it, proxy 1 renews the
+// lock until the write is answered. second says through which gateway the
+// second session works.
+type staleResult struct {
+	final       string
+	reply       bsoncore.Document
+	secondWaits time.Duration
+}
 
-			c, err := net.Dial("tcp", g.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(30 * time.Second))
-			lsid := make([]byte, 16)
-			rand.Read(lsid)
-			session := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, lsid).Build()
-			ids := bsoncore.NewArrayBuilder().AppendString("X").Build()
-			if _, err := c.Write(rawCmd(1, session, "fence", func(b *bsoncore.DocumentBuilder) {
-				b.AppendString("acquireLock", coll).AppendArray("ids", ids).AppendInt32("leaseMS", 400)
-			})); err != nil {
-				t.Fatal(err)
-			}
-			if r := readBody(t, c); !bytes.Contains(r, []byte("token")) {
-				t.Fatalf("acquireLock: %v", bsoncore.Document(r))
-			}
-			// A slow query, then the update of X, checked while the lease
-			// still has 400 ms: it waits behind the query for 4 s.
-			update := bsoncore.NewDocumentBuilder().
-				AppendDocument("q", bsoncore.NewDocumentBuilder().AppendString("_id", "X").Build()).
-				AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$set",
-					bsoncore.NewDocumentBuilder().AppendString("v", "stale holder").Build()).Build()).Build()
-			var batch []byte
-			batch = append(batch, rawCmd(10, session, "fence", func(b *bsoncore.DocumentBuilder) {
-				b.AppendString("find", coll).AppendDocument("filter", bsoncore.NewDocumentBuilder().AppendString("marker", slowMarker).Build())
-			})...)
-			batch = append(batch, rawCmd(11, session, "fence", func(b *bsoncore.DocumentBuilder) {
-				b.AppendString("update", coll).AppendArray("updates", bsoncore.NewArrayBuilder().AppendDocument(update).Build())
-			})...)
-			if _, err := c.Write(batch); err != nil {
-				t.Fatal(err)
-			}
-
-			// The second session waits for the lease to end, takes X and
-			// writes it while the first write is still on its way.
-			second := connect(t, g.URI, "second-holder")
-			s, err := second.StartSession()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.EndSession(ctx)
-			sctx := mongo.NewSessionContext(ctx, s)
-			start := time.Now()
-			if err := second.Database("fence").RunCommand(sctx, bson.D{{Key: "acquireLock", Value: coll}, {Key: "ids", Value: bson.A{"X"}}, {Key: "waitMS", Value: 5000}}).Err(); err != nil {
-				t.Fatalf("second holder's acquireLock: %v", err)
-			}
-			if _, err := second.Database("fence").Collection(coll).UpdateOne(sctx, bson.D{{Key: "_id", Value: "X"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: "current holder"}}}}); err != nil {
-				t.Fatalf("second holder's write: %v", err)
-			}
-			if el := time.Since(start); el > 3*time.Second {
-				t.Fatalf("inconclusive: the second holder needed %v to take the lock and write, so the delayed write may have landed first", el)
-			}
-			readMessage(t, c) // the slow find
-			reply := readBody(t, c)
-			var got struct {
-				V string `bson:"v"`
-			}
-			if err := direct.FindOne(ctx, bson.D{{Key: "_id", Value: "X"}}).Decode(&got); err != nil {
-				t.Fatal(err)
-			}
-			r := bsoncore.Document(reply)
-			if !fence {
-				if got.V != "stale holder" {
-					t.Fatalf("without the fence the delayed write should land over the new holder's (the window the fence closes); X = %q, reply %v", got.V, r)
-				}
-				return
-			}
-			if got.V != "current holder" {
-				t.Errorf("X = %q: the stale holder's write landed over the current holder's", got.V)
-			}
-			if !bytes.Contains(reply, []byte("fenced out")) {
-				t.Errorf("the stale holder got %v, want the fenced-out error", r)
-			}
-		})
+func staleScenario(t *testing.T, fence, partition, secondOnOther bool) staleResult {
+	t.Helper()
+	coll := uniq("stale")
+	ns := "fence." + coll
+	locks := uniq("locks")
+	slow := newFaultRelay(t, upstream.Addr(), slowMarker, 4*time.Second)
+	store := newFaultRelay(t, upstream.Addr(), "", 0)
+	cfg := fencedConfig("mongodb://"+slow.Addr()+"/", ns, fence)
+	cfg.Lockstore.Collection = locks
+	cfg.Lockstore.URI = "mongodb://" + store.Addr() + "/"
+	cfg.Policy.LeaseMarginMS = 50
+	g1 := startGateway(t, cfg)
+	g2 := g1
+	if secondOnOther {
+		cfg2 := fencedConfig(upstream.URI(), ns, fence)
+		cfg2.Lockstore.Collection = locks
+		g2 = startGateway(t, cfg2)
 	}
+	defer store.Stall(false)
+	ctx := testCtx(t, time.Minute)
+	direct := connect(t, upstream.URI(), "seed").Database("fence").Collection(coll)
+	if _, err := direct.InsertOne(ctx, bson.D{{Key: "_id", Value: "X"}, {Key: "v", Value: "start"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	c, err := net.Dial("tcp", g1.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	lsid := make([]byte, 16)
+	rand.Read(lsid)
+	session := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, lsid).Build()
+	ids := bsoncore.NewArrayBuilder().AppendString("X").Build()
+	if _, err := c.Write(rawCmd(1, session, "fence", func(b *bsoncore.DocumentBuilder) {
+		b.AppendString("acquireLock", coll).AppendArray("ids", ids).AppendInt32("leaseMS", 400)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if r := readBody(t, c); !bytes.Contains(r, []byte("token")) {
+		t.Fatalf("acquireLock: %v", bsoncore.Document(r))
+	}
+	update := bsoncore.NewDocumentBuilder().
+		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendString("_id", "X").Build()).
+		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$set",
+			bsoncore.NewDocumentBuilder().AppendString("v", "stale holder").Build()).Build()).Build()
+	var batch []byte
+	batch = append(batch, rawCmd(10, session, "fence", func(b *bsoncore.DocumentBuilder) {
+		b.AppendString("find", coll).AppendDocument("filter", bsoncore.NewDocumentBuilder().AppendString("marker", slowMarker).Build())
+	})...)
+	batch = append(batch, rawCmd(11, session, "fence", func(b *bsoncore.DocumentBuilder) {
+		b.AppendString("update", coll).AppendArray("updates", bsoncore.NewArrayBuilder().AppendDocument(update).Build())
+	})...)
+	if _, err := c.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	if partition {
+		// Once the update has been decided and forwarded: proxy 1 can
+		// no longer reach its lock store.
+		waitFor(t, 5*time.Second, "the update to leave proxy 1", func() bool {
+			return g1.metric(t, "lockgate_decisions_total", map[string]string{"decision": "allow"}) >= 1
+		})
+		store.Stall(true)
+	}
+
+	second := connect(t, g2.URI, "second-holder")
+	s, err := second.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.EndSession(ctx)
+	sctx := mongo.NewSessionContext(ctx, s)
+	start := time.Now()
+	if err := second.Database("fence").RunCommand(sctx, bson.D{{Key: "acquireLock", Value: coll}, {Key: "ids", Value: bson.A{"X"}}, {Key: "waitMS", Value: 10000}}).Err(); err != nil {
+		t.Fatalf("second holder's acquireLock: %v", err)
+	}
+	waited := time.Since(start)
+	if _, err := second.Database("fence").Collection(coll).UpdateOne(sctx, bson.D{{Key: "_id", Value: "X"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: "current holder"}}}}); err != nil {
+		t.Fatalf("second holder's write: %v", err)
+	}
+	readMessage(t, c) // the slow find
+	reply := bsoncore.Document(append([]byte(nil), readBody(t, c)...))
+	var got struct {
+		V string `bson:"v"`
+	}
+	if err := direct.FindOne(ctx, bson.D{{Key: "_id", Value: "X"}}).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	return staleResult{final: got.V, reply: reply, secondWaits: waited}
+}
+
+// TestInFlightWriteKeepsItsLock: while the checked update waits at the
+// database, its proxy renews the lock, so the second session gets X only
+// after the update is answered, and writes last.
+func TestInFlightWriteKeepsItsLock(t *testing.T) {
+	r := staleScenario(t, false, false, false)
+	if r.final != "current holder" {
+		t.Errorf("X = %q (second holder waited %v): the first holder's write landed after the lock had passed on", r.final, r.secondWaits)
+	}
+	if r.secondWaits < 3*time.Second {
+		t.Errorf("the second holder got X after %v, while the first holder's write was still in flight (it is answered after about 4 s)", r.secondWaits)
+	}
+}
+
+// TestFenceStaleHolderPastLease: the same, but proxy 1 is cut off from
+// the lock store once its update has left (as a paused or partitioned
+// proxy would be), so nothing keeps the lock alive, and the second session
+// takes it through another proxy. Without the fence the stale write lands
+// over the current holder's (shown, so that the test can fail); with the
+// fence the database refuses it and the first client gets the fenced-out
+// error.
+func TestFenceStaleHolderPastLease(t *testing.T) {
+	t.Run("without fence", func(t *testing.T) {
+		r := staleScenario(t, false, true, true)
+		if r.final != "stale holder" {
+			t.Fatalf("without the fence the delayed write should land over the new holder's (the window the fence closes); X = %q, reply %v", r.final, r.reply)
+		}
+	})
+	t.Run("with fence", func(t *testing.T) {
+		r := staleScenario(t, true, true, true)
+		if r.final != "current holder" {
+			t.Errorf("X = %q: the stale holder's write landed over the current holder's", r.final)
+		}
+		if !bytes.Contains(r.reply, []byte("fenced out")) {
+			t.Errorf("the stale holder got %v, want the fenced-out error", r.reply)
+		}
+	})
 }
 
 // rawCmd frames one OP_MSG command in session.
