@@ -84,6 +84,11 @@ type Lockstore struct {
 	// shares a lock store must use the same secret. Empty: a random secret
 	// per process.
 	OwnerSecretFile string `yaml:"ownerSecretFile"`
+	// TakeoverGraceMS delays granting a lock whose lease ended without a
+	// release (its holder or its proxy vanished) to a new owner, so that a
+	// write the database may still be running under the old lease ends
+	// first (docs/ENFORCEMENT.md, "Writes in flight"). 0: none.
+	TakeoverGraceMS int64 `yaml:"takeoverGraceMS"`
 }
 
 // Policy is the static part of the enforcement policy.

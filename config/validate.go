@@ -60,6 +60,9 @@ func (c *Config) Validate() error {
 	if err := checkCollName(ls.Collection); err != "" {
 		v.add("lockstore.collection", "%s, got %q", err, ls.Collection)
 	}
+	if ls.TakeoverGraceMS < 0 || ls.TakeoverGraceMS > MaxLeaseLimitMS {
+		v.add("lockstore.takeoverGraceMS", "must be between 0 and %d, got %d", MaxLeaseLimitMS, ls.TakeoverGraceMS)
+	}
 	if ls.MaxLeaseMS < 1 || ls.MaxLeaseMS > MaxLeaseLimitMS {
 		v.add("lockstore.maxLeaseMS", "must be between 1 and %d (one day), got %d", MaxLeaseLimitMS, ls.MaxLeaseMS)
 	}

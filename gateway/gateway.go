@@ -148,6 +148,8 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		DefaultLease: time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,
 		MaxLease:     time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
 		MaxWaiters:   cfg.Limits.MaxWaitersPerLock,
+
+		TakeoverGrace: time.Duration(cfg.Lockstore.TakeoverGraceMS) * time.Millisecond,
 	}, lockstore.WithLogger(logger), lockstore.WithMetrics(lsMetrics))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -177,9 +179,10 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		EndSessionsSupported: func(ctx context.Context) (bool, error) {
 			return up.Supports(ctx, bson.D{{Key: "endSessions", Value: bson.A{}}})
 		},
+		Logger:  logger,
+		Metrics: guardMetrics,
+
 		MaxInFlight: time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
-		Logger:      logger,
-		Metrics:     guardMetrics,
 	})
 	gd.SetPolicy(pol)
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -68,12 +68,13 @@ type Options struct {
 	// releasing the sessions' locks; otherwise it forwards it. The first
 	// definite answer is kept; nil means supported.
 	EndSessionsSupported func(ctx context.Context) (bool, error)
+	Logger               *zap.Logger
+	Metrics              *Metrics
+
 	// MaxInFlight bounds how long this proxy keeps renewing the locks of
 	// an enforced write that has not been answered; 0 means 10 minutes
 	// (the gateway passes lockstore.maxLeaseMS).
 	MaxInFlight time.Duration
-	Logger      *zap.Logger
-	Metrics     *Metrics
 }
 
 // Guard is the proxy's Interceptor: it answers the lock commands and
