@@ -258,6 +258,9 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		return proxy.Decision{Action: proxy.Reply, Reply: late()}
 	}
 	var maxTime time.Duration
+	if req.Command != nil && inTransaction(req.Command.Body) {
+		g.recordTxn(req, p)
+	}
 	if req.Command != nil && !inTransaction(req.Command.Body) {
 		ms := max(budget.Milliseconds(), 1)
 		raw := req.Message.Raw()

@@ -99,6 +99,8 @@ type Guard struct {
 
 	// flights are the enforced writes forwarded and not yet answered.
 	flights *flightTracker
+	// txns are the locks of open transactions' enforced writes.
+	txns *txnTracker
 }
 
 // SetPolicy installs a new policy for every request from now on. Requests
@@ -139,7 +141,7 @@ func New(opts Options) *Guard {
 	}
 	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
-		flights: newFlightTracker()}
+		flights: newFlightTracker(), txns: newTxnTracker()}
 }
 
 // Intercept implements proxy.Interceptor.
@@ -160,6 +162,8 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 			return proxy.Decision{Action: proxy.Reply, Reply: g.lockCommand(ctx, req)}
 		case cmd.Name == "endSessions":
 			return g.endSessions(ctx, req)
+		case cmd.Name == "commitTransaction" || cmd.Name == "abortTransaction":
+			return g.endTransaction(ctx, req)
 		}
 	}
 	if pol == nil || pol.AllOff() {
