@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/admin"
+	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"go.mongodb.org/mongo-driver/bson"
@@ -173,14 +174,22 @@ type ruleView struct {
 	AllowCappedInserts    bool   `json:"allowCappedInserts"`
 	MaxCandidates         int    `json:"maxCandidates"`
 	LeaseMarginMS         int64  `json:"leaseMarginMS"`
+
+	Fence      string `json:"fence"`
+	FenceField string `json:"fenceField,omitempty"`
 }
 
 func viewOfRule(r policy.Rule) ruleView {
-	return ruleView{
+	v := ruleView{
 		Match: r.Match, Mode: string(r.Mode), Inserts: string(r.Inserts),
 		AllowCollectionWrites: r.AllowCollectionWrites, AllowCappedInserts: r.AllowCappedInserts, MaxCandidates: r.MaxCandidates,
 		LeaseMarginMS: r.LeaseMargin.Milliseconds(),
 	}
+	v.Fence = string(config.FenceNone)
+	if r.FenceField != "" {
+		v.Fence, v.FenceField = string(config.FenceDocument), r.FenceField
+	}
+	return v
 }
 
 // queryLimit reads /locks?limit=N: empty means the store's default; any
