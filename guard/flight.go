@@ -98,6 +98,10 @@ func (g *Guard) launch(p *flightPlan, maxTime time.Duration, next proxy.ReplyHoo
 	return f
 }
 
+// NeedsBody tells the proxy that a flight without a chained hook only
+// needs to know that the reply arrived (no decoding on the hot path).
+func (f *flight) NeedsBody() bool { return f.next != nil }
+
 // Reply implements proxy.ReplyHook.
 func (f *flight) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Document {
 	var out bsoncore.Document
@@ -263,11 +267,14 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	}
 	if req.Command != nil && !inTransaction(req.Command.Body) {
 		ms := max(budget.Milliseconds(), 1)
-		raw := req.Message.Raw()
+		var b []byte
+		var capped time.Duration
+		var err error
 		if d.Action == proxy.Rewrite {
-			raw = d.Message
+			b, capped, err = policy.CapMaxTime(d.Message, ms)
+		} else {
+			b, capped, err = policy.CapMaxTimeOf(req.Message, req.Command, ms)
 		}
-		b, capped, err := policy.CapMaxTime(raw, ms)
 		if err != nil {
 			x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonUnclassifiable,
 				detail: fmt.Sprintf("the proxy could not bound its running time by the lease (%v)", err)}

@@ -19,12 +19,22 @@ func CapMaxTime(raw []byte, ms int64) ([]byte, time.Duration, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("policy: CapMaxTime: %w", err)
 	}
+	return CapMaxTimeOf(msg, nil, ms)
+}
+
+// CapMaxTimeOf is CapMaxTime for a message already parsed, with its
+// command (nil: read from msg).
+func CapMaxTimeOf(msg wire.Message, cmd *wire.Command, ms int64) ([]byte, time.Duration, error) {
 	if c, ok := msg.(*wire.OpCompressed); ok {
 		msg = c.Inner
+		cmd = nil
 	}
-	cmd, err := wire.CommandOf(msg)
-	if err != nil || cmd == nil {
-		return nil, 0, fmt.Errorf("policy: CapMaxTime: not a command (%v)", err)
+	if cmd == nil {
+		var err error
+		cmd, err = wire.CommandOf(msg)
+		if err != nil || cmd == nil {
+			return nil, 0, fmt.Errorf("policy: CapMaxTime: not a command (%v)", err)
+		}
 	}
 	if v, err := cmd.Body.LookupErr("maxTimeMS"); err == nil {
 		if cur, ok := v.AsInt64OK(); ok && cur > 0 && cur <= ms {

@@ -21,7 +21,9 @@ import (
 type ReplyHook interface {
 	// Reply receives the reply body, valid only during the call, and
 	// returns a body to send the client instead, or nil to relay the
-	// reply unchanged.
+	// reply unchanged. A hook that also has a NeedsBody() bool method
+	// returning false is only told that the reply arrived: body is nil,
+	// and its answer is ignored.
 	Reply(ctx context.Context, body bsoncore.Document) bsoncore.Document
 	// Abandon is called instead of Reply when the request will not be
 	// answered: the connection closed first, or nothing is expected.
@@ -80,6 +82,10 @@ func (c *conn) abandonHooks() {
 func (c *conn) hookReply(h wire.Header, b []byte) []byte {
 	hook := c.takeHook(h.ResponseTo)
 	if hook == nil {
+		return b
+	}
+	if nb, ok := hook.(interface{ NeedsBody() bool }); ok && !nb.NeedsBody() {
+		hook.Reply(c.ctx, nil)
 		return b
 	}
 	body, ok := replyBody(b)
