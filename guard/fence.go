@@ -326,9 +326,10 @@ func (h *fenceHook) Reply(ctx context.Context, body bsoncore.Document) bsoncore.
 	}
 	expected := 0
 	for _, c := range h.checks {
-		if c.multi {
+		switch {
+		case c.multi:
 			expected += len(c.ids)
-		} else {
+		case len(c.ids) > 0:
 			expected++
 		}
 	}
@@ -429,6 +430,9 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 	}
 	reads := map[string]read{}
 	for ns, ids := range byNS {
+		if len(ids) == 0 {
+			continue
+		}
 		stamps, exists, err := h.db.FenceStamps(ctx, ns, h.checks[0].field, ids)
 		if err != nil {
 			// The write was refused or matched nothing; which one cannot
