@@ -27,9 +27,13 @@ func TestPolicyViewUsesConfigKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"match":"shop.orders","mode":"enforce","inserts":"requireUnlocked","allowCollectionWrites":true,"allowCappedInserts":false,"maxCandidates":50,"leaseMarginMS":1500}`
+	want := `{"match":"shop.orders","mode":"enforce","inserts":"requireUnlocked","allowCollectionWrites":true,"allowCappedInserts":false,"maxCandidates":50,"leaseMarginMS":1500,"fence":"none"}`
 	if string(b) != want {
 		t.Errorf("rule view\n got  %s\n want %s", b, want)
+	}
+	b, _ = json.Marshal(viewOfRule(policy.Rule{Match: "shop.orders", Mode: policy.Enforce, FenceField: "_lockgateToken"}))
+	if !strings.Contains(string(b), `"fence":"document","fenceField":"_lockgateToken"`) {
+		t.Errorf("fenced rule view: %s", b)
 	}
 }
 
