@@ -377,6 +377,8 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, a %s: an _id of another type is another document)", idString(alt), typeName(alt))
 		} else if other, ok := g.heldInDoubledNamespace(ctx, o, ns, shown); ok {
 			x.detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
+		} else if why, ok := g.heldInOtherNamespace(ctx, o, ns, shown); ok {
+			x.detail += why
 		}
 	}
 	v.violations = append(v.violations, x)

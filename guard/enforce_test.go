@@ -352,6 +352,33 @@ func TestRefusalNamesTheOtherTypeLock(t *testing.T) {
 	lockBusy(t, err, `it holds the lock on _id "1", a string`)
 }
 
+// TestRefusalNamesTheOtherNamespaceLock: a session that locked _id 1 in
+// another namespace (acquireLock run on mongosh's default database "test")
+// is refused in shop, and the refusal says where its lock is (issue 9). A
+// lock another session holds elsewhere on the same _id is not mentioned:
+// a refusal names only what the caller itself holds.
+func TestRefusalNamesTheOtherNamespaceLock(t *testing.T) {
+	coll, pol := protected(t, 2)
+	st := startStackWith(t, stackOptions{policy: pol})
+	c := connect(t, st.uri, "elsewhere")
+	s := session(t, c)
+	if err := c.Database("test").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	lockBusy(t, err, "it holds the lock on _id 1 in test."+coll+` instead: a lock covers only the namespace it was taken in; run {acquireLock: "`+coll+`"} on database shop`)
+
+	other := connect(t, st.uri, "other")
+	so := session(t, other)
+	if err := other.Database("test").RunCommand(inSession(so), bson.D{{"acquireLock", coll}, {"ids", bson.A{2}}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 2}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	if se := lockBusy(t, err, "does not hold the lock on _id 2"); strings.Contains(se.Error(), "instead") {
+		t.Errorf("the refusal points at another session's lock: %v", se)
+	}
+}
+
 // TestRefusalNamesTheDoubledNamespace: acquireLock: "shop.<coll>" run on
 // database shop locks shop.shop.<coll>; the write's refusal says where the
 // session's lock is (issue 9).
