@@ -23,11 +23,12 @@ func TestPolicyViewUsesConfigKeys(t *testing.T) {
 	b, err := json.Marshal(viewOfRule(policy.Rule{
 		Match: "shop.orders", Mode: policy.Enforce, Inserts: policy.InsertsRequireUnlocked,
 		AllowCollectionWrites: true, MaxCandidates: 50, LeaseMargin: 1500 * time.Millisecond,
+		RefuseLocksOnMissingCollection: true,
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"match":"shop.orders","mode":"enforce","inserts":"requireUnlocked","allowCollectionWrites":true,"allowCappedInserts":false,"maxCandidates":50,"leaseMarginMS":1500}`
+	want := `{"match":"shop.orders","mode":"enforce","inserts":"requireUnlocked","allowCollectionWrites":true,"allowCappedInserts":false,"maxCandidates":50,"leaseMarginMS":1500,"refuseLocksOnMissingCollection":true}`
 	if string(b) != want {
 		t.Errorf("rule view\n got  %s\n want %s", b, want)
 	}

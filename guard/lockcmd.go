@@ -234,6 +234,9 @@ func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lo
 	if e := g.mayLock(ctx, req, a); e != nil {
 		return nil, e
 	}
+	if e := g.refuseMissingCollection(ctx, a); e != nil {
+		return nil, e
+	}
 	if e := g.inOrder(ctx, req); e != nil {
 		return nil, e
 	}
