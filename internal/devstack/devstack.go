@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -84,6 +86,18 @@ func devConfig(o flags) (*config.Config, error) {
 	return cfg, nil
 }
 
+// Main runs the dev stack as a process: until SIGTERM or SIGINT, with
+// SIGHUP reloading the policy instead of killing the process (which would
+// leave its temporary data directory behind). It returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	return Run(ctx, args, stdout, stderr, hup)
+}
+
 // Run runs the dev stack until ctx ends and returns the process exit code:
 // 0 after a clean stop, 1 when something failed at run time, 2 for bad
 // flags or configuration. Each value on hup (SIGHUP), and each change of
@@ -124,12 +138,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	}
 	defer logger.Sync()
 
-	// FerretDB logs a great deal at info, and at warn it dumps every error
-	// reply it sends (each CommandNotFound of a capability probe), which
-	// drowns lockgate's own lines; its errors are what a developer needs.
-	// Its lines are prefixed so that nobody takes them for lockgate's.
-	ferretLog := slog.New(slog.NewTextHandler(prefixWriter{prefix: []byte("embedded FerretDB (upstream): "), w: stderr}, &slog.HandlerOptions{Level: slog.LevelError}))
-	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, Logger: ferretLog})
+	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, Logger: ferretLogger(stderr)})
 	if err != nil {
 		logger.Error("embedded upstream failed to start", zap.Error(err))
 		return 1
@@ -213,6 +222,17 @@ func reload(o flags, logger *zap.Logger, gw *gateway.Gateway, why string) {
 	}
 	logger.Info("policy reloaded")
 }
+
+// ferretLogger is the embedded FerretDB's logger. FerretDB logs a great
+// deal at info, and at warn it dumps every error reply it sends (each
+// CommandNotFound of a capability probe), which drowns lockgate's own
+// lines; its errors are what a developer needs. Its lines are prefixed so
+// that nobody takes them for lockgate's.
+func ferretLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(prefixWriter{prefix: []byte(ferretPrefix), w: w}, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+const ferretPrefix = "embedded FerretDB (upstream): "
 
 // prefixWriter starts every line written through it with prefix. slog's
 // handlers write one whole record per call, so per-call is per-line.
