@@ -37,7 +37,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	var o flags
 	fs := flag.NewFlagSet("devstack", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.configPath, "config", "", "YAML config `file`; only its lockstore, policy and log sections are used")
+	fs.StringVar(&o.configPath, "config", "", "YAML config `file`; only its lockstore, policy, log and adminAuth sections are used")
 	fs.StringVar(&o.listen, "listen", defaultListen, "proxy listener `host:port`")
 	fs.StringVar(&o.admin, "admin", defaultAdmin, "admin HTTP listener `host:port`")
 	fs.StringVar(&o.dataDir, "data", "", "FerretDB data `dir`; empty means a temporary directory removed on exit")
