@@ -101,18 +101,33 @@ func TestPolicyWarningsForRulesThatProtectNothing(t *testing.T) {
 	}
 
 	next := *cfg
-	next.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}, {Match: "shop.Orders", Mode: config.ModeAudit}}
+	next.Policy.Namespaces = []config.NamespaceRule{
+		{Match: "shop.orders", Mode: config.ModeEnforce},
+		{Match: "shop.Orders", Mode: config.ModeAudit},
+		{Match: "shop.later", Mode: config.ModeAudit},
+	}
 	if err := gw.Reload(&next); err != nil {
 		t.Fatal(err)
 	}
-	_, body := httpGet(t, admin+"/policy")
-	view.Warnings = nil
-	json.Unmarshal([]byte(body), &view)
-	if len(view.Warnings) != 1 || !strings.Contains(view.Warnings[0], `rule "shop.Orders": collection shop.Orders does not exist, shop.orders does: names differ only by case`) {
-		t.Errorf("/policy warnings after reload: %q, want only the case-only difference of the new rule", view.Warnings)
+	warnings := func() []string {
+		_, body := httpGet(t, admin+"/policy")
+		var v struct{ Warnings []string }
+		json.Unmarshal([]byte(body), &v)
+		return v.Warnings
 	}
-	if n := logs.FilterMessageSnippet("policy rule matches no existing namespace").Len(); n != 3 {
-		t.Errorf("%d warnings logged after the reload, want 3 (2 at start, 1 at reload)", n)
+	caseOnly := `rule "shop.Orders": collection shop.Orders does not exist, shop.orders does: names differ only by case`
+	if w := warnings(); len(w) != 2 || !strings.Contains(w[0], caseOnly) || !strings.Contains(w[1], `rule "shop.later" matches no existing namespace`) {
+		t.Errorf("/policy warnings after reload: %q, want the case-only difference and the missing collection of the new rules", w)
+	}
+	if n := logs.FilterMessageSnippet("policy rule matches no existing namespace").Len(); n != 4 {
+		t.Errorf("%d warnings logged after the reload, want 4 (2 at start, 2 at reload)", n)
+	}
+	// /policy checks again: a collection created since is no longer flagged.
+	if _, err := c.Database("shop").Collection("later").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if w := warnings(); len(w) != 1 || !strings.Contains(w[0], caseOnly) {
+		t.Errorf("/policy warnings once shop.later exists: %q, want only the case-only difference", w)
 	}
 
 	for _, bad := range []string{"abc", "0", "-3"} {
