@@ -446,6 +446,14 @@ func TestLockCommandNamespaceHints(t *testing.T) {
 	if w, ok := got["warnings"]; ok {
 		t.Errorf("a correct lock command got warnings: %v", w)
 	}
+	// A name that differs from an existing collection's only by case.
+	got, err = run(t, c, s, bson.D{{"acquireLock", "Hinted"}, {"ids", bson.A{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := fmt.Sprint(got["warnings"]); !strings.Contains(w, "the collection shop.Hinted does not exist, shop.hinted does: names differ only by case") {
+		t.Errorf("acquireLock \"Hinted\" where shop.hinted exists: warnings %q, want the case-only difference named", w)
+	}
 }
 
 // TestEndSessionsWrongTypeIsAnError: {endSessions: 1} used to panic the

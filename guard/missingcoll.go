@@ -3,6 +3,9 @@ package guard
 import (
 	"context"
 	"fmt"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/bson"
 )
 
 // refuseMissingCollection refuses acquireLock in a collection that does not
@@ -35,4 +38,28 @@ func (g *Guard) refuseMissingCollection(ctx context.Context, a *lockArgs) *cmdEr
 	return &cmdError{code: codeNamespaceNotFound, reason: reasonNoCollection, ns: a.ns,
 		msg: fmt.Sprintf("lockgate: acquireLock refused: the collection %s does not exist, and the policy rule %q refuses locks in missing collections "+
 			"(refuseLocksOnMissingCollection); check the database and collection name, or create the collection first", a.ns, rule.Match)}
+}
+
+// caseTwinFinder is implemented by resolvers that can find an existing
+// collection whose name differs from a missing one only by case.
+type caseTwinFinder interface {
+	CaseTwin(ctx context.Context, ns string) (string, bool)
+}
+
+// CaseTwin returns the namespace of a collection of ns's database whose
+// name differs from ns's only by case ("Orders" for "orders"): MongoDB's
+// names are case-sensitive, so a lock on the one covers no write to the
+// other. Only the hint path of a lock command on a missing collection asks.
+func (r *MongoResolver) CaseTwin(ctx context.Context, ns string) (string, bool) {
+	db, coll := splitNS(ns)
+	names, err := r.client.Database(db).ListCollectionNames(ctx, bson.D{})
+	if err != nil {
+		return "", false
+	}
+	for _, n := range names {
+		if n != coll && strings.EqualFold(n, coll) {
+			return db + "." + n, true
+		}
+	}
+	return "", false
 }
