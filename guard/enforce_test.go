@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/writeconcern"
@@ -350,6 +351,18 @@ func TestRefusalNamesTheOtherTypeLock(t *testing.T) {
 	acquire(t, c, s, coll, "1")
 	_, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
 	lockBusy(t, err, `it holds the lock on _id "1", a string`)
+
+	// The other usual mix-up: an ObjectId locked as its hex text, and
+	// the reverse.
+	oid, hex := primitive.NewObjectID(), primitive.NewObjectID()
+	if _, err := c.Database("shop").Collection(coll).InsertMany(context.Background(), []any{bson.D{{"_id", oid}}, bson.D{{"_id", hex.Hex()}}}); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, c, s, coll, oid.Hex(), hex)
+	_, err = c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", oid}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	lockBusy(t, err, `it holds the lock on _id "`+oid.Hex()+`", a string`)
+	_, err = c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", hex.Hex()}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	lockBusy(t, err, "an ObjectId: an _id of another type is another document")
 }
 
 // TestRefusalNamesTheOtherNamespaceLock: a session that locked _id 1 in
