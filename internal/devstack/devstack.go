@@ -51,8 +51,8 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 }
 
 // devConfig builds the gateway's configuration: development defaults, the
-// lockstore, policy and log sections of the file if one is given, then the
-// flags. The upstream is filled in once the embedded server runs.
+// lockstore, policy, log and adminAuth sections of the file if one is
+// given, then the flags. The upstream is filled in once the embedded server runs.
 func devConfig(o flags) (*config.Config, error) {
 	cfg := config.Default()
 	cfg.Log = config.Log{Level: config.LogLevelInfo, Format: config.LogFormatConsole}
