@@ -307,10 +307,19 @@ func TestLimitsAndUnacknowledged(t *testing.T) {
 	_, err := c.Database("shop").Collection(coll).UpdateMany(inSession(s), bson.D{{"qty", bson.D{{"$gte", 0}}}}, bson.D{{"$set", bson.D{{"x", 1}}}})
 	lockBusy(t, err, "more than 50 documents")
 
+	// The refusal is decided before anything is forwarded, so once it is
+	// counted the write can no longer land: wait for the count, then look.
+	// (Drivers send no lsid with w:0 writes: the reason is no_session.)
+	refused := st.metrics.decisions.WithLabelValues("shop."+coll, decisionReject, reasonNoSession)
+	before := testutil.ToFloat64(refused)
 	w0 := connect(t, st.uri, "fire-and-forget")
 	coll0 := w0.Database("shop").Collection(coll, options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
 	_, _ = coll0.UpdateOne(inSession(session(t, w0)), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"qty", -1}}}})
-	time.Sleep(200 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(refused) == before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the unacknowledged write was never refused")
+		}
+	}
 	if got := snapshot(t, coll)[0]["qty"]; got != int32(10) {
 		t.Fatalf("unacknowledged unlocked write landed: qty %v", got)
 	}
