@@ -129,6 +129,10 @@ type NamespaceRule struct {
 	// capped collection through on an enforced namespace, although each
 	// may evict the oldest documents, locked ones included.
 	AllowCappedInserts bool `yaml:"allowCappedInserts"`
+	// RefuseLocksOnMissingCollection refuses acquireLock in a collection
+	// of this rule that does not exist (a misspelt name), which is
+	// otherwise granted with a warning.
+	RefuseLocksOnMissingCollection bool `yaml:"refuseLocksOnMissingCollection"`
 	// Fence is FenceDocument to stamp each locked document with its
 	// holder's fencing token and make every enforced write apply only
 	// where the stamp is the writer's (docs/ENFORCEMENT.md, "Document

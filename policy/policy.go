@@ -50,6 +50,9 @@ type Rule struct {
 	// LeaseMargin is the lease a lock must have left for a write to be
 	// allowed under it.
 	LeaseMargin time.Duration
+	// RefuseLocksOnMissingCollection: acquireLock in a collection that
+	// does not exist is refused rather than granted with a warning.
+	RefuseLocksOnMissingCollection bool
 	// FenceField is the field that carries the lock holder's fencing
 	// token when the rule sets fence: document, "" without a fence. Only
 	// enforced namespaces are fenced.
@@ -107,6 +110,7 @@ func Compile(c config.Policy) (*Policy, error) {
 		}
 		r.AllowCollectionWrites = nr.AllowCollectionWrites
 		r.AllowCappedInserts = nr.AllowCappedInserts
+		r.RefuseLocksOnMissingCollection = nr.RefuseLocksOnMissingCollection
 		if nr.MaxCandidates > 0 {
 			r.MaxCandidates = nr.MaxCandidates
 		}
