@@ -27,9 +27,13 @@ type faultRelay struct {
 	stalled atomic.Bool
 	heal    chan struct{} // closed and replaced when a stall ends
 	dropMk  atomic.Bool   // cut the connection after forwarding a marked message
-	mu      sync.Mutex
-	conns   []net.Conn
-	wg      sync.WaitGroup
+	// onMarked, if set, runs when a marked message arrives, before it is
+	// held: a fault that coincides with that request.
+	onMarked func()
+	stallGen atomic.Int64
+	mu       sync.Mutex
+	conns    []net.Conn
+	wg       sync.WaitGroup
 }
 
 func newFaultRelay(t testing.TB, target string, marker string, delay time.Duration) *faultRelay {
@@ -61,6 +65,17 @@ func (r *faultRelay) Stall(on bool) {
 		close(r.heal)
 		r.heal = make(chan struct{})
 	}
+}
+
+// StallFor stalls all traffic for d (extending a stall in progress).
+func (r *faultRelay) StallFor(d time.Duration) {
+	gen := r.stallGen.Add(1)
+	r.Stall(true)
+	time.AfterFunc(d, func() {
+		if r.stallGen.Load() == gen {
+			r.Stall(false)
+		}
+	})
 }
 
 // DropAfterMarked makes the relay cut a connection right after it passed
@@ -141,6 +156,9 @@ func (r *faultRelay) accept() {
 				}
 				marked := len(r.marker) > 0 && bytes.Contains(msg, r.marker)
 				if marked {
+					if r.onMarked != nil {
+						r.onMarked()
+					}
 					time.Sleep(r.delay)
 				}
 				r.waitHealed()

@@ -35,10 +35,11 @@ type faultTally struct {
 // runFaultWorkload: 4 clients, two on each of two proxies sharing one lock
 // store, each doing lock-read-increment-write-release on 3 hot documents
 // for d. Proxy 1 reaches the database through a relay that holds a marked
-// write for 1 s (past the 300 ms lease), and its lock store through a
-// relay that a fault loop partitions for 1 s out of every 1.3 s, so that
-// it can neither renew the lock of a write in flight nor learn that the
-// lock moved on. It returns the tally and the sum of the counters.
+// write (a third of its clients' writes) for 1 s, past the 300 ms lease,
+// and partitions proxy 1 from its lock store for 1.5 s from the moment
+// such a write arrives, so that proxy 1 can neither renew the lock of the
+// write in flight nor learn that the lock moved on. It returns the tally
+// and the sum of the counters.
 func runFaultWorkload(t *testing.T, fence bool, d time.Duration) (*faultTally, int64) {
 	t.Helper()
 	coll := uniq("faults")
@@ -53,6 +54,7 @@ func runFaultWorkload(t *testing.T, fence bool, d time.Duration) (*faultTally, i
 	cfg2 := fencedConfig(upstream.URI(), ns, fence)
 	cfg2.Lockstore.Collection = locks
 	cfg2.Policy.LeaseMarginMS = 50
+	slow.onMarked = func() { store.StallFor(1500 * time.Millisecond) }
 	g1, g2 := startGateway(t, cfg1), startGateway(t, cfg2)
 	ctx := testCtx(t, d+time.Minute)
 	direct := connect(t, upstream.URI(), "seed").Database("fault").Collection(coll)
@@ -62,28 +64,6 @@ func runFaultWorkload(t *testing.T, fence bool, d time.Duration) (*faultTally, i
 			t.Fatal(err)
 		}
 	}
-
-	stop := make(chan struct{})
-	var faults sync.WaitGroup
-	faults.Add(1)
-	go func() {
-		defer faults.Done()
-		defer store.Stall(false)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
-			store.Stall(true)
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Second):
-			}
-			store.Stall(false)
-		}
-	}()
 
 	tally := &faultTally{}
 	deadline := time.Now().Add(d)
@@ -139,8 +119,6 @@ func runFaultWorkload(t *testing.T, fence bool, d time.Duration) (*faultTally, i
 		}(w, c, onSlow)
 	}
 	wg.Wait()
-	close(stop)
-	faults.Wait()
 	// Let writes still held by the relay land before counting.
 	time.Sleep(1500 * time.Millisecond)
 	return tally, sumCounters(t, ctx, direct)
