@@ -318,6 +318,9 @@ type fenceHook struct {
 func (h *fenceHook) Abandon() {}
 
 func (h *fenceHook) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Document {
+	if body == nil {
+		return nil // never sent
+	}
 	if h.cmd == "findAndModify" || h.cmd == "findandmodify" {
 		return h.findAndModify(ctx, body)
 	}

@@ -368,10 +368,14 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 		d = Decision{Action: Reply, Reply: d.LateReply, OnReply: d.OnReply}
 	}
 	if d.OnReply != nil {
-		if (d.Action == Forward || d.Action == Rewrite) && expectsReply(msg) {
+		sent := d.Action == Forward || d.Action == Rewrite
+		switch {
+		case sent && expectsReply(msg):
 			c.addHook(msg.Header().RequestID, d.OnReply)
-		} else {
+		case sent:
 			d.OnReply.Abandon()
+		default:
+			d.OnReply.Reply(c.ctx, nil) // it never left: nothing is in flight
 		}
 	}
 	switch d.Action {

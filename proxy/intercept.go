@@ -100,8 +100,9 @@ type Decision struct {
 	// Reason is logged when the decision closes the connection.
 	Reason string
 	// OnReply, if set, sees the upstream's reply to a forwarded or
-	// rewritten request before the client does (ReplyHook). For any other
-	// action, or a request that expects no reply, it is abandoned at once.
+	// rewritten request before the client does (ReplyHook). A request that
+	// expects no reply abandons it at once; any other action gets Reply
+	// with a nil body.
 	OnReply ReplyHook
 	// Deadline, if set, is when a forwarded or rewritten request may no
 	// longer leave: the proxy checks it immediately before writing the

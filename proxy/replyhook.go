@@ -19,14 +19,17 @@ import (
 // client's connection (Request.Ask would wait for itself): replies on the
 // connection queue behind it.
 type ReplyHook interface {
-	// Reply receives the reply body, valid only during the call, and
+	// Reply receives the reply body (nil when the request never left),
+	// valid only during the call, and
 	// returns a body to send the client instead, or nil to relay the
 	// reply unchanged. A hook that also has a NeedsBody() bool method
 	// returning false is only told that the reply arrived: body is nil,
 	// and its answer is ignored.
 	Reply(ctx context.Context, body bsoncore.Document) bsoncore.Document
-	// Abandon is called instead of Reply when the request will not be
-	// answered: the connection closed first, or nothing is expected.
+	// Abandon is called instead of Reply when the request left but will
+	// not be answered: the connection closed first, or nothing is
+	// expected. A request that never left (answered by the proxy, or its
+	// connection closed before sending) gets Reply with a nil body.
 	Abandon()
 }
 
