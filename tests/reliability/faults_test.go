@@ -132,7 +132,7 @@ func runFaultWorkload(t *testing.T, fence bool, d time.Duration) (*faultTally, i
 // filter and then rewrites the document by _id without atomicity
 // (docs/ENFORCEMENT.md, "On FerretDB"), so a stale write whose query step
 // ran just before a newer holder's stamp can still land: the fenced run
-// must lose at most one increment per thousand acknowledged (the 60 s run
+// must lose at most one increment per thousand acknowledged, or one (the 60 s run
 // lost 1 in 5829; the unfenced one about 19%).
 func TestFaultWorkload(t *testing.T) {
 	d := faultSeconds()
@@ -152,7 +152,7 @@ func TestFaultWorkload(t *testing.T) {
 		if sum > acked {
 			t.Errorf("counters sum to %d, more than the %d acknowledged increments", sum, acked)
 		}
-		if lost := acked - sum; lost*1000 > acked {
+		if lost := acked - sum; lost > max(1, acked/1000) {
 			t.Errorf("%d of %d acknowledged increments lost with the fence: more than FerretDB's non-atomic update explains", lost, acked)
 		}
 		if acked == 0 {
