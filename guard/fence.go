@@ -46,12 +46,6 @@ type tokenStore interface {
 // fenced reports whether r fences documents.
 func fenced(r policy.Rule) bool { return r.Mode == policy.Enforce && r.FenceField != "" }
 
-// idToken is one id whose lock the writer was found to hold, and its token.
-type idToken struct {
-	id    bson.RawValue
-	token int64
-}
-
 // fenceStmt is one statement of a fenced namespace.
 type fenceStmt struct {
 	r   policy.Rule
@@ -65,12 +59,12 @@ type fenceStmt struct {
 // fencePlan is what the fence needs to rewrite a command.
 type fencePlan struct {
 	stmts  []fenceStmt
-	tokens map[string][]idToken // ns -> ids held, with their tokens
+	tokens map[string]int64 // ns + "\x00" + lockstore.IDKey -> token held
 }
 
 func (v *verdict) fencePlan() *fencePlan {
 	if v.fence == nil {
-		v.fence = &fencePlan{tokens: map[string][]idToken{}}
+		v.fence = &fencePlan{tokens: map[string]int64{}}
 	}
 	return v.fence
 }
@@ -117,18 +111,20 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstor
 	}
 	p := v.fencePlan()
 	for i, id := range ids {
-		p.tokens[ns] = append(p.tokens[ns], idToken{id: id, token: tokens[i]})
+		if k, err := lockstore.IDKey(id); err == nil {
+			p.tokens[ns+"\x00"+k] = tokens[i]
+		}
 	}
 	return true, nil, nil
 }
 
 func (p *fencePlan) token(ns string, id bson.RawValue) (int64, bool) {
-	for _, it := range p.tokens[ns] {
-		if lockstore.SameID(it.id, id) {
-			return it.token, true
-		}
+	k, err := lockstore.IDKey(id)
+	if err != nil {
+		return 0, false
 	}
-	return 0, false
+	t, ok := p.tokens[ns+"\x00"+k]
+	return t, ok
 }
 
 // fenceInserts finds, for each fenced insert, whether the writer holds the
@@ -234,17 +230,14 @@ func hasField(d bsoncore.Document, field string) bool {
 
 func dedupIDs(ids []bson.RawValue) []bson.RawValue {
 	out := make([]bson.RawValue, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		dup := false
-		for _, o := range out {
-			if lockstore.SameID(o, id) {
-				dup = true
-				break
-			}
+		k, err := lockstore.IDKey(id)
+		if err != nil || seen[k] {
+			continue
 		}
-		if !dup {
-			out = append(out, id)
-		}
+		seen[k] = true
+		out = append(out, id)
 	}
 	return out
 }
@@ -426,53 +419,49 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 	for _, c := range h.checks {
 		byNS[c.ns] = append(byNS[c.ns], c.ids...)
 	}
-	type read struct {
-		ids    []bson.RawValue
-		stamps []bson.RawValue
-		exists []bool
-	}
-	reads := map[string]read{}
+	stamps := map[string]bson.RawValue{} // ns + "\x00" + IDKey -> stamp of an existing document
+	read := map[string]bool{}
 	for ns, ids := range byNS {
 		if len(ids) == 0 {
 			continue
 		}
-		stamps, exists, err := h.db.FenceStamps(ctx, ns, h.checks[0].field, ids)
+		st, exists, err := h.db.FenceStamps(ctx, ns, h.checks[0].field, ids)
 		if err != nil {
 			// The write was refused or matched nothing; which one cannot
 			// be told. The reply goes through as the database sent it.
 			h.g.log.Warn("fence: cannot read the stamps after a short reply", zap.String("ns", ns), zap.Error(err))
 			continue
 		}
-		reads[ns] = read{ids: ids, stamps: stamps, exists: exists}
+		read[ns] = true
+		for j, id := range ids {
+			if k, err := lockstore.IDKey(id); err == nil && exists[j] {
+				stamps[ns+"\x00"+k] = st[j]
+			}
+		}
 	}
 	for _, c := range h.checks {
-		rd, ok := reads[c.ns]
-		if !ok {
+		if !read[c.ns] {
 			continue
 		}
 		for i, id := range c.ids {
-			for j, rid := range rd.ids {
-				if !rd.exists[j] || !lockstore.SameID(rid, id) {
-					continue
-				}
-				s := rd.stamps[j]
-				if s.Type == 0 || s.Type == bsontype.Null {
-					break
-				}
-				if st, ok := s.AsInt64OK(); ok && st == c.tokens[i] {
-					break
-				}
-				what := "a document its filter matched"
-				if c.named[i] {
-					what = "_id " + idString(id)
-				}
-				out[c.index] = fmt.Sprintf("lockgate: %s on %s fenced out: this session's lock on %s (token %d) had passed to a newer holder (the document carries token %s) when the write reached the database, so the database refused it and nothing was written there; acquire the lock again and redo the work from a fresh read",
-					h.cmd, c.ns, what, c.tokens[i], stampString(s))
-				break
+			k, err := lockstore.IDKey(id)
+			if err != nil {
+				continue
 			}
-			if _, done := out[c.index]; done {
-				break
+			s, ok := stamps[c.ns+"\x00"+k]
+			if !ok || s.Type == 0 || s.Type == bsontype.Null {
+				continue // gone, or never stamped: not fenced out
 			}
+			if st, ok := s.AsInt64OK(); ok && st == c.tokens[i] {
+				continue
+			}
+			what := "a document its filter matched"
+			if c.named[i] {
+				what = "_id " + idString(id)
+			}
+			out[c.index] = fmt.Sprintf("lockgate: %s on %s fenced out: this session's lock on %s (token %d) had passed to a newer holder (the document carries token %s) when the write reached the database, so the database refused it and nothing was written there; acquire the lock again and redo the work from a fresh read",
+				h.cmd, c.ns, what, c.tokens[i], stampString(s))
+			break
 		}
 	}
 	return out

@@ -69,18 +69,25 @@ func (r *MongoResolver) FenceStamps(ctx context.Context, ns, field string, ids [
 	defer cur.Close(context.WithoutCancel(ctx))
 	stamps := make([]bson.RawValue, len(ids))
 	exists := make([]bool, len(ids))
+	at := make(map[string][]int, len(ids))
+	for i, id := range ids {
+		if k, err := lockstore.IDKey(id); err == nil {
+			at[k] = append(at[k], i)
+		}
+	}
 	for cur.Next(ctx) {
 		id, err := cur.Current.LookupErr("_id")
 		if err != nil {
 			continue
 		}
-		for i := range ids {
-			if !exists[i] && lockstore.SameID(ids[i], id) {
-				exists[i] = true
-				if s, err := cur.Current.LookupErr(field); err == nil {
-					stamps[i] = bson.RawValue{Type: s.Type, Value: append([]byte(nil), s.Value...)}
-				}
-				break
+		k, err := lockstore.IDKey(id)
+		if err != nil {
+			continue
+		}
+		for _, i := range at[k] {
+			exists[i] = true
+			if s, err := cur.Current.LookupErr(field); err == nil {
+				stamps[i] = bson.RawValue{Type: s.Type, Value: append([]byte(nil), s.Value...)}
 			}
 		}
 	}

@@ -31,3 +31,13 @@ func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns string, ids []bs
 	now, _ := s.clock.Now()
 	return out, time.Duration(byKey[""] - now.UnixNano()), nil, nil
 }
+
+// IDKey is the canonical form of an _id as a lock key compares it (1,
+// NumberLong(1) and 1.0 give the same key), for maps keyed by document.
+func IDKey(id bson.RawValue) (string, error) {
+	ck, err := canonicalID(id)
+	if err != nil {
+		return "", err
+	}
+	return string(ck), nil
+}
