@@ -126,7 +126,12 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 				switch {
 				case r.DB != "" && r.touches(db, coll, cmd.Name):
 					reserved = db + "." + coll
-					if coll == "" {
+					switch {
+					case db == policy.UnknownNS:
+						// It may reach any namespace (a change stream
+						// over the deployment, applyOps by UUID).
+						reserved = r.DB + ".*"
+					case coll == "":
 						reserved = db
 					}
 				case !introspect && isSessionsCollection(db, coll):

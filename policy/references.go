@@ -28,7 +28,8 @@ const UnknownNS = "*"
 // mapReduce's out, copydb's databases, explain's inner command, and the
 // pipeline stages that read or write another collection ($lookup,
 // $graphLookup, $unionWith, $out, $merge, at any depth, in $facet and in
-// sub-pipelines). Statement and document values are data, never
+// sub-pipelines); a change stream over the whole deployment
+// (allChangesForCluster) is UnknownNS, since it reads every namespace. Statement and document values are data, never
 // namespaces: a field that happens to be called "from" in an inserted
 // document or a $match names nothing.
 //
@@ -185,6 +186,14 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 				_, hit := visitDBColl(db, d, "coll", visit)
 				return hit
 			}
+		case "$changeStream":
+			// A change stream over the whole deployment reads the changes
+			// of every namespace, documents included (fullDocument), so it
+			// names them all. One on a database or a collection is the
+			// command's own namespace, visited already.
+			if spec, ok := sv.DocumentOK(); ok && !isFalse(spec.Lookup("allChangesForCluster")) {
+				return visit(UnknownNS, UnknownNS)
+			}
 		case "$facet":
 			facets, ok := sv.DocumentOK()
 			if !ok {
@@ -203,6 +212,14 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 		}
 		return false
 	})
+}
+
+// isFalse reports whether an optional flag is absent or false, as the
+// server would read it; a value of another type counts as set, since a
+// looser server might read it as true.
+func isFalse(v bsoncore.Value) bool {
+	set, err := truthy(v, "")
+	return err == nil && !set
 }
 
 // visitDBColl visits {db: <db>, <collKey>: <coll>}, the db defaulting to

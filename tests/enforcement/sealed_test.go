@@ -187,6 +187,57 @@ func TestLockStoreIsSealed(t *testing.T) {
 			return err
 		}},
 		{"full-width Unicode variant", func() error { _, err := lg.Collection("ｌｏｃｋｓ").Find(ctx, bson.D{}); return err }},
+		// Forms that name the collection in less common positions.
+		{"getMore on a lock store cursor", func() error {
+			return cmd(lg, bson.D{{Key: "getMore", Value: int64(4242)}, {Key: "collection", Value: lockColl}})
+		}},
+		{"killCursors on the lock collection", func() error {
+			return cmd(lg, bson.D{{Key: "killCursors", Value: lockColl}, {Key: "cursors", Value: bson.A{int64(4242)}}})
+		}},
+		{"listIndexes", func() error { _, err := lg.Collection(lockColl).Indexes().List(ctx); return err }},
+		{"collStats", func() error { return cmd(lg, bson.D{{Key: "collStats", Value: lockColl}}) }},
+		{"dataSize from another database", func() error { return cmd(shop, bson.D{{Key: "dataSize", Value: "lockgate.locks"}}) }},
+		{"validate", func() error { return cmd(lg, bson.D{{Key: "validate", Value: lockColl}}) }},
+		{"compact", func() error { return cmd(lg, bson.D{{Key: "compact", Value: claimsColl}}) }},
+		{"collMod", func() error {
+			return cmd(lg, bson.D{{Key: "collMod", Value: lockColl}, {Key: "validator", Value: bson.D{}}})
+		}},
+		{"$collStats", func() error {
+			return cmd(lg, bson.D{{Key: "aggregate", Value: lockColl}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$collStats", Value: bson.D{{Key: "count", Value: bson.D{}}}}}}}, {Key: "cursor", Value: bson.D{}}})
+		}},
+		{"aggregate: 1 on the lock database", func() error {
+			return cmd(lg, bson.D{{Key: "aggregate", Value: 1}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$documents", Value: bson.A{bson.D{}}}}}}, {Key: "cursor", Value: bson.D{}}})
+		}},
+		{"dbHash of the lock database", func() error { return cmd(lg, bson.D{{Key: "dbHash", Value: 1}}) }},
+		{"a view elsewhere whose pipeline looks up the lock collection", func() error {
+			return cmd(shop, bson.D{{Key: "create", Value: "peek"}, {Key: "viewOn", Value: "protected"}, {Key: "pipeline", Value: bson.A{
+				bson.D{{Key: "$lookup", Value: bson.D{{Key: "from", Value: dbColl(lockDB, lockColl)}, {Key: "pipeline", Value: bson.A{}}, {Key: "as", Value: "l"}}}}}}})
+		}},
+		{"$graphLookup from another database", func() error {
+			return cmd(shop, pipeline(bson.D{{Key: "$graphLookup", Value: bson.D{{Key: "from", Value: dbColl(lockDB, lockColl)}, {Key: "startWith", Value: "$_id"},
+				{Key: "connectFromField", Value: "_id"}, {Key: "connectToField", Value: "_id"}, {Key: "as", Value: "l"}}}}))
+		}},
+		{"$unionWith inside a $lookup sub-pipeline", func() error {
+			return cmd(shop, pipeline(bson.D{{Key: "$lookup", Value: bson.D{{Key: "from", Value: "protected"}, {Key: "as", Value: "l"},
+				{Key: "pipeline", Value: bson.A{bson.D{{Key: "$unionWith", Value: bson.D{{Key: "coll", Value: lockColl}, {Key: "db", Value: lockDB}}}}}}}}}))
+		}},
+		{"mapReduce reading the lock collection", func() error {
+			return cmd(lg, bson.D{{Key: "mapReduce", Value: lockColl}, {Key: "map", Value: "function() { emit(this._id, 1) }"},
+				{Key: "reduce", Value: "function(k, v) { return 1 }"}, {Key: "out", Value: bson.D{{Key: "inline", Value: 1}}}})
+		}},
+		{"mapReduce output into the lock collection", func() error {
+			return cmd(shop, bson.D{{Key: "mapReduce", Value: "protected"}, {Key: "map", Value: "function() { emit(this._id, 1) }"},
+				{Key: "reduce", Value: "function(k, v) { return 1 }"}, {Key: "out", Value: bson.D{{Key: "replace", Value: lockColl}, {Key: "db", Value: lockDB}}}})
+		}},
+		{"a change stream on the whole deployment", func() error {
+			return cmd(admin, bson.D{{Key: "aggregate", Value: 1}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$changeStream", Value: bson.D{{Key: "allChangesForCluster", Value: true}}}}}}, {Key: "cursor", Value: bson.D{}}})
+		}},
+		{"applyOps dropping the lock database", func() error {
+			return cmd(admin, bson.D{{Key: "applyOps", Value: bson.A{bson.D{{Key: "op", Value: "c"}, {Key: "ns", Value: "lockgate.$cmd"}, {Key: "o", Value: bson.D{{Key: "dropDatabase", Value: 1}}}}}}})
+		}},
+		{"case variant of the whole namespace in renameCollection", func() error {
+			return cmd(admin, bson.D{{Key: "renameCollection", Value: "LOCKGATE.Locks_Claims"}, {Key: "to", Value: "shop.stolen"}})
+		}},
 	}
 	for _, a := range attacks {
 		wantUnauthorized(t, a.name, a.run())
@@ -197,6 +248,25 @@ func TestLockStoreIsSealed(t *testing.T) {
 		reply := roundTrip(t, raw.msg)
 		if code, _ := reply.Lookup("code").AsInt64OK(); code != 13 || !strings.Contains(reply.String(), "reserved for the lock store") {
 			t.Errorf("%s: reply %v, want the Unauthorized refusal", raw.name, reply)
+		}
+	}
+
+	// Legacy writes and OP_GET_MORE: the writes have no reply, so their
+	// refusal closes the connection; each must be counted as a lock store
+	// refusal (FerretDB would drop them too, so the count is what tells).
+	for _, raw := range legacyWrites() {
+		n := metricValue(t, "lockgate_reserved_refusals_total", map[string]string{"what": "lock_store"})
+		reply, closed := sendRaw(t, raw.msg)
+		if closed == (reply != nil) {
+			t.Errorf("%s: reply %v, connection closed %v", raw.name, reply, closed)
+		}
+		if reply != nil {
+			if code, _ := reply.Lookup("code").AsInt64OK(); code != 13 {
+				t.Errorf("%s: reply %v, want the Unauthorized refusal", raw.name, reply)
+			}
+		}
+		if got := metricValue(t, "lockgate_reserved_refusals_total", map[string]string{"what": "lock_store"}); got != n+1 {
+			t.Errorf("%s: lock store refusals went from %v to %v, want one more", raw.name, n, got)
 		}
 	}
 
@@ -236,6 +306,76 @@ func legacyAttacks(t *testing.T) []rawAttack {
 		{"OP_QUERY command on lockgate.$cmd", opQuery(6, lockDB+".$cmd", findCmd)},
 		{"OP_COMPRESSED OP_MSG find", compressed},
 	}
+}
+
+// legacyWrites are OP_INSERT, OP_UPDATE and OP_DELETE on the lock
+// collection, and OP_GET_MORE of a cursor on it.
+func legacyWrites() []rawAttack {
+	empty := bsoncore.NewDocumentBuilder().Build()
+	forged := bsoncore.NewDocumentBuilder().AppendString("_id", "forged").Build()
+	set := bsoncore.NewDocumentBuilder().AppendDocument("$set", bsoncore.NewDocumentBuilder().AppendInt64("expiresAt", 0).Build()).Build()
+	ns := lockDB + "." + lockColl
+	legacy := func(op wire.OpCode, id int32, flags uint32, docs ...bsoncore.Document) []byte {
+		b := wire.Header{RequestID: id, OpCode: op}.Append(nil)
+		if op != wire.OpCodeInsert {
+			b = binary.LittleEndian.AppendUint32(b, 0) // ZERO
+		} else {
+			b = binary.LittleEndian.AppendUint32(b, flags)
+		}
+		b = append(append(b, ns...), 0)
+		switch op {
+		case wire.OpCodeUpdate, wire.OpCodeDelete:
+			b = binary.LittleEndian.AppendUint32(b, flags)
+		case wire.OpCodeGetMore:
+			b = binary.LittleEndian.AppendUint32(b, 0) // numberToReturn
+			b = binary.LittleEndian.AppendUint64(b, 4242)
+		}
+		for _, d := range docs {
+			b = append(b, d...)
+		}
+		binary.LittleEndian.PutUint32(b, uint32(len(b)))
+		return b
+	}
+	return []rawAttack{
+		{"OP_INSERT of a forged lock record", legacy(wire.OpCodeInsert, 11, 0, forged)},
+		{"OP_UPDATE of every lock record", legacy(wire.OpCodeUpdate, 12, 2, empty, set)},
+		{"OP_DELETE of every lock record", legacy(wire.OpCodeDelete, 13, 0, empty)},
+		{"OP_GET_MORE on the lock collection", legacy(wire.OpCodeGetMore, 14, 0)},
+	}
+}
+
+// sendRaw sends one raw request to the proxy and returns the reply's
+// first document, or closed if the proxy closed the connection instead.
+func sendRaw(t *testing.T, req []byte) (reply bsoncore.Document, closed bool) {
+	t.Helper()
+	addr := strings.TrimSuffix(strings.TrimPrefix(proxyURI, "mongodb://"), "/")
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := wire.ReadMessage(c, wire.NewBufferPool(), wire.Limits{})
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("no reply and the connection stayed open: %v", err)
+		}
+		return nil, true
+	}
+	defer raw.Release()
+	m, err := wire.Parse(append([]byte(nil), raw.Bytes...), wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := m.(*wire.OpReply); ok && len(r.Documents) > 0 {
+		return r.Documents[0], false
+	}
+	t.Fatalf("unexpected reply %T", m)
+	return nil, false
 }
 
 func opQuery(id int32, ns string, q bsoncore.Document) []byte {
