@@ -563,3 +563,96 @@ func primitiveUUID(b byte) bson.RawValue {
 	id := bytes.Repeat([]byte{b}, 16)
 	return bson.RawValue{Type: bson.TypeBinary, Value: bsoncore.AppendBinary(nil, 4, id)}
 }
+
+// TestRefusalsAreNoOracle: the Go driver's form of issue 10's oracle (the
+// pymongo, Node.js and mongosh forms are checkNoOracle in
+// TestEnforcementWithRealDrivers). An attacker without locks sends writes
+// whose filters probe a field it wants to learn; each is refused, and no
+// refusal names a matching _id or the holder of a matching document, so
+// the refusals say nothing beyond "some documents matched". The
+// documents are byte-for-byte unchanged.
+func TestRefusalsAreNoOracle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	direct := goClient(t, directURI)
+	holderClient, err := mongo.Connect(ctx, options.Client().ApplyURI(proxyURI).SetAppName("oracle-holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holderClient.Disconnect(context.Background())
+	attacker := goClient(t, proxyURI)
+
+	const locked, unlocked = "oracle-secret-7f3a", "oracle-plain-91c2"
+	seeded := direct.Database("shop").Collection("protected")
+	for _, d := range []bson.D{{{Key: "_id", Value: locked}, {Key: "secret", Value: "hunter2"}}, {{Key: "_id", Value: unlocked}, {Key: "secret", Value: "xyzzy"}}} {
+		if _, err := seeded.InsertOne(ctx, d); err != nil && !mongo.IsDuplicateKeyError(err) {
+			t.Fatal(err)
+		}
+	}
+	snap := func() string {
+		t.Helper()
+		cur, err := seeded.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{locked, unlocked}}}}}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for cur.Next(ctx) {
+			b.WriteString(cur.Current.String() + "\n")
+		}
+		cur.Close(ctx)
+		return b.String()
+	}
+	sess, err := holderClient.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+	if err := holderClient.Database("shop").RunCommand(mongo.NewSessionContext(ctx, sess), bson.D{{Key: "acquireLock", Value: "protected"}, {Key: "ids", Value: bson.A{locked}}, {Key: "leaseMS", Value: 60000}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := snap()
+
+	coll := attacker.Database("shop").Collection("protected")
+	set := bson.D{{Key: "$set", Value: bson.D{{Key: "probe", Value: 1}}}}
+	probes := []struct {
+		name string
+		run  func() error
+	}{
+		{"updateMany on a prefix of the locked document's secret", func() error {
+			_, err := coll.UpdateMany(ctx, bson.D{{Key: "secret", Value: bson.D{{Key: "$regex", Value: "^hun"}}}}, set)
+			return err
+		}},
+		{"deleteOne on the locked document's secret", func() error {
+			_, err := coll.DeleteOne(ctx, bson.D{{Key: "secret", Value: "hunter2"}})
+			return err
+		}},
+		{"findOneAndUpdate on the unlocked document's secret", func() error {
+			return coll.FindOneAndUpdate(ctx, bson.D{{Key: "secret", Value: bson.D{{Key: "$gt", Value: "x"}}}}, set).Err()
+		}},
+	}
+	for _, p := range probes {
+		err := p.run()
+		var se mongo.ServerError
+		if !errors.As(err, &se) || !se.HasErrorCode(46) {
+			t.Errorf("%s: got %v, want a LockBusy (46) refusal", p.name, err)
+			continue
+		}
+		full := err.Error()
+		var ce mongo.CommandError
+		if errors.As(err, &ce) {
+			full += ce.Raw.String()
+		}
+		var we mongo.WriteException
+		if errors.As(err, &we) {
+			full += we.Raw.String()
+		}
+		for _, leak := range []string{locked, unlocked, "oracle-holder"} {
+			if strings.Contains(full, leak) {
+				t.Errorf("%s: the refusal reveals %q, which the request did not name: %s", p.name, leak, full)
+			}
+		}
+	}
+	if after := snap(); after != before {
+		t.Errorf("the documents changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
