@@ -432,8 +432,10 @@ func roundTrip(t *testing.T, req []byte) bsoncore.Document {
 }
 
 // TestLockStoreIsSealedForOtherDrivers: the same door, tried from pymongo
-// and the Node.js driver: reading and deleting the lock records fail with
-// code 13.
+// and the Node.js driver: reading, deleting, forging and updating the lock
+// records, dropping their database, a $lookup from another database,
+// acquireLock on the lock collection and listing other sessions all fail
+// with code 13, and the lock store is byte-for-byte unchanged.
 func TestLockStoreIsSealedForOtherDrivers(t *testing.T) {
 	scripts := []struct {
 		name  string
@@ -450,8 +452,16 @@ func TestLockStoreIsSealedForOtherDrivers(t *testing.T) {
 import sys, pymongo
 from pymongo.errors import OperationFailure
 c = pymongo.MongoClient(sys.argv[1], serverSelectionTimeoutMS=10000)
+look = [{"$lookup": {"from": {"db": "lockgate", "coll": "locks"}, "pipeline": [], "as": "l"}}]
 for name, f in [("find", lambda: list(c.lockgate.locks.find())), ("delete", lambda: c.lockgate.locks.delete_many({})),
-                ("claims", lambda: list(c.lockgate.locks_claims.find()))]:
+                ("claims", lambda: list(c.lockgate.locks_claims.find())),
+                ("forge", lambda: c.lockgate.locks.insert_one({"_id": "forged"})),
+                ("update", lambda: c.lockgate.locks.update_many({}, {"$set": {"expiresAt": 0}})),
+                ("drop", lambda: c.drop_database("lockgate")),
+                ("lookup", lambda: list(c.shop.protected.aggregate(look))),
+                ("acquireLock", lambda: c.lockgate.command({"acquireLock": "locks", "ids": ["x"]})),
+                ("currentOp", lambda: c.admin.command({"currentOp": 1})),
+                ("listLocalSessions", lambda: list(c.admin.aggregate([{"$listLocalSessions": {}}])))]:
     try:
         f()
         print(name, "ALLOWED")
@@ -472,9 +482,17 @@ for name, f in [("find", lambda: list(c.lockgate.locks.find())), ("delete", lamb
 const { MongoClient } = require('mongodb');
 (async () => {
   const c = new MongoClient(process.argv[1], { serverSelectionTimeoutMS: 10000 });
+  const look = [{ $lookup: { from: { db: 'lockgate', coll: 'locks' }, pipeline: [], as: 'l' } }];
   const tries = [['find', () => c.db('lockgate').collection('locks').find().toArray()],
                  ['delete', () => c.db('lockgate').collection('locks').deleteMany({})],
-                 ['claims', () => c.db('lockgate').collection('locks_claims').find().toArray()]];
+                 ['claims', () => c.db('lockgate').collection('locks_claims').find().toArray()],
+                 ['forge', () => c.db('lockgate').collection('locks').insertOne({ _id: 'forged' })],
+                 ['update', () => c.db('lockgate').collection('locks').updateMany({}, { $set: { expiresAt: 0 } })],
+                 ['drop', () => c.db('lockgate').dropDatabase()],
+                 ['lookup', () => c.db('shop').collection('protected').aggregate(look).toArray()],
+                 ['acquireLock', () => c.db('lockgate').command({ acquireLock: 'locks', ids: ['x'] })],
+                 ['currentOp', () => c.db('admin').command({ currentOp: 1 })],
+                 ['listLocalSessions', () => c.db('admin').aggregate([{ $listLocalSessions: {} }]).toArray()]];
   for (const [name, f] of tries) {
     try { await f(); console.log(name, 'ALLOWED'); } catch (e) { console.log(name, e.code); }
   }
@@ -485,6 +503,19 @@ const { MongoClient } = require('mongodb');
 			return c
 		}},
 	}
+	// A lock held, so that the store has records to lose.
+	direct := goClient(t, directURI)
+	victim := goClient(t, proxyURI)
+	sess, err := victim.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.EndSession(context.Background())
+	if err := victim.Database("shop").RunCommand(mongo.NewSessionContext(context.Background(), sess),
+		bson.D{{Key: "acquireLock", Value: "protected"}, {Key: "ids", Value: bson.A{"sealed-drivers"}}, {Key: "leaseMS", Value: 60000}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := lockStoreSnapshot(t, direct)
 	for _, s := range scripts {
 		t.Run(s.name, func(t *testing.T) {
 			if missing := s.check(); missing != "" {
@@ -499,8 +530,12 @@ const { MongoClient } = require('mongodb');
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			if got, want := string(bytes.TrimSpace(out)), "find 13\ndelete 13\nclaims 13"; got != want {
+			want := "find 13\ndelete 13\nclaims 13\nforge 13\nupdate 13\ndrop 13\nlookup 13\nacquireLock 13\ncurrentOp 13\nlistLocalSessions 13"
+			if got := string(bytes.TrimSpace(out)); got != want {
 				t.Errorf("got:\n%s\nwant:\n%s", got, want)
+			}
+			if after := lockStoreSnapshot(t, direct); after != before {
+				t.Errorf("the lock store changed:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
 		})
 	}
