@@ -84,6 +84,10 @@ type Lockstore struct {
 	// shares a lock store must use the same secret. Empty: a random secret
 	// per process.
 	OwnerSecretFile string `yaml:"ownerSecretFile"`
+	// OwnerSecret is the secret itself, from LOCKGATE_OWNER_SECRET only
+	// (never from the file, which operators share and print); it wins
+	// over OwnerSecretFile.
+	OwnerSecret string `yaml:"-"`
 }
 
 // Policy is the static part of the enforcement policy.
@@ -251,6 +255,9 @@ const (
 	EnvLogLevel     = "LOCKGATE_LOG_LEVEL"
 	EnvAdminToken   = "LOCKGATE_ADMIN_TOKEN_FILE"
 	EnvOwnerSecret  = "LOCKGATE_OWNER_SECRET_FILE"
+	// EnvOwnerSecretValue carries the owner secret itself, for platforms
+	// that hand secrets over as environment variables.
+	EnvOwnerSecretValue = "LOCKGATE_OWNER_SECRET"
 )
 
 // ApplyEnv applies the LOCKGATE_* variables that getenv returns non-empty.
@@ -269,6 +276,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	}
 	if f := getenv(EnvOwnerSecret); f != "" {
 		c.Lockstore.OwnerSecretFile = f
+	}
+	if v := getenv(EnvOwnerSecretValue); v != "" {
+		c.Lockstore.OwnerSecret = v
 	}
 }
 

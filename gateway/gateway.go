@@ -127,12 +127,12 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	ownerSecret, err := readOwnerSecret(cfg.Lockstore.OwnerSecretFile)
+	ownerSecret, err := readOwnerSecret(cfg.Lockstore)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if ownerSecret == nil {
-		logger.Warn("lockstore.ownerSecretFile is not set: lock owners are hashed with a random secret of this process; " +
+		logger.Warn("neither lockstore.ownerSecretFile nor LOCKGATE_OWNER_SECRET is set: lock owners are hashed with a random secret of this process; " +
 			"locks taken through it are not recognised as their holder's by other lockgate instances or after a restart " +
 			"(they stay exclusive and expire with their leases). Give every instance that shares the lock store the same secret file.")
 	}
@@ -361,8 +361,17 @@ func (g *Gateway) CountReload(applied bool) {
 	}
 }
 
-// readOwnerSecret reads the owner secret; nil when none is configured.
-func readOwnerSecret(path string) ([]byte, error) {
+// readOwnerSecret reads the owner secret, from LOCKGATE_OWNER_SECRET or
+// else the file; nil when none is configured.
+func readOwnerSecret(c config.Lockstore) ([]byte, error) {
+	if v := strings.TrimSpace(c.OwnerSecret); v != "" {
+		if len(v) < guard.MinOwnerSecret {
+			return nil, fmt.Errorf("%s: the secret is %d bytes, at least %d are needed (e.g. openssl rand -hex 32)",
+				config.EnvOwnerSecretValue, len(v), guard.MinOwnerSecret)
+		}
+		return []byte(v), nil
+	}
+	path := c.OwnerSecretFile
 	if path == "" {
 		return nil, nil
 	}
