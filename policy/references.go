@@ -28,8 +28,9 @@ const UnknownNS = "*"
 // mapReduce's out, copydb's databases, explain's inner command, and the
 // pipeline stages that read or write another collection ($lookup,
 // $graphLookup, $unionWith, $out, $merge, at any depth, in $facet and in
-// sub-pipelines); a change stream over the whole deployment
-// (allChangesForCluster) is UnknownNS, since it reads every namespace. Statement and document values are data, never
+// sub-pipelines), applyOps' preCondition; a change stream over the whole
+// deployment (allChangesForCluster) and eval (JavaScript with a db
+// object) are UnknownNS, since they reach every namespace. Statement and document values are data, never
 // namespaces: a field that happens to be called "from" in an inserted
 // document or a $match names nothing.
 //
@@ -109,8 +110,15 @@ func (w walker) command(db string, body bsoncore.Document) bool {
 			if d, ok := v.DocumentOK(); ok {
 				hit = w.command(db, d)
 			}
-		case "applyOps":
+		case "applyOps", "doTxn":
 			hit = w.applyOps(v)
+		case "preCondition":
+			// applyOps' preconditions read the documents they name.
+			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitFullNS(d.Lookup("ns"), visit) })
+		case "eval", "$eval":
+			// Server-side JavaScript (servers before 4.2) reaches any
+			// namespace through its db object.
+			hit = first && visit(UnknownNS, UnknownNS)
 		case "nsInfo":
 			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitFullNS(d.Lookup("ns"), visit) })
 		}

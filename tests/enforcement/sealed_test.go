@@ -235,6 +235,12 @@ func TestLockStoreIsSealed(t *testing.T) {
 		{"applyOps dropping the lock database", func() error {
 			return cmd(admin, bson.D{{Key: "applyOps", Value: bson.A{bson.D{{Key: "op", Value: "c"}, {Key: "ns", Value: "lockgate.$cmd"}, {Key: "o", Value: bson.D{{Key: "dropDatabase", Value: 1}}}}}}})
 		}},
+		{"applyOps precondition on the lock collection", func() error {
+			return cmd(admin, bson.D{{Key: "applyOps", Value: bson.A{}}, {Key: "preCondition", Value: bson.A{bson.D{{Key: "ns", Value: "lockgate.locks"}, {Key: "q", Value: bson.D{}}, {Key: "res", Value: bson.D{}}}}}})
+		}},
+		{"eval from another database", func() error {
+			return cmd(shop, bson.D{{Key: "eval", Value: "db.getSiblingDB('lockgate').locks.findOne()"}})
+		}},
 		{"case variant of the whole namespace in renameCollection", func() error {
 			return cmd(admin, bson.D{{Key: "renameCollection", Value: "LOCKGATE.Locks_Claims"}, {Key: "to", Value: "shop.stolen"}})
 		}},
