@@ -577,6 +577,16 @@ func TestSessionIntrospectionRefused(t *testing.T) {
 		{"killAllSessions", admin, bson.D{{Key: "killAllSessions", Value: bson.A{}}}},
 		{"killAllSessionsByPattern", admin, bson.D{{Key: "killAllSessionsByPattern", Value: bson.A{}}}},
 		{"killSessions of another session", admin, bson.D{{Key: "killSessions", Value: bson.A{bson.D{{Key: "id", Value: primitiveUUID(1)}}}}}},
+		// Where else session ids are kept: slow operations in the log,
+		// the profiler, the retryable write and transaction tables, the
+		// oplog.
+		{"getLog global", admin, bson.D{{Key: "getLog", Value: "global"}}},
+		{"find system.profile", c.Database("shop"), bson.D{{Key: "find", Value: "system.profile"}}},
+		{"find config.transactions", cfg, bson.D{{Key: "find", Value: "transactions"}}},
+		{"aggregate config.image_collection", cfg, bson.D{{Key: "aggregate", Value: "image_collection"}, {Key: "pipeline", Value: bson.A{}}, {Key: "cursor", Value: bson.D{}}}},
+		{"find local.oplog.rs", c.Database("local"), bson.D{{Key: "find", Value: "oplog.rs"}}},
+		{"$lookup from the oplog", c.Database("shop"), bson.D{{Key: "aggregate", Value: "protected"}, {Key: "pipeline", Value: bson.A{
+			bson.D{{Key: "$lookup", Value: bson.D{{Key: "from", Value: bson.D{{Key: "db", Value: "local"}, {Key: "coll", Value: "oplog.rs"}}}, {Key: "pipeline", Value: bson.A{}}, {Key: "as", Value: "o"}}}}}}, {Key: "cursor", Value: bson.D{}}}},
 	}
 	for _, a := range attacks {
 		err := a.db.RunCommand(ctx, a.cmd).Err()
@@ -586,6 +596,10 @@ func TestSessionIntrospectionRefused(t *testing.T) {
 		}
 	}
 
+	// The names of the logs reveal nothing.
+	if err := admin.RunCommand(ctx, bson.D{{Key: "getLog", Value: "*"}}).Err(); err != nil && strings.Contains(err.Error(), "allowSessionIntrospection") {
+		t.Errorf("getLog: \"*\" was refused: %v", err)
+	}
 	// The caller's own session is its own business: it reaches the server.
 	sess, err := c.StartSession()
 	if err != nil {
