@@ -56,6 +56,11 @@ func (c *Config) Validate() error {
 	v.uri("lockstore.uri", ls.URI, true)
 	if err := checkDBName(ls.Database); err != "" {
 		v.add("lockstore.database", "%s, got %q", err, ls.Database)
+	} else if isServerDB(ls.Database) {
+		// local is not replicated (locks would diverge across a
+		// failover), admin and config belong to the server, and the seal
+		// of the lock store's database would refuse their commands.
+		v.add("lockstore.database", "must not be one of the server's own databases (admin, config, local), got %q", ls.Database)
 	}
 	if err := checkCollName(ls.Collection); err != "" {
 		v.add("lockstore.collection", "%s, got %q", err, ls.Collection)
@@ -248,6 +253,12 @@ func checkDBName(db string) string {
 		return `database name must not contain any of / \ . space " $ * < > : | ? or NUL`
 	}
 	return ""
+}
+
+// isServerDB reports whether db is one of the server's own databases;
+// the server compares database names case-insensitively.
+func isServerDB(db string) bool {
+	return strings.EqualFold(db, "admin") || strings.EqualFold(db, "config") || strings.EqualFold(db, "local")
 }
 
 func checkCollName(coll string) string {
