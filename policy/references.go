@@ -53,7 +53,7 @@ func VisitReferences(cmd *wire.Command, visit func(db, coll string) bool, stage 
 			continue
 		}
 		for _, d := range s.Documents {
-			if visitFullNS(d.Lookup("ns"), visit) {
+			if visitNSField(d, visit) {
 				return true
 			}
 		}
@@ -114,13 +114,13 @@ func (w walker) command(db string, body bsoncore.Document) bool {
 			hit = w.applyOps(v)
 		case "preCondition":
 			// applyOps' preconditions read the documents they name.
-			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitFullNS(d.Lookup("ns"), visit) })
+			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitNSField(d, visit) })
 		case "eval", "$eval":
 			// Server-side JavaScript (servers before 4.2) reaches any
 			// namespace through its db object.
 			hit = first && visit(UnknownNS, UnknownNS)
 		case "nsInfo":
-			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitFullNS(d.Lookup("ns"), visit) })
+			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitNSField(d, visit) })
 		}
 		if hit {
 			return true
@@ -146,20 +146,26 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 			if !ok {
 				return false
 			}
+			// A field given twice is read as its last value by the
+			// server's own parsers of these stages, as its first by
+			// Lookup: either could be the lock store.
+			f, err := fieldsOf(spec, "from", "pipeline")
+			if err != nil {
+				return visit(UnknownNS, UnknownNS)
+			}
 			target := db
-			from := spec.Lookup("from")
-			if s, ok := from.StringValueOK(); ok {
+			if s, ok := f[0].StringValueOK(); ok {
 				if visit(db, s) {
 					return true
 				}
-			} else if d, ok := from.DocumentOK(); ok {
+			} else if d, ok := f[0].DocumentOK(); ok {
 				var hit bool
 				target, hit = visitDBColl(db, d, "coll", visit)
 				if hit {
 					return true
 				}
 			}
-			return w.pipeline(target, spec.Lookup("pipeline"))
+			return w.pipeline(target, f[1])
 		case "$unionWith":
 			if s, ok := sv.StringValueOK(); ok {
 				return visit(db, s)
@@ -168,8 +174,12 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 			if !ok {
 				return false
 			}
+			f, err := fieldsOf(spec, "pipeline")
+			if err != nil {
+				return visit(UnknownNS, UnknownNS)
+			}
 			target, hit := visitDBColl(db, spec, "coll", visit)
-			return hit || w.pipeline(target, spec.Lookup("pipeline"))
+			return hit || w.pipeline(target, f[0])
 		case "$out":
 			if s, ok := sv.StringValueOK(); ok {
 				return visit(db, s)
@@ -186,7 +196,11 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 			if !ok {
 				return false
 			}
-			into := spec.Lookup("into")
+			f, err := fieldsOf(spec, "into")
+			if err != nil {
+				return visit(UnknownNS, UnknownNS)
+			}
+			into := f[0]
 			if s, ok := into.StringValueOK(); ok {
 				return visit(db, s)
 			}
@@ -199,8 +213,11 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 			// of every namespace, documents included (fullDocument), so it
 			// names them all. One on a database or a collection is the
 			// command's own namespace, visited already.
-			if spec, ok := sv.DocumentOK(); ok && !isFalse(spec.Lookup("allChangesForCluster")) {
-				return visit(UnknownNS, UnknownNS)
+			if spec, ok := sv.DocumentOK(); ok {
+				f, err := fieldsOf(spec, "allChangesForCluster")
+				if err != nil || !isFalse(f[0]) {
+					return visit(UnknownNS, UnknownNS)
+				}
 			}
 		case "$facet":
 			facets, ok := sv.DocumentOK()
@@ -231,12 +248,17 @@ func isFalse(v bsoncore.Value) bool {
 }
 
 // visitDBColl visits {db: <db>, <collKey>: <coll>}, the db defaulting to
-// db, and returns the database the reference is in.
+// db, and returns the database the reference is in. A field given twice
+// is UnknownNS: servers differ on which of the two they read.
 func visitDBColl(db string, d bsoncore.Document, collKey string, visit func(db, coll string) bool) (string, bool) {
-	if s, ok := d.Lookup("db").StringValueOK(); ok {
+	f, err := fieldsOf(d, "db", collKey)
+	if err != nil {
+		return db, visit(UnknownNS, UnknownNS)
+	}
+	if s, ok := f[0].StringValueOK(); ok {
 		db = s
 	}
-	if s, ok := d.Lookup(collKey).StringValueOK(); ok {
+	if s, ok := f[1].StringValueOK(); ok {
 		return db, visit(db, s)
 	}
 	return db, false
@@ -252,11 +274,15 @@ func visitOut(db string, v bsoncore.Value, visit func(db, coll string) bool) boo
 	if !ok {
 		return false
 	}
-	if s, ok := d.Lookup("db").StringValueOK(); ok {
+	f, err := fieldsOf(d, "db", "replace", "merge", "reduce")
+	if err != nil {
+		return visit(UnknownNS, UnknownNS)
+	}
+	if s, ok := f[0].StringValueOK(); ok {
 		db = s
 	}
-	for _, k := range []string{"replace", "merge", "reduce"} {
-		if s, ok := d.Lookup(k).StringValueOK(); ok && visit(db, s) {
+	for _, v := range f[1:4] {
+		if s, ok := v.StringValueOK(); ok && visit(db, s) {
 			return true
 		}
 	}
@@ -269,10 +295,11 @@ func visitOut(db string, v bsoncore.Value, visit func(db, coll string) bool) boo
 func (w walker) applyOps(v bsoncore.Value) bool {
 	visit := w.ns
 	return eachDocument(v, func(op bsoncore.Document) bool {
-		if _, err := op.LookupErr("ui"); err == nil {
+		f, err := fieldsOf(op, "ui", "ns", "o")
+		if err != nil || f[0].Type != 0 {
 			return visit(UnknownNS, UnknownNS)
 		}
-		ns, ok := op.Lookup("ns").StringValueOK()
+		ns, ok := f[1].StringValueOK()
 		if !ok {
 			return false
 		}
@@ -281,11 +308,21 @@ func (w walker) applyOps(v bsoncore.Value) bool {
 			return false
 		}
 		if coll == "$cmd" {
-			o, _ := op.Lookup("o").DocumentOK()
+			o, _ := f[2].DocumentOK()
 			return w.command(db, o)
 		}
 		return visit(db, coll)
 	})
+}
+
+// visitNSField visits the full namespace of d's ns field; twice is
+// UnknownNS.
+func visitNSField(d bsoncore.Document, visit func(db, coll string) bool) bool {
+	f, err := fieldsOf(d, "ns")
+	if err != nil {
+		return visit(UnknownNS, UnknownNS)
+	}
+	return visitFullNS(f[0], visit)
 }
 
 func visitFullNS(v bsoncore.Value, visit func(db, coll string) bool) bool {

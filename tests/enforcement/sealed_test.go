@@ -241,6 +241,13 @@ func TestLockStoreIsSealed(t *testing.T) {
 		{"eval from another database", func() error {
 			return cmd(shop, bson.D{{Key: "eval", Value: "db.getSiblingDB('lockgate').locks.findOne()"}})
 		}},
+		{"$lookup naming from twice (the server reads the last)", func() error {
+			return cmd(shop, pipeline(bson.D{{Key: "$lookup", Value: bson.D{{Key: "from", Value: "protected"}, {Key: "from", Value: dbColl(lockDB, lockColl)}, {Key: "pipeline", Value: bson.A{}}, {Key: "as", Value: "l"}}}}))
+		}},
+		{"$lookup with a second pipeline", func() error {
+			return cmd(shop, pipeline(bson.D{{Key: "$lookup", Value: bson.D{{Key: "from", Value: "protected"}, {Key: "as", Value: "l"}, {Key: "pipeline", Value: bson.A{}},
+				{Key: "pipeline", Value: bson.A{bson.D{{Key: "$unionWith", Value: dbColl(lockDB, lockColl)}}}}}}}))
+		}},
 		{"case variant of the whole namespace in renameCollection", func() error {
 			return cmd(admin, bson.D{{Key: "renameCollection", Value: "LOCKGATE.Locks_Claims"}, {Key: "to", Value: "shop.stolen"}})
 		}},
