@@ -10,6 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
+	"github.com/xdg-go/scram"
+
 	"github.com/lockgate/lockgate/internal/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
@@ -102,5 +104,56 @@ func TestAuthorizationVerdictFollowsTheUser(t *testing.T) {
 	c.do(bson.D{{"logout", 1}, {"$db", "admin"}})
 	if r := c.do(acquire("anon-session-002", 3)); fmt.Sprint(r["code"]) != "13" {
 		t.Fatalf("acquireLock after logout: %v, want Unauthorized (13)", r)
+	}
+}
+
+// TestInterleavedConversationsCreditNoClaimedUser: a user counts only for
+// the conversation that claimed it (issue 10, item 3). mallory, who knows
+// bob's password, opens a SCRAM conversation as bob, then opens a second
+// one claiming alice, then finishes bob's: the upstream (this scripted one
+// keeps both open) accepts bob's proof, and the proxy must not credit
+// alice, whose session's locks mallory would then hold.
+func TestInterleavedConversationsCreditNoClaimedUser(t *testing.T) {
+	st := scramProxyStack(t)
+	lsid := lsidDoc([]byte("alice-interleave"))
+	status := bson.D{{"lockStatus", "orders"}, {"ids", bson.A{9}}, {"lsid", lsid}, {"$db", "shop"}}
+
+	alice := dialRawConn(t, st.addr)
+	if !alice.scramAuth("alice", "alice-pw") {
+		t.Fatal("alice could not authenticate")
+	}
+	if r := alice.do(bson.D{{"acquireLock", "orders"}, {"ids", bson.A{9}}, {"lsid", lsid}, {"$db", "shop"}}); fmt.Sprint(r["ok"]) != "1" {
+		t.Fatalf("alice's acquireLock: %v", r)
+	}
+
+	m := dialRawConn(t, st.addr)
+	client, err := scram.SHA256.NewClient("bob", "bob-pw", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := client.NewConversation()
+	first, _ := conv.Step("")
+	r := m.do(bson.D{{"saslStart", 1}, {"mechanism", "SCRAM-SHA-256"}, {"payload", primitive.Binary{Data: []byte(first)}}, {"$db", "admin"}})
+	bobConv := r["conversationId"]
+	if fmt.Sprint(r["ok"]) != "1" || r["done"] == true {
+		t.Fatalf("bob's saslStart: %v", r)
+	}
+	claim := m.do(bson.D{{"saslStart", 1}, {"mechanism", "SCRAM-SHA-256"}, {"payload", primitive.Binary{Data: []byte("n,,n=alice,r=mallorymallorymallory")}}, {"$db", "admin"}})
+	if fmt.Sprint(claim["ok"]) != "1" {
+		t.Fatalf("the first step claiming alice: %v", claim)
+	}
+	for fmt.Sprint(r["ok"]) == "1" && r["done"] != true {
+		next, err := conv.Step(string(r["payload"].(primitive.Binary).Data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = m.do(bson.D{{"saslContinue", 1}, {"conversationId", bobConv}, {"payload", primitive.Binary{Data: []byte(next)}}, {"$db", "admin"}})
+	}
+	if fmt.Sprint(r["ok"]) != "1" {
+		t.Fatalf("the scripted upstream refused bob's conversation: %v", r)
+	}
+	r = m.do(status)
+	if locks, _ := r["locks"].(bson.A); len(locks) == 1 && locks[0].(bson.M)["heldByYou"] == true {
+		t.Fatalf("mallory holds alice's lock after finishing bob's conversation: %v", r)
 	}
 }
