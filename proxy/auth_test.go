@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"testing"
@@ -95,6 +96,20 @@ func TestUserIsWhatTheUpstreamAccepted(t *testing.T) {
 	}
 	if got := rec.last(); got != "alice@admin" {
 		t.Errorf("user after alice's accepted conversation = %q, want alice@admin", got)
+	}
+	// The driver began in its handshake (speculative authentication) and
+	// never needed a saslStart: the path followed is the speculative one.
+	spec, starts := 0, 0
+	for _, b := range up.Requests() {
+		switch {
+		case bytes.Contains(b, []byte("speculativeAuthenticate")):
+			spec++
+		case bytes.Contains(b, []byte("saslStart\x00")):
+			starts++
+		}
+	}
+	if spec == 0 || starts != 0 {
+		t.Errorf("%d handshakes with speculativeAuthenticate and %d saslStart, want the speculative path only", spec, starts)
 	}
 	if _, err := connect("alice", "wrong"); err == nil {
 		t.Fatal("a wrong password was accepted")
