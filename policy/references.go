@@ -49,11 +49,28 @@ func VisitReferences(cmd *wire.Command, visit func(db, coll string) bool, stage 
 		return true
 	}
 	for _, s := range cmd.Sequences {
-		if s.Identifier != "nsInfo" {
-			continue
-		}
-		for _, d := range s.Documents {
-			if visitNSField(d, visit) {
+		switch s.Identifier {
+		case "nsInfo", "preCondition":
+			for _, d := range s.Documents {
+				if visitNSField(d, visit) {
+					return true
+				}
+			}
+		case "pipeline", "applyOps", "doTxn":
+			// The server reads a document sequence as the array of
+			// that name (policy.Classify reads a pipeline there too).
+			arr := bsoncore.NewArrayBuilder()
+			for _, d := range s.Documents {
+				arr.AppendDocument(d)
+			}
+			v := bsoncore.Value{Type: bsontype.Array, Data: arr.Build()}
+			hit := false
+			if s.Identifier == "pipeline" {
+				hit = w.pipeline(cmd.DB, v)
+			} else {
+				hit = w.applyOps(v)
+			}
+			if hit {
 				return true
 			}
 		}

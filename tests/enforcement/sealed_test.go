@@ -314,8 +314,16 @@ func legacyAttacks(t *testing.T) []rawAttack {
 	}
 	empty := bsoncore.NewDocumentBuilder().Build()
 	findCmd := bsoncore.NewDocumentBuilder().AppendString("find", claimsColl).Build()
+	// An aggregate whose pipeline travels as a document sequence, where
+	// the server reads it as the array of that name.
+	agg := bsoncore.NewDocumentBuilder().AppendString("aggregate", "protected").AppendDocument("cursor", empty).AppendString("$db", "shop").Build()
+	lookup := bsoncore.NewDocumentBuilder().AppendDocument("$lookup", bsoncore.NewDocumentBuilder().
+		AppendDocument("from", bsoncore.NewDocumentBuilder().AppendString("db", lockDB).AppendString("coll", lockColl).Build()).
+		AppendString("as", "l").Build()).Build()
+	seqAgg := wire.AppendMsg(nil, 8, 0, 0, agg, wire.Sequence{Identifier: "pipeline", Documents: []bsoncore.Document{lookup}})
 	return []rawAttack{
 		{"OP_QUERY on the lock collection", opQuery(5, lockDB+"."+lockColl, empty)},
+		{"OP_MSG pipeline in a document sequence", seqAgg},
 		{"OP_QUERY command on lockgate.$cmd", opQuery(6, lockDB+".$cmd", findCmd)},
 		{"OP_COMPRESSED OP_MSG find", compressed},
 	}
@@ -603,6 +611,14 @@ func TestSessionIntrospectionRefused(t *testing.T) {
 		}
 	}
 
+	// A pipeline sent as a document sequence is still a pipeline.
+	empty := bsoncore.NewDocumentBuilder().Build()
+	aggOne := bsoncore.NewDocumentBuilder().AppendInt32("aggregate", 1).AppendDocument("cursor", empty).AppendString("$db", "admin").Build()
+	stage := bsoncore.NewDocumentBuilder().AppendDocument("$listLocalSessions", empty).Build()
+	reply := roundTrip(t, wire.AppendMsg(nil, 9, 0, 0, aggOne, wire.Sequence{Identifier: "pipeline", Documents: []bsoncore.Document{stage}}))
+	if code, _ := reply.Lookup("code").AsInt64OK(); code != 13 || !strings.Contains(reply.String(), "allowSessionIntrospection") {
+		t.Errorf("$listLocalSessions in a pipeline document sequence: %v, want the Unauthorized refusal", reply)
+	}
 	// The names of the logs reveal nothing.
 	if err := admin.RunCommand(ctx, bson.D{{Key: "getLog", Value: "*"}}).Err(); err != nil && strings.Contains(err.Error(), "allowSessionIntrospection") {
 		t.Errorf("getLog: \"*\" was refused: %v", err)
