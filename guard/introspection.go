@@ -54,7 +54,9 @@ func harmlessSessionCommand(req *proxy.Request) bool {
 // the caller's own.
 func killsOnlyOwn(req *proxy.Request) bool {
 	own, ok := req.Command.SessionID()
-	if !ok {
+	if !ok || len(req.Command.Sequences) > 0 {
+		// A document sequence could add sessions to kill on an upstream
+		// that reads it as part of the body.
 		return false
 	}
 	v, err := req.Command.Body.LookupErr("killSessions")
