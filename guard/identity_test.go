@@ -2,12 +2,16 @@ package guard
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/xdg-go/scram"
@@ -155,5 +159,49 @@ func TestInterleavedConversationsCreditNoClaimedUser(t *testing.T) {
 	r = m.do(status)
 	if locks, _ := r["locks"].(bson.A); len(locks) == 1 && locks[0].(bson.M)["heldByYou"] == true {
 		t.Fatalf("mallory holds alice's lock after finishing bob's conversation: %v", r)
+	}
+}
+
+// TestLockCommandsNeedAuthenticationGoDriver: issue 10's second attack with
+// the Go driver, where the upstream requires authentication: without
+// credentials acquireLock and renewLock are Unauthorized (13) and take
+// nothing; authenticated as alice (SCRAM-SHA-256, speculative in the
+// handshake) the same session takes the lock, and lockStatus names her.
+func TestLockCommandsNeedAuthenticationGoDriver(t *testing.T) {
+	st := scramProxyStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client := func(cred *options.Credential) *mongo.Client {
+		o := options.Client().ApplyURI("mongodb://" + st.addr + "/?directConnection=true").SetServerSelectionTimeout(5 * time.Second)
+		if cred != nil {
+			o.SetAuth(*cred)
+		}
+		c, err := mongo.Connect(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Disconnect(context.Background()) })
+		return c
+	}
+	anon := client(nil)
+	s := session(t, anon)
+	for _, name := range []string{"acquireLock", "renewLock"} {
+		err := anon.Database("shop").RunCommand(inSession(s), bson.D{{name, "orders"}, {"ids", bson.A{21}}}).Err()
+		if se, ok := err.(mongo.ServerError); !ok || !se.HasErrorCode(13) {
+			t.Errorf("%s without credentials: %v, want Unauthorized (13)", name, err)
+		}
+	}
+	alice := client(&options.Credential{Username: "alice", Password: "alice-pw", AuthMechanism: "SCRAM-SHA-256", AuthSource: "admin"})
+	as := session(t, alice)
+	if err := alice.Database("shop").RunCommand(inSession(as), bson.D{{"acquireLock", "orders"}, {"ids", bson.A{21}}}).Err(); err != nil {
+		t.Fatalf("alice's acquireLock: %v (the anonymous attempt must have taken nothing)", err)
+	}
+	var st2 bson.M
+	if err := alice.Database("shop").RunCommand(inSession(as), bson.D{{"lockStatus", "orders"}, {"ids", bson.A{21}}}).Decode(&st2); err != nil {
+		t.Fatal(err)
+	}
+	l := st2["locks"].(bson.A)[0].(bson.M)
+	if l["heldByYou"] != true || l["owner"].(bson.M)["user"] != "alice@admin" {
+		t.Errorf("lockStatus: %v, want held by alice@admin", st2)
 	}
 }
