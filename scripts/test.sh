@@ -135,5 +135,11 @@ for pkg in $(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | xargs -n1 d
 done
 echo "fuzzed $fuzzed targets"
 
+section "client helpers: go test -race ./client/lockgate"
+# The Go helper renews from its own goroutine while the caller writes in
+# the same session; the race detector checks that they never share the
+# driver's Session value.
+go test -count=1 -race ./client/lockgate
+
 section "summary"
 echo "all checks passed in $((SECONDS - start_all))s"
