@@ -246,6 +246,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	})
 	var g *Gateway
 	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"))
+	mountConsole(adm, store, gd.Policy, reg, token != "")
 
 	g = &Gateway{
 		logger:   logger,

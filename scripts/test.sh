@@ -72,6 +72,22 @@ else
 fi
 /usr/bin/python3 -c 'import pymongo; print("pymongo", pymongo.version)'
 
+section "install: chromium (apt), for the operator console test"
+# tests/console drives the console in Debian's headless chromium; with CI
+# set, a missing browser fails that test instead of skipping it.
+if [ -x /usr/bin/chromium ]; then
+	echo "already installed"
+else
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get update -qq
+	as_root apt-get install -y -qq --no-install-recommends chromium >/dev/null || { [ -z "${CI:-}" ] || fail "apt-get install chromium failed"; }
+fi
+if [ -x /usr/bin/chromium ]; then
+	/usr/bin/chromium --version 2>/dev/null
+elif [ -n "${CI:-}" ]; then
+	fail "/usr/bin/chromium is missing"
+fi
+
 section "install: Node.js driver and mongosh (npm ci in $NODE_COMPAT)"
 if [ -x "$NODE_COMPAT/node_modules/.bin/mongosh" ] && [ "$NODE_COMPAT/node_modules/.package-lock.json" -nt "$NODE_COMPAT/package-lock.json" ]; then
 	echo "already installed"
