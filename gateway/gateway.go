@@ -185,7 +185,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		Name: "lockgate_policy_reloads_total",
 		Help: "Policy reloads by result: applied, or refused (the policy in force stayed).",
 	}, []string{"result"})
-	for _, c := range []prometheus.Collector{lsMetrics, guardMetrics, reloads} {
+	for _, c := range []prometheus.Collector{lsMetrics, guardMetrics, reloads, connectionLimit(cfg.Limits.MaxConnections)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: registering metrics: %w", err)
 		}

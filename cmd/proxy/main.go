@@ -135,6 +135,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logger.Error("start failed", zap.Error(err))
 		return exitFailure
 	}
+	if err := gw.Registry().Register(gateway.BuildInfo(versionString())); err != nil {
+		logger.Error("registering lockgate_build_info", zap.Error(err))
+	}
 
 	changed := make(chan struct{}, 1)
 	if o.configPath != "" {
