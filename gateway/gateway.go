@@ -49,6 +49,8 @@ type Gateway struct {
 	done chan struct{}
 	mu   sync.Mutex
 	errs []error
+
+	drain sync.Once // BeginDrain
 }
 
 // Start validates cfg, builds every component, binds the client and admin
