@@ -174,5 +174,20 @@ else
 	echo "promtool missing: skipped (CI would fail)"
 fi
 
+section "packaging: yamllint deploy"
+# No Docker engine or cluster here: go test ./deploy (above) checks the
+# manifests against lockgate's own configuration; yamllint checks the YAML.
+if ! command -v yamllint >/dev/null; then
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get install -y -qq --no-install-recommends yamllint >/dev/null || true
+fi
+if command -v yamllint >/dev/null; then
+	yamllint -c deploy/.yamllint deploy
+elif [ -n "${CI:-}" ]; then
+	fail "yamllint is missing (apt-get install yamllint)"
+else
+	echo "yamllint missing: skipped (CI would fail)"
+fi
+
 section "summary"
 echo "all checks passed in $((SECONDS - start_all))s"
