@@ -124,12 +124,31 @@ func startRelay(t *testing.T, target string) *relay {
 	return r
 }
 
+// Restore listens again on the same address after Cut, so that what the
+// test started can shut down without waiting out the lock store's
+// time-outs.
+func (r *relay) Restore(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ln, err := net.Listen("tcp", r.ln.Addr().String())
+	if err != nil {
+		t.Fatalf("relay restore: %v", err)
+	}
+	r.ln, r.cut = ln, false
+	r.wg.Add(1)
+	go r.accept()
+}
+
 func (r *relay) URI() string { return "mongodb://" + r.ln.Addr().String() + "/" }
 
 func (r *relay) accept() {
 	defer r.wg.Done()
+	r.mu.Lock()
+	ln := r.ln
+	r.mu.Unlock()
 	for {
-		c, err := r.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}

@@ -61,6 +61,9 @@ class _Twin(object):
         if session.in_transaction:
             raise InvalidLockRequest("lock commands cannot run inside a transaction: acquire before start_transaction")
         self._session = session.client.start_session(causal_consistency=False)
+        # pymongo 4 may start a session's server session lazily; reading
+        # the id makes both real before the swap.
+        _ = session.session_id, self._session.session_id
         self._own = self._session._server_session
         borrowed = copy.copy(self._own)
         borrowed.session_id = session.session_id
