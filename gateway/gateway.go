@@ -217,6 +217,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if err := reg.Register(admin.ReadinessCollector(adm)); err != nil {
+		return nil, fmt.Errorf("gateway: registering metrics: %w", err)
+	}
 
 	// runCtx ends on the caller's cancel or on a fatal serve error. The
 	// admin listener outlives it until the proxy has drained, so probes and
