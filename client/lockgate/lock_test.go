@@ -36,7 +36,7 @@ func TestAutoRenewKeepsLockThenLostWhenLockStoreStops(t *testing.T) {
 
 	// Renewed every lease/3, the lease keeps more than the policy's
 	// default leaseMargin (1s) ahead of every write.
-	const lease = 3 * time.Second
+	const lease = 4 * time.Second
 	l, err := lockgate.Acquire(ctx, sess, coll, []any{"job-1"}, &lockgate.Options{Lease: lease})
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ async function main() {
   }
 
   {
-    const LEASE = 3000;
+    const LEASE = 4000;
     const worker = lockgate.connect(URI, 'node-worker');
     const wc = worker.db(DB).collection('renew');
     const s = worker.startSession();

@@ -100,7 +100,7 @@ except lockgate.LockgateError as e:
     out("no_session", error=err_info(e))
 
 # renewal through three leases while writing, then the lock store stops
-LEASE = 3.0
+LEASE = 4.0
 worker = lockgate.connect(URI, app_name="py-worker")
 wcoll = worker[DB]["renew"]
 with worker.start_session() as s, holder.start_session() as other:
