@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,6 +103,32 @@ func TestConsoleShowsAndForceReleasesALock(t *testing.T) {
 			t.Fatal(err)
 		}
 		return st.Locks[0].HeldByYou
+	}
+
+	// The page is served with a policy that forbids inline and foreign
+	// script, and tokens travel as strings (64-bit, past JavaScript's
+	// exact integers).
+	resp, err := http.Get("http://" + g.AdminAddr().String() + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("Content-Security-Policy = %q", csp)
+	}
+	resp, err = http.Get("http://" + g.AdminAddr().String() + "/console/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state struct {
+		Locks []struct {
+			Token json.RawMessage `json:"token"`
+		} `json:"locks"`
+	}
+	json.NewDecoder(resp.Body).Decode(&state)
+	resp.Body.Close()
+	if len(state.Locks) != 1 || string(state.Locks[0].Token) != fmt.Sprintf("%q", fmt.Sprint(tok)) {
+		t.Errorf("/console/state locks = %+v, want one with token \"%d\"", state.Locks, tok)
 	}
 
 	bctx, stop := browser(t, ctx)
