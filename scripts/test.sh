@@ -157,6 +157,15 @@ section "client helpers: go test -race ./client/lockgate"
 # driver's Session value.
 go test -count=1 -race ./client/lockgate
 
+section "client helpers: the Python and Node.js packages build"
+# They are tested through client/conformance (go test above); here they
+# are packaged as a release would be, offline.
+whl=$(mktemp -d)
+/usr/bin/python3 -m pip wheel --quiet --no-deps --no-build-isolation --no-index -w "$whl" ./client/python
+ls "$whl"/lockgate_client-*.whl
+rm -rf "$whl" client/python/build client/python/*.egg-info
+(cd client/node && npm pack --dry-run --silent)
+
 section "monitoring assets: promtool check rules / test rules"
 # promtool comes with Debian's prometheus package. The Go side of the
 # check (every metric a query names is exported) ran in go test above.
