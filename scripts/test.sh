@@ -160,6 +160,10 @@ go test -count=1 -race ./client/lockgate
 section "client helpers: the Python and Node.js packages build"
 # They are tested through client/conformance (go test above); here they
 # are packaged as a release would be, offline.
+if ! /usr/bin/python3 -m pip --version >/dev/null 2>&1; then
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get install -y -qq --no-install-recommends python3-pip python3-setuptools python3-wheel >/dev/null || fail "cannot install pip to build client/python"
+fi
 whl=$(mktemp -d)
 /usr/bin/python3 -m pip wheel --quiet --no-deps --no-build-isolation --no-index -w "$whl" ./client/python
 ls "$whl"/lockgate_client-*.whl
