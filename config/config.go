@@ -129,6 +129,10 @@ type NamespaceRule struct {
 	// capped collection through on an enforced namespace, although each
 	// may evict the oldest documents, locked ones included.
 	AllowCappedInserts bool `yaml:"allowCappedInserts"`
+	// RefuseLocksOnMissingCollection refuses acquireLock in a collection
+	// of this rule that does not exist (a misspelt name), which is
+	// otherwise granted with a warning.
+	RefuseLocksOnMissingCollection bool `yaml:"refuseLocksOnMissingCollection"`
 }
 
 // Limits bound message sizes.

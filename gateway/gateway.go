@@ -394,11 +394,16 @@ func adminToken(a config.AdminAuth) (string, error) {
 		return "", fmt.Errorf("adminAuth.tokenFile: %w", err)
 	}
 	t := strings.TrimSpace(string(b))
-	if len(t) < 16 {
-		return "", fmt.Errorf("adminAuth.tokenFile: the token in %s is shorter than 16 characters", a.TokenFile)
+	if len(t) < minAdminToken {
+		return "", fmt.Errorf("adminAuth.tokenFile: the token in %s is shorter than %d characters (generate one with `openssl rand -hex 32`)", a.TokenFile, minAdminToken)
 	}
 	return t, nil
 }
+
+// minAdminToken is the shortest operator token accepted; config.example.yaml
+// and docs/OPERATIONS.md state it, so that operators learn it before a
+// start fails (a test keeps them in step).
+const minAdminToken = 16
 
 // splitShutdown divides the shutdown budget: most of it for draining
 // client connections, a small tail for the admin listener, so the whole
