@@ -203,6 +203,9 @@ func judge(t *testing.T, res map[string]map[string]any, holderApp string, class 
 	if r := get("refused_renewal"); r["lost"] != true || r["error"] != class["lost"] || r["reason"] != "not_holder" || r["release"] != class["notHeld"] {
 		t.Errorf("refused_renewal: %v", r)
 	}
+	if r := get("lost_in_block"); r["raised"] != class["lost"] || r["aborted"] == false {
+		t.Errorf("lost_in_block: %v (want the loss reported on leaving the block, and the signal aborted in Node)", r)
+	}
 	if e := errOf("not_protected"); e["class"] != class["notProtected"] {
 		t.Errorf("not_protected: %v", e)
 	}

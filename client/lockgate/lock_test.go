@@ -283,3 +283,32 @@ func TestRefusesWhatCannotWork(t *testing.T) {
 		t.Errorf("nil session: %v, want ErrInvalid", err)
 	}
 }
+
+// A lock lost while WithLock's function runs cancels the function's
+// context, and WithLock reports the loss even though the function
+// returned nil: the work may not have been exclusive.
+func TestWithLockReportsALossDuringTheWork(t *testing.T) {
+	g := startGateway(t, "")
+	c := connect(t, proxyURI(g), "kit-worker")
+	ctx := ctxFor(t, 60*time.Second)
+	sess := startSession(t, c)
+	coll := c.Database("kit").Collection("lostwork")
+	var cause error
+	err := lockgate.WithLock(ctx, sess, coll, []any{1}, &lockgate.Options{Lease: 10 * time.Second, RenewEvery: 200 * time.Millisecond},
+		func(ctx mongo.SessionContext, l *lockgate.Lock) error {
+			// An operator (here: the session itself) releases the lock.
+			if err := c.Database("kit").RunCommand(ctx, bson.D{{Key: "releaseLock", Value: "lostwork"}}).Err(); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				cause = context.Cause(ctx)
+			case <-time.After(5 * time.Second):
+				t.Error("the work's context was not cancelled when the lock was lost")
+			}
+			return nil
+		})
+	if !errors.Is(err, lockgate.ErrLost) || !errors.Is(cause, lockgate.ErrLost) {
+		t.Fatalf("WithLock = %v, work context cause = %v; want both to match ErrLost", err, cause)
+	}
+}

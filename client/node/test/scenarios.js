@@ -65,6 +65,20 @@ async function main() {
   }
 
   {
+    const s = holder.startSession();
+    let raised = null; let aborted = false;
+    try {
+      await lockgate.withLock(s, holder.db(DB).collection('lostwork'), [1], { leaseMS: 10000, renewEveryMS: 200 }, async (lk, signal) => {
+        await holder.db(DB).command({ releaseLock: 'lostwork' }, { session: s });
+        await timeout(lk.lost, 5000);
+        aborted = signal.aborted;
+      });
+    } catch (e) { raised = e.constructor.name; }
+    out('lost_in_block', { raised, aborted });
+    await s.endSession();
+  }
+
+  {
     const direct = lockgate.connect(DIRECT, 'node-direct');
     const s = direct.startSession();
     try { await lockgate.tryAcquire(s, direct.db(DB).collection('x'), [1]); out('not_protected', { error: null }); } catch (e) { out('not_protected', { error: info(e) }); }

@@ -85,6 +85,17 @@ with holder.start_session() as s:
     out("refused_renewal", lost=fired, error=type(lk.error).__name__ if lk.error else None,
         reason=getattr(lk.error, "reason", None), release=rel)
 
+# a lock lost inside the with block: leaving it raises LockLost
+with holder.start_session() as s:
+    raised = None
+    try:
+        with lockgate.lock(s, holder[DB]["lostwork"], [1], lease=10, renew_every=0.2) as lk:
+            holder[DB].command({"releaseLock": "lostwork"}, session=s)
+            lk.lost.wait(5)
+    except lockgate.LockgateError as e:
+        raised = type(e).__name__
+    out("lost_in_block", raised=raised)
+
 # not protected, no session
 direct = lockgate.connect(DIRECT, app_name="py-direct")
 with direct.start_session() as s:
