@@ -192,6 +192,7 @@ section "packaging: yamllint deploy"
 # manifests against lockgate's own configuration; yamllint checks the YAML.
 if ! command -v yamllint >/dev/null; then
 	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get update -qq
 	as_root apt-get install -y -qq --no-install-recommends yamllint >/dev/null || true
 fi
 if command -v yamllint >/dev/null; then
