@@ -5,7 +5,7 @@
 //
 //	sess, _ := client.StartSession()
 //	defer sess.EndSession(ctx)
-//	err := lockgate.WithLock(ctx, sess, orders, []any{42}, nil, func(ctx context.Context, l *lockgate.Lock) error {
+//	err := lockgate.WithLock(ctx, sess, orders, []any{42}, nil, func(ctx mongo.SessionContext, l *lockgate.Lock) error {
 //		_, err := orders.UpdateOne(ctx, bson.M{"_id": 42}, bson.M{"$set": bson.M{"paid": true, "fence": l.Token()}})
 //		return err
 //	})
