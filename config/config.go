@@ -36,6 +36,11 @@ type Config struct {
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	// Log configures the process logger.
 	Log Log `yaml:"log"`
+	// ShutdownDrainDelay is how long, after SIGTERM, lockgate keeps serving
+	// while /readyz already reports "draining", before the graceful
+	// shutdown (ShutdownTimeout) starts: time for endpoints and load
+	// balancers to stop sending new clients. 0 starts the shutdown at once.
+	ShutdownDrainDelay Duration `yaml:"shutdownDrainDelay"`
 }
 
 // AdminAuth guards operator actions on the admin listener (force-releasing
@@ -128,6 +133,10 @@ type NamespaceRule struct {
 	// capped collection through on an enforced namespace, although each
 	// may evict the oldest documents, locked ones included.
 	AllowCappedInserts bool `yaml:"allowCappedInserts"`
+	// RefuseLocksOnMissingCollection refuses acquireLock in a collection
+	// of this rule that does not exist (a misspelt name), which is
+	// otherwise granted with a warning.
+	RefuseLocksOnMissingCollection bool `yaml:"refuseLocksOnMissingCollection"`
 }
 
 // Limits bound message sizes.

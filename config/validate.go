@@ -96,6 +96,9 @@ func (c *Config) Validate() error {
 		v.add("limits.handshakeTimeoutMS", "must be between 100 and 600000 milliseconds, got %d", n)
 	}
 	v.duration("shutdownTimeout", c.ShutdownTimeout, MaxShutdownTimeout)
+	if d := c.ShutdownDrainDelay.D(); d < 0 || d > MaxShutdownTimeout {
+		v.add("shutdownDrainDelay", "must be between 0 and %v, got %v", MaxShutdownTimeout, d)
+	}
 
 	if !c.Log.Level.Valid() {
 		v.add("log.level", "must be one of %s, got %q", list(LogLevels()), c.Log.Level)

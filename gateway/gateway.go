@@ -49,6 +49,8 @@ type Gateway struct {
 	done chan struct{}
 	mu   sync.Mutex
 	errs []error
+
+	drain sync.Once // BeginDrain
 }
 
 // Start validates cfg, builds every component, binds the client and admin
@@ -185,7 +187,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		Name: "lockgate_policy_reloads_total",
 		Help: "Policy reloads by result: applied, or refused (the policy in force stayed).",
 	}, []string{"result"})
-	for _, c := range []prometheus.Collector{lsMetrics, guardMetrics, reloads} {
+	for _, c := range []prometheus.Collector{lsMetrics, guardMetrics, reloads, connectionLimit(cfg.Limits.MaxConnections)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: registering metrics: %w", err)
 		}
@@ -214,6 +216,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if err := reg.Register(admin.ReadinessCollector(adm)); err != nil {
+		return nil, fmt.Errorf("gateway: registering metrics: %w", err)
 	}
 
 	// runCtx ends on the caller's cancel or on a fatal serve error. The
@@ -246,6 +251,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	})
 	var g *Gateway
 	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"))
+	mountConsole(adm, store, gd.Policy, reg, token != "")
 
 	g = &Gateway{
 		logger:   logger,
@@ -397,11 +403,16 @@ func adminToken(a config.AdminAuth) (string, error) {
 		return "", fmt.Errorf("adminAuth.tokenFile: %w", err)
 	}
 	t := strings.TrimSpace(string(b))
-	if len(t) < 16 {
-		return "", fmt.Errorf("adminAuth.tokenFile: the token in %s is shorter than 16 characters", a.TokenFile)
+	if len(t) < minAdminToken {
+		return "", fmt.Errorf("adminAuth.tokenFile: the token in %s is shorter than %d characters (generate one with `openssl rand -hex 32`)", a.TokenFile, minAdminToken)
 	}
 	return t, nil
 }
+
+// minAdminToken is the shortest operator token accepted; config.example.yaml
+// and docs/OPERATIONS.md state it, so that operators learn it before a
+// start fails (a test keeps them in step).
+const minAdminToken = 16
 
 // splitShutdown divides the shutdown budget: most of it for draining
 // client connections, a small tail for the admin listener, so the whole

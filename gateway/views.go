@@ -158,20 +158,22 @@ func heldAsOtherType(ctx context.Context, store *lockstore.Store, ns string, id 
 // ruleView is a policy rule as the configuration spells it, so that what
 // /policy shows can be compared with the file key by key.
 type ruleView struct {
-	Match                 string `json:"match"`
-	Mode                  string `json:"mode"`
-	Inserts               string `json:"inserts"`
-	AllowCollectionWrites bool   `json:"allowCollectionWrites"`
-	AllowCappedInserts    bool   `json:"allowCappedInserts"`
-	MaxCandidates         int    `json:"maxCandidates"`
-	LeaseMarginMS         int64  `json:"leaseMarginMS"`
+	Match                          string `json:"match"`
+	Mode                           string `json:"mode"`
+	Inserts                        string `json:"inserts"`
+	AllowCollectionWrites          bool   `json:"allowCollectionWrites"`
+	AllowCappedInserts             bool   `json:"allowCappedInserts"`
+	MaxCandidates                  int    `json:"maxCandidates"`
+	LeaseMarginMS                  int64  `json:"leaseMarginMS"`
+	RefuseLocksOnMissingCollection bool   `json:"refuseLocksOnMissingCollection"`
 }
 
 func viewOfRule(r policy.Rule) ruleView {
 	return ruleView{
 		Match: r.Match, Mode: string(r.Mode), Inserts: string(r.Inserts),
 		AllowCollectionWrites: r.AllowCollectionWrites, AllowCappedInserts: r.AllowCappedInserts, MaxCandidates: r.MaxCandidates,
-		LeaseMarginMS: r.LeaseMargin.Milliseconds(),
+		LeaseMarginMS:                  r.LeaseMargin.Milliseconds(),
+		RefuseLocksOnMissingCollection: r.RefuseLocksOnMissingCollection,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -369,9 +370,11 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 				x.detail += fmt.Sprintf(" (_id %s is %s)", idString(shown[0]), describeHolder(*x.holder))
 			}
 		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
-			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, a %s: an _id of another type is another document)", idString(alt), typeName(alt))
+			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", idString(alt), typeName(alt))
 		} else if other, ok := g.heldInDoubledNamespace(ctx, o, ns, shown); ok {
 			x.detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
+		} else if why, ok := g.heldInOtherNamespace(ctx, o, ns, shown); ok {
+			x.detail += why
 		}
 	}
 	v.violations = append(v.violations, x)
@@ -397,7 +400,12 @@ func (g *Guard) heldAsOtherType(ctx context.Context, o lockstore.Owner, ns strin
 		case bson.TypeString:
 			if n, err := strconv.ParseInt(id.StringValue(), 10, 64); err == nil {
 				alts = append(alts, bson.RawValue{Type: bson.TypeInt64, Value: bsoncore.AppendInt64(nil, n)})
+			} else if oid, err := primitive.ObjectIDFromHex(id.StringValue()); err == nil {
+				alts = append(alts, bson.RawValue{Type: bson.TypeObjectID, Value: bsoncore.AppendObjectID(nil, oid)})
 			}
+		case bson.TypeObjectID:
+			// The other usual mix-up: the ObjectId's hex text.
+			alts = append(alts, bson.RawValue{Type: bson.TypeString, Value: bsoncore.AppendString(nil, id.ObjectID().Hex())})
 		}
 	}
 	if len(alts) == 0 {
@@ -437,14 +445,17 @@ func (g *Guard) heldInDoubledNamespace(ctx context.Context, o lockstore.Owner, n
 	return "", false
 }
 
+// typeName names v's type with its article, as a refusal says it.
 func typeName(v bson.RawValue) string {
 	switch v.Type {
 	case bson.TypeString:
-		return "string"
+		return "a string"
 	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
-		return "number"
+		return "a number"
+	case bson.TypeObjectID:
+		return "an ObjectId"
 	}
-	return v.Type.String()
+	return "a " + v.Type.String()
 }
 
 func documents(n int) string {

@@ -234,6 +234,9 @@ func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lo
 	if e := g.mayLock(ctx, req, a); e != nil {
 		return nil, e
 	}
+	if e := g.refuseMissingCollection(ctx, a); e != nil {
+		return nil, e
+	}
 	if e := g.inOrder(ctx, req); e != nil {
 		return nil, e
 	}
@@ -364,6 +367,13 @@ func (g *Guard) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockAr
 	if a.name == cmdAcquire {
 		if c, ok := g.opts.Resolver.(collectionChecker); ok {
 			if exists, err := c.CollectionExists(ctx, a.ns); err == nil && !exists {
+				if f, ok := g.opts.Resolver.(caseTwinFinder); ok {
+					if twin, ok := f.CaseTwin(ctx, a.ns); ok {
+						hints = append(hints, fmt.Sprintf("the collection %s does not exist, %s does: names differ only by case, "+
+							"and MongoDB's are case-sensitive, so this lock covers no write to %s", a.ns, twin, twin))
+						return hints
+					}
+				}
 				hints = append(hints, fmt.Sprintf("the collection %s does not exist (yet): the lock is held, but check the name "+
 					"if your writes go to another collection", a.ns))
 			}

@@ -25,7 +25,9 @@
 //     and errors (ErrBusy -> 46 LockBusy, ErrTimeout -> 24 LockTimeout) to
 //     replies;
 //   - register metrics globally or log ids above debug level (ids may be
-//     personal data; the force-release audit event is the exception).
+//     personal data). The audit trails are the exceptions, because
+//     recording ids is what they are for: the force-release event here,
+//     and the guard's one line per decision on a protected namespace.
 //
 // A Store is safe for concurrent use.
 //

@@ -50,6 +50,9 @@ type Rule struct {
 	// LeaseMargin is the lease a lock must have left for a write to be
 	// allowed under it.
 	LeaseMargin time.Duration
+	// RefuseLocksOnMissingCollection: acquireLock in a collection that
+	// does not exist is refused rather than granted with a warning.
+	RefuseLocksOnMissingCollection bool
 }
 
 // Policy is a compiled, immutable policy. It is safe for concurrent use;
@@ -103,6 +106,7 @@ func Compile(c config.Policy) (*Policy, error) {
 		}
 		r.AllowCollectionWrites = nr.AllowCollectionWrites
 		r.AllowCappedInserts = nr.AllowCappedInserts
+		r.RefuseLocksOnMissingCollection = nr.RefuseLocksOnMissingCollection
 		if nr.MaxCandidates > 0 {
 			r.MaxCandidates = nr.MaxCandidates
 		}
