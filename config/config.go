@@ -36,6 +36,11 @@ type Config struct {
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	// Log configures the process logger.
 	Log Log `yaml:"log"`
+	// ShutdownDrainDelay is how long, after SIGTERM, lockgate keeps serving
+	// while /readyz already reports "draining", before the graceful
+	// shutdown (ShutdownTimeout) starts: time for endpoints and load
+	// balancers to stop sending new clients. 0 starts the shutdown at once.
+	ShutdownDrainDelay Duration `yaml:"shutdownDrainDelay"`
 }
 
 // AdminAuth guards operator actions on the admin listener (force-releasing
@@ -84,6 +89,10 @@ type Lockstore struct {
 	// shares a lock store must use the same secret. Empty: a random secret
 	// per process.
 	OwnerSecretFile string `yaml:"ownerSecretFile"`
+	// OwnerSecret is the secret itself, from LOCKGATE_OWNER_SECRET only
+	// (never from the file, which operators share and print); it wins
+	// over OwnerSecretFile.
+	OwnerSecret string `yaml:"-"`
 	// TakeoverGraceMS delays granting a lock whose lease ended without a
 	// release (its holder or its proxy vanished) to a new owner, so that a
 	// write the database may still be running under the old lease ends
@@ -268,6 +277,9 @@ const (
 	EnvLogLevel     = "LOCKGATE_LOG_LEVEL"
 	EnvAdminToken   = "LOCKGATE_ADMIN_TOKEN_FILE"
 	EnvOwnerSecret  = "LOCKGATE_OWNER_SECRET_FILE"
+	// EnvOwnerSecretValue carries the owner secret itself, for platforms
+	// that hand secrets over as environment variables.
+	EnvOwnerSecretValue = "LOCKGATE_OWNER_SECRET"
 )
 
 // ApplyEnv applies the LOCKGATE_* variables that getenv returns non-empty.
@@ -286,6 +298,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	}
 	if f := getenv(EnvOwnerSecret); f != "" {
 		c.Lockstore.OwnerSecretFile = f
+	}
+	if v := getenv(EnvOwnerSecretValue); v != "" {
+		c.Lockstore.OwnerSecret = v
 	}
 }
 

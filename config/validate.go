@@ -56,6 +56,11 @@ func (c *Config) Validate() error {
 	v.uri("lockstore.uri", ls.URI, true)
 	if err := checkDBName(ls.Database); err != "" {
 		v.add("lockstore.database", "%s, got %q", err, ls.Database)
+	} else if isServerDB(ls.Database) {
+		// local is not replicated (locks would diverge across a
+		// failover), admin and config belong to the server, and the seal
+		// of the lock store's database would refuse their commands.
+		v.add("lockstore.database", "must not be one of the server's own databases (admin, config, local), got %q", ls.Database)
 	}
 	if err := checkCollName(ls.Collection); err != "" {
 		v.add("lockstore.collection", "%s, got %q", err, ls.Collection)
@@ -94,6 +99,9 @@ func (c *Config) Validate() error {
 		v.add("limits.handshakeTimeoutMS", "must be between 100 and 600000 milliseconds, got %d", n)
 	}
 	v.duration("shutdownTimeout", c.ShutdownTimeout, MaxShutdownTimeout)
+	if d := c.ShutdownDrainDelay.D(); d < 0 || d > MaxShutdownTimeout {
+		v.add("shutdownDrainDelay", "must be between 0 and %v, got %v", MaxShutdownTimeout, d)
+	}
 
 	if !c.Log.Level.Valid() {
 		v.add("log.level", "must be one of %s, got %q", list(LogLevels()), c.Log.Level)
@@ -252,6 +260,12 @@ func checkDBName(db string) string {
 		return `database name must not contain any of / \ . space " $ * < > : | ? or NUL`
 	}
 	return ""
+}
+
+// isServerDB reports whether db is one of the server's own databases;
+// the server compares database names case-insensitively.
+func isServerDB(db string) bool {
+	return strings.EqualFold(db, "admin") || strings.EqualFold(db, "config") || strings.EqualFold(db, "local")
 }
 
 func checkCollName(coll string) string {

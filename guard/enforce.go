@@ -185,12 +185,6 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	return g.decide(req, pol, v, start)
 }
 
-// cappedChecker is implemented by resolvers that can tell a capped
-// collection (MongoResolver does, from its cached listCollections).
-type cappedChecker interface {
-	Capped(ctx context.Context, ns string) (bool, error)
-}
-
 // cappedInsertRefused records a violation for an insert, or an upsert that
 // may insert, into a capped collection: the server evicts the oldest
 // documents to make room, locked ones included, without naming them, so
@@ -199,11 +193,12 @@ func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Ru
 	if r.AllowCappedInserts {
 		return false
 	}
-	c, ok := g.opts.Resolver.(cappedChecker)
-	if !ok {
-		return false
+	if g.opts.Resolver == nil {
+		// Cannot be told, so it could evict: fail closed.
+		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection cannot be read here, and an insert there could evict locked documents", w.NS))
+		return true
 	}
-	capped, err := c.Capped(ctx, w.NS)
+	capped, err := g.opts.Resolver.Capped(ctx, w.NS)
 	switch {
 	case err != nil:
 		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection could not be read (%v), and an insert there could evict locked documents", w.NS, err))

@@ -24,6 +24,9 @@ type Resolver interface {
 	// SimpleCollation reports whether the collection's default collation
 	// compares strings byte for byte, so that a string _id pins exactly.
 	SimpleCollation(ctx context.Context, ns string) (bool, error)
+	// Capped reports whether ns is a capped collection, whose inserts may
+	// evict documents.
+	Capped(ctx context.Context, ns string) (bool, error)
 }
 
 // MongoResolver is the Resolver over a driver client to the upstream

@@ -61,12 +61,11 @@ type conn struct {
 	// dropped. Bounded: only the latest few are remembered.
 	unacked  []int32
 	nUnacked atomic.Int32
-	// Authentication steps awaiting the upstream's verdict (under mu;
-	// nAuth for the hot path), and the user of the conversation in
-	// progress (client pump only).
-	auth     []authStep
-	nAuth    atomic.Int32
-	authUser string
+	// Authentication steps awaiting the upstream's verdict and the SASL
+	// conversation open upstream (under mu; nAuth for the hot path).
+	auth  []authStep
+	nAuth atomic.Int32
+	conv  conversation
 
 	inflight atomic.Int32 // requests forwarded and not yet answered
 	draining atomic.Bool  // stop reading requests; close once inflight is 0

@@ -165,7 +165,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	rules = append(rules, "default="+string(cfg.Policy.Default))
 	fmt.Fprintf(stdout, "\nlockgate dev stack is running\n\n"+
 		"  connection string: mongodb://%s/\n"+
-		"  admin:             http://%s/  (/metrics /healthz /readyz /locks /policy)\n"+
+		"  admin:             http://%s/  (/console/ /metrics /healthz /readyz /locks /policy)\n"+
 		"  upstream:          %s  (embedded FerretDB, data in %s)\n"+
 		"  policy:            %s\n\n"+
 		"Press Ctrl-C to stop.\n\n",
