@@ -162,3 +162,28 @@ func TestReleaseWaitsForWritesInFlight(t *testing.T) {
 		t.Errorf("release after the reply: %v, want it released", r)
 	}
 }
+
+// TestForceReleaseWaitsForWritesInFlight: an operator's force-release of a
+// lock first waits for the writes this proxy forwarded under it.
+func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
+	g, _ := flightGuard(t, 5*time.Second)
+	d := g.Intercept(context.Background(), flightRequest(t, nil))
+	if d.OnReply == nil {
+		t.Fatal("no flight")
+	}
+	one := bson.RawValue{Type: bson.TypeInt64, Value: bsoncore.AppendInt64(nil, 1)} // NumberLong(1) is _id 1
+	two := bson.RawValue{Type: bson.TypeInt32, Value: bsoncore.AppendInt32(nil, 2)}
+	if err := g.WaitWritesOn(context.Background(), "shop.orders", two); err != nil {
+		t.Errorf("a lock with no write in flight waited: %v", err)
+	}
+	if err := g.WaitWritesOn(context.Background(), "shop.orders", one); err == nil {
+		t.Error("force-release did not wait for the write in flight under the lock")
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
+	}()
+	if err := g.WaitWritesOn(context.Background(), "shop.orders", one); err != nil {
+		t.Errorf("after the reply: %v", err)
+	}
+}
