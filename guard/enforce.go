@@ -265,6 +265,11 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		// Refused already: what the filter matches cannot change that.
 		g.metrics.resolves.WithLabelValues("skipped").Inc()
 		return nil, false, false
+	case r.Mode == policy.Enforce && g.resolveCooling(v.req) > 0:
+		g.metrics.resolves.WithLabelValues("skipped").Inc()
+		g.tarpit(ctx, v.req)
+		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %v more; lock the documents and name their _id values in the filter", g.resolveCooling(v.req).Round(time.Second)))
+		return nil, false, false
 	default:
 		limit := r.MaxCandidates
 		if e := g.mayRead(ctx, v.req, w.NS); e != "" {
@@ -272,6 +277,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 			return nil, false, false
 		}
 		cands, err := g.resolve(ctx, r, w, limit+1)
+		g.resolveOutcome(v.req, r, err)
 		if errors.Is(err, errResolveSkipped) {
 			// Audit only, and every slot busy: the write goes through
 			// either way, so it does not queue behind enforced ones.

@@ -89,6 +89,9 @@ type Guard struct {
 	// resolveSlots holds one token per resolution allowed to run; a
 	// buffered channel queues blocked senders in arrival order.
 	resolveSlots chan struct{}
+	// throttle slows or refuses a connection's costly requests once it
+	// abuses them (throttle.go).
+	throttle *throttle
 
 	owners *ownerKeys
 }
@@ -127,7 +130,8 @@ func New(opts Options) *Guard {
 		opts.MaxResolves = 8
 	}
 	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
-		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret)}
+		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
+		throttle: newThrottle(time.Now)}
 }
 
 // Intercept implements proxy.Interceptor.
@@ -175,6 +179,11 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 	vals, err := arr.Values()
 	if err == nil && !ordered {
 		g.log.Warn("endSessions: requests sent before it were still running; the sessions' locks are left to expire with their leases")
+		vals = nil
+	}
+	// Each session to end is a lock store job: a connection's share is
+	// that of its lock commands (throttle.go).
+	if err == nil && len(vals) > 0 && !g.throttle.beforeLockCommand(ctx, req.Client.ID, len(vals)) {
 		vals = nil
 	}
 	if err == nil {

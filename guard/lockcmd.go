@@ -194,6 +194,17 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	cmd := req.Command
 	start := time.Now()
 	a, cerr := parseLockCommand(cmd, g.opts.MaxLockIDs)
+	// One connection's lock commands cannot take the lock store from the
+	// others: they wait for their ids' share, and for a delay once they
+	// keep being malformed (throttle.go).
+	nids := 1
+	if a != nil {
+		nids = len(a.ids)
+	}
+	if !g.throttle.beforeLockCommand(ctx, req.Client.ID, nids) {
+		return (&cmdError{code: codeLockBusy, reason: reasonInternal, msg: "lockgate: " + cmd.Name + ": the connection closed"}).document()
+	}
+	defer func() { g.throttle.lockCommandDone(req.Client.ID, cerr != nil && cerr.reason == reasonBadArgument) }()
 	var session []byte
 	if cerr == nil {
 		session, cerr = g.lockCommandMayRun(ctx, req, a)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -13,6 +14,9 @@ import (
 // maxPendingSweeps bounds the ended sessions waiting for a sweep; beyond
 // it the oldest wait for their leases instead.
 const maxPendingSweeps = 100000
+
+// sweepPause separates two sweeps.
+const sweepPause = time.Second
 
 // sessionSweeper finds the locks of ended sessions that this instance did
 // not take (taken through another proxy with the same session): one query
@@ -69,6 +73,12 @@ func (s *Store) sweepSessions() {
 		}
 		s.sweeper.busy.Store(true)
 		n, err := s.sweepOnce(s.ctx)
+		// Sessions ended during a short pause share the next query: a
+		// flood of endSessions costs a few queries a second at most.
+		select {
+		case <-s.ctx.Done():
+		case <-time.After(sweepPause):
+		}
 		s.sweeper.busy.Store(false)
 		if err != nil {
 			s.log.Warn("releasing the locks of ended sessions failed; they expire with their leases", zap.Error(err))
