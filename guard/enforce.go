@@ -276,7 +276,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 			v.add(r, w, reasonResolveFailed, nil, e)
 			return nil, false, false
 		}
-		cands, err := g.resolve(ctx, r, w, limit+1)
+		cands, err := g.resolve(ctx, g.resolveSlotsFor(v.req), r, w, limit+1)
 		g.resolveOutcome(v.req, r, err)
 		if errors.Is(err, errResolveSkipped) {
 			// Audit only, and every slot busy: the write goes through
@@ -697,25 +697,25 @@ var errResolveSkipped = errors.New("resolution skipped")
 // query together within ResolveTimeout. An enforced write waits for a slot;
 // an audited one only takes a free slot, since nothing it could learn
 // changes what is forwarded.
-func (g *Guard) resolve(ctx context.Context, r policy.Rule, w policy.Write, limit int) ([]bson.RawValue, error) {
+func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) ([]bson.RawValue, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.ResolveTimeout)
 	defer cancel()
 	if r.Mode == policy.Enforce {
 		select {
-		case g.resolveSlots <- struct{}{}:
+		case slots <- struct{}{}:
 		case <-ctx.Done():
 			g.metrics.resolves.WithLabelValues("timeout").Inc()
 			return nil, ctx.Err()
 		}
 	} else {
 		select {
-		case g.resolveSlots <- struct{}{}:
+		case slots <- struct{}{}:
 		default:
 			g.metrics.resolves.WithLabelValues("skipped").Inc()
 			return nil, errResolveSkipped
 		}
 	}
-	defer func() { <-g.resolveSlots }()
+	defer func() { <-slots }()
 	start := time.Now()
 	ids, err := g.opts.Resolver.Candidates(ctx, w.NS, w.Filter, w.Collation, w.Hint, limit)
 	g.metrics.resolveSeconds.Observe(time.Since(start).Seconds())

@@ -92,6 +92,9 @@ type Guard struct {
 	// throttle slows or refuses a connection's costly requests once it
 	// abuses them (throttle.go).
 	throttle *throttle
+	// slowResolveSlot is the one slot of connections whose resolutions
+	// have run out of time.
+	slowResolveSlot chan struct{}
 
 	owners *ownerKeys
 }
@@ -131,7 +134,7 @@ func New(opts Options) *Guard {
 	}
 	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
-		throttle: newThrottle(time.Now)}
+		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1)}
 }
 
 // Intercept implements proxy.Interceptor.

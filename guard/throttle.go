@@ -51,6 +51,7 @@ type connThrottle struct {
 	strikes   int       // malformed lock commands, net of good ones
 	coolUntil time.Time // unpinned writes refused until then
 	cooldown  time.Duration
+	slow      bool // a resolution of its writes ran out of time once
 }
 
 func newThrottle(now func() time.Time) *throttle {
@@ -142,6 +143,7 @@ func (t *throttle) resolveDone(conn uint64, timedOut bool, timeout time.Duration
 		ct.cooldown, ct.coolUntil = 0, time.Time{}
 		return
 	}
+	ct.slow = true
 	ct.cooldown = min(max(2*ct.cooldown, timeout), resolveCooldownMax)
 	ct.coolUntil = t.now().Add(ct.cooldown)
 }
@@ -181,4 +183,25 @@ func (g *Guard) tarpit(ctx context.Context, req *proxy.Request) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// resolveSlotsFor is the semaphore req's resolution waits on: connections
+// whose filters have run out of time before share one slot, so that
+// however many of them there are, they keep at most one resolution
+// running and leave the others' slots (and the database) to everyone else.
+func (g *Guard) resolveSlotsFor(req *proxy.Request) chan struct{} {
+	if req == nil || req.Client == nil {
+		return g.resolveSlots
+	}
+	ct, ok := g.throttle.conns.Get(req.Client.ID)
+	if !ok {
+		return g.resolveSlots
+	}
+	ct.mu.Lock()
+	slow := ct.slow
+	ct.mu.Unlock()
+	if slow {
+		return g.slowResolveSlot
+	}
+	return g.resolveSlots
 }
