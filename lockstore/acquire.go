@@ -326,6 +326,12 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 				fresh = won
 			}
 		}
+		if fresh != nil && fresh.Kind == kindGC {
+			// The janitor's tombstone (CollectHeads).
+			s.cache.remove(rid)
+			h, maybeStale = afterTombstone(h, fresh, s.cfg.CleanupAfter), false
+			continue
+		}
 		h = fresh
 	}
 	if h != nil && h.Owner != nil {

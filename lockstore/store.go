@@ -384,6 +384,11 @@ func (s *Store) background(cfg Config) {
 			} else if n > 0 {
 				s.log.Info("deleted idle lock records", zap.Int("count", n))
 			}
+			if n, err := s.CollectHeads(s.ctx); err != nil {
+				s.log.Debug("collecting idle lock keys failed", zap.Error(err))
+			} else if n > 0 {
+				s.log.Info("deleted idle lock keys", zap.Int("count", n))
+			}
 		}
 	}
 }
