@@ -32,6 +32,12 @@ func isLockCommand(name string) bool {
 	return false
 }
 
+// releaseAllCost is what a releaseLock without ids counts against its
+// connection's share (throttle.go): it queries the lock collection by
+// owner, which servers without an index for it (FerretDB) answer by
+// scanning every record.
+const releaseAllCost = 200
+
 // DefaultMaxLockIDs bounds the ids of one lock command when Options do
 // not: each costs a round trip to the lock store.
 const DefaultMaxLockIDs = 1000
@@ -203,6 +209,9 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	nids := 1
 	if a != nil {
 		nids = len(a.ids)
+		if a.name == cmdRelease && !a.hasIDs {
+			nids = releaseAllCost
+		}
 	}
 	if !g.throttle.beforeLockCommand(ctx, req.Client.ID, nids) {
 		return (&cmdError{code: codeLockBusy, reason: reasonInternal, msg: "lockgate: " + cmd.Name + ": the connection closed"}).document()
