@@ -142,12 +142,13 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	}
 	lsMetrics := lockstore.NewMetrics()
 	store, err := lockstore.Open(ctx, lockstore.Config{
-		URI:                lockURI,
-		Database:           cfg.Lockstore.Database,
-		Collection:         cfg.Lockstore.Collection,
-		DefaultLease:       time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,
-		MaxLease:           time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
-		MaxWaiters:         cfg.Limits.MaxWaitersPerLock,
+		URI:          lockURI,
+		Database:     cfg.Lockstore.Database,
+		Collection:   cfg.Lockstore.Collection,
+		DefaultLease: time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,
+		MaxLease:     time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
+		MaxWaiters:   cfg.Limits.MaxWaitersPerLock,
+
 		MaxLocksPerSession: cfg.Limits.MaxLocksPerSession,
 	}, lockstore.WithLogger(logger), lockstore.WithMetrics(lsMetrics))
 	if err != nil {

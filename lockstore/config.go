@@ -7,23 +7,24 @@ import (
 
 // Defaults applied by Config.withDefaults.
 const (
-	DefaultDatabase           = "lockgate"
-	DefaultCollection         = "locks"
-	DefaultLease              = 30 * time.Second
-	DefaultMaxLease           = 10 * time.Minute
-	DefaultCleanupAfter       = 10 * time.Minute
-	DefaultOpTimeout          = 5 * time.Second
-	DefaultCacheTrust         = time.Second
-	DefaultClockSyncInterval  = 10 * time.Second
-	DefaultMinPoll            = 5 * time.Millisecond
-	DefaultMaxPoll            = 100 * time.Millisecond
-	DefaultMaxLocksPerSession = 10000
-
+	DefaultDatabase          = "lockgate"
+	DefaultCollection        = "locks"
+	DefaultLease             = 30 * time.Second
+	DefaultMaxLease          = 10 * time.Minute
+	DefaultCleanupAfter      = 10 * time.Minute
+	DefaultOpTimeout         = 5 * time.Second
+	DefaultCacheTrust        = time.Second
+	DefaultClockSyncInterval = 10 * time.Second
+	DefaultMinPoll           = 5 * time.Millisecond
+	DefaultMaxPoll           = 100 * time.Millisecond
 	// MinCleanupAfter is the shortest time a superseded generation is kept
 	// before compaction deletes it. It must exceed by far the longest store
 	// operation (see docs/LOCKS.md), so it is also at least 12 x OpTimeout.
 	MinCleanupAfter = time.Minute
 )
+
+// DefaultMaxLocksPerSession is Config.MaxLocksPerSession's default.
+const DefaultMaxLocksPerSession = 10000
 
 // Config configures a Store. Zero values take the defaults above.
 type Config struct {
