@@ -159,7 +159,7 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (*HostileReport, error) 
 	var attackers sync.WaitGroup
 	var floodWrites, floodRefused, junkSent, junkReplies atomic.Int64
 	for i := range cfg.Flooders {
-		attackers.Go(func() { flood(actx, addr, i, &floodWrites, &floodRefused) })
+		attackers.Go(func() { flood(actx, addr, i, cfg.Docs, &floodWrites, &floodRefused) })
 	}
 	for i := range cfg.Pipeliners {
 		attackers.Go(func() { pipelineJunk(actx, addr, i, &junkSent, &junkReplies) })
@@ -387,7 +387,7 @@ func openIdle(addr string, n int) ([]net.Conn, error) {
 // flood sends updates whose filter names no _id and matches only the last
 // document of the slow collection, so that every one makes the proxy
 // resolve it by scanning; each is refused, since the flooder holds no lock.
-func flood(ctx context.Context, addr string, i int, writes, refused *atomic.Int64) {
+func flood(ctx context.Context, addr string, i, docs int, writes, refused *atomic.Int64) {
 	c, err := mongo.Connect(ctx, clientOptions(addr, 1).SetAppName(fmt.Sprintf("flooder-%d", i)))
 	if err != nil {
 		return
@@ -395,7 +395,7 @@ func flood(ctx context.Context, addr string, i int, writes, refused *atomic.Int6
 	defer c.Disconnect(context.Background())
 	coll := c.Database(hostileSlowDB).Collection(hostileSlow)
 	for ctx.Err() == nil {
-		_, err := coll.UpdateMany(ctx, bson.D{{"payload", bson.D{{"$regex", "^x"}}}, {"n", int64(-1)}}, bson.D{{"$set", bson.D{{"hit", true}}}})
+		_, err := coll.UpdateMany(ctx, bson.D{{"n", int64(docs - 1)}, {"payload", bson.D{{"$exists", true}}}}, bson.D{{"$set", bson.D{{"hit", true}}}})
 		writes.Add(1)
 		if err != nil && ctx.Err() == nil {
 			refused.Add(1)
