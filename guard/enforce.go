@@ -70,6 +70,9 @@ type verdict struct {
 	fence *fencePlan
 	// flight: the locks an allowed enforced write holds while in flight.
 	flight *flightPlan
+	// resolveSpent is the time its enforced resolutions ran, charged to
+	// the caller if it is refused (refused.go).
+	resolveSpent time.Duration
 }
 
 // isNamed reports whether the request itself named id.
@@ -182,6 +185,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if !v.enforcedViolation() {
 		g.fenceInserts(ctx, v, o, hasSession)
 	}
+	g.settleResolutions(v)
 	return g.decide(req, pol, v, start)
 }
 
@@ -276,13 +280,22 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		g.tarpit(ctx, v.req)
 		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %v more; lock the documents and name their _id values in the filter", g.resolveCooling(v.req).Round(time.Second)))
 		return nil, false, false
+	case r.Mode == policy.Enforce && g.refusedWait(v.req) > 0:
+		wait := g.refusedWait(v.req)
+		g.metrics.resolves.WithLabelValues("skipped").Inc()
+		g.holdRefusal(ctx, wait)
+		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %v more; lock the documents and name their _id values in the filter", callerKind(v.req), max(wait, 100*time.Millisecond).Round(100*time.Millisecond)))
+		return nil, false, false
 	default:
 		limit := r.MaxCandidates
 		if e := g.mayRead(ctx, v.req, w.NS); e != "" {
 			v.add(r, w, reasonResolveFailed, nil, e)
 			return nil, false, false
 		}
-		cands, err := g.resolve(ctx, g.resolveSlotsFor(v.req), r, w, limit+1)
+		cands, spent, err := g.resolve(ctx, g.resolveSlotsFor(v.req), r, w, limit+1)
+		if r.Mode == policy.Enforce {
+			v.resolveSpent += spent
+		}
 		g.resolveOutcome(v.req, r, err)
 		if errors.Is(err, errResolveSkipped) {
 			// Audit only, and every slot busy: the write goes through
@@ -716,7 +729,7 @@ var errResolveSkipped = errors.New("resolution skipped")
 // query together within ResolveTimeout. An enforced write waits for a slot;
 // an audited one only takes a free slot, since nothing it could learn
 // changes what is forwarded.
-func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) ([]bson.RawValue, error) {
+func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) (_ []bson.RawValue, spent time.Duration, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.ResolveTimeout)
 	defer cancel()
 	if r.Mode == policy.Enforce {
@@ -724,20 +737,21 @@ func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule,
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			g.metrics.resolves.WithLabelValues("timeout").Inc()
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
 	} else {
 		select {
 		case slots <- struct{}{}:
 		default:
 			g.metrics.resolves.WithLabelValues("skipped").Inc()
-			return nil, errResolveSkipped
+			return nil, 0, errResolveSkipped
 		}
 	}
 	defer func() { <-slots }()
 	start := time.Now()
 	ids, err := g.opts.Resolver.Candidates(ctx, w.NS, w.Filter, w.Collation, w.Hint, limit)
-	g.metrics.resolveSeconds.Observe(time.Since(start).Seconds())
+	spent = time.Since(start)
+	g.metrics.resolveSeconds.Observe(spent.Seconds())
 	switch {
 	case err == nil:
 		g.metrics.resolves.WithLabelValues("ok").Inc()
@@ -746,7 +760,7 @@ func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule,
 	default:
 		g.metrics.resolves.WithLabelValues("error").Inc()
 	}
-	return ids, err
+	return ids, spent, err
 }
 
 // isMaxTimeExpired reports MongoDB's MaxTimeMSExpired (50), the server's

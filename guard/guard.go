@@ -100,6 +100,9 @@ type Guard struct {
 	// slowResolveSlot is the one slot of connections whose resolutions
 	// have run out of time.
 	slowResolveSlot chan struct{}
+	// refused budgets each caller's resolver time on refused writes
+	// (refused.go).
+	refused *refusedBudget
 
 	owners *ownerKeys
 
@@ -148,7 +151,7 @@ func New(opts Options) *Guard {
 	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
 		flights: newFlightTracker(), txns: newTxnTracker(),
-		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1)}
+		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 }
 
 // Intercept implements proxy.Interceptor.
