@@ -117,7 +117,9 @@ func TestRefusedResolutionsAreBudgeted(t *testing.T) {
 	const d = 100 * time.Millisecond
 	st := startStackWith(t, stackOptions{policy: pol,
 		resolver: func(r Resolver) Resolver { return delayResolver{r, d, &calls} }})
-	st.guard.refused.burst = 500 * time.Millisecond // 5 resolutions
+	// 5 resolutions, and so slow a refill that the budget cannot come
+	// back within the test.
+	st.guard.refused.burst, st.guard.refused.rate = 500*time.Millisecond, 0.01
 
 	const flooders, writes = 4, 8
 	var throttled atomic.Int64
@@ -144,7 +146,7 @@ func TestRefusedResolutionsAreBudgeted(t *testing.T) {
 	elapsed := time.Since(start)
 	// The burst, what came back meanwhile, and one resolution per
 	// connection that started while the budget was not yet spent.
-	bound := int64(st.guard.refused.burst/d) + int64(elapsed.Seconds()*refusedRate/d.Seconds()) + flooders
+	bound := int64(st.guard.refused.burst/d) + int64(elapsed.Seconds()*st.guard.refused.rate/d.Seconds()) + flooders
 	t.Logf("%d slow-filter writes in %v: %d resolutions (bound %d), %d refused at once", flooders*writes, elapsed.Round(time.Millisecond), calls.Load(), bound, throttled.Load())
 	if calls.Load() > bound {
 		t.Errorf("%d resolutions for writes that were all refused, want at most %d", calls.Load(), bound)
