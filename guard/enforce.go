@@ -50,6 +50,9 @@ type violation struct {
 	ids    []bson.RawValue
 	holder *lockstore.Holder
 	detail string // what a person should know, without the advice
+	// advice, when set, replaces the reason's usual advice: a detail
+	// that already says what to do needs no other.
+	advice string
 }
 
 // verdict collects what enforcement found for one message.
@@ -279,12 +282,14 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		g.metrics.resolves.WithLabelValues("skipped").Inc()
 		g.tarpit(ctx, v.req)
 		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %v more; lock the documents and name their _id values in the filter", g.resolveCooling(v.req).Round(time.Second)))
+		v.violations[len(v.violations)-1].advice = "nothing was written"
 		return nil, false, false
 	case r.Mode == policy.Enforce && g.refusedWait(v.req) > 0:
 		wait := g.refusedWait(v.req)
 		g.metrics.resolves.WithLabelValues("skipped").Inc()
 		g.holdRefusal(ctx, wait)
 		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %v more; lock the documents and name their _id values in the filter", callerKind(v.req), max(wait, 100*time.Millisecond).Round(100*time.Millisecond)))
+		v.violations[len(v.violations)-1].advice = "nothing was written"
 		return nil, false, false
 	default:
 		limit := r.MaxCandidates
@@ -304,11 +309,13 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 			return nil, false, false
 		}
 		if err != nil {
-			detail := fmt.Sprintf("the documents it can touch could not be resolved: %v", err)
+			detail, advice := fmt.Sprintf("the documents it can touch could not be resolved: %v", err), ""
 			if errors.Is(err, context.DeadlineExceeded) || isMaxTimeExpired(err) {
 				detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %v; lock the documents and name their _id values in the filter", g.opts.ResolveTimeout)
+				advice = "nothing was written"
 			}
 			v.add(r, w, reasonResolveFailed, nil, detail)
+			v.violations[len(v.violations)-1].advice = advice
 			return nil, false, false
 		}
 		if len(cands) > limit {
@@ -601,6 +608,9 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 		advice = "retry when the lock store and the database are reachable; nothing was written"
 	case reasonUnclassifiable, reasonInsertLocked:
 		advice = "nothing was written"
+	}
+	if x.advice != "" {
+		advice = x.advice
 	}
 	return &cmdError{
 		code:   codeLockBusy,

@@ -8,6 +8,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
 
@@ -151,19 +152,26 @@ func (r *refusedBudget) credit(caller string, spent time.Duration) {
 }
 
 // settleResolutions charges the resolver time v spent to its caller when
-// the command is refused, and credits it when it is allowed.
+// the command is refused, and credits it when it is allowed. A refusal
+// because the lock store could not answer is the proxy's trouble, not the
+// caller's, and is not charged.
 func (g *Guard) settleResolutions(v *verdict) {
 	if v.resolveSpent <= 0 {
 		return
 	}
 	c := resolveCaller(v.req)
-	switch {
-	case c == "":
-	case v.enforcedViolation():
-		g.refused.charge(c, v.resolveSpent)
-	default:
-		g.refused.credit(c, v.resolveSpent)
+	if c == "" {
+		return
 	}
+	for _, x := range v.violations {
+		if x.rule.Mode == policy.Enforce {
+			if x.reason != reasonUnavailable {
+				g.refused.charge(c, v.resolveSpent)
+			}
+			return
+		}
+	}
+	g.refused.credit(c, v.resolveSpent)
 }
 
 // holdRefusal holds back a refusal made without a resolution for up to
