@@ -290,7 +290,9 @@ func TestDecisions(t *testing.T) {
 		{"unprotected namespace", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "other", nil, bson.E{Key: "updates", Value: bson.A{update(id(1))}}))
 		}, "forward"},
-		{"read", func(t *testing.T) []byte { return msg(t, cmd("find", "orders", nil, bson.E{Key: "filter", Value: id(3)})) }, "forward"},
+		{"read", func(t *testing.T) []byte {
+			return msg(t, cmd("find", "orders", nil, bson.E{Key: "filter", Value: id(3)}))
+		}, "forward"},
 
 		// Refused.
 		{"not locked", func(t *testing.T) []byte {
