@@ -124,6 +124,9 @@ type NamespaceRule struct {
 	// capped collection through on an enforced namespace, although each
 	// may evict the oldest documents, locked ones included.
 	AllowCappedInserts bool `yaml:"allowCappedInserts"`
+	// Scheme is the advisory locking convention enforced on the namespace;
+	// nil means lockgate's own lock commands (docs/SCHEMES.md).
+	Scheme *Scheme `yaml:"scheme"`
 }
 
 // Limits bound message sizes.

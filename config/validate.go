@@ -143,6 +143,7 @@ func (c *Config) validatePolicy(v *validator) {
 		if r.MaxCandidates < 0 || r.MaxCandidates > MaxMaxCandidates {
 			v.add(key+".maxCandidates", "must be between 0 (use policy.maxCandidates) and %d, got %d", MaxMaxCandidates, r.MaxCandidates)
 		}
+		c.validateScheme(v, key+".scheme", r.Scheme)
 	}
 	if c.Policy.MaxCandidates < 1 || c.Policy.MaxCandidates > MaxMaxCandidates {
 		v.add("policy.maxCandidates", "must be between 1 and %d, got %d", MaxMaxCandidates, c.Policy.MaxCandidates)

@@ -119,7 +119,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	}
 	cleanup = append(cleanup, up.Close)
 
-	pol, err := policy.Compile(cfg.Policy)
+	pol, err := policy.CompileWithLease(cfg.Policy, cfg.Lockstore.DefaultLeaseMS)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -336,7 +336,7 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 		g.CountReload(false)
 		return fmt.Errorf("reload refused: %w", err)
 	}
-	pol, err := policy.Compile(cfg.Policy)
+	pol, err := policy.CompileWithLease(cfg.Policy, cfg.Lockstore.DefaultLeaseMS)
 	if err != nil {
 		g.CountReload(false)
 		return fmt.Errorf("reload refused: %w", err)

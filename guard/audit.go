@@ -76,7 +76,8 @@ func metricReason(r string) string {
 	switch r {
 	case "", reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
 		reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
-		reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable:
+		reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable,
+		reasonSchemeNotFollowed, reasonSchemeNotHolder:
 		if r == "" {
 			return "none"
 		}

@@ -98,6 +98,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if len(v.writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
+	if d, ok := g.schemeEnforce(ctx, req, pol, writes, rules, start); ok {
+		return d
+	}
 
 	o, hasSession := g.writeOwner(req)
 	var deferred []int // writes whose documents must be resolved first
@@ -561,7 +564,7 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 		advice = "lock the documents and name their _id values in the filter"
 	case reasonUnavailable, reasonResolveFailed:
 		advice = "retry when the lock store and the database are reachable; nothing was written"
-	case reasonUnclassifiable, reasonInsertLocked:
+	case reasonUnclassifiable, reasonInsertLocked, reasonSchemeNotFollowed, reasonSchemeNotHolder:
 		advice = "nothing was written"
 	}
 	return &cmdError{

@@ -91,6 +91,9 @@ type Guard struct {
 	resolveSlots chan struct{}
 
 	owners *ownerKeys
+
+	// schemes serialises scheme lock acquires per key (scheme.go).
+	schemes schemeKeys
 }
 
 // SetPolicy installs a new policy for every request from now on. Requests

@@ -50,6 +50,9 @@ type Rule struct {
 	// LeaseMargin is the lease a lock must have left for a write to be
 	// allowed under it.
 	LeaseMargin time.Duration
+	// Scheme is the advisory locking convention enforced (docs/SCHEMES.md);
+	// the zero value is lockgate's own lock commands.
+	Scheme Scheme
 }
 
 // Policy is a compiled, immutable policy. It is safe for concurrent use;
@@ -70,6 +73,12 @@ type Policy struct {
 // configuration is expected to have passed config.Validate; Compile still
 // refuses what it cannot use.
 func Compile(c config.Policy) (*Policy, error) {
+	return CompileWithLease(c, 0)
+}
+
+// CompileWithLease is Compile with the lock store's default lease, which
+// a flag scheme without leaseMS uses.
+func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 	p := &Policy{
 		exact: make(map[string]Rule),
 		byDB:  make(map[string]Rule),
@@ -103,6 +112,7 @@ func Compile(c config.Policy) (*Policy, error) {
 		}
 		r.AllowCollectionWrites = nr.AllowCollectionWrites
 		r.AllowCappedInserts = nr.AllowCappedInserts
+		r.Scheme = compileScheme(nr.Scheme, defaultLeaseMS)
 		if nr.MaxCandidates > 0 {
 			r.MaxCandidates = nr.MaxCandidates
 		}
