@@ -65,6 +65,9 @@ type verdict struct {
 	// found by resolving a filter stay secret, or a refusal would tell
 	// the client which documents match any filter it likes.
 	named []bson.RawValue
+	// stale are the violations of holders whose scheme lock was taken
+	// over (scheme.go).
+	stale []int
 }
 
 // isNamed reports whether the request itself named id.

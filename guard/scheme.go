@@ -132,6 +132,12 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			ops[0].rule.Scheme.Type, map[bool]string{true: "without acknowledgement (w: 0)", false: "together with other statements"}[req.Command != nil && req.Command.MoreToCome && len(writes) == 1]))
 		ops = nil
 	}
+	if len(v.stale) == 1 && len(v.violations) == 1 && len(writes) == 1 && v.violations[0].rule.Mode == policy.Enforce && !req.Command.MoreToCome {
+		x := v.violations[0]
+		g.record(req, pol, v, &x, time.Since(start))
+		st := policy.SchemeStep(x.rule.Scheme, x.write)
+		return proxy.Decision{Action: proxy.Reply, Reply: noMatch(x.write, st, false)}, true
+	}
 	if len(ops) == 0 || v.enforcedViolation() {
 		return g.decide(req, pol, v, start), true
 	}
@@ -185,6 +191,13 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 	switch {
 	case s.Held && !s.HeldByYou:
 		h := s.Holder
+		if r.Scheme.Type != config.SchemeFlag {
+			// A holder whose lock was taken over: on the database its
+			// write would match nothing, once the new holder's acquire
+			// has landed; it may not land before (conditional writes
+			// are not atomic everywhere). It gets the database's answer.
+			v.stale = append(v.stale, len(v.violations))
+		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids, holder: &h,
 			detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, idString(ids[0]), describeHolder(h), schemeAdvice(r.Scheme))})
 		return o, false, false
@@ -206,7 +219,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 		}
 		return o, false, true
 	}
-	if st.Ends {
+	if st.Ends && !st.Delete {
 		// Clearing a flag nobody holds: the recovery of an abandoned
 		// lock, which the scheme leaves to whoever notices.
 		return o, false, true
@@ -295,19 +308,26 @@ func (g *Guard) schemeBusy(req *proxy.Request, pol *policy.Policy, v *verdict, r
 		return proxy.Decision{Action: proxy.Forward}
 	}
 	g.record(req, pol, v, nil, time.Since(start))
-	dup := w.Upsert && r.Scheme.Type != config.SchemeFlag
+	return proxy.Decision{Action: proxy.Reply, Reply: noMatch(w, st, w.Upsert && r.Scheme.Type != config.SchemeFlag)}
+}
+
+// noMatch is the reply of the database to write w when its filter matches
+// nothing: DuplicateKey where an upsert would then collide with the
+// existing document (dup), "nothing matched" otherwise.
+func noMatch(w policy.Write, st policy.Step, dup bool) bsoncore.Document {
 	errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, idString(rawCopy(st.ID)))
-	var d []byte
-	idx, d := bsoncore.AppendDocumentStart(d)
+	idx, d := bsoncore.AppendDocumentStart(nil)
 	switch {
 	case w.Kind == policy.KindFindAndModify && dup:
 		extra := bsoncore.AppendDocumentElement(nil, "keyPattern", bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build())
 		extra = bsoncore.AppendDocumentElement(extra, "keyValue", bsoncore.NewDocumentBuilder().AppendValue("_id", st.ID).Build())
-		return proxy.Decision{Action: proxy.Reply, Reply: wire.ErrorDocument(11000, "DuplicateKey", errmsg, extra)}
+		return wire.ErrorDocument(11000, "DuplicateKey", errmsg, extra)
 	case w.Kind == policy.KindFindAndModify:
 		d = bsoncore.AppendDocumentElement(d, "lastErrorObject", bsoncore.NewDocumentBuilder().
 			AppendInt32("n", 0).AppendBoolean("updatedExisting", false).Build())
 		d = bsoncore.AppendNullElement(d, "value")
+	case w.Kind == policy.KindDelete:
+		d = bsoncore.AppendInt32Element(d, "n", 0)
 	default:
 		d = bsoncore.AppendInt32Element(d, "n", 0)
 		d = bsoncore.AppendInt32Element(d, "nModified", 0)
@@ -319,7 +339,7 @@ func (g *Guard) schemeBusy(req *proxy.Request, pol *policy.Policy, v *verdict, r
 	}
 	d = bsoncore.AppendDoubleElement(d, "ok", 1)
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
-	return proxy.Decision{Action: proxy.Reply, Reply: d}
+	return d
 }
 
 // acquired reads the upstream's reply to an acquire: did it take the lock?

@@ -77,6 +77,8 @@ type Step struct {
 	Holder bsoncore.Value
 	// Ends: after the write the lock is free (release, delete).
 	Ends bool
+	// Delete: the write removes the document.
+	Delete bool
 	// Renew: the write refreshes the lease (holderFields' time field,
 	// lockDocument's expiry).
 	Renew bool
@@ -119,7 +121,7 @@ func SchemeStep(s Scheme, w Write) Step {
 	fv, inFilter := filterEq(w.Filter, s.HolderPath)
 	holderInFilter := inFilter && held(s, fv)
 	if w.Kind == KindDelete || w.Remove {
-		step.Ends = true
+		step.Ends, step.Delete = true, true
 		if s.Type != config.SchemeFlag && !holderInFilter {
 			return Step{Why: "a delete must name the holder: " + s.HolderPath + " in its filter"}
 		}

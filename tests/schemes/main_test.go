@@ -1,0 +1,107 @@
+// Package schemes proves that lockgate enforces the advisory locking
+// schemes applications already use (docs/SCHEMES.md), with those
+// applications' own code: pymongo scripts that write each scheme's
+// acquire/write/release flow as an application would, run as subprocesses
+// against a full lockgate (gateway.Start) in front of the embedded FerretDB,
+// and, as the control, straight against FerretDB.
+package schemes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/embedded"
+)
+
+var (
+	directURI string
+	proxyURI  string
+	gw        *gateway.Gateway
+)
+
+// leaseMS is the scheme lease of the holderFields and flag rules; the
+// scripts' LEASE_S must match.
+const leaseMS = 1500
+
+// rules are the namespaces of the tests: database <scheme> enforced
+// under that scheme, audit_<scheme> audited under it.
+func rules() []config.NamespaceRule {
+	hf := &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: leaseMS}
+	ld := &config.Scheme{Type: config.SchemeLockDocument}
+	fl := &config.Scheme{Type: config.SchemeFlag, LeaseMS: leaseMS}
+	return []config.NamespaceRule{
+		{Match: "holderFields.*", Mode: config.ModeEnforce, Scheme: hf},
+		{Match: "lockDocument.*", Mode: config.ModeEnforce, Scheme: ld},
+		{Match: "flag.*", Mode: config.ModeEnforce, Scheme: fl},
+		{Match: "audit_holderFields.*", Mode: config.ModeAudit, Scheme: hf},
+		{Match: "audit_lockDocument.*", Mode: config.ModeAudit, Scheme: ld},
+		{Match: "audit_flag.*", Mode: config.ModeAudit, Scheme: fl},
+	}
+}
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the embedded upstream:", err)
+		return 1
+	}
+	directURI = srv.URI()
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Admin = "127.0.0.1:0"
+	cfg.Upstream.URI = directURI
+	cfg.Upstream.DialTimeout = config.Duration(5 * time.Second)
+	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
+	cfg.Policy.Default = config.ModeOff
+	cfg.Policy.LeaseMarginMS = 200
+	cfg.Policy.Namespaces = rules()
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "test config:", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	log := zap.NewNop()
+	if os.Getenv("SCHEMES_TEST_LOG") != "" {
+		log, _ = zap.NewDevelopment()
+	}
+	g, err := gateway.Start(ctx, cfg, log)
+	gw = g
+	if err != nil {
+		cancel()
+		srv.Close()
+		fmt.Fprintln(os.Stderr, "starting the gateway:", err)
+		return 1
+	}
+	proxyURI = "mongodb://" + g.ProxyAddr().String() + "/"
+	code := m.Run()
+	cancel()
+	select {
+	case <-g.Done():
+		if err := g.Wait(); err != nil {
+			fmt.Fprintln(os.Stderr, "gateway stopped with errors:", err)
+			code = 1
+		}
+	case <-time.After(15 * time.Second):
+		fmt.Fprintln(os.Stderr, "gateway did not stop within 15s")
+		code = 1
+	}
+	srv.Close()
+	if code != 0 {
+		return code
+	}
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintln(os.Stderr, "goroutines leaked by the tests:", err)
+		return 1
+	}
+	return 0
+}
