@@ -127,6 +127,10 @@ type NamespaceRule struct {
 	// Scheme is the advisory locking convention enforced on the namespace;
 	// nil means lockgate's own lock commands (docs/SCHEMES.md).
 	Scheme *Scheme `yaml:"scheme"`
+	// Clients narrows the rule's mode to some clients; OtherClients
+	// (default audit) is the mode for the rest.
+	Clients      *Clients `yaml:"clients"`
+	OtherClients Mode     `yaml:"otherClients"`
 }
 
 // Limits bound message sizes.

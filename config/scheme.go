@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"net"
 	"slices"
 	"strings"
 )
@@ -178,5 +180,39 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 	}
 	if d.Type == SchemeLockDocument && d.ActorField == d.ExpiresField {
 		v.add(key+".expiresField", "must differ from actorField %q", d.ActorField)
+	}
+}
+
+// Clients narrows a namespace rule to some clients: the rule's mode
+// applies to a client that matches every list given (any entry of a
+// list), OtherClients' mode to everyone else. Client-chosen values
+// (application names) are not authentication: see docs/SCHEMES.md.
+type Clients struct {
+	AppNames []string `yaml:"appNames"`
+	// Users are "user@db" as the upstream authenticated them.
+	Users []string `yaml:"users"`
+	// Networks are CIDR blocks of client addresses ("10.1.0.0/16").
+	Networks []string `yaml:"networks"`
+}
+
+// validateClients checks a rule's clients and otherClients under key.
+func (c *Config) validateClients(v *validator, key string, r NamespaceRule) {
+	if r.Clients == nil {
+		if r.OtherClients != "" {
+			v.add(key+".otherClients", "is only used with clients; remove it or name the clients")
+		}
+		return
+	}
+	cl := r.Clients
+	if len(cl.AppNames)+len(cl.Users)+len(cl.Networks) == 0 {
+		v.add(key+".clients", "names no appNames, users or networks; remove it to apply the rule to every client")
+	}
+	for i, n := range cl.Networks {
+		if _, _, err := net.ParseCIDR(n); err != nil {
+			v.add(fmt.Sprintf("%s.clients.networks[%d]", key, i), "must be a CIDR block such as \"10.1.0.0/16\", got %q", n)
+		}
+	}
+	if r.OtherClients != "" && !r.OtherClients.Valid() {
+		v.add(key+".otherClients", "must be one of %s, got %q", list(Modes()), r.OtherClients)
 	}
 }

@@ -144,6 +144,7 @@ func (c *Config) validatePolicy(v *validator) {
 			v.add(key+".maxCandidates", "must be between 0 (use policy.maxCandidates) and %d, got %d", MaxMaxCandidates, r.MaxCandidates)
 		}
 		c.validateScheme(v, key+".scheme", r.Scheme)
+		c.validateClients(v, key, r)
 	}
 	if c.Policy.MaxCandidates < 1 || c.Policy.MaxCandidates > MaxMaxCandidates {
 		v.add("policy.maxCandidates", "must be between 1 and %d, got %d", MaxMaxCandidates, c.Policy.MaxCandidates)

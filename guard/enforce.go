@@ -93,7 +93,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	v := &verdict{checked: map[string][]bson.RawValue{}, req: req}
 	rules := make([]policy.Rule, len(writes))
 	for i, w := range writes {
-		rules[i] = pol.Lookup(w.NS)
+		rules[i] = g.ruleFor(pol.Lookup(w.NS), req)
 		if rules[i].Mode != policy.Off {
 			v.writes = append(v.writes, w)
 		}

@@ -2,6 +2,8 @@ package guard
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -35,6 +37,22 @@ const (
 type schemeKeys struct {
 	mu sync.Mutex
 	m  map[string]*schemeKey
+
+	// instance tells this proxy's client-identity holders from the same
+	// identity's through another proxy, which the lock store must then
+	// decide between.
+	once     sync.Once
+	instance string
+}
+
+// proxyInstance is random per guard.
+func (s *schemeKeys) proxyInstance() string {
+	s.once.Do(func() {
+		var b [16]byte
+		rand.Read(b[:])
+		s.instance = hex.EncodeToString(b[:])
+	})
+	return s.instance
 }
 
 type schemeKey struct {
@@ -437,6 +455,9 @@ func (g *Guard) schemeOwner(req *proxy.Request, ns string, s policy.Scheme, hold
 		host = h
 	}
 	o.Session = g.owners.session(o.User, []byte("lockgate scheme client v1\x00"+o.App+"\x00"+host))
+	// One application process is one owner per proxy: two proxies that
+	// see the same identity must not both be granted the same flag.
+	o.Bind = g.owners.bind("scheme instance " + g.schemes.proxyInstance())
 	return o, true
 }
 
@@ -463,4 +484,20 @@ func schemeAdvice(s policy.Scheme) string {
 		return fmt.Sprintf("take the lock with updateOne({_id, %[1]s: false}, {$set: {%[1]s: true}}) from this client, write, then set %[1]s back to false", s.LockPath)
 	}
 	return "follow the namespace's locking scheme"
+}
+
+// ruleFor is rule r as it applies to the request's client (a rule may be
+// narrowed to some clients, config.Clients).
+func (g *Guard) ruleFor(r policy.Rule, req *proxy.Request) policy.Rule {
+	if r.Clients == nil {
+		return r
+	}
+	c := req.Client
+	var ip net.IP
+	if a, ok := c.RemoteAddr.(*net.TCPAddr); ok {
+		ip = a.IP
+	} else if h, _, err := net.SplitHostPort(c.Addr); err == nil {
+		ip = net.ParseIP(h)
+	}
+	return r.ForClient(c.AppName(), c.User(), ip)
 }

@@ -53,6 +53,8 @@ type Rule struct {
 	// Scheme is the advisory locking convention enforced (docs/SCHEMES.md);
 	// the zero value is lockgate's own lock commands.
 	Scheme Scheme
+	// Clients, when set, narrows Mode to some clients (ForClient).
+	Clients *Clients
 }
 
 // Policy is a compiled, immutable policy. It is safe for concurrent use;
@@ -113,6 +115,7 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 		r.AllowCollectionWrites = nr.AllowCollectionWrites
 		r.AllowCappedInserts = nr.AllowCappedInserts
 		r.Scheme = compileScheme(nr.Scheme, defaultLeaseMS)
+		r.Clients = compileClients(nr.Clients, nr.OtherClients)
 		if nr.MaxCandidates > 0 {
 			r.MaxCandidates = nr.MaxCandidates
 		}
@@ -135,13 +138,13 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 	}
 	p.allOff = p.fallback.Mode == Off
 	for _, r := range p.rules {
-		if r.Mode != Off {
+		if r.Mode != Off || (r.Clients != nil && r.Clients.Others != Off) {
 			p.allOff = false
 		}
 	}
 	enforced := p.fallback.Mode == Enforce
 	for _, r := range p.rules {
-		enforced = enforced || r.Mode == Enforce
+		enforced = enforced || r.Mode == Enforce || (r.Clients != nil && r.Clients.Others == Enforce)
 	}
 	p.introspection = c.AllowSessionIntrospection || !enforced
 	p.version = fingerprint(c, p)
@@ -159,7 +162,12 @@ func fingerprint(c config.Policy, p *Policy) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%+v|%v|", p.fallback, c.AllowSessionIntrospection)
 	for _, r := range p.rules {
-		fmt.Fprintf(h, "%+v|", r)
+		rc := r
+		rc.Clients = nil // a pointer: its content, not its address, names the policy
+		fmt.Fprintf(h, "%+v|", rc)
+		if r.Clients != nil {
+			fmt.Fprintf(h, "%+v|", *r.Clients)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }

@@ -24,6 +24,9 @@ import (
 var (
 	directURI string
 	proxyURI  string
+	// proxy2URI is a second lockgate in front of the same database and
+	// lock store: scheme locks must hold across proxies.
+	proxy2URI string
 	gw        *gateway.Gateway
 )
 
@@ -44,6 +47,9 @@ func rules() []config.NamespaceRule {
 		{Match: "audit_holderFields.*", Mode: config.ModeAudit, Scheme: hf},
 		{Match: "audit_lockDocument.*", Mode: config.ModeAudit, Scheme: ld},
 		{Match: "audit_flag.*", Mode: config.ModeAudit, Scheme: fl},
+		// Rollout: enforced for one application, audited for the rest.
+		{Match: "narrow.*", Mode: config.ModeEnforce, Scheme: fl, Clients: &config.Clients{AppNames: []string{"narrow-app"}}},
+		{Match: "narrowown.*", Mode: config.ModeEnforce, Clients: &config.Clients{AppNames: []string{"own-app"}}, OtherClients: config.ModeAudit},
 	}
 }
 
@@ -65,6 +71,18 @@ func runMain(m *testing.M) int {
 	cfg.Policy.Default = config.ModeOff
 	cfg.Policy.LeaseMarginMS = 200
 	cfg.Policy.Namespaces = rules()
+	// Both proxies must key lock owners alike.
+	dir, err := os.MkdirTemp("", "schemes")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	cfg.Lockstore.OwnerSecretFile = dir + "/owner-secret"
+	if err := os.WriteFile(cfg.Lockstore.OwnerSecretFile, []byte("0123456789abcdef0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "test config:", err)
 		return 1
@@ -83,7 +101,20 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	proxyURI = "mongodb://" + g.ProxyAddr().String() + "/"
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	g2, err := gateway.Start(ctx2, cfg, zap.NewNop())
+	if err != nil {
+		cancel2()
+		cancel()
+		<-g.Done()
+		srv.Close()
+		fmt.Fprintln(os.Stderr, "starting the second gateway:", err)
+		return 1
+	}
+	proxy2URI = "mongodb://" + g2.ProxyAddr().String() + "/"
 	code := m.Run()
+	cancel2()
+	<-g2.Done()
 	cancel()
 	select {
 	case <-g.Done():

@@ -66,7 +66,8 @@ func work(t *testing.T, scheme, uri, db string, rogue bool) workResult {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // TestSchemeWorkload: K workers increment hot documents under each
-// scheme through the proxy while a rogue client writes around the scheme.
+// scheme through two proxies in front of the same database while a rogue
+// client writes around the scheme.
 // Every increment lands exactly once, no rogue write lands (each is
 // refused with LockBusy), and the workers' lock calls see only the
 // scheme's own signals. The control runs the same workload straight at
@@ -94,7 +95,7 @@ func TestSchemeWorkload(t *testing.T) {
 					}
 				}
 			}
-			proxied := work(t, scheme, proxyURI, scheme, true)
+			proxied := work(t, scheme, proxyURI+","+proxy2URI, scheme, true)
 			t.Logf("through lockgate: %+v", proxied)
 			for id, n := range want {
 				if proxied.Counters[id] != n {

@@ -156,11 +156,12 @@ def seed(coll, scheme):
 
 
 def work(scheme, uri, direct, db, cname, k, m, rogue):
-    client = pymongo.MongoClient(uri, appname="scheme-worker", retryWrites=False)
-    coll = client[db][cname]
+    # uri may name several proxies, comma-separated: workers alternate
+    # between them (one client each).
+    uris = uri.split(",")
+    clients = [pymongo.MongoClient(u, appname="scheme-worker", retryWrites=False) for u in uris]
     dc = pymongo.MongoClient(direct)
     seed(dc[db][cname], scheme)
-    s = SCHEMES[scheme](coll)
     seen = set()
     lock = threading.Lock()
     errors = []
@@ -169,6 +170,8 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
     def worker(w):
         me = str(uuid.uuid4())
         local = set()
+        coll = clients[w % len(clients)][db][cname]
+        s = SCHEMES[scheme](coll)
         try:
             for i in range(m):
                 if scheme == "lockDocument":
@@ -201,7 +204,7 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
     refused = set()
 
     def rogue_loop():
-        rc = pymongo.MongoClient(uri, appname="scheme-rogue", retryWrites=False)
+        rc = pymongo.MongoClient(uris[0], appname="scheme-rogue", retryWrites=False)
         rcoll = rc[db][cname]
         i = 0
         while not stop.is_set():
@@ -236,7 +239,8 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
     counters = {str(d["_id"]): d.get("n") for d in dc[db][cname].find({}, sort=[("_id", 1)])}
     print(json.dumps({"counters": counters, "rogueLanded": landed, "rogueRefused": sorted(refused),
                       "outcomes": sorted(seen), "errors": errors[:5]}))
-    client.close()
+    for c in clients:
+        c.close()
     dc.close()
 
 
