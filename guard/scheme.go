@@ -41,18 +41,19 @@ type schemeKeys struct {
 	// instance tells this proxy's client-identity holders from the same
 	// identity's through another proxy, which the lock store must then
 	// decide between.
-	once     sync.Once
-	instance string
+	once sync.Once
+	bind string
 }
 
-// proxyInstance is random per guard.
-func (s *schemeKeys) proxyInstance() string {
+// instanceBind is the owner binding of this proxy's client-identity
+// holders: random per guard, hashed once.
+func (s *schemeKeys) instanceBind(k *ownerKeys) string {
 	s.once.Do(func() {
 		var b [16]byte
 		rand.Read(b[:])
-		s.instance = hex.EncodeToString(b[:])
+		s.bind = k.bind("scheme instance " + hex.EncodeToString(b[:]))
 	})
-	return s.instance
+	return s.bind
 }
 
 type schemeKey struct {
@@ -457,7 +458,7 @@ func (g *Guard) schemeOwner(req *proxy.Request, ns string, s policy.Scheme, hold
 	o.Session = g.owners.session(o.User, []byte("lockgate scheme client v1\x00"+o.App+"\x00"+host))
 	// One application process is one owner per proxy: two proxies that
 	// see the same identity must not both be granted the same flag.
-	o.Bind = g.owners.bind("scheme instance " + g.schemes.proxyInstance())
+	o.Bind = g.schemes.instanceBind(g.owners)
 	return o, true
 }
 

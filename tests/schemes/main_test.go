@@ -47,6 +47,12 @@ func rules() []config.NamespaceRule {
 		{Match: "audit_holderFields.*", Mode: config.ModeAudit, Scheme: hf},
 		{Match: "audit_lockDocument.*", Mode: config.ModeAudit, Scheme: ld},
 		{Match: "audit_flag.*", Mode: config.ModeAudit, Scheme: fl},
+		// BenchmarkSchemeWriteCost: long leases, so that the timed
+		// writes run under one lock each.
+		{Match: "benchown.*", Mode: config.ModeEnforce},
+		{Match: "benchhf.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 600000}},
+		{Match: "benchld.*", Mode: config.ModeEnforce, Scheme: ld},
+		{Match: "benchflag.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeFlag, LeaseMS: 600000}},
 		// Rollout: enforced for one application, audited for the rest.
 		{Match: "narrow.*", Mode: config.ModeEnforce, Scheme: fl, Clients: &config.Clients{AppNames: []string{"narrow-app"}}},
 		{Match: "narrowown.*", Mode: config.ModeEnforce, Clients: &config.Clients{AppNames: []string{"own-app"}}, OtherClients: config.ModeAudit},
