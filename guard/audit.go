@@ -67,7 +67,7 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		logNS(x.write, x.rule, x)
 	}
 	for _, w := range v.writes {
-		logNS(w, pol.Lookup(w.NS), nil)
+		logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
@@ -28,6 +30,8 @@ var (
 	// lock store: scheme locks must hold across proxies.
 	proxy2URI string
 	gw        *gateway.Gateway
+	// auditLog holds the first gateway's decision log lines.
+	auditLog *observer.ObservedLogs
 )
 
 // leaseMS is the scheme lease of the holderFields and flag rules; the
@@ -94,9 +98,12 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	log := zap.NewNop()
+	core, logs := observer.New(zap.InfoLevel)
+	auditLog = logs
+	log := zap.New(core)
 	if os.Getenv("SCHEMES_TEST_LOG") != "" {
-		log, _ = zap.NewDevelopment()
+		dev, _ := zap.NewDevelopment()
+		log = zap.New(zapcore.NewTee(core, dev.Core()))
 	}
 	g, err := gateway.Start(ctx, cfg, log)
 	gw = g
