@@ -165,14 +165,52 @@ type ruleView struct {
 	AllowCappedInserts    bool   `json:"allowCappedInserts"`
 	MaxCandidates         int    `json:"maxCandidates"`
 	LeaseMarginMS         int64  `json:"leaseMarginMS"`
+	// Scheme, Clients and OtherClients appear only when the rule sets them.
+	Scheme       *schemeView  `json:"scheme,omitempty"`
+	Clients      *clientsView `json:"clients,omitempty"`
+	OtherClients string       `json:"otherClients,omitempty"`
+}
+
+type schemeView struct {
+	Type         string `json:"type"`
+	Field        string `json:"field"`
+	TimeField    string `json:"timeField,omitempty"`
+	ActorField   string `json:"actorField,omitempty"`
+	ExpiresField string `json:"expiresField,omitempty"`
+	LeaseMS      int64  `json:"leaseMS,omitempty"`
+	Holder       string `json:"holder,omitempty"`
+}
+
+type clientsView struct {
+	AppNames []string `json:"appNames,omitempty"`
+	Users    []string `json:"users,omitempty"`
+	Networks []string `json:"networks,omitempty"`
 }
 
 func viewOfRule(r policy.Rule) ruleView {
-	return ruleView{
+	v := ruleView{
 		Match: r.Match, Mode: string(r.Mode), Inserts: string(r.Inserts),
 		AllowCollectionWrites: r.AllowCollectionWrites, AllowCappedInserts: r.AllowCappedInserts, MaxCandidates: r.MaxCandidates,
 		LeaseMarginMS: r.LeaseMargin.Milliseconds(),
 	}
+	if s := r.Scheme; s.Active() {
+		sv := &schemeView{Type: string(s.Type), Field: s.LockPath, TimeField: s.TimePath, Holder: string(s.Holder)}
+		if s.ExpiresPath != "" {
+			sv.ActorField = strings.TrimPrefix(s.HolderPath, s.LockPath+".")
+			sv.ExpiresField = strings.TrimPrefix(s.ExpiresPath, s.LockPath+".")
+		} else {
+			sv.LeaseMS = s.Lease.Milliseconds()
+		}
+		v.Scheme = sv
+	}
+	if c := r.Clients; c != nil {
+		cv := &clientsView{AppNames: c.AppNames, Users: c.Users}
+		for _, n := range c.Networks {
+			cv.Networks = append(cv.Networks, n.String())
+		}
+		v.Clients, v.OtherClients = cv, string(c.Others)
+	}
+	return v
 }
 
 // queryLimit reads /locks?limit=N: empty means the store's default; any
