@@ -22,14 +22,14 @@ const (
 	SchemeLockDocument SchemeType = "lockDocument"
 	// SchemeFlag is a boolean field (locked: true/false).
 	SchemeFlag SchemeType = "flag"
-	// SchemeLockCollection is a separate lock collection; not supported
-	// yet, refused by Validate so that nobody believes it enforced.
+	// SchemeLockCollection is a separate lock collection: a record
+	// {_id: <document _id>, ts, aid} per locked document.
 	SchemeLockCollection SchemeType = "lockCollection"
 )
 
 // SchemeTypes lists the scheme types Validate accepts.
 func SchemeTypes() []SchemeType {
-	return []SchemeType{SchemeLockgate, SchemeHolderFields, SchemeLockDocument, SchemeFlag}
+	return []SchemeType{SchemeLockgate, SchemeHolderFields, SchemeLockDocument, SchemeFlag, SchemeLockCollection}
 }
 
 // Valid reports whether t is one of SchemeTypes.
@@ -74,8 +74,15 @@ type Scheme struct {
 	// holderFields' lock timeout (required: it must equal the
 	// application's), and flag's lease (default lockstore.defaultLeaseMS).
 	LeaseMS int64 `yaml:"leaseMS"`
-	// Holder is who holds a flag lock (default client).
+	// Holder is who holds a flag or lock-collection lock (default client).
 	Holder SchemeHolder `yaml:"holder"`
+	// Collection is lockCollection's lock collection, in the rule's
+	// database; default "<collection>.lock" next to each collection.
+	Collection string `yaml:"collection"`
+	// TsField and AidField name a lock record's timestamp and holder id
+	// (defaults "ts", "aid").
+	TsField  string `yaml:"tsField"`
+	AidField string `yaml:"aidField"`
 }
 
 // WithDefaults returns s with the default field names of its type.
@@ -101,6 +108,15 @@ func (s Scheme) WithDefaults(defaultLeaseMS int64) Scheme {
 		if s.LeaseMS == 0 {
 			s.LeaseMS = defaultLeaseMS
 		}
+	case SchemeLockCollection:
+		def(&s.TsField, "ts")
+		def(&s.AidField, "aid")
+		if s.Holder == "" {
+			s.Holder = SchemeHolderClient
+		}
+		if s.LeaseMS == 0 {
+			s.LeaseMS = defaultLeaseMS
+		}
 	}
 	return s
 }
@@ -108,10 +124,6 @@ func (s Scheme) WithDefaults(defaultLeaseMS int64) Scheme {
 // validateScheme checks one rule's scheme under key ("...scheme").
 func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 	if s == nil {
-		return
-	}
-	if s.Type == SchemeLockCollection {
-		v.add(key+".type", "%q is not supported by this version of lockgate; use lockgate's own commands or one of %s", s.Type, list(SchemeTypes()))
 		return
 	}
 	if !s.Type.Valid() {
@@ -138,7 +150,30 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 		}
 	}
 	field("field", s.Field, true)
+	if s.Type != SchemeLockCollection {
+		unused("collection", s.Collection != "")
+		unused("tsField", s.TsField != "")
+		unused("aidField", s.AidField != "")
+	}
 	switch s.Type {
+	case SchemeLockCollection:
+		unused("field", s.Field != "")
+		unused("timeField", s.TimeField != "")
+		unused("actorField", s.ActorField != "")
+		unused("expiresField", s.ExpiresField != "")
+		field("tsField", s.TsField, false)
+		field("aidField", s.AidField, false)
+		if s.Holder != "" && !s.Holder.Valid() {
+			v.add(key+".holder", "must be one of %s, got %q", list(SchemeHolders()), s.Holder)
+		}
+		if s.LeaseMS < 0 {
+			v.add(key+".leaseMS", "must be positive (0: lockstore.defaultLeaseMS), got %d", s.LeaseMS)
+		}
+		if s.Collection != "" {
+			if e := checkCollName(s.Collection); e != "" {
+				v.add(key+".collection", "%s, got %q", e, s.Collection)
+			}
+		}
 	case SchemeLockgate:
 		unused("field", s.Field != "")
 		unused("timeField", s.TimeField != "")
@@ -177,6 +212,9 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 	d := s.WithDefaults(1)
 	if d.Field != "" && (d.TimeField == d.Field) {
 		v.add(key+".timeField", "must differ from field %q", d.Field)
+	}
+	if d.Type == SchemeLockCollection && d.TsField == d.AidField {
+		v.add(key+".aidField", "must differ from tsField %q", d.TsField)
 	}
 	if d.Type == SchemeLockDocument && d.ActorField == d.ExpiresField {
 		v.add(key+".expiresField", "must differ from actorField %q", d.ActorField)

@@ -17,9 +17,11 @@ func TestValidateScheme(t *testing.T) {
 		mutate func(*Config)
 		want   string
 	}{
-		{"unknown type", rule(&Scheme{Type: "mutex"}), k + `.type: must be one of lockgate, holderFields, lockDocument, flag, got "mutex"`},
-		{"empty type", rule(&Scheme{}), k + `.type: must be one of lockgate, holderFields, lockDocument, flag, got ""`},
-		{"lockCollection not yet", rule(&Scheme{Type: SchemeLockCollection}), k + `.type: "lockCollection" is not supported by this version of lockgate; use lockgate's own commands or one of lockgate, holderFields, lockDocument, flag`},
+		{"unknown type", rule(&Scheme{Type: "mutex"}), k + `.type: must be one of lockgate, holderFields, lockDocument, flag, lockCollection, got "mutex"`},
+		{"empty type", rule(&Scheme{}), k + `.type: must be one of lockgate, holderFields, lockDocument, flag, lockCollection, got ""`},
+		{"lockCollection bad collection", rule(&Scheme{Type: SchemeLockCollection, Collection: "a$b"}), k + `.collection: collection name must not contain $ or NUL, got "a$b"`},
+		{"lockCollection same fields", rule(&Scheme{Type: SchemeLockCollection, TsField: "x", AidField: "x"}), k + `.aidField: must differ from tsField "x"`},
+		{"collection on flag", rule(&Scheme{Type: SchemeFlag, Collection: "locks"}), k + `.collection: is not used by scheme type "flag"; remove it`},
 		{"holderFields without lease", rule(&Scheme{Type: SchemeHolderFields}), k + `.leaseMS: is required for holderFields: the application's lock timeout in milliseconds, got 0`},
 		{"lease over max", rule(&Scheme{Type: SchemeFlag, LeaseMS: 700000}), k + `.leaseMS: must not exceed lockstore.maxLeaseMS (600000), got 700000`},
 		{"field _id", rule(&Scheme{Type: SchemeFlag, Field: "_id"}), k + `.field: must not be _id, got "_id"`},
@@ -50,6 +52,8 @@ func TestValidateScheme(t *testing.T) {
 		{Type: SchemeLockDocument, Field: "Lock", ActorField: "owner", ExpiresField: "until"},
 		{Type: SchemeFlag},
 		{Type: SchemeFlag, Field: "busy", Holder: SchemeHolderSession, LeaseMS: 5000},
+		{Type: SchemeLockCollection},
+		{Type: SchemeLockCollection, Collection: "locks", TsField: "at", AidField: "owner", Holder: SchemeHolderSession, LeaseMS: 60000},
 	} {
 		cfg := Default()
 		rule(s)(cfg)

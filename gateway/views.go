@@ -173,12 +173,15 @@ type ruleView struct {
 
 type schemeView struct {
 	Type         string `json:"type"`
-	Field        string `json:"field"`
+	Field        string `json:"field,omitempty"`
 	TimeField    string `json:"timeField,omitempty"`
 	ActorField   string `json:"actorField,omitempty"`
 	ExpiresField string `json:"expiresField,omitempty"`
 	LeaseMS      int64  `json:"leaseMS,omitempty"`
 	Holder       string `json:"holder,omitempty"`
+	Collection   string `json:"collection,omitempty"`
+	TsField      string `json:"tsField,omitempty"`
+	AidField     string `json:"aidField,omitempty"`
 }
 
 type clientsView struct {
@@ -194,7 +197,8 @@ func viewOfRule(r policy.Rule) ruleView {
 		LeaseMarginMS: r.LeaseMargin.Milliseconds(),
 	}
 	if s := r.Scheme; s.Active() {
-		sv := &schemeView{Type: string(s.Type), Field: s.LockPath, TimeField: s.TimePath, Holder: string(s.Holder)}
+		sv := &schemeView{Type: string(s.Type), Field: s.LockPath, TimeField: s.TimePath, Holder: string(s.Holder),
+			Collection: s.LockColl, TsField: s.TsPath, AidField: s.AidPath}
 		if s.ExpiresPath != "" {
 			sv.ActorField = strings.TrimPrefix(s.HolderPath, s.LockPath+".")
 			sv.ExpiresField = strings.TrimPrefix(s.ExpiresPath, s.LockPath+".")

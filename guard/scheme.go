@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,6 +140,15 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			}
 			ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
 		case policy.StepHolder:
+			if st.ReleaseAll {
+				o, ok := g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
+				if !ok {
+					v.add(r, w, reasonNoSession, nil, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
+					continue
+				}
+				ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
+				continue
+			}
 			o, mirrored, ok := g.schemeHolder(ctx, v, req, r, w, st, ids)
 			if ok && mirrored && st.Ends {
 				ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
@@ -177,7 +187,8 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 		return o, false, false
 	}
 	store := g.opts.Store
-	held, _, err := store.Holds(ctx, o, w.NS, ids, r.LeaseMargin)
+	mns := r.Scheme.MirrorNS(w.NS)
+	held, _, err := store.Holds(ctx, o, mns, ids, r.LeaseMargin)
 	if err != nil {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -190,17 +201,17 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 		if r.Scheme.Type == config.SchemeFlag && !st.Ends {
 			// A flag has no lease of its own: the holder's writes keep
 			// the mirror alive, renewed once half of it is gone.
-			half, _, _ := store.Holds(ctx, o, w.NS, ids, r.Scheme.Lease/2)
+			half, _, _ := store.Holds(ctx, o, mns, ids, r.Scheme.Lease/2)
 			renew = !half
 		}
 		if renew && !st.Ends {
-			if _, err := store.Renew(ctx, o, w.NS, ids, lease); err != nil {
+			if _, err := store.Renew(ctx, o, mns, ids, lease); err != nil {
 				g.log.Debug("scheme lock renewal failed", zap.String("ns", w.NS), zap.Error(err))
 			}
 		}
 		return o, true, true
 	}
-	sts, err := store.Status(ctx, o, w.NS, ids)
+	sts, err := store.Status(ctx, o, mns, ids)
 	if err != nil || len(sts) != 1 {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -210,7 +221,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 	switch {
 	case s.Held && !s.HeldByYou:
 		h := s.Holder
-		if r.Scheme.Type != config.SchemeFlag {
+		if !r.Scheme.IdentityHolder() {
 			// A holder whose lock was taken over: on the database its
 			// write would match nothing, once the new holder's acquire
 			// has landed; it may not land before (conditional writes
@@ -222,29 +233,30 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 		return o, false, false
 	case s.HeldByYou:
 		// Less than the margin left: the holder's write renews it.
-		if _, err := store.Renew(ctx, o, w.NS, ids, lease); err == nil {
+		if _, err := store.Renew(ctx, o, mns, ids, lease); err == nil {
 			return o, true, true
 		}
 	}
-	if r.Scheme.Type != config.SchemeFlag {
+	if !r.Scheme.IdentityHolder() {
 		// Nobody holds the mirror (it expired, or another proxy's
 		// record was compacted): the write's own filter still decides,
 		// and the mirror is taken again so that no acquire slips in
 		// while the document names this holder.
 		if !st.Ends {
-			if _, err := store.Acquire(ctx, o, w.NS, ids, lease, 0); err != nil && !errors.Is(err, lockstore.ErrBusy) {
+			if _, err := store.Acquire(ctx, o, mns, ids, lease, 0); err != nil && !errors.Is(err, lockstore.ErrBusy) {
 				g.log.Debug("scheme lock re-mirror failed", zap.String("ns", w.NS), zap.Error(err))
 			}
 		}
 		return o, false, true
 	}
 	if st.Ends && !st.Delete {
-		// Clearing a flag nobody holds: the recovery of an abandoned
-		// lock, which the scheme leaves to whoever notices.
+		// Clearing a flag, or deleting a lock record, nobody holds: the
+		// recovery of an abandoned lock, which the scheme leaves to
+		// whoever notices (or to a TTL index).
 		return o, false, true
 	}
 	v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-		detail: fmt.Sprintf("under the flag locking scheme of %s this client does not hold the lock on _id %s (or its lease of %v without a write ran out); %s", w.NS, idString(ids[0]), r.Scheme.Lease, schemeAdvice(r.Scheme))})
+		detail: fmt.Sprintf("under the %s locking scheme of %s this client does not hold the lock on _id %s (or its lease of %v ran out); %s", r.Scheme.Type, w.NS, idString(ids[0]), r.Scheme.Lease, schemeAdvice(r.Scheme))})
 	return o, false, false
 }
 
@@ -255,7 +267,11 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, st, r := op.write, op.step, op.rule
 	ids := []bson.RawValue{rawCopy(st.ID)}
-	unlock := g.schemes.lock(w.NS + "\x00" + string(rune(st.ID.Type)) + string(st.ID.Data))
+	mns := r.Scheme.MirrorNS(w.NS)
+	if st.ReleaseAll {
+		return g.schemeReleaseAll(ctx, req, pol, v, op, start)
+	}
+	unlock := g.schemes.lock(mns + "\x00" + string(rune(st.ID.Type)) + string(st.ID.Data))
 	defer unlock()
 	store := g.opts.Store
 	body, err := statementBody(req.Command, w)
@@ -270,18 +286,19 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 			// expires with its lease; the driver sees a network error.
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
 		}
-		if _, err := store.Release(ctx, op.owner, w.NS, ids, ""); err != nil {
+		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
 			g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
 		}
 		v.checked[w.NS] = append(v.checked[w.NS], ids...)
 		g.record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Reply, Reply: reply}
 	}
-	if r.Scheme.Type == config.SchemeFlag {
+	if r.Scheme.IdentityHolder() {
 		// The same holder setting a flag it holds: the database would
 		// say "not modified", and must, though it might not (its
-		// test-and-set is not atomic everywhere).
-		mine, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
+		// test-and-set is not atomic everywhere). Likewise a second
+		// lock record from the holder of the first.
+		mine, _, err := store.Holds(ctx, op.owner, mns, ids, 0)
 		if err != nil {
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
 				detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
@@ -291,7 +308,7 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 			return g.schemeBusy(req, pol, v, r, w, st, start)
 		}
 	}
-	if _, err := store.Acquire(ctx, op.owner, w.NS, ids, schemeLease(r.Scheme, st), 0); err != nil {
+	if _, err := store.Acquire(ctx, op.owner, mns, ids, schemeLease(r.Scheme, st), 0); err != nil {
 		if errors.Is(err, lockstore.ErrBusy) {
 			return g.schemeBusy(req, pol, v, r, w, st, start)
 		}
@@ -307,7 +324,7 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 	}
 	if !acquired(reply, w) {
-		if _, err := store.Release(ctx, op.owner, w.NS, ids, ""); err != nil {
+		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
 			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
 		}
 	} else {
@@ -327,7 +344,32 @@ func (g *Guard) schemeBusy(req *proxy.Request, pol *policy.Policy, v *verdict, r
 		return proxy.Decision{Action: proxy.Forward}
 	}
 	g.record(req, pol, v, nil, time.Since(start))
+	if r.Scheme.Type == config.SchemeLockCollection {
+		return proxy.Decision{Action: proxy.Reply, Reply: recordExists(w, st)}
+	}
 	return proxy.Decision{Action: proxy.Reply, Reply: noMatch(w, st, w.Upsert && r.Scheme.Type != config.SchemeFlag)}
+}
+
+// recordExists is the database's reply to an acquire of a lock record
+// that exists: DuplicateKey for an insert; "matched, not inserted" for an
+// upsert.
+func recordExists(w policy.Write, st policy.Step) bsoncore.Document {
+	idx, d := bsoncore.AppendDocumentStart(nil)
+	if w.Kind == policy.KindInsert {
+		errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, idString(rawCopy(st.ID)))
+		we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", 11000).
+			AppendString("errmsg", errmsg).Build()
+		d = bsoncore.AppendInt32Element(d, "n", 0)
+		d = bsoncore.AppendArrayElement(d, "writeErrors", bsoncore.NewArrayBuilder().AppendDocument(we).Build())
+		d = bsoncore.AppendDoubleElement(d, "ok", 1)
+		d, _ = bsoncore.AppendDocumentEnd(d, idx)
+		return d
+	}
+	d = bsoncore.AppendInt32Element(d, "n", 1)
+	d = bsoncore.AppendInt32Element(d, "nModified", 0)
+	d = bsoncore.AppendDoubleElement(d, "ok", 1)
+	d, _ = bsoncore.AppendDocumentEnd(d, idx)
+	return d
 }
 
 // noMatch is the reply of the database to write w when its filter matches
@@ -379,6 +421,10 @@ func acquired(reply bsoncore.Document, w policy.Write) bool {
 	}
 	if _, err := reply.LookupErr("writeErrors"); err == nil {
 		return false
+	}
+	if w.Kind == policy.KindInsert {
+		n, ok := reply.Lookup("n").AsInt64OK()
+		return ok && n > 0
 	}
 	if n, ok := reply.Lookup("nModified").AsInt64OK(); ok && n > 0 {
 		return true
@@ -434,7 +480,7 @@ func statementBody(cmd *wire.Command, w policy.Write) (bsoncore.Document, error)
 func (g *Guard) schemeOwner(req *proxy.Request, ns string, s policy.Scheme, holder bsoncore.Value) (lockstore.Owner, bool) {
 	c := req.Client
 	o := lockstore.Owner{App: c.AppName(), Client: c.Addr, User: c.User()}
-	if s.Type != config.SchemeFlag {
+	if !s.IdentityHolder() {
 		key := append([]byte("lockgate scheme holder v1\x00"+ns+"\x00"), byte(holder.Type))
 		o.Session = g.owners.session("", append(key, holder.Data...))
 		return o, true
@@ -481,6 +527,8 @@ func schemeAdvice(s policy.Scheme) string {
 		return fmt.Sprintf("take the lock with findOneAndUpdate({_id, $or: [{%[1]s: null}, {%[2]s older than the lease}]}, {$set: {%[1]s: <your id>, %[2]s: now}}, upsert), name %[1]s: <your id> in the filter of every write, and release by setting %[1]s to null", s.HolderPath, s.TimePath)
 	case config.SchemeLockDocument:
 		return fmt.Sprintf("take the lock by setting %s (with %s) where there is none or it has expired, name %s: <you> in the filter of every write, and release by clearing %s", s.HolderPath, s.ExpiresPath, s.HolderPath, s.LockPath)
+	case config.SchemeLockCollection:
+		return fmt.Sprintf("take the lock by inserting {_id: <document _id>, %s, %s} into %s from this client (DuplicateKey: busy), write, then delete that record", s.TsPath, s.AidPath, lockCollName(s))
 	case config.SchemeFlag:
 		return fmt.Sprintf("take the lock with updateOne({_id, %[1]s: false}, {$set: {%[1]s: true}}) from this client, write, then set %[1]s back to false", s.LockPath)
 	}
@@ -501,4 +549,101 @@ func (g *Guard) ruleFor(r policy.Rule, req *proxy.Request) policy.Rule {
 		ip = net.ParseIP(h)
 	}
 	return r.ForClient(c.AppName(), c.User(), ip)
+}
+
+func lockCollName(s policy.Scheme) string {
+	if s.LockColl != "" {
+		return s.LockColl
+	}
+	return "<collection>.lock"
+}
+
+// schemeReleaseAll runs a delete of every lock record of one holder id
+// ({aid: X}): the records it matches are found with the client's own
+// authority, each must be this client's or nobody's, and the delete is
+// pinned to them, so that a record inserted meanwhile by someone else is
+// never deleted. The mirrors of the deleted records are released.
+func (g *Guard) schemeReleaseAll(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+	w, r := op.write, op.rule
+	db, coll, _ := strings.Cut(w.NS, ".")
+	find := bsoncore.NewDocumentBuilder().AppendString("find", coll).AppendDocument("filter", w.Filter).
+		AppendDocument("projection", bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build()).
+		AppendInt32("limit", int32(r.MaxCandidates+1)).AppendBoolean("singleBatch", true).
+		AppendString("$db", db).Build()
+	found, err := req.Ask(ctx, find)
+	if err != nil {
+		return proxy.Decision{Action: proxy.Close, Reason: "scheme release-all: " + err.Error()}
+	}
+	batch, _ := found.Lookup("cursor", "firstBatch").ArrayOK()
+	vals, _ := batch.Values()
+	if ok, _ := found.Lookup("ok").AsInt64OK(); ok != 1 {
+		return proxy.Decision{Action: proxy.Reply, Reply: found}
+	}
+	if len(vals) > r.MaxCandidates {
+		v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("it deletes more than %d lock records (the policy's maxCandidates); delete them by _id", r.MaxCandidates))
+		return g.decide(req, pol, v, start)
+	}
+	var mine []bson.RawValue
+	var pins []bsoncore.Value
+	for _, d := range vals {
+		doc, ok := d.DocumentOK()
+		if !ok {
+			continue
+		}
+		id := rawCopy(doc.Lookup("_id"))
+		held, _, err := g.opts.Store.Holds(ctx, op.owner, w.NS, []bson.RawValue{id}, 0)
+		if err != nil {
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+				detail: fmt.Sprintf("the lock store cannot confirm the scheme locks (%v), so the write is refused (fail closed)", err)})
+			return g.decide(req, pol, v, start)
+		}
+		if !held {
+			sts, err := g.opts.Store.Status(ctx, op.owner, w.NS, []bson.RawValue{id})
+			if err != nil || len(sts) != 1 || sts[0].Held {
+				v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder,
+					detail: fmt.Sprintf("under the lockCollection locking scheme of %s some of the lock records it matches belong to another holder; delete your own records by _id", w.NS)})
+				return g.decide(req, pol, v, start)
+			}
+		} else {
+			mine = append(mine, id)
+		}
+		pins = append(pins, bsoncore.Value{Type: id.Type, Data: id.Value})
+	}
+	if v.enforcedViolation() {
+		return g.decide(req, pol, v, start)
+	}
+	pinned, err := policy.PinStatements(req.Message, req.Command, []policy.Pin{{List: w.List, Index: w.Index, IDs: pins}})
+	var body bsoncore.Document
+	if err == nil {
+		body, err = bodyOf(pinned, w)
+	}
+	if err != nil {
+		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy could not restrict it to the verified lock records (%v)", err))
+		return g.decide(req, pol, v, start)
+	}
+	reply, err := req.Ask(ctx, body)
+	if err != nil {
+		return proxy.Decision{Action: proxy.Close, Reason: "scheme release-all: " + err.Error()}
+	}
+	if len(mine) > 0 {
+		if _, err := g.opts.Store.Release(ctx, op.owner, w.NS, mine, ""); err != nil {
+			g.log.Warn("scheme lock release failed; they expire with their lease", zap.String("ns", w.NS), zap.Error(err))
+		}
+	}
+	v.checked[w.NS] = append(v.checked[w.NS], mine...)
+	g.record(req, pol, v, nil, time.Since(start))
+	return proxy.Decision{Action: proxy.Reply, Reply: reply}
+}
+
+// bodyOf is the one-body command of a rewritten message's statement w.
+func bodyOf(msg []byte, w policy.Write) (bsoncore.Document, error) {
+	m, err := wire.Parse(msg, wire.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := wire.CommandOf(m)
+	if err != nil {
+		return nil, err
+	}
+	return statementBody(cmd, w)
 }

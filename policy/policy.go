@@ -69,6 +69,9 @@ type Policy struct {
 	// introspection: session-listing commands pass (allowed, or nothing
 	// is enforced so there is no lock to steal).
 	introspection bool
+	// lockRules are the rules under a lockCollection scheme, whose lock
+	// collections Lookup recognises (scheme.go).
+	lockRules []Rule
 }
 
 // Compile checks and compiles the policy part of a configuration. The
@@ -135,6 +138,9 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 			p.exact[nr.Match] = r
 		}
 		p.rules = append(p.rules, r)
+		if r.Scheme.Type == config.SchemeLockCollection {
+			p.lockRules = append(p.lockRules, r)
+		}
 	}
 	p.allOff = p.fallback.Mode == Off
 	for _, r := range p.rules {
@@ -188,6 +194,11 @@ func (p *Policy) Rules() (rules []Rule, fallback Rule) {
 // the rule of its database, else the default. A namespace "db.*" (a write
 // that touches a whole database) gets the strictest rule of that database.
 func (p *Policy) Lookup(ns string) Rule {
+	if len(p.lockRules) > 0 {
+		if r, ok := p.lockSide(ns); ok {
+			return r
+		}
+	}
 	if r, ok := p.exact[ns]; ok {
 		return r
 	}

@@ -85,3 +85,61 @@ func TestSchemeStep(t *testing.T) {
 		})
 	}
 }
+
+func TestLockCollectionScheme(t *testing.T) {
+	p, err := CompileWithLease(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{
+		{Match: "shop.items", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection}},
+		{Match: "jobs.*", Mode: config.ModeAudit, Scheme: &config.Scheme{Type: config.SchemeLockCollection, Collection: "locks"}},
+		{Match: "work.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection}},
+	}}, 30000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ns, match string
+		side      bool
+		mirror    string
+	}{
+		{"shop.items", "shop.items", false, "shop.items.lock"},
+		{"shop.items.lock", "shop.items", true, "shop.items.lock"},
+		{"shop.other.lock", "default", false, "shop.other.lock"},
+		{"jobs.a", "jobs.*", false, "jobs.locks"},
+		{"jobs.locks", "jobs.*", true, "jobs.locks"},
+		{"work.a.lock", "work.*", true, "work.a.lock"},
+		{"work.a", "work.*", false, "work.a.lock"},
+	} {
+		r := p.Lookup(c.ns)
+		if r.Match != c.match || r.Scheme.LockSide != c.side || (r.Scheme.Active() && r.Scheme.MirrorNS(c.ns) != c.mirror) {
+			t.Errorf("Lookup(%s) = %s side %v mirror %s, want %s side %v mirror %s", c.ns, r.Match, r.Scheme.LockSide, r.Scheme.MirrorNS(c.ns), c.match, c.side, c.mirror)
+		}
+	}
+	data := p.Lookup("shop.items").Scheme
+	side := p.Lookup("shop.items.lock").Scheme
+	upd := func(filter D, update any) Write {
+		return Write{Kind: KindUpdate, Filter: clDoc(t, filter), Update: clVal(t, update)}
+	}
+	for _, c := range []struct {
+		name          string
+		s             Scheme
+		w             Write
+		kind          StepKind
+		ends, all     bool
+		renew, delete bool
+	}{
+		{"data write", data, upd(D{{"_id", 1}}, D{{"$inc", D{{"n", 1}}}}), StepHolder, false, false, false, false},
+		{"data delete is no release", data, Write{Kind: KindDelete, Filter: clDoc(t, D{{"_id", 1}})}, StepHolder, false, false, false, false},
+		{"data multi", data, upd(D{{"n", 1}}, D{{"$inc", D{{"n", 1}}}}), StepOther, false, false, false, false},
+		{"insert record", side, Write{Kind: KindInsert, Doc: clDoc(t, D{{"_id", 1}, {"ts", 1}, {"aid", "a"}})}, StepAcquire, false, false, false, false},
+		{"upsert record", side, Write{Kind: KindUpdate, Upsert: true, Filter: clDoc(t, D{{"_id", 1}}), Update: clVal(t, D{{"$setOnInsert", D{{"aid", "a"}}}})}, StepAcquire, false, false, false, false},
+		{"findAndModify upsert", side, Write{Kind: KindFindAndModify, Upsert: true, Filter: clDoc(t, D{{"_id", 1}}), Update: clVal(t, D{{"$setOnInsert", D{{"aid", "a"}}}})}, StepOther, false, false, false, false},
+		{"refresh", side, upd(D{{"_id", 1}}, D{{"$set", D{{"ts", 2}}}}), StepHolder, false, false, true, false},
+		{"release", side, Write{Kind: KindDelete, Filter: clDoc(t, D{{"_id", 1}})}, StepHolder, true, false, false, false},
+		{"release all", side, Write{Kind: KindDelete, Filter: clDoc(t, D{{"aid", "a"}})}, StepHolder, true, true, false, false},
+		{"delete by ts", side, Write{Kind: KindDelete, Filter: clDoc(t, D{{"ts", D{{"$lt", 5}}}})}, StepOther, false, false, false, false},
+	} {
+		got := SchemeStep(c.s, c.w)
+		if got.Kind != c.kind || got.Ends != c.ends || got.ReleaseAll != c.all || got.Renew != c.renew || got.Delete != c.delete {
+			t.Errorf("%s: SchemeStep = %+v", c.name, got)
+		}
+	}
+}

@@ -48,6 +48,7 @@ func rules() []config.NamespaceRule {
 		{Match: "holderFields.*", Mode: config.ModeEnforce, Scheme: hf},
 		{Match: "lockDocument.*", Mode: config.ModeEnforce, Scheme: ld},
 		{Match: "flag.*", Mode: config.ModeEnforce, Scheme: fl},
+		{Match: "lockCollection.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: leaseMS}},
 		{Match: "audit_holderFields.*", Mode: config.ModeAudit, Scheme: hf},
 		{Match: "audit_lockDocument.*", Mode: config.ModeAudit, Scheme: ld},
 		{Match: "audit_flag.*", Mode: config.ModeAudit, Scheme: fl},

@@ -19,7 +19,7 @@ const (
 	increments = 20
 )
 
-var schemeNames = []string{"holderFields", "lockDocument", "flag"}
+var schemeNames = []string{"holderFields", "lockDocument", "flag", "lockCollection"}
 
 type workResult struct {
 	Counters     map[string]int64 `json:"counters"`
@@ -219,6 +219,14 @@ func takeover(t *testing.T, d driver, scheme string) {
 		want["b_acquire_after_expiry"] = true
 		want["a_write_after_takeover"] = float64(0)
 		want["c_acquire_after_error_release"] = true
+	case "lockCollection":
+		want["b_acquire_upsert_early"] = false
+		want["b_delete_early"] = "refused/46"
+		want["b_refresh_early"] = "refused/46"
+		want["b_acquire_after_ttl"] = true
+		want["a_write_after_takeover"] = "refused/46"
+		want["b_release_all"] = float64(1)
+		want["a_acquire_after_release"] = true
 	case "flag":
 		want["b_clear_early"] = "refused/46"
 		want["b_clear_after_lease"] = float64(1)

@@ -107,10 +107,49 @@ class Flag {
   }
 }
 
+// Scheme 4: a lock collection "<coll>.lock" of records {_id, ts, aid}.
+class LockCollection {
+  constructor(db, coll, upsert = false) {
+    this.coll = coll;
+    this.locks = db.collection(`${coll.collectionName}.lock`);
+    this.upsert = upsert;
+  }
+
+  async acquire(id, me, seen) {
+    if (this.upsert) {
+      const r = await this.locks.updateOne({ _id: id }, { $setOnInsert: { ts: new Date(), aid: me } }, { upsert: true });
+      const ok = r.upsertedId !== null && r.upsertedId !== undefined;
+      seen.add(`acquire_upsert:${ok ? 'inserted' : `matched=${r.matchedCount}`}`);
+      return ok;
+    }
+    try {
+      await this.locks.insertOne({ _id: id, ts: new Date(), aid: me });
+    } catch (e) {
+      if (e instanceof MongoServerError && e.code === 11000) {
+        seen.add(`acquire_busy:${errName(e)}`);
+        return false;
+      }
+      throw e;
+    }
+    seen.add('acquire:inserted');
+    return true;
+  }
+
+  async write(id, me, n) {
+    return (await this.coll.updateOne({ _id: id }, { $set: { n } })).modifiedCount;
+  }
+
+  async release(id, me, byAid = false) {
+    if (byAid) await this.locks.deleteMany({ aid: me });
+    else await this.locks.deleteOne({ _id: id });
+  }
+}
+
 const SCHEMES = { holderFields: HolderFields, lockDocument: LockDocument, flag: Flag };
 
-async function seed(coll, scheme) {
+async function seed(coll, scheme, db) {
   await coll.deleteMany({});
+  if (scheme === 'lockCollection') await db.collection(`${coll.collectionName}.lock`).deleteMany({});
   for (const id of HOT) {
     const d = { _id: id, n: 0 };
     if (scheme === 'flag') d.locked = false;
@@ -124,7 +163,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
   const uris = uri.split(',');
   const clients = uris.map((u) => new MongoClient(u, { appName: 'scheme-worker', retryWrites: false }));
   const dc = new MongoClient(direct);
-  await seed(dc.db(db).collection(cname), scheme);
+  await seed(dc.db(db).collection(cname), scheme, dc.db(db));
   const seen = new Set();
   const errors = [];
   let stop = false;
@@ -132,7 +171,9 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
   const worker = async (w) => {
     const me = `w${w}-${Math.random().toString(16).slice(2)}`;
     const coll = clients[w % clients.length].db(db).collection(cname);
-    const s = new SCHEMES[scheme](coll);
+    const s = scheme === 'lockCollection'
+      ? new LockCollection(clients[w % clients.length].db(db), coll, w % 2 === 1)
+      : new SCHEMES[scheme](coll);
     try {
       for (let i = 0; i < m; i++) {
         if (scheme === 'lockDocument') {
@@ -149,7 +190,8 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
         while (!(await s.acquire(id, me, seen))) await sleep(1);
         const n = (await coll.findOne({ _id: id })).n;
         if ((await s.write(id, me, n + 1)) !== 1) seen.add('write:not_applied');
-        await s.release(id, me);
+        if (scheme === 'lockCollection') await s.release(id, me, i % 2 === 1);
+        else await s.release(id, me);
       }
     } catch (e) {
       seen.add(`worker_error:${errName(e)}`);
@@ -162,12 +204,17 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
   const rogueLoop = async () => {
     const rc = new MongoClient(uris[0], { appName: 'scheme-rogue', retryWrites: false });
     const rcoll = rc.db(db).collection(cname);
+    const rlocks = rc.db(db).collection(`${cname}.lock`);
     let i = 0;
     while (!stop) {
       const id = HOT[i % HOT.length];
       i++;
       try {
-        if (i % 5 === 0) {
+        if (scheme === 'lockCollection' && i % 5 === 1) {
+          if ((await rlocks.deleteOne({ _id: id })).deletedCount) landed.delete++;
+        } else if (scheme === 'lockCollection' && i % 5 === 2) {
+          if ((await rlocks.updateOne({ _id: id }, { $set: { ts: new Date() } })).modifiedCount) landed.update++;
+        } else if (i % 5 === 0) {
           const r = await rcoll.deleteOne({ _id: id });
           if (r.deletedCount) {
             landed.delete++;
@@ -206,7 +253,7 @@ async function takeover(scheme, uri, direct, db, cname) {
   const ca = a.db(db).collection(cname);
   const cb = b.db(db).collection(cname);
   const dc = new MongoClient(direct);
-  await seed(dc.db(db).collection(cname), scheme);
+  await seed(dc.db(db).collection(cname), scheme, dc.db(db));
   const seen = new Set();
   const refusedOr = async (f) => {
     try { return await f(); } catch (e) { if (e instanceof MongoServerError) return `refused/${e.code}`; throw e; }
@@ -228,6 +275,22 @@ async function takeover(scheme, uri, direct, db, cname) {
     await new LockDocument(cb).release(1, 'B', 'failed halfway');
     out.after_error_release = (await cb.findOne({ _id: 1 })).Lock;
     out.c_acquire_after_error_release = await new LockDocument(ca).acquire(1, 'C', seen);
+  } else if (scheme === 'lockCollection') {
+    const la = new LockCollection(a.db(db), ca);
+    const lb = new LockCollection(b.db(db), cb);
+    out.a_acquire = await la.acquire(1, 'A', seen);
+    out.b_acquire_early = await lb.acquire(1, 'B', seen);
+    out.b_acquire_upsert_early = await new LockCollection(b.db(db), cb, true).acquire(1, 'B', seen);
+    out.b_delete_early = await refusedOr(async () => (await lb.locks.deleteOne({ _id: 1 })).deletedCount);
+    out.b_refresh_early = await refusedOr(async () => (await lb.locks.updateOne({ _id: 1 }, { $set: { ts: new Date() } })).modifiedCount);
+    await sleep(LEASE_MS + 500);
+    // What a TTL index on ts does on MongoDB (FerretDB has none).
+    await dc.db(db).collection(`${cname}.lock`).deleteOne({ _id: 1, ts: { $lt: new Date(Date.now() - LEASE_MS) } });
+    out.b_acquire_after_ttl = await lb.acquire(1, 'B', seen);
+    out.a_write_after_takeover = await refusedOr(() => la.write(1, 'A', 99));
+    out.b_write = await lb.write(1, 'B', 7);
+    out.b_release_all = (await lb.locks.deleteMany({ aid: 'B' })).deletedCount;
+    out.a_acquire_after_release = await la.acquire(1, 'A', seen);
   } else {
     out.a_acquire = await new Flag(ca).acquire(1, 'A', seen);
     out.b_acquire_early = await new Flag(cb).acquire(1, 'B', seen);

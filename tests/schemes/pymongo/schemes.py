@@ -138,11 +138,48 @@ class Flag:
         self.coll.update_one({"_id": _id}, {"$set": {"locked": False}})
 
 
-SCHEMES = {"holderFields": HolderFields, "lockDocument": LockDocument, "flag": Flag}
+class LockCollection:
+    """Scheme 4: a lock collection next to the data ("<coll>.lock"): a
+    record {_id: <document _id>, ts, aid} per lock; insert to acquire
+    (DuplicateKey: busy), or upsert with $setOnInsert and treat "not
+    inserted" as busy; release deletes by _id or all of a holder's by aid."""
+
+    def __init__(self, coll, upsert=False):
+        self.coll = coll
+        self.locks = coll.database[coll.name + ".lock"]
+        self.upsert = upsert
+
+    def acquire(self, _id, me, seen):
+        if self.upsert:
+            r = self.locks.update_one({"_id": _id}, {"$setOnInsert": {"ts": now(), "aid": me}}, upsert=True)
+            ok = r.upserted_id is not None
+            seen.add(outcome("acquire_upsert", "inserted" if ok else "matched=%d" % r.matched_count))
+            return ok
+        try:
+            self.locks.insert_one({"_id": _id, "ts": now(), "aid": me})
+        except DuplicateKeyError as e:
+            seen.add(outcome("acquire_busy", "%s/%s" % (type(e).__name__, e.code)))
+            return False
+        seen.add(outcome("acquire", "inserted"))
+        return True
+
+    def write(self, _id, me, n):
+        return self.coll.update_one({"_id": _id}, {"$set": {"n": n}}).modified_count
+
+    def release(self, _id, me, by_aid=False):
+        if by_aid:
+            self.locks.delete_many({"aid": me})
+        else:
+            self.locks.delete_one({"_id": _id})
+
+
+SCHEMES = {"holderFields": HolderFields, "lockDocument": LockDocument, "flag": Flag, "lockCollection": LockCollection}
 
 
 def seed(coll, scheme):
     coll.delete_many({})
+    if scheme == "lockCollection":
+        coll.database[coll.name + ".lock"].delete_many({})
     for _id in HOT:
         d = {"_id": _id, "n": 0}
         if scheme == "flag":
@@ -172,6 +209,8 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
         local = set()
         coll = clients[w % len(clients)][db][cname]
         s = SCHEMES[scheme](coll)
+        if scheme == "lockCollection":
+            s = LockCollection(coll, upsert=w % 2 == 1)
         try:
             for i in range(m):
                 if scheme == "lockDocument":
@@ -192,7 +231,10 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
                 n = coll.find_one({"_id": _id})["n"]
                 if s.write(_id, me, n + 1) != 1:
                     local.add("write:not_applied")
-                s.release(_id, me)
+                if scheme == "lockCollection":
+                    s.release(_id, me, by_aid=i % 2 == 1)
+                else:
+                    s.release(_id, me)
         except PyMongoError as e:
             local.add("worker_error:%s/%s" % (type(e).__name__, getattr(e, "code", None)))
             with lock:
@@ -206,12 +248,21 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
     def rogue_loop():
         rc = pymongo.MongoClient(uris[0], appname="scheme-rogue", retryWrites=False)
         rcoll = rc[db][cname]
+        rlocks = rc[db][cname + ".lock"]
         i = 0
         while not stop.is_set():
             _id = HOT[i % len(HOT)]
             i += 1
             try:
-                if i % 5 == 0:
+                if scheme == "lockCollection" and i % 5 == 1:
+                    # Steal a lock: delete someone's record.
+                    if rlocks.delete_one({"_id": _id}).deleted_count:
+                        landed["delete"] += 1
+                elif scheme == "lockCollection" and i % 5 == 2:
+                    # Refresh a lock one does not hold.
+                    if rlocks.update_one({"_id": _id}, {"$set": {"ts": now()}}).modified_count:
+                        landed["update"] += 1
+                elif i % 5 == 0:
                     r = rcoll.delete_one({"_id": _id})
                     if r.deleted_count:
                         landed["delete"] += 1
@@ -278,6 +329,31 @@ def takeover(scheme, uri, direct, db, cname):
         LockDocument(cb).release(1, "B", error="failed halfway")
         out["after_error_release"] = cb.find_one({"_id": 1})["Lock"]
         out["c_acquire_after_error_release"] = LockDocument(ca).acquire(1, "C", seen)
+    elif scheme == "lockCollection":
+        la, lb = LockCollection(ca), LockCollection(cb)
+        out["a_acquire"] = la.acquire(1, "A", seen)
+        out["b_acquire_early"] = lb.acquire(1, "B", seen)
+        out["b_acquire_upsert_early"] = LockCollection(cb, upsert=True).acquire(1, "B", seen)
+        try:
+            out["b_delete_early"] = lb.locks.delete_one({"_id": 1}).deleted_count
+        except OperationFailure as e:
+            out["b_delete_early"] = "refused/%s" % e.code
+        try:
+            out["b_refresh_early"] = lb.locks.update_one({"_id": 1}, {"$set": {"ts": now()}}).modified_count
+        except OperationFailure as e:
+            out["b_refresh_early"] = "refused/%s" % e.code
+        time.sleep(LEASE_S + 0.5)
+        # What a TTL index on ts does on MongoDB (FerretDB has none):
+        # the expired record goes.
+        dc[db][cname + ".lock"].delete_one({"_id": 1, "ts": {"$lt": now() - datetime.timedelta(seconds=LEASE_S)}})
+        out["b_acquire_after_ttl"] = lb.acquire(1, "B", seen)
+        try:
+            out["a_write_after_takeover"] = la.write(1, "A", 99)
+        except OperationFailure as e:
+            out["a_write_after_takeover"] = "refused/%s" % e.code
+        out["b_write"] = lb.write(1, "B", 7)
+        out["b_release_all"] = lb.locks.delete_many({"aid": "B"}).deleted_count
+        out["a_acquire_after_release"] = la.acquire(1, "A", seen)
     else:
         out["a_acquire"] = Flag(ca).acquire(1, "A", seen)
         out["b_acquire_early"] = Flag(cb).acquire(1, "B", seen)
