@@ -54,6 +54,7 @@ func BenchmarkSchemeHolderWrite(b *testing.B) {
 		{Match: "shop.hf", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 30000}},
 		{Match: "shop.ld", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockDocument}},
 		{Match: "shop.flag", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeFlag, LeaseMS: 30000}},
+		{Match: "shop.lc", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: 30000}},
 	}
 	pol, err := policy.CompileWithLease(config.Policy{Default: config.ModeOff, Namespaces: rules}, 30000)
 	if err != nil {
@@ -68,6 +69,7 @@ func BenchmarkSchemeHolderWrite(b *testing.B) {
 		{"holderFields", update("hf", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).AppendString("LockId", "g").Build())},
 		{"lockDocument", update("ld", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).AppendString("Lock.actor", "a").Build())},
 		{"flag", update("flag", byID)},
+		{"lockCollection", update("lc", byID)},
 	} {
 		b.Run(leg.name, func(b *testing.B) {
 			g := New(Options{Store: heldStore{}, Reserved: ReservedFor("lockgate", "locks")})

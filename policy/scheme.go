@@ -77,10 +77,12 @@ func (p *Policy) lockSide(ns string) (Rule, bool) {
 		s := r.Scheme
 		var side bool
 		switch {
-		case rcoll != "*":
-			side = s.LockNS(r.Match) == ns
 		case s.LockColl != "":
 			side = coll == s.LockColl
+		case rcoll != "*":
+			// "<coll>.lock" next to the rule's collection, compared
+			// without building the name: Lookup runs for every write.
+			side = strings.HasPrefix(coll, rcoll) && coll[len(rcoll):] == ".lock"
 		default:
 			side = strings.HasSuffix(coll, ".lock") && len(coll) > len(".lock")
 		}

@@ -66,6 +66,13 @@ func benchLegs() []benchLeg {
 			}
 			return plain(ctx, t, c, coll, id)
 		}},
+		{name: "lockCollection", db: "benchlc", setup: func(ctx context.Context, t testing.TB, c *mongo.Client, coll *mongo.Collection, id int) func(context.Context) error {
+			locks := coll.Database().Collection(coll.Name() + ".lock")
+			if _, err := locks.InsertOne(ctx, bson.D{{"_id", id}, {"ts", time.Now()}, {"aid", "bench"}}); err != nil {
+				t.Fatal(err)
+			}
+			return plain(ctx, t, c, coll, id)
+		}},
 	}
 }
 
