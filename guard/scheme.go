@@ -120,6 +120,12 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			v.add(r, w, reasonUnclassifiable, nil, "one command writes to a namespace under a locking scheme and to another protected namespace; send them as separate commands")
 			continue
 		}
+		if w.Kind == policy.KindCollectionWrite {
+			if !r.AllowCollectionWrites {
+				v.add(r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
+			}
+			continue
+		}
 		st := policy.SchemeStep(r.Scheme, w)
 		if st.Kind != policy.StepOther && st.Kind != policy.StepInsert && st.ID.Type == bsontype.String && !g.exactStrings(ctx, w) {
 			st = policy.Step{Why: "its string _id may match other documents under the collation in force; use the simple collation"}
@@ -161,7 +167,8 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			ops[0].rule.Scheme.Type, map[bool]string{true: "without acknowledgement (w: 0)", false: "together with other statements"}[req.Command != nil && req.Command.MoreToCome && len(writes) == 1]))
 		ops = nil
 	}
-	if len(v.stale) == 1 && len(v.violations) == 1 && len(writes) == 1 && v.violations[0].rule.Mode == policy.Enforce && !req.Command.MoreToCome {
+	if len(v.stale) == 1 && len(v.violations) == 1 && len(writes) == 1 && v.violations[0].rule.Mode == policy.Enforce &&
+		req.Command != nil && !req.Command.MoreToCome {
 		x := v.violations[0]
 		g.record(req, pol, v, &x, time.Since(start))
 		st := policy.SchemeStep(x.rule.Scheme, x.write)

@@ -143,3 +143,21 @@ func metricValue(t *testing.T, name string, labels map[string]string) float64 {
 	}
 	return 0
 }
+
+// TestSchemeCollectionWrites: a drop of a collection under a scheme is a
+// collection write, refused unless the rule allows collection writes, as
+// on any enforced namespace.
+func TestSchemeCollectionWrites(t *testing.T) {
+	ctx := context.Background()
+	direct := connect(t, directURI, "seed")
+	if _, err := direct.Database("flag").Collection("dropme").InsertOne(ctx, bson.D{{"_id", 1}, {"locked", false}}); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, proxyURI, "dropper")
+	if err := c.Database("flag").Collection("dropme").Drop(ctx); code(err) != 46 {
+		t.Fatalf("drop under the flag scheme: %v, want LockBusy", err)
+	}
+	if n, err := direct.Database("flag").Collection("dropme").CountDocuments(ctx, bson.D{}); err != nil || n != 1 {
+		t.Fatalf("after the refused drop: %d documents, %v", n, err)
+	}
+}
