@@ -239,27 +239,57 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 			detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, idString(ids[0]), describeHolder(h), schemeAdvice(r.Scheme))})
 		return o, false, false
 	case s.HeldByYou:
-		// Less than the margin left: the holder's write renews it.
-		if _, err := store.Renew(ctx, o, mns, ids, lease); err == nil {
+		// Less than the margin left. A flag's holder keeps its lock by
+		// writing, and a write that refreshes the scheme's own time
+		// (LockTime, expiresAt, ts) renews it; other writes do not,
+		// or the scheme's expiry would never come while the holder
+		// writes. holderFields and lockDocument writes check the holder
+		// in their own filter, so they may go on until the mirror ends;
+		// a lockCollection data write has no such check.
+		if r.Scheme.Type == config.SchemeFlag || st.Renew {
+			if _, err := store.Renew(ctx, o, mns, ids, lease); err == nil {
+				return o, true, true
+			}
+		} else if !r.Scheme.IdentityHolder() {
 			return o, true, true
 		}
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
+			detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %v left; %s", r.Scheme.Type, w.NS, idString(ids[0]), r.LeaseMargin, schemeAdvice(r.Scheme))})
+		return o, false, false
 	}
-	if !r.Scheme.IdentityHolder() {
-		// Nobody holds the mirror (it expired, or another proxy's
-		// record was compacted): the write's own filter still decides,
-		// and the mirror is taken again so that no acquire slips in
-		// while the document names this holder.
-		if !st.Ends {
-			if _, err := store.Acquire(ctx, o, mns, ids, lease, 0); err != nil && !errors.Is(err, lockstore.ErrBusy) {
-				g.log.Debug("scheme lock re-mirror failed", zap.String("ns", w.NS), zap.Error(err))
-			}
+	if !r.Scheme.IdentityHolder() && !st.Ends {
+		// Nobody holds the mirror: its lease, the scheme's, ended, and
+		// nobody has taken the lock over. On the database the write
+		// still lands (its filter names the holder the document still
+		// has), so it goes on, under a mirror just long enough for the
+		// write in flight: an acquire arriving meanwhile must not race
+		// it (conditional writes are not atomic everywhere), and a
+		// takeover waits at most policy.leaseMarginMS after the holder's last
+		// write.
+		short := r.LeaseMargin
+		if short < 100*time.Millisecond {
+			short = 100 * time.Millisecond
 		}
-		return o, false, true
+		_, err := store.Acquire(ctx, o, mns, ids, short, 0)
+		switch {
+		case err == nil:
+			return o, true, true
+		case errors.Is(err, lockstore.ErrBusy):
+			v.stale = append(v.stale, len(v.violations))
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
+				detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has been taken over; %s", r.Scheme.Type, w.NS, idString(ids[0]), schemeAdvice(r.Scheme))})
+		default:
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+				detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
+		}
+		return o, false, false
 	}
-	if st.Ends && !st.Delete {
-		// Clearing a flag, or deleting a lock record, nobody holds: the
-		// recovery of an abandoned lock, which the scheme leaves to
-		// whoever notices (or to a TTL index).
+	if st.Ends && (!st.Delete || !r.Scheme.IdentityHolder()) {
+		// Clearing a flag, deleting a lock record, or releasing a
+		// holder's expired lock, which nobody holds: the recovery of an
+		// abandoned lock, which the scheme leaves to whoever notices (or
+		// to a TTL index); a holder-field write still checks the holder
+		// in its own filter.
 		return o, false, true
 	}
 	v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,

@@ -213,9 +213,11 @@ func takeover(t *testing.T, d driver, scheme string) {
 	want := map[string]any{"a_acquire": true, "b_acquire_early": false, "final": float64(7), "b_write": float64(1)}
 	switch scheme {
 	case "holderFields":
+		want["a_write_after_lease"] = float64(1)
 		want["b_acquire_after_lease"] = true
 		want["a_write_after_takeover"] = float64(0)
 	case "lockDocument":
+		want["a_write_after_expiry"] = float64(1)
 		want["b_acquire_after_expiry"] = true
 		want["a_write_after_takeover"] = float64(0)
 		want["c_acquire_after_error_release"] = true

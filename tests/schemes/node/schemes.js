@@ -117,7 +117,18 @@ class LockCollection {
 
   async acquire(id, me, seen) {
     if (this.upsert) {
-      const r = await this.locks.updateOne({ _id: id }, { $setOnInsert: { ts: new Date(), aid: me } }, { upsert: true });
+      let r;
+      try {
+        r = await this.locks.updateOne({ _id: id }, { $setOnInsert: { ts: new Date(), aid: me } }, { upsert: true });
+      } catch (e) {
+        // Two upserts racing to insert: the loser is busy (MongoDB
+        // documents this for concurrent upserts too).
+        if (e instanceof MongoServerError && e.code === 11000) {
+          seen.add('acquire_upsert:duplicate');
+          return false;
+        }
+        throw e;
+      }
       const ok = r.upsertedId !== null && r.upsertedId !== undefined;
       seen.add(`acquire_upsert:${ok ? 'inserted' : `matched=${r.matchedCount}`}`);
       return ok;
@@ -262,6 +273,8 @@ async function takeover(scheme, uri, direct, db, cname) {
     out.a_acquire = await new HolderFields(ca).acquire(1, 'A', seen);
     out.b_acquire_early = await new HolderFields(cb).acquire(1, 'B', seen);
     await sleep(LEASE_MS + 500);
+    out.a_write_after_lease = await new HolderFields(ca).write(1, 'A', 5);
+    await sleep(400);
     out.b_acquire_after_lease = await new HolderFields(cb).acquire(1, 'B', seen);
     out.a_write_after_takeover = await new HolderFields(ca).write(1, 'A', 99);
     out.b_write = await new HolderFields(cb).write(1, 'B', 7);
@@ -269,6 +282,8 @@ async function takeover(scheme, uri, direct, db, cname) {
     out.a_acquire = await new LockDocument(ca).acquire(1, 'A', seen, 1000);
     out.b_acquire_early = await new LockDocument(cb).acquire(1, 'B', seen);
     await sleep(1500);
+    out.a_write_after_expiry = await new LockDocument(ca).write(1, 'A', 5);
+    await sleep(400);
     out.b_acquire_after_expiry = await new LockDocument(cb).acquire(1, 'B', seen);
     out.a_write_after_takeover = await new LockDocument(ca).write(1, 'A', 99);
     out.b_write = await new LockDocument(cb).write(1, 'B', 7);

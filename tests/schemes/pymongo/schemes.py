@@ -151,7 +151,13 @@ class LockCollection:
 
     def acquire(self, _id, me, seen):
         if self.upsert:
-            r = self.locks.update_one({"_id": _id}, {"$setOnInsert": {"ts": now(), "aid": me}}, upsert=True)
+            try:
+                r = self.locks.update_one({"_id": _id}, {"$setOnInsert": {"ts": now(), "aid": me}}, upsert=True)
+            except DuplicateKeyError:
+                # Two upserts racing to insert: the loser is busy (MongoDB
+                # documents this for concurrent upserts too).
+                seen.add(outcome("acquire_upsert", "duplicate"))
+                return False
             ok = r.upserted_id is not None
             seen.add(outcome("acquire_upsert", "inserted" if ok else "matched=%d" % r.matched_count))
             return ok
@@ -316,6 +322,10 @@ def takeover(scheme, uri, direct, db, cname):
         out["a_acquire"] = HolderFields(ca).acquire(1, "A", seen)
         out["b_acquire_early"] = HolderFields(cb).acquire(1, "B", seen)
         time.sleep(LEASE_S + 0.5)
+        # Expired, not taken over: the holder's write still lands, as on
+        # the database; a takeover then waits out lockgate's margin.
+        out["a_write_after_lease"] = HolderFields(ca).write(1, "A", 5)
+        time.sleep(0.4)
         out["b_acquire_after_lease"] = HolderFields(cb).acquire(1, "B", seen)
         out["a_write_after_takeover"] = HolderFields(ca).write(1, "A", 99)
         out["b_write"] = HolderFields(cb).write(1, "B", 7)
@@ -323,6 +333,8 @@ def takeover(scheme, uri, direct, db, cname):
         out["a_acquire"] = LockDocument(ca).acquire(1, "A", seen, lease=1.0)
         out["b_acquire_early"] = LockDocument(cb).acquire(1, "B", seen)
         time.sleep(1.5)
+        out["a_write_after_expiry"] = LockDocument(ca).write(1, "A", 5)
+        time.sleep(0.4)
         out["b_acquire_after_expiry"] = LockDocument(cb).acquire(1, "B", seen)
         out["a_write_after_takeover"] = LockDocument(ca).write(1, "A", 99)
         out["b_write"] = LockDocument(cb).write(1, "B", 7)
