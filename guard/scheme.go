@@ -257,15 +257,20 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 			detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %v left; %s", r.Scheme.Type, w.NS, idString(ids[0]), r.LeaseMargin, schemeAdvice(r.Scheme))})
 		return o, false, false
 	}
-	if !r.Scheme.IdentityHolder() && !st.Ends {
-		// Nobody holds the mirror: its lease, the scheme's, ended, and
-		// nobody has taken the lock over. On the database the write
-		// still lands (its filter names the holder the document still
-		// has), so it goes on, under a mirror just long enough for the
-		// write in flight: an acquire arriving meanwhile must not race
-		// it (conditional writes are not atomic everywhere), and a
-		// takeover waits at most policy.leaseMarginMS after the holder's last
-		// write.
+	// Nobody holds the mirror, as far as a read can tell (a read may lag
+	// an acquire by milliseconds, so it is no permission by itself):
+	//   - a holder-field write whose lock expired and was not taken over
+	//     lands on the database (its filter still names the holder the
+	//     document has), so it goes on;
+	//   - clearing a flag, deleting a lock record, or releasing an
+	//     expired holder-field lock is the recovery of an abandoned lock,
+	//     which the scheme leaves to whoever notices (or to a TTL index).
+	// Each runs under a mirror taken now, atomically, just long enough
+	// for the write in flight: an acquire arriving meanwhile neither
+	// races it (conditional writes are not atomic everywhere) nor is
+	// undone by it, and a takeover waits at most policy.leaseMarginMS.
+	recovery := st.Ends && (!st.Delete || !r.Scheme.IdentityHolder())
+	if !r.Scheme.IdentityHolder() || recovery {
 		short := r.LeaseMargin
 		if short < 100*time.Millisecond {
 			short = 100 * time.Millisecond
@@ -275,22 +280,17 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 		case err == nil:
 			return o, true, true
 		case errors.Is(err, lockstore.ErrBusy):
-			v.stale = append(v.stale, len(v.violations))
+			if !r.Scheme.IdentityHolder() {
+				// Taken over: the database's answer is "nothing matched".
+				v.stale = append(v.stale, len(v.violations))
+			}
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-				detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has been taken over; %s", r.Scheme.Type, w.NS, idString(ids[0]), schemeAdvice(r.Scheme))})
+				detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has just been taken by another holder; %s", r.Scheme.Type, w.NS, idString(ids[0]), schemeAdvice(r.Scheme))})
 		default:
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
 		}
 		return o, false, false
-	}
-	if st.Ends && (!st.Delete || !r.Scheme.IdentityHolder()) {
-		// Clearing a flag, deleting a lock record, or releasing a
-		// holder's expired lock, which nobody holds: the recovery of an
-		// abandoned lock, which the scheme leaves to whoever notices (or
-		// to a TTL index); a holder-field write still checks the holder
-		// in its own filter.
-		return o, false, true
 	}
 	v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
 		detail: fmt.Sprintf("under the %s locking scheme of %s this client does not hold the lock on _id %s (or its lease of %v ran out); %s", r.Scheme.Type, w.NS, idString(ids[0]), r.Scheme.Lease, schemeAdvice(r.Scheme))})
