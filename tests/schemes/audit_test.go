@@ -29,6 +29,7 @@ func TestSchemeAudit(t *testing.T) {
 		{db: "audit_holderFields", seed: bson.D{{"_id", 1}, {"n", 0}, {"LockId", nil}}, reason: "scheme_not_followed"},
 		{db: "audit_lockDocument", seed: bson.D{{"_id", 1}, {"n", 0}, {"Lock", nil}}, reason: "scheme_not_followed"},
 		{db: "audit_flag", seed: bson.D{{"_id", 1}, {"n", 0}, {"locked", false}}, reason: "scheme_not_holder"},
+		{db: "audit_lockCollection", seed: bson.D{{"_id", 1}, {"n", 0}}, reason: "scheme_not_holder"},
 	}
 	for _, c := range cases {
 		t.Run(c.db, func(t *testing.T) {
@@ -72,6 +73,12 @@ func TestSchemeAudit(t *testing.T) {
 					t.Fatal(err)
 				}
 				filter = bson.D{{"_id", 1}, {"Lock.actor", "me"}}
+			case "audit_lockCollection":
+				direct.Database(c.db).Collection("jobs.lock").Drop(ctx)
+				if _, err := app.Database(c.db).Collection("jobs.lock").InsertOne(ctx, bson.D{{"_id", 1}, {"ts", 1}, {"aid", "me"}}); err != nil {
+					t.Fatal(err)
+				}
+				filter = byID
 			default:
 				if r, err := jobs.UpdateOne(ctx, bson.D{{"_id", 1}, {"locked", false}}, bson.D{{"$set", bson.D{{"locked", true}}}}); err != nil || r.ModifiedCount != 1 {
 					t.Fatal(r, err)

@@ -30,6 +30,8 @@ var (
 	// lock store: scheme locks must hold across proxies.
 	proxy2URI string
 	gw        *gateway.Gateway
+	// baseCfg is the first gateway's configuration, for reload tests.
+	baseCfg *config.Config
 	// auditLog holds the first gateway's decision log lines.
 	auditLog *observer.ObservedLogs
 )
@@ -52,6 +54,7 @@ func rules() []config.NamespaceRule {
 		{Match: "audit_holderFields.*", Mode: config.ModeAudit, Scheme: hf},
 		{Match: "audit_lockDocument.*", Mode: config.ModeAudit, Scheme: ld},
 		{Match: "audit_flag.*", Mode: config.ModeAudit, Scheme: fl},
+		{Match: "audit_lockCollection.*", Mode: config.ModeAudit, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: leaseMS}},
 		// BenchmarkSchemeWriteCost: long leases, so that the timed
 		// writes run under one lock each.
 		{Match: "benchown.*", Mode: config.ModeEnforce},
@@ -99,6 +102,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test config:", err)
 		return 1
 	}
+	baseCfg = cfg
 	ctx, cancel := context.WithCancel(context.Background())
 	core, logs := observer.New(zap.InfoLevel)
 	auditLog = logs

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/config"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -159,5 +160,47 @@ func TestSchemeCollectionWrites(t *testing.T) {
 	}
 	if n, err := direct.Database("flag").Collection("dropme").CountDocuments(ctx, bson.D{}); err != nil || n != 1 {
 		t.Fatalf("after the refused drop: %d documents, %v", n, err)
+	}
+}
+
+// TestSchemeHotReload: a namespace moves under a scheme on reload, without
+// a restart or a reconnect; a reload with an invalid scheme is refused
+// with the key named, and the policy in force stays.
+func TestSchemeHotReload(t *testing.T) {
+	ctx := context.Background()
+	direct := connect(t, directURI, "seed")
+	coll := direct.Database("reload").Collection("jobs")
+	coll.Drop(ctx)
+	if _, err := coll.InsertOne(ctx, bson.D{{"_id", 1}, {"locked", false}, {"n", 0}}); err != nil {
+		t.Fatal(err)
+	}
+	rogue := connect(t, proxyURI, "reload-rogue").Database("reload").Collection("jobs")
+	inc := bson.D{{"$inc", bson.D{{"n", 1}}}}
+	if _, err := rogue.UpdateOne(ctx, bson.D{{"_id", 1}}, inc); err != nil {
+		t.Fatalf("before the reload (no rule): %v", err)
+	}
+	defer func() {
+		if err := gw.Reload(baseCfg); err != nil {
+			t.Errorf("restoring the policy: %v", err)
+		}
+	}()
+	next := *baseCfg
+	next.Policy.Namespaces = append(append([]config.NamespaceRule(nil), baseCfg.Policy.Namespaces...),
+		config.NamespaceRule{Match: "reload.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeFlag}})
+	if err := gw.Reload(&next); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rogue.UpdateOne(ctx, bson.D{{"_id", 1}}, inc); code(err) != 46 {
+		t.Fatalf("after the reload, on the same connection: %v, want LockBusy", err)
+	}
+	bad := next
+	bad.Policy.Namespaces = append(append([]config.NamespaceRule(nil), next.Policy.Namespaces...),
+		config.NamespaceRule{Match: "reload2.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields}})
+	err := gw.Reload(&bad)
+	if err == nil || !strings.Contains(err.Error(), ".scheme.leaseMS") {
+		t.Fatalf("reload with holderFields without leaseMS: %v, want it refused naming the key", err)
+	}
+	if _, err := rogue.UpdateOne(ctx, bson.D{{"_id", 1}}, inc); code(err) != 46 {
+		t.Fatalf("after the refused reload: %v, want the scheme still enforced", err)
 	}
 }
