@@ -136,6 +136,8 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			v.named = append(v.named, ids...)
 		}
 		switch st.Kind {
+		case policy.StepInsert:
+			g.schemeInsert(ctx, v, req, r, w)
 		case policy.StepOther:
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("it does not follow the %s locking scheme of %s: %s; %s", r.Scheme.Type, w.NS, st.Why, schemeAdvice(r.Scheme)))
 		case policy.StepAcquire:
@@ -683,4 +685,46 @@ func bodyOf(msg []byte, w policy.Write) (bsoncore.Document, error) {
 		return nil, err
 	}
 	return statementBody(cmd, w)
+}
+
+// schemeInsert refuses, under inserts: requireUnlocked, an insert of an
+// _id whose scheme lock someone else holds (lock, then create): as for
+// lockgate's own locks, with no lock store read where no lock is held in
+// the namespace.
+func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write) {
+	if r.Inserts != policy.InsertsRequireUnlocked {
+		return
+	}
+	id, found, certain := policy.InsertID(w)
+	if !certain {
+		v.add(r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
+		return
+	}
+	if !found {
+		return
+	}
+	mns := r.Scheme.MirrorNS(w.NS)
+	if h, ok := g.opts.Store.(interface{ MayHoldLocks(string) bool }); ok && !h.MayHoldLocks(mns) {
+		return
+	}
+	var o lockstore.Owner
+	if r.Scheme.IdentityHolder() {
+		o, _ = g.schemeOwner(req, w.NS, r.Scheme, bsoncore.Value{})
+	}
+	if o.Session == nil {
+		o.Session = make([]byte, 16) // nobody: a holder-field insert names no holder
+	}
+	ids := []bson.RawValue{rawCopy(id)}
+	sts, err := g.opts.Store.Status(ctx, o, mns, ids)
+	if err != nil {
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _id is unlocked (%v)", err)})
+		return
+	}
+	if len(sts) == 1 && sts[0].Held && !sts[0].HeldByYou {
+		h := sts[0].Holder
+		v.named = append(v.named, ids...)
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked, ids: ids, holder: &h,
+			detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", idString(ids[0]), r.Scheme.Type, describeHolder(h))})
+	}
 }

@@ -204,3 +204,27 @@ func TestSchemeHotReload(t *testing.T) {
 		t.Fatalf("after the refused reload: %v, want the scheme still enforced", err)
 	}
 }
+
+// TestSchemeLockThenCreate: under inserts: requireUnlocked (the default),
+// a document locked before it exists (a lock record for a new _id) can be
+// created by its holder only; another client's insert is refused.
+func TestSchemeLockThenCreate(t *testing.T) {
+	ctx := context.Background()
+	direct := connect(t, directURI, "seed")
+	direct.Database("lockCollection").Collection("create").Drop(ctx)
+	direct.Database("lockCollection").Collection("create.lock").Drop(ctx)
+	holder := connect(t, proxyURI, "creator").Database("lockCollection")
+	rogue := connect(t, proxyURI, "squatter").Database("lockCollection")
+	if _, err := holder.Collection("create.lock").InsertOne(ctx, bson.D{{"_id", 9}, {"ts", time.Now()}, {"aid", "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rogue.Collection("create").InsertOne(ctx, bson.D{{"_id", 9}, {"n", -1}}); code(err) != 46 {
+		t.Fatalf("another client's insert of the locked _id: %v, want LockBusy", err)
+	}
+	if _, err := holder.Collection("create").InsertOne(ctx, bson.D{{"_id", 9}, {"n", 1}}); err != nil {
+		t.Fatalf("the holder's insert: %v", err)
+	}
+	if _, err := rogue.Collection("create").InsertOne(ctx, bson.D{{"_id", 10}, {"n", 1}}); err != nil {
+		t.Fatalf("an insert of an unlocked _id: %v", err)
+	}
+}
