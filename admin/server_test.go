@@ -303,3 +303,24 @@ func TestJSONBadRequest(t *testing.T) {
 		t.Errorf("GET /broken = %d, want 500", code)
 	}
 }
+
+func TestReadinessCollector(t *testing.T) {
+	s := newServer(t, Options{CheckTimeout: 50 * time.Millisecond})
+	s.AddCheck("fine", func(context.Context) error { return nil })
+	s.AddCheck("broken", func(context.Context) error { return errors.New("down") })
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ReadinessCollector(s))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	if len(got) != 2 || got["fine"] != 1 || got["broken"] != 0 {
+		t.Errorf("lockgate_ready_check = %v", got)
+	}
+}

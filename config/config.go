@@ -36,6 +36,11 @@ type Config struct {
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	// Log configures the process logger.
 	Log Log `yaml:"log"`
+	// ShutdownDrainDelay is how long, after SIGTERM, lockgate keeps serving
+	// while /readyz already reports "draining", before the graceful
+	// shutdown (ShutdownTimeout) starts: time for endpoints and load
+	// balancers to stop sending new clients. 0 starts the shutdown at once.
+	ShutdownDrainDelay Duration `yaml:"shutdownDrainDelay"`
 }
 
 // AdminAuth guards operator actions on the admin listener (force-releasing
@@ -84,6 +89,15 @@ type Lockstore struct {
 	// shares a lock store must use the same secret. Empty: a random secret
 	// per process.
 	OwnerSecretFile string `yaml:"ownerSecretFile"`
+	// OwnerSecret is the secret itself, from LOCKGATE_OWNER_SECRET only
+	// (never from the file, which operators share and print); it wins
+	// over OwnerSecretFile.
+	OwnerSecret string `yaml:"-"`
+	// TakeoverGraceMS delays granting a lock whose lease ended without a
+	// release (its holder or its proxy vanished) to a new owner, so that a
+	// write the database may still be running under the old lease ends
+	// first (docs/ENFORCEMENT.md, "Writes in flight"). 0: none.
+	TakeoverGraceMS int64 `yaml:"takeoverGraceMS"`
 }
 
 // Policy is the static part of the enforcement policy.
@@ -124,6 +138,18 @@ type NamespaceRule struct {
 	// capped collection through on an enforced namespace, although each
 	// may evict the oldest documents, locked ones included.
 	AllowCappedInserts bool `yaml:"allowCappedInserts"`
+	// RefuseLocksOnMissingCollection refuses acquireLock in a collection
+	// of this rule that does not exist (a misspelt name), which is
+	// otherwise granted with a warning.
+	RefuseLocksOnMissingCollection bool `yaml:"refuseLocksOnMissingCollection"`
+	// Fence is FenceDocument to stamp each locked document with its
+	// holder's fencing token and make every enforced write apply only
+	// where the stamp is the writer's (docs/ENFORCEMENT.md, "Document
+	// fence"); empty or FenceNone for none.
+	Fence FenceMode `yaml:"fence"`
+	// FenceField is the document field that carries the stamp; empty
+	// means DefaultFenceField.
+	FenceField string `yaml:"fenceField"`
 	// Scheme is the advisory locking convention enforced on the namespace;
 	// nil means lockgate's own lock commands (docs/SCHEMES.md).
 	Scheme *Scheme `yaml:"scheme"`
@@ -258,6 +284,9 @@ const (
 	EnvLogLevel     = "LOCKGATE_LOG_LEVEL"
 	EnvAdminToken   = "LOCKGATE_ADMIN_TOKEN_FILE"
 	EnvOwnerSecret  = "LOCKGATE_OWNER_SECRET_FILE"
+	// EnvOwnerSecretValue carries the owner secret itself, for platforms
+	// that hand secrets over as environment variables.
+	EnvOwnerSecretValue = "LOCKGATE_OWNER_SECRET"
 )
 
 // ApplyEnv applies the LOCKGATE_* variables that getenv returns non-empty.
@@ -276,6 +305,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	}
 	if f := getenv(EnvOwnerSecret); f != "" {
 		c.Lockstore.OwnerSecretFile = f
+	}
+	if v := getenv(EnvOwnerSecretValue); v != "" {
+		c.Lockstore.OwnerSecret = v
 	}
 }
 

@@ -233,8 +233,12 @@ type Clients struct {
 	Networks []string `yaml:"networks"`
 }
 
-// validateClients checks a rule's clients and otherClients under key.
-func (c *Config) validateClients(v *validator, key string, r NamespaceRule) {
+// validateSchemeRule checks what a rule's scheme rules out, and its
+// clients and otherClients, under key.
+func (c *Config) validateSchemeRule(v *validator, key string, r NamespaceRule) {
+	if r.Scheme != nil && r.Scheme.Type != "" && r.Scheme.Type != SchemeLockgate && r.Fence == FenceDocument {
+		v.add(key+".fence", "is not supported with scheme %q: the fence stamps lockgate's own lock tokens, which a scheme's writes do not carry", r.Scheme.Type)
+	}
 	if r.Clients == nil {
 		if r.OtherClients != "" {
 			v.add(key+".otherClients", "is only used with clients; remove it or name the clients")

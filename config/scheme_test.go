@@ -32,6 +32,9 @@ func TestValidateScheme(t *testing.T) {
 		{"unused key", rule(&Scheme{Type: SchemeFlag, TimeField: "t"}), k + `.timeField: is not used by scheme type "flag"; remove it`},
 		{"same fields", rule(&Scheme{Type: SchemeHolderFields, LeaseMS: 1, Field: "L", TimeField: "L"}), k + `.timeField: must differ from field "L"`},
 		{"lockgate with fields", rule(&Scheme{Type: SchemeLockgate, Field: "x"}), k + `.field: is not used by scheme type "lockgate"; remove it`},
+		{"fence with a scheme", func(c *Config) {
+			c.Policy.Namespaces = []NamespaceRule{{Match: "shop.orders", Mode: ModeEnforce, Scheme: &Scheme{Type: SchemeFlag}, Fence: FenceDocument}}
+		}, `policy.namespaces[0].fence: is not supported with scheme "flag"`},
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {

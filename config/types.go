@@ -43,6 +43,28 @@ func InsertModes() []InsertMode { return []InsertMode{InsertsAllow, InsertsRequi
 // Valid reports whether m is one of InsertModes.
 func (m InsertMode) Valid() bool { return slices.Contains(InsertModes(), m) }
 
+// FenceMode says whether an enforced namespace's documents carry their
+// lock holder's fencing token.
+type FenceMode string
+
+const (
+	// FenceNone: locks are checked by the proxy only.
+	FenceNone FenceMode = "none"
+	// FenceDocument: acquireLock stamps the token into the locked
+	// documents and every enforced write applies only where the stamp is
+	// the writer's, so the database itself refuses a stale holder.
+	FenceDocument FenceMode = "document"
+)
+
+// DefaultFenceField is the field that carries the stamp by default.
+const DefaultFenceField = "_lockgateToken"
+
+// FenceModes lists the valid fence modes.
+func FenceModes() []FenceMode { return []FenceMode{FenceNone, FenceDocument} }
+
+// Valid reports whether m is one of FenceModes.
+func (m FenceMode) Valid() bool { return slices.Contains(FenceModes(), m) }
+
 // ClientAuth is how the client listener treats client certificates.
 type ClientAuth string
 

@@ -56,9 +56,17 @@ func (c *Config) Validate() error {
 	v.uri("lockstore.uri", ls.URI, true)
 	if err := checkDBName(ls.Database); err != "" {
 		v.add("lockstore.database", "%s, got %q", err, ls.Database)
+	} else if isServerDB(ls.Database) {
+		// local is not replicated (locks would diverge across a
+		// failover), admin and config belong to the server, and the seal
+		// of the lock store's database would refuse their commands.
+		v.add("lockstore.database", "must not be one of the server's own databases (admin, config, local), got %q", ls.Database)
 	}
 	if err := checkCollName(ls.Collection); err != "" {
 		v.add("lockstore.collection", "%s, got %q", err, ls.Collection)
+	}
+	if ls.TakeoverGraceMS < 0 || ls.TakeoverGraceMS > MaxLeaseLimitMS {
+		v.add("lockstore.takeoverGraceMS", "must be between 0 and %d, got %d", MaxLeaseLimitMS, ls.TakeoverGraceMS)
 	}
 	if ls.MaxLeaseMS < 1 || ls.MaxLeaseMS > MaxLeaseLimitMS {
 		v.add("lockstore.maxLeaseMS", "must be between 1 and %d (one day), got %d", MaxLeaseLimitMS, ls.MaxLeaseMS)
@@ -91,6 +99,9 @@ func (c *Config) Validate() error {
 		v.add("limits.handshakeTimeoutMS", "must be between 100 and 600000 milliseconds, got %d", n)
 	}
 	v.duration("shutdownTimeout", c.ShutdownTimeout, MaxShutdownTimeout)
+	if d := c.ShutdownDrainDelay.D(); d < 0 || d > MaxShutdownTimeout {
+		v.add("shutdownDrainDelay", "must be between 0 and %v, got %v", MaxShutdownTimeout, d)
+	}
 
 	if !c.Log.Level.Valid() {
 		v.add("log.level", "must be one of %s, got %q", list(LogLevels()), c.Log.Level)
@@ -143,8 +154,9 @@ func (c *Config) validatePolicy(v *validator) {
 		if r.MaxCandidates < 0 || r.MaxCandidates > MaxMaxCandidates {
 			v.add(key+".maxCandidates", "must be between 0 (use policy.maxCandidates) and %d, got %d", MaxMaxCandidates, r.MaxCandidates)
 		}
+		validateFence(v, key, r)
 		c.validateScheme(v, key+".scheme", r.Scheme)
-		c.validateClients(v, key, r)
+		c.validateSchemeRule(v, key, r)
 	}
 	if c.Policy.MaxCandidates < 1 || c.Policy.MaxCandidates > MaxMaxCandidates {
 		v.add("policy.maxCandidates", "must be between 1 and %d, got %d", MaxMaxCandidates, c.Policy.MaxCandidates)
@@ -250,6 +262,12 @@ func checkDBName(db string) string {
 		return `database name must not contain any of / \ . space " $ * < > : | ? or NUL`
 	}
 	return ""
+}
+
+// isServerDB reports whether db is one of the server's own databases;
+// the server compares database names case-insensitively.
+func isServerDB(db string) bool {
+	return strings.EqualFold(db, "admin") || strings.EqualFold(db, "config") || strings.EqualFold(db, "local")
 }
 
 func checkCollName(coll string) string {

@@ -49,6 +49,8 @@ type Gateway struct {
 	done chan struct{}
 	mu   sync.Mutex
 	errs []error
+
+	drain sync.Once // BeginDrain
 }
 
 // Start validates cfg, builds every component, binds the client and admin
@@ -127,12 +129,12 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	ownerSecret, err := readOwnerSecret(cfg.Lockstore.OwnerSecretFile)
+	ownerSecret, err := readOwnerSecret(cfg.Lockstore)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if ownerSecret == nil {
-		logger.Warn("lockstore.ownerSecretFile is not set: lock owners are hashed with a random secret of this process; " +
+		logger.Warn("neither lockstore.ownerSecretFile nor LOCKGATE_OWNER_SECRET is set: lock owners are hashed with a random secret of this process; " +
 			"locks taken through it are not recognised as their holder's by other lockgate instances or after a restart " +
 			"(they stay exclusive and expire with their leases). Give every instance that shares the lock store the same secret file.")
 	}
@@ -148,6 +150,8 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		DefaultLease: time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,
 		MaxLease:     time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
 		MaxWaiters:   cfg.Limits.MaxWaitersPerLock,
+
+		TakeoverGrace: time.Duration(cfg.Lockstore.TakeoverGraceMS) * time.Millisecond,
 	}, lockstore.WithLogger(logger), lockstore.WithMetrics(lsMetrics))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -179,13 +183,15 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		},
 		Logger:  logger,
 		Metrics: guardMetrics,
+
+		MaxInFlight: time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
 	})
 	gd.SetPolicy(pol)
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockgate_policy_reloads_total",
 		Help: "Policy reloads by result: applied, or refused (the policy in force stayed).",
 	}, []string{"result"})
-	for _, c := range []prometheus.Collector{lsMetrics, guardMetrics, reloads} {
+	for _, c := range []prometheus.Collector{lsMetrics, guardMetrics, reloads, connectionLimit(cfg.Limits.MaxConnections)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: registering metrics: %w", err)
 		}
@@ -214,6 +220,9 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if err := reg.Register(admin.ReadinessCollector(adm)); err != nil {
+		return nil, fmt.Errorf("gateway: registering metrics: %w", err)
 	}
 
 	// runCtx ends on the caller's cancel or on a fatal serve error. The
@@ -245,7 +254,8 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		return nil
 	})
 	var g *Gateway
-	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"))
+	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn)
+	mountConsole(adm, store, gd.Policy, reg, token != "")
 
 	g = &Gateway{
 		logger:   logger,
@@ -361,8 +371,17 @@ func (g *Gateway) CountReload(applied bool) {
 	}
 }
 
-// readOwnerSecret reads the owner secret; nil when none is configured.
-func readOwnerSecret(path string) ([]byte, error) {
+// readOwnerSecret reads the owner secret, from LOCKGATE_OWNER_SECRET or
+// else the file; nil when none is configured.
+func readOwnerSecret(c config.Lockstore) ([]byte, error) {
+	if v := strings.TrimSpace(c.OwnerSecret); v != "" {
+		if len(v) < guard.MinOwnerSecret {
+			return nil, fmt.Errorf("%s: the secret is %d bytes, at least %d are needed (e.g. openssl rand -hex 32)",
+				config.EnvOwnerSecretValue, len(v), guard.MinOwnerSecret)
+		}
+		return []byte(v), nil
+	}
+	path := c.OwnerSecretFile
 	if path == "" {
 		return nil, nil
 	}
@@ -388,11 +407,16 @@ func adminToken(a config.AdminAuth) (string, error) {
 		return "", fmt.Errorf("adminAuth.tokenFile: %w", err)
 	}
 	t := strings.TrimSpace(string(b))
-	if len(t) < 16 {
-		return "", fmt.Errorf("adminAuth.tokenFile: the token in %s is shorter than 16 characters", a.TokenFile)
+	if len(t) < minAdminToken {
+		return "", fmt.Errorf("adminAuth.tokenFile: the token in %s is shorter than %d characters (generate one with `openssl rand -hex 32`)", a.TokenFile, minAdminToken)
 	}
 	return t, nil
 }
+
+// minAdminToken is the shortest operator token accepted; config.example.yaml
+// and docs/OPERATIONS.md state it, so that operators learn it before a
+// start fails (a test keeps them in step).
+const minAdminToken = 16
 
 // splitShutdown divides the shutdown budget: most of it for draining
 // client connections, a small tail for the admin listener, so the whole

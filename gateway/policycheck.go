@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -88,8 +89,19 @@ func (g *Gateway) checkPolicy(ctx context.Context, pol *policy.Policy) {
 	g.policyWarnings.Store(&warnings)
 }
 
-// PolicyWarnings returns the latest warnings about the policy's rules.
+// PolicyWarnings returns the warnings about the policy in force, checked
+// again against the namespaces that exist now, so that a rule flagged at
+// start because its collection did not exist yet stops being flagged once
+// it does. When that check fails, the warnings of the last logged check
+// (start or reload) are returned.
 func (g *Gateway) PolicyWarnings() []string {
+	if pol := g.guard.Policy(); pol != nil && g.nsClient != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if w, err := policyWarnings(ctx, g.nsClient, pol); err == nil {
+			return w
+		}
+	}
 	if w := g.policyWarnings.Load(); w != nil {
 		return *w
 	}

@@ -11,7 +11,10 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/lockgate/lockgate/policy"
 )
@@ -23,13 +26,18 @@ func TestPolicyViewUsesConfigKeys(t *testing.T) {
 	b, err := json.Marshal(viewOfRule(policy.Rule{
 		Match: "shop.orders", Mode: policy.Enforce, Inserts: policy.InsertsRequireUnlocked,
 		AllowCollectionWrites: true, MaxCandidates: 50, LeaseMargin: 1500 * time.Millisecond,
+		RefuseLocksOnMissingCollection: true,
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"match":"shop.orders","mode":"enforce","inserts":"requireUnlocked","allowCollectionWrites":true,"allowCappedInserts":false,"maxCandidates":50,"leaseMarginMS":1500}`
+	want := `{"match":"shop.orders","mode":"enforce","inserts":"requireUnlocked","allowCollectionWrites":true,"allowCappedInserts":false,"maxCandidates":50,"leaseMarginMS":1500,"refuseLocksOnMissingCollection":true,"fence":"none"}`
 	if string(b) != want {
 		t.Errorf("rule view\n got  %s\n want %s", b, want)
+	}
+	b, _ = json.Marshal(viewOfRule(policy.Rule{Match: "shop.orders", Mode: policy.Enforce, FenceField: "_lockgateToken"}))
+	if !strings.Contains(string(b), `"fence":"document","fenceField":"_lockgateToken"`) {
+		t.Errorf("fenced rule view: %s", b)
 	}
 }
 
@@ -51,7 +59,9 @@ func TestLocksLimitParameter(t *testing.T) {
 
 // TestPolicyWarningsForRulesThatProtectNothing: a misspelt rule and one
 // that differs from the real namespace only by case are logged and shown
-// in /policy (issue 9); a rule for an existing collection is not.
+// in /policy (issue 9), at start and again at reload; a rule for an
+// existing collection is not. And /locks?limit= that is not a positive
+// number is a 400 that says so, not silently the default.
 func TestPolicyWarningsForRulesThatProtectNothing(t *testing.T) {
 	up := startEmbedded(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -71,7 +81,9 @@ func TestPolicyWarningsForRulesThatProtectNothing(t *testing.T) {
 		{Match: "shop.ordres", Mode: config.ModeEnforce},
 		{Match: "Shop.orders", Mode: config.ModeEnforce},
 	}
-	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	core, logs := observer.New(zap.WarnLevel)
+	logger := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
+	gw, err := Start(ctx, cfg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +99,49 @@ func TestPolicyWarningsForRulesThatProtectNothing(t *testing.T) {
 	if len(view.Warnings) != 2 || !strings.Contains(all, `rule "shop.ordres" matches no existing namespace`) ||
 		!strings.Contains(all, `rule "Shop.orders": database "Shop" does not exist, "shop" does: names differ only by case`) {
 		t.Errorf("/policy warnings:\n%s\nwant one for the misspelt rule and one for the case-only difference", all)
+	}
+	if n := logs.FilterMessageSnippet("policy rule matches no existing namespace").Len(); n != 2 {
+		t.Errorf("%d warnings logged at start, want 2", n)
+	}
+
+	next := *cfg
+	next.Policy.Namespaces = []config.NamespaceRule{
+		{Match: "shop.orders", Mode: config.ModeEnforce},
+		{Match: "shop.Orders", Mode: config.ModeAudit},
+		{Match: "shop.later", Mode: config.ModeAudit},
+	}
+	if err := gw.Reload(&next); err != nil {
+		t.Fatal(err)
+	}
+	warnings := func() []string {
+		_, body := httpGet(t, admin+"/policy")
+		var v struct{ Warnings []string }
+		json.Unmarshal([]byte(body), &v)
+		return v.Warnings
+	}
+	caseOnly := `rule "shop.Orders": collection shop.Orders does not exist, shop.orders does: names differ only by case`
+	if w := warnings(); len(w) != 2 || !strings.Contains(w[0], caseOnly) || !strings.Contains(w[1], `rule "shop.later" matches no existing namespace`) {
+		t.Errorf("/policy warnings after reload: %q, want the case-only difference and the missing collection of the new rules", w)
+	}
+	if n := logs.FilterMessageSnippet("policy rule matches no existing namespace").Len(); n != 4 {
+		t.Errorf("%d warnings logged after the reload, want 4 (2 at start, 2 at reload)", n)
+	}
+	// /policy checks again: a collection created since is no longer flagged.
+	if _, err := c.Database("shop").Collection("later").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if w := warnings(); len(w) != 1 || !strings.Contains(w[0], caseOnly) {
+		t.Errorf("/policy warnings once shop.later exists: %q, want only the case-only difference", w)
+	}
+
+	for _, bad := range []string{"abc", "0", "-3"} {
+		code, body := httpGet(t, admin+"/locks?limit="+bad)
+		if code != 400 || !strings.Contains(body, "positive whole number") {
+			t.Errorf("/locks?limit=%s = %d %s, want 400 saying it must be a positive whole number", bad, code, body)
+		}
+	}
+	if code, body := httpGet(t, admin+"/locks?limit=5"); code != 200 || !strings.Contains(body, `"locks"`) {
+		t.Errorf("/locks?limit=5 = %d %s", code, body)
 	}
 	cancel()
 	gw.Wait()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/admin"
+	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"go.mongodb.org/mongo-driver/bson"
@@ -64,7 +65,9 @@ func extJSON(v bson.RawValue) any {
 }
 
 // mountViews adds the lock and policy views and the force-release action.
-func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger) {
+// waitWrites, if set, waits for the writes in flight under a lock before
+// an operator's force-release frees it.
+func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, waitWrites func(context.Context, string, bson.RawValue) error) {
 	adm.Handle("/locks", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		limit, err := queryLimit(q.Get("limit"))
@@ -114,6 +117,12 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			admin.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "id: " + err.Error()})
 			return
 		}
+		if waitWrites != nil {
+			if err := waitWrites(r.Context(), req.NS, id); err != nil {
+				admin.WriteJSON(w, http.StatusConflict, map[string]string{"error": "a write this proxy forwarded under the lock is still unanswered; the lock stays: retry"})
+				return
+			}
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		before, err := store.ForceRelease(ctx, req.NS, id, req.Reason)
@@ -158,13 +167,17 @@ func heldAsOtherType(ctx context.Context, store *lockstore.Store, ns string, id 
 // ruleView is a policy rule as the configuration spells it, so that what
 // /policy shows can be compared with the file key by key.
 type ruleView struct {
-	Match                 string `json:"match"`
-	Mode                  string `json:"mode"`
-	Inserts               string `json:"inserts"`
-	AllowCollectionWrites bool   `json:"allowCollectionWrites"`
-	AllowCappedInserts    bool   `json:"allowCappedInserts"`
-	MaxCandidates         int    `json:"maxCandidates"`
-	LeaseMarginMS         int64  `json:"leaseMarginMS"`
+	Match                          string `json:"match"`
+	Mode                           string `json:"mode"`
+	Inserts                        string `json:"inserts"`
+	AllowCollectionWrites          bool   `json:"allowCollectionWrites"`
+	AllowCappedInserts             bool   `json:"allowCappedInserts"`
+	MaxCandidates                  int    `json:"maxCandidates"`
+	LeaseMarginMS                  int64  `json:"leaseMarginMS"`
+	RefuseLocksOnMissingCollection bool   `json:"refuseLocksOnMissingCollection"`
+
+	Fence      string `json:"fence"`
+	FenceField string `json:"fenceField,omitempty"`
 	// Scheme, Clients and OtherClients appear only when the rule sets them.
 	Scheme       *schemeView  `json:"scheme,omitempty"`
 	Clients      *clientsView `json:"clients,omitempty"`
@@ -194,7 +207,12 @@ func viewOfRule(r policy.Rule) ruleView {
 	v := ruleView{
 		Match: r.Match, Mode: string(r.Mode), Inserts: string(r.Inserts),
 		AllowCollectionWrites: r.AllowCollectionWrites, AllowCappedInserts: r.AllowCappedInserts, MaxCandidates: r.MaxCandidates,
-		LeaseMarginMS: r.LeaseMargin.Milliseconds(),
+		LeaseMarginMS:                  r.LeaseMargin.Milliseconds(),
+		RefuseLocksOnMissingCollection: r.RefuseLocksOnMissingCollection,
+	}
+	v.Fence = string(config.FenceNone)
+	if r.FenceField != "" {
+		v.Fence, v.FenceField = string(config.FenceDocument), r.FenceField
 	}
 	if s := r.Scheme; s.Active() {
 		sv := &schemeView{Type: string(s.Type), Field: s.LockPath, TimeField: s.TimePath, Holder: string(s.Holder),

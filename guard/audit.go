@@ -39,6 +39,12 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			}
 		}
 		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
+		// The line's fields (id lists above all) cost more than the
+		// decision itself; build them only when the line is written.
+		ce := g.audit.Check(zap.InfoLevel, "decision")
+		if ce == nil {
+			return
+		}
 		fields := []zap.Field{
 			zap.String("client", req.Client.Addr),
 			zap.String("app", req.Client.AppName()),
@@ -60,7 +66,7 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 				fields = append(fields, zap.String("ids", idList(x.ids)))
 			}
 		}
-		g.audit.Info("decision", fields...)
+		ce.Write(fields...)
 	}
 	for i := range v.violations {
 		x := &v.violations[i]

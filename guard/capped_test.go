@@ -18,10 +18,14 @@ import (
 // TestCappedCollectionsLoseNoLockedDocument is issue 16 through the proxy
 // on the embedded upstream: on a protected capped collection, compact (which
 // trims it to its max, deleting the oldest documents, locked ones included)
-// and reIndex and validate with repair are collection writes, refused
-// unless the rule allows them; an insert, which may evict the oldest
-// document, is refused unless the rule opts in; the documents are unchanged
-// either way. A plain validate still runs.
+// and every other command that may remove, rewrite or evict documents
+// (reIndex, validate with repair, convertToCapped, collMod of the capped
+// size or max, emptycapped, captrunc, godinsert, a capped clone or a
+// capped or expiring create under a protected name), in their case
+// variants too, are collection writes, refused unless the rule allows
+// them; an insert, which may evict the oldest document, is refused in
+// every form unless the rule opts in; the documents are unchanged either
+// way. A plain validate still runs.
 func TestCappedCollectionsLoseNoLockedDocument(t *testing.T) {
 	ctx := context.Background()
 	name := fmt.Sprintf("capped_%d", collSeq.Add(1))
@@ -45,6 +49,8 @@ func TestCappedCollectionsLoseNoLockedDocument(t *testing.T) {
 	pol := config.Policy{Default: config.ModeOff, MaxCandidates: 50, Namespaces: []config.NamespaceRule{
 		{Match: "shop." + name, Mode: config.ModeEnforce},
 		{Match: "shop." + name + "_open", Mode: config.ModeEnforce, AllowCappedInserts: true},
+		// Protected, not created yet: lock-then-upsert will create it.
+		{Match: "shop." + name + "_new", Mode: config.ModeEnforce},
 	}}
 	st := startStackWith(t, stackOptions{policy: pol})
 	c := connect(t, st.uri, "capped")
@@ -58,10 +64,46 @@ func TestCappedCollectionsLoseNoLockedDocument(t *testing.T) {
 		{{"compact", name}, {"force", true}},
 		{{"reIndex", name}},
 		{{"validate", name}, {"repair", true}},
+		{{"convertToCapped", name}, {"size", 64}},
+		{{"collMod", name}, {"cappedSize", 64}},
+		{{"collMod", name}, {"cappedMax", 1}},
+		{{"emptycapped", name}},
+		{{"captrunc", name}, {"n", 1}, {"inc", true}},
+		{{"godinsert", name}, {"obj", bson.D{{"_id", 6}}}},
+		// A capped copy of another collection made under the protected
+		// name, and a protected name made capped before anything is in
+		// it: documents locked there later would be evicted.
+		{{"cloneCollectionAsCapped", name + "_open"}, {"toCollection", name + "_new"}, {"size", 64}},
+		{{"create", name + "_new"}, {"capped", true}, {"size", 64}, {"max", 1}},
+		{{"create", name + "_new"}, {"clusteredIndex", bson.D{{"key", bson.D{{"_id", 1}}}, {"unique", true}}}, {"expireAfterSeconds", 1}},
 	} {
 		lockBusy(t, db.RunCommand(inSession(s), cmd).Err(), "replaces or removes documents wholesale")
 	}
-	_, err = db.Collection(name).InsertOne(inSession(s), bson.D{{"_id", 6}})
+	// Case variants of the command names, for upstreams that fold them.
+	for _, cmd := range []bson.D{
+		{{"Compact", name}},
+		{{"converttocapped", name}, {"size", 64}},
+		{{"COLLMOD", name}, {"cappedMax", 1}},
+		{{"CloneCollectionAsCapped", name + "_open"}, {"toCollection", name + "_new"}, {"size", 64}},
+	} {
+		lockBusy(t, db.RunCommand(inSession(s), cmd).Err(), "only by case")
+	}
+	names, err := direct.Database("shop").ListCollectionNames(ctx, bson.D{{"name", name + "_new"}})
+	if err != nil || len(names) != 0 {
+		t.Errorf("the protected name was created: %v, %v", names, err)
+	}
+	// Every way an insert arrives: insert, an upsert by update, by
+	// findAndModify, by replace, in a bulk write.
+	coll := db.Collection(name)
+	_, err = coll.InsertOne(inSession(s), bson.D{{"_id", 6}})
+	lockBusy(t, err, "capped collection")
+	_, err = coll.UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"v", 1}}}}, options.Update().SetUpsert(true))
+	lockBusy(t, err, "capped collection")
+	err = coll.FindOneAndUpdate(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"v", 1}}}}, options.FindOneAndUpdate().SetUpsert(true)).Err()
+	lockBusy(t, err, "capped collection")
+	_, err = coll.ReplaceOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"v", 1}}, options.Replace().SetUpsert(true))
+	lockBusy(t, err, "capped collection")
+	_, err = coll.BulkWrite(inSession(s), []mongo.WriteModel{mongo.NewInsertOneModel().SetDocument(bson.D{{"_id", 7}})})
 	lockBusy(t, err, "capped collection")
 	if after := snapshot(t, name); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("the capped collection changed:\nbefore %v\nafter  %v", before, after)

@@ -11,4 +11,10 @@
 // errmsg that tells a person what to do, and a "lockgate" detail document
 // for programs; errors.go is the one place where failures become codes, and
 // none of the codes is one that drivers retry by themselves.
+//
+// Every decision on an audited or enforced namespace is counted, and logged
+// at info as one line on the "audit" logger with the ids it checked or
+// refused: that line is the compliance record, so it names ids where other
+// logs keep them at debug. Its fields are built only when the line is
+// written.
 package guard

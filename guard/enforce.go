@@ -14,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -65,6 +66,10 @@ type verdict struct {
 	// found by resolving a filter stay secret, or a refusal would tell
 	// the client which documents match any filter it likes.
 	named []bson.RawValue
+	// fence: the statements of fenced namespaces and their tokens.
+	fence *fencePlan
+	// flight: the locks an allowed enforced write holds while in flight.
+	flight *flightPlan
 	// stale are the violations of holders whose scheme lock was taken
 	// over (scheme.go).
 	stale []int
@@ -121,6 +126,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				v.add(r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 		case policy.KindInsert:
+			v.fenceWrite(r, w, nil)
 			if g.cappedInsertRefused(ctx, v, r, w) {
 				continue
 			}
@@ -150,6 +156,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			if !ok {
 				continue
 			}
+			v.fenceWrite(r, w, ids)
 			need[w.NS] = append(need[w.NS], ids...)
 			needRule[w.NS] = r
 		}
@@ -167,6 +174,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			for _, i := range deferred {
 				ids, ok, _ := g.targets(ctx, v, rules[i], writes[i], true)
 				if ok {
+					v.fenceWrite(rules[i], writes[i], ids)
 					resolved[writes[i].NS] = append(resolved[writes[i].NS], ids...)
 					needRule[writes[i].NS] = rules[i]
 				}
@@ -177,13 +185,10 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	for ns, ids := range inserts {
 		g.checkInsertable(ctx, v, needRule[ns], o, ns, ids)
 	}
+	if !v.enforcedViolation() {
+		g.fenceInserts(ctx, v, o, hasSession)
+	}
 	return g.decide(req, pol, v, start)
-}
-
-// cappedChecker is implemented by resolvers that can tell a capped
-// collection (MongoResolver does, from its cached listCollections).
-type cappedChecker interface {
-	Capped(ctx context.Context, ns string) (bool, error)
 }
 
 // cappedInsertRefused records a violation for an insert, or an upsert that
@@ -194,11 +199,12 @@ func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Ru
 	if r.AllowCappedInserts {
 		return false
 	}
-	c, ok := g.opts.Resolver.(cappedChecker)
-	if !ok {
-		return false
+	if g.opts.Resolver == nil {
+		// Cannot be told, so it could evict: fail closed.
+		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection cannot be read here, and an insert there could evict locked documents", w.NS))
+		return true
 	}
-	capped, err := c.Capped(ctx, w.NS)
+	capped, err := g.opts.Resolver.Capped(ctx, w.NS)
 	switch {
 	case err != nil:
 		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection could not be read (%v), and an insert there could evict locked documents", w.NS, err))
@@ -331,7 +337,7 @@ func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
 // checkHeld verifies that o holds every id in ns with the rule's margin.
 func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) {
 	w := firstWrite(v.writes, ns)
-	ok, missing, err := g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
+	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
 	if err != nil {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
@@ -380,9 +386,11 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 				x.detail += fmt.Sprintf(" (_id %s is %s)", idString(shown[0]), describeHolder(*x.holder))
 			}
 		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
-			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, a %s: an _id of another type is another document)", idString(alt), typeName(alt))
+			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", idString(alt), typeName(alt))
 		} else if other, ok := g.heldInDoubledNamespace(ctx, o, ns, shown); ok {
 			x.detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
+		} else if why, ok := g.heldInOtherNamespace(ctx, o, ns, shown); ok {
+			x.detail += why
 		}
 	}
 	v.violations = append(v.violations, x)
@@ -408,7 +416,12 @@ func (g *Guard) heldAsOtherType(ctx context.Context, o lockstore.Owner, ns strin
 		case bson.TypeString:
 			if n, err := strconv.ParseInt(id.StringValue(), 10, 64); err == nil {
 				alts = append(alts, bson.RawValue{Type: bson.TypeInt64, Value: bsoncore.AppendInt64(nil, n)})
+			} else if oid, err := primitive.ObjectIDFromHex(id.StringValue()); err == nil {
+				alts = append(alts, bson.RawValue{Type: bson.TypeObjectID, Value: bsoncore.AppendObjectID(nil, oid)})
 			}
+		case bson.TypeObjectID:
+			// The other usual mix-up: the ObjectId's hex text.
+			alts = append(alts, bson.RawValue{Type: bson.TypeString, Value: bsoncore.AppendString(nil, id.ObjectID().Hex())})
 		}
 	}
 	if len(alts) == 0 {
@@ -448,14 +461,17 @@ func (g *Guard) heldInDoubledNamespace(ctx context.Context, o lockstore.Owner, n
 	return "", false
 }
 
+// typeName names v's type with its article, as a refusal says it.
 func typeName(v bson.RawValue) string {
 	switch v.Type {
 	case bson.TypeString:
-		return "string"
+		return "a string"
 	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
-		return "number"
+		return "a number"
+	case bson.TypeObjectID:
+		return "an ObjectId"
 	}
-	return v.Type.String()
+	return "a " + v.Type.String()
 }
 
 func documents(n int) string {
@@ -525,6 +541,9 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 	if enforced != nil {
 		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, *enforced).document()}
 	}
+	if v.fence != nil {
+		return g.launchDecision(req, pol, v, g.fenceDecision(req, pol, v))
+	}
 	if len(v.pins) > 0 {
 		b, err := policy.PinStatements(req.Message, req.Command, v.pins)
 		if err != nil {
@@ -540,9 +559,9 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
 		}
 		g.metrics.pinned.Inc()
-		return proxy.Decision{Action: proxy.Rewrite, Message: b}
+		return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Rewrite, Message: b})
 	}
-	return proxy.Decision{Action: proxy.Forward}
+	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward})
 }
 
 // refusal renders an enforced violation as the command's error.

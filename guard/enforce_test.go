@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/writeconcern"
@@ -306,10 +307,19 @@ func TestLimitsAndUnacknowledged(t *testing.T) {
 	_, err := c.Database("shop").Collection(coll).UpdateMany(inSession(s), bson.D{{"qty", bson.D{{"$gte", 0}}}}, bson.D{{"$set", bson.D{{"x", 1}}}})
 	lockBusy(t, err, "more than 50 documents")
 
+	// The refusal is decided before anything is forwarded, so once it is
+	// counted the write can no longer land: wait for the count, then look.
+	// (Drivers send no lsid with w:0 writes: the reason is no_session.)
+	refused := st.metrics.decisions.WithLabelValues("shop."+coll, decisionReject, reasonNoSession)
+	before := testutil.ToFloat64(refused)
 	w0 := connect(t, st.uri, "fire-and-forget")
 	coll0 := w0.Database("shop").Collection(coll, options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
 	_, _ = coll0.UpdateOne(inSession(session(t, w0)), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"qty", -1}}}})
-	time.Sleep(200 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(refused) == before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the unacknowledged write was never refused")
+		}
+	}
 	if got := snapshot(t, coll)[0]["qty"]; got != int32(10) {
 		t.Fatalf("unacknowledged unlocked write landed: qty %v", got)
 	}
@@ -350,6 +360,45 @@ func TestRefusalNamesTheOtherTypeLock(t *testing.T) {
 	acquire(t, c, s, coll, "1")
 	_, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
 	lockBusy(t, err, `it holds the lock on _id "1", a string`)
+
+	// The other usual mix-up: an ObjectId locked as its hex text, and
+	// the reverse.
+	oid, hex := primitive.NewObjectID(), primitive.NewObjectID()
+	if _, err := c.Database("shop").Collection(coll).InsertMany(context.Background(), []any{bson.D{{"_id", oid}}, bson.D{{"_id", hex.Hex()}}}); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, c, s, coll, oid.Hex(), hex)
+	_, err = c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", oid}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	lockBusy(t, err, `it holds the lock on _id "`+oid.Hex()+`", a string`)
+	_, err = c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", hex.Hex()}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	lockBusy(t, err, "an ObjectId: an _id of another type is another document")
+}
+
+// TestRefusalNamesTheOtherNamespaceLock: a session that locked _id 1 in
+// another namespace (acquireLock run on mongosh's default database "test")
+// is refused in shop, and the refusal says where its lock is (issue 9). A
+// lock another session holds elsewhere on the same _id is not mentioned:
+// a refusal names only what the caller itself holds.
+func TestRefusalNamesTheOtherNamespaceLock(t *testing.T) {
+	coll, pol := protected(t, 2)
+	st := startStackWith(t, stackOptions{policy: pol})
+	c := connect(t, st.uri, "elsewhere")
+	s := session(t, c)
+	if err := c.Database("test").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	lockBusy(t, err, "it holds the lock on _id 1 in test."+coll+` instead: a lock covers only the namespace it was taken in; run {acquireLock: "`+coll+`"} on database shop`)
+
+	other := connect(t, st.uri, "other")
+	so := session(t, other)
+	if err := other.Database("test").RunCommand(inSession(so), bson.D{{"acquireLock", coll}, {"ids", bson.A{2}}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 2}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+	if se := lockBusy(t, err, "does not hold the lock on _id 2"); strings.Contains(se.Error(), "instead") {
+		t.Errorf("the refusal points at another session's lock: %v", se)
+	}
 }
 
 // TestRefusalNamesTheDoubledNamespace: acquireLock: "shop.<coll>" run on

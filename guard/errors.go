@@ -25,6 +25,10 @@ const (
 	codeLockBusy        = 46
 	codeLockFailed      = 107
 	codeIDLUnknownField = 40415
+
+	// codeNamespaceNotFound: acquireLock in a missing collection, where
+	// the rule refuses it.
+	codeNamespaceNotFound = 26
 )
 
 var codeNames = map[int32]string{
@@ -36,6 +40,8 @@ var codeNames = map[int32]string{
 	codeLockBusy:        "LockBusy",
 	codeLockFailed:      "LockFailed",
 	codeIDLUnknownField: "IDLUnknownField",
+
+	codeNamespaceNotFound: "NamespaceNotFound",
 }
 
 // Reasons, the machine-readable "reason" of a refusal's detail and the
@@ -59,6 +65,9 @@ const (
 	// reasonUnauthenticated: a lock command before authentication, where
 	// the upstream requires it.
 	reasonUnauthenticated = "unauthenticated"
+	// reasonNoCollection: acquireLock in a collection that does not exist,
+	// under refuseLocksOnMissingCollection.
+	reasonNoCollection = "no_collection"
 )
 
 // cmdError is a refusal on its way to becoming a MongoDB error reply.

@@ -70,6 +70,11 @@ type Options struct {
 	EndSessionsSupported func(ctx context.Context) (bool, error)
 	Logger               *zap.Logger
 	Metrics              *Metrics
+
+	// MaxInFlight bounds how long this proxy keeps renewing the locks of
+	// an enforced write that has not been answered; 0 means 10 minutes
+	// (the gateway passes lockstore.maxLeaseMS).
+	MaxInFlight time.Duration
 }
 
 // Guard is the proxy's Interceptor: it answers the lock commands and
@@ -92,6 +97,10 @@ type Guard struct {
 
 	owners *ownerKeys
 
+	// flights are the enforced writes forwarded and not yet answered.
+	flights *flightTracker
+	// txns are the locks of open transactions' enforced writes.
+	txns *txnTracker
 	// schemes serialises scheme lock acquires per key (scheme.go).
 	schemes schemeKeys
 }
@@ -129,8 +138,12 @@ func New(opts Options) *Guard {
 	if opts.MaxResolves <= 0 {
 		opts.MaxResolves = 8
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 10 * time.Minute
+	}
 	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
-		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret)}
+		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
+		flights: newFlightTracker(), txns: newTxnTracker()}
 }
 
 // Intercept implements proxy.Interceptor.
@@ -151,6 +164,8 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 			return proxy.Decision{Action: proxy.Reply, Reply: g.lockCommand(ctx, req)}
 		case cmd.Name == "endSessions":
 			return g.endSessions(ctx, req)
+		case cmd.Name == "commitTransaction" || cmd.Name == "abortTransaction":
+			return g.endTransaction(ctx, req)
 		}
 	}
 	if pol == nil || pol.AllOff() {
@@ -192,8 +207,18 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 			}
 			// The locks of this session as this connection's user: an
 			// endSessions naming someone else's session id from another
-			// user releases nothing of theirs.
-			n, err := g.opts.Store.ReleaseSession(ctx, g.owners.session(req.Client.User(), data))
+			// user releases nothing of theirs. Its writes in flight on
+			// other connections keep their locks until answered.
+			key := g.owners.session(req.Client.User(), data)
+			wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
+			err := g.flights.waitSession(wctx, key)
+			cancel()
+			if err != nil {
+				g.log.Warn("endSessions: the session's writes were still running; its locks are left to expire with their leases",
+					zap.String("session", lockstore.SessionPrefix(data)))
+				continue
+			}
+			n, err := g.opts.Store.ReleaseSession(ctx, key)
 			if err != nil {
 				g.log.Warn("endSessions: could not release the session's locks; they expire with their lease",
 					zap.String("session", lockstore.SessionPrefix(data)), zap.Error(err))

@@ -426,6 +426,16 @@ func TestLockCommandNamespaceHints(t *testing.T) {
 	if !strings.Contains(warnings, "does not exist") {
 		t.Errorf("warnings %q do not say that shop.shop.orders does not exist", warnings)
 	}
+	// The README's walk-through: a lock before the collection exists warns;
+	// after the first insert creates it, the next lock must not (a cached
+	// absence used to outlive the insert by 30 s).
+	got, err = run(t, c, s, bson.D{{"acquireLock", "hinted"}, {"ids", bson.A{2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(fmt.Sprint(got["warnings"]), "shop.hinted does not exist") {
+		t.Errorf("acquireLock before the collection exists: warnings %v, want one saying shop.hinted does not exist", got["warnings"])
+	}
 	if _, err := c.Database("shop").Collection("hinted").InsertOne(context.Background(), bson.D{{"_id", 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -435,6 +445,14 @@ func TestLockCommandNamespaceHints(t *testing.T) {
 	}
 	if w, ok := got["warnings"]; ok {
 		t.Errorf("a correct lock command got warnings: %v", w)
+	}
+	// A name that differs from an existing collection's only by case.
+	got, err = run(t, c, s, bson.D{{"acquireLock", "Hinted"}, {"ids", bson.A{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := fmt.Sprint(got["warnings"]); !strings.Contains(w, "the collection shop.Hinted does not exist, shop.hinted does: names differ only by case") {
+		t.Errorf("acquireLock \"Hinted\" where shop.hinted exists: warnings %q, want the case-only difference named", w)
 	}
 }
 

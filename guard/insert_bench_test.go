@@ -28,7 +28,7 @@ import (
 //
 // Compare the ns/op of the legs of one run:
 //
-//	go test ./guard -run '^$' -bench EnforcedInsert -benchtime 2000x -count 3
+//	go test ./guard -run '^$' -bench EnforcedInsert -benchtime 1000x -count 3
 func BenchmarkEnforcedInsert(b *testing.B) {
 	for _, leg := range []struct {
 		name     string

@@ -14,19 +14,49 @@ import (
 var (
 	sessionCommands = map[string]bool{
 		"currentOp": true, "killSessions": true, "killAllSessions": true, "killAllSessionsByPattern": true,
+		// The server's log: slow operations are logged with their lsid.
+		"getLog": true,
 	}
 	sessionStages = map[string]bool{"$currentOp": true, "$listSessions": true, "$listLocalSessions": true}
 )
 
+// isSessionsCollection reports whether (db, coll) holds other sessions'
+// ids: the sessions collection, the retryable write and transaction
+// tables (config.transactions and config.image_collection are keyed by
+// lsid), the oplog (retryable writes carry their lsid), any database's
+// profiler collection (profiled operations record theirs) and the legacy
+// currentOp pseudo-collection.
 func isSessionsCollection(db, coll string) bool {
-	return sameName(db, "config") && sameName(coll, "system.sessions")
+	switch {
+	case sameName(db, "config"):
+		return sameName(coll, "system.sessions") || sameName(coll, "transactions") || sameName(coll, "image_collection")
+	case sameName(db, "local"):
+		return len(coll) > len("oplog.") && sameName(coll[:len("oplog.")], "oplog.")
+	}
+	return sameName(coll, "system.profile") || sameName(coll, "$cmd.sys.inprog")
+}
+
+// harmlessSessionCommand reports whether a command of sessionCommands
+// reveals and ends nothing of other clients: killSessions of the caller's
+// own session only, getLog: "*" (the names of the logs, no lines).
+func harmlessSessionCommand(req *proxy.Request) bool {
+	switch req.Command.Name {
+	case "killSessions":
+		return killsOnlyOwn(req)
+	case "getLog":
+		s, ok := req.Command.Body.Lookup("getLog").StringValueOK()
+		return ok && s == "*"
+	}
+	return false
 }
 
 // killsOnlyOwn reports whether a killSessions command names no session but
 // the caller's own.
 func killsOnlyOwn(req *proxy.Request) bool {
 	own, ok := req.Command.SessionID()
-	if !ok {
+	if !ok || len(req.Command.Sequences) > 0 {
+		// A document sequence could add sessions to kill on an upstream
+		// that reads it as part of the body.
 		return false
 	}
 	v, err := req.Command.Body.LookupErr("killSessions")

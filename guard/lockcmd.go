@@ -234,6 +234,9 @@ func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lo
 	if e := g.mayLock(ctx, req, a); e != nil {
 		return nil, e
 	}
+	if e := g.refuseMissingCollection(ctx, a); e != nil {
+		return nil, e
+	}
 	if e := g.inOrder(ctx, req); e != nil {
 		return nil, e
 	}
@@ -250,6 +253,9 @@ func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Own
 		locks, err := g.opts.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
 		if err != nil {
 			return nil, fromStore(a.name, a.ns, err)
+		}
+		if e := g.fenceAcquired(ctx, a, o, locks); e != nil {
+			return nil, e
 		}
 		return locksReply(locks, lsid, o.Session), nil
 	case cmdRenew:
@@ -364,6 +370,13 @@ func (g *Guard) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockAr
 	if a.name == cmdAcquire {
 		if c, ok := g.opts.Resolver.(collectionChecker); ok {
 			if exists, err := c.CollectionExists(ctx, a.ns); err == nil && !exists {
+				if f, ok := g.opts.Resolver.(caseTwinFinder); ok {
+					if twin, ok := f.CaseTwin(ctx, a.ns); ok {
+						hints = append(hints, fmt.Sprintf("the collection %s does not exist, %s does: names differ only by case, "+
+							"and MongoDB's are case-sensitive, so this lock covers no write to %s", a.ns, twin, twin))
+						return hints
+					}
+				}
 				hints = append(hints, fmt.Sprintf("the collection %s does not exist (yet): the lock is held, but check the name "+
 					"if your writes go to another collection", a.ns))
 			}
@@ -407,9 +420,16 @@ func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
 	defer cancel()
-	if err := req.WaitAnswered(wctx); err != nil {
+	err := req.WaitAnswered(wctx)
+	if err == nil && req.Command.Name == cmdRelease {
+		// And the session's writes on its other connections.
+		if session, ok := req.Command.SessionID(); ok {
+			err = g.flights.waitSession(wctx, g.owners.session(req.Client.User(), session))
+		}
+	}
+	if err != nil {
 		return &cmdError{code: codeLockFailed, reason: reasonInFlight,
-			msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection were still running after %v; "+
+			msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection, or this session's writes on its other connections, were still running after %v; "+
 				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, g.opts.OrderTimeout)}
 	}
 	return nil

@@ -15,6 +15,10 @@ type Metrics struct {
 	decisions       *prometheus.CounterVec
 	decisionSeconds prometheus.Histogram
 	pinned          prometheus.Counter
+	// fencedOut counts statements the document fence refused.
+	fencedOut prometheus.Counter
+	// inFlightRenewals counts renewals of locks under writes in flight.
+	inFlightRenewals prometheus.Counter
 
 	reservedRefusals *prometheus.CounterVec
 
@@ -49,6 +53,14 @@ func NewMetrics() *Metrics {
 			Help:    "Time to decide a write on an audited or enforced namespace, lock checks and resolution included.",
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
 		}),
+		inFlightRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_inflight_renewals_total",
+			Help: "Lease renewals of locks whose enforced write was still unanswered by the database.",
+		}),
+		fencedOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_fenced_out_writes_total",
+			Help: "Write statements the database refused because a newer lock holder had stamped the document (document fence).",
+		}),
 		pinned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_pinned_writes_total",
 			Help: "Writes whose filter did not pin _id, forwarded restricted to the verified documents.",
@@ -81,6 +93,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.decisions.Describe(ch)
 	m.decisionSeconds.Describe(ch)
 	m.pinned.Describe(ch)
+	m.fencedOut.Describe(ch)
+	m.inFlightRenewals.Describe(ch)
 	m.reservedRefusals.Describe(ch)
 	m.resolves.Describe(ch)
 	m.insertChecks.Describe(ch)
@@ -95,6 +109,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisions.Collect(ch)
 	m.decisionSeconds.Collect(ch)
 	m.pinned.Collect(ch)
+	m.fencedOut.Collect(ch)
+	m.inFlightRenewals.Collect(ch)
 	m.reservedRefusals.Collect(ch)
 	m.resolves.Collect(ch)
 	m.insertChecks.Collect(ch)

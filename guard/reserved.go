@@ -110,7 +110,7 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 	}
 	var reserved, reveals string
 	if cmd := req.Command; cmd != nil {
-		if !introspect && sessionCommands[cmd.Name] && !(cmd.Name == "killSessions" && killsOnlyOwn(req)) {
+		if !introspect && sessionCommands[cmd.Name] && !harmlessSessionCommand(req) {
 			reveals = cmd.Name
 		} else {
 			var stage func(string) bool
@@ -126,11 +126,16 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 				switch {
 				case r.DB != "" && r.touches(db, coll, cmd.Name):
 					reserved = db + "." + coll
-					if coll == "" {
+					switch {
+					case db == policy.UnknownNS:
+						// It may reach any namespace (a change stream
+						// over the deployment, applyOps by UUID).
+						reserved = r.DB + ".*"
+					case coll == "":
 						reserved = db
 					}
 				case !introspect && isSessionsCollection(db, coll):
-					reveals = "config.system.sessions"
+					reveals = db + "." + coll
 				}
 				return reserved != "" || reveals != ""
 			}, stage)
@@ -141,7 +146,7 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 			case r.DB != "" && r.touches(db, coll, ""):
 				reserved = ns
 			case !introspect && isSessionsCollection(db, coll):
-				reveals = "config.system.sessions"
+				reveals = ns
 			}
 		}
 	}
@@ -158,7 +163,7 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 				"operators see locks on the admin listener (/locks)", name, reserved)}, "lock_store"
 	case reveals != "":
 		return &cmdError{code: codeUnauthorized, reason: reasonIntrospection,
-			msg: fmt.Sprintf("lockgate: %s refused: it lists or ends other clients' logical sessions, and while namespaces are enforced a session id "+
+			msg: fmt.Sprintf("lockgate: %s refused: it reveals or ends other clients' logical sessions, and while namespaces are enforced a session id "+
 				"is enough to act as a lock holder on a deployment without authentication; an operator can allow it with policy.allowSessionIntrospection", reveals)}, "session_introspection"
 	}
 	return nil, ""

@@ -24,6 +24,9 @@ type Resolver interface {
 	// SimpleCollation reports whether the collection's default collation
 	// compares strings byte for byte, so that a string _id pins exactly.
 	SimpleCollation(ctx context.Context, ns string) (bool, error)
+	// Capped reports whether ns is a capped collection, whose inserts may
+	// evict documents.
+	Capped(ctx context.Context, ns string) (bool, error)
 }
 
 // MongoResolver is the Resolver over a driver client to the upstream
@@ -106,10 +109,16 @@ func (r *MongoResolver) SimpleCollation(ctx context.Context, ns string) (bool, e
 	if e, ok := r.collations.Get(ns); ok && r.now().Sub(e.at) < collationTTL {
 		return e.simple, nil
 	}
+	e, err := r.readCollection(ctx, ns)
+	return e.simple, err
+}
+
+// readCollection reads ns's listCollections entry and caches it.
+func (r *MongoResolver) readCollection(ctx context.Context, ns string) (collationEntry, error) {
 	db, coll := splitNS(ns)
 	specs, err := r.client.Database(db).ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
 	if err != nil {
-		return false, fmt.Errorf("reading the collation of %s: %w", ns, err)
+		return collationEntry{}, fmt.Errorf("reading the collation of %s: %w", ns, err)
 	}
 	simple := true
 	exists := len(specs) > 0
@@ -125,19 +134,25 @@ func (r *MongoResolver) SimpleCollation(ctx context.Context, ns string) (bool, e
 			simple = locale.StringValue() == "simple"
 		}
 	}
-	r.collations.Add(ns, collationEntry{simple: simple, exists: exists, capped: capped, at: r.now()})
-	return simple, nil
+	e := collationEntry{simple: simple, exists: exists, capped: capped, at: r.now()}
+	r.collations.Add(ns, e)
+	return e, nil
 }
 
-// CollectionExists reports whether ns exists, from the same cached
-// listCollections that SimpleCollation reads.
+// CollectionExists reports whether ns exists. A cached "exists" is
+// trusted like a cached collation; a cached absence is not, and is read
+// again: a collection appears with its first insert, typically just
+// before its first lock, and a stale absence would warn about a
+// collection that is there.
 func (r *MongoResolver) CollectionExists(ctx context.Context, ns string) (bool, error) {
-	if _, err := r.SimpleCollation(ctx, ns); err != nil {
+	if e, ok := r.collations.Get(ns); ok && e.exists && r.now().Sub(e.at) < collationTTL {
+		return true, nil
+	}
+	e, err := r.readCollection(ctx, ns)
+	if err != nil {
 		return false, err
 	}
-	e, ok := r.collations.Get(ns)
-	// An entry evicted in between is no evidence of absence: no hint.
-	return !ok || e.exists, nil
+	return e.exists, nil
 }
 
 // collationSimple reports whether an explicit collation document is the

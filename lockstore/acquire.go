@@ -172,7 +172,7 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
 		reentrant, takeover = false, false
 		exp := now.Add(lease).Truncate(time.Millisecond)
-		if h != nil && h.Owner != nil && h.ExpiresAt.After(now.Add(-unc)) {
+		if h != nil && h.Owner != nil && h.ExpiresAt.Add(s.cfg.TakeoverGrace).After(now.Add(-unc)) {
 			if !h.ownedBy(owner) {
 				return nil, &HeldError{NS: ns, ID: k.id, Holder: h.holder()}
 			}
@@ -564,7 +564,7 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 		}
 		d := bo.next()
 		now, unc := s.clock.Now()
-		if untilExpiry := he.Holder.ExpiresAt.Sub(now) + unc + time.Millisecond; untilExpiry < d {
+		if untilExpiry := he.Holder.ExpiresAt.Sub(now) + s.cfg.TakeoverGrace + unc + time.Millisecond; untilExpiry < d {
 			d = max(untilExpiry, 0)
 		}
 		retry.Reset(d)

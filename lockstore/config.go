@@ -35,6 +35,9 @@ type Config struct {
 	// longest lease a caller may ask for.
 	DefaultLease time.Duration
 	MaxLease     time.Duration
+	// TakeoverGrace keeps a lock whose lease ended without a release from
+	// a new owner for this long after the lease end; 0 means none.
+	TakeoverGrace time.Duration
 	// CleanupAfter is how long a superseded generation of a lock key is kept
 	// before compaction deletes it (the head generation of a key is never
 	// deleted); at least MinCleanupAfter and 12 x OpTimeout.

@@ -25,7 +25,9 @@
 //     and errors (ErrBusy -> 46 LockBusy, ErrTimeout -> 24 LockTimeout) to
 //     replies;
 //   - register metrics globally or log ids above debug level (ids may be
-//     personal data; the force-release audit event is the exception).
+//     personal data). The audit trails are the exceptions, because
+//     recording ids is what they are for: the force-release event here,
+//     and the guard's one line per decision on a protected namespace.
 //
 // A Store is safe for concurrent use.
 //
@@ -103,7 +105,7 @@
 //
 //	| Store method | semantics |
 //	|---|---|
-//	| `Acquire(owner, ns, ids, lease, wait)` | all-or-nothing. Keys are taken one by one in canonical order (sorted by canonical key); if one is held by another owner, the keys this call newly took are released again (keys the owner already held stay held) and the call fails (`wait` 0: `*HeldError` matching `ErrBusy`) or waits and retries (see Waiting; `ErrTimeout` when `wait` elapses). An id the owner already holds is re-entrant: same token, lease set to end `lease` from now. A lock can be taken on an `_id` that does not exist yet. `lease` 0 = `DefaultLease`; over `MaxLease` or negative = `ErrInvalidLease`. |
+//	| `Acquire(owner, ns, ids, lease, wait)` | all-or-nothing. Keys are taken one by one in canonical order (sorted by canonical key); if one is held by another owner, the keys this call newly took are released again (keys the owner already held stay held) and the call fails (`wait` 0: `*HeldError` matching `ErrBusy`) or waits and retries (see Waiting; `ErrTimeout` when `wait` elapses). An id the owner already holds is re-entrant: same token, lease set to end `lease` from now. A lock can be taken on an `_id` that does not exist yet. `lease` 0 = `DefaultLease`; over `MaxLease` or negative = `ErrInvalidLease`. A lease that ended without a release is taken over only `TakeoverGrace` after its end. |
 //	| `Renew(owner, ns, ids, lease)` | sets the lease to end `lease` from now for ids the owner holds and whose lease has not ended; the others are reported in a `*NotHolderError` (`ErrNotHolder`). Tokens are kept. |
 //	| `Release(owner, ns, ids, errText)` / `ReleaseAll(owner, ns, errText)` | frees the ids the owner holds (even if the lease ended, as long as nobody took them over) and returns how many; ids not held just do not count. A non-empty `errText` is kept as `lastError` and shown to the next holder (`Lock.LastError`, `Status`); a clean release clears it; rollback and `ReleaseSession` keep it. |
 //	| `ReleaseSession(session)` | `endSessions`: frees everything the session holds, whatever its binding. |
@@ -111,6 +113,7 @@
 //	| `List(opts)` | admin view of held (or all) keys: namespace, id, holder app and session prefix, since, expires, token, last error. |
 //	| `ForceRelease(ns, id, reason)` | operators: frees the key whoever holds it, token + 1, `reason` stored on the generation, audit event logged at warn level; returns the state before. |
 //	| `Holds(owner, ns, ids, margin)` | enforcement: does the owner hold every id with at least `margin` of lease left? See "Cache". |
+//	| `HeldTokens(owner, ns, ids, margin)` | `Holds` that also returns each id's token (the document fence stamps and checks them) and the lease the earliest of them surely has left (the proxy's deadline, `maxTimeMS` cap and in-flight renewals). |
 //	| `Ping`, `Cleanup`, `Close` | reachability, compaction, shutdown. |
 //
 // Errors: `ErrBusy` and `ErrTimeout` come as `*HeldError` carrying the

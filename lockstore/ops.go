@@ -315,6 +315,14 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id bson.RawValue, r
 // so a lock taken through another instance is honoured. It fails closed:
 // on error the answer is false.
 func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration) (bool, []bson.RawValue, error) {
+	return s.holds(ctx, owner, ns, ids, margin, nil)
+}
+
+// holds is Holds; when tokens is not nil, it also records the token of
+// each key held, by record id, and the earliest lease end under the key
+// "" (as Unix nanoseconds of server time, with the clock's uncertainty
+// already subtracted).
+func (s *Store) holds(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration, tokens map[string]int64) (bool, []bson.RawValue, error) {
 	if err := checkOwner(owner); err != nil {
 		return false, nil, err
 	}
@@ -330,6 +338,10 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 		if s.cfg.CacheTrust > 0 {
 			if e, ok := s.cache.get(k.rid); ok && e.g.ownedBy(owner) && e.g.ExpiresAt.After(need) &&
 				local.Sub(e.verified) <= s.cfg.CacheTrust {
+				if tokens != nil {
+					tokens[k.rid] = e.g.Token
+					earliest(tokens, e.g.ExpiresAt.Add(-unc))
+				}
 				continue
 			}
 		}
@@ -357,6 +369,10 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 		h := hs[k.rid]
 		if h != nil && h.ownedBy(owner) && h.ExpiresAt.After(need) {
 			s.cache.put(k.rid, holdEntry{g: h, verified: verified})
+			if tokens != nil {
+				tokens[k.rid] = h.Token
+				earliest(tokens, h.ExpiresAt.Add(-unc))
+			}
 			continue
 		}
 		missing = append(missing, k.id)
@@ -395,5 +411,12 @@ func (s *Store) debug(op, ns string, owner Owner, fields ...zap.Field) {
 	if ce := s.log.Check(zap.DebugLevel, op); ce != nil {
 		ce.Write(append([]zap.Field{zap.String("ns", ns), zap.String("session", SessionPrefix(owner.Session)),
 			zap.String("app", owner.App)}, fields...)...)
+	}
+}
+
+// earliest keeps the earliest lease end under tokens[""].
+func earliest(tokens map[string]int64, end time.Time) {
+	if cur, ok := tokens[""]; !ok || end.UnixNano() < cur {
+		tokens[""] = end.UnixNano()
 	}
 }

@@ -63,8 +63,9 @@ const (
 // Values of Write.What for KindCollectionWrite. Each names the command (or
 // stage) that performs the write. Not classified, because they write no
 // document: create (a view or an empty collection; it fails when the
-// namespace exists), collMod and createIndexes unless they make the server
-// delete documents (below), dropIndexes, validate without repair.
+// namespace exists) unless the collection evicts or expires documents,
+// collMod and createIndexes unless they make the server delete documents
+// (below), dropIndexes, validate without repair.
 const (
 	WhatDrop                    = "drop"
 	WhatDropDatabase            = "dropDatabase" // NS is "db.*"
@@ -101,6 +102,20 @@ const (
 	WhatReIndex         = "reIndex"
 	WhatValidateRepair  = "validate"
 	WhatCleanupOrphaned = "cleanupOrphaned"
+	// WhatRepairDatabase: repairDatabase (servers before 4.2) drops what
+	// it cannot read, in every collection of the database (NS "db.*").
+	WhatRepairDatabase = "repairDatabase"
+	// WhatCreate: create of a collection that the server will empty on
+	// its own: capped (an insert evicts the oldest documents) or with
+	// expireAfterSeconds (clustered or time-series TTL). Made where a
+	// protected namespace does not exist yet, it would let later inserts
+	// evict documents that are locked by then.
+	WhatCreate = "create"
+	// Test commands (enableTestCommands): godinsert inserts a document
+	// past every check, captrunc removes a capped collection's newest
+	// documents.
+	WhatGodInsert = "godinsert"
+	WhatCapTrunc  = "captrunc"
 )
 
 // Write is one write a message performs. Its documents and values are views
@@ -219,6 +234,7 @@ var writeCommands = []string{
 	"convertToCapped", "cloneCollectionAsCapped", "emptycapped", "collMod",
 	"createIndexes", "eval", "$eval", "copydb", "clone", "cloneCollection", "doTxn",
 	"internalRenameIfOptionsAndIndexesMatch", "compact", "reIndex", "validate", "cleanupOrphaned",
+	"create", "godinsert", "captrunc", "repairDatabase",
 }
 
 func classifyCommand(c *wire.Command) ([]Write, error) {
@@ -239,8 +255,13 @@ func classifyCommand(c *wire.Command) ([]Write, error) {
 		return classifyMapReduce(c)
 	case "applyOps", "doTxn":
 		return classifyApplyOps(c)
-	case "drop", "convertToCapped", "emptycapped", "cloneCollection", "compact", "reIndex", "cleanupOrphaned":
+	case "drop", "convertToCapped", "emptycapped", "cloneCollection", "compact", "reIndex", "cleanupOrphaned",
+		"godinsert", "captrunc":
 		return classifyCollectionCommand(c)
+	case "create":
+		return classifyCreate(c)
+	case "repairDatabase":
+		return []Write{collWrite(DBNamespace(c.DB), WhatRepairDatabase)}, nil
 	case "validate":
 		return classifyValidate(c)
 	case "dropDatabase":

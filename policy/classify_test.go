@@ -493,6 +493,24 @@ func classifyCases() []classifyCase {
 		{name: "cloneCollectionAsCapped", raw: clBody(D{{"cloneCollectionAsCapped", "c"}, {"toCollection", "d"}, {"size", 1000}, {"$db", "db"}}), want: []want{cw("db.d", "cloneCollectionAsCapped")}},
 		{name: "cloneCollectionAsCapped no target", raw: clBody(D{{"cloneCollectionAsCapped", "c"}, {"$db", "db"}}), errNS: "db.*", errText: "toCollection"},
 		{name: "emptycapped", raw: clBody(D{{"emptycapped", "c"}, {"$db", "db"}}), want: []want{cw("db.c", "emptycapped")}},
+		// The source of cloneCollectionAsCapped is only read: its
+		// documents stay where they are.
+		{name: "cloneCollectionAsCapped writes only its target", raw: clBody(D{{"cloneCollectionAsCapped", "c"}, {"toCollection", "c"}, {"size", 1000}, {"$db", "db"}}), want: []want{cw("db.c", "cloneCollectionAsCapped")}},
+		{name: "ConvertToCapped case variant", raw: clBody(D{{"ConvertToCapped", "c"}, {"size", 1000}, {"$db", "db"}}), errNS: "*", errText: "case"},
+		{name: "clonecollectionascapped case variant", raw: clBody(D{{"clonecollectionascapped", "c"}, {"toCollection", "d"}, {"$db", "db"}}), errNS: "*", errText: "case"},
+		{name: "COLLMOD case variant", raw: clBody(D{{"COLLMOD", "c"}, {"cappedSize", 1}, {"$db", "db"}}), errNS: "*", errText: "case"},
+		{name: "collMod capped size", raw: clBody(D{{"collMod", "c"}, {"cappedSize", 4096}, {"$db", "db"}}), want: []want{cw("db.c", "collMod")}},
+		// A collection made to evict or expire documents (issue 16).
+		{name: "create capped", raw: clBody(D{{"create", "c"}, {"capped", true}, {"size", 4096}, {"$db", "db"}}), want: []want{cw("db.c", "create")}},
+		{name: "create capped as a number", raw: clBody(D{{"create", "c"}, {"capped", 1}, {"size", 4096}, {"$db", "db"}}), want: []want{cw("db.c", "create")}},
+		{name: "create capped of the wrong type", raw: clBody(D{{"create", "c"}, {"capped", "yes"}, {"$db", "db"}}), want: []want{cw("db.c", "create")}},
+		{name: "create with a TTL", raw: clBody(D{{"create", "c"}, {"clusteredIndex", D{{"key", D{{"_id", 1}}}, {"unique", true}}}, {"expireAfterSeconds", 60}, {"$db", "db"}}), want: []want{cw("db.c", "create")}},
+		{name: "create plain", raw: clBody(D{{"create", "c"}, {"capped", false}, {"$db", "db"}})},
+		{name: "create view", raw: clBody(D{{"create", "v"}, {"viewOn", "c"}, {"pipeline", A{}}, {"$db", "db"}})},
+		{name: "CREATE case variant", raw: clBody(D{{"CREATE", "c"}, {"capped", true}, {"$db", "db"}}), errNS: "*", errText: "case"},
+		{name: "godinsert", raw: clBody(D{{"godinsert", "c"}, {"obj", D{{"_id", 1}}}, {"$db", "db"}}), want: []want{cw("db.c", "godinsert")}},
+		{name: "captrunc", raw: clBody(D{{"captrunc", "c"}, {"n", 1}, {"$db", "db"}}), want: []want{cw("db.c", "captrunc")}},
+		{name: "repairDatabase", raw: clBody(D{{"repairDatabase", 1}, {"$db", "db"}}), want: []want{cw("db.*", "repairDatabase")}},
 		// Commands that rewrite a collection in place and may lose
 		// documents (issue 16): compact trims a capped collection.
 		{name: "compact", raw: clBody(D{{"compact", "c"}, {"$db", "db"}}), want: []want{cw("db.c", "compact")}},

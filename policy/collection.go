@@ -50,6 +50,29 @@ func classifyValidate(c *wire.Command) ([]Write, error) {
 	return []Write{collWrite(ns, WhatValidateRepair)}, nil
 }
 
+// classifyCreate: a view or an ordinary collection holds no document when
+// it is made (create fails on an existing namespace), but a capped
+// collection evicts its oldest documents on insert and one with
+// expireAfterSeconds deletes them on a timer: on a protected namespace
+// that does not exist yet, either would let documents locked later
+// disappear without a write that names them. A flag of the wrong type is
+// counted as set.
+func classifyCreate(c *wire.Command) ([]Write, error) {
+	ns, err := collectionNS(c)
+	if err != nil {
+		return nil, err
+	}
+	f, err := fieldsOf(c.Body, "capped", "expireAfterSeconds")
+	if err != nil {
+		return nil, refuse(ns, "create: %v", err)
+	}
+	capped, err := truthy(f[0], "capped")
+	if err != nil || capped || f[1].Type != 0 {
+		return []Write{collWrite(ns, WhatCreate)}, nil
+	}
+	return nil, nil
+}
+
 // classifyRename: {renameCollection: "db.from", to: "db.to", dropTarget};
 // both namespaces are written (the source loses its documents, the target
 // is replaced when dropTarget is set, created otherwise).

@@ -50,6 +50,13 @@ type Rule struct {
 	// LeaseMargin is the lease a lock must have left for a write to be
 	// allowed under it.
 	LeaseMargin time.Duration
+	// RefuseLocksOnMissingCollection: acquireLock in a collection that
+	// does not exist is refused rather than granted with a warning.
+	RefuseLocksOnMissingCollection bool
+	// FenceField is the field that carries the lock holder's fencing
+	// token when the rule sets fence: document, "" without a fence. Only
+	// enforced namespaces are fenced.
+	FenceField string
 	// Scheme is the advisory locking convention enforced (docs/SCHEMES.md);
 	// the zero value is lockgate's own lock commands.
 	Scheme Scheme
@@ -117,10 +124,17 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 		}
 		r.AllowCollectionWrites = nr.AllowCollectionWrites
 		r.AllowCappedInserts = nr.AllowCappedInserts
+		r.RefuseLocksOnMissingCollection = nr.RefuseLocksOnMissingCollection
 		r.Scheme = compileScheme(nr.Scheme, defaultLeaseMS)
 		r.Clients = compileClients(nr.Clients, nr.OtherClients)
 		if nr.MaxCandidates > 0 {
 			r.MaxCandidates = nr.MaxCandidates
+		}
+		if nr.Fence == config.FenceDocument {
+			r.FenceField = nr.FenceField
+			if r.FenceField == "" {
+				r.FenceField = config.DefaultFenceField
+			}
 		}
 		db, coll, ok := strings.Cut(nr.Match, ".")
 		if !ok || db == "" || coll == "" {

@@ -28,7 +28,9 @@ const UnknownNS = "*"
 // mapReduce's out, copydb's databases, explain's inner command, and the
 // pipeline stages that read or write another collection ($lookup,
 // $graphLookup, $unionWith, $out, $merge, at any depth, in $facet and in
-// sub-pipelines). Statement and document values are data, never
+// sub-pipelines), applyOps' preCondition; a change stream over the whole
+// deployment (allChangesForCluster) and eval (JavaScript with a db
+// object) are UnknownNS, since they reach every namespace. Statement and document values are data, never
 // namespaces: a field that happens to be called "from" in an inserted
 // document or a $match names nothing.
 //
@@ -47,11 +49,28 @@ func VisitReferences(cmd *wire.Command, visit func(db, coll string) bool, stage 
 		return true
 	}
 	for _, s := range cmd.Sequences {
-		if s.Identifier != "nsInfo" {
-			continue
-		}
-		for _, d := range s.Documents {
-			if visitFullNS(d.Lookup("ns"), visit) {
+		switch s.Identifier {
+		case "nsInfo", "preCondition":
+			for _, d := range s.Documents {
+				if visitNSField(d, visit) {
+					return true
+				}
+			}
+		case "pipeline", "applyOps", "doTxn":
+			// The server reads a document sequence as the array of
+			// that name (policy.Classify reads a pipeline there too).
+			arr := bsoncore.NewArrayBuilder()
+			for _, d := range s.Documents {
+				arr.AppendDocument(d)
+			}
+			v := bsoncore.Value{Type: bsontype.Array, Data: arr.Build()}
+			hit := false
+			if s.Identifier == "pipeline" {
+				hit = w.pipeline(cmd.DB, v)
+			} else {
+				hit = w.applyOps(v)
+			}
+			if hit {
 				return true
 			}
 		}
@@ -108,10 +127,17 @@ func (w walker) command(db string, body bsoncore.Document) bool {
 			if d, ok := v.DocumentOK(); ok {
 				hit = w.command(db, d)
 			}
-		case "applyOps":
+		case "applyOps", "doTxn":
 			hit = w.applyOps(v)
+		case "preCondition":
+			// applyOps' preconditions read the documents they name.
+			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitNSField(d, visit) })
+		case "eval", "$eval":
+			// Server-side JavaScript (servers before 4.2) reaches any
+			// namespace through its db object.
+			hit = first && visit(UnknownNS, UnknownNS)
 		case "nsInfo":
-			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitFullNS(d.Lookup("ns"), visit) })
+			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitNSField(d, visit) })
 		}
 		if hit {
 			return true
@@ -137,20 +163,26 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 			if !ok {
 				return false
 			}
+			// A field given twice is read as its last value by the
+			// server's own parsers of these stages, as its first by
+			// Lookup: either could be the lock store.
+			f, err := fieldsOf(spec, "from", "pipeline")
+			if err != nil {
+				return visit(UnknownNS, UnknownNS)
+			}
 			target := db
-			from := spec.Lookup("from")
-			if s, ok := from.StringValueOK(); ok {
+			if s, ok := f[0].StringValueOK(); ok {
 				if visit(db, s) {
 					return true
 				}
-			} else if d, ok := from.DocumentOK(); ok {
+			} else if d, ok := f[0].DocumentOK(); ok {
 				var hit bool
 				target, hit = visitDBColl(db, d, "coll", visit)
 				if hit {
 					return true
 				}
 			}
-			return w.pipeline(target, spec.Lookup("pipeline"))
+			return w.pipeline(target, f[1])
 		case "$unionWith":
 			if s, ok := sv.StringValueOK(); ok {
 				return visit(db, s)
@@ -159,8 +191,12 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 			if !ok {
 				return false
 			}
+			f, err := fieldsOf(spec, "pipeline")
+			if err != nil {
+				return visit(UnknownNS, UnknownNS)
+			}
 			target, hit := visitDBColl(db, spec, "coll", visit)
-			return hit || w.pipeline(target, spec.Lookup("pipeline"))
+			return hit || w.pipeline(target, f[0])
 		case "$out":
 			if s, ok := sv.StringValueOK(); ok {
 				return visit(db, s)
@@ -177,13 +213,28 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 			if !ok {
 				return false
 			}
-			into := spec.Lookup("into")
+			f, err := fieldsOf(spec, "into")
+			if err != nil {
+				return visit(UnknownNS, UnknownNS)
+			}
+			into := f[0]
 			if s, ok := into.StringValueOK(); ok {
 				return visit(db, s)
 			}
 			if d, ok := into.DocumentOK(); ok {
 				_, hit := visitDBColl(db, d, "coll", visit)
 				return hit
+			}
+		case "$changeStream":
+			// A change stream over the whole deployment reads the changes
+			// of every namespace, documents included (fullDocument), so it
+			// names them all. One on a database or a collection is the
+			// command's own namespace, visited already.
+			if spec, ok := sv.DocumentOK(); ok {
+				f, err := fieldsOf(spec, "allChangesForCluster")
+				if err != nil || !isFalse(f[0]) {
+					return visit(UnknownNS, UnknownNS)
+				}
 			}
 		case "$facet":
 			facets, ok := sv.DocumentOK()
@@ -205,13 +256,26 @@ func (w walker) pipeline(db string, v bsoncore.Value) bool {
 	})
 }
 
+// isFalse reports whether an optional flag is absent or false, as the
+// server would read it; a value of another type counts as set, since a
+// looser server might read it as true.
+func isFalse(v bsoncore.Value) bool {
+	set, err := truthy(v, "")
+	return err == nil && !set
+}
+
 // visitDBColl visits {db: <db>, <collKey>: <coll>}, the db defaulting to
-// db, and returns the database the reference is in.
+// db, and returns the database the reference is in. A field given twice
+// is UnknownNS: servers differ on which of the two they read.
 func visitDBColl(db string, d bsoncore.Document, collKey string, visit func(db, coll string) bool) (string, bool) {
-	if s, ok := d.Lookup("db").StringValueOK(); ok {
+	f, err := fieldsOf(d, "db", collKey)
+	if err != nil {
+		return db, visit(UnknownNS, UnknownNS)
+	}
+	if s, ok := f[0].StringValueOK(); ok {
 		db = s
 	}
-	if s, ok := d.Lookup(collKey).StringValueOK(); ok {
+	if s, ok := f[1].StringValueOK(); ok {
 		return db, visit(db, s)
 	}
 	return db, false
@@ -227,11 +291,15 @@ func visitOut(db string, v bsoncore.Value, visit func(db, coll string) bool) boo
 	if !ok {
 		return false
 	}
-	if s, ok := d.Lookup("db").StringValueOK(); ok {
+	f, err := fieldsOf(d, "db", "replace", "merge", "reduce")
+	if err != nil {
+		return visit(UnknownNS, UnknownNS)
+	}
+	if s, ok := f[0].StringValueOK(); ok {
 		db = s
 	}
-	for _, k := range []string{"replace", "merge", "reduce"} {
-		if s, ok := d.Lookup(k).StringValueOK(); ok && visit(db, s) {
+	for _, v := range f[1:4] {
+		if s, ok := v.StringValueOK(); ok && visit(db, s) {
 			return true
 		}
 	}
@@ -244,10 +312,11 @@ func visitOut(db string, v bsoncore.Value, visit func(db, coll string) bool) boo
 func (w walker) applyOps(v bsoncore.Value) bool {
 	visit := w.ns
 	return eachDocument(v, func(op bsoncore.Document) bool {
-		if _, err := op.LookupErr("ui"); err == nil {
+		f, err := fieldsOf(op, "ui", "ns", "o")
+		if err != nil || f[0].Type != 0 {
 			return visit(UnknownNS, UnknownNS)
 		}
-		ns, ok := op.Lookup("ns").StringValueOK()
+		ns, ok := f[1].StringValueOK()
 		if !ok {
 			return false
 		}
@@ -256,11 +325,21 @@ func (w walker) applyOps(v bsoncore.Value) bool {
 			return false
 		}
 		if coll == "$cmd" {
-			o, _ := op.Lookup("o").DocumentOK()
+			o, _ := f[2].DocumentOK()
 			return w.command(db, o)
 		}
 		return visit(db, coll)
 	})
+}
+
+// visitNSField visits the full namespace of d's ns field; twice is
+// UnknownNS.
+func visitNSField(d bsoncore.Document, visit func(db, coll string) bool) bool {
+	f, err := fieldsOf(d, "ns")
+	if err != nil {
+		return visit(UnknownNS, UnknownNS)
+	}
+	return visitFullNS(f[0], visit)
 }
 
 func visitFullNS(v bsoncore.Value, visit func(db, coll string) bool) bool {

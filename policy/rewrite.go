@@ -205,6 +205,13 @@ func pinnedFilter(orig bsoncore.Document, ids []bsoncore.Value) bsoncore.Documen
 	idx, pin := bsoncore.AppendDocumentStart(nil)
 	pin = bsoncore.AppendDocumentElement(pin, "_id", in)
 	pin, _ = bsoncore.AppendDocumentEnd(pin, idx)
+	return joinClause(orig, pin)
+}
+
+// joinClause ANDs clause into orig the way pinnedFilter describes: as the
+// first element of orig's own $and (or of a new one), the other top-level
+// fields staying where they are.
+func joinClause(orig, pin bsoncore.Document) bsoncore.Document {
 	if len(orig) <= 5 {
 		return pin
 	}

@@ -19,9 +19,29 @@ import (
 // reply.
 type authStep struct {
 	id     int32
-	user   string // "user@db" the conversation authenticates; "" for logout
-	logout bool
-	spec   bool // speculativeAuthenticate inside a handshake
+	kind   authKind
+	user   string // "user@db" the request claims; "" where it names none
+	convID int64  // saslContinue: the conversation it continues
+	spec   bool   // speculativeAuthenticate inside a handshake
+}
+
+type authKind uint8
+
+const (
+	authStart    authKind = iota + 1 // saslStart: opens a conversation
+	authContinue                     // saslContinue: a later step of one
+	authOnce                         // authenticate: one step, ok is the verdict
+	authLogout
+)
+
+// conversation is the SASL conversation the upstream has open on the
+// connection: the user its saslStart claimed and the id the upstream gave
+// it. A server keeps one per connection, and a later saslStart replaces
+// it; a saslContinue counts only for the conversation it names, so a user
+// claimed in one conversation is never credited with another's success.
+type conversation struct {
+	user string
+	id   int64
 }
 
 // maxPendingAuth bounds the authentication requests one connection may
@@ -29,36 +49,31 @@ type authStep struct {
 const maxPendingAuth = 8
 
 // authRequest inspects a command for an authentication step, returning
-// what to track, if anything. The conversation's user carries over from
-// saslStart to the saslContinue steps.
+// what to track, if anything. It reads only the request: which user a
+// step authenticates is decided when its reply comes (authReply).
 func (c *conn) authRequest(cmd *wire.Command) (authStep, bool) {
 	switch cmd.Name {
 	case "saslStart":
-		u := saslUser(cmd.Body)
-		c.authUser = qualify(u, cmd.DB)
-		return authStep{user: c.authUser}, true
+		return authStep{kind: authStart, user: qualify(saslUser(cmd.Body), cmd.DB)}, true
 	case "saslContinue":
-		return authStep{user: c.authUser}, c.authUser != ""
+		id, ok := cmd.Body.Lookup("conversationId").AsInt64OK()
+		return authStep{kind: authContinue, convID: id}, ok
 	case "authenticate":
 		u, _ := cmd.Body.Lookup("user").StringValueOK()
-		return authStep{user: qualify(truncate(u, 128), cmd.DB)}, u != ""
+		return authStep{kind: authOnce, user: qualify(truncate(u, 128), cmd.DB)}, true
 	case "logout":
-		return authStep{logout: true}, true
+		return authStep{kind: authLogout}, true
 	case "hello", "isMaster", "ismaster":
 		spec, ok := cmd.Body.Lookup("speculativeAuthenticate").DocumentOK()
 		if !ok {
 			return authStep{}, false
 		}
 		db, _ := spec.Lookup("db").StringValueOK()
-		u := saslUser(spec)
-		if u == "" {
-			u, _ = spec.Lookup("user").StringValueOK()
+		if _, err := spec.LookupErr("saslStart"); err == nil {
+			return authStep{kind: authStart, user: qualify(saslUser(spec), db), spec: true}, true
 		}
-		if u == "" {
-			return authStep{}, false
-		}
-		c.authUser = qualify(truncate(u, 128), db)
-		return authStep{user: c.authUser, spec: true}, true
+		u, _ := spec.Lookup("user").StringValueOK()
+		return authStep{kind: authOnce, user: qualify(truncate(u, 128), db), spec: true}, true
 	}
 	return authStep{}, false
 }
@@ -71,30 +86,60 @@ func qualify(user, db string) string {
 }
 
 // authReply applies the upstream's answer to an authentication step.
+// Replies come in the order of their requests; the conversation state is
+// under mu, as the client pump tracks steps while this runs on the
+// upstream pump.
 func (c *conn) authReply(step authStep, body bsoncore.Document) {
 	ok := isOK(body)
-	if step.logout {
-		if ok {
-			c.info.setUser("")
-		}
-		return
-	}
 	if step.spec {
 		spec, found := body.Lookup("speculativeAuthenticate").DocumentOK()
 		if !ok || !found {
 			return // the driver goes on with saslStart, or gives up
 		}
-		body, ok = spec, true
+		body = spec
 	}
 	done := true // authenticate has no done field: ok is the verdict
 	if v, err := body.LookupErr("done"); err == nil {
 		done = v.Type == bsontype.Boolean && v.Boolean()
 	}
-	if ok && done {
-		c.info.setUser(step.user)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	user := ""
+	switch step.kind {
+	case authLogout:
+		if ok {
+			c.conv = conversation{}
+			c.info.setUser("")
+		}
+		return
+	case authStart:
+		c.conv = conversation{}
+		if ok {
+			id, _ := body.Lookup("conversationId").AsInt64OK()
+			c.conv = conversation{user: step.user, id: id}
+			user = step.user
+		}
+	case authContinue:
+		if !ok {
+			c.conv = conversation{}
+			return
+		}
+		if step.convID != c.conv.id {
+			return // not the conversation whose user is known
+		}
+		user = c.conv.user
+	case authOnce:
+		user = step.user
+		// The server names whom it authenticated (X.509 takes the name
+		// from the certificate, and drivers may not send one).
+		if u, ok := body.Lookup("user").StringValueOK(); ok && u != "" {
+			db, _ := body.Lookup("dbname").StringValueOK()
+			user = qualify(truncate(u, 128), db)
+		}
 	}
-	if !ok {
-		c.authUser = ""
+	if ok && done && user != "" {
+		c.conv = conversation{}
+		c.info.setUser(user)
 	}
 }
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"testing"
@@ -96,6 +97,20 @@ func TestUserIsWhatTheUpstreamAccepted(t *testing.T) {
 	if got := rec.last(); got != "alice@admin" {
 		t.Errorf("user after alice's accepted conversation = %q, want alice@admin", got)
 	}
+	// The driver began in its handshake (speculative authentication) and
+	// never needed a saslStart: the path followed is the speculative one.
+	spec, starts := 0, 0
+	for _, b := range up.Requests() {
+		switch {
+		case bytes.Contains(b, []byte("speculativeAuthenticate")):
+			spec++
+		case bytes.Contains(b, []byte("saslStart\x00")):
+			starts++
+		}
+	}
+	if spec == 0 || starts != 0 {
+		t.Errorf("%d handshakes with speculativeAuthenticate and %d saslStart, want the speculative path only", spec, starts)
+	}
 	if _, err := connect("alice", "wrong"); err == nil {
 		t.Fatal("a wrong password was accepted")
 	}
@@ -147,11 +162,28 @@ func FuzzAuthReply(f *testing.F) {
 		if _, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, b), wire.Limits{}); err != nil {
 			return // the proxy never reads a reply it cannot frame
 		}
-		for _, step := range []authStep{{user: "u@admin"}, {user: "u@admin", spec: true}, {logout: true}} {
-			c := &conn{info: &ClientInfo{}}
+		steps := []authStep{{kind: authStart, user: "u@admin"}, {kind: authStart, user: "u@admin", spec: true},
+			{kind: authContinue, convID: 1}, {kind: authOnce, user: "u@admin"}, {kind: authOnce, spec: true}, {kind: authLogout}}
+		for _, step := range steps {
+			c := &conn{info: &ClientInfo{}, conv: conversation{user: "u@admin", id: 1}}
 			c.authReply(step, bsoncore.Document(b))
-			if u := c.info.User(); u != "" && u != "u@admin" {
-				t.Fatalf("recorded %q", u)
+			u := c.info.User()
+			// Only the claimed user, or for authenticate the one the
+			// reply itself names, can be recorded.
+			named := ""
+			body := bsoncore.Document(b)
+			if step.spec {
+				body, _ = body.Lookup("speculativeAuthenticate").DocumentOK()
+			}
+			if n, ok := body.Lookup("user").StringValueOK(); ok && n != "" {
+				db, _ := body.Lookup("dbname").StringValueOK()
+				named = qualify(truncate(n, 128), db)
+			}
+			if u != "" && u != "u@admin" && !(step.kind == authOnce && u == named) {
+				t.Fatalf("step %+v recorded %q", step, u)
+			}
+			if u != "" && !isOK(bsoncore.Document(b)) {
+				t.Fatalf("step %+v recorded %q from a failed reply", step, u)
 			}
 		}
 	})

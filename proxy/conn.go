@@ -61,12 +61,11 @@ type conn struct {
 	// dropped. Bounded: only the latest few are remembered.
 	unacked  []int32
 	nUnacked atomic.Int32
-	// Authentication steps awaiting the upstream's verdict (under mu;
-	// nAuth for the hot path), and the user of the conversation in
-	// progress (client pump only).
-	auth     []authStep
-	nAuth    atomic.Int32
-	authUser string
+	// Authentication steps awaiting the upstream's verdict and the SASL
+	// conversation open upstream (under mu; nAuth for the hot path).
+	auth  []authStep
+	nAuth atomic.Int32
+	conv  conversation
 
 	inflight atomic.Int32 // requests forwarded and not yet answered
 	draining atomic.Bool  // stop reading requests; close once inflight is 0
@@ -78,6 +77,10 @@ type conn struct {
 	// (under mu; nAsks for the hot path).
 	asks  map[int32]chan []byte
 	nAsks atomic.Int32
+	// hooks see the replies to some forwarded requests first, by
+	// requestID (under mu; nHooks for the hot path).
+	hooks  map[int32]ReplyHook
+	nHooks atomic.Int32
 
 	// The latest request's id and forward time, for the round-trip
 	// histogram. Drivers do not pipeline, so one slot times nearly every
@@ -217,6 +220,7 @@ func (c *conn) close() {
 		if up != nil {
 			up.Close()
 		}
+		c.abandonHooks()
 	})
 }
 
@@ -357,6 +361,20 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 			c.srv.metrics.error(errMalformed)
 			c.log.Warn("closing client connection: too many authentication requests in flight")
 			return false
+		}
+	}
+	if !d.Deadline.IsZero() && (d.Action == Forward || d.Action == Rewrite) && time.Now().After(d.Deadline) {
+		d = Decision{Action: Reply, Reply: d.LateReply, OnReply: d.OnReply}
+	}
+	if d.OnReply != nil {
+		sent := d.Action == Forward || d.Action == Rewrite
+		switch {
+		case sent && expectsReply(msg):
+			c.addHook(msg.Header().RequestID, d.OnReply)
+		case sent:
+			d.OnReply.Abandon()
+		default:
+			d.OnReply.Reply(c.ctx, nil) // it never left: nothing is in flight
 		}
 	}
 	switch d.Action {
@@ -541,6 +559,9 @@ func (c *conn) relayReply(raw *wire.RawMessage) error {
 	}
 
 	b := raw.Bytes
+	if c.nHooks.Load() > 0 && !moreToCome {
+		b = c.hookReply(h, b)
+	}
 	if hello {
 		rewritten, err := c.rewriteHelloReply(raw.Bytes)
 		if err != nil {

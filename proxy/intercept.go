@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -98,6 +99,16 @@ type Decision struct {
 	Reply bsoncore.Document
 	// Reason is logged when the decision closes the connection.
 	Reason string
+	// OnReply, if set, sees the upstream's reply to a forwarded or
+	// rewritten request before the client does (ReplyHook). A request that
+	// expects no reply abandons it at once; any other action gets Reply
+	// with a nil body.
+	OnReply ReplyHook
+	// Deadline, if set, is when a forwarded or rewritten request may no
+	// longer leave: the proxy checks it immediately before writing the
+	// bytes upstream and answers LateReply instead (abandoning OnReply).
+	Deadline  time.Time
+	LateReply bsoncore.Document
 }
 
 // ClientInfo describes a client connection. The proxy fills it in from the

@@ -72,6 +72,22 @@ else
 fi
 /usr/bin/python3 -c 'import pymongo; print("pymongo", pymongo.version)'
 
+section "install: chromium (apt), for the operator console test"
+# tests/console drives the console in Debian's headless chromium; with CI
+# set, a missing browser fails that test instead of skipping it.
+if [ -x /usr/bin/chromium ]; then
+	echo "already installed"
+else
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get update -qq
+	as_root apt-get install -y -qq --no-install-recommends chromium >/dev/null || { [ -z "${CI:-}" ] || fail "apt-get install chromium failed"; }
+fi
+if [ -x /usr/bin/chromium ]; then
+	/usr/bin/chromium --version 2>/dev/null
+elif [ -n "${CI:-}" ]; then
+	fail "/usr/bin/chromium is missing"
+fi
+
 section "install: Node.js driver and mongosh (npm ci in $NODE_COMPAT)"
 if [ -x "$NODE_COMPAT/node_modules/.bin/mongosh" ] && [ "$NODE_COMPAT/node_modules/.package-lock.json" -nt "$NODE_COMPAT/package-lock.json" ]; then
 	echo "already installed"
@@ -134,6 +150,58 @@ for pkg in $(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | xargs -n1 d
 	done
 done
 echo "fuzzed $fuzzed targets"
+
+section "client helpers: go test -race ./client/lockgate"
+# The Go helper renews from its own goroutine while the caller writes in
+# the same session; the race detector checks that they never share the
+# driver's Session value.
+go test -count=1 -race ./client/lockgate
+
+section "client helpers: the Python and Node.js packages build"
+# They are tested through client/conformance (go test above); here they
+# are packaged as a release would be, offline.
+if ! /usr/bin/python3 -m pip --version >/dev/null 2>&1; then
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get install -y -qq --no-install-recommends python3-pip python3-setuptools python3-wheel >/dev/null || fail "cannot install pip to build client/python"
+fi
+whl=$(mktemp -d)
+/usr/bin/python3 -m pip wheel --quiet --no-deps --no-build-isolation --no-index -w "$whl" ./client/python
+ls "$whl"/lockgate_client-*.whl
+rm -rf "$whl" client/python/build client/python/*.egg-info
+(cd client/node && npm pack --dry-run --silent)
+
+section "monitoring assets: promtool check rules / test rules"
+# promtool comes with Debian's prometheus package. The Go side of the
+# check (every metric a query names is exported) ran in go test above.
+if ! command -v promtool >/dev/null; then
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get update -qq
+	as_root apt-get install -y -qq --no-install-recommends prometheus >/dev/null || true
+fi
+if command -v promtool >/dev/null; then
+	(cd deploy/monitoring && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
+	python3 -m json.tool deploy/monitoring/grafana-dashboard.json >/dev/null
+elif [ -n "${CI:-}" ]; then
+	fail "promtool is missing (apt-get install prometheus)"
+else
+	echo "promtool missing: skipped (CI would fail)"
+fi
+
+section "packaging: yamllint deploy"
+# No Docker engine or cluster here: go test ./deploy (above) checks the
+# manifests against lockgate's own configuration; yamllint checks the YAML.
+if ! command -v yamllint >/dev/null; then
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get update -qq
+	as_root apt-get install -y -qq --no-install-recommends yamllint >/dev/null || true
+fi
+if command -v yamllint >/dev/null; then
+	yamllint -c deploy/.yamllint deploy
+elif [ -n "${CI:-}" ]; then
+	fail "yamllint is missing (apt-get install yamllint)"
+else
+	echo "yamllint missing: skipped (CI would fail)"
+fi
 
 section "summary"
 echo "all checks passed in $((SECONDS - start_all))s"

@@ -49,6 +49,7 @@ type Upstream struct {
 
 	mu      sync.Mutex
 	target  string        // address that Dial uses; "" while unknown
+	last    string        // the latest non-empty target, kept when usable
 	changed chan struct{} // closed, and replaced, whenever target changes
 }
 
@@ -87,7 +88,7 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 	}
 	co.SetServerMonitor(&event.ServerMonitor{
 		TopologyDescriptionChanged: func(e *event.TopologyDescriptionChangedEvent) {
-			u.setTarget(writable(e.NewDescription))
+			u.follow(e.NewDescription)
 		},
 	})
 	// The monitoring client never runs application traffic: keep it small.
@@ -101,25 +102,38 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 }
 
 // writable picks the server that takes writes: the replica set primary,
-// otherwise a standalone or the first known mongos.
-func writable(t description.Topology) string {
+// otherwise a standalone or a mongos. Among several mongos it keeps the
+// current one while it stays usable: switching would retire every healthy
+// client connection to it for nothing (after a blip of another router, the
+// first in the list, came back).
+func writable(t description.Topology, current string) string {
 	var fallback string
+	keep := false
 	for _, s := range t.Servers {
+		addr := s.Addr.String()
 		switch s.Kind {
 		case description.RSPrimary:
-			return s.Addr.String()
+			return addr
 		case description.Standalone, description.Mongos:
+			if addr == current {
+				keep = true
+			}
 			if fallback == "" {
-				fallback = s.Addr.String()
+				fallback = addr
 			}
 		}
+	}
+	if keep {
+		return current
 	}
 	return fallback
 }
 
-func (u *Upstream) setTarget(addr string) {
+// follow moves the target to the topology's writable server.
+func (u *Upstream) follow(t description.Topology) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	addr := writable(t, u.last)
 	if addr == u.target {
 		return
 	}
@@ -132,7 +146,7 @@ func (u *Upstream) setTarget(addr string) {
 		return
 	}
 	prev := u.target
-	u.target = addr
+	u.target, u.last = addr, addr
 	close(u.changed)
 	u.changed = make(chan struct{})
 	u.log.Info("writable upstream server", zap.String("addr", addr), zap.String("previous", prev))

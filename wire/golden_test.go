@@ -67,20 +67,6 @@ func summary(m Message) string {
 	return b.String()
 }
 
-func TestDumpCaptures(t *testing.T) {
-	if os.Getenv("WIRE_DUMP") == "" {
-		t.Skip("set WIRE_DUMP=1 to print a summary of every capture")
-	}
-	for _, c := range loadCaptures(t) {
-		m, err := Parse(c.raw, Limits{})
-		if err != nil {
-			t.Errorf("%s/%s: %v", c.client, c.name, err)
-			continue
-		}
-		fmt.Printf("%q: %q,\n", c.client+"/"+c.name, summary(m))
-	}
-}
-
 func TestGoldenCaptures(t *testing.T) {
 	caps := loadCaptures(t)
 	if len(caps) != len(goldenSummaries) {

@@ -52,23 +52,13 @@ type options struct {
 	configPath string
 	overrides  config.Overrides
 	version    bool
+	check      bool
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("lockgate", flag.ContinueOnError)
+	fs := flagSet(&o, getenv)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.configPath, "config", getenv(EnvConfig), "YAML config `file` (env "+EnvConfig+"); none means defaults")
-	fs.StringVar(&o.overrides.Listen, "listen", "", "client listener `host:port` (overrides listen)")
-	fs.StringVar(&o.overrides.Admin, "admin", "", "admin HTTP listener `host:port` (overrides admin)")
-	fs.StringVar(&o.overrides.UpstreamURI, "upstream", "", "upstream MongoDB connection `uri` (overrides upstream.uri)")
-	fs.StringVar(&o.overrides.LogLevel, "log-level", "", "log `level`: debug, info, warn, error (overrides log.level)")
-	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: lockgate [flags]\n\n"+
-			"Precedence: config file < LOCKGATE_* environment < flags.\n\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -76,6 +66,27 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	return o, nil
+}
+
+// flagSet defines the command line into o. docs/CONFIGURATION.md's table
+// of flags is generated from it (TestConfigurationDocIsGenerated).
+func flagSet(o *options, getenv func(string) string) *flag.FlagSet {
+	fs := flag.NewFlagSet("lockgate", flag.ContinueOnError)
+	fs.StringVar(&o.configPath, "config", getenv(EnvConfig), "YAML config `file` (env "+EnvConfig+"); none means defaults")
+	fs.StringVar(&o.overrides.Listen, "listen", "", "client listener `host:port` (overrides listen)")
+	fs.StringVar(&o.overrides.Admin, "admin", "", "admin HTTP listener `host:port` (overrides admin)")
+	fs.StringVar(&o.overrides.UpstreamURI, "upstream", "", "upstream MongoDB connection `uri` (overrides upstream.uri)")
+	fs.StringVar(&o.overrides.LogLevel, "log-level", "", "log `level`: debug, info, warn, error (overrides log.level)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.BoolVar(&o.check, "check", false, "validate the configuration, check that the upstream and the lock store answer, print the result and exit (0 ok, 1 a check failed, 2 invalid configuration)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: lockgate [flags]\n\n"+
+			"Precedence: config file < LOCKGATE_* environment < flags.\n"+
+			"Every config key has a variable: LOCKGATE_ + its path, camelCase words\n"+
+			"upper-cased and joined with _ (docs/CONFIGURATION.md).\n\n")
+		fs.PrintDefaults()
+	}
+	return fs
 }
 
 // loadConfig merges file, environment and flags and validates the result.
@@ -88,7 +99,9 @@ func loadConfig(o options, getenv func(string) string) (*config.Config, error) {
 			return nil, err
 		}
 	}
-	cfg.ApplyEnv(getenv)
+	if err := cfg.ApplyEnvVars(getenv); err != nil {
+		return nil, fmt.Errorf("invalid environment:\n%w", err)
+	}
 	cfg.Apply(o.overrides)
 	if err := cfg.Validate(); err != nil {
 		source := "defaults, environment and flags"
@@ -118,6 +131,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, "lockgate:", err)
 		return exitUsage
 	}
+	if o.check {
+		return runCheck(ctx, cfg, stdout)
+	}
 	logger, err := gateway.NewLoggerTo(cfg.Log, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "lockgate:", err)
@@ -134,6 +150,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		logger.Error("start failed", zap.Error(err))
 		return exitFailure
+	}
+	if err := gw.Registry().Register(gateway.BuildInfo(versionString())); err != nil {
+		logger.Error("registering lockgate_build_info", zap.Error(err))
 	}
 
 	changed := make(chan struct{}, 1)
@@ -163,6 +182,14 @@ wait:
 		}
 	}
 
+	if d := cfg.ShutdownDrainDelay.D(); d > 0 {
+		logger.Info("draining before shutdown", zap.Duration("shutdownDrainDelay", d))
+		gw.BeginDrain()
+		select {
+		case <-time.After(d):
+		case <-gw.Done():
+		}
+	}
 	timeout := cfg.ShutdownTimeout.D()
 	logger.Info("shutting down", zap.Duration("timeout", timeout))
 	stopGateway()

@@ -15,7 +15,7 @@ import (
 )
 
 // forbiddenDeps must never be linked into the production binary.
-var forbiddenDeps = []string{"github.com/FerretDB/", "sqlite", "github.com/lockgate/lockgate/internal/embedded"}
+var forbiddenDeps = []string{"github.com/FerretDB/", "sqlite", "github.com/lockgate/lockgate/internal/embedded", "github.com/chromedp/"}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 

@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,7 +37,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	var o flags
 	fs := flag.NewFlagSet("devstack", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.configPath, "config", "", "YAML config `file`; only its lockstore, policy and log sections are used")
+	fs.StringVar(&o.configPath, "config", "", "YAML config `file`; only its lockstore, policy, log and adminAuth sections are used")
 	fs.StringVar(&o.listen, "listen", defaultListen, "proxy listener `host:port`")
 	fs.StringVar(&o.admin, "admin", defaultAdmin, "admin HTTP listener `host:port`")
 	fs.StringVar(&o.dataDir, "data", "", "FerretDB data `dir`; empty means a temporary directory removed on exit")
@@ -49,8 +51,8 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 }
 
 // devConfig builds the gateway's configuration: development defaults, the
-// lockstore, policy and log sections of the file if one is given, then the
-// flags. The upstream is filled in once the embedded server runs.
+// lockstore, policy, log and adminAuth sections of the file if one is
+// given, then the flags. The upstream is filled in once the embedded server runs.
 func devConfig(o flags) (*config.Config, error) {
 	cfg := config.Default()
 	cfg.Log = config.Log{Level: config.LogLevelInfo, Format: config.LogFormatConsole}
@@ -82,6 +84,18 @@ func devConfig(o flags) (*config.Config, error) {
 		return nil, fmt.Errorf("invalid flags:\n%w", err)
 	}
 	return cfg, nil
+}
+
+// Main runs the dev stack as a process: until SIGTERM or SIGINT, with
+// SIGHUP reloading the policy instead of killing the process (which would
+// leave its temporary data directory behind). It returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	return Run(ctx, args, stdout, stderr, hup)
 }
 
 // Run runs the dev stack until ctx ends and returns the process exit code:
@@ -124,12 +138,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	}
 	defer logger.Sync()
 
-	// FerretDB logs a great deal at info, and at warn it dumps every error
-	// reply it sends (each CommandNotFound of a capability probe), which
-	// drowns lockgate's own lines; its errors are what a developer needs.
-	// Its lines are prefixed so that nobody takes them for lockgate's.
-	ferretLog := slog.New(slog.NewTextHandler(prefixWriter{prefix: []byte("embedded FerretDB (upstream): "), w: stderr}, &slog.HandlerOptions{Level: slog.LevelError}))
-	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, Logger: ferretLog})
+	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, Logger: ferretLogger(stderr)})
 	if err != nil {
 		logger.Error("embedded upstream failed to start", zap.Error(err))
 		return 1
@@ -156,7 +165,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	rules = append(rules, "default="+string(cfg.Policy.Default))
 	fmt.Fprintf(stdout, "\nlockgate dev stack is running\n\n"+
 		"  connection string: mongodb://%s/\n"+
-		"  admin:             http://%s/  (/metrics /healthz /readyz /locks /policy)\n"+
+		"  admin:             http://%s/  (/console/ /metrics /healthz /readyz /locks /policy)\n"+
 		"  upstream:          %s  (embedded FerretDB, data in %s)\n"+
 		"  policy:            %s\n\n"+
 		"Press Ctrl-C to stop.\n\n",
@@ -213,6 +222,17 @@ func reload(o flags, logger *zap.Logger, gw *gateway.Gateway, why string) {
 	}
 	logger.Info("policy reloaded")
 }
+
+// ferretLogger is the embedded FerretDB's logger. FerretDB logs a great
+// deal at info, and at warn it dumps every error reply it sends (each
+// CommandNotFound of a capability probe), which drowns lockgate's own
+// lines; its errors are what a developer needs. Its lines are prefixed so
+// that nobody takes them for lockgate's.
+func ferretLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(prefixWriter{prefix: []byte(ferretPrefix), w: w}, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+const ferretPrefix = "embedded FerretDB (upstream): "
 
 // prefixWriter starts every line written through it with prefix. slog's
 // handlers write one whole record per call, so per-call is per-line.

@@ -3,8 +3,10 @@ package devstack
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -21,7 +23,16 @@ import (
 	"github.com/lockgate/lockgate/config"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// childEnv makes the test binary run the dev stack's Main instead of the
+// tests (TestDevStackProcessSignals starts it so, as a real process).
+const childEnv = "LOCKGATE_DEVSTACK_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(Main(strings.Fields(os.Getenv(childEnv+"_ARGS")), os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func writeFile(t *testing.T, body string) string {
 	t.Helper()
@@ -332,5 +343,108 @@ func TestPrefixWriter(t *testing.T) {
 	}
 	if b.String() != "ferret: level=WARN msg=x\n" {
 		t.Errorf("got %q", b.String())
+	}
+}
+
+// TestFerretLogLabelled: the embedded FerretDB's log lines say whose they
+// are, and its warnings (a dump of every error reply it sends) stay out
+// of the dev stack's log (issue 9: they looked like lockgate's errors).
+func TestFerretLogLabelled(t *testing.T) {
+	var b bytes.Buffer
+	l := ferretLogger(&b)
+	l.Warn("sent an error reply", "code", 59)
+	l.Error("cannot open the database", "err", "disk full")
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "embedded FerretDB (upstream): ") || !strings.Contains(lines[0], "cannot open the database") {
+		t.Errorf("FerretDB's log:\n%s\nwant only the error, labelled as FerretDB's", b.String())
+	}
+}
+
+var dataRE = regexp.MustCompile(`data in (\S+), temporary: removed on exit`)
+
+// TestDevStackProcessSignals runs the dev stack as a process, as users
+// run it, and sends it real signals: SIGHUP is logged and survived (it
+// used to kill the dev stack silently and leave its temporary data
+// directory behind), and SIGTERM stops it cleanly, the temporary
+// directory removed.
+func TestDevStackProcessSignals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", childEnv+"_ARGS=-listen 127.0.0.1:0 -admin 127.0.0.1:0")
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-exited
+	}()
+
+	var adminURL, dataDir string
+	deadline := time.Now().Add(60 * time.Second)
+	for adminURL == "" {
+		if m := adminRE.FindStringSubmatch(stdout.String()); m != nil {
+			adminURL = m[1]
+			if d := dataRE.FindStringSubmatch(stdout.String()); d != nil {
+				dataDir = d[1]
+			}
+			break
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("dev stack exited: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no admin URL printed\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
+		}
+	}
+	if dataDir == "" {
+		t.Fatalf("no temporary data directory printed:\n%s", stdout.String())
+	}
+	if _, err := os.Stat(dataDir); err != nil {
+		t.Fatalf("the printed data directory: %v", err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(stderr.String(), "reload ignored") {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("SIGHUP ended the dev stack (%v)\nstderr: %s", err, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line for SIGHUP:\n%s", stderr.String())
+		}
+	}
+	if code, _ := httpBody(t, "GET", adminURL+"healthz"); code != 200 {
+		t.Errorf("after SIGHUP /healthz = %d", code)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Errorf("after SIGTERM: %v, want exit 0\nstderr: %s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the dev stack did not stop on SIGTERM\nstderr: %s", stderr.String())
+	}
+	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary data directory %s after exit: %v, want it removed", dataDir, err)
 	}
 }

@@ -3,7 +3,8 @@
 // it. It prints the connection string to give an application and the admin
 // URL, and runs until its context ends.
 //
-// From a config file it takes the lockstore, policy and log sections only:
+// From a config file it takes the lockstore, policy, log and adminAuth
+// sections only, and reloads the policy on SIGHUP and file changes:
 // the upstream is always the embedded one. It is a development tool and
 // must never be what production runs (that is cmd/proxy, which stays free
 // of FerretDB). Users start it with `go run ./cmd/devstack`, a small

@@ -51,6 +51,12 @@ func SCRAMAuthz(users map[string]string, mayWrite, mayRead map[string][]string, 
 			_, payload, _ := cmd.Body.Lookup("payload").BinaryOK()
 			pending = scramName(payload)
 		}
+		if cmd != nil && (cmd.Name == "hello" || cmd.Name == "isMaster" || cmd.Name == "ismaster") {
+			if spec, ok := cmd.Body.Lookup("speculativeAuthenticate").DocumentOK(); ok {
+				_, payload, _ := spec.Lookup("payload").BinaryOK()
+				pending = scramName(payload)
+			}
+		}
 		replies := inner(s, req, cmd)
 		if cmd != nil && (cmd.Name == "saslStart" || cmd.Name == "saslContinue") && len(replies) == 1 {
 			if m, err := wire.Parse(replies[0], wire.Limits{}); err == nil {
@@ -112,6 +118,55 @@ func SCRAM(users map[string]string, next Handler) (Handler, error) {
 			return next(s, req, cmd)
 		}
 		switch cmd.Name {
+		case "hello", "isMaster", "ismaster":
+			// Speculative authentication: the first SCRAM step rides in
+			// the handshake, its answer in the handshake's reply, as
+			// drivers do for SCRAM-SHA-256 against servers of 4.4 on.
+			spec, ok := cmd.Body.Lookup("speculativeAuthenticate").DocumentOK()
+			if !ok {
+				break
+			}
+			if _, err := spec.LookupErr("saslStart"); err != nil {
+				break
+			}
+			replies := next(s, req, cmd)
+			if len(replies) != 1 {
+				return replies
+			}
+			m, err := wire.Parse(replies[0], wire.Limits{})
+			if err != nil {
+				return replies
+			}
+			var body bsoncore.Document
+			switch r := m.(type) {
+			case *wire.OpMsg:
+				body = r.Body
+			case *wire.OpReply:
+				if len(r.Documents) == 1 {
+					body = r.Documents[0]
+				}
+			}
+			if body == nil {
+				return replies
+			}
+			_, payload, _ := spec.Lookup("payload").BinaryOK()
+			conv := server.NewConversation()
+			out, err := conv.Step(string(payload))
+			if err != nil {
+				return replies // no speculative answer: the driver starts over
+			}
+			mu.Lock()
+			id := nextConv.Add(1)
+			convs[id] = conv
+			mu.Unlock()
+			answer := bsoncore.NewDocumentBuilder().AppendInt32("conversationId", id).AppendBoolean("done", false).
+				AppendBinary("payload", 0, []byte(out)).Build()
+			elems, _ := body.Elements()
+			b := bsoncore.NewDocumentBuilder()
+			for _, e := range elems {
+				b.AppendValue(e.Key(), e.Value())
+			}
+			return s.Reply(req, b.AppendDocument("speculativeAuthenticate", answer).Build())
 		case "listDatabases":
 			// Only the unauthenticated probe sends it here.
 			return s.Reply(req, wire.ErrorDocument(13, "Unauthorized", "command listDatabases requires authentication"))

@@ -1,3 +1,5 @@
+//go:build record
+
 package capture
 
 import (
@@ -110,9 +112,6 @@ func (r *recorder) close() {
 }
 
 func TestRecord(t *testing.T) {
-	if os.Getenv("LOCKGATE_RECORD") != "1" {
-		t.Skip("set LOCKGATE_RECORD=1 to record driver traffic into wire/testdata/captures")
-	}
 	srv, err := embedded.Start(embedded.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +128,7 @@ func TestRecord(t *testing.T) {
 	})
 	t.Run("pymongo", func(t *testing.T) {
 		if err := exec.Command("/usr/bin/python3", "-c", "import pymongo").Run(); err != nil {
-			t.Skip("pymongo is not installed")
+			t.Fatal("pymongo is not installed (apt-get install python3-pymongo)")
 		}
 		rec := startRecorder(t, srv.Addr(), filepath.Join(root, "pymongo"))
 		defer rec.close()
@@ -138,7 +137,7 @@ func TestRecord(t *testing.T) {
 	t.Run("node", func(t *testing.T) {
 		mods := os.Getenv("LOCKGATE_NODE_MODULES")
 		if mods == "" {
-			t.Skip("set LOCKGATE_NODE_MODULES to a node_modules directory holding the mongodb package")
+			t.Fatal("set LOCKGATE_NODE_MODULES to a node_modules directory holding the mongodb package")
 		}
 		rec := startRecorder(t, srv.Addr(), filepath.Join(root, "node"))
 		defer rec.close()

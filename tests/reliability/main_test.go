@@ -107,6 +107,7 @@ func tmpfsDir() string {
 // parent).
 func runChildGateway(uri, lockColl, enforceNS string) int {
 	cfg := gatewayConfig(uri, lockColl, enforceNS)
+	childStaleConfig(cfg)
 	g, err := gateway.Start(context.Background(), cfg, zap.NewNop())
 	if err != nil {
 		fmt.Println("ERROR", err)

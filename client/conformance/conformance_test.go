@@ -1,0 +1,294 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/embedded"
+)
+
+var upstream *embedded.Server
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	var err error
+	upstream, err = embedded.Start(embedded.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the embedded upstream:", err)
+		return 1
+	}
+	code := m.Run()
+	upstream.Close()
+	if code != 0 {
+		return code
+	}
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintln(os.Stderr, "goroutines leaked by the tests:", err)
+		return 1
+	}
+	return 0
+}
+
+// stack is a lockgate whose lock store is reached through a relay that a
+// POST to cutURL cuts.
+type stack struct {
+	proxyURI, cutURL string
+}
+
+func startStack(t *testing.T, db string) stack {
+	t.Helper()
+	r := startRelay(t, upstream.Addr())
+	cfg := config.Default()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URI = upstream.URI()
+	cfg.Lockstore.URI = r.URI()
+	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: db + ".*", Mode: config.ModeEnforce}}
+	ctx, cancel := context.WithCancel(context.Background())
+	g, err := gateway.Start(ctx, cfg, zap.NewNop())
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-g.Done():
+			if err := g.Wait(); err != nil {
+				t.Errorf("gateway stopped with errors: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("gateway did not stop within 30s")
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost || req.URL.Path != "/cut" {
+			http.NotFound(w, req)
+			return
+		}
+		r.Cut()
+		fmt.Fprintln(w, "cut")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return stack{proxyURI: "mongodb://" + g.ProxyAddr().String() + "/", cutURL: "http://" + ln.Addr().String() + "/cut"}
+}
+
+// runScenarios runs a helper's scenario script and returns its JSON lines
+// by case.
+func runScenarios(t *testing.T, st stack, db string, env []string, name string, args ...string) map[string]map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), append(env, "LOCKGATE_URI="+st.proxyURI, "DIRECT_URI="+upstream.URI(), "CUT_URL="+st.cutURL, "DB="+db)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	outb, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %v: %v\nstdout:\n%s\nstderr:\n%s", name, args, err, outb, stderr.String())
+	}
+	res := map[string]map[string]any{}
+	sc := bufio.NewScanner(bytes.NewReader(outb))
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("not a JSON line: %q", sc.Text())
+		}
+		res[m["case"].(string)] = m
+		t.Logf("%s", sc.Bytes())
+	}
+	return res
+}
+
+func need(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s missing (CI is set, so this is a failure): %v", what, err)
+	}
+	t.Skipf("%s missing: %v (set CI=1 to make this a failure)", what, err)
+}
+
+func TestPythonHelper(t *testing.T) {
+	need(t, "/usr/bin/python3 with pymongo", exec.Command("/usr/bin/python3", "-c", "import pymongo").Run())
+	const db = "kit_py"
+	st := startStack(t, db)
+	res := runScenarios(t, st, db, nil, "/usr/bin/python3", "../python/tests/scenarios.py")
+	judge(t, res, "py-holder", map[string]string{
+		"busy": "LockBusy", "timeout": "LockTimeout", "notHeld": "LockNotHeld", "lost": "LockLost",
+		"notProtected": "NotProtected", "invalid": "InvalidLockRequest",
+	})
+}
+
+func TestNodeHelper(t *testing.T) {
+	modules, _ := filepath.Abs("../../tests/compat/node/node_modules")
+	_, err := os.Stat(filepath.Join(modules, "mongodb"))
+	need(t, "the Node.js driver (npm ci in tests/compat/node)", err)
+	_, err = exec.LookPath("node")
+	need(t, "node", err)
+	const db = "kit_node"
+	st := startStack(t, db)
+	res := runScenarios(t, st, db, []string{"NODE_PATH=" + modules}, "node", "../node/test/scenarios.js")
+	judge(t, res, "node-holder", map[string]string{
+		"busy": "LockBusyError", "timeout": "LockTimeoutError", "notHeld": "LockNotHeldError", "lost": "LockLostError",
+		"notProtected": "NotProtectedError", "invalid": "InvalidLockRequestError",
+	})
+}
+
+// judge checks the scenarios both helpers run; class maps the error kinds
+// to the helper's class names.
+func judge(t *testing.T, res map[string]map[string]any, holderApp string, class map[string]string) {
+	t.Helper()
+	get := func(c string) map[string]any {
+		m, ok := res[c]
+		if !ok {
+			t.Errorf("scenario %q did not report", c)
+			return map[string]any{}
+		}
+		return m
+	}
+	errOf := func(c string) map[string]any {
+		e, _ := get(c)["error"].(map[string]any)
+		if e == nil {
+			t.Errorf("%s: no error, want one", c)
+			return map[string]any{}
+		}
+		return e
+	}
+	if e := errOf("busy"); e["class"] != class["busy"] || e["code"] != 46.0 {
+		t.Errorf("busy: %v", e)
+	} else if h, _ := e["holder"].(map[string]any); h == nil || h["app"] != holderApp {
+		t.Errorf("busy: holder %v, want app %s", e["holder"], holderApp)
+	}
+	if e := errOf("timeout"); e["class"] != class["timeout"] || e["code"] != 24.0 {
+		t.Errorf("timeout: %v", e)
+	} else if ms, _ := get("timeout")["elapsedMS"].(float64); ms < 250 {
+		t.Errorf("timeout after %vms, before the 300ms wait", ms)
+	}
+	if tok := token(get("after_release")["token"]); tok == 0 {
+		t.Errorf("after_release: %v", get("after_release"))
+	}
+	w := get("with_lock")
+	if w["raised"] != "payment provider said no" || w["outsideCode"] != 46.0 || w["lastError"] == nil ||
+		!(token(w["nextToken"]) > token(w["firstToken"])) || token(w["firstToken"]) == 0 {
+		t.Errorf("with_lock: %v (want the exception to propagate, a write outside the session refused with 46, "+
+			"the lock released with the error recorded, a higher token for the next holder)", w)
+	}
+	if r := get("refused_renewal"); r["lost"] != true || r["error"] != class["lost"] || r["reason"] != "not_holder" || r["release"] != class["notHeld"] {
+		t.Errorf("refused_renewal: %v", r)
+	}
+	if r := get("lost_in_block"); r["raised"] != class["lost"] || r["aborted"] == false {
+		t.Errorf("lost_in_block: %v (want the loss reported on leaving the block, and the signal aborted in Node)", r)
+	}
+	if e := errOf("not_protected"); e["class"] != class["notProtected"] {
+		t.Errorf("not_protected: %v", e)
+	}
+	if e := errOf("no_session"); e["class"] != class["invalid"] {
+		t.Errorf("no_session: %v", e)
+	}
+	r := get("renew_then_cut")
+	lease, _ := r["leaseMS"].(float64)
+	if held, _ := r["heldMS"].(float64); held < 3*lease || r["writeError"] != nil || r["lostEarly"] != false || r["tokenSame"] != true || r["otherError"] != class["busy"] {
+		t.Errorf("renew_then_cut: the lock was not kept through three leases while writing: %v", r)
+	}
+	if after, _ := r["lostAfterMS"].(float64); r["lost"] != true || after > lease || r["error"] != class["lost"] {
+		t.Errorf("renew_then_cut: lost %v after %vms (lease %vms), want within one lease: %v", r["lost"], after, lease, r)
+	}
+}
+
+// token reads a fencing token that a script printed as a decimal
+// string: tokens use all 64 bits, past what JSON numbers carry exactly.
+func token(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// relay is a plain TCP relay that can be cut (see client/lockgate's tests).
+type relay struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	cut    bool
+	wg     sync.WaitGroup
+}
+
+func startRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln, target: target}
+	r.wg.Add(1)
+	go r.accept()
+	t.Cleanup(func() { r.Cut(); r.wg.Wait() })
+	return r
+}
+
+func (r *relay) URI() string { return "mongodb://" + r.ln.Addr().String() + "/" }
+
+func (r *relay) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.Dial("tcp", r.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		r.mu.Lock()
+		if r.cut {
+			r.mu.Unlock()
+			c.Close()
+			u.Close()
+			return
+		}
+		r.conns = append(r.conns, c, u)
+		r.mu.Unlock()
+		r.wg.Add(2)
+		go func() { defer r.wg.Done(); io.Copy(u, c); u.Close() }()
+		go func() { defer r.wg.Done(); io.Copy(c, u); c.Close() }()
+	}
+}
+
+func (r *relay) Cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cut = true
+	r.ln.Close()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/config"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/CONFIGURATION.md's generated tables")
+
+const configDoc = "../../docs/CONFIGURATION.md"
+
+// configTables renders the flags of flagSet and the variables of
+// config.EnvVars as the Markdown tables of docs/CONFIGURATION.md.
+func configTables() (flags, env string) {
+	var b strings.Builder
+	b.WriteString("| flag | default | what |\n|---|---|---|\n")
+	var o options
+	flagSet(&o, func(string) string { return "" }).VisitAll(func(f *flag.Flag) {
+		def := "(none)"
+		if f.DefValue != "" {
+			def = "`" + f.DefValue + "`"
+		}
+		fmt.Fprintf(&b, "| `-%s` | %s | %s |\n", f.Name, def, strings.ReplaceAll(f.Usage, "|", `\|`))
+	})
+	flags = b.String()
+	b.Reset()
+	b.WriteString("| variable | key | type | default |\n|---|---|---|---|\n")
+	for _, v := range config.EnvVars() {
+		name := "`" + v.Name + "`"
+		if v.Alias != "" {
+			name += " (or `" + v.Alias + "`)"
+		}
+		def := strings.ReplaceAll(v.Default, "\n", " ")
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(&b, "| %s | `%s` | %s | `%s` |\n", name, v.Key, v.Type, def)
+	}
+	fmt.Fprintf(&b, "| `%s` | (the file) | string | `\"\"` |\n", EnvConfig)
+	return flags, b.String()
+}
+
+func replaceBetween(doc, name, body string) (string, error) {
+	begin, end := "<!-- BEGIN GENERATED "+name+" -->\n", "<!-- END GENERATED "+name+" -->"
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		return "", fmt.Errorf("markers for %s not found", name)
+	}
+	return doc[:i+len(begin)] + body + doc[j:], nil
+}
+
+// The tables of flags and environment variables in docs/CONFIGURATION.md
+// are generated from the code; a flag or key added without regenerating
+// fails here. Regenerate: go test ./cmd/proxy -run TestConfigurationDoc -update
+func TestConfigurationDocIsGenerated(t *testing.T) {
+	b, err := os.ReadFile(configDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags, env := configTables()
+	doc, err := replaceBetween(string(b), "flags", flags)
+	if err == nil {
+		doc, err = replaceBetween(doc, "env", env)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc == string(b) {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(configDoc, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s is out of date: run go test ./cmd/proxy -run TestConfigurationDoc -update", configDoc)
+}
+
+func TestCheckMode(t *testing.T) {
+	file := writeFile(t, "upstream:\n  uri: mongodb://127.0.0.1:1/\n  dialTimeout: 200ms\n")
+	code, out, _ := runOnce(t, []string{"-config", file, "-check"}, env(nil))
+	if code != exitFailure || !strings.Contains(out, "ok      configuration") || !strings.Contains(out, "FAILED  upstream") || !strings.Contains(out, "FAILED  lockstore") {
+		t.Errorf("unreachable upstream: exit %d\n%s", code, out)
+	}
+	bad := writeFile(t, "shutdownDrainDelay: -1s\n")
+	if code, _, errOut := runOnce(t, []string{"-config", bad, "-check"}, env(nil)); code != exitUsage || !strings.Contains(errOut, "shutdownDrainDelay") {
+		t.Errorf("invalid config: exit %d %s", code, errOut)
+	}
+	if code, _, errOut := runOnce(t, []string{"-check"}, env(map[string]string{"LOCKGATE_LIMITS_MAX_LOCK_IDS": "many"})); code != exitUsage || !strings.Contains(errOut, "LOCKGATE_LIMITS_MAX_LOCK_IDS") {
+		t.Errorf("invalid environment: exit %d %s", code, errOut)
+	}
+}
+
+// After SIGTERM with shutdownDrainDelay, /readyz reports draining while
+// the proxy still accepts clients, and the shutdown starts only after the
+// delay. /metrics carries the version.
+func TestDrainDelayAndVersionMetric(t *testing.T) {
+	const delay = 1500 * time.Millisecond
+	file := writeFile(t, "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshutdownTimeout: 2s\nshutdownDrainDelay: 1500ms\n"+
+		"upstream:\n  uri: mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200\n  dialTimeout: 200ms\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"-config", file}, env(nil), &stdout, &stderr, nil) }()
+	waitFor(t, func() bool { return strings.Contains(stderr.String(), "lockgate started") })
+	m := regexp.MustCompile(`"listen":"([^"]+)","admin":"([^"]+)"`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no addresses in the start line:\n%s", stderr.String())
+	}
+	listen, adminAddr := m[1], m[2]
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) (int, string) {
+		resp, err := client.Get("http://" + adminAddr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if _, body := get("/metrics"); !strings.Contains(body, fmt.Sprintf(`version=%q} 1`, versionString())) || !strings.Contains(body, "lockgate_build_info{") {
+		t.Errorf("/metrics has no lockgate_build_info with version %q", versionString())
+	}
+	if _, body := get("/readyz"); strings.Contains(body, "draining") {
+		t.Fatalf("draining before any signal: %s", body)
+	}
+	cancel()
+	stopped := time.Now()
+	waitFor(t, func() bool { _, body := get("/readyz"); return strings.Contains(body, `"draining"`) })
+	c, err := net.DialTimeout("tcp", listen, time.Second)
+	if err != nil {
+		t.Fatalf("the proxy stopped accepting during the drain: %v", err)
+	}
+	c.Close()
+	select {
+	case code := <-done:
+		if el := time.Since(stopped); el < delay {
+			t.Errorf("stopped %v after the signal, before the drain delay of %v", el, delay)
+		}
+		if code != exitOK {
+			t.Errorf("exit %d\n%s", code, stderr.String())
+		}
+	case <-time.After(delay + 10*time.Second):
+		t.Fatal("run did not return")
+	}
+	if !bytes.Contains([]byte(stderr.String()), []byte("draining before shutdown")) {
+		t.Error("the drain was not logged")
+	}
+}

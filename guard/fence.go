@@ -1,0 +1,475 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+)
+
+// The document fence (docs/ENFORCEMENT.md, "Document fence"): on a
+// namespace whose rule sets fence: document, acquireLock stamps the new
+// fencing token into each locked document that exists, and every enforced
+// write is rewritten to apply only where the document's stamp is the
+// writer's token. A write from a holder that is no longer current (delayed
+// past its lease, from a paused or partitioned proxy, or checked against a
+// stale cache) then matches nothing, decided by the database atomically with
+// the write itself; the proxy turns that into an error for the client.
+
+// Reasons of the fence.
+const (
+	// reasonFencedOut: the database refused the write because a newer
+	// holder had stamped the document.
+	reasonFencedOut = "fenced_out"
+	// reasonFenceField: the write would change the fence field itself.
+	reasonFenceField = "fence_field"
+	// reasonFenceUnsupported: a write form the fence cannot rewrite.
+	reasonFenceUnsupported = "fence_unsupported"
+	// reasonFenceStamp: acquireLock could not stamp the documents.
+	reasonFenceStamp = "fence_stamp_failed"
+)
+
+// tokenStore is the lock store's HeldTokens (lockstore.Store has it).
+type tokenStore interface {
+	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error)
+}
+
+// fenced reports whether r fences documents.
+func fenced(r policy.Rule) bool { return r.Mode == policy.Enforce && r.FenceField != "" }
+
+// fenceStmt is one statement of a fenced namespace.
+type fenceStmt struct {
+	r   policy.Rule
+	w   policy.Write
+	ids []bson.RawValue // the documents it may touch (empty for inserts)
+	// tokens of an insert whose _id the writer holds (else nil).
+	insertID    bson.RawValue
+	insertToken []int64
+}
+
+// fencePlan is what the fence needs to rewrite a command.
+type fencePlan struct {
+	stmts  []fenceStmt
+	tokens map[string]int64 // ns + "\x00" + lockstore.IDKey -> token held
+}
+
+func (v *verdict) fencePlan() *fencePlan {
+	if v.fence == nil {
+		v.fence = &fencePlan{tokens: map[string]int64{}}
+	}
+	return v.fence
+}
+
+// fenceWrite records a statement of a fenced namespace, or refuses a form
+// the fence cannot rewrite.
+func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []bson.RawValue) {
+	if !fenced(r) {
+		return
+	}
+	switch w.List {
+	case "ops":
+		v.add(r, w, reasonFenceUnsupported, nil, "bulkWrite cannot be fenced yet; send update, delete and insert commands (drivers' collection-level bulk writes do)")
+		return
+	case policy.ListLegacy:
+		v.add(r, w, reasonFenceUnsupported, nil, "legacy write opcodes cannot be fenced; use the insert command")
+		return
+	}
+	p := v.fencePlan()
+	p.stmts = append(p.stmts, fenceStmt{r: r, w: w, ids: ids})
+}
+
+// holds checks the locks of ids like Store.Holds, records for an enforced
+// rule what the write's flight needs (the owner, the locks, the lease they
+// surely have left, measured now) and, for a fenced rule, their tokens for
+// the rewrite.
+func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) (bool, []bson.RawValue, error) {
+	ts, ok := g.opts.Store.(tokenStore)
+	if !ok {
+		if fenced(r) {
+			return false, nil, fmt.Errorf("%w: this lock store cannot report fencing tokens", lockstore.ErrUnavailable)
+		}
+		return g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
+	}
+	tokens, left, missing, err := ts.HeldTokens(ctx, o, ns, ids, r.LeaseMargin)
+	if err != nil || len(missing) > 0 {
+		return false, missing, err
+	}
+	if r.Mode == policy.Enforce {
+		v.flightLocks(o, r, ns, ids, left)
+	}
+	if !fenced(r) {
+		return true, nil, nil
+	}
+	p := v.fencePlan()
+	for i, id := range ids {
+		if k, err := lockstore.IDKey(id); err == nil {
+			p.tokens[ns+"\x00"+k] = tokens[i]
+		}
+	}
+	return true, nil, nil
+}
+
+func (p *fencePlan) token(ns string, id bson.RawValue) (int64, bool) {
+	k, err := lockstore.IDKey(id)
+	if err != nil {
+		return 0, false
+	}
+	t, ok := p.tokens[ns+"\x00"+k]
+	return t, ok
+}
+
+// fenceInserts finds, for each fenced insert, whether the writer holds the
+// lock on the inserted _id, and its token: the new document then carries
+// it, so that a stale holder of the same _id cannot write it afterwards.
+// Where no lock is held in the namespace at all, nothing is looked up.
+func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner, hasSession bool) {
+	if v.fence == nil || !hasSession {
+		return
+	}
+	for i := range v.fence.stmts {
+		s := &v.fence.stmts[i]
+		if s.w.Kind != policy.KindInsert {
+			continue
+		}
+		id, found, certain := policy.InsertID(s.w)
+		if !found || !certain {
+			continue
+		}
+		if h, ok := g.opts.Store.(interface{ MayHoldLocks(string) bool }); ok && !h.MayHoldLocks(s.w.NS) {
+			continue
+		}
+		rid := rawCopy(id)
+		sts, err := g.opts.Store.Status(ctx, o, s.w.NS, []bson.RawValue{rid})
+		if err != nil {
+			v.violations = append(v.violations, violation{rule: s.r, write: s.w, reason: reasonUnavailable,
+				detail: fmt.Sprintf("the lock store cannot tell whether this session holds the inserted _id's lock, whose token the fenced document must carry (%v)", err)})
+			return
+		}
+		if len(sts) == 1 && sts[0].HeldByYou {
+			s.insertID, s.insertToken = rid, []int64{sts[0].Token}
+		}
+	}
+}
+
+// fenceDecision rewrites an allowed command on fenced namespaces and
+// attaches the hook that reports fenced-out statements.
+func (g *Guard) fenceDecision(req *proxy.Request, pol *policy.Policy, v *verdict) proxy.Decision {
+	var fences []policy.Fence
+	var checks []fenceCheck
+	rewrite := len(v.pins) > 0
+	for _, s := range v.fence.stmts {
+		f := policy.Fence{List: s.w.List, Index: s.w.Index, Field: s.r.FenceField}
+		if s.w.Kind == policy.KindInsert {
+			if len(s.insertToken) == 0 && !hasField(s.w.Doc, s.r.FenceField) {
+				continue // nothing to stamp, nothing to drop
+			}
+			if len(s.insertToken) > 0 {
+				f.IDs = []bsoncore.Value{{Type: s.insertID.Type, Data: s.insertID.Value}}
+				f.Tokens = s.insertToken
+			}
+			fences, rewrite = append(fences, f), true
+			continue
+		}
+		c := fenceCheck{index: s.w.Index, multi: s.w.Multi, upsert: s.w.Upsert, ns: s.w.NS, field: s.r.FenceField}
+		for _, id := range dedupIDs(s.ids) {
+			t, ok := v.fence.token(s.w.NS, id)
+			if !ok {
+				x := violation{write: s.w, rule: s.r, reason: reasonUnclassifiable, detail: "the proxy lost track of a fencing token it had checked"}
+				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
+			}
+			f.IDs = append(f.IDs, bsoncore.Value{Type: id.Type, Data: id.Value})
+			f.Tokens = append(f.Tokens, t)
+			c.ids, c.tokens, c.named = append(c.ids, id), append(c.tokens, t), append(c.named, v.isNamed(id))
+		}
+		fences, checks, rewrite = append(fences, f), append(checks, c), true
+	}
+	if !rewrite {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	b, err := policy.FenceStatements(req.Message, req.Command, v.pins, fences)
+	if err != nil {
+		w := v.fence.stmts[0].w
+		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonUnclassifiable,
+			detail: fmt.Sprintf("the proxy could not restrict it to the current lock holder's documents (%v)", err)}
+		if errors.Is(err, policy.ErrFenceField) {
+			x.reason, x.detail = reasonFenceField, err.Error()
+		}
+		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
+	}
+	if len(b) > g.opts.MaxMessageSize {
+		w := v.fence.stmts[0].w
+		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonTooManyCandidates,
+			detail: fmt.Sprintf("fenced, it would exceed the %d-byte message limit; write fewer documents per command", g.opts.MaxMessageSize)}
+		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
+	}
+	if len(v.pins) > 0 {
+		g.metrics.pinned.Inc()
+	}
+	d := proxy.Decision{Action: proxy.Rewrite, Message: b}
+	if len(checks) > 0 && g.opts.Resolver != nil {
+		if db, ok := g.opts.Resolver.(fenceDB); ok {
+			d.OnReply = &fenceHook{g: g, db: db, cmd: req.Command.Name, checks: checks}
+		}
+	}
+	return d
+}
+
+func hasField(d bsoncore.Document, field string) bool {
+	_, err := d.LookupErr(field)
+	return err == nil
+}
+
+func dedupIDs(ids []bson.RawValue) []bson.RawValue {
+	out := make([]bson.RawValue, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		k, err := lockstore.IDKey(id)
+		if err != nil || seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, id)
+	}
+	return out
+}
+
+// fenceAcquired stamps the tokens of locks just acquired into the
+// documents of a fenced namespace. A lock whose documents cannot be
+// stamped would let the previous holder's late writes through, so on
+// failure the locks are released again and acquireLock fails.
+func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owner, locks []lockstore.Lock) *cmdError {
+	pol := g.policy.Load()
+	if pol == nil || len(locks) == 0 {
+		return nil
+	}
+	r := pol.Lookup(a.ns)
+	if !fenced(r) {
+		return nil
+	}
+	ids := make([]bson.RawValue, len(locks))
+	tokens := make([]int64, len(locks))
+	for i, l := range locks {
+		ids[i], tokens[i] = l.ID, l.Token
+	}
+	db, ok := g.opts.Resolver.(fenceDB)
+	var err error
+	if !ok {
+		err = errors.New("no client to stamp documents with")
+	} else {
+		err = db.StampFence(ctx, a.ns, r.FenceField, ids, tokens)
+	}
+	if err == nil {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, rerr := g.opts.Store.Release(rctx, o, a.ns, ids, "lockgate: stamping the fencing token failed"); rerr != nil {
+		g.log.Warn("fence: releasing locks whose documents could not be stamped failed; they expire with their lease",
+			zap.String("ns", a.ns), zap.Error(rerr))
+	}
+	return &cmdError{code: codeLockBusy, reason: reasonFenceStamp, ns: a.ns,
+		msg: fmt.Sprintf("lockgate: acquireLock on %s: the fencing token could not be stamped into the documents (%v); the locks were released again: retry", a.ns, err)}
+}
+
+// fenceCheck is what the reply hook knows of one fenced statement.
+type fenceCheck struct {
+	index  int
+	multi  bool
+	upsert bool
+	ns     string
+	field  string
+	ids    []bson.RawValue
+	tokens []int64
+	named  []bool // whether the request named ids[i] itself
+}
+
+// fenceHook tells a fenced-out statement from one that simply matched
+// nothing. The rule: when a reply counts fewer documents than the
+// statements could touch (n + upserted below the number of single-document
+// statements plus the ids of multi-document ones), or an upsert failed
+// with a duplicate key, lockgate reads the stamps of those documents with
+// its own client. A statement is fenced out when one of its documents
+// exists and carries a stamp other than the writer's token: a newer holder
+// stamped it, so the database refused the write there. The full reply
+// costs nothing extra.
+type fenceHook struct {
+	g      *Guard
+	db     fenceDB
+	cmd    string
+	checks []fenceCheck
+}
+
+func (h *fenceHook) Abandon() {}
+
+func (h *fenceHook) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Document {
+	if body == nil {
+		return nil // never sent
+	}
+	if h.cmd == "findAndModify" || h.cmd == "findandmodify" {
+		return h.findAndModify(ctx, body)
+	}
+	if ok, _ := body.Lookup("ok").AsInt64OK(); ok != 1 {
+		return nil
+	}
+	expected := 0
+	for _, c := range h.checks {
+		switch {
+		case c.multi:
+			expected += len(c.ids)
+		case len(c.ids) > 0:
+			expected++
+		}
+	}
+	n, _ := body.Lookup("n").AsInt64OK()
+	upserted := 0
+	if arr, ok := body.Lookup("upserted").ArrayOK(); ok {
+		vals, _ := arr.Values()
+		upserted = len(vals)
+	}
+	dupKey := false
+	var errs []bsoncore.Document
+	if arr, ok := body.Lookup("writeErrors").ArrayOK(); ok {
+		vals, _ := arr.Values()
+		for _, v := range vals {
+			if d, ok := v.DocumentOK(); ok {
+				errs = append(errs, d)
+				if code, _ := d.Lookup("code").AsInt64OK(); code == 11000 {
+					dupKey = true
+				}
+			}
+		}
+	}
+	if int(n)+upserted >= expected && !dupKey {
+		return nil
+	}
+	out := h.fencedOut(ctx)
+	if len(out) == 0 {
+		return nil
+	}
+	h.g.metrics.fencedOut.Add(float64(len(out)))
+	// Each fenced-out statement becomes a write error at its index,
+	// replacing the duplicate-key error of a fenced-out upsert.
+	byIndex := map[int]bsoncore.Document{}
+	for _, d := range errs {
+		i, _ := d.Lookup("index").AsInt64OK()
+		byIndex[int(i)] = d
+	}
+	for i, msg := range out {
+		byIndex[i] = bsoncore.NewDocumentBuilder().
+			AppendInt32("index", int32(i)).
+			AppendInt32("code", codeLockBusy).
+			AppendString("codeName", codeNames[codeLockBusy]).
+			AppendString("errmsg", msg).
+			AppendDocument("errInfo", bsoncore.NewDocumentBuilder().AppendDocument("lockgate",
+				bsoncore.NewDocumentBuilder().AppendString("reason", reasonFencedOut).Build()).Build()).
+			Build()
+	}
+	idx := make([]int, 0, len(byIndex))
+	for i := range byIndex {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	arr := bsoncore.NewArrayBuilder()
+	for _, i := range idx {
+		arr.AppendDocument(byIndex[i])
+	}
+	b := bsoncore.NewDocumentBuilder()
+	elems, _ := body.Elements()
+	for _, e := range elems {
+		if e.Key() != "writeErrors" {
+			b.AppendValue(e.Key(), e.Value())
+		}
+	}
+	return b.AppendArray("writeErrors", arr.Build()).Build()
+}
+
+func (h *fenceHook) findAndModify(ctx context.Context, body bsoncore.Document) bsoncore.Document {
+	ok, _ := body.Lookup("ok").AsInt64OK()
+	if ok == 1 {
+		if n, _ := body.Lookup("lastErrorObject", "n").AsInt64OK(); n > 0 {
+			return nil
+		}
+	} else if code, _ := body.Lookup("code").AsInt64OK(); code != 11000 {
+		return nil
+	}
+	out := h.fencedOut(ctx)
+	msg, found := out[0]
+	if !found {
+		return nil
+	}
+	h.g.metrics.fencedOut.Inc()
+	e := &cmdError{code: codeLockBusy, reason: reasonFencedOut, ns: h.checks[0].ns, msg: msg}
+	return e.document()
+}
+
+// fencedOut reads the stamps and returns, by statement index, the error
+// message of each fenced-out statement.
+func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
+	out := map[int]string{}
+	byNS := map[string][]bson.RawValue{}
+	for _, c := range h.checks {
+		byNS[c.ns] = append(byNS[c.ns], c.ids...)
+	}
+	stamps := map[string]bson.RawValue{} // ns + "\x00" + IDKey -> stamp of an existing document
+	read := map[string]bool{}
+	for ns, ids := range byNS {
+		if len(ids) == 0 {
+			continue
+		}
+		st, exists, err := h.db.FenceStamps(ctx, ns, h.checks[0].field, ids)
+		if err != nil {
+			// The write was refused or matched nothing; which one cannot
+			// be told. The reply goes through as the database sent it.
+			h.g.log.Warn("fence: cannot read the stamps after a short reply", zap.String("ns", ns), zap.Error(err))
+			continue
+		}
+		read[ns] = true
+		for j, id := range ids {
+			if k, err := lockstore.IDKey(id); err == nil && exists[j] {
+				stamps[ns+"\x00"+k] = st[j]
+			}
+		}
+	}
+	for _, c := range h.checks {
+		if !read[c.ns] {
+			continue
+		}
+		for i, id := range c.ids {
+			k, err := lockstore.IDKey(id)
+			if err != nil {
+				continue
+			}
+			s, ok := stamps[c.ns+"\x00"+k]
+			if !ok || s.Type == 0 || s.Type == bsontype.Null {
+				continue // gone, or never stamped: not fenced out
+			}
+			if st, ok := s.AsInt64OK(); ok && st == c.tokens[i] {
+				continue
+			}
+			what := "a document its filter matched"
+			if c.named[i] {
+				what = "_id " + idString(id)
+			}
+			out[c.index] = fmt.Sprintf("lockgate: %s on %s fenced out: this session's lock on %s (token %d) had passed to a newer holder (the document carries token %s) when the write reached the database, so the database refused it and nothing was written there; acquire the lock again and redo the work from a fresh read",
+				h.cmd, c.ns, what, c.tokens[i], stampString(s))
+			break
+		}
+	}
+	return out
+}
+
+func stampString(v bson.RawValue) string {
+	if n, ok := v.AsInt64OK(); ok {
+		return fmt.Sprint(n)
+	}
+	return v.String()
+}

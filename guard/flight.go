@@ -1,0 +1,307 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+)
+
+// Leases cover the writes in flight (docs/ENFORCEMENT.md, "Writes in
+// flight"). An enforced write is forwarded only while its locks surely have
+// more than the rule's margin of lease left, measured when the check
+// answered and checked again by the proxy just before the bytes leave; it
+// carries maxTimeMS no greater than that lease minus the margin, so the
+// database stops working on it before the lease could end; and until its
+// reply arrives this proxy keeps its locks from lapsing (renewing them) and
+// keeps releases of its session waiting.
+
+// flightPlan is what an allowed enforced write holds, gathered by holds.
+type flightPlan struct {
+	owner  lockstore.Owner
+	locks  map[string][]bson.RawValue // ns -> ids
+	end    time.Time                  // local monotonic time when the earliest lease surely ends
+	left   time.Duration              // lease left at the check, for renewals
+	margin time.Duration              // the largest margin of the rules involved
+}
+
+func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []bson.RawValue, left time.Duration) {
+	end := time.Now().Add(left)
+	if v.flight == nil {
+		v.flight = &flightPlan{owner: o, locks: map[string][]bson.RawValue{}, end: end, left: left}
+	}
+	f := v.flight
+	if end.Before(f.end) {
+		f.end = end
+	}
+	f.left = min(f.left, left)
+	f.margin = max(f.margin, r.LeaseMargin)
+	f.locks[ns] = append(f.locks[ns], ids...)
+}
+
+// flightTracker knows, per lock owner session, the enforced writes this
+// proxy forwarded and has not yet seen answered (or, abandoned, that the
+// database may still be running).
+type flightTracker struct {
+	mu        sync.Mutex
+	bySession map[string]*sessionFlights
+}
+
+type sessionFlights struct {
+	all  map[*flight]struct{}
+	idle chan struct{} // closed when all becomes empty
+}
+
+func newFlightTracker() *flightTracker {
+	return &flightTracker{bySession: map[string]*sessionFlights{}}
+}
+
+// flight is one enforced write in flight; it is the request's ReplyHook.
+type flight struct {
+	g        *Guard
+	plan     *flightPlan
+	key      string
+	start    time.Time
+	maxTime  time.Duration // the maxTimeMS it carries, 0 if none
+	next     proxy.ReplyHook
+	mu       sync.Mutex
+	done     bool
+	timer    *time.Timer
+	renewals int
+}
+
+// launch registers a write as in flight and returns it as the hook of the
+// decision (chaining the hook already there).
+func (g *Guard) launch(p *flightPlan, maxTime time.Duration, next proxy.ReplyHook) *flight {
+	f := &flight{g: g, plan: p, key: string(p.owner.Session), start: time.Now(), maxTime: maxTime, next: next}
+	t := g.flights
+	t.mu.Lock()
+	sf := t.bySession[f.key]
+	if sf == nil {
+		sf = &sessionFlights{all: map[*flight]struct{}{}, idle: make(chan struct{})}
+		t.bySession[f.key] = sf
+	}
+	sf.all[f] = struct{}{}
+	t.mu.Unlock()
+	// Renew once half of what was left at the check has passed without a
+	// reply; most writes are answered long before.
+	f.mu.Lock()
+	f.timer = time.AfterFunc(max(p.left/2, 10*time.Millisecond), f.renew)
+	f.mu.Unlock()
+	return f
+}
+
+// NeedsBody tells the proxy that a flight without a chained hook only
+// needs to know that the reply arrived (no decoding on the hot path).
+func (f *flight) NeedsBody() bool { return f.next != nil }
+
+// Reply implements proxy.ReplyHook.
+func (f *flight) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Document {
+	var out bsoncore.Document
+	if f.next != nil {
+		out = f.next.Reply(ctx, body)
+	}
+	f.land()
+	return out
+}
+
+// Abandon implements proxy.ReplyHook: no reply will come (the connection
+// closed, or the write was unacknowledged), but the database may still be
+// running it, for at most its maxTimeMS; the locks stay covered until then.
+func (f *flight) Abandon() {
+	if f.next != nil {
+		f.next.Abandon()
+	}
+	wait := f.maxTime
+	if wait <= 0 {
+		wait = f.plan.left
+	}
+	time.AfterFunc(max(wait-time.Since(f.start), 0), f.land)
+}
+
+// land ends the flight.
+func (f *flight) land() {
+	f.mu.Lock()
+	if f.done {
+		f.mu.Unlock()
+		return
+	}
+	f.done = true
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.mu.Unlock()
+	t := f.g.flights
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sf := t.bySession[f.key]
+	if sf == nil {
+		return
+	}
+	delete(sf.all, f)
+	if len(sf.all) == 0 {
+		close(sf.idle)
+		delete(t.bySession, f.key)
+	}
+}
+
+// renew keeps the locks of a write still in flight from lapsing, bounded:
+// never past MaxInFlight since the write left.
+func (f *flight) renew() {
+	f.mu.Lock()
+	if f.done || time.Since(f.start) > f.g.opts.MaxInFlight {
+		f.mu.Unlock()
+		return
+	}
+	f.renewals++
+	f.mu.Unlock()
+	lease := min(max(f.plan.left, time.Second), f.g.opts.MaxInFlight)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for ns, ids := range f.plan.locks {
+		if _, err := f.g.opts.Store.Renew(ctx, f.plan.owner, ns, ids, lease); err != nil {
+			// Released by an operator, or the store is unreachable: the
+			// write goes on under its maxTimeMS (and the fence, if any).
+			f.g.log.Info("could not renew the locks of a write still in flight", zap.String("ns", ns), zap.Error(err))
+			return
+		}
+	}
+	f.g.metrics.inFlightRenewals.Inc()
+	f.mu.Lock()
+	if !f.done {
+		f.timer = time.AfterFunc(lease/2, f.renew)
+	}
+	f.mu.Unlock()
+}
+
+// waitSession blocks until the session's enforced writes in flight on this
+// proxy are answered, or ctx ends.
+func (t *flightTracker) waitSession(ctx context.Context, session []byte) error {
+	for {
+		t.mu.Lock()
+		sf := t.bySession[string(session)]
+		t.mu.Unlock()
+		if sf == nil {
+			return nil
+		}
+		select {
+		case <-sf.idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// waitKey blocks until no write in flight on this proxy holds the lock on
+// (ns, id), or ctx ends: what an operator's force-release waits for.
+func (t *flightTracker) waitKey(ctx context.Context, ns string, id bson.RawValue) error {
+	for {
+		var idle chan struct{}
+		t.mu.Lock()
+	find:
+		for _, sf := range t.bySession {
+			for f := range sf.all {
+				for _, fid := range f.plan.locks[ns] {
+					if lockstore.SameID(fid, id) {
+						idle = sf.idle
+						break find
+					}
+				}
+			}
+		}
+		t.mu.Unlock()
+		if idle == nil {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitWritesOn blocks, at most OrderTimeout, until no enforced write that
+// this proxy forwarded under the lock on (ns, id) is still unanswered. An
+// operator's force-release calls it first, so that it does not free a lock
+// under a write that is still running.
+func (g *Guard) WaitWritesOn(ctx context.Context, ns string, id bson.RawValue) error {
+	ctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
+	defer cancel()
+	return g.flights.waitKey(ctx, ns, id)
+}
+
+// launchDecision turns an allowed enforced write into its flight: it is
+// forwarded only before its lease, less the margin, could end (the proxy
+// checks the deadline again just before the bytes leave), it carries
+// maxTimeMS capped at what is left of that, and it is tracked until
+// answered.
+func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision) proxy.Decision {
+	p := v.flight
+	if p == nil || (d.Action != proxy.Forward && d.Action != proxy.Rewrite) {
+		return d
+	}
+	w := v.writes[0]
+	late := func() bsoncore.Document {
+		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonNotLocked,
+			detail: fmt.Sprintf("this session's lock had less than the policy's margin of %v of lease left when the write was about to leave for the database; renew it with renewLock", p.margin)}
+		return refusal(req, x).document()
+	}
+	budget := time.Until(p.end) - p.margin
+	if budget <= 0 {
+		if d.OnReply != nil {
+			d.OnReply.Abandon()
+		}
+		return proxy.Decision{Action: proxy.Reply, Reply: late()}
+	}
+	var maxTime time.Duration
+	if req.Command != nil && inTransaction(req.Command.Body) {
+		g.recordTxn(req, p)
+	}
+	if req.Command != nil && !inTransaction(req.Command.Body) {
+		ms := max(budget.Milliseconds(), 1)
+		var b []byte
+		var capped time.Duration
+		var err error
+		if d.Action == proxy.Rewrite {
+			b, capped, err = policy.CapMaxTime(d.Message, ms)
+		} else {
+			b, capped, err = policy.CapMaxTimeOf(req.Message, req.Command, ms)
+		}
+		if err != nil {
+			x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonUnclassifiable,
+				detail: fmt.Sprintf("the proxy could not bound its running time by the lease (%v)", err)}
+			if d.OnReply != nil {
+				d.OnReply.Abandon()
+			}
+			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
+		}
+		maxTime = capped
+		if b != nil {
+			d.Action, d.Message = proxy.Rewrite, b
+		}
+	}
+	d.Deadline = p.end.Add(-p.margin)
+	d.LateReply = late()
+	d.OnReply = g.launch(p, maxTime, d.OnReply)
+	return d
+}
+
+// inTransaction reports whether a command runs inside a multi-document
+// transaction (autocommit: false), where the server refuses a maxTimeMS of
+// its own statements; the commit is checked instead.
+func inTransaction(body bsoncore.Document) bool {
+	v, err := body.LookupErr("autocommit")
+	if err != nil {
+		return false
+	}
+	b, ok := v.BooleanOK()
+	return ok && !b
+}

@@ -1,0 +1,189 @@
+package guard
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// leaseStore holds every lock with a fixed lease left and counts renewals.
+type leaseStore struct {
+	unavailableStore
+	left    time.Duration
+	renews  atomic.Int32
+	release atomic.Int32
+}
+
+func (s *leaseStore) HeldTokens(_ context.Context, _ lockstore.Owner, _ string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error) {
+	if s.left <= margin {
+		return nil, 0, ids, nil
+	}
+	return make([]int64, len(ids)), s.left, nil, nil
+}
+
+func (s *leaseStore) Renew(context.Context, lockstore.Owner, string, []bson.RawValue, time.Duration) ([]lockstore.Lock, error) {
+	s.renews.Add(1)
+	return nil, nil
+}
+
+func (s *leaseStore) Release(context.Context, lockstore.Owner, string, []bson.RawValue, string) (int, error) {
+	s.release.Add(1)
+	return 1, nil
+}
+
+func flightGuard(t *testing.T, left time.Duration) (*Guard, *leaseStore) {
+	t.Helper()
+	pol, err := policy.Compile(config.Policy{Default: config.ModeEnforce, MaxCandidates: 10, LeaseMarginMS: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &leaseStore{left: left}
+	g := New(Options{Store: st, OrderTimeout: 300 * time.Millisecond})
+	g.SetPolicy(pol)
+	return g, st
+}
+
+var flightLSID = bsoncore.NewDocumentBuilder().AppendBinary("id", 4, make([]byte, 16)).Build()
+
+func flightRequest(t *testing.T, extra func(*bsoncore.DocumentBuilder)) *proxy.Request {
+	t.Helper()
+	b := bsoncore.NewDocumentBuilder().AppendString("update", "orders").
+		AppendArray("updates", bsoncore.NewArrayBuilder().AppendDocument(bsoncore.NewDocumentBuilder().
+			AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build()).
+			AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$set", bsoncore.NewDocumentBuilder().AppendInt32("a", 1).Build()).Build()).
+			Build()).Build())
+	if extra != nil {
+		extra(b)
+	}
+	b.AppendDocument("lsid", flightLSID).AppendString("$db", "shop")
+	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, b.Build()), wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := wire.CommandOf(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &proxy.Request{Message: msg, Command: cmd, Client: &proxy.ClientInfo{ID: 1, Addr: "test"}}
+}
+
+func maxTimeOf(t *testing.T, b []byte) int64 {
+	t.Helper()
+	msg, err := wire.Parse(b, wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, _ := wire.CommandOf(msg)
+	ms, ok := cmd.Body.Lookup("maxTimeMS").AsInt64OK()
+	if !ok {
+		t.Fatalf("no maxTimeMS in %v", cmd.Body)
+	}
+	return ms
+}
+
+// TestEnforcedWriteCarriesLeaseBoundMaxTime: the forwarded write carries
+// maxTimeMS no greater than the lease left minus the margin, keeps a
+// smaller client value, and is answered by the proxy, not forwarded, once
+// its deadline has passed.
+func TestEnforcedWriteCarriesLeaseBoundMaxTime(t *testing.T) {
+	g, _ := flightGuard(t, 2*time.Second)
+	d := g.Intercept(context.Background(), flightRequest(t, nil))
+	if d.Action != proxy.Rewrite {
+		t.Fatalf("decision %v, want a rewrite carrying maxTimeMS", d.Action)
+	}
+	if ms := maxTimeOf(t, d.Message); ms > 1900 || ms < 1500 {
+		t.Errorf("maxTimeMS %d, want at most lease left (2 s) minus margin (100 ms)", ms)
+	}
+	if until := time.Until(d.Deadline); until > 1900*time.Millisecond || until < 1500*time.Millisecond {
+		t.Errorf("deadline in %v, want about 1.9 s", until)
+	}
+	if d.LateReply == nil || d.OnReply == nil {
+		t.Fatal("no late reply or no flight hook")
+	}
+	d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
+
+	d = g.Intercept(context.Background(), flightRequest(t, func(b *bsoncore.DocumentBuilder) { b.AppendInt32("maxTimeMS", 20) }))
+	if d.Action != proxy.Forward {
+		t.Errorf("a smaller client maxTimeMS: decision %v, want the request forwarded unchanged", d.Action)
+	}
+	d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
+
+	// In a transaction the statement gets no maxTimeMS of its own.
+	d = g.Intercept(context.Background(), flightRequest(t, func(b *bsoncore.DocumentBuilder) {
+		b.AppendInt64("txnNumber", 1).AppendBoolean("autocommit", false)
+	}))
+	if d.Action != proxy.Forward {
+		t.Errorf("in a transaction: decision %v, want forwarded unchanged", d.Action)
+	}
+	d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
+}
+
+// TestReleaseWaitsForWritesInFlight: a release of the session, from any
+// connection, waits for its enforced writes in flight; the flight renews
+// the locks meanwhile; once answered, the release goes through.
+func TestReleaseWaitsForWritesInFlight(t *testing.T) {
+	g, st := flightGuard(t, 200*time.Millisecond)
+	d := g.Intercept(context.Background(), flightRequest(t, nil))
+	if d.OnReply == nil {
+		t.Fatal("no flight")
+	}
+	release := func() bsoncore.Document {
+		b := bsoncore.NewDocumentBuilder().AppendString("releaseLock", "orders").
+			AppendArray("ids", bsoncore.NewArrayBuilder().AppendInt32(1).Build()).
+			AppendDocument("lsid", flightLSID).AppendString("$db", "shop").Build()
+		msg, _ := wire.Parse(wire.AppendMsg(nil, 2, 0, 0, b), wire.Limits{})
+		cmd, _ := wire.CommandOf(msg)
+		// Another connection of the same session: nothing of its own in flight.
+		return g.Intercept(context.Background(), &proxy.Request{Message: msg, Command: cmd, Client: &proxy.ClientInfo{ID: 2, Addr: "other"}}).Reply
+	}
+	if r := release(); st.release.Load() != 0 {
+		t.Fatalf("released while the write was in flight: %v", r)
+	} else if reason, _ := r.Lookup("lockgate", "reason").StringValueOK(); reason != reasonInFlight {
+		t.Errorf("release during the flight: %v, want reason %s", r, reasonInFlight)
+	}
+	if st.renews.Load() == 0 {
+		t.Error("the locks of a write in flight past half its lease were not renewed")
+	}
+	done := make(chan bsoncore.Document)
+	go func() { done <- release() }()
+	time.Sleep(50 * time.Millisecond)
+	d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
+	r := <-done
+	if st.release.Load() != 1 {
+		t.Errorf("release after the reply: %v, want it released", r)
+	}
+}
+
+// TestForceReleaseWaitsForWritesInFlight: an operator's force-release of a
+// lock first waits for the writes this proxy forwarded under it.
+func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
+	g, _ := flightGuard(t, 5*time.Second)
+	d := g.Intercept(context.Background(), flightRequest(t, nil))
+	if d.OnReply == nil {
+		t.Fatal("no flight")
+	}
+	one := bson.RawValue{Type: bson.TypeInt64, Value: bsoncore.AppendInt64(nil, 1)} // NumberLong(1) is _id 1
+	two := bson.RawValue{Type: bson.TypeInt32, Value: bsoncore.AppendInt32(nil, 2)}
+	if err := g.WaitWritesOn(context.Background(), "shop.orders", two); err != nil {
+		t.Errorf("a lock with no write in flight waited: %v", err)
+	}
+	if err := g.WaitWritesOn(context.Background(), "shop.orders", one); err == nil {
+		t.Error("force-release did not wait for the write in flight under the lock")
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
+	}()
+	if err := g.WaitWritesOn(context.Background(), "shop.orders", one); err != nil {
+		t.Errorf("after the reply: %v", err)
+	}
+}

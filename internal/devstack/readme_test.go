@@ -1,0 +1,114 @@
+package devstack
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReadmeWalkthrough runs the README's five-minute walk-through as
+// written: the dev stack with its default policy, and the README's mongosh
+// block pasted into the shell the README installs. Each line's outcome is
+// the one its comment promises: the write outside a lock refused with
+// LockBusy, the write in the locking session applied, the status and the
+// release; and nothing warns about a collection the walk-through created.
+func TestReadmeWalkthrough(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	mongosh, err := filepath.Abs("../../tests/compat/node/node_modules/.bin/mongosh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mongosh); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("mongosh missing (CI is set, so this is a failure): %v", err)
+		}
+		t.Skipf("mongosh missing: %v (run npm ci in tests/compat/node)", err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)Paste the walk-through into the shell:\\s*```js\\n(.*?)\\n\\s*```").FindSubmatch(readme)
+	if block == nil {
+		t.Fatal("README.md: no mongosh walk-through block after \"Paste the walk-through into the shell:\"")
+	}
+	var script strings.Builder
+	for _, line := range strings.Split(string(block[1]), "\n") {
+		script.WriteString(strings.TrimSpace(line) + "\n")
+	}
+	if !strings.Contains(script.String(), `acquireLock: "orders"`) {
+		t.Fatalf("the README's block is not the walk-through:\n%s", script.String())
+	}
+
+	// The README's connection string and port are the dev stack's defaults;
+	// the test runs it on free ports and gives mongosh the one printed.
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, &stdout, &stderr, nil)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("dev stack did not stop")
+		}
+	}()
+	var uri string
+	deadline := time.Now().Add(30 * time.Second)
+	for uri == "" {
+		if m := connRE.FindStringSubmatch(stdout.String()); m != nil {
+			uri = m[1]
+			break
+		}
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("dev stack exited %d\nstderr: %s", code, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection string printed\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
+		}
+	}
+
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer scancel()
+	sh := exec.CommandContext(sctx, mongosh, uri, "--norc")
+	sh.Stdin = strings.NewReader(script.String())
+	var out bytes.Buffer
+	sh.Stdout, sh.Stderr = &out, &out
+	if err := sh.Run(); err != nil {
+		t.Fatalf("mongosh: %v\n%s", err, out.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"insertedId: 1",
+		"MongoServerError[LockBusy]: lockgate: update on shop.orders refused: this session does not hold the lock on _id 1",
+		"ok: 1",
+		"session: '",
+		"modifiedCount: 1",
+		"heldByYou: true",
+		"released: 1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the walk-through's output lacks %q", want)
+		}
+	}
+	if strings.Contains(got, "warnings: [") {
+		t.Errorf("the walk-through got a warning")
+	}
+	if t.Failed() {
+		t.Logf("mongosh output:\n%s", got)
+	}
+}

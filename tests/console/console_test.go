@@ -1,0 +1,236 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.uber.org/zap"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/embedded"
+)
+
+const chromiumPath = "/usr/bin/chromium"
+
+// The console shows a lock that a test client holds, refuses to
+// force-release it without the admin token (and with a wrong one), and
+// releases it with the token and a reason.
+func TestConsoleShowsAndForceReleasesALock(t *testing.T) {
+	if _, err := exec.LookPath(chromiumPath); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s missing (CI is set, so this is a failure): apt-get install -y chromium", chromiumPath)
+		}
+		t.Skipf("%s missing: apt-get install -y chromium (set CI=1 to make this a failure)", chromiumPath)
+	}
+	up, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	const adminToken = "console-test-token-7f3a"
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URI = up.URI()
+	cfg.AdminAuth.TokenFile = tokenFile
+	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "kit.*", Mode: config.ModeEnforce}}
+	gctx, stopGW := context.WithCancel(context.Background())
+	g, err := gateway.Start(gctx, cfg, zap.NewNop())
+	if err != nil {
+		stopGW()
+		t.Fatal(err)
+	}
+	defer func() {
+		stopGW()
+		<-g.Done()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// A client whose application name is markup: the console must show it
+	// as text.
+	const app = `console<b id="injected">client</b>`
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+g.ProxyAddr().String()+"/").SetAppName(app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	sess, err := c.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.EndSession(context.Background())
+	sc := mongo.NewSessionContext(ctx, sess)
+	db := c.Database("kit")
+	var acq struct {
+		Locks []struct {
+			Token int64 `bson:"token"`
+		} `bson:"locks"`
+	}
+	if err := db.RunCommand(sc, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Decode(&acq); err != nil {
+		t.Fatal(err)
+	}
+	tok := acq.Locks[0].Token
+	// A refused write, so that the decision counts have something to show.
+	if _, err := db.Collection("orders").UpdateOne(ctx, bson.M{"_id": 42}, bson.M{"$set": bson.M{"x": 1}}); err == nil {
+		t.Fatal("a write without the lock was allowed")
+	}
+	held := func() bool {
+		var st struct {
+			Locks []struct {
+				HeldByYou bool `bson:"heldByYou"`
+			} `bson:"locks"`
+		}
+		if err := db.RunCommand(sc, bson.D{{Key: "lockStatus", Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Locks[0].HeldByYou
+	}
+
+	// The page is served with a policy that forbids inline and foreign
+	// script, and tokens travel as strings (64-bit, past JavaScript's
+	// exact integers).
+	resp, err := http.Get("http://" + g.AdminAddr().String() + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("Content-Security-Policy = %q", csp)
+	}
+	resp, err = http.Get("http://" + g.AdminAddr().String() + "/console/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state struct {
+		Locks []struct {
+			Token json.RawMessage `json:"token"`
+		} `json:"locks"`
+	}
+	json.NewDecoder(resp.Body).Decode(&state)
+	resp.Body.Close()
+	if len(state.Locks) != 1 || string(state.Locks[0].Token) != fmt.Sprintf("%q", fmt.Sprint(tok)) {
+		t.Errorf("/console/state locks = %+v, want one with token \"%d\"", state.Locks, tok)
+	}
+
+	bctx, stop := browser(t, ctx)
+	defer stop()
+	url := "http://" + g.AdminAddr().String() + "/console/"
+	row := `#locks tr[data-namespace="kit.orders"][data-id="42"]`
+	var cells []string
+	var policyText, decisionsText string
+	var injected bool
+	if err := chromedp.Run(bctx,
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(row, chromedp.ByQuery),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll('`+row+` td')).map(td => td.textContent)`, &cells),
+		chromedp.Text(`#policy tbody`, &policyText, chromedp.ByQuery),
+		chromedp.Evaluate(`document.getElementById('injected') !== null`, &injected),
+	); err != nil {
+		t.Fatalf("loading the console: %v", err)
+	}
+	if len(cells) < 10 || cells[0] != "kit.orders" || cells[1] != "42" || cells[2] != app || cells[6] != fmt.Sprint(tok) || !strings.HasSuffix(cells[7], "s") || cells[8] != "0" {
+		t.Fatalf("lock row = %q; want kit.orders, 42, holder %q, token %d, time left, 0 waiters", cells, app, tok)
+	}
+	if injected {
+		t.Fatal("the application name was rendered as markup")
+	}
+	if !strings.Contains(policyText, "kit.*") || !strings.Contains(policyText, "enforce") {
+		t.Errorf("policy table = %q", policyText)
+	}
+	if err := chromedp.Run(bctx, chromedp.Poll(`document.querySelector('#decisions tbody').textContent.includes('reject')`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Text(`#decisions tbody`, &decisionsText, chromedp.ByQuery)); err != nil {
+		t.Errorf("decision counts do not show the refused write: %v (%q)", err, decisionsText)
+	}
+
+	release := func(token, reason string) string {
+		t.Helper()
+		var result string
+		if err := chromedp.Run(bctx,
+			chromedp.Evaluate(`document.getElementById('token').value = `+jsString(token), nil),
+			chromedp.Evaluate(`document.getElementById('result').textContent = ''`, nil),
+			chromedp.Click(row+` button.release`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#release-dialog`, chromedp.ByQuery),
+			chromedp.SendKeys(`#reason`, reason, chromedp.ByQuery),
+			chromedp.Click(`#release-confirm`, chromedp.ByQuery),
+			chromedp.Poll(`document.getElementById('result').textContent`, &result, chromedp.WithPollingTimeout(10*time.Second)),
+		); err != nil {
+			t.Fatalf("force-release through the console: %v", err)
+		}
+		return result
+	}
+	if got := release("", "stuck batch job"); !strings.Contains(got, "refused") {
+		t.Fatalf("without the token: %q, want refused", got)
+	}
+	if !held() {
+		t.Fatal("the lock was released without the admin token")
+	}
+	if got := release("wrong-token", "stuck batch job"); !strings.Contains(got, "refused") {
+		t.Fatalf("with a wrong token: %q, want refused", got)
+	}
+	if !held() {
+		t.Fatal("the lock was released with a wrong admin token")
+	}
+	if got := release(adminToken, "stuck batch job"); !strings.HasPrefix(got, "released kit.orders") || !strings.Contains(got, app) {
+		t.Fatalf("with the token: %q, want released", got)
+	}
+	if held() {
+		t.Fatal("the console said released, but the client still holds the lock")
+	}
+	// The row goes away on the next refresh.
+	if err := chromedp.Run(bctx, chromedp.WaitNotPresent(row, chromedp.ByQuery)); err != nil {
+		t.Fatalf("the released lock is still listed: %v", err)
+	}
+}
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// browser starts headless chromium with a fresh profile and nothing that
+// phones home.
+func browser(t *testing.T, ctx context.Context) (context.Context, func()) {
+	t.Helper()
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(func(f string, a ...any) {
+		msg := fmt.Sprintf(f, a...)
+		// chromedp v0.14 does not know every event of Debian's newer
+		// chromium; those notices are noise.
+		if !strings.Contains(msg, "unhandled node event") && !errors.Is(ctx.Err(), context.Canceled) {
+			t.Logf("chromedp: %s", msg)
+		}
+	}))
+	return bctx, func() { cancelBrowser(); cancelAlloc() }
+}
