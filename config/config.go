@@ -180,6 +180,9 @@ type Limits struct {
 	// MaxWaitersPerLock bounds the acquires waiting for one lock on this
 	// instance.
 	MaxWaitersPerLock int `yaml:"maxWaitersPerLock"`
+	// MaxLocksPerSession bounds the unexpired locks one session may hold
+	// through this instance.
+	MaxLocksPerSession int `yaml:"maxLocksPerSession"`
 }
 
 // Log configures the process logger.
@@ -222,7 +225,8 @@ func Default() *Config {
 		Policy: Policy{Default: ModeOff, MaxCandidates: DefaultMaxCandidates, LeaseMarginMS: DefaultLeaseMarginMS},
 		Limits: Limits{MaxMessageSizeBytes: DefaultMaxMessageSizeBytes,
 			ResolveTimeoutMS: DefaultResolveTimeoutMS, MaxConcurrentResolves: DefaultMaxResolves,
-			HandshakeTimeoutMS: DefaultHandshakeTimeoutMS, MaxLockIDs: 1000, MaxWaitersPerLock: 1000},
+			HandshakeTimeoutMS: DefaultHandshakeTimeoutMS, MaxLockIDs: 1000, MaxWaitersPerLock: 1000,
+			MaxLocksPerSession: 10000},
 		ShutdownTimeout: Duration(15 * time.Second),
 		Log:             Log{Level: LogLevelInfo, Format: LogFormatJSON},
 	}

@@ -95,6 +95,9 @@ func (c *Config) Validate() error {
 	if n := c.Limits.MaxWaitersPerLock; n < 1 || n > 1000000 {
 		v.add("limits.maxWaitersPerLock", "must be between 1 and 1000000, got %d", n)
 	}
+	if n := c.Limits.MaxLocksPerSession; n < 1 || n > 10000000 {
+		v.add("limits.maxLocksPerSession", "must be between 1 and 10000000, got %d", n)
+	}
 	if n := c.Limits.HandshakeTimeoutMS; n < 100 || n > 600000 {
 		v.add("limits.handshakeTimeoutMS", "must be between 100 and 600000 milliseconds, got %d", n)
 	}

@@ -151,7 +151,8 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		MaxLease:     time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
 		MaxWaiters:   cfg.Limits.MaxWaitersPerLock,
 
-		TakeoverGrace: time.Duration(cfg.Lockstore.TakeoverGraceMS) * time.Millisecond,
+		TakeoverGrace:      time.Duration(cfg.Lockstore.TakeoverGraceMS) * time.Millisecond,
+		MaxLocksPerSession: cfg.Limits.MaxLocksPerSession,
 	}, lockstore.WithLogger(logger), lockstore.WithMetrics(lsMetrics))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

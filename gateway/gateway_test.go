@@ -429,3 +429,66 @@ func TestGatewayClientTLS(t *testing.T) {
 	cancel()
 	waitDone(t, gw)
 }
+
+// TestReadyzReportsTheConnectionLimit: while limits.maxConnections client
+// connections are open, /readyz says not ready and names the check, so a
+// load balancer sends new clients elsewhere; a freed slot makes it ready
+// again (issue 12, deliverable 1).
+func TestReadyzReportsTheConnectionLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	up := startEmbedded(t)
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Limits.MaxConnections = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); waitDone(t, gw) }()
+	readyz := func() (int, admin.Readiness) {
+		code, body := httpGet(t, "http://"+gw.AdminAddr().String()+"/readyz")
+		var rd admin.Readiness
+		if err := json.Unmarshal([]byte(body), &rd); err != nil {
+			t.Fatalf("/readyz body %q: %v", body, err)
+		}
+		return code, rd
+	}
+	waitFor := func(want int) admin.Readiness {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			code, rd := readyz()
+			if code == want {
+				return rd
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz still %d, want %d: %+v", code, want, rd)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor(200)
+	conns := make([]net.Conn, 2)
+	for i := range conns {
+		c, err := net.DialTimeout("tcp", gw.ProxyAddr().String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	rd := waitFor(503)
+	for _, c := range rd.Checks {
+		if c.Name == "connections" && (c.OK || !strings.Contains(c.Error, "maxConnections")) {
+			t.Errorf("connections check = %+v, want it failing and naming limits.maxConnections", c)
+		} else if c.Name != "connections" && !c.OK {
+			t.Errorf("check %s failed too: %+v", c.Name, c)
+		}
+	}
+	conns[0].Close()
+	waitFor(200)
+}

@@ -277,13 +277,19 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		// Refused already: what the filter matches cannot change that.
 		g.metrics.resolves.WithLabelValues("skipped").Inc()
 		return nil, false, false
+	case r.Mode == policy.Enforce && g.resolveCooling(v.req) > 0:
+		g.metrics.resolves.WithLabelValues("skipped").Inc()
+		g.tarpit(ctx, v.req)
+		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %v more; lock the documents and name their _id values in the filter", g.resolveCooling(v.req).Round(time.Second)))
+		return nil, false, false
 	default:
 		limit := r.MaxCandidates
 		if e := g.mayRead(ctx, v.req, w.NS); e != "" {
 			v.add(r, w, reasonResolveFailed, nil, e)
 			return nil, false, false
 		}
-		cands, err := g.resolve(ctx, r, w, limit+1)
+		cands, err := g.resolve(ctx, g.resolveSlotsFor(v.req), r, w, limit+1)
+		g.resolveOutcome(v.req, r, err)
 		if errors.Is(err, errResolveSkipped) {
 			// Audit only, and every slot busy: the write goes through
 			// either way, so it does not queue behind enforced ones.
@@ -716,25 +722,25 @@ var errResolveSkipped = errors.New("resolution skipped")
 // query together within ResolveTimeout. An enforced write waits for a slot;
 // an audited one only takes a free slot, since nothing it could learn
 // changes what is forwarded.
-func (g *Guard) resolve(ctx context.Context, r policy.Rule, w policy.Write, limit int) ([]bson.RawValue, error) {
+func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) ([]bson.RawValue, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.ResolveTimeout)
 	defer cancel()
 	if r.Mode == policy.Enforce {
 		select {
-		case g.resolveSlots <- struct{}{}:
+		case slots <- struct{}{}:
 		case <-ctx.Done():
 			g.metrics.resolves.WithLabelValues("timeout").Inc()
 			return nil, ctx.Err()
 		}
 	} else {
 		select {
-		case g.resolveSlots <- struct{}{}:
+		case slots <- struct{}{}:
 		default:
 			g.metrics.resolves.WithLabelValues("skipped").Inc()
 			return nil, errResolveSkipped
 		}
 	}
-	defer func() { <-g.resolveSlots }()
+	defer func() { <-slots }()
 	start := time.Now()
 	ids, err := g.opts.Resolver.Candidates(ctx, w.NS, w.Filter, w.Collation, w.Hint, limit)
 	g.metrics.resolveSeconds.Observe(time.Since(start).Seconds())

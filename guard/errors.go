@@ -62,6 +62,8 @@ const (
 	reasonInFlight = "in_flight"
 	// reasonTooManyWaiters: the lock's wait queue is full.
 	reasonTooManyWaiters = "too_many_waiters"
+	// reasonTooManyLocks: the session holds limits.maxLocksPerSession.
+	reasonTooManyLocks = "too_many_locks"
 	// reasonUnauthenticated: a lock command before authentication, where
 	// the upstream requires it.
 	reasonUnauthenticated = "unauthenticated"
@@ -159,6 +161,9 @@ func fromStore(op, ns string, err error) *cmdError {
 	case errors.Is(err, lockstore.ErrTooManyWaiters):
 		return &cmdError{code: codeLockBusy, reason: reasonTooManyWaiters, ns: ns,
 			msg: fmt.Sprintf("lockgate: %s: %v; nothing was taken", op, err)}
+	case errors.Is(err, lockstore.ErrTooManyLocks):
+		return &cmdError{code: codeLockBusy, reason: reasonTooManyLocks, ns: ns,
+			msg: fmt.Sprintf("lockgate: %s: %v (limits.maxLocksPerSession); nothing was taken", op, err)}
 	case errors.Is(err, lockstore.ErrInvalidID), errors.Is(err, lockstore.ErrInvalidLease), errors.Is(err, lockstore.ErrInvalidArgument):
 		return &cmdError{code: codeBadValue, reason: reasonBadArgument, ns: ns, msg: fmt.Sprintf("lockgate: %s: %v", op, err)}
 	default:

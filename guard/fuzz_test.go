@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,8 +70,11 @@ func FuzzIntercept(f *testing.F) {
 	}
 	g := New(Options{Store: unavailableStore{}, Reserved: ReservedFor("lockgate", "locks"), OrderTimeout: time.Millisecond})
 	g.SetPolicy(pol)
-	client := &proxy.ClientInfo{ID: 1, Addr: "fuzz"}
+	var conns atomic.Uint64
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// A connection of its own per input: a connection sending
+		// malformed lock commands is slowed down (throttle.go).
+		client := &proxy.ClientInfo{ID: conns.Add(1), Addr: "fuzz"}
 		// wire.Parse judges the body as the proxy does (bsoncore's own
 		// Validate panics on some truncated documents).
 		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body), wire.Limits{})

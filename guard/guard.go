@@ -94,6 +94,12 @@ type Guard struct {
 	// resolveSlots holds one token per resolution allowed to run; a
 	// buffered channel queues blocked senders in arrival order.
 	resolveSlots chan struct{}
+	// throttle slows or refuses a connection's costly requests once it
+	// abuses them (throttle.go).
+	throttle *throttle
+	// slowResolveSlot is the one slot of connections whose resolutions
+	// have run out of time.
+	slowResolveSlot chan struct{}
 
 	owners *ownerKeys
 
@@ -143,7 +149,8 @@ func New(opts Options) *Guard {
 	}
 	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
-		flights: newFlightTracker(), txns: newTxnTracker()}
+		flights: newFlightTracker(), txns: newTxnTracker(),
+		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1)}
 }
 
 // Intercept implements proxy.Interceptor.
@@ -193,6 +200,14 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 	vals, err := arr.Values()
 	if err == nil && !ordered {
 		g.log.Warn("endSessions: requests sent before it were still running; the sessions' locks are left to expire with their leases")
+		vals = nil
+	}
+	// One share of the connection's lock commands (throttle.go), not one
+	// per session: ending a session that holds no lock through this
+	// instance costs no round trip (the sweep for the others runs once a
+	// second for all), and drivers end up to 10,000 sessions in one
+	// command when they disconnect.
+	if err == nil && len(vals) > 0 && !g.throttle.beforeLockCommand(ctx, req.Client.ID, 1) {
 		vals = nil
 	}
 	if err == nil {

@@ -336,6 +336,8 @@ func TestBadArgumentsTakeNothing(t *testing.T) {
 		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}, {"color", "red"}}, 40415, "unknown field"},
 		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{bson.A{1}}}}, 2, "_id"},
 		{bson.D{{"renewLock", "orders"}, {"ids", bson.A{1}}, {"waitMS", 5}}, 40415, "unknown field"},
+		{bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}, {"bind", 5}}, 14, "bind must be a string"},
+		{bson.D{{"releaseLock", "orders"}, {"error", bson.D{}}}, 14, "error must be a string"},
 	}
 	for _, tc := range cases {
 		_, err := run(t, c, s, tc.cmd)

@@ -32,6 +32,12 @@ func isLockCommand(name string) bool {
 	return false
 }
 
+// releaseAllCost is what a releaseLock without ids counts against its
+// connection's share (throttle.go): it queries the lock collection by
+// owner, which servers without an index for it (FerretDB) answer by
+// scanning every record.
+const releaseAllCost = 200
+
 // DefaultMaxLockIDs bounds the ids of one lock command when Options do
 // not: each costs a round trip to the lock store.
 const DefaultMaxLockIDs = 1000
@@ -137,7 +143,10 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 			a.errText = s
 		case "bind":
 			s, ok := v.StringValueOK()
-			if !ok || s == "" || len(s) > 256 {
+			if !ok {
+				return nil, badArg(codeTypeMismatch, "%s: bind must be a string, got %s", cmd.Name, v.Type)
+			}
+			if s == "" || len(s) > 256 {
 				return nil, badArg(codeBadValue, "%s: bind must be a non-empty string of at most 256 bytes", cmd.Name)
 			}
 			a.bind = s
@@ -194,6 +203,20 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	cmd := req.Command
 	start := time.Now()
 	a, cerr := parseLockCommand(cmd, g.opts.MaxLockIDs)
+	// One connection's lock commands cannot take the lock store from the
+	// others: they wait for their ids' share, and for a delay once they
+	// keep being malformed (throttle.go).
+	nids := 1
+	if a != nil {
+		nids = len(a.ids)
+		if a.name == cmdRelease && !a.hasIDs {
+			nids = releaseAllCost
+		}
+	}
+	if !g.throttle.beforeLockCommand(ctx, req.Client.ID, nids) {
+		return (&cmdError{code: codeLockBusy, reason: reasonInternal, msg: "lockgate: " + cmd.Name + ": the connection closed"}).document()
+	}
+	defer func() { g.throttle.lockCommandDone(req.Client.ID, cerr != nil && cerr.reason == reasonBadArgument) }()
 	var session []byte
 	if cerr == nil {
 		session, cerr = g.lockCommandMayRun(ctx, req, a)
@@ -227,6 +250,10 @@ func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lo
 				"lock commands carry the caller's own authority, so authenticate first"}
 	}
 	session, ok := cmd.SessionID()
+	if !ok && cmd.Body.Lookup("lsid").Type != 0 {
+		// Present but not {id: <UUID>}: the server's TypeMismatch.
+		return nil, badArg(codeTypeMismatch, "%s: lsid must be a document {id: <UUID>}, got %s", cmd.Name, describeLSID(cmd.Body.Lookup("lsid")))
+	}
 	if !ok {
 		return nil, &cmdError{code: codeBadValue, reason: reasonNoSession,
 			msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
@@ -472,4 +499,20 @@ func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *c
 			msg: fmt.Sprintf("lockgate: acquireLock refused: this connection's user may not write %s, and you may lock only what you may write", a.ns)}
 	}
 	return nil
+}
+
+// describeLSID names what a malformed lsid is, for the error message.
+func describeLSID(v bsoncore.Value) string {
+	doc, ok := v.DocumentOK()
+	if !ok {
+		return v.Type.String()
+	}
+	id := doc.Lookup("id")
+	if sub, data, ok := id.BinaryOK(); ok {
+		return fmt.Sprintf("an id of binary subtype %d and %d bytes", sub, len(data))
+	}
+	if id.Type == 0 {
+		return "a document without id"
+	}
+	return "an id of type " + id.Type.String()
 }

@@ -86,9 +86,18 @@ func TestSlowFiltersCannotStarveOthers(t *testing.T) {
 
 	lockBusy(t, <-second, "too slow to verify")
 
+	// The flooder's next slow-filter write, during its connection's
+	// cool-down, is refused without another resolution.
+	before := calls.Load()
+	_, err = flood.Database("shop").Collection(coll).UpdateMany(inSession(fs), bson.D{{"slow", true}}, bson.D{{"$set", bson.D{{"x", 2}}}})
+	lockBusy(t, err, "last such write was too slow to verify")
+	if n := calls.Load() - before; n != 0 {
+		t.Errorf("%d resolutions during the connection's cool-down", n)
+	}
+
 	// A write refused for a pinned statement never spends a resolution on
 	// the next statement: its outcome cannot change.
-	before := calls.Load()
+	before = calls.Load()
 	_, err = flood.Database("shop").Collection(coll).BulkWrite(inSession(fs), []mongo.WriteModel{
 		mongo.NewDeleteOneModel().SetFilter(bson.D{{"_id", 2}}),
 		mongo.NewDeleteManyModel().SetFilter(bson.D{{"qty", bson.D{{"$gt", 0}}}}),

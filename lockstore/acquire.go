@@ -109,6 +109,10 @@ func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []bson.
 		s.m.acquisitions.WithLabelValues(resultError).Inc()
 		return nil, err
 	}
+	if err := s.checkSessionLimit(owner, ks); err != nil {
+		s.m.acquisitions.WithLabelValues(resultError).Inc()
+		return nil, err
+	}
 	start := time.Now()
 	ordered := canonicalOrder(ks)
 	var got map[string]Lock
@@ -141,6 +145,28 @@ func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []bson.
 		out[i] = got[k.rid]
 	}
 	return out, nil
+}
+
+// checkSessionLimit refuses an acquire that would leave owner's session
+// holding more than Config.MaxLocksPerSession locks through this Store.
+// Concurrent acquires of one session may overshoot by what they add
+// together; a session is used by one caller at a time.
+func (s *Store) checkSessionLimit(owner Owner, ks []lockKey) error {
+	max := s.cfg.MaxLocksPerSession
+	if max <= 0 {
+		return nil
+	}
+	rids := make([]string, len(ks))
+	for i, k := range ks {
+		rids[i] = k.rid
+	}
+	now, unc := s.clock.Now()
+	held, fresh := s.owned.count(owner.Session, rids, now.Add(-unc))
+	if held+fresh > max {
+		return fmt.Errorf("%w: the session holds %d locks and asks for %d more, over the limit of %d per session; release locks it no longer needs first",
+			ErrTooManyLocks, held, fresh, max)
+	}
+	return nil
 }
 
 // acquireAll makes one all-or-nothing attempt in canonical order. self is
@@ -275,6 +301,7 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 				return nil, h, err
 			}
 			s.cache.put(rid, holdEntry{g: next, verified: time.Now(), own: next.Owner != nil})
+			s.owned.changed(rid, h, next)
 			if next.Owner != nil {
 				s.heldNS.mark(next.NS)
 			}
@@ -298,6 +325,12 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			if won != nil { // nil: compacted meanwhile, only after CleanupAfter
 				fresh = won
 			}
+		}
+		if fresh != nil && fresh.Kind == kindGC {
+			// The janitor's tombstone (CollectHeads).
+			s.cache.remove(rid)
+			h, maybeStale = afterTombstone(h, fresh, s.cfg.CleanupAfter), false
+			continue
 		}
 		h = fresh
 	}

@@ -17,12 +17,14 @@ const (
 	DefaultClockSyncInterval = 10 * time.Second
 	DefaultMinPoll           = 5 * time.Millisecond
 	DefaultMaxPoll           = 100 * time.Millisecond
-
 	// MinCleanupAfter is the shortest time a superseded generation is kept
 	// before compaction deletes it. It must exceed by far the longest store
 	// operation (see docs/LOCKS.md), so it is also at least 12 x OpTimeout.
 	MinCleanupAfter = time.Minute
 )
+
+// DefaultMaxLocksPerSession is Config.MaxLocksPerSession's default.
+const DefaultMaxLocksPerSession = 10000
 
 // Config configures a Store. Zero values take the defaults above.
 type Config struct {
@@ -61,6 +63,11 @@ type Config struct {
 	// MaxWaiters bounds the waiting acquires per lock on this instance, so
 	// that one client cannot queue unbounded work on a key; 0 means 1000.
 	MaxWaiters int
+	// MaxLocksPerSession bounds the unexpired locks one session may hold
+	// through this instance; an acquire beyond it fails with
+	// ErrTooManyLocks and takes nothing. 0 means 10000; negative means no
+	// limit.
+	MaxLocksPerSession int
 	// AppName is the driver's application name for the store's own client.
 	AppName string
 	// MaxPoolSize bounds the store client's connection pool; 0 keeps the
@@ -97,6 +104,9 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxPoll, DefaultMaxPoll)
 	if c.MaxWaiters <= 0 {
 		c.MaxWaiters = 1000
+	}
+	if c.MaxLocksPerSession == 0 {
+		c.MaxLocksPerSession = DefaultMaxLocksPerSession
 	}
 	return c
 }

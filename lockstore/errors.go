@@ -41,6 +41,9 @@ var (
 	// ErrTooManyWaiters: a lock already has Config.MaxWaiters waiting
 	// for it on this instance; the caller may retry or fail fast.
 	ErrTooManyWaiters = errors.New("too many waiters for the lock")
+	// ErrTooManyLocks: the acquire would leave the session holding more
+	// than Config.MaxLocksPerSession locks through this instance.
+	ErrTooManyLocks = errors.New("too many locks held by the session")
 )
 
 // Holder describes who holds a lock, for error messages and status views.

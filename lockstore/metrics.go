@@ -26,6 +26,8 @@ const (
 	opIndex   = "create_index"
 	// opHeldNamespaces reads which namespaces have a held lock.
 	opHeldNamespaces = "held_namespaces"
+	// opSweep finds the locks of ended sessions (one query for many).
+	opSweep = "sweep_sessions"
 )
 
 // Metrics are the lock store's Prometheus collectors. Create them with

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -100,18 +101,9 @@ func (s *Store) release(ctx context.Context, owner Owner, ns string, rids []stri
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	n := 0
-	var firstErr error
-	for _, rid := range rids {
-		ok, err := s.releaseOne(ctx, opRelease, rid, func(g *gen) bool { return g.ownedBy(owner) }, errText, false)
-		if err != nil {
-			firstErr = cmp.Or(firstErr, err)
-			continue
-		}
-		if ok {
-			n++
-		}
-	}
+	n, firstErr := s.releaseEach(ctx, rids, func(ctx context.Context, rid string) (bool, error) {
+		return s.releaseOne(ctx, opRelease, rid, func(g *gen) bool { return g.ownedBy(owner) }, errText, false)
+	})
 	s.wq.notify(rids...)
 	s.debug("release", ns, owner, zap.Int("ids", len(rids)), zap.Int("released", n),
 		zap.Bool("error", errText != ""), zap.NamedError("err", firstErr))
@@ -136,7 +128,15 @@ func (s *Store) keysOf(ctx context.Context, filter bson.D) ([]string, error) {
 }
 
 // ReleaseSession frees every lock held by the session, whatever its
-// binding (endSessions), and returns how many. lastError is kept.
+// binding (endSessions), and returns how many it freed at once. lastError
+// is kept.
+//
+// The locks taken through this instance are known (the owned index) and
+// freed before it returns, at the cost of the session's own locks and not
+// of the store's size. Locks the session took through other instances are
+// found by a background sweep that serves every session ended meanwhile
+// with one query by owner (indexed on MongoDB; a scan on FerretDB), so a
+// flood of endSessions cannot multiply scans of the lock collection.
 func (s *Store) ReleaseSession(ctx context.Context, session []byte) (int, error) {
 	if len(session) == 0 {
 		return 0, fmt.Errorf("%w: no session", ErrInvalidArgument)
@@ -144,28 +144,52 @@ func (s *Store) ReleaseSession(ctx context.Context, session []byte) (int, error)
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
-	rids, err := s.keysOf(ctx, bson.D{{Key: "owner", Value: sessionBinary(session)}, {Key: "head", Value: true}})
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	var firstErr error
+	rids := s.owned.list(session)
 	match := func(g *gen) bool { return string(g.Owner.Data) == string(session) }
-	for _, rid := range rids {
-		ok, err := s.releaseOne(ctx, opRelease, rid, match, "", true)
-		if err != nil {
-			firstErr = cmp.Or(firstErr, err)
-			continue
-		}
-		if ok {
-			n++
-		}
-	}
+	n, firstErr := s.releaseEach(ctx, rids, func(ctx context.Context, rid string) (bool, error) {
+		return s.releaseOne(ctx, opRelease, rid, match, "", true)
+	})
 	cached := s.cache.removeSession(session)
 	s.wq.notify(append(rids, cached...)...)
+	s.sweeper.add(session)
 	if ce := s.log.Check(zap.DebugLevel, "release session"); ce != nil {
 		ce.Write(zap.String("session", SessionPrefix(session)), zap.Int("released", n), zap.NamedError("err", firstErr))
 	}
+	return n, firstErr
+}
+
+// releaseParallel bounds the keys one release of many frees at once: each
+// key costs two round trips, so a session's hundreds of locks are freed in
+// a fraction of the time one by one would take, without one endSessions
+// taking the whole lock store pool.
+const releaseParallel = 8
+
+// releaseEach runs release for every key, releaseParallel at a time, and
+// returns how many it freed and the first error.
+func (s *Store) releaseEach(ctx context.Context, rids []string, release func(context.Context, string) (bool, error)) (int, error) {
+	var (
+		mu       sync.Mutex
+		n        int
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	sem := make(chan struct{}, releaseParallel)
+	for _, rid := range rids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ok, err := release(ctx, rid)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				firstErr = cmp.Or(firstErr, err)
+			} else if ok {
+				n++
+			}
+		}()
+	}
+	wg.Wait()
 	return n, firstErr
 }
 

@@ -97,9 +97,11 @@ type Store struct {
 	clock  Clock
 	sclock *serverClock // nil when the clock was injected
 
-	cache  *holdCache
-	wq     *waitQueues
-	heldNS heldNamespaces
+	cache   *holdCache
+	owned   *ownedIndex
+	sweeper *sessionSweeper
+	wq      *waitQueues
+	heldNS  heldNamespaces
 
 	setupMu   sync.Mutex
 	setupDone atomic.Bool
@@ -142,6 +144,8 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	}
 	s.cache = newHoldCache(s.m.held)
 	s.wq = newWaitQueues()
+	s.owned = newOwnedIndex()
+	s.sweeper = newSessionSweeper()
 	s.heldNS.trust = cfg.CacheTrust
 
 	copts := options.Client().ApplyURI(cfg.URI).
@@ -169,8 +173,9 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	if err := s.setup(ctx); err != nil {
 		s.log.Warn("lock store not reachable yet; will retry", zap.Error(err))
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.background(s.cfg)
+	go s.sweepSessions()
 	return s, nil
 }
 
@@ -372,11 +377,17 @@ func (s *Store) background(cfg Config) {
 		case <-pruneT.C:
 			now, unc := s.clock.Now()
 			s.cache.prune(now.Add(-unc), time.Minute)
+			s.owned.prune(now.Add(-unc))
 		case <-cleanC:
 			if n, err := s.Cleanup(s.ctx); err != nil {
 				s.log.Debug("cleanup failed", zap.Error(err))
 			} else if n > 0 {
 				s.log.Info("deleted idle lock records", zap.Int("count", n))
+			}
+			if n, err := s.CollectHeads(s.ctx); err != nil {
+				s.log.Debug("collecting idle lock keys failed", zap.Error(err))
+			} else if n > 0 {
+				s.log.Info("deleted idle lock keys", zap.Int("count", n))
 			}
 		}
 	}

@@ -5,7 +5,8 @@
 # (pymongo from Debian's packages, the Node.js driver and mongosh from npm),
 # then runs, in order: gofmt, the module downloads, go vet (in CI also once
 # from empty Go caches), go test ./..., the race detector on the packages
-# with concurrency, and a fuzz smoke run of every fuzz target. Every
+# with concurrency, a short hostile-client load test, and a fuzz smoke run
+# of every fuzz target. Every
 # failure ends with a "==== FAILED: <step>" line that names the step.
 #
 # With CI set (CI does), a missing client runtime fails the compatibility
@@ -137,6 +138,15 @@ section "go test -race (packages with concurrency)"
 # soak and crash tests load the machine so much under the detector that the
 # lock store's own time-outs, not lockgate, decide the outcome.
 go test -count=1 -race ./proxy ./upstream ./lockstore ./guard ./gateway ./tests ./tests/enforcement
+
+section "hostile load test (short form)"
+# Well-behaved lock-write-release clients alone, then beside 1000 idle
+# connections, slow-filter floods and pipelined junk lock commands, then
+# alone again (docs/RELIABILITY.md). It fails if the gateway stops serving,
+# the well-behaved clients complete nothing under attack, or the process
+# grows by over 1 GiB; the throughput and p99 ratios are reported, not
+# asserted, since a shared 2-core machine makes timings noisy.
+go run ./bench/cmd/lockgate-bench -families hostile -hostile-short
 
 section "fuzz smoke ($FUZZ_EXECS executions per target)"
 # Every fuzz target of every package, found with go test -list, so a new

@@ -120,12 +120,12 @@ func ReadMessage(r io.Reader, pool *BufferPool, lim Limits) (*RawMessage, error)
 		return nil, err
 	}
 	n := int(h.MessageLength)
-	if n > maxPooled {
-		b, err := readLarge(r, m.hdr[:], n)
+	if n > eagerMax {
+		pb, err := readGrowing(r, pool, m.hdr[:], n)
 		if err != nil {
 			return nil, err
 		}
-		m.Header, m.Bytes = h, b
+		m.Header, m.Bytes, m.buf = h, pb.b, pb
 		return m, nil
 	}
 	pb := pool.get(n)
@@ -138,25 +138,37 @@ func ReadMessage(r io.Reader, pool *BufferPool, lim Limits) (*RawMessage, error)
 	return m, nil
 }
 
-// readLarge reads a message above the pooled sizes into a buffer that grows
-// with the bytes that actually arrive, so that a peer declaring 48 MB and
-// sending nothing more holds 2 MiB, not 48 MB.
-func readLarge(r io.Reader, hdr []byte, n int) ([]byte, error) {
-	b := make([]byte, HeaderSize, 2*maxPooled)
-	copy(b, hdr)
-	for len(b) < n {
-		if len(b) == cap(b) {
-			nb := make([]byte, len(b), min(2*cap(b), n))
-			copy(nb, b)
-			b = nb
-		}
-		k, err := io.ReadFull(r, b[len(b):min(cap(b), n)])
-		b = b[:len(b)+k]
+// eagerMax is the largest message whose whole buffer is taken before its
+// body arrives. Above it the buffer grows with the bytes that actually
+// arrive, so that a client declaring a large message and trickling it (or
+// sending nothing more) holds about what it sent, not what it declared:
+// a thousand such clients must not cost a gigabyte.
+const eagerMax = 64 << 10
+
+// readGrowing reads a message above eagerMax into a buffer that starts at
+// eagerMax and doubles as bytes arrive; the buffers come from the pool up
+// to its largest class.
+func readGrowing(r io.Reader, pool *BufferPool, hdr []byte, n int) (*pooledBuf, error) {
+	pb := pool.get(eagerMax)
+	copy(pb.b, hdr)
+	have := HeaderSize
+	for {
+		want := min(cap(pb.b), n)
+		pb.b = pb.b[:want]
+		k, err := io.ReadFull(r, pb.b[have:want])
+		have += k
 		if err != nil {
+			pool.put(pb)
 			return nil, bodyErr(err)
 		}
+		if have == n {
+			return pb, nil
+		}
+		nb := pool.get(min(2*cap(pb.b), n))
+		copy(nb.b, pb.b[:have])
+		pool.put(pb)
+		pb = nb
 	}
-	return b, nil
 }
 
 // bodyErr reports the end of the stream inside a message as truncation.

@@ -7,11 +7,16 @@
 // an enforced one under locks the writing sessions hold. The locks family
 // measures acquireLock+releaseLock throughput and the handoff from a
 // releasing holder to a waiter, on one gateway and across two, against a
-// client that retries every 100 ms. Legs are interleaved in every family.
+// client that retries every 100 ms. The hostile family measures
+// well-behaved lock-write-release clients alone and while attackers hold
+// idle connections, flood slow filters and pipeline junk lock commands
+// (docs/RELIABILITY.md). Legs are interleaved in every family but hostile.
 //
 //	go run ./bench/cmd/lockgate-bench                          # all three, about 5 minutes
 //	go run ./bench/cmd/lockgate-bench -families enforce,locks  # about 1½ minutes
 //	go run ./bench/cmd/lockgate-bench -families proxy -round 2s
+//	go run ./bench/cmd/lockgate-bench -families hostile                 # about a minute
+//	go run ./bench/cmd/lockgate-bench -families hostile -hostile-short  # CI: about 30 s
 //	go run ./bench/cmd/lockgate-bench -families proxy -upstreams instant -legs lockgate \
 //	    -workloads findOne -clients 16 -idle 0 -cpuprofile cpu.out
 package main
@@ -42,7 +47,7 @@ func run() error {
 	edef := bench.DefaultEnforceConfig()
 	ldef := bench.DefaultLockConfig()
 	var (
-		families  = flag.String("families", "proxy,enforce,locks", "benchmark families to run: proxy, enforce, locks")
+		families  = flag.String("families", "proxy,enforce,locks", "benchmark families to run: proxy, enforce, locks, hostile")
 		upstreams = flag.String("upstreams", join(def.Upstreams), "upstreams to measure: instant, ferretdb")
 		workloads = flag.String("workloads", join(def.Workloads), "workloads: findOne, updateOne")
 		legs      = flag.String("legs", join(def.Legs), "legs: direct, relay, lockgate")
@@ -68,6 +73,13 @@ func run() error {
 		lHold       = flag.String("locks-hold", fmt.Sprintf("%v,%v", ldef.HoldMin, ldef.HoldMax), "locks: min,max time a holder keeps the lock while the waiter waits")
 		lPoll       = flag.Duration("locks-poll", ldef.Poll, "locks: retry interval of the polling baseline")
 
+		hShort      = flag.Bool("hostile-short", false, "hostile: the short CI form (fewer attackers, 5 s phases, fails if the gateway stops or grows by over 1 GiB)")
+		hPhase      = flag.Duration("hostile-phase", 0, "hostile: length of each phase (quiet, attack, quiet); 0 keeps the form's")
+		hIdle       = flag.Int("hostile-idle", -1, "hostile: idle connections; -1 keeps the form's")
+		hFlooders   = flag.Int("hostile-flooders", -1, "hostile: clients flooding slow filters; -1 keeps the form's")
+		hPipeliners = flag.Int("hostile-pipeliners", -1, "hostile: connections pipelining junk lock commands; -1 keeps the form's")
+		hGood       = flag.Int("hostile-good", -1, "hostile: well-behaved clients; -1 keeps the form's")
+
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		memprofile = flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	)
@@ -75,8 +87,8 @@ func run() error {
 
 	fams := split[string](*families)
 	for _, f := range fams {
-		if f != "proxy" && f != "enforce" && f != "locks" {
-			return fmt.Errorf("-families: unknown family %q (want proxy, enforce, locks)", f)
+		if f != "proxy" && f != "enforce" && f != "locks" && f != "hostile" {
+			return fmt.Errorf("-families: unknown family %q (want proxy, enforce, locks, hostile)", f)
 		}
 	}
 	cfg := def
@@ -111,6 +123,23 @@ func run() error {
 		return fmt.Errorf("-locks-hold: want min,max durations, got %q", *lHold)
 	}
 	lcfg.Progress = os.Stderr
+
+	hcfg := bench.DefaultHostileConfig()
+	if *hShort {
+		hcfg = bench.ShortHostileConfig()
+	}
+	if *hPhase > 0 {
+		hcfg.Phase = *hPhase
+	}
+	for _, o := range []struct {
+		flag int
+		dst  *int
+	}{{*hIdle, &hcfg.Idle}, {*hFlooders, &hcfg.Flooders}, {*hPipeliners, &hcfg.Pipeliners}, {*hGood, &hcfg.Good}} {
+		if o.flag >= 0 {
+			*o.dst = o.flag
+		}
+	}
+	hcfg.Progress = os.Stderr
 
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -162,6 +191,14 @@ func run() error {
 				return err
 			}
 			rep.WriteMarkdown(os.Stdout)
+		case "hostile":
+			rep, err := bench.RunHostile(ctx, hcfg)
+			if rep != nil {
+				rep.WriteMarkdown(os.Stdout)
+			}
+			if err != nil {
+				return err
+			}
 		}
 		fmt.Println()
 	}

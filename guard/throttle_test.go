@@ -1,0 +1,84 @@
+package guard
+
+import (
+	"testing"
+	"time"
+)
+
+type stepClock struct{ t time.Time }
+
+func (c *stepClock) now() time.Time { return c.t }
+
+// TestThrottleLockCommands: a connection's lock commands share idsPerSecond
+// ids, with a burst of idsBurst; malformed ones make its next commands wait
+// longer and longer, good ones bring the wait down (issue 12: clients
+// pipelining junk lock commands slowed everyone's).
+func TestThrottleLockCommands(t *testing.T) {
+	c := &stepClock{t: time.Unix(1000, 0)}
+	th := newThrottle(c.now)
+	if d := th.lockCommandDelay(1, idsBurst); d != 0 {
+		t.Fatalf("the first burst waited %v", d)
+	}
+	if d := th.lockCommandDelay(1, 1000); d != 500*time.Millisecond {
+		t.Fatalf("1000 ids beyond the burst wait %v, want 500ms", d)
+	}
+	if d := th.lockCommandDelay(2, 1); d != 0 {
+		t.Fatalf("another connection waited %v", d)
+	}
+	c.t = c.t.Add(time.Minute)
+	if d := th.lockCommandDelay(1, 1); d != 0 {
+		t.Fatalf("after a quiet minute: %v", d)
+	}
+	for range 4 {
+		th.lockCommandDone(1, true)
+	}
+	if d := th.lockCommandDelay(1, 1); d != 8*time.Millisecond {
+		t.Fatalf("after 4 malformed commands the next waits %v, want 8ms", d)
+	}
+	for range 30 {
+		th.lockCommandDone(1, true)
+	}
+	if d := th.lockCommandDelay(1, 1); d != maxStrikeDelay {
+		t.Fatalf("after many malformed commands: %v, want the cap %v", d, maxStrikeDelay)
+	}
+	for range 6 {
+		th.lockCommandDone(1, false)
+	}
+	if d := th.lockCommandDelay(1, 1); d != 0 {
+		t.Fatalf("after good commands the wait is still %v", d)
+	}
+}
+
+// TestResolveCooldown: after a resolution of its write runs out of time, a
+// connection's writes that need another one are refused at once for a
+// cool-down that doubles while they keep running out, and ends with one
+// that finishes in time.
+func TestResolveCooldown(t *testing.T) {
+	c := &stepClock{t: time.Unix(1000, 0)}
+	th := newThrottle(c.now)
+	if d := th.resolveCooling(1); d != 0 {
+		t.Fatalf("cooling %v before anything happened", d)
+	}
+	th.resolveDone(1, true, 2*time.Second)
+	if d := th.resolveCooling(1); d != 2*time.Second {
+		t.Fatalf("cooling %v after a timeout, want 2s", d)
+	}
+	if d := th.resolveCooling(2); d != 0 {
+		t.Fatalf("another connection cools %v", d)
+	}
+	c.t = c.t.Add(2 * time.Second)
+	th.resolveDone(1, true, 2*time.Second)
+	if d := th.resolveCooling(1); d != 4*time.Second {
+		t.Fatalf("cooling %v after a second timeout, want 4s", d)
+	}
+	for range 10 {
+		th.resolveDone(1, true, 2*time.Second)
+	}
+	if d := th.resolveCooling(1); d != resolveCooldownMax {
+		t.Fatalf("cooling %v, want the cap %v", d, resolveCooldownMax)
+	}
+	th.resolveDone(1, false, 2*time.Second)
+	if d := th.resolveCooling(1); d != 0 {
+		t.Fatalf("cooling %v after a resolution in time", d)
+	}
+}

@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson"
+)
+
+// fdChildEnv, when set, makes the test binary run a proxy with a low file
+// descriptor limit instead of the tests (see TestDescriptorExhaustion).
+const fdChildEnv = "LOCKGATE_FD_CHILD_UPSTREAM"
+
+func init() {
+	if up := os.Getenv(fdChildEnv); up != "" {
+		os.Exit(runFDChild(up))
+	}
+}
+
+// runFDChild lowers its descriptor limit to 128, serves a proxy with no
+// connection limit to speak of (so that accept, not the limit, meets the
+// exhaustion) and prints its address; it runs until stdin closes.
+func runFDChild(upstream string) int {
+	lim := syscall.Rlimit{Cur: 128, Max: 128}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		fmt.Println("setrlimit:", err)
+		return 2
+	}
+	srv, err := New(Options{Upstream: dialTo(upstream), MaxConnections: 100000, ShutdownGrace: time.Second})
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	fmt.Println("listening", ln.Addr())
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		bufio.NewReader(os.Stdin).ReadString('\n') // the parent closes stdin to stop us
+		cancel()
+	}()
+	if err := srv.Serve(ctx, ln); err != nil {
+		fmt.Println("Serve returned:", err)
+		return 1
+	}
+	return 0
+}
+
+// TestDescriptorExhaustion is issue 12's case 1 as written: a proxy whose
+// process runs out of file descriptors (here a limit of 128, reached by
+// about 60 clients, each costing its socket and its upstream connection)
+// used to return from Serve on the first EMFILE, ending the process. It now
+// backs off, keeps serving the clients it has, and accepts again once
+// descriptors are free.
+func TestDescriptorExhaustion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a child process")
+	}
+	up := echoUpstream(t, nil)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fdChildEnv+"="+up.Addr())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "listening ") {
+		t.Fatalf("child: %q", lines.Text())
+	}
+	addr := strings.TrimPrefix(lines.Text(), "listening ")
+	var rest strings.Builder
+	go func() {
+		for lines.Scan() {
+			rest.WriteString(lines.Text() + "\n")
+		}
+		exited <- cmd.Wait()
+	}()
+	defer func() {
+		stdin.Close()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+		}
+	}()
+
+	// 200 clients that each send a ping: far more than 128 descriptors.
+	ping := func(c net.Conn) error {
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		b, _ := bson.Marshal(bson.D{{"ping", 1}, {"$db", "admin"}})
+		if _, err := c.Write(wire.AppendMsg(nil, 1, 0, 0, b)); err != nil {
+			return err
+		}
+		buf := make([]byte, 1024)
+		n, err := c.Read(buf)
+		if err == nil && !strings.Contains(string(buf[:n]), "served") {
+			err = fmt.Errorf("not the upstream's answer: %q", buf[:n])
+		}
+		return err
+	}
+	var conns []net.Conn
+	answered := 0
+	for range 200 {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			break
+		}
+		conns = append(conns, c)
+		if ping(c) == nil {
+			answered++
+		}
+	}
+	t.Logf("%d clients connected, %d answered", len(conns), answered)
+	if answered >= 150 {
+		t.Fatalf("%d clients were served with a 128-descriptor limit: the test did not exhaust descriptors", answered)
+	}
+	select {
+	case err := <-exited:
+		t.Fatalf("the proxy process ended when it ran out of descriptors: %v\n%s", err, rest.String())
+	case <-time.After(500 * time.Millisecond):
+	}
+	// Descriptors come back as clients leave; the proxy accepts again.
+	for _, c := range conns {
+		c.Close()
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err == nil {
+			err = ping(c)
+			c.Close()
+			if err == nil {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("the proxy process ended: %v\n%s", err, rest.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no client served within 15s of the descriptors being freed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
