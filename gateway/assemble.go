@@ -127,7 +127,7 @@ func (a *assembly) openUpstream() (err error) {
 // readSecrets compiles the policy and reads the operator token and the
 // owner secret.
 func (a *assembly) readSecrets() (err error) {
-	if a.pol, err = policy.Compile(a.cfg.Policy); err != nil {
+	if a.pol, err = policy.CompileWithLease(a.cfg.Policy, a.cfg.Lockstore.DefaultLeaseMS); err != nil {
 		return err
 	}
 	if a.token, err = adminToken(a.cfg.AdminAuth); err != nil {

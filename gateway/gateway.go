@@ -114,7 +114,7 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 		g.CountReload(false)
 		return fmt.Errorf("reload refused: %w", err)
 	}
-	pol, err := policy.Compile(cfg.Policy)
+	pol, err := policy.CompileWithLease(cfg.Policy, cfg.Lockstore.DefaultLeaseMS)
 	if err != nil {
 		g.CountReload(false)
 		return fmt.Errorf("reload refused: %w", err)
