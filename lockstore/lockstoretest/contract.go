@@ -79,6 +79,7 @@ func Run(t *testing.T, open Open) {
 		{"Binding", binding},
 		{"WaitWokenByRelease", waitWoken},
 		{"WaitTimeout", waitTimeout},
+		{"WaitCancelled", waitCancelled},
 		{"Renew", renew},
 		{"Release", release},
 		{"ReleaseAll", releaseAll},
@@ -297,6 +298,20 @@ func waitTimeout(t *testing.T, s Store, _ *Clock) {
 	}
 	if he.Holder.App != "a" {
 		t.Fatalf("the timeout does not name the holder: %+v", he.Holder)
+	}
+}
+
+func waitCancelled(t *testing.T, s Store, _ *Clock) {
+	a, b := NewOwner("a"), NewOwner("b")
+	mustAcquire(t, s, a, ns, IDs(1), 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := s.Acquire(ctx, b, ns, IDs(1), 0, 20*time.Second)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, lockstore.ErrTimeout) || errors.Is(err, lockstore.ErrUnavailable) {
+		t.Fatalf("a waiter whose context ended: %v, want the context's error alone", err)
+	}
+	if holds(t, s, b, IDs(1), 0) {
+		t.Fatal("the cancelled waiter holds the lock")
 	}
 }
 

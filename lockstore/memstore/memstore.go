@@ -199,7 +199,7 @@ func (s *Store) Acquire(ctx context.Context, owner lockstore.Owner, ns string, i
 			return nil, he
 		case <-ctx.Done():
 			poll.Stop()
-			return nil, fmt.Errorf("%w: acquire: %w", lockstore.ErrUnavailable, ctx.Err())
+			return nil, ctx.Err() // as lockstore: the caller's own end, not an outage
 		}
 		poll.Stop()
 	}
