@@ -169,6 +169,9 @@ func compressed(t *testing.T, raw []byte) []byte {
 
 func id(v any) bson.D { return bson.D{{Key: "_id", Value: v}} }
 
+// txn are the fields of a statement inside a multi-document transaction.
+var txn = []bson.E{{Key: "txnNumber", Value: int64(1)}, {Key: "startTransaction", Value: true}, {Key: "autocommit", Value: false}}
+
 var set = bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}
 
 func update(q bson.D) bson.D { return bson.D{{Key: "q", Value: q}, {Key: "u", Value: set}} }
@@ -287,6 +290,9 @@ func TestDecisions(t *testing.T) {
 			return compressed(t, msg(t, cmd("update", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(id(2))}})))
 		}, "rewrite"},
 		{"OP_INSERT of a free _id", func(t *testing.T) []byte { return opInsert(t, "shop.orders", id(101)) }, "forward"},
+		{"update in a transaction", func(t *testing.T) []byte {
+			return msg(t, cmd("update", "orders", sessA, append([]bson.E{{Key: "updates", Value: bson.A{update(id(1))}}}, txn...)...))
+		}, "forward"}, // no maxTimeMS inside a transaction: the commit is checked instead
 		{"unprotected namespace", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "other", nil, bson.E{Key: "updates", Value: bson.A{update(id(1))}}))
 		}, "forward"},
@@ -311,6 +317,9 @@ func TestDecisions(t *testing.T) {
 		}, "held_by_other"},
 		{"resolved filter reaching another's document", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(bson.D{{Key: "status", Value: "other"}})}}))
+		}, "not_locked"},
+		{"not locked, in a transaction", func(t *testing.T) []byte {
+			return msg(t, cmd("update", "orders", sessA, append([]bson.E{{Key: "updates", Value: bson.A{update(id(3))}}}, txn...)...))
 		}, "not_locked"},
 		{"no session", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "orders", nil, bson.E{Key: "updates", Value: bson.A{update(id(1))}}))
