@@ -13,8 +13,8 @@ require (
 	go.mongodb.org/mongo-driver v1.17.10
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/text v0.42.0
-	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Config is the whole of lockgate's configuration. The yaml tags are the
@@ -150,6 +150,13 @@ type NamespaceRule struct {
 	// FenceField is the document field that carries the stamp; empty
 	// means DefaultFenceField.
 	FenceField string `yaml:"fenceField"`
+	// Scheme is the advisory locking convention enforced on the namespace;
+	// nil means lockgate's own lock commands (docs/SCHEMES.md).
+	Scheme *Scheme `yaml:"scheme"`
+	// Clients narrows the rule's mode to some clients; OtherClients
+	// (default audit) is the mode for the rest.
+	Clients      *Clients `yaml:"clients"`
+	OtherClients Mode     `yaml:"otherClients"`
 }
 
 // Limits bound message sizes.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -545,7 +545,7 @@ func walkExample(n *yaml.Node, prefix string, itemComment bool, present, comment
 				path = prefix + "." + k.Value
 			}
 			path = indexRE.ReplaceAllString(path, "")
-			if v.Kind == yaml.ScalarNode {
+			if v.Kind == yaml.ScalarNode || scalarList(v) {
 				present[path] = true
 			}
 			// The first key of a list item carries the item's comment.
@@ -559,6 +559,19 @@ func walkExample(n *yaml.Node, prefix string, itemComment bool, present, comment
 			walkExample(c, prefix, c.HeadComment != "", present, commented)
 		}
 	}
+}
+
+// scalarList reports whether n is a list of scalars (a leaf key's value).
+func scalarList(n *yaml.Node) bool {
+	if n.Kind != yaml.SequenceNode {
+		return false
+	}
+	for _, c := range n.Content {
+		if c.Kind != yaml.ScalarNode {
+			return false
+		}
+	}
+	return true
 }
 
 // structKeys lists the dotted yaml keys of every leaf field of t; list
@@ -575,7 +588,7 @@ func structKeys(t reflect.Type, prefix string) []string {
 			path = prefix + "." + name
 		}
 		ft := f.Type
-		if ft.Kind() == reflect.Slice {
+		if ft.Kind() == reflect.Slice || ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
 		if ft.Kind() == reflect.Struct {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // EnvPrefix starts the name of every configuration environment variable.

@@ -158,6 +158,8 @@ func (c *Config) validatePolicy(v *validator) {
 			v.add(key+".maxCandidates", "must be between 0 (use policy.maxCandidates) and %d, got %d", MaxMaxCandidates, r.MaxCandidates)
 		}
 		validateFence(v, key, r)
+		c.validateScheme(v, key+".scheme", r.Scheme)
+		c.validateSchemeRule(v, key, r)
 	}
 	if c.Policy.MaxCandidates < 1 || c.Policy.MaxCandidates > MaxMaxCandidates {
 		v.add("policy.maxCandidates", "must be between 1 and %d, got %d", MaxMaxCandidates, c.Policy.MaxCandidates)

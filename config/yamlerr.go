@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // yaml.v3 reports decode problems by line only ("line 7: field foo not
@@ -16,9 +16,11 @@ import (
 // are rewritten with the dotted key found at that line of the document.
 
 var (
-	lineRE      = regexp.MustCompile(`^line (\d+): (.*)$`)
-	unknownRE   = regexp.MustCompile(`^field (\S+) not found in type `)
-	unmarshalRE = regexp.MustCompile("^cannot unmarshal !!(\\w+) `(.*)` into (\\S+)$")
+	lineRE    = regexp.MustCompile(`^line (\d+): (.*)$`)
+	unknownRE = regexp.MustCompile(`^field (\S+) not found in type `)
+	// The value is quoted for scalars only: a mapping or a list is
+	// reported without it.
+	unmarshalRE = regexp.MustCompile("^cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
 )
 
 func explainYAMLError(data []byte, err error) error {
@@ -34,9 +36,9 @@ func explainYAMLError(data []byte, err error) error {
 		return fmt.Errorf("config: %w", err)
 	}
 	var root yaml.Node
-	keys := map[int]string{}
+	keys, blocks := map[int]string{}, map[int][]block{}
 	if yaml.Unmarshal(data, &root) == nil {
-		indexKeys(&root, "", keys)
+		indexKeys(&root, "", keys, blocks)
 	}
 	msgs := make([]string, 0, len(te.Errors))
 	for _, e := range te.Errors {
@@ -48,6 +50,14 @@ func explainYAMLError(data []byte, err error) error {
 		line, _ := strconv.Atoi(m[1])
 		key, reason := keys[line], m[2]
 		if u := unmarshalRE.FindStringSubmatch(reason); u != nil {
+			// A mapping or list is reported at its own first line, which
+			// in block style holds its first entry: the key at fault is
+			// the one whose value starts there.
+			for _, b := range blocks[line] {
+				if b.kind == u[1] {
+					key = b.path // the deepest one last
+				}
+			}
 			reason = wantedType(key, u[3], u[1], u[2])
 		}
 		if u := unknownRE.FindStringSubmatch(reason); u != nil {
@@ -67,12 +77,14 @@ func explainYAMLError(data []byte, err error) error {
 }
 
 // indexKeys records, for every line that holds a key or a scalar value, the
-// dotted path of the deepest key there.
-func indexKeys(n *yaml.Node, prefix string, out map[int]string) {
+// dotted path of the key there (the first one, for a flow collection on
+// its key's line), and in blocks the path of every mapping or list value
+// by the line where that value starts.
+func indexKeys(n *yaml.Node, prefix string, out map[int]string, blocks map[int][]block) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			indexKeys(c, prefix, out)
+			indexKeys(c, prefix, out, blocks)
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -84,19 +96,28 @@ func indexKeys(n *yaml.Node, prefix string, out map[int]string) {
 			out[k.Line] = path
 			if v.Kind == yaml.ScalarNode || v.Kind == yaml.AliasNode {
 				out[v.Line] = path
+			} else {
+				kind := "map"
+				if v.Kind == yaml.SequenceNode {
+					kind = "seq"
+				}
+				blocks[v.Line] = append(blocks[v.Line], block{path: path, kind: kind})
 			}
-			indexKeys(v, path, out)
+			indexKeys(v, path, out, blocks)
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
 			path := fmt.Sprintf("%s[%d]", prefix, i)
-			if c.Kind == yaml.ScalarNode {
+			if _, ok := out[c.Line]; !ok && c.Kind == yaml.ScalarNode {
 				out[c.Line] = path
 			}
-			indexKeys(c, path, out)
+			indexKeys(c, path, out, blocks)
 		}
 	}
 }
+
+// block is a mapping ("map") or list ("seq") value and the path of its key.
+type block struct{ path, kind string }
 
 func parentPath(key string) string {
 	if i := strings.LastIndexByte(key, '.'); i >= 0 {
@@ -159,9 +180,13 @@ func yamlName(f reflect.StructField) string {
 // wantedType says in a person's words what a key takes, for a value of
 // the wrong type ("cannot unmarshal !!str `30s` into int64").
 func wantedType(key, goType, yamlType, value string) string {
+	kind := map[string]string{"int": "number", "float": "number", "bool": "boolean", "map": "mapping", "seq": "list", "null": "null"}[yamlType]
 	got := fmt.Sprintf("got %q", value)
-	if yamlType != "str" {
-		got = fmt.Sprintf("got %s (a %s)", value, map[string]string{"int": "number", "float": "number", "bool": "boolean", "map": "mapping", "seq": "list", "null": "null"}[yamlType])
+	switch {
+	case yamlType == "map" || yamlType == "seq":
+		got = "got a " + kind
+	case yamlType != "str":
+		got = fmt.Sprintf("got %s (a %s)", value, kind)
 	}
 	switch {
 	case strings.HasSuffix(key, "MS") && strings.HasPrefix(goType, "int"):

@@ -14,10 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/admin"
@@ -25,7 +22,6 @@ import (
 	"github.com/lockgate/lockgate/guard"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
-	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/upstream"
 )
 
@@ -61,6 +57,12 @@ type Gateway struct {
 // Start does not wait for the upstream to answer: a gateway whose database
 // is down still starts, reports not ready on /readyz, and recovers by
 // itself when the database comes back.
+//
+// The proxy's own queries to the upstream deployment (the resolver, the
+// policy check, and the lock store when lockstore.uri is empty or the
+// upstream's) share the upstream monitor's driver client: one monitor and
+// one pool per deployment. A lock store on another deployment has a
+// client of its own.
 func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gateway, err error) {
 	if cfg == nil {
 		return nil, errors.New("gateway: nil config")
@@ -71,270 +73,35 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	tlsCfg, err := ServerTLS(cfg.TLS)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-
-	// Everything opened below is closed again if a later step fails.
-	var cleanup []func() error
+	a := &assembly{ctx: ctx, cfg: cfg, log: logger}
 	defer func() {
 		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
+			a.undo()
 		}
 	}()
-
-	reg := prometheus.NewRegistry()
-	metrics := proxy.NewMetrics()
-	for _, c := range []prometheus.Collector{
-		collectors.NewGoCollector(),
-		// go_build_info: which build is running, for rollouts.
-		collectors.NewBuildInfoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		metrics,
+	for _, step := range []func() error{
+		a.serverTLS,
+		a.registerMetrics,
+		a.listen,
+		a.openUpstream,
+		a.readSecrets,
+		a.openLockStore,
+		a.newGuard,
+		a.newProxy,
+		a.newAdmin,
 	} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("gateway: registering metrics: %w", err)
+		if err := step(); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
-
-	proxyLn, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: listen: %w", err)
-	}
-	cleanup = append(cleanup, proxyLn.Close)
-	adminLn, err := net.Listen("tcp", cfg.Admin)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: admin: %w", err)
-	}
-	cleanup = append(cleanup, adminLn.Close)
-
-	up, err := upstream.New(ctx, upstream.Options{
-		URI:         cfg.Upstream.URI,
-		DialTimeout: cfg.Upstream.DialTimeout.D(),
-		Logger:      logger,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	cleanup = append(cleanup, up.Close)
-
-	pol, err := policy.Compile(cfg.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	token, err := adminToken(cfg.AdminAuth)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	ownerSecret, err := readOwnerSecret(cfg.Lockstore)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	if ownerSecret == nil {
-		logger.Warn("neither lockstore.ownerSecretFile nor LOCKGATE_OWNER_SECRET is set: lock owners are hashed with a random secret of this process; " +
-			"locks taken through it are not recognised as their holder's by other lockgate instances or after a restart " +
-			"(they stay exclusive and expire with their leases). Give every instance that shares the lock store the same secret file.")
-	}
-	lockURI := cfg.Lockstore.URI
-	if lockURI == "" {
-		lockURI = cfg.Upstream.URI
-	}
-	lsMetrics := lockstore.NewMetrics()
-	store, err := lockstore.Open(ctx, lockstore.Config{
-		URI:          lockURI,
-		Database:     cfg.Lockstore.Database,
-		Collection:   cfg.Lockstore.Collection,
-		DefaultLease: time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,
-		MaxLease:     time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
-		MaxWaiters:   cfg.Limits.MaxWaitersPerLock,
-
-		TakeoverGrace:      time.Duration(cfg.Lockstore.TakeoverGraceMS) * time.Millisecond,
-		MaxLocksPerSession: cfg.Limits.MaxLocksPerSession,
-	}, lockstore.WithLogger(logger), lockstore.WithMetrics(lsMetrics))
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	cleanup = append(cleanup, func() error { return store.Close(context.Background()) })
-	// Writes whose filter does not pin _id are resolved with the proxy's
-	// own client to the upstream, never over a client's connection.
-	resolverClient, err := mongo.Connect(ctx, options.Client().ApplyURI(cfg.Upstream.URI).SetAppName("lockgate-resolver"))
-	if err != nil {
-		return nil, fmt.Errorf("gateway: upstream.uri: %w", err)
-	}
-	cleanup = append(cleanup, func() error { return resolverClient.Disconnect(context.Background()) })
-	// Whether the upstream refuses unauthenticated clients, probed at
-	// start and every minute (below); until the first answer, false.
-	var authRequired atomic.Bool
-	guardMetrics := guard.NewMetrics()
-	gd := guard.New(guard.Options{
-		Store:          store,
-		Reserved:       reservedNamespaces(cfg.Lockstore),
-		OwnerSecret:    ownerSecret,
-		AuthRequired:   authRequired.Load,
-		Resolver:       guard.NewResolver(resolverClient),
-		ResolveTimeout: time.Duration(cfg.Limits.ResolveTimeoutMS) * time.Millisecond,
-		MaxLockIDs:     cfg.Limits.MaxLockIDs,
-		MaxResolves:    cfg.Limits.MaxConcurrentResolves,
-		MaxMessageSize: cfg.Limits.MaxMessageSizeBytes,
-		EndSessionsSupported: func(ctx context.Context) (bool, error) {
-			return up.Supports(ctx, bson.D{{Key: "endSessions", Value: bson.A{}}})
-		},
-		Logger:  logger,
-		Metrics: guardMetrics,
-
-		MaxInFlight: time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
-	})
-	gd.SetPolicy(pol)
-	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lockgate_policy_reloads_total",
-		Help: "Policy reloads by result: applied, or refused (the policy in force stayed).",
-	}, []string{"result"})
-	for _, c := range []prometheus.Collector{lsMetrics, guardMetrics, reloads, connectionLimit(cfg.Limits.MaxConnections)} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("gateway: registering metrics: %w", err)
-		}
-	}
-
-	proxyGrace, adminGrace := splitShutdown(cfg.ShutdownTimeout.D())
-	srv, err := proxy.New(proxy.Options{
-		TLS:              tlsCfg,
-		Upstream:         up,
-		Interceptor:      gd,
-		MaxMessageSize:   cfg.Limits.MaxMessageSizeBytes,
-		ShutdownGrace:    proxyGrace,
-		MaxConnections:   cfg.Limits.MaxConnections,
-		HandshakeTimeout: time.Duration(cfg.Limits.HandshakeTimeoutMS) * time.Millisecond,
-		Logger:           logger, // the proxy names itself
-		Metrics:          metrics,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-
-	adm, err := admin.New(admin.Options{
-		Registry:        reg,
-		Logger:          logger.Named("admin"),
-		ShutdownTimeout: adminGrace,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
-	if err := reg.Register(admin.ReadinessCollector(adm)); err != nil {
-		return nil, fmt.Errorf("gateway: registering metrics: %w", err)
-	}
-
-	// runCtx ends on the caller's cancel or on a fatal serve error. The
-	// admin listener outlives it until the proxy has drained, so probes and
-	// metrics stay observable during the drain.
-	runCtx, stop := context.WithCancel(ctx)
-	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
-
-	// Readiness checks, in the order /readyz lists them. Later components
-	// (lockstore, policy) add theirs here.
-	adm.AddCheck("serving", func(context.Context) error {
-		if runCtx.Err() != nil {
-			return errors.New("shutting down: draining client connections")
-		}
-		return nil
-	})
-	adm.AddCheck("upstream", up.Ping)
-	adm.AddCheck("lockstore", store.Ping)
-	adm.AddCheck("policy", func(context.Context) error {
-		if gd.Policy() == nil {
-			return errors.New("no policy loaded")
-		}
-		return nil
-	})
-	adm.AddCheck("connections", func(context.Context) error {
-		if srv.AtLimit() {
-			return errors.New("limits.maxConnections client connections are open: new clients are turned away")
-		}
-		return nil
-	})
-	var g *Gateway
-	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn)
-	mountConsole(adm, store, gd.Policy, reg, token != "")
-
-	g = &Gateway{
-		logger:   logger,
-		reg:      reg,
-		proxyLn:  proxyLn,
-		adminLn:  adminLn,
-		upstream: up,
-		admin:    adm,
-		guard:    gd,
-		reloads:  reloads,
-		nsClient: resolverClient,
-		done:     make(chan struct{}),
-	}
-
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer stopAdmin()
-		err := srv.Serve(runCtx, proxyLn)
-		switch {
-		case runCtx.Err() != nil && errors.Is(err, context.Canceled):
-			err = nil // the shutdown we asked for
-		case err == nil && runCtx.Err() == nil:
-			err = errors.New("stopped accepting connections unexpectedly")
-		}
-		if err != nil {
-			g.fail(fmt.Errorf("proxy: %w", err))
-			stop()
-		}
-	})
-	wg.Go(func() {
-		cctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
-		defer cancel()
-		g.checkPolicy(cctx, pol)
-	})
-	wg.Go(func() {
-		t := time.NewTicker(time.Minute)
-		defer t.Stop()
-		for {
-			pctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
-			req, err := up.RequiresAuth(pctx)
-			cancel()
-			if err == nil && req != authRequired.Load() {
-				authRequired.Store(req)
-				logger.Info("upstream authentication requirement", zap.Bool("required", req))
-			}
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	})
-	wg.Go(func() {
-		if err := adm.Serve(adminCtx, adminLn); err != nil {
-			g.fail(err)
-			stop()
-		}
-	})
-	go func() {
-		wg.Wait()
-		stop()
-		resolverClient.Disconnect(context.Background())
-		if err := store.Close(context.Background()); err != nil {
-			g.fail(fmt.Errorf("lockstore close: %w", err))
-		}
-		if err := up.Close(); err != nil {
-			g.fail(fmt.Errorf("upstream close: %w", err))
-		}
-		close(g.done)
-	}()
-
+	g := a.run()
 	logger.Info("lockgate started",
-		zap.Stringer("listen", proxyLn.Addr()),
-		zap.Stringer("admin", adminLn.Addr()),
-		zap.Bool("tls", tlsCfg != nil),
+		zap.Stringer("listen", a.proxyLn.Addr()),
+		zap.Stringer("admin", a.adminLn.Addr()),
+		zap.Bool("tls", a.tls != nil),
 		zap.String("policyDefault", string(cfg.Policy.Default)),
 		zap.Int("policyRules", len(cfg.Policy.Namespaces)),
-		zap.String("policyVersion", pol.Version()),
+		zap.String("policyVersion", a.pol.Version()),
 	)
 	return g, nil
 }
@@ -347,7 +114,7 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 		g.CountReload(false)
 		return fmt.Errorf("reload refused: %w", err)
 	}
-	pol, err := policy.Compile(cfg.Policy)
+	pol, err := policy.CompileWithLease(cfg.Policy, cfg.Lockstore.DefaultLeaseMS)
 	if err != nil {
 		g.CountReload(false)
 		return fmt.Errorf("reload refused: %w", err)

@@ -178,6 +178,29 @@ type ruleView struct {
 
 	Fence      string `json:"fence"`
 	FenceField string `json:"fenceField,omitempty"`
+	// Scheme, Clients and OtherClients appear only when the rule sets them.
+	Scheme       *schemeView  `json:"scheme,omitempty"`
+	Clients      *clientsView `json:"clients,omitempty"`
+	OtherClients string       `json:"otherClients,omitempty"`
+}
+
+type schemeView struct {
+	Type         string `json:"type"`
+	Field        string `json:"field,omitempty"`
+	TimeField    string `json:"timeField,omitempty"`
+	ActorField   string `json:"actorField,omitempty"`
+	ExpiresField string `json:"expiresField,omitempty"`
+	LeaseMS      int64  `json:"leaseMS,omitempty"`
+	Holder       string `json:"holder,omitempty"`
+	Collection   string `json:"collection,omitempty"`
+	TsField      string `json:"tsField,omitempty"`
+	AidField     string `json:"aidField,omitempty"`
+}
+
+type clientsView struct {
+	AppNames []string `json:"appNames,omitempty"`
+	Users    []string `json:"users,omitempty"`
+	Networks []string `json:"networks,omitempty"`
 }
 
 func viewOfRule(r policy.Rule) ruleView {
@@ -190,6 +213,24 @@ func viewOfRule(r policy.Rule) ruleView {
 	v.Fence = string(config.FenceNone)
 	if r.FenceField != "" {
 		v.Fence, v.FenceField = string(config.FenceDocument), r.FenceField
+	}
+	if s := r.Scheme; s.Active() {
+		sv := &schemeView{Type: string(s.Type), Field: s.LockPath, TimeField: s.TimePath, Holder: string(s.Holder),
+			Collection: s.LockColl, TsField: s.TsPath, AidField: s.AidPath}
+		if s.ExpiresPath != "" {
+			sv.ActorField = strings.TrimPrefix(s.HolderPath, s.LockPath+".")
+			sv.ExpiresField = strings.TrimPrefix(s.ExpiresPath, s.LockPath+".")
+		} else {
+			sv.LeaseMS = s.Lease.Milliseconds()
+		}
+		v.Scheme = sv
+	}
+	if c := r.Clients; c != nil {
+		cv := &clientsView{AppNames: c.AppNames, Users: c.Users}
+		for _, n := range c.Networks {
+			cv.Networks = append(cv.Networks, n.String())
+		}
+		v.Clients, v.OtherClients = cv, string(c.Others)
 	}
 	return v
 }

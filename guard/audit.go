@@ -73,7 +73,7 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		logNS(x.write, x.rule, x)
 	}
 	for _, w := range v.writes {
-		logNS(w, pol.Lookup(w.NS), nil)
+		logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
 	}
 }
 
@@ -82,7 +82,8 @@ func metricReason(r string) string {
 	switch r {
 	case "", reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
 		reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
-		reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable:
+		reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable,
+		reasonSchemeNotFollowed, reasonSchemeNotHolder:
 		if r == "" {
 			return "none"
 		}

@@ -76,6 +76,9 @@ type verdict struct {
 	// resolveSpent is the time its enforced resolutions ran, charged to
 	// the caller if it is refused (refused.go).
 	resolveSpent time.Duration
+	// stale are the violations of holders whose scheme lock was taken
+	// over (scheme.go).
+	stale []int
 }
 
 // isNamed reports whether the request itself named id.
@@ -101,13 +104,16 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	v := &verdict{checked: map[string][]bson.RawValue{}, req: req}
 	rules := make([]policy.Rule, len(writes))
 	for i, w := range writes {
-		rules[i] = pol.Lookup(w.NS)
+		rules[i] = g.ruleFor(pol.Lookup(w.NS), req)
 		if rules[i].Mode != policy.Off {
 			v.writes = append(v.writes, w)
 		}
 	}
 	if len(v.writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
+	}
+	if d, ok := g.schemeEnforce(ctx, req, pol, writes, rules, start); ok {
+		return d
 	}
 
 	o, hasSession := g.writeOwner(req)
@@ -606,7 +612,7 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 		advice = "lock the documents and name their _id values in the filter"
 	case reasonUnavailable, reasonResolveFailed:
 		advice = "retry when the lock store and the database are reachable; nothing was written"
-	case reasonUnclassifiable, reasonInsertLocked:
+	case reasonUnclassifiable, reasonInsertLocked, reasonSchemeNotFollowed, reasonSchemeNotHolder:
 		advice = "nothing was written"
 	}
 	if x.advice != "" {

@@ -110,6 +110,8 @@ type Guard struct {
 	flights *flightTracker
 	// txns are the locks of open transactions' enforced writes.
 	txns *txnTracker
+	// schemes serialises scheme lock acquires per key (scheme.go).
+	schemes schemeKeys
 }
 
 // SetPolicy installs a new policy for every request from now on. Requests

@@ -4,10 +4,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockgate/lockgate/internal/metricset"
 )
 
-// Metrics are the guard's Prometheus collectors.
+// Metrics are the guard's Prometheus collectors; the Set makes them one
+// prometheus.Collector.
 type Metrics struct {
+	metricset.Set
+
 	lockCommands   *prometheus.CounterVec
 	lockCmdSeconds *prometheus.HistogramVec
 	sessionsEnded  prometheus.Counter
@@ -30,91 +35,62 @@ type Metrics struct {
 
 // NewMetrics creates the guard's collectors; register them once.
 func NewMetrics() *Metrics {
-	return &Metrics{
-		lockCommands: prometheus.NewCounterVec(prometheus.CounterOpts{
+	var s metricset.Set
+	m := &Metrics{
+		lockCommands: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_lock_commands_total",
 			Help: "Lock commands answered by the proxy, by command and result (ok or the refusal reason).",
-		}, []string{"command", "result"}),
-		lockCmdSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		}, []string{"command", "result"})),
+		lockCmdSeconds: metricset.Add(&s, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lockgate_lock_command_seconds",
 			Help:    "Time to answer a lock command, waiting included.",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 20),
-		}, []string{"command"}),
-		sessionsEnded: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"command"})),
+		sessionsEnded: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_sessions_ended_total",
 			Help: "Sessions named by endSessions whose locks were released.",
-		}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		decisions: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_decisions_total",
 			Help: "Decisions on writes to audited and enforced namespaces, by policy rule (its match pattern, or default), decision and reason.",
-		}, []string{"rule", "decision", "reason"}),
-		decisionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"rule", "decision", "reason"})),
+		decisionSeconds: metricset.Add(&s, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "lockgate_decision_seconds",
 			Help:    "Time to decide a write on an audited or enforced namespace, lock checks and resolution included.",
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
-		}),
-		inFlightRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		inFlightRenewals: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_inflight_renewals_total",
 			Help: "Lease renewals of locks whose enforced write was still unanswered by the database.",
-		}),
-		fencedOut: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		fencedOut: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_fenced_out_writes_total",
 			Help: "Write statements the database refused because a newer lock holder had stamped the document (document fence).",
-		}),
-		pinned: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		pinned: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_pinned_writes_total",
 			Help: "Writes whose filter did not pin _id, forwarded restricted to the verified documents.",
-		}),
-		insertChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		insertChecks: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_insert_checks_total",
 			Help: "Inserts on protected namespaces checked for ids another session has locked: checked (one lock store round trip), skipped (no lock held in the namespace).",
-		}, []string{"result"}),
-		resolves: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"result"})),
+		resolves: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_resolves_total",
 			Help: "Resolutions of write filters that name no _id, by result: ok, timeout (no slot or no answer within the resolve timeout), error, skipped (an audited write found no free slot, or the write was refused already).",
-		}, []string{"result"}),
-		resolveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"result"})),
+		resolveSeconds: metricset.Add(&s, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "lockgate_resolve_seconds",
 			Help:    "Time a resolution query took, from holding a slot to its answer.",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18),
-		}),
-		reservedRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		reservedRefusals: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_reserved_refusals_total",
 			Help: "Client requests refused whatever the policy's modes, by what they reached for: lock_store (its own namespaces) or session_introspection (other clients' session ids).",
-		}, []string{"what"}),
+		}, []string{"what"})),
 	}
-}
-
-// Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.lockCommands.Describe(ch)
-	m.lockCmdSeconds.Describe(ch)
-	m.sessionsEnded.Describe(ch)
-	m.decisions.Describe(ch)
-	m.decisionSeconds.Describe(ch)
-	m.pinned.Describe(ch)
-	m.fencedOut.Describe(ch)
-	m.inFlightRenewals.Describe(ch)
-	m.reservedRefusals.Describe(ch)
-	m.resolves.Describe(ch)
-	m.insertChecks.Describe(ch)
-	m.resolveSeconds.Describe(ch)
-}
-
-// Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.lockCommands.Collect(ch)
-	m.lockCmdSeconds.Collect(ch)
-	m.sessionsEnded.Collect(ch)
-	m.decisions.Collect(ch)
-	m.decisionSeconds.Collect(ch)
-	m.pinned.Collect(ch)
-	m.fencedOut.Collect(ch)
-	m.inFlightRenewals.Collect(ch)
-	m.reservedRefusals.Collect(ch)
-	m.resolves.Collect(ch)
-	m.insertChecks.Collect(ch)
-	m.resolveSeconds.Collect(ch)
+	m.Set = s
+	return m
 }
 
 func (m *Metrics) lockCommand(name, result string, took time.Duration) {

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockgate/lockgate/internal/metricset"
 )
 
 // Acquisition results, the only values of the "result" label.
@@ -35,6 +37,8 @@ const (
 // caller likes (Metrics is a prometheus.Collector); nothing is registered
 // globally. Label values are bounded: never ids, namespaces or sessions.
 type Metrics struct {
+	metricset.Set
+
 	acquisitions *prometheus.CounterVec
 	waitSeconds  prometheus.Histogram
 	held         prometheus.Gauge
@@ -46,56 +50,41 @@ type Metrics struct {
 
 // NewMetrics creates unregistered collectors.
 func NewMetrics() *Metrics {
-	return &Metrics{
-		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+	var s metricset.Set
+	m := &Metrics{
+		acquisitions: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_lock_acquisitions_total",
 			Help: "Lock acquisitions by result (ok, busy, timeout, error).",
-		}, []string{"result"}),
-		waitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"result"})),
+		waitSeconds: metricset.Add(&s, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "lockgate_lock_wait_seconds",
 			Help:    "Time acquisitions that were allowed to wait spent before succeeding or giving up.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{
+		})),
+		held: metricset.Add(&s, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lockgate_locks_held",
 			Help: "Locks acquired through this instance and not yet released through it or known to be expired.",
-		}),
-		roundTrips: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		roundTrips: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_lockstore_round_trips_total",
 			Help: "Round trips to the lock store by operation and outcome.",
-		}, []string{"op", "outcome"}),
-		rtSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		}, []string{"op", "outcome"})),
+		rtSeconds: metricset.Add(&s, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lockgate_lockstore_round_trip_seconds",
 			Help:    "Latency of round trips to the lock store by operation.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5},
-		}, []string{"op"}),
-		expired: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"op"})),
+		expired: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_lock_expired_total",
 			Help: "Locks whose lease had ended when another owner took them over.",
-		}),
-		cleaned: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		cleaned: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_lock_records_cleaned_total",
 			Help: "Long-idle lock records deleted by this instance.",
-		}),
+		})),
 	}
-}
-
-func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.acquisitions, m.waitSeconds, m.held, m.roundTrips, m.rtSeconds, m.expired, m.cleaned}
-}
-
-// Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.collectors() {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.collectors() {
-		c.Collect(ch)
-	}
+	m.Set = s
+	return m
 }
 
 func (m *Metrics) roundTrip(op string, start time.Time, err error) {

@@ -114,6 +114,10 @@ type Store struct {
 	wg     sync.WaitGroup
 	closed atomic.Bool
 
+	// ownsClient: Open connected client, so Close disconnects it; a
+	// client given with WithClient belongs to the caller.
+	ownsClient bool
+
 	// testHookTry, when set, sees every key in the order an acquire tries it.
 	testHookTry func(rid string)
 }
@@ -155,11 +159,14 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	if cfg.MaxPoolSize > 0 {
 		copts.SetMaxPoolSize(cfg.MaxPoolSize)
 	}
-	client, err := mongo.Connect(ctx, copts)
-	if err != nil {
-		return nil, fmt.Errorf("lockstore.uri: %w", err)
+	if s.client == nil {
+		client, err := mongo.Connect(ctx, copts)
+		if err != nil {
+			return nil, fmt.Errorf("lockstore.uri: %w", err)
+		}
+		s.client, s.ownsClient = client, true
 	}
-	s.client = client
+	client := s.client
 	// Lock records must survive a failover: majority writes and primary
 	// reads, so that a new primary knows every grant that was acknowledged.
 	copt := options.Collection().
@@ -187,6 +194,9 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 	s.cancel()
 	s.wg.Wait()
+	if !s.ownsClient {
+		return nil
+	}
 	return s.client.Disconnect(ctx)
 }
 

@@ -57,6 +57,11 @@ type Rule struct {
 	// token when the rule sets fence: document, "" without a fence. Only
 	// enforced namespaces are fenced.
 	FenceField string
+	// Scheme is the advisory locking convention enforced (docs/SCHEMES.md);
+	// the zero value is lockgate's own lock commands.
+	Scheme Scheme
+	// Clients, when set, narrows Mode to some clients (ForClient).
+	Clients *Clients
 }
 
 // Policy is a compiled, immutable policy. It is safe for concurrent use;
@@ -71,12 +76,21 @@ type Policy struct {
 	// introspection: session-listing commands pass (allowed, or nothing
 	// is enforced so there is no lock to steal).
 	introspection bool
+	// lockRules are the rules under a lockCollection scheme, whose lock
+	// collections Lookup recognises (scheme.go).
+	lockRules []Rule
 }
 
 // Compile checks and compiles the policy part of a configuration. The
 // configuration is expected to have passed config.Validate; Compile still
 // refuses what it cannot use.
 func Compile(c config.Policy) (*Policy, error) {
+	return CompileWithLease(c, 0)
+}
+
+// CompileWithLease is Compile with the lock store's default lease, which
+// a flag scheme without leaseMS uses.
+func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 	p := &Policy{
 		exact: make(map[string]Rule),
 		byDB:  make(map[string]Rule),
@@ -111,6 +125,8 @@ func Compile(c config.Policy) (*Policy, error) {
 		r.AllowCollectionWrites = nr.AllowCollectionWrites
 		r.AllowCappedInserts = nr.AllowCappedInserts
 		r.RefuseLocksOnMissingCollection = nr.RefuseLocksOnMissingCollection
+		r.Scheme = compileScheme(nr.Scheme, defaultLeaseMS)
+		r.Clients = compileClients(nr.Clients, nr.OtherClients)
 		if nr.MaxCandidates > 0 {
 			r.MaxCandidates = nr.MaxCandidates
 		}
@@ -136,16 +152,19 @@ func Compile(c config.Policy) (*Policy, error) {
 			p.exact[nr.Match] = r
 		}
 		p.rules = append(p.rules, r)
+		if r.Scheme.Type == config.SchemeLockCollection {
+			p.lockRules = append(p.lockRules, r)
+		}
 	}
 	p.allOff = p.fallback.Mode == Off
 	for _, r := range p.rules {
-		if r.Mode != Off {
+		if r.Mode != Off || (r.Clients != nil && r.Clients.Others != Off) {
 			p.allOff = false
 		}
 	}
 	enforced := p.fallback.Mode == Enforce
 	for _, r := range p.rules {
-		enforced = enforced || r.Mode == Enforce
+		enforced = enforced || r.Mode == Enforce || (r.Clients != nil && r.Clients.Others == Enforce)
 	}
 	p.introspection = c.AllowSessionIntrospection || !enforced
 	p.version = fingerprint(c, p)
@@ -163,7 +182,12 @@ func fingerprint(c config.Policy, p *Policy) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%+v|%v|", p.fallback, c.AllowSessionIntrospection)
 	for _, r := range p.rules {
-		fmt.Fprintf(h, "%+v|", r)
+		rc := r
+		rc.Clients = nil // a pointer: its content, not its address, names the policy
+		fmt.Fprintf(h, "%+v|", rc)
+		if r.Clients != nil {
+			fmt.Fprintf(h, "%+v|", *r.Clients)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
@@ -184,6 +208,11 @@ func (p *Policy) Rules() (rules []Rule, fallback Rule) {
 // the rule of its database, else the default. A namespace "db.*" (a write
 // that touches a whole database) gets the strictest rule of that database.
 func (p *Policy) Lookup(ns string) Rule {
+	if len(p.lockRules) > 0 {
+		if r, ok := p.lockSide(ns); ok {
+			return r
+		}
+	}
 	if r, ok := p.exact[ns]; ok {
 		return r
 	}

@@ -53,8 +53,12 @@ func serveDirect(t *testing.T, opts Options) (*Server, string) {
 	return srv, ln.Addr().String()
 }
 
-// sinkUpstream answers every request it can frame with a small {ok: 1}
-// and keeps nothing, so that the test process's heap is the proxy's.
+// sinkUpstream answers every request it can frame with {ok: 1} padded to
+// about half a KiB, and keeps nothing, so that the test process's heap is
+// the proxy's. The padding makes a client that never reads fill its
+// socket after some thousands of replies rather than hundreds of
+// thousands, which under the race detector on a loaded machine took the
+// proxy longer than the test's patience.
 func sinkUpstream(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -62,7 +66,7 @@ func sinkUpstream(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	ok, _ := bson.Marshal(bson.D{{"ok", 1.0}})
+	ok, _ := bson.Marshal(bson.D{{"ok", 1.0}, {"pad", string(make([]byte, 512))}})
 	go func() {
 		for {
 			c, err := ln.Accept()

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockgate/lockgate/internal/metricset"
 )
 
 // Directions of traffic, the values of the "direction" label.
@@ -42,6 +44,8 @@ var trackedCommands = []string{
 // Metrics are the proxy's Prometheus collectors. Create them with
 // NewMetrics and register them once; they are safe for concurrent use.
 type Metrics struct {
+	metricset.Set
+
 	connsOpen      prometheus.Gauge
 	connsTotal     prometheus.Counter
 	connsRefused   prometheus.Counter
@@ -50,7 +54,7 @@ type Metrics struct {
 	bytes          map[string]prometheus.Counter
 	commandsVec    *prometheus.CounterVec
 	commands       map[string]prometheus.Counter
-	otherCommand   prometheus.Counter
+	otherCommand   prometheus.Counter `metricset:"child"` // commandsVec's "other"
 	legacyOps      *prometheus.CounterVec
 	roundTrip      prometheus.Histogram
 	errorsVec      *prometheus.CounterVec
@@ -60,70 +64,70 @@ type Metrics struct {
 	bytesVec       *prometheus.CounterVec
 	retiredConns   prometheus.Counter
 	droppedReplies prometheus.Counter
-	collectorsList []prometheus.Collector
 }
 
 // NewMetrics creates the proxy's collectors.
 func NewMetrics() *Metrics {
+	var s metricset.Set
 	m := &Metrics{
-		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+		connsOpen: metricset.Add(&s, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lockgate_client_connections",
 			Help: "Client connections currently open.",
-		}),
-		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		connsRefused: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_client_connections_refused_total",
 			Help: "Client connections closed on arrival because maxConnections were open.",
-		}),
-		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		acceptErrors: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_accept_errors_total",
 			Help: "Temporary accept failures (out of file descriptors or buffers), each followed by a backoff and a retry.",
-		}),
-		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		connsTotal: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_client_connections_total",
 			Help: "Client connections accepted.",
-		}),
-		messagesVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		messagesVec: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_messages_total",
 			Help: "Wire messages relayed or answered, by direction.",
-		}, []string{"direction"}),
-		bytesVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"direction"})),
+		bytesVec: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_message_bytes_total",
 			Help: "Bytes of wire messages relayed or answered, by direction.",
-		}, []string{"direction"}),
-		commandsVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"direction"})),
+		commandsVec: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_commands_total",
 			Help: "Client commands by name; names outside a fixed list count as other.",
-		}, []string{"command"}),
-		legacyOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"command"})),
+		legacyOps: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_legacy_opcodes_total",
 			Help: "Client messages in legacy opcodes that carry no command, by opcode.",
-		}, []string{"opcode"}),
-		roundTrip: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"opcode"})),
+		roundTrip: metricset.Add(&s, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "lockgate_upstream_roundtrip_seconds",
 			Help:    "Time from forwarding a request to the upstream to the first byte of its reply being read back.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
-		}),
-		errorsVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+		})),
+		errorsVec: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_errors_total",
 			Help: "Errors by kind; each closes the client connection it happened on, or was answered with an error reply.",
-		}, []string{"kind"}),
-		helloRewrites: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"kind"})),
+		helloRewrites: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_handshake_rewrites_total",
 			Help: "hello/isMaster replies rewritten so that drivers keep talking to the proxy.",
-		}),
-		proxyReplies: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		proxyReplies: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_proxy_replies_total",
 			Help: "Replies the proxy made itself instead of forwarding the request.",
-		}),
-		retiredConns: prometheus.NewCounter(prometheus.CounterOpts{
+		})),
+		retiredConns: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_retired_connections_total",
 			Help: "Client connections closed because the upstream server they were bound to stopped being the primary.",
-		}),
+		})),
 	}
-	m.droppedReplies = prometheus.NewCounter(prometheus.CounterOpts{
+	m.droppedReplies = metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockgate_dropped_replies_total",
 		Help: "Upstream replies to fire-and-forget (moreToCome) requests, which the protocol forbids, dropped instead of confusing the client.",
-	})
+	}))
 	m.messages = map[string]prometheus.Counter{
 		toUpstream: m.messagesVec.WithLabelValues(toUpstream),
 		toClient:   m.messagesVec.WithLabelValues(toClient),
@@ -140,26 +144,8 @@ func NewMetrics() *Metrics {
 	for _, k := range []string{errMalformed, errTooLarge, errUpstreamDial, errUpstreamIO, errUpstreamReply, errClientIO, errUnackRejected, errPanic, errSlowClient} {
 		m.errorsVec.WithLabelValues(k)
 	}
-	m.collectorsList = []prometheus.Collector{
-		m.connsOpen, m.connsTotal, m.messagesVec, m.bytesVec, m.commandsVec,
-		m.legacyOps, m.roundTrip, m.errorsVec, m.helloRewrites, m.proxyReplies,
-		m.retiredConns, m.droppedReplies, m.connsRefused, m.acceptErrors,
-	}
+	m.Set = s
 	return m
-}
-
-// Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.collectorsList {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.collectorsList {
-		c.Collect(ch)
-	}
 }
 
 func (m *Metrics) command(name string) {

@@ -32,6 +32,15 @@ type Options struct {
 	// known. Zero means 10s.
 	DialTimeout time.Duration
 	Logger      *zap.Logger
+	// MaxPoolSize bounds the pool of the monitoring client (Client); 0
+	// keeps it at 2, for monitoring alone. Raise it when the client also
+	// serves other work (the gateway's resolver and lock store).
+	MaxPoolSize uint64
+	// ServerSelectionTimeout bounds the wait for a suitable server in the
+	// client's operations; 0 keeps the driver's default or the URI's.
+	ServerSelectionTimeout time.Duration
+	// AppName is the client's application name unless the URI names one.
+	AppName string
 }
 
 // Upstream dials connections to the deployment's writable server: the
@@ -91,8 +100,19 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 			u.follow(e.NewDescription)
 		},
 	})
-	// The monitoring client never runs application traffic: keep it small.
-	co.SetMaxPoolSize(2).SetMinPoolSize(0)
+	// The monitoring client runs no client traffic; its pool only serves
+	// the proxy's own queries (pings, probes, and whatever shares it).
+	pool := opts.MaxPoolSize
+	if pool == 0 {
+		pool = 2
+	}
+	co.SetMaxPoolSize(pool).SetMinPoolSize(0)
+	if opts.ServerSelectionTimeout > 0 {
+		co.SetServerSelectionTimeout(opts.ServerSelectionTimeout)
+	}
+	if opts.AppName != "" && co.AppName == nil {
+		co.SetAppName(opts.AppName)
+	}
 	client, err := mongo.Connect(ctx, co)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
@@ -217,6 +237,12 @@ func (u *Upstream) dialAddr(ctx context.Context, addr string) (net.Conn, error) 
 func (u *Upstream) Ping(ctx context.Context) error {
 	return u.client.Ping(ctx, readpref.Primary())
 }
+
+// Client is the driver client that monitors the deployment. Others may
+// run their own operations on it (one monitor and pool per deployment
+// instead of one per purpose); Close disconnects it, so they must be done
+// with it first.
+func (u *Upstream) Client() *mongo.Client { return u.client }
 
 // Close stops monitoring. Connections already dialed stay open.
 func (u *Upstream) Close() error {

@@ -15,7 +15,10 @@ import (
 )
 
 // forbiddenDeps must never be linked into the production binary.
-var forbiddenDeps = []string{"github.com/FerretDB/", "sqlite", "github.com/lockgate/lockgate/internal/embedded", "github.com/chromedp/"}
+// The in-memory lock store and resolver keep locks in one process, which
+// would make enforcement across proxies meaningless.
+var forbiddenDeps = []string{"github.com/FerretDB/", "sqlite", "github.com/lockgate/lockgate/internal/embedded", "github.com/chromedp/",
+	"github.com/lockgate/lockgate/lockstore/memstore", "github.com/lockgate/lockgate/lockstore/lockstoretest", "github.com/lockgate/lockgate/guard/guardtest"}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 

@@ -3,6 +3,7 @@ package reliability
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -34,6 +35,16 @@ type faultRelay struct {
 	mu       sync.Mutex
 	conns    []net.Conn
 	wg       sync.WaitGroup
+
+	connSeq atomic.Int64
+	// flights are the marked messages passed on to the server and not
+	// answered yet, by relayed connection and requestID; unknown counts
+	// those whose connection closed first (the server may or may not
+	// have run them). settled is closed and replaced when either changes.
+	flightMu sync.Mutex
+	flights  map[[2]int64]bool
+	unknown  int
+	settled  chan struct{}
 }
 
 func newFaultRelay(t testing.TB, target string, marker string, delay time.Duration) *faultRelay {
@@ -42,7 +53,8 @@ func newFaultRelay(t testing.TB, target string, marker string, delay time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &faultRelay{target: target, ln: ln, marker: []byte(marker), delay: delay, heal: make(chan struct{})}
+	r := &faultRelay{target: target, ln: ln, marker: []byte(marker), delay: delay, heal: make(chan struct{}),
+		flights: map[[2]int64]bool{}, settled: make(chan struct{})}
 	r.wg.Add(1)
 	go r.accept()
 	t.Cleanup(func() {
@@ -120,20 +132,21 @@ func (r *faultRelay) accept() {
 		r.mu.Lock()
 		r.conns = append(r.conns, c, up)
 		r.mu.Unlock()
+		id := r.connSeq.Add(1)
 		r.wg.Add(2)
 		go func() {
 			defer r.wg.Done()
 			defer c.Close()
-			buf := make([]byte, 32<<10)
+			defer r.closed(id)
 			for {
-				n, err := up.Read(buf)
-				if n > 0 {
-					r.waitHealed()
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
+				msg, err := readFrame(up)
 				if err != nil {
+					return
+				}
+				// Answered by the server: whatever the write did, it did.
+				r.answered(id, int32(binary.LittleEndian.Uint32(msg[8:12])))
+				r.waitHealed()
+				if _, err := c.Write(msg); err != nil {
 					return
 				}
 			}
@@ -162,6 +175,9 @@ func (r *faultRelay) accept() {
 					time.Sleep(r.delay)
 				}
 				r.waitHealed()
+				if marked && len(msg) >= 16 {
+					r.flying(id, int32(binary.LittleEndian.Uint32(msg[4:8])))
+				}
 				if _, err := up.Write(msg); err != nil {
 					return
 				}
@@ -175,5 +191,78 @@ func (r *faultRelay) accept() {
 				}
 			}
 		}()
+	}
+}
+
+// readFrame reads one wire message.
+func readFrame(r io.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n < 16 || n > 64<<20 {
+		return nil, io.ErrUnexpectedEOF
+	}
+	msg := make([]byte, n)
+	copy(msg, hdr[:])
+	if _, err := io.ReadFull(r, msg[4:]); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+func (r *faultRelay) settleLocked() {
+	close(r.settled)
+	r.settled = make(chan struct{})
+}
+
+func (r *faultRelay) flying(conn int64, requestID int32) {
+	r.flightMu.Lock()
+	defer r.flightMu.Unlock()
+	r.flights[[2]int64{conn, int64(requestID)}] = true
+}
+
+func (r *faultRelay) answered(conn int64, responseTo int32) {
+	r.flightMu.Lock()
+	defer r.flightMu.Unlock()
+	k := [2]int64{conn, int64(responseTo)}
+	if r.flights[k] {
+		delete(r.flights, k)
+		r.settleLocked()
+	}
+}
+
+// closed gives up on the marked messages of a connection whose server
+// side is gone: nobody can tell whether the server ran them.
+func (r *faultRelay) closed(conn int64) {
+	r.flightMu.Lock()
+	defer r.flightMu.Unlock()
+	for k := range r.flights {
+		if k[0] == conn {
+			delete(r.flights, k)
+			r.unknown++
+			r.settleLocked()
+		}
+	}
+}
+
+// WaitAnswered waits until the server has answered every marked message
+// the relay passed on, so that none of them can still land, and returns
+// how many it can say nothing about (their connection closed first).
+func (r *faultRelay) WaitAnswered(timeout time.Duration) (unknown int, err error) {
+	deadline := time.After(timeout)
+	for {
+		r.flightMu.Lock()
+		n, u, ch := len(r.flights), r.unknown, r.settled
+		r.flightMu.Unlock()
+		if n == 0 {
+			return u, nil
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return u, fmt.Errorf("%d marked messages passed on to the server were not answered within %v", n, timeout)
+		}
 	}
 }

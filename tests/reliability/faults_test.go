@@ -119,8 +119,15 @@ func runFaultWorkload(t *testing.T, fence bool, d time.Duration) (*faultTally, i
 		}(w, c, onSlow)
 	}
 	wg.Wait()
-	// Let writes still held by the relay land before counting.
-	time.Sleep(1500 * time.Millisecond)
+	// Count only once the database has answered every write the relay
+	// held: none of them can land after the count.
+	unknown, err := slow.WaitAnswered(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unknown > 0 {
+		t.Fatalf("%d held writes lost their connection before the database answered them: whether they landed cannot be told, so the count would prove nothing", unknown)
+	}
 	return tally, sumCounters(t, ctx, direct)
 }
 

@@ -141,6 +141,14 @@ func TestReleaseWaitsForEarlierWrites(t *testing.T) {
 	for len(order) < 3 {
 		m := readMessage(t, c)
 		order = append(order, m.Header().ResponseTo)
+		if m.Header().ResponseTo == 11 {
+			// The first holder's write is answered: it has landed, and
+			// nothing of it is still on its way to the database.
+			body := m.(*wire.OpMsg).Body
+			if n, _ := body.Lookup("n").AsInt64OK(); n != 1 {
+				t.Fatalf("the first holder's update: %v", body)
+			}
+		}
 		if m.Header().ResponseTo != 12 {
 			continue
 		}
@@ -160,8 +168,8 @@ func TestReleaseWaitsForEarlierWrites(t *testing.T) {
 	if order[0] != 10 || order[1] != 11 || order[2] != 12 {
 		t.Errorf("replies answered requests %v, want [10 11 12]: the release was answered before the write sent ahead of it", order)
 	}
-	// Give a delayed first write every chance to land, then look.
-	time.Sleep(time.Second)
+	// Every reply is in, the first write's included, so what is in the
+	// database now is final: no sleep needed before looking.
 	var got bson.M
 	if err := direct.FindOne(ctx, bson.D{{Key: "_id", Value: "X"}}).Decode(&got); err != nil {
 		t.Fatal(err)

@@ -53,6 +53,13 @@ func TestPausedProxy(t *testing.T) {
 			ns := "fence." + coll
 			locks := uniq("locks")
 			relay := newFaultRelay(t, upstream.Addr(), slowMarker, 2*time.Second)
+			held := make(chan struct{}, 1)
+			relay.onMarked = func() {
+				select {
+				case held <- struct{}{}:
+				default:
+				}
+			}
 			t.Setenv(envChildStoreURI, upstream.URI())
 			if fence {
 				t.Setenv(envChildFence, "1")
@@ -96,7 +103,14 @@ func TestPausedProxy(t *testing.T) {
 			})); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(100 * time.Millisecond) // forwarded; held by the relay
+			// Stopped only once the update has left the proxy and the relay
+			// holds it: stopped earlier, the proxy would refuse it as late
+			// when continued, and the run would test nothing.
+			select {
+			case <-held:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the update never reached the relay")
+			}
 			if err := child.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,454 @@
+// Package memstore is an in-memory lock store with the contract of
+// lockstore.Store, for tests of what sits on top of it (the guard) that
+// must run in milliseconds. The same contract tests (lockstoretest) run
+// against it and against the real Store on an embedded FerretDB, so a
+// behaviour the fake invents is caught there.
+//
+// It must never be linked into the proxy binary: it keeps locks in one
+// process, which would make enforcement across proxies meaningless.
+//
+// A Store is safe for concurrent use.
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+
+	"github.com/lockgate/lockgate/lockstore"
+)
+
+// Config configures a Store; zero values take lockstore's defaults.
+type Config struct {
+	DefaultLease time.Duration
+	MaxLease     time.Duration
+	// Clock is the lock store server's clock; nil means the local clock.
+	// Leases end by it, so a test can expire them without waiting.
+	Clock lockstore.Clock
+}
+
+// Store keeps locks in a map under one mutex. All-or-nothing is trivially
+// atomic here; what matters is that every answer matches lockstore.Store's.
+type Store struct {
+	cfg Config
+
+	mu   sync.Mutex
+	recs map[string]*record // key: namespace + "/" + canonical _id
+	// changed is closed, and replaced, whenever a lock is freed: it wakes
+	// the waiters, as lockstore's wait queues do on one instance.
+	changed chan struct{}
+	// fail, when set, is what every call returns (an outage).
+	fail error
+}
+
+type record struct {
+	ns        string
+	id        bson.RawValue // as first locked
+	owner     *lockstore.Owner
+	token     int64
+	acquired  time.Time
+	expires   time.Time
+	lastError string
+	updated   time.Time
+}
+
+// New returns an empty Store.
+func New(cfg Config) *Store {
+	if cfg.DefaultLease == 0 {
+		cfg.DefaultLease = lockstore.DefaultLease
+	}
+	if cfg.MaxLease == 0 {
+		cfg.MaxLease = lockstore.DefaultMaxLease
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = localClock{}
+	}
+	return &Store{cfg: cfg, recs: map[string]*record{}, changed: make(chan struct{})}
+}
+
+type localClock struct{}
+
+func (localClock) Now() (time.Time, time.Duration) { return time.Now(), 0 }
+
+// SetUnavailable makes every later call fail as an unreachable lock store
+// does (errors.Is(err, lockstore.ErrUnavailable)); nil heals it.
+func (s *Store) SetUnavailable(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cause != nil {
+		cause = fmt.Errorf("%w: memstore: %w", lockstore.ErrUnavailable, cause)
+	}
+	s.fail = cause
+}
+
+type key struct {
+	rid string
+	id  bson.RawValue
+}
+
+// keys validates like lockstore: a namespace, at least one id, each a
+// valid _id; duplicates (as MongoDB compares _id) count once, the first
+// spelling wins.
+func keys(ns string, ids []bson.RawValue) ([]key, error) {
+	if ns == "" || strings.IndexByte(ns, 0) >= 0 {
+		return nil, fmt.Errorf("%w: bad namespace %q", lockstore.ErrInvalidArgument, ns)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%w: no ids", lockstore.ErrInvalidArgument)
+	}
+	out := make([]key, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		k, err := lockstore.IDKey(id)
+		if err != nil {
+			return nil, err
+		}
+		rid := ns + "/" + k
+		if seen[rid] {
+			continue
+		}
+		seen[rid] = true
+		out = append(out, key{rid: rid, id: id})
+	}
+	return out, nil
+}
+
+func checkOwner(o lockstore.Owner) error {
+	if len(o.Session) == 0 {
+		return fmt.Errorf("%w: a lock needs a session (lsid)", lockstore.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func (s *Store) lease(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("%w: negative lease %v", lockstore.ErrInvalidLease, d)
+	case d == 0:
+		return s.cfg.DefaultLease, nil
+	case d > s.cfg.MaxLease:
+		return 0, fmt.Errorf("%w: lease %v exceeds the maximum %v", lockstore.ErrInvalidLease, d, s.cfg.MaxLease)
+	}
+	return d, nil
+}
+
+func ownedBy(r *record, o lockstore.Owner) bool {
+	return r.owner != nil && string(r.owner.Session) == string(o.Session) && r.owner.Bind == o.Bind
+}
+
+func heldAt(r *record, t time.Time) bool { return r.owner != nil && r.expires.After(t) }
+
+func holder(r *record) lockstore.Holder {
+	h := lockstore.Holder{ExpiresAt: r.expires, Token: r.token}
+	if r.owner != nil {
+		h.App, h.Client, h.User = r.owner.App, r.owner.Client, r.owner.User
+		h.SessionPrefix = lockstore.SessionPrefix(r.owner.Session)
+	}
+	return h
+}
+
+// notifyLocked wakes every waiter.
+func (s *Store) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Acquire implements lockstore.Store.Acquire.
+func (s *Store) Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease, wait time.Duration) ([]lockstore.Lock, error) {
+	if err := checkOwner(owner); err != nil {
+		return nil, err
+	}
+	lease, err := s.lease(lease)
+	if err != nil {
+		return nil, err
+	}
+	if wait < 0 {
+		return nil, fmt.Errorf("%w: negative wait %v", lockstore.ErrInvalidArgument, wait)
+	}
+	ks, err := keys(ns, ids)
+	if err != nil {
+		return nil, err
+	}
+	var deadline <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		locks, changed, err := s.tryAll(owner, ns, ks, lease)
+		var he *lockstore.HeldError
+		if wait == 0 || !errors.As(err, &he) {
+			return locks, err
+		}
+		// A lease that ends by the injected clock wakes nobody: look
+		// again shortly as well as on every release.
+		poll := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-poll.C:
+		case <-deadline:
+			poll.Stop()
+			he.Timeout = true
+			return nil, he
+		case <-ctx.Done():
+			poll.Stop()
+			return nil, ctx.Err() // as lockstore: the caller's own end, not an outage
+		}
+		poll.Stop()
+	}
+}
+
+// tryAll takes every key or none, and returns the channel that signals
+// the next release.
+func (s *Store) tryAll(owner lockstore.Owner, ns string, ks []key, lease time.Duration) ([]lockstore.Lock, <-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.changed, s.fail
+	}
+	now, unc := s.cfg.Clock.Now()
+	ordered := append([]key(nil), ks...)
+	sort.Slice(ordered, func(i, j int) bool { return ordered[i].rid < ordered[j].rid })
+	for _, k := range ordered {
+		if r := s.recs[k.rid]; r != nil && r.owner != nil && r.expires.After(now.Add(-unc)) && !ownedBy(r, owner) {
+			return nil, s.changed, &lockstore.HeldError{NS: ns, ID: k.id, Holder: holder(r)}
+		}
+	}
+	exp := now.Add(lease).Truncate(time.Millisecond)
+	out := make([]lockstore.Lock, len(ks))
+	for i, k := range ks {
+		r := s.recs[k.rid]
+		switch {
+		case r == nil:
+			// As lockstore: a new key starts at the server clock in
+			// nanoseconds, above any token of an earlier life of the key.
+			r = &record{ns: ns, id: k.id, token: now.UnixNano()}
+			s.recs[k.rid] = r
+			r.acquired = now
+		case r.owner != nil && r.expires.After(now.Add(-unc)):
+			// Re-entrant: same token.
+		default:
+			r.token++
+			r.acquired = now
+		}
+		o := owner
+		o.Session = append([]byte(nil), owner.Session...)
+		r.owner, r.expires, r.updated = &o, exp, now
+		out[i] = lockstore.Lock{ID: k.id, Token: r.token, ExpiresAt: exp, LastError: r.lastError}
+	}
+	return out, s.changed, nil
+}
+
+// Renew implements lockstore.Store.Renew.
+func (s *Store) Renew(_ context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease time.Duration) ([]lockstore.Lock, error) {
+	if err := checkOwner(owner); err != nil {
+		return nil, err
+	}
+	lease, err := s.lease(lease)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := keys(ns, ids)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	now, _ := s.cfg.Clock.Now()
+	var out []lockstore.Lock
+	var missing []bson.RawValue
+	var why []string
+	for _, k := range ks {
+		r := s.recs[k.rid]
+		switch {
+		case r != nil && ownedBy(r, owner) && heldAt(r, now):
+			r.expires, r.updated = now.Add(lease).Truncate(time.Millisecond), now
+			out = append(out, lockstore.Lock{ID: k.id, Token: r.token, ExpiresAt: r.expires, LastError: r.lastError})
+			continue
+		case r == nil:
+			why = append(why, "it was never taken")
+		case heldAt(r, now):
+			why = append(why, "another session holds it now")
+		default:
+			why = append(why, "its lease ended at "+r.expires.UTC().Format(time.RFC3339Nano))
+		}
+		missing = append(missing, k.id)
+	}
+	if len(missing) > 0 {
+		return out, &lockstore.NotHolderError{NS: ns, IDs: missing, Why: why}
+	}
+	return out, nil
+}
+
+// Release implements lockstore.Store.Release.
+func (s *Store) Release(_ context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, errText string) (int, error) {
+	if err := checkOwner(owner); err != nil {
+		return 0, err
+	}
+	ks, err := keys(ns, ids)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return 0, s.fail
+	}
+	n := 0
+	for _, k := range ks {
+		if r := s.recs[k.rid]; r != nil && ownedBy(r, owner) {
+			s.freeLocked(r, errText)
+			n++
+		}
+	}
+	if n > 0 {
+		s.notifyLocked()
+	}
+	return n, nil
+}
+
+func (s *Store) freeLocked(r *record, errText string) {
+	now, _ := s.cfg.Clock.Now()
+	r.owner, r.expires, r.acquired, r.updated = nil, time.Time{}, time.Time{}, now
+	r.lastError = errText
+}
+
+// ReleaseAll implements lockstore.Store.ReleaseAll.
+func (s *Store) ReleaseAll(_ context.Context, owner lockstore.Owner, ns string, errText string) (int, error) {
+	if err := checkOwner(owner); err != nil {
+		return 0, err
+	}
+	if ns == "" {
+		return 0, fmt.Errorf("%w: no namespace", lockstore.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return 0, s.fail
+	}
+	n := 0
+	for _, r := range s.recs {
+		if r.ns == ns && ownedBy(r, owner) {
+			s.freeLocked(r, errText)
+			n++
+		}
+	}
+	if n > 0 {
+		s.notifyLocked()
+	}
+	return n, nil
+}
+
+// ReleaseSession implements lockstore.Store.ReleaseSession: every lock of
+// the session, whatever its binding; lastError is kept.
+func (s *Store) ReleaseSession(_ context.Context, session []byte) (int, error) {
+	if len(session) == 0 {
+		return 0, fmt.Errorf("%w: no session", lockstore.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return 0, s.fail
+	}
+	n := 0
+	for _, r := range s.recs {
+		if r.owner != nil && string(r.owner.Session) == string(session) {
+			s.freeLocked(r, r.lastError)
+			n++
+		}
+	}
+	if n > 0 {
+		s.notifyLocked()
+	}
+	return n, nil
+}
+
+// Status implements lockstore.Store.Status.
+func (s *Store) Status(_ context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue) ([]lockstore.Status, error) {
+	ks, err := keys(ns, ids)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	now, _ := s.cfg.Clock.Now()
+	out := make([]lockstore.Status, len(ks))
+	for i, k := range ks {
+		out[i] = lockstore.Status{NS: ns, ID: k.id}
+		r := s.recs[k.rid]
+		if r == nil {
+			continue
+		}
+		st := &out[i]
+		st.Token, st.LastError, st.UpdatedAt = r.token, r.lastError, r.updated
+		if heldAt(r, now) {
+			st.Held, st.Holder, st.Since, st.ExpiresAt = true, holder(r), r.acquired, r.expires
+			st.HeldByYou = ownedBy(r, owner)
+		}
+	}
+	return out, nil
+}
+
+// Holds implements lockstore.Store.Holds: fail closed, margin measured on
+// the clock.
+func (s *Store) Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) (bool, []bson.RawValue, error) {
+	_, _, missing, err := s.HeldTokens(ctx, owner, ns, ids, margin)
+	if err != nil {
+		return false, nil, err
+	}
+	return len(missing) == 0, missing, nil
+}
+
+// HeldTokens implements lockstore.Store.HeldTokens.
+func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error) {
+	if err := checkOwner(owner); err != nil {
+		return nil, 0, nil, err
+	}
+	ks, err := keys(ns, ids)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, 0, nil, s.fail
+	}
+	now, unc := s.cfg.Clock.Now()
+	need := now.Add(unc + margin)
+	byKey := make(map[string]int64, len(ks))
+	var earliest time.Time
+	var missing []bson.RawValue
+	for _, k := range ks {
+		r := s.recs[k.rid]
+		if r == nil || !ownedBy(r, owner) || !r.expires.After(need) {
+			missing = append(missing, k.id)
+			continue
+		}
+		byKey[k.rid] = r.token
+		if end := r.expires.Add(-unc); earliest.IsZero() || end.Before(earliest) {
+			earliest = end
+		}
+	}
+	if len(missing) > 0 {
+		return nil, 0, missing, nil
+	}
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		k, _ := lockstore.IDKey(id) // valid: keys checked every id
+		out[i] = byKey[ns+"/"+k]
+	}
+	return out, earliest.Sub(now), nil, nil
+}

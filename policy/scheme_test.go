@@ -1,0 +1,145 @@
+package policy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/config"
+)
+
+func TestSchemeStep(t *testing.T) {
+	hf := compileScheme(&config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 1000}, 30000)
+	ld := compileScheme(&config.Scheme{Type: config.SchemeLockDocument}, 30000)
+	fl := compileScheme(&config.Scheme{Type: config.SchemeFlag}, 30000)
+	when := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	upd := func(filter D, update any) Write {
+		return Write{Kind: KindUpdate, Filter: clDoc(t, filter), Update: clVal(t, update)}
+	}
+	del := func(filter D) Write { return Write{Kind: KindDelete, Filter: clDoc(t, filter)} }
+	type want struct {
+		kind        StepKind
+		holder      any
+		ends, renew bool
+		expires     time.Time
+		deleteDoc   bool
+	}
+	cases := []struct {
+		name string
+		s    Scheme
+		w    Write
+		want want
+	}{
+		// holderFields: the C# original's calls.
+		{"hf acquire", hf, upd(D{{"_id", 1}, {"$or", A{D{{"LockId", nil}}, D{{"LockTime", D{{"$lt", when}}}}}}}, D{{"$set", D{{"LockId", "g"}, {"LockTime", when}}}}), want{kind: StepAcquire, holder: "g"}},
+		{"hf holder write", hf, upd(D{{"_id", 1}, {"LockId", "g"}}, D{{"$set", D{{"n", 2}}}}), want{kind: StepHolder, holder: "g"}},
+		{"hf renew", hf, upd(D{{"_id", 1}, {"LockId", "g"}}, D{{"$set", D{{"LockTime", when}}}}), want{kind: StepHolder, holder: "g", renew: true}},
+		{"hf re-set own id", hf, upd(D{{"_id", 1}, {"LockId", D{{"$eq", "g"}}}}, D{{"$set", D{{"LockId", "g"}}}}), want{kind: StepHolder, holder: "g"}},
+		{"hf release", hf, upd(D{{"_id", 1}, {"LockId", "g"}}, D{{"$set", D{{"LockId", nil}, {"LockTime", nil}}}}), want{kind: StepHolder, holder: "g", ends: true}},
+		{"hf release by unset", hf, upd(D{{"_id", 1}, {"$and", A{D{{"LockId", "g"}}}}}, D{{"$unset", D{{"LockId", ""}}}}), want{kind: StepHolder, holder: "g", ends: true}},
+		{"hf holder delete", hf, del(D{{"_id", 1}, {"LockId", "g"}}), want{kind: StepHolder, holder: "g", ends: true, deleteDoc: true}},
+		{"hf rogue update", hf, upd(D{{"_id", 1}}, D{{"$inc", D{{"n", 1}}}}), want{kind: StepOther}},
+		{"hf rogue null holder", hf, upd(D{{"_id", 1}, {"LockId", nil}}, D{{"$inc", D{{"n", 1}}}}), want{kind: StepOther}},
+		{"hf rogue delete", hf, del(D{{"_id", 1}}), want{kind: StepOther}},
+		{"hf holder by $ne", hf, upd(D{{"_id", 1}, {"LockId", D{{"$ne", nil}}}}, D{{"$set", D{{"n", 1}}}}), want{kind: StepOther}},
+		{"hf no _id", hf, upd(D{{"LockId", "g"}}, D{{"$set", D{{"n", 1}}}}), want{kind: StepOther}},
+		{"hf two _ids", hf, upd(D{{"_id", D{{"$in", A{1, 2}}}}, {"LockId", "g"}}, D{{"$set", D{{"n", 1}}}}), want{kind: StepOther}},
+		{"hf $inc of holder", hf, upd(D{{"_id", 1}, {"LockId", "g"}}, D{{"$inc", D{{"LockId", 1}}}}), want{kind: StepOther}},
+		{"hf $rename onto holder", hf, upd(D{{"_id", 1}, {"LockId", "g"}}, D{{"$rename", D{{"x", "LockId"}}}}), want{kind: StepOther}},
+		{"hf pipeline", hf, upd(D{{"_id", 1}, {"LockId", "g"}}, A{D{{"$set", D{{"n", 1}}}}}), want{kind: StepOther}},
+		{"hf replacement keeping holder", hf, upd(D{{"_id", 1}, {"LockId", "g"}}, D{{"LockId", "g"}, {"n", 1}}), want{kind: StepHolder, holder: "g"}},
+		{"hf replacement dropping holder", hf, upd(D{{"_id", 1}, {"LockId", "g"}}, D{{"n", 1}}), want{kind: StepHolder, holder: "g", ends: true}},
+		{"hf insert unlocked", hf, Write{Kind: KindInsert, Doc: clDoc(t, D{{"_id", 1}, {"LockId", nil}})}, want{kind: StepInsert}},
+		{"hf insert locked", hf, Write{Kind: KindInsert, Doc: clDoc(t, D{{"_id", 1}, {"LockId", "g"}})}, want{kind: StepOther}},
+		// lockDocument.
+		{"ld acquire whole", ld, upd(D{{"_id", 1}, {"$or", A{D{{"Lock", nil}}, D{{"Lock.expiresAt", D{{"$lt", when}}}}}}}, D{{"$set", D{{"Lock", D{{"actor", "a"}, {"expiresAt", when}, {"error", nil}}}}}}), want{kind: StepAcquire, holder: "a", expires: when}},
+		{"ld acquire by paths", ld, upd(D{{"_id", 1}, {"Lock", nil}}, D{{"$set", D{{"Lock.actor", "a"}, {"Lock.expiresAt", when}}}}), want{kind: StepAcquire, holder: "a", expires: when}},
+		{"ld holder write", ld, upd(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"$set", D{{"n", 1}}}}), want{kind: StepHolder, holder: "a"}},
+		{"ld extend", ld, upd(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"$set", D{{"Lock.expiresAt", when}}}}), want{kind: StepHolder, holder: "a", renew: true, expires: when}},
+		{"ld release null", ld, upd(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"$set", D{{"Lock", nil}}}}), want{kind: StepHolder, holder: "a", ends: true}},
+		{"ld release unset", ld, upd(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"$unset", D{{"Lock", 1}}}}), want{kind: StepHolder, holder: "a", ends: true}},
+		{"ld release leaving error", ld, upd(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"$set", D{{"Lock.actor", nil}, {"Lock.error", "boom"}}}}), want{kind: StepHolder, holder: "a", ends: true}},
+		{"ld rogue", ld, upd(D{{"_id", 1}}, D{{"$set", D{{"n", 1}}}}), want{kind: StepOther}},
+		{"ld actor change in part", ld, upd(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"$set", D{{"Lock.actor.x", 1}}}}), want{kind: StepOther}},
+		// flag.
+		{"flag acquire", fl, upd(D{{"_id", 1}, {"locked", false}}, D{{"$set", D{{"locked", true}}}}), want{kind: StepAcquire}},
+		{"flag write", fl, upd(D{{"_id", 1}}, D{{"$inc", D{{"n", 1}}}}), want{kind: StepHolder}},
+		{"flag release", fl, upd(D{{"_id", 1}}, D{{"$set", D{{"locked", false}}}}), want{kind: StepHolder, ends: true}},
+		{"flag delete", fl, del(D{{"_id", 1}}), want{kind: StepHolder, ends: true, deleteDoc: true}},
+		{"flag $set true twice disagreeing", fl, upd(D{{"_id", 1}}, D{{"$set", D{{"locked", true}}}, {"$setOnInsert", D{{"locked", false}}}}), want{kind: StepOther}},
+		{"flag multi-document", fl, upd(D{{"n", D{{"$gt", 1}}}}, D{{"$set", D{{"locked", false}}}}), want{kind: StepOther}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := SchemeStep(c.s, c.w)
+			if got.Kind != c.want.kind || got.Ends != c.want.ends || got.Renew != c.want.renew || got.Delete != c.want.deleteDoc || !got.Expires.Equal(c.want.expires) {
+				t.Fatalf("SchemeStep = %+v, want %+v", got, c.want)
+			}
+			if c.want.kind == StepOther && got.Why == "" {
+				t.Fatalf("StepOther without a reason")
+			}
+			if c.want.holder != nil {
+				if s, ok := got.Holder.StringValueOK(); !ok || s != c.want.holder {
+					t.Fatalf("holder = %v, want %v", got.Holder, c.want.holder)
+				}
+			}
+		})
+	}
+}
+
+func TestLockCollectionScheme(t *testing.T) {
+	p, err := CompileWithLease(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{
+		{Match: "shop.items", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection}},
+		{Match: "jobs.*", Mode: config.ModeAudit, Scheme: &config.Scheme{Type: config.SchemeLockCollection, Collection: "locks"}},
+		{Match: "work.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection}},
+	}}, 30000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ns, match string
+		side      bool
+		mirror    string
+	}{
+		{"shop.items", "shop.items", false, "shop.items.lock"},
+		{"shop.items.lock", "shop.items", true, "shop.items.lock"},
+		{"shop.other.lock", "default", false, "shop.other.lock"},
+		{"jobs.a", "jobs.*", false, "jobs.locks"},
+		{"jobs.locks", "jobs.*", true, "jobs.locks"},
+		{"work.a.lock", "work.*", true, "work.a.lock"},
+		{"work.a", "work.*", false, "work.a.lock"},
+	} {
+		r := p.Lookup(c.ns)
+		if r.Match != c.match || r.Scheme.LockSide != c.side || (r.Scheme.Active() && r.Scheme.MirrorNS(c.ns) != c.mirror) {
+			t.Errorf("Lookup(%s) = %s side %v mirror %s, want %s side %v mirror %s", c.ns, r.Match, r.Scheme.LockSide, r.Scheme.MirrorNS(c.ns), c.match, c.side, c.mirror)
+		}
+	}
+	data := p.Lookup("shop.items").Scheme
+	side := p.Lookup("shop.items.lock").Scheme
+	upd := func(filter D, update any) Write {
+		return Write{Kind: KindUpdate, Filter: clDoc(t, filter), Update: clVal(t, update)}
+	}
+	for _, c := range []struct {
+		name          string
+		s             Scheme
+		w             Write
+		kind          StepKind
+		ends, all     bool
+		renew, delete bool
+	}{
+		{"data write", data, upd(D{{"_id", 1}}, D{{"$inc", D{{"n", 1}}}}), StepHolder, false, false, false, false},
+		{"data delete is no release", data, Write{Kind: KindDelete, Filter: clDoc(t, D{{"_id", 1}})}, StepHolder, false, false, false, false},
+		{"data multi", data, upd(D{{"n", 1}}, D{{"$inc", D{{"n", 1}}}}), StepOther, false, false, false, false},
+		{"insert record", side, Write{Kind: KindInsert, Doc: clDoc(t, D{{"_id", 1}, {"ts", 1}, {"aid", "a"}})}, StepAcquire, false, false, false, false},
+		{"upsert record", side, Write{Kind: KindUpdate, Upsert: true, Filter: clDoc(t, D{{"_id", 1}}), Update: clVal(t, D{{"$setOnInsert", D{{"aid", "a"}}}})}, StepAcquire, false, false, false, false},
+		{"findAndModify upsert", side, Write{Kind: KindFindAndModify, Upsert: true, Filter: clDoc(t, D{{"_id", 1}}), Update: clVal(t, D{{"$setOnInsert", D{{"aid", "a"}}}})}, StepOther, false, false, false, false},
+		{"refresh", side, upd(D{{"_id", 1}}, D{{"$set", D{{"ts", 2}}}}), StepHolder, false, false, true, false},
+		{"release", side, Write{Kind: KindDelete, Filter: clDoc(t, D{{"_id", 1}})}, StepHolder, true, false, false, false},
+		{"release all", side, Write{Kind: KindDelete, Filter: clDoc(t, D{{"aid", "a"}})}, StepHolder, true, true, false, false},
+		{"delete by ts", side, Write{Kind: KindDelete, Filter: clDoc(t, D{{"ts", D{{"$lt", 5}}}})}, StepOther, false, false, false, false},
+	} {
+		got := SchemeStep(c.s, c.w)
+		if got.Kind != c.kind || got.Ends != c.ends || got.ReleaseAll != c.all || got.Renew != c.renew || got.Delete != c.delete {
+			t.Errorf("%s: SchemeStep = %+v", c.name, got)
+		}
+	}
+}

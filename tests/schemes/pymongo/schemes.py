@@ -1,0 +1,402 @@
+#!/usr/bin/python3
+"""An application's own advisory locking, written as applications write it.
+
+Usage: /usr/bin/python3 schemes.py <scheme> <mode> <uri> <direct-uri> <db> <coll> [K M rogue]
+
+Documents are seeded and read back through <direct-uri>.
+
+scheme: holderFields | lockDocument | flag
+mode:
+  work      K worker threads each increment the counter of every hot
+            document M times under the scheme's lock (read, then write
+            n+1: a double grant loses an increment), while, if rogue is 1,
+            a rogue client loops plain updates and deletes that ignore the
+            scheme. Prints one JSON object: the final counters, how many
+            rogue writes the database applied, what the rogue's refusals
+            were, and the distinct outcomes the workers' lock calls saw.
+  takeover  a holder takes a lock and vanishes; another client waits for
+            the scheme's expiry and takes it over. Prints what each step
+            returned.
+
+The acquire/write/release calls translate the C# originals call for call
+(docs/SCHEMES.md). The script judges nothing; schemes_test.go does.
+"""
+
+import datetime
+import json
+import sys
+import threading
+import time
+import uuid
+
+import pymongo
+from pymongo import ReturnDocument
+from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
+
+HOT = [1, 2, 3]
+LEASE_S = 1.5  # holderFields' lock timeout; equals the rule's leaseMS
+
+
+def now():
+    # Millisecond precision, as BSON dates store it.
+    t = datetime.datetime.utcnow()
+    return t.replace(microsecond=t.microsecond // 1000 * 1000)
+
+
+def outcome(kind, value):
+    return "%s:%s" % (kind, value)
+
+
+class HolderFields:
+    """Scheme 1: LockId + LockTime on the document; the C# original:
+
+    FindOneAndUpdate(And(Eq(Id, id), Or(Eq(LockId, null), Lt(LockTime, now - timeout))),
+                     Set(LockId, lockId).Set(LockTime, now), {IsUpsert, ReturnDocument.After})
+    catch MongoCommandException 11000 -> not acquired
+    UpdateOne(And(Eq(Id, id), Eq(LockId, lockId)), Set(LockId, null).Set(LockTime, null))
+    """
+
+    def __init__(self, coll):
+        self.coll = coll
+
+    def acquire(self, _id, me, seen):
+        try:
+            doc = self.coll.find_one_and_update(
+                {"_id": _id, "$or": [{"LockId": None},
+                                     {"LockTime": {"$lt": now() - datetime.timedelta(seconds=LEASE_S)}}]},
+                {"$set": {"LockId": me, "LockTime": now()}},
+                upsert=True, return_document=ReturnDocument.AFTER)
+        except DuplicateKeyError as e:
+            seen.add(outcome("acquire_busy", "%s/%s" % (type(e).__name__, e.code)))
+            return False
+        ok = doc is not None and doc.get("LockId") == me
+        seen.add(outcome("acquire", "locked" if ok else "returned_other"))
+        return ok
+
+    def write(self, _id, me, n):
+        r = self.coll.update_one({"_id": _id, "LockId": me}, {"$set": {"n": n}})
+        return r.modified_count
+
+    def release(self, _id, me):
+        self.coll.update_one({"_id": _id, "LockId": me}, {"$set": {"LockId": None, "LockTime": None}})
+
+
+class LockDocument:
+    """Scheme 2: Lock: {actor, expiresAt, error}; acquire where there is no
+    lock or an expired one, several documents in key order with rollback,
+    release clearing the lock (leaving an error when the work failed)."""
+
+    def __init__(self, coll):
+        self.coll = coll
+
+    def acquire(self, _id, me, seen, lease=5.0):
+        t = now()
+        r = self.coll.update_one(
+            {"_id": _id, "$or": [{"Lock.actor": None}, {"Lock.expiresAt": {"$lt": t}}]},
+            {"$set": {"Lock": {"actor": me, "expiresAt": t + datetime.timedelta(seconds=lease), "error": None}}})
+        seen.add(outcome("acquire", "matched=%d,modified=%d" % (r.matched_count, r.modified_count)))
+        return r.modified_count == 1
+
+    def acquire_all(self, ids, me, seen):
+        taken = []
+        for _id in sorted(ids):
+            if not self.acquire(_id, me, seen):
+                for t in reversed(taken):  # rollback
+                    self.release(t, me)
+                return False
+            taken.append(_id)
+        return True
+
+    def write(self, _id, me, n):
+        r = self.coll.update_one({"_id": _id, "Lock.actor": me}, {"$set": {"n": n}})
+        return r.modified_count
+
+    def release(self, _id, me, error=None):
+        if error is None:
+            self.coll.update_one({"_id": _id, "Lock.actor": me}, {"$set": {"Lock": None}})
+        else:
+            self.coll.update_one({"_id": _id, "Lock.actor": me}, {"$set": {"Lock.actor": None, "Lock.error": error}})
+
+
+class Flag:
+    """Scheme 3: a boolean; acquire is a test-and-set whose modifiedCount
+    says who won; the holder clears it."""
+
+    def __init__(self, coll):
+        self.coll = coll
+
+    def acquire(self, _id, me, seen):
+        r = self.coll.update_one({"_id": _id, "locked": False}, {"$set": {"locked": True}})
+        seen.add(outcome("acquire", "matched=%d,modified=%d" % (r.matched_count, r.modified_count)))
+        return r.modified_count == 1
+
+    def write(self, _id, me, n):
+        r = self.coll.update_one({"_id": _id}, {"$set": {"n": n}})
+        return r.modified_count
+
+    def release(self, _id, me):
+        self.coll.update_one({"_id": _id}, {"$set": {"locked": False}})
+
+
+class LockCollection:
+    """Scheme 4: a lock collection next to the data ("<coll>.lock"): a
+    record {_id: <document _id>, ts, aid} per lock; insert to acquire
+    (DuplicateKey: busy), or upsert with $setOnInsert and treat "not
+    inserted" as busy; release deletes by _id or all of a holder's by aid."""
+
+    def __init__(self, coll, upsert=False):
+        self.coll = coll
+        self.locks = coll.database[coll.name + ".lock"]
+        self.upsert = upsert
+
+    def acquire(self, _id, me, seen):
+        if self.upsert:
+            try:
+                r = self.locks.update_one({"_id": _id}, {"$setOnInsert": {"ts": now(), "aid": me}}, upsert=True)
+            except DuplicateKeyError:
+                # Two upserts racing to insert: the loser is busy (MongoDB
+                # documents this for concurrent upserts too).
+                seen.add(outcome("acquire_upsert", "duplicate"))
+                return False
+            ok = r.upserted_id is not None
+            seen.add(outcome("acquire_upsert", "inserted" if ok else "matched=%d" % r.matched_count))
+            return ok
+        try:
+            self.locks.insert_one({"_id": _id, "ts": now(), "aid": me})
+        except DuplicateKeyError as e:
+            seen.add(outcome("acquire_busy", "%s/%s" % (type(e).__name__, e.code)))
+            return False
+        seen.add(outcome("acquire", "inserted"))
+        return True
+
+    def write(self, _id, me, n):
+        return self.coll.update_one({"_id": _id}, {"$set": {"n": n}}).modified_count
+
+    def release(self, _id, me, by_aid=False):
+        if by_aid:
+            self.locks.delete_many({"aid": me})
+        else:
+            self.locks.delete_one({"_id": _id})
+
+
+SCHEMES = {"holderFields": HolderFields, "lockDocument": LockDocument, "flag": Flag, "lockCollection": LockCollection}
+
+
+def seed(coll, scheme):
+    coll.delete_many({})
+    if scheme == "lockCollection":
+        coll.database[coll.name + ".lock"].delete_many({})
+    for _id in HOT:
+        d = {"_id": _id, "n": 0}
+        if scheme == "flag":
+            d["locked"] = False
+        elif scheme == "lockDocument":
+            d["Lock"] = None
+        else:
+            d["LockId"] = None
+            d["LockTime"] = None
+        coll.insert_one(d)
+
+
+def work(scheme, uri, direct, db, cname, k, m, rogue):
+    # uri may name several proxies, comma-separated: workers alternate
+    # between them (one client each).
+    uris = uri.split(",")
+    clients = [pymongo.MongoClient(u, appname="scheme-worker", retryWrites=False) for u in uris]
+    dc = pymongo.MongoClient(direct)
+    seed(dc[db][cname], scheme)
+    seen = set()
+    lock = threading.Lock()
+    errors = []
+    stop = threading.Event()
+
+    def worker(w):
+        me = str(uuid.uuid4())
+        local = set()
+        coll = clients[w % len(clients)][db][cname]
+        s = SCHEMES[scheme](coll)
+        if scheme == "lockCollection":
+            s = LockCollection(coll, upsert=w % 2 == 1)
+        try:
+            for i in range(m):
+                if scheme == "lockDocument":
+                    # Two hot documents at once, in key order.
+                    ids = [HOT[(w + i) % 2], 3]
+                    while not s.acquire_all(ids, me, local):
+                        time.sleep(0.001)
+                    for _id in ids:
+                        n = coll.find_one({"_id": _id})["n"]
+                        if s.write(_id, me, n + 1) != 1:
+                            local.add("write:not_applied")
+                    for _id in reversed(ids):
+                        s.release(_id, me)
+                    continue
+                _id = HOT[(w + i) % len(HOT)]
+                while not s.acquire(_id, me, local):
+                    time.sleep(0.001)
+                n = coll.find_one({"_id": _id})["n"]
+                if s.write(_id, me, n + 1) != 1:
+                    local.add("write:not_applied")
+                if scheme == "lockCollection":
+                    s.release(_id, me, by_aid=i % 2 == 1)
+                else:
+                    s.release(_id, me)
+        except PyMongoError as e:
+            local.add("worker_error:%s/%s" % (type(e).__name__, getattr(e, "code", None)))
+            with lock:
+                errors.append(repr(e))
+        with lock:
+            seen.update(local)
+
+    landed = {"update": 0, "delete": 0}
+    refused = set()
+
+    def rogue_loop():
+        rc = pymongo.MongoClient(uris[0], appname="scheme-rogue", retryWrites=False)
+        rcoll = rc[db][cname]
+        rlocks = rc[db][cname + ".lock"]
+        i = 0
+        while not stop.is_set():
+            _id = HOT[i % len(HOT)]
+            i += 1
+            try:
+                if scheme == "lockCollection" and i % 5 == 1:
+                    # Steal a lock: delete someone's record.
+                    if rlocks.delete_one({"_id": _id}).deleted_count:
+                        landed["delete"] += 1
+                elif scheme == "lockCollection" and i % 5 == 2:
+                    # Refresh a lock one does not hold.
+                    if rlocks.update_one({"_id": _id}, {"$set": {"ts": now()}}).modified_count:
+                        landed["update"] += 1
+                elif i % 5 == 0:
+                    r = rcoll.delete_one({"_id": _id})
+                    if r.deleted_count:
+                        landed["delete"] += 1
+                        rcoll.insert_one(r_doc(scheme, _id))  # keep the workload going
+                else:
+                    r = rcoll.update_one({"_id": _id}, {"$inc": {"n": 1000}})
+                    if r.modified_count:
+                        landed["update"] += 1
+            except OperationFailure as e:
+                refused.add("%s/%s" % (e.code, (e.details or {}).get("codeName")))
+            time.sleep(0.002)
+        rc.close()
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(k)]
+    rt = threading.Thread(target=rogue_loop) if rogue else None
+    if rt:
+        rt.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    if rt:
+        rt.join()
+    counters = {str(d["_id"]): d.get("n") for d in dc[db][cname].find({}, sort=[("_id", 1)])}
+    print(json.dumps({"counters": counters, "rogueLanded": landed, "rogueRefused": sorted(refused),
+                      "outcomes": sorted(seen), "errors": errors[:5]}))
+    for c in clients:
+        c.close()
+    dc.close()
+
+
+def r_doc(scheme, _id):
+    d = {"_id": _id, "n": 0}
+    if scheme == "flag":
+        d["locked"] = False
+    return d
+
+
+def takeover(scheme, uri, direct, db, cname):
+    """A holder takes a lock and vanishes; another takes it over as the
+    scheme says."""
+    out = {}
+    a = pymongo.MongoClient(uri, appname="scheme-crashed", retryWrites=False)
+    b = pymongo.MongoClient(uri, appname="scheme-successor", retryWrites=False)
+    ca, cb = a[db][cname], b[db][cname]
+    dc = pymongo.MongoClient(direct)
+    seed(dc[db][cname], scheme)
+    seen = set()
+    if scheme == "holderFields":
+        out["a_acquire"] = HolderFields(ca).acquire(1, "A", seen)
+        out["b_acquire_early"] = HolderFields(cb).acquire(1, "B", seen)
+        time.sleep(LEASE_S + 0.5)
+        # Expired, not taken over: the holder's write still lands, as on
+        # the database; a takeover then waits out lockgate's margin.
+        out["a_write_after_lease"] = HolderFields(ca).write(1, "A", 5)
+        time.sleep(0.4)
+        out["b_acquire_after_lease"] = HolderFields(cb).acquire(1, "B", seen)
+        out["a_write_after_takeover"] = HolderFields(ca).write(1, "A", 99)
+        out["b_write"] = HolderFields(cb).write(1, "B", 7)
+    elif scheme == "lockDocument":
+        out["a_acquire"] = LockDocument(ca).acquire(1, "A", seen, lease=1.0)
+        out["b_acquire_early"] = LockDocument(cb).acquire(1, "B", seen)
+        time.sleep(1.5)
+        out["a_write_after_expiry"] = LockDocument(ca).write(1, "A", 5)
+        time.sleep(0.4)
+        out["b_acquire_after_expiry"] = LockDocument(cb).acquire(1, "B", seen)
+        out["a_write_after_takeover"] = LockDocument(ca).write(1, "A", 99)
+        out["b_write"] = LockDocument(cb).write(1, "B", 7)
+        LockDocument(cb).release(1, "B", error="failed halfway")
+        out["after_error_release"] = cb.find_one({"_id": 1})["Lock"]
+        out["c_acquire_after_error_release"] = LockDocument(ca).acquire(1, "C", seen)
+    elif scheme == "lockCollection":
+        la, lb = LockCollection(ca), LockCollection(cb)
+        out["a_acquire"] = la.acquire(1, "A", seen)
+        out["b_acquire_early"] = lb.acquire(1, "B", seen)
+        out["b_acquire_upsert_early"] = LockCollection(cb, upsert=True).acquire(1, "B", seen)
+        try:
+            out["b_delete_early"] = lb.locks.delete_one({"_id": 1}).deleted_count
+        except OperationFailure as e:
+            out["b_delete_early"] = "refused/%s" % e.code
+        try:
+            out["b_refresh_early"] = lb.locks.update_one({"_id": 1}, {"$set": {"ts": now()}}).modified_count
+        except OperationFailure as e:
+            out["b_refresh_early"] = "refused/%s" % e.code
+        time.sleep(LEASE_S + 0.5)
+        # What a TTL index on ts does on MongoDB (FerretDB has none):
+        # the expired record goes.
+        dc[db][cname + ".lock"].delete_one({"_id": 1, "ts": {"$lt": now() - datetime.timedelta(seconds=LEASE_S)}})
+        out["b_acquire_after_ttl"] = lb.acquire(1, "B", seen)
+        try:
+            out["a_write_after_takeover"] = la.write(1, "A", 99)
+        except OperationFailure as e:
+            out["a_write_after_takeover"] = "refused/%s" % e.code
+        out["b_write"] = lb.write(1, "B", 7)
+        out["b_release_all"] = lb.locks.delete_many({"aid": "B"}).deleted_count
+        out["a_acquire_after_release"] = la.acquire(1, "A", seen)
+    else:
+        out["a_acquire"] = Flag(ca).acquire(1, "A", seen)
+        out["b_acquire_early"] = Flag(cb).acquire(1, "B", seen)
+        try:
+            out["b_clear_early"] = cb.update_one({"_id": 1}, {"$set": {"locked": False}}).modified_count
+        except OperationFailure as e:
+            out["b_clear_early"] = "refused/%s" % e.code
+        # The flag has no expiry of its own: once the holder has been
+        # silent for the lease, its lock is abandoned and may be cleared.
+        time.sleep(LEASE_S + 0.5)
+        out["b_clear_after_lease"] = cb.update_one({"_id": 1}, {"$set": {"locked": False}}).modified_count
+        out["b_acquire_after_clear"] = Flag(cb).acquire(1, "B", seen)
+        try:
+            out["a_write_after_takeover"] = Flag(ca).write(1, "A", 99)
+        except OperationFailure as e:
+            out["a_write_after_takeover"] = "refused/%s" % e.code
+        out["b_write"] = Flag(cb).write(1, "B", 7)
+    out["final"] = cb.find_one({"_id": 1}).get("n")
+    print(json.dumps(out, default=str))
+    a.close()
+    b.close()
+
+
+def main():
+    scheme, mode, uri, direct, db, cname = sys.argv[1:7]
+    if mode == "work":
+        k, m, rogue = int(sys.argv[7]), int(sys.argv[8]), sys.argv[9] == "1"
+        work(scheme, uri, direct, db, cname, k, m, rogue)
+    else:
+        takeover(scheme, uri, direct, db, cname)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+package schemes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Workload size: K workers, M increments each, per hot document set.
+const (
+	workers    = 3
+	increments = 20
+)
+
+var schemeNames = []string{"holderFields", "lockDocument", "flag", "lockCollection"}
+
+type workResult struct {
+	Counters     map[string]int64 `json:"counters"`
+	RogueLanded  map[string]int   `json:"rogueLanded"`
+	RogueRefused []string         `json:"rogueRefused"`
+	Outcomes     []string         `json:"outcomes"`
+	Errors       []string         `json:"errors"`
+}
+
+// A client that runs the schemes' flows: the same script in each.
+type driver struct {
+	name string
+	// missing says how to install it, "" when it is there.
+	missing func() string
+	argv    []string
+}
+
+var drivers = []driver{
+	{
+		name: "pymongo",
+		missing: func() string {
+			if err := exec.Command("/usr/bin/python3", "-c", "import pymongo").Run(); err != nil {
+				return "/usr/bin/python3 cannot import pymongo (" + err.Error() + "): apt-get install -y python3-pymongo"
+			}
+			return ""
+		},
+		argv: []string{"/usr/bin/python3", "pymongo/schemes.py"},
+	},
+	{
+		name: "node",
+		missing: func() string {
+			if _, err := exec.LookPath("node"); err != nil {
+				return "node is not on PATH: install Node.js 20, then run `npm ci --ignore-scripts` in tests/compat/node"
+			}
+			if _, err := os.Stat("../compat/node/node_modules/mongodb/package.json"); err != nil {
+				return "tests/compat/node/node_modules/mongodb is missing: run `npm ci --ignore-scripts` in tests/compat/node"
+			}
+			return ""
+		},
+		argv: []string{"node", "node/schemes.js"},
+	},
+}
+
+func need(t *testing.T, d driver) {
+	t.Helper()
+	if m := d.missing(); m != "" {
+		t.Fatal(m)
+	}
+}
+
+func runScript(t *testing.T, d driver, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.argv[0], append(d.argv[1:], args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("schemes.py %v: %v\n%s", args, err, stderr.String())
+	}
+	return out
+}
+
+func work(t *testing.T, d driver, scheme, uri, db string, rogue bool) workResult {
+	// Each driver in its own collection of the database.
+	t.Helper()
+	r := "0"
+	if rogue {
+		r = "1"
+	}
+	out := runScript(t, d, scheme, "work", uri, directURI, db, d.name, itoa(workers), itoa(increments), r)
+	var res workResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("schemes.py output %q: %v", out, err)
+	}
+	return res
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestSchemeWorkload: K workers increment hot documents under each
+// scheme through two proxies in front of the same database while a rogue
+// client writes around the scheme.
+// Every increment lands exactly once, no rogue write lands (each is
+// refused with LockBusy), and the workers' lock calls see only the
+// scheme's own signals. The control runs the same workload straight at
+// FerretDB and must show the rogue's writes landing.
+func TestSchemeWorkload(t *testing.T) {
+	for _, d := range drivers {
+		for _, scheme := range schemeNames {
+			t.Run(d.name+"/"+scheme, func(t *testing.T) {
+				need(t, d)
+				workload(t, d, scheme)
+			})
+		}
+	}
+}
+
+func workload(t *testing.T, d driver, scheme string) {
+	// Expected counter per document: every worker adds one to each
+	// of its documents per round.
+	want := map[string]int64{}
+	switch scheme {
+	case "lockDocument":
+		// Rounds alternate documents 1 and 2, always with 3.
+		for w := 0; w < workers; w++ {
+			for i := 0; i < increments; i++ {
+				want[itoa(1+(w+i)%2)]++
+				want["3"]++
+			}
+		}
+	default:
+		for w := 0; w < workers; w++ {
+			for i := 0; i < increments; i++ {
+				want[itoa(1+(w+i)%3)]++
+			}
+		}
+	}
+	proxied := work(t, d, scheme, proxyURI+","+proxy2URI, scheme, true)
+	t.Logf("through lockgate: %+v", proxied)
+	for id, n := range want {
+		if proxied.Counters[id] != n {
+			t.Errorf("through lockgate, counter of _id %s = %d, want %d (lost or foreign writes)", id, proxied.Counters[id], n)
+		}
+	}
+	if len(proxied.Counters) != len(want) {
+		t.Errorf("through lockgate, documents %v, want %d (a rogue delete landed?)", proxied.Counters, len(want))
+	}
+	if proxied.RogueLanded["update"]+proxied.RogueLanded["delete"] != 0 {
+		t.Errorf("through lockgate, rogue writes landed: %v", proxied.RogueLanded)
+	}
+	if !slices.Equal(proxied.RogueRefused, []string{"46/LockBusy"}) {
+		t.Errorf("through lockgate, rogue refusals %v, want only 46/LockBusy", proxied.RogueRefused)
+	}
+	if len(proxied.Errors) > 0 || slices.Contains(proxied.Outcomes, "write:not_applied") {
+		t.Errorf("through lockgate, workers failed: %v %v", proxied.Errors, proxied.Outcomes)
+	}
+
+	// The same workload, no rogue, straight at the database: the
+	// outcomes the workers see there are the ones they see through
+	// lockgate.
+	direct := work(t, d, scheme, directURI, "schdirect_"+scheme, false)
+	t.Logf("direct, no rogue: %+v", direct)
+	for _, o := range proxied.Outcomes {
+		if !slices.Contains(direct.Outcomes, o) {
+			t.Errorf("outcome %q seen through lockgate was never seen directly (%v)", o, direct.Outcomes)
+		}
+	}
+	busy := 0
+	for _, o := range proxied.Outcomes {
+		if strings.Contains(o, "busy") || strings.Contains(o, "modified=0") {
+			busy++
+		}
+	}
+	if busy == 0 {
+		t.Errorf("through lockgate, no worker ever found a lock busy (%v): the workload has no contention", proxied.Outcomes)
+	}
+
+	// Control: the rogue's writes land without lockgate.
+	control := work(t, d, scheme, directURI, "schcontrol_"+scheme, true)
+	t.Logf("direct with rogue (control): %+v", control)
+	if control.RogueLanded["update"]+control.RogueLanded["delete"] == 0 {
+		t.Errorf("control: no rogue write landed straight at the database: %+v", control)
+	}
+}
+
+// TestSchemeTakeover: a holder takes a lock and vanishes; after the
+// scheme's expiry (holderFields: LockTime older than the lease;
+// lockDocument: expiresAt passed; flag: the holder silent for the lease,
+// then the flag cleared) another client takes it over, and the vanished
+// holder's late write no longer lands.
+func TestSchemeTakeover(t *testing.T) {
+	for _, d := range drivers {
+		for _, scheme := range schemeNames {
+			t.Run(d.name+"/"+scheme, func(t *testing.T) {
+				need(t, d)
+				takeover(t, d, scheme)
+			})
+		}
+	}
+}
+
+func takeover(t *testing.T, d driver, scheme string) {
+	out := runScript(t, d, scheme, "takeover", proxyURI, directURI, scheme, d.name+"_takeover")
+	var got map[string]any
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	t.Logf("%s", out)
+	want := map[string]any{"a_acquire": true, "b_acquire_early": false, "final": float64(7), "b_write": float64(1)}
+	switch scheme {
+	case "holderFields":
+		want["a_write_after_lease"] = float64(1)
+		want["b_acquire_after_lease"] = true
+		want["a_write_after_takeover"] = float64(0)
+	case "lockDocument":
+		want["a_write_after_expiry"] = float64(1)
+		want["b_acquire_after_expiry"] = true
+		want["a_write_after_takeover"] = float64(0)
+		want["c_acquire_after_error_release"] = true
+	case "lockCollection":
+		want["b_acquire_upsert_early"] = false
+		want["b_delete_early"] = "refused/46"
+		want["b_refresh_early"] = "refused/46"
+		want["b_acquire_after_ttl"] = true
+		want["a_write_after_takeover"] = "refused/46"
+		want["b_release_all"] = float64(1)
+		want["a_acquire_after_release"] = true
+	case "flag":
+		want["b_clear_early"] = "refused/46"
+		want["b_clear_after_lease"] = float64(1)
+		want["b_acquire_after_clear"] = true
+		want["a_write_after_takeover"] = "refused/46"
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
