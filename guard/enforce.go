@@ -517,7 +517,15 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 		return
 	}
 	g.metrics.insertChecks.WithLabelValues("checked").Inc()
-	sts, err := g.opts.Store.Status(ctx, o, ns, ids)
+	// "Not held" lets the insert through, so this read must not trust a
+	// head record that lags behind its claims (lockstore.ConfirmedStatus).
+	status := g.opts.Store.Status
+	if c, ok := g.opts.Store.(interface {
+		ConfirmedStatus(context.Context, lockstore.Owner, string, []bson.RawValue) ([]lockstore.Status, error)
+	}); ok {
+		status = c.ConfirmedStatus
+	}
+	sts, err := status(ctx, o, ns, ids)
 	if err != nil {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)})

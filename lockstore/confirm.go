@@ -1,0 +1,108 @@
+package lockstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.uber.org/zap"
+)
+
+// confirmWindow and confirmRounds bound ConfirmedStatus's roll forward:
+// each round reads the next confirmWindow claims of every key in one round
+// trip. A head further behind its claims than that is not expected; it is
+// reported as an error, so that callers fail closed.
+const (
+	confirmWindow = 8
+	confirmRounds = 4
+)
+
+// errHeadBehind says that a head record is further behind its claims than
+// ConfirmedStatus reads.
+var errHeadBehind = errors.New("a lock record's head is too far behind its claims")
+
+// ConfirmedStatus is Status for callers that would let a write through on
+// "not held" (the check that an inserted _id is not locked by another
+// session). Status reads the head records, which can lag behind the claims
+// that decide every grant: for the moment between a claim and its head
+// write, or longer when the writer of an older change is delayed past a
+// newer one. A lagging head reads as not held. ConfirmedStatus also reads
+// the claims after each head (one more round trip) and reports the newest
+// generation, so it errs towards "held" like the claims do.
+func (s *Store) ConfirmedStatus(ctx context.Context, owner Owner, ns string, ids []bson.RawValue) ([]Status, error) {
+	ks, err := keys(ns, ids)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rids := make([]string, len(ks))
+	for i, k := range ks {
+		rids[i] = k.rid
+	}
+	latest, err := s.heads(ctx, rids)
+	if err != nil {
+		return nil, err
+	}
+	pending := map[string]bool{}
+	for _, rid := range rids {
+		pending[rid] = true
+	}
+	for round := 0; len(pending) > 0; round++ {
+		if round == confirmRounds {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, errHeadBehind)
+		}
+		want := make([]string, 0, len(pending)*confirmWindow)
+		for rid := range pending {
+			var seq int64
+			if h := latest[rid]; h != nil {
+				seq = h.Seq
+			}
+			for i := int64(1); i <= confirmWindow; i++ {
+				want = append(want, genID(rid, seq+i))
+			}
+		}
+		var gens []gen
+		err := s.rt(ctx, opFind, func(ctx context.Context) error {
+			cur, err := s.claims.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: want}}}})
+			if err != nil {
+				return err
+			}
+			return cur.All(ctx, &gens)
+		})
+		if err != nil {
+			return nil, s.storeErr(ctx, opFind, err)
+		}
+		found := map[string]int{}
+		for i := range gens {
+			g := &gens[i]
+			if !pending[g.Key] {
+				continue
+			}
+			found[g.Key]++
+			if h := latest[g.Key]; h == nil || g.Seq > h.Seq {
+				latest[g.Key] = g
+			}
+		}
+		// A key whose window was not full has no claim after its newest:
+		// it is current. A full window may have more behind it.
+		for rid := range pending {
+			if found[rid] < confirmWindow {
+				delete(pending, rid)
+			}
+		}
+	}
+	now, _ := s.clock.Now()
+	out := make([]Status, len(ks))
+	for i, k := range ks {
+		out[i] = Status{NS: ns, ID: k.id}
+		if h := latest[k.rid]; h != nil && h.Kind != kindGC {
+			out[i] = h.status(now, &owner)
+			out[i].ID = k.id
+		}
+	}
+	s.debug("confirmed status", ns, owner, zap.Int("ids", len(ks)))
+	return out, nil
+}
