@@ -507,6 +507,19 @@ func documents(n int) string {
 	return fmt.Sprintf("%d documents", n)
 }
 
+// confirmedStatus is the lock store's Status for decisions where "not
+// held" lets a write through: it must not trust a head record that lags
+// behind its claims (lockstore.Store.ConfirmedStatus). A store without the
+// distinction (the in-memory one) answers Status.
+func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns string, ids []bson.RawValue) ([]lockstore.Status, error) {
+	if c, ok := g.opts.Store.(interface {
+		ConfirmedStatus(context.Context, lockstore.Owner, string, []bson.RawValue) ([]lockstore.Status, error)
+	}); ok {
+		return c.ConfirmedStatus(ctx, o, ns, ids)
+	}
+	return g.opts.Store.Status(ctx, o, ns, ids)
+}
+
 // checkInsertable refuses inserts of _ids another session has locked.
 func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) {
 	w := firstWrite(v.writes, ns)
@@ -517,15 +530,7 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 		return
 	}
 	g.metrics.insertChecks.WithLabelValues("checked").Inc()
-	// "Not held" lets the insert through, so this read must not trust a
-	// head record that lags behind its claims (lockstore.ConfirmedStatus).
-	status := g.opts.Store.Status
-	if c, ok := g.opts.Store.(interface {
-		ConfirmedStatus(context.Context, lockstore.Owner, string, []bson.RawValue) ([]lockstore.Status, error)
-	}); ok {
-		status = c.ConfirmedStatus
-	}
-	sts, err := status(ctx, o, ns, ids)
+	sts, err := g.confirmedStatus(ctx, o, ns, ids)
 	if err != nil {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)})

@@ -637,7 +637,7 @@ func (g *Guard) schemeReleaseAll(ctx context.Context, req *proxy.Request, pol *p
 			return g.decide(req, pol, v, start)
 		}
 		if !held {
-			sts, err := g.opts.Store.Status(ctx, op.owner, w.NS, []bson.RawValue{id})
+			sts, err := g.confirmedStatus(ctx, op.owner, w.NS, []bson.RawValue{id})
 			if err != nil || len(sts) != 1 || sts[0].Held {
 				v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder,
 					detail: fmt.Sprintf("under the lockCollection locking scheme of %s some of the lock records it matches belong to another holder; delete your own records by _id", w.NS)})
@@ -715,7 +715,7 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 		o.Session = make([]byte, 16) // nobody: a holder-field insert names no holder
 	}
 	ids := []bson.RawValue{rawCopy(id)}
-	sts, err := g.opts.Store.Status(ctx, o, mns, ids)
+	sts, err := g.confirmedStatus(ctx, o, mns, ids)
 	if err != nil {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _id is unlocked (%v)", err)})
