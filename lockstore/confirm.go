@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/bson"
-	"go.uber.org/zap"
 )
 
 // confirmWindow and confirmRounds bound ConfirmedStatus's roll forward:
@@ -31,28 +30,19 @@ var errHeadBehind = errors.New("a lock record's head is too far behind its claim
 // the claims after each head (one more round trip) and reports the newest
 // generation, so it errs towards "held" like the claims do.
 func (s *Store) ConfirmedStatus(ctx context.Context, owner Owner, ns string, ids []bson.RawValue) ([]Status, error) {
-	ks, err := keys(ns, ids)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.ready(ctx); err != nil {
-		return nil, err
-	}
-	rids := make([]string, len(ks))
-	for i, k := range ks {
-		rids[i] = k.rid
-	}
-	latest, err := s.heads(ctx, rids)
-	if err != nil {
-		return nil, err
-	}
+	return s.status(ctx, owner, ns, ids, true)
+}
+
+// rollForward replaces each head in latest (by rid) with the newest claim
+// after it, reading confirmWindow claims of every key per round trip.
+func (s *Store) rollForward(ctx context.Context, rids []string, latest map[string]*gen) error {
 	pending := map[string]bool{}
 	for _, rid := range rids {
 		pending[rid] = true
 	}
 	for round := 0; len(pending) > 0; round++ {
 		if round == confirmRounds {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, errHeadBehind)
+			return fmt.Errorf("%w: %w", ErrUnavailable, errHeadBehind)
 		}
 		want := make([]string, 0, len(pending)*confirmWindow)
 		for rid := range pending {
@@ -73,7 +63,7 @@ func (s *Store) ConfirmedStatus(ctx context.Context, owner Owner, ns string, ids
 			return cur.All(ctx, &gens)
 		})
 		if err != nil {
-			return nil, s.storeErr(ctx, opFind, err)
+			return s.storeErr(ctx, opFind, err)
 		}
 		found := map[string]int{}
 		for i := range gens {
@@ -94,15 +84,5 @@ func (s *Store) ConfirmedStatus(ctx context.Context, owner Owner, ns string, ids
 			}
 		}
 	}
-	now, _ := s.clock.Now()
-	out := make([]Status, len(ks))
-	for i, k := range ks {
-		out[i] = Status{NS: ns, ID: k.id}
-		if h := latest[k.rid]; h != nil && h.Kind != kindGC {
-			out[i] = h.status(now, &owner)
-			out[i].ID = k.id
-		}
-	}
-	s.debug("confirmed status", ns, owner, zap.Int("ids", len(ks)))
-	return out, nil
+	return nil
 }

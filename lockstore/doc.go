@@ -121,6 +121,7 @@
 //	| `Release(owner, ns, ids, errText)` / `ReleaseAll(owner, ns, errText)` | frees the ids the owner holds (even if the lease ended, as long as nobody took them over) and returns how many; ids not held just do not count. A non-empty `errText` is kept as `lastError` and shown to the next holder (`Lock.LastError`, `Status`); a clean release clears it; rollback and `ReleaseSession` keep it. |
 //	| `ReleaseSession(session)` | `endSessions`: frees everything the session holds, whatever its binding: what it took through this instance at once (the owned index, no query), what it took through other instances by a background sweep that serves every session ended meanwhile with one query by owner, at most once a second. |
 //	| `Status(owner, ns, ids)` | one read; held, held by you, holder (app, session prefix, client), since, expires, token, last error. |
+//	| `ConfirmedStatus(owner, ns, ids)` | `Status` that also reads the claims after each head record (a head can lag behind them and would read as not held): for decisions where "not held" lets a write through, such as the insert check. |
 //	| `List(opts)` | admin view of held (or all) keys: namespace, id, holder app and session prefix, since, expires, token, last error. |
 //	| `ForceRelease(ns, id, reason)` | operators: frees the key whoever holds it, token + 1, `reason` stored on the generation, audit event logged at warn level; returns the state before. |
 //	| `Holds(owner, ns, ids, margin)` | enforcement: does the owner hold every id with at least `margin` of lease left? See "Cache". |

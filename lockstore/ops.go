@@ -197,6 +197,10 @@ func (s *Store) releaseEach(ctx context.Context, rids []string, release func(con
 // from the database (one round trip). A lock whose lease has ended is
 // reported as not held.
 func (s *Store) Status(ctx context.Context, owner Owner, ns string, ids []bson.RawValue) ([]Status, error) {
+	return s.status(ctx, owner, ns, ids, false)
+}
+
+func (s *Store) status(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, confirm bool) ([]Status, error) {
 	ks, err := keys(ns, ids)
 	if err != nil {
 		return nil, err
@@ -212,16 +216,21 @@ func (s *Store) Status(ctx context.Context, owner Owner, ns string, ids []bson.R
 	if err != nil {
 		return nil, err
 	}
+	if confirm {
+		if err := s.rollForward(ctx, rids, hs); err != nil {
+			return nil, err
+		}
+	}
 	now, _ := s.clock.Now()
 	out := make([]Status, len(ks))
 	for i, k := range ks {
 		out[i] = Status{NS: ns, ID: k.id}
-		if h := hs[k.rid]; h != nil {
+		if h := hs[k.rid]; h != nil && (!confirm || h.Kind != kindGC) {
 			out[i] = h.status(now, &owner)
 			out[i].ID = k.id
 		}
 	}
-	s.debug("status", ns, owner, zap.Int("ids", len(ks)))
+	s.debug("status", ns, owner, zap.Int("ids", len(ks)), zap.Bool("confirmed", confirm))
 	return out, nil
 }
 
