@@ -32,5 +32,5 @@ func (g *Guard) heldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns 
 	}
 	db, coll, _ := strings.Cut(ns, ".")
 	return fmt.Sprintf(" (it holds the lock on _id %s in %s instead: a lock covers only the namespace it was taken in; run {acquireLock: %q} on database %s)",
-		idString(id), other, coll, db), true
+		lockstore.FormatID(id), other, coll, db), true
 }

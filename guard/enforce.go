@@ -409,10 +409,10 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 			if len(shown) == 1 {
 				x.detail += " (" + describeHolder(*x.holder) + ")"
 			} else {
-				x.detail += fmt.Sprintf(" (_id %s is %s)", idString(shown[0]), describeHolder(*x.holder))
+				x.detail += fmt.Sprintf(" (_id %s is %s)", lockstore.FormatID(shown[0]), describeHolder(*x.holder))
 			}
 		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
-			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", idString(alt), typeName(alt))
+			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", lockstore.FormatID(alt), typeName(alt))
 		} else if other, ok := g.heldInDoubledNamespace(ctx, o, ns, shown); ok {
 			x.detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
 		} else if why, ok := g.heldInOtherNamespace(ctx, o, ns, shown); ok {
@@ -541,7 +541,7 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 			h := st.Holder
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked,
 				ids: []bson.RawValue{st.ID}, holder: &h,
-				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", idString(st.ID), describeHolder(h))})
+				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", lockstore.FormatID(st.ID), describeHolder(h))})
 			return
 		}
 	}
@@ -710,7 +710,7 @@ func idList(ids []bson.RawValue) string {
 			fmt.Fprintf(&b, "... (%d in all)", len(ids))
 			break
 		}
-		b.WriteString(idString(id))
+		b.WriteString(lockstore.FormatID(id))
 	}
 	return b.String()
 }

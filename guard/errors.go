@@ -3,14 +3,11 @@ package guard
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -138,11 +135,11 @@ func fromStore(op, ns string, err error) *cmdError {
 		if held.Timeout {
 			e.code, e.reason = codeLockTimeout, reasonTimeout
 			e.msg = fmt.Sprintf("lockgate: timed out waiting for the lock on %s _id %s: %s; no lock was taken: retry, or wait longer with a larger waitMS",
-				ns, idString(held.ID), who)
+				ns, lockstore.FormatID(held.ID), who)
 		} else {
 			e.code, e.reason = codeLockBusy, reasonHeld
 			e.msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: retry later, or pass waitMS to wait for it",
-				ns, idString(held.ID), who)
+				ns, lockstore.FormatID(held.ID), who)
 		}
 		return e
 	case errors.As(err, &notHolder):
@@ -150,7 +147,7 @@ func fromStore(op, ns string, err error) *cmdError {
 		if len(notHolder.Why) > 0 && notHolder.Why[0] != "" {
 			why = notHolder.Why[0]
 			if len(notHolder.IDs) > 1 {
-				why = fmt.Sprintf("_id %s: %s", idString(notHolder.IDs[0]), why)
+				why = fmt.Sprintf("_id %s: %s", lockstore.FormatID(notHolder.IDs[0]), why)
 			}
 		}
 		return &cmdError{code: codeLockFailed, reason: reasonNotHolder, ns: ns, ids: notHolder.IDs,
@@ -199,40 +196,9 @@ func idsString(ids []bson.RawValue) string {
 			s += fmt.Sprintf("... (%d in all)", len(ids))
 			break
 		}
-		s += idString(id)
+		s += lockstore.FormatID(id)
 	}
 	return s
-}
-
-// idString renders an _id as a person would type it in the shell: relaxed
-// extended JSON, so 3 is 3 and "3" is "3".
-func idString(id bson.RawValue) string {
-	// The common _id types directly; the rest through extended JSON.
-	switch id.Type {
-	case bsontype.Int32:
-		if v, ok := id.Int32OK(); ok {
-			return strconv.FormatInt(int64(v), 10)
-		}
-	case bsontype.Int64:
-		if v, ok := id.Int64OK(); ok {
-			return strconv.FormatInt(v, 10)
-		}
-	case bsontype.String:
-		if v, ok := id.StringValueOK(); ok {
-			return strconv.Quote(v)
-		}
-	case bsontype.ObjectID:
-		if v, ok := id.ObjectIDOK(); ok {
-			return `ObjectId("` + v.Hex() + `")`
-		}
-	}
-	doc := bsoncore.BuildDocumentFromElements(nil, bsoncore.AppendValueElement(nil, "v", bsoncore.Value{Type: id.Type, Data: id.Value}))
-	out, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
-	if err != nil {
-		return id.String()
-	}
-	// {"v":<value>}
-	return strings.TrimSuffix(strings.TrimPrefix(string(out), `{"v":`), "}")
 }
 
 func arrayKey(i int) string {

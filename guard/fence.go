@@ -457,7 +457,7 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 			}
 			what := "a document its filter matched"
 			if c.named[i] {
-				what = "_id " + idString(id)
+				what = "_id " + lockstore.FormatID(id)
 			}
 			out[c.index] = fmt.Sprintf("lockgate: %s on %s fenced out: this session's lock on %s (token %d) had passed to a newer holder (the document carries token %s) when the write reached the database, so the database refused it and nothing was written there; acquire the lock again and redo the work from a fresh read",
 				h.cmd, c.ns, what, c.tokens[i], stampString(s))

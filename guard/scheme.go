@@ -238,7 +238,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 			v.stale = append(v.stale, len(v.violations))
 		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids, holder: &h,
-			detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, idString(ids[0]), describeHolder(h), schemeAdvice(r.Scheme))})
+			detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, lockstore.FormatID(ids[0]), describeHolder(h), schemeAdvice(r.Scheme))})
 		return o, false, false
 	case s.HeldByYou:
 		// Less than the margin left. A flag's holder keeps its lock by
@@ -256,7 +256,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 			return o, true, true
 		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-			detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %v left; %s", r.Scheme.Type, w.NS, idString(ids[0]), r.LeaseMargin, schemeAdvice(r.Scheme))})
+			detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %v left; %s", r.Scheme.Type, w.NS, lockstore.FormatID(ids[0]), r.LeaseMargin, schemeAdvice(r.Scheme))})
 		return o, false, false
 	}
 	// Nobody holds the mirror, as far as a read can tell (a read may lag
@@ -287,7 +287,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 				v.stale = append(v.stale, len(v.violations))
 			}
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-				detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has just been taken by another holder; %s", r.Scheme.Type, w.NS, idString(ids[0]), schemeAdvice(r.Scheme))})
+				detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has just been taken by another holder; %s", r.Scheme.Type, w.NS, lockstore.FormatID(ids[0]), schemeAdvice(r.Scheme))})
 		default:
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -295,7 +295,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 		return o, false, false
 	}
 	v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-		detail: fmt.Sprintf("under the %s locking scheme of %s this client does not hold the lock on _id %s (or its lease of %v ran out); %s", r.Scheme.Type, w.NS, idString(ids[0]), r.Scheme.Lease, schemeAdvice(r.Scheme))})
+		detail: fmt.Sprintf("under the %s locking scheme of %s this client does not hold the lock on _id %s (or its lease of %v ran out); %s", r.Scheme.Type, w.NS, lockstore.FormatID(ids[0]), r.Scheme.Lease, schemeAdvice(r.Scheme))})
 	return o, false, false
 }
 
@@ -395,7 +395,7 @@ func (g *Guard) schemeBusy(req *proxy.Request, pol *policy.Policy, v *verdict, r
 func recordExists(w policy.Write, st policy.Step) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	if w.Kind == policy.KindInsert {
-		errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, idString(rawCopy(st.ID)))
+		errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, lockstore.FormatID(rawCopy(st.ID)))
 		we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", 11000).
 			AppendString("errmsg", errmsg).Build()
 		d = bsoncore.AppendInt32Element(d, "n", 0)
@@ -415,7 +415,7 @@ func recordExists(w policy.Write, st policy.Step) bsoncore.Document {
 // nothing: DuplicateKey where an upsert would then collide with the
 // existing document (dup), "nothing matched" otherwise.
 func noMatch(w policy.Write, st policy.Step, dup bool) bsoncore.Document {
-	errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, idString(rawCopy(st.ID)))
+	errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, lockstore.FormatID(rawCopy(st.ID)))
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	switch {
 	case w.Kind == policy.KindFindAndModify && dup:
@@ -725,6 +725,6 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 		h := sts[0].Holder
 		v.named = append(v.named, ids...)
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked, ids: ids, holder: &h,
-			detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", idString(ids[0]), r.Scheme.Type, describeHolder(h))})
+			detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", lockstore.FormatID(ids[0]), r.Scheme.Type, describeHolder(h))})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // Sentinel errors. Test with errors.Is; the proxy maps them to MongoDB error
@@ -133,8 +134,12 @@ func SessionPrefix(session []byte) string {
 	return hex.EncodeToString(session)
 }
 
-// FormatID renders an _id for people, in mongosh's style where it is short
-// (7, "abc", ObjectId("..."), 1.5) and as extended JSON otherwise.
+// FormatID renders an _id for people, the one format of every message
+// that names an id (refusals, lock command errors, admin replies): as it
+// would be typed in the shell where that is short (7, "abc",
+// ObjectId("..."), 1.5), and as relaxed extended JSON otherwise. Numbers
+// print by value whatever their BSON type, because that is how lock keys
+// compare them (1, NumberLong(1) and 1.0 are one key).
 func FormatID(v bson.RawValue) string {
 	switch v.Type {
 	case bsontype.Int32:
@@ -143,7 +148,7 @@ func FormatID(v bson.RawValue) string {
 		}
 	case bsontype.Int64:
 		if n, ok := v.Int64OK(); ok {
-			return "NumberLong(" + strconv.FormatInt(n, 10) + ")"
+			return strconv.FormatInt(n, 10)
 		}
 	case bsontype.Double:
 		if f, ok := v.DoubleOK(); ok {
@@ -161,5 +166,11 @@ func FormatID(v bson.RawValue) string {
 	if v.Validate() != nil {
 		return "<invalid>"
 	}
-	return v.String()
+	doc := bsoncore.BuildDocumentFromElements(nil, bsoncore.AppendValueElement(nil, "v", bsoncore.Value{Type: v.Type, Data: v.Value}))
+	out, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
+	if err != nil {
+		return v.String()
+	}
+	// {"v":<value>}
+	return strings.TrimSuffix(strings.TrimPrefix(string(out), `{"v":`), "}")
 }
