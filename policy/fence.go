@@ -53,41 +53,9 @@ var ErrFenceField = errors.New("policy: fence field")
 // uncompressed); anything else is an error. Every statement not named
 // keeps its bytes.
 func FenceStatements(msg wire.Message, cmd *wire.Command, pins []Pin, fences []Fence) ([]byte, error) {
-	if c, ok := msg.(*wire.OpCompressed); ok {
-		if c.Inner == nil {
-			return nil, fmt.Errorf("policy: FenceStatements: OP_COMPRESSED without an inner message")
-		}
-		msg = c.Inner
-	}
-	switch msg.(type) {
-	case *wire.OpMsg, *wire.OpQuery:
-	default:
-		return nil, fmt.Errorf("policy: FenceStatements: %v statements cannot be fenced", msg.Header().OpCode)
-	}
-	if cmd == nil {
-		return nil, fmt.Errorf("policy: FenceStatements: not a command")
-	}
-	for _, p := range pins {
-		for _, id := range p.IDs {
-			if id.Type == bsontype.Regex || id.Type == bsontype.Array || id.Type == 0 {
-				return nil, fmt.Errorf("policy: FenceStatements: statement %q[%d]: a %v cannot be a pinned _id", p.List, p.Index, id.Type)
-			}
-		}
-	}
-	body, seqs, err := fenceCommand(cmd, pins, fences)
-	if err != nil {
-		return nil, fmt.Errorf("policy: FenceStatements: %s: %w", cmd.Name, err)
-	}
-	if q, ok := msg.(*wire.OpQuery); ok {
-		query, err := rewrapQuery(q.Query, body)
-		if err != nil {
-			return nil, fmt.Errorf("policy: FenceStatements: OP_QUERY: %w", err)
-		}
-		return wire.WithBody(q, query)
-	}
-	cp := *msg.(*wire.OpMsg)
-	cp.Sequences = seqs
-	return wire.WithBody(&cp, body)
+	return rewriteStatements("FenceStatements", "fenced", msg, cmd, pins, func(cmd *wire.Command) (bsoncore.Document, []wire.Sequence, error) {
+		return fenceCommand(cmd, pins, fences)
+	})
 }
 
 type stmtEdit struct {

@@ -43,24 +43,36 @@ type Pin struct {
 // The result may exceed the size limits the message was read under; the
 // caller checks it against the upstream's limits before sending it.
 func PinStatements(msg wire.Message, cmd *wire.Command, pins []Pin) ([]byte, error) {
+	return rewriteStatements("PinStatements", "pinned", msg, cmd, pins, func(cmd *wire.Command) (bsoncore.Document, []wire.Sequence, error) {
+		return pinCommand(cmd, pins)
+	})
+}
+
+// rewriteStatements is the envelope that PinStatements and FenceStatements
+// share: it finds the command (inside OP_COMPRESSED too), refuses what
+// cannot be rewritten and pinned ids that would widen a statement, lets
+// edit build the new body and sequences, and re-encodes the message in its
+// own opcode. op and verb name the caller in errors.
+func rewriteStatements(op, verb string, msg wire.Message, cmd *wire.Command, pins []Pin,
+	edit func(*wire.Command) (bsoncore.Document, []wire.Sequence, error)) ([]byte, error) {
 	if c, ok := msg.(*wire.OpCompressed); ok {
 		if c.Inner == nil {
-			return nil, fmt.Errorf("policy: PinStatements: OP_COMPRESSED without an inner message")
+			return nil, fmt.Errorf("policy: %s: OP_COMPRESSED without an inner message", op)
 		}
 		msg = c.Inner
 	}
 	switch msg.(type) {
 	case *wire.OpMsg, *wire.OpQuery:
 	default:
-		return nil, fmt.Errorf("policy: PinStatements: %v statements cannot be pinned", msg.Header().OpCode)
+		return nil, fmt.Errorf("policy: %s: %v statements cannot be %s", op, msg.Header().OpCode, verb)
 	}
 	if cmd == nil {
 		c, err := wire.CommandOf(msg)
 		if err != nil {
-			return nil, fmt.Errorf("policy: PinStatements: %w", err)
+			return nil, fmt.Errorf("policy: %s: %w", op, err)
 		}
 		if c == nil {
-			return nil, fmt.Errorf("policy: PinStatements: not a command")
+			return nil, fmt.Errorf("policy: %s: not a command", op)
 		}
 		cmd = c
 	}
@@ -69,18 +81,18 @@ func PinStatements(msg wire.Message, cmd *wire.Command, pins []Pin) ([]byte, err
 			// In $in a regex matches by pattern and an array by element:
 			// either would widen the statement instead of pinning it.
 			if id.Type == bsontype.Regex || id.Type == bsontype.Array || id.Type == 0 {
-				return nil, fmt.Errorf("policy: PinStatements: statement %q[%d]: a %v cannot be a pinned _id", p.List, p.Index, id.Type)
+				return nil, fmt.Errorf("policy: %s: statement %q[%d]: a %v cannot be a pinned _id", op, p.List, p.Index, id.Type)
 			}
 		}
 	}
-	body, seqs, err := pinCommand(cmd, pins)
+	body, seqs, err := edit(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("policy: PinStatements: %s: %w", cmd.Name, err)
+		return nil, fmt.Errorf("policy: %s: %s: %w", op, cmd.Name, err)
 	}
 	if q, ok := msg.(*wire.OpQuery); ok {
 		query, err := rewrapQuery(q.Query, body)
 		if err != nil {
-			return nil, fmt.Errorf("policy: PinStatements: OP_QUERY: %w", err)
+			return nil, fmt.Errorf("policy: %s: OP_QUERY: %w", op, err)
 		}
 		return wire.WithBody(q, query)
 	}
