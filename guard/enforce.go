@@ -13,7 +13,6 @@ import (
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -655,11 +654,11 @@ func (g *Guard) writeOwner(req *proxy.Request) (lockstore.Owner, bool) {
 	bind := ""
 	if c, err := req.Command.Body.LookupErr("comment"); err == nil {
 		switch c.Type {
-		case bsontype.String:
+		case bson.TypeString:
 			if b, ok := strings.CutPrefix(c.StringValue(), "lockgate:"); ok {
 				bind = b
 			}
-		case bsontype.EmbeddedDocument:
+		case bson.TypeEmbeddedDocument:
 			if d, ok := c.DocumentOK(); ok {
 				if b, ok := d.Lookup("lockgate").StringValueOK(); ok {
 					bind = b

@@ -11,7 +11,6 @@ import (
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -449,7 +448,7 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 				continue
 			}
 			s, ok := stamps[c.ns+"\x00"+k]
-			if !ok || s.Type == 0 || s.Type == bsontype.Null {
+			if !ok || s.Type == 0 || s.Type == bson.TypeNull {
 				continue // gone, or never stamped: not fenced out
 			}
 			if st, ok := s.AsInt64OK(); ok && st == c.tokens[i] {

@@ -11,7 +11,6 @@ import (
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -161,11 +160,11 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 // millis reads a whole number of milliseconds from any numeric BSON type.
 func millis(v bsoncore.Value) (int64, bool) {
 	switch v.Type {
-	case bsontype.Int32:
+	case bson.TypeInt32:
 		return int64(v.Int32()), true
-	case bsontype.Int64:
+	case bson.TypeInt64:
 		return v.Int64(), true
-	case bsontype.Double:
+	case bson.TypeDouble:
 		f := v.Double()
 		if f != math.Trunc(f) || math.IsInf(f, 0) || math.Abs(f) > 1<<53 {
 			return 0, false

@@ -17,7 +17,6 @@ import (
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -127,7 +126,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			continue
 		}
 		st := policy.SchemeStep(r.Scheme, w)
-		if st.Kind != policy.StepOther && st.Kind != policy.StepInsert && st.ID.Type == bsontype.String && !g.exactStrings(ctx, w) {
+		if st.Kind != policy.StepOther && st.Kind != policy.StepInsert && st.ID.Type == bson.TypeString && !g.exactStrings(ctx, w) {
 			st = policy.Step{Why: "its string _id may match other documents under the collation in force; use the simple collation"}
 		}
 		var ids []bson.RawValue

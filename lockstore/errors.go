@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -142,23 +141,23 @@ func SessionPrefix(session []byte) string {
 // compare them (1, NumberLong(1) and 1.0 are one key).
 func FormatID(v bson.RawValue) string {
 	switch v.Type {
-	case bsontype.Int32:
+	case bson.TypeInt32:
 		if n, ok := v.Int32OK(); ok {
 			return strconv.FormatInt(int64(n), 10)
 		}
-	case bsontype.Int64:
+	case bson.TypeInt64:
 		if n, ok := v.Int64OK(); ok {
 			return strconv.FormatInt(n, 10)
 		}
-	case bsontype.Double:
+	case bson.TypeDouble:
 		if f, ok := v.DoubleOK(); ok {
 			return strconv.FormatFloat(f, 'g', -1, 64)
 		}
-	case bsontype.String:
+	case bson.TypeString:
 		if s, ok := v.StringValueOK(); ok {
 			return strconv.Quote(s)
 		}
-	case bsontype.ObjectID:
+	case bson.TypeObjectID:
 		if oid, ok := v.ObjectIDOK(); ok {
 			return `ObjectId("` + oid.Hex() + `")`
 		}

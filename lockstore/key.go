@@ -65,11 +65,11 @@ func canonicalID(v bson.RawValue) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidID, err)
 	}
 	switch v.Type {
-	case bsontype.Array:
+	case bson.TypeArray:
 		return nil, fmt.Errorf("%w: an _id cannot be an array", ErrInvalidID)
-	case bsontype.Regex:
+	case bson.TypeRegex:
 		return nil, fmt.Errorf("%w: an _id cannot be a regular expression", ErrInvalidID)
-	case bsontype.Undefined:
+	case bson.TypeUndefined:
 		return nil, fmt.Errorf("%w: an _id cannot be undefined", ErrInvalidID)
 	case bsontype.Type(0):
 		return nil, fmt.Errorf("%w: missing _id value", ErrInvalidID)
@@ -97,28 +97,28 @@ func encodeValue(b *bytes.Buffer, v bson.RawValue, depth int) error {
 		return fmt.Errorf("%w: _id nested deeper than %d", ErrInvalidID, maxIDDepth)
 	}
 	switch v.Type {
-	case bsontype.MinKey:
+	case bson.TypeMinKey:
 		b.WriteByte(tagMinKey)
-	case bsontype.MaxKey:
+	case bson.TypeMaxKey:
 		b.WriteByte(tagMaxKey)
-	case bsontype.Undefined:
+	case bson.TypeUndefined:
 		b.WriteByte(tagUndefined)
-	case bsontype.Null:
+	case bson.TypeNull:
 		b.WriteByte(tagNull)
-	case bsontype.Int32, bsontype.Int64, bsontype.Double, bsontype.Decimal128:
+	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
 		n, err := canonicalNumber(v)
 		if err != nil {
 			return err
 		}
 		b.WriteByte(tagNumber)
 		writeString(b, n)
-	case bsontype.String:
+	case bson.TypeString:
 		b.WriteByte(tagString)
 		writeString(b, v.StringValue())
-	case bsontype.Symbol:
+	case bson.TypeSymbol:
 		b.WriteByte(tagString)
 		writeString(b, v.Symbol())
-	case bsontype.EmbeddedDocument:
+	case bson.TypeEmbeddedDocument:
 		b.WriteByte(tagDocument)
 		elems, err := v.Document().Elements()
 		if err != nil {
@@ -136,7 +136,7 @@ func encodeValue(b *bytes.Buffer, v bson.RawValue, depth int) error {
 			}
 		}
 		b.WriteByte(tagElemEnd)
-	case bsontype.Array:
+	case bson.TypeArray:
 		b.WriteByte(tagArray)
 		vals, err := v.Array().Values()
 		if err != nil {
@@ -149,48 +149,48 @@ func encodeValue(b *bytes.Buffer, v bson.RawValue, depth int) error {
 			}
 		}
 		b.WriteByte(tagElemEnd)
-	case bsontype.Binary:
+	case bson.TypeBinary:
 		sub, data := v.Binary()
 		b.WriteByte(tagBinary)
 		b.WriteByte(sub)
 		writeBytes(b, data)
-	case bsontype.ObjectID:
+	case bson.TypeObjectID:
 		oid := v.ObjectID()
 		b.WriteByte(tagObjectID)
 		b.Write(oid[:])
-	case bsontype.Boolean:
+	case bson.TypeBoolean:
 		b.WriteByte(tagBool)
 		if v.Boolean() {
 			b.WriteByte(1)
 		} else {
 			b.WriteByte(0)
 		}
-	case bsontype.DateTime:
+	case bson.TypeDateTime:
 		b.WriteByte(tagDate)
 		// Flip the sign bit so that byte order follows numeric order.
 		_ = binary.Write(b, binary.BigEndian, uint64(v.DateTime())^(1<<63))
-	case bsontype.Timestamp:
+	case bson.TypeTimestamp:
 		t, i := v.Timestamp()
 		b.WriteByte(tagTimestamp)
 		_ = binary.Write(b, binary.BigEndian, uint64(t)<<32|uint64(i))
-	case bsontype.Regex:
+	case bson.TypeRegex:
 		p, o := v.Regex()
 		b.WriteByte(tagRegex)
 		writeString(b, p)
 		writeString(b, o)
-	case bsontype.DBPointer:
+	case bson.TypeDBPointer:
 		ns, oid := v.DBPointer()
 		b.WriteByte(tagDBPointer)
 		writeString(b, ns)
 		b.Write(oid[:])
-	case bsontype.JavaScript:
+	case bson.TypeJavaScript:
 		b.WriteByte(tagCode)
 		writeString(b, v.JavaScript())
-	case bsontype.CodeWithScope:
+	case bson.TypeCodeWithScope:
 		code, scope := v.CodeWithScope()
 		b.WriteByte(tagCodeScope)
 		writeString(b, code)
-		sv := bson.RawValue{Type: bsontype.EmbeddedDocument, Value: scope}
+		sv := bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: scope}
 		if err := encodeValue(b, sv, depth+1); err != nil {
 			return err
 		}
@@ -218,11 +218,11 @@ func writeBytes(b *bytes.Buffer, p []byte) {
 // comparison get the same text.
 func canonicalNumber(v bson.RawValue) (string, error) {
 	switch v.Type {
-	case bsontype.Int32:
+	case bson.TypeInt32:
 		return strconv.FormatInt(int64(v.Int32()), 10), nil
-	case bsontype.Int64:
+	case bson.TypeInt64:
 		return strconv.FormatInt(v.Int64(), 10), nil
-	case bsontype.Double:
+	case bson.TypeDouble:
 		f := v.Double()
 		switch {
 		case math.IsNaN(f):
@@ -242,7 +242,7 @@ func canonicalNumber(v bson.RawValue) (string, error) {
 			return "", fmt.Errorf("%w: cannot render %v", ErrInvalidID, f)
 		}
 		return r.RatString(), nil
-	case bsontype.Decimal128:
+	case bson.TypeDecimal128:
 		d := v.Decimal128()
 		if d.IsNaN() {
 			return numNaN, nil

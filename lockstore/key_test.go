@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
@@ -88,10 +87,10 @@ func TestCanonicalIDInvalid(t *testing.T) {
 	for name, v := range map[string]bson.RawValue{
 		"array":     rv(t, bson.A{int32(1)}),
 		"regex":     rv(t, primitive.Regex{Pattern: "a"}),
-		"undefined": {Type: bsontype.Undefined},
+		"undefined": {Type: bson.TypeUndefined},
 		"dollar":    rv(t, bson.D{{Key: "$gt", Value: int32(1)}}),
 		"nested $":  rv(t, bson.D{{Key: "a", Value: bson.D{{Key: "$in", Value: bson.A{}}}}}),
-		"truncated": {Type: bsontype.Int64, Value: []byte{1, 2}},
+		"truncated": {Type: bson.TypeInt64, Value: []byte{1, 2}},
 		"empty":     {},
 	} {
 		if _, err := canonicalID(v); !errors.Is(err, ErrInvalidID) {
@@ -119,7 +118,7 @@ func TestKeysDedupAndOrder(t *testing.T) {
 	if len(ks) != 3 {
 		t.Fatalf("got %d keys, want 3 (1 and 1.0 are one)", len(ks))
 	}
-	if ks[1].id.Type != bsontype.Double {
+	if ks[1].id.Type != bson.TypeDouble {
 		t.Fatalf("the first spelling should win, got %v", ks[1].id.Type)
 	}
 	ord := canonicalOrder(ks)

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -204,7 +204,7 @@ func classifyAggregate(c *wire.Command) ([]Write, error) {
 				}
 				ws = append(ws, collWrite(ns, WhatMerge))
 			}
-			if v.Type == bsontype.EmbeddedDocument || v.Type == bsontype.Array {
+			if v.Type == bson.TypeEmbeddedDocument || v.Type == bson.TypeArray {
 				walk(v.Data)
 			}
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -156,7 +156,7 @@ func fenceCommand(cmd *wire.Command, pins []Pin, fences []Fence) (bsoncore.Docum
 		seqs[si] = wire.Sequence{Identifier: list, Documents: rewritten}
 		return cmd.Body, seqs, nil
 	}
-	body, err := replaceField(cmd.Body, list, bsoncore.Value{Type: bsontype.Array, Data: buildArray(rewritten)}, false)
+	body, err := replaceField(cmd.Body, list, bsoncore.Value{Type: bson.TypeArray, Data: buildArray(rewritten)}, false)
 	return body, cmd.Sequences, err
 }
 
@@ -178,7 +178,7 @@ func editStatement(stmt bsoncore.Document, filterKey, updateKey string, e *stmtE
 	if e.fence != nil {
 		filter = joinClause(filter, fenceClause(e.fence))
 	}
-	out, err := replaceField(stmt, filterKey, bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: filter}, addIfMissing)
+	out, err := replaceField(stmt, filterKey, bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: filter}, addIfMissing)
 	if err != nil || e.fence == nil || updateKey == "" || f[1].Type == 0 {
 		return out, err
 	}
@@ -238,7 +238,7 @@ func onField(path, field string) bool {
 func fenceUpdate(u bsoncore.Value, f *Fence) (bsoncore.Value, error) {
 	t, one := oneToken(f)
 	switch u.Type {
-	case bsontype.Array:
+	case bson.TypeArray:
 		if !one {
 			return u, fmt.Errorf("%w: a pipeline update of documents locked under different tokens cannot carry one token; update them one by one", ErrFenceField)
 		}
@@ -248,13 +248,13 @@ func fenceUpdate(u bsoncore.Value, f *Fence) (bsoncore.Value, error) {
 		}
 		stage := bsoncore.NewDocumentBuilder().AppendDocument("$set", bsoncore.NewDocumentBuilder().
 			AppendDocument(f.Field, bsoncore.NewDocumentBuilder().AppendInt64("$literal", t).Build()).Build()).Build()
-		vals = append(vals, bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: stage})
+		vals = append(vals, bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: stage})
 		ab := bsoncore.NewArrayBuilder()
 		for _, v := range vals {
 			ab.AppendValue(v)
 		}
-		return bsoncore.Value{Type: bsontype.Array, Data: ab.Build()}, nil
-	case bsontype.EmbeddedDocument:
+		return bsoncore.Value{Type: bson.TypeArray, Data: ab.Build()}, nil
+	case bson.TypeEmbeddedDocument:
 	default:
 		return u, fmt.Errorf("update is a %v", u.Type)
 	}
@@ -266,7 +266,7 @@ func fenceUpdate(u bsoncore.Value, f *Fence) (bsoncore.Value, error) {
 			return u, fmt.Errorf("%w: a replacement that may replace documents locked under different tokens cannot carry one token; name one _id", ErrFenceField)
 		}
 		out, err := stampDocument(d, &Fence{Field: f.Field, Tokens: []int64{t}, IDs: f.IDs[:1]})
-		return bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: out}, err
+		return bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: out}, err
 	}
 	idx, out := bsoncore.AppendDocumentStart(make([]byte, 0, len(d)+len(f.Field)+24))
 	hasSet := false
@@ -325,7 +325,7 @@ func fenceUpdate(u bsoncore.Value, f *Fence) (bsoncore.Value, error) {
 		out = bsoncore.AppendDocumentElement(out, "$set", bsoncore.NewDocumentBuilder().AppendInt64(f.Field, t).Build())
 	}
 	out, _ = bsoncore.AppendDocumentEnd(out, idx)
-	return bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: out}, nil
+	return bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: out}, nil
 }
 
 // stampDocument drops the fence field from d and, given a token, appends

@@ -6,7 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -223,8 +223,8 @@ func isOperatorDoc(d []byte) bool {
 // key: null also matches in ways that depend on the server).
 func pinnable(v bsoncore.Value) bool {
 	switch v.Type {
-	case bsontype.Regex, bsontype.Array, bsontype.Null, bsontype.Undefined,
-		bsontype.MinKey, bsontype.MaxKey, 0:
+	case bson.TypeRegex, bson.TypeArray, bson.TypeNull, bson.TypeUndefined,
+		bson.TypeMinKey, bson.TypeMaxKey, 0:
 		return false
 	}
 	return true
@@ -311,9 +311,9 @@ func same(a, b bsoncore.Value) bool {
 // containsString reports whether v is or contains a string or a symbol.
 func containsString(v bsoncore.Value, depth int) bool {
 	switch v.Type {
-	case bsontype.String, bsontype.Symbol:
+	case bson.TypeString, bson.TypeSymbol:
 		return true
-	case bsontype.EmbeddedDocument, bsontype.Array:
+	case bson.TypeEmbeddedDocument, bson.TypeArray:
 		if depth > maxFilterDepth {
 			return true
 		}
@@ -418,7 +418,7 @@ func updateValue(v bsoncore.Value, name string) (bsoncore.Value, error) {
 	switch v.Type {
 	case 0:
 		return v, fmt.Errorf("%s is missing", name)
-	case bsontype.EmbeddedDocument, bsontype.Array:
+	case bson.TypeEmbeddedDocument, bson.TypeArray:
 		return v, nil
 	default:
 		return bsoncore.Value{}, fmt.Errorf("%s is a %v, neither a document nor a pipeline", name, v.Type)
@@ -433,13 +433,13 @@ func truthy(v bsoncore.Value, name string) (bool, error) {
 	switch v.Type {
 	case 0:
 		return false, nil
-	case bsontype.Boolean:
+	case bson.TypeBoolean:
 		return v.Boolean(), nil
-	case bsontype.Int32:
+	case bson.TypeInt32:
 		return v.Int32() != 0, nil
-	case bsontype.Int64:
+	case bson.TypeInt64:
 		return v.Int64() != 0, nil
-	case bsontype.Double:
+	case bson.TypeDouble:
 		return v.Double() != 0, nil // NaN is true, as for the server
 	default:
 		return false, fmt.Errorf("%s is a %v, not a boolean", name, v.Type)
@@ -449,11 +449,11 @@ func truthy(v bsoncore.Value, name string) (bool, error) {
 // integral returns the value of an int32, an int64 or an integral double.
 func integral(v bsoncore.Value) (int64, bool) {
 	switch v.Type {
-	case bsontype.Int32:
+	case bson.TypeInt32:
 		return int64(v.Int32()), true
-	case bsontype.Int64:
+	case bson.TypeInt64:
 		return v.Int64(), true
-	case bsontype.Double:
+	case bson.TypeDouble:
 		f := v.Double()
 		if f != math.Trunc(f) || math.IsInf(f, 0) || math.Abs(f) > 1<<53 {
 			return 0, false

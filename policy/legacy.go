@@ -4,7 +4,7 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -29,7 +29,7 @@ func classifyLegacyUpdate(m *wire.OpUpdate) ([]Write, error) {
 		Kind:   KindUpdate,
 		List:   ListLegacy,
 		Filter: m.Selector,
-		Update: bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: m.Update},
+		Update: bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: m.Update},
 		Multi:  m.Flags&legacyMultiUpdate != 0,
 		Upsert: m.Flags&legacyUpsert != 0,
 	}}, nil

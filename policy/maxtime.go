@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -41,7 +41,7 @@ func CapMaxTimeOf(msg wire.Message, cmd *wire.Command, ms int64) ([]byte, time.D
 			return nil, time.Duration(cur) * time.Millisecond, nil
 		}
 	}
-	body, err := replaceField(cmd.Body, "maxTimeMS", bsoncore.Value{Type: bsontype.Int64, Data: bsoncore.AppendInt64(nil, ms)}, true)
+	body, err := replaceField(cmd.Body, "maxTimeMS", bsoncore.Value{Type: bson.TypeInt64, Data: bsoncore.AppendInt64(nil, ms)}, true)
 	if err != nil {
 		return nil, 0, fmt.Errorf("policy: CapMaxTime: %w", err)
 	}

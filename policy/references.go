@@ -4,7 +4,7 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -63,7 +63,7 @@ func VisitReferences(cmd *wire.Command, visit func(db, coll string) bool, stage 
 			for _, d := range s.Documents {
 				arr.AppendDocument(d)
 			}
-			v := bsoncore.Value{Type: bsontype.Array, Data: arr.Build()}
+			v := bsoncore.Value{Type: bson.TypeArray, Data: arr.Build()}
 			hit := false
 			if s.Identifier == "pipeline" {
 				hit = w.pipeline(cmd.DB, v)
@@ -354,7 +354,7 @@ func visitFullNS(v bsoncore.Value, visit func(db, coll string) bool) bool {
 // eachDocument calls f for each document of an array value until it
 // returns true.
 func eachDocument(v bsoncore.Value, f func(bsoncore.Document) bool) bool {
-	if v.Type != bsontype.Array {
+	if v.Type != bson.TypeArray {
 		return false
 	}
 	it := iterate(v.Data)

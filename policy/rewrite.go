@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -80,7 +80,7 @@ func rewriteStatements(op, verb string, msg wire.Message, cmd *wire.Command, pin
 		for _, id := range p.IDs {
 			// In $in a regex matches by pattern and an array by element:
 			// either would widen the statement instead of pinning it.
-			if id.Type == bsontype.Regex || id.Type == bsontype.Array || id.Type == 0 {
+			if id.Type == bson.TypeRegex || id.Type == bson.TypeArray || id.Type == 0 {
 				return nil, fmt.Errorf("policy: %s: statement %q[%d]: a %v cannot be a pinned _id", op, p.List, p.Index, id.Type)
 			}
 		}
@@ -173,7 +173,7 @@ func pinCommand(cmd *wire.Command, pins []Pin) (bsoncore.Document, []wire.Sequen
 		seqs[si] = wire.Sequence{Identifier: list, Documents: rewritten}
 		return cmd.Body, seqs, nil
 	}
-	body, err := replaceField(cmd.Body, list, bsoncore.Value{Type: bsontype.Array, Data: buildArray(rewritten)}, false)
+	body, err := replaceField(cmd.Body, list, bsoncore.Value{Type: bson.TypeArray, Data: buildArray(rewritten)}, false)
 	return body, cmd.Sequences, err
 }
 
@@ -200,7 +200,7 @@ func pinStatement(stmt bsoncore.Document, key string, ids []bsoncore.Value, addI
 		}
 	}
 	filter := pinnedFilter(orig, ids)
-	return replaceField(stmt, key, bsoncore.Value{Type: bsontype.EmbeddedDocument, Data: filter}, addIfMissing)
+	return replaceField(stmt, key, bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: filter}, addIfMissing)
 }
 
 // pinnedFilter restricts orig to ids. The filter's own top-level fields stay
@@ -321,7 +321,7 @@ func replaceField(d bsoncore.Document, key string, v bsoncore.Value, add bool) (
 func rewrapQuery(query, newBody bsoncore.Document) (bsoncore.Document, error) {
 	it := iterate(query)
 	k, v, ok := it.next()
-	if !ok || (string(k) != "$query" && string(k) != "query") || v.Type != bsontype.EmbeddedDocument {
+	if !ok || (string(k) != "$query" && string(k) != "query") || v.Type != bson.TypeEmbeddedDocument {
 		return newBody, nil
 	}
 	// Only the first element is the command, as for wire and the server;

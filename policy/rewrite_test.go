@@ -7,7 +7,6 @@ import (
 
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -294,7 +293,7 @@ func TestPinStatementsDuplicateFindAndModify(t *testing.T) {
 var primitiveRegex = primitive.Regex{Pattern: "x"}
 
 func TestPinnedFilterKeepsTopLevelFields(t *testing.T) {
-	ids := []bsoncore.Value{bsoncore.Value{Type: bsontype.Int32, Data: bsoncore.AppendInt32(nil, 7)}}
+	ids := []bsoncore.Value{bsoncore.Value{Type: bson.TypeInt32, Data: bsoncore.AppendInt32(nil, 7)}}
 	cases := []struct {
 		name string
 		orig D

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -200,7 +200,7 @@ func SchemeStep(s Scheme, w Write) Step {
 		step.Kind, step.Holder = StepHolder, fv
 		return step
 	}
-	if w.Update.Type != bsontype.EmbeddedDocument {
+	if w.Update.Type != bson.TypeEmbeddedDocument {
 		return Step{Why: "a pipeline update cannot be read as a step of the scheme; use update operators"}
 	}
 	u := w.Update.Document()
@@ -253,7 +253,7 @@ func expiry(s Scheme, u bsoncore.Document) time.Time {
 		return time.Time{}
 	}
 	v, st := updatePath(u, s.ExpiresPath)
-	if st != setTo || v.Type != bsontype.DateTime {
+	if st != setTo || v.Type != bson.TypeDateTime {
 		return time.Time{}
 	}
 	return time.UnixMilli(v.DateTime()).UTC()
@@ -262,7 +262,7 @@ func expiry(s Scheme, u bsoncore.Document) time.Time {
 // held reports whether v is a holding value of the scheme's holder field.
 func held(s Scheme, v bsoncore.Value) bool {
 	switch v.Type {
-	case 0, bsontype.Null, bsontype.Undefined:
+	case 0, bson.TypeNull, bson.TypeUndefined:
 		return false
 	}
 	if s.Type == config.SchemeFlag {
@@ -429,7 +429,7 @@ func lockCollectionStep(s Scheme, w Write) Step {
 	ids, _, ok := PinnedIDs(w.Filter)
 	if w.Kind == KindDelete && !ok {
 		// Release every lock of one holder: {aid: <holder id>}.
-		if v, ok := filterEq(w.Filter, s.AidPath); ok && v.Type != bsontype.Null {
+		if v, ok := filterEq(w.Filter, s.AidPath); ok && v.Type != bson.TypeNull {
 			return Step{Kind: StepHolder, Ends: true, ReleaseAll: true, Holder: v}
 		}
 	}
@@ -444,7 +444,7 @@ func lockCollectionStep(s Scheme, w Write) Step {
 		return Step{Why: "take a lock record with insertOne, or updateOne with upsert, not findAndModify"}
 	case w.Upsert:
 		step.Kind = StepAcquire
-	case w.Update.Type != bsontype.EmbeddedDocument:
+	case w.Update.Type != bson.TypeEmbeddedDocument:
 		return Step{Why: "a pipeline update cannot be read as a step of the scheme; use update operators"}
 	default:
 		step.Kind = StepHolder

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"strings"
 
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -41,12 +41,12 @@ func UpsertID(w Write) (id bsoncore.Value, found bool, certain bool) {
 		return bsoncore.Value{}, false, false
 	}
 	switch w.Update.Type {
-	case bsontype.Array:
+	case bson.TypeArray:
 		if qFound {
 			return q, true, true
 		}
 		return bsoncore.Value{}, false, false
-	case bsontype.EmbeddedDocument:
+	case bson.TypeEmbeddedDocument:
 	default:
 		return bsoncore.Value{}, false, false
 	}
@@ -92,7 +92,7 @@ func replacementID(d bsoncore.Document) (bsoncore.Value, bool, bool) {
 	switch f[0].Type {
 	case 0:
 		return bsoncore.Value{}, false, true
-	case bsontype.Array, bsontype.Regex, bsontype.Undefined:
+	case bson.TypeArray, bson.TypeRegex, bson.TypeUndefined:
 		return bsoncore.Value{}, false, false
 	}
 	return f[0], true, true
@@ -150,7 +150,7 @@ func touchesID(path string) bool {
 
 func validID(v bsoncore.Value) bool {
 	switch v.Type {
-	case bsontype.Array, bsontype.Regex, bsontype.Undefined, 0:
+	case bson.TypeArray, bson.TypeRegex, bson.TypeUndefined, 0:
 		return false
 	}
 	return true
@@ -342,7 +342,7 @@ func mentionsID(d []byte, depth int) bool {
 		}
 		if key == "$and" || key == "$or" || key == "$nor" {
 			at := iterate(v.Data)
-			if v.Type != bsontype.Array {
+			if v.Type != bson.TypeArray {
 				continue
 			}
 			for {
@@ -350,7 +350,7 @@ func mentionsID(d []byte, depth int) bool {
 				if !ok {
 					break
 				}
-				if c.Type == bsontype.EmbeddedDocument && mentionsID(c.Data, depth+1) {
+				if c.Type == bson.TypeEmbeddedDocument && mentionsID(c.Data, depth+1) {
 					return true
 				}
 			}

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -100,7 +100,7 @@ func (c *conn) authReply(step authStep, body bsoncore.Document) {
 	}
 	done := true // authenticate has no done field: ok is the verdict
 	if v, err := body.LookupErr("done"); err == nil {
-		done = v.Type == bsontype.Boolean && v.Boolean()
+		done = v.Type == bson.TypeBoolean && v.Boolean()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -3,7 +3,7 @@ package proxy
 import (
 	"fmt"
 
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -120,13 +120,13 @@ func isOK(doc bsoncore.Document) bool {
 		return false
 	}
 	switch v.Type {
-	case bsontype.Double:
+	case bson.TypeDouble:
 		return v.Double() != 0
-	case bsontype.Int32:
+	case bson.TypeInt32:
 		return v.Int32() != 0
-	case bsontype.Int64:
+	case bson.TypeInt64:
 		return v.Int64() != 0
-	case bsontype.Boolean:
+	case bson.TypeBoolean:
 		return v.Boolean()
 	}
 	return false

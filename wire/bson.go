@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
 )
 
@@ -62,15 +63,15 @@ func valueSize(b []byte, t byte, depth int) (int, error) {
 		return n, nil
 	}
 	switch bsontype.Type(t) {
-	case bsontype.Double, bsontype.DateTime, bsontype.Timestamp, bsontype.Int64:
+	case bson.TypeDouble, bson.TypeDateTime, bson.TypeTimestamp, bson.TypeInt64:
 		return fixed(8)
-	case bsontype.Int32:
+	case bson.TypeInt32:
 		return fixed(4)
-	case bsontype.Decimal128:
+	case bson.TypeDecimal128:
 		return fixed(16)
-	case bsontype.ObjectID:
+	case bson.TypeObjectID:
 		return fixed(12)
-	case bsontype.Boolean:
+	case bson.TypeBoolean:
 		if len(b) < 1 {
 			return fixed(1)
 		}
@@ -78,17 +79,17 @@ func valueSize(b []byte, t byte, depth int) (int, error) {
 			return 0, fmt.Errorf("boolean byte 0x%02x is neither 0 nor 1", b[0])
 		}
 		return 1, nil
-	case bsontype.Undefined, bsontype.Null, bsontype.MinKey, bsontype.MaxKey:
+	case bson.TypeUndefined, bson.TypeNull, bson.TypeMinKey, bson.TypeMaxKey:
 		return 0, nil
-	case bsontype.String, bsontype.JavaScript, bsontype.Symbol:
+	case bson.TypeString, bson.TypeJavaScript, bson.TypeSymbol:
 		return stringSize(b)
-	case bsontype.EmbeddedDocument, bsontype.Array:
+	case bson.TypeEmbeddedDocument, bson.TypeArray:
 		n, err := docSize(b)
 		if err != nil {
 			return 0, err
 		}
 		return n, validateDoc(b[:n], depth+1)
-	case bsontype.Binary:
+	case bson.TypeBinary:
 		if len(b) < 5 {
 			return fixed(5)
 		}
@@ -97,7 +98,7 @@ func valueSize(b []byte, t byte, depth int) (int, error) {
 			return 0, fmt.Errorf("binary length %d out of bounds (%d left)", n, len(b)-5)
 		}
 		return 5 + n, nil
-	case bsontype.Regex:
+	case bson.TypeRegex:
 		i := bytes.IndexByte(b, 0)
 		if i < 0 {
 			return 0, fmt.Errorf("regex pattern not terminated")
@@ -107,7 +108,7 @@ func valueSize(b []byte, t byte, depth int) (int, error) {
 			return 0, fmt.Errorf("regex options not terminated")
 		}
 		return i + 1 + j + 1, nil
-	case bsontype.DBPointer:
+	case bson.TypeDBPointer:
 		n, err := stringSize(b)
 		if err != nil {
 			return 0, err
@@ -116,7 +117,7 @@ func valueSize(b []byte, t byte, depth int) (int, error) {
 			return 0, fmt.Errorf("dbpointer id truncated")
 		}
 		return n + 12, nil
-	case bsontype.CodeWithScope:
+	case bson.TypeCodeWithScope:
 		if len(b) < 4 {
 			return fixed(4)
 		}

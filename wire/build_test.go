@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -163,7 +163,7 @@ func TestErrorDocument(t *testing.T) {
 	if got := strings.Join(keys, ","); got != "ok,errmsg,code,codeName,lockgate" {
 		t.Errorf("keys %s", got)
 	}
-	if v := d.Lookup("ok"); v.Type != bsontype.Double || v.Double() != 0 {
+	if v := d.Lookup("ok"); v.Type != bson.TypeDouble || v.Double() != 0 {
 		t.Errorf("ok %v", v)
 	}
 	if d.Lookup("code").Int32() != 50 || d.Lookup("codeName").StringValue() != "MaxTimeMSExpired" ||

@@ -3,7 +3,7 @@ package wire
 import (
 	"fmt"
 
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -250,7 +250,7 @@ func elements(d []byte) []byte {
 
 // stringBytes returns the bytes of a validated BSON string without copying.
 func stringBytes(v bsoncore.Value) ([]byte, bool) {
-	if v.Type != bsontype.String || len(v.Data) < 5 {
+	if v.Type != bson.TypeString || len(v.Data) < 5 {
 		return nil, false
 	}
 	return v.Data[4 : len(v.Data)-1], true

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 )
 
 // nodeModules is the Node.js install shared with tests/compat (the driver
@@ -686,7 +685,7 @@ func detailIDs(t *testing.T, r *report) []string {
 // rawKey names an _id: integers as decimal text (every driver here sends
 // small integers as int32), anything else as its extended JSON.
 func rawKey(v bson.RawValue) string {
-	if v.Type == bsontype.Int32 {
+	if v.Type == bson.TypeInt32 {
 		return fmt.Sprint(v.Int32())
 	}
 	return v.String()

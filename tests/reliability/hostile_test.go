@@ -18,7 +18,6 @@ import (
 	"github.com/klauspost/compress/zlib"
 	"github.com/klauspost/compress/zstd"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/wire"
@@ -82,13 +81,13 @@ func isOKReply(d bsoncore.Document) bool {
 		return false
 	}
 	switch v.Type {
-	case bsontype.Double:
+	case bson.TypeDouble:
 		return v.Double() == 1
-	case bsontype.Int32:
+	case bson.TypeInt32:
 		return v.Int32() == 1
-	case bsontype.Int64:
+	case bson.TypeInt64:
 		return v.Int64() == 1
-	case bsontype.Boolean:
+	case bson.TypeBoolean:
 		return v.Boolean()
 	}
 	return false
