@@ -169,12 +169,12 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
 	}
 	if cmd := req.Command; cmd != nil {
-		switch {
-		case isLockCommand(cmd.Name):
+		switch cmd.Role() {
+		case wire.RoleLock:
 			return proxy.Decision{Action: proxy.Reply, Reply: g.lockCommand(ctx, req)}
-		case cmd.Name == "endSessions":
+		case wire.RoleEndSessions:
 			return g.endSessions(ctx, req)
-		case cmd.Name == "commitTransaction" || cmd.Name == "abortTransaction":
+		case wire.RoleEndTransaction:
 			return g.endTransaction(ctx, req)
 		}
 	}

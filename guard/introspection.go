@@ -4,21 +4,17 @@ import (
 	"bytes"
 
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 )
 
 // Commands and stages that list other clients' logical sessions, or end
 // them. Where the upstream enforces no authentication, a listed lsid is all
 // it takes to act as that session, so while any namespace is enforced they
 // are refused unless policy.allowSessionIntrospection says otherwise
-// (docs/SECURITY.md).
-var (
-	sessionCommands = map[string]bool{
-		"currentOp": true, "killSessions": true, "killAllSessions": true, "killAllSessionsByPattern": true,
-		// The server's log: slow operations are logged with their lsid.
-		"getLog": true,
-	}
-	sessionStages = map[string]bool{"$currentOp": true, "$listSessions": true, "$listLocalSessions": true}
-)
+// (docs/SECURITY.md). The commands are marked RevealsSessions in the
+// command table (getLog among them: slow operations are logged with their
+// lsid); the aggregation stages are listed here.
+var sessionStages = map[string]bool{"$currentOp": true, "$listSessions": true, "$listLocalSessions": true}
 
 // isSessionsCollection reports whether (db, coll) holds other sessions'
 // ids: the sessions collection, the retryable write and transaction
@@ -36,7 +32,12 @@ func isSessionsCollection(db, coll string) bool {
 	return sameName(coll, "system.profile") || sameName(coll, "$cmd.sys.inprog")
 }
 
-// harmlessSessionCommand reports whether a command of sessionCommands
+func revealsSessions(cmd *wire.Command) bool {
+	spec := cmd.Spec()
+	return spec != nil && spec.RevealsSessions
+}
+
+// harmlessSessionCommand reports whether a command that reveals sessions
 // reveals and ends nothing of other clients: killSessions of the caller's
 // own session only, getLog: "*" (the names of the logs, no lines).
 func harmlessSessionCommand(req *proxy.Request) bool {

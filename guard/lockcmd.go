@@ -15,21 +15,14 @@ import (
 	"go.uber.org/zap"
 )
 
-// Lock command names. They are answered by the proxy and never forwarded.
+// Lock command names. They are answered by the proxy and never forwarded
+// (wire.RoleLock in the command table).
 const (
 	cmdAcquire = "acquireLock"
 	cmdRenew   = "renewLock"
 	cmdRelease = "releaseLock"
 	cmdStatus  = "lockStatus"
 )
-
-func isLockCommand(name string) bool {
-	switch name {
-	case cmdAcquire, cmdRenew, cmdRelease, cmdStatus:
-		return true
-	}
-	return false
-}
 
 // releaseAllCost is what a releaseLock without ids counts against its
 // connection's share (throttle.go): it queries the lock collection by

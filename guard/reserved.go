@@ -30,22 +30,6 @@ func ReservedFor(db, coll string) Reserved {
 	return Reserved{DB: db, Collections: []string{coll, coll + lockstore.ClaimsSuffix}}
 }
 
-// dbLevelAllowed are the database-level commands (first value not a
-// collection) that may run on the lock store's database: they name no
-// collection and reveal nothing but collection names. Everything else that
-// acts on the database as a whole (dropDatabase, applyOps, copydb into
-// it, db-level aggregate with its pipeline walked separately) is refused
-// there. The lock store may share its database with application data, so
-// the drivers' own db-level commands must keep working.
-var dbLevelAllowed = map[string]bool{
-	"ping": true, "hello": true, "isMaster": true, "ismaster": true,
-	"buildInfo": true, "buildinfo": true, "listCollections": true,
-	"dbStats": true, "dbstats": true, "connectionStatus": true,
-	"saslStart": true, "saslContinue": true, "authenticate": true, "logout": true,
-	"getnonce": true, "endSessions": true, "listCommands": true,
-	"getLastError": true, "getlasterror": true, "whatsmyuri": true,
-}
-
 // dbMatches compares database names as an upstream that folds case
 // would: MongoDB refuses a second database that differs only by case, and
 // FerretDB's SQLite backend folds table names, so "LockGate" must be
@@ -64,7 +48,12 @@ func (r Reserved) touches(db, coll, command string) bool {
 		return true
 	}
 	if coll == "" {
-		return !dbLevelAllowed[command]
+		// Database-level commands that name no collection and reveal
+		// nothing but collection names may run on the lock store's
+		// database, which may hold application data too; everything else
+		// that acts on the database as a whole is refused there.
+		spec := wire.LookupCommand(command)
+		return spec == nil || spec.Scope != wire.ScopeNoCollection
 	}
 	for _, c := range r.Collections {
 		if sameName(coll, c) {
@@ -110,7 +99,7 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 	}
 	var reserved, reveals string
 	if cmd := req.Command; cmd != nil {
-		if !introspect && sessionCommands[cmd.Name] && !harmlessSessionCommand(req) {
+		if !introspect && revealsSessions(cmd) && !harmlessSessionCommand(req) {
 			reveals = cmd.Name
 		} else {
 			var stage func(string) bool

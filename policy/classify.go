@@ -222,75 +222,98 @@ func Classify(msg wire.Message, cmd *wire.Command) ([]Write, error) {
 			cmd = c
 		}
 		return classifyCommand(cmd)
+	case *wire.OpGetMore, *wire.OpKillCursors:
+		return nil, nil // legacy cursor reads
 	default:
-		return nil, nil
+		// OP_REPLY, OP_RESERVED and opcodes the codec does not know: none
+		// is a request the proxy can judge, whatever the connection layer
+		// does with it.
+		return nil, refuse(NSAll, "opcode %v is not a request lockgate can read", msg.Header().OpCode)
 	}
 }
 
-// writeCommands are the command names classified here, for the case check.
-var writeCommands = []string{
-	"insert", "update", "delete", "findAndModify", "bulkWrite", "drop",
-	"dropDatabase", "renameCollection", "aggregate", "mapReduce", "applyOps",
-	"convertToCapped", "cloneCollectionAsCapped", "emptycapped", "collMod",
-	"createIndexes", "eval", "$eval", "copydb", "clone", "cloneCollection", "doTxn",
-	"internalRenameIfOptionsAndIndexesMatch", "compact", "reIndex", "validate", "cleanupOrphaned",
-	"create", "godinsert", "captrunc", "repairDatabase",
-}
-
+// classifyCommand reads a command by the write form its entry in the
+// command table gives (wire/commands.go). A command that is not in the
+// table is refused on the namespace it may name: lockgate cannot tell
+// whether it writes, and guessing that it only reads would let a write
+// command it has never heard of through.
 func classifyCommand(c *wire.Command) ([]Write, error) {
-	switch c.Name {
-	case "insert":
-		return classifyInsert(c)
-	case "update":
-		return classifyUpdate(c)
-	case "delete":
-		return classifyDelete(c)
-	case "findAndModify", "findandmodify":
-		return classifyFindAndModify(c)
-	case "bulkWrite":
-		return classifyBulkWrite(c)
-	case "aggregate":
-		return classifyAggregate(c)
-	case "mapReduce", "mapreduce":
-		return classifyMapReduce(c)
-	case "applyOps", "doTxn":
-		return classifyApplyOps(c)
-	case "drop", "convertToCapped", "emptycapped", "cloneCollection", "compact", "reIndex", "cleanupOrphaned",
-		"godinsert", "captrunc":
-		return classifyCollectionCommand(c)
-	case "create":
-		return classifyCreate(c)
-	case "repairDatabase":
-		return []Write{collWrite(DBNamespace(c.DB), WhatRepairDatabase)}, nil
-	case "validate":
-		return classifyValidate(c)
-	case "dropDatabase":
-		return []Write{collWrite(DBNamespace(c.DB), WhatDropDatabase)}, nil
-	case "renameCollection", "internalRenameIfOptionsAndIndexesMatch":
-		return classifyRename(c)
-	case "cloneCollectionAsCapped":
-		return classifyCloneAsCapped(c)
-	case "collMod":
-		return classifyCollMod(c)
-	case "createIndexes":
-		return classifyCreateIndexes(c)
-	case "eval", "$eval":
-		return []Write{collWrite(NSAll, WhatEval)}, nil
-	case "copydb":
-		return classifyCopyDB(c)
-	case "clone":
-		return []Write{collWrite(DBNamespace(c.DB), WhatClone)}, nil
-	case "explain":
-		return classifyExplain(c)
-	}
-	// The server matches names exactly and answers CommandNotFound to
-	// "UPDATE"; an upstream that folds case would run it. Refuse.
-	for _, w := range writeCommands {
-		if asciiFoldEqual(c.Name, w) {
-			return nil, refuse(NSAll, "command %q differs from the write command %q only by case", c.Name, w)
+	spec := c.Spec()
+	if spec == nil {
+		// The server matches names exactly and answers CommandNotFound to
+		// "UPDATE"; an upstream that folds case would run it, on any
+		// namespace the body names.
+		for _, k := range wire.Commands() {
+			if k.Write() && asciiFoldEqual(c.Name, k.Name) {
+				return nil, refuse(NSAll, "command %q differs from the write command %q only by case", c.Name, k.Name)
+			}
 		}
+		return nil, refuse(commandNS(c), "command %q is not one lockgate knows (wire/commands.go), so it cannot tell whether it writes", c.Name)
 	}
-	return nil, nil
+	return readerOf(spec.Writes)(c)
+}
+
+// readerOf returns the classifier's reader of a write form; every form of
+// the command table has one (TestEveryWriteFormHasAReader).
+func readerOf(f wire.WriteForm) func(*wire.Command) ([]Write, error) {
+	switch f {
+	case wire.WritesNothing:
+		return readsOnly
+	case wire.WritesInsert:
+		return classifyInsert
+	case wire.WritesUpdate:
+		return classifyUpdate
+	case wire.WritesDelete:
+		return classifyDelete
+	case wire.WritesFindAndModify:
+		return classifyFindAndModify
+	case wire.WritesBulk:
+		return classifyBulkWrite
+	case wire.WritesAggregate:
+		return classifyAggregate
+	case wire.WritesMapReduce:
+		return classifyMapReduce
+	case wire.WritesApplyOps:
+		return classifyApplyOps
+	case wire.WritesCollection:
+		return classifyCollectionCommand
+	case wire.WritesFullNamespace:
+		return classifyFullNamespaceCommand
+	case wire.WritesDatabase:
+		return classifyDatabaseCommand
+	case wire.WritesCreate:
+		return classifyCreate
+	case wire.WritesValidate:
+		return classifyValidate
+	case wire.WritesRename:
+		return classifyRename
+	case wire.WritesCloneAsCapped:
+		return classifyCloneAsCapped
+	case wire.WritesCollMod:
+		return classifyCollMod
+	case wire.WritesCreateIndexes:
+		return classifyCreateIndexes
+	case wire.WritesAnything:
+		return classifyEval
+	case wire.WritesCopyDB:
+		return classifyCopyDB
+	case wire.WritesExplained:
+		return classifyExplain
+	}
+	return nil
+}
+
+func readsOnly(*wire.Command) ([]Write, error) { return nil, nil }
+
+// classifyDatabaseCommand: dropDatabase, repairDatabase (before 4.2 it
+// drops what it cannot read) and clone write every collection of $db.
+func classifyDatabaseCommand(c *wire.Command) ([]Write, error) {
+	return []Write{collWrite(DBNamespace(c.DB), c.Name)}, nil
+}
+
+// classifyEval: eval and $eval ran JavaScript that could write anywhere.
+func classifyEval(*wire.Command) ([]Write, error) {
+	return []Write{collWrite(NSAll, WhatEval)}, nil
 }
 
 // classifyExplain: explain never executes an update, delete, insert,

@@ -13,19 +13,20 @@ import (
 // collections or databases.
 
 func classifyCollectionCommand(c *wire.Command) ([]Write, error) {
-	if c.Name == "cloneCollection" || c.Name == "cleanupOrphaned" {
-		// {cloneCollection: "db.coll", from: host} and
-		// {cleanupOrphaned: "db.coll"} (run on admin): a full namespace.
-		if s, ok := firstValue(c.Body).StringValueOK(); ok && strings.Contains(s, ".") {
-			return []Write{collWrite(s, c.Name)}, nil
-		}
-		return nil, refuse(DBNamespace(c.DB), "%s: namespace is not <db>.<collection>", c.Name)
-	}
 	ns, err := collectionNS(c)
 	if err != nil {
 		return nil, err
 	}
 	return []Write{collWrite(ns, c.Name)}, nil
+}
+
+// classifyFullNamespaceCommand: {cloneCollection: "db.coll", from: host}
+// and {cleanupOrphaned: "db.coll"} (run on admin) name a full namespace.
+func classifyFullNamespaceCommand(c *wire.Command) ([]Write, error) {
+	if s, ok := firstValue(c.Body).StringValueOK(); ok && strings.Contains(s, ".") {
+		return []Write{collWrite(s, c.Name)}, nil
+	}
+	return nil, refuse(DBNamespace(c.DB), "%s: namespace is not <db>.<collection>", c.Name)
 }
 
 // classifyValidate: validate only reads, unless it repairs: {repair: true}

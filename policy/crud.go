@@ -26,13 +26,14 @@ func classifyInsert(c *wire.Command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	docs, err := statements(c, ns, "documents")
+	list := c.Spec().Statements // "documents"
+	docs, err := statements(c, ns, list)
 	if err != nil {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
 	for i, d := range docs {
-		ws[i] = Write{NS: ns, Kind: KindInsert, List: "documents", Index: i, Doc: d}
+		ws[i] = Write{NS: ns, Kind: KindInsert, List: list, Index: i, Doc: d}
 	}
 	return withIndexInserts(ws, ns), nil
 }
@@ -42,14 +43,15 @@ func classifyUpdate(c *wire.Command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	docs, err := statements(c, ns, "updates")
+	list := c.Spec().Statements // "updates"
+	docs, err := statements(c, ns, list)
 	if err != nil {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
 	for i, d := range docs {
-		w := Write{NS: ns, Kind: KindUpdate, List: "updates", Index: i, FilterKey: "q"}
-		if err := readUpdate(&w, d, "q", "u", "updates", ns); err != nil {
+		w := Write{NS: ns, Kind: KindUpdate, List: list, Index: i, FilterKey: "q"}
+		if err := readUpdate(&w, d, "q", "u", list, ns); err != nil {
 			return nil, err
 		}
 		ws[i] = w
@@ -103,13 +105,14 @@ func classifyDelete(c *wire.Command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	docs, err := statements(c, ns, "deletes")
+	list := c.Spec().Statements // "deletes"
+	docs, err := statements(c, ns, list)
 	if err != nil {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
 	for i, d := range docs {
-		w := Write{NS: ns, Kind: KindDelete, List: "deletes", Index: i, FilterKey: "q"}
+		w := Write{NS: ns, Kind: KindDelete, List: list, Index: i, FilterKey: "q"}
 		f, err := fieldsOf(d, "q", "limit", "collation", "hint")
 		if err == nil {
 			w.Filter, err = requiredDoc(f[0], "q")
@@ -221,7 +224,7 @@ func classifyBulkWrite(c *wire.Command) ([]Write, error) {
 		}
 		nss[i] = s
 	}
-	ops, err := statements(c, NSAll, "ops")
+	ops, err := statements(c, NSAll, c.Spec().Statements)
 	if err != nil {
 		return nil, err
 	}

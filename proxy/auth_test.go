@@ -23,7 +23,7 @@ func scramUpstream(t *testing.T) *scripted.Server {
 	t.Helper()
 	var up *scripted.Server
 	h, err := scripted.SCRAM(map[string]string{"alice": "right"}, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
-		if cmd != nil && isHello(cmd.Name) {
+		if cmd != nil && (cmd.Role() == wire.RoleHandshake) {
 			return s.Reply(req, mustDoc(t, bson.D{{"isWritablePrimary", true}, {"maxWireVersion", int32(21)}, {"minWireVersion", int32(0)},
 				{"maxBsonObjectSize", int32(16777216)}, {"maxMessageSizeBytes", int32(48000000)}, {"ok", 1.0}}))
 		}

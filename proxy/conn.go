@@ -341,7 +341,7 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	var isAuth bool
 	if cmd != nil {
 		m.command(cmd.Name)
-		if isHello(cmd.Name) {
+		if cmd.Role() == wire.RoleHandshake {
 			hello = true
 			app, driver := helloClient(cmd.Body)
 			c.info.setHandshake(app, driver)

@@ -56,7 +56,7 @@ func startReplicaSet(t *testing.T) *replicaSet {
 	rs := &replicaSet{}
 	for i := 0; i < 2; i++ {
 		m := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
-			if cmd != nil && isHello(cmd.Name) {
+			if cmd != nil && (cmd.Role() == wire.RoleHandshake) {
 				return s.Reply(req, mustDoc(t, rs.hello(t, s)))
 			}
 			return nil

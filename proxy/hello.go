@@ -7,13 +7,6 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
-// isHello reports whether a command name is one of the handshake commands
-// whose reply describes the topology. MongoDB matches command names
-// case-sensitively, so these three spellings are all there are.
-func isHello(name string) bool {
-	return name == "hello" || name == "isMaster" || name == "ismaster"
-}
-
 // hiddenHelloFields are the reply fields that describe the deployment
 // behind the proxy. A driver that saw them would discover the replica set
 // members and connect to them directly, around the proxy; topologyVersion

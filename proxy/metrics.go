@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockgate/lockgate/internal/metricset"
+	"github.com/lockgate/lockgate/wire"
 )
 
 // Directions of traffic, the values of the "direction" label.
@@ -24,22 +25,6 @@ const (
 	errPanic         = "panic"          // a connection handler panicked
 	errSlowClient    = "slow_client"    // a message trickled in, or replies were not read
 )
-
-// trackedCommands are the command names counted under their own label;
-// everything else is "other", so clients cannot grow the label set.
-var trackedCommands = []string{
-	"hello", "isMaster", "ismaster", "ping", "buildInfo", "buildinfo",
-	"saslStart", "saslContinue", "authenticate", "logout", "getnonce",
-	"find", "getMore", "killCursors", "aggregate", "count", "distinct",
-	"insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite",
-	"create", "createIndexes", "dropIndexes", "listIndexes", "listCollections",
-	"listDatabases", "drop", "dropDatabase", "renameCollection", "collMod",
-	"mapReduce", "applyOps", "explain", "endSessions", "startSession",
-	"refreshSessions", "killSessions", "abortTransaction", "commitTransaction",
-	"serverStatus", "dbStats", "collStats", "getParameter", "getLastError",
-	"connectionStatus", "whatsmyuri", "hostInfo", "currentOp", "killOp",
-	"acquireLock", "renewLock", "releaseLock", "lockStatus",
-}
 
 // Metrics are the proxy's Prometheus collectors. Create them with
 // NewMetrics and register them once; they are safe for concurrent use.
@@ -136,9 +121,13 @@ func NewMetrics() *Metrics {
 		toUpstream: m.bytesVec.WithLabelValues(toUpstream),
 		toClient:   m.bytesVec.WithLabelValues(toClient),
 	}
-	m.commands = make(map[string]prometheus.Counter, len(trackedCommands))
-	for _, name := range trackedCommands {
-		m.commands[name] = m.commandsVec.WithLabelValues(name)
+	// Only the command table's counted commands get a label of their
+	// own, so clients cannot grow the label set.
+	m.commands = map[string]prometheus.Counter{}
+	for _, c := range wire.Commands() {
+		if c.Counted {
+			m.commands[c.Name] = m.commandsVec.WithLabelValues(c.Name)
+		}
 	}
 	m.otherCommand = m.commandsVec.WithLabelValues("other")
 	for _, k := range []string{errMalformed, errTooLarge, errUpstreamDial, errUpstreamIO, errUpstreamReply, errClientIO, errUnackRejected, errPanic, errSlowClient} {

@@ -50,7 +50,7 @@ func rsMemberHello(t *testing.T, me string) bsoncore.Document {
 
 func rsUpstream(t *testing.T) *scripted.Server {
 	return echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
-		if cmd != nil && isHello(cmd.Name) {
+		if cmd != nil && (cmd.Role() == wire.RoleHandshake) {
 			return s.Reply(req, rsMemberHello(t, s.Addr()))
 		}
 		return nil
@@ -154,7 +154,7 @@ func TestHelloStandalonePassesThrough(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
-				if cmd != nil && isHello(cmd.Name) {
+				if cmd != nil && (cmd.Role() == wire.RoleHandshake) {
 					return s.Reply(req, tc.reply)
 				}
 				return nil
@@ -214,7 +214,7 @@ func TestHelloErrorReplyPassesThrough(t *testing.T) {
 // hello gets every streamed reply rewritten, not just the first.
 func TestStreamedHelloRepliesAreRewritten(t *testing.T) {
 	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
-		if cmd == nil || !isHello(cmd.Name) {
+		if cmd == nil || !(cmd.Role() == wire.RoleHandshake) {
 			return nil
 		}
 		doc := rsMemberHello(t, s.Addr())

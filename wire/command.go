@@ -22,6 +22,26 @@ type Command struct {
 	// ExhaustAllowed is the OP_MSG flag; it is never set for OP_QUERY.
 	ExhaustAllowed bool
 	Compressed     bool // arrived inside OP_COMPRESSED
+
+	spec *CommandSpec // the table's entry for Name, nil when unknown
+}
+
+// Spec returns the command table's entry for the command (commands.go),
+// nil for a command lockgate does not know.
+func (c *Command) Spec() *CommandSpec {
+	if c.spec != nil {
+		return c.spec
+	}
+	return LookupCommand(c.Name)
+}
+
+// Role is the proxy's role for the command (commands.go); RoleRelay for a
+// command lockgate does not know.
+func (c *Command) Role() Role {
+	if s := c.Spec(); s != nil {
+		return s.Role
+	}
+	return RoleRelay
 }
 
 // CommandOf returns the command carried by an OP_MSG, an OP_QUERY on
@@ -118,7 +138,11 @@ func (c *Command) scanBody(op string) (bsoncore.Value, error) {
 		key := e.KeyBytes()
 		if i == 0 {
 			name = key
-			c.Name = internName(key)
+			if c.spec = LookupCommand(string(key)); c.spec != nil {
+				c.Name = c.spec.Name
+			} else {
+				c.Name = string(key)
+			}
 			if s, ok := e.Value().StringValueOK(); ok {
 				c.Collection = s
 			}

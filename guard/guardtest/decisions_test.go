@@ -296,6 +296,9 @@ func TestDecisions(t *testing.T) {
 		{"unprotected namespace", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "other", nil, bson.E{Key: "updates", Value: bson.A{update(id(1))}}))
 		}, "forward"},
+		{"unknown command on an unprotected collection", func(t *testing.T) []byte {
+			return msg(t, cmd("rewriteDocuments", "other", sessA))
+		}, "forward"},
 		{"read", func(t *testing.T) []byte {
 			return msg(t, cmd("find", "orders", nil, bson.E{Key: "filter", Value: id(3)}))
 		}, "forward"},
@@ -347,6 +350,18 @@ func TestDecisions(t *testing.T) {
 		{"unclassifiable: statements in body and sequence", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(id(1))}}), seq(t, "updates", update(id(3))))
 		}, "unclassifiable"},
+		// A command or opcode lockgate does not know may write: refused
+		// where it may reach an enforced namespace, relayed elsewhere.
+		{"unknown command on an enforced collection", func(t *testing.T) []byte {
+			return msg(t, cmd("rewriteDocuments", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(id(3))}}))
+		}, "unclassifiable"},
+		{"unknown command on an enforced database", func(t *testing.T) []byte {
+			return msg(t, cmd("rewriteDocuments", 1, sessA, bson.E{Key: "ns", Value: "shop.orders"}))
+		}, "unclassifiable"},
+		{"write command in another case", func(t *testing.T) []byte {
+			return msg(t, cmd("UPDATE", "other", sessA, bson.E{Key: "updates", Value: bson.A{update(id(3))}}))
+		}, "unclassifiable"},
+		{"OP_RESERVED", func(t *testing.T) []byte { return frame(wire.OpCodeReserved, i32(0), cstr("shop.orders")) }, "unclassifiable"},
 		{"too many candidates", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(bson.D{{Key: "kind", Value: "many"}})}}))
 		}, "too_many_candidates"},

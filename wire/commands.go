@@ -1,0 +1,366 @@
+package wire
+
+// This file is the one list of every command lockgate knows, and what it
+// knows about each. The parser attaches a command's entry to the Command
+// (Command.Spec); classification, the reserved-namespace boundary, the
+// lock commands, the handshake rewrite and the metric labels all read it,
+// so a command added here is known to all of them at once, and a command
+// missing here is unknown to all of them: on a protected namespace the
+// classifier refuses an unknown command (policy.Classify) instead of
+// guessing that it only reads.
+
+// WriteForm is how a command can change documents, and so which of the
+// classifier's readers applies to it (policy.Classify has exactly one per
+// form; a test checks that none is missing).
+type WriteForm uint8
+
+// The write forms. WritesNothing is the zero value: the command reads, or
+// administers the server, and changes no document of any collection.
+const (
+	WritesNothing       WriteForm = iota
+	WritesInsert                  // documents: statements under Statements
+	WritesUpdate                  // updates: statements under Statements
+	WritesDelete                  // deletes: statements under Statements
+	WritesFindAndModify           // the body is the one statement
+	WritesBulk                    // bulkWrite on admin: ops, namespaces in nsInfo
+	WritesAggregate               // only through $out or $merge
+	WritesMapReduce               // only through its out option
+	WritesApplyOps                // oplog entries, each naming its namespace
+	WritesCollection              // replaces, trims or removes the named collection's documents wholesale
+	WritesFullNamespace           // as WritesCollection, the first value being "db.coll"
+	WritesDatabase                // every collection of $db
+	WritesCreate                  // only a collection the server will empty on its own (capped, TTL)
+	WritesValidate                // only with repair
+	WritesRename                  // from one namespace over another, named in fields
+	WritesCloneAsCapped           // into its toCollection
+	WritesCollMod                 // only when it makes the server delete documents (TTL, capped shrink)
+	WritesCreateIndexes           // only through a TTL index
+	WritesAnything                // server-side JavaScript: any namespace
+	WritesCopyDB                  // into todb
+	WritesExplained               // as the command it explains would
+	numWriteForms
+)
+
+// NumWriteForms is the number of write forms, for tables indexed by them.
+const NumWriteForms = int(numWriteForms)
+
+// Scope is what a command names, which decides where it may run.
+type Scope uint8
+
+// The scopes.
+const (
+	// ScopeServer: acts on the server, the connection or the session and
+	// names no collection (serverStatus, replSetGetStatus, createUser).
+	ScopeServer Scope = iota
+	// ScopeNoCollection: names no collection and reveals none of a
+	// collection's documents (hello, ping, authentication, listCollections,
+	// dbStats): harmless on any database, the lock store's included.
+	ScopeNoCollection
+	// ScopeCollection: the first value is a collection of $db (or, for
+	// WritesFullNamespace and dataSize, a full "db.coll").
+	ScopeCollection
+	// ScopeDatabase: acts on $db as a whole (dropDatabase, a db-level
+	// aggregate, copydb), or on namespaces it names in fields
+	// (renameCollection, bulkWrite, applyOps): policy.References walks
+	// them.
+	ScopeDatabase
+)
+
+// Role is what the proxy itself does with a command, beyond relaying it.
+type Role uint8
+
+// The roles.
+const (
+	RoleRelay          Role = iota // relayed; policy may still refuse it
+	RoleHandshake                  // relayed; the reply is rewritten (proxy/hello.go)
+	RoleAuth                       // relayed; the reply decides the connection's identity (proxy/auth.go)
+	RoleLock                       // answered by the proxy, never relayed (guard/lockcmd.go)
+	RoleEndSessions                // releases the sessions' locks, then relayed or answered (guard)
+	RoleEndTransaction             // settles the transaction's locks (guard/txn.go)
+)
+
+// CommandSpec is what lockgate knows about one command name. Names match
+// exactly, as the server matches them; an alias the server accepts
+// (findandmodify, mapreduce, ismaster) is an entry of its own.
+type CommandSpec struct {
+	Name   string
+	Writes WriteForm
+	// Statements is the field (in the body or a kind-1 section) holding
+	// the statements of an insert, update, delete or bulkWrite.
+	Statements string
+	Scope      Scope
+	Role       Role
+	// Counted: the command has its own value of the "command" label of
+	// lockgate_commands_total; every other command counts as "other".
+	Counted bool
+	// RevealsSessions: the command lists other clients' sessions or ends
+	// them (docs/SECURITY.md), refused while anything is enforced unless
+	// policy.allowSessionIntrospection says otherwise.
+	RevealsSessions bool
+}
+
+// Write reports whether the command may change documents.
+func (s *CommandSpec) Write() bool { return s != nil && s.Writes != WritesNothing }
+
+// LookupCommand returns the entry of a command name, nil when lockgate
+// does not know it. It does not allocate for a []byte converted in the
+// call (LookupCommand(string(b))).
+func LookupCommand(name string) *CommandSpec { return commandIndex[name] }
+
+// Commands returns every entry, in the table's order.
+func Commands() []CommandSpec { return append([]CommandSpec(nil), commandTable...) }
+
+// Shorthands for the table below.
+const (
+	srv = ScopeServer
+	noc = ScopeNoCollection
+	col = ScopeCollection
+	dbs = ScopeDatabase
+)
+
+// commandTable: every command lockgate knows. Grouped for reading; the
+// order means nothing.
+var commandTable = []CommandSpec{
+	// Document writes.
+	{Name: "insert", Writes: WritesInsert, Statements: "documents", Scope: col, Counted: true},
+	{Name: "update", Writes: WritesUpdate, Statements: "updates", Scope: col, Counted: true},
+	{Name: "delete", Writes: WritesDelete, Statements: "deletes", Scope: col, Counted: true},
+	{Name: "findAndModify", Writes: WritesFindAndModify, Scope: col, Counted: true},
+	{Name: "findandmodify", Writes: WritesFindAndModify, Scope: col, Counted: true},
+	{Name: "bulkWrite", Writes: WritesBulk, Statements: "ops", Scope: dbs, Counted: true},
+
+	// Reads that can write: aggregate through $out/$merge, mapReduce
+	// through out, explain as what it explains.
+	{Name: "aggregate", Writes: WritesAggregate, Scope: col, Counted: true},
+	{Name: "mapReduce", Writes: WritesMapReduce, Scope: col, Counted: true},
+	{Name: "mapreduce", Writes: WritesMapReduce, Scope: col},
+	{Name: "explain", Writes: WritesExplained, Scope: col, Counted: true},
+
+	// Collection and database writes.
+	{Name: "drop", Writes: WritesCollection, Scope: col, Counted: true},
+	{Name: "convertToCapped", Writes: WritesCollection, Scope: col},
+	{Name: "emptycapped", Writes: WritesCollection, Scope: col},
+	{Name: "compact", Writes: WritesCollection, Scope: col},
+	{Name: "reIndex", Writes: WritesCollection, Scope: col},
+	{Name: "godinsert", Writes: WritesCollection, Scope: col},
+	{Name: "captrunc", Writes: WritesCollection, Scope: col},
+	{Name: "cloneCollection", Writes: WritesFullNamespace, Scope: col},
+	{Name: "cleanupOrphaned", Writes: WritesFullNamespace, Scope: col},
+	{Name: "dropDatabase", Writes: WritesDatabase, Scope: dbs, Counted: true},
+	{Name: "repairDatabase", Writes: WritesDatabase, Scope: dbs},
+	{Name: "clone", Writes: WritesDatabase, Scope: dbs},
+	{Name: "create", Writes: WritesCreate, Scope: col, Counted: true},
+	{Name: "validate", Writes: WritesValidate, Scope: col},
+	{Name: "renameCollection", Writes: WritesRename, Scope: dbs, Counted: true},
+	{Name: "internalRenameIfOptionsAndIndexesMatch", Writes: WritesRename, Scope: dbs},
+	{Name: "cloneCollectionAsCapped", Writes: WritesCloneAsCapped, Scope: col},
+	{Name: "collMod", Writes: WritesCollMod, Scope: col, Counted: true},
+	{Name: "createIndexes", Writes: WritesCreateIndexes, Scope: col, Counted: true},
+	{Name: "applyOps", Writes: WritesApplyOps, Scope: dbs, Counted: true},
+	{Name: "doTxn", Writes: WritesApplyOps, Scope: dbs},
+	{Name: "eval", Writes: WritesAnything, Scope: dbs},
+	{Name: "$eval", Writes: WritesAnything, Scope: dbs},
+	{Name: "copydb", Writes: WritesCopyDB, Scope: dbs},
+
+	// Reads.
+	{Name: "find", Scope: col, Counted: true},
+	{Name: "getMore", Scope: col, Counted: true},
+	{Name: "killCursors", Scope: col, Counted: true},
+	{Name: "count", Scope: col, Counted: true},
+	{Name: "distinct", Scope: col, Counted: true},
+	{Name: "listIndexes", Scope: col, Counted: true},
+	{Name: "collStats", Scope: col, Counted: true},
+	{Name: "dataSize", Scope: col},
+	{Name: "datasize", Scope: col},
+	{Name: "filemd5", Scope: col},
+	{Name: "geoNear", Scope: col},
+	{Name: "geoSearch", Scope: col},
+	{Name: "group", Scope: col},
+	{Name: "parallelCollectionScan", Scope: col},
+	{Name: "listSearchIndexes", Scope: col},
+	{Name: "analyze", Scope: col},
+	{Name: "dbHash", Scope: dbs},
+	{Name: "dbhash", Scope: dbs},
+
+	// Collection administration that changes no document.
+	{Name: "dropIndexes", Scope: col, Counted: true},
+	{Name: "deleteIndexes", Scope: col},
+	{Name: "createSearchIndexes", Scope: col},
+	{Name: "updateSearchIndex", Scope: col},
+	{Name: "dropSearchIndex", Scope: col},
+	{Name: "planCacheClear", Scope: col},
+	{Name: "planCacheClearFilters", Scope: col},
+	{Name: "planCacheListFilters", Scope: col},
+	{Name: "planCacheSetFilter", Scope: col},
+	{Name: "setIndexCommitQuorum", Scope: col},
+	{Name: "shardCollection", Scope: srv},
+	{Name: "reshardCollection", Scope: srv},
+	{Name: "refineCollectionShardKey", Scope: srv},
+	{Name: "unshardCollection", Scope: srv},
+	{Name: "moveCollection", Scope: srv},
+	{Name: "analyzeShardKey", Scope: srv},
+	{Name: "compactStructuredEncryptionData", Scope: col},
+	{Name: "cleanupStructuredEncryptionData", Scope: col},
+
+	// Handshake, authentication and errors of the connection.
+	{Name: "hello", Scope: noc, Role: RoleHandshake, Counted: true},
+	{Name: "isMaster", Scope: noc, Role: RoleHandshake, Counted: true},
+	{Name: "ismaster", Scope: noc, Role: RoleHandshake, Counted: true},
+	{Name: "saslStart", Scope: noc, Role: RoleAuth, Counted: true},
+	{Name: "saslContinue", Scope: noc, Role: RoleAuth, Counted: true},
+	{Name: "authenticate", Scope: noc, Role: RoleAuth, Counted: true},
+	{Name: "logout", Scope: noc, Role: RoleAuth, Counted: true},
+	{Name: "getnonce", Scope: noc, Counted: true},
+	{Name: "ping", Scope: noc, Counted: true},
+	{Name: "buildInfo", Scope: noc, Counted: true},
+	{Name: "buildinfo", Scope: noc, Counted: true},
+	{Name: "listCommands", Scope: noc},
+	{Name: "connectionStatus", Scope: noc, Counted: true},
+	{Name: "whatsmyuri", Scope: noc, Counted: true},
+	{Name: "getLastError", Scope: noc, Counted: true},
+	{Name: "getlasterror", Scope: noc},
+	{Name: "getPrevError", Scope: srv},
+	{Name: "resetError", Scope: srv},
+	{Name: "reseterror", Scope: srv},
+	{Name: "listCollections", Scope: noc, Counted: true},
+	{Name: "dbStats", Scope: noc, Counted: true},
+	{Name: "dbstats", Scope: noc},
+
+	// Sessions and transactions.
+	{Name: "endSessions", Scope: noc, Role: RoleEndSessions, Counted: true},
+	{Name: "startSession", Scope: srv, Counted: true},
+	{Name: "refreshSessions", Scope: srv, Counted: true},
+	{Name: "refreshLogicalSessionCacheNow", Scope: srv},
+	{Name: "killSessions", Scope: srv, Counted: true, RevealsSessions: true},
+	{Name: "killAllSessions", Scope: srv, RevealsSessions: true},
+	{Name: "killAllSessionsByPattern", Scope: srv, RevealsSessions: true},
+	{Name: "commitTransaction", Scope: srv, Role: RoleEndTransaction, Counted: true},
+	{Name: "abortTransaction", Scope: srv, Role: RoleEndTransaction, Counted: true},
+
+	// lockgate's own commands, answered by the proxy.
+	{Name: "acquireLock", Scope: col, Role: RoleLock, Counted: true},
+	{Name: "renewLock", Scope: col, Role: RoleLock, Counted: true},
+	{Name: "releaseLock", Scope: col, Role: RoleLock, Counted: true},
+	{Name: "lockStatus", Scope: col, Role: RoleLock, Counted: true},
+
+	// Diagnostics. currentOp and getLog show other clients' sessions.
+	{Name: "serverStatus", Scope: srv, Counted: true},
+	{Name: "hostInfo", Scope: srv, Counted: true},
+	{Name: "getCmdLineOpts", Scope: srv},
+	{Name: "getParameter", Scope: srv, Counted: true},
+	{Name: "getClusterParameter", Scope: srv},
+	{Name: "getDefaultRWConcern", Scope: srv},
+	{Name: "getLog", Scope: srv, RevealsSessions: true},
+	{Name: "currentOp", Scope: srv, Counted: true, RevealsSessions: true},
+	{Name: "killOp", Scope: srv, Counted: true},
+	{Name: "top", Scope: srv},
+	{Name: "connPoolStats", Scope: srv},
+	{Name: "shardConnPoolStats", Scope: srv},
+	{Name: "lockInfo", Scope: srv},
+	{Name: "features", Scope: srv},
+	{Name: "getDiagnosticData", Scope: srv},
+	{Name: "getFreeMonitoringStatus", Scope: srv},
+	{Name: "listDatabases", Scope: srv, Counted: true},
+	{Name: "isdbgrid", Scope: srv},
+	{Name: "listShards", Scope: srv},
+	{Name: "balancerStatus", Scope: srv},
+	{Name: "shardingState", Scope: srv},
+	{Name: "getShardMap", Scope: srv},
+	{Name: "getShardVersion", Scope: srv},
+	{Name: "replSetGetStatus", Scope: srv},
+	{Name: "replSetGetConfig", Scope: srv},
+	{Name: "usersInfo", Scope: srv},
+	{Name: "rolesInfo", Scope: srv},
+	{Name: "atlasVersion", Scope: srv},
+
+	// Server administration. None changes a document of an application
+	// collection; they are the operator's business, not the policy's.
+	{Name: "profile", Scope: srv},
+	{Name: "setParameter", Scope: srv},
+	{Name: "setClusterParameter", Scope: srv},
+	{Name: "setDefaultRWConcern", Scope: srv},
+	{Name: "setFeatureCompatibilityVersion", Scope: srv},
+	{Name: "setFreeMonitoring", Scope: srv},
+	{Name: "fsync", Scope: srv},
+	{Name: "fsyncUnlock", Scope: srv},
+	{Name: "logRotate", Scope: srv},
+	{Name: "rotateCertificates", Scope: srv},
+	{Name: "logApplicationMessage", Scope: srv},
+	{Name: "shutdown", Scope: srv},
+	{Name: "dropConnections", Scope: srv},
+	{Name: "setUserWriteBlockMode", Scope: srv},
+	{Name: "invalidateUserCache", Scope: srv},
+	{Name: "createUser", Scope: srv},
+	{Name: "updateUser", Scope: srv},
+	{Name: "dropUser", Scope: srv},
+	{Name: "dropAllUsersFromDatabase", Scope: srv},
+	{Name: "grantRolesToUser", Scope: srv},
+	{Name: "revokeRolesFromUser", Scope: srv},
+	{Name: "createRole", Scope: srv},
+	{Name: "updateRole", Scope: srv},
+	{Name: "dropRole", Scope: srv},
+	{Name: "dropAllRolesFromDatabase", Scope: srv},
+	{Name: "grantPrivilegesToRole", Scope: srv},
+	{Name: "revokePrivilegesFromRole", Scope: srv},
+	{Name: "grantRolesToRole", Scope: srv},
+	{Name: "revokeRolesFromRole", Scope: srv},
+	{Name: "replSetInitiate", Scope: srv},
+	{Name: "replSetReconfig", Scope: srv},
+	{Name: "replSetStepDown", Scope: srv},
+	{Name: "replSetFreeze", Scope: srv},
+	{Name: "replSetMaintenance", Scope: srv},
+	{Name: "replSetSyncFrom", Scope: srv},
+	{Name: "replSetResizeOplog", Scope: srv},
+	{Name: "replSetAbortPrimaryCatchUp", Scope: srv},
+	{Name: "enableSharding", Scope: srv},
+	{Name: "addShard", Scope: srv},
+	{Name: "removeShard", Scope: srv},
+	{Name: "movePrimary", Scope: srv},
+	{Name: "moveChunk", Scope: srv},
+	{Name: "split", Scope: srv},
+	{Name: "splitChunk", Scope: srv},
+	{Name: "mergeChunks", Scope: srv},
+	{Name: "balancerStart", Scope: srv},
+	{Name: "balancerStop", Scope: srv},
+	{Name: "flushRouterConfig", Scope: srv},
+	{Name: "configureCollectionBalancing", Scope: srv},
+	{Name: "clearJumboFlag", Scope: srv},
+	{Name: "configureFailPoint", Scope: srv},
+	{Name: "sleep", Scope: srv},
+}
+
+// commandIndex looks entries up by name; built once, never changed.
+var commandIndex = func() map[string]*CommandSpec {
+	m := make(map[string]*CommandSpec, len(commandTable))
+	for i := range commandTable {
+		s := &commandTable[i]
+		if m[s.Name] != nil {
+			panic("wire: command " + s.Name + " listed twice")
+		}
+		m[s.Name] = s
+	}
+	return m
+}()
+
+// otherNames are the names besides commands that nearly all traffic
+// carries: the statement fields (kind-1 section identifiers) and the
+// databases every deployment has.
+var otherNames = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range []string{"documents", "updates", "deletes", "ops", "nsInfo", "admin", "config", "local", "test"} {
+		m[s] = s
+	}
+	return m
+}()
+
+// internName returns b as a string, without allocating for the command,
+// field and database names that make up nearly all traffic.
+func internName(b []byte) string {
+	if s := commandIndex[string(b)]; s != nil {
+		return s.Name
+	}
+	if s, ok := otherNames[string(b)]; ok {
+		return s
+	}
+	return string(b)
+}
