@@ -52,6 +52,9 @@ const maxPendingAuth = 8
 // what to track, if anything. It reads only the request: which user a
 // step authenticates is decided when its reply comes (authReply).
 func (c *conn) authRequest(cmd *wire.Command) (authStep, bool) {
+	if r := cmd.Role(); r != wire.RoleAuth && r != wire.RoleHandshake {
+		return authStep{}, false
+	}
 	switch cmd.Name {
 	case "saslStart":
 		return authStep{kind: authStart, user: qualify(saslUser(cmd.Body), cmd.DB)}, true
