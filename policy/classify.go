@@ -243,10 +243,8 @@ func classifyCommand(c *wire.Command) ([]Write, error) {
 		// The server matches names exactly and answers CommandNotFound to
 		// "UPDATE"; an upstream that folds case would run it, on any
 		// namespace the body names.
-		for _, k := range wire.Commands() {
-			if k.Write() && asciiFoldEqual(c.Name, k.Name) {
-				return nil, refuse(NSAll, "command %q differs from the write command %q only by case", c.Name, k.Name)
-			}
+		if k := wire.WriteCommandFolding(c.Name); k != nil {
+			return nil, refuse(NSAll, "command %q differs from the write command %q only by case", c.Name, k.Name)
 		}
 		return nil, refuse(commandNS(c), "command %q is not one lockgate knows (wire/commands.go), so it cannot tell whether it writes", c.Name)
 	}

@@ -1,5 +1,7 @@
 package wire
 
+import "strings"
+
 // This file is the one list of every command lockgate knows, and what it
 // knows about each. The parser attaches a command's entry to the Command
 // (Command.Spec); classification, the reserved-namespace boundary, the
@@ -99,13 +101,22 @@ type CommandSpec struct {
 	RevealsSessions bool
 }
 
-// Write reports whether the command may change documents.
-func (s *CommandSpec) Write() bool { return s != nil && s.Writes != WritesNothing }
-
 // LookupCommand returns the entry of a command name, nil when lockgate
 // does not know it. It does not allocate for a []byte converted in the
 // call (LookupCommand(string(b))).
 func LookupCommand(name string) *CommandSpec { return commandIndex[name] }
+
+// WriteCommandFolding returns the entry of a write command whose name
+// equals name under case folding, nil if there is none: what an upstream
+// that folds command names would run.
+func WriteCommandFolding(name string) *CommandSpec {
+	for i := range commandTable {
+		if c := &commandTable[i]; c.Writes != WritesNothing && strings.EqualFold(c.Name, name) {
+			return c
+		}
+	}
+	return nil
+}
 
 // Commands returns every entry, in the table's order.
 func Commands() []CommandSpec { return append([]CommandSpec(nil), commandTable...) }
