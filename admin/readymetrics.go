@@ -13,7 +13,8 @@ var readyCheckDesc = prometheus.NewDesc("lockgate_ready_check",
 // ReadinessCollector exports the readiness checks as lockgate_ready_check
 // {check}, so that an alert can see an unreachable lock store even while
 // no client uses it. Each scrape runs the checks once, bounded by
-// CheckTimeout, like one /readyz request. The check names are the fixed
+// CheckTimeout, like one /readyz request, or shares a run already in
+// progress (Server.Ready). The check names are the fixed
 // set the gateway adds, so the label is bounded.
 func ReadinessCollector(s *Server) prometheus.Collector { return readyCollector{s} }
 

@@ -57,6 +57,19 @@ type Server struct {
 	mu       sync.Mutex
 	checks   []namedCheck
 	patterns []string
+	// ready is the evaluation of the checks in progress, nil when none:
+	// callers that arrive meanwhile share it, so a burst of /readyz
+	// probes and /metrics scrapes runs the checks (lock store and
+	// upstream round trips) once, not once each.
+	ready *readyRun
+	// joined, when set (tests), is called by each caller that shares an
+	// evaluation in progress.
+	joined func()
+}
+
+type readyRun struct {
+	done chan struct{}
+	rd   Readiness
 }
 
 type namedCheck struct {
@@ -202,12 +215,35 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 }
 
 // Ready runs every check concurrently, each bounded by CheckTimeout, and
-// reports them in the order they were added.
+// reports them in the order they were added. Callers that arrive while an
+// evaluation runs get its result instead of starting their own; the
+// evaluation does not end with the caller that started it (its timeout
+// bounds it), so one client going away does not fail the others.
 func (s *Server) Ready(ctx context.Context) Readiness {
 	s.mu.Lock()
+	if run := s.ready; run != nil {
+		joined := s.joined
+		s.mu.Unlock()
+		if joined != nil {
+			joined()
+		}
+		<-run.done
+		return run.rd
+	}
+	run := &readyRun{done: make(chan struct{})}
+	s.ready = run
 	checks := slices.Clone(s.checks)
 	s.mu.Unlock()
 
+	run.rd = s.evaluate(context.WithoutCancel(ctx), checks)
+	s.mu.Lock()
+	s.ready = nil
+	s.mu.Unlock()
+	close(run.done)
+	return run.rd
+}
+
+func (s *Server) evaluate(ctx context.Context, checks []namedCheck) Readiness {
 	ctx, cancel := context.WithTimeout(ctx, s.checkTimeout)
 	defer cancel()
 	res := make([]CheckResult, len(checks))

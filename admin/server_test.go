@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,6 +143,59 @@ func TestReadyzBoundedWhenCheckIgnoresContext(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("/readyz took %v", d)
+	}
+}
+
+// TestReadyChecksAreShared: probes and scrapes that arrive while the
+// checks run share that run; without it every caller runs its own lock
+// store and upstream round trips, and a burst of them multiplies the load
+// on what is already slow.
+func TestReadyChecksAreShared(t *testing.T) {
+	s := newServer(t, Options{CheckTimeout: 10 * time.Second})
+	const followers = 8
+	var runs atomic.Int32
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.AddCheck("slow", func(context.Context) error {
+		if runs.Add(1) == 1 {
+			close(entered)
+		}
+		<-release
+		return errors.New("still slow")
+	})
+	var waiting sync.WaitGroup
+	waiting.Add(followers)
+	s.joined = waiting.Done
+
+	results := make(chan Readiness, followers+1)
+	go func() { results <- s.Ready(context.Background()) }()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a caller that has gone away still gets the shared answer
+	for range followers {
+		go func() { results <- s.Ready(ctx) }()
+	}
+	joinedAll := make(chan struct{})
+	go func() { waiting.Wait(); close(joinedAll) }()
+	select {
+	case <-joinedAll: // every follower shares the run in progress
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatalf("followers did not join the run in progress; the check ran %d times", runs.Load())
+	}
+	close(release)
+	for range followers + 1 {
+		rd := <-results
+		if rd.Status != "not ready" || len(rd.Checks) != 1 || rd.Checks[0].Error != "still slow" {
+			t.Errorf("result %+v, want the shared run's", rd)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the check ran %d times for %d concurrent callers, want once", n, followers+1)
+	}
+	// Once the run is over, the next caller runs the checks again.
+	s.Ready(context.Background())
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the check ran %d times after a later call, want 2", n)
 	}
 }
 
