@@ -340,7 +340,7 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	var auth authStep
 	var isAuth bool
 	if cmd != nil {
-		m.command(cmd.Name)
+		m.command(cmd)
 		if cmd.Role() == wire.RoleHandshake {
 			hello = true
 			app, driver := helloClient(cmd.Body)

@@ -40,6 +40,7 @@ type Metrics struct {
 	commandsVec    *prometheus.CounterVec
 	commands       map[string]prometheus.Counter
 	otherCommand   prometheus.Counter `metricset:"child"` // commandsVec's "other"
+	unknownCommand prometheus.Counter
 	legacyOps      *prometheus.CounterVec
 	roundTrip      prometheus.Histogram
 	errorsVec      *prometheus.CounterVec
@@ -109,6 +110,10 @@ func NewMetrics() *Metrics {
 			Help: "Client connections closed because the upstream server they were bound to stopped being the primary.",
 		})),
 	}
+	m.unknownCommand = metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockgate_unknown_commands_total",
+		Help: "Client commands not in lockgate's command table (wire/commands.go): relayed where nothing enforced is in reach, refused as unclassifiable where something is.",
+	}))
 	m.droppedReplies = metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockgate_dropped_replies_total",
 		Help: "Upstream replies to fire-and-forget (moreToCome) requests, which the protocol forbids, dropped instead of confusing the client.",
@@ -137,8 +142,11 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-func (m *Metrics) command(name string) {
-	if c, ok := m.commands[name]; ok {
+func (m *Metrics) command(cmd *wire.Command) {
+	spec := cmd.Spec()
+	if spec == nil {
+		m.unknownCommand.Inc()
+	} else if c, ok := m.commands[spec.Name]; ok {
 		c.Inc()
 		return
 	}

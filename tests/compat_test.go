@@ -109,7 +109,13 @@ func TestCompatibility(t *testing.T) {
 			db := "compat_" + cl.name
 			direct := runCompat(t, ctx, cl, g.Direct, db)
 			checkCompatReference(t, cl.name, direct)
+			unknown0 := g.metricValue(t, "lockgate_unknown_commands_total", nil)
 			proxied := runCompat(t, ctx, cl, g.URI, db)
+			// Every command the client sent is in the command table: one
+			// that is not would be refused on an enforced namespace.
+			if n := g.metricValue(t, "lockgate_unknown_commands_total", nil) - unknown0; n != 0 {
+				t.Errorf("%s sent %v commands that are not in wire/commands.go", cl.name, n)
+			}
 
 			d, err := normaliseCompat(direct)
 			if err != nil {
