@@ -145,7 +145,7 @@ var commandTable = []CommandSpec{
 	{Name: "aggregate", Writes: WritesAggregate, Scope: col, Counted: true},
 	{Name: "mapReduce", Writes: WritesMapReduce, Scope: col, Counted: true},
 	{Name: "mapreduce", Writes: WritesMapReduce, Scope: col},
-	{Name: "explain", Writes: WritesExplained, Scope: col, Counted: true},
+	{Name: "explain", Writes: WritesExplained, Scope: dbs, Counted: true},
 
 	// Collection and database writes.
 	{Name: "drop", Writes: WritesCollection, Scope: col, Counted: true},
@@ -175,7 +175,7 @@ var commandTable = []CommandSpec{
 
 	// Reads.
 	{Name: "find", Scope: col, Counted: true},
-	{Name: "getMore", Scope: col, Counted: true},
+	{Name: "getMore", Scope: dbs, Counted: true},
 	{Name: "killCursors", Scope: col, Counted: true},
 	{Name: "count", Scope: col, Counted: true},
 	{Name: "distinct", Scope: col, Counted: true},
@@ -183,7 +183,7 @@ var commandTable = []CommandSpec{
 	{Name: "collStats", Scope: col, Counted: true},
 	{Name: "dataSize", Scope: col},
 	{Name: "datasize", Scope: col},
-	{Name: "filemd5", Scope: col},
+	{Name: "filemd5", Scope: dbs},
 	{Name: "geoNear", Scope: col},
 	{Name: "geoSearch", Scope: col},
 	{Name: "group", Scope: col},
