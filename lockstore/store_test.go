@@ -910,7 +910,7 @@ func TestMetricsCollector(t *testing.T) {
 	for _, want := range []string{
 		"lockgate_lock_acquisitions_total", "lockgate_lock_wait_seconds", "lockgate_locks_held",
 		"lockgate_lockstore_round_trips_total", "lockgate_lockstore_round_trip_seconds",
-		"lockgate_lock_expired_total", "lockgate_lock_records_cleaned_total",
+		"lockgate_lock_expired_total", "lockgate_lock_records_cleaned_total", "lockgate_lock_handoffs_total",
 	} {
 		if !slices.Contains(names, want) {
 			t.Errorf("metric %s missing from %v", want, names)
