@@ -492,8 +492,10 @@ func (s *Store) extend(ctx context.Context, owner Owner, k lockKey, lease time.D
 }
 
 // releaseOne frees rid if match accepts its holder. errText becomes
-// lastError unless keepLastError (rollback, session end).
-func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen) bool, errText string, keepLastError bool) (bool, error) {
+// lastError unless keepLastError (rollback, session end). With handoff, a
+// local waiter for rid alone is granted the key in the same generation
+// (handoff.go); it still counts as freed.
+func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen) bool, errText string, keepLastError, handoff bool) (bool, error) {
 	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
 		if h == nil || h.Owner == nil || !match(h) {
 			return nil, nil
@@ -506,7 +508,15 @@ func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen)
 		}
 		return n, nil
 	}
-	g, _, err := s.transition(ctx, op, rid, step)
+	var x *waiter
+	if handoff {
+		x = s.wq.takeForHandoff(rid)
+		if x != nil && s.testHookHandoff != nil {
+			s.testHookHandoff(rid)
+		}
+	}
+	g, _, err := s.transition(ctx, op, rid, handoffStep(step, x))
+	s.endHandoff(x, g, err)
 	if err != nil {
 		s.cache.remove(rid) // outcome unknown
 		return false, err
@@ -522,7 +532,7 @@ func (s *Store) rollback(ctx context.Context, owner Owner, rids []string, self *
 	}
 	ctx = context.WithoutCancel(ctx)
 	for _, rid := range rids {
-		_, err := s.releaseOne(ctx, opRelease, rid, func(g *gen) bool { return g.ownedBy(owner) }, "", true)
+		_, err := s.releaseOne(ctx, opRelease, rid, func(g *gen) bool { return g.ownedBy(owner) }, "", true, false)
 		if err != nil {
 			s.log.Warn("rollback of a partial acquire failed; the lock expires with its lease",
 				zap.String("key", rid), zap.Error(err))
@@ -541,6 +551,9 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 		rids[i] = k.rid
 	}
 	w := newWaiter(rids)
+	if len(ordered) == 1 {
+		w.want = &handoffWant{ctx: ctx, owner: owner, ns: ns, key: ordered[0], lease: lease}
+	}
 	if !s.wq.join(w, s.cfg.MaxWaiters) {
 		return nil, fmt.Errorf("%w: %d acquires already wait for one of these locks on this lockgate; retry later", ErrTooManyWaiters, s.cfg.MaxWaiters)
 	}
@@ -557,21 +570,36 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 	for {
 		kicked := false
 		select {
+		case r := <-w.handed:
+			if ctx.Err() != nil {
+				// The caller is gone: nobody would release the lock.
+				s.rollback(ctx, owner, []string{w.want.key.rid}, w)
+				return nil, ctx.Err()
+			}
+			return map[string]Lock{w.want.key.rid: r.lock}, nil
 		case <-w.kick:
 			kicked = true
 		case <-retry.C:
 		case <-deadline.C:
+			// A grant that was being written when the wait elapsed is
+			// kept, as when the waiter's own attempt was under way.
+			if got, ok := s.giveUp(ctx, w, owner, true); ok {
+				return got, nil
+			}
 			return nil, s.timeoutErr(ctx, ns, ordered, last)
 		case <-ctx.Done():
+			s.giveUp(ctx, w, owner, false)
 			return nil, ctx.Err()
 		case <-s.ctx.Done():
+			s.giveUp(ctx, w, owner, false)
 			return nil, ErrClosed
 		}
-		if !s.wq.isHead(w) {
+		if !s.wq.startTry(w) {
+			// Behind an older local waiter (it will wake us), or a release
+			// is handing the key over to us (its result wakes us).
 			retry.Stop()
-			continue // behind an older local waiter; it will wake us
+			continue
 		}
-		s.wq.unblock(w)
 		got, err := s.acquireAll(ctx, owner, ns, ordered, lease, w)
 		if err == nil {
 			return got, nil
@@ -580,12 +608,14 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 		if !errors.As(err, &he) {
 			return nil, err
 		}
+		blocked := ""
 		for _, k := range ordered {
 			if SameID(k.id, he.ID) {
-				s.wq.block(w, k.rid)
+				blocked = k.rid
 				break
 			}
 		}
+		s.wq.block(w, blocked)
 		if last == nil || kicked || he.Holder.Token != last.Holder.Token {
 			bo.reset() // a new holder: start polling fast again
 		}

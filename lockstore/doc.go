@@ -101,7 +101,9 @@
 // claims still decide every change correctly.
 //
 // Document fields: `key`, `seq`, `ns`, `id` (the `_id` as first locked, for
-// display), `kind` (`acquire`, `renew`, `release`, `force-release`), `owner`
+// display), `kind` (`acquire`, `renew`, `release`, `force-release`,
+// `handoff`: a release that grants the key to a local waiter, see
+// handoff.go), `owner`
 // (session id, binary subtype 4, null when free), `bind`, `ownerApp`,
 // `ownerClient`, `token`, `acquiredAt`, `expiresAt` (1970-01-01 when free),
 // `at` (time of the change), `lastError`, `reason` (force-release).

@@ -46,6 +46,7 @@ type Metrics struct {
 	rtSeconds    *prometheus.HistogramVec
 	expired      prometheus.Counter
 	cleaned      prometheus.Counter
+	handoffs     prometheus.Counter
 }
 
 // NewMetrics creates unregistered collectors.
@@ -81,6 +82,10 @@ func NewMetrics() *Metrics {
 		cleaned: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_lock_records_cleaned_total",
 			Help: "Long-idle lock records deleted by this instance.",
+		})),
+		handoffs: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_lock_handoffs_total",
+			Help: "Releases through this instance that handed the lock straight to a waiter on this instance.",
 		})),
 	}
 	m.Set = s

@@ -102,7 +102,7 @@ func (s *Store) release(ctx context.Context, owner Owner, ns string, rids []stri
 		return 0, err
 	}
 	n, firstErr := s.releaseEach(ctx, rids, func(ctx context.Context, rid string) (bool, error) {
-		return s.releaseOne(ctx, opRelease, rid, func(g *gen) bool { return g.ownedBy(owner) }, errText, false)
+		return s.releaseOne(ctx, opRelease, rid, func(g *gen) bool { return g.ownedBy(owner) }, errText, false, true)
 	})
 	s.wq.notify(rids...)
 	s.debug("release", ns, owner, zap.Int("ids", len(rids)), zap.Int("released", n),
@@ -147,7 +147,7 @@ func (s *Store) ReleaseSession(ctx context.Context, session []byte) (int, error)
 	rids := s.owned.list(session)
 	match := func(g *gen) bool { return string(g.Owner.Data) == string(session) }
 	n, firstErr := s.releaseEach(ctx, rids, func(ctx context.Context, rid string) (bool, error) {
-		return s.releaseOne(ctx, opRelease, rid, match, "", true)
+		return s.releaseOne(ctx, opRelease, rid, match, "", true, true)
 	})
 	cached := s.cache.removeSession(session)
 	s.wq.notify(append(rids, cached...)...)

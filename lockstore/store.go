@@ -120,6 +120,9 @@ type Store struct {
 
 	// testHookTry, when set, sees every key in the order an acquire tries it.
 	testHookTry func(rid string)
+	// testHookHandoff, when set, runs after a release took a waiter for
+	// a handoff and before it writes anything.
+	testHookHandoff func(rid string)
 }
 
 // Open connects to the lock store. It fails only for an invalid
@@ -472,6 +475,9 @@ const (
 	kindRenew   = "renew"
 	kindRelease = "release"
 	kindForce   = "force-release"
+	// kindHandoff frees the key from one owner and grants it to a waiter
+	// in one generation (handoff.go).
+	kindHandoff = "handoff"
 )
 
 // genID is the _id of generation seq of record id rid. The fixed-width

@@ -120,7 +120,7 @@ func (s *Store) sweepOnce(ctx context.Context) (int, error) {
 		}
 		match := func(g *gen) bool { _, ok := pending[string(g.Owner.Data)]; return ok }
 		n, err := s.releaseEach(ctx, rids, func(ctx context.Context, rid string) (bool, error) {
-			return s.releaseOne(ctx, opRelease, rid, match, "", true)
+			return s.releaseOne(ctx, opRelease, rid, match, "", true, true)
 		})
 		total += n
 		s.wq.notify(rids...)

@@ -6,6 +6,15 @@ import "sync"
 type waiter struct {
 	rids []string      // record ids it needs, distinct
 	kick chan struct{} // buffered(1): "try now"
+	// want is set for a waiter of one key: what a release through this
+	// Store needs to hand the key over to it directly (handoff.go). nil
+	// for waiters of several keys, which are woken instead.
+	want *handoffWant
+	// handed receives the lock a release handed over (buffered(1); at
+	// most once).
+	handed chan handoffResult
+	// state is what the waiter is doing (under waitQueues.mu).
+	state waiterState
 	// blockedOn is the record id its last attempt found held by someone
 	// who is not waiting here (under waitQueues.mu; "" when none). While
 	// it is set the waiter cannot proceed, so it yields its place in the
@@ -14,8 +23,22 @@ type waiter struct {
 	blockedOn string
 }
 
+// waiterState is the life of a waiter, under waitQueues.mu. A release
+// hands a key over only to an idle waiter, and only the releaser moves it
+// out of stateHanding, so a waiter never tries on its own while a handoff
+// to it is under way, and never leaves without learning its outcome.
+type waiterState uint8
+
+const (
+	stateIdle    waiterState = iota // waiting; a release may hand over to it
+	stateTrying                     // its own attempt (acquireAll) runs
+	stateHanding                    // a release is writing the handoff to it
+	stateGranted                    // a handoff gave it the key; result in handed
+	stateGone                       // gave up; no handoff may start
+)
+
 func newWaiter(rids []string) *waiter {
-	return &waiter{rids: rids, kick: make(chan struct{}, 1)}
+	return &waiter{rids: rids, kick: make(chan struct{}, 1), handed: make(chan handoffResult, 1)}
 }
 
 func (w *waiter) poke() {
@@ -40,9 +63,15 @@ func (w *waiter) poke() {
 type waitQueues struct {
 	mu sync.Mutex
 	q  map[string][]*waiter
+	// settled is signalled when a handoff ends (abandon waits on it).
+	settled *sync.Cond
 }
 
-func newWaitQueues() *waitQueues { return &waitQueues{q: make(map[string][]*waiter)} }
+func newWaitQueues() *waitQueues {
+	wq := &waitQueues{q: make(map[string][]*waiter)}
+	wq.settled = sync.NewCond(&wq.mu)
+	return wq
+}
 
 // join queues w on every key it needs, unless one of them already has
 // max waiters (then nothing is queued and it returns false).
@@ -92,11 +121,17 @@ func (wq *waitQueues) wakeLocked(rid string, except *waiter) {
 }
 
 // block records that w's attempt found rid held by someone not waiting
-// here; w yields its other keys, whose next waiters are woken.
+// here (rid "" when the refusal names none of its keys); w yields its
+// other keys, whose next waiters are woken. w is idle again: a release
+// may hand a key over to it from now on.
 func (wq *waitQueues) block(w *waiter, rid string) {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
 	w.blockedOn = rid
+	w.state = stateIdle
+	if rid == "" {
+		return
+	}
 	for _, r := range w.rids {
 		if r != rid {
 			wq.wakeLocked(r, w)
@@ -104,18 +139,73 @@ func (wq *waitQueues) block(w *waiter, rid string) {
 	}
 }
 
-// unblock: w is about to try again, and takes its places back.
-func (wq *waitQueues) unblock(w *waiter) {
+// startTry tells whether w may try now: it is first everywhere and no
+// handoff to it is under way or done. If so, w takes its places back and
+// no release hands a key over to it until block.
+func (wq *waitQueues) startTry(w *waiter) bool {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
+	if w.state == stateHanding || w.state == stateGranted || !wq.headLocked(w) {
+		return false
+	}
 	w.blockedOn = ""
+	w.state = stateTrying
+	return true
 }
 
-// isHead tells whether w may try now.
+// isHead tells whether w may try now (tests).
 func (wq *waitQueues) isHead(w *waiter) bool {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
 	return wq.headLocked(w)
+}
+
+// takeForHandoff returns the waiter that a release of rid may hand the key
+// over to, marked stateHanding, or nil: the waiter a release would wake
+// (first for rid and first everywhere), if it waits for rid alone, is idle
+// and its caller is still there. The caller must call handoffDone with it.
+func (wq *waitQueues) takeForHandoff(rid string) *waiter {
+	wq.mu.Lock()
+	defer wq.mu.Unlock()
+	x := wq.firstLocked(rid, nil)
+	if x == nil || x.want == nil || x.state != stateIdle || x.want.ctx.Err() != nil || !wq.headLocked(x) {
+		return nil
+	}
+	x.state = stateHanding
+	return x
+}
+
+// handoffDone ends a handoff to w: granted (the result goes to w.handed),
+// or not (w then tries on its own at once, like a woken waiter).
+func (wq *waitQueues) handoffDone(w *waiter, r handoffResult) {
+	wq.mu.Lock()
+	defer wq.mu.Unlock()
+	if r.granted {
+		w.state = stateGranted
+		w.handed <- r // never blocks: a waiter is granted at most once
+	} else {
+		w.state = stateIdle
+		w.poke()
+	}
+	wq.settled.Broadcast()
+}
+
+// abandon is w giving up (wait elapsed, caller gone, store closed). If a
+// handoff to w is under way it waits for its outcome (one lock store
+// operation, bounded by OpTimeout per round trip) and returns true when
+// w was granted the key: the result is in w.handed. Otherwise no handoff
+// to w can start any more.
+func (wq *waitQueues) abandon(w *waiter) bool {
+	wq.mu.Lock()
+	defer wq.mu.Unlock()
+	for w.state == stateHanding {
+		wq.settled.Wait()
+	}
+	if w.state == stateGranted {
+		return true
+	}
+	w.state = stateGone
+	return false
 }
 
 // leave removes w and wakes the waiters that became first everywhere.

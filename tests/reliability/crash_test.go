@@ -92,7 +92,7 @@ func startChildGateway(t *testing.T, uri, lockColl, enforceNS string) *childGate
 //     a fail-fast acquire through A is refused (LockBusy);
 //   - they become available through A once their lease ends: each is
 //     acquired by a waiter on A within lease + the waiter's poll cap
-//     (lockstore.DefaultMaxPoll, 100 ms) + slack; the figure is logged;
+//     (lockstore.DefaultMaxPoll, 50 ms) + slack; the figure is logged;
 //   - every write B's clients had acknowledged is in the database.
 func TestProxyKilledMidTraffic(t *testing.T) {
 	const (
