@@ -289,7 +289,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		}
 	}
 	d.Deadline = p.end.Add(-p.margin)
-	d.LateReply = late()
+	d.LateReply = late
 	d.OnReply = g.launch(p, maxTime, d.OnReply)
 	return d
 }

@@ -152,7 +152,7 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 		}
 	}
 	refused := commitRefusal("the lease of its locks would have ended before the commit left for the database")
-	d.Deadline, d.LateReply = plan.end.Add(-e.margin), refused.document()
+	d.Deadline, d.LateReply = plan.end.Add(-e.margin), refused.document
 	d.OnReply = g.launch(plan, maxTime, &commitHook{t: g.txns, key: key})
 	return d
 }
