@@ -16,15 +16,8 @@ import (
 // or id.
 func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration) {
 	g.metrics.decisionSeconds.Observe(took.Seconds())
-	command := req.Message.Header().OpCode.String()
-	var session string
-	if req.Command != nil {
-		command = req.Command.Name
-		if sid, ok := req.Command.SessionID(); ok {
-			session = lockstore.SessionPrefix(sid)
-		}
-	}
-	var seen []string // namespaces logged; a message writes very few
+	var seenBuf [4]string
+	seen := seenBuf[:0] // namespaces logged; a message writes very few
 	logNS := func(w policy.Write, r policy.Rule, x *violation) {
 		if slices.Contains(seen, w.NS) {
 			return
@@ -45,7 +38,18 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		if ce == nil {
 			return
 		}
-		fields := []zap.Field{
+		command := req.Message.Header().OpCode.String()
+		var session string
+		if req.Command != nil {
+			command = req.Command.Name
+			if v.lsid != nil {
+				session = lockstore.SessionPrefix(v.lsid)
+			} else if sid, ok := req.Command.SessionID(); ok {
+				session = lockstore.SessionPrefix(sid)
+			}
+		}
+		fields := make([]zap.Field, 0, 14) // sized for every field below
+		fields = append(fields,
 			zap.String("client", req.Client.Addr),
 			zap.String("app", req.Client.AppName()),
 			zap.String("user", req.Client.User()),
@@ -55,8 +59,7 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			zap.String("mode", string(r.Mode)),
 			zap.String("decision", decision),
 			zap.String("policyVersion", pol.Version()),
-			zap.Duration("took", took),
-		}
+			zap.Duration("took", took))
 		if ids, ok := v.checked[w.NS]; ok {
 			fields = append(fields, zap.String("ids", idList(ids)))
 		}
@@ -72,8 +75,12 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		x := &v.violations[i]
 		logNS(x.write, x.rule, x)
 	}
-	for _, w := range v.writes {
-		logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
+	for i, w := range v.writes {
+		if len(v.rules) == len(v.writes) {
+			logNS(w, v.rules[i], nil) // the rule enforce looked up
+		} else {
+			logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
+		}
 	}
 }
 

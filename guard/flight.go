@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,7 +36,7 @@ type flightPlan struct {
 func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []bson.RawValue, left time.Duration) {
 	end := time.Now().Add(left)
 	if v.flight == nil {
-		v.flight = &flightPlan{owner: o, locks: map[string][]bson.RawValue{}, end: end, left: left}
+		v.flight = &flightPlan{owner: o, locks: make(map[string][]bson.RawValue, 1), end: end, left: left}
 	}
 	f := v.flight
 	if end.Before(f.end) {
@@ -43,7 +44,11 @@ func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids [
 	}
 	f.left = min(f.left, left)
 	f.margin = max(f.margin, r.LeaseMargin)
-	f.locks[ns] = append(f.locks[ns], ids...)
+	if cur, ok := f.locks[ns]; ok {
+		f.locks[ns] = append(cur, ids...)
+	} else {
+		f.locks[ns] = slices.Clip(ids) // shared with the verdict until appended to
+	}
 }
 
 // flightTracker knows, per lock owner session, the enforced writes this
@@ -55,8 +60,11 @@ type flightTracker struct {
 }
 
 type sessionFlights struct {
-	all  map[*flight]struct{}
-	idle chan struct{} // closed when all becomes empty
+	// all is a slice: a session has one write in flight, or very few.
+	all []*flight
+	// idle, made by the first waiter (most flights have none), is closed
+	// when all becomes empty.
+	idle chan struct{}
 }
 
 func newFlightTracker() *flightTracker {
@@ -85,10 +93,10 @@ func (g *Guard) launch(p *flightPlan, maxTime time.Duration, next proxy.ReplyHoo
 	t.mu.Lock()
 	sf := t.bySession[f.key]
 	if sf == nil {
-		sf = &sessionFlights{all: map[*flight]struct{}{}, idle: make(chan struct{})}
+		sf = &sessionFlights{}
 		t.bySession[f.key] = sf
 	}
-	sf.all[f] = struct{}{}
+	sf.all = append(sf.all, f)
 	t.mu.Unlock()
 	// Renew once half of what was left at the check has passed without a
 	// reply; most writes are answered long before.
@@ -145,9 +153,15 @@ func (f *flight) land() {
 	if sf == nil {
 		return
 	}
-	delete(sf.all, f)
+	if i := slices.Index(sf.all, f); i >= 0 {
+		last := len(sf.all) - 1
+		sf.all[i], sf.all[last] = sf.all[last], nil
+		sf.all = sf.all[:last]
+	}
 	if len(sf.all) == 0 {
-		close(sf.idle)
+		if sf.idle != nil {
+			close(sf.idle)
+		}
 		delete(t.bySession, f.key)
 	}
 }
@@ -181,18 +195,31 @@ func (f *flight) renew() {
 	f.mu.Unlock()
 }
 
+// idleLocked returns the channel closed when the session has no write in
+// flight left, made on first use; t.mu is held.
+func (sf *sessionFlights) idleLocked() chan struct{} {
+	if sf.idle == nil {
+		sf.idle = make(chan struct{})
+	}
+	return sf.idle
+}
+
 // waitSession blocks until the session's enforced writes in flight on this
 // proxy are answered, or ctx ends.
 func (t *flightTracker) waitSession(ctx context.Context, session []byte) error {
 	for {
 		t.mu.Lock()
 		sf := t.bySession[string(session)]
+		var idle chan struct{}
+		if sf != nil {
+			idle = sf.idleLocked()
+		}
 		t.mu.Unlock()
 		if sf == nil {
 			return nil
 		}
 		select {
-		case <-sf.idle:
+		case <-idle:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -207,10 +234,10 @@ func (t *flightTracker) waitKey(ctx context.Context, ns string, id bson.RawValue
 		t.mu.Lock()
 	find:
 		for _, sf := range t.bySession {
-			for f := range sf.all {
+			for _, f := range sf.all {
 				for _, fid := range f.plan.locks[ns] {
 					if lockstore.SameID(fid, id) {
-						idle = sf.idle
+						idle = sf.idleLocked()
 						break find
 					}
 				}
@@ -262,10 +289,11 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		return proxy.Decision{Action: proxy.Reply, Reply: late()}
 	}
 	var maxTime time.Duration
-	if req.Command != nil && inTransaction(req.Command.Body) {
+	inTxn := req.Command != nil && inTransaction(req.Command.Body)
+	if inTxn {
 		g.recordTxn(req, p)
 	}
-	if req.Command != nil && !inTransaction(req.Command.Body) {
+	if req.Command != nil && !inTxn {
 		ms := max(budget.Milliseconds(), 1)
 		var b []byte
 		var capped time.Duration
