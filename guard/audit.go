@@ -48,8 +48,8 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 				session = lockstore.SessionPrefix(sid)
 			}
 		}
-		fields := make([]zap.Field, 0, 14) // sized for every field below
-		fields = append(fields,
+		fp := g.auditFields.Get().(*[]zap.Field) // room for every field below
+		fields := append((*fp)[:0],
 			zap.String("client", req.Client.Addr),
 			zap.String("app", req.Client.AppName()),
 			zap.String("user", req.Client.User()),
@@ -60,7 +60,7 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			zap.String("decision", decision),
 			zap.String("policyVersion", pol.Version()),
 			zap.Duration("took", took))
-		if ids, ok := v.checked[w.NS]; ok {
+		if ids, ok := v.checked.lookup(w.NS); ok {
 			fields = append(fields, zap.String("ids", idList(ids)))
 		}
 		if x != nil {
@@ -70,6 +70,11 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			}
 		}
 		ce.Write(fields...)
+		// Cores encode or copy the fields in Write (zap's do), so the
+		// slice is free again.
+		clear(fields)
+		*fp = fields[:0]
+		g.auditFields.Put(fp)
 	}
 	for i := range v.violations {
 		x := &v.violations[i]

@@ -63,7 +63,7 @@ type verdict struct {
 	rules      []policy.Rule
 	violations []violation
 	pins       []policy.Pin
-	checked    map[string][]bson.RawValue // ns -> ids whose locks were verified
+	checked    nsLocks // the ids whose locks were verified
 	// req is the request decided, for asking the upstream on its
 	// connection.
 	req *proxy.Request
@@ -87,16 +87,7 @@ type verdict struct {
 }
 
 // check records ids as verified in ns, for the audit line.
-func (v *verdict) check(ns string, ids []bson.RawValue) {
-	if v.checked == nil {
-		v.checked = make(map[string][]bson.RawValue, 1)
-	}
-	if cur, ok := v.checked[ns]; ok {
-		v.checked[ns] = append(cur, ids...)
-	} else {
-		v.checked[ns] = slices.Clip(ids) // shared until appended to
-	}
-}
+func (v *verdict) check(ns string, ids []bson.RawValue) { v.checked.add(ns, ids) }
 
 // isNamed reports whether the request itself named id.
 func (v *verdict) isNamed(id bson.RawValue) bool {

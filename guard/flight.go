@@ -27,16 +27,50 @@ import (
 // flightPlan is what an allowed enforced write holds, gathered by holds.
 type flightPlan struct {
 	owner  lockstore.Owner
-	locks  map[string][]bson.RawValue // ns -> ids
-	end    time.Time                  // local monotonic time when the earliest lease surely ends
-	left   time.Duration              // lease left at the check, for renewals
-	margin time.Duration              // the largest margin of the rules involved
+	locks  nsLocks
+	end    time.Time     // local monotonic time when the earliest lease surely ends
+	left   time.Duration // lease left at the check, for renewals
+	margin time.Duration // the largest margin of the rules involved
+}
+
+// nsLocks are lock ids by namespace: a slice, as a write's locks are in
+// one namespace or very few.
+type nsLocks []nsIDs
+
+type nsIDs struct {
+	ns  string
+	ids []bson.RawValue
+}
+
+// add appends ids to ns's; they are shared until appended to.
+func (l *nsLocks) add(ns string, ids []bson.RawValue) {
+	for i := range *l {
+		if (*l)[i].ns == ns {
+			(*l)[i].ids = append((*l)[i].ids, ids...)
+			return
+		}
+	}
+	*l = append(*l, nsIDs{ns: ns, ids: slices.Clip(ids)})
+}
+
+func (l nsLocks) get(ns string) []bson.RawValue {
+	ids, _ := l.lookup(ns)
+	return ids
+}
+
+func (l nsLocks) lookup(ns string) ([]bson.RawValue, bool) {
+	for _, x := range l {
+		if x.ns == ns {
+			return x.ids, true
+		}
+	}
+	return nil, false
 }
 
 func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []bson.RawValue, left time.Duration) {
 	end := time.Now().Add(left)
 	if v.flight == nil {
-		v.flight = &flightPlan{owner: o, locks: make(map[string][]bson.RawValue, 1), end: end, left: left}
+		v.flight = &flightPlan{owner: o, end: end, left: left}
 	}
 	f := v.flight
 	if end.Before(f.end) {
@@ -44,11 +78,7 @@ func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids [
 	}
 	f.left = min(f.left, left)
 	f.margin = max(f.margin, r.LeaseMargin)
-	if cur, ok := f.locks[ns]; ok {
-		f.locks[ns] = append(cur, ids...)
-	} else {
-		f.locks[ns] = slices.Clip(ids) // shared with the verdict until appended to
-	}
+	f.locks.add(ns, ids)
 }
 
 // flightTracker knows, per lock owner session, the enforced writes this
@@ -179,8 +209,9 @@ func (f *flight) renew() {
 	lease := min(max(f.plan.left, time.Second), f.g.opts.MaxInFlight)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for ns, ids := range f.plan.locks {
-		if _, err := f.g.opts.Store.Renew(ctx, f.plan.owner, ns, ids, lease); err != nil {
+	for _, l := range f.plan.locks {
+		ns := l.ns
+		if _, err := f.g.opts.Store.Renew(ctx, f.plan.owner, ns, l.ids, lease); err != nil {
 			// Released by an operator, or the store is unreachable: the
 			// write goes on under its maxTimeMS (and the fence, if any).
 			f.g.log.Info("could not renew the locks of a write still in flight", zap.String("ns", ns), zap.Error(err))
@@ -235,7 +266,7 @@ func (t *flightTracker) waitKey(ctx context.Context, ns string, id bson.RawValue
 	find:
 		for _, sf := range t.bySession {
 			for _, f := range sf.all {
-				for _, fid := range f.plan.locks[ns] {
+				for _, fid := range f.plan.locks.get(ns) {
 					if lockstore.SameID(fid, id) {
 						idle = sf.idleLocked()
 						break find
@@ -275,8 +306,8 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	if p == nil || (d.Action != proxy.Forward && d.Action != proxy.Rewrite) {
 		return d
 	}
-	w := v.writes[0]
 	late := func() bsoncore.Document {
+		w := v.writes[0] // here, or every write would copy it to the heap
 		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonNotLocked,
 			detail: fmt.Sprintf("this session's lock had less than the policy's margin of %v of lease left when the write was about to leave for the database; renew it with renewLock", p.margin)}
 		return refusal(req, x).document()
@@ -304,7 +335,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 			b, capped, err = policy.CapMaxTimeOf(req.Message, req.Command, ms)
 		}
 		if err != nil {
-			x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonUnclassifiable,
+			x := violation{write: v.writes[0], rule: pol.Lookup(v.writes[0].NS), reason: reasonUnclassifiable,
 				detail: fmt.Sprintf("the proxy could not bound its running time by the lease (%v)", err)}
 			if d.OnReply != nil {
 				d.OnReply.Abandon()
