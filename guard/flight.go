@@ -95,6 +95,7 @@ type sessionFlights struct {
 	// idle, made by the first waiter (most flights have none), is closed
 	// when all becomes empty.
 	idle chan struct{}
+	one  [1]*flight // all's room for the usual one
 }
 
 func newFlightTracker() *flightTracker {
@@ -124,6 +125,7 @@ func (g *Guard) launch(p *flightPlan, maxTime time.Duration, next proxy.ReplyHoo
 	sf := t.bySession[f.key]
 	if sf == nil {
 		sf = &sessionFlights{}
+		sf.all = sf.one[:0]
 		t.bySession[f.key] = sf
 	}
 	sf.all = append(sf.all, f)
