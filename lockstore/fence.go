@@ -19,7 +19,7 @@ func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns string, ids []bs
 		return nil, 0, nil, err
 	}
 	// Each id's key is made once; idx maps an id to its key.
-	ks, idx, err := keysIndexed(ns, ids)
+	ks, idx, err := keysIndexed(ns, ids, true)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -35,7 +35,11 @@ func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns string, ids []bs
 	}
 	out := make([]int64, len(ids))
 	for i := range ids {
-		out[i] = byKey[idx[i]]
+		if idx == nil {
+			out[i] = byKey[i]
+		} else {
+			out[i] = byKey[idx[i]]
+		}
 	}
 	now, _ := s.clock.Now()
 	return out, time.Duration(end - now.UnixNano()), nil, nil

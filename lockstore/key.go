@@ -303,9 +303,10 @@ func SameID(a, b bson.RawValue) bool {
 }
 
 // keysIndexed is keys (the distinct keys of ids in request order, ns and
-// each id validated) plus, for each id, the index of its key; each id's
-// canonical form and record id are made once.
-func keysIndexed(ns string, ids []bson.RawValue) ([]lockKey, []int, error) {
+// each id validated) plus, when index is set and there are several ids,
+// the index of each id's key (nil: id i is key i); each id's canonical
+// form and record id are made once.
+func keysIndexed(ns string, ids []bson.RawValue, index bool) ([]lockKey, []int, error) {
 	if ns == "" || strings.IndexByte(ns, 0) >= 0 {
 		return nil, nil, fmt.Errorf("%w: bad namespace %q", ErrInvalidArgument, ns)
 	}
@@ -313,7 +314,10 @@ func keysIndexed(ns string, ids []bson.RawValue) ([]lockKey, []int, error) {
 		return nil, nil, fmt.Errorf("%w: no ids", ErrInvalidArgument)
 	}
 	out := make([]lockKey, 0, len(ids))
-	idx := make([]int, len(ids))
+	var idx []int
+	if index && len(ids) > 1 {
+		idx = make([]int, len(ids))
+	}
 	// A scan finds the duplicates of a few ids faster than a map.
 	var seen map[string]int
 	if len(ids) > 8 {
@@ -344,7 +348,9 @@ func keysIndexed(ns string, ids []bson.RawValue) ([]lockKey, []int, error) {
 			at = len(out)
 			out = append(out, lockKey{rid: rid, id: id})
 		}
-		idx[i] = at
+		if idx != nil {
+			idx[i] = at
+		}
 	}
 	return out, idx, nil
 }

@@ -352,7 +352,7 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 	if err := checkOwner(owner); err != nil {
 		return false, nil, err
 	}
-	ks, _, err := keysIndexed(ns, ids)
+	ks, _, err := keysIndexed(ns, ids, false)
 	if err != nil {
 		return false, nil, err
 	}
