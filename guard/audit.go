@@ -16,15 +16,8 @@ import (
 // or id.
 func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration) {
 	g.metrics.decisionSeconds.Observe(took.Seconds())
-	command := req.Message.Header().OpCode.String()
-	var session string
-	if req.Command != nil {
-		command = req.Command.Name
-		if sid, ok := req.Command.SessionID(); ok {
-			session = lockstore.SessionPrefix(sid)
-		}
-	}
-	var seen []string // namespaces logged; a message writes very few
+	var seenBuf [4]string
+	seen := seenBuf[:0] // namespaces logged; a message writes very few
 	logNS := func(w policy.Write, r policy.Rule, x *violation) {
 		if slices.Contains(seen, w.NS) {
 			return
@@ -45,7 +38,18 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		if ce == nil {
 			return
 		}
-		fields := []zap.Field{
+		command := req.Message.Header().OpCode.String()
+		var session string
+		if req.Command != nil {
+			command = req.Command.Name
+			if v.lsid != nil {
+				session = lockstore.SessionPrefix(v.lsid)
+			} else if sid, ok := req.Command.SessionID(); ok {
+				session = lockstore.SessionPrefix(sid)
+			}
+		}
+		fp := g.auditFields.Get().(*[]zap.Field) // room for every field below
+		fields := append((*fp)[:0],
 			zap.String("client", req.Client.Addr),
 			zap.String("app", req.Client.AppName()),
 			zap.String("user", req.Client.User()),
@@ -55,9 +59,8 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			zap.String("mode", string(r.Mode)),
 			zap.String("decision", decision),
 			zap.String("policyVersion", pol.Version()),
-			zap.Duration("took", took),
-		}
-		if ids, ok := v.checked[w.NS]; ok {
+			zap.Duration("took", took))
+		if ids, ok := v.checked.lookup(w.NS); ok {
 			fields = append(fields, zap.String("ids", idList(ids)))
 		}
 		if x != nil {
@@ -67,13 +70,22 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			}
 		}
 		ce.Write(fields...)
+		// Cores encode or copy the fields in Write (zap's do), so the
+		// slice is free again.
+		clear(fields)
+		*fp = fields[:0]
+		g.auditFields.Put(fp)
 	}
 	for i := range v.violations {
 		x := &v.violations[i]
 		logNS(x.write, x.rule, x)
 	}
-	for _, w := range v.writes {
-		logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
+	for i, w := range v.writes {
+		if len(v.rules) == len(v.writes) {
+			logNS(w, v.rules[i], nil) // the rule enforce looked up
+		} else {
+			logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,13 +57,18 @@ type violation struct {
 
 // verdict collects what enforcement found for one message.
 type verdict struct {
-	writes     []policy.Write
+	writes []policy.Write
+	// rules are the writes' rules for the client, when enforce looked
+	// them up (else nil).
+	rules      []policy.Rule
 	violations []violation
 	pins       []policy.Pin
-	checked    map[string][]bson.RawValue // ns -> ids whose locks were verified
+	checked    nsLocks // the ids whose locks were verified
 	// req is the request decided, for asking the upstream on its
 	// connection.
 	req *proxy.Request
+	// lsid is the request's session id once enforce has read it.
+	lsid []byte
 	// named are the ids the request itself names (filters that pin _id,
 	// upserted and inserted ids): the only ids a refusal may show. Ids
 	// found by resolving a filter stay secret, or a refusal would tell
@@ -79,6 +85,9 @@ type verdict struct {
 	// over (scheme.go).
 	stale []int
 }
+
+// check records ids as verified in ns, for the audit line.
+func (v *verdict) check(ns string, ids []bson.RawValue) { v.checked.add(ns, ids) }
 
 // isNamed reports whether the request itself named id.
 func (v *verdict) isNamed(id bson.RawValue) bool {
@@ -100,12 +109,39 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if len(writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	v := &verdict{checked: map[string][]bson.RawValue{}, req: req}
-	rules := make([]policy.Rule, len(writes))
+	// The rule of each write, looked up once for the decision and the
+	// audit line; nothing is allocated for a command that writes only
+	// where nothing is protected.
+	var rules []policy.Rule
+	off := 0
 	for i, w := range writes {
-		rules[i] = g.ruleFor(pol.Lookup(w.NS), req)
-		if rules[i].Mode != policy.Off {
-			v.writes = append(v.writes, w)
+		r := g.ruleFor(pol.Lookup(w.NS), req)
+		if r.Mode == policy.Off {
+			off++
+		}
+		if rules == nil {
+			if r.Mode == policy.Off {
+				continue
+			}
+			rules = make([]policy.Rule, i, len(writes))
+			for j := range rules {
+				rules[j] = g.ruleFor(pol.Lookup(writes[j].NS), req)
+			}
+		}
+		rules = append(rules, r)
+	}
+	if rules == nil {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	v := &verdict{req: req}
+	switch {
+	case off == 0:
+		v.writes, v.rules = writes, rules
+	case off < len(writes):
+		for i, w := range writes {
+			if rules[i].Mode != policy.Off {
+				v.writes, v.rules = append(v.writes, w), append(v.rules, rules[i])
+			}
 		}
 	}
 	if len(v.writes) == 0 {
@@ -115,11 +151,11 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		return d
 	}
 
-	o, hasSession := g.writeOwner(req)
+	o, hasSession := g.writeOwner(req, v)
 	var deferred []int // writes whose documents must be resolved first
-	need := map[string][]bson.RawValue{}
-	needRule := map[string]policy.Rule{}
-	inserts := map[string][]bson.RawValue{}
+	var needBuf [1]nsNeed
+	need := needs(needBuf[:0])
+	var inserts needs
 	for i, w := range writes {
 		r := rules[i]
 		if r.Mode == policy.Off {
@@ -141,8 +177,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				case !certain:
 					v.add(r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
 				case found:
-					inserts[w.NS] = append(inserts[w.NS], rawCopy(id))
-					needRule[w.NS] = r
+					inserts.add(w.NS, r, rawCopy(id))
 				}
 			}
 		default:
@@ -162,11 +197,10 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				continue
 			}
 			v.fenceWrite(r, w, ids)
-			need[w.NS] = append(need[w.NS], ids...)
-			needRule[w.NS] = r
+			need.add(w.NS, r, ids...)
 		}
 	}
-	g.checkNeeds(ctx, v, o, need, needRule)
+	g.checkNeeds(ctx, v, o, need)
 	// Statements whose filter names no _id are resolved last, and only
 	// while the command can still be allowed: a query for the documents
 	// they match is the expensive part, and pointless once anything in the
@@ -175,20 +209,19 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		if v.enforcedViolation() {
 			g.metrics.resolves.WithLabelValues("skipped").Add(float64(len(deferred)))
 		} else {
-			resolved := map[string][]bson.RawValue{}
+			var resolved needs
 			for _, i := range deferred {
 				ids, ok, _ := g.targets(ctx, v, rules[i], writes[i], true)
 				if ok {
 					v.fenceWrite(rules[i], writes[i], ids)
-					resolved[writes[i].NS] = append(resolved[writes[i].NS], ids...)
-					needRule[writes[i].NS] = rules[i]
+					resolved.add(writes[i].NS, rules[i], ids...)
 				}
 			}
-			g.checkNeeds(ctx, v, o, resolved, needRule)
+			g.checkNeeds(ctx, v, o, resolved)
 		}
 	}
-	for ns, ids := range inserts {
-		g.checkInsertable(ctx, v, needRule[ns], o, ns, ids)
+	for _, n := range inserts {
+		g.checkInsertable(ctx, v, n.r, o, n.ns, n.ids)
 	}
 	if !v.enforcedViolation() {
 		g.fenceInserts(ctx, v, o, hasSession)
@@ -224,12 +257,33 @@ func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Ru
 
 // checkNeeds checks the locks each namespace's writes need, skipping
 // namespaces already refused.
-func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, need map[string][]bson.RawValue, rules map[string]policy.Rule) {
-	for ns, ids := range need {
-		if len(ids) > 0 && !v.blocked(ns) {
-			g.checkHeld(ctx, v, rules[ns], o, ns, ids)
+func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, need needs) {
+	for _, n := range need {
+		if len(n.ids) > 0 && !v.blocked(n.ns) {
+			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
 		}
 	}
+}
+
+// needs are the locks a command's writes need, by namespace in the order
+// first written: a slice, as a command writes one namespace or very few.
+type needs []nsNeed
+
+type nsNeed struct {
+	ns  string
+	r   policy.Rule // the rule of the namespace's last write
+	ids []bson.RawValue
+}
+
+func (n *needs) add(ns string, r policy.Rule, ids ...bson.RawValue) {
+	for i := range *n {
+		if (*n)[i].ns == ns {
+			(*n)[i].r = r
+			(*n)[i].ids = append((*n)[i].ids, ids...)
+			return
+		}
+	}
+	*n = append(*n, nsNeed{ns: ns, r: r, ids: slices.Clip(ids)})
 }
 
 // enforcedViolation reports whether the command is refused already.
@@ -369,7 +423,7 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 		return
 	}
 	if ok {
-		v.checked[ns] = append(v.checked[ns], ids...)
+		v.check(ns, ids)
 		return
 	}
 	// Only the ids the request named are shown; the others are counted.
@@ -643,7 +697,7 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 // writeOwner is the lock owner a write acts as: its session, and the
 // binding it names, if any, in its comment: "lockgate:<bind>" (a string,
 // which every server accepts), or {lockgate: "<bind>"}.
-func (g *Guard) writeOwner(req *proxy.Request) (lockstore.Owner, bool) {
+func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, bool) {
 	if req.Command == nil {
 		return lockstore.Owner{}, false
 	}
@@ -651,6 +705,7 @@ func (g *Guard) writeOwner(req *proxy.Request) (lockstore.Owner, bool) {
 	if !ok {
 		return lockstore.Owner{}, false
 	}
+	v.lsid = session // for the audit line
 	bind := ""
 	if c, err := req.Command.Body.LookupErr("comment"); err == nil {
 		switch c.Type {
@@ -682,10 +737,19 @@ func rawCopy(v bsoncore.Value) bson.RawValue {
 	return bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Data...)}
 }
 
+// rawCopies copies vs into one buffer: two allocations for any number of
+// ids.
 func rawCopies(vs []bsoncore.Value) []bson.RawValue {
+	n := 0
+	for _, v := range vs {
+		n += len(v.Data)
+	}
+	buf := make([]byte, 0, n)
 	out := make([]bson.RawValue, len(vs))
 	for i, v := range vs {
-		out[i] = rawCopy(v)
+		at := len(buf)
+		buf = append(buf, v.Data...)
+		out[i] = bson.RawValue{Type: v.Type, Value: buf[at:len(buf):len(buf)]}
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,16 +27,50 @@ import (
 // flightPlan is what an allowed enforced write holds, gathered by holds.
 type flightPlan struct {
 	owner  lockstore.Owner
-	locks  map[string][]bson.RawValue // ns -> ids
-	end    time.Time                  // local monotonic time when the earliest lease surely ends
-	left   time.Duration              // lease left at the check, for renewals
-	margin time.Duration              // the largest margin of the rules involved
+	locks  nsLocks
+	end    time.Time     // local monotonic time when the earliest lease surely ends
+	left   time.Duration // lease left at the check, for renewals
+	margin time.Duration // the largest margin of the rules involved
+}
+
+// nsLocks are lock ids by namespace: a slice, as a write's locks are in
+// one namespace or very few.
+type nsLocks []nsIDs
+
+type nsIDs struct {
+	ns  string
+	ids []bson.RawValue
+}
+
+// add appends ids to ns's; they are shared until appended to.
+func (l *nsLocks) add(ns string, ids []bson.RawValue) {
+	for i := range *l {
+		if (*l)[i].ns == ns {
+			(*l)[i].ids = append((*l)[i].ids, ids...)
+			return
+		}
+	}
+	*l = append(*l, nsIDs{ns: ns, ids: slices.Clip(ids)})
+}
+
+func (l nsLocks) get(ns string) []bson.RawValue {
+	ids, _ := l.lookup(ns)
+	return ids
+}
+
+func (l nsLocks) lookup(ns string) ([]bson.RawValue, bool) {
+	for _, x := range l {
+		if x.ns == ns {
+			return x.ids, true
+		}
+	}
+	return nil, false
 }
 
 func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []bson.RawValue, left time.Duration) {
 	end := time.Now().Add(left)
 	if v.flight == nil {
-		v.flight = &flightPlan{owner: o, locks: map[string][]bson.RawValue{}, end: end, left: left}
+		v.flight = &flightPlan{owner: o, end: end, left: left}
 	}
 	f := v.flight
 	if end.Before(f.end) {
@@ -43,7 +78,7 @@ func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids [
 	}
 	f.left = min(f.left, left)
 	f.margin = max(f.margin, r.LeaseMargin)
-	f.locks[ns] = append(f.locks[ns], ids...)
+	f.locks.add(ns, ids)
 }
 
 // flightTracker knows, per lock owner session, the enforced writes this
@@ -55,8 +90,12 @@ type flightTracker struct {
 }
 
 type sessionFlights struct {
-	all  map[*flight]struct{}
-	idle chan struct{} // closed when all becomes empty
+	// all is a slice: a session has one write in flight, or very few.
+	all []*flight
+	// idle, made by the first waiter (most flights have none), is closed
+	// when all becomes empty.
+	idle chan struct{}
+	one  [1]*flight // all's room for the usual one
 }
 
 func newFlightTracker() *flightTracker {
@@ -85,10 +124,11 @@ func (g *Guard) launch(p *flightPlan, maxTime time.Duration, next proxy.ReplyHoo
 	t.mu.Lock()
 	sf := t.bySession[f.key]
 	if sf == nil {
-		sf = &sessionFlights{all: map[*flight]struct{}{}, idle: make(chan struct{})}
+		sf = &sessionFlights{}
+		sf.all = sf.one[:0]
 		t.bySession[f.key] = sf
 	}
-	sf.all[f] = struct{}{}
+	sf.all = append(sf.all, f)
 	t.mu.Unlock()
 	// Renew once half of what was left at the check has passed without a
 	// reply; most writes are answered long before.
@@ -145,9 +185,15 @@ func (f *flight) land() {
 	if sf == nil {
 		return
 	}
-	delete(sf.all, f)
+	if i := slices.Index(sf.all, f); i >= 0 {
+		last := len(sf.all) - 1
+		sf.all[i], sf.all[last] = sf.all[last], nil
+		sf.all = sf.all[:last]
+	}
 	if len(sf.all) == 0 {
-		close(sf.idle)
+		if sf.idle != nil {
+			close(sf.idle)
+		}
 		delete(t.bySession, f.key)
 	}
 }
@@ -165,8 +211,9 @@ func (f *flight) renew() {
 	lease := min(max(f.plan.left, time.Second), f.g.opts.MaxInFlight)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for ns, ids := range f.plan.locks {
-		if _, err := f.g.opts.Store.Renew(ctx, f.plan.owner, ns, ids, lease); err != nil {
+	for _, l := range f.plan.locks {
+		ns := l.ns
+		if _, err := f.g.opts.Store.Renew(ctx, f.plan.owner, ns, l.ids, lease); err != nil {
 			// Released by an operator, or the store is unreachable: the
 			// write goes on under its maxTimeMS (and the fence, if any).
 			f.g.log.Info("could not renew the locks of a write still in flight", zap.String("ns", ns), zap.Error(err))
@@ -181,18 +228,31 @@ func (f *flight) renew() {
 	f.mu.Unlock()
 }
 
+// idleLocked returns the channel closed when the session has no write in
+// flight left, made on first use; t.mu is held.
+func (sf *sessionFlights) idleLocked() chan struct{} {
+	if sf.idle == nil {
+		sf.idle = make(chan struct{})
+	}
+	return sf.idle
+}
+
 // waitSession blocks until the session's enforced writes in flight on this
 // proxy are answered, or ctx ends.
 func (t *flightTracker) waitSession(ctx context.Context, session []byte) error {
 	for {
 		t.mu.Lock()
 		sf := t.bySession[string(session)]
+		var idle chan struct{}
+		if sf != nil {
+			idle = sf.idleLocked()
+		}
 		t.mu.Unlock()
 		if sf == nil {
 			return nil
 		}
 		select {
-		case <-sf.idle:
+		case <-idle:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -207,10 +267,10 @@ func (t *flightTracker) waitKey(ctx context.Context, ns string, id bson.RawValue
 		t.mu.Lock()
 	find:
 		for _, sf := range t.bySession {
-			for f := range sf.all {
-				for _, fid := range f.plan.locks[ns] {
+			for _, f := range sf.all {
+				for _, fid := range f.plan.locks.get(ns) {
 					if lockstore.SameID(fid, id) {
-						idle = sf.idle
+						idle = sf.idleLocked()
 						break find
 					}
 				}
@@ -248,8 +308,8 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	if p == nil || (d.Action != proxy.Forward && d.Action != proxy.Rewrite) {
 		return d
 	}
-	w := v.writes[0]
 	late := func() bsoncore.Document {
+		w := v.writes[0] // here, or every write would copy it to the heap
 		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonNotLocked,
 			detail: fmt.Sprintf("this session's lock had less than the policy's margin of %v of lease left when the write was about to leave for the database; renew it with renewLock", p.margin)}
 		return refusal(req, x).document()
@@ -262,10 +322,11 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		return proxy.Decision{Action: proxy.Reply, Reply: late()}
 	}
 	var maxTime time.Duration
-	if req.Command != nil && inTransaction(req.Command.Body) {
+	inTxn := req.Command != nil && inTransaction(req.Command.Body)
+	if inTxn {
 		g.recordTxn(req, p)
 	}
-	if req.Command != nil && !inTransaction(req.Command.Body) {
+	if req.Command != nil && !inTxn {
 		ms := max(budget.Milliseconds(), 1)
 		var b []byte
 		var capped time.Duration
@@ -276,7 +337,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 			b, capped, err = policy.CapMaxTimeOf(req.Message, req.Command, ms)
 		}
 		if err != nil {
-			x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonUnclassifiable,
+			x := violation{write: v.writes[0], rule: pol.Lookup(v.writes[0].NS), reason: reasonUnclassifiable,
 				detail: fmt.Sprintf("the proxy could not bound its running time by the lease (%v)", err)}
 			if d.OnReply != nil {
 				d.OnReply.Abandon()
@@ -289,7 +350,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		}
 	}
 	d.Deadline = p.end.Add(-p.margin)
-	d.LateReply = late()
+	d.LateReply = late
 	d.OnReply = g.launch(p, maxTime, d.OnReply)
 	return d
 }

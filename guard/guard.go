@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -112,6 +113,10 @@ type Guard struct {
 	txns *txnTracker
 	// schemes serialises scheme lock acquires per key (scheme.go).
 	schemes schemeKeys
+
+	// auditFields are the field slices of audit lines (audit.go), reused:
+	// a line is written for every decision on a protected namespace.
+	auditFields sync.Pool
 }
 
 // SetPolicy installs a new policy for every request from now on. Requests
@@ -150,10 +155,12 @@ func New(opts Options) *Guard {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 10 * time.Minute
 	}
-	return &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
+	g := &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
 		flights: newFlightTracker(), txns: newTxnTracker(),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
+	g.auditFields.New = func() any { f := make([]zap.Field, 0, 14); return &f }
+	return g
 }
 
 // Intercept implements proxy.Interceptor.

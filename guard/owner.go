@@ -17,7 +17,22 @@ import (
 // holder, can be recovered (docs/SECURITY.md). Safe for concurrent use.
 type ownerKeys struct {
 	pool sync.Pool // of hash.Hash keyed with the secret
+
+	// known remembers the owner keys of recent (user, lsid) pairs: a
+	// session writes many times, and the keyed hash costs more than the
+	// rest of deriving its owner. Bounded by emptying it when full.
+	mu    sync.Mutex
+	known map[sessionKey][]byte
 }
+
+type sessionKey struct {
+	user string
+	lsid [16]byte
+}
+
+// maxKnownOwners bounds ownerKeys.known: sessions alive at once across
+// all connections, well above what one proxy serves.
+const maxKnownOwners = 1 << 14
 
 // MinOwnerSecret is the shortest owner secret accepted, in bytes.
 const MinOwnerSecret = 32
@@ -28,14 +43,37 @@ func newOwnerKeys(secret []byte) *ownerKeys {
 		rand.Read(secret)
 	}
 	secret = append([]byte(nil), secret...)
-	return &ownerKeys{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}
+	return &ownerKeys{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}, known: map[sessionKey][]byte{}}
 }
 
 // session is the owner key of (user, lsid): 16 bytes, the size of the
 // session id it stands for, which keeps the store's records unchanged in
 // shape. The user is length-prefixed so that no (user, lsid) pair can be
 // made to collide with another by moving bytes between them.
+//
+// The result is shared: callers must not modify it.
 func (k *ownerKeys) session(user string, lsid []byte) []byte {
+	if len(lsid) != 16 {
+		return k.derive(user, lsid)
+	}
+	sk := sessionKey{user: user, lsid: [16]byte(lsid)}
+	k.mu.Lock()
+	key, ok := k.known[sk]
+	k.mu.Unlock()
+	if ok {
+		return key
+	}
+	key = k.derive(user, lsid)
+	k.mu.Lock()
+	if len(k.known) >= maxKnownOwners {
+		clear(k.known)
+	}
+	k.known[sk] = key
+	k.mu.Unlock()
+	return key
+}
+
+func (k *ownerKeys) derive(user string, lsid []byte) []byte {
 	h := k.pool.Get().(hash.Hash)
 	defer k.pool.Put(h)
 	h.Reset()

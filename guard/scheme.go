@@ -107,7 +107,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 	if !under {
 		return proxy.Decision{}, false
 	}
-	v := &verdict{checked: map[string][]bson.RawValue{}, req: req}
+	v := &verdict{req: req}
 	var ops []schemeOp
 	for i, w := range writes {
 		r := rules[i]
@@ -204,7 +204,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 	}
 	lease := schemeLease(r.Scheme, st)
 	if held {
-		v.checked[w.NS] = append(v.checked[w.NS], ids...)
+		v.check(w.NS, ids)
 		renew := st.Renew
 		if r.Scheme.Type == config.SchemeFlag && !st.Ends {
 			// A flag has no lease of its own: the holder's writes keep
@@ -327,7 +327,7 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
 			g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
 		}
-		v.checked[w.NS] = append(v.checked[w.NS], ids...)
+		v.check(w.NS, ids)
 		g.record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Reply, Reply: reply}
 	}
@@ -366,7 +366,7 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
 		}
 	} else {
-		v.checked[w.NS] = append(v.checked[w.NS], ids...)
+		v.check(w.NS, ids)
 	}
 	g.record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
@@ -668,7 +668,7 @@ func (g *Guard) schemeReleaseAll(ctx context.Context, req *proxy.Request, pol *p
 			g.log.Warn("scheme lock release failed; they expire with their lease", zap.String("ns", w.NS), zap.Error(err))
 		}
 	}
-	v.checked[w.NS] = append(v.checked[w.NS], mine...)
+	v.check(w.NS, mine)
 	g.record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
 }

@@ -41,7 +41,7 @@ type txnTracker struct {
 
 type txnLocks struct {
 	owner  lockstore.Owner
-	locks  map[string][]bson.RawValue
+	locks  nsLocks
 	margin time.Duration
 	at     time.Time
 }
@@ -79,12 +79,12 @@ func (g *Guard) recordTxn(req *proxy.Request, p *flightPlan) {
 			}
 			delete(t.m, oldest)
 		}
-		e = &txnLocks{owner: p.owner, locks: map[string][]bson.RawValue{}, at: time.Now()}
+		e = &txnLocks{owner: p.owner, at: time.Now()}
 		t.m[key] = e
 	}
 	e.margin = max(e.margin, p.margin)
-	for ns, ids := range p.locks {
-		e.locks[ns] = append(e.locks[ns], ids...)
+	for _, l := range p.locks {
+		e.locks.add(l.ns, l.ids)
 	}
 }
 
@@ -119,7 +119,8 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 	}
 	plan := &flightPlan{owner: e.owner, locks: e.locks, margin: e.margin}
 	var why string
-	for ns, ids := range e.locks {
+	for _, l := range e.locks {
+		ns, ids := l.ns, l.ids
 		left, held, err := g.leaseLeft(ctx, e.owner, ns, ids, e.margin)
 		switch {
 		case err != nil:
@@ -152,7 +153,7 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 		}
 	}
 	refused := commitRefusal("the lease of its locks would have ended before the commit left for the database")
-	d.Deadline, d.LateReply = plan.end.Add(-e.margin), refused.document()
+	d.Deadline, d.LateReply = plan.end.Add(-e.margin), refused.document
 	d.OnReply = g.launch(plan, maxTime, &commitHook{t: g.txns, key: key})
 	return d
 }

@@ -46,3 +46,23 @@ func BenchmarkHoldsCached(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHeldTokensCached is BenchmarkHoldsCached for what enforcement
+// calls: the check plus the token and the lease left.
+func BenchmarkHeldTokensCached(b *testing.B) {
+	cfg := testConfig(b)
+	cfg.CacheTrust = time.Hour
+	s := openStore(b, cfg)
+	o := newOwner("bench")
+	id := []bson.RawValue{rv(b, "bench")}
+	if _, err := s.Acquire(bg, o, "db.bench", id, 10*time.Minute, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if tokens, _, missing, err := s.HeldTokens(bg, o, "db.bench", id, time.Second); len(tokens) != 1 || len(missing) > 0 || err != nil {
+			b.Fatal(tokens, missing, err)
+		}
+	}
+}

@@ -15,21 +15,34 @@ import (
 // and the ids not held. Like Holds it answers from the cache where it can
 // and fails closed.
 func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error) {
-	byKey := make(map[string]int64, len(ids)+1)
-	ok, missing, err := s.holds(ctx, owner, ns, ids, margin, byKey)
+	if err := checkOwner(owner); err != nil {
+		return nil, 0, nil, err
+	}
+	// Each id's key is made once; idx maps an id to its key.
+	ks, idx, err := keysIndexed(ns, ids, true)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	var one [1]int64
+	byKey := one[:0]
+	if len(ks) > 1 {
+		byKey = make([]int64, 0, len(ks))
+	}
+	byKey = byKey[:len(ks)]
+	ok, missing, end, err := s.holds(ctx, owner, ks, margin, byKey)
 	if err != nil || !ok {
 		return nil, 0, missing, err
 	}
 	out := make([]int64, len(ids))
-	for i, id := range ids {
-		ck, err := canonicalID(id)
-		if err != nil {
-			return nil, 0, nil, err
+	for i := range ids {
+		if idx == nil {
+			out[i] = byKey[i]
+		} else {
+			out[i] = byKey[idx[i]]
 		}
-		out[i] = byKey[recordID(ns, ck)]
 	}
 	now, _ := s.clock.Now()
-	return out, time.Duration(byKey[""] - now.UnixNano()), nil, nil
+	return out, time.Duration(end - now.UnixNano()), nil, nil
 }
 
 // IDKey is the canonical form of an _id as a lock key compares it (1,

@@ -75,6 +75,7 @@ func canonicalID(v bson.RawValue) ([]byte, error) {
 		return nil, fmt.Errorf("%w: missing _id value", ErrInvalidID)
 	}
 	var b bytes.Buffer
+	b.Grow(len(v.Value) + 8) // most ids encode to about their own size
 	if err := encodeValue(&b, v, 0); err != nil {
 		return nil, err
 	}
@@ -89,7 +90,18 @@ func recordID(ns string, key []byte) string {
 		sum := sha256.Sum256(key)
 		return ns + keySeparator + hashKeyPrefix + hex.EncodeToString(sum[:])
 	}
-	return ns + keySeparator + hex.EncodeToString(key)
+	// One allocation: every enforced write makes one per id.
+	var b strings.Builder
+	b.Grow(len(ns) + len(keySeparator) + hex.EncodedLen(len(key)))
+	b.WriteString(ns)
+	b.WriteString(keySeparator)
+	var chunk [64]byte
+	for len(key) > 0 {
+		n := min(len(key), len(chunk)/2)
+		b.Write(hex.AppendEncode(chunk[:0], key[:n]))
+		key = key[n:]
+	}
+	return b.String()
 }
 
 func encodeValue(b *bytes.Buffer, v bson.RawValue, depth int) error {
@@ -288,4 +300,57 @@ func SameID(a, b bson.RawValue) bool {
 	}
 	kb, err := canonicalID(b)
 	return err == nil && bytes.Equal(ka, kb)
+}
+
+// keysIndexed is keys (the distinct keys of ids in request order, ns and
+// each id validated) plus, when index is set and there are several ids,
+// the index of each id's key (nil: id i is key i); each id's canonical
+// form and record id are made once.
+func keysIndexed(ns string, ids []bson.RawValue, index bool) ([]lockKey, []int, error) {
+	if ns == "" || strings.IndexByte(ns, 0) >= 0 {
+		return nil, nil, fmt.Errorf("%w: bad namespace %q", ErrInvalidArgument, ns)
+	}
+	if len(ids) == 0 {
+		return nil, nil, fmt.Errorf("%w: no ids", ErrInvalidArgument)
+	}
+	out := make([]lockKey, 0, len(ids))
+	var idx []int
+	if index && len(ids) > 1 {
+		idx = make([]int, len(ids))
+	}
+	// A scan finds the duplicates of a few ids faster than a map.
+	var seen map[string]int
+	if len(ids) > 8 {
+		seen = make(map[string]int, len(ids))
+	}
+	for i, id := range ids {
+		ck, err := canonicalID(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		rid := recordID(ns, ck)
+		at := -1
+		if seen != nil {
+			if j, dup := seen[rid]; dup {
+				at = j
+			} else {
+				seen[rid] = len(out)
+			}
+		} else {
+			for j := range out {
+				if out[j].rid == rid {
+					at = j
+					break
+				}
+			}
+		}
+		if at < 0 {
+			at = len(out)
+			out = append(out, lockKey{rid: rid, id: id})
+		}
+		if idx != nil {
+			idx[i] = at
+		}
+	}
+	return out, idx, nil
 }

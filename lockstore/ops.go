@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -348,69 +349,73 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id bson.RawValue, r
 // so a lock taken through another instance is honoured. It fails closed:
 // on error the answer is false.
 func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration) (bool, []bson.RawValue, error) {
-	return s.holds(ctx, owner, ns, ids, margin, nil)
-}
-
-// holds is Holds; when tokens is not nil, it also records the token of
-// each key held, by record id, and the earliest lease end under the key
-// "" (as Unix nanoseconds of server time, with the clock's uncertainty
-// already subtracted).
-func (s *Store) holds(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration, tokens map[string]int64) (bool, []bson.RawValue, error) {
 	if err := checkOwner(owner); err != nil {
 		return false, nil, err
 	}
-	ks, err := keys(ns, ids)
+	ks, _, err := keysIndexed(ns, ids, false)
 	if err != nil {
 		return false, nil, err
 	}
+	ok, missing, _, err := s.holds(ctx, owner, ks, margin, nil)
+	return ok, missing, err
+}
+
+// holds is Holds for keys already validated; when tokens is not nil (one
+// per key), it also records the token of each key held, and returns the
+// earliest lease end as Unix nanoseconds of server time, the clock's
+// uncertainty already subtracted.
+func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin time.Duration, tokens []int64) (_ bool, _ []bson.RawValue, end int64, _ error) {
+	end = math.MaxInt64
+	earliest := func(t time.Time) { end = min(end, t.UnixNano()) }
 	now, unc := s.clock.Now()
 	need := now.Add(unc + margin) // the lease must surely outlast this
 	local := time.Now()
-	var ask []lockKey
-	for _, k := range ks {
+	var ask []int // indexes in ks of the keys the cache cannot answer
+	for i, k := range ks {
 		if s.cfg.CacheTrust > 0 {
 			if e, ok := s.cache.get(k.rid); ok && e.g.ownedBy(owner) && e.g.ExpiresAt.After(need) &&
 				local.Sub(e.verified) <= s.cfg.CacheTrust {
 				if tokens != nil {
-					tokens[k.rid] = e.g.Token
-					earliest(tokens, e.g.ExpiresAt.Add(-unc))
+					tokens[i] = e.g.Token
+					earliest(e.g.ExpiresAt.Add(-unc))
 				}
 				continue
 			}
 		}
-		ask = append(ask, k)
+		ask = append(ask, i)
 	}
 	if len(ask) == 0 {
-		return true, nil, nil
+		return true, nil, end, nil
 	}
 	if err := s.ready(ctx); err != nil {
-		return false, nil, err
+		return false, nil, 0, err
 	}
 	rids := make([]string, len(ask))
-	for i, k := range ask {
-		rids[i] = k.rid
+	for j, i := range ask {
+		rids[j] = ks[i].rid
 	}
 	hs, err := s.heads(ctx, rids)
 	if err != nil {
-		return false, nil, err
+		return false, nil, 0, err
 	}
 	now, unc = s.clock.Now()
 	need = now.Add(unc + margin)
 	verified := time.Now()
 	var missing []bson.RawValue
-	for _, k := range ask {
+	for _, i := range ask {
+		k := ks[i]
 		h := hs[k.rid]
 		if h != nil && h.ownedBy(owner) && h.ExpiresAt.After(need) {
 			s.cache.put(k.rid, holdEntry{g: h, verified: verified})
 			if tokens != nil {
-				tokens[k.rid] = h.Token
-				earliest(tokens, h.ExpiresAt.Add(-unc))
+				tokens[i] = h.Token
+				earliest(h.ExpiresAt.Add(-unc))
 			}
 			continue
 		}
 		missing = append(missing, k.id)
 	}
-	return len(missing) == 0, missing, nil
+	return len(missing) == 0, missing, end, nil
 }
 
 // Cleanup compacts the collection and returns how many claims it deleted:
@@ -444,12 +449,5 @@ func (s *Store) debug(op, ns string, owner Owner, fields ...zap.Field) {
 	if ce := s.log.Check(zap.DebugLevel, op); ce != nil {
 		ce.Write(append([]zap.Field{zap.String("ns", ns), zap.String("session", SessionPrefix(owner.Session)),
 			zap.String("app", owner.App)}, fields...)...)
-	}
-}
-
-// earliest keeps the earliest lease end under tokens[""].
-func earliest(tokens map[string]int64, end time.Time) {
-	if cur, ok := tokens[""]; !ok || end.UnixNano() < cur {
-		tokens[""] = end.UnixNano()
 	}
 }

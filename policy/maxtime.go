@@ -36,10 +36,17 @@ func CapMaxTimeOf(msg wire.Message, cmd *wire.Command, ms int64) ([]byte, time.D
 			return nil, 0, fmt.Errorf("policy: CapMaxTime: not a command (%v)", err)
 		}
 	}
-	if v, err := cmd.Body.LookupErr("maxTimeMS"); err == nil {
+	v, err := cmd.Body.LookupErr("maxTimeMS")
+	if err == nil {
 		if cur, ok := v.AsInt64OK(); ok && cur > 0 && cur <= ms {
 			return nil, time.Duration(cur) * time.Millisecond, nil
 		}
+	}
+	if m, ok := msg.(*wire.OpMsg); ok && err != nil && m.Body != nil && len(cmd.Body) == len(m.Body) {
+		// The usual case, no maxTimeMS yet: the field is appended while
+		// the message is re-encoded, one copy of its final size.
+		var e [24]byte
+		return wire.WithBodyElements(m, bsoncore.AppendInt64Element(e[:0], "maxTimeMS", ms)), time.Duration(ms) * time.Millisecond, nil
 	}
 	body, err := replaceField(cmd.Body, "maxTimeMS", bsoncore.Value{Type: bson.TypeInt64, Data: bsoncore.AppendInt64(nil, ms)}, true)
 	if err != nil {

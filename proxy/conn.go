@@ -364,7 +364,11 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 		}
 	}
 	if !d.Deadline.IsZero() && (d.Action == Forward || d.Action == Rewrite) && time.Now().After(d.Deadline) {
-		d = Decision{Action: Reply, Reply: d.LateReply, OnReply: d.OnReply}
+		var late bsoncore.Document
+		if d.LateReply != nil {
+			late = d.LateReply()
+		}
+		d = Decision{Action: Reply, Reply: late, OnReply: d.OnReply}
 	}
 	if d.OnReply != nil {
 		sent := d.Action == Forward || d.Action == Rewrite

@@ -106,9 +106,11 @@ type Decision struct {
 	OnReply ReplyHook
 	// Deadline, if set, is when a forwarded or rewritten request may no
 	// longer leave: the proxy checks it immediately before writing the
-	// bytes upstream and answers LateReply instead (abandoning OnReply).
+	// bytes upstream and answers LateReply's document instead (abandoning
+	// OnReply). A function: the answer is almost never needed, and building
+	// it for every write would cost more than the rest of the decision.
 	Deadline  time.Time
-	LateReply bsoncore.Document
+	LateReply func() bsoncore.Document
 }
 
 // ClientInfo describes a client connection. The proxy fills it in from the

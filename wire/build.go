@@ -29,16 +29,48 @@ func AppendMsg(dst []byte, requestID, responseTo int32, flags MsgFlags, body bso
 	return appendMsg(dst, requestID, responseTo, flags, body, 0, seqs)
 }
 
+// msgSize is the length of the OP_MSG that appendMsg makes of its arguments.
+func msgSize(flags MsgFlags, body bsoncore.Document, seqs []Sequence) int {
+	n := HeaderSize + 4 + 1 + len(body)
+	for _, s := range seqs {
+		n += 1 + 4 + len(s.Identifier) + 1
+		for _, d := range s.Documents {
+			n += len(d)
+		}
+	}
+	if flags&ChecksumPresent != 0 {
+		n += 4
+	}
+	return n
+}
+
 // appendMsg places the body at section position bodyIndex so that a parsed
 // message re-encodes to its original bytes.
 func appendMsg(dst []byte, requestID, responseTo int32, flags MsgFlags, body bsoncore.Document, bodyIndex int, seqs []Sequence) []byte {
+	return appendMsgExtra(dst, requestID, responseTo, flags, body, nil, bodyIndex, seqs)
+}
+
+// appendMsgExtra is appendMsg with extra, encoded elements, added at the
+// end of the body.
+func appendMsgExtra(dst []byte, requestID, responseTo int32, flags MsgFlags, body bsoncore.Document, extra []byte, bodyIndex int, seqs []Sequence) []byte {
 	start := len(dst)
 	dst = Header{RequestID: requestID, ResponseTo: responseTo, OpCode: OpCodeMsg}.Append(dst)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(flags))
+	appendBody := func(dst []byte) []byte {
+		dst = append(dst, sectionBody)
+		if len(extra) == 0 || len(body) < 5 {
+			return append(dst, body...)
+		}
+		at := len(dst)
+		dst = append(dst, body[:len(body)-1]...)
+		dst = append(dst, extra...)
+		dst = append(dst, 0)
+		binary.LittleEndian.PutUint32(dst[at:], uint32(len(dst)-at))
+		return dst
+	}
 	for i := 0; i <= len(seqs); i++ {
 		if i == bodyIndex {
-			dst = append(dst, sectionBody)
-			dst = append(dst, body...)
+			dst = appendBody(dst)
 		}
 		if i == len(seqs) {
 			break
@@ -54,8 +86,7 @@ func appendMsg(dst []byte, requestID, responseTo int32, flags MsgFlags, body bso
 		binary.LittleEndian.PutUint32(dst[at:], uint32(len(dst)-at))
 	}
 	if bodyIndex > len(seqs) {
-		dst = append(dst, sectionBody)
-		dst = append(dst, body...)
+		dst = appendBody(dst)
 	}
 	if flags&ChecksumPresent != 0 {
 		// The checksum covers the header, so the final length goes in first.
@@ -204,6 +235,15 @@ func WithBody(m Message, body bsoncore.Document) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("wire: WithBody: %v carries no command or reply document", m.Header().OpCode)
 	}
+}
+
+// WithBodyElements re-encodes m with elems, encoded BSON elements, added
+// at the end of its body, keeping everything else as WithBody does; the
+// message is built in one allocation of its final size. The caller makes
+// sure that the body has none of the keys already.
+func WithBodyElements(m *OpMsg, elems []byte) []byte {
+	dst := make([]byte, 0, msgSize(m.Flags, m.Body, m.Sequences)+len(elems))
+	return appendMsgExtra(dst, m.hdr.RequestID, m.hdr.ResponseTo, m.Flags, m.Body, elems, m.bodyIndex, m.Sequences)
 }
 
 // WithSequences re-encodes m with its body and its kind-1 sections both

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -152,6 +153,8 @@ func parseSequence(c *cursor, at, maxDoc int, docs []bsoncore.Document) (Sequenc
 // header ids, the flags, the sequences and the section order; the checksum
 // is recomputed when present.
 func (m *OpMsg) encode(dst []byte, body bsoncore.Document) []byte {
+	// Sized once: a rewrite on the enforced write path is one allocation.
+	dst = slices.Grow(dst, msgSize(m.Flags, body, m.Sequences))
 	return appendMsg(dst, m.hdr.RequestID, m.hdr.ResponseTo, m.Flags, body, m.bodyIndex, m.Sequences)
 }
 

@@ -1,0 +1,104 @@
+package guard_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
+)
+
+// BenchmarkEnforcedPinnedUpdate is the guard's whole part of the enforce
+// benchmark's write (bench/enforce.go): updateOne({_id}, {$inc: {n: 1}}) in
+// a session that holds the lock, decided, launched as a write in flight
+// (lease deadline, maxTimeMS, renewal timer), audited as the gateway logs
+// (JSON at info, to io.Discard) and landed by its reply; against the same
+// update on a namespace no rule protects. The difference of the two legs
+// is the CPU the guard adds to an enforced write (docs/BENCHMARKS.md).
+//
+//	go test ./guard -run '^$' -bench EnforcedPinnedUpdate -benchmem
+func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
+	lsid := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, make([]byte, 16)).Build()
+	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000", RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}
+	update := func(coll string) *proxy.Request {
+		// As the Go driver sends it: the statement in a kind-1 section.
+		stmt := bsoncore.NewDocumentBuilder().
+			AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
+			AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+			Build()
+		body := bsoncore.NewDocumentBuilder().AppendString("update", coll).AppendBoolean("ordered", true).
+			AppendDocument("lsid", lsid).AppendInt64("txnNumber", 1).AppendString("$db", "bench").Build()
+		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd, err := wire.CommandOf(msg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return &proxy.Request{Message: msg, Command: cmd, Client: client}
+	}
+	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "bench.locked", Mode: config.ModeEnforce}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeDuration = zapcore.StringDurationEncoder
+	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	for _, leg := range []struct{ name, coll string }{{"unprotected", "open"}, {"enforced", "locked"}} {
+		b.Run(leg.name, func(b *testing.B) {
+			store := memstore.New(memstore.Config{})
+			g := guard.New(guard.Options{Store: store, Reserved: guard.ReservedFor("lockgate", "locks"), Logger: logger})
+			g.SetPolicy(pol)
+			ctx := context.Background()
+			// The lock, taken as acquireLock through the guard takes it.
+			acquire := bsoncore.NewDocumentBuilder().AppendString("acquireLock", "locked").
+				AppendArray("ids", bsoncore.NewArrayBuilder().AppendInt32(7).Build()).AppendInt32("leaseMS", int32(10*time.Minute/time.Millisecond)).
+				AppendDocument("lsid", lsid).AppendString("$db", "bench").Build()
+			amsg, err := wire.Parse(wire.AppendMsg(nil, 2, 0, 0, acquire), wire.Limits{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			acmd, err := wire.CommandOf(amsg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if d := g.Intercept(ctx, &proxy.Request{Message: amsg, Command: acmd, Client: client}); d.Action != proxy.Reply || !ok(d.Reply) {
+				b.Fatalf("acquireLock: %+v %s", d, d.Reply)
+			}
+			if st, _ := store.Status(ctx, lockstore.Owner{}, "bench.locked", []bson.RawValue{{Type: bson.TypeInt32, Value: bsoncore.AppendInt32(nil, 7)}}); len(st) != 1 || !st[0].Held {
+				b.Fatal("the lock is not held", st)
+			}
+			req := update(leg.coll)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d := g.Intercept(ctx, req)
+				if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
+					b.Fatalf("%+v %s", d, d.Reply)
+				}
+				if d.OnReply != nil {
+					d.OnReply.Reply(ctx, nil) // answered: the flight lands
+				}
+			}
+		})
+	}
+}
+
+func ok(reply bsoncore.Document) bool {
+	v, ok := reply.Lookup("ok").AsInt64OK()
+	return ok && v == 1
+}
