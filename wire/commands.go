@@ -102,8 +102,9 @@ type CommandSpec struct {
 }
 
 // LookupCommand returns the entry of a command name, nil when lockgate
-// does not know it. It does not allocate for a []byte converted in the
-// call (LookupCommand(string(b))).
+// does not know it. The entry is the table's own: read it, never change
+// it. It does not allocate for a []byte converted in the call
+// (LookupCommand(string(b))).
 func LookupCommand(name string) *CommandSpec { return commandIndex[name] }
 
 // WriteCommandFolding returns the entry of a write command whose name
