@@ -31,6 +31,9 @@ type flightPlan struct {
 	end    time.Time     // local monotonic time when the earliest lease surely ends
 	left   time.Duration // lease left at the check, for renewals
 	margin time.Duration // the largest margin of the rules involved
+	// lockBuf is locks' room for the usual one namespace, so that the
+	// plan is one allocation.
+	lockBuf [1]nsIDs
 }
 
 // nsLocks are lock ids by namespace: a slice, as a write's locks are in
@@ -71,6 +74,7 @@ func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids [
 	end := time.Now().Add(left)
 	if v.flight == nil {
 		v.flight = &flightPlan{owner: o, end: end, left: left}
+		v.flight.locks = v.flight.lockBuf[:0]
 	}
 	f := v.flight
 	if end.Before(f.end) {
