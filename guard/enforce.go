@@ -774,6 +774,9 @@ func coreValues(vs []bson.RawValue) []bsoncore.Value {
 
 // idList renders ids for a log line.
 func idList(ids []bson.RawValue) string {
+	if len(ids) == 1 {
+		return lockstore.FormatID(ids[0]) // the usual write: no copy
+	}
 	var b strings.Builder
 	for i, id := range ids {
 		if i > 0 {
