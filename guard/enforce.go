@@ -84,6 +84,11 @@ type verdict struct {
 	// stale are the violations of holders whose scheme lock was taken
 	// over (scheme.go).
 	stale []int
+	// Room for the usual write of one statement in one namespace, so
+	// that the verdict of a single write is one allocation, not four.
+	ruleBuf    [1]policy.Rule
+	checkedBuf [1]nsIDs
+	needBuf    [1]nsNeed
 }
 
 // check records ids as verified in ns, for the audit line.
@@ -113,6 +118,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	// audit line; nothing is allocated for a command that writes only
 	// where nothing is protected.
 	var rules []policy.Rule
+	var v *verdict
 	off := 0
 	for i, w := range writes {
 		r := g.ruleFor(pol.Lookup(w.NS), req)
@@ -123,7 +129,12 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			if r.Mode == policy.Off {
 				continue
 			}
-			rules = make([]policy.Rule, i, len(writes))
+			v = &verdict{req: req}
+			if len(writes) <= len(v.ruleBuf) {
+				rules = v.ruleBuf[:i:len(v.ruleBuf)]
+			} else {
+				rules = make([]policy.Rule, i, len(writes))
+			}
 			for j := range rules {
 				rules[j] = g.ruleFor(pol.Lookup(writes[j].NS), req)
 			}
@@ -133,7 +144,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if rules == nil {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	v := &verdict{req: req}
+	v.checked = v.checkedBuf[:0]
 	switch {
 	case off == 0:
 		v.writes, v.rules = writes, rules
@@ -153,8 +164,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 
 	o, hasSession := g.writeOwner(req, v)
 	var deferred []int // writes whose documents must be resolved first
-	var needBuf [1]nsNeed
-	need := needs(needBuf[:0])
+	need := needs(v.needBuf[:0])
 	var inserts needs
 	for i, w := range writes {
 		r := rules[i]
@@ -764,6 +774,9 @@ func coreValues(vs []bson.RawValue) []bsoncore.Value {
 
 // idList renders ids for a log line.
 func idList(ids []bson.RawValue) string {
+	if len(ids) == 1 {
+		return lockstore.FormatID(ids[0]) // the usual write: no copy
+	}
 	var b strings.Builder
 	for i, id := range ids {
 		if i > 0 {

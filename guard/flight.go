@@ -31,6 +31,9 @@ type flightPlan struct {
 	end    time.Time     // local monotonic time when the earliest lease surely ends
 	left   time.Duration // lease left at the check, for renewals
 	margin time.Duration // the largest margin of the rules involved
+	// lockBuf is locks' room for the usual one namespace, so that the
+	// plan is one allocation.
+	lockBuf [1]nsIDs
 }
 
 // nsLocks are lock ids by namespace: a slice, as a write's locks are in
@@ -71,6 +74,7 @@ func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids [
 	end := time.Now().Add(left)
 	if v.flight == nil {
 		v.flight = &flightPlan{owner: o, end: end, left: left}
+		v.flight.locks = v.flight.lockBuf[:0]
 	}
 	f := v.flight
 	if end.Before(f.end) {
@@ -87,6 +91,12 @@ func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids [
 type flightTracker struct {
 	mu        sync.Mutex
 	bySession map[string]*sessionFlights
+	// renewals is one timer for the first renewal of every flight, armed
+	// for the earliest one due (at armed; zero when idle): a timer per
+	// write would cost each write an allocation and two operations on
+	// the runtime's timer heap, for a renewal that almost never happens.
+	renewals *time.Timer
+	armed    time.Time
 }
 
 type sessionFlights struct {
@@ -104,12 +114,15 @@ func newFlightTracker() *flightTracker {
 
 // flight is one enforced write in flight; it is the request's ReplyHook.
 type flight struct {
-	g        *Guard
-	plan     *flightPlan
-	key      string
-	start    time.Time
-	maxTime  time.Duration // the maxTimeMS it carries, 0 if none
-	next     proxy.ReplyHook
+	g       *Guard
+	plan    *flightPlan
+	key     string
+	start   time.Time
+	maxTime time.Duration // the maxTimeMS it carries, 0 if none
+	next    proxy.ReplyHook
+	// due is when the first renewal is due, zero once it was started
+	// (guarded by the tracker's mu).
+	due      time.Time
 	mu       sync.Mutex
 	done     bool
 	timer    *time.Timer
@@ -129,13 +142,55 @@ func (g *Guard) launch(p *flightPlan, maxTime time.Duration, next proxy.ReplyHoo
 		t.bySession[f.key] = sf
 	}
 	sf.all = append(sf.all, f)
-	t.mu.Unlock()
 	// Renew once half of what was left at the check has passed without a
 	// reply; most writes are answered long before.
-	f.mu.Lock()
-	f.timer = time.AfterFunc(max(p.left/2, 10*time.Millisecond), f.renew)
-	f.mu.Unlock()
+	f.due = f.start.Add(max(p.left/2, 10*time.Millisecond))
+	t.armLocked(f.due)
+	t.mu.Unlock()
 	return f
+}
+
+// armLocked makes sure the renewal timer fires by due; t.mu is held.
+func (t *flightTracker) armLocked(due time.Time) {
+	if !t.armed.IsZero() && !due.Before(t.armed) {
+		return
+	}
+	t.armed = due
+	if t.renewals == nil {
+		t.renewals = time.AfterFunc(time.Until(due), t.renewDue)
+		return
+	}
+	t.renewals.Reset(time.Until(due))
+}
+
+// renewDue starts the first renewal of every flight now due, each in its
+// own goroutine as a timer of its own would, and re-arms the timer for the
+// next one.
+func (t *flightTracker) renewDue() {
+	var due []*flight
+	t.mu.Lock()
+	now := time.Now()
+	t.armed = time.Time{}
+	var next time.Time
+	for _, sf := range t.bySession {
+		for _, f := range sf.all {
+			switch {
+			case f.due.IsZero():
+			case !f.due.After(now):
+				f.due = time.Time{}
+				due = append(due, f)
+			case next.IsZero() || f.due.Before(next):
+				next = f.due
+			}
+		}
+	}
+	if !next.IsZero() {
+		t.armLocked(next)
+	}
+	t.mu.Unlock()
+	for _, f := range due {
+		go f.renew()
+	}
 }
 
 // NeedsBody tells the proxy that a flight without a chained hook only

@@ -187,3 +187,30 @@ func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
 		t.Errorf("after the reply: %v", err)
 	}
 }
+
+// TestShortLeaseFlightRenewedFirst: the flights share one renewal timer;
+// a write whose lease is shorter than that of a write already in flight
+// must bring the timer forward, or its locks would lapse while the longer
+// lease's renewal is still far off.
+func TestShortLeaseFlightRenewedFirst(t *testing.T) {
+	g, st := flightGuard(t, 20*time.Second) // first renewal due in 10 s
+	long := g.Intercept(context.Background(), flightRequest(t, nil))
+	if long.OnReply == nil {
+		t.Fatal("no flight")
+	}
+	st.left = 200 * time.Millisecond // the next check answers 200 ms: due in 100 ms
+	short := g.Intercept(context.Background(), flightRequest(t, nil))
+	if short.OnReply == nil {
+		t.Fatal("no flight")
+	}
+	ok := bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build()
+	defer long.OnReply.Reply(context.Background(), ok)
+	defer short.OnReply.Reply(context.Background(), ok)
+	deadline := time.Now().Add(3 * time.Second)
+	for st.renews.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the write with the shorter lease was not renewed within 3 s (due after 100 ms)")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
