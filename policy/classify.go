@@ -248,7 +248,12 @@ func classifyCommand(c *wire.Command) ([]Write, error) {
 		}
 		return nil, refuse(commandNS(c), "command %q is not one lockgate knows (wire/commands.go), so it cannot tell whether it writes", c.Name)
 	}
-	return readerOf(spec.Writes)(c)
+	read := readerOf(spec.Writes)
+	if read == nil {
+		// A form added to the table without a reader: fail closed.
+		return nil, refuse(commandNS(c), "command %q has write form %d, which the classifier cannot read", c.Name, spec.Writes)
+	}
+	return read(c)
 }
 
 // readerOf returns the classifier's reader of a write form; every form of
