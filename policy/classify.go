@@ -234,9 +234,10 @@ func Classify(msg wire.Message, cmd *wire.Command) ([]Write, error) {
 
 // classifyCommand reads a command by the write form its entry in the
 // command table gives (wire/commands.go). A command that is not in the
-// table is refused on the namespace it may name: lockgate cannot tell
-// whether it writes, and guessing that it only reads would let a write
-// command it has never heard of through.
+// table is refused on every namespace of its database (every namespace at
+// all on admin): lockgate cannot tell whether or where it writes, and
+// guessing that it only reads would let a write command it has never
+// heard of through.
 func classifyCommand(c *wire.Command) ([]Write, error) {
 	spec := c.Spec()
 	if spec == nil {
@@ -246,7 +247,14 @@ func classifyCommand(c *wire.Command) ([]Write, error) {
 		if k := wire.WriteCommandFolding(c.Name); k != nil {
 			return nil, refuse(NSAll, "command %q differs from the write command %q only by case", c.Name, k.Name)
 		}
-		return nil, refuse(commandNS(c), "command %q is not one lockgate knows (wire/commands.go), so it cannot tell whether it writes", c.Name)
+		// Where it writes is as unknown as whether it does: a collection
+		// may be named in any field, not only as the first value, and a
+		// command on admin may name any database (as bulkWrite does).
+		ns := DBNamespace(c.DB)
+		if c.DB == "admin" {
+			ns = NSAll
+		}
+		return nil, refuse(ns, "command %q is not one lockgate knows (wire/commands.go), so it cannot tell whether or where it writes", c.Name)
 	}
 	read := readerOf(spec.Writes)
 	if read == nil {

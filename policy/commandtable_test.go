@@ -47,8 +47,11 @@ func TestCommandTableClassification(t *testing.T) {
 		body bson.D
 		ns   string
 	}{
-		{bson.D{{Key: "rewriteDocuments", Value: "orders"}, {Key: "$db", Value: "shop"}}, "shop.orders"},
+		// The first value does not bound it: a field may name the target.
+		{bson.D{{Key: "rewriteDocuments", Value: "scratch"}, {Key: "into", Value: "orders"}, {Key: "$db", Value: "shop"}}, "shop.*"},
 		{bson.D{{Key: "rewriteDocuments", Value: 1}, {Key: "$db", Value: "shop"}}, "shop.*"},
+		// On admin it may name any database.
+		{bson.D{{Key: "rewriteDocuments", Value: 1}, {Key: "ns", Value: "shop.orders"}, {Key: "$db", Value: "admin"}}, NSAll},
 		{bson.D{{Key: "Delete", Value: "orders"}, {Key: "$db", Value: "shop"}}, NSAll},
 	} {
 		_, err := clClassify(t, clMsgRaw(t, 0, tc.body))

@@ -296,8 +296,8 @@ func TestDecisions(t *testing.T) {
 		{"unprotected namespace", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "other", nil, bson.E{Key: "updates", Value: bson.A{update(id(1))}}))
 		}, "forward"},
-		{"unknown command on an unprotected collection", func(t *testing.T) []byte {
-			return msg(t, cmd("rewriteDocuments", "other", sessA))
+		{"unknown command on an unprotected database", func(t *testing.T) []byte {
+			return msg(t, bson.D{{Key: "rewriteDocuments", Value: "orders"}, {Key: "lsid", Value: sessA}, {Key: "$db", Value: "elsewhere"}})
 		}, "forward"},
 		{"read", func(t *testing.T) []byte {
 			return msg(t, cmd("find", "orders", nil, bson.E{Key: "filter", Value: id(3)}))
@@ -354,6 +354,12 @@ func TestDecisions(t *testing.T) {
 		// where it may reach an enforced namespace, relayed elsewhere.
 		{"unknown command on an enforced collection", func(t *testing.T) []byte {
 			return msg(t, cmd("rewriteDocuments", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(id(3))}}))
+		}, "unclassifiable"},
+		{"unknown command naming an enforced collection in a field", func(t *testing.T) []byte {
+			return msg(t, cmd("rewriteDocuments", "other", sessA, bson.E{Key: "into", Value: "orders"}))
+		}, "unclassifiable"},
+		{"unknown command on admin", func(t *testing.T) []byte {
+			return msg(t, bson.D{{Key: "rewriteDocuments", Value: 1}, {Key: "ns", Value: "shop.orders"}, {Key: "lsid", Value: sessA}, {Key: "$db", Value: "admin"}})
 		}, "unclassifiable"},
 		{"unknown command on an enforced database", func(t *testing.T) []byte {
 			return msg(t, cmd("rewriteDocuments", 1, sessA, bson.E{Key: "ns", Value: "shop.orders"}))
