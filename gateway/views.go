@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockgate/lockgate/admin"
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"go.mongodb.org/mongo-driver/bson"
@@ -37,7 +38,7 @@ type lockView struct {
 
 func viewOf(st lockstore.Status) lockView {
 	v := lockView{
-		NS: st.NS, ID: extJSON(st.ID), Held: st.Held, Token: st.Token, LastError: st.LastError,
+		NS: st.NS, ID: extJSON(st.ID.Raw()), Held: st.Held, Token: st.Token, LastError: st.LastError,
 	}
 	if st.Held {
 		v.App, v.Client, v.User, v.SessionPrefix = st.Holder.App, st.Holder.Client, st.Holder.User, st.Holder.SessionPrefix
@@ -67,7 +68,7 @@ func extJSON(v bson.RawValue) any {
 // mountViews adds the lock and policy views and the force-release action.
 // waitWrites, if set, waits for the writes in flight under a lock before
 // an operator's force-release frees it.
-func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, waitWrites func(context.Context, string, bson.RawValue) error) {
+func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, waitWrites func(context.Context, string, docid.ID) error) {
 	adm.Handle("/locks", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		limit, err := queryLimit(q.Get("limit"))
@@ -133,9 +134,9 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 		if !before.Held {
 			// Nothing was released: say so, and point at the likely
 			// mistake, an _id of another type than the lock's.
-			msg := fmt.Sprintf("no lock is held on _id %s in %s; nothing was released", lockstore.FormatID(id), req.NS)
+			msg := fmt.Sprintf("no lock is held on _id %s in %s; nothing was released", id, req.NS)
 			if alt, ok := heldAsOtherType(ctx, store, req.NS, id); ok {
-				msg += fmt.Sprintf("; a lock is held on _id %s, of another type: send the id with its type in extended JSON (e.g. {\"$numberInt\": \"42\"} or \"42\")", lockstore.FormatID(alt))
+				msg += fmt.Sprintf("; a lock is held on _id %s, of another type: send the id with its type in extended JSON (e.g. {\"$numberInt\": \"42\"} or \"42\")", alt)
 			}
 			admin.WriteJSON(w, http.StatusNotFound, map[string]any{"released": false, "error": msg})
 			return
@@ -150,18 +151,18 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 
 // heldAsOtherType finds a held lock in ns whose _id is id written as
 // another type ("42" for 42, or 42 for "42").
-func heldAsOtherType(ctx context.Context, store *lockstore.Store, ns string, id bson.RawValue) (bson.RawValue, bool) {
+func heldAsOtherType(ctx context.Context, store *lockstore.Store, ns string, id docid.ID) (docid.ID, bool) {
 	sts, err := store.List(ctx, lockstore.ListOptions{NS: ns, Limit: 10000})
 	if err != nil {
-		return bson.RawValue{}, false
+		return docid.ID{}, false
 	}
-	text := lockstore.FormatID(id)
+	text := id.String()
 	for _, st := range sts {
-		if st.ID.Type != id.Type && strings.Trim(lockstore.FormatID(st.ID), `"`) == strings.Trim(text, `"`) {
+		if st.Held && st.ID.Type() != id.Type() && strings.Trim(st.ID.String(), `"`) == strings.Trim(text, `"`) {
 			return st.ID, true
 		}
 	}
-	return bson.RawValue{}, false
+	return docid.ID{}, false
 }
 
 // ruleView is a policy rule as the configuration spells it, so that what
@@ -251,10 +252,10 @@ func queryLimit(s string) (int, error) {
 
 // parseExtJSONValue reads one extended-JSON value ({"$numberLong": "1"},
 // {"$oid": "..."}, 1, "x").
-func parseExtJSONValue(raw json.RawMessage) (bson.RawValue, error) {
+func parseExtJSONValue(raw json.RawMessage) (docid.ID, error) {
 	var doc bson.Raw
 	if err := bson.UnmarshalExtJSON([]byte(fmt.Sprintf(`{"v": %s}`, raw)), false, &doc); err != nil {
-		return bson.RawValue{}, err
+		return docid.ID{}, err
 	}
-	return doc.Lookup("v"), nil
+	return docid.New(doc.Lookup("v"))
 }

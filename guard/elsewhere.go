@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"strings"
 
-	"go.mongodb.org/mongo-driver/bson"
-
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 )
 
 // elsewhereFinder is implemented by lock stores that can find a session's
 // lock on the same _id in another namespace (*lockstore.Store does).
 type elsewhereFinder interface {
-	HeldElsewhere(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue) (string, bson.RawValue, bool, error)
+	HeldElsewhere(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) (string, docid.ID, bool, error)
 }
 
 // heldInOtherNamespace explains, on the refusal path only, a lock taken in
@@ -21,7 +20,7 @@ type elsewhereFinder interface {
 // the write (mongosh starts on "test"), or on a misspelt collection. It
 // returns the text to append to the refusal, naming only ids the request
 // named and a namespace the session itself locked in.
-func (g *Guard) heldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []bson.RawValue) (string, bool) {
+func (g *Guard) heldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (string, bool) {
 	f, ok := g.opts.Store.(elsewhereFinder)
 	if !ok || len(ids) == 0 {
 		return "", false
@@ -32,5 +31,5 @@ func (g *Guard) heldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns 
 	}
 	db, coll, _ := strings.Cut(ns, ".")
 	return fmt.Sprintf(" (it holds the lock on _id %s in %s instead: a lock covers only the namespace it was taken in; run {acquireLock: %q} on database %s)",
-		lockstore.FormatID(id), other, coll, db), true
+		id.String(), other, coll, db), true
 }

@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -47,7 +49,7 @@ type violation struct {
 	rule   policy.Rule
 	write  policy.Write
 	reason string
-	ids    []bson.RawValue
+	ids    []docid.ID
 	holder *lockstore.Holder
 	detail string // what a person should know, without the advice
 	// advice, when set, replaces the reason's usual advice: a detail
@@ -73,7 +75,7 @@ type verdict struct {
 	// upserted and inserted ids): the only ids a refusal may show. Ids
 	// found by resolving a filter stay secret, or a refusal would tell
 	// the client which documents match any filter it likes.
-	named []bson.RawValue
+	named []docid.ID
 	// fence: the statements of fenced namespaces and their tokens.
 	fence *fencePlan
 	// flight: the locks an allowed enforced write holds while in flight.
@@ -92,12 +94,12 @@ type verdict struct {
 }
 
 // check records ids as verified in ns, for the audit line.
-func (v *verdict) check(ns string, ids []bson.RawValue) { v.checked.add(ns, ids) }
+func (v *verdict) check(ns string, ids []docid.ID) { v.checked.add(ns, ids) }
 
 // isNamed reports whether the request itself named id.
-func (v *verdict) isNamed(id bson.RawValue) bool {
+func (v *verdict) isNamed(id docid.ID) bool {
 	for _, n := range v.named {
-		if lockstore.SameID(n, id) {
+		if n.Equal(id) {
 			return true
 		}
 	}
@@ -187,7 +189,11 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				case !certain:
 					v.add(r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
 				case found:
-					inserts.add(w.NS, r, rawCopy(id))
+					// A value that cannot be an _id names no lock, and
+					// the database refuses the insert itself.
+					if did, err := idCopy(id); err == nil {
+						inserts.add(w.NS, r, did)
+					}
 				}
 			}
 		default:
@@ -282,10 +288,10 @@ type needs []nsNeed
 type nsNeed struct {
 	ns  string
 	r   policy.Rule // the rule of the namespace's last write
-	ids []bson.RawValue
+	ids []docid.ID
 }
 
-func (n *needs) add(ns string, r policy.Rule, ids ...bson.RawValue) {
+func (n *needs) add(ns string, r policy.Rule, ids ...docid.ID) {
 	for i := range *n {
 		if (*n)[i].ns == ns {
 			(*n)[i].r = r
@@ -307,7 +313,7 @@ func (v *verdict) enforcedViolation() bool {
 }
 
 // add records a violation.
-func (v *verdict) add(r policy.Rule, w policy.Write, reason string, ids []bson.RawValue, detail string) {
+func (v *verdict) add(r policy.Rule, w policy.Write, reason string, ids []docid.ID, detail string) {
 	v.violations = append(v.violations, violation{rule: r, write: w, reason: reason, ids: ids, detail: detail})
 }
 
@@ -327,8 +333,8 @@ func (v *verdict) blocked(ns string) bool {
 // pinned to them), plus the _id an upsert would insert. Without resolve,
 // a write whose documents would have to be resolved is reported as later
 // (true) instead.
-func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy.Write, resolve bool) (_ []bson.RawValue, ok, later bool) {
-	var ids []bson.RawValue
+func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
+	var ids []docid.ID
 	pinned, hasString, ok := policy.PinnedIDs(w.Filter)
 	if ok && hasString {
 		ok = g.exactStrings(ctx, w)
@@ -338,7 +344,11 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	}
 	switch {
 	case ok:
-		ids = rawCopies(pinned)
+		var err error
+		if ids, err = docid.Copy(pinned); err != nil {
+			v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("its filter pins a value that cannot be a document's _id (%v)", err))
+			return nil, false, false
+		}
 		v.named = append(v.named, ids...)
 	case g.opts.Resolver == nil:
 		v.add(r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
@@ -393,7 +403,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		}
 		ids = cands
 		if r.Mode == policy.Enforce {
-			v.pins = append(v.pins, policy.Pin{List: w.List, Index: w.Index, IDs: coreValues(cands)})
+			v.pins = append(v.pins, policy.Pin{List: w.List, Index: w.Index, IDs: docid.Cores(cands)})
 		}
 	}
 	if w.Upsert {
@@ -403,8 +413,12 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 			return nil, false, false
 		}
 		if found {
-			ids = append(ids, rawCopy(id))
-			v.named = append(v.named, ids[len(ids)-1])
+			// A value that cannot be an _id names no lock, and the
+			// database refuses to insert it.
+			if did, err := idCopy(id); err == nil {
+				ids = append(ids, did)
+				v.named = append(v.named, did)
+			}
 		}
 	}
 	return ids, true, false
@@ -424,7 +438,7 @@ func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
 }
 
 // checkHeld verifies that o holds every id in ns with the rule's margin.
-func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) {
+func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
 	w := firstWrite(v.writes, ns)
 	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
 	if err != nil {
@@ -437,7 +451,7 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 		return
 	}
 	// Only the ids the request named are shown; the others are counted.
-	var shown []bson.RawValue
+	var shown []docid.ID
 	for _, id := range missing {
 		if v.isNamed(id) {
 			shown = append(shown, id)
@@ -472,10 +486,10 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 			if len(shown) == 1 {
 				x.detail += " (" + describeHolder(*x.holder) + ")"
 			} else {
-				x.detail += fmt.Sprintf(" (_id %s is %s)", lockstore.FormatID(shown[0]), describeHolder(*x.holder))
+				x.detail += fmt.Sprintf(" (_id %s is %s)", shown[0], describeHolder(*x.holder))
 			}
 		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
-			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", lockstore.FormatID(alt), typeName(alt))
+			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", alt, typeName(alt))
 		} else if other, ok := g.heldInDoubledNamespace(ctx, o, ns, shown); ok {
 			x.detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
 		} else if why, ok := g.heldInOtherNamespace(ctx, o, ns, shown); ok {
@@ -488,51 +502,57 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 // heldAsOtherType finds, on the refusal path only, a lock the session holds
 // on one of ids written as another type: "1" for 1, or 1 for "1", the usual
 // way a lock that "was taken" still does not cover a write.
-func (g *Guard) heldAsOtherType(ctx context.Context, o lockstore.Owner, ns string, ids []bson.RawValue) (bson.RawValue, bool) {
-	var alts []bson.RawValue
+func (g *Guard) heldAsOtherType(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (docid.ID, bool) {
+	var alts []docid.ID
+	alt := func(t bsontype.Type, b []byte) {
+		if id, err := docid.New(bson.RawValue{Type: t, Value: b}); err == nil {
+			alts = append(alts, id)
+		}
+	}
 	for _, id := range ids {
 		if len(alts) >= 10 {
 			break
 		}
-		switch id.Type {
+		raw := id.Raw()
+		switch id.Type() {
 		case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-			if f, ok := id.DoubleOK(); ok && f != math.Trunc(f) {
+			if f, ok := raw.DoubleOK(); ok && f != math.Trunc(f) {
 				continue // 1.5 has no string twin worth suggesting
 			}
-			if n, ok := id.AsInt64OK(); ok {
-				alts = append(alts, bson.RawValue{Type: bson.TypeString, Value: bsoncore.AppendString(nil, strconv.FormatInt(n, 10))})
+			if n, ok := raw.AsInt64OK(); ok {
+				alt(bson.TypeString, bsoncore.AppendString(nil, strconv.FormatInt(n, 10)))
 			}
 		case bson.TypeString:
-			if n, err := strconv.ParseInt(id.StringValue(), 10, 64); err == nil {
-				alts = append(alts, bson.RawValue{Type: bson.TypeInt64, Value: bsoncore.AppendInt64(nil, n)})
-			} else if oid, err := primitive.ObjectIDFromHex(id.StringValue()); err == nil {
-				alts = append(alts, bson.RawValue{Type: bson.TypeObjectID, Value: bsoncore.AppendObjectID(nil, oid)})
+			if n, err := strconv.ParseInt(raw.StringValue(), 10, 64); err == nil {
+				alt(bson.TypeInt64, bsoncore.AppendInt64(nil, n))
+			} else if oid, err := primitive.ObjectIDFromHex(raw.StringValue()); err == nil {
+				alt(bson.TypeObjectID, bsoncore.AppendObjectID(nil, oid))
 			}
 		case bson.TypeObjectID:
 			// The other usual mix-up: the ObjectId's hex text.
-			alts = append(alts, bson.RawValue{Type: bson.TypeString, Value: bsoncore.AppendString(nil, id.ObjectID().Hex())})
+			alt(bson.TypeString, bsoncore.AppendString(nil, raw.ObjectID().Hex()))
 		}
 	}
 	if len(alts) == 0 {
-		return bson.RawValue{}, false
+		return docid.ID{}, false
 	}
 	sts, err := g.opts.Store.Status(ctx, o, ns, alts)
 	if err != nil {
-		return bson.RawValue{}, false
+		return docid.ID{}, false
 	}
 	for i, st := range sts {
 		if st.HeldByYou && i < len(alts) {
 			return alts[i], true
 		}
 	}
-	return bson.RawValue{}, false
+	return docid.ID{}, false
 }
 
 // heldInDoubledNamespace checks, on the refusal path only, the usual
 // namespace mistake: acquireLock: "shop.orders" run on database shop locks
 // shop.shop.orders. It reports that namespace when the session holds one
 // of ids there.
-func (g *Guard) heldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []bson.RawValue) (string, bool) {
+func (g *Guard) heldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (string, bool) {
 	db, _, ok := strings.Cut(ns, ".")
 	if !ok || len(ids) == 0 {
 		return "", false
@@ -551,8 +571,8 @@ func (g *Guard) heldInDoubledNamespace(ctx context.Context, o lockstore.Owner, n
 }
 
 // typeName names v's type with its article, as a refusal says it.
-func typeName(v bson.RawValue) string {
-	switch v.Type {
+func typeName(v docid.ID) string {
+	switch v.Type() {
 	case bson.TypeString:
 		return "a string"
 	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
@@ -560,7 +580,7 @@ func typeName(v bson.RawValue) string {
 	case bson.TypeObjectID:
 		return "an ObjectId"
 	}
-	return "a " + v.Type.String()
+	return "a " + v.Type().String()
 }
 
 func documents(n int) string {
@@ -574,21 +594,19 @@ func documents(n int) string {
 // held" lets a write through: it must not trust a head record that lags
 // behind its claims (lockstore.Store.ConfirmedStatus). A store without the
 // distinction (the in-memory one) answers Status.
-func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns string, ids []bson.RawValue) ([]lockstore.Status, error) {
-	if c, ok := g.opts.Store.(interface {
-		ConfirmedStatus(context.Context, lockstore.Owner, string, []bson.RawValue) ([]lockstore.Status, error)
-	}); ok {
+func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
+	if c, ok := g.opts.Store.(confirmer); ok {
 		return c.ConfirmedStatus(ctx, o, ns, ids)
 	}
 	return g.opts.Store.Status(ctx, o, ns, ids)
 }
 
 // checkInsertable refuses inserts of _ids another session has locked.
-func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) {
+func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
 	w := firstWrite(v.writes, ns)
 	// Where no lock is held in the namespace at all, no _id of it can be
 	// locked: most inserts need no round trip.
-	if h, ok := g.opts.Store.(interface{ MayHoldLocks(string) bool }); ok && !h.MayHoldLocks(ns) {
+	if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(ns) {
 		g.metrics.insertChecks.WithLabelValues("skipped").Inc()
 		return
 	}
@@ -603,8 +621,8 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 		if st.Held && !st.HeldByYou {
 			h := st.Holder
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked,
-				ids: []bson.RawValue{st.ID}, holder: &h,
-				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", lockstore.FormatID(st.ID), describeHolder(h))})
+				ids: []docid.ID{st.ID}, holder: &h,
+				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, describeHolder(h))})
 			return
 		}
 	}
@@ -743,39 +761,20 @@ func firstWrite(ws []policy.Write, ns string) policy.Write {
 	return policy.Write{NS: ns}
 }
 
-func rawCopy(v bsoncore.Value) bson.RawValue {
-	return bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Data...)}
-}
-
-// rawCopies copies vs into one buffer: two allocations for any number of
-// ids.
-func rawCopies(vs []bsoncore.Value) []bson.RawValue {
-	n := 0
-	for _, v := range vs {
-		n += len(v.Data)
+// idCopy is the ID of one value of a request's buffer, with its own
+// copy of the bytes.
+func idCopy(v bsoncore.Value) (docid.ID, error) {
+	ids, err := docid.Copy([]bsoncore.Value{v})
+	if err != nil {
+		return docid.ID{}, err
 	}
-	buf := make([]byte, 0, n)
-	out := make([]bson.RawValue, len(vs))
-	for i, v := range vs {
-		at := len(buf)
-		buf = append(buf, v.Data...)
-		out[i] = bson.RawValue{Type: v.Type, Value: buf[at:len(buf):len(buf)]}
-	}
-	return out
-}
-
-func coreValues(vs []bson.RawValue) []bsoncore.Value {
-	out := make([]bsoncore.Value, len(vs))
-	for i, v := range vs {
-		out[i] = bsoncore.Value{Type: v.Type, Data: v.Value}
-	}
-	return out
+	return ids[0], nil
 }
 
 // idList renders ids for a log line.
-func idList(ids []bson.RawValue) string {
+func idList(ids []docid.ID) string {
 	if len(ids) == 1 {
-		return lockstore.FormatID(ids[0]) // the usual write: no copy
+		return ids[0].String() // the usual write: no copy
 	}
 	var b strings.Builder
 	for i, id := range ids {
@@ -786,7 +785,7 @@ func idList(ids []bson.RawValue) string {
 			fmt.Fprintf(&b, "... (%d in all)", len(ids))
 			break
 		}
-		b.WriteString(lockstore.FormatID(id))
+		b.WriteString(id.String())
 	}
 	return b.String()
 }
@@ -834,7 +833,7 @@ var errResolveSkipped = errors.New("resolution skipped")
 // query together within ResolveTimeout. An enforced write waits for a slot;
 // an audited one only takes a free slot, since nothing it could learn
 // changes what is forwarded.
-func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) (_ []bson.RawValue, spent time.Duration, _ error) {
+func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) (_ []docid.ID, spent time.Duration, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.ResolveTimeout)
 	defer cancel()
 	if r.Mode == policy.Enforce {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
@@ -214,7 +215,7 @@ type racingResolver struct {
 	coll *mongo.Collection
 }
 
-func (r racingResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]bson.RawValue, error) {
+func (r racingResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
 	ids, err := r.Resolver.Candidates(ctx, ns, filter, collation, hint, limit)
 	if err == nil {
 		_, err = r.coll.InsertOne(ctx, bson.D{{"_id", "late"}, {"status", "open"}})

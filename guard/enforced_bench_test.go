@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -15,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/guard"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -79,7 +79,7 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 			if d := g.Intercept(ctx, &proxy.Request{Message: amsg, Command: acmd, Client: client}); d.Action != proxy.Reply || !ok(d.Reply) {
 				b.Fatalf("acquireLock: %+v %s", d, d.Reply)
 			}
-			if st, _ := store.Status(ctx, lockstore.Owner{}, "bench.locked", []bson.RawValue{{Type: bson.TypeInt32, Value: bsoncore.AppendInt32(nil, 7)}}); len(st) != 1 || !st[0].Held {
+			if st, _ := store.Status(ctx, lockstore.Owner{}, "bench.locked", lockstoretest.IDs(int32(7))); len(st) != 1 || !st[0].Held {
 				b.Fatal("the lock is not held", st)
 			}
 			req := update(leg.coll)

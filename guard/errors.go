@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -75,7 +75,7 @@ type cmdError struct {
 	reason string
 	msg    string
 	ns     string
-	ids    []bson.RawValue
+	ids    []docid.ID
 	holder *lockstore.Holder
 }
 
@@ -96,7 +96,7 @@ func (e *cmdError) document() bsoncore.Document {
 	if len(e.ids) > 0 {
 		aidx, arr := bsoncore.AppendArrayStart(nil)
 		for i, id := range e.ids {
-			arr = bsoncore.AppendValueElement(arr, arrayKey(i), bsoncore.Value{Type: id.Type, Data: id.Value})
+			arr = bsoncore.AppendValueElement(arr, arrayKey(i), id.Core())
 		}
 		arr, _ = bsoncore.AppendArrayEnd(arr, aidx)
 		d = bsoncore.AppendArrayElement(d, "ids", arr)
@@ -130,16 +130,16 @@ func fromStore(op, ns string, err error) *cmdError {
 	var notHolder *lockstore.NotHolderError
 	switch {
 	case errors.As(err, &held):
-		e := &cmdError{ns: ns, ids: []bson.RawValue{held.ID}, holder: &held.Holder}
+		e := &cmdError{ns: ns, ids: []docid.ID{held.ID}, holder: &held.Holder}
 		who := describeHolder(held.Holder)
 		if held.Timeout {
 			e.code, e.reason = codeLockTimeout, reasonTimeout
 			e.msg = fmt.Sprintf("lockgate: timed out waiting for the lock on %s _id %s: %s; no lock was taken: retry, or wait longer with a larger waitMS",
-				ns, lockstore.FormatID(held.ID), who)
+				ns, held.ID.String(), who)
 		} else {
 			e.code, e.reason = codeLockBusy, reasonHeld
 			e.msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: retry later, or pass waitMS to wait for it",
-				ns, lockstore.FormatID(held.ID), who)
+				ns, held.ID.String(), who)
 		}
 		return e
 	case errors.As(err, &notHolder):
@@ -147,7 +147,7 @@ func fromStore(op, ns string, err error) *cmdError {
 		if len(notHolder.Why) > 0 && notHolder.Why[0] != "" {
 			why = notHolder.Why[0]
 			if len(notHolder.IDs) > 1 {
-				why = fmt.Sprintf("_id %s: %s", lockstore.FormatID(notHolder.IDs[0]), why)
+				why = fmt.Sprintf("_id %s: %s", notHolder.IDs[0].String(), why)
 			}
 		}
 		return &cmdError{code: codeLockFailed, reason: reasonNotHolder, ns: ns, ids: notHolder.IDs,
@@ -186,7 +186,7 @@ func leaseEnd(t time.Time) string {
 	return "until " + t.UTC().Format(time.RFC3339Nano)
 }
 
-func idsString(ids []bson.RawValue) string {
+func idsString(ids []docid.ID) string {
 	s := "_id "
 	for i, id := range ids {
 		if i > 0 {
@@ -196,7 +196,7 @@ func idsString(ids []bson.RawValue) string {
 			s += fmt.Sprintf("... (%d in all)", len(ids))
 			break
 		}
-		s += lockstore.FormatID(id)
+		s += id.String()
 	}
 	return s
 }

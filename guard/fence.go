@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -39,7 +40,7 @@ const (
 
 // tokenStore is the lock store's HeldTokens (lockstore.Store has it).
 type tokenStore interface {
-	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error)
+	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
 }
 
 // fenced reports whether r fences documents.
@@ -49,16 +50,16 @@ func fenced(r policy.Rule) bool { return r.Mode == policy.Enforce && r.FenceFiel
 type fenceStmt struct {
 	r   policy.Rule
 	w   policy.Write
-	ids []bson.RawValue // the documents it may touch (empty for inserts)
+	ids []docid.ID // the documents it may touch (empty for inserts)
 	// tokens of an insert whose _id the writer holds (else nil).
-	insertID    bson.RawValue
+	insertID    docid.ID
 	insertToken []int64
 }
 
 // fencePlan is what the fence needs to rewrite a command.
 type fencePlan struct {
 	stmts  []fenceStmt
-	tokens map[string]int64 // ns + "\x00" + lockstore.IDKey -> token held
+	tokens map[string]int64 // ns + "\x00" + docid key -> token held
 }
 
 func (v *verdict) fencePlan() *fencePlan {
@@ -70,7 +71,7 @@ func (v *verdict) fencePlan() *fencePlan {
 
 // fenceWrite records a statement of a fenced namespace, or refuses a form
 // the fence cannot rewrite.
-func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []bson.RawValue) {
+func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []docid.ID) {
 	if !fenced(r) {
 		return
 	}
@@ -90,7 +91,7 @@ func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []bson.RawValue)
 // rule what the write's flight needs (the owner, the locks, the lease they
 // surely have left, measured now) and, for a fenced rule, their tokens for
 // the rewrite.
-func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []bson.RawValue) (bool, []bson.RawValue, error) {
+func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (bool, []docid.ID, error) {
 	ts, ok := g.opts.Store.(tokenStore)
 	if !ok {
 		if fenced(r) {
@@ -110,19 +111,13 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstor
 	}
 	p := v.fencePlan()
 	for i, id := range ids {
-		if k, err := lockstore.IDKey(id); err == nil {
-			p.tokens[ns+"\x00"+k] = tokens[i]
-		}
+		p.tokens[ns+"\x00"+id.Key()] = tokens[i]
 	}
 	return true, nil, nil
 }
 
-func (p *fencePlan) token(ns string, id bson.RawValue) (int64, bool) {
-	k, err := lockstore.IDKey(id)
-	if err != nil {
-		return 0, false
-	}
-	t, ok := p.tokens[ns+"\x00"+k]
+func (p *fencePlan) token(ns string, id docid.ID) (int64, bool) {
+	t, ok := p.tokens[ns+"\x00"+id.Key()]
 	return t, ok
 }
 
@@ -143,11 +138,14 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 		if !found || !certain {
 			continue
 		}
-		if h, ok := g.opts.Store.(interface{ MayHoldLocks(string) bool }); ok && !h.MayHoldLocks(s.w.NS) {
+		if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(s.w.NS) {
 			continue
 		}
-		rid := rawCopy(id)
-		sts, err := g.opts.Store.Status(ctx, o, s.w.NS, []bson.RawValue{rid})
+		rid, err := idCopy(id)
+		if err != nil {
+			continue // no lock can be held on it; the database refuses it
+		}
+		sts, err := g.opts.Store.Status(ctx, o, s.w.NS, []docid.ID{rid})
 		if err != nil {
 			v.violations = append(v.violations, violation{rule: s.r, write: s.w, reason: reasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot tell whether this session holds the inserted _id's lock, whose token the fenced document must carry (%v)", err)})
@@ -172,7 +170,7 @@ func (g *Guard) fenceDecision(req *proxy.Request, pol *policy.Policy, v *verdict
 				continue // nothing to stamp, nothing to drop
 			}
 			if len(s.insertToken) > 0 {
-				f.IDs = []bsoncore.Value{{Type: s.insertID.Type, Data: s.insertID.Value}}
+				f.IDs = []bsoncore.Value{s.insertID.Core()}
 				f.Tokens = s.insertToken
 			}
 			fences, rewrite = append(fences, f), true
@@ -185,7 +183,7 @@ func (g *Guard) fenceDecision(req *proxy.Request, pol *policy.Policy, v *verdict
 				x := violation{write: s.w, rule: s.r, reason: reasonUnclassifiable, detail: "the proxy lost track of a fencing token it had checked"}
 				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
 			}
-			f.IDs = append(f.IDs, bsoncore.Value{Type: id.Type, Data: id.Value})
+			f.IDs = append(f.IDs, id.Core())
 			f.Tokens = append(f.Tokens, t)
 			c.ids, c.tokens, c.named = append(c.ids, id), append(c.tokens, t), append(c.named, v.isNamed(id))
 		}
@@ -227,15 +225,14 @@ func hasField(d bsoncore.Document, field string) bool {
 	return err == nil
 }
 
-func dedupIDs(ids []bson.RawValue) []bson.RawValue {
-	out := make([]bson.RawValue, 0, len(ids))
+func dedupIDs(ids []docid.ID) []docid.ID {
+	out := make([]docid.ID, 0, len(ids))
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		k, err := lockstore.IDKey(id)
-		if err != nil || seen[k] {
+		if seen[id.Key()] {
 			continue
 		}
-		seen[k] = true
+		seen[id.Key()] = true
 		out = append(out, id)
 	}
 	return out
@@ -254,7 +251,7 @@ func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owne
 	if !fenced(r) {
 		return nil
 	}
-	ids := make([]bson.RawValue, len(locks))
+	ids := make([]docid.ID, len(locks))
 	tokens := make([]int64, len(locks))
 	for i, l := range locks {
 		ids[i], tokens[i] = l.ID, l.Token
@@ -286,7 +283,7 @@ type fenceCheck struct {
 	upsert bool
 	ns     string
 	field  string
-	ids    []bson.RawValue
+	ids    []docid.ID
 	tokens []int64
 	named  []bool // whether the request named ids[i] itself
 }
@@ -414,11 +411,11 @@ func (h *fenceHook) findAndModify(ctx context.Context, body bsoncore.Document) b
 // message of each fenced-out statement.
 func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 	out := map[int]string{}
-	byNS := map[string][]bson.RawValue{}
+	byNS := map[string][]docid.ID{}
 	for _, c := range h.checks {
 		byNS[c.ns] = append(byNS[c.ns], c.ids...)
 	}
-	stamps := map[string]bson.RawValue{} // ns + "\x00" + IDKey -> stamp of an existing document
+	stamps := map[string]bson.RawValue{} // ns + "\x00" + docid key -> stamp of an existing document
 	read := map[string]bool{}
 	for ns, ids := range byNS {
 		if len(ids) == 0 {
@@ -433,8 +430,8 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 		}
 		read[ns] = true
 		for j, id := range ids {
-			if k, err := lockstore.IDKey(id); err == nil && exists[j] {
-				stamps[ns+"\x00"+k] = st[j]
+			if exists[j] {
+				stamps[ns+"\x00"+id.Key()] = st[j]
 			}
 		}
 	}
@@ -443,11 +440,7 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 			continue
 		}
 		for i, id := range c.ids {
-			k, err := lockstore.IDKey(id)
-			if err != nil {
-				continue
-			}
-			s, ok := stamps[c.ns+"\x00"+k]
+			s, ok := stamps[c.ns+"\x00"+id.Key()]
 			if !ok || s.Type == 0 || s.Type == bson.TypeNull {
 				continue // gone, or never stamped: not fenced out
 			}
@@ -456,7 +449,7 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 			}
 			what := "a document its filter matched"
 			if c.named[i] {
-				what = "_id " + lockstore.FormatID(id)
+				what = "_id " + id.String()
 			}
 			out[c.index] = fmt.Sprintf("lockgate: %s on %s fenced out: this session's lock on %s (token %d) had passed to a newer holder (the document carries token %s) when the write reached the database, so the database refused it and nothing was written there; acquire the lock again and redo the work from a fresh read",
 				h.cmd, c.ns, what, c.tokens[i], stampString(s))

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/readpref"
@@ -17,17 +17,17 @@ import (
 type fenceDB interface {
 	// StampFence raises field to tokens[i] in the document ids[i] of ns,
 	// where it exists, never lowering it ($max).
-	StampFence(ctx context.Context, ns, field string, ids []bson.RawValue, tokens []int64) error
+	StampFence(ctx context.Context, ns, field string, ids []docid.ID, tokens []int64) error
 	// FenceStamps reads field of the documents ids of ns: for each id, the
 	// stamp (zero Type when the field is absent) and whether the document
 	// exists.
-	FenceStamps(ctx context.Context, ns, field string, ids []bson.RawValue) (stamps []bson.RawValue, exists []bool, err error)
+	FenceStamps(ctx context.Context, ns, field string, ids []docid.ID) (stamps []bson.RawValue, exists []bool, err error)
 }
 
 // StampFence implements fenceDB: one update command, one statement per id.
 // $max makes it monotonic whatever order two stamps of one document
 // arrive in, so a slow stamp of an older holder can never lower it.
-func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []bson.RawValue, tokens []int64) error {
+func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []docid.ID, tokens []int64) error {
 	db, coll := splitNS(ns)
 	ups := make(bson.A, len(ids))
 	for i, id := range ids {
@@ -51,7 +51,7 @@ func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []
 }
 
 // FenceStamps implements fenceDB with one find on the primary.
-func (r *MongoResolver) FenceStamps(ctx context.Context, ns, field string, ids []bson.RawValue) ([]bson.RawValue, []bool, error) {
+func (r *MongoResolver) FenceStamps(ctx context.Context, ns, field string, ids []docid.ID) ([]bson.RawValue, []bool, error) {
 	db, coll := splitNS(ns)
 	in := make(bson.A, len(ids))
 	for i, id := range ids {
@@ -71,20 +71,18 @@ func (r *MongoResolver) FenceStamps(ctx context.Context, ns, field string, ids [
 	exists := make([]bool, len(ids))
 	at := make(map[string][]int, len(ids))
 	for i, id := range ids {
-		if k, err := lockstore.IDKey(id); err == nil {
-			at[k] = append(at[k], i)
-		}
+		at[id.Key()] = append(at[id.Key()], i)
 	}
 	for cur.Next(ctx) {
-		id, err := cur.Current.LookupErr("_id")
+		v, err := cur.Current.LookupErr("_id")
 		if err != nil {
 			continue
 		}
-		k, err := lockstore.IDKey(id)
+		id, err := docid.New(v)
 		if err != nil {
 			continue
 		}
-		for _, i := range at[k] {
+		for _, i := range at[id.Key()] {
 			exists[i] = true
 			if s, err := cur.Current.LookupErr(field); err == nil {
 				stamps[i] = bson.RawValue{Type: s.Type, Value: append([]byte(nil), s.Value...)}

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -42,11 +42,11 @@ type nsLocks []nsIDs
 
 type nsIDs struct {
 	ns  string
-	ids []bson.RawValue
+	ids []docid.ID
 }
 
 // add appends ids to ns's; they are shared until appended to.
-func (l *nsLocks) add(ns string, ids []bson.RawValue) {
+func (l *nsLocks) add(ns string, ids []docid.ID) {
 	for i := range *l {
 		if (*l)[i].ns == ns {
 			(*l)[i].ids = append((*l)[i].ids, ids...)
@@ -56,12 +56,12 @@ func (l *nsLocks) add(ns string, ids []bson.RawValue) {
 	*l = append(*l, nsIDs{ns: ns, ids: slices.Clip(ids)})
 }
 
-func (l nsLocks) get(ns string) []bson.RawValue {
+func (l nsLocks) get(ns string) []docid.ID {
 	ids, _ := l.lookup(ns)
 	return ids
 }
 
-func (l nsLocks) lookup(ns string) ([]bson.RawValue, bool) {
+func (l nsLocks) lookup(ns string) ([]docid.ID, bool) {
 	for _, x := range l {
 		if x.ns == ns {
 			return x.ids, true
@@ -70,7 +70,7 @@ func (l nsLocks) lookup(ns string) ([]bson.RawValue, bool) {
 	return nil, false
 }
 
-func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []bson.RawValue, left time.Duration) {
+func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []docid.ID, left time.Duration) {
 	end := time.Now().Add(left)
 	if v.flight == nil {
 		v.flight = &flightPlan{owner: o, end: end, left: left}
@@ -316,7 +316,7 @@ func (t *flightTracker) waitSession(ctx context.Context, session []byte) error {
 
 // waitKey blocks until no write in flight on this proxy holds the lock on
 // (ns, id), or ctx ends: what an operator's force-release waits for.
-func (t *flightTracker) waitKey(ctx context.Context, ns string, id bson.RawValue) error {
+func (t *flightTracker) waitKey(ctx context.Context, ns string, id docid.ID) error {
 	for {
 		var idle chan struct{}
 		t.mu.Lock()
@@ -324,7 +324,7 @@ func (t *flightTracker) waitKey(ctx context.Context, ns string, id bson.RawValue
 		for _, sf := range t.bySession {
 			for _, f := range sf.all {
 				for _, fid := range f.plan.locks.get(ns) {
-					if lockstore.SameID(fid, id) {
+					if fid.Equal(id) {
 						idle = sf.idleLocked()
 						break find
 					}
@@ -347,7 +347,7 @@ func (t *flightTracker) waitKey(ctx context.Context, ns string, id bson.RawValue
 // this proxy forwarded under the lock on (ns, id) is still unanswered. An
 // operator's force-release calls it first, so that it does not free a lock
 // under a write that is still running.
-func (g *Guard) WaitWritesOn(ctx context.Context, ns string, id bson.RawValue) error {
+func (g *Guard) WaitWritesOn(ctx context.Context, ns string, id docid.ID) error {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
 	defer cancel()
 	return g.flights.waitKey(ctx, ns, id)

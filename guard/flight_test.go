@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -23,19 +23,19 @@ type leaseStore struct {
 	release atomic.Int32
 }
 
-func (s *leaseStore) HeldTokens(_ context.Context, _ lockstore.Owner, _ string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error) {
+func (s *leaseStore) HeldTokens(_ context.Context, _ lockstore.Owner, _ string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
 	if s.left <= margin {
 		return nil, 0, ids, nil
 	}
 	return make([]int64, len(ids)), s.left, nil, nil
 }
 
-func (s *leaseStore) Renew(context.Context, lockstore.Owner, string, []bson.RawValue, time.Duration) ([]lockstore.Lock, error) {
+func (s *leaseStore) Renew(context.Context, lockstore.Owner, string, []docid.ID, time.Duration) ([]lockstore.Lock, error) {
 	s.renews.Add(1)
 	return nil, nil
 }
 
-func (s *leaseStore) Release(context.Context, lockstore.Owner, string, []bson.RawValue, string) (int, error) {
+func (s *leaseStore) Release(context.Context, lockstore.Owner, string, []docid.ID, string) (int, error) {
 	s.release.Add(1)
 	return 1, nil
 }
@@ -171,8 +171,8 @@ func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
 	if d.OnReply == nil {
 		t.Fatal("no flight")
 	}
-	one := bson.RawValue{Type: bson.TypeInt64, Value: bsoncore.AppendInt64(nil, 1)} // NumberLong(1) is _id 1
-	two := bson.RawValue{Type: bson.TypeInt32, Value: bsoncore.AppendInt32(nil, 2)}
+	one := mustID(int64(1)) // NumberLong(1) is _id 1
+	two := mustID(int32(2))
 	if err := g.WaitWritesOn(context.Background(), "shop.orders", two); err != nil {
 		t.Errorf("a lock with no write in flight waited: %v", err)
 	}

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -20,13 +20,13 @@ import (
 // the fuzz target exercises parsing and decisions, not storage.
 type unavailableStore struct{}
 
-func (unavailableStore) Acquire(context.Context, lockstore.Owner, string, []bson.RawValue, time.Duration, time.Duration) ([]lockstore.Lock, error) {
+func (unavailableStore) Acquire(context.Context, lockstore.Owner, string, []docid.ID, time.Duration, time.Duration) ([]lockstore.Lock, error) {
 	return nil, lockstore.ErrUnavailable
 }
-func (unavailableStore) Renew(context.Context, lockstore.Owner, string, []bson.RawValue, time.Duration) ([]lockstore.Lock, error) {
+func (unavailableStore) Renew(context.Context, lockstore.Owner, string, []docid.ID, time.Duration) ([]lockstore.Lock, error) {
 	return nil, lockstore.ErrUnavailable
 }
-func (unavailableStore) Release(context.Context, lockstore.Owner, string, []bson.RawValue, string) (int, error) {
+func (unavailableStore) Release(context.Context, lockstore.Owner, string, []docid.ID, string) (int, error) {
 	return 0, lockstore.ErrUnavailable
 }
 func (unavailableStore) ReleaseAll(context.Context, lockstore.Owner, string, string) (int, error) {
@@ -35,10 +35,10 @@ func (unavailableStore) ReleaseAll(context.Context, lockstore.Owner, string, str
 func (unavailableStore) ReleaseSession(context.Context, []byte) (int, error) {
 	return 0, lockstore.ErrUnavailable
 }
-func (unavailableStore) Status(context.Context, lockstore.Owner, string, []bson.RawValue) ([]lockstore.Status, error) {
+func (unavailableStore) Status(context.Context, lockstore.Owner, string, []docid.ID) ([]lockstore.Status, error) {
 	return nil, lockstore.ErrUnavailable
 }
-func (unavailableStore) Holds(context.Context, lockstore.Owner, string, []bson.RawValue, time.Duration) (bool, []bson.RawValue, error) {
+func (unavailableStore) Holds(context.Context, lockstore.Owner, string, []docid.ID, time.Duration) (bool, []docid.ID, error) {
 	return false, nil, lockstore.ErrUnavailable
 }
 

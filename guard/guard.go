@@ -6,11 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -18,14 +18,43 @@ import (
 // LockStore is what the guard needs of the lock store; *lockstore.Store
 // implements it.
 type LockStore interface {
-	Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease, wait time.Duration) ([]lockstore.Lock, error)
-	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease time.Duration) ([]lockstore.Lock, error)
-	Release(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, errText string) (int, error)
+	Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
+	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
+	Release(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error)
 	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns string, errText string) (int, error)
 	ReleaseSession(ctx context.Context, session []byte) (int, error)
-	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue) ([]lockstore.Status, error)
-	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) (bool, []bson.RawValue, error)
+	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
+	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 }
+
+// The lock store's optional capabilities, which the guard finds by type
+// assertion; lockstore.Store has them all.
+type (
+	// confirmer: Status that does not trust a head record lagging behind
+	// its claims.
+	confirmer interface {
+		ConfirmedStatus(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
+	}
+	// lockTeller: whether any lock may be held in a namespace, which
+	// spares most inserts a round trip.
+	lockTeller interface {
+		MayHoldLocks(ns string) bool
+	}
+)
+
+// A capability whose signature drifted from the store's would not fail
+// anywhere: its type assertion would quietly turn it off. These make it
+// fail to compile instead.
+var (
+	_ LockStore         = (*lockstore.Store)(nil)
+	_ tokenStore        = (*lockstore.Store)(nil)
+	_ confirmer         = (*lockstore.Store)(nil)
+	_ lockTeller        = (*lockstore.Store)(nil)
+	_ elsewhereFinder   = (*lockstore.Store)(nil)
+	_ fenceDB           = (*MongoResolver)(nil)
+	_ collectionChecker = (*MongoResolver)(nil)
+	_ caseTwinFinder    = (*MongoResolver)(nil)
+)
 
 // Options configure a Guard.
 type Options struct {

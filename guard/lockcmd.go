@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -47,8 +48,8 @@ var genericFields = map[string]bool{
 type lockArgs struct {
 	name    string
 	ns      string
-	coll    string          // the collection as given, for hints
-	ids     []bson.RawValue // copies: they outlive the request's buffer
+	coll    string     // the collection as given, for hints
+	ids     []docid.ID // copies: they outlive the request's buffer
 	hasIDs  bool
 	lease   time.Duration
 	wait    time.Duration
@@ -104,9 +105,9 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 				return nil, badArg(codeBadValue, "%s: %d ids, at most %d per command (limits.maxLockIDs): lock in smaller batches", cmd.Name, len(vals), maxIDs)
 			}
 			a.hasIDs = true
-			a.ids = make([]bson.RawValue, len(vals))
-			for i, iv := range vals {
-				a.ids[i] = bson.RawValue{Type: iv.Type, Value: append([]byte(nil), iv.Data...)}
+			// Copies: they outlive the request's buffer.
+			if a.ids, err = docid.Copy(vals); err != nil {
+				return nil, badArg(codeBadValue, "%s: ids: %v", cmd.Name, err)
 			}
 		case "leaseMS", "waitMS":
 			ms, ok := millis(v)
@@ -323,7 +324,7 @@ func locksReply(locks []lockstore.Lock, session, owner []byte) bsoncore.Document
 	aidx, arr := bsoncore.AppendArrayStart(nil)
 	for i, l := range locks {
 		idx, d := bsoncore.AppendDocumentStart(nil)
-		d = bsoncore.AppendValueElement(d, "_id", bsoncore.Value{Type: l.ID.Type, Data: l.ID.Value})
+		d = bsoncore.AppendValueElement(d, "_id", l.ID.Core())
 		d = bsoncore.AppendInt64Element(d, "token", l.Token)
 		d = bsoncore.AppendDateTimeElement(d, "expiresAt", l.ExpiresAt.UnixMilli())
 		if l.LastError != "" {
@@ -348,7 +349,7 @@ func statusReply(sts []lockstore.Status) bsoncore.Document {
 	aidx, arr := bsoncore.AppendArrayStart(nil)
 	for i, st := range sts {
 		idx, d := bsoncore.AppendDocumentStart(nil)
-		d = bsoncore.AppendValueElement(d, "_id", bsoncore.Value{Type: st.ID.Type, Data: st.ID.Value})
+		d = bsoncore.AppendValueElement(d, "_id", st.ID.Core())
 		d = bsoncore.AppendBooleanElement(d, "held", st.Held)
 		d = bsoncore.AppendBooleanElement(d, "heldByYou", st.HeldByYou)
 		if st.Held {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lockstore"
-	"go.mongodb.org/mongo-driver/bson"
 )
 
 func TestReservedTouches(t *testing.T) {
@@ -48,7 +47,7 @@ func TestLeaseEndNeverPrintsZeroTime(t *testing.T) {
 	if s := leaseEnd(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)); s != "until 2030-01-02T03:04:05Z" {
 		t.Errorf("leaseEnd of a real lease = %q", s)
 	}
-	he := &lockstore.HeldError{NS: "a.b", ID: bson.RawValue{Type: bson.TypeInt32, Value: []byte{1, 0, 0, 0}}, Timeout: true}
+	he := &lockstore.HeldError{NS: "a.b", ID: mustID(int32(1)), Timeout: true}
 	if s := he.Error(); strings.Contains(s, "1970") || strings.Contains(s, "0001") {
 		t.Errorf("HeldError without a lease: %q", s)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -20,7 +21,7 @@ import (
 type Resolver interface {
 	// Candidates returns the _id of every document that filter matches in
 	// ns under collation and hint, at most limit of them.
-	Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]bson.RawValue, error)
+	Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error)
 	// SimpleCollation reports whether the collection's default collation
 	// compares strings byte for byte, so that a string _id pins exactly.
 	SimpleCollation(ctx context.Context, ns string) (bool, error)
@@ -62,7 +63,7 @@ func splitNS(ns string) (db, coll string) {
 }
 
 // Candidates implements Resolver.
-func (r *MongoResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]bson.RawValue, error) {
+func (r *MongoResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
 	db, coll := splitNS(ns)
 	cmd := bson.D{
 		{Key: "find", Value: coll},
@@ -87,13 +88,17 @@ func (r *MongoResolver) Candidates(ctx context.Context, ns string, filter, colla
 		return nil, fmt.Errorf("resolving the documents a write can touch: %w", err)
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
-	var ids []bson.RawValue
+	var ids []docid.ID
 	for cur.Next(ctx) {
-		id, err := cur.Current.LookupErr("_id")
+		v, err := cur.Current.LookupErr("_id")
 		if err != nil {
 			return nil, fmt.Errorf("resolving the documents a write can touch: a document without _id")
 		}
-		ids = append(ids, bson.RawValue{Type: id.Type, Value: append([]byte(nil), id.Value...)})
+		id, err := docid.New(bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)})
+		if err != nil {
+			return nil, fmt.Errorf("resolving the documents a write can touch: a document's _id: %w", err)
+		}
+		ids = append(ids, id)
 		if len(ids) >= limit {
 			break
 		}

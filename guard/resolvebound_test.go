@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -22,7 +23,7 @@ type stallingResolver struct {
 	stalled chan struct{} // receives once per stalled resolution
 }
 
-func (r stallingResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]bson.RawValue, error) {
+func (r stallingResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
 	r.calls.Add(1)
 	if _, err := filter.LookupErr("slow"); err == nil {
 		r.stalled <- struct{}{}

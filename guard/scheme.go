@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -129,9 +130,14 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 		if st.Kind != policy.StepOther && st.Kind != policy.StepInsert && st.ID.Type == bson.TypeString && !g.exactStrings(ctx, w) {
 			st = policy.Step{Why: "its string _id may match other documents under the collation in force; use the simple collation"}
 		}
-		var ids []bson.RawValue
+		var ids []docid.ID
 		if st.ID.Type != 0 {
-			ids = []bson.RawValue{rawCopy(st.ID)}
+			id, err := idCopy(st.ID)
+			if err != nil {
+				v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the lock's _id cannot be a document's _id (%v)", err))
+				continue
+			}
+			ids = []docid.ID{id}
 			v.named = append(v.named, ids...)
 		}
 		switch st.Kind {
@@ -188,7 +194,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 // A flag write carries no holder value: the mirror is the only check.
 // mirrored reports whether the writer holds the mirror lock (a release
 // must then drop it).
-func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []bson.RawValue) (o lockstore.Owner, mirrored, ok bool) {
+func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (o lockstore.Owner, mirrored, ok bool) {
 	o, ok = g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
@@ -237,7 +243,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 			v.stale = append(v.stale, len(v.violations))
 		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids, holder: &h,
-			detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, lockstore.FormatID(ids[0]), describeHolder(h), schemeAdvice(r.Scheme))})
+			detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, ids[0].String(), describeHolder(h), schemeAdvice(r.Scheme))})
 		return o, false, false
 	case s.HeldByYou:
 		// Less than the margin left. A flag's holder keeps its lock by
@@ -255,7 +261,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 			return o, true, true
 		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-			detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %v left; %s", r.Scheme.Type, w.NS, lockstore.FormatID(ids[0]), r.LeaseMargin, schemeAdvice(r.Scheme))})
+			detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %v left; %s", r.Scheme.Type, w.NS, ids[0].String(), r.LeaseMargin, schemeAdvice(r.Scheme))})
 		return o, false, false
 	}
 	// Nobody holds the mirror, as far as a read can tell (a read may lag
@@ -286,7 +292,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 				v.stale = append(v.stale, len(v.violations))
 			}
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-				detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has just been taken by another holder; %s", r.Scheme.Type, w.NS, lockstore.FormatID(ids[0]), schemeAdvice(r.Scheme))})
+				detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has just been taken by another holder; %s", r.Scheme.Type, w.NS, ids[0].String(), schemeAdvice(r.Scheme))})
 		default:
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -294,7 +300,7 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 		return o, false, false
 	}
 	v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-		detail: fmt.Sprintf("under the %s locking scheme of %s this client does not hold the lock on _id %s (or its lease of %v ran out); %s", r.Scheme.Type, w.NS, lockstore.FormatID(ids[0]), r.Scheme.Lease, schemeAdvice(r.Scheme))})
+		detail: fmt.Sprintf("under the %s locking scheme of %s this client does not hold the lock on _id %s (or its lease of %v ran out); %s", r.Scheme.Type, w.NS, ids[0].String(), r.Scheme.Lease, schemeAdvice(r.Scheme))})
 	return o, false, false
 }
 
@@ -304,12 +310,18 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 // follows what the database did.
 func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, st, r := op.write, op.step, op.rule
-	ids := []bson.RawValue{rawCopy(st.ID)}
-	mns := r.Scheme.MirrorNS(w.NS)
 	if st.ReleaseAll {
 		return g.schemeReleaseAll(ctx, req, pol, v, op, start)
 	}
-	unlock := g.schemes.lock(mns + "\x00" + string(rune(st.ID.Type)) + string(st.ID.Data))
+	id, err := idCopy(st.ID)
+	if err != nil {
+		// schemeEnforce refused such a step already.
+		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the lock's _id cannot be a document's _id (%v)", err))
+		return g.decide(req, pol, v, start)
+	}
+	ids := []docid.ID{id}
+	mns := r.Scheme.MirrorNS(w.NS)
+	unlock := g.schemes.lock(mns + "\x00" + id.Key())
 	defer unlock()
 	store := g.opts.Store
 	body, err := statementBody(req.Command, w)
@@ -394,7 +406,7 @@ func (g *Guard) schemeBusy(req *proxy.Request, pol *policy.Policy, v *verdict, r
 func recordExists(w policy.Write, st policy.Step) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	if w.Kind == policy.KindInsert {
-		errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, lockstore.FormatID(rawCopy(st.ID)))
+		errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, docid.Format(bson.RawValue{Type: st.ID.Type, Value: st.ID.Data}))
 		we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", 11000).
 			AppendString("errmsg", errmsg).Build()
 		d = bsoncore.AppendInt32Element(d, "n", 0)
@@ -414,7 +426,7 @@ func recordExists(w policy.Write, st policy.Step) bsoncore.Document {
 // nothing: DuplicateKey where an upsert would then collide with the
 // existing document (dup), "nothing matched" otherwise.
 func noMatch(w policy.Write, st policy.Step, dup bool) bsoncore.Document {
-	errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, lockstore.FormatID(rawCopy(st.ID)))
+	errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, docid.Format(bson.RawValue{Type: st.ID.Type, Value: st.ID.Data}))
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	switch {
 	case w.Kind == policy.KindFindAndModify && dup:
@@ -621,22 +633,26 @@ func (g *Guard) schemeReleaseAll(ctx context.Context, req *proxy.Request, pol *p
 		v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("it deletes more than %d lock records (the policy's maxCandidates); delete them by _id", r.MaxCandidates))
 		return g.decide(req, pol, v, start)
 	}
-	var mine []bson.RawValue
+	var mine []docid.ID
 	var pins []bsoncore.Value
 	for _, d := range vals {
 		doc, ok := d.DocumentOK()
 		if !ok {
 			continue
 		}
-		id := rawCopy(doc.Lookup("_id"))
-		held, _, err := g.opts.Store.Holds(ctx, op.owner, w.NS, []bson.RawValue{id}, 0)
+		id, err := idCopy(doc.Lookup("_id"))
+		if err != nil {
+			v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("a lock record it matches has an _id that cannot be a lock's (%v)", err))
+			return g.decide(req, pol, v, start)
+		}
+		held, _, err := g.opts.Store.Holds(ctx, op.owner, w.NS, []docid.ID{id}, 0)
 		if err != nil {
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot confirm the scheme locks (%v), so the write is refused (fail closed)", err)})
 			return g.decide(req, pol, v, start)
 		}
 		if !held {
-			sts, err := g.confirmedStatus(ctx, op.owner, w.NS, []bson.RawValue{id})
+			sts, err := g.confirmedStatus(ctx, op.owner, w.NS, []docid.ID{id})
 			if err != nil || len(sts) != 1 || sts[0].Held {
 				v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder,
 					detail: fmt.Sprintf("under the lockCollection locking scheme of %s some of the lock records it matches belong to another holder; delete your own records by _id", w.NS)})
@@ -645,7 +661,7 @@ func (g *Guard) schemeReleaseAll(ctx context.Context, req *proxy.Request, pol *p
 		} else {
 			mine = append(mine, id)
 		}
-		pins = append(pins, bsoncore.Value{Type: id.Type, Data: id.Value})
+		pins = append(pins, id.Core())
 	}
 	if v.enforcedViolation() {
 		return g.decide(req, pol, v, start)
@@ -703,7 +719,7 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 		return
 	}
 	mns := r.Scheme.MirrorNS(w.NS)
-	if h, ok := g.opts.Store.(interface{ MayHoldLocks(string) bool }); ok && !h.MayHoldLocks(mns) {
+	if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(mns) {
 		return
 	}
 	var o lockstore.Owner
@@ -713,7 +729,11 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 	if o.Session == nil {
 		o.Session = make([]byte, 16) // nobody: a holder-field insert names no holder
 	}
-	ids := []bson.RawValue{rawCopy(id)}
+	did, err := idCopy(id)
+	if err != nil {
+		return // no lock can be held on it; the database refuses it
+	}
+	ids := []docid.ID{did}
 	sts, err := g.confirmedStatus(ctx, o, mns, ids)
 	if err != nil {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
@@ -724,6 +744,6 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 		h := sts[0].Holder
 		v.named = append(v.named, ids...)
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked, ids: ids, holder: &h,
-			detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", lockstore.FormatID(ids[0]), r.Scheme.Type, describeHolder(h))})
+			detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", ids[0].String(), r.Scheme.Type, describeHolder(h))})
 	}
 }

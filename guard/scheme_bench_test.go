@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -20,7 +20,7 @@ import (
 // for a lock taken through the same proxy (its cache), without the store.
 type heldStore struct{ unavailableStore }
 
-func (heldStore) Holds(context.Context, lockstore.Owner, string, []bson.RawValue, time.Duration) (bool, []bson.RawValue, error) {
+func (heldStore) Holds(context.Context, lockstore.Owner, string, []docid.ID, time.Duration) (bool, []docid.ID, error) {
 	return true, nil, nil
 }
 

@@ -7,11 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -160,7 +160,7 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 
 // leaseLeft reports whether owner holds ids with more than margin left,
 // and how much lease is surely left.
-func (g *Guard) leaseLeft(ctx context.Context, o lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) (time.Duration, bool, error) {
+func (g *Guard) leaseLeft(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (time.Duration, bool, error) {
 	ts, ok := g.opts.Store.(tokenStore)
 	if !ok {
 		held, _, err := g.opts.Store.Holds(ctx, o, ns, ids, margin)

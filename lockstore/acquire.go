@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -20,34 +21,15 @@ const streamPollCap = 2 * time.Second
 
 // lockKey is one distinct lock key of a call.
 type lockKey struct {
-	rid string        // record _id: namespace + canonical key
-	id  bson.RawValue // the caller's _id value
+	rid string   // record _id: namespace + canonical key
+	id  docid.ID // the caller's _id
 }
 
-// keys validates ns and ids and returns the distinct keys in request order
+// keys validates ns and returns the distinct keys of ids in request order
 // (the first spelling of an id wins: [1, 1.0] is one key).
-func keys(ns string, ids []bson.RawValue) ([]lockKey, error) {
-	if ns == "" || strings.IndexByte(ns, 0) >= 0 {
-		return nil, fmt.Errorf("%w: bad namespace %q", ErrInvalidArgument, ns)
-	}
-	if len(ids) == 0 {
-		return nil, fmt.Errorf("%w: no ids", ErrInvalidArgument)
-	}
-	out := make([]lockKey, 0, len(ids))
-	seen := make(map[string]struct{}, len(ids))
-	for _, id := range ids {
-		ck, err := canonicalID(id)
-		if err != nil {
-			return nil, err
-		}
-		rid := recordID(ns, ck)
-		if _, dup := seen[rid]; dup {
-			continue
-		}
-		seen[rid] = struct{}{}
-		out = append(out, lockKey{rid: rid, id: id})
-	}
-	return out, nil
+func keys(ns string, ids []docid.ID) ([]lockKey, error) {
+	ks, _, err := keysIndexed(ns, ids, false)
+	return ks, err
 }
 
 // canonicalOrder returns the keys sorted by record id, the one order in
@@ -90,7 +72,7 @@ func (s *Store) lease(d time.Duration) (time.Duration, error) {
 // have gaps but never go back) and the ones the owner already held stay
 // held. Duplicate ids (as MongoDB compares them) count once. The returned
 // locks follow the order of the distinct ids.
-func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, lease, wait time.Duration) ([]Lock, error) {
+func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]Lock, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
@@ -210,7 +192,7 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 		// Free, or expired for certain whatever this instance's clock error.
 		var n *gen
 		if h == nil {
-			n = &gen{ID: genID(k.rid, 1), Key: k.rid, Seq: 1, NS: ns, Value: k.id, At: now,
+			n = &gen{ID: genID(k.rid, 1), Key: k.rid, Seq: 1, NS: ns, Value: k.id.Raw(), At: now,
 				Token: now.UnixNano()} // see docs/LOCKS.md, "Fencing tokens"
 		} else {
 			takeover = h.Owner != nil
@@ -335,7 +317,7 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 		h = fresh
 	}
 	if h != nil && h.Owner != nil {
-		return nil, h, &HeldError{NS: h.NS, ID: h.Value, Holder: h.holder()}
+		return nil, h, &HeldError{NS: h.NS, ID: h.lockedID(), Holder: h.holder()}
 	}
 	return nil, h, fmt.Errorf("%w: %w", ErrUnavailable, errContended)
 }
@@ -610,7 +592,7 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 		}
 		blocked := ""
 		for _, k := range ordered {
-			if SameID(k.id, he.ID) {
+			if k.id.Equal(he.ID) {
 				blocked = k.rid
 				break
 			}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
+	"github.com/lockgate/lockgate/docid"
 )
 
 // BenchmarkAcquireRelease measures an uncontended acquire+release of one
@@ -14,7 +14,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	s := openStore(b, testConfig(b))
 	o := newOwner("bench")
-	id := []bson.RawValue{rv(b, "bench")}
+	id := []docid.ID{rv(b, "bench")}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -34,7 +34,7 @@ func BenchmarkHoldsCached(b *testing.B) {
 	cfg.CacheTrust = time.Hour
 	s := openStore(b, cfg)
 	o := newOwner("bench")
-	id := []bson.RawValue{rv(b, "bench")}
+	id := []docid.ID{rv(b, "bench")}
 	if _, err := s.Acquire(bg, o, "db.bench", id, 10*time.Minute, 0); err != nil {
 		b.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func BenchmarkHeldTokensCached(b *testing.B) {
 	cfg.CacheTrust = time.Hour
 	s := openStore(b, cfg)
 	o := newOwner("bench")
-	id := []bson.RawValue{rv(b, "bench")}
+	id := []docid.ID{rv(b, "bench")}
 	if _, err := s.Acquire(bg, o, "db.bench", id, 10*time.Minute, 0); err != nil {
 		b.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestReleaseSessionCostsTheSessionsLocks(t *testing.T) {
 			docs := make([]any, 0, junk)
 			for i := range junk {
 				o := newOwner("junk")
-				g := &gen{Key: recordID("db.junk", []byte(fmt.Sprint(i))), Seq: 1, NS: "db.junk", Kind: kindAcquire,
+				g := &gen{Key: recordID("db.junk", fmt.Sprint(i)), Seq: 1, NS: "db.junk", Kind: kindAcquire,
 					Owner: sessionBinary(o.Session), Token: 1, AcquiredAt: now, ExpiresAt: now.Add(time.Hour), At: now}
 				if i%2 == 0 {
 					g.Owner, g.ExpiresAt = nil, freeExpiry // released ones too

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -29,7 +30,7 @@ var errHeadBehind = errors.New("a lock record's head is too far behind its claim
 // newer one. A lagging head reads as not held. ConfirmedStatus also reads
 // the claims after each head (one more round trip) and reports the newest
 // generation, so it errs towards "held" like the claims do.
-func (s *Store) ConfirmedStatus(ctx context.Context, owner Owner, ns string, ids []bson.RawValue) ([]Status, error) {
+func (s *Store) ConfirmedStatus(ctx context.Context, owner Owner, ns string, ids []docid.ID) ([]Status, error) {
 	return s.status(ctx, owner, ns, ids, true)
 }
 

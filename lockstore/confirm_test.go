@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 )
@@ -66,7 +67,7 @@ func TestConfirmedStatusSeesPastALaggingHead(t *testing.T) {
 
 // lagging checks that Status shows id free (the lag) and ConfirmedStatus
 // shows it held by app.
-func lagging(t *testing.T, s *Store, o Owner, ns string, id []bson.RawValue, app string) {
+func lagging(t *testing.T, s *Store, o Owner, ns string, id []docid.ID, app string) {
 	t.Helper()
 	st, err := s.Status(bg, o, ns, id)
 	if err != nil {

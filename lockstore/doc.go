@@ -5,7 +5,10 @@
 // enforcement.
 //
 // A lock key is (namespace, _id) with _id compared as MongoDB compares it
-// (1, NumberLong(1), 1.0 and NumberDecimal("1") are one key). A lock is
+// (1, NumberLong(1), 1.0 and NumberDecimal("1") are one key). Ids come in
+// as docid.IDs, already validated and carrying that canonical key, so the
+// store only names records by it; the bytes the caller sent come back in
+// every Lock, Status and error. A lock is
 // owned by a logical session id (plus an optional stricter binding), has a
 // lease measured on the lock store server's clock, and carries a fencing
 // token that strictly increases per key across holders and never goes back,
@@ -137,8 +140,10 @@
 // 46 `LockBusy` and 24 `LockTimeout`. `ErrUnavailable` wraps the cause when
 // the store cannot be reached or refuses the operation (each round trip,
 // including server selection, is bounded by `OpTimeout`, default 5 s).
-// `ErrInvalidID`, `ErrInvalidLease`, `ErrInvalidArgument` (no session, no
-// ids, bad namespace, negative wait) take nothing. `Open` fails only for an
+// `ErrInvalidID` (docid.ErrInvalid: the zero ID here, since package docid
+// refuses an invalid _id before it becomes an ID), `ErrInvalidLease`,
+// `ErrInvalidArgument` (no session, no ids, bad namespace, negative wait)
+// take nothing. `Open` fails only for an
 // invalid configuration: an unreachable database is reported by the
 // operations and `Ping`, and retried in the background, so a proxy can start
 // before its database (its `/readyz` should use `Ping`).

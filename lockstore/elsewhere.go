@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 )
@@ -19,22 +20,22 @@ const maxElsewhere = 1000
 // database shop), so it runs on the refusal path only. It reads at most
 // maxElsewhere of the owner's held locks, through the (owner, ns) index,
 // and confirms a match on its head record.
-func (s *Store) HeldElsewhere(ctx context.Context, owner Owner, ns string, ids []bson.RawValue) (string, bson.RawValue, bool, error) {
+func (s *Store) HeldElsewhere(ctx context.Context, owner Owner, ns string, ids []docid.ID) (string, docid.ID, bool, error) {
 	if err := checkOwner(owner); err != nil {
-		return "", bson.RawValue{}, false, err
+		return "", docid.ID{}, false, err
 	}
 	ks, err := keys(ns, ids)
 	if err != nil {
-		return "", bson.RawValue{}, false, err
+		return "", docid.ID{}, false, err
 	}
 	// A record id is the namespace, the separator and the canonical key,
 	// so the same _id has the same suffix in every namespace.
-	want := make(map[string]bson.RawValue, len(ks))
+	want := make(map[string]docid.ID, len(ks))
 	for _, k := range ks {
 		want[strings.TrimPrefix(k.rid, ns+keySeparator)] = k.id
 	}
 	if err := s.ready(ctx); err != nil {
-		return "", bson.RawValue{}, false, err
+		return "", docid.ID{}, false, err
 	}
 	now, _ := s.clock.Now()
 	gens, err := s.findGens(ctx, bson.D{
@@ -43,10 +44,10 @@ func (s *Store) HeldElsewhere(ctx context.Context, owner Owner, ns string, ids [
 		{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now}}},
 	}, options.Find().SetProjection(bson.D{{Key: "key", Value: 1}, {Key: "ns", Value: 1}}).SetLimit(maxElsewhere))
 	if err != nil {
-		return "", bson.RawValue{}, false, err
+		return "", docid.ID{}, false, err
 	}
 	var rids []string
-	found := map[string]bson.RawValue{}
+	found := map[string]docid.ID{}
 	for _, g := range gens {
 		if g.NS == ns {
 			continue
@@ -57,16 +58,16 @@ func (s *Store) HeldElsewhere(ctx context.Context, owner Owner, ns string, ids [
 		}
 	}
 	if len(rids) == 0 {
-		return "", bson.RawValue{}, false, nil
+		return "", docid.ID{}, false, nil
 	}
 	hs, err := s.heads(ctx, rids)
 	if err != nil {
-		return "", bson.RawValue{}, false, err
+		return "", docid.ID{}, false, err
 	}
 	for _, rid := range rids {
 		if h := hs[rid]; h != nil && h.heldAt(now) && h.ownedBy(owner) {
 			return h.NS, found[rid], true, nil
 		}
 	}
-	return "", bson.RawValue{}, false, nil
+	return "", docid.ID{}, false, nil
 }

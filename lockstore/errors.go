@@ -4,12 +4,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"github.com/lockgate/lockgate/docid"
 )
 
 // Sentinel errors. Test with errors.Is; the proxy maps them to MongoDB error
@@ -29,8 +27,9 @@ var (
 	// closed on it.
 	ErrUnavailable = errors.New("lock store unavailable")
 	// ErrInvalidID: a value that cannot be a document _id (array, regex,
-	// undefined, "$"-prefixed field, malformed BSON).
-	ErrInvalidID = errors.New("invalid _id for a lock")
+	// undefined, "$"-prefixed field, malformed BSON): docid.ErrInvalid,
+	// which is where ids are validated.
+	ErrInvalidID = docid.ErrInvalid
 	// ErrInvalidLease: a negative lease or one over Config.MaxLease.
 	ErrInvalidLease = errors.New("invalid lease")
 	// ErrInvalidArgument: any other bad argument: no owner session, empty
@@ -61,7 +60,7 @@ type Holder struct {
 // ErrBusy, or ErrTimeout when Timeout is set.
 type HeldError struct {
 	NS      string
-	ID      bson.RawValue
+	ID      docid.ID
 	Holder  Holder
 	Timeout bool
 }
@@ -73,7 +72,7 @@ func (e *HeldError) Error() string {
 	} else {
 		b.WriteString("lock on ")
 	}
-	fmt.Fprintf(&b, "%s _id %s held by ", e.NS, FormatID(e.ID))
+	fmt.Fprintf(&b, "%s _id %s held by ", e.NS, e.ID)
 	if e.Holder.App != "" {
 		fmt.Fprintf(&b, "app %q ", e.Holder.App)
 	} else {
@@ -102,7 +101,7 @@ func (e *HeldError) Is(target error) bool {
 // matches ErrNotHolder.
 type NotHolderError struct {
 	NS  string
-	IDs []bson.RawValue
+	IDs []docid.ID
 	// Why says, per id where known, what happened to the lock: "an
 	// operator force-released it (reason: ...)", "its lease ended at
 	// ...", "another session holds it now", "it was never taken".
@@ -112,7 +111,7 @@ type NotHolderError struct {
 func (e *NotHolderError) Error() string {
 	ids := make([]string, len(e.IDs))
 	for i, id := range e.IDs {
-		ids[i] = FormatID(id)
+		ids[i] = id.String()
 	}
 	return fmt.Sprintf("%v: %s _id %s", ErrNotHolder, e.NS, strings.Join(ids, ", "))
 }
@@ -131,45 +130,4 @@ func SessionPrefix(session []byte) string {
 		session = session[:4]
 	}
 	return hex.EncodeToString(session)
-}
-
-// FormatID renders an _id for people, the one format of every message
-// that names an id (refusals, lock command errors, admin replies): as it
-// would be typed in the shell where that is short (7, "abc",
-// ObjectId("..."), 1.5), and as relaxed extended JSON otherwise. Numbers
-// print by value whatever their BSON type, because that is how lock keys
-// compare them (1, NumberLong(1) and 1.0 are one key).
-func FormatID(v bson.RawValue) string {
-	switch v.Type {
-	case bson.TypeInt32:
-		if n, ok := v.Int32OK(); ok {
-			return strconv.FormatInt(int64(n), 10)
-		}
-	case bson.TypeInt64:
-		if n, ok := v.Int64OK(); ok {
-			return strconv.FormatInt(n, 10)
-		}
-	case bson.TypeDouble:
-		if f, ok := v.DoubleOK(); ok {
-			return strconv.FormatFloat(f, 'g', -1, 64)
-		}
-	case bson.TypeString:
-		if s, ok := v.StringValueOK(); ok {
-			return strconv.Quote(s)
-		}
-	case bson.TypeObjectID:
-		if oid, ok := v.ObjectIDOK(); ok {
-			return `ObjectId("` + oid.Hex() + `")`
-		}
-	}
-	if v.Validate() != nil {
-		return "<invalid>"
-	}
-	doc := bsoncore.BuildDocumentFromElements(nil, bsoncore.AppendValueElement(nil, "v", bsoncore.Value{Type: v.Type, Data: v.Value}))
-	out, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
-	if err != nil {
-		return v.String()
-	}
-	// {"v":<value>}
-	return strings.TrimSuffix(strings.TrimPrefix(string(out), `{"v":`), "}")
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
+	"github.com/lockgate/lockgate/docid"
 )
 
 // HeldTokens is Holds for enforcement that needs more than yes or no:
@@ -14,7 +14,7 @@ import (
 // store server's clock (its uncertainty subtracted); otherwise no tokens
 // and the ids not held. Like Holds it answers from the cache where it can
 // and fails closed.
-func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error) {
+func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, 0, nil, err
 	}
@@ -43,14 +43,4 @@ func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns string, ids []bs
 	}
 	now, _ := s.clock.Now()
 	return out, time.Duration(end - now.UnixNano()), nil, nil
-}
-
-// IDKey is the canonical form of an _id as a lock key compares it (1,
-// NumberLong(1) and 1.0 give the same key), for maps keyed by document.
-func IDKey(id bson.RawValue) (string, error) {
-	ck, err := canonicalID(id)
-	if err != nil {
-		return "", err
-	}
-	return string(ck), nil
 }

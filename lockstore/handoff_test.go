@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.mongodb.org/mongo-driver/bson"
 )
 
 // handoffConfig makes waiters poll so rarely that, in these tests, a
@@ -27,7 +27,7 @@ type acquireResult struct {
 // startWaiter starts an Acquire by o that waits up to wait, and returns
 // when it is queued, has tried once, and waits idle (a release may hand
 // the key over to it): the waiter and where its result will arrive.
-func startWaiter(t *testing.T, ctx context.Context, s *Store, o Owner, ns string, id []bson.RawValue, lease, wait time.Duration) (*waiter, <-chan acquireResult) {
+func startWaiter(t *testing.T, ctx context.Context, s *Store, o Owner, ns string, id []docid.ID, lease, wait time.Duration) (*waiter, <-chan acquireResult) {
 	t.Helper()
 	done := make(chan acquireResult, 1)
 	go func() {

@@ -1,93 +1,29 @@
 package lockstore
 
 import (
-	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"math"
-	"math/big"
-	"strconv"
 	"strings"
 
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"github.com/lockgate/lockgate/docid"
 )
-
-// maxIDDepth bounds the nesting of documents and arrays inside an _id.
-const maxIDDepth = 100
 
 // maxPlainKey is the longest canonical key kept readable (hex) in a record
 // _id; longer keys are replaced by their SHA-256.
 const maxPlainKey = 256
 
-// Type brackets of the canonical encoding. Values that MongoDB considers
-// equal share a bracket (all numbers; string and symbol), as in the server's
-// canonical type order; the byte values only need to be distinct.
 const (
-	tagMinKey     = 0x00
-	tagUndefined  = 0x01
-	tagNull       = 0x05
-	tagNumber     = 0x0a
-	tagString     = 0x0f
-	tagDocument   = 0x14
-	tagArray      = 0x19
-	tagBinary     = 0x1e
-	tagObjectID   = 0x23
-	tagBool       = 0x28
-	tagDate       = 0x2d
-	tagTimestamp  = 0x2f
-	tagRegex      = 0x32
-	tagDBPointer  = 0x37
-	tagCode       = 0x3c
-	tagCodeScope  = 0x41
-	tagMaxKey     = 0x7f
-	tagElemMore   = 0x01
-	tagElemEnd    = 0x00
-	numNaN        = "nan"
-	numPosInf     = "+inf"
-	numNegInf     = "-inf"
 	keySeparator  = "/"
 	hashKeyPrefix = "#"
 )
 
-// canonicalID returns the canonical key of an _id value: two values get the
-// same key exactly when MongoDB's _id index considers them equal (simple
-// binary collation). Numbers of any type compare by exact value (int32 1,
-// int64 1, double 1.0 and decimal128 1 are one key, -0 equals 0, every NaN is
-// one key); string and symbol share a bracket; documents compare field by
-// field in order, so field order matters; arrays, regular expressions and
-// undefined are invalid as a top-level _id, and "$"-prefixed field names are
-// invalid anywhere inside it.
-func canonicalID(v bson.RawValue) ([]byte, error) {
-	if err := v.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidID, err)
-	}
-	switch v.Type {
-	case bson.TypeArray:
-		return nil, fmt.Errorf("%w: an _id cannot be an array", ErrInvalidID)
-	case bson.TypeRegex:
-		return nil, fmt.Errorf("%w: an _id cannot be a regular expression", ErrInvalidID)
-	case bson.TypeUndefined:
-		return nil, fmt.Errorf("%w: an _id cannot be undefined", ErrInvalidID)
-	case bsontype.Type(0):
-		return nil, fmt.Errorf("%w: missing _id value", ErrInvalidID)
-	}
-	var b bytes.Buffer
-	b.Grow(len(v.Value) + 8) // most ids encode to about their own size
-	if err := encodeValue(&b, v, 0); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
 // recordID is the _id of the lock record of (ns, canonical key). The hex part
 // never contains the separator, so the last "/" splits the two parts
 // unambiguously and the mapping is injective.
-func recordID(ns string, key []byte) string {
+func recordID(ns string, key string) string {
 	if len(key) > maxPlainKey {
-		sum := sha256.Sum256(key)
+		sum := sha256.Sum256([]byte(key))
 		return ns + keySeparator + hashKeyPrefix + hex.EncodeToString(sum[:])
 	}
 	// One allocation: every enforced write makes one per id.
@@ -95,218 +31,19 @@ func recordID(ns string, key []byte) string {
 	b.Grow(len(ns) + len(keySeparator) + hex.EncodedLen(len(key)))
 	b.WriteString(ns)
 	b.WriteString(keySeparator)
-	var chunk [64]byte
-	for len(key) > 0 {
-		n := min(len(key), len(chunk)/2)
-		b.Write(hex.AppendEncode(chunk[:0], key[:n]))
-		key = key[n:]
+	const digits = "0123456789abcdef"
+	for i := 0; i < len(key); i++ {
+		b.WriteByte(digits[key[i]>>4])
+		b.WriteByte(digits[key[i]&0x0f])
 	}
 	return b.String()
 }
 
-func encodeValue(b *bytes.Buffer, v bson.RawValue, depth int) error {
-	if depth > maxIDDepth {
-		return fmt.Errorf("%w: _id nested deeper than %d", ErrInvalidID, maxIDDepth)
-	}
-	switch v.Type {
-	case bson.TypeMinKey:
-		b.WriteByte(tagMinKey)
-	case bson.TypeMaxKey:
-		b.WriteByte(tagMaxKey)
-	case bson.TypeUndefined:
-		b.WriteByte(tagUndefined)
-	case bson.TypeNull:
-		b.WriteByte(tagNull)
-	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
-		n, err := canonicalNumber(v)
-		if err != nil {
-			return err
-		}
-		b.WriteByte(tagNumber)
-		writeString(b, n)
-	case bson.TypeString:
-		b.WriteByte(tagString)
-		writeString(b, v.StringValue())
-	case bson.TypeSymbol:
-		b.WriteByte(tagString)
-		writeString(b, v.Symbol())
-	case bson.TypeEmbeddedDocument:
-		b.WriteByte(tagDocument)
-		elems, err := v.Document().Elements()
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidID, err)
-		}
-		for _, e := range elems {
-			k := e.Key()
-			if strings.HasPrefix(k, "$") {
-				return fmt.Errorf("%w: _id fields may not start with '$' (%q)", ErrInvalidID, k)
-			}
-			b.WriteByte(tagElemMore)
-			writeString(b, k)
-			if err := encodeValue(b, e.Value(), depth+1); err != nil {
-				return err
-			}
-		}
-		b.WriteByte(tagElemEnd)
-	case bson.TypeArray:
-		b.WriteByte(tagArray)
-		vals, err := v.Array().Values()
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidID, err)
-		}
-		for _, e := range vals {
-			b.WriteByte(tagElemMore)
-			if err := encodeValue(b, e, depth+1); err != nil {
-				return err
-			}
-		}
-		b.WriteByte(tagElemEnd)
-	case bson.TypeBinary:
-		sub, data := v.Binary()
-		b.WriteByte(tagBinary)
-		b.WriteByte(sub)
-		writeBytes(b, data)
-	case bson.TypeObjectID:
-		oid := v.ObjectID()
-		b.WriteByte(tagObjectID)
-		b.Write(oid[:])
-	case bson.TypeBoolean:
-		b.WriteByte(tagBool)
-		if v.Boolean() {
-			b.WriteByte(1)
-		} else {
-			b.WriteByte(0)
-		}
-	case bson.TypeDateTime:
-		b.WriteByte(tagDate)
-		// Flip the sign bit so that byte order follows numeric order.
-		_ = binary.Write(b, binary.BigEndian, uint64(v.DateTime())^(1<<63))
-	case bson.TypeTimestamp:
-		t, i := v.Timestamp()
-		b.WriteByte(tagTimestamp)
-		_ = binary.Write(b, binary.BigEndian, uint64(t)<<32|uint64(i))
-	case bson.TypeRegex:
-		p, o := v.Regex()
-		b.WriteByte(tagRegex)
-		writeString(b, p)
-		writeString(b, o)
-	case bson.TypeDBPointer:
-		ns, oid := v.DBPointer()
-		b.WriteByte(tagDBPointer)
-		writeString(b, ns)
-		b.Write(oid[:])
-	case bson.TypeJavaScript:
-		b.WriteByte(tagCode)
-		writeString(b, v.JavaScript())
-	case bson.TypeCodeWithScope:
-		code, scope := v.CodeWithScope()
-		b.WriteByte(tagCodeScope)
-		writeString(b, code)
-		sv := bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: scope}
-		if err := encodeValue(b, sv, depth+1); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("%w: unsupported BSON type %v", ErrInvalidID, v.Type)
-	}
-	return nil
-}
-
-func writeString(b *bytes.Buffer, s string) {
-	var n [binary.MaxVarintLen64]byte
-	b.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-	b.WriteString(s)
-}
-
-func writeBytes(b *bytes.Buffer, p []byte) {
-	var n [binary.MaxVarintLen64]byte
-	b.Write(n[:binary.PutUvarint(n[:], uint64(len(p)))])
-	b.Write(p)
-}
-
-// canonicalNumber renders a number by its exact value: an integer as its
-// decimal digits, any other finite value as the reduced fraction p/q, and the
-// special values as "nan", "+inf", "-inf". Values equal in MongoDB's numeric
-// comparison get the same text.
-func canonicalNumber(v bson.RawValue) (string, error) {
-	switch v.Type {
-	case bson.TypeInt32:
-		return strconv.FormatInt(int64(v.Int32()), 10), nil
-	case bson.TypeInt64:
-		return strconv.FormatInt(v.Int64(), 10), nil
-	case bson.TypeDouble:
-		f := v.Double()
-		switch {
-		case math.IsNaN(f):
-			return numNaN, nil
-		case math.IsInf(f, 1):
-			return numPosInf, nil
-		case math.IsInf(f, -1):
-			return numNegInf, nil
-		case f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63:
-			return strconv.FormatInt(int64(f), 10), nil
-		}
-		// MongoDB compares a double with a decimal after rounding the double
-		// to 34 significant digits (Decimal128's precision); the rounded
-		// value is injective on doubles, so it is the canonical value.
-		r, ok := new(big.Rat).SetString(new(big.Float).SetFloat64(f).Text('e', 33))
-		if !ok {
-			return "", fmt.Errorf("%w: cannot render %v", ErrInvalidID, f)
-		}
-		return r.RatString(), nil
-	case bson.TypeDecimal128:
-		d := v.Decimal128()
-		if d.IsNaN() {
-			return numNaN, nil
-		}
-		switch d.IsInf() {
-		case 1:
-			return numPosInf, nil
-		case -1:
-			return numNegInf, nil
-		}
-		bi, exp, err := d.BigInt()
-		if err != nil {
-			return "", fmt.Errorf("%w: %v", ErrInvalidID, err)
-		}
-		r := new(big.Rat).SetInt(bi)
-		if exp != 0 {
-			p := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(abs(exp))), nil)
-			if exp > 0 {
-				r.Mul(r, new(big.Rat).SetInt(p))
-			} else {
-				r.Quo(r, new(big.Rat).SetInt(p))
-			}
-		}
-		return r.RatString(), nil
-	}
-	return "", fmt.Errorf("%w: not a number", ErrInvalidID)
-}
-
-func abs(n int) int {
-	if n < 0 {
-		return -n
-	}
-	return n
-}
-
-// SameID reports whether two _id values are one lock key: equal as
-// MongoDB's _id index compares them (1, NumberLong(1) and 1.0 are the
-// same). Invalid ids equal nothing.
-func SameID(a, b bson.RawValue) bool {
-	ka, err := canonicalID(a)
-	if err != nil {
-		return false
-	}
-	kb, err := canonicalID(b)
-	return err == nil && bytes.Equal(ka, kb)
-}
-
-// keysIndexed is keys (the distinct keys of ids in request order, ns and
-// each id validated) plus, when index is set and there are several ids,
-// the index of each id's key (nil: id i is key i); each id's canonical
-// form and record id are made once.
-func keysIndexed(ns string, ids []bson.RawValue, index bool) ([]lockKey, []int, error) {
+// keysIndexed is keys (the distinct keys of ids in request order, ns
+// validated) plus, when index is set and there are several ids, the index
+// of each id's key (nil: id i is key i); each distinct id's record id is
+// made once.
+func keysIndexed(ns string, ids []docid.ID, index bool) ([]lockKey, []int, error) {
 	if ns == "" || strings.IndexByte(ns, 0) >= 0 {
 		return nil, nil, fmt.Errorf("%w: bad namespace %q", ErrInvalidArgument, ns)
 	}
@@ -324,21 +61,19 @@ func keysIndexed(ns string, ids []bson.RawValue, index bool) ([]lockKey, []int, 
 		seen = make(map[string]int, len(ids))
 	}
 	for i, id := range ids {
-		ck, err := canonicalID(id)
-		if err != nil {
-			return nil, nil, err
+		if id.IsZero() {
+			return nil, nil, fmt.Errorf("%w: missing _id value", ErrInvalidID)
 		}
-		rid := recordID(ns, ck)
 		at := -1
 		if seen != nil {
-			if j, dup := seen[rid]; dup {
+			if j, dup := seen[id.Key()]; dup {
 				at = j
 			} else {
-				seen[rid] = len(out)
+				seen[id.Key()] = len(out)
 			}
 		} else {
 			for j := range out {
-				if out[j].rid == rid {
+				if out[j].id.Equal(id) {
 					at = j
 					break
 				}
@@ -346,7 +81,7 @@ func keysIndexed(ns string, ids []bson.RawValue, index bool) ([]lockKey, []int, 
 		}
 		if at < 0 {
 			at = len(out)
-			out = append(out, lockKey{rid: rid, id: id})
+			out = append(out, lockKey{rid: recordID(ns, id.Key()), id: id})
 		}
 		if idx != nil {
 			idx[i] = at

@@ -2,20 +2,21 @@ package lockstore
 
 import (
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 
-	"go.mongodb.org/mongo-driver/bson"
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
 // TestKeysIndexed: the keys the enforcement check makes are keys' keys,
 // each id mapped to the key MongoDB would compare it as (1, NumberLong(1)
 // and 1.0 are one), and record ids are the documented namespace/hex form
-// at every length, short, chunked and hashed.
+// at every length, short and hashed.
 func TestKeysIndexed(t *testing.T) {
 	long := strings.Repeat("x", 100)
-	ids := []bson.RawValue{rv(t, int32(1)), rv(t, "a"), rv(t, int64(1)), rv(t, 1.0), rv(t, long), rv(t, "a"),
+	ids := []docid.ID{rv(t, int32(1)), rv(t, "a"), rv(t, int64(1)), rv(t, 1.0), rv(t, long), rv(t, "a"),
 		rv(t, primitive.NewObjectID()), rv(t, strings.Repeat("y", 300))}
 	for _, n := range []int{1, 3, len(ids)} {
 		for _, many := range []bool{false, true} {
@@ -48,18 +49,15 @@ func TestKeysIndexed(t *testing.T) {
 				} else if len(in) > 1 {
 					t.Fatal("no index for several ids")
 				}
-				if !SameID(got[k].id, id) {
+				if !got[k].id.Equal(id) {
 					t.Errorf("id %d maps to key %d (%v), another id", i, k, got[k].id)
 				}
 			}
 		}
 	}
 	for _, id := range ids {
-		ck, err := canonicalID(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := "db.c" + keySeparator + hex.EncodeToString(ck)
+		ck := id.Key()
+		want := "db.c" + keySeparator + hex.EncodeToString([]byte(ck))
 		if len(ck) > maxPlainKey {
 			want = recordID("db.c", ck) // hashed: checked by the key tests
 			if !strings.HasPrefix(want, "db.c"+keySeparator+hashKeyPrefix) {
@@ -74,7 +72,7 @@ func TestKeysIndexed(t *testing.T) {
 	if _, _, err := keysIndexed("db.c", nil, true); err == nil {
 		t.Error("no ids accepted")
 	}
-	if _, _, err := keysIndexed("db.c", []bson.RawValue{rv(t, bson.A{1})}, true); err == nil {
-		t.Error("an array _id accepted")
+	if _, _, err := keysIndexed("db.c", []docid.ID{{}}, true); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("the zero ID: %v", err)
 	}
 }

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/embedded"
 )
 
@@ -92,18 +92,18 @@ func newOwner(app string) Owner {
 	return Owner{Session: b, App: app, Client: "127.0.0.1:1"}
 }
 
-// rv makes an _id value.
-func rv(t testing.TB, v any) bson.RawValue {
+// rv makes an _id.
+func rv(t testing.TB, v any) docid.ID {
 	t.Helper()
-	typ, b, err := bson.MarshalValue(v)
+	id, err := docid.Of(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bson.RawValue{Type: typ, Value: b}
+	return id
 }
 
-func ids(t testing.TB, vs ...any) []bson.RawValue {
-	out := make([]bson.RawValue, len(vs))
+func ids(t testing.TB, vs ...any) []docid.ID {
+	out := make([]docid.ID, len(vs))
 	for i, v := range vs {
 		out[i] = rv(t, v)
 	}

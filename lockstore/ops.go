@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -20,7 +21,7 @@ import (
 // owner does not hold (never held, released, expired, taken over) are
 // reported in a *NotHolderError (ErrNotHolder) while the others are
 // renewed and returned.
-func (s *Store) Renew(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, lease time.Duration) ([]Lock, error) {
+func (s *Store) Renew(ctx context.Context, owner Owner, ns string, ids []docid.ID, lease time.Duration) ([]Lock, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
@@ -36,7 +37,7 @@ func (s *Store) Renew(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 		return nil, err
 	}
 	var out []Lock
-	var missing []bson.RawValue
+	var missing []docid.ID
 	var whys []string
 	for _, k := range ks {
 		l, ok, why, err := s.extend(ctx, owner, k, lease, opRenew)
@@ -62,7 +63,7 @@ func (s *Store) Renew(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 // not hold are not an error, they just do not count. A non-empty errText is
 // kept on each freed key as lastError for the next holder (Status shows
 // it); an empty one clears it. Tokens are kept.
-func (s *Store) Release(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, errText string) (int, error) {
+func (s *Store) Release(ctx context.Context, owner Owner, ns string, ids []docid.ID, errText string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
@@ -197,11 +198,11 @@ func (s *Store) releaseEach(ctx context.Context, rids []string, release func(con
 // Status describes the locks on ids, in the order of the distinct ids,
 // from the database (one round trip). A lock whose lease has ended is
 // reported as not held.
-func (s *Store) Status(ctx context.Context, owner Owner, ns string, ids []bson.RawValue) ([]Status, error) {
+func (s *Store) Status(ctx context.Context, owner Owner, ns string, ids []docid.ID) ([]Status, error) {
 	return s.status(ctx, owner, ns, ids, false)
 }
 
-func (s *Store) status(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, confirm bool) ([]Status, error) {
+func (s *Store) status(ctx context.Context, owner Owner, ns string, ids []docid.ID, confirm bool) ([]Status, error) {
 	ks, err := keys(ns, ids)
 	if err != nil {
 		return nil, err
@@ -237,7 +238,7 @@ func (s *Store) status(ctx context.Context, owner Owner, ns string, ids []bson.R
 
 // status renders a head generation; owner (optional) sets HeldByYou.
 func (g *gen) status(now time.Time, owner *Owner) Status {
-	st := Status{NS: g.NS, ID: g.Value, Token: g.Token, LastError: g.LastError, UpdatedAt: g.At}
+	st := Status{NS: g.NS, ID: g.lockedID(), Token: g.Token, LastError: g.LastError, UpdatedAt: g.At}
 	if g.heldAt(now) {
 		st.Held = true
 		st.Holder = g.holder()
@@ -297,8 +298,8 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Status, error) {
 // fencing token (so that a fenced resource refuses the old holder), records
 // reason on the new generation, logs an audit event at warn level and
 // returns the state before. A key that was never locked is not an error.
-func (s *Store) ForceRelease(ctx context.Context, ns string, id bson.RawValue, reason string) (Status, error) {
-	ks, err := keys(ns, []bson.RawValue{id})
+func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason string) (Status, error) {
+	ks, err := keys(ns, []docid.ID{id})
 	if err != nil {
 		return Status{}, err
 	}
@@ -348,7 +349,7 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id bson.RawValue, r
 // Config.CacheTrust, and reads the database (one round trip) for the rest,
 // so a lock taken through another instance is honoured. It fails closed:
 // on error the answer is false.
-func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.RawValue, margin time.Duration) (bool, []bson.RawValue, error) {
+func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
 	if err := checkOwner(owner); err != nil {
 		return false, nil, err
 	}
@@ -364,7 +365,7 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []bson.Ra
 // per key), it also records the token of each key held, and returns the
 // earliest lease end as Unix nanoseconds of server time, the clock's
 // uncertainty already subtracted.
-func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin time.Duration, tokens []int64) (_ bool, _ []bson.RawValue, end int64, _ error) {
+func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin time.Duration, tokens []int64) (_ bool, _ []docid.ID, end int64, _ error) {
 	end = math.MaxInt64
 	earliest := func(t time.Time) { end = min(end, t.UnixNano()) }
 	now, unc := s.clock.Now()
@@ -401,7 +402,7 @@ func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin tim
 	now, unc = s.clock.Now()
 	need = now.Add(unc + margin)
 	verified := time.Now()
-	var missing []bson.RawValue
+	var missing []docid.ID
 	for _, i := range ask {
 		k := ks[i]
 		h := hs[k.rid]

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -40,24 +41,24 @@ type Owner struct {
 
 // Lock is one lock granted or renewed.
 type Lock struct {
-	ID        bson.RawValue // the _id as the caller gave it
-	Token     int64         // fencing token, strictly increasing per key across holders
-	ExpiresAt time.Time     // lease end, in server time
-	LastError string        // error text left by a previous holder's release, if any
+	ID        docid.ID  // the _id as the caller gave it
+	Token     int64     // fencing token, strictly increasing per key across holders
+	ExpiresAt time.Time // lease end, in server time
+	LastError string    // error text left by a previous holder's release, if any
 }
 
 // Status describes one lock record, for lockStatus and the admin view.
 type Status struct {
 	NS        string
-	ID        bson.RawValue // the _id as first locked (List) or as asked (Status)
-	Held      bool          // held by someone with an unexpired lease
-	HeldByYou bool          // held by the owner passed to Status
-	Holder    Holder        // valid when Held
-	Since     time.Time     // when the current holder acquired it (Held)
-	ExpiresAt time.Time     // lease end (Held)
-	Token     int64         // last token issued for the key; 0 if never locked
-	LastError string        // error text of the last release, if any
-	UpdatedAt time.Time     // last change of the record
+	ID        docid.ID  // the _id as first locked (List) or as asked (Status)
+	Held      bool      // held by someone with an unexpired lease
+	HeldByYou bool      // held by the owner passed to Status
+	Holder    Holder    // valid when Held
+	Since     time.Time // when the current holder acquired it (Held)
+	ExpiresAt time.Time // lease end (Held)
+	Token     int64     // last token issued for the key; 0 if never locked
+	LastError string    // error text of the last release, if any
+	UpdatedAt time.Time // last change of the record
 }
 
 // ListOptions filter List.
@@ -502,6 +503,17 @@ func (g *gen) holder() Holder {
 		h.SessionPrefix = SessionPrefix(g.Owner.Data)
 	}
 	return h
+}
+
+// lockedID is the _id the record was first locked as. A record whose id
+// is not a valid _id (written by hand, or damaged) gives the zero ID,
+// which names no document and prints as <invalid>.
+func (g *gen) lockedID() docid.ID {
+	id, err := docid.New(g.Value)
+	if err != nil {
+		return docid.ID{}
+	}
+	return id
 }
 
 // heldAt tells whether someone holds the key at server time t.

@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
 var bg = context.Background()
 
-func mustAcquire(t *testing.T, s *Store, o Owner, ns string, idv []bson.RawValue, lease, wait time.Duration) []Lock {
+func mustAcquire(t *testing.T, s *Store, o Owner, ns string, idv []docid.ID, lease, wait time.Duration) []Lock {
 	t.Helper()
 	locks, err := s.Acquire(bg, o, ns, idv, lease, wait)
 	if err != nil {
@@ -111,8 +111,10 @@ func TestMongoIDEquality(t *testing.T) {
 	mustAcquire(t, s, b, "db.c", ids(t, ba), time.Minute, 0) // field order matters
 	_, err := s.Acquire(bg, b, "db.c", ids(t, bson.D{{Key: "a", Value: 1.0}, {Key: "b", Value: int64(2)}}), time.Minute, 0)
 	heldErr(t, err, ErrBusy)
-	if _, err := s.Acquire(bg, a, "db.c", ids(t, bson.A{int32(1)}), time.Minute, 0); !errors.Is(err, ErrInvalidID) {
-		t.Fatalf("array _id: %v, want ErrInvalidID", err)
+	// An array cannot even become an id (docid.TestInvalid); the zero ID
+	// stands for one that slipped through.
+	if _, err := s.Acquire(bg, a, "db.c", []docid.ID{{}}, time.Minute, 0); !errors.Is(err, ErrInvalidID) {
+		t.Fatalf("the zero ID: %v, want ErrInvalidID", err)
 	}
 }
 
@@ -123,7 +125,7 @@ func TestInvalidArguments(t *testing.T) {
 	for name, tc := range map[string]struct {
 		o     Owner
 		ns    string
-		ids   []bson.RawValue
+		ids   []docid.ID
 		lease time.Duration
 		wait  time.Duration
 		want  error
@@ -134,7 +136,7 @@ func TestInvalidArguments(t *testing.T) {
 		"negative lease": {a, "db.c", one, -time.Second, 0, ErrInvalidLease},
 		"lease over max": {a, "db.c", one, time.Hour, 0, ErrInvalidLease},
 		"negative wait":  {a, "db.c", one, 0, -time.Second, ErrInvalidArgument},
-		"regex id":       {a, "db.c", ids(t, primitive.Regex{Pattern: "x"}), 0, 0, ErrInvalidID},
+		"zero id":        {a, "db.c", []docid.ID{{}}, 0, 0, ErrInvalidID},
 	} {
 		if _, err := s.Acquire(bg, tc.o, tc.ns, tc.ids, tc.lease, tc.wait); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
@@ -220,7 +222,7 @@ func TestCanonicalOrder(t *testing.T) {
 	if raceEnabled {
 		rounds = 10
 	}
-	run := func(s *Store, o Owner, order []bson.RawValue, pause time.Duration, done chan<- error) {
+	run := func(s *Store, o Owner, order []docid.ID, pause time.Duration, done chan<- error) {
 		for range rounds {
 			if _, err := s.Acquire(bg, o, "db.o", order, time.Minute, time.Minute); err != nil {
 				done <- err
@@ -546,7 +548,7 @@ func TestHolds(t *testing.T) {
 		t.Fatal("Holds for a foreign lock should read the database once")
 	}
 	ok, missing, _ = s1.Holds(bg, a, "db.c", ids(t, int32(1), int32(3)), 0)
-	if ok || len(missing) != 1 || missing[0].Int32() != 3 {
+	if ok || len(missing) != 1 || missing[0].Raw().Int32() != 3 {
 		t.Fatalf("holds with one missing: %v %v", ok, missing)
 	}
 	if ok, _, _ := s1.Holds(bg, b, "db.c", ids(t, int32(1)), 0); ok {
@@ -618,7 +620,7 @@ func TestLocalWaiterHandoff(t *testing.T) {
 }
 
 // ks is the record id of a single id.
-func ks(t *testing.T, ns string, id []bson.RawValue) string {
+func ks(t *testing.T, ns string, id []docid.ID) string {
 	k, err := keys(ns, id)
 	if err != nil {
 		t.Fatal(err)
@@ -856,7 +858,7 @@ func TestNoDoubleGrant(t *testing.T) {
 					return
 				}
 				k := (w*7 + c*3) % nkeys
-				id := []bson.RawValue{rv(t, int32(k))}
+				id := []docid.ID{rv(t, int32(k))}
 				l, err := s.Acquire(bg, o, "db.stress", id, time.Minute, 90*time.Second)
 				if err != nil {
 					t.Errorf("worker %d cycle %d: %v", w, c, err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
 func TestBackoffBoundsAndJitter(t *testing.T) {
@@ -230,25 +229,6 @@ func TestErrorsAndMessages(t *testing.T) {
 	he.Timeout = true
 	if !errors.Is(he, ErrTimeout) || errors.Is(he, ErrBusy) {
 		t.Fatal("timeout error must match ErrTimeout only")
-	}
-	// One format for an id in every message: numbers by value (they are
-	// one key whatever their type), the rest as typed in the shell or as
-	// relaxed extended JSON.
-	for _, c := range []struct {
-		v    any
-		want string
-	}{
-		{"x", `"x"`},
-		{int32(2), "2"},
-		{int64(2), "2"},
-		{2.5, "2.5"},
-		{primitive.ObjectID{1}, `ObjectId("010000000000000000000000")`},
-		{bson.D{{Key: "a", Value: int32(1)}}, `{"a":1}`},
-		{primitive.NewDecimal128(0x3040000000000000, 7), `{"$numberDecimal":"7"}`},
-	} {
-		if got := FormatID(rv(t, c.v)); got != c.want {
-			t.Errorf("FormatID(%#v) = %s, want %s", c.v, got, c.want)
-		}
 	}
 	if SessionPrefix([]byte{0x1a, 0x2b, 0x3c, 0x4d, 0x5e}) != "1a2b3c4d" {
 		t.Fatal("session prefix")

@@ -3,19 +3,17 @@ package lockstore
 import (
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
+	"github.com/lockgate/lockgate/docid"
 )
 
 // Waiting reports how many Acquire calls on this Store are queued for the
 // lock on (ns, id): the waiters an operator console shows next to a held
-// lock. Waiters on other lockgate instances are not counted. An _id that
-// cannot be a lock key has none.
-func (s *Store) Waiting(ns string, id bson.RawValue) int {
-	ck, err := canonicalID(id)
-	if err != nil {
+// lock. Waiters on other lockgate instances are not counted.
+func (s *Store) Waiting(ns string, id docid.ID) int {
+	if id.IsZero() {
 		return 0
 	}
-	return s.wq.waiting(recordID(ns, ck))
+	return s.wq.waiting(recordID(ns, id.Key()))
 }
 
 // ServerNow is the lock store server's time as this Store estimates it

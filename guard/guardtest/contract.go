@@ -5,16 +5,15 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
-
-	"github.com/lockgate/lockgate/lockstore"
 )
 
 // ResolverAPI is guard.Resolver, restated so that this package does not
 // import guard.
 type ResolverAPI interface {
-	Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]bson.RawValue, error)
+	Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error)
 	SimpleCollation(ctx context.Context, ns string) (bool, error)
 	Capped(ctx context.Context, ns string) (bool, error)
 }
@@ -110,22 +109,18 @@ func RunResolverContract(t *testing.T, open func(t *testing.T) ResolverFixture) 
 	})
 }
 
-func sameIDs(t *testing.T, got []bson.RawValue, want []any) {
+func sameIDs(t *testing.T, got []docid.ID, want []any) {
 	t.Helper()
-	key := func(v bson.RawValue) string {
-		k, err := lockstore.IDKey(v)
+	var g, w []string
+	for _, id := range got {
+		g = append(g, id.Key())
+	}
+	for _, v := range want {
+		id, err := docid.Of(v)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return k
-	}
-	var g, w []string
-	for _, v := range got {
-		g = append(g, key(v))
-	}
-	for _, v := range want {
-		typ, b, _ := bson.MarshalValue(v)
-		w = append(w, key(bson.RawValue{Type: typ, Value: b}))
+		w = append(w, id.Key())
 	}
 	slices.Sort(g)
 	slices.Sort(w)

@@ -290,6 +290,11 @@ func TestDecisions(t *testing.T) {
 			return compressed(t, msg(t, cmd("update", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(id(2))}})))
 		}, "rewrite"},
 		{"OP_INSERT of a free _id", func(t *testing.T) []byte { return opInsert(t, "shop.orders", id(101)) }, "forward"},
+		// No lock can be held on an _id with a "$" field, and the database
+		// refuses to store one.
+		{"insert of a value that cannot be an _id", func(t *testing.T) []byte {
+			return msg(t, cmd("insert", "orders", sessA, bson.E{Key: "documents", Value: bson.A{id(bson.D{{Key: "$x", Value: 5}})}}))
+		}, "forward"},
 		{"update in a transaction", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "orders", sessA, append([]bson.E{{Key: "updates", Value: bson.A{update(id(1))}}}, txn...)...))
 		}, "forward"}, // no maxTimeMS inside a transaction: the commit is checked instead
@@ -336,6 +341,12 @@ func TestDecisions(t *testing.T) {
 		{"OP_COMPRESSED not locked", func(t *testing.T) []byte {
 			return compressed(t, msg(t, cmd("update", "orders", sessB, bson.E{Key: "updates", Value: bson.A{update(id(1))}})))
 		}, "held_by_other"},
+		// No document can have an _id with a "$" field in it: such a pin
+		// cannot be checked, so it is refused rather than let through
+		// with nothing to check.
+		{"filter pinning a value that cannot be an _id", func(t *testing.T) []byte {
+			return msg(t, cmd("update", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(id(bson.D{{Key: "a", Value: bson.D{{Key: "$x", Value: 1}}}}))}}))
+		}, "unclassifiable"},
 		{"insert of another's locked _id", func(t *testing.T) []byte {
 			return msg(t, cmd("insert", "orders", sessA, bson.E{Key: "documents", Value: bson.A{id(5)}}))
 		}, "insert_locked"},

@@ -14,10 +14,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
-
-	"github.com/lockgate/lockgate/lockstore"
 )
 
 // ErrUnsupported: the filter uses query language the in-memory resolver
@@ -105,7 +104,7 @@ func (r *Resolver) Calls() int {
 }
 
 // Candidates implements guard.Resolver.
-func (r *Resolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, _ bsoncore.Value, limit int) ([]bson.RawValue, error) {
+func (r *Resolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, _ bsoncore.Value, limit int) ([]docid.ID, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
@@ -120,7 +119,7 @@ func (r *Resolver) Candidates(ctx context.Context, ns string, filter, collation 
 			return nil, fmt.Errorf("%w: collation", ErrUnsupported)
 		}
 	}
-	var out []bson.RawValue
+	var out []docid.ID
 	c := r.colls[ns]
 	if c == nil {
 		return nil, nil
@@ -131,8 +130,12 @@ func (r *Resolver) Candidates(ctx context.Context, ns string, filter, collation 
 			return nil, err
 		}
 		if ok {
-			id := bson.Raw(d).Lookup("_id")
-			out = append(out, bson.RawValue{Type: id.Type, Value: bytes.Clone(id.Value)})
+			v := bson.Raw(d).Lookup("_id")
+			id, err := docid.New(bson.RawValue{Type: v.Type, Value: bytes.Clone(v.Value)})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, id)
 			if len(out) >= limit {
 				break
 			}
@@ -305,12 +308,12 @@ func equalOrContains(field, v bsoncore.Value) bool {
 }
 
 func equal(a, b bsoncore.Value) bool {
-	ka, err := lockstore.IDKey(bson.RawValue{Type: a.Type, Value: a.Data})
+	ka, err := docid.New(bson.RawValue{Type: a.Type, Value: a.Data})
 	if err != nil {
 		return a.Type == b.Type && bytes.Equal(a.Data, b.Data)
 	}
-	kb, err := lockstore.IDKey(bson.RawValue{Type: b.Type, Value: b.Data})
-	return err == nil && ka == kb
+	kb, err := docid.New(bson.RawValue{Type: b.Type, Value: b.Data})
+	return err == nil && ka.Equal(kb)
 }
 
 // compare orders two numbers or two strings; other pairs do not compare,

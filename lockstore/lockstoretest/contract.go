@@ -13,23 +13,23 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 )
 
 // Store is what the contract exercises: guard.LockStore plus the fencing
 // tokens the document fence reads.
 type Store interface {
-	Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease, wait time.Duration) ([]lockstore.Lock, error)
-	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease time.Duration) ([]lockstore.Lock, error)
-	Release(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, errText string) (int, error)
+	Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
+	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
+	Release(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error)
 	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns string, errText string) (int, error)
 	ReleaseSession(ctx context.Context, session []byte) (int, error)
-	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue) ([]lockstore.Status, error)
-	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) (bool, []bson.RawValue, error)
-	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error)
+	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
+	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
+	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
 }
 
 // Lease limits every store under test is opened with.
@@ -106,25 +106,25 @@ func NewOwner(app string) lockstore.Owner {
 	return lockstore.Owner{Session: b, App: app, Client: "127.0.0.1:1"}
 }
 
-// ID makes an _id value.
-func ID(v any) bson.RawValue {
-	typ, b, err := bson.MarshalValue(v)
+// ID makes an _id.
+func ID(v any) docid.ID {
+	id, err := docid.Of(v)
 	if err != nil {
 		panic(err)
 	}
-	return bson.RawValue{Type: typ, Value: b}
+	return id
 }
 
-// IDs makes _id values.
-func IDs(vs ...any) []bson.RawValue {
-	out := make([]bson.RawValue, len(vs))
+// IDs makes _ids.
+func IDs(vs ...any) []docid.ID {
+	out := make([]docid.ID, len(vs))
 	for i, v := range vs {
 		out[i] = ID(v)
 	}
 	return out
 }
 
-func mustAcquire(t *testing.T, s Store, o lockstore.Owner, space string, ids []bson.RawValue, lease time.Duration) []lockstore.Lock {
+func mustAcquire(t *testing.T, s Store, o lockstore.Owner, space string, ids []docid.ID, lease time.Duration) []lockstore.Lock {
 	t.Helper()
 	ls, err := s.Acquire(context.Background(), o, space, ids, lease, 0)
 	if err != nil {
@@ -133,7 +133,7 @@ func mustAcquire(t *testing.T, s Store, o lockstore.Owner, space string, ids []b
 	return ls
 }
 
-func holds(t *testing.T, s Store, o lockstore.Owner, ids []bson.RawValue, margin time.Duration) bool {
+func holds(t *testing.T, s Store, o lockstore.Owner, ids []docid.ID, margin time.Duration) bool {
 	t.Helper()
 	ok, _, err := s.Holds(context.Background(), o, ns, ids, margin)
 	if err != nil {
@@ -142,9 +142,9 @@ func holds(t *testing.T, s Store, o lockstore.Owner, ids []bson.RawValue, margin
 	return ok
 }
 
-func status(t *testing.T, s Store, o lockstore.Owner, id bson.RawValue) lockstore.Status {
+func status(t *testing.T, s Store, o lockstore.Owner, id docid.ID) lockstore.Status {
 	t.Helper()
-	sts, err := s.Status(context.Background(), o, ns, []bson.RawValue{id})
+	sts, err := s.Status(context.Background(), o, ns, []docid.ID{id})
 	if err != nil || len(sts) != 1 {
 		t.Fatalf("status: %v %v", sts, err)
 	}
@@ -156,7 +156,7 @@ func allOrNothing(t *testing.T, s Store, _ *Clock) {
 	mustAcquire(t, s, a, ns, IDs(2), 0)
 	_, err := s.Acquire(context.Background(), b, ns, IDs(1, 2, 3), 0, 0)
 	var he *lockstore.HeldError
-	if !errors.Is(err, lockstore.ErrBusy) || !errors.As(err, &he) || !lockstore.SameID(he.ID, ID(2)) {
+	if !errors.Is(err, lockstore.ErrBusy) || !errors.As(err, &he) || !he.ID.Equal(ID(2)) {
 		t.Fatalf("acquire over a held id: %v, want ErrBusy on _id 2", err)
 	}
 	// Nothing of the failed call stays taken.
@@ -169,7 +169,7 @@ func allOrNothing(t *testing.T, s Store, _ *Clock) {
 		t.Fatal("b holds _id 1 after its acquire failed")
 	}
 	ls := mustAcquire(t, s, a, ns, IDs(3, 1, 2), 0)
-	if len(ls) != 3 || !lockstore.SameID(ls[0].ID, ID(3)) || !lockstore.SameID(ls[2].ID, ID(2)) {
+	if len(ls) != 3 || !ls[0].ID.Equal(ID(3)) || !ls[2].ID.Equal(ID(2)) {
 		t.Fatalf("locks not in the order of the ids: %+v", ls)
 	}
 }
@@ -214,16 +214,16 @@ func busy(t *testing.T, s Store, _ *Clock) {
 
 func oneKeyPerValue(t *testing.T, s Store, _ *Clock) {
 	a, b := NewOwner("a"), NewOwner("b")
-	ls := mustAcquire(t, s, a, ns, []bson.RawValue{ID(int32(1)), ID(1.0), ID(int64(1))}, 0)
+	ls := mustAcquire(t, s, a, ns, []docid.ID{ID(int32(1)), ID(1.0), ID(int64(1))}, 0)
 	if len(ls) != 1 {
 		t.Fatalf("1, 1.0 and NumberLong(1) are one key; got %d locks", len(ls))
 	}
-	for _, id := range []bson.RawValue{ID(int64(1)), ID(1.0)} {
-		if _, err := s.Acquire(context.Background(), b, ns, []bson.RawValue{id}, 0, 0); !errors.Is(err, lockstore.ErrBusy) {
+	for _, id := range []docid.ID{ID(int64(1)), ID(1.0)} {
+		if _, err := s.Acquire(context.Background(), b, ns, []docid.ID{id}, 0, 0); !errors.Is(err, lockstore.ErrBusy) {
 			t.Fatalf("acquire %v: %v, want ErrBusy", id, err)
 		}
 	}
-	if !holds(t, s, a, []bson.RawValue{ID(int64(1))}, 0) {
+	if !holds(t, s, a, []docid.ID{ID(int64(1))}, 0) {
 		t.Fatal("a does not hold NumberLong(1) after locking 1")
 	}
 	// Another type is another document.
@@ -334,10 +334,10 @@ func renew(t *testing.T, s Store, clock *Clock) {
 	}
 	clock.Advance(time.Second) // _id 2's lease has ended, _id 1's not
 	r, err = s.Renew(context.Background(), a, ns, IDs(1, 2), time.Second)
-	if !errors.As(err, &nh) || len(nh.IDs) != 1 || !lockstore.SameID(nh.IDs[0], ID(2)) {
+	if !errors.As(err, &nh) || len(nh.IDs) != 1 || !nh.IDs[0].Equal(ID(2)) {
 		t.Fatalf("renew of an expired lock: %v, want ErrNotHolder for _id 2", err)
 	}
-	if len(r) != 1 || !lockstore.SameID(r[0].ID, ID(1)) {
+	if len(r) != 1 || !r[0].ID.Equal(ID(1)) {
 		t.Fatalf("the held id was not renewed alongside: %+v", r)
 	}
 }
@@ -398,14 +398,14 @@ func tokens(t *testing.T, s Store, clock *Clock) {
 	id := ID(primitive.NewObjectIDFromTimestamp(time.Unix(1, 0)))
 	for i := range 9 {
 		o := owners[i%len(owners)]
-		l := mustAcquire(t, s, o, ns, []bson.RawValue{id}, time.Second)[0]
+		l := mustAcquire(t, s, o, ns, []docid.ID{id}, time.Second)[0]
 		if l.Token <= last {
 			t.Fatalf("round %d: token %d after %d", i, l.Token, last)
 		}
 		last = l.Token
 		// Free by release and by lease end in turn.
 		if i%2 == 0 {
-			if _, err := s.Release(context.Background(), o, ns, []bson.RawValue{l.ID}, ""); err != nil {
+			if _, err := s.Release(context.Background(), o, ns, []docid.ID{l.ID}, ""); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -452,7 +452,7 @@ func holdsMargin(t *testing.T, s Store, clock *Clock) {
 		t.Fatalf("3s left, margin 4s: %v %v %v, want not held, all three missing", ok, missing, err)
 	}
 	ok, missing, err = s.Holds(context.Background(), a, ns, IDs(1, 3), 0)
-	if err != nil || ok || len(missing) != 1 || !lockstore.SameID(missing[0], ID(3)) {
+	if err != nil || ok || len(missing) != 1 || !missing[0].Equal(ID(3)) {
 		t.Fatalf("an id never locked: %v %v %v, want _id 3 missing", ok, missing, err)
 	}
 }
@@ -473,7 +473,7 @@ func heldTokens(t *testing.T, s Store, clock *Clock) {
 		t.Fatalf("lease left %v, want 4s (the earliest-ending lock)", left)
 	}
 	toks, _, missing, err = s.HeldTokens(context.Background(), a, ns, IDs(1, 2), 5*time.Second)
-	if err != nil || toks != nil || len(missing) != 1 || !lockstore.SameID(missing[0], ID(1)) {
+	if err != nil || toks != nil || len(missing) != 1 || !missing[0].Equal(ID(1)) {
 		t.Fatalf("short of the margin: tokens %v missing %v %v, want none and _id 1", toks, missing, err)
 	}
 }
@@ -515,7 +515,7 @@ func invalid(t *testing.T, s Store, _ *Clock) {
 		{"negative wait", second(s.Acquire(ctx, a, ns, IDs(1), 0, -time.Second)), lockstore.ErrInvalidArgument},
 		{"lease over the maximum", second(s.Acquire(ctx, a, ns, IDs(1), MaxLease+time.Second, 0)), lockstore.ErrInvalidLease},
 		{"negative lease", second(s.Renew(ctx, a, ns, IDs(1), -time.Second)), lockstore.ErrInvalidLease},
-		{"array _id", second(s.Acquire(ctx, a, ns, []bson.RawValue{ID(bson.A{1})}, 0, 0)), lockstore.ErrInvalidID},
+		{"the zero _id", second(s.Acquire(ctx, a, ns, []docid.ID{{}}, 0, 0)), lockstore.ErrInvalidID},
 		{"holds without a session", third(s.Holds(ctx, lockstore.Owner{}, ns, IDs(1), 0)), lockstore.ErrInvalidArgument},
 		{"release session without one", second(s.ReleaseSession(ctx, nil)), lockstore.ErrInvalidArgument},
 	} {

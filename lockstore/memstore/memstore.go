@@ -19,8 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"go.mongodb.org/mongo-driver/bson"
-
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 )
 
@@ -49,7 +48,7 @@ type Store struct {
 
 type record struct {
 	ns        string
-	id        bson.RawValue // as first locked
+	id        docid.ID // as first locked
 	owner     *lockstore.Owner
 	token     int64
 	acquired  time.Time
@@ -89,13 +88,13 @@ func (s *Store) SetUnavailable(cause error) {
 
 type key struct {
 	rid string
-	id  bson.RawValue
+	id  docid.ID
 }
 
-// keys validates like lockstore: a namespace, at least one id, each a
-// valid _id; duplicates (as MongoDB compares _id) count once, the first
+// keys validates like lockstore: a namespace, at least one id, none the
+// zero ID; duplicates (as MongoDB compares _id) count once, the first
 // spelling wins.
-func keys(ns string, ids []bson.RawValue) ([]key, error) {
+func keys(ns string, ids []docid.ID) ([]key, error) {
 	if ns == "" || strings.IndexByte(ns, 0) >= 0 {
 		return nil, fmt.Errorf("%w: bad namespace %q", lockstore.ErrInvalidArgument, ns)
 	}
@@ -105,11 +104,10 @@ func keys(ns string, ids []bson.RawValue) ([]key, error) {
 	out := make([]key, 0, len(ids))
 	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		k, err := lockstore.IDKey(id)
-		if err != nil {
-			return nil, err
+		if id.IsZero() {
+			return nil, fmt.Errorf("%w: missing _id value", lockstore.ErrInvalidID)
 		}
-		rid := ns + "/" + k
+		rid := ns + "/" + id.Key()
 		if seen[rid] {
 			continue
 		}
@@ -160,7 +158,7 @@ func (s *Store) notifyLocked() {
 }
 
 // Acquire implements lockstore.Store.Acquire.
-func (s *Store) Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease, wait time.Duration) ([]lockstore.Lock, error) {
+func (s *Store) Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
@@ -247,7 +245,7 @@ func (s *Store) tryAll(owner lockstore.Owner, ns string, ks []key, lease time.Du
 }
 
 // Renew implements lockstore.Store.Renew.
-func (s *Store) Renew(_ context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, lease time.Duration) ([]lockstore.Lock, error) {
+func (s *Store) Renew(_ context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
@@ -266,7 +264,7 @@ func (s *Store) Renew(_ context.Context, owner lockstore.Owner, ns string, ids [
 	}
 	now, _ := s.cfg.Clock.Now()
 	var out []lockstore.Lock
-	var missing []bson.RawValue
+	var missing []docid.ID
 	var why []string
 	for _, k := range ks {
 		r := s.recs[k.rid]
@@ -291,7 +289,7 @@ func (s *Store) Renew(_ context.Context, owner lockstore.Owner, ns string, ids [
 }
 
 // Release implements lockstore.Store.Release.
-func (s *Store) Release(_ context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, errText string) (int, error) {
+func (s *Store) Release(_ context.Context, owner lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
@@ -374,7 +372,7 @@ func (s *Store) ReleaseSession(_ context.Context, session []byte) (int, error) {
 }
 
 // Status implements lockstore.Store.Status.
-func (s *Store) Status(_ context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue) ([]lockstore.Status, error) {
+func (s *Store) Status(_ context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
 	ks, err := keys(ns, ids)
 	if err != nil {
 		return nil, err
@@ -404,7 +402,7 @@ func (s *Store) Status(_ context.Context, owner lockstore.Owner, ns string, ids 
 
 // Holds implements lockstore.Store.Holds: fail closed, margin measured on
 // the clock.
-func (s *Store) Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) (bool, []bson.RawValue, error) {
+func (s *Store) Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
 	_, _, missing, err := s.HeldTokens(ctx, owner, ns, ids, margin)
 	if err != nil {
 		return false, nil, err
@@ -413,7 +411,7 @@ func (s *Store) Holds(ctx context.Context, owner lockstore.Owner, ns string, ids
 }
 
 // HeldTokens implements lockstore.Store.HeldTokens.
-func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, ids []bson.RawValue, margin time.Duration) ([]int64, time.Duration, []bson.RawValue, error) {
+func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, 0, nil, err
 	}
@@ -430,7 +428,7 @@ func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, 
 	need := now.Add(unc + margin)
 	byKey := make(map[string]int64, len(ks))
 	var earliest time.Time
-	var missing []bson.RawValue
+	var missing []docid.ID
 	for _, k := range ks {
 		r := s.recs[k.rid]
 		if r == nil || !ownedBy(r, owner) || !r.expires.After(need) {
@@ -447,8 +445,7 @@ func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, 
 	}
 	out := make([]int64, len(ids))
 	for i, id := range ids {
-		k, _ := lockstore.IDKey(id) // valid: keys checked every id
-		out[i] = byKey[ns+"/"+k]
+		out[i] = byKey[ns+"/"+id.Key()]
 	}
 	return out, earliest.Sub(now), nil, nil
 }

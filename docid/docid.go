@@ -1,0 +1,146 @@
+// Package docid is a document's _id as lockgate carries it from the wire
+// to the lock store and back: the BSON value as the client sent it, which
+// pinned statements, replies and messages repeat byte for byte, together
+// with its canonical key, which is what a lock is taken on. Two ids are
+// one lock exactly when MongoDB's _id index holds them equal, so 1,
+// NumberLong(1) and 1.0 are one ID by Equal, while each keeps its own
+// bytes.
+//
+// An ID is made once, where the value enters the proxy (a filter's pin,
+// a lock command, a resolved document, a lock record), and validated
+// then: every ID is a valid _id, and nothing downstream validates or
+// canonicalises it again.
+package docid
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// ErrInvalid: a value that cannot be a document _id (array, regex,
+// undefined, "$"-prefixed field, malformed BSON).
+var ErrInvalid = errors.New("invalid _id for a lock")
+
+// ID is one document _id. The zero ID is no id (IsZero); every other ID is
+// valid. An ID is a small value, copied freely; it shares its bytes with
+// whatever it was made from (New) or with the other ids of its batch
+// (Copy), and nothing ever modifies them.
+type ID struct {
+	typ bsontype.Type
+	val []byte
+	key string
+}
+
+// New makes the ID of v, keeping v's bytes: they must not change while
+// the ID is in use.
+func New(v bson.RawValue) (ID, error) {
+	var b strings.Builder
+	b.Grow(len(v.Value) + 8) // most ids encode to about their own size
+	if err := appendKey(&b, v); err != nil {
+		return ID{}, err
+	}
+	return ID{typ: v.Type, val: v.Value, key: b.String()}, nil
+}
+
+// Copy makes the IDs of vs, which usually point into a request's buffer,
+// with their own copy of the bytes: values and keys each in one
+// allocation, whatever the number of ids (the usual ids: a number, a
+// string, an ObjectId; a nested document costs its elements' slice).
+func Copy(vs []bsoncore.Value) ([]ID, error) {
+	n := 0
+	for _, v := range vs {
+		n += len(v.Data)
+	}
+	buf := make([]byte, 0, n)
+	var keys strings.Builder
+	keys.Grow(n + 8*len(vs))
+	var endsBuf [8]int // a write names one id or few
+	ends := endsBuf[:0]
+	if len(vs) > len(endsBuf) {
+		ends = make([]int, 0, len(vs))
+	}
+	ends = ends[:len(vs)]
+	out := make([]ID, len(vs))
+	for i, v := range vs {
+		at := len(buf)
+		buf = append(buf, v.Data...)
+		val := buf[at:len(buf):len(buf)]
+		if err := appendKey(&keys, bson.RawValue{Type: v.Type, Value: val}); err != nil {
+			return nil, err
+		}
+		ends[i] = keys.Len()
+		out[i] = ID{typ: v.Type, val: val}
+	}
+	all, at := keys.String(), 0
+	for i := range out {
+		out[i].key = all[at:ends[i]]
+		at = ends[i]
+	}
+	return out, nil
+}
+
+// Of makes the ID of a Go value (marshalled as BSON), for callers that
+// build ids rather than read them: tests, the admin API's JSON.
+func Of(v any) (ID, error) {
+	t, b, err := bson.MarshalValue(v)
+	if err != nil {
+		return ID{}, errors.Join(ErrInvalid, err)
+	}
+	return New(bson.RawValue{Type: t, Value: b})
+}
+
+// Type is the BSON type of the id as sent.
+func (id ID) Type() bsontype.Type { return id.typ }
+
+// Raw is the id as sent.
+func (id ID) Raw() bson.RawValue { return bson.RawValue{Type: id.typ, Value: id.val} }
+
+// Core is the id as sent, for building BSON with bsoncore.
+func (id ID) Core() bsoncore.Value { return bsoncore.Value{Type: id.typ, Data: id.val} }
+
+// Key is the canonical key: equal for two ids exactly when they are one
+// document's _id. It is binary, for maps and for the lock store's record
+// names, not for people (String is).
+func (id ID) Key() string { return id.key }
+
+// Equal reports whether id and o are one document's _id.
+func (id ID) Equal(o ID) bool { return id.key == o.key }
+
+// IsZero reports whether id is the zero ID, which names no document.
+func (id ID) IsZero() bool { return id.typ == 0 }
+
+// String renders the id for people (Format).
+func (id ID) String() string { return Format(id.Raw()) }
+
+// MarshalBSONValue makes an ID marshal as the id it is, wherever the
+// driver meets one (a filter, a command): without it the driver would
+// marshal the struct, an empty document, and match nothing.
+func (id ID) MarshalBSONValue() (bsontype.Type, []byte, error) {
+	if id.IsZero() {
+		return 0, nil, fmt.Errorf("%w: the zero ID names no document", ErrInvalid)
+	}
+	return id.typ, id.val, nil
+}
+
+// Raws returns ids as sent.
+func Raws(ids []ID) []bson.RawValue {
+	out := make([]bson.RawValue, len(ids))
+	for i, id := range ids {
+		out[i] = id.Raw()
+	}
+	return out
+}
+
+// Cores returns ids as sent, for building BSON with bsoncore.
+func Cores(ids []ID) []bsoncore.Value {
+	out := make([]bsoncore.Value, len(ids))
+	for i, id := range ids {
+		out[i] = id.Core()
+	}
+	return out
+}
