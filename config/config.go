@@ -104,9 +104,10 @@ type Lockstore struct {
 type Policy struct {
 	// Default is the mode of namespaces that no rule matches.
 	Default Mode `yaml:"default"`
-	// MaxCandidates bounds how many documents a filter that does not pin
-	// _id may resolve to before the write is refused; rules may lower or
-	// raise it.
+	// MaxCandidates bounds how many documents one statement may touch:
+	// the _id values its filter names, or the documents a filter that
+	// names none resolves to; more and the write is refused. Rules may
+	// lower or raise it.
 	MaxCandidates int `yaml:"maxCandidates"`
 	// LeaseMarginMS is the lease a lock must have left for a write under
 	// it to be allowed, so a lease cannot run out between check and write.

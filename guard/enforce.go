@@ -76,6 +76,9 @@ type verdict struct {
 	// found by resolving a filter stay secret, or a refusal would tell
 	// the client which documents match any filter it likes.
 	named []docid.ID
+	// namedKeys indexes named[:namedIndexed] (isNamed).
+	namedKeys    map[string]struct{}
+	namedIndexed int
 	// fence: the statements of fenced namespaces and their tokens.
 	fence *fencePlan
 	// flight: the locks an allowed enforced write holds while in flight.
@@ -96,14 +99,27 @@ type verdict struct {
 // check records ids as verified in ns, for the audit line.
 func (v *verdict) check(ns string, ids []docid.ID) { v.checked.add(ns, ids) }
 
-// isNamed reports whether the request itself named id.
+// isNamed reports whether the request itself named id. A refusal asks it
+// of every missing id: past a few named ids they are indexed, or a write
+// naming n ids would cost n² comparisons to refuse.
 func (v *verdict) isNamed(id docid.ID) bool {
-	for _, n := range v.named {
-		if n.Equal(id) {
-			return true
+	if len(v.named) <= 16 {
+		for _, n := range v.named {
+			if n.Equal(id) {
+				return true
+			}
 		}
+		return false
 	}
-	return false
+	if v.namedKeys == nil {
+		v.namedKeys = make(map[string]struct{}, len(v.named))
+	}
+	for _, n := range v.named[v.namedIndexed:] {
+		v.namedKeys[n.Key()] = struct{}{}
+	}
+	v.namedIndexed = len(v.named)
+	_, ok := v.namedKeys[id.Key()]
+	return ok
 }
 
 // enforce decides a message that may write under pol.
@@ -335,7 +351,13 @@ func (v *verdict) blocked(ns string) bool {
 // (true) instead.
 func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
 	var ids []docid.ID
-	pinned, hasString, ok := policy.PinnedIDs(w.Filter)
+	// No more pins are read than the rule lets a write touch: a filter
+	// naming 50,000 ids costs no more than one naming maxCandidates + 1.
+	pinned, hasString, ok, over := policy.PinnedIDsUpTo(w.Filter, r.MaxCandidates)
+	if over {
+		v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
+		return nil, false, false
+	}
 	if ok && hasString {
 		ok = g.exactStrings(ctx, w)
 	}

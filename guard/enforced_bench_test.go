@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -101,4 +102,61 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 func ok(reply bsoncore.Document) bool {
 	v, ok := reply.Lookup("ok").AsInt64OK()
 	return ok && v == 1
+}
+
+// BenchmarkManyPinnedIDs is the guard deciding an update whose filter
+// names 50,000 _ids in a session that holds none of them: with the
+// default maxCandidates (1000) it reads 1001 values and refuses the write
+// (too_many_candidates); with the limit raised to its maximum (100000)
+// it reads them all and checks every lock (not_locked). In-memory lock
+// store, so the figure is the guard's own work.
+//
+//	go test ./guard -run '^$' -bench ManyPinnedIDs -benchmem
+func BenchmarkManyPinnedIDs(b *testing.B) {
+	const n = 50000
+	lsid := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, make([]byte, 16)).Build()
+	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000", RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}
+	in := bsoncore.NewArrayBuilder()
+	for i := range n {
+		in.AppendInt32(int32(i))
+	}
+	stmt := bsoncore.NewDocumentBuilder().
+		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendDocument("_id", bsoncore.NewDocumentBuilder().AppendArray("$in", in.Build()).Build()).Build()).
+		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+		AppendBoolean("multi", true).Build()
+	body := bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", lsid).AppendString("$db", "bench").Build()
+	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd, err := wire.CommandOf(msg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &proxy.Request{Message: msg, Command: cmd, Client: client}
+	for _, leg := range []struct {
+		limit  int
+		reason string
+	}{{config.DefaultMaxCandidates, "too_many_candidates"}, {config.MaxMaxCandidates, "not_locked"}} {
+		b.Run(fmt.Sprintf("maxCandidates=%d", leg.limit), func(b *testing.B) {
+			pol, err := policy.Compile(config.Policy{Default: config.ModeOff, MaxCandidates: leg.limit,
+				Namespaces: []config.NamespaceRule{{Match: "bench.locked", Mode: config.ModeEnforce}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			g := guard.New(guard.Options{Store: memstore.New(memstore.Config{}), Reserved: guard.ReservedFor("lockgate", "locks"), Logger: zap.NewNop()})
+			g.SetPolicy(pol)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				d := g.Intercept(ctx, req)
+				if d.Action != proxy.Reply {
+					b.Fatalf("%+v", d)
+				}
+				if got, _ := d.Reply.Lookup("lockgate", "reason").StringValueOK(); got != leg.reason {
+					b.Fatalf("refused as %q, want %q (%d-byte reply)", got, leg.reason, len(d.Reply))
+				}
+			}
+		})
+	}
 }

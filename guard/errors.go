@@ -69,6 +69,9 @@ const (
 	reasonNoCollection = "no_collection"
 )
 
+// maxReplyIDs bounds the ids a refusal lists.
+const maxReplyIDs = 100
+
 // cmdError is a refusal on its way to becoming a MongoDB error reply.
 type cmdError struct {
 	code   int32
@@ -94,12 +97,18 @@ func (e *cmdError) document() bsoncore.Document {
 		d = bsoncore.AppendStringElement(d, "ns", e.ns)
 	}
 	if len(e.ids) > 0 {
+		// A refusal of a write naming thousands of ids stays small: the
+		// first ones and the count.
+		ids := e.ids[:min(len(e.ids), maxReplyIDs)]
 		aidx, arr := bsoncore.AppendArrayStart(nil)
-		for i, id := range e.ids {
+		for i, id := range ids {
 			arr = bsoncore.AppendValueElement(arr, arrayKey(i), id.Core())
 		}
 		arr, _ = bsoncore.AppendArrayEnd(arr, aidx)
 		d = bsoncore.AppendArrayElement(d, "ids", arr)
+		if len(ids) < len(e.ids) {
+			d = bsoncore.AppendInt32Element(d, "idsTotal", int32(len(e.ids)))
+		}
 	}
 	if e.holder != nil {
 		d = bsoncore.AppendDocumentElement(d, "holder", holderDocument(*e.holder))

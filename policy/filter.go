@@ -45,9 +45,20 @@ const maxFilterDepth = 200
 // engine treats such pins as unpinned there. The returned values are views
 // into filter.
 func PinnedIDs(filter bsoncore.Document) (ids []bsoncore.Value, hasString bool, ok bool) {
-	ids, ok = pinsOf(filter, 0)
+	ids, hasString, ok, _ = PinnedIDsUpTo(filter, math.MaxInt)
+	return ids, hasString, ok
+}
+
+// PinnedIDsUpTo is PinnedIDs for a caller that accepts at most limit
+// pinned values (the rule's maxCandidates): a conjunct is dropped as soon
+// as it has read limit+1 values, so the work is bounded by limit, not by
+// the length of the filter's lists. over reports that a conjunct pinned
+// more than limit values and none pinned fewer (ok is then false).
+func PinnedIDsUpTo(filter bsoncore.Document, limit int) (ids []bsoncore.Value, hasString, ok, over bool) {
+	p := pinner{limit: limit}
+	ids, ok = p.pinsOf(filter, 0)
 	if !ok {
-		return nil, false, false
+		return nil, false, false, p.over
 	}
 	for _, v := range ids {
 		if containsString(v, 0) {
@@ -55,11 +66,17 @@ func PinnedIDs(filter bsoncore.Document) (ids []bsoncore.Value, hasString bool, 
 			break
 		}
 	}
-	return ids, hasString, true
+	return ids, hasString, true, false
+}
+
+// pinner reads the pins of one filter, at most limit values per set.
+type pinner struct {
+	limit int
+	over  bool // a set was dropped for having more than limit values
 }
 
 // pinsOf returns the smallest pin set among the conjuncts of filter.
-func pinsOf(filter []byte, depth int) ([]bsoncore.Value, bool) {
+func (p *pinner) pinsOf(filter []byte, depth int) ([]bsoncore.Value, bool) {
 	var best []bsoncore.Value
 	found := false
 	consider := func(set []bsoncore.Value) {
@@ -78,7 +95,7 @@ func pinsOf(filter []byte, depth int) ([]bsoncore.Value, bool) {
 		}
 		switch string(k) {
 		case "_id":
-			if set, ok := idCondition(v); ok {
+			if set, ok := p.idCondition(v); ok {
 				consider(set)
 			}
 		case "$and":
@@ -93,13 +110,13 @@ func pinsOf(filter []byte, depth int) ([]bsoncore.Value, bool) {
 					break
 				}
 				if d, ok := c.DocumentOK(); ok {
-					if set, ok := pinsOf(d, depth+1); ok {
+					if set, ok := p.pinsOf(d, depth+1); ok {
 						consider(set)
 					}
 				}
 			}
 		case "$or":
-			if set, ok := orPins(v, depth); ok {
+			if set, ok := p.orPins(v, depth); ok {
 				consider(set)
 			}
 		}
@@ -112,13 +129,13 @@ func pinsOf(filter []byte, depth int) ([]bsoncore.Value, bool) {
 
 // orPins returns the union of the branches of an $or when every branch
 // pins.
-func orPins(v bsoncore.Value, depth int) ([]bsoncore.Value, bool) {
+func (p *pinner) orPins(v bsoncore.Value, depth int) ([]bsoncore.Value, bool) {
 	arr, ok := v.ArrayOK()
 	if !ok {
 		return nil, false
 	}
 	var union pinSet
-	n := 0
+	n, read := 0, 0
 	it := iterate(arr)
 	for {
 		_, b, ok := it.next()
@@ -129,8 +146,12 @@ func orPins(v bsoncore.Value, depth int) ([]bsoncore.Value, bool) {
 		if !ok {
 			return nil, false
 		}
-		set, ok := pinsOf(d, depth+1)
+		set, ok := p.pinsOf(d, depth+1)
 		if !ok {
+			return nil, false
+		}
+		if read += len(set); read > p.limit {
+			p.over = true
 			return nil, false
 		}
 		for _, id := range set {
@@ -146,7 +167,7 @@ func orPins(v bsoncore.Value, depth int) ([]bsoncore.Value, bool) {
 
 // idCondition returns the set that the value of a top-level _id condition
 // pins.
-func idCondition(v bsoncore.Value) ([]bsoncore.Value, bool) {
+func (p *pinner) idCondition(v bsoncore.Value) ([]bsoncore.Value, bool) {
 	if !pinnable(v) {
 		return nil, false
 	}
@@ -170,7 +191,7 @@ func idCondition(v bsoncore.Value) ([]bsoncore.Value, bool) {
 			}
 			set = []bsoncore.Value{op}
 		case "$in":
-			if set, ok = inPins(op); !ok {
+			if set, ok = p.inPins(op); !ok {
 				continue
 			}
 		default:
@@ -186,17 +207,22 @@ func idCondition(v bsoncore.Value) ([]bsoncore.Value, bool) {
 	return best, found
 }
 
-func inPins(v bsoncore.Value) ([]bsoncore.Value, bool) {
+func (p *pinner) inPins(v bsoncore.Value) ([]bsoncore.Value, bool) {
 	arr, ok := v.ArrayOK()
 	if !ok {
 		return nil, false
 	}
 	var set pinSet
+	read := 0
 	it := iterate(arr)
 	for {
 		_, e, ok := it.next()
 		if !ok {
 			break
+		}
+		if read++; read > p.limit {
+			p.over = true
+			return nil, false
 		}
 		if !pinnable(e) {
 			return nil, false

@@ -139,3 +139,41 @@ func TestPinnedIDsMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestPinnedIDsUpTo: a caller's limit (the rule's maxCandidates) drops a
+// pin set as soon as it has read one value more, and over tells that
+// apart from a filter that does not pin.
+func TestPinnedIDsUpTo(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		filter   D
+		want     A
+		ok, over bool
+	}{
+		{"at the limit", D{{"_id", D{{"$in", A{1, 2, 3}}}}}, A{1, 2, 3}, true, false},
+		{"over the limit", D{{"_id", D{{"$in", A{1, 2, 3, 4}}}}}, nil, false, true},
+		{"a smaller conjunct pins", D{{"_id", D{{"$in", A{1, 2, 3, 4}}}}, {"$and", A{D{{"_id", 7}}}}}, A{7}, true, false},
+		{"$or over the limit", D{{"$or", A{D{{"_id", 1}}, D{{"_id", 2}}, D{{"_id", 3}}, D{{"_id", 4}}}}}, nil, false, true},
+		{"$or at the limit", D{{"$or", A{D{{"_id", 1}}, D{{"_id", D{{"$in", A{2, 3}}}}}}}}, A{1, 2, 3}, true, false},
+		{"no pin", D{{"name", "x"}}, nil, false, false},
+	} {
+		ids, _, ok, over := PinnedIDsUpTo(clDoc(t, tc.filter), 3)
+		if ok != tc.ok || over != tc.over || (ok && !clSameValues(ids, clValues(t, tc.want))) {
+			t.Errorf("%s: ids %v ok %v over %v, want %v %v %v", tc.name, ids, ok, over, tc.want, tc.ok, tc.over)
+		}
+	}
+
+	// Four good values, then one the reader cannot read: with a limit
+	// of 3 it never gets there, so the work stops at the limit.
+	arr := bsoncore.NewArrayBuilder().AppendInt32(1).AppendInt32(2).AppendInt32(3).AppendInt32(4).Build()
+	arr = append(arr[:len(arr)-1], 0x99, '4', 0, 1, 2, 3, 0)
+	arr[0], arr[1], arr[2], arr[3] = byte(len(arr)), 0, 0, 0
+	in := bsoncore.NewDocumentBuilder().AppendArray("$in", arr).Build()
+	filter := bsoncore.NewDocumentBuilder().AppendDocument("_id", in).Build()
+	if _, _, ok, over := PinnedIDsUpTo(filter, 3); ok || !over {
+		t.Errorf("limit 3: ok %v over %v, want the set dropped at its 4th value", ok, over)
+	}
+	if _, _, ok, over := PinnedIDsUpTo(filter, 10); ok || over {
+		t.Errorf("limit 10: ok %v over %v, want the bad value to end the pin", ok, over)
+	}
+}

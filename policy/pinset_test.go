@@ -78,5 +78,16 @@ func BenchmarkPinnedIDs(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/id")
 			})
 		}
+		// What enforcement reads: no more than maxCandidates + 1 values,
+		// whatever the filter's size.
+		filter := bigInFilter(b, n, 0, false)
+		b.Run(fmt.Sprintf("ids=%d/upTo=%d", n, DefaultMaxCandidates), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, _, _, over := PinnedIDsUpTo(filter, DefaultMaxCandidates); !over {
+					b.Fatal("not over the limit")
+				}
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"math"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -247,7 +248,7 @@ func equalityIDs(filter []byte, depth int, cands *[]bsoncore.Value) bool {
 			// one that optimizes them into one equality would.
 			for _, b := range branches {
 				if mentionsID(b, depth+1) {
-					set, ok := orPins(v, depth)
+					set, ok := (&pinner{limit: math.MaxInt}).orPins(v, depth)
 					if !ok || len(set) != 1 {
 						return false
 					}

@@ -379,6 +379,14 @@ func TestDecisions(t *testing.T) {
 			return msg(t, cmd("UPDATE", "other", sessA, bson.E{Key: "updates", Value: bson.A{update(id(3))}}))
 		}, "unclassifiable"},
 		{"OP_RESERVED", func(t *testing.T) []byte { return frame(wire.OpCodeReserved, i32(0), cstr("shop.orders")) }, "unclassifiable"},
+		// Pins count against maxCandidates (3 here) too, and reading them
+		// stops at the fourth.
+		{"filter naming more _ids than maxCandidates", func(t *testing.T) []byte {
+			return msg(t, cmd("update", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(id(bson.D{{Key: "$in", Value: bson.A{1, 2, 3, 4}}}))}}))
+		}, "too_many_candidates"},
+		{"$or naming more _ids than maxCandidates", func(t *testing.T) []byte {
+			return msg(t, cmd("delete", "orders", sessA, bson.E{Key: "deletes", Value: bson.A{del(bson.D{{Key: "$or", Value: bson.A{id(1), id(2), id(3), id(4)}}})}}))
+		}, "too_many_candidates"},
 		{"too many candidates", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(bson.D{{Key: "kind", Value: "many"}})}}))
 		}, "too_many_candidates"},
