@@ -167,7 +167,10 @@ func TestConsoleShowsAndForceReleasesALock(t *testing.T) {
 		if err := chromedp.Run(bctx,
 			chromedp.Evaluate(`document.getElementById('token').value = `+jsString(token), nil),
 			chromedp.Evaluate(`document.getElementById('result').textContent = ''`, nil),
-			chromedp.Click(row+` button.release`, chromedp.ByQuery),
+			// Found and clicked in one step in the page: the console
+			// re-renders the table on every refresh, so a node looked
+			// up first may be gone by the time it is clicked.
+			chromedp.Evaluate(`document.querySelector(`+jsString(row+` button.release`)+`).click()`, nil),
 			chromedp.WaitVisible(`#release-dialog`, chromedp.ByQuery),
 			chromedp.SendKeys(`#reason`, reason, chromedp.ByQuery),
 			chromedp.Click(`#release-confirm`, chromedp.ByQuery),
