@@ -16,8 +16,9 @@ import (
 // (lockstore's record ids), so a change to this encoding would orphan
 // every lock held across an upgrade. TestKeyGolden pins it.
 
-// maxDepth bounds the nesting of documents and arrays inside an _id.
-const maxDepth = 100
+// maxDepth bounds the nesting of documents and arrays inside an _id: the
+// server's own limit, so that no _id it stores is one lockgate refuses.
+const maxDepth = 200
 
 // Type brackets of the canonical encoding. Values that MongoDB considers
 // equal share a bracket (all numbers; string and symbol), as in the server's
@@ -103,9 +104,9 @@ func encodeValue(b *strings.Builder, v bson.RawValue, depth int) error {
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
-		for _, e := range elems {
+		for i, e := range elems {
 			k := e.Key()
-			if strings.HasPrefix(k, "$") {
+			if strings.HasPrefix(k, "$") && !dbRefField(elems, i) {
 				return fmt.Errorf("%w: _id fields may not start with '$' (%q)", ErrInvalid, k)
 			}
 			b.WriteByte(tagElemMore)
@@ -177,6 +178,22 @@ func encodeValue(b *strings.Builder, v bson.RawValue, depth int) error {
 		return fmt.Errorf("%w: unsupported BSON type %v", ErrInvalid, v.Type)
 	}
 	return nil
+}
+
+// dbRefField reports whether elems[i] is a field of a DBRef ({$ref:
+// <string>, $id: <value>} and an optional $db: <string>, in that order, at
+// the start of the document): the one place the server stores a
+// "$"-prefixed field inside an _id.
+func dbRefField(elems []bson.RawElement, i int) bool {
+	isString := func(j int) bool { return elems[j].Value().Type == bson.TypeString }
+	ref := len(elems) > 1 && elems[0].Key() == "$ref" && isString(0) && elems[1].Key() == "$id"
+	switch elems[i].Key() {
+	case "$ref", "$id":
+		return ref && i <= 1
+	case "$db":
+		return ref && i == 2 && isString(2)
+	}
+	return false
 }
 
 func writeString(b *strings.Builder, s string) {

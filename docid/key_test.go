@@ -96,13 +96,18 @@ func TestKeyDistinct(t *testing.T) {
 
 func TestInvalid(t *testing.T) {
 	for name, v := range map[string]bson.RawValue{
-		"array":     rv(t, bson.A{int32(1)}),
-		"regex":     rv(t, primitive.Regex{Pattern: "a"}),
-		"undefined": {Type: bson.TypeUndefined},
-		"dollar":    rv(t, bson.D{{Key: "$gt", Value: int32(1)}}),
-		"nested $":  rv(t, bson.D{{Key: "a", Value: bson.D{{Key: "$in", Value: bson.A{}}}}}),
-		"truncated": {Type: bson.TypeInt64, Value: []byte{1, 2}},
-		"empty":     {},
+		"array":                   rv(t, bson.A{int32(1)}),
+		"regex":                   rv(t, primitive.Regex{Pattern: "a"}),
+		"undefined":               {Type: bson.TypeUndefined},
+		"dollar":                  rv(t, bson.D{{Key: "$gt", Value: int32(1)}}),
+		"nested $":                rv(t, bson.D{{Key: "a", Value: bson.D{{Key: "$in", Value: bson.A{}}}}}),
+		"DBRef out of order":      rv(t, bson.D{{Key: "$id", Value: 1}, {Key: "$ref", Value: "c"}}),
+		"DBRef $ref not a string": rv(t, bson.D{{Key: "$ref", Value: 1}, {Key: "$id", Value: 1}}),
+		"DBRef without $id":       rv(t, bson.D{{Key: "$ref", Value: "c"}}),
+		"DBRef $db first":         rv(t, bson.D{{Key: "$db", Value: "d"}, {Key: "$ref", Value: "c"}, {Key: "$id", Value: 1}}),
+		"DBRef $db not a string":  rv(t, bson.D{{Key: "$ref", Value: "c"}, {Key: "$id", Value: 1}, {Key: "$db", Value: 2}}),
+		"truncated":               {Type: bson.TypeInt64, Value: []byte{1, 2}},
+		"empty":                   {},
 	} {
 		if _, err := New(v); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err %v, want ErrInvalid", name, err)
@@ -223,5 +228,41 @@ func TestFormat(t *testing.T) {
 	}
 	if !(ID{}).IsZero() {
 		t.Error("the zero ID")
+	}
+}
+
+// TestServerStoredIDs: what the server stores as an _id is an ID: a DBRef
+// (the one "$" field it allows inside an _id) and nesting up to its own
+// limit; otherwise an insert lockgate lets through as "no lock can name
+// it" would leave a document no enforced write could reach.
+func TestServerStoredIDs(t *testing.T) {
+	ref := func(id any, more ...bson.E) bson.D {
+		return append(bson.D{{Key: "$ref", Value: "c"}, {Key: "$id", Value: id}}, more...)
+	}
+	for name, v := range map[string]any{
+		"DBRef":                   ref(1),
+		"DBRef with $db":          ref(1, bson.E{Key: "$db", Value: "d"}),
+		"DBRef with other fields": ref(1, bson.E{Key: "$db", Value: "d"}, bson.E{Key: "x", Value: 2}),
+		"nested DBRef":            bson.D{{Key: "a", Value: ref("x")}},
+	} {
+		if _, err := New(rv(t, v)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if key(t, ref(int32(1))) != key(t, ref(1.0)) {
+		t.Error("DBRefs to one _id written as int and double must be one key")
+	}
+	nest := func(n int) bson.D {
+		d := bson.D{{Key: "v", Value: 1}}
+		for range n {
+			d = bson.D{{Key: "a", Value: d}}
+		}
+		return d
+	}
+	if _, err := New(rv(t, nest(150))); err != nil {
+		t.Errorf("150 levels (the server stores up to 200): %v", err)
+	}
+	if _, err := New(rv(t, nest(250))); !errors.Is(err, ErrInvalid) {
+		t.Errorf("250 levels: %v, want ErrInvalid", err)
 	}
 }

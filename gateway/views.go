@@ -40,6 +40,9 @@ func viewOf(st lockstore.Status) lockView {
 	v := lockView{
 		NS: st.NS, ID: extJSON(st.ID.Raw()), Held: st.Held, Token: st.Token, LastError: st.LastError,
 	}
+	if st.ID.IsZero() {
+		v.ID = "<invalid>" // a damaged record's id, which is no _id
+	}
 	if st.Held {
 		v.App, v.Client, v.User, v.SessionPrefix = st.Holder.App, st.Holder.Client, st.Holder.User, st.Holder.SessionPrefix
 		v.Since, v.ExpiresAt = st.Since, st.ExpiresAt

@@ -102,6 +102,10 @@ func (e *cmdError) document() bsoncore.Document {
 		ids := e.ids[:min(len(e.ids), maxReplyIDs)]
 		aidx, arr := bsoncore.AppendArrayStart(nil)
 		for i, id := range ids {
+			if id.IsZero() { // a damaged lock record's: no value to show
+				arr = bsoncore.AppendNullElement(arr, arrayKey(i))
+				continue
+			}
 			arr = bsoncore.AppendValueElement(arr, arrayKey(i), id.Core())
 		}
 		arr, _ = bsoncore.AppendArrayEnd(arr, aidx)

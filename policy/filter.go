@@ -50,42 +50,55 @@ func PinnedIDs(filter bsoncore.Document) (ids []bsoncore.Value, hasString bool, 
 }
 
 // PinnedIDsUpTo is PinnedIDs for a caller that accepts at most limit
-// pinned values (the rule's maxCandidates): a conjunct is dropped as soon
-// as it has read limit+1 values, so the work is bounded by limit, not by
-// the length of the filter's lists. over reports that a conjunct pinned
-// more than limit values and none pinned fewer (ok is then false).
+// pinned values (the rule's maxCandidates). A list of values stops being
+// collected at its limit+1st distinct value; the rest of it is only
+// checked for values that cannot pin, so the work that grows with the
+// number of ids (de-duplication, and everything the caller does with
+// them) is bounded by limit. over reports that the filter pins, but only
+// with more than limit values (ok is then false); a filter that does not
+// pin at all is neither ok nor over.
 func PinnedIDsUpTo(filter bsoncore.Document, limit int) (ids []bsoncore.Value, hasString, ok, over bool) {
 	p := pinner{limit: limit}
-	ids, ok = p.pinsOf(filter, 0)
-	if !ok {
-		return nil, false, false, p.over
+	r := p.pinsOf(filter, 0)
+	if !r.ok {
+		return nil, false, false, r.over
 	}
-	for _, v := range ids {
+	for _, v := range r.set {
 		if containsString(v, 0) {
 			hasString = true
 			break
 		}
 	}
-	return ids, hasString, true, false
+	return r.set, hasString, true, false
 }
 
 // pinner reads the pins of one filter, at most limit values per set.
 type pinner struct {
 	limit int
-	over  bool // a set was dropped for having more than limit values
+}
+
+// pins is what a clause pins: ok with its set (at most limit values), or
+// over (it pins, with more than limit values), or neither (it does not
+// pin).
+type pins struct {
+	set      []bsoncore.Value
+	ok, over bool
 }
 
 // pinsOf returns the smallest pin set among the conjuncts of filter.
-func (p *pinner) pinsOf(filter []byte, depth int) ([]bsoncore.Value, bool) {
-	var best []bsoncore.Value
-	found := false
-	consider := func(set []bsoncore.Value) {
-		if !found || len(set) < len(best) {
-			best, found = set, true
+func (p *pinner) pinsOf(filter []byte, depth int) pins {
+	var best pins
+	over := false
+	consider := func(r pins) {
+		switch {
+		case r.ok && (!best.ok || len(r.set) < len(best.set)):
+			best = r
+		case r.over:
+			over = true
 		}
 	}
 	if depth > maxFilterDepth {
-		return nil, false
+		return pins{}
 	}
 	it := iterate(filter)
 	for {
@@ -95,9 +108,7 @@ func (p *pinner) pinsOf(filter []byte, depth int) ([]bsoncore.Value, bool) {
 		}
 		switch string(k) {
 		case "_id":
-			if set, ok := p.idCondition(v); ok {
-				consider(set)
-			}
+			consider(p.idCondition(v))
 		case "$and":
 			arr, ok := v.ArrayOK()
 			if !ok {
@@ -110,32 +121,31 @@ func (p *pinner) pinsOf(filter []byte, depth int) ([]bsoncore.Value, bool) {
 					break
 				}
 				if d, ok := c.DocumentOK(); ok {
-					if set, ok := p.pinsOf(d, depth+1); ok {
-						consider(set)
-					}
+					consider(p.pinsOf(d, depth+1))
 				}
 			}
 		case "$or":
-			if set, ok := p.orPins(v, depth); ok {
-				consider(set)
-			}
+			consider(p.orPins(v, depth))
 		}
 	}
 	if it.bad {
-		return nil, false
+		return pins{}
 	}
-	return best, found
+	if best.ok {
+		return best
+	}
+	return pins{over: over}
 }
 
 // orPins returns the union of the branches of an $or when every branch
 // pins.
-func (p *pinner) orPins(v bsoncore.Value, depth int) ([]bsoncore.Value, bool) {
+func (p *pinner) orPins(v bsoncore.Value, depth int) pins {
 	arr, ok := v.ArrayOK()
 	if !ok {
-		return nil, false
+		return pins{}
 	}
 	var union pinSet
-	n, read := 0, 0
+	n, over := 0, false
 	it := iterate(arr)
 	for {
 		_, b, ok := it.next()
@@ -144,95 +154,106 @@ func (p *pinner) orPins(v bsoncore.Value, depth int) ([]bsoncore.Value, bool) {
 		}
 		d, ok := b.DocumentOK()
 		if !ok {
-			return nil, false
+			return pins{}
 		}
-		set, ok := p.pinsOf(d, depth+1)
-		if !ok {
-			return nil, false
-		}
-		if read += len(set); read > p.limit {
-			p.over = true
-			return nil, false
-		}
-		for _, id := range set {
-			union.add(id)
+		// Every branch must pin, over the limit or not, for the $or to.
+		r := p.pinsOf(d, depth+1)
+		switch {
+		case !r.ok && !r.over:
+			return pins{}
+		case r.over:
+			over = true
+		case !over:
+			for _, id := range r.set {
+				union.add(id)
+			}
+			over = len(union.list) > p.limit
 		}
 		n++
 	}
 	if it.bad || n == 0 {
-		return nil, false
+		return pins{}
 	}
-	return union.values(), true
+	if over {
+		return pins{over: true}
+	}
+	return pins{set: union.values(), ok: true}
 }
 
 // idCondition returns the set that the value of a top-level _id condition
 // pins.
-func (p *pinner) idCondition(v bsoncore.Value) ([]bsoncore.Value, bool) {
+func (p *pinner) idCondition(v bsoncore.Value) pins {
 	if !pinnable(v) {
-		return nil, false
+		return pins{}
 	}
 	d, isDoc := v.DocumentOK()
 	if !isDoc || !isOperatorDoc(d) {
-		return []bsoncore.Value{v}, true
+		return pins{set: []bsoncore.Value{v}, ok: true}
 	}
-	var best []bsoncore.Value
-	found := false
+	var best pins
+	over := false
 	it := iterate(d)
 	for {
 		k, op, ok := it.next()
 		if !ok {
 			break
 		}
-		var set []bsoncore.Value
+		var r pins
 		switch string(k) {
 		case "$eq":
 			if !pinnable(op) {
 				continue
 			}
-			set = []bsoncore.Value{op}
+			r = pins{set: []bsoncore.Value{op}, ok: true}
 		case "$in":
-			if set, ok = p.inPins(op); !ok {
-				continue
-			}
+			r = p.inPins(op)
 		default:
 			continue
 		}
-		if !found || len(set) < len(best) {
-			best, found = set, true
+		switch {
+		case r.ok && (!best.ok || len(r.set) < len(best.set)):
+			best = r
+		case r.over:
+			over = true
 		}
 	}
 	if it.bad {
-		return nil, false
+		return pins{}
 	}
-	return best, found
+	if best.ok {
+		return best
+	}
+	return pins{over: over}
 }
 
-func (p *pinner) inPins(v bsoncore.Value) ([]bsoncore.Value, bool) {
+func (p *pinner) inPins(v bsoncore.Value) pins {
 	arr, ok := v.ArrayOK()
 	if !ok {
-		return nil, false
+		return pins{}
 	}
 	var set pinSet
-	read := 0
+	over := false
 	it := iterate(arr)
 	for {
 		_, e, ok := it.next()
 		if !ok {
 			break
 		}
-		if read++; read > p.limit {
-			p.over = true
-			return nil, false
-		}
 		if !pinnable(e) {
-			return nil, false
+			return pins{}
 		}
-		set.add(e)
+		if !over {
+			set.add(e)
+			over = len(set.list) > p.limit
+		}
 	}
 	if it.bad {
-		return nil, false
+		return pins{}
 	}
-	return set.values(), true
+	if over {
+		return pins{over: true}
+	}
+	return pins{set: set.values(), ok: true}
 }
 
 // isOperatorDoc reports whether the server reads d, the value of a field

@@ -140,9 +140,9 @@ func TestPinnedIDsMalformed(t *testing.T) {
 	}
 }
 
-// TestPinnedIDsUpTo: a caller's limit (the rule's maxCandidates) drops a
-// pin set as soon as it has read one value more, and over tells that
-// apart from a filter that does not pin.
+// TestPinnedIDsUpTo: a caller's limit (the rule's maxCandidates) stops
+// a pin set at its limit+1st distinct value, and over tells that apart
+// from a filter that does not pin, whatever the order of its clauses.
 func TestPinnedIDsUpTo(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -152,9 +152,14 @@ func TestPinnedIDsUpTo(t *testing.T) {
 	}{
 		{"at the limit", D{{"_id", D{{"$in", A{1, 2, 3}}}}}, A{1, 2, 3}, true, false},
 		{"over the limit", D{{"_id", D{{"$in", A{1, 2, 3, 4}}}}}, nil, false, true},
+		{"repeats count once", D{{"_id", D{{"$in", A{1, 1, 1, 1, 2}}}}}, A{1, 2}, true, false},
+		{"a value after the limit that cannot pin", D{{"_id", D{{"$in", A{1, 2, 3, 4, nil}}}}}, nil, false, false},
 		{"a smaller conjunct pins", D{{"_id", D{{"$in", A{1, 2, 3, 4}}}}, {"$and", A{D{{"_id", 7}}}}}, A{7}, true, false},
+		{"a smaller operator pins", D{{"_id", D{{"$in", A{1, 2, 3, 4}}, {"$eq", 9}}}}, A{9}, true, false},
 		{"$or over the limit", D{{"$or", A{D{{"_id", 1}}, D{{"_id", 2}}, D{{"_id", 3}}, D{{"_id", 4}}}}}, nil, false, true},
 		{"$or at the limit", D{{"$or", A{D{{"_id", 1}}, D{{"_id", D{{"$in", A{2, 3}}}}}}}}, A{1, 2, 3}, true, false},
+		{"$or with an over branch and one that does not pin", D{{"$or", A{D{{"_id", D{{"$in", A{1, 2, 3, 4}}}}}, D{{"status", "open"}}}}}, nil, false, false},
+		{"the same, branches swapped", D{{"$or", A{D{{"status", "open"}}, D{{"_id", D{{"$in", A{1, 2, 3, 4}}}}}}}}, nil, false, false},
 		{"no pin", D{{"name", "x"}}, nil, false, false},
 	} {
 		ids, _, ok, over := PinnedIDsUpTo(clDoc(t, tc.filter), 3)
@@ -162,18 +167,21 @@ func TestPinnedIDsUpTo(t *testing.T) {
 			t.Errorf("%s: ids %v ok %v over %v, want %v %v %v", tc.name, ids, ok, over, tc.want, tc.ok, tc.over)
 		}
 	}
+}
 
-	// Four good values, then one the reader cannot read: with a limit
-	// of 3 it never gets there, so the work stops at the limit.
-	arr := bsoncore.NewArrayBuilder().AppendInt32(1).AppendInt32(2).AppendInt32(3).AppendInt32(4).Build()
-	arr = append(arr[:len(arr)-1], 0x99, '4', 0, 1, 2, 3, 0)
-	arr[0], arr[1], arr[2], arr[3] = byte(len(arr)), 0, 0, 0
-	in := bsoncore.NewDocumentBuilder().AppendArray("$in", arr).Build()
-	filter := bsoncore.NewDocumentBuilder().AppendDocument("_id", in).Build()
-	if _, _, ok, over := PinnedIDsUpTo(filter, 3); ok || !over {
-		t.Errorf("limit 3: ok %v over %v, want the set dropped at its 4th value", ok, over)
+// TestPinnedIDsUpToWorkIsBounded: past the limit, values are only checked,
+// never collected: a filter naming 50,000 ids allocates what one naming
+// 100 does (collecting them all takes a growing list and index).
+func TestPinnedIDsUpToWorkIsBounded(t *testing.T) {
+	small, large := bigInFilter(t, 100, 0, false), bigInFilter(t, 50000, 0, false)
+	count := func(f bsoncore.Document) float64 {
+		return testing.AllocsPerRun(20, func() {
+			if _, _, _, over := PinnedIDsUpTo(f, 10); !over {
+				t.Fatal("not over the limit")
+			}
+		})
 	}
-	if _, _, ok, over := PinnedIDsUpTo(filter, 10); ok || over {
-		t.Errorf("limit 10: ok %v over %v, want the bad value to end the pin", ok, over)
+	if a, b := count(small), count(large); b > a {
+		t.Errorf("50,000 ids: %v allocations, 100 ids: %v; past the limit nothing should be collected", b, a)
 	}
 }

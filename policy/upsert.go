@@ -248,11 +248,11 @@ func equalityIDs(filter []byte, depth int, cands *[]bsoncore.Value) bool {
 			// one that optimizes them into one equality would.
 			for _, b := range branches {
 				if mentionsID(b, depth+1) {
-					set, ok := (&pinner{limit: math.MaxInt}).orPins(v, depth)
-					if !ok || len(set) != 1 {
+					r := (&pinner{limit: math.MaxInt}).orPins(v, depth)
+					if !r.ok || len(r.set) != 1 {
 						return false
 					}
-					*cands = addUnique(*cands, set[0])
+					*cands = addUnique(*cands, r.set[0])
 					break
 				}
 			}

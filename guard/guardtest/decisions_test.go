@@ -341,9 +341,9 @@ func TestDecisions(t *testing.T) {
 		{"OP_COMPRESSED not locked", func(t *testing.T) []byte {
 			return compressed(t, msg(t, cmd("update", "orders", sessB, bson.E{Key: "updates", Value: bson.A{update(id(1))}})))
 		}, "held_by_other"},
-		// No document can have an _id with a "$" field in it: such a pin
-		// cannot be checked, so it is refused rather than let through
-		// with nothing to check.
+		// No document can have an _id with a "$" field in it (but a
+		// DBRef's): such a pin cannot be checked, so it is refused rather
+		// than let through with nothing to check.
 		{"filter pinning a value that cannot be an _id", func(t *testing.T) []byte {
 			return msg(t, cmd("update", "orders", sessA, bson.E{Key: "updates", Value: bson.A{update(id(bson.D{{Key: "a", Value: bson.D{{Key: "$x", Value: 1}}}}))}}))
 		}, "unclassifiable"},
