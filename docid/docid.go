@@ -127,15 +127,6 @@ func (id ID) MarshalBSONValue() (bsontype.Type, []byte, error) {
 	return id.typ, id.val, nil
 }
 
-// Raws returns ids as sent.
-func Raws(ids []ID) []bson.RawValue {
-	out := make([]bson.RawValue, len(ids))
-	for i, id := range ids {
-		out[i] = id.Raw()
-	}
-	return out
-}
-
 // Cores returns ids as sent, for building BSON with bsoncore.
 func Cores(ids []ID) []bsoncore.Value {
 	out := make([]bsoncore.Value, len(ids))

@@ -9,6 +9,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -171,8 +172,8 @@ func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
 	if d.OnReply == nil {
 		t.Fatal("no flight")
 	}
-	one := mustID(int64(1)) // NumberLong(1) is _id 1
-	two := mustID(int32(2))
+	one := lockstoretest.ID(int64(1)) // NumberLong(1) is _id 1
+	two := lockstoretest.ID(int32(2))
 	if err := g.WaitWritesOn(context.Background(), "shop.orders", two); err != nil {
 		t.Errorf("a lock with no write in flight waited: %v", err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
@@ -474,13 +473,4 @@ func TestEndSessionsWrongTypeIsAnError(t *testing.T) {
 	if _, err := run(t, c, nil, bson.D{{"ping", 1}}); err != nil {
 		t.Fatalf("the connection after the refusals: %v", err)
 	}
-}
-
-// mustID makes an _id.
-func mustID(v any) docid.ID {
-	id, err := docid.Of(v)
-	if err != nil {
-		panic(err)
-	}
-	return id
 }
