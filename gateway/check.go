@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/policy"
 )
 
 // CheckResult is one step of Check.
@@ -19,6 +20,10 @@ type CheckResult struct {
 	Name   string
 	Err    error
 	Detail string
+	// Warnings are findings that do not fail the check by themselves:
+	// the policy's rules that match no existing namespace (lockgate
+	// -check -strict fails on them).
+	Warnings []string
 }
 
 // Check verifies what Start needs without starting anything: the files
@@ -55,6 +60,18 @@ func Check(ctx context.Context, cfg *config.Config) []CheckResult {
 		}
 		return nil
 	}))
+
+	pol, err := policy.CompileWithLease(cfg.Policy, cfg.Lockstore.DefaultLeaseMS)
+	if err == nil {
+		err = ping(ctx, cfg.Upstream.URI, timeout, func(ctx context.Context, c *mongo.Client) error {
+			w, err := policyWarnings(ctx, c, pol)
+			out = append(out, CheckResult{Name: "policy", Detail: fmt.Sprintf("%d rules, %d warnings", len(cfg.Policy.Namespaces), len(w)), Warnings: w, Err: err})
+			return nil
+		})
+	}
+	if err != nil {
+		add("policy", "rules checked against the upstream's namespaces", err)
+	}
 	return out
 }
 

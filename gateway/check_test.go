@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
 	"github.com/lockgate/lockgate/config"
 )
 
@@ -20,16 +24,56 @@ func TestCheckPassesAgainstEmbeddedUpstream(t *testing.T) {
 	cfg.AdminAuth.TokenFile = tok
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI(up.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	if _, err := c.Database("shop").Collection("orders").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy.Namespaces = []config.NamespaceRule{
+		{Match: "shop.orders", Mode: config.ModeEnforce},
+		{Match: "shop.ordres", Mode: config.ModeEnforce},
+	}
 	res := Check(ctx, cfg)
 	names := []string{}
+	var warnings []string
 	for _, r := range res {
 		names = append(names, r.Name)
 		if r.Err != nil {
 			t.Errorf("%s: %v", r.Name, r.Err)
 		}
+		warnings = append(warnings, r.Warnings...)
 	}
-	if got := strings.Join(names, ","); got != "tls,adminAuth,ownerSecret,upstream,lockstore" {
+	if got := strings.Join(names, ","); got != "tls,adminAuth,ownerSecret,upstream,lockstore,policy" {
 		t.Errorf("checks %s", got)
+	}
+	// Issue 26: a misspelt rule next to the real one was "ok configuration".
+	if len(warnings) != 1 || !strings.Contains(warnings[0], `rule "shop.ordres" matches no existing namespace`) || !strings.Contains(warnings[0], `did you mean "shop.orders"?`) {
+		t.Errorf("policy warnings %q, want one for shop.ordres suggesting shop.orders", warnings)
+	}
+}
+
+func TestDidYouMean(t *testing.T) {
+	names := []string{"orders", "orders_archive", "users", "jobs", "logs"}
+	for _, tt := range []struct{ n, want string }{
+		{"ordres", `; did you mean "shop.orders"?`},            // transposition
+		{"order", `; did you mean "shop.orders"?`},             // deletion
+		{"oders", `; did you mean "shop.orders"?`},             // deletion
+		{"user", `; did you mean "shop.users"?`},               // deletion
+		{"jbs", `; did you mean "shop.jobs"?`},                 // one edit in three runes
+		{"ab", ""},                                             // too short to suggest
+		{"invoices", ""},                                       // nothing close
+		{"logz", `; did you mean "shop.logs"?`},                // substitution
+		{"jogs", `; did you mean "shop.jobs" or "shop.logs"?`}, // ties: both
+	} {
+		if got := didYouMean(names, tt.n, "shop."); got != tt.want {
+			t.Errorf("didYouMean(%q) = %q, want %q", tt.n, got, tt.want)
+		}
+	}
+	if d := editDistance("ordres", "orders"); d != 1 {
+		t.Errorf("editDistance(ordres, orders) = %d, want 1 (a transposition)", d)
 	}
 }
 

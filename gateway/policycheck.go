@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ func policyWarnings(ctx context.Context, client *mongo.Client, pol *policy.Polic
 			if other, ok := foldMatch(dbs, db); ok {
 				warnings = append(warnings, fmt.Sprintf("rule %q: database %q does not exist, %q does: names differ only by case, and MongoDB's are case-sensitive, so this rule protects nothing there", r.Match, db, other))
 			} else {
-				warnings = append(warnings, fmt.Sprintf("rule %q matches no existing namespace: database %q does not exist (yet)", r.Match, db))
+				warnings = append(warnings, fmt.Sprintf("rule %q matches no existing namespace: database %q does not exist (yet)%s", r.Match, db, didYouMean(dbs, db, "")))
 			}
 			continue
 		}
@@ -53,7 +54,7 @@ func policyWarnings(ctx context.Context, client *mongo.Client, pol *policy.Polic
 		if other, ok := foldMatch(names, coll); ok {
 			warnings = append(warnings, fmt.Sprintf("rule %q: collection %s.%s does not exist, %s.%s does: names differ only by case, and MongoDB's are case-sensitive, so this rule protects nothing there", r.Match, db, coll, db, other))
 		} else {
-			warnings = append(warnings, fmt.Sprintf("rule %q matches no existing namespace: collection %s.%s does not exist (yet)", r.Match, db, coll))
+			warnings = append(warnings, fmt.Sprintf("rule %q matches no existing namespace: collection %s.%s does not exist (yet)%s", r.Match, db, coll, didYouMean(names, coll, db+".")))
 		}
 	}
 	return warnings, nil
@@ -75,6 +76,56 @@ func foldMatch(names []string, n string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// didYouMean names the existing names closest to n (at most two edits
+// away, and fewer than half its length, so that short names do not
+// suggest unrelated ones), as "; did you mean ...?", or "" when none is.
+// prefix is put before each suggestion (the database of a collection).
+func didYouMean(names []string, n, prefix string) string {
+	best, bestD := []string(nil), 3
+	for _, x := range names {
+		d := editDistance(x, n)
+		if d == 0 || 2*d >= len([]rune(n)) || d > bestD {
+			continue
+		}
+		if d < bestD {
+			best, bestD = best[:0], d
+		}
+		best = append(best, strconv.Quote(prefix+x))
+	}
+	if len(best) == 0 {
+		return ""
+	}
+	return "; did you mean " + strings.Join(best, " or ") + "?"
+}
+
+// editDistance is the optimal string alignment distance between a and b:
+// insertions, deletions, substitutions and transpositions of adjacent
+// runes (the usual typo, "ordres" for "orders") each cost one.
+func editDistance(a, b string) int {
+	x, y := []rune(a), []rune(b)
+	prev2 := make([]int, len(y)+1)
+	prev := make([]int, len(y)+1)
+	cur := make([]int, len(y)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(x); i++ {
+		cur[0] = i
+		for j := 1; j <= len(y); j++ {
+			cost := 1
+			if x[i-1] == y[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && x[i-1] == y[j-2] && x[i-2] == y[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(y)]
 }
 
 // checkPolicy computes and publishes the policy's warnings, logging each.

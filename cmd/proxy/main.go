@@ -53,6 +53,7 @@ type options struct {
 	overrides  config.Overrides
 	version    bool
 	check      bool
+	strict     bool
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -64,6 +65,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.strict && !o.check {
+		return o, errors.New("-strict applies to -check only")
 	}
 	return o, nil
 }
@@ -78,7 +82,8 @@ func flagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.overrides.UpstreamURI, "upstream", "", "upstream MongoDB connection `uri` (overrides upstream.uri)")
 	fs.StringVar(&o.overrides.LogLevel, "log-level", "", "log `level`: debug, info, warn, error (overrides log.level)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	fs.BoolVar(&o.check, "check", false, "validate the configuration, check that the upstream and the lock store answer, print the result and exit (0 ok, 1 a check failed, 2 invalid configuration)")
+	fs.BoolVar(&o.check, "check", false, "validate the configuration, check that the upstream and the lock store answer and that every policy rule matches an existing namespace, print the result and exit (0 ok, 1 a check failed, 2 invalid configuration)")
+	fs.BoolVar(&o.strict, "strict", false, "with -check: policy warnings (a rule that matches no existing namespace) fail the check")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: lockgate [flags]\n\n"+
 			"Precedence: config file < LOCKGATE_* environment < flags.\n"+
@@ -132,7 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitUsage
 	}
 	if o.check {
-		return runCheck(ctx, cfg, stdout)
+		return runCheck(ctx, cfg, o.strict, stdout)
 	}
 	logger, err := gateway.NewLoggerTo(cfg.Log, stderr)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -14,7 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	mongoopts "go.mongodb.org/mongo-driver/mongo/options"
+
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/embedded"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/CONFIGURATION.md's generated tables")
@@ -159,5 +165,47 @@ func TestDrainDelayAndVersionMetric(t *testing.T) {
 	}
 	if !bytes.Contains([]byte(stderr.String()), []byte("draining before shutdown")) {
 		t.Error("the drain was not logged")
+	}
+}
+
+// TestCheckShowsPolicyWarnings: -check printed "ok configuration" for a
+// rule misspelt next to the real one (issue 26). It now prints the
+// warning with the close name, passes without -strict (a collection may
+// be created later) and fails with it (CI before a policy ships).
+func TestCheckShowsPolicyWarnings(t *testing.T) {
+	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := mongo.Connect(ctx, mongoopts.Client().ApplyURI(up.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	if _, err := c.Database("shop").Collection("orders").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, "upstream:\n  uri: "+up.URI()+"\npolicy:\n  namespaces:\n    - match: shop.orders\n      mode: enforce\n    - match: shop.ordres\n      mode: enforce\n")
+	// runOnce's context is cancelled (it stops a serving run at once);
+	// -check needs a live one to reach the upstream.
+	check := func(args ...string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(ctx, args, env(nil), &stdout, &stderr, nil)
+		return code, stdout.String() + stderr.String()
+	}
+	code, out := check("-config", file, "-check")
+	warn := `warning policy: rule "shop.ordres" matches no existing namespace: collection shop.ordres does not exist (yet); did you mean "shop.orders"?`
+	if code != exitOK || !strings.Contains(out, "ok      policy: 2 rules, 1 warnings") || !strings.Contains(out, warn) {
+		t.Errorf("-check: exit %d, want 0 with the warning\n%s", code, out)
+	}
+	code, out = check("-config", file, "-check", "-strict")
+	if code != exitFailure || !strings.Contains(out, "FAILED  policy: 2 rules, 1 warnings (-strict)") || !strings.Contains(out, warn) {
+		t.Errorf("-check -strict: exit %d, want 1 with the warning\n%s", code, out)
+	}
+	if code, _, errOut := runOnce(t, []string{"-config", file, "-strict"}, env(nil)); code != exitUsage || !strings.Contains(errOut, "-strict applies to -check only") {
+		t.Errorf("-strict alone: exit %d %s", code, errOut)
 	}
 }
