@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
@@ -37,7 +38,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	var o flags
 	fs := flag.NewFlagSet("devstack", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.configPath, "config", "", "YAML config `file`; only its lockstore, policy, log and adminAuth sections are used")
+	fs.StringVar(&o.configPath, "config", "", "YAML config `file`; only its lockstore (but uri), policy, log and adminAuth sections are used, and each other key it sets is named at start")
 	fs.StringVar(&o.listen, "listen", defaultListen, "proxy listener `host:port`")
 	fs.StringVar(&o.admin, "admin", defaultAdmin, "admin HTTP listener `host:port`")
 	fs.StringVar(&o.dataDir, "data", "", "FerretDB data `dir`; empty means a temporary directory removed on exit")
@@ -53,18 +54,22 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 // devConfig builds the gateway's configuration: development defaults, the
 // lockstore, policy, log and adminAuth sections of the file if one is
 // given, then the flags. The upstream is filled in once the embedded server runs.
-func devConfig(o flags) (*config.Config, error) {
-	cfg := config.Default()
+// ignored lists the keys of the file that the dev stack does not use.
+func devConfig(o flags) (cfg *config.Config, ignored []string, err error) {
+	cfg = config.Default()
 	cfg.Log = config.Log{Level: config.LogLevelInfo, Format: config.LogFormatConsole}
 	if o.configPath != "" {
 		file, err := config.Load(o.configPath)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if ignored, err = ignoredKeys(o.configPath); err != nil {
+			return nil, nil, err
 		}
 		// Validate the file as a whole so its errors name its own keys,
 		// even in sections the dev stack then ignores.
 		if err := file.Validate(); err != nil {
-			return nil, fmt.Errorf("invalid configuration (%s):\n%w", o.configPath, err)
+			return nil, nil, fmt.Errorf("invalid configuration (%s):\n%w", o.configPath, err)
 		}
 		cfg.Lockstore, cfg.Policy, cfg.Log, cfg.AdminAuth = file.Lockstore, file.Policy, file.Log, file.AdminAuth
 	} else {
@@ -81,9 +86,64 @@ func devConfig(o flags) (*config.Config, error) {
 	cfg.Listen, cfg.Admin = o.listen, o.admin
 	cfg.Upstream.URI = "mongodb://placeholder/" // replaced by the embedded URI
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid flags:\n%w", err)
+		return nil, nil, fmt.Errorf("invalid flags:\n%w", err)
 	}
-	return cfg, nil
+	return cfg, ignored, nil
+}
+
+// devIgnores says, for each key of a config file that the dev stack does
+// not use, what to do instead. A user who copied a production file and
+// sees its listen address or upstream silently replaced loses time
+// (issue 26); one line each says why and which flag does it here.
+var devIgnores = []struct{ key, instead string }{
+	{"listen", "use -listen"},
+	{"admin", "use -admin"},
+	{"upstream", "the upstream is the embedded FerretDB (-data DIR keeps its data)"},
+	{"lockstore.uri", "lock records live in the embedded upstream"},
+	{"tls", "the dev stack serves plain TCP; run lockgate (cmd/proxy) with this file for TLS"},
+	{"limits", "the dev stack uses the default limits; run lockgate (cmd/proxy) with this file"},
+	{"shutdownTimeout", "the dev stack stops at once; run lockgate (cmd/proxy) with this file"},
+	{"shutdownDrainDelay", "the dev stack stops at once; run lockgate (cmd/proxy) with this file"},
+}
+
+// ignoredKeys reads which of devIgnores' keys the file at path sets, in
+// the file's own words ("listen (use -listen)"). The file was loaded and
+// validated already; this only looks at which keys it names.
+func ignoredKeys(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var out []string
+	for _, ig := range devIgnores {
+		if hasKey(&doc, strings.Split(ig.key, ".")) {
+			out = append(out, ig.key+" ("+ig.instead+")")
+		}
+	}
+	return out, nil
+}
+
+// hasKey reports whether the YAML document n maps the key path.
+func hasKey(n *yaml.Node, path []string) bool {
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	if len(path) == 0 {
+		return true
+	}
+	if n.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == path[0] {
+			return hasKey(n.Content[i+1], path[1:])
+		}
+	}
+	return false
 }
 
 // Main runs the dev stack as a process: until SIGTERM or SIGINT, with
@@ -111,10 +171,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		fmt.Fprintln(stderr, "devstack:", err)
 		return 2
 	}
-	cfg, err := devConfig(o)
+	cfg, ignored, err := devConfig(o)
 	if err != nil {
 		fmt.Fprintln(stderr, "devstack:", err)
 		return 2
+	}
+	for _, k := range ignored {
+		fmt.Fprintf(stderr, "devstack: %s: ignoring %s\n", o.configPath, k)
 	}
 	if cfg.Lockstore.OwnerSecretFile == "" {
 		// A fresh owner secret for this run, so that the dev stack starts
@@ -210,7 +273,7 @@ func reload(o flags, logger *zap.Logger, gw *gateway.Gateway, why string) {
 		return
 	}
 	logger.Info("reloading the policy", zap.String("trigger", why), zap.String("config", o.configPath))
-	cfg, err := devConfig(o)
+	cfg, _, err := devConfig(o)
 	if err != nil {
 		gw.CountReload(false)
 		logger.Error("reload refused: the running policy stays", zap.Error(err))

@@ -48,9 +48,12 @@ func TestDevConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := devConfig(o)
+	cfg, ignored, err := devConfig(o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(ignored) != 0 {
+		t.Errorf("without -config nothing is ignored, got %q", ignored)
 	}
 	if cfg.Listen != "127.0.0.1:27018" || cfg.Admin != "127.0.0.1:9218" ||
 		cfg.Log != (config.Log{Level: config.LogLevelInfo, Format: config.LogFormatConsole}) {
@@ -81,9 +84,14 @@ log:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := devConfig(o)
+	cfg, ignored, err := devConfig(o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Issue 26: the keys it does not use were ignored silently.
+	want := []string{"listen (use -listen)", "admin (use -admin)", "upstream (the upstream is the embedded FerretDB (-data DIR keeps its data))", "lockstore.uri (lock records live in the embedded upstream)"}
+	if strings.Join(ignored, "\n") != strings.Join(want, "\n") {
+		t.Errorf("ignored keys:\n%s\nwant:\n%s", strings.Join(ignored, "\n"), strings.Join(want, "\n"))
 	}
 	for _, c := range []struct{ name, got, want string }{
 		{"listen: flag default, not the file", cfg.Listen, "127.0.0.1:27018"},
