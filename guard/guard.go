@@ -200,7 +200,14 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 	pol := g.policy.Load()
 	if e, what := g.boundaryRefusal(req, pol); e != nil {
 		g.metrics.reservedRefusals.WithLabelValues(what).Inc()
-		g.log.Info("refused a request across the proxy's boundary", zap.String("what", what), zap.Uint64("conn", req.Client.ID),
+		level := zap.InfoLevel
+		if routineProbe(req) {
+			// Every mongosh asks for the startup warnings on connect: a
+			// line at info for each would read as an alarm to an
+			// operator. It is still counted.
+			level = zap.DebugLevel
+		}
+		g.log.Log(level, "refused a request across the proxy's boundary", zap.String("what", what), zap.Uint64("conn", req.Client.ID),
 			zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("error", e.msg))
 		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
 	}

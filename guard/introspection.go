@@ -51,6 +51,18 @@ func harmlessSessionCommand(req *proxy.Request) bool {
 	return false
 }
 
+// routineProbe reports whether a request that reveals sessions is one
+// that clients send on their own on every connection (mongosh's
+// getLog: "startupWarnings"), not one a person typed: its refusal is
+// expected and logged at debug.
+func routineProbe(req *proxy.Request) bool {
+	if req.Command == nil || req.Command.Name != "getLog" {
+		return false
+	}
+	s, ok := req.Command.Body.Lookup("getLog").StringValueOK()
+	return ok && s == "startupWarnings"
+}
+
 // killsOnlyOwn reports whether a killSessions command names no session but
 // the caller's own.
 func killsOnlyOwn(req *proxy.Request) bool {
