@@ -112,3 +112,29 @@ func TestReadmeWalkthrough(t *testing.T) {
 		t.Logf("mongosh output:\n%s", got)
 	}
 }
+
+// TestReadmeNamesMongoshNodeVersion: the README says which Node.js the
+// mongosh it installs wants without a deprecation warning (issue 26). The
+// figure is read from mongosh itself, so that an upgrade of mongosh that
+// raises it makes this test fail until the README says so.
+func TestReadmeNamesMongoshNodeVersion(t *testing.T) {
+	src, err := os.ReadFile("../../tests/compat/node/node_modules/@mongosh/cli-repl/lib/cli-repl.js")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("mongosh missing (CI is set, so this is a failure): %v", err)
+		}
+		t.Skipf("mongosh missing: %v (run npm ci in tests/compat/node)", err)
+	}
+	m := regexp.MustCompile(`RECOMMENDED_NODEJS = '>=(\d+)\.`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("mongosh's cli-repl.js no longer names RECOMMENDED_NODEJS: read how it decides its Node.js deprecation warning and update this test")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "wants Node.js " + string(m[1]) + " or later"
+	if !strings.Contains(strings.Join(strings.Fields(string(readme)), " "), want) {
+		t.Errorf("README.md does not say that the installed mongosh %q (its deprecation warning's threshold)", want)
+	}
+}
