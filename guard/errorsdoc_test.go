@@ -89,3 +89,27 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 		t.Errorf("found %d reason constants; the scan is broken", reasons)
 	}
 }
+
+// TestErrorsDocReleaseOfAnotherHoldersLock: docs/ERRORS.md said that
+// releasing a lock the session does not hold is 107 not_holder, while the
+// server answers ok: 1, released: 0 (issue 26), which TestAcquireContendReleaseStatus
+// checks ("release by a non-holder"). The doc's 107 row must say what the
+// server does.
+func TestErrorsDocReleaseOfAnotherHoldersLock(t *testing.T) {
+	doc, err := os.ReadFile("../docs/ERRORS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, l := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(l, "| 107 | LockFailed |") {
+			row = l
+		}
+	}
+	if row == "" {
+		t.Fatal("docs/ERRORS.md has no 107 LockFailed row")
+	}
+	if strings.Contains(row, "or `releaseLock` of a lock this session does not hold") || !strings.Contains(row, "it answers `ok: 1, released: 0`") {
+		t.Errorf("docs/ERRORS.md's 107 row does not say that releaseLock of a lock not held answers ok: 1, released: 0:\n%s", row)
+	}
+}
