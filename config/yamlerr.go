@@ -36,9 +36,9 @@ func explainYAMLError(data []byte, err error) error {
 		return fmt.Errorf("config: %w", err)
 	}
 	var root yaml.Node
-	keys, blocks := map[int]string{}, map[int][]block{}
+	keys, blocks, onLine := map[int]string{}, map[int][]block{}, map[int][]string{}
 	if yaml.Unmarshal(data, &root) == nil {
-		indexKeys(&root, "", keys, blocks)
+		indexKeys(&root, "", keys, blocks, onLine)
 	}
 	msgs := make([]string, 0, len(te.Errors))
 	for _, e := range te.Errors {
@@ -61,6 +61,15 @@ func explainYAMLError(data []byte, err error) error {
 			reason = wantedType(key, u[3], u[1], u[2])
 		}
 		if u := unknownRE.FindStringSubmatch(reason); u != nil {
+			// A flow mapping puts several keys on one line
+			// ({sheme: {type: flag}}): the one at fault is the one
+			// named, not the last one indexed there.
+			for _, p := range onLine[line] {
+				if p == u[1] || strings.HasSuffix(p, "."+u[1]) {
+					key = p
+					break
+				}
+			}
 			parent := parentPath(key)
 			reason = "unknown key"
 			if valid := knownKeys(parent); len(valid) > 0 {
@@ -78,13 +87,14 @@ func explainYAMLError(data []byte, err error) error {
 
 // indexKeys records, for every line that holds a key or a scalar value, the
 // dotted path of the key there (the first one, for a flow collection on
-// its key's line), and in blocks the path of every mapping or list value
-// by the line where that value starts.
-func indexKeys(n *yaml.Node, prefix string, out map[int]string, blocks map[int][]block) {
+// its key's line), in blocks the path of every mapping or list value
+// by the line where that value starts, and in onLine every key's path by
+// its line, in document order.
+func indexKeys(n *yaml.Node, prefix string, out map[int]string, blocks map[int][]block, onLine map[int][]string) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			indexKeys(c, prefix, out, blocks)
+			indexKeys(c, prefix, out, blocks, onLine)
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -94,6 +104,7 @@ func indexKeys(n *yaml.Node, prefix string, out map[int]string, blocks map[int][
 				path = prefix + "." + k.Value
 			}
 			out[k.Line] = path
+			onLine[k.Line] = append(onLine[k.Line], path)
 			if v.Kind == yaml.ScalarNode || v.Kind == yaml.AliasNode {
 				out[v.Line] = path
 			} else {
@@ -103,7 +114,7 @@ func indexKeys(n *yaml.Node, prefix string, out map[int]string, blocks map[int][
 				}
 				blocks[v.Line] = append(blocks[v.Line], block{path: path, kind: kind})
 			}
-			indexKeys(v, path, out, blocks)
+			indexKeys(v, path, out, blocks, onLine)
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
@@ -111,7 +122,7 @@ func indexKeys(n *yaml.Node, prefix string, out map[int]string, blocks map[int][
 			if _, ok := out[c.Line]; !ok && c.Kind == yaml.ScalarNode {
 				out[c.Line] = path
 			}
-			indexKeys(c, path, out, blocks)
+			indexKeys(c, path, out, blocks, onLine)
 		}
 	}
 }
