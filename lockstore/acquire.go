@@ -51,11 +51,11 @@ func checkOwner(o Owner) error {
 func (s *Store) lease(d time.Duration) (time.Duration, error) {
 	switch {
 	case d < 0:
-		return 0, fmt.Errorf("%w: negative lease %v", ErrInvalidLease, d)
+		return 0, fmt.Errorf("%w: negative lease %s", ErrInvalidLease, FormatMS(d))
 	case d == 0:
 		return s.cfg.DefaultLease, nil
 	case d > s.cfg.MaxLease:
-		return 0, fmt.Errorf("%w: lease %v exceeds the maximum %v", ErrInvalidLease, d, s.cfg.MaxLease)
+		return 0, fmt.Errorf("%w: lease %s exceeds the maximum (lockstore.maxLeaseMS) of %s", ErrInvalidLease, FormatMS(d), FormatMS(s.cfg.MaxLease))
 	}
 	return d, nil
 }
@@ -81,7 +81,7 @@ func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []docid
 		return nil, err
 	}
 	if wait < 0 {
-		return nil, fmt.Errorf("%w: negative wait %v", ErrInvalidArgument, wait)
+		return nil, fmt.Errorf("%w: negative wait %s", ErrInvalidArgument, FormatMS(wait))
 	}
 	ks, err := keys(ns, ids)
 	if err != nil {

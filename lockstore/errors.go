@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,6 +123,11 @@ func (e *NotHolderError) Is(target error) bool { return target == ErrNotHolder }
 func unavailable(op string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 }
+
+// FormatMS prints a duration as the lock commands take it, in whole
+// milliseconds ("600000 ms"): a user who sent leaseMS: 1000000000 should
+// read that number back, not "277h46m40s".
+func FormatMS(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + " ms" }
 
 // SessionPrefix is the short form of a session id shown to other sessions
 // and in logs: the first 4 bytes in hex.

@@ -127,11 +127,11 @@ func checkOwner(o lockstore.Owner) error {
 func (s *Store) lease(d time.Duration) (time.Duration, error) {
 	switch {
 	case d < 0:
-		return 0, fmt.Errorf("%w: negative lease %v", lockstore.ErrInvalidLease, d)
+		return 0, fmt.Errorf("%w: negative lease %s", lockstore.ErrInvalidLease, lockstore.FormatMS(d))
 	case d == 0:
 		return s.cfg.DefaultLease, nil
 	case d > s.cfg.MaxLease:
-		return 0, fmt.Errorf("%w: lease %v exceeds the maximum %v", lockstore.ErrInvalidLease, d, s.cfg.MaxLease)
+		return 0, fmt.Errorf("%w: lease %s exceeds the maximum (lockstore.maxLeaseMS) of %s", lockstore.ErrInvalidLease, lockstore.FormatMS(d), lockstore.FormatMS(s.cfg.MaxLease))
 	}
 	return d, nil
 }
@@ -167,7 +167,7 @@ func (s *Store) Acquire(ctx context.Context, owner lockstore.Owner, ns string, i
 		return nil, err
 	}
 	if wait < 0 {
-		return nil, fmt.Errorf("%w: negative wait %v", lockstore.ErrInvalidArgument, wait)
+		return nil, fmt.Errorf("%w: negative wait %s", lockstore.ErrInvalidArgument, lockstore.FormatMS(wait))
 	}
 	ks, err := keys(ns, ids)
 	if err != nil {
