@@ -177,6 +177,16 @@ fi
 whl=$(mktemp -d)
 /usr/bin/python3 -m pip wheel --quiet --no-deps --no-build-isolation --no-index -w "$whl" ./client/python
 ls "$whl"/lockgate_client-*.whl
+# The offline install that docs/CLIENTS.md gives, command for command.
+if ! /usr/bin/python3 -m venv --system-site-packages "$whl/.venv" >/dev/null 2>&1; then
+	# Debian's python3 makes venvs only with python3-venv.
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get install -y -qq --no-install-recommends python3-venv >/dev/null || fail "cannot install python3-venv for the offline install of client/python"
+	rm -rf "$whl/.venv"
+	/usr/bin/python3 -m venv --system-site-packages "$whl/.venv"
+fi
+"$whl/.venv/bin/pip" install --quiet --no-build-isolation --no-index --no-deps ./client/python
+(cd "$whl" && .venv/bin/python -c 'import lockgate, pymongo; assert lockgate.__file__.startswith("'"$whl"'/.venv/"), lockgate.__file__; print("offline install:", lockgate.__file__)')
 rm -rf "$whl" client/python/build client/python/*.egg-info
 (cd client/node && npm pack --dry-run --silent)
 

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,6 +145,22 @@ func TestPythonHelper(t *testing.T) {
 		"busy": "LockBusy", "timeout": "LockTimeout", "notHeld": "LockNotHeld", "lost": "LockLost",
 		"notProtected": "NotProtected", "invalid": "InvalidLockRequest",
 	})
+	// Issue 26: the helper takes wait= and lease= in seconds, so its
+	// errors name those, not the lock commands' waitMS and leaseMS.
+	if e, _ := res["busy"]["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["msg"]), "wait= (seconds)") || strings.Contains(fmt.Sprint(e["msg"]), "waitMS") {
+		t.Errorf("busy: message %q, want it to name wait= (seconds), not waitMS", e["msg"])
+	}
+	// And lost comes as a callback too, exactly once, from the helper's
+	// own thread, with the LockLost error.
+	r := res["lost_callback"]
+	calls, _ := r["calls"].([]any)
+	if r["fired"] != true || r["lostSet"] != true || len(calls) != 1 {
+		t.Fatalf("lost_callback: %v, want one call", r)
+	}
+	c, _ := calls[0].([]any)
+	if len(c) != 3 || c[0] != "LockLost" || c[1] != "not_holder" || !strings.HasPrefix(fmt.Sprint(c[2]), "lockgate-") {
+		t.Errorf("lost_callback: call %v, want (LockLost, not_holder, a lockgate-* thread)", c)
+	}
 }
 
 func TestNodeHelper(t *testing.T) {

@@ -14,6 +14,7 @@ The borrowed id is never returned to pymongo's pool.
 """
 
 import copy
+import logging
 import threading
 import time
 
@@ -92,9 +93,12 @@ class Lock(object):
     token: the fencing token of the first (for one id, the only) lock.
     locks: [{"_id", "token", "expiresAt", "lastError"?}] as lockgate granted them.
     lost: a threading.Event set when the lock is lost; error says why.
+    on_lost (given to acquire): called once, with the LockLost error, from
+    the helper's own thread when the lock is lost, for code that cannot
+    poll lost; it must not block.
     """
 
-    def __init__(self, twin, collection, ids, lease, renew_every, margin, auto_renew, attempts, reply, sent):
+    def __init__(self, twin, collection, ids, lease, renew_every, margin, auto_renew, attempts, reply, sent, on_lost=None):
         self._twin = twin
         self._db = collection.database
         self._coll = collection.name
@@ -108,6 +112,7 @@ class Lock(object):
         self.owner = reply.get("owner")
         self._deadline = sent + lease
         self.lost = threading.Event()
+        self._on_lost = on_lost
         self.error = None
         self._stop = threading.Event()
         self._released = False
@@ -134,6 +139,16 @@ class Lock(object):
             self.error = err
             self.lost.set()
             self._mu.notify_all()
+        self._notify_lost(err)
+
+    def _notify_lost(self, err):
+        # Outside the lock: the callback may read locks or token.
+        if self._on_lost is None:
+            return
+        try:
+            self._on_lost(err)
+        except Exception:  # noqa: BLE001 (the caller's code must not stop the helper)
+            logging.getLogger("lockgate").exception("on_lost callback raised")
 
     def _watch(self):
         # Fires lost at the local lease end minus the margin, independent of
@@ -153,6 +168,8 @@ class Lock(object):
             self.error = LockLost(why, reason="lease_ended")
             self.lost.set()
             self._mu.notify_all()
+            err = self.error
+        self._notify_lost(err)
 
     def _renew_once(self):
         sent = time.monotonic()
@@ -243,7 +260,7 @@ class Lock(object):
         return False
 
 
-def _acquire(session, collection, ids, lease, wait, renew_every, margin, auto_renew, attempts):
+def _acquire(session, collection, ids, lease, wait, renew_every, margin, auto_renew, attempts, on_lost=None):
     if collection is None or not ids:
         raise InvalidLockRequest("a collection and at least one _id are required")
     twin = _Twin(session)
@@ -268,23 +285,25 @@ def _acquire(session, collection, ids, lease, wait, renew_every, margin, auto_re
             raise err
         time.sleep(_backoff(attempt))
     return Lock(twin, collection, ids, lease, renew_every or lease / 3.0, margin or lease / 5.0,
-                auto_renew, attempts, reply, sent)
+                auto_renew, attempts, reply, sent, on_lost)
 
 
-def acquire(session, collection, ids, lease=30.0, wait=30.0, renew_every=None, margin=None, auto_renew=True, attempts=3):
+def acquire(session, collection, ids, lease=30.0, wait=30.0, renew_every=None, margin=None, auto_renew=True, attempts=3,
+            on_lost=None):
     """Take the locks on ids in collection, all or nothing, in session,
     waiting up to wait seconds for locks held by others (LockTimeout after
     that). Times are in seconds. The lock is renewed every renew_every
-    (default lease/3) until released; lost is set when a renewal is refused
-    or the lease (minus margin, default lease/5) ends first."""
-    return _acquire(session, collection, ids, lease, wait, renew_every, margin, auto_renew, attempts)
+    (default lease/3) until released; lost is set, and on_lost(error)
+    called, when a renewal is refused or the lease (minus margin, default
+    lease/5) ends first."""
+    return _acquire(session, collection, ids, lease, wait, renew_every, margin, auto_renew, attempts, on_lost)
 
 
 def try_acquire(session, collection, ids, lease=30.0, **kwargs):
     """acquire without waiting: a lock held by another session raises LockBusy."""
     kwargs.pop("wait", None)
     return _acquire(session, collection, ids, lease, 0, kwargs.get("renew_every"), kwargs.get("margin"),
-                    kwargs.get("auto_renew", True), kwargs.get("attempts", 3))
+                    kwargs.get("auto_renew", True), kwargs.get("attempts", 3), kwargs.get("on_lost"))
 
 
 lock = acquire

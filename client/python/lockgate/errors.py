@@ -1,6 +1,19 @@
 """Typed errors for lockgate's error replies (docs/ERRORS.md)."""
 
+import re
+
 from pymongo.errors import OperationFailure
+
+# lockgate's replies name the lock commands' fields (waitMS, leaseMS, in
+# milliseconds); a caller of this helper passed wait= and lease= in
+# seconds, and should be told about those.
+_OWN_NAMES = ((re.compile(r"\bwaitMS\b"), "wait= (seconds)"), (re.compile(r"\bleaseMS\b"), "lease= (seconds)"))
+
+
+def _in_own_words(msg):
+    for pattern, name in _OWN_NAMES:
+        msg = pattern.sub(name, msg)
+    return msg
 
 
 class LockgateError(Exception):
@@ -83,7 +96,7 @@ def from_failure(command, exc):
     else:
         return exc
     err = cls(
-        "%s: %s (%s %s)" % (command, details.get("errmsg", str(exc)), code, details.get("codeName")),
+        "%s: %s (%s %s)" % (command, _in_own_words(details.get("errmsg", str(exc))), code, details.get("codeName")),
         code=code, code_name=details.get("codeName"), reason=reason, ns=lg.get("ns"),
         ids=lg.get("ids"), holder=lg.get("holder"), command=command,
     )

@@ -7,6 +7,7 @@ cuts the lock store's connection), DB (database, enforced)."""
 import json
 import os
 import sys
+import threading
 import time
 import urllib.request
 
@@ -84,6 +85,26 @@ with holder.start_session() as s:
         rel = type(e).__name__
     out("refused_renewal", lost=fired, error=type(lk.error).__name__ if lk.error else None,
         reason=getattr(lk.error, "reason", None), release=rel)
+
+# lost delivered as a callback, for code that cannot poll: once, with the
+# LockLost, from the helper's thread
+with holder.start_session() as s:
+    calls = []
+    called = threading.Event()
+
+    def on_lost(err):
+        calls.append((type(err).__name__, getattr(err, "reason", None), threading.current_thread().name))
+        called.set()
+
+    lk = lockgate.acquire(s, holder[DB]["callback"], [1], lease=10, renew_every=0.2, on_lost=on_lost)
+    holder[DB].command({"releaseLock": "callback"}, session=s)
+    fired = called.wait(5)
+    time.sleep(0.5)  # a second call, if the helper made one, would land here
+    try:
+        lk.release()
+    except lockgate.LockgateError:
+        pass
+    out("lost_callback", fired=fired, calls=calls, lostSet=lk.lost.is_set())
 
 # a lock lost inside the with block: leaving it raises LockLost
 with holder.start_session() as s:
