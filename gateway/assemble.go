@@ -207,6 +207,10 @@ func (a *assembly) newGuard() error {
 		Name: "lockgate_policy_reloads_total",
 		Help: "Policy reloads by result: applied, or refused (the policy in force stayed).",
 	}, []string{"result"})
+	// At zero from the start, so that the alert on a refused reload sees
+	// the first one (docs/OPERATIONS.md).
+	a.reloads.WithLabelValues("applied")
+	a.reloads.WithLabelValues("refused")
 	return a.register(a.lsMetrics, a.guardMetrics, a.reloads, connectionLimit(cfg.Limits.MaxConnections))
 }
 

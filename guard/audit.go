@@ -91,15 +91,18 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 
 // metricReason keeps the reason label to the known values.
 func metricReason(r string) string {
-	switch r {
-	case "", reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
-		reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
-		reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable,
-		reasonSchemeNotFollowed, reasonSchemeNotHolder:
-		if r == "" {
-			return "none"
-		}
+	if r == "" {
+		return "none"
+	}
+	if slices.Contains(metricReasons, r) {
 		return r
 	}
 	return "other"
 }
+
+// metricReasons are the refusal reasons lockgate_decisions_total names;
+// any other is counted as "other".
+var metricReasons = []string{reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
+	reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
+	reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable,
+	reasonSchemeNotFollowed, reasonSchemeNotHolder, "other"}

@@ -150,7 +150,12 @@ type Guard struct {
 
 // SetPolicy installs a new policy for every request from now on. Requests
 // already being decided finish under the policy they started with.
-func (g *Guard) SetPolicy(p *policy.Policy) { g.policy.Store(p) }
+func (g *Guard) SetPolicy(p *policy.Policy) {
+	if p != nil {
+		g.metrics.knownDecisions(p)
+	}
+	g.policy.Store(p)
+}
 
 // Policy returns the policy in force, nil before the first SetPolicy.
 func (g *Guard) Policy() *policy.Policy { return g.policy.Load() }

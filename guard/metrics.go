@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockgate/lockgate/internal/metricset"
+	"github.com/lockgate/lockgate/policy"
 )
 
 // Metrics are the guard's Prometheus collectors; the Set makes them one
@@ -90,7 +91,46 @@ func NewMetrics() *Metrics {
 		}, []string{"what"})),
 	}
 	m.Set = s
+	// Series that dashboards and alerts name exist from the start, at
+	// zero: a counter that appears at 1 on its first event shows "no
+	// data" until then, and increase() cannot see that first event.
+	for _, what := range []string{"lock_store", "session_introspection"} {
+		m.reservedRefusals.WithLabelValues(what)
+	}
+	for _, c := range []string{cmdAcquire, cmdRenew, cmdRelease, cmdStatus} {
+		m.lockCommands.WithLabelValues(c, "ok")
+		m.lockCmdSeconds.WithLabelValues(c)
+	}
 	return m
+}
+
+// knownDecisions makes the decision series of every rule of p exist at
+// zero (see NewMetrics): allowed, and each refusal reason the metric
+// distinguishes, as reject where the rule can enforce and would_reject
+// where it can audit. The set is bounded by the policy's rules.
+func (m *Metrics) knownDecisions(p *policy.Policy) {
+	rules, fallback := p.Rules()
+	for _, r := range append(rules, fallback) {
+		modes := []policy.Mode{r.Mode}
+		if r.Clients != nil {
+			modes = append(modes, r.Clients.Others)
+		}
+		for _, mode := range modes {
+			var refusal string
+			switch mode {
+			case policy.Enforce:
+				refusal = decisionReject
+			case policy.Audit:
+				refusal = decisionWouldReject
+			default:
+				continue
+			}
+			m.decisions.WithLabelValues(r.Match, decisionAllow, metricReason(""))
+			for _, reason := range metricReasons {
+				m.decisions.WithLabelValues(r.Match, refusal, reason)
+			}
+		}
+	}
 }
 
 func (m *Metrics) lockCommand(name, result string, took time.Duration) {

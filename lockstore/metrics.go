@@ -89,6 +89,11 @@ func NewMetrics() *Metrics {
 		})),
 	}
 	m.Set = s
+	// At zero from the start: dashboards show each result from the first
+	// scrape, not "no data" until it happens once.
+	for _, r := range []string{resultOK, resultBusy, resultTimeout, resultError} {
+		m.acquisitions.WithLabelValues(r)
+	}
 	return m
 }
 

@@ -21,8 +21,9 @@ import (
 
 // exported is every metric a running lockgate can export, with its labels:
 // what its registry describes (vectors included, observed or not), plus
-// lockgate_build_info, which the binary registers.
-func exported(t *testing.T) map[string][]string {
+// lockgate_build_info, which the binary registers. present is the metrics
+// that have at least one series right after start, before any traffic.
+func exported(t *testing.T) (described map[string][]string, present map[string]bool) {
 	t.Helper()
 	up, err := embedded.Start(embedded.Options{})
 	if err != nil {
@@ -32,6 +33,12 @@ func exported(t *testing.T) map[string][]string {
 	cfg := config.Default()
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Upstream.URI = up.URI()
+	// A policy that decides something: without one there is no decision
+	// series to expect.
+	cfg.Policy.Namespaces = []config.NamespaceRule{
+		{Match: "shop.orders", Mode: config.ModeEnforce},
+		{Match: "shop.*", Mode: config.ModeAudit},
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g, err := gateway.Start(ctx, cfg, zap.NewNop())
 	if err != nil {
@@ -48,6 +55,16 @@ func exported(t *testing.T) map[string][]string {
 	}()
 	if err := g.Registry().Register(gateway.BuildInfo("test")); err != nil {
 		t.Fatal(err)
+	}
+	families, err := g.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	present = map[string]bool{}
+	for _, f := range families {
+		if len(f.GetMetric()) > 0 {
+			present[f.GetName()] = true
+		}
 	}
 	ch := make(chan *prometheus.Desc)
 	go func() { g.Registry().Describe(ch); close(ch) }()
@@ -72,7 +89,7 @@ func exported(t *testing.T) map[string][]string {
 		}
 		out[m[1]] = labels
 	}
-	return out
+	return out, present
 }
 
 var (
@@ -132,23 +149,11 @@ func check(expr string, metrics map[string][]string) []string {
 	return problems
 }
 
-func TestAssetsNameExportedMetrics(t *testing.T) {
-	metrics := exported(t)
-	if n := len(metrics); n < 30 {
-		t.Fatalf("only %d metrics described; the registry is not the gateway's", n)
-	}
-	// The checker itself must catch what it is for.
-	for _, bad := range []string{
-		`rate(lockgate_decision_total[5m])`,
-		`rate(lockgate_decisions_total{decison="reject"}[5m])`,
-		`sum by (reasons) (rate(lockgate_decisions_total[5m]))`,
-		`vector(1)`,
-	} {
-		if len(check(bad, metrics)) == 0 {
-			t.Errorf("the checker accepts %q", bad)
-		}
-	}
-
+// assetQueries is every PromQL expression of the alert rules and the
+// dashboard, with where it is.
+func assetQueries(t *testing.T) (alerts, panels, variables map[string][]string) {
+	t.Helper()
+	alerts, panels, variables = map[string][]string{}, map[string][]string{}, map[string][]string{}
 	var rules struct {
 		Groups []struct {
 			Rules []struct {
@@ -164,19 +169,11 @@ func TestAssetsNameExportedMetrics(t *testing.T) {
 	if err := yaml.Unmarshal(b, &rules); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
-			n++
-			for _, p := range check(r.Expr, metrics) {
-				t.Errorf("alert %s: %s", r.Alert, p)
-			}
+			alerts[r.Alert] = append(alerts[r.Alert], r.Expr)
 		}
 	}
-	if n < 5 {
-		t.Errorf("alerts.yml has %d rules", n)
-	}
-
 	b, err = os.ReadFile("grafana-dashboard.json")
 	if err != nil {
 		t.Fatal(err)
@@ -199,24 +196,94 @@ func TestAssetsNameExportedMetrics(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatal(err)
 	}
-	queries := 0
 	for _, p := range dash.Panels {
 		if p.Type != "row" && len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
 		for _, q := range p.Targets {
-			queries++
 			// Grafana's own variables are not PromQL.
 			expr := strings.NewReplacer("$__rate_interval", "5m", `"$instance"`, `".*"`).Replace(q.Expr)
-			for _, pr := range check(expr, metrics) {
-				t.Errorf("panel %q: %s", p.Title, pr)
-			}
+			panels[p.Title] = append(panels[p.Title], expr)
 		}
 	}
 	for _, v := range dash.Templating.List {
 		if q, ok := v.Query.(map[string]any); ok {
-			for _, pr := range check(q["query"].(string), metrics) {
-				t.Errorf("variable %s: %s", v.Name, pr)
+			variables[v.Name] = append(variables[v.Name], q["query"].(string))
+		}
+	}
+	return alerts, panels, variables
+}
+
+// TestAssetsSeriesExistFromStart: a counter vector has no series until its
+// first event, so a panel over lockgate_policy_reloads_total showed "no
+// data" and an alert on increase() of it could not fire on the first
+// refused reload (issue 25). Every lockgate metric an alert or a panel
+// names has a series as soon as lockgate starts, before any traffic.
+func TestAssetsSeriesExistFromStart(t *testing.T) {
+	_, present := exported(t)
+	alerts, panels, variables := assetQueries(t)
+	for kind, m := range map[string]map[string][]string{"alert": alerts, "panel": panels, "variable": variables} {
+		for where, exprs := range m {
+			for _, expr := range exprs {
+				for _, id := range identRE.FindAllStringSubmatch(expr, -1) {
+					name := id[1]
+					for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+						if base, cut := strings.CutSuffix(name, suffix); cut && !present[name] {
+							name = base
+						}
+					}
+					if strings.HasPrefix(name, "lockgate_") && name != "lockgate_build_info" && !present[name] {
+						t.Errorf("%s %q names %s, which has no series at start", kind, where, name)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestAssetsNameExportedMetrics(t *testing.T) {
+	metrics, _ := exported(t)
+	if n := len(metrics); n < 30 {
+		t.Fatalf("only %d metrics described; the registry is not the gateway's", n)
+	}
+	// The checker itself must catch what it is for.
+	for _, bad := range []string{
+		`rate(lockgate_decision_total[5m])`,
+		`rate(lockgate_decisions_total{decison="reject"}[5m])`,
+		`sum by (reasons) (rate(lockgate_decisions_total[5m]))`,
+		`vector(1)`,
+	} {
+		if len(check(bad, metrics)) == 0 {
+			t.Errorf("the checker accepts %q", bad)
+		}
+	}
+
+	alerts, panels, variables := assetQueries(t)
+	n := 0
+	for alert, exprs := range alerts {
+		for _, expr := range exprs {
+			n++
+			for _, p := range check(expr, metrics) {
+				t.Errorf("alert %s: %s", alert, p)
+			}
+		}
+	}
+	if n < 5 {
+		t.Errorf("alerts.yml has %d rules", n)
+	}
+	queries := 0
+	for title, exprs := range panels {
+		for _, expr := range exprs {
+			queries++
+			for _, pr := range check(expr, metrics) {
+				t.Errorf("panel %q: %s", title, pr)
+			}
+		}
+	}
+	for name, exprs := range variables {
+		for _, expr := range exprs {
+			for _, pr := range check(expr, metrics) {
+				t.Errorf("variable %s: %s", name, pr)
 			}
 		}
 	}
