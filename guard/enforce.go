@@ -176,6 +176,19 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if len(v.writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
+	// Where the database requires authentication, a connection that has
+	// not authenticated may write nothing and holds no lock. Its enforced
+	// writes are refused before any lock is looked at, so that no answer
+	// depends on one: an insert of a locked _id would otherwise be refused
+	// here and one of a free _id by the database, telling which is locked.
+	if g.authRequired() && req.Client.User() == "" {
+		for i, w := range v.writes {
+			if v.rules[i].Mode == policy.Enforce {
+				v.add(v.rules[i], w, reasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
+				return g.decide(req, pol, v, start)
+			}
+		}
+	}
 	if d, ok := g.schemeEnforce(ctx, req, pol, writes, rules, start); ok {
 		return d
 	}
@@ -754,6 +767,8 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 	switch x.reason {
 	case reasonNoSession:
 		advice = "run the write in an explicit session (startSession) that holds the lock"
+	case reasonUnauthenticated:
+		advice = "nothing was written: authenticate, acquire the lock with acquireLock, then retry in the same session"
 	case reasonHeldByOther:
 		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
 	case reasonCollectionWrite:
