@@ -30,9 +30,14 @@ const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; con
 	"img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // consoleLock is one held lock as the console shows it. The token is a
-// string: tokens use all 64 bits, past what a JavaScript number holds.
+// string: tokens use all 64 bits, past what a JavaScript number holds. So
+// is the _id, twice: IDText to show (relaxed extended JSON, as written
+// here, not as a JavaScript parser would rewrite it) and lockView.Key to
+// send back to POST /locks/release. The page never parses either, so the
+// row it shows and the lock it releases are the same one.
 type consoleLock struct {
 	lockView
+	IDText      string `json:"idText"`
 	Token       string `json:"token"`
 	TimeLeftMS  int64  `json:"timeLeftMS"`
 	LocalWaiter int    `json:"waiters"`
@@ -68,6 +73,11 @@ func mountConsole(adm *admin.Server, store *lockstore.Store, pol func() *policy.
 		for i, st := range sts {
 			locks[i] = consoleLock{lockView: viewOf(st), Token: strconv.FormatInt(st.Token, 10),
 				TimeLeftMS: max(st.ExpiresAt.Sub(now).Milliseconds(), 0), LocalWaiter: store.Waiting(st.NS, st.ID)}
+			if text, ok := extJSONText(st.ID.Raw(), false); ok && !st.ID.IsZero() {
+				locks[i].IDText = text
+			} else {
+				locks[i].IDText = "<invalid>"
+			}
 		}
 		out := map[string]any{"now": now.UTC().Format(time.RFC3339Nano), "locks": locks,
 			"decisions": decisionCounts(reg), "actionsEnabled": actionsEnabled}

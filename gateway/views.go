@@ -34,6 +34,13 @@ type lockView struct {
 	ExpiresAt     time.Time `json:"expiresAt,omitzero"`
 	Token         int64     `json:"token"`
 	LastError     string    `json:"lastError,omitempty"`
+	// Key is the _id as canonical extended JSON, in a string: what
+	// POST /locks/release takes back as "key" to name exactly this lock.
+	// ID is the same value as relaxed extended JSON, which a JSON parser
+	// may change (JavaScript rounds integers past 2^53, and orders object
+	// keys that look like array indexes first), so a client that sends
+	// back what it parsed can name another lock.
+	Key string `json:"key,omitempty"`
 }
 
 func viewOf(st lockstore.Status) lockView {
@@ -42,6 +49,8 @@ func viewOf(st lockstore.Status) lockView {
 	}
 	if st.ID.IsZero() {
 		v.ID = "<invalid>" // a damaged record's id, which is no _id
+	} else if k, ok := extJSONText(st.ID.Raw(), true); ok {
+		v.Key = k
 	}
 	if st.Held {
 		v.App, v.Client, v.User, v.SessionPrefix = st.Holder.App, st.Holder.Client, st.Holder.User, st.Holder.SessionPrefix
@@ -53,19 +62,32 @@ func viewOf(st lockstore.Status) lockView {
 // extJSON renders an _id as relaxed extended JSON, so that 1, NumberLong(1)
 // and "1" stay distinguishable in the view.
 func extJSON(v bson.RawValue) any {
+	s, ok := extJSONText(v, false)
+	if !ok {
+		return v.String()
+	}
+	return json.RawMessage(s)
+}
+
+// extJSONText renders one value as extended JSON text, canonical or
+// relaxed, with its document keys in their stored order.
+func extJSONText(v bson.RawValue, canonical bool) (string, bool) {
 	doc, err := bson.Marshal(bson.D{{Key: "v", Value: v}})
 	if err != nil {
-		return v.String()
+		return "", false
 	}
-	out, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
+	out, err := bson.MarshalExtJSON(bson.Raw(doc), canonical, false)
 	if err != nil {
-		return v.String()
+		return "", false
 	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(out, &m) != nil {
-		return v.String()
+	// {"v":<value>}: the value is the text between the first colon and
+	// the closing brace. Not decoded into a map, which would reorder
+	// nothing here but is one more parser between the lock and its name.
+	const head = `{"v":`
+	if len(out) < len(head)+1 || string(out[:len(head)]) != head || out[len(out)-1] != '}' {
+		return "", false
 	}
-	return m["v"]
+	return string(out[len(head) : len(out)-1]), true
 }
 
 // mountViews adds the lock and policy views and the force-release action.
@@ -105,16 +127,26 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 		var req struct {
 			NS     string          `json:"namespace"`
 			ID     json.RawMessage `json:"id"`
+			Key    *string         `json:"key"`
 			Reason string          `json:"reason"`
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 		if err == nil {
 			err = json.Unmarshal(body, &req)
 		}
-		if err != nil || req.NS == "" || len(req.ID) == 0 || req.Reason == "" {
+		if err != nil || req.NS == "" || (len(req.ID) == 0) == (req.Key == nil) || req.Reason == "" {
 			admin.WriteJSON(w, http.StatusBadRequest, map[string]string{
-				"error": `want {"namespace": "db.coll", "id": <_id as extended JSON>, "reason": "why"}`})
+				"error": `want {"namespace": "db.coll", "id": <_id as extended JSON>, "reason": "why"}, or "key": <the lock's key from GET /locks> instead of "id"`})
 			return
+		}
+		// A key is extended JSON in a string, so that no client's JSON
+		// parser comes between the lock listed and the lock released.
+		if req.Key != nil {
+			if !json.Valid([]byte(*req.Key)) {
+				admin.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "key: not one extended JSON value; send the key as GET /locks gives it"})
+				return
+			}
+			req.ID = json.RawMessage(*req.Key)
 		}
 		id, err := parseExtJSONValue(req.ID)
 		if err != nil {

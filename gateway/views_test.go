@@ -81,7 +81,8 @@ func TestLockViewsForceReleaseAndReload(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &view); code != 200 || err != nil || len(view.Locks) != 1 {
 		t.Fatalf("/locks = %d %s", code, body)
 	}
-	if l := view.Locks[0]; l.NS != "shop.orders" || l.App != "viewer" || !l.Held || len(l.SessionPrefix) != 8 || l.Token != firstToken {
+	if l := view.Locks[0]; l.NS != "shop.orders" || l.App != "viewer" || !l.Held || len(l.SessionPrefix) != 8 || l.Token != firstToken ||
+		l.Key != `{"$numberInt":"42"}` {
 		t.Fatalf("/locks shows %+v", l)
 	}
 
@@ -109,6 +110,15 @@ func TestLockViewsForceReleaseAndReload(t *testing.T) {
 	if code, body := post(t, admin+"/locks/release", token, `{"namespace": "shop.orders", "id": "43", "reason": "typo"}`); code != http.StatusNotFound ||
 		!strings.Contains(body, `a lock is held on _id 43, of another type`) {
 		t.Fatalf("force-release of \"43\" where 43 is locked: %d %s", code, body)
+	}
+	// The lock's key, as /locks lists it, names exactly that lock; with
+	// an id as well the request is ambiguous, and refused.
+	byKey := `{"namespace": "shop.orders", "key": "{\"$numberInt\":\"43\"}", "reason": "by key"}`
+	if code, body := post(t, admin+"/locks/release", token, `{"namespace": "shop.orders", "id": 43, "key": "{\"$numberInt\":\"43\"}", "reason": "both"}`); code != http.StatusBadRequest {
+		t.Fatalf("force-release naming both an id and a key: %d %s, want 400", code, body)
+	}
+	if code, body := post(t, admin+"/locks/release", token, byKey); code != 200 || !strings.Contains(body, `"released": true`) {
+		t.Fatalf("force-release by key: %d %s", code, body)
 	}
 	// The old holder no longer holds it; the next holder gets a larger token.
 	var st bson.M

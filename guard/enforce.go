@@ -176,6 +176,19 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if len(v.writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
+	// Where the database requires authentication, a connection that has
+	// not authenticated may write nothing and holds no lock. Its enforced
+	// writes are refused before any lock is looked at, so that no answer
+	// depends on one: an insert of a locked _id would otherwise be refused
+	// here and one of a free _id by the database, telling which is locked.
+	if g.authRequired() && req.Client.User() == "" {
+		for i, w := range v.writes {
+			if v.rules[i].Mode == policy.Enforce {
+				v.add(v.rules[i], w, reasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
+				return g.decide(req, pol, v, start)
+			}
+		}
+	}
 	if d, ok := g.schemeEnforce(ctx, req, pol, writes, rules, start); ok {
 		return d
 	}
@@ -483,12 +496,17 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 	x := violation{rule: r, write: w, reason: reasonNotLocked, ids: shown}
 	// One more round trip, on the refusal path only, to say who holds it:
 	// for a named id only, as the holder of another document is none of
-	// the caller's business.
+	// the caller's business, and only to a caller who may read the
+	// namespace (mayDisclose). To any other, a lock held by another
+	// session and no lock at all are the same refusal, down to the hints
+	// below; and whether it may see is asked before the lock store is, so
+	// that not even the asking depends on the answer.
 	if len(shown) > 0 {
+		disclose := g.mayDisclose(ctx, v.req, ns)
 		if sts, err := g.opts.Store.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
 			st := sts[0]
 			switch {
-			case st.Held && !st.HeldByYou:
+			case st.Held && !st.HeldByYou && disclose:
 				x.reason, x.holder = reasonHeldByOther, &st.Holder
 			case st.HeldByYou:
 				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %v left; renew it with renewLock", idsString(shown), r.LeaseMargin)
@@ -681,7 +699,7 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 	}
 	g.record(req, pol, v, enforced, time.Since(start))
 	if enforced != nil {
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, *enforced).document()}
+		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).document()}
 	}
 	if v.fence != nil {
 		return g.launchDecision(req, pol, v, g.fenceDecision(req, pol, v))
@@ -706,6 +724,37 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward})
 }
 
+// shownTo is x as req's caller may see it: a violation that names another
+// holder (a lock held by another session, a locked insert, a scheme lock
+// taken by someone else) loses the holder, in the detail document and in
+// the message, unless the caller may read the namespace (mayDisclose).
+// checkHeld already leaves the holder out where it must; this is the one
+// gate every refusal passes, whichever check made it. The decision has no
+// context of its own (the locking schemes decide too), so the question,
+// when the connection's verdict is not yet known, is bounded by
+// OrderTimeout; the connection's end cancels it as well (Request.Ask).
+func (g *Guard) shownTo(req *proxy.Request, x violation) violation {
+	if x.holder == nil || !g.authRequired() {
+		return x
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.OrderTimeout)
+	defer cancel()
+	if g.mayDisclose(ctx, req, x.write.NS) {
+		return x
+	}
+	who := describeHolder(*x.holder)
+	x.holder = nil
+	if x.reason == reasonHeldByOther {
+		// "Held by another" itself answers whether the id is locked.
+		x.reason = reasonNotLocked
+		x.detail = fmt.Sprintf("this session does not hold the lock on %s", idsString(x.ids))
+		return x
+	}
+	x.detail = strings.ReplaceAll(x.detail, " ("+who+")", "")
+	x.detail = strings.ReplaceAll(x.detail, who, heldByAnother)
+	return x
+}
+
 // refusal renders an enforced violation as the command's error.
 func refusal(req *proxy.Request, x violation) *cmdError {
 	name := "write"
@@ -714,10 +763,12 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 	} else {
 		name = req.Message.Header().OpCode.String()
 	}
-	advice := "acquire the lock with acquireLock in the same session, then retry"
+	advice := "nothing was written: acquire the lock with acquireLock in the same session, then retry"
 	switch x.reason {
 	case reasonNoSession:
 		advice = "run the write in an explicit session (startSession) that holds the lock"
+	case reasonUnauthenticated:
+		advice = "nothing was written: authenticate, acquire the lock with acquireLock, then retry in the same session"
 	case reasonHeldByOther:
 		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
 	case reasonCollectionWrite:
@@ -817,29 +868,15 @@ func idList(ids []docid.ID) string {
 // connection, whether the caller may read ns itself (a find that provably
 // matches nothing). A caller who may not is refused before anything is
 // resolved: resolution must reveal nothing the caller could not find out
-// with its own authority. Verdicts are remembered like mayLock's. It
-// returns the refusal's detail, or "".
+// with its own authority (upstreamAllows). It returns the refusal's
+// detail, or "".
 func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) string {
-	if req == nil || g.opts.AuthRequired == nil || !g.opts.AuthRequired() {
+	if req == nil || !g.authRequired() {
 		return ""
 	}
-	key := "find " + ns
-	allowed, known := req.Client.Verdict(key)
-	if !known {
-		db, coll, _ := strings.Cut(ns, ".")
-		probe := bsoncore.NewDocumentBuilder().
-			AppendString("find", coll).
-			AppendDocument("filter", bsoncore.NewDocumentBuilder().AppendDocument("_id",
-				bsoncore.NewDocumentBuilder().AppendArray("$in", bsoncore.NewArrayBuilder().Build()).Build()).Build()).
-			AppendInt32("limit", 1).AppendBoolean("singleBatch", true).
-			AppendString("$db", db).Build()
-		reply, err := req.Ask(ctx, probe)
-		if err != nil {
-			return fmt.Sprintf("its filter names no _id, and whether this connection may read %s could not be asked (%v)", ns, err)
-		}
-		code, _ := reply.Lookup("code").AsInt64OK()
-		allowed = code != codeUnauthorized && code != 18
-		req.Client.SetVerdict(key, allowed)
+	allowed, err := g.upstreamAllows(ctx, req, privRead, ns)
+	if err != nil {
+		return fmt.Sprintf("its filter names no _id, and whether this connection may read %s could not be asked (%v)", ns, err)
 	}
 	if !allowed {
 		return fmt.Sprintf("its filter names no _id, and this connection's user may not read %s, so the documents it matches cannot be looked up on its behalf; name the _id values", ns)

@@ -64,6 +64,10 @@ const (
 	// reasonUnauthenticated: a lock command before authentication, where
 	// the upstream requires it.
 	reasonUnauthenticated = "unauthenticated"
+	// reasonUnauthorized: acquireLock without the caller's write privilege
+	// on the namespace, lockStatus without its read privilege, where the
+	// upstream enforces authorization.
+	reasonUnauthorized = "unauthorized"
 	// reasonNoCollection: acquireLock in a collection that does not exist,
 	// under refuseLocksOnMissingCollection.
 	reasonNoCollection = "no_collection"
@@ -138,13 +142,19 @@ func holderDocument(h lockstore.Holder) bsoncore.Document {
 
 // fromStore maps a lock store error to the reply a client gets. This is
 // the one place where lock store failures become MongoDB error codes.
-func fromStore(op, ns string, err error) *cmdError {
+// shown says whether the caller may see other holders (Guard.mayDisclose):
+// without it a busy lock names no holder and a lock this session does not
+// hold says nothing of what became of it.
+func fromStore(op, ns string, err error, shown bool) *cmdError {
 	var held *lockstore.HeldError
 	var notHolder *lockstore.NotHolderError
 	switch {
 	case errors.As(err, &held):
-		e := &cmdError{ns: ns, ids: []docid.ID{held.ID}, holder: &held.Holder}
-		who := describeHolder(held.Holder)
+		e := &cmdError{ns: ns, ids: []docid.ID{held.ID}}
+		who := heldByAnother
+		if shown {
+			e.holder, who = &held.Holder, describeHolder(held.Holder)
+		}
 		if held.Timeout {
 			e.code, e.reason = codeLockTimeout, reasonTimeout
 			e.msg = fmt.Sprintf("lockgate: timed out waiting for the lock on %s _id %s: %s; no lock was taken: retry, or wait longer with a larger waitMS",
@@ -157,7 +167,7 @@ func fromStore(op, ns string, err error) *cmdError {
 		return e
 	case errors.As(err, &notHolder):
 		why := "it expired, was released, or was never taken"
-		if len(notHolder.Why) > 0 && notHolder.Why[0] != "" {
+		if shown && len(notHolder.Why) > 0 && notHolder.Why[0] != "" {
 			why = notHolder.Why[0]
 			if len(notHolder.IDs) > 1 {
 				why = fmt.Sprintf("_id %s: %s", notHolder.IDs[0].String(), why)
@@ -181,6 +191,10 @@ func fromStore(op, ns string, err error) *cmdError {
 			msg: fmt.Sprintf("lockgate: %s failed: %v; nothing was changed", op, err)}
 	}
 }
+
+// heldByAnother is what a refusal says of a lock's holder to a caller who
+// may not see it (Guard.mayDisclose).
+const heldByAnother = "held by another session"
 
 func describeHolder(h lockstore.Holder) string {
 	app := "an unnamed application"

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -216,7 +217,7 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	}
 	if cerr == nil {
 		var reply bsoncore.Document
-		if reply, cerr = g.runLockCommand(ctx, a, g.owner(req, session, a.bind), session); cerr == nil {
+		if reply, cerr = g.runLockCommand(ctx, req, a, g.owner(req, session, a.bind), session); cerr == nil {
 			g.metrics.lockCommand(cmd.Name, "ok", time.Since(start))
 			return withWarnings(reply, g.namespaceHints(ctx, cmd, a))
 		}
@@ -263,7 +264,7 @@ func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lo
 	return session, nil
 }
 
-func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *cmdError) {
+func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *cmdError) {
 	switch a.name {
 	case cmdAcquire:
 		wait := a.wait
@@ -272,7 +273,7 @@ func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Own
 		}
 		locks, err := g.opts.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
 		if err != nil {
-			return nil, fromStore(a.name, a.ns, err)
+			return nil, g.storeError(ctx, req, a, err)
 		}
 		if e := g.fenceAcquired(ctx, a, o, locks); e != nil {
 			return nil, e
@@ -281,7 +282,7 @@ func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Own
 	case cmdRenew:
 		locks, err := g.opts.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
 		if err != nil {
-			return nil, fromStore(a.name, a.ns, err)
+			return nil, g.storeError(ctx, req, a, err)
 		}
 		return locksReply(locks, lsid, o.Session), nil
 	case cmdRelease:
@@ -293,7 +294,7 @@ func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Own
 			n, err = g.opts.Store.ReleaseAll(ctx, o, a.ns, a.errText)
 		}
 		if err != nil {
-			return nil, fromStore(a.name, a.ns, err)
+			return nil, g.storeError(ctx, req, a, err)
 		}
 		idx, d := bsoncore.AppendDocumentStart(nil)
 		d = bsoncore.AppendDoubleElement(d, "ok", 1)
@@ -303,10 +304,24 @@ func (g *Guard) runLockCommand(ctx context.Context, a *lockArgs, o lockstore.Own
 	default: // lockStatus
 		sts, err := g.opts.Store.Status(ctx, o, a.ns, a.ids)
 		if err != nil {
-			return nil, fromStore(a.name, a.ns, err)
+			return nil, g.storeError(ctx, req, a, err)
 		}
 		return statusReply(sts), nil
 	}
+}
+
+// storeError is fromStore for a lock command of req's caller. Whether the
+// caller may see other holders is asked only on this refusal path, and for
+// every lock this session does not hold alike, so that the question itself
+// tells nothing.
+func (g *Guard) storeError(ctx context.Context, req *proxy.Request, a *lockArgs, err error) *cmdError {
+	var held *lockstore.HeldError
+	var notHolder *lockstore.NotHolderError
+	shown := true
+	if errors.As(err, &held) || errors.As(err, &notHolder) {
+		shown = g.mayDisclose(ctx, req, a.ns)
+	}
+	return fromStore(a.name, a.ns, err, shown)
 }
 
 // sessionNote reminds the caller which session now holds the locks. Nothing
@@ -455,43 +470,100 @@ func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
 	return nil
 }
 
-// mayLock: you may lock only what you may write. Where the upstream
-// requires authentication, acquireLock on a namespace needs the caller's
-// own update privilege there, decided by the upstream on the caller's own
-// connection: the proxy sends an update that provably matches nothing
-// ({_id: {$in: []}}) and reads the verdict. The answer is remembered per
-// connection and namespace until the connection's user changes.
-func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *cmdError {
-	if a.name != cmdAcquire || g.opts.AuthRequired == nil || !g.opts.AuthRequired() {
-		return nil
+// Privileges the upstream is asked about, on the caller's own connection.
+const (
+	privWrite = "update"
+	privRead  = "find"
+)
+
+// authRequired reports whether the upstream requires authentication, and
+// so decides what each caller may do.
+func (g *Guard) authRequired() bool {
+	return g.opts.AuthRequired != nil && g.opts.AuthRequired()
+}
+
+// upstreamAllows asks the upstream whether req's caller may write (privWrite)
+// or read (privRead) ns: on the caller's own connection, so with the
+// caller's own authentication, it sends an update or a find that provably
+// matches nothing ({_id: {$in: []}}) and reads the verdict. The answer is
+// remembered per connection and namespace until the connection's user
+// changes. This is the one place where lockgate learns a caller's
+// privileges: locking, lock status, resolution and refusal detail all
+// ask here.
+func (g *Guard) upstreamAllows(ctx context.Context, req *proxy.Request, priv, ns string) (bool, error) {
+	key := priv + " " + ns
+	if allowed, known := req.Client.Verdict(key); known {
+		return allowed, nil
 	}
-	key := "update " + a.ns
-	allowed, known := req.Client.Verdict(key)
-	if !known {
-		db, coll, _ := strings.Cut(a.ns, ".")
-		probe := bsoncore.NewDocumentBuilder().
-			AppendString("update", coll).
+	db, coll, _ := strings.Cut(ns, ".")
+	none := bsoncore.NewDocumentBuilder().AppendDocument("_id",
+		bsoncore.NewDocumentBuilder().AppendArray("$in", bsoncore.NewArrayBuilder().Build()).Build()).Build()
+	b := bsoncore.NewDocumentBuilder()
+	if priv == privWrite {
+		b.AppendString("update", coll).
 			AppendArray("updates", bsoncore.NewArrayBuilder().AppendDocument(bsoncore.NewDocumentBuilder().
-				AppendDocument("q", bsoncore.NewDocumentBuilder().AppendDocument("_id",
-					bsoncore.NewDocumentBuilder().AppendArray("$in", bsoncore.NewArrayBuilder().Build()).Build()).Build()).
+				AppendDocument("q", none).
 				AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$set",
 					bsoncore.NewDocumentBuilder().AppendInt32("lockgateAuthorizationProbe", 1).Build()).Build()).
-				Build()).Build()).
-			AppendString("$db", db).Build()
-		reply, err := req.Ask(ctx, probe)
-		if err != nil {
-			return &cmdError{code: codeLockBusy, reason: reasonUnavailable, ns: a.ns,
-				msg: fmt.Sprintf("lockgate: acquireLock: could not ask the database whether this connection may write %s (%v); nothing was taken", a.ns, err)}
-		}
-		code, _ := reply.Lookup("code").AsInt64OK()
-		allowed = code != codeUnauthorized && code != 18
-		req.Client.SetVerdict(key, allowed)
+				Build()).Build())
+	} else {
+		b.AppendString("find", coll).AppendDocument("filter", none).
+			AppendInt32("limit", 1).AppendBoolean("singleBatch", true)
+	}
+	reply, err := req.Ask(ctx, b.AppendString("$db", db).Build())
+	if err != nil {
+		return false, err
+	}
+	code, _ := reply.Lookup("code").AsInt64OK()
+	allowed := code != codeUnauthorized && code != 18
+	req.Client.SetVerdict(key, allowed)
+	return allowed, nil
+}
+
+// mayLock: you may lock only what you may write, and see the locks of a
+// namespace only if you may read it. Where the upstream requires
+// authentication, acquireLock needs the caller's own update privilege on
+// the namespace, and lockStatus its read privilege (lockStatus names
+// holders and their last errors, which a caller who may not read the
+// namespace has no business seeing).
+func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *cmdError {
+	var priv, verb, rule string
+	switch a.name {
+	case cmdAcquire:
+		priv, verb, rule = privWrite, "write", "you may lock only what you may write"
+	case cmdStatus:
+		priv, verb, rule = privRead, "read", "you may see the locks of only what you may read"
+	}
+	if priv == "" || !g.authRequired() {
+		return nil
+	}
+	allowed, err := g.upstreamAllows(ctx, req, priv, a.ns)
+	if err != nil {
+		return &cmdError{code: codeLockBusy, reason: reasonUnavailable, ns: a.ns,
+			msg: fmt.Sprintf("lockgate: %s: could not ask the database whether this connection may %s %s (%v); nothing was done", a.name, verb, a.ns, err)}
 	}
 	if !allowed {
-		return &cmdError{code: codeUnauthorized, reason: reasonUnauthenticated, ns: a.ns,
-			msg: fmt.Sprintf("lockgate: acquireLock refused: this connection's user may not write %s, and you may lock only what you may write", a.ns)}
+		return &cmdError{code: codeUnauthorized, reason: reasonUnauthorized, ns: a.ns,
+			msg: fmt.Sprintf("lockgate: %s refused: this connection's user may not %s %s, and %s", a.name, verb, a.ns, rule)}
 	}
 	return nil
+}
+
+// mayDisclose reports whether refusals to req's caller may name the other
+// holders of ns's locks and tell "held by another" from "not locked": on a
+// deployment without authentication, always (anyone may read anything);
+// where the upstream requires it, only to an authenticated caller who may
+// read ns, the gate of lockStatus. A verdict the upstream could not give
+// counts as no: the minimal refusal is still a correct one.
+func (g *Guard) mayDisclose(ctx context.Context, req *proxy.Request, ns string) bool {
+	if !g.authRequired() {
+		return true
+	}
+	if req == nil || req.Client == nil || req.Client.User() == "" {
+		return false
+	}
+	allowed, err := g.upstreamAllows(ctx, req, privRead, ns)
+	return err == nil && allowed
 }
 
 // describeLSID names what a malformed lsid is, for the error message.

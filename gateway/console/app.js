@@ -2,6 +2,10 @@
 // lockgate's operator console. Every value from the server is set with
 // textContent, never as HTML: application names and _id values are chosen
 // by clients. The admin token stays in this page's memory only.
+// An _id is never parsed here nor rebuilt: JSON.parse rounds integers past
+// 2^53 and moves object keys that look like array indexes first, so a
+// parsed id can name another lock. Each row shows the server's text
+// (idText) and releases by the server's key (key), both strings.
 
 const $ = (sel) => document.querySelector(sel);
 let pending = null; // the lock the release dialog is about
@@ -27,8 +31,6 @@ function fill(table, rows, render) {
 function seconds(ms) {
   return ms >= 60000 ? Math.floor(ms / 60000) + 'm ' + Math.floor((ms % 60000) / 1000) + 's' : (ms / 1000).toFixed(1) + 's';
 }
-
-function idText(id) { return JSON.stringify(id); }
 
 async function refresh() {
   let state;
@@ -57,9 +59,9 @@ async function refresh() {
   $('#no-locks').hidden = state.locks.length > 0;
   fill('#locks', state.locks, (tr, l) => {
     tr.dataset.namespace = l.namespace;
-    tr.dataset.id = idText(l.id);
+    tr.dataset.id = l.idText;
     cell(tr, l.namespace);
-    cell(tr, idText(l.id), 'id');
+    cell(tr, l.idText, 'id');
     cell(tr, l.ownerApp);
     cell(tr, l.ownerClient);
     cell(tr, l.ownerUser);
@@ -87,7 +89,7 @@ async function refresh() {
 
 function ask(lock) {
   pending = lock;
-  $('#release-what').textContent = lock.namespace + ' _id ' + idText(lock.id);
+  $('#release-what').textContent = lock.namespace + ' _id ' + lock.idText;
   $('#reason').value = '';
   $('#release-dialog').showModal();
 }
@@ -104,7 +106,7 @@ async function release(lock, reason) {
   let res; let body;
   try {
     res = await fetch('../locks/release', {
-      method: 'POST', headers, body: JSON.stringify({ namespace: lock.namespace, id: lock.id, reason }),
+      method: 'POST', headers, body: JSON.stringify({ namespace: lock.namespace, key: lock.key, reason }),
     });
     body = await res.json().catch(() => ({}));
   } catch (e) {
@@ -112,7 +114,7 @@ async function release(lock, reason) {
     return;
   }
   if (res.ok) {
-    say('released ' + lock.namespace + ' _id ' + idText(lock.id) + ' (was held by ' + (body.before && body.before.ownerApp) + ')', false);
+    say('released ' + lock.namespace + ' _id ' + lock.idText + ' (was held by ' + (body.before && body.before.ownerApp) + ')', false);
   } else if (res.status === 401) {
     say('refused: the admin token is missing or wrong', true);
   } else {

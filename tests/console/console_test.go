@@ -30,38 +30,7 @@ const chromiumPath = "/usr/bin/chromium"
 // force-release it without the admin token (and with a wrong one), and
 // releases it with the token and a reason.
 func TestConsoleShowsAndForceReleasesALock(t *testing.T) {
-	if _, err := exec.LookPath(chromiumPath); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s missing (CI is set, so this is a failure): apt-get install -y chromium", chromiumPath)
-		}
-		t.Skipf("%s missing: apt-get install -y chromium (set CI=1 to make this a failure)", chromiumPath)
-	}
-	up, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	const adminToken = "console-test-token-7f3a"
-	tokenFile := filepath.Join(t.TempDir(), "admin-token")
-	if err := os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Upstream.URI = up.URI()
-	cfg.AdminAuth.TokenFile = tokenFile
-	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
-	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "kit.*", Mode: config.ModeEnforce}}
-	gctx, stopGW := context.WithCancel(context.Background())
-	g, err := gateway.Start(gctx, cfg, zap.NewNop())
-	if err != nil {
-		stopGW()
-		t.Fatal(err)
-	}
-	defer func() {
-		stopGW()
-		<-g.Done()
-	}()
+	g, adminToken := startConsole(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -202,6 +171,154 @@ func TestConsoleShowsAndForceReleasesALock(t *testing.T) {
 	if err := chromedp.Run(bctx, chromedp.WaitNotPresent(row, chromedp.ByQuery)); err != nil {
 		t.Fatalf("the released lock is still listed: %v", err)
 	}
+}
+
+// Force-release releases the lock of the row clicked, whatever its _id
+// (issue 27, item 5). A victim holds {"1": "x", "a": "y"} and an attacker
+// {"a": "y", "1": "x"}, another _id: a page that parses the ids and sends
+// them back rebuilt shows both as the victim's and releases the victim's
+// lock from the attacker's row, raising its token. An int64 _id past 2^53
+// (a snowflake id) is rounded by such a page and cannot be released.
+func TestConsoleForceReleasesExactlyTheRowsLock(t *testing.T) {
+	g, adminToken := startConsole(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	type holder struct {
+		app string
+		sc  context.Context
+		db  *mongo.Database
+		id  any
+	}
+	hold := func(app string, id any) *holder {
+		t.Helper()
+		c, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+g.ProxyAddr().String()+"/").SetAppName(app))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Disconnect(context.Background()) })
+		sess, err := c.StartSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sess.EndSession(context.Background()) })
+		h := &holder{app: app, sc: mongo.NewSessionContext(ctx, sess), db: c.Database("kit"), id: id}
+		if err := h.db.RunCommand(h.sc, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{id}}}).Err(); err != nil {
+			t.Fatalf("%s's acquireLock: %v", app, err)
+		}
+		return h
+	}
+	// status is whether h still holds its lock, and the lock's token.
+	status := func(h *holder) (bool, int64) {
+		t.Helper()
+		var st struct {
+			Locks []struct {
+				HeldByYou bool  `bson:"heldByYou"`
+				Token     int64 `bson:"token"`
+			} `bson:"locks"`
+		}
+		if err := h.db.RunCommand(h.sc, bson.D{{Key: "lockStatus", Value: "orders"}, {Key: "ids", Value: bson.A{h.id}}}).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Locks[0].HeldByYou, st.Locks[0].Token
+	}
+	victim := hold("victim", bson.D{{Key: "1", Value: "x"}, {Key: "a", Value: "y"}})
+	attacker := hold("attacker", bson.D{{Key: "a", Value: "y"}, {Key: "1", Value: "x"}})
+	snowflake := hold("snowflake", int64(1<<53+1))
+	_, victimToken := status(victim)
+
+	bctx, stop := browser(t, ctx)
+	defer stop()
+	rowOf := func(app string) string {
+		return `Array.from(document.querySelectorAll('#locks tbody tr')).find(tr => tr.cells[2].textContent === ` + jsString(app) + `)`
+	}
+	release := func(app string) string {
+		t.Helper()
+		var result string
+		if err := chromedp.Run(bctx,
+			chromedp.Evaluate(`document.getElementById('token').value = `+jsString(adminToken), nil),
+			chromedp.Evaluate(`document.getElementById('result').textContent = ''`, nil),
+			chromedp.Evaluate(rowOf(app)+`.querySelector('button.release').click()`, nil),
+			chromedp.WaitVisible(`#release-dialog`, chromedp.ByQuery),
+			chromedp.SendKeys(`#reason`, "operator test", chromedp.ByQuery),
+			chromedp.Click(`#release-confirm`, chromedp.ByQuery),
+			chromedp.Poll(`document.getElementById('result').textContent`, &result, chromedp.WithPollingTimeout(10*time.Second)),
+		); err != nil {
+			t.Fatalf("force-release of %s's row: %v", app, err)
+		}
+		return result
+	}
+	var attackerCell string
+	if err := chromedp.Run(bctx,
+		chromedp.Navigate("http://"+g.AdminAddr().String()+"/console/"),
+		chromedp.Poll(`document.querySelectorAll('#locks tbody tr').length === 3`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Evaluate(rowOf("attacker")+`.cells[1].textContent`, &attackerCell),
+	); err != nil {
+		t.Fatalf("loading the console: %v", err)
+	}
+	if !strings.Contains(attackerCell, `"a":"y","1":"x"`) {
+		t.Errorf("the attacker's row shows _id %s, want its own {\"a\": \"y\", \"1\": \"x\"}", attackerCell)
+	}
+
+	if got := release("attacker"); !strings.HasPrefix(got, "released kit.orders") {
+		t.Fatalf("force-release of the attacker's row: %q, want released", got)
+	}
+	if held, tok := status(victim); !held || tok != victimToken {
+		t.Errorf("after force-releasing the attacker's row the victim holds its lock: %v, token %d (was %d); want held, token unchanged", held, tok, victimToken)
+	}
+	if held, _ := status(attacker); held {
+		t.Error("the attacker still holds the lock whose row was force-released")
+	}
+
+	if got := release("snowflake"); !strings.HasPrefix(got, "released kit.orders") || !strings.Contains(got, "9007199254740993") {
+		t.Errorf("force-release of _id 2^53+1: %q, want released", got)
+	}
+	if held, _ := status(snowflake); held {
+		t.Error("the lock on _id 2^53+1 is still held after its row was force-released")
+	}
+	if held, tok := status(victim); !held || tok != victimToken {
+		t.Errorf("at the end the victim holds its lock: %v, token %d (was %d); want held, token unchanged", held, tok, victimToken)
+	}
+}
+
+// startConsole starts a lockgate in front of the embedded FerretDB with
+// kit.* enforced and an admin token, and returns it with the token. It
+// skips (fails under CI) where chromium is missing.
+func startConsole(t *testing.T) (*gateway.Gateway, string) {
+	t.Helper()
+	if _, err := exec.LookPath(chromiumPath); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s missing (CI is set, so this is a failure): apt-get install -y chromium", chromiumPath)
+		}
+		t.Skipf("%s missing: apt-get install -y chromium (set CI=1 to make this a failure)", chromiumPath)
+	}
+	up, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	const adminToken = "console-test-token-7f3a"
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Upstream.URI = up.URI()
+	cfg.AdminAuth.TokenFile = tokenFile
+	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "kit.*", Mode: config.ModeEnforce}}
+	gctx, stopGW := context.WithCancel(context.Background())
+	g, err := gateway.Start(gctx, cfg, zap.NewNop())
+	if err != nil {
+		stopGW()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopGW()
+		<-g.Done()
+	})
+	return g, adminToken
 }
 
 func jsString(s string) string {
