@@ -771,6 +771,9 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 		advice = "nothing was written: authenticate, acquire the lock with acquireLock, then retry in the same session"
 	case reasonHeldByOther:
 		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
+		if x.holder != nil && ownApplication(req.Client, *x.holder) {
+			advice = ownAppAdvice
+		}
 	case reasonCollectionWrite:
 		advice = "ask an operator to allow collection writes for this namespace (allowCollectionWrites)"
 	case reasonCappedInsert:

@@ -3,10 +3,12 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -195,6 +197,31 @@ func fromStore(op, ns string, err error, shown bool) *cmdError {
 // heldByAnother is what a refusal says of a lock's holder to a caller who
 // may not see it (Guard.mayDisclose).
 const heldByAnother = "held by another session"
+
+// ownAppAdvice replaces "wait for the holder" when the holder is the
+// caller's own application (README, "The implicit-session trap"): a lock
+// taken in one pooled implicit session and a write sent in another. Waiting
+// would wait for oneself.
+const ownAppAdvice = "your own application holds this lock in another session (the implicit-session trap): " +
+	"lock and write in one explicit session (startSession), passing it to acquireLock and to every write; do not wait for it"
+
+// ownApplication reports whether holder h is the caller's own application
+// in another session: the same application name, from the same host, and
+// the same user where there are users. A client address carries the port
+// of one pooled connection, so hosts are compared without it.
+func ownApplication(c *proxy.ClientInfo, h lockstore.Holder) bool {
+	if h.App == "" || h.App != c.AppName() || h.User != c.User() {
+		return false
+	}
+	return hostOf(h.Client) != "" && hostOf(h.Client) == hostOf(c.Addr)
+}
+
+func hostOf(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
 
 func describeHolder(h lockstore.Holder) string {
 	app := "an unnamed application"

@@ -321,7 +321,11 @@ func (g *Guard) storeError(ctx context.Context, req *proxy.Request, a *lockArgs,
 	if errors.As(err, &held) || errors.As(err, &notHolder) {
 		shown = g.mayDisclose(ctx, req, a.ns)
 	}
-	return fromStore(a.name, a.ns, err, shown)
+	e := fromStore(a.name, a.ns, err, shown)
+	if held != nil && shown && !held.Timeout && ownApplication(req.Client, held.Holder) {
+		e.msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: %s", a.ns, held.ID.String(), describeHolder(held.Holder), ownAppAdvice)
+	}
+	return e
 }
 
 // sessionNote reminds the caller which session now holds the locks. Nothing

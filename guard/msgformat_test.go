@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/bson"
+
+	"github.com/lockgate/lockgate/config"
 )
 
 // TestLeaseErrorsSpeakMilliseconds: lock commands take milliseconds, and
@@ -22,5 +24,57 @@ func TestLeaseErrorsSpeakMilliseconds(t *testing.T) {
 	msg := err.Error()
 	if !strings.Contains(msg, "lease 1000000000 ms exceeds the maximum (lockstore.maxLeaseMS) of 60000 ms") || strings.Contains(msg, "277h") || strings.Contains(msg, "1m0s") {
 		t.Errorf("refusal %q, want the lease and the maximum in milliseconds", msg)
+	}
+}
+
+// TestOwnApplicationInAnotherSessionIsNamed: the implicit-session trap (a
+// lock taken in one pooled session, the write sent in another) was told
+// "held by application X ...; wait for the holder to release it", which
+// waits for oneself (issue 26). When the holder is the caller's own
+// application (same name, host and user), the refusal and a busy acquire
+// say so and give the fix; another application still gets "wait".
+func TestOwnApplicationInAnotherSessionIsNamed(t *testing.T) {
+	s := startStackWith(t, stackOptions{policy: config.Policy{
+		Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}},
+	}})
+	app := connect(t, s.uri, "trap-app")
+	other := connect(t, s.uri, "other-app")
+	locker, writer := session(t, app), session(t, app)
+	if _, err := run(t, app, locker, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{7}}}); err != nil {
+		t.Fatal(err)
+	}
+	update := bson.D{{Key: "update", Value: "orders"}, {Key: "updates", Value: bson.A{bson.D{
+		{Key: "q", Value: bson.D{{Key: "_id", Value: 7}}}, {Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}}}}}}
+	const own = "your own application holds this lock in another session"
+	for _, tt := range []struct {
+		name   string
+		run    func() error
+		ownApp bool
+	}{
+		{"write, own app", func() error { _, err := run(t, app, writer, update); return err }, true},
+		{"acquire, own app", func() error {
+			_, err := run(t, app, writer, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{7}}})
+			return err
+		}, true},
+		{"write, other app", func() error { _, err := run(t, other, session(t, other), update); return err }, false},
+		{"acquire, other app", func() error {
+			_, err := run(t, other, session(t, other), bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{7}}})
+			return err
+		}, false},
+	} {
+		err := tt.run()
+		if err == nil {
+			t.Fatalf("%s: not refused", tt.name)
+		}
+		msg := err.Error()
+		if got := strings.Contains(msg, own); got != tt.ownApp {
+			t.Errorf("%s: names the caller's own application: %v, want %v\n%s", tt.name, got, tt.ownApp, msg)
+		}
+		if tt.ownApp && (strings.Contains(msg, "wait for the holder") || strings.Contains(msg, "waitMS")) {
+			t.Errorf("%s: advises waiting for itself:\n%s", tt.name, msg)
+		}
+		if !strings.Contains(msg, `held by application "trap-app"`) {
+			t.Errorf("%s: does not name the holder:\n%s", tt.name, msg)
+		}
 	}
 }
