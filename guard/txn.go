@@ -104,6 +104,10 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 	}
 	key := g.owners.session(req.Client.User(), session)
 	ts, hasTxns := g.opts.Store.(txnStore)
+	pol := g.policy.Load()
+	if pol == nil || pol.AllOff() {
+		return proxy.Decision{Action: proxy.Forward}
+	}
 	if req.Command.Name == "abortTransaction" {
 		// Forgotten once the server says it aborted, not before: an
 		// abort it refuses leaves the transaction open.
@@ -111,10 +115,6 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 			return proxy.Decision{Action: proxy.Forward}
 		}
 		return proxy.Decision{Action: proxy.Forward, OnReply: &txnEnd{g: g, ts: ts, key: key, txn: n}}
-	}
-	pol := g.policy.Load()
-	if pol == nil || pol.AllOff() {
-		return proxy.Decision{Action: proxy.Forward}
 	}
 	if !hasTxns {
 		return g.refuseCommit(req, nil, key, n, "this lock store keeps no transaction records, so what the transaction wrote cannot be checked")

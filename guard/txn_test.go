@@ -122,6 +122,22 @@ func TestCommitRechecksLocks(t *testing.T) {
 	if got := u.last(); !strings.HasPrefix(got, "abortTransaction") {
 		t.Errorf("upstream saw %q last, want abortTransaction in place of the commit", got)
 	}
+	// A transaction that writes only where nothing is enforced needs no
+	// lock, and the driver's commit goes through.
+	s := session(t, c)
+	ctx := mongo.NewSessionContext(context.Background(), s)
+	if err := s.StartTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Database("shop").Collection("other").UpdateOne(ctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "a", Value: 1}}}}); err != nil {
+		t.Fatalf("write in the transaction: %v", err)
+	}
+	if err := s.CommitTransaction(ctx); err != nil {
+		t.Fatalf("commit of a transaction on an unprotected collection: %v", err)
+	}
+	if got := u.last(); !strings.HasPrefix(got, "commitTransaction") {
+		t.Errorf("upstream saw %q last, want the commit", got)
+	}
 }
 
 func commitRequest(t *testing.T, n int64) *proxy.Request {
