@@ -3,6 +3,7 @@ package guard
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -104,6 +105,34 @@ func okReply(r bson.M) bool {
 	return false
 }
 
+// rawReply is rawCommand for a goroutine: errors are returned.
+func rawReply(addr string, cmd bson.D) (bson.M, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	body, err := bson.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Write(wire.AppendMsg(nil, 7, 0, 0, body)); err != nil {
+		return nil, err
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	raw, err := wire.ReadMessage(bufio.NewReader(c), wire.NewBufferPool(), wire.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	defer raw.Release()
+	m, err := wire.Parse(raw.Bytes, wire.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	var out bson.M
+	return out, bson.Unmarshal(m.(*wire.OpMsg).Body, &out)
+}
+
 // wantCommitRefused: the commit of transaction n was answered LockBusy
 // and the upstream executed abortTransaction in its place, never the
 // commit.
@@ -203,9 +232,30 @@ func TestCommitAfterManyTransactionsIsChecked(t *testing.T) {
 	defer c.Close()
 	var wg sync.WaitGroup
 	var failed []bson.M
-	wg.Add(1)
+	// The flood takes far longer under the race detector than a lease:
+	// its session keeps renewing, as a holder does.
+	done := make(chan struct{})
+	var renewErr error
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if r, err := rawReply(p.addr, bson.D{{"renewLock", "orders"}, {"ids", bson.A{2}}, {"leaseMS", 30000}, {"lsid", e.lsid}, {"$db", "shop"}}); err != nil || !okReply(r) {
+					renewErr = fmt.Errorf("renewLock: %v %v", r, err)
+					return
+				}
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		defer close(done)
 		r := bufio.NewReader(c)
 		pool := wire.NewBufferPool()
 		for range flood {
@@ -226,6 +276,7 @@ func TestCommitAfterManyTransactionsIsChecked(t *testing.T) {
 			}
 		}
 	}()
+	c.SetWriteDeadline(time.Now().Add(10 * time.Minute))
 	w := bufio.NewWriter(c)
 	for i := range flood {
 		body, err := bson.Marshal(append(txnUpdate("orders", 2, int64(i+1)), bson.E{"lsid", e.lsid}))
@@ -240,6 +291,9 @@ func TestCommitAfterManyTransactionsIsChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
+	if renewErr != nil {
+		t.Fatal(renewErr)
+	}
 	if len(failed) > 0 {
 		t.Fatalf("%d of the flood's writes failed, the first: %v", len(failed), failed[0])
 	}
