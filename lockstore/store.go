@@ -104,6 +104,8 @@ type Store struct {
 	sweeper *sessionSweeper
 	wq      *waitQueues
 	heldNS  heldNamespaces
+	// txnSlots guesses where a transaction's next record goes (txn.go).
+	txnSlots txnSlots
 
 	setupMu   sync.Mutex
 	setupDone atomic.Bool
@@ -317,7 +319,6 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 	}{
 		{s.coll, mongo.IndexModel{Keys: bson.D{{Key: "owner", Value: 1}, {Key: "ns", Value: 1}}}},
 		{s.coll, mongo.IndexModel{Keys: bson.D{{Key: "expiresAt", Value: 1}}}},
-		{s.txns, mongo.IndexModel{Keys: bson.D{{Key: "s", Value: 1}, {Key: "n", Value: 1}}}},
 		{s.txns, mongo.IndexModel{Keys: bson.D{{Key: "at", Value: 1}}}},
 	} {
 		if err := create(ci.c, ci.m); err != nil {

@@ -66,4 +66,22 @@ func txnRecords(t *testing.T, s Store, _ *Clock) {
 	if g := got(b, 1); g[ns+"/"] != "held "+ID(3).Key()+";" {
 		t.Errorf("another session's transaction: %v", g)
 	}
+	if err := s.EndTxn(ctx, a, 1); err != nil {
+		t.Fatal(err)
+	}
+	if g := got(a, 1); len(g) != 0 {
+		t.Errorf("transaction 1 after its end: %v, want nothing", g)
+	}
+	// Recorded again (its number used again, as another router may),
+	// also after another instance ended it: found, from the first
+	// statement on.
+	record(a, 1, lockstore.TxnNeed{NS: ns, Held: IDs(8)})
+	if err := s.EndTxn(ctx, a, 1); err != nil {
+		t.Fatal(err)
+	}
+	record(a, 1, lockstore.TxnNeed{NS: ns, Held: IDs(9)})
+	record(a, 1, lockstore.TxnNeed{NS: ns, Held: IDs(10)})
+	if g := got(a, 1); g[ns+"/"] != "held "+ID(9).Key()+";held "+ID(10).Key()+";" {
+		t.Errorf("transaction 1 recorded again: %v", g)
+	}
 }
