@@ -30,8 +30,8 @@ func (s *leaseStore) RecordTxn(ctx context.Context, session []byte, txn int64, n
 	return s.txns.RecordTxn(ctx, session, txn, needs)
 }
 
-func (s *leaseStore) TxnNeeds(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error) {
-	return s.txns.TxnNeeds(ctx, session, txn)
+func (s *leaseStore) BeginCommit(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error) {
+	return s.txns.BeginCommit(ctx, session, txn)
 }
 
 func (s *leaseStore) EndTxn(ctx context.Context, session []byte, txn int64) error {

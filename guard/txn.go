@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,8 +23,10 @@ import (
 // session may hold) is stored in the shared lock store, keyed by owner
 // session and txnNumber, before the statement is forwarded; so every
 // proxy's commit finds it, and no proxy's memory limit or restart can
-// lose it. The commit is checked against the record, with lease enough
-// for the commit, and is a write in flight until answered. A commit that
+// lose it. The commit first seals the record, so that no statement sent
+// meanwhile through another proxy is forwarded without being seen, then
+// is checked against it, with lease enough for the commit, and is a
+// write in flight until answered. A commit that
 // is not covered, or whose record cannot be read, is not forwarded: the
 // proxy sends abortTransaction in its place, so that the transaction's
 // writes are discarded upstream, and answers the client with the refusal.
@@ -38,7 +41,7 @@ const reasonCommitNotCovered = "commit_not_covered"
 // transactions are refused: nothing could check their commit.
 type txnStore interface {
 	RecordTxn(ctx context.Context, session []byte, txn int64, needs []lockstore.TxnNeed) error
-	TxnNeeds(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error)
+	BeginCommit(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error)
 	EndTxn(ctx context.Context, session []byte, txn int64) error
 }
 
@@ -77,7 +80,12 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 		fail("this lock store keeps no transaction records, so the transaction's commit could not be checked")
 		return
 	}
-	if err := ts.RecordTxn(ctx, o.Session, n, rec); err != nil {
+	switch err := ts.RecordTxn(ctx, o.Session, n, rec); {
+	case errors.Is(err, lockstore.ErrTxnCommitting):
+		ns := rec[0].NS
+		v.violations = append(v.violations, violation{rule: g.ruleOf(v, ns), write: firstWrite(v.writes, ns), reason: reasonCommitNotCovered,
+			detail: "its transaction's commit has already begun, and was checked without it"})
+	case err != nil:
 		fail(fmt.Sprintf("the lock store could not record what the transaction's commit needs (%v)", err))
 	}
 }
@@ -119,13 +127,16 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 	if !hasTxns {
 		return g.refuseCommit(req, nil, key, n, "this lock store keeps no transaction records, so what the transaction wrote cannot be checked")
 	}
-	recorded, err := ts.TxnNeeds(ctx, key, n)
+	// From here no statement of the transaction is recorded, so none is
+	// forwarded, through any proxy: what is read is all it will commit.
+	recorded, err := ts.BeginCommit(ctx, key, n)
 	if err != nil {
 		return g.refuseCommit(req, ts, key, n, fmt.Sprintf("the lock store cannot tell what the transaction's writes needed (%v)", err))
 	}
+	end := &txnEnd{g: g, ts: ts, key: key, txn: n}
 	if len(recorded) == 0 {
 		// No statement of it wrote where it is enforced, through any proxy.
-		return proxy.Decision{Action: proxy.Forward}
+		return proxy.Decision{Action: proxy.Forward, OnReply: end}
 	}
 	o := g.owner(req, session, "")
 	o.Bind = recorded[0].Bind
@@ -176,7 +187,6 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 		}
 		plan.locks.add(l.ns, l.ids)
 	}
-	end := &txnEnd{g: g, ts: ts, key: key, txn: n}
 	if len(plan.locks) == 0 {
 		// Inserts only: checked now, as a plain insert is when sent.
 		return proxy.Decision{Action: proxy.Forward, OnReply: end}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -317,4 +318,48 @@ func TestCommitOfAnInsertOfANowLockedIDIsChecked(t *testing.T) {
 	// An _id nobody locked: the commit goes through.
 	wantOK(t, "insert in the transaction", s.cmd(t, p, txnInsert(8, 2)))
 	wantCommitted(t, rig.up, s.cmd(t, p, endCmd("commitTransaction", 2)), 2)
+}
+
+// TestStatementDuringACommitIsRefused: a statement of a transaction sent
+// through one proxy while its commit, sent through another, is on its way
+// to the database would be committed without the commit's check having
+// seen it. The commit seals the record first; the statement is refused.
+func TestStatementDuringACommitIsRefused(t *testing.T) {
+	rig := startTxnRig(t, 2)
+	pa, pb := rig.proxies[0], rig.proxies[1]
+	s := newTxnSession(0xe1)
+	s.lock(t, pa, 1)
+	s.lock(t, pa, 2)
+	wantOK(t, "update in the transaction", s.cmd(t, pa, txnUpdate("orders", 1, 1)))
+
+	arrived, hold := make(chan struct{}), make(chan struct{})
+	rig.up.mu.Lock()
+	rig.up.commitArrived, rig.up.holdCommit = arrived, hold
+	rig.up.mu.Unlock()
+	type result struct {
+		r   bson.M
+		err error
+	}
+	committed := make(chan result, 1)
+	go func() {
+		r, err := rawReply(pb.addr, append(endCmd("commitTransaction", 1), bson.E{"lsid", s.lsid}))
+		committed <- result{r, err}
+	}()
+	select {
+	case <-arrived:
+	case c := <-committed:
+		close(hold)
+		t.Fatalf("the commit was answered without reaching the upstream: %v %v", c.r, c.err)
+	}
+
+	second := txnUpdate("orders", 2, 1)
+	second = slices.DeleteFunc(second, func(e bson.E) bool { return e.Key == "startTransaction" })
+	r := s.cmd(t, pa, second)
+	close(hold)
+	if msg, _ := r["errmsg"].(string); okReply(r) || r["code"] != int32(46) || !strings.Contains(msg, "commit has already begun") {
+		t.Errorf("a statement sent while its transaction's commit was on its way: %v, want refused", r)
+	}
+	if c := <-committed; c.err != nil || !okReply(c.r) {
+		t.Errorf("the commit: %v %v, want ok", c.r, c.err)
+	}
 }

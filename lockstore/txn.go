@@ -37,25 +37,40 @@ type TxnNeed struct {
 	Unlocked []docid.ID
 }
 
-// A transaction's record is a run of documents, one per statement
-// allowed, in slots numbered from 0: _id "<session hex>:<txnNumber>:<slot>".
-// Each is inserted once and never changed: an insert with a unique _id is
-// atomic on every server (FerretDB's updates are not), so two proxies
-// recording statements of one transaction at once cannot lose either's;
-// the one that finds its slot taken takes the next. Every read and delete
-// is by _id, the one filter FerretDB answers without scanning the
-// collection: a commit costs one round trip per statement recorded, plus
-// one, however many other transactions are recorded.
+// A transaction's record is a run of documents in slots numbered from 0,
+// _id "<session hex>:<txnNumber>:<slot>": one per statement allowed, and
+// one, a seal, per commit begun. Each is inserted once and never changed:
+// an insert with a unique _id is atomic on every server (FerretDB's
+// updates are not), so two proxies writing to one record at once cannot
+// lose either's; the one that finds its slot taken moves on. Every read
+// and delete is by _id, the one filter FerretDB answers without scanning
+// the collection.
+//
+// The seal orders a commit against statements recorded concurrently
+// through other proxies: a statement goes into slot k only after reading
+// slot k-1 and finding no seal there, and a commit reads every slot below
+// its seal. So a statement either lands below the seal, and the commit
+// sees it, or finds the seal, and is refused (ErrTxnCommitting).
 type txnDoc struct {
 	ID      string           `bson:"_id"`
 	Session primitive.Binary `bson:"s"`
 	Txn     int64            `bson:"n"`
 	At      time.Time        `bson:"at"`
-	Needs   []txnNeedDoc     `bson:"needs"`
+	Seal    bool             `bson:"seal,omitempty"`
+	Needs   []txnNeedDoc     `bson:"needs,omitempty"`
 }
+
+// ErrTxnCommitting: a statement of a transaction whose commit has begun.
+var ErrTxnCommitting = errors.New("the transaction's commit has begun")
+
+// ErrTxnChanged: a transaction's record lost slots while a commit read it
+// (its end, through another proxy, deleted them).
+var ErrTxnChanged = errors.New("the transaction's record changed while its commit read it")
 
 // maxTxnSlots bounds the statements recorded for one transaction.
 const maxTxnSlots = 100000
+
+var errTooManySlots = fmt.Errorf("lockstore: transaction records more than %d statements", maxTxnSlots)
 
 func txnSlotID(session []byte, txn int64, slot int) string {
 	return hex.EncodeToString(session) + ":" + strconv.FormatInt(txn, 10) + ":" + strconv.Itoa(slot)
@@ -118,10 +133,39 @@ func parseIDs(vs []bson.RawValue) ([]docid.ID, error) {
 	return out, nil
 }
 
+// slot reads one slot; nil when it is free.
+func (s *Store) slot(ctx context.Context, session []byte, txn int64, k int) (*txnDoc, error) {
+	var d txnDoc
+	err := s.rt(ctx, opTxn, func(ctx context.Context) error {
+		return s.txns.FindOne(ctx, bson.D{{Key: "_id", Value: txnSlotID(session, txn, k)}}).Decode(&d)
+	})
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.storeErr(ctx, opTxn, err)
+	}
+	return &d, nil
+}
+
+// put inserts d into slot k; false when the slot is taken.
+func (s *Store) put(ctx context.Context, d *txnDoc, session []byte, txn int64, k int) (bool, error) {
+	d.ID = txnSlotID(session, txn, k)
+	err := s.rt(ctx, opTxn, func(ctx context.Context) error {
+		_, err := s.txns.InsertOne(ctx, d)
+		return err
+	})
+	if mongo.IsDuplicateKeyError(err) {
+		return false, nil
+	}
+	return err == nil, s.storeErr(ctx, opTxn, err)
+}
+
 // RecordTxn adds needs to the record of transaction txn of session, where
 // every proxy's commit of it will find them. It returns once the record is
 // stored, so a statement recorded before it is forwarded cannot be
-// committed by a proxy that does not know of it.
+// committed by a proxy that does not know of it; ErrTxnCommitting when the
+// transaction's commit has begun (the statement must not be forwarded).
 func (s *Store) RecordTxn(ctx context.Context, session []byte, txn int64, needs []TxnNeed) error {
 	if err := s.ready(ctx); err != nil {
 		return err
@@ -131,71 +175,66 @@ func (s *Store) RecordTxn(ctx context.Context, session []byte, txn int64, needs 
 		d.Needs = append(d.Needs, txnNeedDoc{NS: n.NS, Bind: n.Bind, Held: rawIDs(n.Held), Unlocked: rawIDs(n.Unlocked)})
 	}
 	key := txnSlotID(session, txn, 0)
-	start := s.txnSlots.guess(key)
-	if start > 0 {
-		// The guess holds only while the run below it does: another
-		// proxy's EndTxn may have deleted it, and a slot past a hole is
-		// found by no reader.
-		err := s.rt(ctx, opTxn, func(ctx context.Context) error {
-			return s.txns.FindOne(ctx, bson.D{{Key: "_id", Value: txnSlotID(session, txn, start-1)}}).Err()
-		})
-		switch {
-		case errors.Is(err, mongo.ErrNoDocuments):
-			start = 0
-		case err != nil:
-			return s.storeErr(ctx, opTxn, err)
+	for k := s.txnSlots.guess(key); k < maxTxnSlots; k++ {
+		if k > 0 {
+			below, err := s.slot(ctx, session, txn, k-1)
+			switch {
+			case err != nil:
+				return err
+			case below == nil:
+				// A hole: the run was ended (deleted) since the guess;
+				// a slot past it would be found by no reader.
+				k = -1
+				continue
+			case below.Seal:
+				return ErrTxnCommitting
+			}
 		}
-	}
-	for slot := start; slot < maxTxnSlots; slot++ {
-		d.ID = txnSlotID(session, txn, slot)
-		err := s.rt(ctx, opTxn, func(ctx context.Context) error {
-			_, err := s.txns.InsertOne(ctx, d)
+		ok, err := s.put(ctx, &d, session, txn, k)
+		if err != nil {
 			return err
-		})
-		if mongo.IsDuplicateKeyError(err) {
-			continue
 		}
-		if err != nil {
-			return s.storeErr(ctx, opTxn, err)
+		if ok {
+			s.txnSlots.set(key, k+1)
+			return nil
 		}
-		s.txnSlots.set(key, slot+1)
-		return nil
 	}
-	return fmt.Errorf("lockstore: transaction records more than %d statements", maxTxnSlots)
+	return errTooManySlots
 }
 
-// txnDocs reads the slots of transaction txn of session, from 0 to the
-// first free one.
-func (s *Store) txnDocs(ctx context.Context, session []byte, txn int64) ([]txnDoc, error) {
-	var docs []txnDoc
-	for slot := 0; slot < maxTxnSlots; slot++ {
-		var d txnDoc
-		err := s.rt(ctx, opTxn, func(ctx context.Context) error {
-			return s.txns.FindOne(ctx, bson.D{{Key: "_id", Value: txnSlotID(session, txn, slot)}}).Decode(&d)
-		})
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return docs, nil
-		}
-		if err != nil {
-			return nil, s.storeErr(ctx, opTxn, err)
-		}
-		docs = append(docs, d)
-	}
-	return nil, fmt.Errorf("lockstore: transaction records more than %d statements", maxTxnSlots)
-}
-
-// TxnNeeds returns everything recorded for transaction txn of session
-// through any proxy; none means none of its statements needed anything.
-func (s *Store) TxnNeeds(ctx context.Context, session []byte, txn int64) ([]TxnNeed, error) {
+// BeginCommit seals the record of transaction txn of session, so that no
+// statement of it is recorded, and so forwarded, from now on, and returns
+// everything recorded before, through any proxy; none means none of its
+// statements needed anything.
+func (s *Store) BeginCommit(ctx context.Context, session []byte, txn int64) ([]TxnNeed, error) {
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	docs, err := s.txnDocs(ctx, session, txn)
-	if err != nil {
-		return nil, err
+	seal := txnDoc{Session: primitive.Binary{Data: session}, Txn: txn, At: time.Now(), Seal: true}
+	key := txnSlotID(session, txn, 0)
+	k := s.txnSlots.guess(key)
+	for ; ; k++ {
+		if k >= maxTxnSlots {
+			return nil, errTooManySlots
+		}
+		ok, err := s.put(ctx, &seal, session, txn, k)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			break
+		}
 	}
+	s.txnSlots.set(key, k+1)
 	var out []TxnNeed
-	for _, d := range docs {
+	for i := range k {
+		d, err := s.slot(ctx, session, txn, i)
+		if err != nil {
+			return nil, err
+		}
+		if d == nil {
+			return nil, ErrTxnChanged
+		}
 		for _, n := range d.Needs {
 			held, err := parseIDs(n.Held)
 			if err != nil {
@@ -221,13 +260,19 @@ func (s *Store) EndTxn(ctx context.Context, session []byte, txn int64) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	docs, err := s.txnDocs(ctx, session, txn)
-	if err != nil {
-		return err
+	n := 0
+	for ; n < maxTxnSlots; n++ {
+		d, err := s.slot(ctx, session, txn, n)
+		if err != nil {
+			return err
+		}
+		if d == nil {
+			break
+		}
 	}
-	for i := len(docs) - 1; i >= 0; i-- {
+	for k := n - 1; k >= 0; k-- {
 		err := s.rt(ctx, opTxn, func(ctx context.Context) error {
-			_, err := s.txns.DeleteOne(ctx, bson.D{{Key: "_id", Value: docs[i].ID}})
+			_, err := s.txns.DeleteOne(ctx, bson.D{{Key: "_id", Value: txnSlotID(session, txn, k)}})
 			return err
 		})
 		if err != nil {

@@ -2,6 +2,7 @@ package lockstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,10 +12,11 @@ import (
 )
 
 // TestTxnRecordsAcrossInstances: two proxies' stores on one collection.
-// Statements of one transaction recorded through either are all found
-// through the other; after one ends it, a statement recorded again through
-// the other (whose guess of the next slot is now stale) is found, not
-// left past a hole.
+// Statements of one transaction recorded through either are all found by
+// a commit through the other; a statement recorded through one after a
+// commit began through the other is refused; after one ends a
+// transaction, a statement recorded again through the other (whose guess
+// of the next slot is now stale) is found, not left past a hole.
 func TestTxnRecordsAcrossInstances(t *testing.T) {
 	coll := fmt.Sprintf("locks_txn_%d", contractSeq.Add(1))
 	open := func() *lockstore.Store {
@@ -30,38 +32,40 @@ func TestTxnRecordsAcrossInstances(t *testing.T) {
 	ctx := context.Background()
 	a, b := open(), open()
 	session := lockstoretest.NewOwner("x").Session
-	rec := func(s *lockstore.Store, id int) {
-		t.Helper()
-		if err := s.RecordTxn(ctx, session, 5, []lockstore.TxnNeed{{NS: "shop.orders", Held: lockstoretest.IDs(id)}}); err != nil {
-			t.Fatal(err)
-		}
+	rec := func(s *lockstore.Store, id int) error {
+		return s.RecordTxn(ctx, session, 5, []lockstore.TxnNeed{{NS: "shop.orders", Held: lockstoretest.IDs(id)}})
 	}
-	ids := func(s *lockstore.Store) []string {
+	must := func(err error) {
 		t.Helper()
-		needs, err := s.TxnNeeds(ctx, session, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	commit := func(s *lockstore.Store) string {
+		t.Helper()
+		needs, err := s.BeginCommit(ctx, session, 5)
+		must(err)
 		var out []string
 		for _, n := range needs {
 			for _, id := range n.Held {
 				out = append(out, id.String())
 			}
 		}
-		return out
+		return fmt.Sprint(out)
 	}
-	rec(a, 1)
-	rec(a, 2)
-	rec(b, 3)
-	rec(a, 4)
-	if got := fmt.Sprint(ids(b)); got != "[1 2 3 4]" {
-		t.Errorf("through b: %s, want [1 2 3 4]", got)
+	must(rec(a, 1))
+	must(rec(a, 2))
+	must(rec(b, 3))
+	must(rec(a, 4))
+	if got := commit(b); got != "[1 2 3 4]" {
+		t.Errorf("commit through b: %s, want [1 2 3 4]", got)
 	}
-	if err := b.EndTxn(ctx, session, 5); err != nil {
-		t.Fatal(err)
+	if err := rec(a, 5); !errors.Is(err, lockstore.ErrTxnCommitting) {
+		t.Errorf("a statement through a after the commit began through b: %v, want ErrTxnCommitting", err)
 	}
-	rec(a, 6)
-	if got := fmt.Sprint(ids(b)); got != "[6]" {
+	must(b.EndTxn(ctx, session, 5))
+	must(rec(a, 6))
+	if got := commit(b); got != "[6]" {
 		t.Errorf("recorded again through a after b ended it: %s, want [6]", got)
 	}
 }

@@ -31,7 +31,7 @@ type Store interface {
 	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
 	RecordTxn(ctx context.Context, session []byte, txn int64, needs []lockstore.TxnNeed) error
-	TxnNeeds(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error)
+	BeginCommit(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error)
 	EndTxn(ctx context.Context, session []byte, txn int64) error
 }
 

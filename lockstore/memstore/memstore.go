@@ -45,7 +45,7 @@ type Store struct {
 	// fail, when set, is what every call returns (an outage).
 	fail error
 	// txns are the transaction records (txn.go).
-	txns map[txnKey][]lockstore.TxnNeed
+	txns map[txnKey]*txnRecord
 }
 
 type record struct {

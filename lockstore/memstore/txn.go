@@ -13,6 +13,13 @@ type txnKey struct {
 	txn     int64
 }
 
+// txnRecord is what a transaction's statements recorded, and whether its
+// commit has begun.
+type txnRecord struct {
+	needs  []lockstore.TxnNeed
+	sealed bool
+}
+
 // RecordTxn is lockstore.Store.RecordTxn.
 func (s *Store) RecordTxn(_ context.Context, session []byte, txn int64, needs []lockstore.TxnNeed) error {
 	s.mu.Lock()
@@ -21,24 +28,42 @@ func (s *Store) RecordTxn(_ context.Context, session []byte, txn int64, needs []
 		return s.fail
 	}
 	if s.txns == nil {
-		s.txns = map[txnKey][]lockstore.TxnNeed{}
+		s.txns = map[txnKey]*txnRecord{}
 	}
 	k := txnKey{string(session), txn}
+	r := s.txns[k]
+	if r == nil {
+		r = &txnRecord{}
+		s.txns[k] = r
+	}
+	if r.sealed {
+		return lockstore.ErrTxnCommitting
+	}
 	for _, n := range needs {
 		n.Held, n.Unlocked = slices.Clone(n.Held), slices.Clone(n.Unlocked)
-		s.txns[k] = append(s.txns[k], n)
+		r.needs = append(r.needs, n)
 	}
 	return nil
 }
 
-// TxnNeeds is lockstore.Store.TxnNeeds.
-func (s *Store) TxnNeeds(_ context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error) {
+// BeginCommit is lockstore.Store.BeginCommit.
+func (s *Store) BeginCommit(_ context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
 		return nil, s.fail
 	}
-	return slices.Clone(s.txns[txnKey{string(session), txn}]), nil
+	if s.txns == nil {
+		s.txns = map[txnKey]*txnRecord{}
+	}
+	k := txnKey{string(session), txn}
+	r := s.txns[k]
+	if r == nil {
+		r = &txnRecord{}
+		s.txns[k] = r
+	}
+	r.sealed = true
+	return slices.Clone(r.needs), nil
 }
 
 // EndTxn is lockstore.Store.EndTxn.
