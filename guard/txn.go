@@ -84,7 +84,8 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 	case errors.Is(err, lockstore.ErrTxnCommitting):
 		ns := rec[0].NS
 		v.violations = append(v.violations, violation{rule: g.ruleOf(v, ns), write: firstWrite(v.writes, ns), reason: reasonCommitNotCovered,
-			detail: "its transaction's commit has already begun, and was checked without it"})
+			detail: "its transaction's commit has already begun, and was checked without it",
+			advice: "nothing of it was written; send a transaction's statements before its commit, and start a new transaction for more"})
 	case err != nil:
 		fail(fmt.Sprintf("the lock store could not record what the transaction's commit needs (%v)", err))
 	}
