@@ -170,7 +170,8 @@ func (s *Store) RecordTxn(ctx context.Context, session []byte, txn int64, needs 
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	d := txnDoc{Session: primitive.Binary{Data: session}, Txn: txn, At: time.Now()}
+	now, _ := s.clock.Now()
+	d := txnDoc{Session: primitive.Binary{Data: session}, Txn: txn, At: now}
 	for _, n := range needs {
 		d.Needs = append(d.Needs, txnNeedDoc{NS: n.NS, Bind: n.Bind, Held: rawIDs(n.Held), Unlocked: rawIDs(n.Unlocked)})
 	}
@@ -210,12 +211,25 @@ func (s *Store) BeginCommit(ctx context.Context, session []byte, txn int64) ([]T
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	seal := txnDoc{Session: primitive.Binary{Data: session}, Txn: txn, At: time.Now(), Seal: true}
+	now, _ := s.clock.Now()
+	seal := txnDoc{Session: primitive.Binary{Data: session}, Txn: txn, At: now, Seal: true}
 	key := txnSlotID(session, txn, 0)
 	k := s.txnSlots.guess(key)
+	var below *txnDoc // slot k-1, read before the seal went into k
 	for ; ; k++ {
 		if k >= maxTxnSlots {
 			return nil, errTooManySlots
+		}
+		if k > 0 {
+			var err error
+			if below, err = s.slot(ctx, session, txn, k-1); err != nil {
+				return nil, err
+			}
+			if below == nil {
+				// The guess is past a run ended (deleted) since.
+				k = -1
+				continue
+			}
 		}
 		ok, err := s.put(ctx, &seal, session, txn, k)
 		if err != nil {
@@ -228,9 +242,12 @@ func (s *Store) BeginCommit(ctx context.Context, session []byte, txn int64) ([]T
 	s.txnSlots.set(key, k+1)
 	var out []TxnNeed
 	for i := range k {
-		d, err := s.slot(ctx, session, txn, i)
-		if err != nil {
-			return nil, err
+		d := below
+		if i < k-1 {
+			var err error
+			if d, err = s.slot(ctx, session, txn, i); err != nil {
+				return nil, err
+			}
 		}
 		if d == nil {
 			return nil, ErrTxnChanged
@@ -287,8 +304,9 @@ func (s *Store) EndTxn(ctx context.Context, session []byte, txn int64) error {
 // TxnRetention.
 func (s *Store) cleanupTxns(ctx context.Context) (int, error) {
 	var n int64
+	now, _ := s.clock.Now()
 	err := s.rt(ctx, opCleanup, func(ctx context.Context) error {
-		res, err := s.txns.DeleteMany(ctx, bson.D{{Key: "at", Value: bson.D{{Key: "$lt", Value: time.Now().Add(-TxnRetention)}}}})
+		res, err := s.txns.DeleteMany(ctx, bson.D{{Key: "at", Value: bson.D{{Key: "$lt", Value: now.Add(-TxnRetention)}}}})
 		if res != nil {
 			n = res.DeletedCount
 		}

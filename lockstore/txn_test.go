@@ -69,3 +69,36 @@ func TestTxnRecordsAcrossInstances(t *testing.T) {
 		t.Errorf("recorded again through a after b ended it: %s, want [6]", got)
 	}
 }
+
+// TestTxnRecordsExpire: a record whose end was never seen is deleted by
+// the janitor once older than TxnRetention on the lock store's clock, and
+// not before.
+func TestTxnRecordsExpire(t *testing.T) {
+	clock := lockstoretest.NewClock()
+	s, err := lockstore.Open(context.Background(), lockstore.Config{
+		URI: lockstore.EmbeddedURI(), Database: "lockgate_test", Collection: fmt.Sprintf("locks_txn_%d", contractSeq.Add(1)), OpTimeout: 20 * time.Second,
+	}, lockstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ctx := context.Background()
+	session := lockstoretest.NewOwner("x").Session
+	need := []lockstore.TxnNeed{{NS: "shop.orders", Held: lockstoretest.IDs(1)}}
+	for _, n := range []int64{1, 2} {
+		if err := s.RecordTxn(ctx, session, n, need); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(lockstore.TxnRetention / 2)
+	}
+	clock.Advance(time.Minute) // transaction 1 is past the retention, 2 is not
+	if n, err := s.CleanupTxns(ctx); err != nil || n != 1 {
+		t.Fatalf("cleanup deleted %d (%v), want 1", n, err)
+	}
+	for n, want := range map[int64]int{1: 0, 2: 1} {
+		needs, err := s.BeginCommit(ctx, session, n)
+		if err != nil || len(needs) != want {
+			t.Errorf("transaction %d after the cleanup: %v (%v), want %d needs", n, needs, err, want)
+		}
+	}
+}
