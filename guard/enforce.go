@@ -83,6 +83,9 @@ type verdict struct {
 	fence *fencePlan
 	// flight: the locks an allowed enforced write holds while in flight.
 	flight *flightPlan
+	// inTxn: the write is a statement of a transaction (autocommit:
+	// false), whose commit is checked as well (txn.go).
+	inTxn bool
 	// resolveSpent is the time its enforced resolutions ran, charged to
 	// the caller if it is refused (refused.go).
 	resolveSpent time.Duration
@@ -270,6 +273,12 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	}
 	if !v.enforcedViolation() {
 		g.fenceInserts(ctx, v, o, hasSession)
+	}
+	if hasSession {
+		v.inTxn = inTransaction(req.Command.Body)
+	}
+	if v.inTxn && !v.enforcedViolation() {
+		g.recordTxn(ctx, req, v, o, inserts)
 	}
 	g.settleResolutions(v)
 	return g.decide(req, pol, v, start)

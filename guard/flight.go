@@ -377,11 +377,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		return proxy.Decision{Action: proxy.Reply, Reply: late()}
 	}
 	var maxTime time.Duration
-	inTxn := req.Command != nil && inTransaction(req.Command.Body)
-	if inTxn {
-		g.recordTxn(req, p)
-	}
-	if req.Command != nil && !inTxn {
+	if req.Command != nil && !v.inTxn {
 		ms := max(budget.Milliseconds(), 1)
 		var b []byte
 		var capped time.Duration

@@ -10,6 +10,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
+	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -22,6 +23,19 @@ type leaseStore struct {
 	left    time.Duration
 	renews  atomic.Int32
 	release atomic.Int32
+	txns    *memstore.Store // transaction records only
+}
+
+func (s *leaseStore) RecordTxn(ctx context.Context, session []byte, txn int64, needs []lockstore.TxnNeed) error {
+	return s.txns.RecordTxn(ctx, session, txn, needs)
+}
+
+func (s *leaseStore) BeginCommit(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error) {
+	return s.txns.BeginCommit(ctx, session, txn)
+}
+
+func (s *leaseStore) EndTxn(ctx context.Context, session []byte, txn int64) error {
+	return s.txns.EndTxn(ctx, session, txn)
 }
 
 func (s *leaseStore) HeldTokens(_ context.Context, _ lockstore.Owner, _ string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
@@ -47,7 +61,7 @@ func flightGuard(t *testing.T, left time.Duration) (*Guard, *leaseStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &leaseStore{left: left}
+	st := &leaseStore{left: left, txns: memstore.New(memstore.Config{})}
 	g := New(Options{Store: st, OrderTimeout: 300 * time.Millisecond})
 	g.SetPolicy(pol)
 	return g, st

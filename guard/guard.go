@@ -51,6 +51,7 @@ var (
 	_ confirmer         = (*lockstore.Store)(nil)
 	_ lockTeller        = (*lockstore.Store)(nil)
 	_ elsewhereFinder   = (*lockstore.Store)(nil)
+	_ txnStore          = (*lockstore.Store)(nil)
 	_ fenceDB           = (*MongoResolver)(nil)
 	_ collectionChecker = (*MongoResolver)(nil)
 	_ caseTwinFinder    = (*MongoResolver)(nil)
@@ -138,8 +139,6 @@ type Guard struct {
 
 	// flights are the enforced writes forwarded and not yet answered.
 	flights *flightTracker
-	// txns are the locks of open transactions' enforced writes.
-	txns *txnTracker
 	// schemes serialises scheme lock acquires per key (scheme.go).
 	schemes schemeKeys
 
@@ -191,7 +190,7 @@ func New(opts Options) *Guard {
 	}
 	g := &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
-		flights: newFlightTracker(), txns: newTxnTracker(),
+		flights:  newFlightTracker(),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 14); return &f }
 	return g

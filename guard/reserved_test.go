@@ -25,6 +25,7 @@ func TestReservedTouches(t *testing.T) {
 	}{
 		{"lockgate", "locks", "find", true},
 		{"lockgate", "locks_claims", "find", true},
+		{"lockgate", "locks_txns", "find", true},
 		{"LockGate", "LOCKS", "delete", true},
 		{"lockgate", "ｌｏｃｋｓ", "find", true}, // full-width: NFKC folds it to "locks"
 		{"lockgate", "", "dropDatabase", true},

@@ -2,9 +2,8 @@ package guard
 
 import (
 	"context"
-	"encoding/binary"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -18,132 +17,186 @@ import (
 
 // Transactions (docs/ENFORCEMENT.md, "Transactions"): each statement of a
 // transaction is checked when it is sent, but nothing of it is written
-// until commitTransaction, which may come long after. The guard remembers
-// which locks each open transaction's enforced writes needed; at the
-// commit it checks them again, with lease enough for the commit, and
-// keeps them from being released until the commit is answered (the
-// commit is a write in flight). A commit that is no longer covered is not
-// forwarded: the proxy sends abortTransaction in its place, so that the
-// transaction's writes are discarded upstream, and answers the client
-// with the refusal.
+// until commitTransaction, which may come long after, on another
+// connection, through another proxy. What each allowed enforced statement
+// needs at the commit (the locks it needed, the inserted _ids no other
+// session may hold) is stored in the shared lock store, keyed by owner
+// session and txnNumber, before the statement is forwarded; so every
+// proxy's commit finds it, and no proxy's memory limit or restart can
+// lose it. The commit first seals the record, so that no statement sent
+// meanwhile through another proxy is forwarded without being seen, then
+// is checked against it, with lease enough for the commit, and is a
+// write in flight until answered. A commit that
+// is not covered, or whose record cannot be read, is not forwarded: the
+// proxy sends abortTransaction in its place, so that the transaction's
+// writes are discarded upstream, and answers the client with the refusal.
+// A record is forgotten only when the server answers a commit or abort of
+// the transaction with ok, the one proof that it ended.
 
 // reasonCommitNotCovered: a commit whose writes' locks were lost.
 const reasonCommitNotCovered = "commit_not_covered"
 
-// maxOpenTxns bounds the transactions remembered at once; the oldest are
-// forgotten first (a transaction the server timed out never commits).
-const maxOpenTxns = 10000
-
-type txnTracker struct {
-	mu sync.Mutex
-	m  map[string]*txnLocks
+// txnStore is implemented by lock stores that keep transaction records
+// (lockstore.Store and memstore). Without it, enforced statements in
+// transactions are refused: nothing could check their commit.
+type txnStore interface {
+	RecordTxn(ctx context.Context, session []byte, txn int64, needs []lockstore.TxnNeed) error
+	BeginCommit(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error)
+	EndTxn(ctx context.Context, session []byte, txn int64) error
 }
 
-type txnLocks struct {
-	owner  lockstore.Owner
-	locks  nsLocks
-	margin time.Duration
-	at     time.Time
-}
-
-func newTxnTracker() *txnTracker { return &txnTracker{m: map[string]*txnLocks{}} }
-
-// txnKey names a transaction: the stored owner session and txnNumber.
-func txnKey(session []byte, body bsoncore.Document) (string, bool) {
-	n, ok := body.Lookup("txnNumber").AsInt64OK()
-	if !ok {
-		return "", false
+// recordTxn stores what the commit of a transaction statement allowed so
+// far will need: the locks of its enforced writes, and the _ids it inserts
+// where inserts require them unlocked. It runs before the statement is
+// forwarded; a statement whose needs cannot be stored is refused.
+func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o lockstore.Owner, inserts needs) {
+	var rec []lockstore.TxnNeed
+	if f := v.flight; f != nil {
+		for _, l := range f.locks {
+			if g.ruleOf(v, l.ns).Mode == policy.Enforce {
+				rec = append(rec, lockstore.TxnNeed{NS: l.ns, Bind: o.Bind, Held: l.ids})
+			}
+		}
 	}
-	return string(binary.BigEndian.AppendUint64(append([]byte(nil), session...), uint64(n))), true
-}
-
-// recordTxn remembers the locks of an allowed enforced write inside a
-// transaction.
-func (g *Guard) recordTxn(req *proxy.Request, p *flightPlan) {
-	key, ok := txnKey(p.owner.Session, req.Command.Body)
-	if !ok {
+	for _, n := range inserts {
+		if n.r.Mode == policy.Enforce && len(n.ids) > 0 {
+			rec = append(rec, lockstore.TxnNeed{NS: n.ns, Bind: o.Bind, Unlocked: n.ids})
+		}
+	}
+	if len(rec) == 0 {
 		return
 	}
-	t := g.txns
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e := t.m[key]
-	if e == nil {
-		if len(t.m) >= maxOpenTxns {
-			var oldest string
-			var at time.Time
-			for k, v := range t.m {
-				if oldest == "" || v.at.Before(at) {
-					oldest, at = k, v.at
-				}
-			}
-			delete(t.m, oldest)
+	fail := func(detail string) {
+		ns := rec[0].NS
+		v.violations = append(v.violations, violation{rule: g.ruleOf(v, ns), write: firstWrite(v.writes, ns), reason: reasonUnavailable, detail: detail})
+	}
+	n, ok := req.Command.Body.Lookup("txnNumber").AsInt64OK()
+	if !ok {
+		fail("it is part of a transaction (autocommit: false) without a txnNumber, so its commit could not be checked")
+		return
+	}
+	ts, ok := g.opts.Store.(txnStore)
+	if !ok {
+		fail("this lock store keeps no transaction records, so the transaction's commit could not be checked")
+		return
+	}
+	switch err := ts.RecordTxn(ctx, o.Session, n, rec); {
+	case errors.Is(err, lockstore.ErrTxnCommitting):
+		ns := rec[0].NS
+		v.violations = append(v.violations, violation{rule: g.ruleOf(v, ns), write: firstWrite(v.writes, ns), reason: reasonCommitNotCovered,
+			detail: "its transaction's commit has already begun, and was checked without it",
+			advice: "nothing of it was written; send a transaction's statements before its commit, and start a new transaction for more"})
+	case err != nil:
+		fail(fmt.Sprintf("the lock store could not record what the transaction's commit needs (%v)", err))
+	}
+}
+
+// ruleOf is the rule enforce applied to ns in v.
+func (g *Guard) ruleOf(v *verdict, ns string) policy.Rule {
+	for i, w := range v.writes {
+		if w.NS == ns && i < len(v.rules) {
+			return v.rules[i]
 		}
-		e = &txnLocks{owner: p.owner, at: time.Now()}
-		t.m[key] = e
 	}
-	e.margin = max(e.margin, p.margin)
-	for _, l := range p.locks {
-		e.locks.add(l.ns, l.ids)
-	}
+	return policy.Rule{}
 }
 
-func (t *txnTracker) take(key string, remove bool) *txnLocks {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e := t.m[key]
-	if remove {
-		delete(t.m, key)
-	}
-	return e
-}
-
-// endTransaction decides commitTransaction and abortTransaction of a
-// transaction that wrote under locks.
+// endTransaction decides commitTransaction and abortTransaction.
 func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.Decision {
 	session, ok := req.Command.SessionID()
 	if !ok {
-		return proxy.Decision{Action: proxy.Forward}
+		return proxy.Decision{Action: proxy.Forward} // the server refuses it
 	}
-	key, ok := txnKey(g.owners.session(req.Client.User(), session), req.Command.Body)
+	n, ok := req.Command.Body.Lookup("txnNumber").AsInt64OK()
 	if !ok {
+		return proxy.Decision{Action: proxy.Forward} // the server refuses it
+	}
+	key := g.owners.session(req.Client.User(), session)
+	ts, hasTxns := g.opts.Store.(txnStore)
+	pol := g.policy.Load()
+	if pol == nil || pol.AllOff() {
 		return proxy.Decision{Action: proxy.Forward}
 	}
 	if req.Command.Name == "abortTransaction" {
-		g.txns.take(key, true)
-		return proxy.Decision{Action: proxy.Forward}
+		// Forgotten once the server says it aborted, not before: an
+		// abort it refuses leaves the transaction open.
+		if !hasTxns {
+			return proxy.Decision{Action: proxy.Forward}
+		}
+		return proxy.Decision{Action: proxy.Forward, OnReply: &txnEnd{g: g, ts: ts, key: key, txn: n}}
 	}
-	e := g.txns.take(key, false)
-	if e == nil {
-		return proxy.Decision{Action: proxy.Forward}
+	if !hasTxns {
+		return g.refuseCommit(req, nil, key, n, "this lock store keeps no transaction records, so what the transaction wrote cannot be checked")
 	}
-	plan := &flightPlan{owner: e.owner, locks: e.locks, margin: e.margin}
-	var why string
-	for _, l := range e.locks {
-		ns, ids := l.ns, l.ids
-		left, held, err := g.leaseLeft(ctx, e.owner, ns, ids, e.margin)
-		switch {
-		case err != nil:
-			why = fmt.Sprintf("the lock store cannot confirm the locks its writes on %s needed (%v)", ns, err)
-		case !held:
-			why = fmt.Sprintf("this session no longer holds, with at least the policy's margin of %v of lease, every lock its writes on %s needed", e.margin, ns)
-		default:
-			end := time.Now().Add(left)
-			if plan.end.IsZero() || end.Before(plan.end) {
-				plan.end, plan.left = end, left
-			}
+	// From here no statement of the transaction is recorded, so none is
+	// forwarded, through any proxy: what is read is all it will commit.
+	recorded, err := ts.BeginCommit(ctx, key, n)
+	if err != nil {
+		return g.refuseCommit(req, ts, key, n, fmt.Sprintf("the lock store cannot tell what the transaction's writes needed (%v)", err))
+	}
+	end := &txnEnd{g: g, ts: ts, key: key, txn: n}
+	if len(recorded) == 0 {
+		// No statement of it wrote where it is enforced, through any proxy.
+		return proxy.Decision{Action: proxy.Forward, OnReply: end}
+	}
+	o := g.owner(req, session, "")
+	o.Bind = recorded[0].Bind
+	var held, unlocked nsLocks
+	for _, x := range recorded {
+		if x.Bind != o.Bind {
+			return g.refuseCommit(req, ts, key, n, "its writes were made under more than one owner binding, which one commit cannot hold")
+		}
+		held.add(x.NS, x.Held)
+		unlocked.add(x.NS, x.Unlocked)
+	}
+	// The insert check first: it needs no lease.
+	for _, l := range unlocked {
+		if len(l.ids) == 0 {
 			continue
 		}
-		break
+		sts, err := g.confirmedStatus(ctx, o, l.ns, l.ids)
+		if err != nil {
+			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("the lock store cannot confirm that the _ids it inserts into %s are unlocked (%v)", l.ns, err))
+		}
+		for _, st := range sts {
+			if st.Held && !st.HeldByYou {
+				return g.refuseCommit(req, ts, key, n, fmt.Sprintf("another session has locked _id %s, which it inserts into %s", st.ID, l.ns))
+			}
+		}
 	}
-	if why == "" && time.Until(plan.end) <= e.margin {
-		why = "the lease of its locks would end before the commit could"
+	plan := &flightPlan{owner: o}
+	for _, l := range held {
+		if len(l.ids) == 0 {
+			continue
+		}
+		plan.margin = max(plan.margin, g.ruleFor(pol.Lookup(l.ns), req).LeaseMargin)
 	}
-	if why != "" {
-		return g.refuseCommit(req, key, why)
+	for _, l := range held {
+		if len(l.ids) == 0 {
+			continue
+		}
+		left, ok, err := g.leaseLeft(ctx, o, l.ns, l.ids, plan.margin)
+		switch {
+		case err != nil:
+			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("the lock store cannot confirm the locks its writes on %s needed (%v)", l.ns, err))
+		case !ok:
+			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("this session no longer holds, with at least the policy's margin of %v of lease, every lock its writes on %s needed", plan.margin, l.ns))
+		}
+		end := time.Now().Add(left)
+		if plan.end.IsZero() || end.Before(plan.end) {
+			plan.end, plan.left = end, left
+		}
+		plan.locks.add(l.ns, l.ids)
+	}
+	if len(plan.locks) == 0 {
+		// Inserts only: checked now, as a plain insert is when sent.
+		return proxy.Decision{Action: proxy.Forward, OnReply: end}
+	}
+	if time.Until(plan.end) <= plan.margin {
+		return g.refuseCommit(req, ts, key, n, "the lease of its locks would end before the commit could")
 	}
 	// Covered: the commit is a write in flight under those locks.
-	budget := time.Until(plan.end) - e.margin
+	budget := time.Until(plan.end) - plan.margin
 	d := proxy.Decision{Action: proxy.Forward}
 	var maxTime time.Duration
 	if b, capped, err := policy.CapMaxTime(req.Message.Raw(), max(budget.Milliseconds(), 1)); err == nil {
@@ -153,8 +206,8 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 		}
 	}
 	refused := commitRefusal("the lease of its locks would have ended before the commit left for the database")
-	d.Deadline, d.LateReply = plan.end.Add(-e.margin), refused.document
-	d.OnReply = g.launch(plan, maxTime, &commitHook{t: g.txns, key: key})
+	d.Deadline, d.LateReply = plan.end.Add(-plan.margin), refused.document
+	d.OnReply = g.launch(plan, maxTime, end)
 	return d
 }
 
@@ -176,11 +229,11 @@ func commitRefusal(why string) *cmdError {
 }
 
 // refuseCommit sends abortTransaction upstream in the commit's place, in
-// the connection's order, and answers the client with the refusal.
-func (g *Guard) refuseCommit(req *proxy.Request, key, why string) proxy.Decision {
-	g.txns.take(key, true)
+// the connection's order, and answers the client with the refusal. The
+// record stays until the server confirms the abort.
+func (g *Guard) refuseCommit(req *proxy.Request, ts txnStore, key []byte, n int64, why string) proxy.Decision {
 	e := commitRefusal(why)
-	g.log.Info("commit refused: its locks were lost", zap.Uint64("conn", req.Client.ID), zap.String("why", why))
+	g.log.Info("commit refused: not covered by the locks its writes needed", zap.Uint64("conn", req.Client.ID), zap.String("why", why))
 	g.metrics.decisions.WithLabelValues("transaction", decisionReject, reasonCommitNotCovered).Inc()
 	m, ok := req.Message.(*wire.OpMsg)
 	if !ok || req.Command.MoreToCome {
@@ -196,28 +249,31 @@ func (g *Guard) refuseCommit(req *proxy.Request, key, why string) proxy.Decision
 	}
 	b.AppendString("$db", "admin")
 	abort := wire.AppendMsg(nil, m.Header().RequestID, 0, 0, b.Build())
-	return proxy.Decision{Action: proxy.Rewrite, Message: abort, OnReply: fixedReply(e.document())}
+	return proxy.Decision{Action: proxy.Rewrite, Message: abort, OnReply: &txnEnd{g: g, ts: ts, key: key, txn: n, reply: e.document()}}
 }
 
-// fixedReply answers the client with body whatever the upstream said.
-type fixedReply bsoncore.Document
-
-func (f fixedReply) Reply(context.Context, bsoncore.Document) bsoncore.Document {
-	return bsoncore.Document(f)
-}
-func (fixedReply) Abandon() {}
-
-// commitHook forgets the transaction once its commit succeeded (a failed
-// commit may be retried, and stays covered).
-type commitHook struct {
-	t   *txnTracker
-	key string
+// txnEnd forgets a transaction's record once the server answered its
+// commit or abort with ok; any other answer (a refused abort, a failed
+// commit that may be retried) leaves the transaction open as far as
+// lockgate knows. With reply set, the client is answered with it whatever
+// the server said.
+type txnEnd struct {
+	g     *Guard
+	ts    txnStore
+	key   []byte
+	txn   int64
+	reply bsoncore.Document
 }
 
-func (h *commitHook) Reply(_ context.Context, body bsoncore.Document) bsoncore.Document {
-	if ok, _ := body.Lookup("ok").AsInt64OK(); ok == 1 {
-		h.t.take(h.key, true)
+func (h *txnEnd) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Document {
+	if ok, _ := body.Lookup("ok").AsInt64OK(); ok == 1 && h.ts != nil {
+		if err := h.ts.EndTxn(ctx, h.key, h.txn); err != nil {
+			// Kept: a later commit of it is checked again, and refused
+			// if no longer covered; the record expires with
+			// lockstore.TxnRetention.
+			h.g.log.Info("could not forget an ended transaction", zap.Error(err))
+		}
 	}
-	return nil
+	return h.reply
 }
-func (h *commitHook) Abandon() {}
+func (*txnEnd) Abandon() {}

@@ -2,6 +2,9 @@ package guard
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,14 +16,20 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 )
 
 // txnUpstream is a scripted router that accepts transactions and records
-// the transaction commands it receives: FerretDB has no transactions.
+// the transaction commands it executes: FerretDB has no transactions. As
+// MongoDB does, it refuses commitTransaction and abortTransaction without
+// autocommit: false, and such a refusal leaves the transaction open.
 type txnUpstream struct {
 	mu   sync.Mutex
 	ends []string // "commitTransaction 3", "abortTransaction 4"
+	// commitArrived, when set, is closed when a commitTransaction
+	// arrives, which is then answered once holdCommit is closed.
+	commitArrived, holdCommit chan struct{}
 }
 
 func (u *txnUpstream) handle(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
@@ -35,12 +44,28 @@ func (u *txnUpstream) handle(s *scripted.Server, req wire.Message, cmd *wire.Com
 			AppendDateTime("localTime", time.Now().UnixMilli()).AppendInt32("logicalSessionTimeoutMinutes", 30).
 			AppendInt32("minWireVersion", 0).AppendInt32("maxWireVersion", 17).AppendDouble("ok", 1).Build())
 	case "commitTransaction", "abortTransaction":
+		if ac, ok := cmd.Body.Lookup("autocommit").BooleanOK(); !ok || ac {
+			return s.Reply(req, bsoncore.NewDocumentBuilder().AppendDouble("ok", 0).AppendInt32("code", 72).
+				AppendString("codeName", "InvalidOptions").AppendString("errmsg", cmd.Name+" must be run within a transaction").Build())
+		}
 		n, _ := cmd.Body.Lookup("txnNumber").AsInt64OK()
 		u.mu.Lock()
-		u.ends = append(u.ends, cmd.Name+" "+string(rune('0'+n)))
+		arrived, hold := u.commitArrived, u.holdCommit
+		if cmd.Name == "commitTransaction" {
+			u.commitArrived = nil
+		}
+		u.mu.Unlock()
+		if cmd.Name == "commitTransaction" && arrived != nil {
+			close(arrived)
+			<-hold
+		}
+		u.mu.Lock()
+		u.ends = append(u.ends, cmd.Name+" "+strconv.FormatInt(n, 10))
 		u.mu.Unlock()
 	case "update":
 		return s.Reply(req, bsoncore.NewDocumentBuilder().AppendInt32("n", 1).AppendInt32("nModified", 1).AppendDouble("ok", 1).Build())
+	case "insert":
+		return s.Reply(req, bsoncore.NewDocumentBuilder().AppendInt32("n", 1).AppendDouble("ok", 1).Build())
 	}
 	return s.Reply(req, bsoncore.NewDocumentBuilder().AppendDouble("ok", 1).Build())
 }
@@ -52,6 +77,14 @@ func (u *txnUpstream) last() string {
 		return ""
 	}
 	return u.ends[len(u.ends)-1]
+}
+
+// executed reports whether the upstream executed end (say
+// "commitTransaction 1").
+func (u *txnUpstream) executed(end string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Contains(u.ends, end)
 }
 
 // TestCommitRechecksLocks: a transaction's writes are checked when sent,
@@ -102,4 +135,88 @@ func TestCommitRechecksLocks(t *testing.T) {
 	if got := u.last(); !strings.HasPrefix(got, "abortTransaction") {
 		t.Errorf("upstream saw %q last, want abortTransaction in place of the commit", got)
 	}
+	// A transaction that writes only where nothing is enforced needs no
+	// lock, and the driver's commit goes through.
+	s := session(t, c)
+	ctx := mongo.NewSessionContext(context.Background(), s)
+	if err := s.StartTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Database("shop").Collection("other").UpdateOne(ctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "a", Value: 1}}}}); err != nil {
+		t.Fatalf("write in the transaction: %v", err)
+	}
+	if err := s.CommitTransaction(ctx); err != nil {
+		t.Fatalf("commit of a transaction on an unprotected collection: %v", err)
+	}
+	if got := u.last(); !strings.HasPrefix(got, "commitTransaction") {
+		t.Errorf("upstream saw %q last, want the commit", got)
+	}
+}
+
+func commitRequest(t *testing.T, n int64) *proxy.Request {
+	t.Helper()
+	b := bsoncore.NewDocumentBuilder().AppendInt32("commitTransaction", 1).AppendInt64("txnNumber", n).
+		AppendBoolean("autocommit", false).AppendDocument("lsid", flightLSID).AppendString("$db", "admin")
+	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, b.Build()), wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := wire.CommandOf(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &proxy.Request{Message: msg, Command: cmd, Client: &proxy.ClientInfo{ID: 1, Addr: "test"}}
+}
+
+// TestTransactionsFailClosedWithoutTheLockStore: what a transaction's
+// commit needs lives in the lock store; while it cannot be reached, an
+// enforced statement in a transaction is refused (its needs could not be
+// recorded), and so is a commit (what it needs cannot be read): the
+// proxy aborts it in the commit's place. A commit of a transaction that
+// recorded nothing is forwarded once the store answers.
+func TestTransactionsFailClosedWithoutTheLockStore(t *testing.T) {
+	g, st := flightGuard(t, 2*time.Second)
+	inTxn := func(n int64) func(*bsoncore.DocumentBuilder) {
+		return func(b *bsoncore.DocumentBuilder) { b.AppendInt64("txnNumber", n).AppendBoolean("autocommit", false) }
+	}
+	ok := bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build()
+	d := g.Intercept(context.Background(), flightRequest(t, inTxn(1)))
+	if d.Action != proxy.Forward || d.OnReply == nil {
+		t.Fatalf("statement under its lock: %+v, want forwarded", d)
+	}
+	d.OnReply.Reply(context.Background(), ok)
+
+	st.txns.SetUnavailable(errors.New("partitioned"))
+	d = g.Intercept(context.Background(), commitRequest(t, 1))
+	if d.Action != proxy.Rewrite || d.OnReply == nil {
+		t.Fatalf("commit with the lock store unreachable: %+v, want rewritten into an abort", d)
+	}
+	if cmd := commandName(t, d.Message); cmd != "abortTransaction" {
+		t.Errorf("sent %q in the commit's place, want abortTransaction", cmd)
+	}
+	if r := d.OnReply.Reply(context.Background(), ok); !strings.Contains(string(r.Lookup("errmsg").StringValue()), "commitTransaction refused") {
+		t.Errorf("client answered %v, want the refusal", r)
+	}
+	d = g.Intercept(context.Background(), flightRequest(t, inTxn(2)))
+	if d.Action != proxy.Reply || !strings.Contains(d.Reply.Lookup("errmsg").StringValue(), "could not record") {
+		t.Fatalf("statement with the lock store unreachable: %+v, want refused", d)
+	}
+
+	st.txns.SetUnavailable(nil)
+	if d = g.Intercept(context.Background(), commitRequest(t, 3)); d.Action != proxy.Forward {
+		t.Errorf("commit of a transaction that recorded nothing: %+v, want forwarded", d)
+	}
+}
+
+func commandName(t *testing.T, b []byte) string {
+	t.Helper()
+	msg, err := wire.Parse(b, wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := wire.CommandOf(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Name
 }

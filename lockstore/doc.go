@@ -131,6 +131,7 @@
 //	| `ForceRelease(ns, id, reason)` | operators: frees the key whoever holds it, token + 1, `reason` stored on the generation, audit event logged at warn level; returns the state before. |
 //	| `Holds(owner, ns, ids, margin)` | enforcement: does the owner hold every id with at least `margin` of lease left? See "Cache". |
 //	| `HeldTokens(owner, ns, ids, margin)` | `Holds` that also returns each id's token (the document fence stamps and checks them) and the lease the earliest of them surely has left (the proxy's deadline, `maxTimeMS` cap and in-flight renewals). |
+//	| `RecordTxn(session, txn, needs)` / `BeginCommit(session, txn)` / `EndTxn(session, txn)` | what a transaction's commit needs (txn.go): each statement's needs are a document of their own in the transactions collection (`lockgate.locks_txns`), `_id = <session hex>:<txnNumber>:<slot>`, slots from 0, inserted once (fields `s`, `n`, `at`, `needs`, or `seal`); `BeginCommit` inserts a seal in the next slot and returns everything below it, and `RecordTxn` refuses (`ErrTxnCommitting`) to go above a seal; `EndTxn` deletes the slots once the server answered the commit or abort. Reads and deletes are by `_id` only; the janitor deletes records older than `TxnRetention` (1 h). |
 //	| `Ping`, `Cleanup`, `CollectHeads`, `Close` | reachability, compaction, deletion of idle keys, shutdown. |
 //
 // Errors: `ErrBusy` and `ErrTimeout` come as `*HeldError` carrying the

@@ -30,6 +30,8 @@ const (
 	opHeldNamespaces = "held_namespaces"
 	// opSweep finds the locks of ended sessions (one query for many).
 	opSweep = "sweep_sessions"
+	// opTxn records, reads and forgets what transactions' commits need.
+	opTxn = "transaction"
 )
 
 // Metrics are the lock store's Prometheus collectors. Create them with

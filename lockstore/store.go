@@ -93,6 +93,7 @@ type Store struct {
 	client *mongo.Client
 	coll   *mongo.Collection // head documents
 	claims *mongo.Collection // claims: Collection + "_claims"
+	txns   *mongo.Collection // transaction records: Collection + "_txns" (txn.go)
 	log    *zap.Logger
 	m      *Metrics
 	clock  Clock
@@ -103,6 +104,8 @@ type Store struct {
 	sweeper *sessionSweeper
 	wq      *waitQueues
 	heldNS  heldNamespaces
+	// txnSlots guesses where a transaction's next record goes (txn.go).
+	txnSlots txnSlots
 
 	setupMu   sync.Mutex
 	setupDone atomic.Bool
@@ -178,6 +181,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 		SetReadPreference(readpref.Primary())
 	s.coll = client.Database(cfg.Database).Collection(cfg.Collection, copt)
 	s.claims = client.Database(cfg.Database).Collection(cfg.Collection+ClaimsSuffix, copt)
+	s.txns = client.Database(cfg.Database).Collection(cfg.Collection+TxnsSuffix, copt)
 	s.openStream = s.watchCollection
 
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -315,6 +319,7 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 	}{
 		{s.coll, mongo.IndexModel{Keys: bson.D{{Key: "owner", Value: 1}, {Key: "ns", Value: 1}}}},
 		{s.coll, mongo.IndexModel{Keys: bson.D{{Key: "expiresAt", Value: 1}}}},
+		{s.txns, mongo.IndexModel{Keys: bson.D{{Key: "at", Value: 1}}}},
 	} {
 		if err := create(ci.c, ci.m); err != nil {
 			if isUnreachable(err) {
@@ -397,6 +402,11 @@ func (s *Store) background(cfg Config) {
 				s.log.Debug("cleanup failed", zap.Error(err))
 			} else if n > 0 {
 				s.log.Info("deleted idle lock records", zap.Int("count", n))
+			}
+			if n, err := s.cleanupTxns(s.ctx); err != nil {
+				s.log.Debug("deleting old transaction records failed", zap.Error(err))
+			} else if n > 0 {
+				s.log.Info("deleted transaction records past their retention", zap.Int("count", n))
 			}
 			if n, err := s.CollectHeads(s.ctx); err != nil {
 				s.log.Debug("collecting idle lock keys failed", zap.Error(err))

@@ -30,6 +30,9 @@ type Store interface {
 	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
 	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
+	RecordTxn(ctx context.Context, session []byte, txn int64, needs []lockstore.TxnNeed) error
+	BeginCommit(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error)
+	EndTxn(ctx context.Context, session []byte, txn int64) error
 }
 
 // Lease limits every store under test is opened with.
@@ -89,6 +92,7 @@ func Run(t *testing.T, open Open) {
 		{"HeldTokens", heldTokens},
 		{"ReleaseSession", releaseSession},
 		{"InvalidArguments", invalid},
+		{"TransactionRecords", txnRecords},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clock := NewClock()

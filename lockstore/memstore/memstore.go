@@ -44,6 +44,8 @@ type Store struct {
 	changed chan struct{}
 	// fail, when set, is what every call returns (an outage).
 	fail error
+	// txns are the transaction records (txn.go).
+	txns map[txnKey]*txnRecord
 }
 
 type record struct {
