@@ -2,6 +2,8 @@ package lockstore
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -99,6 +101,7 @@ type Store struct {
 	sclock *serverClock // nil when the clock was injected
 
 	cache   *holdCache
+	via     string // this Store's name in the generations it writes
 	owned   *ownedIndex
 	sweeper *sessionSweeper
 	wq      *waitQueues
@@ -151,6 +154,9 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 		s.clock = s.sclock
 	}
 	s.cache = newHoldCache(s.m.held)
+	var via [8]byte
+	_, _ = crand.Read(via[:])
+	s.via = hex.EncodeToString(via[:])
 	s.wq = newWaitQueues()
 	s.owned = newOwnedIndex()
 	s.sweeper = newSessionSweeper()
@@ -468,6 +474,13 @@ type gen struct {
 	At          time.Time         `bson:"at"`
 	LastError   string            `bson:"lastError"`
 	Reason      string            `bson:"reason,omitempty"`
+	// Via names the Store (the lockgate instance) that wrote this
+	// generation: only that Store may answer "held" for it from memory.
+	Via string `bson:"via,omitempty"`
+	// Shared says that the hold this generation continues was changed
+	// through more than one Store, so another Store may still answer
+	// "held" from an older generation of it (see quiesce).
+	Shared bool `bson:"shared,omitempty"`
 }
 
 // Generation kinds, for operators reading the collection.
@@ -543,10 +556,14 @@ func sessionBinary(session []byte) *primitive.Binary {
 	return &primitive.Binary{Subtype: 0x04, Data: session}
 }
 
-// refreshCache re-reads the head of every cached lock that names a holder,
-// at most 1000 keys per round trip.
+// refreshCache confirms every cached lock that names a holder and that
+// this Store wrote: a lock whose key has no generation after the cached one
+// is confirmed as of the moment the read was sent; one that has is dropped,
+// so that Holds reads it again. One round trip per 1000 keys. Only entries
+// verified lately are confirmed this way: the claims that would show a
+// newer generation are compacted after Config.CleanupAfter.
 func (s *Store) refreshCache(ctx context.Context) {
-	seen := s.cache.heldEntries()
+	seen := s.cache.ownHeld(s.via, time.Now().Add(-min(s.cfg.CleanupAfter/8, 30*time.Second)))
 	if len(seen) == 0 || !s.setupDone.Load() {
 		return
 	}
@@ -557,14 +574,46 @@ func (s *Store) refreshCache(ctx context.Context) {
 	for len(rids) > 0 {
 		batch := rids[:min(len(rids), 1000)]
 		rids = rids[len(batch):]
-		hs, err := s.heads(ctx, batch)
+		sent := time.Now()
+		newer, err := s.newerClaims(ctx, batch, seen)
 		if err != nil {
 			s.log.Debug("lock cache refresh failed; entries age out", zap.Error(err))
 			return
 		}
-		verified := time.Now()
 		for _, rid := range batch {
-			s.cache.refresh(rid, seen[rid], hs[rid], verified)
+			if newer[rid] {
+				s.cache.refresh(rid, seen[rid], nil, time.Time{})
+			} else {
+				s.cache.confirm(rid, seen[rid], sent)
+			}
 		}
 	}
+}
+
+// newerClaims tells, for each rid, whether a claim of the generation after
+// seen[rid] exists (one round trip).
+func (s *Store) newerClaims(ctx context.Context, rids []string, seen map[string]*gen) (map[string]bool, error) {
+	want := make([]string, len(rids))
+	for i, rid := range rids {
+		want[i] = genID(rid, seen[rid].Seq+1)
+	}
+	var found []struct {
+		Key string `bson:"key"`
+	}
+	err := s.rt(ctx, opFind, func(ctx context.Context) error {
+		cur, err := s.claims.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: want}}}},
+			options.Find().SetProjection(bson.D{{Key: "key", Value: 1}}))
+		if err != nil {
+			return err
+		}
+		return cur.All(ctx, &found)
+	})
+	if err != nil {
+		return nil, s.storeErr(ctx, opFind, err)
+	}
+	out := make(map[string]bool, len(found))
+	for _, f := range found {
+		out[f.Key] = true
+	}
+	return out, nil
 }
