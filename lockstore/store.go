@@ -593,6 +593,11 @@ func (s *Store) refreshCache(ctx context.Context) {
 // newerClaims tells, for each rid, whether a claim of the generation after
 // seen[rid] exists (one round trip).
 func (s *Store) newerClaims(ctx context.Context, rids []string, seen map[string]*gen) (map[string]bool, error) {
+	if len(rids) == 1 {
+		// By _id alone: the lookup every server answers from an index.
+		g, err := s.claim(ctx, rids[0], seen[rids[0]].Seq+1)
+		return map[string]bool{rids[0]: g != nil}, err
+	}
 	want := make([]string, len(rids))
 	for i, rid := range rids {
 		want[i] = genID(rid, seen[rid].Seq+1)
