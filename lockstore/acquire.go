@@ -288,7 +288,6 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			return nil, h, err
 		}
 		if ok {
-			inserted := time.Now()
 			if err := s.writeHead(ctx, op, next); err != nil {
 				// The claim stands but readers of the head document do not
 				// see it yet; the next change rolls forward past it. Report
@@ -304,7 +303,7 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			if !mark {
 				return next, next, nil
 			}
-			if err := s.quiesce(ctx, inserted); err != nil {
+			if err := s.quiesce(ctx, time.Now()); err != nil {
 				return nil, next, err
 			}
 			h, maybeStale, quiesced = next, true, next.Seq
@@ -364,12 +363,14 @@ func (s *Store) mustQuiesce(h, next *gen, now time.Time, unc time.Duration) bool
 }
 
 // quiesce waits until every other Store's trust in the generations before
-// the one this Store inserted at local time inserted has run out. Each
-// trusts one for CacheTrust after a moment at which it was the newest
-// (holdEntry.confirmed), which came before that insert; the wait adds a
-// margin for the rate at which two machines' clocks may differ.
-func (s *Store) quiesce(ctx context.Context, inserted time.Time) error {
-	d := time.Until(inserted.Add(s.cfg.CacheTrust + s.cfg.CacheTrust/64 + time.Millisecond))
+// the one whose claim and head this Store had written by local time
+// written has run out. Each trusts one for CacheTrust after a moment at
+// which it was surely the newest (holdEntry.confirmed: before a write of
+// it, or before a read of its head), which came before that head write;
+// the wait adds a margin for the rate at which two machines' clocks may
+// differ.
+func (s *Store) quiesce(ctx context.Context, written time.Time) error {
+	d := time.Until(written.Add(s.cfg.CacheTrust + s.cfg.CacheTrust/64 + time.Millisecond))
 	if d <= 0 {
 		return nil
 	}

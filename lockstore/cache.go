@@ -12,9 +12,9 @@ import (
 type holdEntry struct {
 	g        *gen      // immutable
 	verified time.Time // local time of that write or read
-	// confirmed is a local time at which g was surely the key's newest
-	// generation (zero: never shown): taken before the write of g was
-	// sent, or before a read of the claims that found none after g.
+	// confirmed is a local time before which no newer generation's head
+	// document was written (zero: never shown): taken before the write of
+	// g was sent, or before a read of the head document that found g.
 	confirmed time.Time
 	own       bool // held through this Store (acquired or renewed here)
 }

@@ -3,6 +3,8 @@ package lockstore
 import (
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestCacheIsNeverWrongAcrossStores is issue 27 item 1 at the lock store:
@@ -87,5 +89,38 @@ func TestCacheIsNeverWrongAcrossStores(t *testing.T) {
 	}
 	if held(s1, a, "foreign") {
 		t.Fatal("s1 trusted its read of a lock taken through s2")
+	}
+}
+
+// TestOwnLockAnsweredFromMemoryForTheLease: what the cache is for. A lock
+// taken through a store is confirmed in the background, so its holder's
+// checks are answered without a round trip long after the trust period,
+// however rarely the lock is written.
+func TestOwnLockAnsweredFromMemoryForTheLease(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.CacheTrust = 100 * time.Millisecond
+	s := openStore(t, cfg)
+	a := newOwner("a")
+	mustAcquire(t, s, a, "db.c", ids(t, "own"), time.Minute, 0)
+	taken := time.Now()
+	finds := func() float64 { return testutil.ToFloat64(s.m.roundTrips.WithLabelValues(opFind, "ok")) }
+	f0 := finds()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Since(taken) < 3*cfg.CacheTrust || finds() < f0+3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the background confirmation did not run")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := finds()
+	if ok, _, err := s.Holds(bg, a, "db.c", ids(t, "own"), 0); !ok || err != nil {
+		t.Fatalf("holds: %v %v", ok, err)
+	}
+	if after := finds(); after != before {
+		// A confirmation may have run meanwhile; then ask once more.
+		before = after
+		if ok, _, _ := s.Holds(bg, a, "db.c", ids(t, "own"), 0); !ok || finds() != before {
+			t.Fatalf("the holder's check past the trust period read the store (%v finds)", finds()-before)
+		}
 	}
 }

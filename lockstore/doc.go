@@ -157,26 +157,28 @@
 // from it, without a round trip, only for a generation this store wrote
 // itself (`via`), with enough lease left, and only for the cache's trust
 // period (1 s; not a configuration key, and the same in every instance)
-// after a moment at which that generation was surely the key's newest: the
-// moment before its claim was sent, or before a read of the claims that
-// found none after it. A background task re-reads, twice per trust period
-// and in one round trip, whether a claim follows any cached lock this store
-// wrote, so that writes under a lock held through this proxy are answered
-// from memory for the whole lease; a lock with a newer generation is
-// dropped and read again. A lock whose newest generation another store
-// wrote (taken, renewed or changed through another proxy) is read from the
-// head documents on every check.
+// after a moment before which no newer generation's head document was
+// written: the moment before its claim was sent, or before a read of its
+// head document that found it. A background task re-reads, twice per
+// trust period and in one round trip, the head documents of the cached
+// locks this store wrote, so that writes under a lock held through this
+// proxy are answered from memory for the whole lease; a lock whose head
+// shows another generation is read again by the next check. A lock whose
+// newest generation another store wrote (taken, renewed or changed through
+// another proxy) is read from the head documents on every check.
 //
 // A release, force-release, handoff or session release through one store
 // of a hold that another store may still trust (its newest generation was
 // written elsewhere, or the hold was changed through more than one store:
 // `shared`) first writes a generation of the same hold (kind `renew`, the
 // lease unchanged) and waits one trust period (plus 1/64 for the two
-// machines' clock rates) after that insert returned, counted in
-// `lockgate_lock_quiesce_waits_total`; only then does it free the key. The
-// other store trusted the old generation from a moment before that insert
-// at the latest, so its trust has run out by then, and its next check
-// reads the store. So once such a change has returned, no store answers
+// machines' clock rates) after that generation's head document was
+// written, counted in `lockgate_lock_quiesce_waits_total`; only then does
+// it free the key. The other store trusted the old generation from a
+// moment before that head write at the latest (a head write lands once,
+// before its writer returns, so a head never goes back to a generation
+// after a newer one was read), so its trust has run out by then, and its
+// next check reads the store. So once such a change has returned, no store answers
 // "held" for the old holder, and no new holder is granted the key before
 // that. The cost: up to a second and two round trips on a release through
 // another proxy than the one the lock was last taken or renewed through;

@@ -557,11 +557,15 @@ func sessionBinary(session []byte) *primitive.Binary {
 }
 
 // refreshCache confirms every cached lock that names a holder and that
-// this Store wrote: a lock whose key has no generation after the cached one
-// is confirmed as of the moment the read was sent; one that has is dropped,
-// so that Holds reads it again. One round trip per 1000 keys. Only entries
-// verified lately are confirmed this way: the claims that would show a
-// newer generation are compacted after Config.CleanupAfter.
+// this Store wrote by reading its head document (one round trip per 1000
+// keys, one lookup by _id for a single key): a lock whose head is still
+// the cached generation is confirmed as of the moment the read was sent;
+// any other is replaced by what was read, unconfirmed, so that Holds reads
+// it again. A head can lag behind its claims, but never behind a change
+// whose writer has gone on (quiesce waits for its head write), and a head
+// write lands once, before its writer returns, so it cannot bring back a
+// generation after a newer one was seen. Only entries verified lately are
+// confirmed this way, like the views writers build on (guess).
 func (s *Store) refreshCache(ctx context.Context) {
 	seen := s.cache.ownHeld(s.via, time.Now().Add(-min(s.cfg.CleanupAfter/8, 30*time.Second)))
 	if len(seen) == 0 || !s.setupDone.Load() {
@@ -575,50 +579,17 @@ func (s *Store) refreshCache(ctx context.Context) {
 		batch := rids[:min(len(rids), 1000)]
 		rids = rids[len(batch):]
 		sent := time.Now()
-		newer, err := s.newerClaims(ctx, batch, seen)
+		hs, err := s.heads(ctx, batch)
 		if err != nil {
 			s.log.Debug("lock cache refresh failed; entries age out", zap.Error(err))
 			return
 		}
 		for _, rid := range batch {
-			if newer[rid] {
-				s.cache.refresh(rid, seen[rid], nil, time.Time{})
-			} else {
+			if h := hs[rid]; h != nil && h.Seq == seen[rid].Seq && h.Token == seen[rid].Token {
 				s.cache.confirm(rid, seen[rid], sent)
+			} else {
+				s.cache.refresh(rid, seen[rid], h, sent)
 			}
 		}
 	}
-}
-
-// newerClaims tells, for each rid, whether a claim of the generation after
-// seen[rid] exists (one round trip).
-func (s *Store) newerClaims(ctx context.Context, rids []string, seen map[string]*gen) (map[string]bool, error) {
-	if len(rids) == 1 {
-		// By _id alone: the lookup every server answers from an index.
-		g, err := s.claim(ctx, rids[0], seen[rids[0]].Seq+1)
-		return map[string]bool{rids[0]: g != nil}, err
-	}
-	want := make([]string, len(rids))
-	for i, rid := range rids {
-		want[i] = genID(rid, seen[rid].Seq+1)
-	}
-	var found []struct {
-		Key string `bson:"key"`
-	}
-	err := s.rt(ctx, opFind, func(ctx context.Context) error {
-		cur, err := s.claims.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: want}}}},
-			options.Find().SetProjection(bson.D{{Key: "key", Value: 1}}))
-		if err != nil {
-			return err
-		}
-		return cur.All(ctx, &found)
-	})
-	if err != nil {
-		return nil, s.storeErr(ctx, opFind, err)
-	}
-	out := make(map[string]bool, len(found))
-	for _, f := range found {
-		out[f.Key] = true
-	}
-	return out, nil
 }
