@@ -410,7 +410,7 @@ func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin tim
 		k := ks[i]
 		h := hs[k.rid]
 		if h != nil && h.ownedBy(owner) && h.ExpiresAt.After(need) {
-			s.cache.put(k.rid, holdEntry{g: h, verified: verified})
+			s.cache.put(k.rid, holdEntry{g: h, verified: verified, confirmed: verified})
 			if tokens != nil {
 				tokens[i] = h.Token
 				earliest(h.ExpiresAt.Add(-unc))
