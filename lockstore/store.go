@@ -436,6 +436,11 @@ func (s *Store) storeErr(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("lockstore %s: %w", op, ctx.Err())
 	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		// The driver's read ran into the caller's deadline a moment before
+		// the context itself reported it (its timer had not fired yet).
+		return fmt.Errorf("lockstore %s: %w", op, context.DeadlineExceeded)
+	}
 	return unavailable(op, err)
 }
 
