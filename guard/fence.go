@@ -444,12 +444,18 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 			if !ok || s.Type == 0 || s.Type == bson.TypeNull {
 				continue // gone, or never stamped: not fenced out
 			}
-			if st, ok := s.AsInt64OK(); ok && st == c.tokens[i] {
+			st, isToken := stampToken(s)
+			if isToken && st == c.tokens[i] {
 				continue
 			}
 			what := "a document its filter matched"
 			if c.named[i] {
 				what = "_id " + id.String()
+			}
+			if !isToken {
+				out[c.index] = fmt.Sprintf("lockgate: %s on %s fenced out: the fence field of %s holds %s, not a fencing token (written before the fence was turned on, or by a writer the rule does not cover), so the database refused the write and nothing was written there; take the lock again with acquireLock, which replaces the value with its token",
+					h.cmd, c.ns, what, describeStamp(s))
+				break
 			}
 			out[c.index] = fmt.Sprintf("lockgate: %s on %s fenced out: this session's lock on %s (token %d) had passed to a newer holder (the document carries token %s) when the write reached the database, so the database refused it and nothing was written there; acquire the lock again and redo the work from a fresh read",
 				h.cmd, c.ns, what, c.tokens[i], stampString(s))

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
@@ -24,20 +25,44 @@ type fenceDB interface {
 	FenceStamps(ctx context.Context, ns, field string, ids []docid.ID) (stamps []bson.RawValue, exists []bool, err error)
 }
 
-// StampFence implements fenceDB: one update command, one statement per id.
-// $max makes it monotonic whatever order two stamps of one document
-// arrive in, so a slow stamp of an older holder can never lower it.
+// StampFence implements fenceDB: one update command, two statements per
+// id, then one read that confirms every stamp.
+//
+// $max makes the stamp monotonic whatever order two stamps of one document
+// arrive in, so a slow stamp of an older holder can never lower it. But
+// $max compares across types in BSON order, where strings, objects and
+// arrays sort above every number: it leaves such a value in place without
+// an error. So each id's $max is preceded by a repair that replaces a
+// value that is not a number (an array, whatever it holds, or any other
+// non-null type) with the token. That is safe: lockgate writes nothing but
+// its tokens into the field and drops clients' writes of it, so such a
+// value was written before the fence was turned on or by a writer the rule
+// does not cover, and carries no fencing state; the caller holds the lock
+// now, and a number (a newer holder's token) is never replaced. The read
+// that follows confirms that each existing document carries exactly the
+// token: otherwise (a value the repair cannot match, a newer holder's
+// token, or an older one written over the stamp where the upstream's
+// updates are not atomic) the stamp failed and so does acquireLock.
 func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []docid.ID, tokens []int64) error {
 	db, coll := splitNS(ns)
-	ups := make(bson.A, len(ids))
+	notAToken := bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: field, Value: bson.D{{Key: "$type", Value: "array"}}}},
+		bson.D{{Key: field, Value: bson.D{{Key: "$exists", Value: true}, {Key: "$ne", Value: nil}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}}},
+	}}}
+	ups := make(bson.A, 0, 2*len(ids))
 	for i, id := range ids {
-		ups[i] = bson.D{
-			{Key: "q", Value: bson.D{{Key: "_id", Value: id}}},
-			{Key: "u", Value: bson.D{{Key: "$max", Value: bson.D{{Key: field, Value: tokens[i]}}}}},
-		}
+		ups = append(ups,
+			bson.D{
+				{Key: "q", Value: append(bson.D{{Key: "_id", Value: id}}, notAToken...)},
+				{Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: field, Value: tokens[i]}}}}},
+			},
+			bson.D{
+				{Key: "q", Value: bson.D{{Key: "_id", Value: id}}},
+				{Key: "u", Value: bson.D{{Key: "$max", Value: bson.D{{Key: field, Value: tokens[i]}}}}},
+			})
 	}
 	var reply bson.Raw
-	err := r.client.Database(db).RunCommand(ctx, bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: ups}, {Key: "ordered", Value: false}}).Decode(&reply)
+	err := r.client.Database(db).RunCommand(ctx, bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: ups}, {Key: "ordered", Value: true}}).Decode(&reply)
 	if err != nil {
 		return fmt.Errorf("stamping the fencing token into %s: %w", ns, err)
 	}
@@ -47,7 +72,48 @@ func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []
 	if wce, err := reply.LookupErr("writeConcernError"); err == nil {
 		return fmt.Errorf("stamping the fencing token into %s: %v", ns, wce)
 	}
+	stamps, exists, err := r.FenceStamps(ctx, ns, field, ids)
+	if err != nil {
+		return fmt.Errorf("confirming the fencing token in %s: %w", ns, err)
+	}
+	for i, id := range ids {
+		if !exists[i] {
+			continue // nothing to stamp: lock, then insert
+		}
+		t, ok := stampToken(stamps[i])
+		switch {
+		case !ok:
+			return fmt.Errorf("the fence field %s of _id %s in %s holds %s, which is not a fencing token and could not be replaced by one; remove the field outside lockgate", field, id, ns, describeStamp(stamps[i]))
+		case t != tokens[i]:
+			return fmt.Errorf("the fence field %s of _id %s in %s holds token %d after stamping %d: another holder's stamp", field, id, ns, t, tokens[i])
+		}
+	}
 	return nil
+}
+
+// stampToken reads a fence field as a token: an integral number. Anything
+// else (null and a missing field included) is not one.
+func stampToken(v bson.RawValue) (int64, bool) {
+	switch v.Type {
+	case bson.TypeInt32, bson.TypeInt64:
+		return v.AsInt64OK()
+	case bson.TypeDouble:
+		f := v.Double()
+		if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	return 0, false
+}
+
+// describeStamp names what a fence field holds, without its content (it
+// may be application data).
+func describeStamp(v bson.RawValue) string {
+	if v.Type == 0 {
+		return "nothing"
+	}
+	return "a value of type " + v.Type.String()
 }
 
 // FenceStamps implements fenceDB with one find on the primary.

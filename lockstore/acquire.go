@@ -249,6 +249,7 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 		}
 		s.remember(rid, h)
 	}
+	quiesced := int64(-1) // the generation after which quiesce waited
 	for range maxRaces {
 		now, unc := s.clock.Now()
 		next, serr := step(h, now, unc)
@@ -269,6 +270,18 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			}
 			return nil, h, serr
 		}
+		next.Via = s.via
+		next.Shared = continues(h, next) && (h.Shared || h.Via != s.via)
+		mark := s.mustQuiesce(h, next, now, unc) && quiesced != h.Seq
+		if mark {
+			// Another Store may answer "held" for h from memory: first
+			// write a generation of the same hold through this one (that
+			// Store stops trusting h at its next confirmation), then wait
+			// until its trust in h has surely run out.
+			next = h.next(kindRenew, now)
+			next.Via, next.Shared = s.via, true
+		}
+		sent := time.Now()
 		ok, err := s.insert(ctx, op, next)
 		if err != nil {
 			s.cache.remove(rid)
@@ -282,12 +295,19 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 				s.cache.remove(rid)
 				return nil, h, err
 			}
-			s.cache.put(rid, holdEntry{g: next, verified: time.Now(), own: next.Owner != nil})
+			s.cache.put(rid, holdEntry{g: next, verified: time.Now(), confirmed: sent, own: next.Owner != nil && !mark})
 			s.owned.changed(rid, h, next)
 			if next.Owner != nil {
 				s.heldNS.mark(next.NS)
 			}
-			return next, next, nil
+			if !mark {
+				return next, next, nil
+			}
+			if err := s.quiesce(ctx, time.Now()); err != nil {
+				return nil, next, err
+			}
+			h, maybeStale, quiesced = next, true, next.Seq
+			continue
 		}
 		// Someone else made generation next.Seq first: go on from it (and
 		// check the head document if that leads to a refusal).
@@ -320,6 +340,51 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 		return nil, h, &HeldError{NS: h.NS, ID: h.lockedID(), Holder: h.holder()}
 	}
 	return nil, h, fmt.Errorf("%w: %w", ErrUnavailable, errContended)
+}
+
+// continues tells whether next keeps the hold of h (a renewal or a
+// re-entrant acquire): same owner, same token.
+func continues(h, next *gen) bool {
+	return h != nil && h.Owner != nil && next.Owner != nil && next.Token == h.Token &&
+		string(h.Owner.Data) == string(next.Owner.Data) && h.Bind == next.Bind
+}
+
+// mustQuiesce tells whether next, which ends the hold of h (a release,
+// force-release or handoff), must wait for other Stores first: one of them
+// may still answer "held" for h from memory when it wrote h, or an earlier
+// generation of the same hold (h.Shared). A lease that surely ended is
+// trusted nowhere, and a hold only this Store changed is in no other
+// Store's cache as trusted.
+func (s *Store) mustQuiesce(h, next *gen, now time.Time, unc time.Duration) bool {
+	if s.cfg.CacheTrust <= 0 || h == nil || h.Owner == nil || !h.ExpiresAt.After(now.Add(-unc)) || continues(h, next) {
+		return false
+	}
+	return h.Via != s.via || h.Shared
+}
+
+// quiesce waits until every other Store's trust in the generations before
+// the one whose claim and head this Store had written by local time
+// written has run out. Each trusts one for CacheTrust after a moment at
+// which it was surely the newest (holdEntry.confirmed: before a write of
+// it, or before a read of its head), which came before that head write;
+// the wait adds a margin for the rate at which two machines' clocks may
+// differ.
+func (s *Store) quiesce(ctx context.Context, written time.Time) error {
+	d := time.Until(written.Add(s.cfg.CacheTrust + s.cfg.CacheTrust/64 + time.Millisecond))
+	if d <= 0 {
+		return nil
+	}
+	s.m.quiesces.Inc()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("lockstore: waiting for other lockgates to stop trusting the lock: %w", ctx.Err())
+	case <-s.ctx.Done():
+		return ErrClosed
+	}
 }
 
 // remember caches a head document just read, so that the next change of

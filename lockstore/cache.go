@@ -12,15 +12,21 @@ import (
 type holdEntry struct {
 	g        *gen      // immutable
 	verified time.Time // local time of that write or read
-	own      bool      // held through this Store (acquired or renewed here)
+	// confirmed is a local time before which no newer generation's head
+	// document was written (zero: never shown): taken before the write of
+	// g was sent, or before a read of the head document that found g.
+	confirmed time.Time
+	own       bool // held through this Store (acquired or renewed here)
 }
 
 // holdCache remembers locks written or verified through this Store so that
 // Holds can answer without a round trip. It may only err on the side of
 // "not known": entries are dropped on every release, force-release and
-// session release through this Store, are trusted only while their lease
-// (minus margin and clock uncertainty) lasts, and only for
-// Config.CacheTrust after they were last verified. Safe for concurrent use.
+// session release through this Store, and Holds trusts one only for a
+// generation this Store wrote itself, while its lease (minus margin and
+// clock uncertainty) lasts, and for Config.CacheTrust after it was last
+// confirmed. A change through another Store either comes after that or
+// waits for it (Store.quiesce). Safe for concurrent use.
 type holdCache struct {
 	mu   sync.Mutex
 	m    map[string]holdEntry
@@ -113,23 +119,35 @@ func (c *holdCache) staleAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for rid, e := range c.m {
-		e.verified = time.Time{}
+		e.verified, e.confirmed = time.Time{}, time.Time{}
 		c.m[rid] = e
 	}
 }
 
-// held returns the generation of every entry that names a holder, for the
-// background refresh.
-func (c *holdCache) heldEntries() map[string]*gen {
+// ownHeld returns the generation of every entry that names a holder, was
+// written by the Store via and was verified after since, for the
+// background confirmation.
+func (c *holdCache) ownHeld(via string, since time.Time) map[string]*gen {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make(map[string]*gen, len(c.m))
 	for rid, e := range c.m {
-		if e.g.Owner != nil {
+		if e.g.Owner != nil && e.g.Via == via && e.verified.After(since) {
 			out[rid] = e.g
 		}
 	}
 	return out
+}
+
+// confirm records that seen, still the entry of rid, was the key's newest
+// generation at local time at.
+func (c *holdCache) confirm(rid string, seen *gen, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.m[rid]; ok && cur.g == seen && at.After(cur.confirmed) {
+		cur.confirmed, cur.verified = at, at
+		c.m[rid] = cur
+	}
 }
 
 // refresh replaces the entry of rid with fresh, read from the database at

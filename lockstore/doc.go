@@ -109,7 +109,10 @@
 // handoff.go), `owner`
 // (session id, binary subtype 4, null when free), `bind`, `ownerApp`,
 // `ownerClient`, `token`, `acquiredAt`, `expiresAt` (1970-01-01 when free),
-// `at` (time of the change), `lastError`, `reason` (force-release).
+// `at` (time of the change), `lastError`, `reason` (force-release), `via`
+// (a random name of the store, drawn when it opens, that wrote the
+// generation), `shared` (the hold was changed through more than one store;
+// see "Cache and Holds").
 // Indexes: `{owner:1, ns:1}` (endSessions, release-all) and `{expiresAt:1}`
 // (the admin list) on the lock collection, `{at:1}` (compaction) on the claims
 // collection; where the server has TTL indexes, that one is a TTL index
@@ -152,22 +155,37 @@
 // # Cache and Holds
 //
 // Each store keeps the last state it wrote or read per key. `Holds` answers
-// from it, without a round trip, when the entry shows the owner holding the
-// lock with enough lease left and was written or verified within
-// the cache's trust period (1 s; not a configuration key); otherwise it reads
-// the head documents (one round trip) so that a lock taken through another
-// proxy is honoured. A background task re-reads every cached lock that names
-// a holder twice per trust period, all of them in one round trip, so that
-// writes under a lock held through this proxy are answered from memory for
-// the whole lease; a refresh never overwrites an entry that a release or
-// acquire through the same store changed meanwhile. The cache never outlives a lease, and every release,
-// force-release and session release through the same store drops the entry.
-// **Accepted risk:** a force-release or `endSessions` through *another* proxy
-// (or a manual edit) is seen by this proxy only after the trust period (at once
-// where change streams run). For that window the old holder may still pass
-// enforcement on this proxy; the raised fencing token is the backstop for
-// resources that check tokens. `Holds` fails closed: on any store error it answers
-// "not held" with `ErrUnavailable`.
+// from it, without a round trip, only for a generation this store wrote
+// itself (`via`), with enough lease left, and only for the cache's trust
+// period (1 s; not a configuration key, and the same in every instance)
+// after a moment before which no newer generation's head document was
+// written: the moment before its claim was sent, or before a read of its
+// head document that found it. A background task re-reads, twice per
+// trust period and in one round trip, the head documents of the cached
+// locks this store wrote, so that writes under a lock held through this
+// proxy are answered from memory for the whole lease; a lock whose head
+// shows another generation is read again by the next check. A lock whose
+// newest generation another store wrote (taken, renewed or changed through
+// another proxy) is read from the head documents on every check.
+//
+// A release, force-release, handoff or session release through one store
+// of a hold that another store may still trust (its newest generation was
+// written elsewhere, or the hold was changed through more than one store:
+// `shared`) first writes a generation of the same hold (kind `renew`, the
+// lease unchanged) and waits one trust period (plus 1/64 for the two
+// machines' clock rates) after that generation's head document was
+// written, counted in `lockgate_lock_quiesce_waits_total`; only then does
+// it free the key. The other store trusted the old generation from a
+// moment before that head write at the latest (a head write lands once,
+// before its writer returns, so a head never goes back to a generation
+// after a newer one was read), so its trust has run out by then, and its
+// next check reads the store. So once such a change has returned, no store answers
+// "held" for the old holder, and no new holder is granted the key before
+// that. The cost: up to a second and two round trips on a release through
+// another proxy than the one the lock was last taken or renewed through;
+// releases through the same proxy do not wait. A lease that surely ended
+// is trusted nowhere, so a takeover does not wait. `Holds` fails closed: on
+// any store error it answers "not held" with `ErrUnavailable`.
 //
 // # FerretDB notes
 //

@@ -49,6 +49,7 @@ type Metrics struct {
 	expired      prometheus.Counter
 	cleaned      prometheus.Counter
 	handoffs     prometheus.Counter
+	quiesces     prometheus.Counter
 }
 
 // NewMetrics creates unregistered collectors.
@@ -88,6 +89,10 @@ func NewMetrics() *Metrics {
 		handoffs: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_lock_handoffs_total",
 			Help: "Releases through this instance that handed the lock straight to a waiter on this instance.",
+		})),
+		quiesces: metricset.Add(&s, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_lock_quiesce_waits_total",
+			Help: "Releases, force-releases and handoffs through this instance of a lock held or changed through another instance, which waited for that instance's cache to stop trusting the lock.",
 		})),
 	}
 	m.Set = s

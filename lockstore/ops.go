@@ -345,10 +345,10 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason
 
 // Holds reports whether owner holds an unexpired lock on every id with at
 // least margin of lease left, and lists the ids it does not. It answers from
-// the local cache for locks written or verified through this Store within
-// Config.CacheTrust, and reads the database (one round trip) for the rest,
-// so a lock taken through another instance is honoured. It fails closed:
-// on error the answer is false.
+// the local cache for locks whose current generation this Store wrote,
+// confirmed within Config.CacheTrust, and reads the database (one round
+// trip) for the rest, so a lock taken or changed through another instance
+// is honoured. It fails closed: on error the answer is false.
 func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
 	if err := checkOwner(owner); err != nil {
 		return false, nil, err
@@ -374,8 +374,11 @@ func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin tim
 	var ask []int // indexes in ks of the keys the cache cannot answer
 	for i, k := range ks {
 		if s.cfg.CacheTrust > 0 {
+			// Only a generation this Store wrote, confirmed lately, is
+			// trusted: a change through another Store either shows here
+			// within CacheTrust or waits that long first (quiesce).
 			if e, ok := s.cache.get(k.rid); ok && e.g.ownedBy(owner) && e.g.ExpiresAt.After(need) &&
-				local.Sub(e.verified) <= s.cfg.CacheTrust {
+				e.g.Via == s.via && local.Sub(e.confirmed) <= s.cfg.CacheTrust {
 				if tokens != nil {
 					tokens[i] = e.g.Token
 					earliest(e.g.ExpiresAt.Add(-unc))
@@ -395,19 +398,19 @@ func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin tim
 	for j, i := range ask {
 		rids[j] = ks[i].rid
 	}
+	verified := time.Now()
 	hs, err := s.heads(ctx, rids)
 	if err != nil {
 		return false, nil, 0, err
 	}
 	now, unc = s.clock.Now()
 	need = now.Add(unc + margin)
-	verified := time.Now()
 	var missing []docid.ID
 	for _, i := range ask {
 		k := ks[i]
 		h := hs[k.rid]
 		if h != nil && h.ownedBy(owner) && h.ExpiresAt.After(need) {
-			s.cache.put(k.rid, holdEntry{g: h, verified: verified})
+			s.cache.put(k.rid, holdEntry{g: h, verified: verified, confirmed: verified})
 			if tokens != nil {
 				tokens[i] = h.Token
 				earliest(h.ExpiresAt.Add(-unc))

@@ -2,6 +2,8 @@ package lockstore
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -100,6 +102,7 @@ type Store struct {
 	sclock *serverClock // nil when the clock was injected
 
 	cache   *holdCache
+	via     string // this Store's name in the generations it writes
 	owned   *ownedIndex
 	sweeper *sessionSweeper
 	wq      *waitQueues
@@ -154,6 +157,9 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 		s.clock = s.sclock
 	}
 	s.cache = newHoldCache(s.m.held)
+	var via [8]byte
+	_, _ = crand.Read(via[:])
+	s.via = hex.EncodeToString(via[:])
 	s.wq = newWaitQueues()
 	s.owned = newOwnedIndex()
 	s.sweeper = newSessionSweeper()
@@ -440,6 +446,11 @@ func (s *Store) storeErr(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("lockstore %s: %w", op, ctx.Err())
 	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		// The driver's read ran into the caller's deadline a moment before
+		// the context itself reported it (its timer had not fired yet).
+		return fmt.Errorf("lockstore %s: %w", op, context.DeadlineExceeded)
+	}
 	return unavailable(op, err)
 }
 
@@ -478,6 +489,13 @@ type gen struct {
 	At          time.Time         `bson:"at"`
 	LastError   string            `bson:"lastError"`
 	Reason      string            `bson:"reason,omitempty"`
+	// Via names the Store (the lockgate instance) that wrote this
+	// generation: only that Store may answer "held" for it from memory.
+	Via string `bson:"via,omitempty"`
+	// Shared says that the hold this generation continues was changed
+	// through more than one Store, so another Store may still answer
+	// "held" from an older generation of it (see quiesce).
+	Shared bool `bson:"shared,omitempty"`
 }
 
 // Generation kinds, for operators reading the collection.
@@ -553,10 +571,18 @@ func sessionBinary(session []byte) *primitive.Binary {
 	return &primitive.Binary{Subtype: 0x04, Data: session}
 }
 
-// refreshCache re-reads the head of every cached lock that names a holder,
-// at most 1000 keys per round trip.
+// refreshCache confirms every cached lock that names a holder and that
+// this Store wrote by reading its head document (one round trip per 1000
+// keys, one lookup by _id for a single key): a lock whose head is still
+// the cached generation is confirmed as of the moment the read was sent;
+// any other is replaced by what was read, unconfirmed, so that Holds reads
+// it again. A head can lag behind its claims, but never behind a change
+// whose writer has gone on (quiesce waits for its head write), and a head
+// write lands once, before its writer returns, so it cannot bring back a
+// generation after a newer one was seen. Only entries verified lately are
+// confirmed this way, like the views writers build on (guess).
 func (s *Store) refreshCache(ctx context.Context) {
-	seen := s.cache.heldEntries()
+	seen := s.cache.ownHeld(s.via, time.Now().Add(-min(s.cfg.CleanupAfter/8, 30*time.Second)))
 	if len(seen) == 0 || !s.setupDone.Load() {
 		return
 	}
@@ -567,14 +593,18 @@ func (s *Store) refreshCache(ctx context.Context) {
 	for len(rids) > 0 {
 		batch := rids[:min(len(rids), 1000)]
 		rids = rids[len(batch):]
+		sent := time.Now()
 		hs, err := s.heads(ctx, batch)
 		if err != nil {
 			s.log.Debug("lock cache refresh failed; entries age out", zap.Error(err))
 			return
 		}
-		verified := time.Now()
 		for _, rid := range batch {
-			s.cache.refresh(rid, seen[rid], hs[rid], verified)
+			if h := hs[rid]; h != nil && h.Seq == seen[rid].Seq && h.Token == seen[rid].Token {
+				s.cache.confirm(rid, seen[rid], sent)
+			} else {
+				s.cache.refresh(rid, seen[rid], h, sent)
+			}
 		}
 	}
 }

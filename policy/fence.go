@@ -37,9 +37,9 @@ var ErrFenceField = errors.New("policy: fence field")
 // FenceStatements returns msg re-encoded with pins applied as
 // PinStatements applies them, and each fenced statement rewritten:
 //
-//   - its filter gains, ANDed as the pin is, {F: {$in: [t, null]}} when
-//     every id has the token t, or {$or: [{_id: id, F: {$in: [t, null]}},
-//     ...]} when the tokens differ;
+//   - its filter gains, ANDed as the pin is, {F: {$in: [t, null], $not:
+//     {$type: "array"}}} when every id has the token t, or {$or: [{_id: id,
+//     F: {...}}, ...]} with each id's token when the tokens differ;
 //   - an update with operators loses any $set/$setOnInsert of F and gains
 //     $set {F: t} (one token only); any other operator on F, or on a path
 //     below it, is ErrFenceField;
@@ -206,11 +206,15 @@ func oneToken(f *Fence) (int64, bool) {
 // null in $in also matches a missing field: a document no fenced
 // acquireLock has stamped (created by an unlocked insert, or there before
 // the fence was enabled) can be written by the current holder, whose write
-// then stamps it.
+// then stamps it. An array never matches: $in would match one holding the
+// token or null among its elements, so a field poisoned with [null] would
+// let every stale holder in; acquireLock replaces such a value with its
+// token (guard.StampFence).
 func fenceClause(f *Fence) bsoncore.Document {
 	match := func(t int64) bsoncore.Document {
 		return bsoncore.NewDocumentBuilder().AppendArray("$in",
-			bsoncore.NewArrayBuilder().AppendInt64(t).AppendNull().Build()).Build()
+			bsoncore.NewArrayBuilder().AppendInt64(t).AppendNull().Build()).
+			AppendDocument("$not", bsoncore.NewDocumentBuilder().AppendString("$type", "array").Build()).Build()
 	}
 	if t, ok := oneToken(f); ok {
 		return bsoncore.NewDocumentBuilder().AppendDocument(f.Field, match(t)).Build()

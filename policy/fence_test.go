@@ -79,7 +79,9 @@ func wantJSON(t *testing.T, what string, got bson.Raw, want bson.D) {
 }
 
 func TestFenceStatements(t *testing.T) {
-	in := func(tok int64) bson.D { return bson.D{{Key: "$in", Value: bson.A{tok, nil}}} }
+	in := func(tok int64) bson.D {
+		return bson.D{{Key: "$in", Value: bson.A{tok, nil}}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "array"}}}}
+	}
 	// An update in a document sequence: operators get $set of the token,
 	// the client's own $set of the field is dropped.
 	msg, cmd := fenceMsg(t, bson.D{{Key: "update", Value: "c"}, {Key: "$db", Value: "d"}}, "updates",
