@@ -519,6 +519,13 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 				x.reason, x.holder = reasonHeldByOther, &st.Holder
 			case st.HeldByYou:
 				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %v left; renew it with renewLock", idsString(shown), r.LeaseMargin)
+			case st.ForceReleased && disclose && len(shown) == 1:
+				// Said to the former holder as renewLock says it: its
+				// work was cut off on purpose, not by a bug of its own.
+				x.detail = fmt.Sprintf("this session does not hold the lock on %s: an operator force-released it at %s", idsString(shown), st.UpdatedAt.UTC().Format(time.RFC3339))
+				if st.ForceReason != "" {
+					x.detail += fmt.Sprintf(" (reason: %q)", st.ForceReason)
+				}
 			}
 		}
 	}

@@ -1,12 +1,14 @@
 package guard
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 )
 
 // TestLeaseErrorsSpeakMilliseconds: lock commands take milliseconds, and
@@ -76,5 +78,31 @@ func TestOwnApplicationInAnotherSessionIsNamed(t *testing.T) {
 		if !strings.Contains(msg, `held by application "trap-app"`) {
 			t.Errorf("%s: does not name the holder:\n%s", tt.name, msg)
 		}
+	}
+}
+
+// TestForceReleaseExplainedToTheNextWrite: after an operator
+// force-released a lock, only renewLock said so; the former holder's next
+// write was told "this session does not hold the lock" and nothing of why
+// (issue 26). It now says when, and the reason the operator gave.
+func TestForceReleaseExplainedToTheNextWrite(t *testing.T) {
+	s := startStackWith(t, stackOptions{policy: config.Policy{
+		Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}},
+	}})
+	c := connect(t, s.uri, "forced-app")
+	sess := session(t, c)
+	if _, err := run(t, c, sess, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{9}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.ForceRelease(context.Background(), "shop.orders", lockstoretest.ID(int32(9)), "stuck batch job"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run(t, c, sess, bson.D{{Key: "update", Value: "orders"}, {Key: "updates", Value: bson.A{bson.D{
+		{Key: "q", Value: bson.D{{Key: "_id", Value: 9}}}, {Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}}}}}})
+	if err == nil {
+		t.Fatal("a write under a force-released lock was not refused")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "an operator force-released it at ") || !strings.Contains(msg, `(reason: "stuck batch job")`) {
+		t.Errorf("refusal %q, want it to say that an operator force-released the lock, when and why", msg)
 	}
 }

@@ -245,6 +245,8 @@ func (g *gen) status(now time.Time, owner *Owner) Status {
 		st.Since = g.AcquiredAt
 		st.ExpiresAt = g.ExpiresAt
 		st.HeldByYou = owner != nil && g.ownedBy(*owner)
+	} else if g.Kind == kindForce && g.Owner == nil {
+		st.ForceReleased, st.ForceReason = true, g.Reason
 	}
 	return st
 }

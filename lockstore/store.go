@@ -61,6 +61,11 @@ type Status struct {
 	Token     int64     // last token issued for the key; 0 if never locked
 	LastError string    // error text of the last release, if any
 	UpdatedAt time.Time // last change of the record
+	// ForceReleased: nobody holds it because an operator force-released
+	// it (at UpdatedAt, for ForceReason), so that the former holder's
+	// next write can be told why, as renewLock is.
+	ForceReleased bool
+	ForceReason   string
 }
 
 // ListOptions filter List.
