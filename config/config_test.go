@@ -642,3 +642,44 @@ func TestValidatePolicyOptions(t *testing.T) {
 		t.Fatalf("valid rule refused: %v", err)
 	}
 }
+
+func TestAuditValidation(t *testing.T) {
+	for _, tc := range []struct {
+		set  func(*Audit)
+		keys []string
+	}{
+		{func(a *Audit) { a.Enabled = true }, []string{"audit.dir", "audit.keyFile"}},
+		{func(a *Audit) { a.Mode = "required" }, []string{"audit.mode"}},
+		{func(a *Audit) { a.Mode = "sometimes" }, []string{"audit.mode"}},
+		{func(a *Audit) { a.SegmentMaxBytes = 10 }, []string{"audit.segmentMaxBytes"}},
+		{func(a *Audit) { a.SegmentMaxAge = Duration(time.Second) }, []string{"audit.segmentMaxAge"}},
+		{func(a *Audit) { a.CheckpointEvery = 0 }, []string{"audit.checkpointEvery"}},
+		{func(a *Audit) { a.CheckpointInterval = 0 }, []string{"audit.checkpointInterval"}},
+		{func(a *Audit) { a.BufferRecords = -1 }, []string{"audit.bufferRecords"}},
+		{func(a *Audit) { a.Enabled, a.Dir, a.KeyFile = true, "/tmp/t", "/tmp/k" }, nil},
+	} {
+		c := Default()
+		tc.set(&c.Audit)
+		err := c.Validate()
+		var got []string
+		for _, e := range flatten(err) {
+			var fe *FieldError
+			if errors.As(e, &fe) {
+				got = append(got, fe.Key)
+			}
+		}
+		if !reflect.DeepEqual(got, tc.keys) {
+			t.Errorf("%+v: errors on %v, want %v (%v)", c.Audit, got, tc.keys, err)
+		}
+	}
+}
+
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
