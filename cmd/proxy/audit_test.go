@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/docid"
 )
@@ -66,4 +65,3 @@ func TestAuditSubcommands(t *testing.T) {
 	}
 	t.Log(out)
 }
-
