@@ -41,19 +41,30 @@ func (f *Filter) match(r *Record) bool {
 // dir that f matches. It reads; it does not verify (Verify does): a line
 // that is not a record is an error naming it.
 func Query(dir string, f Filter, fn func(*Record) error) error {
+	return Read(dir, func(r *Record) error {
+		if f.match(r) {
+			return fn(r)
+		}
+		return nil
+	})
+}
+
+// Read calls fn with every record of dir, in trail order, without
+// verifying them.
+func Read(dir string, fn func(*Record) error) error {
 	names, err := segments(dir)
 	if err != nil {
 		return err
 	}
 	for _, name := range names {
-		if err := querySegment(filepath.Join(dir, name), name, f, fn); err != nil {
+		if err := readSegment(filepath.Join(dir, name), name, fn); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func querySegment(path, name string, f Filter, fn func(*Record) error) error {
+func readSegment(path, name string, fn func(*Record) error) error {
 	file, err := os.Open(path)
 	if err != nil {
 		return err
@@ -69,10 +80,8 @@ func querySegment(path, name string, f Filter, fn func(*Record) error) error {
 			}
 			return fmt.Errorf("%s line %d: not a record: %w (run verify)", name, n, err)
 		}
-		if f.match(&r) {
-			if err := fn(&r); err != nil {
-				return err
-			}
+		if err := fn(&r); err != nil {
+			return err
 		}
 	}
 	return sc.Err()

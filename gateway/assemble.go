@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/admin"
+	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/guard"
 	"github.com/lockgate/lockgate/lockstore"
@@ -58,6 +59,7 @@ type assembly struct {
 	reloads      *prometheus.CounterVec
 	srv          *proxy.Server
 	adm          *admin.Server
+	trail        *audittrail.Trail // nil unless audit.enabled
 }
 
 func (a *assembly) undo() {
@@ -184,8 +186,14 @@ func (a *assembly) openLockStore() (err error) {
 func (a *assembly) newGuard() error {
 	cfg, up := a.cfg, a.up
 	a.guardMetrics = guard.NewMetrics()
+	var store guard.LockStore = a.store
+	var trail guard.AuditTrail
+	if a.trail != nil {
+		store, trail = &auditedStore{Store: a.store, trail: a.trail}, a.trail
+	}
 	a.guard = guard.New(guard.Options{
-		Store:          a.store,
+		Store:          store,
+		Trail:          trail,
 		Reserved:       reservedNamespaces(cfg.Lockstore),
 		OwnerSecret:    a.ownerSecret,
 		AuthRequired:   a.authRequired.Load,
@@ -291,6 +299,7 @@ func (a *assembly) run() *Gateway {
 		guard:    gd,
 		reloads:  a.reloads,
 		nsClient: up.Client(),
+		trail:    a.trail,
 		done:     make(chan struct{}),
 	}
 
@@ -331,6 +340,13 @@ func (a *assembly) run() *Gateway {
 		}
 		if err := up.Close(); err != nil {
 			g.fail(fmt.Errorf("upstream close: %w", err))
+		}
+		// Last: the releases of the shutdown are in the trail before
+		// its stop record.
+		if a.trail != nil {
+			if err := a.trail.Close(); err != nil {
+				g.fail(fmt.Errorf("audit trail close: %w", err))
+			}
 		}
 		close(g.done)
 	}()

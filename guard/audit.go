@@ -4,9 +4,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
 
@@ -32,6 +35,9 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			}
 		}
 		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
+		if t := g.opts.Trail; t != nil {
+			t.Append(g.trailEvent(req, pol, v, w, r, x, decision))
+		}
 		// The line's fields (id lists above all) cost more than the
 		// decision itself; build them only when the line is written.
 		ce := g.audit.Check(zap.InfoLevel, "decision")
@@ -87,6 +93,89 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
 		}
 	}
+}
+
+// AuditTrail takes the records of the tamper-evident audit trail;
+// *audittrail.Trail is one. Append must not block: it is called on the
+// request path, once per protected namespace a message writes.
+type AuditTrail interface {
+	Append(audittrail.Event) bool
+}
+
+// trailEvent is the trail's record of one decision. It only copies
+// references (the ids are formatted by the trail's writer, off this
+// path); the one lookup is the holder tag, which the lock store's
+// records and the lock view show too, so that one holder's locks and
+// writes can be followed together.
+func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w policy.Write, r policy.Rule, x *violation, decision string) audittrail.Event {
+	ev := audittrail.Event{Kind: audittrail.KindDecision, Time: time.Now(), NS: w.NS, Mode: string(r.Mode),
+		Verdict: trailVerdicts[decision], Policy: pol.Version(),
+		App: req.Client.AppName(), User: req.Client.User(), Client: req.Client.Addr,
+		Op: req.Message.Header().OpCode.String()}
+	if req.Command != nil {
+		ev.Op = req.Command.Name
+		switch {
+		case v.flight != nil:
+			ev.Session = lockstore.SessionPrefix(v.flight.owner.Session)
+		case v.lsid != nil:
+			ev.Session = lockstore.SessionPrefix(g.owners.session(ev.User, v.lsid))
+		default:
+			if sid, ok := req.Command.SessionID(); ok {
+				ev.Session = lockstore.SessionPrefix(g.owners.session(ev.User, sid))
+			}
+		}
+	}
+	if ids, ok := v.checked.lookup(w.NS); ok {
+		ev.IDs = ids
+	} else if len(v.writes) == 1 {
+		ev.IDs = v.named // one namespace: the ids the request names are its
+	}
+	if len(ev.IDs) == 0 {
+		ev.IDs = insertedIDs(v.writes, w.NS) // inserts that needed no lock check
+	}
+	if x != nil {
+		ev.Reason, ev.Detail = x.reason, x.detail
+		if len(x.ids) > 0 {
+			ev.IDs = x.ids
+		}
+	}
+	if v.fence != nil && x == nil && len(ev.IDs) > 0 {
+		// A fenced write ran under these tokens (fence.go).
+		ev.Tokens = make([]int64, len(ev.IDs))
+		for i, id := range ev.IDs {
+			ev.Tokens[i], _ = v.fence.token(w.NS, id)
+		}
+	}
+	return ev
+}
+
+// insertedIDs are the _id values of the documents the message inserts
+// into ns, copied: the message's buffer is not the trail's to keep.
+func insertedIDs(writes []policy.Write, ns string) []docid.ID {
+	var vals []bsoncore.Value
+	for i := range writes {
+		if writes[i].NS != ns || writes[i].Doc == nil {
+			continue
+		}
+		if id, err := writes[i].Doc.LookupErr("_id"); err == nil {
+			vals = append(vals, id)
+		}
+	}
+	if len(vals) == 0 {
+		return nil
+	}
+	ids, err := docid.Copy(vals)
+	if err != nil {
+		return nil
+	}
+	return ids
+}
+
+// trailVerdicts are the decision log's decisions as the trail names them.
+var trailVerdicts = map[string]string{
+	decisionAllow:       audittrail.VerdictAllow,
+	decisionReject:      audittrail.VerdictReject,
+	decisionWouldReject: audittrail.VerdictWouldReject,
 }
 
 // metricReason keeps the reason label to the known values.

@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore"
+	"go.uber.org/zap"
+)
+
+// openAudit opens the audit trail when audit.enabled: its key, its
+// directory (recovered after a crash), its metrics; the trail records the
+// policy in force at start.
+func (a *assembly) openAudit() error {
+	c := a.cfg.Audit
+	if !c.Enabled {
+		return nil
+	}
+	key, err := audittrail.KeyFromFile(c.KeyFile)
+	if err != nil {
+		return fmt.Errorf("audit.keyFile: %w", err)
+	}
+	instance := c.Instance
+	if instance == "" {
+		if instance, err = os.Hostname(); err != nil {
+			return fmt.Errorf("audit.instance: empty, and the host name is unknown: %w", err)
+		}
+	}
+	m := audittrail.NewMetrics()
+	if err := a.register(m); err != nil {
+		return err
+	}
+	a.trail, err = audittrail.Open(audittrail.Options{
+		Dir:                c.Dir,
+		Instance:           instance,
+		Key:                key,
+		SegmentBytes:       c.SegmentMaxBytes,
+		SegmentAge:         c.SegmentMaxAge.D(),
+		CheckpointEvery:    c.CheckpointEvery,
+		CheckpointInterval: c.CheckpointInterval.D(),
+		BufferSize:         c.BufferRecords,
+		Logger:             a.log.Named("audit"),
+		Metrics:            m,
+	})
+	if err != nil {
+		return err
+	}
+	a.cleanup = append(a.cleanup, a.trail.Close)
+	a.trail.Append(audittrail.Event{Kind: audittrail.KindReload, Policy: a.pol.Version(), Detail: "policy at start"})
+	a.log.Info("audit trail open", zap.String("dir", c.Dir), zap.String("instance", instance))
+	return nil
+}
+
+// auditedStore records the lock commands that change locks (acquire,
+// renew, release, and the releases of ended sessions) in the trail, then
+// answers as the store did. Reads (status, holds) pass through: they
+// change nothing. Every other method is the store's own, so the guard
+// finds the store's optional capabilities on it too.
+type auditedStore struct {
+	*lockstore.Store
+	trail *audittrail.Trail
+}
+
+func (s *auditedStore) record(op string, o lockstore.Owner, ns string, ids []docid.ID, locks []lockstore.Lock, n int, err error) {
+	ev := audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: op, NS: ns, IDs: ids,
+		App: o.App, User: o.User, Client: o.Client, Session: lockstore.SessionPrefix(o.Session), Verdict: audittrail.VerdictOK}
+	if len(locks) > 0 {
+		ev.IDs = make([]docid.ID, len(locks))
+		ev.Tokens = make([]int64, len(locks))
+		for i, l := range locks {
+			ev.IDs[i], ev.Tokens[i] = l.ID, l.Token
+		}
+	}
+	if n >= 0 {
+		ev.Detail = strconv.Itoa(n) + " released"
+	}
+	if err != nil {
+		ev.Verdict, ev.Detail = audittrail.VerdictFailed, err.Error()
+	}
+	s.trail.Append(ev)
+}
+
+func (s *auditedStore) Acquire(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error) {
+	locks, err := s.Store.Acquire(ctx, o, ns, ids, lease, wait)
+	s.record("acquire", o, ns, ids, locks, -1, err)
+	return locks, err
+}
+
+func (s *auditedStore) Renew(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error) {
+	locks, err := s.Store.Renew(ctx, o, ns, ids, lease)
+	s.record("renew", o, ns, ids, locks, -1, err)
+	return locks, err
+}
+
+func (s *auditedStore) Release(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error) {
+	n, err := s.Store.Release(ctx, o, ns, ids, errText)
+	s.record("release", o, ns, ids, nil, n, err)
+	return n, err
+}
+
+func (s *auditedStore) ReleaseAll(ctx context.Context, o lockstore.Owner, ns string, errText string) (int, error) {
+	n, err := s.Store.ReleaseAll(ctx, o, ns, errText)
+	s.record("releaseAll", o, ns, nil, nil, n, err)
+	return n, err
+}
+
+func (s *auditedStore) ReleaseSession(ctx context.Context, session []byte) (int, error) {
+	n, err := s.Store.ReleaseSession(ctx, session)
+	if n > 0 || err != nil {
+		s.record("releaseSession", lockstore.Owner{Session: session}, "", nil, nil, n, err)
+	}
+	return n, err
+}

@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/config"
+)
+
+// TestAuditTrailThroughTheGateway: two real clients write one document
+// through a gateway with the trail on, one under a lock, one refused;
+// the trail verifies, and the document's history in it is what happened,
+// in order, with the lock holder's tag on its lock and on its writes.
+func TestAuditTrailThroughTheGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	up := startEmbedded(t)
+	dir := filepath.Join(t.TempDir(), "trail")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "0123456789abcdef0123456789abcdef-gateway"
+	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile, cfg.Audit.Instance = true, dir, keyFile, "gw-1"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := "mongodb://" + gw.ProxyAddr().String() + "/"
+	connect := func(app string) (*mongo.Client, mongo.SessionContext) {
+		c, err := mongo.Connect(ctx, options.Client().ApplyURI(uri).SetAppName(app))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Disconnect(context.Background()) })
+		s, err := c.StartSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.EndSession(context.Background()) })
+		return c, mongo.NewSessionContext(ctx, s)
+	}
+	alpha, actx := connect("alpha")
+	beta, bctx := connect("beta")
+	aOrders, bOrders := alpha.Database("shop").Collection("orders"), beta.Database("shop").Collection("orders")
+	lockCmd := func(c *mongo.Client, sctx context.Context, name string) {
+		t.Helper()
+		if err := c.Database("shop").RunCommand(sctx, bson.D{{Key: name, Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	inc := bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}
+
+	if _, err := aOrders.InsertOne(actx, bson.D{{Key: "_id", Value: 42}, {Key: "n", Value: 0}}); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	lockCmd(alpha, actx, "acquireLock")
+	if _, err := aOrders.UpdateOne(actx, bson.D{{Key: "_id", Value: 42}}, inc); err != nil {
+		t.Fatalf("update under the lock: %v", err)
+	}
+	if _, err := bOrders.UpdateOne(bctx, bson.D{{Key: "_id", Value: 42}}, inc); err == nil {
+		t.Fatal("beta's update of alpha's locked document was allowed")
+	}
+	if _, err := aOrders.UpdateOne(actx, bson.D{{Key: "_id", Value: 7}}, inc); err == nil {
+		t.Fatal("an update of an unlocked document was allowed") // another document: not in 42's history
+	}
+	lockCmd(alpha, actx, "releaseLock")
+	if _, err := bOrders.DeleteOne(bctx, bson.D{{Key: "_id", Value: 42}}); err == nil {
+		t.Fatal("beta's delete without a lock was allowed")
+	}
+	next := *cfg
+	next.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeAudit}}
+	if err := gw.Reload(&next); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := gw.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := audittrail.Verify(dir, []audittrail.Key{audittrail.NewKey([]byte(secret))})
+	if err != nil || !rep.OK() {
+		t.Fatalf("the gateway's trail does not verify: %v %s", err, rep.Verdict())
+	}
+	var got []string
+	var records []*audittrail.Record
+	err = audittrail.Query(dir, audittrail.Filter{NS: "shop.orders", ID: "42"}, func(r *audittrail.Record) error {
+		got = append(got, fmt.Sprintf("%s %s %s %s %s", r.Kind, r.Op, r.Verdict, r.App, r.Reason))
+		records = append(records, r)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"decision insert allow alpha ",
+		"lock acquire ok alpha ",
+		"decision update allow alpha ",
+		"decision update reject beta held_by_other",
+		"lock release ok alpha ",
+		"decision delete reject beta not_locked",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("history of shop.orders 42:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// alpha's lock and its write under it carry the same holder tag, and
+	// the lock record the token it was granted.
+	if records[1].Session == "" || records[1].Session != records[2].Session || records[1].Session == records[3].Session {
+		t.Fatalf("holder tags: lock %q, write %q, beta %q", records[1].Session, records[2].Session, records[3].Session)
+	}
+	if len(records[1].Tokens) != 1 || records[1].Tokens[0] < 1 {
+		t.Fatalf("acquire record without its token: %+v", records[1])
+	}
+	var kinds []string
+	audittrail.Read(dir, func(r *audittrail.Record) error { kinds = append(kinds, string(r.Kind)); return nil })
+	k := strings.Join(kinds, " ")
+	if !strings.HasPrefix(k, "start checkpoint reload") || !strings.Contains(k, "reload") || !strings.HasSuffix(k, "stop checkpoint") {
+		t.Fatalf("lifecycle records: %s", k)
+	}
+}
