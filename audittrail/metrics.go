@@ -1,6 +1,9 @@
 package audittrail
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
 
 // Metrics are the trail's Prometheus collectors. Register them on the
 // gateway's registry; none has a label with an unbounded value.
@@ -70,4 +73,14 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.records, m.batch, m.bufferUsed, m.bufferCap, m.dropped, m.sinkErrors, m.lastWrite}
+}
+
+// Dropped is the number of records dropped so far (for benchmarks and
+// tests; operators read lockgate_audit_dropped_total).
+func (m *Metrics) Dropped() float64 {
+	var d dto.Metric
+	if m.dropped.Write(&d) != nil {
+		return 0
+	}
+	return d.GetCounter().GetValue()
 }
