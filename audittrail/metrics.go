@@ -1,6 +1,8 @@
 package audittrail
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -10,7 +12,10 @@ import (
 type Metrics struct {
 	records    *prometheus.CounterVec
 	batch      prometheus.Histogram
-	bufferUsed prometheus.Gauge
+	bufferUsed prometheus.GaugeFunc
+	// bufferLen reads the open trail's buffer at scrape time, so that a
+	// writer stuck in a write still shows its buffer filling.
+	bufferLen  atomic.Pointer[func() int]
 	bufferCap  prometheus.Gauge
 	dropped    prometheus.Counter
 	sinkErrors prometheus.Counter
@@ -30,13 +35,9 @@ func NewMetrics() *Metrics {
 			Help:    "Time to write one batch of audit records (and fsync it when a checkpoint or a required record is in it).",
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5},
 		}),
-		bufferUsed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lockgate_audit_buffer_records",
-			Help: "Audit records waiting in the buffer for the writer.",
-		}),
 		bufferCap: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lockgate_audit_buffer_capacity",
-			Help: "Size of the audit buffer (records); a full buffer drops records (bestEffort).",
+			Help: "Size of the audit buffer (records); a full buffer drops records (bestEffort). 0: no trail.",
 		}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_audit_dropped_total",
@@ -51,6 +52,15 @@ func NewMetrics() *Metrics {
 			Help: "Unix time of the last batch the audit writer made durable or wrote.",
 		}),
 	}
+	m.bufferUsed = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockgate_audit_buffer_records",
+		Help: "Audit records waiting in the buffer for the writer (read at scrape time).",
+	}, func() float64 {
+		if f := m.bufferLen.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
 	for _, k := range []Kind{KindStart, KindStop, KindDecision, KindLock, KindReload, KindDropped, KindCheckpoint} {
 		m.records.WithLabelValues(string(k))
 	}

@@ -153,6 +153,8 @@ func Open(opts Options) (*Trail, error) {
 		w:       w,
 	}
 	t.metrics.bufferCap.Set(float64(opts.BufferSize))
+	bufferLen := func() int { return len(t.queue) }
+	t.metrics.bufferLen.Store(&bufferLen)
 	start := Event{Kind: KindStart, Time: opts.Clock(), Detail: w.recovered}
 	if err := t.w.writeBatch([]item{{ev: start}}, true); err != nil {
 		w.close()
@@ -248,7 +250,6 @@ func (t *Trail) run() {
 				break fill
 			}
 		}
-		t.metrics.bufferUsed.Set(float64(len(t.queue)))
 		if n := t.dropped.Swap(0); n > 0 {
 			batch = append([]item{{ev: droppedEvent(n, t.opts.Clock())}}, batch...)
 		}

@@ -554,3 +554,25 @@ func TestQueryHistoryOfOneDocument(t *testing.T) {
 		t.Fatalf("history of holder ffff00: %v", got)
 	}
 }
+
+// A trail whose oldest segment was removed by retention verifies with
+// VerifyPruned from the first segment present, and not with Verify; a
+// pruned trail is still checked from there on.
+func TestVerifyPrunedTrail(t *testing.T) {
+	dir := t.TempDir()
+	writeTrail(t, dir, 40)
+	os.Remove(seg(t, dir, 0))
+	if rep := verify(t, dir); rep.OK() {
+		t.Fatal("Verify accepted a trail without its first segment")
+	}
+	rep, err := VerifyPruned(dir, []Key{testKey})
+	if err != nil || !rep.OK() || len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "pruned trail: verified from seq") {
+		t.Fatalf("VerifyPruned: %v %s %q", err, rep.Verdict(), rep.Notes)
+	}
+	p := seg(t, dir, 1)
+	ls := readLines(t, p)
+	writeLines(t, p, append(ls[:1:1], ls[2:]...))
+	if rep, _ := VerifyPruned(dir, []Key{testKey}); rep.OK() || rep.Problem.Segment != filepath.Base(p) || rep.Problem.Line != 2 {
+		t.Fatalf("VerifyPruned of a pruned trail missing a record: %s", rep.Verdict())
+	}
+}

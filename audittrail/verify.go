@@ -71,6 +71,19 @@ func (r *Report) Verdict() string {
 // stops at the first problem. An error is returned only when dir cannot
 // be read.
 func Verify(dir string, keys []Key) (*Report, error) {
+	return verifyDir(dir, keys, false)
+}
+
+// VerifyPruned is Verify for a trail whose oldest segments were removed
+// under a retention policy: the first segment present may start after
+// seq 1, and its first record's link to the removed one is not checked
+// (a note says from where the trail was verified). Everything from there
+// on is checked as by Verify.
+func VerifyPruned(dir string, keys []Key) (*Report, error) {
+	return verifyDir(dir, keys, true)
+}
+
+func verifyDir(dir string, keys []Key, pruned bool) (*Report, error) {
 	names, err := segments(dir)
 	if err != nil {
 		return nil, err
@@ -87,6 +100,10 @@ func Verify(dir string, keys []Key) (*Report, error) {
 		for _, t := range torn {
 			v.rep.Notes = append(v.rep.Notes, filepath.Base(t)+": a segment with no complete record, set aside after a crash")
 		}
+	}
+	if first, ok := segmentFirst(names[0]); ok && pruned && first > 1 {
+		v.seq, v.pruned = first-1, true
+		v.rep.Notes = append(v.rep.Notes, fmt.Sprintf("pruned trail: verified from seq %d (%s); the records before it were not checked", first, names[0]))
 	}
 	for i, name := range names {
 		if !v.segment(dir, name, i == len(names)-1) {
@@ -107,6 +124,9 @@ type verifier struct {
 	torn     int
 	tornName string
 	scratch  []byte
+	// pruned: the first record's prev is taken as it is (its predecessor
+	// was removed by retention).
+	pruned bool
 }
 
 func (v *verifier) fail(seg string, line int, format string, args ...any) {
@@ -180,6 +200,9 @@ func (v *verifier) record(seg string, line int, raw []byte) bool {
 	case r.Seq < v.seq+1:
 		v.fail(seg, line, "found seq %d again or out of order: a record was inserted, repeated or reordered", r.Seq)
 		return false
+	}
+	if v.pruned {
+		v.prev, v.pruned = r.Prev, false
 	}
 	if r.Prev != v.prev {
 		if line == 1 && v.seq > 0 {

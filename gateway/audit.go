@@ -13,11 +13,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// openAudit opens the audit trail when audit.enabled: its key, its
-// directory (recovered after a crash), its metrics; the trail records the
-// policy in force at start.
+// openAudit registers the trail's metrics (always, so that the series
+// alerts name exist: at zero, capacity 0, without a trail) and opens the
+// trail when audit.enabled: its key, its directory (recovered after a
+// crash); the trail records the policy in force at start.
 func (a *assembly) openAudit() error {
 	c := a.cfg.Audit
+	m := audittrail.NewMetrics()
+	if err := a.register(m); err != nil {
+		return err
+	}
 	if !c.Enabled {
 		return nil
 	}
@@ -30,10 +35,6 @@ func (a *assembly) openAudit() error {
 		if instance, err = os.Hostname(); err != nil {
 			return fmt.Errorf("audit.instance: empty, and the host name is unknown: %w", err)
 		}
-	}
-	m := audittrail.NewMetrics()
-	if err := a.register(m); err != nil {
-		return err
 	}
 	a.trail, err = audittrail.Open(audittrail.Options{
 		Dir:                c.Dir,

@@ -17,7 +17,7 @@ import (
 func runAudit(args []string, stdout, stderr io.Writer) int {
 	usage := func() {
 		fmt.Fprint(stderr, "Usage:\n"+
-			"  lockgate audit verify -key FILE [-key OLDFILE ...] DIR\n"+
+			"  lockgate audit verify -key FILE [-key OLDFILE ...] [-pruned] DIR\n"+
 			"  lockgate audit verify -unsigned DIR\n"+
 			"  lockgate audit query [-ns DB.COLL] [-id ID] [-session TAG] [-user USER] [-app APP] DIR\n")
 	}
@@ -51,6 +51,7 @@ func auditVerify(args []string, stdout, stderr io.Writer) int {
 	var files keyFiles
 	fs.Var(&files, "key", "checkpoint key `file` (audit.keyFile); repeat it for keys rotated out")
 	unsigned := fs.Bool("unsigned", false, "check the chain only, not the checkpoint signatures (no key at hand)")
+	pruned := fs.Bool("pruned", false, "the oldest segments were removed by retention: verify from the first segment present")
 	if err := fs.Parse(args); err != nil {
 		return usageCode(err)
 	}
@@ -71,7 +72,11 @@ func auditVerify(args []string, stdout, stderr io.Writer) int {
 		}
 		keys = append(keys, k)
 	}
-	rep, err := audittrail.Verify(fs.Arg(0), keys)
+	verify := audittrail.Verify
+	if *pruned {
+		verify = audittrail.VerifyPruned
+	}
+	rep, err := verify(fs.Arg(0), keys)
 	if err != nil {
 		fmt.Fprintln(stdout, "FAIL", err)
 		return exitFailure
