@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -195,13 +194,8 @@ func NewKey(secret []byte) Key {
 	return Key{ID: "k-" + hex.EncodeToString(sum[:8]), Secret: secret}
 }
 
-// marshalLine is a record's line: its JSON and a newline. Verify holds
-// every line to exactly this form.
+// marshalLine is a record's line: its JSON (as encoding/json writes it)
+// and a newline. Verify holds every line to exactly this form.
 func marshalLine(buf []byte, r *Record) ([]byte, error) {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return buf, err
-	}
-	buf = append(buf, b...)
-	return append(buf, '\n'), nil
+	return append(appendJSON(buf, r), '\n'), nil
 }

@@ -20,11 +20,17 @@ import (
 	"github.com/lockgate/lockgate/wire"
 )
 
+// sink takes records and keeps the last: the hook's cost without a writer.
+type sink struct{ last audittrail.Event }
+
+func (s *sink) Append(ev audittrail.Event) bool { s.last = ev; return true }
+
 // BenchmarkEnforcedWriteAuditTrail is BenchmarkEnforcedPinnedUpdate's
 // enforced leg without and with the audit trail in bestEffort mode (a
 // real file trail in a temporary directory, its writer running), side by
 // side in one run; the ratio of the two is the trail's cost on the
-// request path (docs/AUDIT.md). "dropped/op" shows whether the writer
+// request path (docs/AUDIT.md); "enforced+hook" is the hook alone, the
+// record built and handed to a sink that keeps it. "dropped/op" shows whether the writer
 // kept up (records dropped because the buffer was full).
 //
 //	go test ./guard -run '^$' -bench EnforcedWriteAuditTrail -benchmem
@@ -59,7 +65,7 @@ func BenchmarkEnforcedWriteAuditTrail(b *testing.B) {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeDuration = zapcore.StringDurationEncoder
 	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
-	for _, leg := range []string{"enforced", "enforced+trail"} {
+	for _, leg := range []string{"enforced", "enforced+hook", "enforced+trail"} {
 		b.Run(leg, func(b *testing.B) {
 			opts := guard.Options{Store: memstore.New(memstore.Config{}), Reserved: guard.ReservedFor("lockgate", "locks"), Logger: logger}
 			var m *audittrail.Metrics
@@ -72,6 +78,11 @@ func BenchmarkEnforcedWriteAuditTrail(b *testing.B) {
 					b.Fatal(err)
 				}
 				opts.Trail = tr
+			}
+			if leg == "enforced+hook" {
+				// The request path's part alone: the record built and
+				// handed over, no writer.
+				opts.Trail = &sink{}
 			}
 			g := guard.New(opts)
 			g.SetPolicy(pol)
