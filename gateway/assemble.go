@@ -286,7 +286,7 @@ func (a *assembly) run() *Gateway {
 	})
 	var g *Gateway
 	token := a.token
-	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn)
+	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn, a.forceReleases())
 	mountConsole(adm, store, gd.Policy, a.reg, token != "")
 
 	g = &Gateway{

@@ -117,3 +117,21 @@ func (s *auditedStore) ReleaseSession(ctx context.Context, session []byte) (int,
 	}
 	return n, err
 }
+
+// forceReleases records operator force-releases in the trail; nil without
+// one. The record names the holder the lock was taken from (its app,
+// user and tag, so that it shows in that holder's history) and, in its
+// detail, the operator's address and reason.
+func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote string, before lockstore.Status) {
+	trail := a.trail
+	if trail == nil {
+		return nil
+	}
+	return func(ns string, id docid.ID, reason, remote string, before lockstore.Status) {
+		h := before.Holder
+		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: "forceRelease", NS: ns,
+			IDs: []docid.ID{id}, Tokens: []int64{before.Token}, Verdict: audittrail.VerdictOK,
+			App: h.App, User: h.User, Client: h.Client, Session: h.SessionPrefix,
+			Detail: fmt.Sprintf("force-released by the operator at %s: %s", remote, reason)})
+	}
+}

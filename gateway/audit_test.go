@@ -36,6 +36,11 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	cfg.Upstream.URI = up.URI()
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
 	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile, cfg.Audit.Instance = true, dir, keyFile, "gw-1"
+	const adminToken = "audit-test-operator-token"
+	cfg.AdminAuth.TokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(cfg.AdminAuth.TokenFile, []byte(adminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
@@ -59,9 +64,12 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	alpha, actx := connect("alpha")
 	beta, bctx := connect("beta")
 	aOrders, bOrders := alpha.Database("shop").Collection("orders"), beta.Database("shop").Collection("orders")
-	lockCmd := func(c *mongo.Client, sctx context.Context, name string) {
+	lockCmd := func(c *mongo.Client, sctx context.Context, name string, ids ...any) {
 		t.Helper()
-		if err := c.Database("shop").RunCommand(sctx, bson.D{{Key: name, Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Err(); err != nil {
+		if ids == nil {
+			ids = bson.A{42}
+		}
+		if err := c.Database("shop").RunCommand(sctx, bson.D{{Key: name, Value: "orders"}, {Key: "ids", Value: ids}}).Err(); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -83,6 +91,12 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	lockCmd(alpha, actx, "releaseLock")
 	if _, err := bOrders.DeleteOne(bctx, bson.D{{Key: "_id", Value: 42}}); err == nil {
 		t.Fatal("beta's delete without a lock was allowed")
+	}
+	// An operator force-releases alpha's lock on 43.
+	lockCmd(alpha, actx, "acquireLock", 43)
+	if code, body := post(t, "http://"+gw.AdminAddr().String()+"/locks/release", adminToken,
+		`{"namespace": "shop.orders", "id": 43, "reason": "stuck job"}`); code != 200 {
+		t.Fatalf("force-release: %d %s", code, body)
 	}
 	next := *cfg
 	next.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeAudit}}
@@ -126,6 +140,17 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	}
 	if len(records[1].Tokens) != 1 || records[1].Tokens[0] < 1 {
 		t.Fatalf("acquire record without its token: %+v", records[1])
+	}
+	got = nil
+	audittrail.Query(dir, audittrail.Filter{NS: "shop.orders", ID: "43"}, func(r *audittrail.Record) error {
+		got = append(got, fmt.Sprintf("%s %s %s %s %t", r.Kind, r.Op, r.Verdict, r.App, r.Session == records[1].Session))
+		if r.Op == "forceRelease" && !strings.Contains(r.Detail, "stuck job") {
+			t.Errorf("force-release record without the reason: %+v", r)
+		}
+		return nil
+	})
+	if strings.Join(got, "; ") != "lock acquire ok alpha true; lock forceRelease ok alpha true" {
+		t.Fatalf("history of shop.orders 43: %q", got)
 	}
 	var kinds []string
 	audittrail.Read(dir, func(r *audittrail.Record) error { kinds = append(kinds, string(r.Kind)); return nil })
