@@ -161,6 +161,10 @@ type NamespaceRule struct {
 	// (default audit) is the mode for the rest.
 	Clients      *Clients `yaml:"clients"`
 	OtherClients Mode     `yaml:"otherClients"`
+	// AuditRequired forwards an allowed write on this (enforced) rule only
+	// once its audit record is durable, and refuses it when the trail
+	// cannot take it (docs/AUDIT.md); needs audit.enabled.
+	AuditRequired bool `yaml:"auditRequired"`
 }
 
 // Limits bound message sizes.
@@ -223,15 +227,16 @@ type Audit struct {
 type AuditMode string
 
 const (
-	// AuditBestEffort writes records in batches off the request path.
+	// AuditBestEffort writes records in batches off the request path;
+	// only rules with auditRequired wait for theirs.
 	AuditBestEffort AuditMode = "bestEffort"
+	// AuditRequired makes every enforced write wait for its record, as
+	// auditRequired does for one rule.
+	AuditRequired AuditMode = "required"
 )
 
-// AuditModes lists the valid audit modes. "required" (no write without
-// a durable record) is designed (audittrail.Trail.Commit) but not wired
-// into enforcement yet, so it is refused rather than accepted and not
-// kept.
-func AuditModes() []AuditMode { return []AuditMode{AuditBestEffort} }
+// AuditModes lists the valid audit modes.
+func AuditModes() []AuditMode { return []AuditMode{AuditBestEffort, AuditRequired} }
 
 // Valid reports whether m is one of AuditModes.
 func (m AuditMode) Valid() bool { return slices.Contains(AuditModes(), m) }

@@ -649,7 +649,7 @@ func TestAuditValidation(t *testing.T) {
 		keys []string
 	}{
 		{func(a *Audit) { a.Enabled = true }, []string{"audit.dir", "audit.keyFile"}},
-		{func(a *Audit) { a.Mode = "required" }, []string{"audit.mode"}},
+		{func(a *Audit) { a.Mode = "required" }, []string{"audit.mode"}}, // without a trail
 		{func(a *Audit) { a.Mode = "sometimes" }, []string{"audit.mode"}},
 		{func(a *Audit) { a.SegmentMaxBytes = 10 }, []string{"audit.segmentMaxBytes"}},
 		{func(a *Audit) { a.SegmentMaxAge = Duration(time.Second) }, []string{"audit.segmentMaxAge"}},
@@ -682,4 +682,31 @@ func flatten(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+func TestAuditRequiredRuleValidation(t *testing.T) {
+	for _, tc := range []struct {
+		enabled bool
+		rule    NamespaceRule
+		keys    []string
+	}{
+		{false, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true}, []string{"policy.namespaces[0].auditRequired"}},
+		{true, NamespaceRule{Match: "a.b", Mode: ModeAudit, AuditRequired: true}, []string{"policy.namespaces[0].auditRequired"}},
+		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true, Scheme: &Scheme{Type: SchemeFlag}}, []string{"policy.namespaces[0].auditRequired"}},
+		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true}, nil},
+	} {
+		c := Default()
+		c.Audit.Enabled, c.Audit.Dir, c.Audit.KeyFile = tc.enabled, "/tmp/t", "/tmp/k"
+		c.Policy.Namespaces = []NamespaceRule{tc.rule}
+		var got []string
+		for _, e := range flatten(c.Validate()) {
+			var fe *FieldError
+			if errors.As(e, &fe) {
+				got = append(got, fe.Key)
+			}
+		}
+		if !reflect.DeepEqual(got, tc.keys) {
+			t.Errorf("enabled %v, %+v: errors on %v, want %v (%v)", tc.enabled, tc.rule, got, tc.keys, c.Validate())
+		}
+	}
 }

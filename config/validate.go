@@ -120,11 +120,24 @@ func (c *Config) Validate() error {
 func (c *Config) validateAudit(v *validator) {
 	a := c.Audit
 	if !a.Mode.Valid() {
-		why := ""
-		if a.Mode == "required" {
-			why = " (required is not available yet: docs/AUDIT.md)"
+		v.add("audit.mode", "must be one of %s, got %q", list(AuditModes()), a.Mode)
+	}
+	if a.Mode == AuditRequired && !a.Enabled {
+		v.add("audit.mode", "required needs audit.enabled: true (no write may pass without a record, and there is no trail)")
+	}
+	for i, r := range c.Policy.Namespaces {
+		if !r.AuditRequired {
+			continue
 		}
-		v.add("audit.mode", "must be one of %s, got %q%s", list(AuditModes()), a.Mode, why)
+		key := fmt.Sprintf("policy.namespaces[%d].auditRequired", i)
+		switch {
+		case !a.Enabled:
+			v.add(key, "needs audit.enabled: true (no write may pass without a record, and there is no trail)")
+		case r.Mode != ModeEnforce:
+			v.add(key, "applies to enforce rules only (an audit rule never refuses a write), got mode %q", r.Mode)
+		case r.Scheme != nil:
+			v.add(key, "is not available with a scheme yet")
+		}
 	}
 	if a.Enabled {
 		if a.Dir == "" {

@@ -194,6 +194,7 @@ func (a *assembly) newGuard() error {
 	a.guard = guard.New(guard.Options{
 		Store:          store,
 		Trail:          trail,
+		AuditRequired:  trail != nil && cfg.Audit.Mode == config.AuditRequired,
 		Reserved:       reservedNamespaces(cfg.Lockstore),
 		OwnerSecret:    a.ownerSecret,
 		AuthRequired:   a.authRequired.Load,

@@ -1,6 +1,8 @@
 package guard
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -14,10 +16,13 @@ import (
 )
 
 // record writes the audit trail of one decision: a log line for every
-// namespace the message writes under an audited or enforced rule, and the
+// namespace the message writes under an audited or enforced rule, the
 // decision counters, labelled by rule (a bounded set), never by namespace
-// or id.
-func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration) {
+// or id, and the audit trail's records. Where an allowed write's rule
+// requires its audit record (auditRequired, audit.mode required), record
+// waits until the record is durable, and returns the violation that
+// refuses the write when it cannot be (fail closed); nil otherwise.
+func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration) (unaudited *violation) {
 	g.metrics.decisionSeconds.Observe(took.Seconds())
 	var seenBuf [4]string
 	seen := seenBuf[:0] // namespaces logged; a message writes very few
@@ -34,10 +39,18 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 				decision = decisionReject
 			}
 		}
-		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
 		if t := g.opts.Trail; t != nil {
-			t.Append(g.trailEvent(req, pol, v, w, r, x, decision))
+			ev := g.trailEvent(req, pol, v, w, r, x, decision)
+			if x != nil || enforced != nil || unaudited != nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired) {
+				t.Append(ev)
+			} else if x = g.commitRecord(t, ev, w, r); x != nil {
+				// Refused for want of a record: the counters, the log
+				// line and (if it can take one) the trail say so.
+				unaudited, decision, reason = x, decisionReject, x.reason
+				t.Append(g.trailEvent(req, pol, v, w, r, x, decision))
+			}
 		}
+		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
 		// The line's fields (id lists above all) cost more than the
 		// decision itself; build them only when the line is written.
 		ce := g.audit.Check(zap.InfoLevel, "decision")
@@ -93,14 +106,26 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
 		}
 	}
+	return unaudited
 }
 
 // AuditTrail takes the records of the tamper-evident audit trail;
 // *audittrail.Trail is one. Append must not block: it is called on the
-// request path, once per protected namespace a message writes.
+// request path, once per protected namespace a message writes. Commit
+// returns once the record is durable, or fails; it is called only for
+// allowed writes whose rule requires their record.
 type AuditTrail interface {
 	Append(audittrail.Event) bool
+	Commit(context.Context, audittrail.Event) error
 }
+
+// reasonAuditUnavailable refuses an allowed write whose rule requires an
+// audit record that the trail could not make durable.
+const reasonAuditUnavailable = "audit_unavailable"
+
+// auditCommitTimeout bounds the wait for a required audit record: a
+// trail that cannot write within it refuses the write.
+const auditCommitTimeout = 5 * time.Second
 
 // trailEvent is the trail's record of one decision. It only copies
 // references (the ids are formatted by the trail's writer, off this
@@ -178,6 +203,20 @@ var trailVerdicts = map[string]string{
 	decisionWouldReject: audittrail.VerdictWouldReject,
 }
 
+// commitRecord waits until ev is durable; when it cannot be, it returns
+// the violation that refuses the write.
+func (g *Guard) commitRecord(t AuditTrail, ev audittrail.Event, w policy.Write, r policy.Rule) *violation {
+	ctx, cancel := context.WithTimeout(context.Background(), auditCommitTimeout)
+	defer cancel()
+	err := t.Commit(ctx, ev)
+	if err == nil {
+		return nil
+	}
+	return &violation{rule: r, write: w, reason: reasonAuditUnavailable, ids: ev.IDs,
+		detail: fmt.Sprintf("its rule requires an audit record and the audit trail cannot take it (%v)", err),
+		advice: "retry when the audit trail is writable again (lockgate_audit_sink_errors_total, the log of component audit); nothing was written"}
+}
+
 // metricReason keeps the reason label to the known values.
 func metricReason(r string) string {
 	if r == "" {
@@ -194,4 +233,4 @@ func metricReason(r string) string {
 var metricReasons = []string{reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
 	reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
 	reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable,
-	reasonSchemeNotFollowed, reasonSchemeNotHolder, "other"}
+	reasonSchemeNotFollowed, reasonSchemeNotHolder, reasonAuditUnavailable, "other"}

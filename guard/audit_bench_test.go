@@ -25,6 +25,8 @@ type sink struct{ last audittrail.Event }
 
 func (s *sink) Append(ev audittrail.Event) bool { s.last = ev; return true }
 
+func (s *sink) Commit(_ context.Context, ev audittrail.Event) error { s.last = ev; return nil }
+
 // BenchmarkEnforcedWriteAuditTrail is BenchmarkEnforcedPinnedUpdate's
 // enforced leg without and with the audit trail in bestEffort mode (a
 // real file trail in a temporary directory, its writer running), side by
