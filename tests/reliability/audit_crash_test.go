@@ -23,17 +23,19 @@ import (
 // Child gateways keep an audit trail in this directory, signed with the
 // key in envChildAuditKey, when it is set.
 const (
-	envChildAuditDir = "LOCKGATE_RELIABILITY_CHILD_AUDIT_DIR"
-	envChildAuditKey = "LOCKGATE_RELIABILITY_CHILD_AUDIT_KEY"
+	envChildAuditDir  = "LOCKGATE_RELIABILITY_CHILD_AUDIT_DIR"
+	envChildAuditKey  = "LOCKGATE_RELIABILITY_CHILD_AUDIT_KEY"
+	envChildAuditMode = "LOCKGATE_RELIABILITY_CHILD_AUDIT_MODE"
 )
 
 func childAuditConfig(cfg *config.Config) {
 	if dir := os.Getenv(envChildAuditDir); dir != "" {
-		auditConfig(cfg, dir, os.Getenv(envChildAuditKey))
+		auditConfig(cfg, dir, os.Getenv(envChildAuditKey), config.AuditMode(os.Getenv(envChildAuditMode)))
 	}
 }
 
-func auditConfig(cfg *config.Config, dir, keyFile string) {
+func auditConfig(cfg *config.Config, dir, keyFile string, mode config.AuditMode) {
+	cfg.Audit.Mode = mode
 	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile = true, dir, keyFile
 	cfg.Audit.Instance = "crash-test"
 	cfg.Audit.CheckpointEvery = 25
@@ -41,12 +43,20 @@ func auditConfig(cfg *config.Config, dir, keyFile string) {
 }
 
 // TestAuditTrailSurvivesSIGKILL: a lockgate writing its audit trail under
-// load from several clients is SIGKILLed. Its trail verifies up to the
-// last record that reached the file (at most a torn line lost, which the
-// next start declares); a lockgate restarted on the same directory
-// continues the chain in a new segment linked to the old one, and the
-// whole trail, old and new, verifies with the key.
+// load from several clients is SIGKILLed, in both durability modes. Its
+// trail verifies up to the last record that reached the file (at most a
+// torn line lost, which the next start declares); a lockgate restarted on
+// the same directory continues the chain in a new segment linked to the
+// old one, and the whole trail, old and new, verifies with the key. In
+// required mode, every update acknowledged to a client before the kill
+// has its allow record in the trail.
 func TestAuditTrailSurvivesSIGKILL(t *testing.T) {
+	for _, mode := range []config.AuditMode{config.AuditBestEffort, config.AuditRequired} {
+		t.Run(string(mode), func(t *testing.T) { auditTrailSurvivesSIGKILL(t, mode) })
+	}
+}
+
+func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
 	ctx := testCtx(t, 3*time.Minute)
 	dir := filepath.Join(t.TempDir(), "trail")
 	keyFile := filepath.Join(t.TempDir(), "audit.key")
@@ -59,16 +69,18 @@ func TestAuditTrailSurvivesSIGKILL(t *testing.T) {
 	ns := relDB + "." + collName
 	lockColl := uniq("locks")
 	direct := connect(t, upstream.URI(), "direct")
-	seedCounters(t, ctx, direct.Database(relDB).Collection(collName), 4)
+	seedCounters(t, ctx, direct.Database(relDB).Collection(collName), 5) // 0-3 for the load, 4 after the restart
 
 	t.Setenv(envChildAuditDir, dir)
 	t.Setenv(envChildAuditKey, keyFile)
+	t.Setenv(envChildAuditMode, string(mode))
 	child := startChildGateway(t, upstream.URI(), lockColl, ns)
 
 	// Load: locked increments on four keys, and refused writes, until the
 	// child dies under them.
 	c := connect(t, child.URI, "crash-load")
 	var acked atomic.Int64
+	var updatesAcked [4]atomic.Int64 // replaceOne acknowledged, per key
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
@@ -85,6 +97,7 @@ func TestAuditTrailSurvivesSIGKILL(t *testing.T) {
 				if increment(sctx, db.Collection(collName), w) != nil {
 					return
 				}
+				updatesAcked[w].Add(1)
 				// Refused: nobody holds 99.
 				db.Collection(collName).UpdateOne(sctx, bson.D{{"_id", 99}}, bson.D{{"$set", bson.D{{"x", 1}}}})
 				if db.RunCommand(sctx, bson.D{{"releaseLock", collName}, {"ids", bson.A{w}}}).Err() != nil {
@@ -119,10 +132,27 @@ func TestAuditTrailSurvivesSIGKILL(t *testing.T) {
 		t.Fatalf("after %d acknowledged increments the trail holds %d records, last checkpoint %d", acked.Load(), before, rep.LastCheckpoint)
 	}
 	t.Logf("killed after %d locked increments: %s (notes %q)", acked.Load(), rep.Verdict(), rep.Notes)
+	var recorded [4]int64
+	audittrail.Query(dir, audittrail.Filter{NS: ns}, func(r *audittrail.Record) error {
+		if r.Kind == audittrail.KindDecision && r.Op == "update" && r.Verdict == audittrail.VerdictAllow && len(r.IDs) == 1 {
+			for k := range recorded {
+				if r.IDs[0] == fmt.Sprint(k) {
+					recorded[k]++
+				}
+			}
+		}
+		return nil
+	})
+	for k := range recorded {
+		t.Logf("key %d: %d updates acknowledged, %d allow records", k, updatesAcked[k].Load(), recorded[k])
+		if mode == config.AuditRequired && recorded[k] < updatesAcked[k].Load() {
+			t.Errorf("required mode: key %d had %d updates acknowledged but only %d allow records in the trail", k, updatesAcked[k].Load(), recorded[k])
+		}
+	}
 
 	// Restart on the same directory, write, stop cleanly.
 	cfg := gatewayConfig(upstream.URI(), lockColl, ns)
-	auditConfig(cfg, dir, keyFile)
+	auditConfig(cfg, dir, keyFile, mode)
 	gctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	g, err := gateway.Start(gctx, cfg, zap.NewNop())
@@ -137,10 +167,12 @@ func TestAuditTrailSurvivesSIGKILL(t *testing.T) {
 	defer s.EndSession(context.Background())
 	sctx := mongo.NewSessionContext(ctx, s)
 	db := cl.Database(relDB)
-	if err := db.RunCommand(sctx, bson.D{{"acquireLock", collName}, {"ids", bson.A{0}}, {"waitMS", 10000}}).Err(); err != nil {
+	// Key 4: the killed gateway's clients may still hold 0-3 until their
+	// leases end.
+	if err := db.RunCommand(sctx, bson.D{{"acquireLock", collName}, {"ids", bson.A{4}}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := increment(sctx, db.Collection(collName), 0); err != nil {
+	if err := increment(sctx, db.Collection(collName), 4); err != nil {
 		t.Fatal(err)
 	}
 	stop()
