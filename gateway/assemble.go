@@ -289,6 +289,9 @@ func (a *assembly) run() *Gateway {
 	token := a.token
 	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn, a.forceReleases())
 	mountConsole(adm, store, gd.Policy, a.reg, token != "")
+	if a.trail != nil {
+		mountAuditHistory(adm, a.cfg.Audit.Dir)
+	}
 
 	g = &Gateway{
 		logger:   logger,

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"time"
 
+	"github.com/lockgate/lockgate/admin"
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
@@ -135,3 +138,51 @@ func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote s
 			Detail: fmt.Sprintf("force-released by the operator at %s: %s", remote, reason)})
 	}
 }
+
+// maxHistory bounds the records one GET /audit/history returns.
+const maxHistory = 10000
+
+// mountAuditHistory serves GET /audit/history: the trail's decision and
+// lock records of one document (ns and id) or one holder (session), in
+// trail order, as `lockgate audit query` prints them. Each request reads
+// the trail's files, so it needs a filter and runs one at a time (a
+// second concurrent one is told to retry); it reads, it does not verify.
+func mountAuditHistory(adm *admin.Server, dir string) {
+	busy := make(chan struct{}, 1)
+	adm.Handle("/audit/history", admin.JSON(func(r *http.Request) (any, error) {
+		q := r.URL.Query()
+		f := audittrail.Filter{NS: q.Get("ns"), ID: q.Get("id"), Session: q.Get("session"), User: q.Get("user"), App: q.Get("app")}
+		if f == (audittrail.Filter{}) {
+			return nil, admin.BadRequest(errors.New("name ns and id (a document's history), session (a holder's), user or app"))
+		}
+		limit, err := queryLimit(q.Get("limit"))
+		if err != nil {
+			return nil, err
+		}
+		if limit == 0 || limit > maxHistory {
+			limit = maxHistory
+		}
+		select {
+		case busy <- struct{}{}:
+			defer func() { <-busy }()
+		default:
+			return nil, errors.New("another history query is reading the trail; retry")
+		}
+		records := []*audittrail.Record{}
+		truncated := false
+		err = audittrail.Query(dir, f, func(rec *audittrail.Record) error {
+			if len(records) == limit {
+				truncated = true
+				return errStopQuery
+			}
+			records = append(records, rec)
+			return r.Context().Err()
+		})
+		if err != nil && !errors.Is(err, errStopQuery) {
+			return nil, err
+		}
+		return map[string]any{"records": records, "truncated": truncated}, nil
+	}))
+}
+
+var errStopQuery = errors.New("enough records")

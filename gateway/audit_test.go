@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -98,6 +100,30 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 		`{"namespace": "shop.orders", "id": 43, "reason": "stuck job"}`); code != 200 {
 		t.Fatalf("force-release: %d %s", code, body)
 	}
+	// The admin API answers the same history while the gateway runs, once
+	// the writer has written it.
+	var hist struct {
+		Records   []audittrail.Record `json:"records"`
+		Truncated bool                `json:"truncated"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := httpGet(t, "http://"+gw.AdminAddr().String()+"/audit/history?ns=shop.orders&id=42")
+		if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil {
+			t.Fatalf("/audit/history: %d %s", code, body)
+		}
+		if len(hist.Records) >= 6 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var apiHistory []string
+	for _, r := range hist.Records {
+		apiHistory = append(apiHistory, fmt.Sprintf("%s %s %s %s %s", r.Kind, r.Op, r.Verdict, r.App, r.Reason))
+	}
+	if code, _ := httpGet(t, "http://"+gw.AdminAddr().String()+"/audit/history"); code != 400 {
+		t.Fatalf("/audit/history without a filter: %d, want 400", code)
+	}
 	next := *cfg
 	next.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeAudit}}
 	if err := gw.Reload(&next); err != nil {
@@ -132,6 +158,9 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("history of shop.orders 42:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if strings.Join(apiHistory, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("GET /audit/history of shop.orders 42:\n%s\nwant:\n%s", strings.Join(apiHistory, "\n"), strings.Join(want, "\n"))
 	}
 	// alpha's lock and its write under it carry the same holder tag, and
 	// the lock record the token it was granted.
