@@ -709,4 +709,11 @@ func TestAuditRequiredRuleValidation(t *testing.T) {
 			t.Errorf("enabled %v, %+v: errors on %v, want %v (%v)", tc.enabled, tc.rule, got, tc.keys, c.Validate())
 		}
 	}
+	// audit.mode required would not hold on a scheme's writes.
+	c := Default()
+	c.Audit.Enabled, c.Audit.Dir, c.Audit.KeyFile, c.Audit.Mode = true, "/tmp/t", "/tmp/k", AuditRequired
+	c.Policy.Namespaces = []NamespaceRule{{Match: "a.b", Mode: ModeEnforce, Scheme: &Scheme{Type: SchemeFlag}}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "audit.mode: required is not available with scheme rules") {
+		t.Errorf("audit.mode required with a scheme rule: %v", err)
+	}
 }

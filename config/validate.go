@@ -126,6 +126,11 @@ func (c *Config) validateAudit(v *validator) {
 		v.add("audit.mode", "required needs audit.enabled: true (no write may pass without a record, and there is no trail)")
 	}
 	for i, r := range c.Policy.Namespaces {
+		if a.Mode == AuditRequired && r.Scheme != nil && r.Mode == ModeEnforce {
+			// A scheme's writes are decided on another path that does
+			// not wait for their records: required would not hold there.
+			v.add("audit.mode", "required is not available with scheme rules yet (policy.namespaces[%d].scheme): use auditRequired on the other rules", i)
+		}
 		if !r.AuditRequired {
 			continue
 		}
