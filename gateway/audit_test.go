@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -187,4 +188,118 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	if !strings.HasPrefix(k, "start checkpoint reload") || !strings.Contains(k, "reload") || !strings.HasSuffix(k, "stop checkpoint") {
 		t.Fatalf("lifecycle records: %s", k)
 	}
+}
+
+// TestAuditRequiredRefusesWhenTheTrailFails: with audit.mode required, a
+// lockgate whose trail directory disappears (a file in its place: every
+// new segment fails) refuses the next enforced writes with LockBusy
+// audit_unavailable and writes nothing; once the directory is back,
+// writes pass again and the trail verifies, with no record of a write
+// that was refused for want of one claiming it was allowed after the
+// refusal.
+func TestAuditRequiredRefusesWhenTheTrailFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	up := startEmbedded(t)
+	dir := filepath.Join(t.TempDir(), "trail")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "0123456789abcdef0123456789abcdef-required"
+	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile, cfg.Audit.Mode = true, dir, keyFile, config.AuditRequired
+	cfg.Audit.SegmentMaxBytes = 4096 // rotate often: each new segment needs the directory
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+gw.ProxyAddr().String()+"/").SetAppName("req"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	s, err := c.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.EndSession(context.Background())
+	sctx := mongo.NewSessionContext(ctx, s)
+	orders := c.Database("shop").Collection("orders")
+	if _, err := orders.InsertOne(sctx, bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Database("shop").RunCommand(sctx, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{1}}, {Key: "leaseMS", Value: 600000}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	inc := func() error {
+		_, err := orders.UpdateOne(sctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}})
+		return err
+	}
+	acked := 0
+	for range 3 {
+		if err := inc(); err != nil {
+			t.Fatalf("update with a working trail: %v", err)
+		}
+		acked++
+	}
+	// The directory goes; a file takes its place.
+	moved := dir + ".moved"
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var refusal error
+	for i := 0; i < 200 && refusal == nil; i++ {
+		if err := inc(); err != nil {
+			refusal = err
+		} else {
+			acked++ // still in the segment opened before
+		}
+	}
+	var ce mongo.CommandError
+	if !errors.As(refusal, &ce) || ce.Code != 46 || !strings.Contains(ce.Message, "audit trail cannot take it") {
+		t.Fatalf("update with a failing trail: %v, want LockBusy audit_unavailable", refusal)
+	}
+	var doc struct{ N int }
+	if err := orders.FindOne(sctx, bson.D{{Key: "_id", Value: 1}}).Decode(&doc); err != nil || doc.N != acked {
+		t.Fatalf("n = %d (%v), want %d: a refused write was written", doc.N, err, acked)
+	}
+	// The directory comes back: writes pass again.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(moved, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := inc(); err != nil {
+		t.Fatalf("update once the trail works again: %v", err)
+	}
+	acked++
+	cancel()
+	if err := gw.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := audittrail.Verify(dir, []audittrail.Key{audittrail.NewKey([]byte(secret))})
+	if err != nil || !rep.OK() {
+		t.Fatalf("trail: %v %s", err, rep.Verdict())
+	}
+	allowed := 0
+	audittrail.Query(dir, audittrail.Filter{NS: "shop.orders", ID: "1"}, func(r *audittrail.Record) error {
+		if r.Kind == audittrail.KindDecision && r.Op == "update" && r.Verdict == audittrail.VerdictAllow {
+			allowed++
+		}
+		return nil
+	})
+	if allowed != acked {
+		t.Fatalf("%d allow records of updates, %d updates acknowledged", allowed, acked)
+	}
+	t.Logf("%d updates acknowledged before and after the failure, one refused; %s", acked, rep.Verdict())
 }
