@@ -31,7 +31,9 @@ func (s *sink) Commit(_ context.Context, ev audittrail.Event) error { s.last = e
 // enforced leg without and with the audit trail in bestEffort mode (a
 // real file trail in a temporary directory, its writer running), side by
 // side in one run; the ratio of the two is the trail's cost on the
-// request path (docs/AUDIT.md); "enforced+hook" is the hook alone, the
+// request path (docs/AUDIT.md); "enforced+required" waits for each
+// record's fsync (audit.mode required), on the disk of the test's
+// temporary directory; "enforced+hook" is the hook alone, the
 // record built and handed to a sink that keeps it. "dropped/op" shows whether the writer
 // kept up (records dropped because the buffer was full).
 //
@@ -67,12 +69,12 @@ func BenchmarkEnforcedWriteAuditTrail(b *testing.B) {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeDuration = zapcore.StringDurationEncoder
 	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
-	for _, leg := range []string{"enforced", "enforced+hook", "enforced+trail"} {
+	for _, leg := range []string{"enforced", "enforced+hook", "enforced+trail", "enforced+required"} {
 		b.Run(leg, func(b *testing.B) {
 			opts := guard.Options{Store: memstore.New(memstore.Config{}), Reserved: guard.ReservedFor("lockgate", "locks"), Logger: logger}
 			var m *audittrail.Metrics
 			var tr *audittrail.Trail
-			if leg == "enforced+trail" {
+			if leg == "enforced+trail" || leg == "enforced+required" {
 				m = audittrail.NewMetrics()
 				tr, err = audittrail.Open(audittrail.Options{Dir: b.TempDir(), Instance: "bench",
 					Key: audittrail.NewKey([]byte("bench-bench-bench-bench-bench-bench")), Metrics: m})
@@ -80,6 +82,8 @@ func BenchmarkEnforcedWriteAuditTrail(b *testing.B) {
 					b.Fatal(err)
 				}
 				opts.Trail = tr
+				// required: every write waits for its record's fsync.
+				opts.AuditRequired = leg == "enforced+required"
 			}
 			if leg == "enforced+hook" {
 				// The request path's part alone: the record built and
