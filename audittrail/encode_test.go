@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +52,29 @@ func TestEncoderMatchesEncodingJSON(t *testing.T) {
 		if got := appendJSON(nil, &r); !bytes.Equal(got, want) {
 			t.Fatalf("record %d:\n got %s\nwant %s", i, got, want)
 		}
+	}
+}
+
+// docs/AUDIT.md gives a record line whose hash is a test vector for
+// verifiers written elsewhere; it must stay right.
+func TestDocExampleRecordHash(t *testing.T) {
+	doc, err := os.ReadFile("../docs/AUDIT.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- example record -->\n```json\n")
+	line, _, ok2 := strings.Cut(rest, "\n```")
+	if !ok || !ok2 {
+		t.Fatal("docs/AUDIT.md has no example record")
+	}
+	var r Record
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.computeHash(nil); got != r.Hash {
+		t.Fatalf("the example's hash is %s, its content hashes to %s", r.Hash, got)
+	}
+	if b, _ := marshalLine(nil, &r); string(b) != line+"\n" {
+		t.Fatalf("the example is not in the form written:\n%s\n%s", b, line)
 	}
 }
