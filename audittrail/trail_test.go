@@ -576,3 +576,36 @@ func TestVerifyPrunedTrail(t *testing.T) {
 		t.Fatalf("VerifyPruned of a pruned trail missing a record: %s", rep.Verdict())
 	}
 }
+
+// The attack head.json cannot catch, and what does: cutting the trail
+// back to an earlier checkpoint and copying that checkpoint into
+// head.json verifies; a copy of a later head kept elsewhere shows it.
+func TestRolledBackHeadNeedsAShippedHead(t *testing.T) {
+	dir := t.TempDir()
+	writeTrail(t, dir, 40)
+	shipped := filepath.Join(t.TempDir(), "head-shipped.json")
+	b, err := os.ReadFile(filepath.Join(dir, headFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(shipped, b, 0o600)
+	// The attacker drops the last segment and installs the checkpoint
+	// that ends the one before as the head.
+	last := seg(t, dir, -1)
+	os.Remove(last)
+	ls := readLines(t, seg(t, dir, -1))
+	if parse(t, ls[len(ls)-1]).Kind != KindCheckpoint {
+		t.Fatal("a rotated segment does not end with a checkpoint")
+	}
+	writeLines(t, filepath.Join(dir, headFile), ls[len(ls)-1:])
+	if rep := verify(t, dir); !rep.OK() {
+		t.Fatalf("the rolled-back trail did not verify on its own (the documented limit changed?): %s", rep.Verdict())
+	}
+	rep, err := VerifyWith(dir, VerifyOptions{Keys: []Key{testKey}, Heads: []string{shipped}})
+	if err != nil || rep.OK() || rep.Problem.Segment != shipped || !strings.Contains(rep.Problem.What, "truncated") {
+		t.Fatalf("with the shipped head: %v %s", err, rep.Verdict())
+	}
+	if rep, _ := VerifyWith(dir, VerifyOptions{Keys: []Key{testKey}, Heads: []string{shipped + ".missing"}}); rep.OK() {
+		t.Fatal("a named head copy that does not exist was ignored")
+	}
+}

@@ -71,7 +71,7 @@ func (r *Report) Verdict() string {
 // stops at the first problem. An error is returned only when dir cannot
 // be read.
 func Verify(dir string, keys []Key) (*Report, error) {
-	return verifyDir(dir, keys, false)
+	return VerifyWith(dir, VerifyOptions{Keys: keys})
 }
 
 // VerifyPruned is Verify for a trail whose oldest segments were removed
@@ -80,10 +80,25 @@ func Verify(dir string, keys []Key) (*Report, error) {
 // (a note says from where the trail was verified). Everything from there
 // on is checked as by Verify.
 func VerifyPruned(dir string, keys []Key) (*Report, error) {
-	return verifyDir(dir, keys, true)
+	return VerifyWith(dir, VerifyOptions{Keys: keys, Pruned: true})
 }
 
-func verifyDir(dir string, keys []Key, pruned bool) (*Report, error) {
+// VerifyOptions are Verify's inputs beyond the directory.
+type VerifyOptions struct {
+	// Keys are the checkpoint keys; none: signatures are not checked.
+	Keys []Key
+	// Pruned: see VerifyPruned.
+	Pruned bool
+	// Heads are copies of head.json kept elsewhere (write-once storage):
+	// the trail must reach each, as it must reach its own head.json. They
+	// catch what head.json cannot: a trail cut back to an earlier
+	// checkpoint with that checkpoint copied into head.json.
+	Heads []string
+}
+
+// VerifyWith is Verify with options.
+func VerifyWith(dir string, o VerifyOptions) (*Report, error) {
+	keys, pruned := o.Keys, o.Pruned
 	names, err := segments(dir)
 	if err != nil {
 		return nil, err
@@ -110,7 +125,13 @@ func verifyDir(dir string, keys []Key, pruned bool) (*Report, error) {
 			return v.rep, nil
 		}
 	}
-	v.head(dir)
+	v.head(filepath.Join(dir, headFile), headFile, false)
+	for _, h := range o.Heads {
+		if v.rep.Problem != nil {
+			break
+		}
+		v.head(h, h, true)
+	}
 	return v.rep, nil
 }
 
@@ -250,11 +271,13 @@ func (v *verifier) checkMAC(seg string, line int, r *Record) bool {
 	return true
 }
 
-// head checks that the trail reaches the checkpoint in head.json, which
-// a deleted tail (a whole last segment) would not.
-func (v *verifier) head(dir string) {
-	data, err := os.ReadFile(filepath.Join(dir, headFile))
-	if errors.Is(err, os.ErrNotExist) {
+// head checks that the trail reaches the checkpoint in the head file at
+// path (head.json, or a copy kept elsewhere), which a deleted tail (a
+// whole last segment) would not. A missing head.json is a note; a missing
+// copy the caller named is a problem.
+func (v *verifier) head(path, headFile string, given bool) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && !given {
 		v.rep.Notes = append(v.rep.Notes, "no head.json: a deleted tail cannot be detected")
 		return
 	}

@@ -17,7 +17,7 @@ import (
 func runAudit(args []string, stdout, stderr io.Writer) int {
 	usage := func() {
 		fmt.Fprint(stderr, "Usage:\n"+
-			"  lockgate audit verify -key FILE [-key OLDFILE ...] [-pruned] DIR\n"+
+			"  lockgate audit verify -key FILE [-key OLDFILE ...] [-head SHIPPED-HEAD ...] [-pruned] DIR\n"+
 			"  lockgate audit verify -unsigned DIR\n"+
 			"  lockgate audit query [-ns DB.COLL] [-id ID] [-session TAG] [-user USER] [-app APP] DIR\n")
 	}
@@ -52,6 +52,8 @@ func auditVerify(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&files, "key", "checkpoint key `file` (audit.keyFile); repeat it for keys rotated out")
 	unsigned := fs.Bool("unsigned", false, "check the chain only, not the checkpoint signatures (no key at hand)")
 	pruned := fs.Bool("pruned", false, "the oldest segments were removed by retention: verify from the first segment present")
+	var heads keyFiles
+	fs.Var(&heads, "head", "a copy of head.json kept elsewhere (`file`); the trail must reach it too. Repeatable")
 	if err := fs.Parse(args); err != nil {
 		return usageCode(err)
 	}
@@ -72,11 +74,7 @@ func auditVerify(args []string, stdout, stderr io.Writer) int {
 		}
 		keys = append(keys, k)
 	}
-	verify := audittrail.Verify
-	if *pruned {
-		verify = audittrail.VerifyPruned
-	}
-	rep, err := verify(fs.Arg(0), keys)
+	rep, err := audittrail.VerifyWith(fs.Arg(0), audittrail.VerifyOptions{Keys: keys, Pruned: *pruned, Heads: heads})
 	if err != nil {
 		fmt.Fprintln(stdout, "FAIL", err)
 		return exitFailure

@@ -51,6 +51,12 @@ func TestAuditSubcommands(t *testing.T) {
 	if code != exitOK || strings.Count(out, "\n") != 2 {
 		t.Fatalf("query of holder s2: exit %d\n%s", code, out)
 	}
+	if code, out, _ := runOnce(t, []string{"audit", "verify", "-key", keyFile, "-head", filepath.Join(dir, "head.json"), dir}, env(nil)); code != exitOK {
+		t.Fatalf("verify -head with the trail's own head: exit %d %s", code, out)
+	}
+	if code, out, _ := runOnce(t, []string{"audit", "verify", "-key", keyFile, "-head", filepath.Join(dir, "missing.json"), dir}, env(nil)); code != exitFailure {
+		t.Fatalf("verify -head naming no file: exit %d %s", code, out)
+	}
 	if code, _, _ := runOnce(t, []string{"audit", "verify", dir}, env(nil)); code != exitUsage {
 		t.Fatalf("verify without a key: exit %d, want %d", code, exitUsage)
 	}
