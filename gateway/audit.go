@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/admin"
 	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"go.uber.org/zap"
@@ -186,3 +187,21 @@ func mountAuditHistory(adm *admin.Server, dir string) {
 }
 
 var errStopQuery = errors.New("enough records")
+
+// checkAudit is -check's look at the trail: its key readable and long
+// enough, its directory a directory lockgate can write in (created if
+// missing, as Start would).
+func checkAudit(c config.Audit) error {
+	if _, err := audittrail.KeyFromFile(c.KeyFile); err != nil {
+		return fmt.Errorf("audit.keyFile: %w", err)
+	}
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return fmt.Errorf("audit.dir: %w", err)
+	}
+	f, err := os.CreateTemp(c.Dir, ".check-*")
+	if err != nil {
+		return fmt.Errorf("audit.dir: not writable: %w", err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}

@@ -303,3 +303,22 @@ func TestAuditRequiredRefusesWhenTheTrailFails(t *testing.T) {
 	}
 	t.Logf("%d updates acknowledged before and after the failure, one refused; %s", acked, rep.Verdict())
 }
+
+// lockgate -check looks at the trail's key and directory.
+func TestCheckAudit(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	os.WriteFile(key, []byte("short"), 0o600)
+	c := config.Audit{Enabled: true, Dir: filepath.Join(dir, "trail"), KeyFile: key}
+	if err := checkAudit(c); err == nil || !strings.Contains(err.Error(), "audit.keyFile") {
+		t.Fatalf("short key: %v", err)
+	}
+	os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600)
+	if err := checkAudit(c); err != nil {
+		t.Fatalf("good key, new directory: %v", err)
+	}
+	c.Dir = key // a file
+	if err := checkAudit(c); err == nil || !strings.Contains(err.Error(), "audit.dir") {
+		t.Fatalf("a file as the directory: %v", err)
+	}
+}
