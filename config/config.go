@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -36,6 +37,8 @@ type Config struct {
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	// Log configures the process logger.
 	Log Log `yaml:"log"`
+	// Audit configures the tamper-evident audit trail (docs/AUDIT.md).
+	Audit Audit `yaml:"audit"`
 	// ShutdownDrainDelay is how long, after SIGTERM, lockgate keeps serving
 	// while /readyz already reports "draining", before the graceful
 	// shutdown (ShutdownTimeout) starts: time for endpoints and load
@@ -158,6 +161,10 @@ type NamespaceRule struct {
 	// (default audit) is the mode for the rest.
 	Clients      *Clients `yaml:"clients"`
 	OtherClients Mode     `yaml:"otherClients"`
+	// AuditRequired forwards an allowed write on this (enforced) rule only
+	// once its audit record is durable, and refuses it when the trail
+	// cannot take it (docs/AUDIT.md); needs audit.enabled.
+	AuditRequired bool `yaml:"auditRequired"`
 }
 
 // Limits bound message sizes.
@@ -186,6 +193,54 @@ type Limits struct {
 	MaxLocksPerSession int `yaml:"maxLocksPerSession"`
 }
 
+// Audit configures the tamper-evident audit trail: a hash-chained,
+// signed record of every decision on audited and enforced namespaces, of
+// lock commands and of policy reloads, in JSON-lines files
+// (docs/AUDIT.md). The decision log on stdout stays as it is.
+type Audit struct {
+	// Enabled turns the trail on.
+	Enabled bool `yaml:"enabled"`
+	// Dir holds this instance's trail; one lockgate per directory.
+	Dir string `yaml:"dir"`
+	// Instance names this lockgate in every record; empty means the host
+	// name.
+	Instance string `yaml:"instance"`
+	// KeyFile holds the secret (at least 32 bytes) that signs checkpoints.
+	KeyFile string `yaml:"keyFile"`
+	// Mode is the durability mode.
+	Mode AuditMode `yaml:"mode"`
+	// SegmentMaxBytes and SegmentMaxAge start a new segment file once the
+	// current one is this large or this old.
+	SegmentMaxBytes int64    `yaml:"segmentMaxBytes"`
+	SegmentMaxAge   Duration `yaml:"segmentMaxAge"`
+	// CheckpointEvery and CheckpointInterval: a signed checkpoint follows
+	// this many records, or this much time after the first unsigned one.
+	CheckpointEvery    int      `yaml:"checkpointEvery"`
+	CheckpointInterval Duration `yaml:"checkpointInterval"`
+	// BufferRecords bounds the records waiting to be written; when it is
+	// full, records are dropped (counted, and noted in the trail), never
+	// writes delayed.
+	BufferRecords int `yaml:"bufferRecords"`
+}
+
+// AuditMode is the audit trail's durability mode.
+type AuditMode string
+
+const (
+	// AuditBestEffort writes records in batches off the request path;
+	// only rules with auditRequired wait for theirs.
+	AuditBestEffort AuditMode = "bestEffort"
+	// AuditRequired makes every enforced write wait for its record, as
+	// auditRequired does for one rule.
+	AuditRequired AuditMode = "required"
+)
+
+// AuditModes lists the valid audit modes.
+func AuditModes() []AuditMode { return []AuditMode{AuditBestEffort, AuditRequired} }
+
+// Valid reports whether m is one of AuditModes.
+func (m AuditMode) Valid() bool { return slices.Contains(AuditModes(), m) }
+
 // Log configures the process logger.
 type Log struct {
 	Level  LogLevel  `yaml:"level"`
@@ -194,17 +249,18 @@ type Log struct {
 
 // Defaults; exported where other packages or docs need to agree with them.
 const (
-	DefaultListen              = "127.0.0.1:27018"
-	DefaultAdmin               = "127.0.0.1:9218"
-	DefaultUpstreamURI         = "mongodb://127.0.0.1:27017/"
-	DefaultMaxMessageSizeBytes = 48000000
-	DefaultMaxCandidates       = 1000
-	MaxMaxCandidates           = 100000
-	DefaultLeaseMarginMS       = 1000
-	MaxLeaseMarginMS           = 600000
-	DefaultResolveTimeoutMS    = 2000
-	DefaultMaxResolves         = 8
-	DefaultHandshakeTimeoutMS  = 10000
+	DefaultListen               = "127.0.0.1:27018"
+	DefaultAdmin                = "127.0.0.1:9218"
+	DefaultUpstreamURI          = "mongodb://127.0.0.1:27017/"
+	DefaultMaxMessageSizeBytes  = 48000000
+	DefaultMaxCandidates        = 1000
+	MaxMaxCandidates            = 100000
+	DefaultLeaseMarginMS        = 1000
+	MaxLeaseMarginMS            = 600000
+	DefaultResolveTimeoutMS     = 2000
+	DefaultMaxResolves          = 8
+	DefaultHandshakeTimeoutMS   = 10000
+	DefaultAuditSegmentMaxBytes = 64 << 20
 )
 
 // Default returns the configuration used for every key the file omits.
@@ -230,6 +286,9 @@ func Default() *Config {
 			MaxLocksPerSession: 10000},
 		ShutdownTimeout: Duration(15 * time.Second),
 		Log:             Log{Level: LogLevelInfo, Format: LogFormatJSON},
+		Audit: Audit{Mode: AuditBestEffort, SegmentMaxBytes: DefaultAuditSegmentMaxBytes,
+			SegmentMaxAge: Duration(24 * time.Hour), CheckpointEvery: 1000,
+			CheckpointInterval: Duration(10 * time.Second), BufferRecords: 8192},
 	}
 }
 

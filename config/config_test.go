@@ -642,3 +642,78 @@ func TestValidatePolicyOptions(t *testing.T) {
 		t.Fatalf("valid rule refused: %v", err)
 	}
 }
+
+func TestAuditValidation(t *testing.T) {
+	for _, tc := range []struct {
+		set  func(*Audit)
+		keys []string
+	}{
+		{func(a *Audit) { a.Enabled = true }, []string{"audit.dir", "audit.keyFile"}},
+		{func(a *Audit) { a.Mode = "required" }, []string{"audit.mode"}}, // without a trail
+		{func(a *Audit) { a.Mode = "sometimes" }, []string{"audit.mode"}},
+		{func(a *Audit) { a.SegmentMaxBytes = 10 }, []string{"audit.segmentMaxBytes"}},
+		{func(a *Audit) { a.SegmentMaxAge = Duration(time.Second) }, []string{"audit.segmentMaxAge"}},
+		{func(a *Audit) { a.CheckpointEvery = 0 }, []string{"audit.checkpointEvery"}},
+		{func(a *Audit) { a.CheckpointInterval = 0 }, []string{"audit.checkpointInterval"}},
+		{func(a *Audit) { a.BufferRecords = -1 }, []string{"audit.bufferRecords"}},
+		{func(a *Audit) { a.Enabled, a.Dir, a.KeyFile = true, "/tmp/t", "/tmp/k" }, nil},
+	} {
+		c := Default()
+		tc.set(&c.Audit)
+		err := c.Validate()
+		var got []string
+		for _, e := range flatten(err) {
+			var fe *FieldError
+			if errors.As(e, &fe) {
+				got = append(got, fe.Key)
+			}
+		}
+		if !reflect.DeepEqual(got, tc.keys) {
+			t.Errorf("%+v: errors on %v, want %v (%v)", c.Audit, got, tc.keys, err)
+		}
+	}
+}
+
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+func TestAuditRequiredRuleValidation(t *testing.T) {
+	for _, tc := range []struct {
+		enabled bool
+		rule    NamespaceRule
+		keys    []string
+	}{
+		{false, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true}, []string{"policy.namespaces[0].auditRequired"}},
+		{true, NamespaceRule{Match: "a.b", Mode: ModeAudit, AuditRequired: true}, []string{"policy.namespaces[0].auditRequired"}},
+		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true, Scheme: &Scheme{Type: SchemeFlag}}, []string{"policy.namespaces[0].auditRequired"}},
+		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true}, nil},
+	} {
+		c := Default()
+		c.Audit.Enabled, c.Audit.Dir, c.Audit.KeyFile = tc.enabled, "/tmp/t", "/tmp/k"
+		c.Policy.Namespaces = []NamespaceRule{tc.rule}
+		var got []string
+		for _, e := range flatten(c.Validate()) {
+			var fe *FieldError
+			if errors.As(e, &fe) {
+				got = append(got, fe.Key)
+			}
+		}
+		if !reflect.DeepEqual(got, tc.keys) {
+			t.Errorf("enabled %v, %+v: errors on %v, want %v (%v)", tc.enabled, tc.rule, got, tc.keys, c.Validate())
+		}
+	}
+	// audit.mode required would not hold on a scheme's writes.
+	c := Default()
+	c.Audit.Enabled, c.Audit.Dir, c.Audit.KeyFile, c.Audit.Mode = true, "/tmp/t", "/tmp/k", AuditRequired
+	c.Policy.Namespaces = []NamespaceRule{{Match: "a.b", Mode: ModeEnforce, Scheme: &Scheme{Type: SchemeFlag}}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "audit.mode: required is not available with scheme rules") {
+		t.Errorf("audit.mode required with a scheme rule: %v", err)
+	}
+}

@@ -106,6 +106,8 @@ func (c *Config) Validate() error {
 		v.add("shutdownDrainDelay", "must be between 0 and %v, got %v", MaxShutdownTimeout, d)
 	}
 
+	c.validateAudit(&v)
+
 	if !c.Log.Level.Valid() {
 		v.add("log.level", "must be one of %s, got %q", list(LogLevels()), c.Log.Level)
 	}
@@ -113,6 +115,58 @@ func (c *Config) Validate() error {
 		v.add("log.format", "must be one of %s, got %q", list(LogFormats()), c.Log.Format)
 	}
 	return errors.Join(v.errs...)
+}
+
+func (c *Config) validateAudit(v *validator) {
+	a := c.Audit
+	if !a.Mode.Valid() {
+		v.add("audit.mode", "must be one of %s, got %q", list(AuditModes()), a.Mode)
+	}
+	if a.Mode == AuditRequired && !a.Enabled {
+		v.add("audit.mode", "required needs audit.enabled: true (no write may pass without a record, and there is no trail)")
+	}
+	for i, r := range c.Policy.Namespaces {
+		if a.Mode == AuditRequired && r.Scheme != nil && r.Mode == ModeEnforce {
+			// A scheme's writes are decided on another path that does
+			// not wait for their records: required would not hold there.
+			v.add("audit.mode", "required is not available with scheme rules yet (policy.namespaces[%d].scheme): use auditRequired on the other rules", i)
+		}
+		if !r.AuditRequired {
+			continue
+		}
+		key := fmt.Sprintf("policy.namespaces[%d].auditRequired", i)
+		switch {
+		case !a.Enabled:
+			v.add(key, "needs audit.enabled: true (no write may pass without a record, and there is no trail)")
+		case r.Mode != ModeEnforce:
+			v.add(key, "applies to enforce rules only (an audit rule never refuses a write), got mode %q", r.Mode)
+		case r.Scheme != nil:
+			v.add(key, "is not available with a scheme yet")
+		}
+	}
+	if a.Enabled {
+		if a.Dir == "" {
+			v.add("audit.dir", "required when audit.enabled is true: the directory of this instance's trail")
+		}
+		if a.KeyFile == "" {
+			v.add("audit.keyFile", "required when audit.enabled is true: a file of at least 32 secret bytes that signs checkpoints (openssl rand -hex 32)")
+		}
+	}
+	if n := a.SegmentMaxBytes; n < 4096 || n > 1<<40 {
+		v.add("audit.segmentMaxBytes", "must be between 4096 and %d, got %d", int64(1<<40), n)
+	}
+	if d := a.SegmentMaxAge.D(); d < time.Minute || d > 366*24*time.Hour {
+		v.add("audit.segmentMaxAge", "must be between 1m and 8784h (a year), got %q", d.String())
+	}
+	if n := a.CheckpointEvery; n < 1 || n > 1000000 {
+		v.add("audit.checkpointEvery", "must be between 1 and 1000000 records, got %d", n)
+	}
+	if d := a.CheckpointInterval.D(); d < 100*time.Millisecond || d > time.Hour {
+		v.add("audit.checkpointInterval", "must be between 100ms and 1h, got %q", d.String())
+	}
+	if n := a.BufferRecords; n < 1 || n > 10000000 {
+		v.add("audit.bufferRecords", "must be between 1 and 10000000, got %d", n)
+	}
 }
 
 func (c *Config) validateTLS(v *validator) {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/admin"
+	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/guard"
 	"github.com/lockgate/lockgate/lockstore"
@@ -58,6 +59,7 @@ type assembly struct {
 	reloads      *prometheus.CounterVec
 	srv          *proxy.Server
 	adm          *admin.Server
+	trail        *audittrail.Trail // nil unless audit.enabled
 }
 
 func (a *assembly) undo() {
@@ -184,8 +186,15 @@ func (a *assembly) openLockStore() (err error) {
 func (a *assembly) newGuard() error {
 	cfg, up := a.cfg, a.up
 	a.guardMetrics = guard.NewMetrics()
+	var store guard.LockStore = a.store
+	var trail guard.AuditTrail
+	if a.trail != nil {
+		store, trail = &auditedStore{Store: a.store, trail: a.trail}, a.trail
+	}
 	a.guard = guard.New(guard.Options{
-		Store:          a.store,
+		Store:          store,
+		Trail:          trail,
+		AuditRequired:  trail != nil && cfg.Audit.Mode == config.AuditRequired,
 		Reserved:       reservedNamespaces(cfg.Lockstore),
 		OwnerSecret:    a.ownerSecret,
 		AuthRequired:   a.authRequired.Load,
@@ -278,8 +287,11 @@ func (a *assembly) run() *Gateway {
 	})
 	var g *Gateway
 	token := a.token
-	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn)
+	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn, a.forceReleases())
 	mountConsole(adm, store, gd.Policy, a.reg, token != "")
+	if a.trail != nil {
+		mountAuditHistory(adm, a.cfg.Audit.Dir)
+	}
 
 	g = &Gateway{
 		logger:   logger,
@@ -291,6 +303,7 @@ func (a *assembly) run() *Gateway {
 		guard:    gd,
 		reloads:  a.reloads,
 		nsClient: up.Client(),
+		trail:    a.trail,
 		done:     make(chan struct{}),
 	}
 
@@ -331,6 +344,13 @@ func (a *assembly) run() *Gateway {
 		}
 		if err := up.Close(); err != nil {
 			g.fail(fmt.Errorf("upstream close: %w", err))
+		}
+		// Last: the releases of the shutdown are in the trail before
+		// its stop record.
+		if a.trail != nil {
+			if err := a.trail.Close(); err != nil {
+				g.fail(fmt.Errorf("audit trail close: %w", err))
+			}
 		}
 		close(g.done)
 	}()

@@ -45,6 +45,9 @@ func Check(ctx context.Context, cfg *config.Config) []CheckResult {
 	add("adminAuth", map[bool]string{true: "operator actions enabled", false: "operator actions disabled (no token file)"}[tok != ""], err)
 	sec, err := readOwnerSecret(cfg.Lockstore)
 	add("ownerSecret", map[bool]string{true: "owner secret read", false: "no owner secret: a random one per process"}[sec != nil], err)
+	if cfg.Audit.Enabled {
+		add("audit", "trail in "+cfg.Audit.Dir, checkAudit(cfg.Audit))
+	}
 
 	timeout := max(cfg.Upstream.DialTimeout.D(), 2*time.Second)
 	add("upstream", redactURI(cfg.Upstream.URI), ping(ctx, cfg.Upstream.URI, timeout, nil))

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/admin"
+	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/guard"
 	"github.com/lockgate/lockgate/lockstore"
@@ -36,6 +37,7 @@ type Gateway struct {
 	admin    *admin.Server
 	guard    *guard.Guard
 	reloads  *prometheus.CounterVec
+	trail    *audittrail.Trail // nil unless audit.enabled
 
 	// nsClient lists databases and collections for the policy check;
 	// policyWarnings holds its latest result.
@@ -85,6 +87,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 		a.listen,
 		a.openUpstream,
 		a.readSecrets,
+		a.openAudit,
 		a.openLockStore,
 		a.newGuard,
 		a.newProxy,
@@ -123,6 +126,9 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	old := g.guard.Policy()
 	g.guard.SetPolicy(pol)
 	g.logger.Info("policy reloaded", zap.String("version", pol.Version()), zap.String("previous", old.Version()))
+	if g.trail != nil {
+		g.trail.Append(audittrail.Event{Kind: audittrail.KindReload, Policy: pol.Version(), Detail: "previous " + old.Version()})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	g.checkPolicy(ctx, pol)

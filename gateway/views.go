@@ -93,7 +93,11 @@ func extJSONText(v bson.RawValue, canonical bool) (string, bool) {
 // mountViews adds the lock and policy views and the force-release action.
 // waitWrites, if set, waits for the writes in flight under a lock before
 // an operator's force-release frees it.
-func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, waitWrites func(context.Context, string, docid.ID) error) {
+//
+// forced, when set, is told of every lock an operator force-released (the
+// audit trail records it).
+func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, waitWrites func(context.Context, string, docid.ID) error,
+	forced func(ns string, id docid.ID, reason, remote string, before lockstore.Status)) {
 	adm.Handle("/locks", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		limit, err := queryLimit(q.Get("limit"))
@@ -180,6 +184,9 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			zap.String("reason", req.Reason), zap.String("remote", r.RemoteAddr),
 			zap.Bool("wasHeld", before.Held), zap.String("holderApp", before.Holder.App),
 			zap.String("holderSession", before.Holder.SessionPrefix))
+		if forced != nil {
+			forced(req.NS, id, req.Reason, r.RemoteAddr, before)
+		}
 		admin.WriteJSON(w, http.StatusOK, map[string]any{"released": before.Held, "before": viewOf(before)})
 	}))
 }

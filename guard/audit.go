@@ -1,20 +1,28 @@
 package guard
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"time"
 
+	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
 
 // record writes the audit trail of one decision: a log line for every
-// namespace the message writes under an audited or enforced rule, and the
+// namespace the message writes under an audited or enforced rule, the
 // decision counters, labelled by rule (a bounded set), never by namespace
-// or id.
-func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration) {
+// or id, and the audit trail's records. Where an allowed write's rule
+// requires its audit record (auditRequired, audit.mode required), record
+// waits until the record is durable, and returns the violation that
+// refuses the write when it cannot be (fail closed); nil otherwise.
+func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration) (unaudited *violation) {
 	g.metrics.decisionSeconds.Observe(took.Seconds())
 	var seenBuf [4]string
 	seen := seenBuf[:0] // namespaces logged; a message writes very few
@@ -29,6 +37,17 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			decision = decisionWouldReject
 			if enforced != nil {
 				decision = decisionReject
+			}
+		}
+		if t := g.opts.Trail; t != nil {
+			ev := g.trailEvent(req, pol, v, w, r, x, decision)
+			if x != nil || enforced != nil || unaudited != nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired) {
+				t.Append(ev)
+			} else if x = g.commitRecord(t, ev, w, r); x != nil {
+				// Refused for want of a record: the counters, the log
+				// line and (if it can take one) the trail say so.
+				unaudited, decision, reason = x, decisionReject, x.reason
+				t.Append(g.trailEvent(req, pol, v, w, r, x, decision))
 			}
 		}
 		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
@@ -87,6 +106,115 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
 		}
 	}
+	return unaudited
+}
+
+// AuditTrail takes the records of the tamper-evident audit trail;
+// *audittrail.Trail is one. Append must not block: it is called on the
+// request path, once per protected namespace a message writes. Commit
+// returns once the record is durable, or fails; it is called only for
+// allowed writes whose rule requires their record.
+type AuditTrail interface {
+	Append(audittrail.Event) bool
+	Commit(context.Context, audittrail.Event) error
+}
+
+// reasonAuditUnavailable refuses an allowed write whose rule requires an
+// audit record that the trail could not make durable.
+const reasonAuditUnavailable = "audit_unavailable"
+
+// auditCommitTimeout bounds the wait for a required audit record: a
+// trail that cannot write within it refuses the write.
+const auditCommitTimeout = 5 * time.Second
+
+// trailEvent is the trail's record of one decision. It only copies
+// references (the ids are formatted by the trail's writer, off this
+// path); the one lookup is the holder tag, which the lock store's
+// records and the lock view show too, so that one holder's locks and
+// writes can be followed together.
+func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w policy.Write, r policy.Rule, x *violation, decision string) audittrail.Event {
+	ev := audittrail.Event{Kind: audittrail.KindDecision, Time: time.Now(), NS: w.NS, Mode: string(r.Mode),
+		Verdict: trailVerdicts[decision], Policy: pol.Version(),
+		App: req.Client.AppName(), User: req.Client.User(), Client: req.Client.Addr,
+		Op: req.Message.Header().OpCode.String()}
+	if req.Command != nil {
+		ev.Op = req.Command.Name
+		switch {
+		case v.flight != nil:
+			ev.Session = lockstore.SessionPrefix(v.flight.owner.Session)
+		case v.lsid != nil:
+			ev.Session = lockstore.SessionPrefix(g.owners.session(ev.User, v.lsid))
+		default:
+			if sid, ok := req.Command.SessionID(); ok {
+				ev.Session = lockstore.SessionPrefix(g.owners.session(ev.User, sid))
+			}
+		}
+	}
+	if ids, ok := v.checked.lookup(w.NS); ok {
+		ev.IDs = ids
+	} else if len(v.writes) == 1 {
+		ev.IDs = v.named // one namespace: the ids the request names are its
+	}
+	if len(ev.IDs) == 0 {
+		ev.IDs = insertedIDs(v.writes, w.NS) // inserts that needed no lock check
+	}
+	if x != nil {
+		ev.Reason, ev.Detail = x.reason, x.detail
+		if len(x.ids) > 0 {
+			ev.IDs = x.ids
+		}
+	}
+	if v.fence != nil && x == nil && len(ev.IDs) > 0 {
+		// A fenced write ran under these tokens (fence.go).
+		ev.Tokens = make([]int64, len(ev.IDs))
+		for i, id := range ev.IDs {
+			ev.Tokens[i], _ = v.fence.token(w.NS, id)
+		}
+	}
+	return ev
+}
+
+// insertedIDs are the _id values of the documents the message inserts
+// into ns, copied: the message's buffer is not the trail's to keep.
+func insertedIDs(writes []policy.Write, ns string) []docid.ID {
+	var vals []bsoncore.Value
+	for i := range writes {
+		if writes[i].NS != ns || writes[i].Doc == nil {
+			continue
+		}
+		if id, err := writes[i].Doc.LookupErr("_id"); err == nil {
+			vals = append(vals, id)
+		}
+	}
+	if len(vals) == 0 {
+		return nil
+	}
+	ids, err := docid.Copy(vals)
+	if err != nil {
+		return nil
+	}
+	return ids
+}
+
+// trailVerdicts are the decision log's decisions as the trail names them.
+var trailVerdicts = map[string]string{
+	decisionAllow:       audittrail.VerdictAllow,
+	decisionReject:      audittrail.VerdictReject,
+	decisionWouldReject: audittrail.VerdictWouldReject,
+}
+
+// commitRecord waits until ev is durable; when it cannot be, it returns
+// the violation that refuses the write.
+func (g *Guard) commitRecord(t AuditTrail, ev audittrail.Event, w policy.Write, r policy.Rule) *violation {
+	ctx, cancel := context.WithTimeout(context.Background(), auditCommitTimeout)
+	defer cancel()
+	err := t.Commit(ctx, ev)
+	if err == nil {
+		return nil
+	}
+	return &violation{rule: r, write: w, reason: reasonAuditUnavailable, ids: ev.IDs,
+		detail: fmt.Sprintf("its rule requires an audit record and the audit trail cannot take it (%v)", err),
+		advice: "retry when the audit trail is writable again (lockgate_audit_sink_errors_total, the log of component audit); nothing was written"}
 }
 
 // metricReason keeps the reason label to the known values.
@@ -105,4 +233,4 @@ func metricReason(r string) string {
 var metricReasons = []string{reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
 	reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
 	reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable,
-	reasonSchemeNotFollowed, reasonSchemeNotHolder, "other"}
+	reasonSchemeNotFollowed, reasonSchemeNotHolder, reasonAuditUnavailable, "other"}

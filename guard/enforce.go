@@ -713,7 +713,9 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 			break
 		}
 	}
-	g.record(req, pol, v, enforced, time.Since(start))
+	if x := g.record(req, pol, v, enforced, time.Since(start)); x != nil && enforced == nil {
+		enforced = x // its audit record could not be made durable
+	}
 	if enforced != nil {
 		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).document()}
 	}

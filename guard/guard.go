@@ -101,6 +101,12 @@ type Options struct {
 	EndSessionsSupported func(ctx context.Context) (bool, error)
 	Logger               *zap.Logger
 	Metrics              *Metrics
+	// Trail, when set, gets a record of every decision on an audited or
+	// enforced namespace (audit.go).
+	Trail AuditTrail
+	// AuditRequired makes every allowed enforced write wait until its
+	// record is durable, as a rule's AuditRequired does for its own.
+	AuditRequired bool
 
 	// MaxInFlight bounds how long this proxy keeps renewing the locks of
 	// an enforced write that has not been answered; 0 means 10 minutes

@@ -62,6 +62,9 @@ type Rule struct {
 	Scheme Scheme
 	// Clients, when set, narrows Mode to some clients (ForClient).
 	Clients *Clients
+	// AuditRequired: an allowed write is forwarded only once its audit
+	// record is durable (guard/audit.go).
+	AuditRequired bool
 }
 
 // Policy is a compiled, immutable policy. It is safe for concurrent use;
@@ -125,6 +128,7 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 		r.AllowCollectionWrites = nr.AllowCollectionWrites
 		r.AllowCappedInserts = nr.AllowCappedInserts
 		r.RefuseLocksOnMissingCollection = nr.RefuseLocksOnMissingCollection
+		r.AuditRequired = nr.AuditRequired
 		r.Scheme = compileScheme(nr.Scheme, defaultLeaseMS)
 		r.Clients = compileClients(nr.Clients, nr.OtherClients)
 		if nr.MaxCandidates > 0 {

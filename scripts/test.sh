@@ -137,7 +137,7 @@ section "go test -race (packages with concurrency)"
 # with real drivers. tests/reliability is left to the plain run above: its
 # soak and crash tests load the machine so much under the detector that the
 # lock store's own time-outs, not lockgate, decide the outcome.
-go test -count=1 -race ./proxy ./upstream ./lockstore ./guard ./gateway ./tests ./tests/enforcement
+go test -count=1 -race ./proxy ./upstream ./lockstore ./guard ./gateway ./audittrail ./tests ./tests/enforcement
 
 section "hostile load test (short form)"
 # Well-behaved lock-write-release clients alone, then beside 1000 idle

@@ -85,7 +85,8 @@ func flagSet(o *options, getenv func(string) string) *flag.FlagSet {
 	fs.BoolVar(&o.check, "check", false, "validate the configuration, check that the upstream and the lock store answer and that every policy rule matches an existing namespace, print the result and exit (0 ok, 1 a check failed, 2 invalid configuration)")
 	fs.BoolVar(&o.strict, "strict", false, "with -check: policy warnings (a rule that matches no existing namespace) fail the check")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: lockgate [flags]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: lockgate [flags]\n"+
+			"       lockgate audit verify|query ... (docs/AUDIT.md)\n\n"+
 			"Precedence: config file < LOCKGATE_* environment < flags.\n"+
 			"Every config key has a variable: LOCKGATE_ + its path, camelCase words\n"+
 			"upper-cased and joined with _ (docs/CONFIGURATION.md).\n\n")
@@ -119,6 +120,9 @@ func loadConfig(o options, getenv func(string) string) (*config.Config, error) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, hup <-chan os.Signal) int {
+	if len(args) > 0 && args[0] == "audit" {
+		return runAudit(args[1:], stdout, stderr)
+	}
 	o, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK

@@ -108,6 +108,7 @@ func tmpfsDir() string {
 func runChildGateway(uri, lockColl, enforceNS string) int {
 	cfg := gatewayConfig(uri, lockColl, enforceNS)
 	childStaleConfig(cfg)
+	childAuditConfig(cfg)
 	g, err := gateway.Start(context.Background(), cfg, zap.NewNop())
 	if err != nil {
 		fmt.Println("ERROR", err)

@@ -1,0 +1,80 @@
+package audittrail
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+)
+
+// The writer's encoder must produce json.Marshal's bytes: docs/AUDIT.md
+// promises it, and a verifier written elsewhere may rely on it.
+func TestEncoderMatchesEncodingJSON(t *testing.T) {
+	tricky := []string{"", "plain", `quote " and \ backslash`, "<script>&amp;</script>", "tab\tnl\ncr\r bs\b ff\f nul\x00 esc\x1b del\x7f",
+		"é ü 日本 🙂", "\u2028\u2029", "bad \xff\xfe utf8 \xc3", "ObjectId(\"6555\")", "\"42\""}
+	rng := rand.New(rand.NewPCG(1, 2))
+	randString := func() string {
+		b := make([]byte, rng.IntN(24))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		if rng.IntN(3) == 0 {
+			return tricky[rng.IntN(len(tricky))] + string(b)
+		}
+		return string(b)
+	}
+	pick := func() string {
+		if rng.IntN(4) == 0 {
+			return ""
+		}
+		return randString()
+	}
+	for i := range 5000 {
+		r := Record{Seq: rng.Uint64(), Time: pick(), Instance: pick(), Prev: pick(), Kind: Kind(pick()), NS: pick(),
+			Op: pick(), Mode: pick(), Verdict: pick(), Reason: pick(), App: pick(), User: pick(), Client: pick(),
+			Session: pick(), Policy: pick(), Detail: pick(), KeyID: pick(), MAC: pick(), Hash: pick()}
+		if i < len(tricky) {
+			r.App = tricky[i]
+		}
+		for range rng.IntN(3) {
+			r.IDs = append(r.IDs, randString())
+			r.Tokens = append(r.Tokens, rng.Int64()-rng.Int64())
+		}
+		if rng.IntN(2) == 0 {
+			r.Count = rng.Uint64()
+		}
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendJSON(nil, &r); !bytes.Equal(got, want) {
+			t.Fatalf("record %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+// docs/AUDIT.md gives a record line whose hash is a test vector for
+// verifiers written elsewhere; it must stay right.
+func TestDocExampleRecordHash(t *testing.T) {
+	doc, err := os.ReadFile("../docs/AUDIT.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- example record -->\n```json\n")
+	line, _, ok2 := strings.Cut(rest, "\n```")
+	if !ok || !ok2 {
+		t.Fatal("docs/AUDIT.md has no example record")
+	}
+	var r Record
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.computeHash(nil); got != r.Hash {
+		t.Fatalf("the example's hash is %s, its content hashes to %s", r.Hash, got)
+	}
+	if b, _ := marshalLine(nil, &r); string(b) != line+"\n" {
+		t.Fatalf("the example is not in the form written:\n%s\n%s", b, line)
+	}
+}

@@ -1,0 +1,369 @@
+package audittrail
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// File names in a trail directory.
+const (
+	segmentPrefix = "trail-"
+	segmentSuffix = ".jsonl"
+	headFile      = "head.json"
+	lockFile      = "LOCK"
+	tornSuffix    = ".torn"
+)
+
+// tornDetail is the start record's Detail after a crash left a torn
+// line; Verify accepts a torn segment end only when the next segment
+// starts with this note naming its size.
+const tornDetail = "recovered: the previous segment ends with %d torn bytes after seq %d (a crash during a write)"
+
+func segmentName(first uint64) string {
+	return fmt.Sprintf("%s%020d%s", segmentPrefix, first, segmentSuffix)
+}
+
+// segments lists the segment files of dir in chain order.
+func segments(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		n := e.Name()
+		if e.Type().IsRegular() && strings.HasPrefix(n, segmentPrefix) && strings.HasSuffix(n, segmentSuffix) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out) // fixed-width numbers: name order is seq order
+	return out, nil
+}
+
+// segmentFirst is the first seq a segment's name promises.
+func segmentFirst(name string) (uint64, bool) {
+	s := strings.TrimSuffix(strings.TrimPrefix(name, segmentPrefix), segmentSuffix)
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil && len(s) == 20
+}
+
+// writer owns the files of an open trail; only the writer goroutine (and
+// Open before it starts) uses it.
+type writer struct {
+	opts *Options
+	lock *os.File
+	f    *os.File // the current segment; nil until the next record
+
+	size     int64
+	segStart time.Time
+	seq      uint64
+	prev     string
+	// sinceCP counts the records after the last checkpoint; firstUnsigned
+	// is the time of the first of them.
+	sinceCP       int
+	firstUnsigned time.Time
+	recovered     string
+
+	buf, scratch []byte
+	kinds        map[Kind]int
+}
+
+// openWriter locks the directory and finds where the chain ends.
+func openWriter(o *Options) (*writer, error) {
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("audit.dir: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(o.Dir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit.dir: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("audit.dir: %s is in use by another lockgate (one trail per instance): %w", o.Dir, err)
+	}
+	w := &writer{opts: o, lock: lock, kinds: map[Kind]int{}}
+	if err := w.recover(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// recover finds the last complete record. A segment that ends in a torn
+// line (a crash during a write) stays as it is, noted in the start
+// record; one with no complete line at all is set aside as .torn (its
+// name would be the next segment's).
+func (w *writer) recover() error {
+	names, err := segments(w.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("audit.dir: %w", err)
+	}
+	for len(names) > 0 {
+		name := names[len(names)-1]
+		path := filepath.Join(w.opts.Dir, name)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("audit: reading %s: %w", name, err)
+		}
+		end := bytes.LastIndexByte(data, '\n')
+		if end < 0 {
+			if len(data) > 0 {
+				if err := os.Rename(path, path+tornSuffix); err != nil {
+					return fmt.Errorf("audit: setting aside %s: %w", name, err)
+				}
+				w.recovered = fmt.Sprintf("recovered: %s held %d torn bytes and no complete record; kept as %s", name, len(data), name+tornSuffix)
+			} else if err := os.Remove(path); err != nil {
+				return fmt.Errorf("audit: removing the empty %s: %w", name, err)
+			}
+			names = names[:len(names)-1]
+			continue
+		}
+		start := bytes.LastIndexByte(data[:end], '\n') + 1
+		var r Record
+		if err := json.Unmarshal(data[start:end], &r); err != nil || r.Hash == "" {
+			return fmt.Errorf("audit: the last record of %s does not parse (%v): the trail is damaged; run `lockgate audit verify %s`", name, err, w.opts.Dir)
+		}
+		w.seq, w.prev = r.Seq, r.Hash
+		if r.Kind != KindCheckpoint {
+			// Records after the last checkpoint: the next checkpoint
+			// signs them with the rest.
+			w.sinceCP, w.firstUnsigned = 1, w.opts.Clock()
+		}
+		if torn := len(data) - end - 1; torn > 0 {
+			w.recovered = fmt.Sprintf(tornDetail, torn, r.Seq)
+		}
+		return nil
+	}
+	return nil
+}
+
+// build makes the next record of the chain from ev.
+func (w *writer) build(ev *Event) Record {
+	w.seq++
+	r := Record{
+		Seq: w.seq, Time: ev.Time.UTC().Format(TimeFormat), Instance: w.opts.Instance, Prev: w.prev,
+		Kind: ev.Kind, NS: ev.NS, Op: ev.Op, Mode: ev.Mode, Verdict: ev.Verdict, Reason: ev.Reason,
+		App: ev.App, User: ev.User, Client: ev.Client, Session: ev.Session, Tokens: ev.Tokens,
+		Policy: ev.Policy, Detail: ev.Detail, Count: ev.Count,
+	}
+	if len(ev.IDs) > 0 {
+		r.IDs = make([]string, len(ev.IDs))
+		for i, id := range ev.IDs {
+			r.IDs[i] = id.String()
+		}
+	}
+	return r
+}
+
+// checkpoint builds a signed checkpoint at the chain's end.
+func (w *writer) checkpoint(now time.Time) Record {
+	w.seq++
+	r := Record{Seq: w.seq, Time: now.UTC().Format(TimeFormat), Instance: w.opts.Instance, Prev: w.prev,
+		Kind: KindCheckpoint, KeyID: w.opts.Key.ID, Count: uint64(w.sinceCP)}
+	r.MAC = r.computeMAC(w.opts.Key.Secret)
+	return r
+}
+
+func (w *writer) appendRecord(r *Record) error {
+	r.Hash, w.scratch = r.computeHash(w.scratch)
+	var err error
+	if w.buf, err = marshalLine(w.buf, r); err != nil {
+		return err
+	}
+	w.prev = r.Hash
+	w.kinds[r.Kind]++
+	return nil
+}
+
+// writeBatch chains and writes items, with a checkpoint after every
+// CheckpointEvery records; final adds a checkpoint at the end whatever
+// the count. The segment is fsynced when a checkpoint or a committed
+// record is in the batch. On failure nothing of the batch is in the
+// chain: the file is cut back and the chain state restored.
+func (w *writer) writeBatch(items []item, final bool) error {
+	if len(items) == 0 && !final {
+		return nil
+	}
+	began := w.opts.Clock()
+	seq, prev, sinceCP, firstUnsigned := w.seq, w.prev, w.sinceCP, w.firstUnsigned
+	restore := func() {
+		w.seq, w.prev, w.sinceCP, w.firstUnsigned = seq, prev, sinceCP, firstUnsigned
+		clear(w.kinds)
+	}
+	w.buf = w.buf[:0]
+	clear(w.kinds)
+	needSync := false
+	var head *Record
+	for i := range items {
+		r := w.build(&items[i].ev)
+		if err := w.appendRecord(&r); err != nil {
+			restore()
+			return err
+		}
+		if w.sinceCP == 0 {
+			w.firstUnsigned = items[i].ev.Time
+		}
+		w.sinceCP++
+		needSync = needSync || items[i].done != nil
+		if w.sinceCP >= w.opts.CheckpointEvery || (final && i == len(items)-1) {
+			cp := w.checkpoint(w.opts.Clock())
+			if err := w.appendRecord(&cp); err != nil {
+				restore()
+				return err
+			}
+			w.sinceCP, head, needSync = 0, &cp, true
+		}
+	}
+	if final && w.sinceCP > 0 { // no items: seal the records already written
+		cp := w.checkpoint(w.opts.Clock())
+		if err := w.appendRecord(&cp); err != nil {
+			restore()
+			return err
+		}
+		w.sinceCP, head, needSync = 0, &cp, true
+	}
+	if err := w.write(needSync, seq+1); err != nil {
+		restore()
+		return err
+	}
+	if head != nil {
+		if err := w.writeHead(head); err != nil {
+			// The records are durable; only head.json lags, which the
+			// next checkpoint fixes. Count it, do not undo the batch.
+			w.opts.Metrics.sinkErrors.Inc()
+		}
+	}
+	m := w.opts.Metrics
+	for k, n := range w.kinds {
+		m.records.WithLabelValues(string(k)).Add(float64(n))
+	}
+	now := w.opts.Clock()
+	m.batch.Observe(now.Sub(began).Seconds())
+	m.lastWrite.Set(float64(now.UnixNano()) / 1e9)
+	return nil
+}
+
+// write appends w.buf to the current segment, opening one when none is;
+// on failure the segment is cut back to its size before.
+func (w *writer) write(sync bool, first uint64) error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	if w.f == nil {
+		if err := w.openSegment(first); err != nil {
+			return err
+		}
+	}
+	n, err := w.f.Write(w.buf)
+	if err == nil && sync {
+		err = w.f.Sync()
+	}
+	if err != nil {
+		if n > 0 {
+			if terr := w.f.Truncate(w.size); terr != nil {
+				// The segment now ends in a partial line we cannot
+				// remove: start a new one, as after a crash.
+				w.f.Close()
+				w.f = nil
+				return errors.Join(err, terr)
+			}
+		}
+		return err
+	}
+	w.size += int64(n)
+	return nil
+}
+
+// openSegment creates the segment whose first record is first.
+func (w *writer) openSegment(first uint64) error {
+	name := segmentName(first)
+	f, err := w.opts.createSegment(filepath.Join(w.opts.Dir, name))
+	if err != nil {
+		return fmt.Errorf("audit: new segment: %w", err)
+	}
+	if err := syncDir(w.opts.Dir); err != nil {
+		f.Close()
+		return err
+	}
+	w.f, w.size, w.segStart = f, 0, w.opts.Clock()
+	return nil
+}
+
+// maintain writes a checkpoint when unsigned records are older than
+// CheckpointInterval, and rotates the segment on size or age.
+func (w *writer) maintain() error {
+	now := w.opts.Clock()
+	rotate := w.f != nil && (w.size >= w.opts.SegmentBytes || now.Sub(w.segStart) >= w.opts.SegmentAge)
+	if w.sinceCP > 0 && (rotate || now.Sub(w.firstUnsigned) >= w.opts.CheckpointInterval) {
+		if err := w.writeBatch(nil, true); err != nil {
+			return err
+		}
+	}
+	if rotate {
+		err := w.f.Sync()
+		if cerr := w.f.Close(); err == nil {
+			err = cerr
+		}
+		w.f = nil // the next record opens the next segment
+		return err
+	}
+	return nil
+}
+
+// writeHead replaces head.json with the checkpoint, atomically.
+func (w *writer) writeHead(cp *Record) error {
+	line, err := marshalLine(nil, cp)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(w.opts.Dir, headFile+".tmp")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(line)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(w.opts.Dir, headFile))
+	}
+	if err == nil {
+		err = syncDir(w.opts.Dir)
+	}
+	return err
+}
+
+func (w *writer) close() error {
+	var err error
+	if w.f != nil {
+		err = errors.Join(w.f.Sync(), w.f.Close())
+		w.f = nil
+	}
+	return errors.Join(err, w.lock.Close())
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, fs.ErrInvalid) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,201 @@
+package audittrail
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"github.com/lockgate/lockgate/docid"
+)
+
+// Kind is what a record is about.
+type Kind string
+
+const (
+	// KindStart: the trail was opened (a lockgate started); Detail says
+	// so when the previous segment ended with a torn line (a crash).
+	KindStart Kind = "start"
+	// KindStop: the trail was closed cleanly.
+	KindStop Kind = "stop"
+	// KindDecision: a write on an audited or enforced namespace and what
+	// was decided (Verdict: allow, reject, wouldReject).
+	KindDecision Kind = "decision"
+	// KindLock: a lock operation (Op: acquire, renew, release,
+	// releaseAll, releaseSession, forceRelease) and its outcome (Verdict:
+	// ok or failed).
+	KindLock Kind = "lock"
+	// KindReload: a policy was applied; Policy is its version (hash).
+	KindReload Kind = "reload"
+	// KindDropped: Count records were dropped before this one because
+	// the buffer was full (bestEffort mode).
+	KindDropped Kind = "dropped"
+	// KindCheckpoint: a signed checkpoint over every record before it.
+	KindCheckpoint Kind = "checkpoint"
+)
+
+// Verdicts of decision records, as the decision log names them.
+const (
+	VerdictAllow       = "allow"
+	VerdictReject      = "reject"
+	VerdictWouldReject = "wouldReject"
+	VerdictOK          = "ok"
+	VerdictFailed      = "failed"
+)
+
+// Event is what a producer hands to the trail: the record without its
+// place in the chain. It is passed by value and must not be changed
+// after Append (the slices are read later, by the writer).
+type Event struct {
+	Kind Kind
+	// Time is when it happened; zero means when it was appended.
+	Time time.Time
+	NS   string
+	// IDs are the documents concerned; formatted by the writer, off the
+	// caller's path.
+	IDs []docid.ID
+	// Op is the command (insert, update, findAndModify, ...) of a
+	// decision, or the lock operation of a lock record.
+	Op      string
+	Mode    string
+	Verdict string
+	Reason  string
+	App     string
+	User    string
+	Client  string
+	// Session is the session tag (a prefix of the session id's hash,
+	// as the decision log has it), never the session id.
+	Session string
+	// Tokens are the fencing tokens of the locks the write ran under, or
+	// that a lock operation granted, where known (in IDs' order).
+	Tokens []int64
+	// Policy is the policy version in force (its hash).
+	Policy string
+	Detail string
+	// Count is the number of records a KindDropped record stands for.
+	Count uint64
+}
+
+// Record is one line of the trail. Field order here is the JSON order;
+// the hash is over canonical, not over the JSON.
+type Record struct {
+	Seq      uint64   `json:"seq"`
+	Time     string   `json:"time"`
+	Instance string   `json:"instance"`
+	Prev     string   `json:"prev"`
+	Kind     Kind     `json:"kind"`
+	NS       string   `json:"ns,omitempty"`
+	IDs      []string `json:"ids,omitempty"`
+	Op       string   `json:"op,omitempty"`
+	Mode     string   `json:"mode,omitempty"`
+	Verdict  string   `json:"verdict,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	App      string   `json:"app,omitempty"`
+	User     string   `json:"user,omitempty"`
+	Client   string   `json:"client,omitempty"`
+	Session  string   `json:"session,omitempty"`
+	Tokens   []int64  `json:"tokens,omitempty"`
+	Policy   string   `json:"policy,omitempty"`
+	Detail   string   `json:"detail,omitempty"`
+	Count    uint64   `json:"count,omitempty"`
+	KeyID    string   `json:"keyId,omitempty"`
+	MAC      string   `json:"mac,omitempty"`
+	Hash     string   `json:"hash"`
+}
+
+// TimeFormat is the layout of Record.Time (UTC, nanoseconds).
+const TimeFormat = "2006-01-02T15:04:05.000000000Z"
+
+// canonTag starts every canonical encoding; a new encoding gets a new tag.
+const canonTag = "lockgate-audit/1"
+
+// canonical is the encoding a record's hash and a checkpoint's mac are
+// computed over: canonTag, then every field below in this order, each a
+// 4-byte big-endian length and its bytes; a list is its element count
+// (4 bytes) and then each element so. Numbers are decimal strings. Hash
+// is never included; MAC is included only when withMAC (the hash covers
+// the mac, the mac does not cover itself).
+func (r *Record) canonical(buf []byte, withMAC bool) []byte {
+	str := func(s string) {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
+		buf = append(buf, s...)
+	}
+	num := func(n uint64) {
+		var d [20]byte
+		str(string(strconv.AppendUint(d[:0], n, 10)))
+	}
+	str(canonTag)
+	num(r.Seq)
+	str(r.Time)
+	str(r.Instance)
+	str(r.Prev)
+	str(string(r.Kind))
+	str(r.NS)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(r.IDs)))
+	for _, id := range r.IDs {
+		str(id)
+	}
+	str(r.Op)
+	str(r.Mode)
+	str(r.Verdict)
+	str(r.Reason)
+	str(r.App)
+	str(r.User)
+	str(r.Client)
+	str(r.Session)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(r.Tokens)))
+	for _, t := range r.Tokens {
+		str(strconv.FormatInt(t, 10))
+	}
+	str(r.Policy)
+	str(r.Detail)
+	num(r.Count)
+	str(r.KeyID)
+	if withMAC {
+		str(r.MAC)
+	} else {
+		str("")
+	}
+	return buf
+}
+
+// computeHash is the record's hash: hex SHA-256 of its canonical encoding.
+func (r *Record) computeHash(scratch []byte) (string, []byte) {
+	scratch = r.canonical(scratch[:0], true)
+	sum := sha256.Sum256(scratch)
+	return hex.EncodeToString(sum[:]), scratch
+}
+
+// computeMAC is a checkpoint's mac under key.
+func (r *Record) computeMAC(key []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write(r.canonical(nil, false))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// Key is a checkpoint key: the secret and the id that names it in
+// checkpoints, so that a verifier holding several keys (after a rotation)
+// picks the right one.
+type Key struct {
+	ID     string
+	Secret []byte
+}
+
+// MinKeyBytes is the shortest checkpoint secret accepted.
+const MinKeyBytes = 32
+
+// NewKey derives the key id from the secret: "k-" and the first 16 hex
+// digits of SHA-256 over a domain tag and the secret. The id reveals
+// nothing usable about the secret and changes when the secret does.
+func NewKey(secret []byte) Key {
+	sum := sha256.Sum256(append([]byte("lockgate-audit-key-id\x00"), secret...))
+	return Key{ID: "k-" + hex.EncodeToString(sum[:8]), Secret: secret}
+}
+
+// marshalLine is a record's line: its JSON (as encoding/json writes it)
+// and a newline. Verify holds every line to exactly this form.
+func marshalLine(buf []byte, r *Record) ([]byte, error) {
+	return append(appendJSON(buf, r), '\n'), nil
+}

@@ -1,0 +1,343 @@
+package audittrail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Mode is the trail's durability mode.
+type Mode string
+
+const (
+	// ModeBestEffort: Append hands the record to a bounded buffer and
+	// returns; a full buffer drops it (counted, and recorded in the trail).
+	ModeBestEffort Mode = "bestEffort"
+	// ModeRequired: writes on rules that require an audit record call
+	// Commit, which returns once the record is durable (fsynced) or
+	// fails; the caller refuses the write then.
+	ModeRequired Mode = "required"
+)
+
+// Modes lists the valid modes.
+func Modes() []Mode { return []Mode{ModeBestEffort, ModeRequired} }
+
+// Defaults of Options.
+const (
+	DefaultSegmentBytes       = 64 << 20
+	DefaultSegmentAge         = 24 * time.Hour
+	DefaultCheckpointEvery    = 1000
+	DefaultCheckpointInterval = 10 * time.Second
+	DefaultBufferSize         = 8192
+	maxBatch                  = 512
+)
+
+// ErrUnavailable is Commit's error when the record could not be made
+// durable (the sink fails, the buffer is full, or the trail is closed).
+var ErrUnavailable = errors.New("audit trail unavailable")
+
+// Options configure a Trail.
+type Options struct {
+	// Dir holds the trail; one lockgate instance per directory.
+	Dir string
+	// Instance names the lockgate in every record (e.g. the host name).
+	Instance string
+	// Key signs checkpoints.
+	Key Key
+	// SegmentBytes and SegmentAge rotate a segment once it is this large
+	// or this old (checked after each batch and on the ticker).
+	SegmentBytes int64
+	SegmentAge   time.Duration
+	// CheckpointEvery and CheckpointInterval: a checkpoint follows this
+	// many records or this much time with unsigned records, whichever
+	// comes first.
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+	// BufferSize bounds the records waiting for the writer.
+	BufferSize int
+	// Clock is time.Now unless set (tests).
+	Clock   func() time.Time
+	Logger  *zap.Logger
+	Metrics *Metrics
+
+	// createSegment creates a segment file (os.OpenFile unless a test
+	// makes it fail).
+	createSegment func(path string) (*os.File, error)
+}
+
+func (o *Options) defaults() {
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = DefaultSegmentBytes
+	}
+	if o.SegmentAge <= 0 {
+		o.SegmentAge = DefaultSegmentAge
+	}
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if o.CheckpointInterval <= 0 {
+		o.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if o.BufferSize <= 0 {
+		o.BufferSize = DefaultBufferSize
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.createSegment == nil {
+		o.createSegment = func(path string) (*os.File, error) {
+			return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+		}
+	}
+}
+
+// item is one queued event; done, when set, receives the outcome once
+// the record is durable or has failed (Commit).
+type item struct {
+	ev   Event
+	done chan error
+}
+
+// Trail is an open audit trail. Append and Commit are safe for
+// concurrent use; records are chained in the order the writer takes
+// them from the buffer.
+type Trail struct {
+	opts    Options
+	log     *zap.Logger
+	metrics *Metrics
+	queue   chan item
+	dropped atomic.Uint64
+
+	closeOnce sync.Once
+	closing   chan struct{}
+	closed    chan struct{}
+	closeErr  error
+
+	w *writer // owned by the writer goroutine after Open
+}
+
+// Open recovers the trail in opts.Dir (creating it when new), writes a
+// start record in a new segment linked to the last complete record, and
+// starts the writer. Close it to write the stop record.
+func Open(opts Options) (*Trail, error) {
+	opts.defaults()
+	if len(opts.Key.Secret) < MinKeyBytes {
+		return nil, fmt.Errorf("audit: the checkpoint key is %d bytes, at least %d are needed", len(opts.Key.Secret), MinKeyBytes)
+	}
+	if opts.Key.ID == "" {
+		opts.Key = NewKey(opts.Key.Secret)
+	}
+	w, err := openWriter(&opts)
+	if err != nil {
+		return nil, err
+	}
+	t := &Trail{
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: opts.Metrics,
+		queue:   make(chan item, opts.BufferSize),
+		closing: make(chan struct{}),
+		closed:  make(chan struct{}),
+		w:       w,
+	}
+	t.metrics.bufferCap.Set(float64(opts.BufferSize))
+	bufferLen := func() int { return len(t.queue) }
+	t.metrics.bufferLen.Store(&bufferLen)
+	start := Event{Kind: KindStart, Time: opts.Clock(), Detail: w.recovered}
+	if err := t.w.writeBatch([]item{{ev: start}}, true); err != nil {
+		w.close()
+		return nil, fmt.Errorf("audit: writing the start record: %w", err)
+	}
+	go t.run()
+	return t, nil
+}
+
+// Append queues ev and returns at once; it never blocks. It reports
+// false when the buffer was full and the record was dropped (counted,
+// and noted in the trail).
+func (t *Trail) Append(ev Event) bool {
+	if ev.Time.IsZero() {
+		ev.Time = t.opts.Clock()
+	}
+	select {
+	case t.queue <- item{ev: ev}:
+		return true
+	default:
+		t.dropped.Add(1)
+		t.metrics.dropped.Inc()
+		return false
+	}
+}
+
+// Commit queues ev and waits until its record is durable. It fails with
+// ErrUnavailable when the buffer is full, the sink cannot write, the
+// trail is closed, or ctx ends first (the record may then still be
+// written later: a caller that refuses the write on this error leaves a
+// record saying allow; the refusal is the caller's to record).
+func (t *Trail) Commit(ctx context.Context, ev Event) error {
+	if ev.Time.IsZero() {
+		ev.Time = t.opts.Clock()
+	}
+	done := make(chan error, 1)
+	select {
+	case <-t.closing:
+		return fmt.Errorf("%w: closed", ErrUnavailable)
+	default:
+	}
+	select {
+	case t.queue <- item{ev: ev, done: done}:
+	default:
+		return fmt.Errorf("%w: the buffer is full", ErrUnavailable)
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-t.closed:
+		select {
+		case err := <-done: // answered while closing
+			return err
+		default:
+			return fmt.Errorf("%w: closed", ErrUnavailable)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+// Close drains the buffer, writes the stop record and a final
+// checkpoint, and syncs and closes the segment. Safe to call many times.
+func (t *Trail) Close() error {
+	t.closeOnce.Do(func() { close(t.closing) })
+	<-t.closed
+	return t.closeErr
+}
+
+// run is the writer goroutine: it takes batches from the queue, writes
+// them, and checkpoints and rotates on count, size and time.
+func (t *Trail) run() {
+	defer close(t.closed)
+	tick := time.NewTicker(min(t.opts.CheckpointInterval, time.Second))
+	defer tick.Stop()
+	batch := make([]item, 0, maxBatch)
+	backoff := time.Duration(0)
+	for {
+		var closing bool
+		select {
+		case it := <-t.queue:
+			batch = append(batch, it)
+		case <-tick.C:
+		case <-t.closing:
+			closing = true
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case it := <-t.queue:
+				batch = append(batch, it)
+			default:
+				break fill
+			}
+		}
+		if n := t.dropped.Swap(0); n > 0 {
+			batch = append([]item{{ev: droppedEvent(n, t.opts.Clock())}}, batch...)
+		}
+		if err := t.w.writeBatch(batch, false); err != nil {
+			t.fail(batch, err)
+			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
+			if closing {
+				t.closeErr = err
+				t.w.close()
+				return
+			}
+			select {
+			case <-time.After(backoff):
+			case <-t.closing:
+			}
+			batch = batch[:0]
+			continue
+		}
+		backoff = 0
+		for _, it := range batch {
+			if it.done != nil {
+				it.done <- nil
+			}
+		}
+		clear(batch)
+		batch = batch[:0]
+		if err := t.w.maintain(); err != nil {
+			t.metrics.sinkErrors.Inc()
+			t.log.Error("audit trail: checkpoint or rotation failed", zap.Error(err))
+		}
+		if closing {
+			t.closeErr = t.finish()
+			return
+		}
+	}
+}
+
+// fail answers a batch that could not be written: Commit callers get
+// ErrUnavailable; the other records are lost and counted as dropped, so
+// the next record that is written says how many.
+func (t *Trail) fail(batch []item, err error) {
+	t.metrics.sinkErrors.Inc()
+	t.log.Error("audit trail: write failed", zap.Error(err), zap.Int("records", len(batch)))
+	var lost, noted uint64
+	for _, it := range batch {
+		switch {
+		case it.done != nil:
+			it.done <- fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case it.ev.Kind == KindDropped:
+			noted += it.ev.Count // a note that was not written: counted already
+		default:
+			lost++
+		}
+	}
+	t.dropped.Add(lost + noted)
+	t.metrics.dropped.Add(float64(lost))
+}
+
+// finish drains what is left and writes the stop record and checkpoint.
+func (t *Trail) finish() error {
+	var rest []item
+	for {
+		select {
+		case it := <-t.queue:
+			rest = append(rest, it)
+			continue
+		default:
+		}
+		break
+	}
+	if n := t.dropped.Swap(0); n > 0 {
+		rest = append([]item{{ev: droppedEvent(n, t.opts.Clock())}}, rest...)
+	}
+	rest = append(rest, item{ev: Event{Kind: KindStop, Time: t.opts.Clock()}})
+	err := t.w.writeBatch(rest, true)
+	for _, it := range rest {
+		if it.done != nil {
+			if err != nil {
+				it.done <- fmt.Errorf("%w: %w", ErrUnavailable, err)
+			} else {
+				it.done <- nil
+			}
+		}
+	}
+	return errors.Join(err, t.w.close())
+}
+
+func droppedEvent(n uint64, now time.Time) Event {
+	return Event{Kind: KindDropped, Time: now, Count: n,
+		Detail: fmt.Sprintf("%d records dropped before this one: the audit buffer was full or the sink failed", n)}
+}

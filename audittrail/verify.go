@@ -1,0 +1,333 @@
+package audittrail
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Problem is the first thing found wrong with a trail.
+type Problem struct {
+	Segment string // file name
+	Line    int    // 1-based line in Segment; 0 when the problem is not one line
+	Seq     uint64 // the seq expected at that place
+	What    string
+}
+
+func (p *Problem) String() string {
+	where := p.Segment
+	if p.Line > 0 {
+		where = fmt.Sprintf("%s line %d", p.Segment, p.Line)
+	}
+	if where == "" {
+		where = "trail"
+	}
+	return fmt.Sprintf("%s (seq %d): %s", where, p.Seq, p.What)
+}
+
+// Report is what Verify found.
+type Report struct {
+	Dir      string
+	Records  uint64 // records verified, checkpoints included
+	Segments int
+	// LastCheckpoint is the seq of the last valid checkpoint; Unsigned
+	// the records after it, which no signature vouches for yet.
+	LastCheckpoint uint64
+	Unsigned       uint64
+	// Signed reports whether checkpoint signatures were checked (keys
+	// were given).
+	Signed bool
+	// Notes are what was accepted but deserves a look (a torn line after
+	// a crash, a missing head.json).
+	Notes   []string
+	Problem *Problem
+}
+
+// OK reports whether the trail verified.
+func (r *Report) OK() bool { return r.Problem == nil }
+
+// Verdict is the one-line summary for scripts.
+func (r *Report) Verdict() string {
+	if r.Problem != nil {
+		return "FAIL " + r.Problem.String()
+	}
+	sig := "signatures checked"
+	if !r.Signed {
+		sig = "signatures NOT checked (no key)"
+	}
+	return fmt.Sprintf("OK %d records in %d segments, last checkpoint seq %d, %d unsigned after it, %s",
+		r.Records, r.Segments, r.LastCheckpoint, r.Unsigned, sig)
+}
+
+// Verify checks the trail in dir: every line a record in canonical form,
+// seqs consecutive from 1, each record linked to the one before (across
+// segments too), hashes right, checkpoints signed by one of keys (when
+// any is given), and the trail reaching the checkpoint in head.json. It
+// stops at the first problem. An error is returned only when dir cannot
+// be read.
+func Verify(dir string, keys []Key) (*Report, error) {
+	return VerifyWith(dir, VerifyOptions{Keys: keys})
+}
+
+// VerifyPruned is Verify for a trail whose oldest segments were removed
+// under a retention policy: the first segment present may start after
+// seq 1, and its first record's link to the removed one is not checked
+// (a note says from where the trail was verified). Everything from there
+// on is checked as by Verify.
+func VerifyPruned(dir string, keys []Key) (*Report, error) {
+	return VerifyWith(dir, VerifyOptions{Keys: keys, Pruned: true})
+}
+
+// VerifyOptions are Verify's inputs beyond the directory.
+type VerifyOptions struct {
+	// Keys are the checkpoint keys; none: signatures are not checked.
+	Keys []Key
+	// Pruned: see VerifyPruned.
+	Pruned bool
+	// Heads are copies of head.json kept elsewhere (write-once storage):
+	// the trail must reach each, as it must reach its own head.json. They
+	// catch what head.json cannot: a trail cut back to an earlier
+	// checkpoint with that checkpoint copied into head.json.
+	Heads []string
+}
+
+// VerifyWith is Verify with options.
+func VerifyWith(dir string, o VerifyOptions) (*Report, error) {
+	keys, pruned := o.Keys, o.Pruned
+	names, err := segments(dir)
+	if err != nil {
+		return nil, err
+	}
+	v := verifier{rep: &Report{Dir: dir, Signed: len(keys) > 0}, keys: map[string][]byte{}, checkpoints: map[uint64]string{}}
+	for _, k := range keys {
+		v.keys[k.ID] = k.Secret
+	}
+	if len(names) == 0 {
+		v.fail("", 0, "no segments (trail-*.jsonl) in %s", dir)
+		return v.rep, nil
+	}
+	if torn, _ := filepath.Glob(filepath.Join(dir, "*"+tornSuffix)); len(torn) > 0 {
+		for _, t := range torn {
+			v.rep.Notes = append(v.rep.Notes, filepath.Base(t)+": a segment with no complete record, set aside after a crash")
+		}
+	}
+	if first, ok := segmentFirst(names[0]); ok && pruned && first > 1 {
+		v.seq, v.pruned = first-1, true
+		v.rep.Notes = append(v.rep.Notes, fmt.Sprintf("pruned trail: verified from seq %d (%s); the records before it were not checked", first, names[0]))
+	}
+	for i, name := range names {
+		if !v.segment(dir, name, i == len(names)-1) {
+			return v.rep, nil
+		}
+	}
+	v.head(filepath.Join(dir, headFile), headFile, false)
+	for _, h := range o.Heads {
+		if v.rep.Problem != nil {
+			break
+		}
+		v.head(h, h, true)
+	}
+	return v.rep, nil
+}
+
+type verifier struct {
+	rep         *Report
+	keys        map[string][]byte
+	seq         uint64 // last good seq
+	prev        string // its hash
+	checkpoints map[uint64]string
+	// torn: the previous segment ended in a torn line of this many bytes.
+	torn     int
+	tornName string
+	scratch  []byte
+	// pruned: the first record's prev is taken as it is (its predecessor
+	// was removed by retention).
+	pruned bool
+}
+
+func (v *verifier) fail(seg string, line int, format string, args ...any) {
+	v.rep.Problem = &Problem{Segment: seg, Line: line, Seq: v.seq + 1, What: fmt.Sprintf(format, args...)}
+}
+
+func (v *verifier) segment(dir, name string, last bool) bool {
+	first, ok := segmentFirst(name)
+	if !ok {
+		v.fail(name, 0, "not a segment name (trail-<20 digits>.jsonl)")
+		return false
+	}
+	switch {
+	case first > v.seq+1:
+		v.fail(name, 0, "%s missing: a segment before %s was deleted", span(v.seq+1, first-1), name)
+		return false
+	case first < v.seq+1:
+		v.fail(name, 0, "segment starts at seq %d, which the previous segment already holds (inserted or renamed segment)", first)
+		return false
+	}
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		v.fail(name, 0, "unreadable: %v", err)
+		return false
+	}
+	v.rep.Segments++
+	end := bytes.LastIndexByte(data, '\n') + 1
+	var lines [][]byte
+	if end > 0 {
+		lines = bytes.SplitAfter(data[:end-1], []byte{'\n'})
+		lines[len(lines)-1] = data[end-1-len(lines[len(lines)-1]) : end]
+	}
+	if len(lines) == 0 {
+		v.fail(name, 0, "empty segment (no complete record)")
+		return false
+	}
+	for i, line := range lines {
+		if !v.record(name, i+1, line) {
+			return false
+		}
+	}
+	v.torn, v.tornName = len(data)-end, name
+	if v.torn > 0 && last {
+		v.rep.Notes = append(v.rep.Notes, fmt.Sprintf("%s ends with %d torn bytes after seq %d: a crash during a write, or a writer still writing", name, v.torn, v.seq))
+	}
+	return true
+}
+
+func (v *verifier) record(seg string, line int, raw []byte) bool {
+	var r Record
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		v.fail(seg, line, "not a record (%v): altered, inserted or damaged", err)
+		return false
+	}
+	if canon, err := marshalLine(v.scratch[:0], &r); err != nil || !bytes.Equal(canon, raw) {
+		v.fail(seg, line, "the line is not as written (altered bytes)")
+		return false
+	}
+	var hash string
+	hash, v.scratch = r.computeHash(v.scratch)
+	if hash != r.Hash {
+		v.fail(seg, line, "hash does not match the record's content: the record was altered")
+		return false
+	}
+	switch {
+	case r.Seq > v.seq+1:
+		v.fail(seg, line, "found seq %d: %s missing (deleted or reordered)", r.Seq, span(v.seq+1, r.Seq-1))
+		return false
+	case r.Seq < v.seq+1:
+		v.fail(seg, line, "found seq %d again or out of order: a record was inserted, repeated or reordered", r.Seq)
+		return false
+	}
+	if v.pruned {
+		v.prev, v.pruned = r.Prev, false
+	}
+	if r.Prev != v.prev {
+		if line == 1 && v.seq > 0 {
+			v.fail(seg, line, "the segment does not link to the previous one (its first record's prev is not the last hash of %s)", v.tornName)
+		} else {
+			v.fail(seg, line, "prev is not the hash of the record before: the chain is broken here (a record was replaced or forged)")
+		}
+		return false
+	}
+	if line == 1 && v.torn > 0 {
+		if r.Kind != KindStart || r.Detail != fmt.Sprintf(tornDetail, v.torn, v.seq) {
+			v.fail(seg, line, "%s ends with %d bytes that are no record, and this segment's start record does not declare them: the end of %s was altered", v.tornName, v.torn, v.tornName)
+			return false
+		}
+		v.rep.Notes = append(v.rep.Notes, fmt.Sprintf("%s ends with %d torn bytes after seq %d, declared by the next start record (a crash)", v.tornName, v.torn, v.seq))
+		v.torn = 0
+	}
+	if r.Kind == KindCheckpoint {
+		if !v.checkMAC(seg, line, &r) {
+			return false
+		}
+		v.checkpoints[r.Seq] = r.Hash
+		v.rep.LastCheckpoint, v.rep.Unsigned = r.Seq, 0
+	} else {
+		v.rep.Unsigned++
+	}
+	v.seq, v.prev = r.Seq, r.Hash
+	v.rep.Records++
+	return true
+}
+
+func (v *verifier) checkMAC(seg string, line int, r *Record) bool {
+	if len(v.keys) == 0 {
+		return true
+	}
+	key, ok := v.keys[r.KeyID]
+	if !ok {
+		v.fail(seg, line, "checkpoint signed with key %q, which is not among the keys given: a wrong key, or a forged checkpoint", r.KeyID)
+		return false
+	}
+	if !hmac.Equal([]byte(r.computeMAC(key)), []byte(r.MAC)) {
+		v.fail(seg, line, "bad checkpoint signature: the checkpoint or a record before it was replaced")
+		return false
+	}
+	return true
+}
+
+// head checks that the trail reaches the checkpoint in the head file at
+// path (head.json, or a copy kept elsewhere), which a deleted tail (a
+// whole last segment) would not. A missing head.json is a note; a missing
+// copy the caller named is a problem.
+func (v *verifier) head(path, headFile string, given bool) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && !given {
+		v.rep.Notes = append(v.rep.Notes, "no head.json: a deleted tail cannot be detected")
+		return
+	}
+	if err != nil {
+		v.fail(headFile, 0, "unreadable: %v", err)
+		return
+	}
+	var r Record
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil || r.Kind != KindCheckpoint {
+		v.fail(headFile, 0, "not a checkpoint: altered")
+		return
+	}
+	if hash, _ := r.computeHash(nil); hash != r.Hash {
+		v.fail(headFile, 0, "hash does not match its content: altered")
+		return
+	}
+	if !v.checkMAC(headFile, 0, &r) {
+		return
+	}
+	if r.Seq > v.seq {
+		v.rep.Problem = &Problem{Segment: headFile, Seq: v.seq + 1,
+			What: fmt.Sprintf("the trail is truncated: it ends at seq %d but the signed head is checkpoint seq %d (records %d to %d deleted)", v.seq, r.Seq, v.seq+1, r.Seq)}
+		return
+	}
+	if h, ok := v.checkpoints[r.Seq]; !ok || h != r.Hash {
+		v.rep.Problem = &Problem{Segment: headFile, Seq: r.Seq,
+			What: fmt.Sprintf("the signed head (checkpoint seq %d) is not the trail's record %d: the trail was rewritten from there", r.Seq, r.Seq)}
+	}
+}
+
+// KeyFromFile reads a checkpoint key: the file's content, white space
+// around it ignored.
+func KeyFromFile(path string) (Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Key{}, err
+	}
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) < MinKeyBytes {
+		return Key{}, fmt.Errorf("the key in %s is %d bytes, at least %d are needed (e.g. openssl rand -hex 32 > %s)", path, len(b), MinKeyBytes, path)
+	}
+	return NewKey(b), nil
+}
+
+// span names the records from a to b.
+func span(a, b uint64) string {
+	if a == b {
+		return fmt.Sprintf("record %d is", a)
+	}
+	return fmt.Sprintf("records %d to %d are", a, b)
+}

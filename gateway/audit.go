@@ -1,0 +1,207 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/lockgate/lockgate/admin"
+	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore"
+	"go.uber.org/zap"
+)
+
+// openAudit registers the trail's metrics (always, so that the series
+// alerts name exist: at zero, capacity 0, without a trail) and opens the
+// trail when audit.enabled: its key, its directory (recovered after a
+// crash); the trail records the policy in force at start.
+func (a *assembly) openAudit() error {
+	c := a.cfg.Audit
+	m := audittrail.NewMetrics()
+	if err := a.register(m); err != nil {
+		return err
+	}
+	if !c.Enabled {
+		return nil
+	}
+	key, err := audittrail.KeyFromFile(c.KeyFile)
+	if err != nil {
+		return fmt.Errorf("audit.keyFile: %w", err)
+	}
+	instance := c.Instance
+	if instance == "" {
+		if instance, err = os.Hostname(); err != nil {
+			return fmt.Errorf("audit.instance: empty, and the host name is unknown: %w", err)
+		}
+	}
+	a.trail, err = audittrail.Open(audittrail.Options{
+		Dir:                c.Dir,
+		Instance:           instance,
+		Key:                key,
+		SegmentBytes:       c.SegmentMaxBytes,
+		SegmentAge:         c.SegmentMaxAge.D(),
+		CheckpointEvery:    c.CheckpointEvery,
+		CheckpointInterval: c.CheckpointInterval.D(),
+		BufferSize:         c.BufferRecords,
+		Logger:             a.log.Named("audit"),
+		Metrics:            m,
+	})
+	if err != nil {
+		return err
+	}
+	a.cleanup = append(a.cleanup, a.trail.Close)
+	a.trail.Append(audittrail.Event{Kind: audittrail.KindReload, Policy: a.pol.Version(), Detail: "policy at start"})
+	a.log.Info("audit trail open", zap.String("dir", c.Dir), zap.String("instance", instance))
+	return nil
+}
+
+// auditedStore records the lock commands that change locks (acquire,
+// renew, release, and the releases of ended sessions) in the trail, then
+// answers as the store did. Reads (status, holds) pass through: they
+// change nothing. Every other method is the store's own, so the guard
+// finds the store's optional capabilities on it too.
+type auditedStore struct {
+	*lockstore.Store
+	trail *audittrail.Trail
+}
+
+func (s *auditedStore) record(op string, o lockstore.Owner, ns string, ids []docid.ID, locks []lockstore.Lock, n int, err error) {
+	ev := audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: op, NS: ns, IDs: ids,
+		App: o.App, User: o.User, Client: o.Client, Session: lockstore.SessionPrefix(o.Session), Verdict: audittrail.VerdictOK}
+	if len(locks) > 0 {
+		ev.IDs = make([]docid.ID, len(locks))
+		ev.Tokens = make([]int64, len(locks))
+		for i, l := range locks {
+			ev.IDs[i], ev.Tokens[i] = l.ID, l.Token
+		}
+	}
+	if n >= 0 {
+		ev.Detail = strconv.Itoa(n) + " released"
+	}
+	if err != nil {
+		ev.Verdict, ev.Detail = audittrail.VerdictFailed, err.Error()
+	}
+	s.trail.Append(ev)
+}
+
+func (s *auditedStore) Acquire(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error) {
+	locks, err := s.Store.Acquire(ctx, o, ns, ids, lease, wait)
+	s.record("acquire", o, ns, ids, locks, -1, err)
+	return locks, err
+}
+
+func (s *auditedStore) Renew(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error) {
+	locks, err := s.Store.Renew(ctx, o, ns, ids, lease)
+	s.record("renew", o, ns, ids, locks, -1, err)
+	return locks, err
+}
+
+func (s *auditedStore) Release(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error) {
+	n, err := s.Store.Release(ctx, o, ns, ids, errText)
+	s.record("release", o, ns, ids, nil, n, err)
+	return n, err
+}
+
+func (s *auditedStore) ReleaseAll(ctx context.Context, o lockstore.Owner, ns string, errText string) (int, error) {
+	n, err := s.Store.ReleaseAll(ctx, o, ns, errText)
+	s.record("releaseAll", o, ns, nil, nil, n, err)
+	return n, err
+}
+
+func (s *auditedStore) ReleaseSession(ctx context.Context, session []byte) (int, error) {
+	n, err := s.Store.ReleaseSession(ctx, session)
+	if n > 0 || err != nil {
+		s.record("releaseSession", lockstore.Owner{Session: session}, "", nil, nil, n, err)
+	}
+	return n, err
+}
+
+// forceReleases records operator force-releases in the trail; nil without
+// one. The record names the holder the lock was taken from (its app,
+// user and tag, so that it shows in that holder's history) and, in its
+// detail, the operator's address and reason.
+func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote string, before lockstore.Status) {
+	trail := a.trail
+	if trail == nil {
+		return nil
+	}
+	return func(ns string, id docid.ID, reason, remote string, before lockstore.Status) {
+		h := before.Holder
+		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: "forceRelease", NS: ns,
+			IDs: []docid.ID{id}, Tokens: []int64{before.Token}, Verdict: audittrail.VerdictOK,
+			App: h.App, User: h.User, Client: h.Client, Session: h.SessionPrefix,
+			Detail: fmt.Sprintf("force-released by the operator at %s: %s", remote, reason)})
+	}
+}
+
+// maxHistory bounds the records one GET /audit/history returns.
+const maxHistory = 10000
+
+// mountAuditHistory serves GET /audit/history: the trail's decision and
+// lock records of one document (ns and id) or one holder (session), in
+// trail order, as `lockgate audit query` prints them. Each request reads
+// the trail's files, so it needs a filter and runs one at a time (a
+// second concurrent one is told to retry); it reads, it does not verify.
+func mountAuditHistory(adm *admin.Server, dir string) {
+	busy := make(chan struct{}, 1)
+	adm.Handle("/audit/history", admin.JSON(func(r *http.Request) (any, error) {
+		q := r.URL.Query()
+		f := audittrail.Filter{NS: q.Get("ns"), ID: q.Get("id"), Session: q.Get("session"), User: q.Get("user"), App: q.Get("app")}
+		if f == (audittrail.Filter{}) {
+			return nil, admin.BadRequest(errors.New("name ns and id (a document's history), session (a holder's), user or app"))
+		}
+		limit, err := queryLimit(q.Get("limit"))
+		if err != nil {
+			return nil, err
+		}
+		if limit == 0 || limit > maxHistory {
+			limit = maxHistory
+		}
+		select {
+		case busy <- struct{}{}:
+			defer func() { <-busy }()
+		default:
+			return nil, errors.New("another history query is reading the trail; retry")
+		}
+		records := []*audittrail.Record{}
+		truncated := false
+		err = audittrail.Query(dir, f, func(rec *audittrail.Record) error {
+			if len(records) == limit {
+				truncated = true
+				return errStopQuery
+			}
+			records = append(records, rec)
+			return r.Context().Err()
+		})
+		if err != nil && !errors.Is(err, errStopQuery) {
+			return nil, err
+		}
+		return map[string]any{"records": records, "truncated": truncated}, nil
+	}))
+}
+
+var errStopQuery = errors.New("enough records")
+
+// checkAudit is -check's look at the trail: its key readable and long
+// enough, its directory a directory lockgate can write in (created if
+// missing, as Start would).
+func checkAudit(c config.Audit) error {
+	if _, err := audittrail.KeyFromFile(c.KeyFile); err != nil {
+		return fmt.Errorf("audit.keyFile: %w", err)
+	}
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return fmt.Errorf("audit.dir: %w", err)
+	}
+	f, err := os.CreateTemp(c.Dir, ".check-*")
+	if err != nil {
+		return fmt.Errorf("audit.dir: not writable: %w", err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}

@@ -1,0 +1,324 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/config"
+)
+
+// TestAuditTrailThroughTheGateway: two real clients write one document
+// through a gateway with the trail on, one under a lock, one refused;
+// the trail verifies, and the document's history in it is what happened,
+// in order, with the lock holder's tag on its lock and on its writes.
+func TestAuditTrailThroughTheGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	up := startEmbedded(t)
+	dir := filepath.Join(t.TempDir(), "trail")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "0123456789abcdef0123456789abcdef-gateway"
+	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile, cfg.Audit.Instance = true, dir, keyFile, "gw-1"
+	const adminToken = "audit-test-operator-token"
+	cfg.AdminAuth.TokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(cfg.AdminAuth.TokenFile, []byte(adminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := "mongodb://" + gw.ProxyAddr().String() + "/"
+	connect := func(app string) (*mongo.Client, mongo.SessionContext) {
+		c, err := mongo.Connect(ctx, options.Client().ApplyURI(uri).SetAppName(app))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Disconnect(context.Background()) })
+		s, err := c.StartSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.EndSession(context.Background()) })
+		return c, mongo.NewSessionContext(ctx, s)
+	}
+	alpha, actx := connect("alpha")
+	beta, bctx := connect("beta")
+	aOrders, bOrders := alpha.Database("shop").Collection("orders"), beta.Database("shop").Collection("orders")
+	lockCmd := func(c *mongo.Client, sctx context.Context, name string, ids ...any) {
+		t.Helper()
+		if ids == nil {
+			ids = bson.A{42}
+		}
+		if err := c.Database("shop").RunCommand(sctx, bson.D{{Key: name, Value: "orders"}, {Key: "ids", Value: ids}}).Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	inc := bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}
+
+	if _, err := aOrders.InsertOne(actx, bson.D{{Key: "_id", Value: 42}, {Key: "n", Value: 0}}); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	lockCmd(alpha, actx, "acquireLock")
+	if _, err := aOrders.UpdateOne(actx, bson.D{{Key: "_id", Value: 42}}, inc); err != nil {
+		t.Fatalf("update under the lock: %v", err)
+	}
+	if _, err := bOrders.UpdateOne(bctx, bson.D{{Key: "_id", Value: 42}}, inc); err == nil {
+		t.Fatal("beta's update of alpha's locked document was allowed")
+	}
+	if _, err := aOrders.UpdateOne(actx, bson.D{{Key: "_id", Value: 7}}, inc); err == nil {
+		t.Fatal("an update of an unlocked document was allowed") // another document: not in 42's history
+	}
+	lockCmd(alpha, actx, "releaseLock")
+	if _, err := bOrders.DeleteOne(bctx, bson.D{{Key: "_id", Value: 42}}); err == nil {
+		t.Fatal("beta's delete without a lock was allowed")
+	}
+	// An operator force-releases alpha's lock on 43.
+	lockCmd(alpha, actx, "acquireLock", 43)
+	if code, body := post(t, "http://"+gw.AdminAddr().String()+"/locks/release", adminToken,
+		`{"namespace": "shop.orders", "id": 43, "reason": "stuck job"}`); code != 200 {
+		t.Fatalf("force-release: %d %s", code, body)
+	}
+	// The admin API answers the same history while the gateway runs, once
+	// the writer has written it.
+	var hist struct {
+		Records   []audittrail.Record `json:"records"`
+		Truncated bool                `json:"truncated"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := httpGet(t, "http://"+gw.AdminAddr().String()+"/audit/history?ns=shop.orders&id=42")
+		if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil {
+			t.Fatalf("/audit/history: %d %s", code, body)
+		}
+		if len(hist.Records) >= 6 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var apiHistory []string
+	for _, r := range hist.Records {
+		apiHistory = append(apiHistory, fmt.Sprintf("%s %s %s %s %s", r.Kind, r.Op, r.Verdict, r.App, r.Reason))
+	}
+	if code, _ := httpGet(t, "http://"+gw.AdminAddr().String()+"/audit/history"); code != 400 {
+		t.Fatalf("/audit/history without a filter: %d, want 400", code)
+	}
+	next := *cfg
+	next.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeAudit}}
+	if err := gw.Reload(&next); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := gw.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := audittrail.Verify(dir, []audittrail.Key{audittrail.NewKey([]byte(secret))})
+	if err != nil || !rep.OK() {
+		t.Fatalf("the gateway's trail does not verify: %v %s", err, rep.Verdict())
+	}
+	var got []string
+	var records []*audittrail.Record
+	err = audittrail.Query(dir, audittrail.Filter{NS: "shop.orders", ID: "42"}, func(r *audittrail.Record) error {
+		got = append(got, fmt.Sprintf("%s %s %s %s %s", r.Kind, r.Op, r.Verdict, r.App, r.Reason))
+		records = append(records, r)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"decision insert allow alpha ",
+		"lock acquire ok alpha ",
+		"decision update allow alpha ",
+		"decision update reject beta held_by_other",
+		"lock release ok alpha ",
+		"decision delete reject beta not_locked",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("history of shop.orders 42:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if strings.Join(apiHistory, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("GET /audit/history of shop.orders 42:\n%s\nwant:\n%s", strings.Join(apiHistory, "\n"), strings.Join(want, "\n"))
+	}
+	// alpha's lock and its write under it carry the same holder tag, and
+	// the lock record the token it was granted.
+	if records[1].Session == "" || records[1].Session != records[2].Session || records[1].Session == records[3].Session {
+		t.Fatalf("holder tags: lock %q, write %q, beta %q", records[1].Session, records[2].Session, records[3].Session)
+	}
+	if len(records[1].Tokens) != 1 || records[1].Tokens[0] < 1 {
+		t.Fatalf("acquire record without its token: %+v", records[1])
+	}
+	got = nil
+	audittrail.Query(dir, audittrail.Filter{NS: "shop.orders", ID: "43"}, func(r *audittrail.Record) error {
+		got = append(got, fmt.Sprintf("%s %s %s %s %t", r.Kind, r.Op, r.Verdict, r.App, r.Session == records[1].Session))
+		if r.Op == "forceRelease" && !strings.Contains(r.Detail, "stuck job") {
+			t.Errorf("force-release record without the reason: %+v", r)
+		}
+		return nil
+	})
+	if strings.Join(got, "; ") != "lock acquire ok alpha true; lock forceRelease ok alpha true" {
+		t.Fatalf("history of shop.orders 43: %q", got)
+	}
+	var kinds []string
+	audittrail.Read(dir, func(r *audittrail.Record) error { kinds = append(kinds, string(r.Kind)); return nil })
+	k := strings.Join(kinds, " ")
+	if !strings.HasPrefix(k, "start checkpoint reload") || !strings.Contains(k, "reload") || !strings.HasSuffix(k, "stop checkpoint") {
+		t.Fatalf("lifecycle records: %s", k)
+	}
+}
+
+// TestAuditRequiredRefusesWhenTheTrailFails: with audit.mode required, a
+// lockgate whose trail directory disappears (a file in its place: every
+// new segment fails) refuses the next enforced writes with LockBusy
+// audit_unavailable and writes nothing; once the directory is back,
+// writes pass again and the trail verifies, with no record of a write
+// that was refused for want of one claiming it was allowed after the
+// refusal.
+func TestAuditRequiredRefusesWhenTheTrailFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	up := startEmbedded(t)
+	dir := filepath.Join(t.TempDir(), "trail")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "0123456789abcdef0123456789abcdef-required"
+	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile, cfg.Audit.Mode = true, dir, keyFile, config.AuditRequired
+	cfg.Audit.SegmentMaxBytes = 4096 // rotate often: each new segment needs the directory
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+gw.ProxyAddr().String()+"/").SetAppName("req"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	s, err := c.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.EndSession(context.Background())
+	sctx := mongo.NewSessionContext(ctx, s)
+	orders := c.Database("shop").Collection("orders")
+	if _, err := orders.InsertOne(sctx, bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Database("shop").RunCommand(sctx, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{1}}, {Key: "leaseMS", Value: 600000}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	inc := func() error {
+		_, err := orders.UpdateOne(sctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}})
+		return err
+	}
+	acked := 0
+	for range 3 {
+		if err := inc(); err != nil {
+			t.Fatalf("update with a working trail: %v", err)
+		}
+		acked++
+	}
+	// The directory goes; a file takes its place.
+	moved := dir + ".moved"
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var refusal error
+	for i := 0; i < 200 && refusal == nil; i++ {
+		if err := inc(); err != nil {
+			refusal = err
+		} else {
+			acked++ // still in the segment opened before
+		}
+	}
+	var ce mongo.CommandError
+	if !errors.As(refusal, &ce) || ce.Code != 46 || !strings.Contains(ce.Message, "audit trail cannot take it") {
+		t.Fatalf("update with a failing trail: %v, want LockBusy audit_unavailable", refusal)
+	}
+	var doc struct{ N int }
+	if err := orders.FindOne(sctx, bson.D{{Key: "_id", Value: 1}}).Decode(&doc); err != nil || doc.N != acked {
+		t.Fatalf("n = %d (%v), want %d: a refused write was written", doc.N, err, acked)
+	}
+	// The directory comes back: writes pass again.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(moved, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := inc(); err != nil {
+		t.Fatalf("update once the trail works again: %v", err)
+	}
+	acked++
+	cancel()
+	if err := gw.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := audittrail.Verify(dir, []audittrail.Key{audittrail.NewKey([]byte(secret))})
+	if err != nil || !rep.OK() {
+		t.Fatalf("trail: %v %s", err, rep.Verdict())
+	}
+	allowed := 0
+	audittrail.Query(dir, audittrail.Filter{NS: "shop.orders", ID: "1"}, func(r *audittrail.Record) error {
+		if r.Kind == audittrail.KindDecision && r.Op == "update" && r.Verdict == audittrail.VerdictAllow {
+			allowed++
+		}
+		return nil
+	})
+	if allowed != acked {
+		t.Fatalf("%d allow records of updates, %d updates acknowledged", allowed, acked)
+	}
+	t.Logf("%d updates acknowledged before and after the failure, one refused; %s", acked, rep.Verdict())
+}
+
+// lockgate -check looks at the trail's key and directory.
+func TestCheckAudit(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	os.WriteFile(key, []byte("short"), 0o600)
+	c := config.Audit{Enabled: true, Dir: filepath.Join(dir, "trail"), KeyFile: key}
+	if err := checkAudit(c); err == nil || !strings.Contains(err.Error(), "audit.keyFile") {
+		t.Fatalf("short key: %v", err)
+	}
+	os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600)
+	if err := checkAudit(c); err != nil {
+		t.Fatalf("good key, new directory: %v", err)
+	}
+	c.Dir = key // a file
+	if err := checkAudit(c); err == nil || !strings.Contains(err.Error(), "audit.dir") {
+		t.Fatalf("a file as the directory: %v", err)
+	}
+}

@@ -1,0 +1,207 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+
+	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/gateway"
+	"go.uber.org/zap"
+)
+
+// Child gateways keep an audit trail in this directory, signed with the
+// key in envChildAuditKey, when it is set.
+const (
+	envChildAuditDir  = "LOCKGATE_RELIABILITY_CHILD_AUDIT_DIR"
+	envChildAuditKey  = "LOCKGATE_RELIABILITY_CHILD_AUDIT_KEY"
+	envChildAuditMode = "LOCKGATE_RELIABILITY_CHILD_AUDIT_MODE"
+)
+
+func childAuditConfig(cfg *config.Config) {
+	if dir := os.Getenv(envChildAuditDir); dir != "" {
+		auditConfig(cfg, dir, os.Getenv(envChildAuditKey), config.AuditMode(os.Getenv(envChildAuditMode)))
+	}
+}
+
+func auditConfig(cfg *config.Config, dir, keyFile string, mode config.AuditMode) {
+	cfg.Audit.Mode = mode
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile = true, dir, keyFile
+	cfg.Audit.Instance = "crash-test"
+	cfg.Audit.CheckpointEvery = 25
+	cfg.Audit.CheckpointInterval = config.Duration(200 * time.Millisecond)
+}
+
+// TestAuditTrailSurvivesSIGKILL: a lockgate writing its audit trail under
+// load from several clients is SIGKILLed, in both durability modes. Its
+// trail verifies up to the last record that reached the file (at most a
+// torn line lost, which the next start declares); a lockgate restarted on
+// the same directory continues the chain in a new segment linked to the
+// old one, and the whole trail, old and new, verifies with the key. In
+// required mode, every update acknowledged to a client before the kill
+// has its allow record in the trail.
+func TestAuditTrailSurvivesSIGKILL(t *testing.T) {
+	for _, mode := range []config.AuditMode{config.AuditBestEffort, config.AuditRequired} {
+		t.Run(string(mode), func(t *testing.T) { auditTrailSurvivesSIGKILL(t, mode) })
+	}
+}
+
+func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
+	ctx := testCtx(t, 3*time.Minute)
+	dir := filepath.Join(t.TempDir(), "trail")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "crash-test-crash-test-crash-test-crash-test"
+	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := audittrail.NewKey([]byte(secret))
+	collName := uniq("auditcrash")
+	ns := relDB + "." + collName
+	lockColl := uniq("locks")
+	direct := connect(t, upstream.URI(), "direct")
+	seedCounters(t, ctx, direct.Database(relDB).Collection(collName), 5) // 0-3 for the load, 4 after the restart
+
+	t.Setenv(envChildAuditDir, dir)
+	t.Setenv(envChildAuditKey, keyFile)
+	t.Setenv(envChildAuditMode, string(mode))
+	child := startChildGateway(t, upstream.URI(), lockColl, ns)
+
+	// Load: locked increments on four keys, and refused writes, until the
+	// child dies under them.
+	c := connect(t, child.URI, "crash-load")
+	var acked atomic.Int64
+	var updatesAcked [4]atomic.Int64 // replaceOne acknowledged, per key
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			s, err := c.StartSession()
+			if err != nil {
+				return
+			}
+			sctx := mongo.NewSessionContext(ctx, s)
+			db := c.Database(relDB)
+			for ctx.Err() == nil {
+				if db.RunCommand(sctx, bson.D{{"acquireLock", collName}, {"ids", bson.A{w}}, {"waitMS", 2000}}).Err() != nil {
+					return // the child is gone
+				}
+				if increment(sctx, db.Collection(collName), w) != nil {
+					return
+				}
+				updatesAcked[w].Add(1)
+				// Refused: nobody holds 99.
+				db.Collection(collName).UpdateOne(sctx, bson.D{{"_id", 99}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+				if db.RunCommand(sctx, bson.D{{"releaseLock", collName}, {"ids", bson.A{w}}}).Err() != nil {
+					return
+				}
+				acked.Add(1)
+			}
+		})
+	}
+	// Kill once the trail has several checkpoints behind it and the load
+	// is in full swing.
+	deadline := time.Now().Add(time.Minute)
+	for acked.Load() < 150 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d locked increments in a minute", acked.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := child.cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	child.cmd.Wait()
+	wg.Wait()
+
+	rep, err := audittrail.Verify(dir, []audittrail.Key{key})
+	if err != nil || !rep.OK() {
+		t.Fatalf("the trail after SIGKILL: %v %s", err, rep.Verdict())
+	}
+	before := rep.Records
+	segsBefore := rep.Segments
+	if rep.LastCheckpoint == 0 || before < 150 {
+		t.Fatalf("after %d acknowledged increments the trail holds %d records, last checkpoint %d", acked.Load(), before, rep.LastCheckpoint)
+	}
+	t.Logf("killed after %d locked increments: %s (notes %q)", acked.Load(), rep.Verdict(), rep.Notes)
+	var recorded [4]int64
+	audittrail.Query(dir, audittrail.Filter{NS: ns}, func(r *audittrail.Record) error {
+		if r.Kind == audittrail.KindDecision && r.Op == "update" && r.Verdict == audittrail.VerdictAllow && len(r.IDs) == 1 {
+			for k := range recorded {
+				if r.IDs[0] == fmt.Sprint(k) {
+					recorded[k]++
+				}
+			}
+		}
+		return nil
+	})
+	for k := range recorded {
+		t.Logf("key %d: %d updates acknowledged, %d allow records", k, updatesAcked[k].Load(), recorded[k])
+		if mode == config.AuditRequired && recorded[k] < updatesAcked[k].Load() {
+			t.Errorf("required mode: key %d had %d updates acknowledged but only %d allow records in the trail", k, updatesAcked[k].Load(), recorded[k])
+		}
+	}
+
+	// Restart on the same directory, write, stop cleanly.
+	cfg := gatewayConfig(upstream.URI(), lockColl, ns)
+	auditConfig(cfg, dir, keyFile, mode)
+	gctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	g, err := gateway.Start(gctx, cfg, zap.NewNop())
+	if err != nil {
+		t.Fatalf("restart on the trail of the killed gateway: %v", err)
+	}
+	cl := connect(t, "mongodb://"+g.ProxyAddr().String()+"/", "after-restart")
+	s, err := cl.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.EndSession(context.Background())
+	sctx := mongo.NewSessionContext(ctx, s)
+	db := cl.Database(relDB)
+	// Key 4: the killed gateway's clients may still hold 0-3 until their
+	// leases end.
+	if err := db.RunCommand(sctx, bson.D{{"acquireLock", collName}, {"ids", bson.A{4}}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := increment(sctx, db.Collection(collName), 4); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err = audittrail.Verify(dir, []audittrail.Key{key})
+	if err != nil || !rep.OK() {
+		t.Fatalf("the trail after the restart: %v %s", err, rep.Verdict())
+	}
+	if rep.Segments <= segsBefore || rep.Records <= before || rep.Unsigned != 0 {
+		t.Fatalf("after the restart: %s; before it %d records in %d segments", rep.Verdict(), before, segsBefore)
+	}
+	// The new segment starts with a start record; the restarted gateway's
+	// write is in it, after the killed one's records.
+	var kinds []string
+	var afterRestart bool
+	audittrail.Read(dir, func(r *audittrail.Record) error {
+		if r.Seq > before && len(kinds) == 0 {
+			kinds = append(kinds, string(r.Kind))
+		}
+		if r.Seq > before && r.App == "after-restart" && r.Kind == audittrail.KindDecision && r.Verdict == audittrail.VerdictAllow {
+			afterRestart = true
+		}
+		return nil
+	})
+	if fmt.Sprint(kinds) != "[start]" || !afterRestart {
+		t.Fatalf("first record after the crash: %v; the restarted gateway's write recorded: %v", kinds, afterRestart)
+	}
+	t.Log(rep.Verdict(), strings.Join(rep.Notes, "; "))
+}
