@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -308,15 +309,22 @@ type badRequest struct{ error }
 func (b badRequest) Unwrap() error { return b.error }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	body, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	// Not HTML-escaped: these bodies are read by people and scripts, never
+	// inlined in a page, and "<_id as extended JSON>" should read as such,
+	// not as "\u003c_id as extended JSON\u003e".
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
 		code = http.StatusInternalServerError
-		body, _ = json.Marshal(map[string]string{"error": err.Error()})
+		body.Reset()
+		json.NewEncoder(&body).Encode(map[string]string{"error": err.Error()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	w.Write(append(body, '\n'))
+	w.Write(body.Bytes())
 }
 
 // HandleAction mounts an operator action that changes state. Only POST

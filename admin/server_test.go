@@ -379,3 +379,18 @@ func TestReadinessCollector(t *testing.T) {
 		t.Errorf("lockgate_ready_check = %v", got)
 	}
 }
+
+// TestJSONIsNotHTMLEscaped: error bodies read "\u003c_id as extended
+// JSON\u003e" where the text says "<_id as extended JSON>" (issue 26):
+// encoding/json escapes for HTML by default, and these bodies are never
+// put in a page.
+func TestJSONIsNotHTMLEscaped(t *testing.T) {
+	s := newServer(t, Options{})
+	s.Handle("/bad", JSON(func(*http.Request) (any, error) {
+		return nil, BadRequest(errors.New(`want {"id": <_id as extended JSON>} & a reason`))
+	}))
+	_, _, body := get(t, s.Handler(), "GET", "/bad")
+	if !strings.Contains(body, `want {\"id\": <_id as extended JSON>} & a reason`) || strings.Contains(body, `\u003c`) || strings.Contains(body, `\u0026`) {
+		t.Errorf("GET /bad = %q, want < > & as they are", body)
+	}
+}

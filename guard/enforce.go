@@ -404,14 +404,14 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	case r.Mode == policy.Enforce && g.resolveCooling(v.req) > 0:
 		g.metrics.resolves.WithLabelValues("skipped").Inc()
 		g.tarpit(ctx, v.req)
-		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %v more; lock the documents and name their _id values in the filter", g.resolveCooling(v.req).Round(time.Second)))
+		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %s more; lock the documents and name their _id values in the filter", lockstore.FormatMS(g.resolveCooling(v.req).Round(time.Second))))
 		v.violations[len(v.violations)-1].advice = "nothing was written"
 		return nil, false, false
 	case r.Mode == policy.Enforce && g.refusedWait(v.req) > 0:
 		wait := g.refusedWait(v.req)
 		g.metrics.resolves.WithLabelValues("skipped").Inc()
 		g.holdRefusal(ctx, wait)
-		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %v more; lock the documents and name their _id values in the filter", callerKind(v.req), max(wait, 100*time.Millisecond).Round(100*time.Millisecond)))
+		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %s more; lock the documents and name their _id values in the filter", callerKind(v.req), lockstore.FormatMS(max(wait, 100*time.Millisecond).Round(100*time.Millisecond))))
 		v.violations[len(v.violations)-1].advice = "nothing was written"
 		return nil, false, false
 	default:
@@ -434,7 +434,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		if err != nil {
 			detail, advice := fmt.Sprintf("the documents it can touch could not be resolved: %v", err), ""
 			if errors.Is(err, context.DeadlineExceeded) || isMaxTimeExpired(err) {
-				detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %v; lock the documents and name their _id values in the filter", g.opts.ResolveTimeout)
+				detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %s (limits.resolveTimeoutMS); lock the documents and name their _id values in the filter", lockstore.FormatMS(g.opts.ResolveTimeout))
 				advice = "nothing was written"
 			}
 			v.add(r, w, reasonResolveFailed, nil, detail)
@@ -518,7 +518,7 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 			case st.Held && !st.HeldByYou && disclose:
 				x.reason, x.holder = reasonHeldByOther, &st.Holder
 			case st.HeldByYou:
-				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %v left; renew it with renewLock", idsString(shown), r.LeaseMargin)
+				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %s (policy.leaseMarginMS) left; renew it with renewLock", idsString(shown), lockstore.FormatMS(r.LeaseMargin))
 			case st.ForceReleased && disclose && len(shown) == 1:
 				// Said to the former holder as renewLock says it: its
 				// work was cut off on purpose, not by a bug of its own.

@@ -366,7 +366,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	late := func() bsoncore.Document {
 		w := v.writes[0] // here, or every write would copy it to the heap
 		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonNotLocked,
-			detail: fmt.Sprintf("this session's lock had less than the policy's margin of %v of lease left when the write was about to leave for the database; renew it with renewLock", p.margin)}
+			detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(p.margin))}
 		return refusal(req, x).document()
 	}
 	budget := time.Until(p.end) - p.margin

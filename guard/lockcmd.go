@@ -113,7 +113,7 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 		case "leaseMS", "waitMS":
 			ms, ok := millis(v)
 			if !ok {
-				return nil, badArg(codeTypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, v)
+				return nil, badArg(codeTypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, docid.Format(bson.RawValue{Type: v.Type, Value: v.Data}))
 			}
 			if ms < 0 {
 				return nil, badArg(codeBadValue, "%s: %s must not be negative, got %d", cmd.Name, key, ms)

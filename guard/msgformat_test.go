@@ -27,6 +27,30 @@ func TestLeaseErrorsSpeakMilliseconds(t *testing.T) {
 	if !strings.Contains(msg, "lease 1000000000 ms exceeds the maximum (lockstore.maxLeaseMS) of 60000 ms") || strings.Contains(msg, "277h") || strings.Contains(msg, "1m0s") {
 		t.Errorf("refusal %q, want the lease and the maximum in milliseconds", msg)
 	}
+
+	// A value is printed as the shell prints it: 1.5, not
+	// {"$numberDouble":"1.5"}.
+	_, err = run(t, c, sess, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{1}}, {Key: "waitMS", Value: 1.5}})
+	if err == nil || !strings.Contains(err.Error(), "waitMS must be a whole number of milliseconds, got 1.5") || strings.Contains(err.Error(), "numberDouble") {
+		t.Errorf("waitMS 1.5: %v, want the value as the shell prints it", err)
+	}
+
+	// A write under a lease shorter than the policy's margin: the margin
+	// in milliseconds, named by its key, not "1s".
+	e := startStackWith(t, stackOptions{policy: config.Policy{
+		LeaseMarginMS: 1500,
+		Namespaces:    []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}},
+	}})
+	ec := connect(t, e.uri, "ms-app")
+	es := session(t, ec)
+	if _, err := run(t, ec, es, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{3}}, {Key: "leaseMS", Value: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run(t, ec, es, bson.D{{Key: "update", Value: "orders"}, {Key: "updates", Value: bson.A{bson.D{
+		{Key: "q", Value: bson.D{{Key: "_id", Value: 3}}}, {Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}}}}}})
+	if err == nil || !strings.Contains(err.Error(), "margin of 1500 ms (policy.leaseMarginMS)") || strings.Contains(err.Error(), "1.5s") {
+		t.Errorf("write under a lease shorter than the margin: %v, want the margin in milliseconds", err)
+	}
 }
 
 // TestOwnApplicationInAnotherSessionIsNamed: the implicit-session trap (a

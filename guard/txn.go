@@ -180,7 +180,7 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 		case err != nil:
 			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("the lock store cannot confirm the locks its writes on %s needed (%v)", l.ns, err))
 		case !ok:
-			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("this session no longer holds, with at least the policy's margin of %v of lease, every lock its writes on %s needed", plan.margin, l.ns))
+			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("this session no longer holds, with at least the policy's margin of %s (policy.leaseMarginMS) of lease, every lock its writes on %s needed", lockstore.FormatMS(plan.margin), l.ns))
 		}
 		end := time.Now().Add(left)
 		if plan.end.IsZero() || end.Before(plan.end) {
