@@ -240,7 +240,21 @@ func TestRegressUnmirrorableLock(t *testing.T) {
 		t.Fatalf("the lock was stolen: %v", d)
 	}
 
-	seed(t, "lockDocument", "regress_unmirrorable", bson.D{{"_id", 2}, {"value", 1}})
+	// holderFields: a LockTime that is no date.
+	hf := connect(t, proxyURI, "rogue").Database("holderFields").Collection("regress_unmirrorable")
+	seed(t, "holderFields", "regress_unmirrorable", bson.D{{"_id", 1}, {"value", 1}, {"LockId", "old"}, {"LockTime", "yesterday"}})
+	_, err = hf.UpdateOne(ctx, bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"LockId", "thief"}, {"LockTime", now()}}}})
+	refused(t, "an acquire over a LockTime that is no date", err)
+	if !strings.Contains(err.Error(), "LockTime") {
+		t.Fatalf("the refusal does not say why: %v", err)
+	}
+
+	seed(t, "lockDocument", "regress_unmirrorable", bson.D{{"_id", 2}, {"value", 1}}, bson.D{{"_id", 3}, {"value", 1}})
+	_, err = rogue.UpdateOne(ctx, bson.D{{"_id", 3}, {"Lock", nil}}, bson.D{{"$set", bson.D{{"Lock", bson.D{{"actor", "me"}, {"expiresAt", in(time.Hour)}}}}}})
+	refused(t, "an acquire for longer than lockstore.maxLeaseMS", err)
+	if !strings.Contains(err.Error(), "maxLeaseMS") {
+		t.Fatalf("the refusal does not say why: %v", err)
+	}
 	if !lockDocumentCase().acquire(ctx, rogue, 2, "me") {
 		t.Fatal("acquire failed")
 	}
