@@ -338,10 +338,18 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 		if short < 100*time.Millisecond {
 			short = 100 * time.Millisecond
 		}
+		if st.Renew && !st.Ends && !r.Scheme.IdentityHolder() {
+			// The write renews the document's lock: the mirror lives
+			// as long.
+			short = lease
+		}
 		_, err := store.Acquire(ctx, o, mns, ids, short, 0)
 		switch {
 		case err == nil:
 			return o, true, true
+		case errors.Is(err, lockstore.ErrInvalidLease):
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotFollowed, ids: ids,
+				detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %v, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, short.Round(time.Second), schemeAdvice(r.Scheme))})
 		case errors.Is(err, lockstore.ErrBusy):
 			if !r.Scheme.IdentityHolder() {
 				// Taken over: the database's answer is "nothing matched".
@@ -565,6 +573,9 @@ func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.
 			return schemeOp{}, false
 		}
 		if len(sts) == 1 && sts[0].HeldByYou && sts[0].Token == h.token {
+			if st.Renew && !st.Ends && !g.schemeRenew(ctx, v, r, w, o, ids, schemeLease(r.Scheme, st)) {
+				return schemeOp{}, false
+			}
 			st.Holder = h.holder
 			v.check(w.NS, ids)
 			return schemeOp{rule: r, write: w, step: st, owner: o, holder: h.holder, clause: r.Scheme.HolderCondition(h.holder)}, true

@@ -415,4 +415,16 @@ func TestRegressTharga(t *testing.T) {
 		t.Fatalf("after the abandon: %v", d)
 	}
 	lock(2, "k3")
+	// The client that took it writes by _id alone; the proxy binds the
+	// write to its holder value. Nobody extends it past maxLeaseMS.
+	if r, err := app.UpdateOne(ctx, bson.D{{"_id", 2}}, bson.D{{"$set", bson.D{{"value", 5}}}}); err != nil || r.ModifiedCount != 1 {
+		t.Fatalf("the holder's write by _id: %+v, %v", r, err)
+	}
+	_, err = other.UpdateOne(ctx, bson.D{{"_id", 2}}, bson.D{{"$set", bson.D{{"value", 6}}}})
+	refused(t, "another client's write by _id", err)
+	_, err = app.UpdateOne(ctx, bson.D{{"_id", 2}}, bson.D{{"$set", bson.D{{"Lock.ExpireTime", in(time.Hour)}}}})
+	refused(t, "an extension past maxLeaseMS by _id", err)
+	if d := stored(t, db, coll, 2); d["value"] != int32(5) {
+		t.Fatalf("document = %v, want value 5", d)
+	}
 }
