@@ -184,6 +184,14 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			}
 		}
 	}
+	if len(ops) > 0 && ops[0].step.Kind == policy.StepAcquire && ops[0].rule.Scheme.Type != config.SchemeLockCollection &&
+		req.Command != nil && inTransaction(req.Command.Body) {
+		// lockgate reads the document back to see whether the acquire
+		// took the lock, and a transaction's writes are invisible to
+		// that read until the commit.
+		v.add(ops[0].rule, ops[0].write, reasonSchemeNotFollowed, nil, fmt.Sprintf("it takes a %s lock inside a transaction; take scheme locks outside transactions", ops[0].rule.Scheme.Type))
+		ops = nil
+	}
 	if len(ops) > 0 && (len(writes) > 1 || req.Command == nil || req.Command.MoreToCome) {
 		w := ops[0].write
 		v.add(ops[0].rule, w, reasonSchemeNotFollowed, nil, fmt.Sprintf("it takes or releases a %s lock %s; send each acquire and release as its own acknowledged single-statement command",

@@ -154,6 +154,8 @@ func (g *Guard) schemeAdopt(ctx context.Context, req *proxy.Request, r policy.Ru
 		return &errUnmirrorable{why: "the document's lock cannot be mirrored: " + d.bad}
 	}
 	o, _ := g.schemeOwner(req, ns, r.Scheme, d.holder)
+	// Whoever took the lock, it was not this request's client.
+	o.App, o.Client, o.User = "(lock adopted from the document)", "", ""
 	_, err := g.opts.Store.Acquire(ctx, o, r.Scheme.MirrorNS(ns), []docid.ID{id}, d.ends.Sub(now), 0)
 	switch {
 	case err == nil, errors.Is(err, lockstore.ErrBusy):
