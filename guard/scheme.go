@@ -120,6 +120,14 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 	}
 	v := &verdict{req: req}
 	var ops []schemeOp
+	// temps are the mirrors taken for one write in flight (schemeHolder);
+	// a command refused after all must not leave them behind.
+	var temps []schemeTemp
+	defer func() {
+		if v.enforcedViolation() {
+			g.dropTemps(ctx, temps)
+		}
+	}()
 	for i, w := range writes {
 		r := rules[i]
 		if r.Mode == policy.Off {
@@ -178,7 +186,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 				}
 				continue
 			}
-			o, mirrored, ok := g.schemeHolder(ctx, v, req, r, w, st, ids)
+			o, mirrored, ok := g.schemeHolder(ctx, v, req, r, w, st, ids, &temps)
 			if ok && mirrored && st.Ends {
 				ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o, holder: st.Holder})
 			}
@@ -218,14 +226,31 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 // A flag write carries no holder value: the mirror is the only check.
 // mirrored reports whether the writer holds the mirror lock (a release
 // must then drop it).
-func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (o lockstore.Owner, mirrored, ok bool) {
-	return g.schemeHolderFrom(ctx, v, req, r, w, st, ids, true)
+func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (o lockstore.Owner, mirrored, ok bool) {
+	return g.schemeHolderFrom(ctx, v, req, r, w, st, ids, temps, true)
+}
+
+// schemeTemp is a mirror schemeHolder took for one write in flight.
+type schemeTemp struct {
+	owner lockstore.Owner
+	ns    string
+	ids   []docid.ID
+}
+
+// dropTemps releases the mirrors taken for the writes of a command that
+// was refused after all: none of them is in flight.
+func (g *Guard) dropTemps(ctx context.Context, temps []schemeTemp) {
+	for _, t := range temps {
+		if _, err := g.opts.Store.Release(ctx, t.owner, t.ns, t.ids, ""); err != nil {
+			g.log.Warn("releasing the scheme lock of a refused write failed; it expires with its lease", zap.String("ns", t.ns), zap.Error(err))
+		}
+	}
 }
 
 // schemeHolderFrom is schemeHolder; read says whether a mirror nobody
 // holds is to be checked against the document first (once: after the
 // document's lock is adopted the mirror is the state).
-func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, read bool) (o lockstore.Owner, mirrored, ok bool) {
+func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp, read bool) (o lockstore.Owner, mirrored, ok bool) {
 	o, ok = g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
@@ -321,7 +346,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 			// The holder itself, of a lock the database checks in the
 			// write's own filter: on, under a mirror for the write.
 		} else if d.live(time.Now()) {
-			return g.schemeHolderFrom(ctx, v, req, r, w, st, ids, false)
+			return g.schemeHolderFrom(ctx, v, req, r, w, st, ids, temps, false)
 		}
 	}
 	// Nobody holds the mirror, as far as a read can tell (a read may lag
@@ -354,6 +379,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 		_, err := store.Acquire(ctx, o, mns, ids, short, 0)
 		switch {
 		case err == nil:
+			*temps = append(*temps, schemeTemp{owner: o, ns: mns, ids: ids})
 			return o, true, true
 		case errors.Is(err, lockstore.ErrInvalidLease):
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotFollowed, ids: ids,

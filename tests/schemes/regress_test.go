@@ -428,3 +428,25 @@ func TestRegressTharga(t *testing.T) {
 		t.Fatalf("document = %v, want value 5", d)
 	}
 }
+
+// TestRegressRefusedBulkLeavesNoMirror (FINDINGS-schemes.md F1): a
+// refused command that clears a flag nobody holds and writes data must
+// leave no mirror behind, or a writer that never takes a lock keeps a
+// free flag unlockable.
+func TestRegressRefusedBulkLeavesNoMirror(t *testing.T) {
+	ctx := context.Background()
+	const coll = "regress_bulk"
+	seed(t, "flag", coll, bson.D{{"_id", 2}, {"locked", false}, {"n", 0}})
+	rc := connect(t, proxyURI, "rogue")
+	_, err := rc.Database("flag").Collection(coll).BulkWrite(ctx, []mongo.WriteModel{
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{"_id", 2}}).SetUpdate(bson.D{{"$set", bson.D{{"locked", false}}}}),
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{"_id", 2}}).SetUpdate(bson.D{{"$set", bson.D{{"n", 1}}}}),
+	})
+	refused(t, "a bulk that clears a free flag and writes data", err)
+	if held, _ := mirror(t, rc, "flag", coll, 2); held {
+		t.Fatal("the refused bulk left a mirror on a free flag")
+	}
+	if !flagCase().acquire(ctx, connect(t, proxyURI, "follower").Database("flag").Collection(coll), 2, "") {
+		t.Fatalf("a follower's acquire of a free flag failed; document %v", stored(t, "flag", coll, 2))
+	}
+}
