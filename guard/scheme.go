@@ -125,7 +125,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 	var temps []schemeTemp
 	defer func() {
 		if v.enforcedViolation() {
-			g.dropTemps(ctx, temps)
+			g.dropTemps(context.WithoutCancel(ctx), temps)
 		}
 	}()
 	for i, w := range writes {
