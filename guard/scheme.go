@@ -164,6 +164,17 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 		case policy.StepOther:
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("it does not follow the %s locking scheme of %s: %s; %s", r.Scheme.Type, w.NS, st.Why, schemeAdvice(r.Scheme)))
 		case policy.StepAcquire:
+			if g.ownHolding(req, r, w, st, ids) {
+				// The lock's own client setting the lock it holds again
+				// (Tharga.MongoDB's error state: its lock, with an
+				// exception attached) by _id alone: its write, not an
+				// acquire.
+				st.Kind, st.ByIdentity, st.Renew = policy.StepHolder, true, true
+				if op, ok := g.schemeIdentityWrite(ctx, v, req, r, w, st, ids, &temps); ok {
+					ops = append(ops, op)
+				}
+				continue
+			}
 			o, ok := g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
 			if !ok {
 				v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
@@ -181,7 +192,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 				continue
 			}
 			if st.ByIdentity {
-				if op, ok := g.schemeIdentityWrite(ctx, v, req, r, w, st, ids); ok {
+				if op, ok := g.schemeIdentityWrite(ctx, v, req, r, w, st, ids, &temps); ok {
 					ops = append(ops, op)
 				}
 				continue
@@ -594,8 +605,32 @@ func (g *Guard) released(ctx context.Context, r policy.Rule, w policy.Write, id 
 // take the lock that the mirror still holds. It is then run by the proxy
 // with that holder value added to its filter, so that the database
 // refuses it too if the document's lock is no longer that one.
-func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
+//
+// A write that only clears a lock nobody holds any more (the document's
+// lock expired, no mirror: Tharga.MongoDB's ReleaseOneAsync of a lock left
+// in its error state) is the recovery of an abandoned lock, allowed from
+// anyone as for holderFields, bound to the expired holder's value.
+func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (schemeOp, bool) {
 	mns := r.Scheme.MirrorNS(w.NS)
+	if st.Ends && !st.Touches {
+		d, err := g.readDocLock(ctx, r.Scheme, w.NS, ids[0])
+		if err != nil {
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+				detail: fmt.Sprintf("the proxy cannot read the document's lock (%v), so the write is refused (fail closed)", err)})
+			return schemeOp{}, false
+		}
+		if d.holder.Type != 0 && d.bad == "" && !d.live(time.Now()) {
+			rec := st
+			rec.Holder, rec.ByIdentity = d.holder, false
+			o, mirrored, ok := g.schemeHolder(ctx, v, req, r, w, rec, ids, temps)
+			if !ok {
+				return schemeOp{}, false
+			}
+			if mirrored {
+				return schemeOp{rule: r, write: w, step: rec, owner: o, holder: d.holder, clause: r.Scheme.HolderCondition(d.holder)}, true
+			}
+		}
+	}
 	h, known := g.schemes.holdings().Get(mns + "\x00" + ids[0].Key())
 	known = known && h.sameIdentity(g.schemeClient(req))
 	if known {
@@ -876,4 +911,14 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked, ids: ids, holder: &h,
 			detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", ids[0].String(), r.Scheme.Type, describeHolder(h))})
 	}
+}
+
+// ownHolding reports whether this proxy saw the request's client take the
+// lockDocument lock on ids[0], with the holder value st sets (if any).
+func (g *Guard) ownHolding(req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) bool {
+	if r.Scheme.Type != config.SchemeLockDocument || len(ids) != 1 {
+		return false
+	}
+	h, known := g.schemes.holdings().Get(r.Scheme.MirrorNS(w.NS) + "\x00" + ids[0].Key())
+	return known && h.sameIdentity(g.schemeClient(req)) && (st.Kind != policy.StepAcquire || sameHolder(h.holder, st.Holder))
 }

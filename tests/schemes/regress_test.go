@@ -386,17 +386,20 @@ func TestRegressTharga(t *testing.T) {
 	const db, coll = "regress_tharga", "entities"
 	seed(t, db, coll, bson.D{{"_id", 1}, {"value", 1}, {"Lock", nil}}, bson.D{{"_id", 2}, {"value", 1}, {"Lock", nil}})
 	app := connect(t, proxyURI, "tharga").Database(db).Collection(coll)
-	lock := func(id int, key string) {
+	lockFor := func(id int, key string, d time.Duration) bson.D {
 		t.Helper()
+		l := bson.D{{"LockKey", key}, {"LockTime", now()}, {"ExpireTime", in(d)}, {"Actor", "worker"}, {"ExceptionInfo", nil}}
 		var got bson.M
 		err := app.FindOneAndUpdate(ctx,
 			bson.D{{"_id", id}, {"$or", bson.A{bson.D{{"Lock", nil}}, bson.D{{"Lock.ExpireTime", bson.D{{"$lt", now()}}}}}}},
-			bson.D{{"$set", bson.D{{"Lock", bson.D{{"LockKey", key}, {"LockTime", now()}, {"ExpireTime", in(time.Minute)}, {"Actor", "worker"}, {"ExceptionInfo", nil}}}}}},
+			bson.D{{"$set", bson.D{{"Lock", l}}}},
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&got)
 		if err != nil || got["Lock"].(bson.M)["LockKey"] != key {
 			t.Fatalf("lock %d: %v, %v", id, got, err)
 		}
+		return l
 	}
+	lock := func(id int, key string) { t.Helper(); lockFor(id, key, time.Minute) }
 	lock(1, "k1")
 	var got bson.M
 	err := app.FindOneAndReplace(ctx, bson.D{{"_id", 1}, {"Lock", bson.D{{"$ne", nil}}}, {"Lock.LockKey", "k1"}},
@@ -426,6 +429,40 @@ func TestRegressTharga(t *testing.T) {
 	refused(t, "an extension past maxLeaseMS by _id", err)
 	if d := stored(t, db, coll, 2); d["value"] != int32(5) {
 		t.Fatalf("document = %v, want value 5", d)
+	}
+
+	// The error state: the client sets its own lock again, with an
+	// exception, by _id. Once it has expired, anyone may clear it with a
+	// write that changes nothing else (ReleaseOneAsync); before, nobody
+	// but its client.
+	seed(t, db, coll, bson.D{{"_id", 3}, {"value", 1}, {"Lock", nil}})
+	l := lockFor(3, "k4", 2*time.Second)
+	l[4].Value = bson.D{{"Type", "Exception"}, {"Message", "boom"}}
+	if err := app.FindOneAndUpdate(ctx, bson.D{{"_id", 3}}, bson.D{{"$set", bson.D{{"Lock", l}}}}).Err(); err != nil {
+		t.Fatalf("error state: %v", err)
+	}
+	if d := stored(t, db, coll, 3); d["Lock"].(bson.M)["ExceptionInfo"] == nil {
+		t.Fatalf("the error state did not land: %v", d)
+	}
+	releaseOne := func() error {
+		return other.FindOneAndUpdate(ctx, bson.D{{"_id", 3}, {"Lock", bson.D{{"$ne", nil}}}, {"Lock.ExceptionInfo", bson.D{{"$ne", nil}}}},
+			bson.D{{"$set", bson.D{{"Lock", nil}}}}).Err()
+	}
+	refused(t, "another client's release of a live lock", releaseOne())
+	c := connect(t, proxyURI, "observer")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if held, _ := mirror(t, c, db, coll, 3); !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lock never expired")
+		}
+	}
+	if err := releaseOne(); err != nil {
+		t.Fatalf("release of an expired lock in its error state: %v", err)
+	}
+	if d := stored(t, db, coll, 3); d["Lock"] != nil {
+		t.Fatalf("after the release: %v", d)
 	}
 }
 
