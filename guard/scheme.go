@@ -359,6 +359,15 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 		} else if d.live(time.Now()) {
 			return g.schemeHolderFrom(ctx, v, req, r, w, st, ids, temps, false)
 		}
+		if !sameHolder(d.holder, st.Holder) {
+			// The document names another holder, or none: the write
+			// matches nothing, and gets that answer without a mirror
+			// that would keep a free document busy.
+			v.stale = append(v.stale, len(v.violations))
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
+				detail: fmt.Sprintf("under the %s locking scheme of %s the document _id %s is not locked by the holder this write names; %s", r.Scheme.Type, w.NS, ids[0].String(), schemeAdvice(r.Scheme))})
+			return o, false, false
+		}
 	}
 	// Nobody holds the mirror, as far as a read can tell (a read may lag
 	// an acquire by milliseconds, so it is no permission by itself):

@@ -487,3 +487,35 @@ func TestRegressRefusedBulkLeavesNoMirror(t *testing.T) {
 		t.Fatalf("a follower's acquire of a free flag failed; document %v", stored(t, "flag", coll, 2))
 	}
 }
+
+// TestRegressNamingAnotherHolderTakesNothing: a write naming a holder the
+// document does not have matches nothing; it must not leave a mirror that
+// keeps a free document busy (a loop of such writes would keep it
+// unlockable), least of all a lease long one when it also sets the time.
+func TestRegressNamingAnotherHolderTakesNothing(t *testing.T) {
+	ctx := context.Background()
+	for name, sc := range map[string]schemeCase{
+		"holderFields": holderFieldsCase("holderFields", leaseMS*time.Millisecond),
+		"lockDocument": lockDocumentCase(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			const coll = "regress_naming"
+			seed(t, sc.db, coll, bson.D{{"_id", 1}, {"value", 1}})
+			rc := connect(t, proxyURI, "rogue")
+			set := bson.D{{"LockTime", now()}}
+			if sc.db == "lockDocument" {
+				set = bson.D{{"Lock.expiresAt", in(time.Minute)}}
+			}
+			r, err := rc.Database(sc.db).Collection(coll).UpdateOne(ctx, bson.D{{"_id", 1}, {sc.holderPath, "x"}}, bson.D{{"$set", set}})
+			if err != nil || r.ModifiedCount != 0 {
+				t.Errorf("a write naming a holder the document does not have: %+v, %v; want modifiedCount 0", r, err)
+			}
+			if held, end := mirror(t, rc, sc.db, coll, 1); held {
+				t.Errorf("it left a mirror on a free document, for %v", time.Until(end))
+			}
+			if !sc.acquire(ctx, connect(t, proxyURI, "follower").Database(sc.db).Collection(coll), 1, "f") {
+				t.Errorf("the follower's acquire of a free document failed")
+			}
+		})
+	}
+}
