@@ -384,7 +384,9 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 	// undone by it, and a takeover waits at most policy.leaseMarginMS.
 	recovery := st.Ends && (!st.Delete || !r.Scheme.IdentityHolder())
 	if r.Scheme.Type == config.SchemeFlag {
-		recovery = st.Ends && !st.Touches
+		// Back to false, as the scheme's acquire expects it, and nothing
+		// else: unset or null, the flag could never be taken again.
+		recovery = st.Ends && st.FlagFalse && !st.Touches
 	}
 	if !r.Scheme.IdentityHolder() || recovery {
 		short := r.LeaseMargin
@@ -418,7 +420,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 	}
 	why := fmt.Sprintf("this client does not hold the lock on _id %s (or its lease of %v ran out)", ids[0].String(), r.Scheme.Lease)
 	if r.Scheme.Type == config.SchemeFlag && st.Ends {
-		why = fmt.Sprintf("nobody holds the lock on _id %s, and clearing its flag may change nothing else", ids[0].String())
+		why = fmt.Sprintf("nobody holds the lock on _id %s, and a write that clears its flag must set it to false and change nothing else", ids[0].String())
 	}
 	v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
 		detail: fmt.Sprintf("under the %s locking scheme of %s %s; %s", r.Scheme.Type, w.NS, why, schemeAdvice(r.Scheme))})
@@ -559,6 +561,10 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 	taken := acquired(reply, w)
 	if docScheme {
 		taken = g.taken(ctx, r, w, id, st.Holder, taken)
+	}
+	if end, ok := lockEnd(r.Scheme, st); ok && taken && !end.After(time.Now()) {
+		// Taken, and already expired by its own time: nothing to hold.
+		taken = false
 	}
 	if !taken {
 		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
@@ -828,21 +834,31 @@ func (g *Guard) schemeClient(req *proxy.Request) lockstore.Owner {
 }
 
 // schemeLease is how long the mirror lives after an acquire or renew: as
-// long as the document's lock will, by the proxy's clock.
+// long as the document's lock will, by the proxy's clock; a lock that
+// ends at once gets a mirror that lasts only for the write.
 func schemeLease(s policy.Scheme, st policy.Step) time.Duration {
-	var d time.Duration
-	switch {
-	case s.Type == config.SchemeLockDocument && !st.Expires.IsZero():
-		d = time.Until(st.Expires)
-	case s.Type == config.SchemeHolderFields && !st.LockTime.IsZero():
-		d = time.Until(st.LockTime.Add(s.Lease))
-	default:
+	end, ok := lockEnd(s, st)
+	if !ok {
 		return s.Lease
 	}
-	if d < time.Second {
-		d = time.Second
+	return max(time.Until(end), minSchemeLease)
+}
+
+// minSchemeLease is the mirror of a write whose lock ends at once: long
+// enough for the write in flight.
+const minSchemeLease = 200 * time.Millisecond
+
+// lockEnd is when the lock a write sets ends by the document's own time
+// (holderFields: its time plus the lease; lockDocument: its expiry); ok is
+// false when the write sets no time.
+func lockEnd(s policy.Scheme, st policy.Step) (time.Time, bool) {
+	switch {
+	case s.Type == config.SchemeLockDocument && !st.Expires.IsZero():
+		return st.Expires, true
+	case s.Type == config.SchemeHolderFields && !st.LockTime.IsZero():
+		return st.LockTime.Add(s.Lease), true
 	}
-	return d
+	return time.Time{}, false
 }
 
 // schemeAdvice says how a writer follows the scheme.

@@ -135,6 +135,9 @@ type Step struct {
 	// TimeNow that it stamps it with the server's date ($currentDate).
 	LockTime time.Time
 	TimeNow  bool
+	// FlagFalse: a flag write that leaves the flag false (not null, not
+	// missing: the scheme's acquire matches false only).
+	FlagFalse bool
 }
 
 // fieldState is what an update does to one field path.
@@ -270,7 +273,7 @@ func flagStep(s Scheme, w Write, step Step, nv bsoncore.Value, st fieldState) St
 	case st == setTo && nv.Boolean() && !step.Touches:
 		step.Kind = StepAcquire
 	case st == removed || st == setTo && !nv.Boolean():
-		step.Ends = true
+		step.Ends, step.FlagFalse = true, st == setTo
 	}
 	if w.Upsert && step.Kind != StepAcquire {
 		if iv, ist := insertedPath(s, w, s.LockPath); ist == unknown || ist == stamped || ist == setTo && held(s, iv) {

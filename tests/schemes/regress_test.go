@@ -519,3 +519,51 @@ func TestRegressNamingAnotherHolderTakesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestRegressFlagClearToFalseOnly (FINDINGS-schemes.md F3): a non-holder
+// may clear a flag nobody holds only back to false; unset or null, the
+// scheme's acquire ({locked: false}) could never take it again.
+func TestRegressFlagClearToFalseOnly(t *testing.T) {
+	ctx := context.Background()
+	const coll = "regress_flagclear"
+	rogue := connect(t, proxyURI, "rogue").Database("flag").Collection(coll)
+	for _, locked := range []bool{false, true} {
+		for name, u := range map[string]bson.D{
+			"unset":    {{"$unset", bson.D{{"locked", ""}}}},
+			"set null": {{"$set", bson.D{{"locked", nil}}}},
+		} {
+			seed(t, "flag", coll, bson.D{{"_id", 3}, {"locked", locked}})
+			err := rogue.FindOneAndUpdate(ctx, bson.D{{"_id", 3}}, u).Err()
+			refused(t, name+" of a flag nobody holds", err)
+			if d := stored(t, "flag", coll, 3); d["locked"] != locked {
+				t.Errorf("%s (flag %v) landed: %v", name, locked, d)
+			}
+		}
+	}
+	seed(t, "flag", coll, bson.D{{"_id", 3}, {"locked", false}})
+	rogue.UpdateOne(ctx, bson.D{{"_id", 3}}, bson.D{{"$unset", bson.D{{"locked", ""}}}})
+	if !flagCase().acquire(ctx, connect(t, proxyURI, "follower").Database("flag").Collection(coll), 3, "") {
+		t.Errorf("the follower's acquire failed after a rogue's $unset; document %v", stored(t, "flag", coll, 3))
+	}
+}
+
+// TestRegressAcquireExpiredAtOnce (FINDINGS-schemes.md F4): an acquire
+// whose LockTime is already older than the lease takes a lock that has
+// expired by its own time; it keeps no mirror that makes the scheme's
+// next acquire "busy".
+func TestRegressAcquireExpiredAtOnce(t *testing.T) {
+	ctx := context.Background()
+	const coll = "regress_expired"
+	seed(t, "holderFields", coll, bson.D{{"_id", 2}, {"value", 1}})
+	rc := connect(t, proxyURI, "rogue")
+	old := primitive.NewDateTimeFromTime(time.Now().Add(-2 * leaseMS * time.Millisecond))
+	if _, err := rc.Database("holderFields").Collection(coll).UpdateOne(ctx, bson.D{{"_id", 2}}, bson.D{{"$set", bson.D{{"LockId", "R-1"}, {"LockTime", old}}}}); err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	if held, end := mirror(t, rc, "holderFields", coll, 2); held {
+		t.Errorf("a lock expired by its own LockTime keeps a mirror for %v", time.Until(end))
+	}
+	if !holderFieldsCase("holderFields", leaseMS*time.Millisecond).acquire(ctx, connect(t, proxyURI, "follower").Database("holderFields").Collection(coll), 2, "F1-1") {
+		t.Errorf("the follower's acquire of an expired lock failed; document %v", stored(t, "holderFields", coll, 2))
+	}
+}
