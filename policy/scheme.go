@@ -265,8 +265,13 @@ func SchemeStep(s Scheme, w Write) Step {
 // is an acquire; anything else is the holder's, and clears the flag if it
 // ends up other than true.
 func flagStep(s Scheme, w Write, step Step, nv bsoncore.Value, st fieldState) Step {
-	if st == setTo && nv.Type != bson.TypeBoolean {
+	switch {
+	case st == setTo && nv.Type != bson.TypeBoolean:
 		return Step{Why: "it sets the flag " + s.LockPath + " to a value that is not a boolean"}
+	case st == removed:
+		// Unset or null, the flag matches the scheme's acquire
+		// ({flag: false}) never again.
+		return Step{Why: "it leaves the flag " + s.LockPath + " unset or null, which the scheme's acquire never matches; release by setting it to false"}
 	}
 	step.Kind = StepHolder
 	switch {
