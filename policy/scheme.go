@@ -166,6 +166,9 @@ func SchemeStep(s Scheme, w Write) Step {
 		if st == setTo && held(s, v) {
 			return Step{Why: "it inserts a document that is already locked (" + s.HolderPath + " set); insert it unlocked, then take the lock the scheme's way"}
 		}
+		if lv, ls := docPath(w.Doc, s.LockPath); ls == setTo && !lockShape(s, lv) {
+			return Step{Why: s.LockPath + " must be a document (or null) under the lockDocument scheme"}
+		}
 		return Step{Kind: StepInsert}
 	case KindUpdate, KindDelete, KindFindAndModify:
 	default:
@@ -204,6 +207,9 @@ func SchemeStep(s Scheme, w Write) Step {
 	u := w.Update.Document()
 	step.Replace = isReplacement(u)
 	step.Touches = step.Replace || touchesOther(s, u)
+	if lv, ls := updatePath(u, s.LockPath, false); ls == setTo && !lockShape(s, lv) {
+		return Step{Why: s.LockPath + " must be a document (or null) under the lockDocument scheme"}
+	}
 	nv, st := updatePath(u, s.HolderPath, false)
 	if st == untouched && s.Type == config.SchemeLockDocument {
 		// The sub-document as a whole: {$set: {Lock: null}} or $unset.
@@ -690,4 +696,10 @@ func JoinFilter(body bsoncore.Document, w Write, clause bsoncore.Document) (bson
 		return nil, err
 	}
 	return replaceField(body, w.List, bsoncore.Value{Type: bson.TypeArray, Data: buildArray([]bsoncore.Document{stmt})}, false)
+}
+
+// lockShape reports whether v may be a lockDocument's lock: a document
+// (a lock lockgate can read), or anything for the other schemes.
+func lockShape(s Scheme, v bsoncore.Value) bool {
+	return s.Type != config.SchemeLockDocument || v.Type == bson.TypeEmbeddedDocument
 }
