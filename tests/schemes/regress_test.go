@@ -567,3 +567,33 @@ func TestRegressAcquireExpiredAtOnce(t *testing.T) {
 		t.Errorf("the follower's acquire of an expired lock failed; document %v", stored(t, "holderFields", coll, 2))
 	}
 }
+
+// BenchmarkSchemeAcquireRelease is one holderFields acquire and release
+// (the application's own calls) through lockgate, which now reads the
+// document's lock before and after an acquire and after a release, and
+// straight at the database:
+//
+//	go test -run '^$' -bench SchemeAcquireRelease -benchtime 300x ./tests/schemes
+func BenchmarkSchemeAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	for _, leg := range []struct{ name, uri string }{{"lockgate", proxyURI}, {"direct", directURI}} {
+		b.Run(leg.name, func(b *testing.B) {
+			c := connect(b, directURI, "seed").Database("holderFields").Collection("bench_acquire")
+			c.Drop(ctx)
+			if _, err := c.InsertOne(ctx, bson.D{{"_id", 1}, {"LockId", nil}}); err != nil {
+				b.Fatal(err)
+			}
+			coll := connect(b, leg.uri, "bench").Database("holderFields").Collection("bench_acquire")
+			hf := holderFieldsCase("holderFields", leaseMS*time.Millisecond)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if !hf.acquire(ctx, coll, 1, "g") {
+					b.Fatal("acquire failed")
+				}
+				if r, err := coll.UpdateOne(ctx, bson.D{{"_id", 1}, {"LockId", "g"}}, bson.D{{"$set", bson.D{{"LockId", nil}, {"LockTime", nil}}}}); err != nil || r.ModifiedCount != 1 {
+					b.Fatalf("release: %+v, %v", r, err)
+				}
+			}
+		})
+	}
+}
