@@ -462,6 +462,9 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 	if st.ReleaseAll {
 		return g.schemeReleaseAll(ctx, req, pol, v, op, start)
 	}
+	if st.Pick {
+		return g.schemePick(ctx, req, pol, v, op, start)
+	}
 	id, err := idCopy(st.ID)
 	if err != nil {
 		// schemeEnforce refused such a step already.
@@ -505,6 +508,39 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 		g.record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Reply, Reply: reply}
 	}
+	res := g.schemeAcquire(ctx, req, v, op, id, body)
+	switch {
+	case res.final != nil:
+		return *res.final
+	case res.busy:
+		return g.schemeBusy(req, pol, v, r, w, st, start)
+	case res.refused:
+		return g.decide(req, pol, v, start)
+	}
+	g.record(req, pol, v, nil, time.Since(start))
+	return proxy.Decision{Action: proxy.Reply, Reply: res.reply}
+}
+
+// acquireResult is how one acquire ran: busy (the mirror is someone
+// else's, nothing sent), refused (a violation was recorded, nothing
+// sent), final (the decision to return at once: the connection failed),
+// or the database's reply and whether the lock was taken.
+type acquireResult struct {
+	reply         bsoncore.Document
+	taken         bool
+	busy, refused bool
+	final         *proxy.Decision
+}
+
+// schemeAcquire runs acquire op of the document id, body being its
+// statement as it is to be sent: the mirror first, then the statement on
+// the client's connection, then the document read back.
+func (g *Guard) schemeAcquire(ctx context.Context, req *proxy.Request, v *verdict, op schemeOp, id docid.ID, body bsoncore.Document) acquireResult {
+	w, st, r := op.write, op.step, op.rule
+	ids := []docid.ID{id}
+	mns := r.Scheme.MirrorNS(w.NS)
+	store := g.opts.Store
+	docScheme := r.Scheme.Type != config.SchemeLockCollection
 	if r.Scheme.IdentityHolder() {
 		// The same holder setting a flag it holds: the database would
 		// say "not modified", and must, though it might not (its
@@ -514,10 +550,10 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 		if err != nil {
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
 				detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
-			return g.decide(req, pol, v, start)
+			return acquireResult{refused: true}
 		}
 		if mine {
-			return g.schemeBusy(req, pol, v, r, w, st, start)
+			return acquireResult{busy: true}
 		}
 	}
 	if docScheme && r.Scheme.Type != config.SchemeFlag {
@@ -531,32 +567,32 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 		switch {
 		case errors.As(err, &un):
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s %s; nothing was written", r.Scheme.Type, w.NS, un.why))
-			return g.decide(req, pol, v, start)
+			return acquireResult{refused: true}
 		case err != nil:
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
 				detail: fmt.Sprintf("the proxy cannot read the document's lock (%v); nothing was written", err)})
-			return g.decide(req, pol, v, start)
+			return acquireResult{refused: true}
 		}
 	}
 	locks, err := store.Acquire(ctx, op.owner, mns, ids, schemeLease(r.Scheme, st), 0)
 	if err != nil {
 		switch {
 		case errors.Is(err, lockstore.ErrBusy):
-			return g.schemeBusy(req, pol, v, r, w, st, start)
+			return acquireResult{busy: true}
 		case errors.Is(err, lockstore.ErrInvalidLease):
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s the lock it takes would last %v, longer than lockstore.maxLeaseMS allows; nothing was written", r.Scheme.Type, w.NS, schemeLease(r.Scheme, st).Round(time.Second)))
-			return g.decide(req, pol, v, start)
+			return acquireResult{refused: true}
 		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
 			detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
-		return g.decide(req, pol, v, start)
+		return acquireResult{refused: true}
 	}
 	reply, err := req.Ask(ctx, body)
 	if err != nil {
 		// Unknown outcome. Holding the mirror for a lock that may not
 		// exist only delays the next acquire by a lease; dropping it
 		// could let two holders in.
-		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
+		return acquireResult{final: &proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}}
 	}
 	taken := acquired(reply, w)
 	if docScheme {
@@ -578,8 +614,68 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 		}
 		v.check(w.NS, ids)
 	}
+	return acquireResult{reply: reply, taken: taken}
+}
+
+// schemePick runs a findOneAndUpdate acquire whose filter names several
+// documents (Tharga.MongoDB's PickForUpdateAsync(filter)) as the database
+// would, one free document at a time: the documents the filter matches
+// are found (as for any write that does not pin _id), and the statement
+// is run pinned to each in turn, under its mirror and the free-or-expired
+// condition, until one is taken. Nothing taken answers "no document", as
+// the database does when none is free.
+func (g *Guard) schemePick(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+	w, r := op.write, op.rule
+	if g.opts.Resolver == nil {
+		v.add(r, w, reasonSchemeNotFollowed, nil, "it takes a lock on one of the documents its filter matches, and this proxy cannot look them up; name the _id")
+		return g.decide(req, pol, v, start)
+	}
+	if why := g.mayRead(ctx, req, w.NS); why != "" {
+		v.add(r, w, reasonSchemeNotFollowed, nil, why)
+		return g.decide(req, pol, v, start)
+	}
+	cands, _, err := g.resolve(ctx, g.resolveSlots, r, w, r.MaxCandidates+1)
+	if err != nil {
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the documents its filter matches could not be looked up (%v); nothing was written", err)})
+		return g.decide(req, pol, v, start)
+	}
+	if len(cands) > r.MaxCandidates {
+		v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow it", r.MaxCandidates))
+		return g.decide(req, pol, v, start)
+	}
+	base, err := statementBody(req.Command, w)
+	if err == nil && r.Mode == policy.Enforce {
+		base, err = policy.JoinFilter(base, w, r.Scheme.FreeCondition(time.Now()))
+	}
+	if err != nil {
+		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot run its %s step on its own (%v)", r.Scheme.Type, err))
+		return g.decide(req, pol, v, start)
+	}
+	mns := r.Scheme.MirrorNS(w.NS)
+	for _, id := range cands {
+		body, err := policy.JoinFilter(base, w, bsoncore.NewDocumentBuilder().AppendValue("_id", id.Core()).Build())
+		if err != nil {
+			v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot pin its %s step to one document (%v)", r.Scheme.Type, err))
+			return g.decide(req, pol, v, start)
+		}
+		one := op
+		one.step.ID, one.step.Pick = id.Core(), false
+		unlock := g.schemes.lock(mns + "\x00" + id.Key())
+		res := g.schemeAcquire(ctx, req, v, one, id, body)
+		unlock()
+		switch {
+		case res.final != nil:
+			return *res.final
+		case res.refused:
+			return g.decide(req, pol, v, start)
+		case res.taken:
+			g.record(req, pol, v, nil, time.Since(start))
+			return proxy.Decision{Action: proxy.Reply, Reply: res.reply}
+		}
+	}
 	g.record(req, pol, v, nil, time.Since(start))
-	return proxy.Decision{Action: proxy.Reply, Reply: reply}
+	return proxy.Decision{Action: proxy.Reply, Reply: noMatch(w, op.step, false)}
 }
 
 // taken reads back whether an acquire of holder took the document's lock:

@@ -138,6 +138,9 @@ type Step struct {
 	// FlagFalse: a flag write that leaves the flag false (not null, not
 	// missing: the scheme's acquire matches false only).
 	FlagFalse bool
+	// Pick: an acquire by findOneAndUpdate whose filter names no one _id;
+	// it locks the first free document the filter finds (ID is zero).
+	Pick bool
 }
 
 // fieldState is what an update does to one field path.
@@ -176,9 +179,22 @@ func SchemeStep(s Scheme, w Write) Step {
 	}
 	ids, _, ok := PinnedIDs(w.Filter)
 	if !ok || len(ids) != 1 {
-		return Step{Why: "under a locking scheme every write must name exactly one _id in its filter"}
+		// Tharga.MongoDB's PickForUpdateAsync(filter): a findOneAndUpdate
+		// that locks whichever free document its filter finds first.
+		if st := schemeStepOn(s, w, bsoncore.Value{}); st.Kind == StepAcquire && s.Type != config.SchemeFlag &&
+			w.Kind == KindFindAndModify && !w.Upsert && !w.Remove && w.Sort == nil {
+			st.Pick = true
+			return st
+		}
+		return Step{Why: "under a locking scheme every write must name exactly one _id in its filter (an acquire by findOneAndUpdate without sort or upsert may name several)"}
 	}
-	step := Step{ID: ids[0]}
+	return schemeStepOn(s, w, ids[0])
+}
+
+// schemeStepOn is SchemeStep for an update, delete or findAndModify of the
+// document id (zero: of one of several, for a pick).
+func schemeStepOn(s Scheme, w Write, id bsoncore.Value) Step {
+	step := Step{ID: id}
 	var fv bsoncore.Value
 	holderInFilter := false
 	if s.Type != config.SchemeFlag {

@@ -263,3 +263,32 @@ func TestSchemeFreeCondition(t *testing.T) {
 		t.Fatalf("JoinFilter = %s, want %s", got, want)
 	}
 }
+
+// TestSchemePick: a findOneAndUpdate acquire whose filter names no one
+// _id (Tharga.MongoDB's pick by filter) is an acquire of one of several;
+// nothing else that names no _id is a step.
+func TestSchemePick(t *testing.T) {
+	th := compileScheme(&config.Scheme{Type: config.SchemeLockDocument, Field: "Lock", ActorField: "Actor", ExpiresField: "ExpireTime", HolderField: "LockKey"}, 30000)
+	fl := compileScheme(&config.Scheme{Type: config.SchemeFlag}, 30000)
+	when := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	set := clVal(t, D{{"$set", D{{"Lock", D{{"LockKey", "k"}, {"ExpireTime", when}}}}}})
+	group := clDoc(t, D{{"$or", A{D{{"Group", "g"}, {"Lock", nil}}}}})
+	for _, c := range []struct {
+		name string
+		s    Scheme
+		w    Write
+		pick bool
+	}{
+		{"pick", th, Write{Kind: KindFindAndModify, Filter: group, Update: set}, true},
+		{"pick with a sort", th, Write{Kind: KindFindAndModify, Filter: group, Update: set, Sort: clDoc(t, D{{"_id", 1}})}, false},
+		{"pick as an upsert", th, Write{Kind: KindFindAndModify, Filter: group, Update: set, Upsert: true}, false},
+		{"update of several", th, Write{Kind: KindUpdate, Filter: group, Update: set}, false},
+		{"data write of several", th, Write{Kind: KindFindAndModify, Filter: group, Update: clVal(t, D{{"$set", D{{"n", 1}}}})}, false},
+		{"flag pick", fl, Write{Kind: KindFindAndModify, Filter: clDoc(t, D{{"locked", false}}), Update: clVal(t, D{{"$set", D{{"locked", true}}}})}, false},
+	} {
+		got := SchemeStep(c.s, c.w)
+		if got.Pick != c.pick || (c.pick && (got.Kind != StepAcquire || got.ID.Type != 0)) || (!c.pick && got.Kind != StepOther) {
+			t.Errorf("%s: SchemeStep = %+v", c.name, got)
+		}
+	}
+}

@@ -597,3 +597,42 @@ func BenchmarkSchemeAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// TestRegressThargaPick: Tharga.MongoDB's PickForUpdateAsync(filter) locks
+// the first free document of several with one findOneAndUpdate whose
+// filter names no _id; lockgate runs it pinned to each match in turn.
+func TestRegressThargaPick(t *testing.T) {
+	ctx := context.Background()
+	const db, coll = "regress_tharga", "group"
+	live := bson.D{{"LockKey", "k-other"}, {"LockTime", now()}, {"ExpireTime", in(time.Minute)}, {"Actor", "other"}, {"ExceptionInfo", nil}}
+	seed(t, db, coll, bson.D{{"_id", 4}, {"Group", "g"}, {"Lock", live}}, bson.D{{"_id", 5}, {"Group", "g"}, {"Lock", nil}}, bson.D{{"_id", 6}, {"Group", "h"}, {"Lock", nil}})
+	app := connect(t, proxyURI, "tharga").Database(db).Collection(coll)
+	pick := func(key string) (bson.M, error) {
+		var before bson.M
+		at := now()
+		err := app.FindOneAndUpdate(ctx,
+			bson.D{{"$or", bson.A{
+				bson.D{{"Group", "g"}, {"Lock", nil}},
+				bson.D{{"Group", "g"}, {"Lock", bson.D{{"$ne", nil}}}, {"Lock.ExceptionInfo", nil}, {"Lock.ExpireTime", bson.D{{"$lt", at}}}},
+			}}},
+			bson.D{{"$set", bson.D{{"Lock", bson.D{{"LockKey", key}, {"LockTime", at}, {"ExpireTime", in(time.Minute)}, {"Actor", "worker"}}}}}}).Decode(&before)
+		return before, err
+	}
+	before, err := pick("k5")
+	if err != nil || before["_id"] != int32(5) {
+		t.Fatalf("pick: %v, %v; want document 5 as it was", before, err)
+	}
+	if d := stored(t, db, coll, 5); d["Lock"].(bson.M)["LockKey"] != "k5" {
+		t.Fatalf("document 5 after the pick: %v", d)
+	}
+	if d := stored(t, db, coll, 4); d["Lock"].(bson.M)["LockKey"] != "k-other" {
+		t.Fatalf("document 4, locked by another, changed: %v", d)
+	}
+	if _, err := pick("k6"); err != mongo.ErrNoDocuments {
+		t.Fatalf("pick with none free: %v, want no document", err)
+	}
+	c := connect(t, proxyURI, "observer")
+	if held, _ := mirror(t, c, db, coll, 5); !held {
+		t.Fatal("the picked document has no mirror")
+	}
+}
