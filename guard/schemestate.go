@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/readpref"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
 )
 
 // schemeReader reads the lock fields of one document with the proxy's own
@@ -165,9 +166,22 @@ func (g *Guard) schemeAdopt(ctx context.Context, req *proxy.Request, r policy.Ru
 	o, _ := g.schemeOwner(req, ns, r.Scheme, d.holder)
 	// Whoever took the lock, it was not this request's client.
 	o.App, o.Client, o.User = "(lock adopted from the document)", "", ""
-	_, err := g.opts.Store.Acquire(ctx, o, r.Scheme.MirrorNS(ns), []docid.ID{id}, d.ends.Sub(now), 0)
+	mns, ids := r.Scheme.MirrorNS(ns), []docid.ID{id}
+	_, err := g.opts.Store.Acquire(ctx, o, mns, ids, d.ends.Sub(now), 0)
 	switch {
-	case err == nil, errors.Is(err, lockstore.ErrBusy):
+	case err == nil:
+		// The holder may have released between the read and the
+		// adoption (through another proxy, whose release found no
+		// mirror of ours to drop): read again, and keep the mirror only
+		// for a lock the document still shows. A failed read keeps it.
+		again, err := g.readDocLock(ctx, r.Scheme, ns, id)
+		if err == nil && !(sameHolder(again.holder, d.holder) && again.live(time.Now())) {
+			if _, err := g.opts.Store.Release(ctx, o, mns, ids, ""); err != nil {
+				g.log.Warn("dropping a scheme lock adopted from a released document failed; it expires with its lease", zap.String("ns", ns), zap.Error(err))
+			}
+		}
+		return nil
+	case errors.Is(err, lockstore.ErrBusy):
 		return nil
 	case errors.Is(err, lockstore.ErrInvalidLease):
 		return &errUnmirrorable{why: fmt.Sprintf("the document's lock ends at %s, later than lockstore.maxLeaseMS allows", d.ends.UTC().Format(time.RFC3339))}

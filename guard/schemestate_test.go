@@ -1,6 +1,8 @@
 package guard
 
 import (
+	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +12,11 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore/lockstoretest"
+	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
 )
 
 // TestLockOf: the lock a document shows, and why one cannot be mirrored.
@@ -56,6 +62,61 @@ func TestLockOf(t *testing.T) {
 		d := lockOf(c.s, bsoncore.Document(raw))
 		if (d.holder.Type != 0) != c.held || d.live(now) != c.live || (c.bad == "") != (d.bad == "") || !strings.Contains(d.bad, c.bad) {
 			t.Errorf("%s: lockOf = holder %v, live %v, bad %q; want held %v, live %v, bad %q", c.name, d.holder, d.live(now), d.bad, c.held, c.live, c.bad)
+		}
+	}
+}
+
+// docsReader answers LockFields from a list of documents, one per read
+// (the last one again once they run out).
+type docsReader struct {
+	Resolver
+	docs []bson.D
+	n    int
+}
+
+func (r *docsReader) LockFields(context.Context, string, docid.ID, []string) (bsoncore.Document, bool, error) {
+	d := r.docs[min(r.n, len(r.docs)-1)]
+	r.n++
+	raw, err := bson.Marshal(d)
+	return bsoncore.Document(raw), true, err
+}
+
+// TestSchemeAdoptRacingRelease: the document showed a live lock when it
+// was read, and its holder released it (through another proxy) before the
+// adoption: the adopted mirror must not outlive the lock it mirrors.
+func TestSchemeAdoptRacingRelease(t *testing.T) {
+	pol, err := policy.CompileWithLease(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{
+		{Match: "shop.ld", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockDocument}},
+	}}, 30000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := pol.Lookup("shop.ld")
+	live := bson.D{{"Lock", bson.D{{"actor", "k"}, {"expiresAt", primitive.NewDateTimeFromTime(time.Now().Add(time.Minute))}}}}
+	for _, c := range []struct {
+		name  string
+		again bson.D
+		held  bool
+	}{
+		{"released meanwhile", bson.D{{"Lock", nil}}, false},
+		{"still held", live, true},
+	} {
+		store := memstore.New(memstore.Config{})
+		g := New(Options{Store: store, Resolver: &docsReader{docs: []bson.D{live, c.again}}, Reserved: ReservedFor("lockgate", "locks")})
+		req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000", RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}}
+		id := lockstoretest.ID(1)
+		ctx := context.Background()
+		d, err := g.readDocLock(ctx, r.Scheme, "shop.ld", id)
+		if err != nil || !d.live(time.Now()) {
+			t.Fatalf("%s: first read %+v, %v", c.name, d, err)
+		}
+		if err := g.schemeAdopt(ctx, req, r, "shop.ld", id, d); err != nil {
+			t.Fatalf("%s: adopt: %v", c.name, err)
+		}
+		o, _ := g.schemeOwner(req, "shop.ld", r.Scheme, d.holder)
+		sts, err := store.Status(ctx, o, "shop.ld", []docid.ID{id})
+		if err != nil || len(sts) != 1 || sts[0].Held != c.held {
+			t.Errorf("%s: mirror %+v, %v; want held %v", c.name, sts, err, c.held)
 		}
 	}
 }
