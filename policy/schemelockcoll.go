@@ -100,7 +100,7 @@ func lockCollectionStep(s Scheme, w Write) Step {
 		return Step{Why: "a pipeline update cannot be read as a step of the scheme; use update operators"}
 	default:
 		step.Kind = StepHolder
-		if _, st := updatePath(w.Update.Document(), s.TsPath); st != untouched {
+		if _, st := updatePath(w.Update.Document(), s.TsPath, true); st != untouched {
 			step.Renew = true
 		}
 	}
