@@ -340,6 +340,18 @@ func TestLockCollNamedRecords(t *testing.T) {
 	if _, err := b.Collection("items").UpdateOne(ctx, bson.D{{"_id", "r1"}}, bson.D{{"$inc", bson.D{{"n", 1000}}}}); code(err) != 46 {
 		t.Errorf("non-holder's write: %v, want LockBusy", err)
 	}
+	// The holder moves its expiry: within lockstore.maxLeaseMS, as a date.
+	if ur, err := a.Collection("resourceLocks").UpdateOne(ctx, bson.D{{"_id", "lock_r1"}}, bson.D{{"$set", bson.D{{"ExpireAt", minute.Add(time.Minute)}}}}); err != nil || ur.ModifiedCount != 1 {
+		t.Errorf("holder's extension: %+v, %v", ur, err)
+	}
+	for name, exp := range map[string]any{"a string": "later", "an hour ahead": msNow().Add(time.Hour)} {
+		if _, err := a.Collection("resourceLocks").UpdateOne(ctx, bson.D{{"_id", "lock_r1"}}, bson.D{{"$set", bson.D{{"ExpireAt", exp}}}}); code(err) != 46 {
+			t.Errorf("holder's extension to %s: %v, want LockBusy", name, err)
+		}
+	}
+	if _, err := b.Collection("resourceLocks").UpdateOne(ctx, bson.D{{"_id", "lock_r1"}}, bson.D{{"$set", bson.D{{"ExpireAt", minute}}}}); code(err) != 46 {
+		t.Errorf("non-holder's extension: %v, want LockBusy", err)
+	}
 	if del, err := a.Collection("resourceLocks").DeleteOne(ctx, bson.D{{"_id", "lock_r1"}}); err != nil || del.DeletedCount != 1 {
 		t.Errorf("a's release: %+v, %v", del, err)
 	}
