@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,7 +87,11 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 	}
 	v.check(w.NS, ids)
 	if st.Renew {
-		_, err = store.Renew(ctx, o, w.NS, ids, recordLease(r.Scheme, st))
+		lease := recordLease(r.Scheme, st)
+		_, err = store.Renew(ctx, o, w.NS, ids, lease)
+		if err == nil {
+			g.renewAid(ctx, req, op, lease)
+		}
 		switch {
 		case errors.Is(err, lockstore.ErrInvalidLease):
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("it refreshes the lock record %s of %s to an end lockgate cannot mirror (%v); %s", ids[0].String(), w.NS, err, schemeAdvice(r.Scheme)))
@@ -147,8 +152,12 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	unlock := g.schemes.lock(w.NS + "\x00" + id.Key())
 	defer unlock()
 	store := g.opts.Store
+	// Audit forwards every write unchanged: no insert-only condition, no
+	// removal of abandoned records; the decisions and the mirror are the
+	// same.
+	enforce := r.Mode == policy.Enforce
 	body, err := statementBody(req.Command, w)
-	if err == nil && w.Upsert {
+	if err == nil && w.Upsert && enforce {
 		body, err = insertOnly(body, w)
 	}
 	if err != nil {
@@ -214,13 +223,15 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 			return g.lockCollBusy(ctx, req, pol, v, op, rec, start)
 		}
 		// Abandoned: remove it as the TTL monitor would, only as read.
-		if failed, err := g.removeRecord(ctx, req, w.NS, s, rec); err != nil || failed != nil {
-			drop()
-			if err != nil {
-				return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
+		if enforce {
+			if failed, err := g.removeRecord(ctx, req, w.NS, s, rec); err != nil || failed != nil {
+				drop()
+				if err != nil {
+					return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
+				}
+				g.record(req, pol, v, nil, time.Since(start))
+				return proxy.Decision{Action: proxy.Reply, Reply: failed}
 			}
-			g.record(req, pol, v, nil, time.Since(start))
-			return proxy.Decision{Action: proxy.Reply, Reply: failed}
 		}
 	}
 	reply, err := req.Ask(ctx, body)
@@ -228,7 +239,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		// Unknown outcome: the mirror stays and expires with its lease.
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 	}
-	if inserted(reply, w) {
+	if inserted(reply, w, st.ID) {
 		v.check(w.NS, ids)
 		if st.Holder.Type != 0 {
 			g.bindAid(ctx, op, lease)
@@ -393,33 +404,57 @@ func (g *Guard) bindAid(ctx context.Context, op schemeOp, lease time.Duration) {
 		_, err = g.opts.Store.Acquire(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), []docid.ID{aid}, lease, 0)
 	}
 	if err != nil {
-		g.log.Warn("binding a lock record's holder id failed", zap.String("ns", op.write.NS), zap.Error(err))
+		// Busy: another client's binding from after this client's ended;
+		// its records neither block nor are deleted by this client's.
+		g.log.Debug("binding a lock record's holder id failed", zap.String("ns", op.write.NS), zap.Error(err))
 	}
 }
 
+// renewAid extends the binding of the refreshed record's holder id to
+// its client, so that it lasts as long as the client keeps the record.
+func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, lease time.Duration) {
+	proj := bsoncore.NewDocumentBuilder().AppendInt32(op.rule.Scheme.AidPath, 1).Build()
+	rec, _, err := g.findRecord(ctx, req, op.write.NS, op.step.ID, proj)
+	if err != nil || rec == nil {
+		return
+	}
+	aid, err := rec.LookupErr(op.rule.Scheme.AidPath)
+	if err != nil || aid.Type == bson.TypeNull {
+		return
+	}
+	op.step.Holder = aid
+	g.bindAid(ctx, op, lease)
+}
+
 // inserted reads the reply to an acquire: did the database insert the
-// record? A modified count is no insert.
-func inserted(reply bsoncore.Document, w policy.Write) bool {
+// record of _id id? A modified count is no insert, nor is an upsert that
+// inserted another _id.
+func inserted(reply bsoncore.Document, w policy.Write, id bsoncore.Value) bool {
 	if ok, _ := reply.Lookup("ok").AsInt64OK(); ok != 1 {
 		return false
 	}
 	if _, err := reply.LookupErr("writeErrors"); err == nil {
 		return false
 	}
+	same := func(v bsoncore.Value) bool { return v.Type == id.Type && bytes.Equal(v.Data, id.Data) }
 	switch w.Kind {
 	case policy.KindInsert:
 		n, ok := reply.Lookup("n").AsInt64OK()
 		return ok && n > 0
 	case policy.KindFindAndModify:
-		_, err := reply.LookupErr("lastErrorObject", "upserted")
-		return err == nil
+		up, err := reply.LookupErr("lastErrorObject", "upserted")
+		return err == nil && same(up)
 	}
 	up, ok := reply.Lookup("upserted").ArrayOK()
 	if !ok {
 		return false
 	}
 	vals, _ := up.Values()
-	return len(vals) > 0
+	if len(vals) != 1 {
+		return false
+	}
+	d, ok := vals[0].DocumentOK()
+	return ok && same(d.Lookup("_id"))
 }
 
 // insertOnly rewrites an upsert's one-statement command so that its

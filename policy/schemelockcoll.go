@@ -287,8 +287,10 @@ func setsDate(op string, v bsoncore.Value) (time.Time, bool) {
 // (its busy answer is that record, as the database returns it, which only
 // holds for $setOnInsert alone).
 func upsertRecord(w Write, id bsoncore.Value, u bsoncore.Document) (bsoncore.Document, string) {
-	if n, _ := w.Filter.Elements(); len(n) != 1 {
-		return nil, "an upsert of a lock record must filter by _id alone"
+	if n, _ := w.Filter.Elements(); len(n) != 1 || isRegexOrOperator(w.Filter.Lookup("_id")) {
+		// Only a plain {_id: <value>} is copied into the inserted record
+		// by every server.
+		return nil, "an upsert of a lock record must filter by {_id: <value>} alone"
 	}
 	if _, found, certain := UpsertID(w); !found || !certain {
 		return nil, "the _id an upsert of a lock record inserts cannot be told"

@@ -62,6 +62,7 @@ func TestLockCollectionSteps(t *testing.T) {
 		{"upsert $currentDate", cc, upd(D{{"_id", 1}}, D{{"$currentDate", D{{"ts", true}}}, {"$setOnInsert", D{{"aid", "A"}}}}, true), want{kind: StepAcquire, id: int32(1), holder: "A"}},
 		{"upsert $currentDate timestamp", cc, upd(D{{"_id", 1}}, D{{"$currentDate", D{{"ts", D{{"$type", "timestamp"}}}}}}, true), want{kind: StepOther}},
 		{"upsert $inc", cc, upd(D{{"_id", 1}}, D{{"$setOnInsert", D{{"ts", now}}}, {"$inc", D{{"n", 1}}}}, true), want{kind: StepOther}},
+		{"upsert filter $eq", cc, upd(D{{"_id", D{{"$eq", 1}}}}, D{{"$setOnInsert", D{{"ts", now}}}}, true), want{kind: StepOther}},
 		{"upsert filter with aid", cc, upd(D{{"_id", 1}, {"aid", "A"}}, D{{"$setOnInsert", D{{"ts", now}}}}, true), want{kind: StepOther}},
 		{"upsert field twice", cc, upd(D{{"_id", 1}}, D{{"$set", D{{"ts", now}}}, {"$setOnInsert", D{{"ts", now}}}}, true), want{kind: StepOther}},
 		{"upsert in part", cc, upd(D{{"_id", 1}}, D{{"$set", D{{"ts", now}, {"aid.x", 1}}}}, true), want{kind: StepOther}},

@@ -144,6 +144,34 @@ func TestLockCollAidBoundToInserter(t *testing.T) {
 	}
 }
 
+// The binding of an aid lasts while its client refreshes a record with
+// it: past the lease of the record's acquire, another client's record
+// with that aid is still refused. Without the renewal on refresh, the
+// rogue's insert landed once the acquire's lease had passed.
+func TestLockCollAidBindingLastsWhileRefreshed(t *testing.T) {
+	ctx := context.Background()
+	_, lock := lcSetup(t, "lockCollection", "lc_bind", "lc_bind.lock", 1, 2)
+	h := connect(t, proxyURI, "lc-holder").Database("lockCollection").Collection("lc_bind.lock")
+	r := connect(t, proxyURI, "lc-rogue").Database("lockCollection").Collection("lc_bind.lock")
+	if _, err := h.InsertOne(ctx, bson.D{{"_id", 1}, {"ts", msNow()}, {"aid", "Abind"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Refresh at a fifth of the lease for two leases.
+	end := time.Now().Add(2 * leaseMS * time.Millisecond)
+	for time.Now().Before(end) {
+		if _, err := h.UpdateOne(ctx, bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"ts", msNow()}}}}); err != nil {
+			t.Fatalf("holder's refresh: %v", err)
+		}
+		time.Sleep(leaseMS / 5 * time.Millisecond)
+	}
+	if _, err := r.InsertOne(ctx, bson.D{{"_id", 2}, {"ts", msNow()}, {"aid", "Abind"}}); code(err) != 46 {
+		t.Errorf("rogue's record with the aid of a client that keeps refreshing: %v, want LockBusy", err)
+	}
+	if lcRecord(t, lock, 2) != nil {
+		t.Errorf("the rogue's record was inserted")
+	}
+}
+
 // An upsert onto an existing record is busy, never an acquire, never a
 // write on the record: here a live record lockgate did not see inserted
 // (no mirror), which it adopts. On the unfixed code the rogue's $set
