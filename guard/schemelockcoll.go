@@ -179,7 +179,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	if mine {
 		return g.lockCollBusy(ctx, req, pol, v, op, nil, start)
 	}
-	if st.Holder.Type != 0 && !g.aidFree(ctx, v, op) {
+	if st.Holder.Type != 0 && !g.bindAid(ctx, v, op, lease) {
 		return g.decide(req, pol, v, start)
 	}
 	if _, err := store.Acquire(ctx, op.owner, w.NS, ids, lease, 0); err != nil {
@@ -241,9 +241,6 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	}
 	if inserted(reply, w, st.ID) {
 		v.check(w.NS, ids)
-		if st.Holder.Type != 0 {
-			g.bindAid(ctx, op, lease)
-		}
 	} else {
 		drop()
 	}
@@ -370,44 +367,34 @@ func (g *Guard) adopt(ctx context.Context, ns string, id docid.ID, end time.Time
 // holder id value, owned by the client that inserted a record with it.
 func aidNS(ns string, s policy.Scheme) string { return ns + "#" + s.AidPath }
 
-// aidFree reports whether the acquire's holder id is this client's or
-// nobody's; if another client's, the acquire is refused: a record
-// carrying it would be someone else's lock under another's name (and
-// would stand in that client's release of all its records).
-func (g *Guard) aidFree(ctx context.Context, v *verdict, op schemeOp) bool {
+// bindAid binds the acquire's holder id to its client for the record's
+// lease (re-entrant: each acquire or refresh carrying it extends it), or
+// refuses the acquire if another client's records carry it: a record
+// with it would be someone else's lock under another's name (and would
+// stand in that client's release of all its records). The binding is
+// taken before the record, atomically, so two clients racing with one
+// holder id cannot both pass.
+func (g *Guard) bindAid(ctx context.Context, v *verdict, op schemeOp, lease time.Duration) bool {
 	w, r := op.write, op.rule
 	aid, err := idCopy(op.step.Holder)
 	if err != nil {
 		v.add(r, w, reasonSchemeNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
 		return false
 	}
-	sts, err := g.confirmedStatus(ctx, op.owner, aidNS(w.NS, r.Scheme), []docid.ID{aid})
-	if err != nil || len(sts) != 1 {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
-			detail: fmt.Sprintf("the lock store cannot confirm whose %s it is (%v), so the write is refused (fail closed)", r.Scheme.AidPath, err)})
-		return false
-	}
-	if sts[0].Held && !sts[0].HeldByYou {
-		h := sts[0].Holder
+	_, err = g.opts.Store.Acquire(ctx, op.owner, aidNS(w.NS, r.Scheme), []docid.ID{aid}, lease, 0)
+	var held *lockstore.HeldError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &held):
+		h := held.Holder
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, holder: &h,
 			detail: fmt.Sprintf("under the lockCollection locking scheme of %s the %s %s belongs to another client (%s); insert records with your own %s", w.NS, r.Scheme.AidPath, aid.String(), describeHolder(h), r.Scheme.AidPath)})
-		return false
+	default:
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the lock store cannot bind the record's %s (%v), so the write is refused (fail closed)", r.Scheme.AidPath, err)})
 	}
-	return true
-}
-
-// bindAid binds the holder id of a record just inserted to its client
-// for the record's lease (renewed by each acquire that carries it).
-func (g *Guard) bindAid(ctx context.Context, op schemeOp, lease time.Duration) {
-	aid, err := idCopy(op.step.Holder)
-	if err == nil {
-		_, err = g.opts.Store.Acquire(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), []docid.ID{aid}, lease, 0)
-	}
-	if err != nil {
-		// Busy: another client's binding from after this client's ended;
-		// its records neither block nor are deleted by this client's.
-		g.log.Debug("binding a lock record's holder id failed", zap.String("ns", op.write.NS), zap.Error(err))
-	}
+	return false
 }
 
 // renewAid extends the binding of the refreshed record's holder id to
@@ -422,8 +409,10 @@ func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, l
 	if err != nil || aid.Type == bson.TypeNull {
 		return
 	}
-	op.step.Holder = aid
-	g.bindAid(ctx, op, lease)
+	if id, err := idCopy(aid); err == nil {
+		// Busy: another client's binding from after this client's ended.
+		g.opts.Store.Acquire(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), []docid.ID{id}, lease, 0)
+	}
 }
 
 // inserted reads the reply to an acquire: did the database insert the
