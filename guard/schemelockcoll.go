@@ -104,19 +104,24 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 }
 
 // recordLease is how long the mirror of a record an acquire or refresh
-// writes lives: the scheme's lease from now, or until the record's own
-// expiry date.
+// writes lives: until the record's end (st.Expires: its expiry, or its
+// time plus the lease), and for a refresh time at least the lease from
+// now (the record's time was taken before the write reached lockgate). A
+// record that would end further ahead than the lock store's maximum lease
+// cannot be mirrored: the store refuses the lease, and the write is
+// refused, rather than leaving a record that nobody could take over for
+// as long.
 func recordLease(s policy.Scheme, st policy.Step) time.Duration {
-	if s.ExpiresPath == "" {
-		return s.Lease
+	if st.Expires.IsZero() {
+		return s.Lease // $currentDate: the server's now
 	}
 	d := time.Until(st.Expires)
-	if d < time.Second {
-		// Already over, or nearly: the record is abandoned on arrival;
-		// the mirror still covers the write in flight.
-		d = time.Second
+	if s.ExpiresPath == "" {
+		d = max(d, s.Lease)
 	}
-	return d
+	// Already over, or nearly: the record is abandoned on arrival; the
+	// mirror still covers the write in flight.
+	return max(d, time.Second)
 }
 
 // lockCollRun runs an acquire or a release of lock records on the
@@ -187,7 +192,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		case errors.Is(err, lockstore.ErrBusy):
 			return g.lockCollBusy(ctx, req, pol, v, op, nil, start)
 		case errors.Is(err, lockstore.ErrInvalidLease):
-			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is further ahead than lockgate can mirror a lock (%v); %s", s.ExpiresPath, err, schemeAdvice(s)))
+			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is further ahead than lockgate can mirror a lock (%v); %s", s.TsPath+s.ExpiresPath, err, schemeAdvice(s)))
 			return g.decide(req, pol, v, start)
 		}
 		return unavailable(err)
@@ -667,6 +672,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 		return g.decide(req, pol, v, start)
 	}
 	var freed []docid.ID // mirrors to release once their record is gone
+	var taken []docid.ID // of those, the ones taken for this delete
 	var pins []bsoncore.Value
 	short := max(r.LeaseMargin, 100*time.Millisecond)
 	for _, rec := range recs {
@@ -693,6 +699,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 			if _, err := store.Acquire(ctx, op.owner, w.NS, ids, short, 0); err != nil {
 				continue // someone holds it: not this client's to delete
 			}
+			taken = append(taken, id)
 		}
 		freed = append(freed, id)
 		pins = append(pins, id.Core())
@@ -703,7 +710,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 		body, err = bodyOf(pinned, w)
 	}
 	if err != nil {
-		g.releaseMirrors(ctx, op, freed)
+		g.releaseMirrors(ctx, op, taken)
 		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy could not restrict it to the verified lock records (%v)", err))
 		return g.decide(req, pol, v, start)
 	}

@@ -293,13 +293,14 @@ func TestLockCollAbandonedRecordTakenOver(t *testing.T) {
 	}
 }
 
-// A refresh is the holder's, sets the record's time as a date, and never
-// moves its aid. On the unfixed code the holder could rewrite its aid
-// (another client's, planting a record in its name) or make ts a string
-// (no TTL index would ever free the record).
+// A refresh is the holder's, sets the record's time as a date within
+// lockstore.maxLeaseMS, and never moves its aid. On the unfixed code the
+// holder could rewrite its aid (another client's, planting a record in
+// its name), make ts a string or put it an hour ahead (no TTL index, and
+// no takeover, would free the record for that long).
 func TestLockCollRefresh(t *testing.T) {
 	ctx := context.Background()
-	lcSetup(t, "lockCollection", "lc_ref", "lc_ref.lock", 11, 12)
+	_, lock := lcSetup(t, "lockCollection", "lc_ref", "lc_ref.lock", 11, 12)
 	h := connect(t, proxyURI, "lc-holder").Database("lockCollection").Collection("lc_ref.lock")
 	r := connect(t, proxyURI, "lc-rogue").Database("lockCollection").Collection("lc_ref.lock")
 	if _, err := h.InsertOne(ctx, bson.D{{"_id", 11}, {"ts", msNow()}, {"aid", "A"}}); err != nil {
@@ -326,6 +327,19 @@ func TestLockCollRefresh(t *testing.T) {
 	}
 	if _, err := h.InsertOne(ctx, bson.D{{"_id", 12}, {"ts", "now"}, {"aid", "A"}}); code(err) != 46 {
 		t.Errorf("acquire with a ts that is not a date: %v, want LockBusy", err)
+	}
+	// A ts far ahead would keep the record from ending (a TTL index
+	// frees it only after ts + its expiry) for longer than lockgate can
+	// mirror a lock (lockstore.maxLeaseMS, 10 minutes).
+	later := msNow().Add(time.Hour)
+	if _, err := h.InsertOne(ctx, bson.D{{"_id", 12}, {"ts", later}, {"aid", "A"}}); code(err) != 46 {
+		t.Errorf("acquire with a ts an hour ahead: %v, want LockBusy", err)
+	}
+	if _, err := h.UpdateOne(ctx, bson.D{{"_id", 11}}, bson.D{{"$set", bson.D{{"ts", later}}}}); code(err) != 46 {
+		t.Errorf("refresh to a ts an hour ahead: %v, want LockBusy", err)
+	}
+	if rec := lcRecord(t, lock, 12); rec != nil {
+		t.Errorf("a refused acquire left record %v", rec)
 	}
 }
 
