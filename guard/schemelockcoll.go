@@ -174,10 +174,11 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 			detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
 		return g.decide(req, pol, v, start)
 	}
-	if !st.Expires.IsZero() && !st.Expires.After(time.Now()) {
-		// A TTL index would delete it at once: a lock nobody holds.
-		v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record has already ended (%s %s is past), so it would lock nothing: a TTL index deletes it at once; %s",
-			s.TsPath+s.ExpiresPath, map[bool]string{true: "", false: "+ leaseMS"}[s.ExpiresPath != ""], schemeAdvice(s)))
+	if s.ExpiresPath != "" && !st.Expires.After(time.Now()) {
+		// A TTL index would delete it at once: a lock of nothing. (A ts
+		// older than the lease is not refused: the client took it before
+		// the write reached lockgate, by as long as the write waited.)
+		v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is already past, so it would lock nothing: a TTL index deletes it at once; %s", s.ExpiresPath, schemeAdvice(s)))
 		return g.decide(req, pol, v, start)
 	}
 	lease := recordLease(s, st)
