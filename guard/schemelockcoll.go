@@ -394,7 +394,11 @@ func (g *Guard) bindAid(ctx context.Context, v *verdict, op schemeOp, lease time
 		v.add(r, w, reasonSchemeNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
 		return false
 	}
-	_, err = g.opts.Store.Acquire(ctx, op.owner, aidNS(w.NS, r.Scheme), []docid.ID{aid}, lease, 0)
+	bns := aidNS(w.NS, r.Scheme)
+	if mine, _, err := g.opts.Store.Holds(ctx, op.owner, bns, []docid.ID{aid}, lease/2); err == nil && mine {
+		return true // bound to this client for half a lease yet: no write
+	}
+	_, err = g.opts.Store.Acquire(ctx, op.owner, bns, []docid.ID{aid}, lease, 0)
 	var held *lockstore.HeldError
 	switch {
 	case err == nil:
