@@ -394,11 +394,7 @@ func (g *Guard) bindAid(ctx context.Context, v *verdict, op schemeOp, lease time
 		v.add(r, w, reasonSchemeNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
 		return false
 	}
-	bns := aidNS(w.NS, r.Scheme)
-	if mine, _, err := g.opts.Store.Holds(ctx, op.owner, bns, []docid.ID{aid}, lease/2); err == nil && mine {
-		return true // bound to this client for half a lease yet: no write
-	}
-	_, err = g.opts.Store.Acquire(ctx, op.owner, bns, []docid.ID{aid}, lease, 0)
+	err = g.extendAid(ctx, op.owner, aidNS(w.NS, r.Scheme), aid, lease)
 	var held *lockstore.HeldError
 	switch {
 	case err == nil:
@@ -428,8 +424,25 @@ func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, l
 	}
 	if id, err := idCopy(aid); err == nil {
 		// Busy: another client's binding from after this client's ended.
-		g.opts.Store.Acquire(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), []docid.ID{id}, lease, 0)
+		g.extendAid(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), id, lease)
 	}
+}
+
+// extendAid makes the binding of aid to owner outlast a record that ends
+// lease from now: taken for two leases (one if the store's maximum is
+// shorter), and written only when less than a lease is left (Holds
+// answers from the cache), so that repeated acquires cost no lock store
+// write and a binding is never shortened.
+func (g *Guard) extendAid(ctx context.Context, owner lockstore.Owner, bns string, aid docid.ID, lease time.Duration) error {
+	ids := []docid.ID{aid}
+	if mine, _, err := g.opts.Store.Holds(ctx, owner, bns, ids, lease); err == nil && mine {
+		return nil
+	}
+	_, err := g.opts.Store.Acquire(ctx, owner, bns, ids, 2*lease, 0)
+	if errors.Is(err, lockstore.ErrInvalidLease) {
+		_, err = g.opts.Store.Acquire(ctx, owner, bns, ids, lease, 0)
+	}
+	return err
 }
 
 // inserted reads the reply to an acquire: did the database insert the
