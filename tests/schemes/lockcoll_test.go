@@ -242,9 +242,9 @@ func TestLockCollReleaseMatchingNothingFreesNothing(t *testing.T) {
 // unfixed code each got DuplicateKey (or "not inserted") for ever.
 func TestLockCollAbandonedRecordTakenOver(t *testing.T) {
 	ctx := context.Background()
-	data, lock := lcSetup(t, "lockCollection", "lc_ttl", "lc_ttl.lock", 4, 5, 6)
+	data, lock := lcSetup(t, "lockCollection", "lc_ttl", "lc_ttl.lock", 4, 5, 6, 7)
 	old := msNow().Add(-10 * leaseMS * time.Millisecond)
-	for _, id := range []int{4, 5} {
+	for _, id := range []int{4, 5, 7} {
 		if _, err := lock.InsertOne(ctx, bson.D{{"_id", id}, {"ts", old}, {"aid", "gone"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -265,6 +265,11 @@ func TestLockCollAbandonedRecordTakenOver(t *testing.T) {
 		if _, err := b.Collection("lc_ttl").UpdateOne(ctx, bson.D{{"_id", id}}, bson.D{{"$inc", bson.D{{"n", 1}}}}); err != nil {
 			t.Errorf("taker's write on %d: %v", id, err)
 		}
+	}
+
+	// Anyone may delete an abandoned record, as the TTL monitor would.
+	if del, err := a.Collection("lc_ttl.lock").DeleteOne(ctx, bson.D{{"_id", 7}}); err != nil || del.DeletedCount != 1 {
+		t.Errorf("delete of an abandoned record: %+v, %v", del, err)
 	}
 
 	// A holder through lockgate that stops refreshing.
