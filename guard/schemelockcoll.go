@@ -119,8 +119,9 @@ func recordLease(s policy.Scheme, st policy.Step) time.Duration {
 	if s.ExpiresPath == "" {
 		d = max(d, s.Lease)
 	}
-	// Nearly over (an acquire of an ended record is refused): the
-	// mirror still covers the write in flight.
+	// Nearly over, or a refresh to an end already past (an acquire of
+	// an ended ExpireAt is refused): the mirror still covers the write in
+	// flight.
 	return max(d, time.Second)
 }
 
