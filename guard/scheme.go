@@ -139,7 +139,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			continue
 		}
 		if w.Kind == policy.KindCollectionWrite {
-			if !r.AllowCollectionWrites {
+			if !r.AllowCollectionWrites && !lockCollTTLIndex(r, req, w) {
 				v.add(r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 			continue
@@ -157,6 +157,12 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			}
 			ids = []docid.ID{id}
 			v.named = append(v.named, ids...)
+		}
+		if r.Scheme.LockSide && st.Kind != policy.StepOther {
+			if op, ok := g.lockCollPlan(ctx, v, req, r, w, st, ids); ok {
+				ops = append(ops, op)
+			}
+			continue
 		}
 		switch st.Kind {
 		case policy.StepInsert:
@@ -459,8 +465,8 @@ func sameHolder(a, b bsoncore.Value) bool {
 // modified count alone.
 func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, st, r := op.write, op.step, op.rule
-	if st.ReleaseAll {
-		return g.schemeReleaseAll(ctx, req, pol, v, op, start)
+	if r.Scheme.LockSide {
+		return g.lockCollRun(ctx, req, pol, v, op, start)
 	}
 	if st.Pick {
 		return g.schemePick(ctx, req, pol, v, op, start)
@@ -779,9 +785,6 @@ func (g *Guard) schemeBusy(req *proxy.Request, pol *policy.Policy, v *verdict, r
 		return proxy.Decision{Action: proxy.Forward}
 	}
 	g.record(req, pol, v, nil, time.Since(start))
-	if r.Scheme.Type == config.SchemeLockCollection {
-		return proxy.Decision{Action: proxy.Reply, Reply: recordExists(w, st)}
-	}
 	return proxy.Decision{Action: proxy.Reply, Reply: noMatch(w, st, w.Upsert && r.Scheme.Type != config.SchemeFlag)}
 }
 
@@ -1003,6 +1006,9 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 	}
 	if !found {
 		return
+	}
+	if id, found = r.Scheme.MirrorID(id); !found {
+		return // no lock record can name it
 	}
 	mns := r.Scheme.MirrorNS(w.NS)
 	if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(mns) {
