@@ -339,7 +339,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 			return o, true, true
 		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-			detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %v left; %s", r.Scheme.Type, w.NS, ids[0].String(), r.LeaseMargin, schemeAdvice(r.Scheme))})
+			detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %s (policy.leaseMarginMS) left; %s", r.Scheme.Type, w.NS, ids[0].String(), lockstore.FormatMS(r.LeaseMargin), schemeAdvice(r.Scheme))})
 		return o, false, false
 	}
 	// The mirror holds nothing. The document may still show a live lock
@@ -411,7 +411,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 			return o, true, true
 		case errors.Is(err, lockstore.ErrInvalidLease):
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotFollowed, ids: ids,
-				detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %v, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, short.Round(time.Second), schemeAdvice(r.Scheme))})
+				detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %s, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, lockstore.FormatMS(short), schemeAdvice(r.Scheme))})
 		case errors.Is(err, lockstore.ErrBusy):
 			if !r.Scheme.IdentityHolder() {
 				// Taken over: the database's answer is "nothing matched".
@@ -424,7 +424,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 		}
 		return o, false, false
 	}
-	why := fmt.Sprintf("this client does not hold the lock on _id %s (or its lease of %v ran out)", ids[0].String(), r.Scheme.Lease)
+	why := fmt.Sprintf("this client does not hold the lock on _id %s (or its lease of %s ran out)", ids[0].String(), lockstore.FormatMS(r.Scheme.Lease))
 	if r.Scheme.Type == config.SchemeFlag && st.Ends {
 		why = fmt.Sprintf("nobody holds the lock on _id %s, and a write that clears its flag must set it to false and change nothing else", ids[0].String())
 	}
@@ -444,7 +444,7 @@ func (g *Guard) schemeRenew(ctx context.Context, v *verdict, r policy.Rule, w po
 		return true
 	case errors.Is(err, lockstore.ErrInvalidLease):
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotFollowed, ids: ids,
-			detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %v, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, lease.Round(time.Second), schemeAdvice(r.Scheme))})
+			detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %s, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, lockstore.FormatMS(lease), schemeAdvice(r.Scheme))})
 	default:
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot renew the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -586,7 +586,7 @@ func (g *Guard) schemeAcquire(ctx context.Context, req *proxy.Request, v *verdic
 		case errors.Is(err, lockstore.ErrBusy):
 			return acquireResult{busy: true}
 		case errors.Is(err, lockstore.ErrInvalidLease):
-			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s the lock it takes would last %v, longer than lockstore.maxLeaseMS allows; nothing was written", r.Scheme.Type, w.NS, schemeLease(r.Scheme, st).Round(time.Second)))
+			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s the lock it takes would last %s, longer than lockstore.maxLeaseMS allows; nothing was written", r.Scheme.Type, w.NS, lockstore.FormatMS(schemeLease(r.Scheme, st))))
 			return acquireResult{refused: true}
 		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,

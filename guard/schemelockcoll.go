@@ -82,7 +82,7 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 		return schemeOp{}, false
 	}
 	if !held {
-		v.add(r, w, reasonSchemeNotHolder, ids, fmt.Sprintf("under the lockCollection locking scheme of %s this client does not hold the lock record %s (or its lease of %v ran out); %s", w.NS, ids[0].String(), r.Scheme.Lease, schemeAdvice(r.Scheme)))
+		v.add(r, w, reasonSchemeNotHolder, ids, fmt.Sprintf("under the lockCollection locking scheme of %s this client does not hold the lock record %s (or its lease of %s ran out); %s", w.NS, ids[0].String(), lockstore.FormatMS(r.Scheme.Lease), schemeAdvice(r.Scheme)))
 		return schemeOp{}, false
 	}
 	v.check(w.NS, ids)
