@@ -167,7 +167,20 @@ func (g *Guard) schemeAdopt(ctx context.Context, req *proxy.Request, r policy.Ru
 	// Whoever took the lock, it was not this request's client.
 	o.App, o.Client, o.User = "(lock adopted from the document)", "", ""
 	mns, ids := r.Scheme.MirrorNS(ns), []docid.ID{id}
-	_, err := g.opts.Store.Acquire(ctx, o, mns, ids, d.ends.Sub(now), 0)
+	// A mirror held already, by this holder or another, is at least as
+	// strict: nothing to adopt. Taking the holder's own mirror again
+	// through this proxy would succeed (re-entrant), make the hold one
+	// that two lockgates changed, and so make its release wait for the
+	// other's cache (lockstore quiesce, a second): every acquire that met
+	// a held lock through the other proxy would slow the holder's release.
+	sts, err := g.opts.Store.Status(ctx, o, mns, ids)
+	if err != nil {
+		return err
+	}
+	if len(sts) == 1 && sts[0].Held {
+		return nil
+	}
+	_, err = g.opts.Store.Acquire(ctx, o, mns, ids, d.ends.Sub(now), 0)
 	switch {
 	case err == nil:
 		// The holder may have released between the read and the
