@@ -19,6 +19,7 @@ import (
 type mirrorState struct {
 	held    bool
 	app     string
+	session string // the owner's prefix: for holderFields and lockDocument, keyed from the holder value
 	actor   string
 	expires time.Time
 }
@@ -91,7 +92,8 @@ func (m *model) snapshot() snap {
 			ID    bson.RawValue `bson:"_id"`
 			Held  bool          `bson:"held"`
 			Owner *struct {
-				App string `bson:"app"`
+				App     string `bson:"app"`
+				Session string `bson:"session"`
 			} `bson:"owner"`
 			ExpiresAt *primitive.DateTime `bson:"expiresAt"`
 		} `bson:"locks"`
@@ -106,7 +108,7 @@ func (m *model) snapshot() snap {
 		}
 		ms := mirrorState{held: true}
 		if l.Owner != nil {
-			ms.app = l.Owner.App
+			ms.app, ms.session = l.Owner.App, l.Owner.Session
 			ms.actor = actorOfApp(ms.app)
 		}
 		if l.ExpiresAt != nil {
@@ -147,7 +149,8 @@ func isNullish(v bson.RawValue) bool {
 type view struct {
 	present bool   // the document (lockCollection: the record) exists
 	holder  string // the actor holding it by the document ("" free); flag and lockCollection: by the mirror
-	val     string // the holder value, flag or aid, for messages
+	val     string // the holder value, lock sub-document, flag or aid, for messages
+	hval    string // the holder value (holderFields, lockDocument)
 	exp     time.Time
 	bad     string // a held lock whose expiry the scheme cannot read
 	clean   bool   // lock fields of the scheme's own types: the follower's acquire filter can be evaluated
@@ -177,7 +180,7 @@ func (m *model) view(s snap, id int32) view {
 			v.free, v.clean = true, true
 			return v
 		}
-		v.holder = ownerOfValue(lid)
+		v.holder, v.hval = ownerOfValue(lid), rawString(lid)
 		if lt.Type == bsontype.DateTime {
 			v.exp = lt.Time().Add(modelLease)
 			v.clean = lid.Type == bsontype.String
@@ -206,7 +209,7 @@ func (m *model) view(s snap, id int32) view {
 			v.free, v.clean = true, true
 			return v
 		}
-		v.holder = ownerOfValue(actor)
+		v.holder, v.hval = ownerOfValue(actor), rawString(actor)
 		if ex := ld.Lookup("expiresAt"); ex.Type == bsontype.DateTime {
 			v.exp = ex.Time()
 			v.clean = actor.Type == bsontype.String

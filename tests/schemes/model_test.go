@@ -170,12 +170,34 @@ type model struct {
 	// limbo: mirrors kept, as documented, for an acquire whose connection
 	// dropped (the outcome unknown to lockgate), until they expire.
 	limbo map[int32]time.Time
+	// owners maps holder values to the mirror owner first seen for them,
+	// and back.
+	owners map[string]string
+}
+
+// ownerOf is the holder value whose mirror owner is session, learnt at
+// the first sight of val with a mirror; val itself when they agree.
+func (m *model) ownerOf(val, session string) string {
+	if s, ok := m.owners["v"+val]; ok {
+		if s == session {
+			return val
+		}
+		if v, ok := m.owners["s"+session]; ok {
+			return v
+		}
+		return "another value (owner " + s + " expected)"
+	}
+	if v, ok := m.owners["s"+session]; ok {
+		return v
+	}
+	m.owners["v"+val], m.owners["s"+session] = session, val
+	return val
 }
 
 func newModel(t *testing.T, kind string, seed uint64, cfg modelConfig) *model {
 	m := &model{t: t, kind: kind, seed: seed, cfg: cfg, db: kind, nextID: 100,
 		coll:  fmt.Sprintf("model%d_%s", seed, strconv.FormatInt(time.Now().UnixNano()%1e12, 36)),
-		found: map[string][]string{}, count: map[string]int{}, triggers: map[string][]string{}, limbo: map[int32]time.Time{}}
+		found: map[string][]string{}, count: map[string]int{}, triggers: map[string][]string{}, limbo: map[int32]time.Time{}, owners: map[string]string{}}
 	m.lockColl = m.coll + ".lock"
 	for i := int32(1); i <= modelIDs; i++ {
 		m.ids = append(m.ids, i)
@@ -831,6 +853,9 @@ func (m *model) check(e *entry, pre, post snap) []violation {
 				case b.holder != "" && b.holder != actor && b.bad == "" && b.exp.After(post.done.Add(slack)) && !(a.holder == b.holder && !a.exp.Before(b.exp)):
 					add("lock given to another holder", "%s's write made the lock of _id %d live for %s (%s until %s), from %s",
 						actor, id, b.holder, b.val, fmtTime(b.exp, post.done), a.val)
+				case b.holder == actor && a.hval != b.hval && b.bad == "" && b.exp.After(post.done.Add(slack)) && !(mq.held && mq.actor == actor):
+					add("lock set without a mirror", "%s's write locked _id %d (%s until %s), but the mirror is %s",
+						actor, id, b.val, fmtTime(b.exp, post.done), mirrorString(mq, post.done))
 				}
 				if b.holder != "" && b.bad != "" {
 					add("lock the mirror cannot follow", "%s's write left _id %d locked by %s with %s: the scheme's own acquire can never take it, and lockgate cannot mirror its lease", actor, id, b.val, b.bad)
@@ -884,8 +909,8 @@ func (m *model) check(e *entry, pre, post snap) []violation {
 				case !mq.held:
 					add("live lock not mirrored", "_id %d is locked by %s until %s, but no mirror holds it: an acquire without the scheme's condition steals it",
 						id, b.val, fmtTime(b.exp, post.done))
-				case m.kind != "lockCollection" && mq.actor != b.holder:
-					add("mirror of another holder", "_id %d is locked by %s (%s) but its mirror is held by %s", id, b.holder, b.val, mq.actor)
+				case m.kind != "lockCollection" && m.ownerOf(b.hval, mq.session) != b.hval:
+					add("mirror of another holder", "_id %d is locked by %s (%s), but its mirror's owner %s is the one of %s", id, b.holder, b.hval, mq.session, m.ownerOf(b.hval, mq.session))
 				case mq.expires.Before(b.exp.Add(-slack)):
 					add("mirror ends before the lock", "_id %d is locked by %s until %s, but its mirror ends at %s: an acquire without the scheme's condition steals it in between",
 						id, b.val, fmtTime(b.exp, post.done), fmtTime(mq.expires, post.done))
