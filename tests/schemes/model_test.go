@@ -173,6 +173,43 @@ type model struct {
 	// owners maps holder values to the mirror owner first seen for them,
 	// and back.
 	owners map[string]string
+	// planted are the holder values of locks written straight into the
+	// documents, which lockgate has not seen (yet) and adopts when a write
+	// meets them.
+	planted map[int32]string
+}
+
+// plantable is a follower holding nothing, for a lock written straight
+// into a free document (holderFields, lockDocument): a lock that was
+// there before lockgate.
+func (m *model) plantable(g *gen) *follower {
+	f := m.f[g.r.IntN(2)]
+	if f.holds {
+		return nil
+	}
+	return f
+}
+
+func (m *model) plant(g *gen, f *follower, e *entry) {
+	id := g.id()
+	a := m.view(m.pre, id)
+	if !a.present || !a.free || m.pre.mir[id].held {
+		e.desc = fmt.Sprintf("harness: _id %d is not free, nothing planted", id)
+		return
+	}
+	f.seq++
+	val := fmt.Sprintf("%s-%d", f.name, f.seq)
+	now := time.Now()
+	set := bson.D{{"LockId", val}, {"LockTime", now}}
+	if m.kind == "lockDocument" {
+		set = bson.D{{"Lock", bson.D{{"actor", val}, {"expiresAt", now.Add(modelLease)}, {"error", nil}}}}
+	}
+	e.desc = fmt.Sprintf("harness: writes a lock of %s on _id %d straight on the database (%v), as if taken before lockgate started", f.name, id, set)
+	if _, err := m.direct.Database(m.db).Collection(m.coll).UpdateOne(context.Background(), bson.D{{"_id", id}}, bson.D{{"$set", set}}); err != nil {
+		m.t.Fatalf("planting a lock: %v", err)
+	}
+	f.holds, f.id, f.val = true, id, val
+	m.planted[id] = fmt.Sprintf("%q", val)
 }
 
 // ownerOf is the holder value whose mirror owner is session, learnt at
@@ -197,7 +234,7 @@ func (m *model) ownerOf(val, session string) string {
 func newModel(t *testing.T, kind string, seed uint64, cfg modelConfig) *model {
 	m := &model{t: t, kind: kind, seed: seed, cfg: cfg, db: kind, nextID: 100,
 		coll:  fmt.Sprintf("model%d_%s", seed, strconv.FormatInt(time.Now().UnixNano()%1e12, 36)),
-		found: map[string][]string{}, count: map[string]int{}, triggers: map[string][]string{}, limbo: map[int32]time.Time{}, owners: map[string]string{}}
+		found: map[string][]string{}, count: map[string]int{}, triggers: map[string][]string{}, limbo: map[int32]time.Time{}, owners: map[string]string{}, planted: map[int32]string{}}
 	m.lockColl = m.coll + ".lock"
 	for i := int32(1); i <= modelIDs; i++ {
 		m.ids = append(m.ids, i)
@@ -253,6 +290,12 @@ func (m *model) run(steps int) {
 			id := m.absent()
 			e.desc = fmt.Sprintf("harness: re-creates the deleted _id %d, unlocked, straight on the database", id)
 			m.seedDoc(id)
+		case k < 8 && (m.kind == "holderFields" || m.kind == "lockDocument"):
+			if f := m.plantable(g); f != nil {
+				m.plant(g, f, &e)
+			} else {
+				e.desc = "harness: both followers hold a lock, nothing planted"
+			}
 		case k < 36:
 			after = m.followerStep(m.f[0], g, &e)
 		case k < 66:
@@ -904,6 +947,8 @@ func (m *model) check(e *entry, pre, post snap) []violation {
 				}
 			case b.bad != "":
 				// Reported when written.
+			case m.planted[id] == b.hval && !mq.held:
+				// Not seen by lockgate yet: adopted when a write meets it.
 			case b.exp.After(post.done.Add(slack)):
 				switch {
 				case !mq.held:
