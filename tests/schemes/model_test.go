@@ -45,11 +45,16 @@ import (
 // LOCKGATE_MODEL_SEED (comma-separated seeds, or "random"),
 // LOCKGATE_MODEL_SEEDS (that many consecutive seeds from the first),
 // LOCKGATE_MODEL_KEEPGOING=1 (after a violation, retire the document and
-// go on, to count every kind of violation in one run).
+// go on, to count every kind of violation in one run). A hand-shrunk
+// sequence replays with LOCKGATE_MODEL_SCRIPT (model_script_test.go).
 func TestSchemeModel(t *testing.T) {
 	cfg := modelSettings(t)
 	for _, scheme := range schemeNames {
 		t.Run(scheme, func(t *testing.T) {
+			if script := os.Getenv("LOCKGATE_MODEL_SCRIPT"); script != "" {
+				newModel(t, scheme, 0, cfg).runScript(script)
+				return
+			}
 			for _, seed := range cfg.seeds {
 				newModel(t, scheme, seed, cfg).run(cfg.steps)
 			}
@@ -525,9 +530,6 @@ func modified(r *mongo.UpdateResult, err error) (int64, string) {
 // followerStep runs one step of a follower's flow; the function it returns
 // checks the outcome against the state read after the step.
 func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violation {
-	e.actor = f.name
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	pre := m.pre
 	if !f.holds {
 		id := g.id()
@@ -535,6 +537,45 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 		expired := a.present && a.bad == "" && !a.exp.IsZero() && a.exp.Before(time.Now().Add(-m.slack(pre.at)))
 		switch {
 		case m.kind == "flag" && a.present && a.clean && !a.free && !mp.held:
+			return m.followerAct(f, "recover", id, e)
+		case m.kind == "lockCollection" && expired && !mp.held && g.pct(50):
+			return m.followerAct(f, "recover", id, e)
+		case m.kind == "lockCollection" && g.pct(30):
+			return m.followerAct(f, "acquire-upsert", id, e)
+		}
+		return m.followerAct(f, "acquire", id, e)
+	}
+	switch k := g.r.IntN(100); {
+	case k < 50:
+		return m.followerAct(f, "write", f.id, e)
+	case k < 65:
+		return m.followerAct(f, "renew", f.id, e)
+	case k < 92:
+		if (m.kind == "lockDocument" || m.kind == "lockCollection") && g.pct(30) {
+			return m.followerAct(f, "release-variant", f.id, e)
+		}
+		return m.followerAct(f, "release", f.id, e)
+	}
+	return m.followerAct(f, "abandon", f.id, e)
+}
+
+// followerAct runs one action of a follower's flow: acquire,
+// acquire-upsert (lockCollection), recover (clear an abandoned flag,
+// delete an abandoned record), and on the lock it holds write, renew,
+// release, release-variant (lockDocument: leaving an error;
+// lockCollection: all its records by aid), abandon. The function it
+// returns checks the outcome against the state read after the step.
+func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(snap) []violation {
+	e.actor = f.name
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pre := m.pre
+	switch act {
+	case "acquire", "acquire-upsert":
+		return m.acquire(f, act == "acquire-upsert", id, e)
+	case "recover":
+		switch m.kind {
+		case "flag":
 			// The scheme's manual recovery of a flag whose holder is gone.
 			e.desc = fmt.Sprintf("clears the abandoned flag of _id %d: updateOne({_id}, {$set: {locked: false}})", id)
 			e.t0 = time.Now()
@@ -546,7 +587,7 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 				}
 				return nil
 			}
-		case m.kind == "lockCollection" && expired && !mp.held && g.pct(50):
+		case "lockCollection":
 			// What the TTL index does to a record nobody refreshed.
 			e.desc = fmt.Sprintf("deletes the abandoned lock record %d as the TTL monitor would: deleteOne({_id})", id)
 			e.t0 = time.Now()
@@ -564,9 +605,14 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 				return nil
 			}
 		}
-		return m.acquire(f, g, id, e)
+		e.desc = "recover: no recovery under " + m.kind
+		return nil
 	}
-	id, val := f.id, f.val
+	if !f.holds || f.id != id {
+		e.desc = fmt.Sprintf("%s: holds no lock on _id %d", act, id)
+		return nil
+	}
+	val := f.val
 	a, mp := m.view(pre, id), pre.mir[id]
 	// live: the follower's lock lasts past the write with the margin to
 	// spare, so lockgate must let its holder's writes through.
@@ -585,9 +631,8 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 	if m.kind == "holderFields" || m.kind == "lockDocument" {
 		mine = append(mine, bson.E{m.holderPath(), val})
 	}
-	k := g.r.IntN(100)
-	switch {
-	case k < 50: // write data
+	switch act {
+	case "write":
 		f.seq++
 		n := 1000*int(f.name[1]-'0') + f.seq
 		e.desc = fmt.Sprintf("writes data of _id %d: updateOne(%v, {$set: {n: %d}})", id, mine, n)
@@ -603,7 +648,7 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 			}
 			return nil
 		}
-	case k < 65: // renew
+	case "renew":
 		now := time.Now()
 		var got int64
 		var res string
@@ -633,7 +678,7 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 			}
 			return nil
 		}
-	case k < 92: // release
+	case "release", "release-variant":
 		e.t0 = time.Now()
 		var res string
 		var ok bool
@@ -644,7 +689,7 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 			ok, res = n == 1, r
 		case "lockDocument":
 			set := bson.D{{"Lock", nil}}
-			if g.pct(30) {
+			if act == "release-variant" {
 				set = bson.D{{"Lock.actor", nil}, {"Lock.error", "failed"}}
 			}
 			e.desc = fmt.Sprintf("releases _id %d: updateOne(%v, {$set: %v})", id, mine, set)
@@ -657,7 +702,7 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 		default:
 			var r *mongo.DeleteResult
 			var err error
-			if g.pct(30) {
+			if act == "release-variant" {
 				e.desc = fmt.Sprintf("releases all its records (holding %d): deleteMany({aid: %q})", id, f.aid)
 				r, err = f.locks.DeleteMany(ctx, bson.D{{"aid", f.aid}})
 			} else {
@@ -695,7 +740,7 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 
 // acquire runs the scheme's acquire and checks that it succeeds exactly
 // when the document is free or expired.
-func (m *model) acquire(f *follower, g *gen, id int32, e *entry) func(snap) []violation {
+func (m *model) acquire(f *follower, upsert bool, id int32, e *entry) func(snap) []violation {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pre := m.pre
@@ -739,7 +784,7 @@ func (m *model) acquire(f *follower, g *gen, id int32, e *entry) func(snap) []vi
 			unexpected = err
 		}
 	case "lockCollection":
-		if g.pct(30) {
+		if upsert {
 			e.desc = fmt.Sprintf("acquires record %d: updateOne({_id}, {$setOnInsert: {ts: now, aid: %q}}, upsert)", id, f.aid)
 			r, err := f.locks.UpdateOne(ctx, bson.D{{"_id", id}}, bson.D{{"$setOnInsert", bson.D{{"ts", now}, {"aid", f.aid}}}}, options.Update().SetUpsert(true))
 			_, res := modified(r, err)
