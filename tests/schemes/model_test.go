@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,6 +150,9 @@ type follower struct {
 	id        int32
 	val       string
 	seq       int
+	// more are lockCollection records held besides id, so that a release
+	// of all of them by aid, or of one by aid, has several to free.
+	more []int32
 }
 
 type model struct {
@@ -413,8 +417,18 @@ func (m *model) reconcile(post snap) {
 				f.holds = false
 			}
 		case "lockCollection":
+			var more []int32
+			for _, id := range f.more {
+				if v, mr := m.view(post, id), post.mir[id]; v.present && !(mr.held && mr.actor != f.name) {
+					more = append(more, id)
+				}
+			}
+			f.more = more
 			if !v.present || (mr.held && mr.actor != f.name) {
 				f.holds = false
+				if len(f.more) > 0 {
+					f.holds, f.id, f.more = true, f.more[0], f.more[1:]
+				}
 			}
 		}
 	}
@@ -477,8 +491,8 @@ func (m *model) retire(vs []violation) snap {
 			m.seedDoc(m.nextID)
 			m.nextID++
 			for _, f := range m.f {
-				if f.holds && f.id == id {
-					f.holds = false
+				if f.holds && (f.id == id || slices.Contains(f.more, id)) {
+					f.holds, f.more = false, nil
 				}
 			}
 		}
@@ -550,8 +564,16 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 		return m.followerAct(f, "write", f.id, e)
 	case k < 65:
 		return m.followerAct(f, "renew", f.id, e)
+	case k >= 84 && k < 92 && m.kind == "lockCollection" && len(f.more) == 0:
+		if id := g.id(); id != f.id {
+			return m.followerAct(f, "acquire-more", id, e)
+		}
+		return m.followerAct(f, "write", f.id, e)
 	case k < 92:
-		if (m.kind == "lockDocument" || m.kind == "lockCollection") && g.pct(30) {
+		switch {
+		case m.kind == "lockCollection" && len(f.more) > 0 && g.pct(40):
+			return m.followerAct(f, pick(g, "release-variant", "release-one-by-aid"), f.id, e)
+		case (m.kind == "lockDocument" || m.kind == "lockCollection") && g.pct(30):
 			return m.followerAct(f, "release-variant", f.id, e)
 		}
 		return m.followerAct(f, "release", f.id, e)
@@ -572,7 +594,18 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 	pre := m.pre
 	switch act {
 	case "acquire", "acquire-upsert":
-		return m.acquire(f, act == "acquire-upsert", id, e)
+		if f.holds {
+			e.desc = act + ": already holds a lock"
+			return nil
+		}
+		return m.acquire(f, act == "acquire-upsert", false, id, e)
+	case "acquire-more":
+		if m.kind != "lockCollection" || !f.holds || f.id == id {
+			e.desc = act + ": only a lockCollection holder takes a second record"
+			return nil
+		}
+		defer func() { e.desc += " (a second record)" }()
+		return m.acquire(f, false, true, id, e)
 	case "recover":
 		switch m.kind {
 		case "flag":
@@ -640,7 +673,7 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 		got, res := modified(f.coll.UpdateOne(ctx, mine, bson.D{{"$set", bson.D{{"n", n}}}}))
 		e.t1, e.result = time.Now(), res
 		if got != 1 {
-			f.holds = false
+			f.holds, f.more = false, nil
 		}
 		return func(post snap) []violation {
 			if live && pre.docs[id] != nil && got != 1 {
@@ -670,7 +703,7 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 		}
 		e.t1, e.result = time.Now(), res
 		if got != 1 {
-			f.holds = false
+			f.holds, f.more = false, nil
 		}
 		return func(post snap) []violation {
 			if live && pre.docs[id] != nil && got != 1 {
@@ -678,7 +711,7 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 			}
 			return nil
 		}
-	case "release", "release-variant":
+	case "release", "release-variant", "release-one-by-aid":
 		e.t0 = time.Now()
 		var res string
 		var ok bool
@@ -702,10 +735,14 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 		default:
 			var r *mongo.DeleteResult
 			var err error
-			if act == "release-variant" {
-				e.desc = fmt.Sprintf("releases all its records (holding %d): deleteMany({aid: %q})", id, f.aid)
+			switch act {
+			case "release-variant":
+				e.desc = fmt.Sprintf("releases all its records (holding %d and %v): deleteMany({aid: %q})", id, f.more, f.aid)
 				r, err = f.locks.DeleteMany(ctx, bson.D{{"aid", f.aid}})
-			} else {
+			case "release-one-by-aid":
+				e.desc = fmt.Sprintf("releases one of its records (holding %d and %v): deleteOne({aid: %q})", id, f.more, f.aid)
+				r, err = f.locks.DeleteOne(ctx, bson.D{{"aid", f.aid}})
+			default:
 				e.desc = fmt.Sprintf("releases record %d: deleteOne({_id})", id)
 				r, err = f.locks.DeleteOne(ctx, mine)
 			}
@@ -716,7 +753,18 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 			}
 		}
 		e.t1, e.result = time.Now(), res
-		f.holds = false
+		switch act {
+		case "release-one-by-aid":
+			// Which record went is for reconcile to see.
+			return nil
+		case "release-variant":
+			f.holds, f.more = false, nil
+		default:
+			f.holds = false
+			if len(f.more) > 0 {
+				f.holds, f.id, f.more = true, f.more[0], f.more[1:]
+			}
+		}
 		return func(post snap) []violation {
 			if !live {
 				return nil
@@ -732,15 +780,15 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 			return nil
 		}
 	default:
-		e.desc = fmt.Sprintf("abandons its lock on _id %d (never releases it)", id)
-		f.holds = false
+		e.desc = fmt.Sprintf("abandons its lock on _id %d and %v (never releases them)", id, f.more)
+		f.holds, f.more = false, nil
 		return nil
 	}
 }
 
 // acquire runs the scheme's acquire and checks that it succeeds exactly
 // when the document is free or expired.
-func (m *model) acquire(f *follower, upsert bool, id int32, e *entry) func(snap) []violation {
+func (m *model) acquire(f *follower, upsert, more bool, id int32, e *entry) func(snap) []violation {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pre := m.pre
@@ -838,7 +886,10 @@ func (m *model) acquire(f *follower, upsert bool, id int32, e *entry) func(snap)
 			want, sure = expired, expired || lv
 		}
 	}
-	if got {
+	switch {
+	case got && more:
+		f.more = append(f.more, id)
+	case got:
 		f.holds, f.id, f.val = true, id, val
 	}
 	return func(post snap) []violation {
