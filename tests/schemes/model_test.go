@@ -649,17 +649,26 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 	a, mp := m.view(pre, id), pre.mir[id]
 	// live: the follower's lock lasts past the write with the margin to
 	// spare, so lockgate must let its holder's writes through.
-	live := func() bool {
-		until := time.Now().Add(modelMargin + m.slack(pre.at))
-		switch m.kind {
-		case "holderFields", "lockDocument":
-			return a.holder == f.name && strings.Contains(a.val, `"`+val+`"`) && a.bad == "" && a.exp.After(until)
-		case "flag":
-			b, _ := a.flag.BooleanOK()
-			return b && mp.held && mp.actor == f.name && mp.expires.After(until)
+	// The follower's lock ends at until (zero: it does not hold it by
+	// the state read before); live tells, once the step is over, that
+	// it lasted past the write with the margin to spare, so lockgate had
+	// to let its holder's write through.
+	var until time.Time
+	switch m.kind {
+	case "holderFields", "lockDocument":
+		if a.holder == f.name && strings.Contains(a.val, `"`+val+`"`) && a.bad == "" {
+			until = a.exp
 		}
-		return a.present && mp.held && mp.actor == f.name && mp.expires.After(until)
-	}()
+	case "flag":
+		if b, _ := a.flag.BooleanOK(); b && mp.held && mp.actor == f.name {
+			until = mp.expires
+		}
+	default:
+		if a.present && mp.held && mp.actor == f.name {
+			until = mp.expires
+		}
+	}
+	liveAt := func(t1 time.Time) bool { return until.After(t1.Add(modelMargin + modelSlack)) }
 	mine := bson.D{{"_id", id}}
 	if m.kind == "holderFields" || m.kind == "lockDocument" {
 		mine = append(mine, bson.E{m.holderPath(), val})
@@ -676,7 +685,7 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 			f.holds, f.more = false, nil
 		}
 		return func(post snap) []violation {
-			if live && pre.docs[id] != nil && got != 1 {
+			if liveAt(e.t1) && pre.docs[id] != nil && got != 1 {
 				return []violation{{id, "holder write refused", fmt.Sprintf("%s holds a live lock on _id %d, its write answered %s", f.name, id, res)}}
 			}
 			return nil
@@ -706,7 +715,7 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 			f.holds, f.more = false, nil
 		}
 		return func(post snap) []violation {
-			if live && pre.docs[id] != nil && got != 1 {
+			if liveAt(e.t1) && pre.docs[id] != nil && got != 1 {
 				return []violation{{id, "holder write refused", fmt.Sprintf("%s holds a live lock on _id %d, its renewal answered %s", f.name, id, res)}}
 			}
 			return nil
@@ -766,7 +775,7 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 			}
 		}
 		return func(post snap) []violation {
-			if !live {
+			if !liveAt(e.t1) {
 				return nil
 			}
 			b, mq := m.view(post, id), post.mir[id]
