@@ -560,10 +560,18 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 		return m.followerAct(f, "acquire", id, e)
 	}
 	switch k := g.r.IntN(100); {
-	case k < 50:
+	case k < 48:
 		return m.followerAct(f, "write", f.id, e)
-	case k < 65:
+	case k < 62:
+		switch {
+		case m.kind == "holderFields" && g.pct(30):
+			return m.followerAct(f, "renew-variant", f.id, e)
+		case m.kind == "lockDocument" && g.pct(15):
+			return m.followerAct(f, "renew-variant", f.id, e)
+		}
 		return m.followerAct(f, "renew", f.id, e)
+	case k < 65:
+		return m.followerAct(f, "delete", f.id, e)
 	case k >= 84 && k < 92 && m.kind == "lockCollection" && len(f.more) == 0:
 		if id := g.id(); id != f.id {
 			return m.followerAct(f, "acquire-more", id, e)
@@ -584,8 +592,10 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 // followerAct runs one action of a follower's flow: acquire,
 // acquire-upsert (lockCollection), recover (clear an abandoned flag,
 // delete an abandoned record), and on the lock it holds write, renew,
-// release, release-variant (lockDocument: leaving an error;
-// lockCollection: all its records by aid), abandon. The function it
+// renew-variant (holderFields: with $currentDate; lockDocument: past
+// maxLeaseMS), delete (the document), release, release-variant
+// (lockDocument: leaving an error; lockCollection: all its records by
+// aid), release-one-by-aid, abandon. The function it
 // returns checks the outcome against the state read after the step.
 func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(snap) []violation {
 	e.actor = f.name
@@ -690,19 +700,36 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 			}
 			return nil
 		}
-	case "renew":
+	case "renew", "renew-variant":
+		if m.kind != "holderFields" && m.kind != "lockDocument" {
+			act = "renew"
+		}
 		now := time.Now()
 		var got int64
 		var res string
 		e.t0 = now
-		switch m.kind {
-		case "holderFields":
+		// must: lockgate has to let a live holder's renewal through; a
+		// renewal past maxLeaseMS may be refused instead (issue 22,
+		// design 9), but never land with a shorter mirror.
+		must := true
+		switch {
+		case m.kind == "holderFields" && act == "renew-variant":
+			e.desc = fmt.Sprintf("renews _id %d: updateOne(%v, {$currentDate: {LockTime: true}})", id, mine)
+			got, res = modified(f.coll.UpdateOne(ctx, mine, bson.D{{"$currentDate", bson.D{{"LockTime", true}}}}))
+		case m.kind == "lockDocument" && act == "renew-variant":
+			must = false
+			e.desc = fmt.Sprintf("renews _id %d past maxLeaseMS: updateOne(%v, {$set: {Lock.expiresAt: now+11min}})", id, mine)
+			got, res = modified(f.coll.UpdateOne(ctx, mine, bson.D{{"$set", bson.D{{"Lock.expiresAt", now.Add(11 * time.Minute)}}}}))
+		}
+		switch {
+		case act == "renew-variant":
+		case m.kind == "holderFields":
 			e.desc = fmt.Sprintf("renews _id %d: updateOne(%v, {$set: {LockTime: now}})", id, mine)
 			got, res = modified(f.coll.UpdateOne(ctx, mine, bson.D{{"$set", bson.D{{"LockTime", now}}}}))
-		case "lockDocument":
+		case m.kind == "lockDocument":
 			e.desc = fmt.Sprintf("renews _id %d: updateOne(%v, {$set: {Lock.expiresAt: now+lease}})", id, mine)
 			got, res = modified(f.coll.UpdateOne(ctx, mine, bson.D{{"$set", bson.D{{"Lock.expiresAt", now.Add(modelLease)}}}}))
-		case "flag":
+		case m.kind == "flag":
 			f.seq++
 			e.desc = fmt.Sprintf("keeps _id %d alive by writing: updateOne({_id}, {$set: {n}})", id)
 			got, res = modified(f.coll.UpdateOne(ctx, mine, bson.D{{"$set", bson.D{{"n", 1000*int(f.name[1]-'0') + f.seq}}}}))
@@ -711,12 +738,33 @@ func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(sn
 			got, res = modified(f.locks.UpdateOne(ctx, mine, bson.D{{"$set", bson.D{{"ts", now}}}}))
 		}
 		e.t1, e.result = time.Now(), res
-		if got != 1 {
+		if got != 1 && must {
 			f.holds, f.more = false, nil
 		}
 		return func(post snap) []violation {
-			if liveAt(e.t1) && pre.docs[id] != nil && got != 1 {
+			if must && liveAt(e.t1) && pre.docs[id] != nil && got != 1 {
 				return []violation{{id, "holder write refused", fmt.Sprintf("%s holds a live lock on _id %d, its renewal answered %s", f.name, id, res)}}
+			}
+			return nil
+		}
+	case "delete":
+		e.desc = fmt.Sprintf("deletes the document _id %d it holds: deleteOne(%v)", id, mine)
+		e.t0 = time.Now()
+		r, err := f.coll.DeleteOne(ctx, mine)
+		e.t1 = time.Now()
+		var n int64 = -1
+		if err != nil {
+			e.result = "error: " + errSummary(err)
+		} else {
+			n, e.result = r.DeletedCount, fmt.Sprintf("deleted=%d", r.DeletedCount)
+		}
+		if m.kind != "lockCollection" {
+			// The document and its lock are gone; a lock record stays.
+			f.holds, f.more = false, nil
+		}
+		return func(post snap) []violation {
+			if liveAt(e.t1) && pre.docs[id] != nil && n != 1 {
+				return []violation{{id, "holder write refused", fmt.Sprintf("%s holds a live lock on _id %d, its delete answered %s", f.name, id, e.result)}}
 			}
 			return nil
 		}
