@@ -183,6 +183,8 @@ type model struct {
 	// owners maps holder values to the mirror owner first seen for them,
 	// and back.
 	owners map[string]string
+	// stats counts the steps by kind, for the long runs' figures.
+	stats map[string]int
 	// planted are the holder values of locks written straight into the
 	// documents, which lockgate has not seen (yet) and adopts when a write
 	// meets them.
@@ -244,7 +246,7 @@ func (m *model) ownerOf(val, session string) string {
 func newModel(t *testing.T, kind string, seed uint64, cfg modelConfig) *model {
 	m := &model{t: t, kind: kind, seed: seed, cfg: cfg, db: kind, nextID: 100,
 		coll:  fmt.Sprintf("model%d_%s", seed, strconv.FormatInt(time.Now().UnixNano()%1e12, 36)),
-		found: map[string][]string{}, count: map[string]int{}, triggers: map[string][]string{}, limbo: map[int32]time.Time{}, owners: map[string]string{}, planted: map[int32]string{}}
+		found: map[string][]string{}, count: map[string]int{}, triggers: map[string][]string{}, limbo: map[int32]time.Time{}, owners: map[string]string{}, planted: map[int32]string{}, stats: map[string]int{}}
 	m.lockColl = m.coll + ".lock"
 	for i := int32(1); i <= modelIDs; i++ {
 		m.ids = append(m.ids, i)
@@ -296,13 +298,16 @@ func (m *model) run(steps int) {
 		switch k := g.r.IntN(100); {
 		case k < 3:
 			m.tick(&e)
+			m.stats["clock waits"]++
 		case k < 6 && m.absent() != 0:
 			id := m.absent()
 			e.desc = fmt.Sprintf("harness: re-creates the deleted _id %d, unlocked, straight on the database", id)
 			m.seedDoc(id)
+			m.stats["harness re-creates a document"]++
 		case k < 8 && (m.kind == "holderFields" || m.kind == "lockDocument"):
 			if f := m.plantable(g); f != nil {
 				m.plant(g, f, &e)
+				m.stats["harness plants a lock"]++
 			} else {
 				e.desc = "harness: both followers hold a lock, nothing planted"
 			}
@@ -319,6 +324,10 @@ func (m *model) run(steps int) {
 			e.t0 = time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			e.result = m.rogue.run(ctx, m.db, op)
+			m.stats["rogue "+op.cmd+" via "+op.transport]++
+			if rogueLanded(e.result) {
+				m.stats["rogue writes answered without an error"]++
+			}
 			cancel()
 			e.t1 = time.Now()
 		}
@@ -500,7 +509,24 @@ func (m *model) retire(vs []violation) snap {
 	return m.snapshot()
 }
 
+// rogueLanded reports whether the answer to a rogue's write carries no
+// error (which is not to say it changed anything).
+func rogueLanded(result string) bool {
+	return !strings.Contains(result, "error") && !strings.Contains(result, "code=") &&
+		!strings.Contains(result, "writeErrors") && !strings.Contains(result, "closed=true")
+}
+
 func (m *model) summary() {
+	var keys []string
+	for k := range m.stats {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var st strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&st, "\n  %6d  %s", m.stats[k], k)
+	}
+	m.t.Logf("scheme %s, seed %d: steps by kind:%s", m.kind, m.seed, st.String())
 	if len(m.count) == 0 {
 		m.t.Logf("scheme %s, seed %d: %d steps, no violation", m.kind, m.seed, m.step-1)
 		return
@@ -599,6 +625,7 @@ func (m *model) followerStep(f *follower, g *gen, e *entry) func(snap) []violati
 // returns checks the outcome against the state read after the step.
 func (m *model) followerAct(f *follower, act string, id int32, e *entry) func(snap) []violation {
 	e.actor = f.name
+	m.stats["follower "+act]++
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pre := m.pre
