@@ -1056,8 +1056,10 @@ func (m *model) check(e *entry, pre, post snap) []violation {
 					holder = mp.actor
 				}
 			}
+			// A new document is anyone's to create, unless another
+			// holder's lock on its _id outlived the whole step.
 			created := pre.docs[id] == nil
-			ok := holder == actor || (created && !(mp.held && mp.actor != actor && mp.expires.After(pre.done)))
+			ok := holder == actor || (created && !(mp.held && mp.actor != actor && mp.expires.After(post.done)))
 			if !ok {
 				if holder == "" {
 					holder = "nobody"
@@ -1097,7 +1099,8 @@ func (m *model) check(e *entry, pre, post snap) []violation {
 				case b.present && isBool && fl && !(mq.held && mq.actor == actor):
 					add("lock set without a mirror", "%s set the flag of _id %d (%s to %s), but the mirror is %s: nobody can take it, or its holder is not who set it",
 						actor, id, a.val, b.val, mirrorString(mq, post.done))
-				case b.present && !isBool && !(preLive && actor == mp.actor):
+				case a.present && b.present && !isBool && !(preLive && actor == mp.actor):
+					// (A document someone creates is theirs to shape.)
 					add("flag set to a value no acquire takes", "%s set the flag of _id %d to %s (from %s): the scheme's acquire ({locked: false}) never matches it again",
 						actor, id, b.val, a.val)
 				}
