@@ -518,7 +518,7 @@ func (op rogueOp) String() string {
 	if err != nil {
 		s = fmt.Sprintf("%v", op.command("db"))
 	}
-	s = strings.TrimSuffix(strings.Replace(s, `,"$db":"db"`, "", 1), "")
+	s = strings.Replace(s, `,"$db":"db"`, "", 1)
 	return fmt.Sprintf("%s via %s on proxy %d: %s", op.cmd, op.transport, op.proxy+1, s)
 }
 
