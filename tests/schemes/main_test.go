@@ -46,7 +46,7 @@ func rules() []config.NamespaceRule {
 	hf := &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: leaseMS}
 	ld := &config.Scheme{Type: config.SchemeLockDocument}
 	fl := &config.Scheme{Type: config.SchemeFlag, LeaseMS: leaseMS}
-	return []config.NamespaceRule{
+	return append([]config.NamespaceRule{
 		{Match: "holderFields.*", Mode: config.ModeEnforce, Scheme: hf},
 		{Match: "lockDocument.*", Mode: config.ModeEnforce, Scheme: ld},
 		{Match: "flag.*", Mode: config.ModeEnforce, Scheme: fl},
@@ -65,7 +65,9 @@ func rules() []config.NamespaceRule {
 		// Rollout: enforced for one application, audited for the rest.
 		{Match: "narrow.*", Mode: config.ModeEnforce, Scheme: fl, Clients: &config.Clients{AppNames: []string{"narrow-app"}}},
 		{Match: "narrowown.*", Mode: config.ModeEnforce, Clients: &config.Clients{AppNames: []string{"own-app"}}, OtherClients: config.ModeAudit},
-	}
+	},
+		// The common libraries' presets (libs_test.go): lib_<library>.*.
+		libRules()...)
 }
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
