@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,61 +16,73 @@ import (
 
 // The common locking libraries whose own flows libs.py and libs.js
 // translate call for call (the file of each library is named in the
-// scripts), and the scheme each runs under, as the presets of
-// config.example.yaml write it. Their namespaces are the databases
-// lib_<name>; libdirect_<name> and libcontrol_<name> have no rule.
-var libPresets = []struct{ name, scheme string }{
-	// mizrael/MongoLocks: LockId + LockTime, upsert acquire.
-	{"mongolocks", "{type: holderFields, field: LockId, timeField: LockTime, leaseMS: 1500}"},
-	// drmirror/locks: a flag, every call in one explicit session.
-	{"drmirror", "{type: flag, field: locked, holder: session, leaseMS: 1500}"},
-	// alistairjevans/mongodb-locks: {_id: "lock_<resource>", ExpireAt}
-	// records in one resourceLocks collection, TTL 0 on ExpireAt.
-	{"alistair", `{type: lockCollection, collection: resourceLocks, recordId: "lock_{_id}", expiresField: ExpireAt}`},
-	// Tharga.MongoDB: Lock: {LockKey, LockTime, ExpireTime, Actor,
-	// ExceptionInfo}, the holder identified by LockKey.
-	{"tharga", "{type: lockDocument, field: Lock, holderField: LockKey, expiresField: ExpireTime}"},
-	// codecentric: workitem.lock records {_id, ts, aid}, TTL on ts (30 s in
-	// the article, the tests' lease here), release by aid.
-	{"codecentric", "{type: lockCollection, tsField: ts, aidField: aid, leaseMS: 1500}"},
+// scripts), and the name config.example.yaml's "Library presets" gives
+// each. Their namespaces are the databases lib_<name>; libdirect_<name>
+// and libcontrol_<name> have no rule.
+var libPresets = []struct{ name, label string }{
+	{"mongolocks", "mizrael/MongoLocks"},
+	{"drmirror", "drmirror/locks"},
+	{"alistair", "alistairjevans/mongodb-locks"},
+	{"tharga", "Tharga.MongoDB"},
+	{"codecentric", "codecentric"},
+}
+
+// examplePath is config.example.yaml, from this package's directory.
+const examplePath = "../../config.example.yaml"
+
+// libScheme is the library's preset as config.example.yaml writes it (the
+// "scheme:" line under the library's name), parsed as the configuration
+// file is (unknown keys are an error), with a lease scaled down to the
+// tests' leaseMS where the preset sets one.
+func libScheme(name string) (*config.Scheme, error) {
+	label := ""
+	for _, p := range libPresets {
+		if p.name == name {
+			label = p.label
+		}
+	}
+	if label == "" {
+		return nil, fmt.Errorf("no preset for %s", name)
+	}
+	src, err := os.ReadFile(examplePath)
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(string(src), "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#   "+label+" ") || i+1 == len(lines) {
+			continue
+		}
+		next := strings.TrimSpace(lines[i+1])
+		preset, ok := strings.CutPrefix(next, "#     scheme: ")
+		if !ok {
+			return nil, fmt.Errorf("%s: the line after %q is %q, not a scheme", examplePath, l, next)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(preset))
+		dec.KnownFields(true)
+		var s config.Scheme
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("preset %s: %w", preset, err)
+		}
+		if s.LeaseMS != 0 {
+			s.LeaseMS = leaseMS
+		}
+		return &s, nil
+	}
+	return nil, fmt.Errorf("%s has no preset for %s", examplePath, label)
 }
 
 // libRules are the enforced namespaces of the library tests. A preset
-// whose keys this build's config does not know is left out and reported
-// by libRuleErrors, so that the tests say so instead of running under no
-// rule.
+// that does not parse is left out here and reported by the library's
+// tests, so that they say so instead of running under no rule.
 func libRules() []config.NamespaceRule {
 	var rs []config.NamespaceRule
 	for _, p := range libPresets {
-		s, err := parseScheme(p.scheme)
-		if err != nil {
-			continue
+		if s, err := libScheme(p.name); err == nil {
+			rs = append(rs, config.NamespaceRule{Match: "lib_" + p.name + ".*", Mode: config.ModeEnforce, Scheme: s})
 		}
-		rs = append(rs, config.NamespaceRule{Match: "lib_" + p.name + ".*", Mode: config.ModeEnforce, Scheme: s})
 	}
 	return rs
-}
-
-func libRuleError(name string) error {
-	for _, p := range libPresets {
-		if p.name == name {
-			_, err := parseScheme(p.scheme)
-			return err
-		}
-	}
-	return fmt.Errorf("no preset for %s", name)
-}
-
-// parseScheme reads a preset as the configuration file does: unknown keys
-// are an error.
-func parseScheme(src string) (*config.Scheme, error) {
-	dec := yaml.NewDecoder(strings.NewReader(src))
-	dec.KnownFields(true)
-	var s config.Scheme
-	if err := dec.Decode(&s); err != nil {
-		return nil, fmt.Errorf("preset %s: %w", src, err)
-	}
-	return &s, nil
 }
 
 var libNames = []string{"mongolocks", "drmirror", "alistair", "tharga", "codecentric"}
@@ -109,7 +122,7 @@ func runLib(t *testing.T, d libDriver, out any, args ...string) {
 func needLib(t *testing.T, d libDriver, lib string) {
 	t.Helper()
 	need(t, d.driver)
-	if err := libRuleError(lib); err != nil {
+	if _, err := libScheme(lib); err != nil {
 		t.Fatalf("the rule of lib_%s is not configured: %v", lib, err)
 	}
 }
