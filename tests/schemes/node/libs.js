@@ -42,7 +42,8 @@ class MongoLocks {
     try {
       doc = await this.coll.findOneAndUpdate(filter, update, { upsert: true, returnDocument: 'after' });
     } catch (e) {
-      if (e instanceof MongoServerError && e.code === 11000) {
+      // The original catches Code 11000 with CodeName "DuplicateKey" only.
+      if (e instanceof MongoServerError && e.code === 11000 && e.codeName === 'DuplicateKey') {
         if (seen) seen.add(`lock:DuplicateKeyError/${e.code}`);
         throw new LibError('LockException', `item '${id}' is already locked`);
       }

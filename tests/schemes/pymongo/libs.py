@@ -106,7 +106,11 @@ class MongoLocks:
             upd["$setOnInsert"] = {"_id": new_entity["_id"], "Value": new_entity["Value"]}
         try:
             doc = self.coll.find_one_and_update(flt, upd, upsert=True, return_document=ReturnDocument.AFTER)
-        except DuplicateKeyError as e:
+        except OperationFailure as e:
+            # The original catches MongoCommandException with Code 11000
+            # and CodeName "DuplicateKey" only.
+            if e.code != 11000 or (e.details or {}).get("codeName") != "DuplicateKey":
+                raise
             if seen is not None:
                 seen.add("lock:" + err(e))
             raise LockException("item '%s' is already locked" % _id)
