@@ -70,6 +70,11 @@ type Scheme struct {
 	// expiry inside Field (defaults "actor", "expiresAt").
 	ActorField   string `yaml:"actorField"`
 	ExpiresField string `yaml:"expiresField"`
+	// HolderField is lockDocument's field inside Field whose value
+	// identifies the holder, the value a holder's writes name in their
+	// filter (default ActorField). Tharga.MongoDB's is "LockKey": its
+	// actor is a display name, its key a per-lock GUID.
+	HolderField string `yaml:"holderField"`
 	// LeaseMS is how long a lock lives without a renewing write:
 	// holderFields' lock timeout (required: it must equal the
 	// application's), and flag's lease (default lockstore.defaultLeaseMS).
@@ -100,6 +105,7 @@ func (s Scheme) WithDefaults(defaultLeaseMS int64) Scheme {
 		def(&s.Field, "Lock")
 		def(&s.ActorField, "actor")
 		def(&s.ExpiresField, "expiresAt")
+		def(&s.HolderField, s.ActorField)
 	case SchemeFlag:
 		def(&s.Field, "locked")
 		if s.Holder == "" {
@@ -161,6 +167,7 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 		unused("timeField", s.TimeField != "")
 		unused("actorField", s.ActorField != "")
 		unused("expiresField", s.ExpiresField != "")
+		unused("holderField", s.HolderField != "")
 		field("tsField", s.TsField, false)
 		field("aidField", s.AidField, false)
 		if s.Holder != "" && !s.Holder.Valid() {
@@ -179,12 +186,14 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 		unused("timeField", s.TimeField != "")
 		unused("actorField", s.ActorField != "")
 		unused("expiresField", s.ExpiresField != "")
+		unused("holderField", s.HolderField != "")
 		unused("leaseMS", s.LeaseMS != 0)
 		unused("holder", s.Holder != "")
 	case SchemeHolderFields:
 		field("timeField", s.TimeField, true)
 		unused("actorField", s.ActorField != "")
 		unused("expiresField", s.ExpiresField != "")
+		unused("holderField", s.HolderField != "")
 		unused("holder", s.Holder != "")
 		if s.LeaseMS <= 0 {
 			v.add(key+".leaseMS", "is required for holderFields: the application's lock timeout in milliseconds, got %d", s.LeaseMS)
@@ -192,6 +201,7 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 	case SchemeLockDocument:
 		field("actorField", s.ActorField, false)
 		field("expiresField", s.ExpiresField, false)
+		field("holderField", s.HolderField, false)
 		unused("timeField", s.TimeField != "")
 		unused("leaseMS", s.LeaseMS != 0)
 		unused("holder", s.Holder != "")
@@ -199,6 +209,7 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 		unused("timeField", s.TimeField != "")
 		unused("actorField", s.ActorField != "")
 		unused("expiresField", s.ExpiresField != "")
+		unused("holderField", s.HolderField != "")
 		if s.Holder != "" && !s.Holder.Valid() {
 			v.add(key+".holder", "must be one of %s, got %q", list(SchemeHolders()), s.Holder)
 		}
@@ -218,6 +229,9 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 	}
 	if d.Type == SchemeLockDocument && d.ActorField == d.ExpiresField {
 		v.add(key+".expiresField", "must differ from actorField %q", d.ActorField)
+	}
+	if d.Type == SchemeLockDocument && d.HolderField == d.ExpiresField {
+		v.add(key+".holderField", "must differ from expiresField %q", d.ExpiresField)
 	}
 }
 

@@ -31,7 +31,7 @@ func TestPolicyViewShowsSchemes(t *testing.T) {
 	}
 	for i, want := range []string{
 		`"scheme":{"type":"flag","field":"locked","leaseMS":30000,"holder":"client"},"clients":{"appNames":["billing"],"networks":["10.1.0.0/16"]},"otherClients":"audit"}`,
-		`"scheme":{"type":"lockDocument","field":"Lock","actorField":"actor","expiresField":"expiresAt"}}`,
+		`"scheme":{"type":"lockDocument","field":"Lock","actorField":"actor","expiresField":"expiresAt","holderField":"actor"}}`,
 	} {
 		if !strings.HasSuffix(got[i], want) {
 			t.Errorf("rule view\n got  %s\n want ...%s", got[i], want)

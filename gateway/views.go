@@ -194,6 +194,7 @@ type schemeView struct {
 	TimeField    string `json:"timeField,omitempty"`
 	ActorField   string `json:"actorField,omitempty"`
 	ExpiresField string `json:"expiresField,omitempty"`
+	HolderField  string `json:"holderField,omitempty"`
 	LeaseMS      int64  `json:"leaseMS,omitempty"`
 	Holder       string `json:"holder,omitempty"`
 	Collection   string `json:"collection,omitempty"`
@@ -222,7 +223,8 @@ func viewOfRule(r policy.Rule) ruleView {
 		sv := &schemeView{Type: string(s.Type), Field: s.LockPath, TimeField: s.TimePath, Holder: string(s.Holder),
 			Collection: s.LockColl, TsField: s.TsPath, AidField: s.AidPath}
 		if s.ExpiresPath != "" {
-			sv.ActorField = strings.TrimPrefix(s.HolderPath, s.LockPath+".")
+			sv.ActorField = strings.TrimPrefix(s.ActorPath, s.LockPath+".")
+			sv.HolderField = strings.TrimPrefix(s.HolderPath, s.LockPath+".")
 			sv.ExpiresField = strings.TrimPrefix(s.ExpiresPath, s.LockPath+".")
 		} else {
 			sv.LeaseMS = s.Lease.Milliseconds()

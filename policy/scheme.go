@@ -15,7 +15,8 @@ import (
 type Scheme struct {
 	Type config.SchemeType // "" for lockgate's own commands
 	// HolderPath is where the holder value is: holderFields' field,
-	// lockDocument's field.actor; flag's flag.
+	// lockDocument's field.holderField (default field.actorField); flag's
+	// flag.
 	HolderPath string
 	// LockPath is the lock's root field (holderFields' field,
 	// lockDocument's sub-document, the flag).
@@ -24,6 +25,9 @@ type Scheme struct {
 	// lockDocument's absolute expiry.
 	TimePath    string
 	ExpiresPath string
+	// ActorPath is lockDocument's field.actorField: HolderPath unless
+	// holderField names another field.
+	ActorPath string
 	// Lease is how long a lock lives without a renewing write
 	// (holderFields, flag); lockDocument's comes from ExpiresPath.
 	Lease  time.Duration
@@ -69,7 +73,8 @@ func compileScheme(c *config.Scheme, defaultLeaseMS int64) Scheme {
 	case config.SchemeHolderFields:
 		s.TimePath = d.TimeField
 	case config.SchemeLockDocument:
-		s.HolderPath = d.Field + "." + d.ActorField
+		s.HolderPath = d.Field + "." + d.HolderField
+		s.ActorPath = d.Field + "." + d.ActorField
 		s.ExpiresPath = d.Field + "." + d.ExpiresField
 	case config.SchemeLockCollection:
 		s.LockColl, s.TsPath, s.AidPath = d.Collection, d.TsField, d.AidField
