@@ -88,6 +88,12 @@ type Scheme struct {
 	// (defaults "ts", "aid").
 	TsField  string `yaml:"tsField"`
 	AidField string `yaml:"aidField"`
+	// RecordID maps a document _id to its lock record's _id in
+	// lockCollection: a template with one "{_id}" (default "{_id}"; with
+	// text around it, such as "lock_{_id}", string _ids only). With
+	// ExpiresField, a lockCollection record carries an absolute expiry
+	// date (a TTL index with expireAfterSeconds 0) instead of TsField.
+	RecordID string `yaml:"recordId"`
 }
 
 // WithDefaults returns s with the default field names of its type.
@@ -115,8 +121,11 @@ func (s Scheme) WithDefaults(defaultLeaseMS int64) Scheme {
 			s.LeaseMS = defaultLeaseMS
 		}
 	case SchemeLockCollection:
-		def(&s.TsField, "ts")
+		if s.ExpiresField == "" {
+			def(&s.TsField, "ts")
+		}
 		def(&s.AidField, "aid")
+		def(&s.RecordID, "{_id}")
 		if s.Holder == "" {
 			s.Holder = SchemeHolderClient
 		}
@@ -160,16 +169,18 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 		unused("collection", s.Collection != "")
 		unused("tsField", s.TsField != "")
 		unused("aidField", s.AidField != "")
+		unused("recordId", s.RecordID != "")
 	}
 	switch s.Type {
 	case SchemeLockCollection:
 		unused("field", s.Field != "")
 		unused("timeField", s.TimeField != "")
 		unused("actorField", s.ActorField != "")
-		unused("expiresField", s.ExpiresField != "")
 		unused("holderField", s.HolderField != "")
 		field("tsField", s.TsField, false)
 		field("aidField", s.AidField, false)
+		field("expiresField", s.ExpiresField, false)
+		c.validateLockCollection(v, key, s)
 		if s.Holder != "" && !s.Holder.Valid() {
 			v.add(key+".holder", "must be one of %s, got %q", list(SchemeHolders()), s.Holder)
 		}
@@ -224,8 +235,11 @@ func (c *Config) validateScheme(v *validator, key string, s *Scheme) {
 	if d.Field != "" && (d.TimeField == d.Field) {
 		v.add(key+".timeField", "must differ from field %q", d.Field)
 	}
-	if d.Type == SchemeLockCollection && d.TsField == d.AidField {
+	if d.Type == SchemeLockCollection && d.TsField != "" && d.TsField == d.AidField {
 		v.add(key+".aidField", "must differ from tsField %q", d.TsField)
+	}
+	if d.Type == SchemeLockCollection && d.ExpiresField != "" && d.ExpiresField == d.AidField {
+		v.add(key+".aidField", "must differ from expiresField %q", d.ExpiresField)
 	}
 	if d.Type == SchemeLockDocument && d.ActorField == d.ExpiresField {
 		v.add(key+".expiresField", "must differ from actorField %q", d.ActorField)

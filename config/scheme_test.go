@@ -21,6 +21,14 @@ func TestValidateScheme(t *testing.T) {
 		{"empty type", rule(&Scheme{}), k + `.type: must be one of lockgate, holderFields, lockDocument, flag, lockCollection, got ""`},
 		{"lockCollection bad collection", rule(&Scheme{Type: SchemeLockCollection, Collection: "a$b"}), k + `.collection: collection name must not contain $ or NUL, got "a$b"`},
 		{"lockCollection same fields", rule(&Scheme{Type: SchemeLockCollection, TsField: "x", AidField: "x"}), k + `.aidField: must differ from tsField "x"`},
+		{"recordId without placeholder", rule(&Scheme{Type: SchemeLockCollection, RecordID: "lock_"}), k + `.recordId: must contain {_id} exactly once, got "lock_"`},
+		{"recordId twice", rule(&Scheme{Type: SchemeLockCollection, RecordID: "{_id}{_id}"}), k + `.recordId: must contain {_id} exactly once`},
+		{"recordId stray brace", rule(&Scheme{Type: SchemeLockCollection, RecordID: "{x}{_id}"}), k + `.recordId: must contain no braces or NUL besides {_id}`},
+		{"recordId on flag", rule(&Scheme{Type: SchemeFlag, RecordID: "{_id}"}), k + `.recordId: is not used by scheme type "flag"; remove it`},
+		{"expiresField with tsField", rule(&Scheme{Type: SchemeLockCollection, ExpiresField: "ExpireAt", TsField: "ts"}), k + `.tsField: is not used with expiresField "ExpireAt"`},
+		{"expiresField with leaseMS", rule(&Scheme{Type: SchemeLockCollection, ExpiresField: "ExpireAt", LeaseMS: 1000}), k + `.leaseMS: is not used with expiresField "ExpireAt"`},
+		{"expiresField with dots", rule(&Scheme{Type: SchemeLockCollection, ExpiresField: "a.b"}), k + `.expiresField: must be a field name without dots, got "a.b"`},
+		{"expiresField is aidField", rule(&Scheme{Type: SchemeLockCollection, ExpiresField: "x", AidField: "x"}), k + `.aidField: must differ from expiresField "x"`},
 		{"collection on flag", rule(&Scheme{Type: SchemeFlag, Collection: "locks"}), k + `.collection: is not used by scheme type "flag"; remove it`},
 		{"holderFields without lease", rule(&Scheme{Type: SchemeHolderFields}), k + `.leaseMS: is required for holderFields: the application's lock timeout in milliseconds, got 0`},
 		{"lease over max", rule(&Scheme{Type: SchemeFlag, LeaseMS: 700000}), k + `.leaseMS: must not exceed lockstore.maxLeaseMS (600000), got 700000`},
@@ -61,6 +69,7 @@ func TestValidateScheme(t *testing.T) {
 		{Type: SchemeFlag, Field: "busy", Holder: SchemeHolderSession, LeaseMS: 5000},
 		{Type: SchemeLockCollection},
 		{Type: SchemeLockCollection, Collection: "locks", TsField: "at", AidField: "owner", Holder: SchemeHolderSession, LeaseMS: 60000},
+		{Type: SchemeLockCollection, Collection: "resourceLocks", RecordID: "lock_{_id}", ExpiresField: "ExpireAt"},
 	} {
 		cfg := Default()
 		rule(s)(cfg)

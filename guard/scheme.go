@@ -139,6 +139,12 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			ids = []docid.ID{id}
 			v.named = append(v.named, ids...)
 		}
+		if r.Scheme.LockSide && st.Kind != policy.StepOther {
+			if op, ok := g.lockCollPlan(ctx, v, req, r, w, st, ids); ok {
+				ops = append(ops, op)
+			}
+			continue
+		}
 		switch st.Kind {
 		case policy.StepInsert:
 			g.schemeInsert(ctx, v, req, r, w)
@@ -309,8 +315,8 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 // follows what the database did.
 func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, st, r := op.write, op.step, op.rule
-	if st.ReleaseAll {
-		return g.schemeReleaseAll(ctx, req, pol, v, op, start)
+	if r.Scheme.LockSide {
+		return g.lockCollRun(ctx, req, pol, v, op, start)
 	}
 	id, err := idCopy(st.ID)
 	if err != nil {
@@ -393,9 +399,6 @@ func (g *Guard) schemeBusy(req *proxy.Request, pol *policy.Policy, v *verdict, r
 		return proxy.Decision{Action: proxy.Forward}
 	}
 	g.record(req, pol, v, nil, time.Since(start))
-	if r.Scheme.Type == config.SchemeLockCollection {
-		return proxy.Decision{Action: proxy.Reply, Reply: recordExists(w, st)}
-	}
 	return proxy.Decision{Action: proxy.Reply, Reply: noMatch(w, st, w.Upsert && r.Scheme.Type != config.SchemeFlag)}
 }
 
@@ -593,6 +596,9 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 	}
 	if !found {
 		return
+	}
+	if id, found = r.Scheme.MirrorID(id); !found {
+		return // no lock record can name it
 	}
 	mns := r.Scheme.MirrorNS(w.NS)
 	if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(mns) {

@@ -2,11 +2,13 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -15,23 +17,34 @@ import (
 	"go.uber.org/zap"
 )
 
+// A lockCollection record is a small state machine whose state is the
+// mirror lock (lock collection namespace, record _id) in the lock store:
+// free, held by a client identity, or adopted (a live record lockgate
+// did not see inserted: nobody's, until the record's own end). Each write
+// to the lock collection is decided from that state, after adopting a
+// live record found in the collection, and the mirror follows what the
+// database shows it did, record by record.
+
 // recordExists is the database's reply to an acquire of a lock record
 // that exists: DuplicateKey for an insert; "matched, not inserted" for an
-// upsert.
-func recordExists(w policy.Write, st policy.Step) bsoncore.Document {
+// upsert; the existing record for a findAndModify upsert (rec).
+func recordExists(w policy.Write, st policy.Step, rec bsoncore.Document) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
-	if w.Kind == policy.KindInsert {
+	switch w.Kind {
+	case policy.KindInsert:
 		errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, docid.Format(bson.RawValue{Type: st.ID.Type, Value: st.ID.Data}))
 		we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", 11000).
 			AppendString("errmsg", errmsg).Build()
 		d = bsoncore.AppendInt32Element(d, "n", 0)
 		d = bsoncore.AppendArrayElement(d, "writeErrors", bsoncore.NewArrayBuilder().AppendDocument(we).Build())
-		d = bsoncore.AppendDoubleElement(d, "ok", 1)
-		d, _ = bsoncore.AppendDocumentEnd(d, idx)
-		return d
+	case policy.KindFindAndModify:
+		d = bsoncore.AppendDocumentElement(d, "lastErrorObject", bsoncore.NewDocumentBuilder().
+			AppendInt32("n", 1).AppendBoolean("updatedExisting", true).Build())
+		d = bsoncore.AppendDocumentElement(d, "value", rec)
+	default:
+		d = bsoncore.AppendInt32Element(d, "n", 1)
+		d = bsoncore.AppendInt32Element(d, "nModified", 0)
 	}
-	d = bsoncore.AppendInt32Element(d, "n", 1)
-	d = bsoncore.AppendInt32Element(d, "nModified", 0)
 	d = bsoncore.AppendDoubleElement(d, "ok", 1)
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
 	return d
@@ -44,63 +57,621 @@ func lockCollName(s policy.Scheme) string {
 	return "<collection>.lock"
 }
 
-// schemeReleaseAll runs a delete of every lock record of one holder id
-// ({aid: X}): the records it matches are found with the client's own
-// authority, each must be this client's or nobody's, and the delete is
-// pinned to them, so that a record inserted meanwhile by someone else is
-// never deleted. The mirrors of the deleted records are released.
-func (g *Guard) schemeReleaseAll(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+// lockCollPlan decides a write to a lock collection that follows the
+// scheme (st is not StepOther): an acquire or a release is returned as
+// the one operation the proxy runs itself; a refresh is checked here and
+// forwarded.
+func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
+	o, ok := g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
+	if !ok {
+		v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
+		return schemeOp{}, false
+	}
+	op := schemeOp{rule: r, write: w, step: st, owner: o}
+	if st.Kind == policy.StepAcquire || st.Ends {
+		return op, true
+	}
+	// A refresh: the holder's alone, renewing the mirror to the record's
+	// new end before the database moves it.
+	store := g.opts.Store
+	held, _, err := store.Holds(ctx, o, w.NS, ids, 0)
+	if err != nil {
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
+		return schemeOp{}, false
+	}
+	if !held {
+		v.add(r, w, reasonSchemeNotHolder, ids, fmt.Sprintf("under the lockCollection locking scheme of %s this client does not hold the lock record %s (or its lease of %v ran out); %s", w.NS, ids[0].String(), r.Scheme.Lease, schemeAdvice(r.Scheme)))
+		return schemeOp{}, false
+	}
+	v.check(w.NS, ids)
+	if st.Renew {
+		_, err = store.Renew(ctx, o, w.NS, ids, recordLease(r.Scheme, st))
+		switch {
+		case errors.Is(err, lockstore.ErrInvalidLease):
+			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("it refreshes the lock record %s of %s to an end lockgate cannot mirror (%v); %s", ids[0].String(), w.NS, err, schemeAdvice(r.Scheme)))
+		case err != nil:
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+				detail: fmt.Sprintf("the lock store cannot renew the scheme lock (%v), so the write is refused (fail closed)", err)})
+		}
+	}
+	return schemeOp{}, false
+}
+
+// recordLease is how long the mirror of a record an acquire or refresh
+// writes lives: the scheme's lease from now, or until the record's own
+// expiry date.
+func recordLease(s policy.Scheme, st policy.Step) time.Duration {
+	if s.ExpiresPath == "" {
+		return s.Lease
+	}
+	d := time.Until(st.Expires)
+	if d < time.Second {
+		// Already over, or nearly: the record is abandoned on arrival;
+		// the mirror still covers the write in flight.
+		d = time.Second
+	}
+	return d
+}
+
+// lockCollRun runs an acquire or a release of lock records on the
+// client's own upstream connection, deciding from the mirror and the
+// record as the database has it, and answers with the database's reply.
+func (g *Guard) lockCollRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+	switch {
+	case op.step.ReleaseAll:
+		return g.lockCollReleaseAll(ctx, req, pol, v, op, start)
+	case op.step.Kind == policy.StepAcquire:
+		return g.lockCollAcquire(ctx, req, pol, v, op, start)
+	default:
+		return g.lockCollRelease(ctx, req, pol, v, op, start)
+	}
+}
+
+// lockCollAcquire takes a lock record: the mirror first (the lock store
+// decides between contenders atomically), then the record as the database
+// has it: a live record is adopted and the acquire is busy; an abandoned
+// one (not refreshed for the lease, or past its expiry) is removed, as a
+// TTL index would have removed it; then the acquire runs, an upsert
+// forwarded so that it can only insert. The mirror stays only if the
+// database shows the record inserted.
+func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+	w, st, r := op.write, op.step, op.rule
+	s := r.Scheme
+	id, err := idCopy(st.ID)
+	if err != nil {
+		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the lock's _id cannot be a document's _id (%v)", err))
+		return g.decide(req, pol, v, start)
+	}
+	ids := []docid.ID{id}
+	unlock := g.schemes.lock(w.NS + "\x00" + id.Key())
+	defer unlock()
+	store := g.opts.Store
+	body, err := statementBody(req.Command, w)
+	if err == nil && w.Upsert {
+		body, err = insertOnly(body, w)
+	}
+	if err != nil {
+		v.add(r, w, reasonUnclassifiable, ids, fmt.Sprintf("the proxy cannot run its lockCollection step on its own (%v)", err))
+		return g.decide(req, pol, v, start)
+	}
+	unavailable := func(err error) proxy.Decision {
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
+			detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
+		return g.decide(req, pol, v, start)
+	}
+	lease := recordLease(s, st)
+	// A second record from the holder of the first: the database says
+	// DuplicateKey, and must, though its test-and-set may not be atomic.
+	mine, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
+	if err != nil {
+		return unavailable(err)
+	}
+	if mine {
+		return g.lockCollBusy(ctx, req, pol, v, op, nil, start)
+	}
+	if st.Holder.Type != 0 && !g.aidFree(ctx, v, op) {
+		return g.decide(req, pol, v, start)
+	}
+	if _, err := store.Acquire(ctx, op.owner, w.NS, ids, lease, 0); err != nil {
+		switch {
+		case errors.Is(err, lockstore.ErrBusy):
+			return g.lockCollBusy(ctx, req, pol, v, op, nil, start)
+		case errors.Is(err, lockstore.ErrInvalidLease):
+			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is further ahead than lockgate can mirror a lock (%v); %s", s.ExpiresPath, err, schemeAdvice(s)))
+			return g.decide(req, pol, v, start)
+		}
+		return unavailable(err)
+	}
+	drop := func() {
+		if _, err := store.Release(ctx, op.owner, w.NS, ids, ""); err != nil {
+			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
+		}
+	}
+	rec, failed, err := g.findRecord(ctx, req, w.NS, st.ID, nil)
+	if err != nil {
+		drop()
+		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
+	}
+	if failed != nil {
+		drop()
+		g.record(req, pol, v, nil, time.Since(start))
+		return proxy.Decision{Action: proxy.Reply, Reply: failed}
+	}
+	if rec != nil {
+		end, ok := s.RecordExpiry(rec)
+		switch {
+		case !ok:
+			drop()
+			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("the lock record %s of %s has no %s date, so nobody can tell when it ends and no TTL index frees it; remove it by hand", id.String(), w.NS, s.TsPath+s.ExpiresPath))
+			return g.decide(req, pol, v, start)
+		case end.After(time.Now()):
+			drop()
+			if why := g.adopt(ctx, w.NS, id, end); why != "" {
+				v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("the lock record %s of %s %s", id.String(), w.NS, why))
+				return g.decide(req, pol, v, start)
+			}
+			return g.lockCollBusy(ctx, req, pol, v, op, rec, start)
+		}
+		// Abandoned: remove it as the TTL monitor would, only as read.
+		if failed, err := g.removeRecord(ctx, req, w.NS, s, rec); err != nil || failed != nil {
+			drop()
+			if err != nil {
+				return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
+			}
+			g.record(req, pol, v, nil, time.Since(start))
+			return proxy.Decision{Action: proxy.Reply, Reply: failed}
+		}
+	}
+	reply, err := req.Ask(ctx, body)
+	if err != nil {
+		// Unknown outcome: the mirror stays and expires with its lease.
+		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
+	}
+	if inserted(reply, w) {
+		v.check(w.NS, ids)
+		if st.Holder.Type != 0 {
+			g.bindAid(ctx, op, lease)
+		}
+	} else {
+		drop()
+	}
+	g.record(req, pol, v, nil, time.Since(start))
+	return proxy.Decision{Action: proxy.Reply, Reply: reply}
+}
+
+// lockCollBusy answers an acquire of a record that exists with the
+// database's own answer (recordExists); a findAndModify gets the record
+// (rec, read now if nil). Audited namespaces forward the write.
+func (g *Guard) lockCollBusy(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, rec bsoncore.Document, start time.Time) proxy.Decision {
 	w, r := op.write, op.rule
-	db, coll, _ := strings.Cut(w.NS, ".")
-	find := bsoncore.NewDocumentBuilder().AppendString("find", coll).AppendDocument("filter", w.Filter).
-		AppendDocument("projection", bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build()).
-		AppendInt32("limit", int32(r.MaxCandidates+1)).AppendBoolean("singleBatch", true).
-		AppendString("$db", db).Build()
+	if r.Mode != policy.Enforce {
+		g.record(req, pol, v, nil, time.Since(start))
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	if w.Kind == policy.KindFindAndModify && rec == nil {
+		var fields bsoncore.Document
+		if req.Command != nil {
+			fields, _ = req.Command.Body.Lookup("fields").DocumentOK()
+		}
+		got, failed, err := g.findRecord(ctx, req, w.NS, op.step.ID, fields)
+		switch {
+		case err != nil:
+			return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
+		case failed != nil:
+			g.record(req, pol, v, nil, time.Since(start))
+			return proxy.Decision{Action: proxy.Reply, Reply: failed}
+		case got == nil:
+			// Held, but its record is not (yet) there: no answer the
+			// database could give says "busy" here.
+			id, _ := idCopy(op.step.ID)
+			v.add(r, w, reasonSchemeNotHolder, []docid.ID{id}, fmt.Sprintf("under the lockCollection locking scheme of %s another client holds the lock record %s, which is not in the collection yet; retry", w.NS, id.String()))
+			return g.decide(req, pol, v, start)
+		}
+		rec = got
+	}
+	g.record(req, pol, v, nil, time.Since(start))
+	return proxy.Decision{Action: proxy.Reply, Reply: recordExists(w, op.step, rec)}
+}
+
+// findRecord reads one lock record by _id on the client's connection
+// (with its authority), projected by fields if given. failed is the
+// database's error reply.
+func (g *Guard) findRecord(ctx context.Context, req *proxy.Request, ns string, id bsoncore.Value, fields bsoncore.Document) (rec, failed bsoncore.Document, err error) {
+	recs, failed, err := g.findRecords(ctx, req, ns, bsoncore.NewDocumentBuilder().AppendValue("_id", id).Build(), fields, 1)
+	if err != nil || failed != nil || len(recs) == 0 {
+		return nil, failed, err
+	}
+	return recs[0], nil, nil
+}
+
+// findRecords reads up to limit lock records matching filter.
+func (g *Guard) findRecords(ctx context.Context, req *proxy.Request, ns string, filter, projection bsoncore.Document, limit int) (recs []bsoncore.Document, failed bsoncore.Document, err error) {
+	db, coll, _ := strings.Cut(ns, ".")
+	b := bsoncore.NewDocumentBuilder().AppendString("find", coll).AppendDocument("filter", filter)
+	if projection != nil {
+		b = b.AppendDocument("projection", projection)
+	}
+	find := b.AppendInt32("limit", int32(limit)).AppendBoolean("singleBatch", true).AppendString("$db", db).Build()
 	found, err := req.Ask(ctx, find)
 	if err != nil {
-		return proxy.Decision{Action: proxy.Close, Reason: "scheme release-all: " + err.Error()}
+		return nil, nil, err
+	}
+	if ok, _ := found.Lookup("ok").AsInt64OK(); ok != 1 {
+		return nil, found, nil
 	}
 	batch, _ := found.Lookup("cursor", "firstBatch").ArrayOK()
 	vals, _ := batch.Values()
-	if ok, _ := found.Lookup("ok").AsInt64OK(); ok != 1 {
-		return proxy.Decision{Action: proxy.Reply, Reply: found}
+	for _, d := range vals {
+		if doc, ok := d.DocumentOK(); ok {
+			recs = append(recs, doc)
+		}
 	}
-	if len(vals) > r.MaxCandidates {
+	return recs, nil, nil
+}
+
+// removeRecord deletes an abandoned record as it was read (same _id,
+// same time field), as the TTL monitor would.
+func (g *Guard) removeRecord(ctx context.Context, req *proxy.Request, ns string, s policy.Scheme, rec bsoncore.Document) (failed bsoncore.Document, err error) {
+	db, coll, _ := strings.Cut(ns, ".")
+	field := s.TsPath + s.ExpiresPath
+	q := bsoncore.NewDocumentBuilder().AppendValue("_id", rec.Lookup("_id")).AppendValue(field, rec.Lookup(field)).Build()
+	del := bsoncore.NewDocumentBuilder().AppendString("delete", coll).
+		AppendArray("deletes", bsoncore.NewArrayBuilder().AppendDocument(bsoncore.NewDocumentBuilder().
+			AppendDocument("q", q).AppendInt32("limit", 1).Build()).Build()).
+		AppendString("$db", db).Build()
+	reply, err := req.Ask(ctx, del)
+	if err != nil {
+		return nil, err
+	}
+	if ok, _ := reply.Lookup("ok").AsInt64OK(); ok != 1 {
+		return reply, nil
+	}
+	if _, err := reply.LookupErr("writeErrors"); err == nil {
+		return reply, nil
+	}
+	return nil, nil
+}
+
+// adoptedOwner holds the mirrors of live records lockgate did not see
+// inserted: no client is it, so nobody writes under such a record until
+// it ends.
+func (g *Guard) adoptedOwner(ns string) lockstore.Owner {
+	return lockstore.Owner{App: "(a record found in the lock collection)",
+		Session: g.owners.session("", []byte("lockgate scheme adopted record v1\x00"+ns))}
+}
+
+// adopt mirrors a live record nobody holds until its end; why says why
+// it cannot be.
+func (g *Guard) adopt(ctx context.Context, ns string, id docid.ID, end time.Time) string {
+	_, err := g.opts.Store.Acquire(ctx, g.adoptedOwner(ns), ns, []docid.ID{id}, time.Until(end), 0)
+	switch {
+	case err == nil, errors.Is(err, lockstore.ErrBusy):
+		// Busy: someone holds it already, which is as strict.
+		return ""
+	case errors.Is(err, lockstore.ErrInvalidLease):
+		return fmt.Sprintf("lives until %s, longer than lockgate can mirror a lock (%v); remove it by hand", end.UTC().Format(time.RFC3339), err)
+	}
+	return fmt.Sprintf("cannot be mirrored (%v)", err)
+}
+
+// aidNS is where the binding of holder ids to clients lives: a lock per
+// holder id value, owned by the client that inserted a record with it.
+func aidNS(ns string, s policy.Scheme) string { return ns + "#" + s.AidPath }
+
+// aidFree reports whether the acquire's holder id is this client's or
+// nobody's; if another client's, the acquire is refused: a record
+// carrying it would be someone else's lock under another's name (and
+// would stand in that client's release of all its records).
+func (g *Guard) aidFree(ctx context.Context, v *verdict, op schemeOp) bool {
+	w, r := op.write, op.rule
+	aid, err := idCopy(op.step.Holder)
+	if err != nil {
+		v.add(r, w, reasonSchemeNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
+		return false
+	}
+	sts, err := g.confirmedStatus(ctx, op.owner, aidNS(w.NS, r.Scheme), []docid.ID{aid})
+	if err != nil || len(sts) != 1 {
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the lock store cannot confirm whose %s it is (%v), so the write is refused (fail closed)", r.Scheme.AidPath, err)})
+		return false
+	}
+	if sts[0].Held && !sts[0].HeldByYou {
+		h := sts[0].Holder
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, holder: &h,
+			detail: fmt.Sprintf("under the lockCollection locking scheme of %s the %s %s belongs to another client (%s); insert records with your own %s", w.NS, r.Scheme.AidPath, aid.String(), describeHolder(h), r.Scheme.AidPath)})
+		return false
+	}
+	return true
+}
+
+// bindAid binds the holder id of a record just inserted to its client
+// for the record's lease (renewed by each acquire that carries it).
+func (g *Guard) bindAid(ctx context.Context, op schemeOp, lease time.Duration) {
+	aid, err := idCopy(op.step.Holder)
+	if err == nil {
+		_, err = g.opts.Store.Acquire(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), []docid.ID{aid}, lease, 0)
+	}
+	if err != nil {
+		g.log.Warn("binding a lock record's holder id failed", zap.String("ns", op.write.NS), zap.Error(err))
+	}
+}
+
+// inserted reads the reply to an acquire: did the database insert the
+// record? A modified count is no insert.
+func inserted(reply bsoncore.Document, w policy.Write) bool {
+	if ok, _ := reply.Lookup("ok").AsInt64OK(); ok != 1 {
+		return false
+	}
+	if _, err := reply.LookupErr("writeErrors"); err == nil {
+		return false
+	}
+	switch w.Kind {
+	case policy.KindInsert:
+		n, ok := reply.Lookup("n").AsInt64OK()
+		return ok && n > 0
+	case policy.KindFindAndModify:
+		_, err := reply.LookupErr("lastErrorObject", "upserted")
+		return err == nil
+	}
+	up, ok := reply.Lookup("upserted").ArrayOK()
+	if !ok {
+		return false
+	}
+	vals, _ := up.Values()
+	return len(vals) > 0
+}
+
+// insertOnly rewrites an upsert's one-statement command so that its
+// filter matches no record: the server then inserts, or answers
+// DuplicateKey where the record exists, and never writes on an existing
+// record. The _id equality stays at the top level, where every server
+// copies it into the inserted record.
+func insertOnly(body bsoncore.Document, w policy.Write) (bsoncore.Document, error) {
+	never := bsoncore.NewArrayBuilder().AppendDocument(bsoncore.NewDocumentBuilder().
+		AppendDocument("_id", bsoncore.NewDocumentBuilder().AppendBoolean("$exists", false).Build()).Build()).Build()
+	withNever := func(f bsoncore.Document) (bsoncore.Document, error) {
+		elems, err := f.Elements()
+		if err != nil {
+			return nil, err
+		}
+		idx, d := bsoncore.AppendDocumentStart(nil)
+		for _, e := range elems {
+			if e.Key() == "$and" {
+				return nil, errors.New("an upsert filter with $and")
+			}
+			d = append(d, e...)
+		}
+		d = bsoncore.AppendArrayElement(d, "$and", never)
+		return bsoncore.AppendDocumentEnd(d, idx)
+	}
+	return rewriteFilter(body, w, withNever)
+}
+
+// rewriteFilter replaces the filter of the one statement of body.
+func rewriteFilter(body bsoncore.Document, w policy.Write, f func(bsoncore.Document) (bsoncore.Document, error)) (bsoncore.Document, error) {
+	elems, err := body.Elements()
+	if err != nil {
+		return nil, err
+	}
+	idx, out := bsoncore.AppendDocumentStart(nil)
+	done := false
+	for _, e := range elems {
+		switch {
+		case w.Kind == policy.KindFindAndModify && e.Key() == w.FilterKey:
+			q, ok := e.Value().DocumentOK()
+			if !ok {
+				return nil, errors.New("findAndModify query is not a document")
+			}
+			nq, err := f(q)
+			if err != nil {
+				return nil, err
+			}
+			out = bsoncore.AppendDocumentElement(out, e.Key(), nq)
+			done = true
+		case w.Kind == policy.KindUpdate && e.Key() == w.List:
+			arr, ok := e.Value().ArrayOK()
+			vals, _ := arr.Values()
+			if !ok || len(vals) != 1 {
+				return nil, errors.New("not a one-statement update")
+			}
+			stmt, _ := vals[0].DocumentOK()
+			se, err := stmt.Elements()
+			if err != nil {
+				return nil, err
+			}
+			sidx, ns := bsoncore.AppendDocumentStart(nil)
+			for _, x := range se {
+				if x.Key() != w.FilterKey {
+					ns = append(ns, x...)
+					continue
+				}
+				q, ok := x.Value().DocumentOK()
+				if !ok {
+					return nil, errors.New("update filter is not a document")
+				}
+				nq, err := f(q)
+				if err != nil {
+					return nil, err
+				}
+				ns = bsoncore.AppendDocumentElement(ns, x.Key(), nq)
+				done = true
+			}
+			ns, _ = bsoncore.AppendDocumentEnd(ns, sidx)
+			out = bsoncore.AppendArrayElement(out, e.Key(), bsoncore.NewArrayBuilder().AppendDocument(ns).Build())
+		default:
+			out = append(out, e...)
+		}
+	}
+	if !done {
+		return nil, errors.New("its filter was not found")
+	}
+	return bsoncore.AppendDocumentEnd(out, idx)
+}
+
+// lockCollRelease runs a delete of one record by _id. The holder's
+// delete releases its record; anyone's may remove an abandoned record
+// (what a TTL index deletes), under a mirror taken for the delete; a live
+// record of another, or one lockgate did not see inserted (adopted), is
+// refused. The mirror is dropped only if the record is gone afterwards.
+func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+	w, st, r := op.write, op.step, op.rule
+	s := r.Scheme
+	id, err := idCopy(st.ID)
+	if err != nil {
+		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the lock's _id cannot be a document's _id (%v)", err))
+		return g.decide(req, pol, v, start)
+	}
+	ids := []docid.ID{id}
+	unlock := g.schemes.lock(w.NS + "\x00" + id.Key())
+	defer unlock()
+	store := g.opts.Store
+	body, err := statementBody(req.Command, w)
+	if err != nil {
+		v.add(r, w, reasonUnclassifiable, ids, fmt.Sprintf("the proxy cannot run its lockCollection step on its own (%v)", err))
+		return g.decide(req, pol, v, start)
+	}
+	unavailable := func(err error) proxy.Decision {
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
+			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
+		return g.decide(req, pol, v, start)
+	}
+	notHolder := func(h *lockstore.Holder, why string) proxy.Decision {
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids, holder: h,
+			detail: fmt.Sprintf("under the lockCollection locking scheme of %s %s; %s", w.NS, why, schemeAdvice(s))})
+		return g.decide(req, pol, v, start)
+	}
+	held, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
+	if err != nil {
+		return unavailable(err)
+	}
+	if !held {
+		sts, err := g.confirmedStatus(ctx, op.owner, w.NS, ids)
+		if err != nil || len(sts) != 1 {
+			return unavailable(err)
+		}
+		if sts[0].Held {
+			h := sts[0].Holder
+			return notHolder(&h, fmt.Sprintf("the lock record %s belongs to another holder (%s)", id.String(), describeHolder(h)))
+		}
+		rec, failed, err := g.findRecord(ctx, req, w.NS, st.ID, nil)
+		switch {
+		case err != nil:
+			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
+		case failed != nil:
+			g.record(req, pol, v, nil, time.Since(start))
+			return proxy.Decision{Action: proxy.Reply, Reply: failed}
+		}
+		if rec != nil {
+			end, ok := s.RecordExpiry(rec)
+			if !ok || end.After(time.Now()) {
+				if ok {
+					g.adopt(ctx, w.NS, id, end)
+				}
+				return notHolder(nil, fmt.Sprintf("the lock record %s is live and this client did not insert it (through lockgate)", id.String()))
+			}
+		}
+		// Abandoned or absent: removed under a mirror taken for this
+		// delete, so that no acquire runs meanwhile.
+		short := max(r.LeaseMargin, 100*time.Millisecond)
+		if _, err := store.Acquire(ctx, op.owner, w.NS, ids, short, 0); err != nil {
+			if errors.Is(err, lockstore.ErrBusy) {
+				return notHolder(nil, fmt.Sprintf("the lock record %s has just been taken by another holder", id.String()))
+			}
+			return unavailable(err)
+		}
+	}
+	reply, err := req.Ask(ctx, body)
+	if err != nil {
+		// Whether it was deleted is unknown: the mirror stays and
+		// expires with its lease; the driver sees a network error.
+		return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
+	}
+	gone := deletedCount(reply, w) > 0
+	if !gone {
+		// Nothing deleted: frees the mirror only if there is no record.
+		rec, failed, err := g.findRecord(ctx, req, w.NS, st.ID, bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build())
+		gone = err == nil && failed == nil && rec == nil
+	}
+	if gone {
+		if _, err := store.Release(ctx, op.owner, w.NS, ids, ""); err != nil {
+			g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
+		}
+	}
+	v.check(w.NS, ids)
+	g.record(req, pol, v, nil, time.Since(start))
+	return proxy.Decision{Action: proxy.Reply, Reply: reply}
+}
+
+// deletedCount is how many documents a delete or findAndModify remove
+// deleted, per its reply.
+func deletedCount(reply bsoncore.Document, w policy.Write) int64 {
+	if ok, _ := reply.Lookup("ok").AsInt64OK(); ok != 1 {
+		return 0
+	}
+	if w.Kind == policy.KindFindAndModify {
+		n, _ := reply.Lookup("lastErrorObject", "n").AsInt64OK()
+		return n
+	}
+	n, _ := reply.Lookup("n").AsInt64OK()
+	return n
+}
+
+// lockCollReleaseAll runs a delete of every lock record of one holder id
+// ({aid: X}, deleteMany or deleteOne): the records it matches are found
+// with the client's own authority, and the delete is pinned to those this
+// client holds and to abandoned ones nobody holds (taken under a mirror
+// for the delete). Another holder's records, and live ones lockgate did
+// not see inserted, are left alone: they neither block the release nor
+// are deleted. Afterwards, the mirror of each pinned record that is gone
+// is released, and only those: a deleteOne deletes one.
+func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+	w, r := op.write, op.rule
+	s := r.Scheme
+	store := g.opts.Store
+	field := s.TsPath + s.ExpiresPath
+	proj := bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).AppendInt32(field, 1).Build()
+	recs, failed, err := g.findRecords(ctx, req, w.NS, w.Filter, proj, r.MaxCandidates+1)
+	switch {
+	case err != nil:
+		return proxy.Decision{Action: proxy.Close, Reason: "scheme release-all: " + err.Error()}
+	case failed != nil:
+		g.record(req, pol, v, nil, time.Since(start))
+		return proxy.Decision{Action: proxy.Reply, Reply: failed}
+	case len(recs) > r.MaxCandidates:
 		v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("it deletes more than %d lock records (the policy's maxCandidates); delete them by _id", r.MaxCandidates))
 		return g.decide(req, pol, v, start)
 	}
-	var mine []docid.ID
+	var freed []docid.ID // mirrors to release once their record is gone
 	var pins []bsoncore.Value
-	for _, d := range vals {
-		doc, ok := d.DocumentOK()
-		if !ok {
-			continue
-		}
-		id, err := idCopy(doc.Lookup("_id"))
+	short := max(r.LeaseMargin, 100*time.Millisecond)
+	for _, rec := range recs {
+		id, err := idCopy(rec.Lookup("_id"))
 		if err != nil {
-			v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("a lock record it matches has an _id that cannot be a lock's (%v)", err))
-			return g.decide(req, pol, v, start)
+			continue // no lock can be held on it
 		}
-		held, _, err := g.opts.Store.Holds(ctx, op.owner, w.NS, []docid.ID{id}, 0)
+		ids := []docid.ID{id}
+		held, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
 		if err != nil {
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot confirm the scheme locks (%v), so the write is refused (fail closed)", err)})
 			return g.decide(req, pol, v, start)
 		}
 		if !held {
-			sts, err := g.confirmedStatus(ctx, op.owner, w.NS, []docid.ID{id})
-			if err != nil || len(sts) != 1 || sts[0].Held {
-				v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder,
-					detail: fmt.Sprintf("under the lockCollection locking scheme of %s some of the lock records it matches belong to another holder; delete your own records by _id", w.NS)})
-				return g.decide(req, pol, v, start)
+			end, ok := s.RecordExpiry(rec)
+			if !ok {
+				continue
 			}
-		} else {
-			mine = append(mine, id)
+			if end.After(time.Now()) {
+				g.adopt(ctx, w.NS, id, end)
+				continue
+			}
+			if _, err := store.Acquire(ctx, op.owner, w.NS, ids, short, 0); err != nil {
+				continue // someone holds it: not this client's to delete
+			}
 		}
+		freed = append(freed, id)
 		pins = append(pins, id.Core())
-	}
-	if v.enforcedViolation() {
-		return g.decide(req, pol, v, start)
 	}
 	pinned, err := policy.PinStatements(req.Message, req.Command, []policy.Pin{{List: w.List, Index: w.Index, IDs: pins}})
 	var body bsoncore.Document
@@ -108,6 +679,7 @@ func (g *Guard) schemeReleaseAll(ctx context.Context, req *proxy.Request, pol *p
 		body, err = bodyOf(pinned, w)
 	}
 	if err != nil {
+		g.releaseMirrors(ctx, op, freed)
 		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy could not restrict it to the verified lock records (%v)", err))
 		return g.decide(req, pol, v, start)
 	}
@@ -115,14 +687,46 @@ func (g *Guard) schemeReleaseAll(ctx context.Context, req *proxy.Request, pol *p
 	if err != nil {
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme release-all: " + err.Error()}
 	}
-	if len(mine) > 0 {
-		if _, err := g.opts.Store.Release(ctx, op.owner, w.NS, mine, ""); err != nil {
-			g.log.Warn("scheme lock release failed; they expire with their lease", zap.String("ns", w.NS), zap.Error(err))
+	if len(freed) > 0 {
+		// What the database deleted: the pinned records no longer there.
+		ab := bsoncore.NewArrayBuilder()
+		for _, p := range pins {
+			ab.AppendValue(p)
+		}
+		in := bsoncore.NewDocumentBuilder().AppendArray("$in", ab.Build()).Build()
+		left, failed, err := g.findRecords(ctx, req, w.NS, bsoncore.NewDocumentBuilder().AppendDocument("_id", in).Build(),
+			bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build(), len(pins)+1)
+		if err == nil && failed == nil {
+			var gone []docid.ID
+			for _, id := range freed {
+				if !containsID(left, id) {
+					gone = append(gone, id)
+				}
+			}
+			g.releaseMirrors(ctx, op, gone)
 		}
 	}
-	v.check(w.NS, mine)
+	v.check(w.NS, freed)
 	g.record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
+}
+
+func containsID(recs []bsoncore.Document, id docid.ID) bool {
+	for _, rec := range recs {
+		if got, err := idCopy(rec.Lookup("_id")); err == nil && got.Equal(id) {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *Guard) releaseMirrors(ctx context.Context, op schemeOp, ids []docid.ID) {
+	if len(ids) == 0 {
+		return
+	}
+	if _, err := g.opts.Store.Release(ctx, op.owner, op.write.NS, ids, ""); err != nil {
+		g.log.Warn("scheme lock release failed; they expire with their lease", zap.String("ns", op.write.NS), zap.Error(err))
+	}
 }
 
 // bodyOf is the one-body command of a rewritten message's statement w.

@@ -39,6 +39,10 @@ type Scheme struct {
 	TsPath   string
 	AidPath  string
 	LockSide bool
+	// RecordID is lockCollection's record _id template (recordId);
+	// ExpiresPath then names a record's absolute expiry, if it has one
+	// instead of TsPath.
+	RecordID string
 }
 
 // MirrorNS is the namespace of the mirror lock of a write on ns: the lock
@@ -78,6 +82,7 @@ func compileScheme(c *config.Scheme, defaultLeaseMS int64) Scheme {
 		s.ExpiresPath = d.Field + "." + d.ExpiresField
 	case config.SchemeLockCollection:
 		s.LockColl, s.TsPath, s.AidPath = d.Collection, d.TsField, d.AidField
+		s.RecordID, s.ExpiresPath = d.RecordID, d.ExpiresField
 	}
 	return s
 }

@@ -75,7 +75,7 @@ func TestSchemeAudit(t *testing.T) {
 				filter = bson.D{{"_id", 1}, {"Lock.actor", "me"}}
 			case "audit_lockCollection":
 				direct.Database(c.db).Collection("jobs.lock").Drop(ctx)
-				if _, err := app.Database(c.db).Collection("jobs.lock").InsertOne(ctx, bson.D{{"_id", 1}, {"ts", 1}, {"aid", "me"}}); err != nil {
+				if _, err := app.Database(c.db).Collection("jobs.lock").InsertOne(ctx, bson.D{{"_id", 1}, {"ts", msNow()}, {"aid", "me"}}); err != nil {
 					t.Fatal(err)
 				}
 				filter = byID

@@ -62,6 +62,10 @@ func rules() []config.NamespaceRule {
 		{Match: "benchld.*", Mode: config.ModeEnforce, Scheme: ld},
 		{Match: "benchflag.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeFlag, LeaseMS: 600000}},
 		{Match: "benchlc.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: 600000}},
+		// lockcoll_test.go: named lock records with an absolute expiry, as
+		// alistairjevans/mongodb-locks keeps them.
+		{Match: "lockcoll2.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection,
+			Collection: "resourceLocks", RecordID: "lock_{_id}", ExpiresField: "ExpireAt"}},
 		// Rollout: enforced for one application, audited for the rest.
 		{Match: "narrow.*", Mode: config.ModeEnforce, Scheme: fl, Clients: &config.Clients{AppNames: []string{"narrow-app"}}},
 		{Match: "narrowown.*", Mode: config.ModeEnforce, Clients: &config.Clients{AppNames: []string{"own-app"}}, OtherClients: config.ModeAudit},
