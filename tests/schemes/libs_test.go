@@ -27,13 +27,18 @@ var libPresets = []struct{ name, label string }{
 	{"codecentric", "codecentric"},
 }
 
+// libLeaseMS is the lease of the library tests' rules, their scripts'
+// LEASE_S: longer than leaseMS, so that a worker of a loaded machine does
+// not outlive its lock between two calls.
+const libLeaseMS = 3000
+
 // examplePath is config.example.yaml, from this package's directory.
 const examplePath = "../../config.example.yaml"
 
 // libScheme is the library's preset as config.example.yaml writes it (the
 // "scheme:" line under the library's name), parsed as the configuration
 // file is (unknown keys are an error), with a lease scaled down to the
-// tests' leaseMS where the preset sets one.
+// tests' libLeaseMS where the preset sets one.
 func libScheme(name string) (*config.Scheme, error) {
 	label := ""
 	for _, p := range libPresets {
@@ -65,7 +70,7 @@ func libScheme(name string) (*config.Scheme, error) {
 			return nil, fmt.Errorf("preset %s: %w", preset, err)
 		}
 		if s.LeaseMS != 0 {
-			s.LeaseMS = leaseMS
+			s.LeaseMS = libLeaseMS
 		}
 		return &s, nil
 	}

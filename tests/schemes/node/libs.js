@@ -15,7 +15,7 @@ const { MongoClient, MongoServerError, UUID } = require(path.join(modules, 'mong
 let BASE = 0;
 let HOT = [1, 2, 3];
 // The tests' lease, as in libs.py.
-const LEASE_MS = 1500;
+const LEASE_MS = 3000;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const errName = (e) => `${e instanceof MongoServerError ? 'OperationFailure' : e.constructor.name}/${e.code}`;

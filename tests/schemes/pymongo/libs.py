@@ -48,7 +48,7 @@ HOT = [1, 2, 3]
 BASE = 0
 # The tests' lease: holderFields' and flag's leaseMS, the lock collections'
 # TTL, Tharga's timeout and alistair's ExpireAt, in seconds.
-LEASE_S = 1.5
+LEASE_S = 3.0
 
 
 def utcnow():
