@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
@@ -43,6 +45,10 @@ type schemeKeys struct {
 	// decide between.
 	once sync.Once
 	bind string
+
+	// memo: the lockDocument locks this proxy saw taken (holdings).
+	memoOnce sync.Once
+	memo     *lru.Cache[string, schemeHolding]
 }
 
 // instanceBind is the owner binding of this proxy's client-identity
@@ -92,6 +98,11 @@ type schemeOp struct {
 	write policy.Write
 	step  policy.Step
 	owner lockstore.Owner
+	// clause is ANDed into the write's filter before it is sent: the
+	// holder value of a lockDocument write that names none.
+	clause bsoncore.Document
+	// holder is the holder value whose mirror a release drops.
+	holder bsoncore.Value
 }
 
 // schemeEnforce decides a command that writes to a namespace under a
@@ -109,6 +120,14 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 	}
 	v := &verdict{req: req}
 	var ops []schemeOp
+	// temps are the mirrors taken for one write in flight (schemeHolder);
+	// a command refused after all must not leave them behind.
+	var temps []schemeTemp
+	defer func() {
+		if v.enforcedViolation() {
+			g.dropTemps(ctx, temps)
+		}
+	}()
 	for i, w := range writes {
 		r := rules[i]
 		if r.Mode == policy.Off {
@@ -126,8 +145,8 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			continue
 		}
 		st := policy.SchemeStep(r.Scheme, w)
-		if st.Kind != policy.StepOther && st.Kind != policy.StepInsert && st.ID.Type == bson.TypeString && !g.exactStrings(ctx, w) {
-			st = policy.Step{Why: "its string _id may match other documents under the collation in force; use the simple collation"}
+		if st.Kind != policy.StepOther && st.Kind != policy.StepInsert && (st.ID.Type == bson.TypeString || st.Holder.Type == bson.TypeString) && !g.exactStrings(ctx, w) {
+			st = policy.Step{Why: "its string _id or holder value may match other values under the collation in force; use the simple collation"}
 		}
 		var ids []docid.ID
 		if st.ID.Type != 0 {
@@ -167,11 +186,25 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 				ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
 				continue
 			}
-			o, mirrored, ok := g.schemeHolder(ctx, v, req, r, w, st, ids)
+			if st.ByIdentity {
+				if op, ok := g.schemeIdentityWrite(ctx, v, req, r, w, st, ids); ok {
+					ops = append(ops, op)
+				}
+				continue
+			}
+			o, mirrored, ok := g.schemeHolder(ctx, v, req, r, w, st, ids, &temps)
 			if ok && mirrored && st.Ends {
-				ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
+				ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o, holder: st.Holder})
 			}
 		}
+	}
+	if len(ops) > 0 && ops[0].step.Kind == policy.StepAcquire && ops[0].rule.Scheme.Type != config.SchemeLockCollection &&
+		req.Command != nil && inTransaction(req.Command.Body) {
+		// lockgate reads the document back to see whether the acquire
+		// took the lock, and a transaction's writes are invisible to
+		// that read until the commit.
+		v.add(ops[0].rule, ops[0].write, reasonSchemeNotFollowed, nil, fmt.Sprintf("it takes a %s lock inside a transaction; take scheme locks outside transactions", ops[0].rule.Scheme.Type))
+		ops = nil
 	}
 	if len(ops) > 0 && (len(writes) > 1 || req.Command == nil || req.Command.MoreToCome) {
 		w := ops[0].write
@@ -199,7 +232,31 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 // A flag write carries no holder value: the mirror is the only check.
 // mirrored reports whether the writer holds the mirror lock (a release
 // must then drop it).
-func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (o lockstore.Owner, mirrored, ok bool) {
+func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (o lockstore.Owner, mirrored, ok bool) {
+	return g.schemeHolderFrom(ctx, v, req, r, w, st, ids, temps, true)
+}
+
+// schemeTemp is a mirror schemeHolder took for one write in flight.
+type schemeTemp struct {
+	owner lockstore.Owner
+	ns    string
+	ids   []docid.ID
+}
+
+// dropTemps releases the mirrors taken for the writes of a command that
+// was refused after all: none of them is in flight.
+func (g *Guard) dropTemps(ctx context.Context, temps []schemeTemp) {
+	for _, t := range temps {
+		if _, err := g.opts.Store.Release(ctx, t.owner, t.ns, t.ids, ""); err != nil {
+			g.log.Warn("releasing the scheme lock of a refused write failed; it expires with its lease", zap.String("ns", t.ns), zap.Error(err))
+		}
+	}
+}
+
+// schemeHolderFrom is schemeHolder; read says whether a mirror nobody
+// holds is to be checked against the document first (once: after the
+// document's lock is adopted the mirror is the state).
+func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp, read bool) (o lockstore.Owner, mirrored, ok bool) {
 	o, ok = g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
@@ -207,15 +264,17 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 	}
 	store := g.opts.Store
 	mns := r.Scheme.MirrorNS(w.NS)
-	held, _, err := store.Holds(ctx, o, mns, ids, r.LeaseMargin)
-	if err != nil {
+	unavailable := func(err error) (lockstore.Owner, bool, bool) {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
 		return o, false, false
 	}
+	held, _, err := store.Holds(ctx, o, mns, ids, r.LeaseMargin)
+	if err != nil {
+		return unavailable(err)
+	}
 	lease := schemeLease(r.Scheme, st)
 	if held {
-		v.check(w.NS, ids)
 		renew := st.Renew
 		if r.Scheme.Type == config.SchemeFlag && !st.Ends {
 			// A flag has no lease of its own: the holder's writes keep
@@ -224,17 +283,19 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 			renew = !half
 		}
 		if renew && !st.Ends {
-			if _, err := store.Renew(ctx, o, mns, ids, lease); err != nil {
-				g.log.Debug("scheme lock renewal failed", zap.String("ns", w.NS), zap.Error(err))
+			if !g.schemeRenew(ctx, v, r, w, o, ids, lease) {
+				return o, false, false
 			}
 		}
+		v.check(w.NS, ids)
 		return o, true, true
 	}
 	sts, err := store.Status(ctx, o, mns, ids)
-	if err != nil || len(sts) != 1 {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
-			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
-		return o, false, false
+	if err == nil && len(sts) != 1 {
+		err = fmt.Errorf("%d statuses for one lock", len(sts))
+	}
+	if err != nil {
+		return unavailable(err)
 	}
 	s := sts[0]
 	switch {
@@ -259,9 +320,10 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 		// in their own filter, so they may go on until the mirror ends;
 		// a lockCollection data write has no such check.
 		if r.Scheme.Type == config.SchemeFlag || st.Renew {
-			if _, err := store.Renew(ctx, o, mns, ids, lease); err == nil {
-				return o, true, true
+			if !g.schemeRenew(ctx, v, r, w, o, ids, lease) {
+				return o, false, false
 			}
+			return o, true, true
 		} else if !r.Scheme.IdentityHolder() {
 			return o, true, true
 		}
@@ -269,28 +331,65 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 			detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %v left; %s", r.Scheme.Type, w.NS, ids[0].String(), r.LeaseMargin, schemeAdvice(r.Scheme))})
 		return o, false, false
 	}
+	// The mirror holds nothing. The document may still show a live lock
+	// (taken before lockgate ran, or outliving its mirror): that lock is
+	// the state, adopted into the mirror before anything is decided.
+	if read && !r.Scheme.IdentityHolder() {
+		d, err := g.readDocLock(ctx, r.Scheme, w.NS, ids[0])
+		if err != nil {
+			return unavailable(err)
+		}
+		if err := g.schemeAdopt(ctx, req, r, w.NS, ids[0], d); err != nil {
+			var un *errUnmirrorable
+			if !errors.As(err, &un) {
+				return unavailable(err)
+			}
+			if !sameHolder(d.holder, st.Holder) {
+				v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotFollowed, ids: ids,
+					detail: fmt.Sprintf("under the %s locking scheme of %s %s, and this write does not name its holder", r.Scheme.Type, w.NS, un.why)})
+				return o, false, false
+			}
+			// The holder itself, of a lock the database checks in the
+			// write's own filter: on, under a mirror for the write.
+		} else if d.live(time.Now()) {
+			return g.schemeHolderFrom(ctx, v, req, r, w, st, ids, temps, false)
+		}
+	}
 	// Nobody holds the mirror, as far as a read can tell (a read may lag
 	// an acquire by milliseconds, so it is no permission by itself):
 	//   - a holder-field write whose lock expired and was not taken over
 	//     lands on the database (its filter still names the holder the
 	//     document has), so it goes on;
-	//   - clearing a flag, deleting a lock record, or releasing an
-	//     expired holder-field lock is the recovery of an abandoned lock,
-	//     which the scheme leaves to whoever notices (or to a TTL index).
+	//   - clearing a flag (a write that changes nothing else), deleting a
+	//     lock record, or releasing an expired holder-field lock is the
+	//     recovery of an abandoned lock, which the scheme leaves to
+	//     whoever notices (or to a TTL index).
 	// Each runs under a mirror taken now, atomically, just long enough
 	// for the write in flight: an acquire arriving meanwhile neither
 	// races it (conditional writes are not atomic everywhere) nor is
 	// undone by it, and a takeover waits at most policy.leaseMarginMS.
 	recovery := st.Ends && (!st.Delete || !r.Scheme.IdentityHolder())
+	if r.Scheme.Type == config.SchemeFlag {
+		recovery = st.Ends && !st.Touches
+	}
 	if !r.Scheme.IdentityHolder() || recovery {
 		short := r.LeaseMargin
 		if short < 100*time.Millisecond {
 			short = 100 * time.Millisecond
 		}
+		if st.Renew && !st.Ends && !r.Scheme.IdentityHolder() {
+			// The write renews the document's lock: the mirror lives
+			// as long.
+			short = lease
+		}
 		_, err := store.Acquire(ctx, o, mns, ids, short, 0)
 		switch {
 		case err == nil:
+			*temps = append(*temps, schemeTemp{owner: o, ns: mns, ids: ids})
 			return o, true, true
+		case errors.Is(err, lockstore.ErrInvalidLease):
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotFollowed, ids: ids,
+				detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %v, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, short.Round(time.Second), schemeAdvice(r.Scheme))})
 		case errors.Is(err, lockstore.ErrBusy):
 			if !r.Scheme.IdentityHolder() {
 				// Taken over: the database's answer is "nothing matched".
@@ -299,20 +398,49 @@ func (g *Guard) schemeHolder(ctx context.Context, v *verdict, req *proxy.Request
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
 				detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has just been taken by another holder; %s", r.Scheme.Type, w.NS, ids[0].String(), schemeAdvice(r.Scheme))})
 		default:
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
-				detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
+			return unavailable(err)
 		}
 		return o, false, false
 	}
+	why := fmt.Sprintf("this client does not hold the lock on _id %s (or its lease of %v ran out)", ids[0].String(), r.Scheme.Lease)
+	if r.Scheme.Type == config.SchemeFlag && st.Ends {
+		why = fmt.Sprintf("nobody holds the lock on _id %s, and clearing its flag may change nothing else", ids[0].String())
+	}
 	v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
-		detail: fmt.Sprintf("under the %s locking scheme of %s this client does not hold the lock on _id %s (or its lease of %v ran out); %s", r.Scheme.Type, w.NS, ids[0].String(), r.Scheme.Lease, schemeAdvice(r.Scheme))})
+		detail: fmt.Sprintf("under the %s locking scheme of %s %s; %s", r.Scheme.Type, w.NS, why, schemeAdvice(r.Scheme))})
 	return o, false, false
 }
 
-// schemeRun runs an acquire, or a release of a mirrored lock, on the
-// client's own upstream connection and answers with the upstream's reply:
-// the application sees exactly what the database said, and the mirror
-// follows what the database did.
+// schemeRenew moves the end of o's mirror of ids to lease from now, for a
+// write that moves the lock's own time; a renewal the lock store refuses
+// refuses the write, which would leave the document's lock outliving its
+// mirror.
+func (g *Guard) schemeRenew(ctx context.Context, v *verdict, r policy.Rule, w policy.Write, o lockstore.Owner, ids []docid.ID, lease time.Duration) bool {
+	_, err := g.opts.Store.Renew(ctx, o, r.Scheme.MirrorNS(w.NS), ids, lease)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, lockstore.ErrInvalidLease):
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotFollowed, ids: ids,
+			detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %v, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, lease.Round(time.Second), schemeAdvice(r.Scheme))})
+	default:
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the lock store cannot renew the scheme lock (%v), so the write is refused (fail closed)", err)})
+	}
+	return false
+}
+
+// sameHolder reports whether holder values a and b are the same value.
+func sameHolder(a, b bsoncore.Value) bool {
+	return a.Type == b.Type && bytes.Equal(a.Data, b.Data)
+}
+
+// schemeRun runs an acquire, or a release of a mirrored lock, or a
+// lockDocument write that names no holder, on the client's own upstream
+// connection and answers with the upstream's reply: the application sees
+// exactly what the database said, and the mirror follows what the
+// database shows it did (the document's lock fields read back), never a
+// modified count alone.
 func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, st, r := op.write, op.step, op.rule
 	if r.Scheme.LockSide {
@@ -330,19 +458,32 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 	defer unlock()
 	store := g.opts.Store
 	body, err := statementBody(req.Command, w)
+	clause := op.clause
+	if err == nil && st.Kind == policy.StepAcquire && r.Scheme.Type != config.SchemeLockCollection {
+		// The database itself refuses a steal, whatever the mirror says.
+		clause = r.Scheme.FreeCondition(time.Now())
+	}
+	if err == nil && clause != nil && r.Mode == policy.Enforce {
+		// An audited namespace's writes go as they came.
+		body, err = policy.JoinFilter(body, w, clause)
+	}
 	if err != nil {
 		v.add(r, w, reasonUnclassifiable, ids, fmt.Sprintf("the proxy cannot run its %s step on its own (%v)", r.Scheme.Type, err))
 		return g.decide(req, pol, v, start)
 	}
-	if st.Kind == policy.StepHolder { // a release
+	docScheme := r.Scheme.Type != config.SchemeLockCollection
+	if st.Kind == policy.StepHolder { // a release, or a write that names no holder
 		reply, err := req.Ask(ctx, body)
 		if err != nil {
 			// Whether it was written is unknown: the mirror stays and
 			// expires with its lease; the driver sees a network error.
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
 		}
-		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
-			g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
+		if st.Ends && (!docScheme || g.released(ctx, r, w, id, op.holder)) {
+			if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
+				g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
+			}
+			g.schemes.holdings().Remove(mns + "\x00" + id.Key())
 		}
 		v.check(w.NS, ids)
 		g.record(req, pol, v, nil, time.Since(start))
@@ -363,9 +504,32 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 			return g.schemeBusy(req, pol, v, r, w, st, start)
 		}
 	}
-	if _, err := store.Acquire(ctx, op.owner, mns, ids, schemeLease(r.Scheme, st), 0); err != nil {
-		if errors.Is(err, lockstore.ErrBusy) {
+	if docScheme && r.Scheme.Type != config.SchemeFlag {
+		// A live lock the document shows and no mirror holds is the
+		// state: adopted, it makes this acquire "busy".
+		d, err := g.readDocLock(ctx, r.Scheme, w.NS, id)
+		if err == nil {
+			err = g.schemeAdopt(ctx, req, r, w.NS, id, d)
+		}
+		var un *errUnmirrorable
+		switch {
+		case errors.As(err, &un):
+			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s %s; nothing was written", r.Scheme.Type, w.NS, un.why))
+			return g.decide(req, pol, v, start)
+		case err != nil:
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
+				detail: fmt.Sprintf("the proxy cannot read the document's lock (%v); nothing was written", err)})
+			return g.decide(req, pol, v, start)
+		}
+	}
+	locks, err := store.Acquire(ctx, op.owner, mns, ids, schemeLease(r.Scheme, st), 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, lockstore.ErrBusy):
 			return g.schemeBusy(req, pol, v, r, w, st, start)
+		case errors.Is(err, lockstore.ErrInvalidLease):
+			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s the lock it takes would last %v, longer than lockstore.maxLeaseMS allows; nothing was written", r.Scheme.Type, w.NS, schemeLease(r.Scheme, st).Round(time.Second)))
+			return g.decide(req, pol, v, start)
 		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
 			detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
@@ -378,15 +542,91 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 		// could let two holders in.
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 	}
-	if !acquired(reply, w) {
+	taken := acquired(reply, w)
+	if docScheme {
+		taken = g.taken(ctx, r, w, id, st.Holder, taken)
+	}
+	if !taken {
 		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
 			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
 		}
 	} else {
+		if r.Scheme.Type == config.SchemeLockDocument && len(locks) == 1 {
+			c := g.schemeClient(req)
+			g.schemes.holdings().Add(mns+"\x00"+id.Key(), schemeHolding{session: c.Session, bind: c.Bind,
+				holder: bsoncore.Value{Type: st.Holder.Type, Data: append([]byte(nil), st.Holder.Data...)}, token: locks[0].Token})
+		}
 		v.check(w.NS, ids)
 	}
 	g.record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
+}
+
+// taken reads back whether an acquire of holder took the document's lock:
+// the document shows that holder (flag: the reply says it matched, and the
+// flag is set). A failed read keeps the mirror, the stricter guess.
+func (g *Guard) taken(ctx context.Context, r policy.Rule, w policy.Write, id docid.ID, holder bsoncore.Value, replied bool) bool {
+	if r.Scheme.Type == config.SchemeFlag && !replied {
+		return false
+	}
+	d, err := g.readDocLock(ctx, r.Scheme, w.NS, id)
+	if err != nil {
+		g.log.Warn("reading back a scheme acquire failed; the mirror stays until its lease ends", zap.String("ns", w.NS), zap.Error(err))
+		return true
+	}
+	if r.Scheme.Type == config.SchemeFlag {
+		return d.holder.Type != 0
+	}
+	return sameHolder(d.holder, holder)
+}
+
+// released reads back whether a release freed the document's lock: the
+// document is gone or no longer shows the holder (flag: the flag set). A
+// failed read keeps the mirror.
+func (g *Guard) released(ctx context.Context, r policy.Rule, w policy.Write, id docid.ID, holder bsoncore.Value) bool {
+	d, err := g.readDocLock(ctx, r.Scheme, w.NS, id)
+	if err != nil {
+		g.log.Warn("reading back a scheme release failed; the mirror stays until its lease ends", zap.String("ns", w.NS), zap.Error(err))
+		return false
+	}
+	if r.Scheme.Type == config.SchemeFlag || holder.Type == 0 {
+		return d.holder.Type == 0
+	}
+	return !sameHolder(d.holder, holder)
+}
+
+// schemeIdentityWrite checks a lockDocument write that names no holder
+// value: it is the holder's only from the client identity this proxy saw
+// take the lock that the mirror still holds. It is then run by the proxy
+// with that holder value added to its filter, so that the database
+// refuses it too if the document's lock is no longer that one.
+func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
+	mns := r.Scheme.MirrorNS(w.NS)
+	h, known := g.schemes.holdings().Get(mns + "\x00" + ids[0].Key())
+	known = known && h.sameIdentity(g.schemeClient(req))
+	if known {
+		o, _ := g.schemeOwner(req, w.NS, r.Scheme, h.holder)
+		sts, err := g.opts.Store.Status(ctx, o, mns, ids)
+		if err != nil {
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+				detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
+			return schemeOp{}, false
+		}
+		if len(sts) == 1 && sts[0].HeldByYou && sts[0].Token == h.token {
+			if st.Renew && !st.Ends && !g.schemeRenew(ctx, v, r, w, o, ids, schemeLease(r.Scheme, st)) {
+				return schemeOp{}, false
+			}
+			st.Holder = h.holder
+			v.check(w.NS, ids)
+			return schemeOp{rule: r, write: w, step: st, owner: o, holder: h.holder, clause: r.Scheme.HolderCondition(h.holder)}, true
+		}
+	}
+	if !known {
+		v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("it does not follow the %s locking scheme of %s: it names no holder (%s: <holder> in its filter), and this client did not take the lock on _id %s through this proxy; %s", r.Scheme.Type, w.NS, r.Scheme.HolderPath, ids[0].String(), schemeAdvice(r.Scheme)))
+		return schemeOp{}, false
+	}
+	v.add(r, w, reasonSchemeNotHolder, ids, fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s, which this write does not name, is no longer held; %s", r.Scheme.Type, w.NS, ids[0].String(), schemeAdvice(r.Scheme)))
+	return schemeOp{}, false
 }
 
 // schemeBusy answers an acquire of a lock someone else holds with the
@@ -525,6 +765,14 @@ func (g *Guard) schemeOwner(req *proxy.Request, ns string, s policy.Scheme, hold
 		}
 		return g.owner(req, sid, ""), true
 	}
+	return g.schemeClient(req), true
+}
+
+// schemeClient is the client identity of a request (holder: client): its
+// application name, host and user, through this proxy.
+func (g *Guard) schemeClient(req *proxy.Request) lockstore.Owner {
+	c := req.Client
+	o := lockstore.Owner{App: c.AppName(), Client: c.Addr, User: c.User()}
 	host := c.Addr
 	if a, ok := c.RemoteAddr.(*net.TCPAddr); ok {
 		host = a.IP.String()
@@ -535,19 +783,25 @@ func (g *Guard) schemeOwner(req *proxy.Request, ns string, s policy.Scheme, hold
 	// One application process is one owner per proxy: two proxies that
 	// see the same identity must not both be granted the same flag.
 	o.Bind = g.schemes.instanceBind(g.owners)
-	return o, true
+	return o
 }
 
-// schemeLease is how long the mirror lives after an acquire or renew.
+// schemeLease is how long the mirror lives after an acquire or renew: as
+// long as the document's lock will, by the proxy's clock.
 func schemeLease(s policy.Scheme, st policy.Step) time.Duration {
-	if s.Type == config.SchemeLockDocument && !st.Expires.IsZero() {
-		d := time.Until(st.Expires)
-		if d < time.Second {
-			d = time.Second
-		}
-		return d
+	var d time.Duration
+	switch {
+	case s.Type == config.SchemeLockDocument && !st.Expires.IsZero():
+		d = time.Until(st.Expires)
+	case s.Type == config.SchemeHolderFields && !st.LockTime.IsZero():
+		d = time.Until(st.LockTime.Add(s.Lease))
+	default:
+		return s.Lease
 	}
-	return s.Lease
+	if d < time.Second {
+		d = time.Second
+	}
+	return d
 }
 
 // schemeAdvice says how a writer follows the scheme.

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,6 +127,19 @@ type Step struct {
 	// ReleaseAll: a delete of every lock record whose holder id (Aid) is
 	// Holder (lockCollection).
 	ReleaseAll bool
+	// Touches: on a document that exists, the write changes something
+	// besides the lock's own fields (a replacement or a delete always
+	// does).
+	Touches bool
+	// Replace: the update is a whole-document replacement.
+	Replace bool
+	// ByIdentity: a lockDocument write that names no holder value; it is
+	// the holder's only from the client identity that took the lock.
+	ByIdentity bool
+	// LockTime is the date a holderFields write sets its time field to;
+	// TimeNow that it stamps it with the server's date ($currentDate).
+	LockTime time.Time
+	TimeNow  bool
 }
 
 // fieldState is what an update does to one field path.
@@ -135,10 +150,14 @@ const (
 	setTo                // set to a value (held, unless null)
 	removed              // unset, or set to null
 	unknown              // changed in a way that cannot be read as set or unset
+	stamped              // set to the server's current date ($currentDate)
 )
 
 // SchemeStep reads write w under scheme s. It never guesses: whatever is
-// not plainly one of the scheme's steps is StepOther.
+// not plainly one of the scheme's steps is StepOther. It reads what the
+// write does to a document that exists (where $setOnInsert sets nothing)
+// and, for an upsert, to the document it would insert; the lock's state
+// (who holds it, whether the document shows it live) is the guard's.
 func SchemeStep(s Scheme, w Write) Step {
 	if s.Type == config.SchemeLockCollection {
 		return lockCollectionStep(s, w)
@@ -159,73 +178,147 @@ func SchemeStep(s Scheme, w Write) Step {
 		return Step{Why: "under a locking scheme every write must name exactly one _id in its filter"}
 	}
 	step := Step{ID: ids[0]}
-	fv, inFilter := filterEq(w.Filter, s.HolderPath)
-	holderInFilter := inFilter && held(s, fv)
-	if w.Kind == KindDelete || w.Remove {
-		step.Ends, step.Delete = true, true
-		if s.Type != config.SchemeFlag && !holderInFilter {
-			return Step{Why: "a delete must name the holder: " + s.HolderPath + " in its filter"}
+	var fv bsoncore.Value
+	holderInFilter := false
+	if s.Type != config.SchemeFlag {
+		v, inFilter := filterEq(w.Filter, s.HolderPath)
+		if inFilter && held(s, v) {
+			if !exactValue(v) {
+				return Step{Why: "the holder value in its filter (" + s.HolderPath + ") must be one exact value, not a regular expression or an array"}
+			}
+			fv, holderInFilter = v, true
 		}
+	}
+	if w.Kind == KindDelete || w.Remove {
+		step.Ends, step.Delete, step.Touches = true, true, true
 		step.Kind, step.Holder = StepHolder, fv
+		if s.Type != config.SchemeFlag && !holderInFilter {
+			if s.Type != config.SchemeLockDocument {
+				return Step{Why: "a delete must name the holder: " + s.HolderPath + " in its filter"}
+			}
+			step.ByIdentity = true
+		}
 		return step
 	}
 	if w.Update.Type != bson.TypeEmbeddedDocument {
 		return Step{Why: "a pipeline update cannot be read as a step of the scheme; use update operators"}
 	}
 	u := w.Update.Document()
-	nv, st := updatePath(u, s.HolderPath)
+	step.Replace = isReplacement(u)
+	step.Touches = step.Replace || touchesOther(s, u)
+	nv, st := updatePath(u, s.HolderPath, false)
 	if st == untouched && s.Type == config.SchemeLockDocument {
 		// The sub-document as a whole: {$set: {Lock: null}} or $unset.
-		if _, rs := updatePath(u, s.LockPath); rs == removed {
+		if _, rs := updatePath(u, s.LockPath, false); rs == removed {
 			st = removed
 		}
 	}
-	if st == unknown {
+	switch {
+	case st == unknown || st == stamped:
 		return Step{Why: "it changes " + s.HolderPath + " other than by $set or $unset"}
+	case st == setTo && !exactValue(nv):
+		return Step{Why: "it sets " + s.HolderPath + " to a regular expression or an array, which no filter names exactly"}
 	}
 	if s.Type == config.SchemeFlag {
-		switch {
-		case st == setTo && held(s, nv):
-			step.Kind = StepAcquire
-		case st == setTo || st == removed:
-			step.Kind, step.Ends = StepHolder, true
-		default:
-			step.Kind = StepHolder
+		return flagStep(s, w, step, nv, st)
+	}
+	if st == setTo && !(holderInFilter && sameValue(fv, nv)) {
+		// A new holder: an acquire, if that is all the write does.
+		if step.Touches {
+			return Step{Why: "an acquire sets the lock's fields and nothing else (take the lock, then write as its holder)"}
 		}
+		if w.Upsert {
+			if iv, ist := insertedPath(s, w, s.HolderPath); ist != setTo || !sameValue(iv, nv) {
+				return Step{Why: "an upsert that takes the lock must create the document locked by the holder it sets"}
+			}
+		}
+		step.Kind, step.Holder = StepAcquire, nv
+		if why := leaseOf(s, u, &step); why != "" {
+			return Step{Why: why}
+		}
+		if !step.Renew {
+			return Step{Why: "an acquire must set " + s.leasePath() + " to a date, or the lock would never expire"}
+		}
+		step.Renew = false
 		return step
 	}
-	newHolder := st == setTo && held(s, nv)
-	switch {
-	case newHolder && !(holderInFilter && sameValue(fv, nv)):
-		step.Kind, step.Holder = StepAcquire, nv
-		step.Expires = expiry(s, u)
-		return step
-	case !holderInFilter:
-		return Step{Why: "it names no holder: a write must carry " + s.HolderPath + ": <holder> in its filter, or take the lock the scheme's way"}
+	if !holderInFilter {
+		if s.Type != config.SchemeLockDocument {
+			return Step{Why: "it names no holder: a write must carry " + s.HolderPath + ": <holder> in its filter, or take the lock the scheme's way"}
+		}
+		// Tharga.MongoDB abandons its lock by _id alone: the holder's
+		// write only from the client that took the lock.
+		step.ByIdentity = true
+	}
+	if w.Upsert {
+		return Step{Why: "an upsert of a holder's write could create a locked document that no lock covers; write without upsert"}
 	}
 	step.Kind, step.Holder = StepHolder, fv
-	step.Ends = st == removed || (st == setTo && !held(s, nv))
-	switch {
-	case s.TimePath != "":
-		_, ts := updatePath(u, s.TimePath)
-		step.Renew = ts == setTo
-	case s.ExpiresPath != "":
-		step.Expires = expiry(s, u)
-		step.Renew = !step.Expires.IsZero()
+	step.Ends = st == removed
+	if !step.Ends {
+		if why := leaseOf(s, u, &step); why != "" {
+			return Step{Why: why}
+		}
 	}
 	return step
 }
 
-// expiry is the lockDocument expiry an update sets, zero if none.
-func expiry(s Scheme, u bsoncore.Document) time.Time {
-	if s.ExpiresPath == "" {
-		return time.Time{}
+// flagStep reads an update under flag: setting the flag and nothing else
+// is an acquire; anything else is the holder's, and clears the flag if it
+// ends up other than true.
+func flagStep(s Scheme, w Write, step Step, nv bsoncore.Value, st fieldState) Step {
+	if st == setTo && nv.Type != bson.TypeBoolean {
+		return Step{Why: "it sets the flag " + s.LockPath + " to a value that is not a boolean"}
 	}
-	v, st := updatePath(u, s.ExpiresPath)
-	if st != setTo || v.Type != bson.TypeDateTime {
-		return time.Time{}
+	step.Kind = StepHolder
+	switch {
+	case st == setTo && nv.Boolean() && !step.Touches:
+		step.Kind = StepAcquire
+	case st == removed || st == setTo && !nv.Boolean():
+		step.Ends = true
 	}
-	return time.UnixMilli(v.DateTime()).UTC()
+	if w.Upsert && step.Kind != StepAcquire {
+		if iv, ist := insertedPath(s, w, s.LockPath); ist == unknown || ist == stamped || ist == setTo && held(s, iv) {
+			return Step{Why: "an upsert that is not the acquire could create a document with the flag set that no lock covers"}
+		}
+	}
+	return step
+}
+
+// leaseOf reads what update u does to the lock's time (holderFields'
+// time field, lockDocument's expiry) into step: Renew with LockTime,
+// TimeNow or Expires when it sets one; why when it does so in a way the
+// mirror cannot follow.
+func leaseOf(s Scheme, u bsoncore.Document, step *Step) (why string) {
+	p := s.leasePath()
+	v, st := updatePath(u, p, false)
+	switch {
+	case st == untouched:
+	case st == stamped && s.TimePath != "":
+		step.Renew, step.TimeNow = true, true
+	case st == setTo && v.Type == bson.TypeDateTime:
+		step.Renew = true
+		at := time.UnixMilli(v.DateTime()).UTC()
+		if s.TimePath != "" {
+			step.LockTime = at
+		} else {
+			step.Expires = at
+		}
+	case st == removed:
+		return "it removes " + p + " while the lock stays, so the lock would never expire"
+	default:
+		return p + " must be a date (a BSON date" + map[bool]string{true: ", or $currentDate", false: ""}[s.TimePath != ""] + ")"
+	}
+	return ""
+}
+
+// leasePath is the field that times the lock: holderFields' time field,
+// lockDocument's expiry.
+func (s Scheme) leasePath() string {
+	if s.TimePath != "" {
+		return s.TimePath
+	}
+	return s.ExpiresPath
 }
 
 // held reports whether v is a holding value of the scheme's holder field.
@@ -282,19 +375,28 @@ func filterEq(f bsoncore.Document, path string) (bsoncore.Value, bool) {
 	return bsoncore.Value{}, false
 }
 
-// updatePath says what update u (operators or a replacement) does to path.
-func updatePath(u bsoncore.Document, path string) (bsoncore.Value, fieldState) {
+// isReplacement reports whether update document u replaces the whole
+// document: its first key is no operator, or it is empty (which the
+// server reads as a replacement by nothing).
+func isReplacement(u bsoncore.Document) bool {
 	first, err := u.IndexErr(0)
-	if err != nil {
-		return bsoncore.Value{}, untouched
-	}
-	if !strings.HasPrefix(first.Key(), "$") {
+	return err != nil || !strings.HasPrefix(first.Key(), "$")
+}
+
+// updatePath says what update u (operators or a replacement) does to path
+// on a document that exists, or, inserting, on the document an upsert
+// creates: $setOnInsert applies only then.
+func updatePath(u bsoncore.Document, path string, inserting bool) (bsoncore.Value, fieldState) {
+	if isReplacement(u) {
 		return docPath(u, path)
 	}
 	elems, _ := u.Elements()
 	var val bsoncore.Value
 	state := untouched
 	for _, op := range elems {
+		if op.Key() == "$setOnInsert" && !inserting {
+			continue
+		}
 		fields, ok := op.Value().DocumentOK()
 		if !ok {
 			continue
@@ -314,6 +416,15 @@ func updatePath(u bsoncore.Document, path string) (bsoncore.Value, fieldState) {
 					}
 				case "$unset":
 					s = removed
+				case "$currentDate":
+					s = unknown
+					if b, ok := f.Value().BooleanOK(); ok && b {
+						s = stamped
+					} else if d, ok := f.Value().DocumentOK(); ok {
+						if t, ok := d.Lookup("$type").StringValueOK(); ok && t == "date" {
+							s = stamped
+						}
+					}
 				default:
 					s = unknown
 				}
@@ -362,4 +473,218 @@ func docPath(d bsoncore.Document, path string) (bsoncore.Value, fieldState) {
 func renamesOnto(to bsoncore.Value, path string) bool {
 	t, ok := to.StringValueOK()
 	return ok && (t == path || strings.HasPrefix(path, t+".") || strings.HasPrefix(t, path+"."))
+}
+
+// exactValue reports whether v, as a filter's value, matches one value
+// only: a regular expression matches many strings, and an array also
+// matches the arrays that contain it.
+func exactValue(v bsoncore.Value) bool {
+	switch v.Type {
+	case bson.TypeRegex, bson.TypeArray:
+		return false
+	}
+	return true
+}
+
+// mentions reports whether filter has a top-level condition (or one in a
+// top-level $and) on path, a parent of it or a part of it.
+func mentions(filter bsoncore.Document, path string) bool {
+	elems, err := filter.Elements()
+	if err != nil {
+		return true
+	}
+	for _, e := range elems {
+		k := e.Key()
+		if k == "$and" {
+			arr, ok := e.Value().ArrayOK()
+			if !ok {
+				return true
+			}
+			vals, _ := arr.Values()
+			for _, av := range vals {
+				if d, ok := av.DocumentOK(); !ok || mentions(d, path) {
+					return true
+				}
+			}
+			continue
+		}
+		if overlaps(k, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// overlaps reports whether field paths a and b are the same field or one
+// holds the other.
+func overlaps(a, b string) bool {
+	return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(b, a+".")
+}
+
+// lockPaths are the fields a scheme's lock is made of: what an acquire
+// may set, and nothing else.
+func (s Scheme) lockPaths() []string {
+	if s.Type == config.SchemeHolderFields {
+		return []string{s.HolderPath, s.TimePath}
+	}
+	return []string{s.LockPath}
+}
+
+// inLock reports whether field path k lies within the lock's fields (a
+// parent of one does not: setting it replaces its other fields too).
+func (s Scheme) inLock(k string) bool {
+	for _, p := range s.lockPaths() {
+		if k == p || strings.HasPrefix(k, p+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// touchesOther reports whether operator update u, on a document that
+// exists, may change a field outside the lock.
+func touchesOther(s Scheme, u bsoncore.Document) bool {
+	elems, err := u.Elements()
+	if err != nil {
+		return true
+	}
+	for _, op := range elems {
+		if op.Key() == "$setOnInsert" {
+			continue
+		}
+		fields, ok := op.Value().DocumentOK()
+		if !ok {
+			return true
+		}
+		fs, err := fields.Elements()
+		if err != nil {
+			return true
+		}
+		for _, f := range fs {
+			if !s.inLock(f.Key()) {
+				return true
+			}
+			if op.Key() == "$rename" {
+				if to, ok := f.Value().StringValueOK(); !ok || !s.inLock(to) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// insertedPath says what path holds in the document upsert w would
+// insert: a replacement is that document; otherwise the filter's
+// equalities, then $set and $setOnInsert. A filter condition on path
+// that is no plain equality makes it unknown.
+func insertedPath(s Scheme, w Write, path string) (bsoncore.Value, fieldState) {
+	u := w.Update.Document()
+	if isReplacement(u) {
+		return docPath(u, path)
+	}
+	if v, st := updatePath(u, path, true); st != untouched {
+		return v, st
+	}
+	parts := strings.Split(path, ".")
+	for i := len(parts); i > 0; i-- {
+		p := strings.Join(parts[:i], ".")
+		v, ok := filterEq(w.Filter, p)
+		if !ok {
+			continue
+		}
+		if i == len(parts) {
+			if !held(Scheme{}, v) {
+				return bsoncore.Value{}, removed
+			}
+			return v, setTo
+		}
+		if d, ok := v.DocumentOK(); ok {
+			return docPath(d, strings.Join(parts[i:], "."))
+		}
+		return bsoncore.Value{}, removed
+	}
+	if mentions(w.Filter, path) {
+		return bsoncore.Value{}, unknown
+	}
+	return bsoncore.Value{}, removed
+}
+
+// FreeCondition is the filter clause under which the database itself
+// finds the lock free or expired at now: an acquire forwarded with it
+// cannot take a lock the document shows live, whatever the mirror says.
+func (s Scheme) FreeCondition(now time.Time) bsoncore.Document {
+	b := bsoncore.NewDocumentBuilder()
+	switch s.Type {
+	case config.SchemeFlag:
+		return b.AppendDocument(s.LockPath, bsoncore.NewDocumentBuilder().AppendBoolean("$ne", true).Build()).Build()
+	case config.SchemeHolderFields:
+		now = now.Add(-s.Lease)
+	}
+	expired := bsoncore.NewDocumentBuilder().AppendDocument(s.leasePath(),
+		bsoncore.NewDocumentBuilder().AppendDateTime("$lt", now.UnixMilli()).Build()).Build()
+	free := bsoncore.NewDocumentBuilder().AppendNull(s.HolderPath).Build()
+	return b.AppendArray("$or", bsoncore.NewArrayBuilder().AppendDocument(free).AppendDocument(expired).Build()).Build()
+}
+
+// HolderCondition is the filter clause naming holder v exactly.
+func (s Scheme) HolderCondition(v bsoncore.Value) bsoncore.Document {
+	return bsoncore.NewDocumentBuilder().AppendDocument(s.HolderPath, bsoncore.NewDocumentBuilder().AppendValue("$eq", v).Build()).Build()
+}
+
+// ReadPaths are the top-level fields that hold a scheme's lock, to read
+// it from a document.
+func (s Scheme) ReadPaths() []string {
+	var out []string
+	for _, p := range s.lockPaths() {
+		root, _, _ := strings.Cut(p, ".")
+		if !slices.Contains(out, root) {
+			out = append(out, root)
+		}
+	}
+	return out
+}
+
+// JoinFilter returns body, one statement's command as the guard sends it
+// (findAndModify, or a one-element statement list), with clause ANDed
+// into the filter of statement w, the filter's own fields left in place
+// (see joinClause).
+func JoinFilter(body bsoncore.Document, w Write, clause bsoncore.Document) (bsoncore.Document, error) {
+	join := func(stmt bsoncore.Document, key string, add bool) (bsoncore.Document, error) {
+		orig := emptyDoc
+		if v, err := stmt.LookupErr(key); err == nil {
+			d, ok := v.DocumentOK()
+			if !ok {
+				return nil, fmt.Errorf("%s is not a document", key)
+			}
+			orig = d
+		} else if !add {
+			return nil, fmt.Errorf("the statement has no %s", key)
+		}
+		return replaceField(stmt, key, bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: joinClause(orig, clause)}, add)
+	}
+	if w.List == "" {
+		return join(body, "query", true)
+	}
+	arr, ok := body.Lookup(w.List).ArrayOK()
+	if !ok {
+		return nil, fmt.Errorf("no statement list %q", w.List)
+	}
+	vals, err := arr.Values()
+	if err != nil || len(vals) != 1 {
+		return nil, fmt.Errorf("statement list %q holds %d statements, not one", w.List, len(vals))
+	}
+	stmt, ok := vals[0].DocumentOK()
+	if !ok {
+		return nil, fmt.Errorf("statement %q[0] is not a document", w.List)
+	}
+	key := w.FilterKey
+	if key == "" {
+		key = "q"
+	}
+	stmt, err = join(stmt, key, false)
+	if err != nil {
+		return nil, err
+	}
+	return replaceField(body, w.List, bsoncore.Value{Type: bson.TypeArray, Data: buildArray([]bsoncore.Document{stmt})}, false)
 }

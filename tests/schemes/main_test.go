@@ -69,6 +69,11 @@ func rules() []config.NamespaceRule {
 		// Rollout: enforced for one application, audited for the rest.
 		{Match: "narrow.*", Mode: config.ModeEnforce, Scheme: fl, Clients: &config.Clients{AppNames: []string{"narrow-app"}}},
 		{Match: "narrowown.*", Mode: config.ModeEnforce, Clients: &config.Clients{AppNames: []string{"own-app"}}, OtherClients: config.ModeAudit},
+		// regress_test.go: a lease long enough to renew within, and
+		// Tharga.MongoDB's lock sub-document.
+		{Match: "regress_hf.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 3000}},
+		{Match: "regress_tharga.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockDocument,
+			Field: "Lock", ActorField: "Actor", ExpiresField: "ExpireTime", HolderField: "LockKey"}},
 	},
 		// The common libraries' presets (libs_test.go): lib_<library>.*.
 		libRules()...)

@@ -1,0 +1,191 @@
+package guard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/mongo/readpref"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// schemeReader reads the lock fields of one document with the proxy's own
+// authority (MongoResolver implements it): the state a scheme decision
+// starts from when the mirror holds nothing, and what the database shows
+// after an acquire or release.
+type schemeReader interface {
+	// LockFields returns the fields top of document id in ns (only them),
+	// and whether the document exists.
+	LockFields(ctx context.Context, ns string, id docid.ID, top []string) (bsoncore.Document, bool, error)
+}
+
+var _ schemeReader = (*MongoResolver)(nil)
+
+// LockFields implements schemeReader with one find on the primary.
+func (r *MongoResolver) LockFields(ctx context.Context, ns string, id docid.ID, top []string) (bsoncore.Document, bool, error) {
+	db, coll := splitNS(ns)
+	proj := bson.D{{Key: "_id", Value: 1}}
+	for _, f := range top {
+		proj = append(proj, bson.E{Key: f, Value: 1})
+	}
+	cur, err := r.client.Database(db).RunCommandCursor(ctx, bson.D{
+		{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
+		{Key: "projection", Value: proj}, {Key: "limit", Value: int64(1)}, {Key: "singleBatch", Value: true},
+	}, options.RunCmd().SetReadPreference(readpref.Primary()))
+	if err != nil {
+		return nil, false, fmt.Errorf("reading the lock fields of %s: %w", ns, err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	if !cur.Next(ctx) {
+		if err := cur.Err(); err != nil {
+			return nil, false, fmt.Errorf("reading the lock fields of %s: %w", ns, err)
+		}
+		return nil, false, nil
+	}
+	return bsoncore.Document(append([]byte(nil), cur.Current...)), true, nil
+}
+
+// docLock is the lock a document shows.
+type docLock struct {
+	exists bool
+	// holder is the holder value the document shows (flag: true), zero
+	// when it shows none.
+	holder bsoncore.Value
+	// ends is when the document's lock expires (holderFields: its time
+	// plus the lease; lockDocument: its expiry); zero for a flag.
+	ends time.Time
+	// bad says why the lock cannot be mirrored ("" when it can).
+	bad string
+}
+
+// live reports whether the document shows a lock that has not expired at
+// now (a lock that cannot be mirrored counts as live: nobody may take it).
+func (d docLock) live(now time.Time) bool {
+	return d.holder.Type != 0 && (d.bad != "" || d.ends.IsZero() || d.ends.After(now))
+}
+
+// readDocLock reads the lock document id of ns shows under scheme s.
+func (g *Guard) readDocLock(ctx context.Context, s policy.Scheme, ns string, id docid.ID) (docLock, error) {
+	rd, ok := g.opts.Resolver.(schemeReader)
+	if !ok {
+		return docLock{}, errors.New("the proxy has no client of its own to read the document's lock with")
+	}
+	doc, found, err := rd.LockFields(ctx, ns, id, s.ReadPaths())
+	if err != nil || !found {
+		return docLock{}, err
+	}
+	return lockOf(s, doc), nil
+}
+
+// lockOf reads the lock doc shows under scheme s.
+func lockOf(s policy.Scheme, doc bsoncore.Document) docLock {
+	d := docLock{exists: true}
+	if s.Type == config.SchemeLockDocument {
+		v, err := doc.LookupErr(s.LockPath)
+		if err == nil && v.Type != bson.TypeNull && v.Type != bson.TypeEmbeddedDocument {
+			d.holder = v
+			d.bad = fmt.Sprintf("%s is a %s, not a document", s.LockPath, v.Type)
+			return d
+		}
+	}
+	v, err := doc.LookupErr(pathOf(s.HolderPath)...)
+	if err != nil || v.Type == bson.TypeNull || v.Type == bson.TypeUndefined {
+		return d
+	}
+	if s.Type == config.SchemeFlag {
+		if b, ok := v.BooleanOK(); ok && b {
+			d.holder = v
+		}
+		return d
+	}
+	d.holder = bsoncore.Value{Type: v.Type, Data: append([]byte(nil), v.Data...)}
+	if v.Type == bson.TypeArray || v.Type == bson.TypeRegex {
+		d.bad = fmt.Sprintf("its holder %s is a %s, which no filter names exactly", s.HolderPath, v.Type)
+		return d
+	}
+	lp := s.TimePath
+	if lp == "" {
+		lp = s.ExpiresPath
+	}
+	t, err := doc.LookupErr(pathOf(lp)...)
+	switch {
+	case err != nil || t.Type == bson.TypeNull:
+		d.bad = fmt.Sprintf("%s is missing, so the lock never expires", lp)
+	case t.Type != bson.TypeDateTime:
+		d.bad = fmt.Sprintf("%s is a %s, not a date", lp, t.Type)
+	default:
+		d.ends = time.UnixMilli(t.DateTime())
+		if s.TimePath != "" {
+			d.ends = d.ends.Add(s.Lease)
+		}
+	}
+	return d
+}
+
+func pathOf(p string) []string { return strings.Split(p, ".") }
+
+// errUnmirrorable: the document shows a lock lockgate cannot mirror.
+type errUnmirrorable struct{ why string }
+
+func (e *errUnmirrorable) Error() string { return e.why }
+
+// schemeAdopt makes the mirror at least as strict as document lock d: a
+// live lock the document shows is taken into the mirror for its holder
+// until the document's own end. Someone else holding the mirror already is
+// no error (the mirror is the stricter then). A lock that cannot be
+// mirrored is an *errUnmirrorable.
+func (g *Guard) schemeAdopt(ctx context.Context, req *proxy.Request, r policy.Rule, ns string, id docid.ID, d docLock) error {
+	now := time.Now()
+	if !d.live(now) || r.Scheme.Type == config.SchemeFlag {
+		return nil
+	}
+	if d.bad != "" {
+		return &errUnmirrorable{why: "the document's lock cannot be mirrored: " + d.bad}
+	}
+	o, _ := g.schemeOwner(req, ns, r.Scheme, d.holder)
+	// Whoever took the lock, it was not this request's client.
+	o.App, o.Client, o.User = "(lock adopted from the document)", "", ""
+	_, err := g.opts.Store.Acquire(ctx, o, r.Scheme.MirrorNS(ns), []docid.ID{id}, d.ends.Sub(now), 0)
+	switch {
+	case err == nil, errors.Is(err, lockstore.ErrBusy):
+		return nil
+	case errors.Is(err, lockstore.ErrInvalidLease):
+		return &errUnmirrorable{why: fmt.Sprintf("the document's lock ends at %s, later than lockstore.maxLeaseMS allows", d.ends.UTC().Format(time.RFC3339))}
+	}
+	return err
+}
+
+// schemeHolding is what this proxy keeps of a lockDocument lock it saw
+// taken: the client identity that took it and the holder value, so that
+// the writes of that client which name no holder (Tharga.MongoDB's
+// abandon by _id) can be bound to the lock.
+type schemeHolding struct {
+	session []byte
+	bind    string
+	holder  bsoncore.Value
+	token   int64
+}
+
+// holdings is the proxy's memory of schemeHolding, by mirror key; it
+// forgets the oldest first, and a forgotten lock's holder must then name
+// its holder value.
+func (s *schemeKeys) holdings() *lru.Cache[string, schemeHolding] {
+	s.memoOnce.Do(func() { s.memo, _ = lru.New[string, schemeHolding](1 << 16) })
+	return s.memo
+}
+
+// sameIdentity reports whether h was taken by client identity o.
+func (h schemeHolding) sameIdentity(o lockstore.Owner) bool {
+	return bytes.Equal(h.session, o.Session) && h.bind == o.Bind
+}
