@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,7 +87,11 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 	}
 	v.check(w.NS, ids)
 	if st.Renew {
-		_, err = store.Renew(ctx, o, w.NS, ids, recordLease(r.Scheme, st))
+		lease := recordLease(r.Scheme, st)
+		_, err = store.Renew(ctx, o, w.NS, ids, lease)
+		if err == nil {
+			g.renewAid(ctx, req, op, lease)
+		}
 		switch {
 		case errors.Is(err, lockstore.ErrInvalidLease):
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("it refreshes the lock record %s of %s to an end lockgate cannot mirror (%v); %s", ids[0].String(), w.NS, err, schemeAdvice(r.Scheme)))
@@ -99,19 +104,24 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 }
 
 // recordLease is how long the mirror of a record an acquire or refresh
-// writes lives: the scheme's lease from now, or until the record's own
-// expiry date.
+// writes lives: until the record's end (st.Expires: its expiry, or its
+// time plus the lease), and for a refresh time at least the lease from
+// now (the record's time was taken before the write reached lockgate). A
+// record that would end further ahead than the lock store's maximum lease
+// cannot be mirrored: the store refuses the lease, and the write is
+// refused, rather than leaving a record that nobody could take over for
+// as long.
 func recordLease(s policy.Scheme, st policy.Step) time.Duration {
-	if s.ExpiresPath == "" {
-		return s.Lease
+	if st.Expires.IsZero() {
+		return s.Lease // $currentDate: the server's now
 	}
 	d := time.Until(st.Expires)
-	if d < time.Second {
-		// Already over, or nearly: the record is abandoned on arrival;
-		// the mirror still covers the write in flight.
-		d = time.Second
+	if s.ExpiresPath == "" {
+		d = max(d, s.Lease)
 	}
-	return d
+	// Already over, or nearly: the record is abandoned on arrival; the
+	// mirror still covers the write in flight.
+	return max(d, time.Second)
 }
 
 // lockCollRun runs an acquire or a release of lock records on the
@@ -147,8 +157,12 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	unlock := g.schemes.lock(w.NS + "\x00" + id.Key())
 	defer unlock()
 	store := g.opts.Store
+	// Audit forwards every write unchanged: no insert-only condition, no
+	// removal of abandoned records; the decisions and the mirror are the
+	// same.
+	enforce := r.Mode == policy.Enforce
 	body, err := statementBody(req.Command, w)
-	if err == nil && w.Upsert {
+	if err == nil && w.Upsert && enforce {
 		body, err = insertOnly(body, w)
 	}
 	if err != nil {
@@ -170,7 +184,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	if mine {
 		return g.lockCollBusy(ctx, req, pol, v, op, nil, start)
 	}
-	if st.Holder.Type != 0 && !g.aidFree(ctx, v, op) {
+	if st.Holder.Type != 0 && !g.bindAid(ctx, v, op, lease) {
 		return g.decide(req, pol, v, start)
 	}
 	if _, err := store.Acquire(ctx, op.owner, w.NS, ids, lease, 0); err != nil {
@@ -178,7 +192,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		case errors.Is(err, lockstore.ErrBusy):
 			return g.lockCollBusy(ctx, req, pol, v, op, nil, start)
 		case errors.Is(err, lockstore.ErrInvalidLease):
-			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is further ahead than lockgate can mirror a lock (%v); %s", s.ExpiresPath, err, schemeAdvice(s)))
+			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is further ahead than lockgate can mirror a lock (%v); %s", s.TsPath+s.ExpiresPath, err, schemeAdvice(s)))
 			return g.decide(req, pol, v, start)
 		}
 		return unavailable(err)
@@ -214,13 +228,15 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 			return g.lockCollBusy(ctx, req, pol, v, op, rec, start)
 		}
 		// Abandoned: remove it as the TTL monitor would, only as read.
-		if failed, err := g.removeRecord(ctx, req, w.NS, s, rec); err != nil || failed != nil {
-			drop()
-			if err != nil {
-				return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
+		if enforce {
+			if failed, err := g.removeRecord(ctx, req, w.NS, s, rec); err != nil || failed != nil {
+				drop()
+				if err != nil {
+					return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
+				}
+				g.record(req, pol, v, nil, time.Since(start))
+				return proxy.Decision{Action: proxy.Reply, Reply: failed}
 			}
-			g.record(req, pol, v, nil, time.Since(start))
-			return proxy.Decision{Action: proxy.Reply, Reply: failed}
 		}
 	}
 	reply, err := req.Ask(ctx, body)
@@ -228,11 +244,8 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		// Unknown outcome: the mirror stays and expires with its lease.
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 	}
-	if inserted(reply, w) {
+	if inserted(reply, w, st.ID) {
 		v.check(w.NS, ids)
-		if st.Holder.Type != 0 {
-			g.bindAid(ctx, op, lease)
-		}
 	} else {
 		drop()
 	}
@@ -359,67 +372,83 @@ func (g *Guard) adopt(ctx context.Context, ns string, id docid.ID, end time.Time
 // holder id value, owned by the client that inserted a record with it.
 func aidNS(ns string, s policy.Scheme) string { return ns + "#" + s.AidPath }
 
-// aidFree reports whether the acquire's holder id is this client's or
-// nobody's; if another client's, the acquire is refused: a record
-// carrying it would be someone else's lock under another's name (and
-// would stand in that client's release of all its records).
-func (g *Guard) aidFree(ctx context.Context, v *verdict, op schemeOp) bool {
+// bindAid binds the acquire's holder id to its client for the record's
+// lease (re-entrant: each acquire or refresh carrying it extends it), or
+// refuses the acquire if another client's records carry it: a record
+// with it would be someone else's lock under another's name (and would
+// stand in that client's release of all its records). The binding is
+// taken before the record, atomically, so two clients racing with one
+// holder id cannot both pass.
+func (g *Guard) bindAid(ctx context.Context, v *verdict, op schemeOp, lease time.Duration) bool {
 	w, r := op.write, op.rule
 	aid, err := idCopy(op.step.Holder)
 	if err != nil {
 		v.add(r, w, reasonSchemeNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
 		return false
 	}
-	sts, err := g.confirmedStatus(ctx, op.owner, aidNS(w.NS, r.Scheme), []docid.ID{aid})
-	if err != nil || len(sts) != 1 {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
-			detail: fmt.Sprintf("the lock store cannot confirm whose %s it is (%v), so the write is refused (fail closed)", r.Scheme.AidPath, err)})
-		return false
-	}
-	if sts[0].Held && !sts[0].HeldByYou {
-		h := sts[0].Holder
+	_, err = g.opts.Store.Acquire(ctx, op.owner, aidNS(w.NS, r.Scheme), []docid.ID{aid}, lease, 0)
+	var held *lockstore.HeldError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &held):
+		h := held.Holder
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, holder: &h,
 			detail: fmt.Sprintf("under the lockCollection locking scheme of %s the %s %s belongs to another client (%s); insert records with your own %s", w.NS, r.Scheme.AidPath, aid.String(), describeHolder(h), r.Scheme.AidPath)})
-		return false
+	default:
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the lock store cannot bind the record's %s (%v), so the write is refused (fail closed)", r.Scheme.AidPath, err)})
 	}
-	return true
+	return false
 }
 
-// bindAid binds the holder id of a record just inserted to its client
-// for the record's lease (renewed by each acquire that carries it).
-func (g *Guard) bindAid(ctx context.Context, op schemeOp, lease time.Duration) {
-	aid, err := idCopy(op.step.Holder)
-	if err == nil {
-		_, err = g.opts.Store.Acquire(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), []docid.ID{aid}, lease, 0)
+// renewAid extends the binding of the refreshed record's holder id to
+// its client, so that it lasts as long as the client keeps the record.
+func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, lease time.Duration) {
+	proj := bsoncore.NewDocumentBuilder().AppendInt32(op.rule.Scheme.AidPath, 1).Build()
+	rec, _, err := g.findRecord(ctx, req, op.write.NS, op.step.ID, proj)
+	if err != nil || rec == nil {
+		return
 	}
-	if err != nil {
-		g.log.Warn("binding a lock record's holder id failed", zap.String("ns", op.write.NS), zap.Error(err))
+	aid, err := rec.LookupErr(op.rule.Scheme.AidPath)
+	if err != nil || aid.Type == bson.TypeNull {
+		return
+	}
+	if id, err := idCopy(aid); err == nil {
+		// Busy: another client's binding from after this client's ended.
+		g.opts.Store.Acquire(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), []docid.ID{id}, lease, 0)
 	}
 }
 
 // inserted reads the reply to an acquire: did the database insert the
-// record? A modified count is no insert.
-func inserted(reply bsoncore.Document, w policy.Write) bool {
+// record of _id id? A modified count is no insert, nor is an upsert that
+// inserted another _id.
+func inserted(reply bsoncore.Document, w policy.Write, id bsoncore.Value) bool {
 	if ok, _ := reply.Lookup("ok").AsInt64OK(); ok != 1 {
 		return false
 	}
 	if _, err := reply.LookupErr("writeErrors"); err == nil {
 		return false
 	}
+	same := func(v bsoncore.Value) bool { return v.Type == id.Type && bytes.Equal(v.Data, id.Data) }
 	switch w.Kind {
 	case policy.KindInsert:
 		n, ok := reply.Lookup("n").AsInt64OK()
 		return ok && n > 0
 	case policy.KindFindAndModify:
-		_, err := reply.LookupErr("lastErrorObject", "upserted")
-		return err == nil
+		up, err := reply.LookupErr("lastErrorObject", "upserted")
+		return err == nil && same(up)
 	}
 	up, ok := reply.Lookup("upserted").ArrayOK()
 	if !ok {
 		return false
 	}
 	vals, _ := up.Values()
-	return len(vals) > 0
+	if len(vals) != 1 {
+		return false
+	}
+	d, ok := vals[0].DocumentOK()
+	return ok && same(d.Lookup("_id"))
 }
 
 // insertOnly rewrites an upsert's one-statement command so that its
@@ -643,6 +672,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 		return g.decide(req, pol, v, start)
 	}
 	var freed []docid.ID // mirrors to release once their record is gone
+	var taken []docid.ID // of those, the ones taken for this delete
 	var pins []bsoncore.Value
 	short := max(r.LeaseMargin, 100*time.Millisecond)
 	for _, rec := range recs {
@@ -669,6 +699,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 			if _, err := store.Acquire(ctx, op.owner, w.NS, ids, short, 0); err != nil {
 				continue // someone holds it: not this client's to delete
 			}
+			taken = append(taken, id)
 		}
 		freed = append(freed, id)
 		pins = append(pins, id.Core())
@@ -679,7 +710,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 		body, err = bodyOf(pinned, w)
 	}
 	if err != nil {
-		g.releaseMirrors(ctx, op, freed)
+		g.releaseMirrors(ctx, op, taken)
 		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy could not restrict it to the verified lock records (%v)", err))
 		return g.decide(req, pol, v, start)
 	}

@@ -192,9 +192,7 @@ func (s Scheme) acquireStep(id bsoncore.Value, rec bsoncore.Document) Step {
 	if err != nil || v.Type != bson.TypeDateTime {
 		return Step{Why: "a lock record must carry " + field + " as a date (a TTL index frees no other record, and lockgate mirrors the lock from it)"}
 	}
-	if s.ExpiresPath != "" {
-		st.Expires = time.UnixMilli(v.DateTime()).UTC()
-	}
+	st.Expires = s.recordEnd(time.UnixMilli(v.DateTime()).UTC())
 	if a, err := rec.LookupErr(s.AidPath); err == nil && a.Type != bson.TypeNull && a.Type != bson.TypeUndefined {
 		st.Holder = a
 	}
@@ -235,15 +233,24 @@ func (s Scheme) refreshStep(id bsoncore.Value, u bsoncore.Document) Step {
 				return Step{Why: "a refresh must set " + s.timeField() + " to a date (a TTL index frees no other record, and lockgate mirrors the lock from it)"}
 			}
 			st.Renew = true
-			if s.ExpiresPath != "" {
-				if date.IsZero() {
-					return Step{Why: "a refresh must set " + s.ExpiresPath + " to a date value, not the server's current time"}
-				}
-				st.Expires = date
+			if s.ExpiresPath != "" && date.IsZero() {
+				return Step{Why: "a refresh must set " + s.ExpiresPath + " to a date value, not the server's current time"}
+			}
+			if !date.IsZero() {
+				st.Expires = s.recordEnd(date)
 			}
 		}
 	}
 	return st
+}
+
+// recordEnd is when a record whose time field holds t ends: t itself
+// for an expiry, t plus the lease for a refresh time.
+func (s Scheme) recordEnd(t time.Time) time.Time {
+	if s.ExpiresPath != "" {
+		return t
+	}
+	return t.Add(s.Lease)
 }
 
 // timeField is the record field that carries the lock's time: the
@@ -287,8 +294,10 @@ func setsDate(op string, v bsoncore.Value) (time.Time, bool) {
 // (its busy answer is that record, as the database returns it, which only
 // holds for $setOnInsert alone).
 func upsertRecord(w Write, id bsoncore.Value, u bsoncore.Document) (bsoncore.Document, string) {
-	if n, _ := w.Filter.Elements(); len(n) != 1 {
-		return nil, "an upsert of a lock record must filter by _id alone"
+	if n, _ := w.Filter.Elements(); len(n) != 1 || isRegexOrOperator(w.Filter.Lookup("_id")) {
+		// Only a plain {_id: <value>} is copied into the inserted record
+		// by every server.
+		return nil, "an upsert of a lock record must filter by {_id: <value>} alone"
 	}
 	if _, found, certain := UpsertID(w); !found || !certain {
 		return nil, "the _id an upsert of a lock record inserts cannot be told"

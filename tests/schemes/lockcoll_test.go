@@ -144,6 +144,34 @@ func TestLockCollAidBoundToInserter(t *testing.T) {
 	}
 }
 
+// The binding of an aid lasts while its client refreshes a record with
+// it: past the lease of the record's acquire, another client's record
+// with that aid is still refused. Without the renewal on refresh, the
+// rogue's insert landed once the acquire's lease had passed.
+func TestLockCollAidBindingLastsWhileRefreshed(t *testing.T) {
+	ctx := context.Background()
+	_, lock := lcSetup(t, "lockCollection", "lc_bind", "lc_bind.lock", 1, 2)
+	h := connect(t, proxyURI, "lc-holder").Database("lockCollection").Collection("lc_bind.lock")
+	r := connect(t, proxyURI, "lc-rogue").Database("lockCollection").Collection("lc_bind.lock")
+	if _, err := h.InsertOne(ctx, bson.D{{"_id", 1}, {"ts", msNow()}, {"aid", "Abind"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Refresh at a fifth of the lease for two leases.
+	end := time.Now().Add(2 * leaseMS * time.Millisecond)
+	for time.Now().Before(end) {
+		if _, err := h.UpdateOne(ctx, bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"ts", msNow()}}}}); err != nil {
+			t.Fatalf("holder's refresh: %v", err)
+		}
+		time.Sleep(leaseMS / 5 * time.Millisecond)
+	}
+	if _, err := r.InsertOne(ctx, bson.D{{"_id", 2}, {"ts", msNow()}, {"aid", "Abind"}}); code(err) != 46 {
+		t.Errorf("rogue's record with the aid of a client that keeps refreshing: %v, want LockBusy", err)
+	}
+	if lcRecord(t, lock, 2) != nil {
+		t.Errorf("the rogue's record was inserted")
+	}
+}
+
 // An upsert onto an existing record is busy, never an acquire, never a
 // write on the record: here a live record lockgate did not see inserted
 // (no mirror), which it adopts. On the unfixed code the rogue's $set
@@ -265,13 +293,14 @@ func TestLockCollAbandonedRecordTakenOver(t *testing.T) {
 	}
 }
 
-// A refresh is the holder's, sets the record's time as a date, and never
-// moves its aid. On the unfixed code the holder could rewrite its aid
-// (another client's, planting a record in its name) or make ts a string
-// (no TTL index would ever free the record).
+// A refresh is the holder's, sets the record's time as a date within
+// lockstore.maxLeaseMS, and never moves its aid. On the unfixed code the
+// holder could rewrite its aid (another client's, planting a record in
+// its name), make ts a string or put it an hour ahead (no TTL index, and
+// no takeover, would free the record for that long).
 func TestLockCollRefresh(t *testing.T) {
 	ctx := context.Background()
-	lcSetup(t, "lockCollection", "lc_ref", "lc_ref.lock", 11, 12)
+	_, lock := lcSetup(t, "lockCollection", "lc_ref", "lc_ref.lock", 11, 12)
 	h := connect(t, proxyURI, "lc-holder").Database("lockCollection").Collection("lc_ref.lock")
 	r := connect(t, proxyURI, "lc-rogue").Database("lockCollection").Collection("lc_ref.lock")
 	if _, err := h.InsertOne(ctx, bson.D{{"_id", 11}, {"ts", msNow()}, {"aid", "A"}}); err != nil {
@@ -298,6 +327,19 @@ func TestLockCollRefresh(t *testing.T) {
 	}
 	if _, err := h.InsertOne(ctx, bson.D{{"_id", 12}, {"ts", "now"}, {"aid", "A"}}); code(err) != 46 {
 		t.Errorf("acquire with a ts that is not a date: %v, want LockBusy", err)
+	}
+	// A ts far ahead would keep the record from ending (a TTL index
+	// frees it only after ts + its expiry) for longer than lockgate can
+	// mirror a lock (lockstore.maxLeaseMS, 10 minutes).
+	later := msNow().Add(time.Hour)
+	if _, err := h.InsertOne(ctx, bson.D{{"_id", 12}, {"ts", later}, {"aid", "A"}}); code(err) != 46 {
+		t.Errorf("acquire with a ts an hour ahead: %v, want LockBusy", err)
+	}
+	if _, err := h.UpdateOne(ctx, bson.D{{"_id", 11}}, bson.D{{"$set", bson.D{{"ts", later}}}}); code(err) != 46 {
+		t.Errorf("refresh to a ts an hour ahead: %v, want LockBusy", err)
+	}
+	if rec := lcRecord(t, lock, 12); rec != nil {
+		t.Errorf("a refused acquire left record %v", rec)
 	}
 }
 
@@ -339,6 +381,18 @@ func TestLockCollNamedRecords(t *testing.T) {
 	}
 	if _, err := b.Collection("items").UpdateOne(ctx, bson.D{{"_id", "r1"}}, bson.D{{"$inc", bson.D{{"n", 1000}}}}); code(err) != 46 {
 		t.Errorf("non-holder's write: %v, want LockBusy", err)
+	}
+	// The holder moves its expiry: within lockstore.maxLeaseMS, as a date.
+	if ur, err := a.Collection("resourceLocks").UpdateOne(ctx, bson.D{{"_id", "lock_r1"}}, bson.D{{"$set", bson.D{{"ExpireAt", minute.Add(time.Minute)}}}}); err != nil || ur.ModifiedCount != 1 {
+		t.Errorf("holder's extension: %+v, %v", ur, err)
+	}
+	for name, exp := range map[string]any{"a string": "later", "an hour ahead": msNow().Add(time.Hour)} {
+		if _, err := a.Collection("resourceLocks").UpdateOne(ctx, bson.D{{"_id", "lock_r1"}}, bson.D{{"$set", bson.D{{"ExpireAt", exp}}}}); code(err) != 46 {
+			t.Errorf("holder's extension to %s: %v, want LockBusy", name, err)
+		}
+	}
+	if _, err := b.Collection("resourceLocks").UpdateOne(ctx, bson.D{{"_id", "lock_r1"}}, bson.D{{"$set", bson.D{{"ExpireAt", minute}}}}); code(err) != 46 {
+		t.Errorf("non-holder's extension: %v, want LockBusy", err)
 	}
 	if del, err := a.Collection("resourceLocks").DeleteOne(ctx, bson.D{{"_id", "lock_r1"}}); err != nil || del.DeletedCount != 1 {
 		t.Errorf("a's release: %+v, %v", del, err)
