@@ -125,7 +125,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 	var temps []schemeTemp
 	defer func() {
 		if v.enforcedViolation() {
-			g.dropTemps(ctx, temps)
+			g.dropTemps(context.WithoutCancel(ctx), temps)
 		}
 	}()
 	for i, w := range writes {
@@ -170,6 +170,17 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 		case policy.StepOther:
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("it does not follow the %s locking scheme of %s: %s; %s", r.Scheme.Type, w.NS, st.Why, schemeAdvice(r.Scheme)))
 		case policy.StepAcquire:
+			if g.ownHolding(req, r, w, st, ids) {
+				// The lock's own client setting the lock it holds again
+				// (Tharga.MongoDB's error state: its lock, with an
+				// exception attached) by _id alone: its write, not an
+				// acquire.
+				st.Kind, st.ByIdentity, st.Renew = policy.StepHolder, true, true
+				if op, ok := g.schemeIdentityWrite(ctx, v, req, r, w, st, ids, &temps); ok {
+					ops = append(ops, op)
+				}
+				continue
+			}
 			o, ok := g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
 			if !ok {
 				v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
@@ -187,7 +198,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 				continue
 			}
 			if st.ByIdentity {
-				if op, ok := g.schemeIdentityWrite(ctx, v, req, r, w, st, ids); ok {
+				if op, ok := g.schemeIdentityWrite(ctx, v, req, r, w, st, ids, &temps); ok {
 					ops = append(ops, op)
 				}
 				continue
@@ -354,6 +365,15 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 		} else if d.live(time.Now()) {
 			return g.schemeHolderFrom(ctx, v, req, r, w, st, ids, temps, false)
 		}
+		if !sameHolder(d.holder, st.Holder) {
+			// The document names another holder, or none: the write
+			// matches nothing, and gets that answer without a mirror
+			// that would keep a free document busy.
+			v.stale = append(v.stale, len(v.violations))
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
+				detail: fmt.Sprintf("under the %s locking scheme of %s the document _id %s is not locked by the holder this write names; %s", r.Scheme.Type, w.NS, ids[0].String(), schemeAdvice(r.Scheme))})
+			return o, false, false
+		}
 	}
 	// Nobody holds the mirror, as far as a read can tell (a read may lag
 	// an acquire by milliseconds, so it is no permission by itself):
@@ -370,7 +390,9 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 	// undone by it, and a takeover waits at most policy.leaseMarginMS.
 	recovery := st.Ends && (!st.Delete || !r.Scheme.IdentityHolder())
 	if r.Scheme.Type == config.SchemeFlag {
-		recovery = st.Ends && !st.Touches
+		// Back to false, as the scheme's acquire expects it, and nothing
+		// else: unset or null, the flag could never be taken again.
+		recovery = st.Ends && st.FlagFalse && !st.Touches
 	}
 	if !r.Scheme.IdentityHolder() || recovery {
 		short := r.LeaseMargin
@@ -404,7 +426,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 	}
 	why := fmt.Sprintf("this client does not hold the lock on _id %s (or its lease of %v ran out)", ids[0].String(), r.Scheme.Lease)
 	if r.Scheme.Type == config.SchemeFlag && st.Ends {
-		why = fmt.Sprintf("nobody holds the lock on _id %s, and clearing its flag may change nothing else", ids[0].String())
+		why = fmt.Sprintf("nobody holds the lock on _id %s, and a write that clears its flag must set it to false and change nothing else", ids[0].String())
 	}
 	v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids,
 		detail: fmt.Sprintf("under the %s locking scheme of %s %s; %s", r.Scheme.Type, w.NS, why, schemeAdvice(r.Scheme))})
@@ -546,6 +568,10 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 	if docScheme {
 		taken = g.taken(ctx, r, w, id, st.Holder, taken)
 	}
+	if end, ok := lockEnd(r.Scheme, st); ok && taken && !end.After(time.Now()) {
+		// Taken, and already expired by its own time: nothing to hold.
+		taken = false
+	}
 	if !taken {
 		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
 			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
@@ -600,8 +626,32 @@ func (g *Guard) released(ctx context.Context, r policy.Rule, w policy.Write, id 
 // take the lock that the mirror still holds. It is then run by the proxy
 // with that holder value added to its filter, so that the database
 // refuses it too if the document's lock is no longer that one.
-func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
+//
+// A write that only clears a lock nobody holds any more (the document's
+// lock expired, no mirror: Tharga.MongoDB's ReleaseOneAsync of a lock left
+// in its error state) is the recovery of an abandoned lock, allowed from
+// anyone as for holderFields, bound to the expired holder's value.
+func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (schemeOp, bool) {
 	mns := r.Scheme.MirrorNS(w.NS)
+	if st.Ends && !st.Touches {
+		d, err := g.readDocLock(ctx, r.Scheme, w.NS, ids[0])
+		if err != nil {
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+				detail: fmt.Sprintf("the proxy cannot read the document's lock (%v), so the write is refused (fail closed)", err)})
+			return schemeOp{}, false
+		}
+		if d.holder.Type != 0 && d.bad == "" && !d.live(time.Now()) {
+			rec := st
+			rec.Holder, rec.ByIdentity = d.holder, false
+			o, mirrored, ok := g.schemeHolder(ctx, v, req, r, w, rec, ids, temps)
+			if !ok {
+				return schemeOp{}, false
+			}
+			if mirrored {
+				return schemeOp{rule: r, write: w, step: rec, owner: o, holder: d.holder, clause: r.Scheme.HolderCondition(d.holder)}, true
+			}
+		}
+	}
 	h, known := g.schemes.holdings().Get(mns + "\x00" + ids[0].Key())
 	known = known && h.sameIdentity(g.schemeClient(req))
 	if known {
@@ -787,21 +837,31 @@ func (g *Guard) schemeClient(req *proxy.Request) lockstore.Owner {
 }
 
 // schemeLease is how long the mirror lives after an acquire or renew: as
-// long as the document's lock will, by the proxy's clock.
+// long as the document's lock will, by the proxy's clock; a lock that
+// ends at once gets a mirror that lasts only for the write.
 func schemeLease(s policy.Scheme, st policy.Step) time.Duration {
-	var d time.Duration
-	switch {
-	case s.Type == config.SchemeLockDocument && !st.Expires.IsZero():
-		d = time.Until(st.Expires)
-	case s.Type == config.SchemeHolderFields && !st.LockTime.IsZero():
-		d = time.Until(st.LockTime.Add(s.Lease))
-	default:
+	end, ok := lockEnd(s, st)
+	if !ok {
 		return s.Lease
 	}
-	if d < time.Second {
-		d = time.Second
+	return max(time.Until(end), minSchemeLease)
+}
+
+// minSchemeLease is the mirror of a write whose lock ends at once: long
+// enough for the write in flight.
+const minSchemeLease = 200 * time.Millisecond
+
+// lockEnd is when the lock a write sets ends by the document's own time
+// (holderFields: its time plus the lease; lockDocument: its expiry); ok is
+// false when the write sets no time.
+func lockEnd(s policy.Scheme, st policy.Step) (time.Time, bool) {
+	switch {
+	case s.Type == config.SchemeLockDocument && !st.Expires.IsZero():
+		return st.Expires, true
+	case s.Type == config.SchemeHolderFields && !st.LockTime.IsZero():
+		return st.LockTime.Add(s.Lease), true
 	}
-	return d
+	return time.Time{}, false
 }
 
 // schemeAdvice says how a writer follows the scheme.
@@ -882,4 +942,14 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked, ids: ids, holder: &h,
 			detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", ids[0].String(), r.Scheme.Type, describeHolder(h))})
 	}
+}
+
+// ownHolding reports whether this proxy saw the request's client take the
+// lockDocument lock on ids[0], with the holder value st sets (if any).
+func (g *Guard) ownHolding(req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) bool {
+	if r.Scheme.Type != config.SchemeLockDocument || len(ids) != 1 {
+		return false
+	}
+	h, known := g.schemes.holdings().Get(r.Scheme.MirrorNS(w.NS) + "\x00" + ids[0].Key())
+	return known && h.sameIdentity(g.schemeClient(req)) && (st.Kind != policy.StepAcquire || sameHolder(h.holder, st.Holder))
 }

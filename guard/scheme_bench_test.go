@@ -24,6 +24,13 @@ func (heldStore) Holds(context.Context, lockstore.Owner, string, []docid.ID, tim
 	return true, nil, nil
 }
 
+// simpleResolver answers that every collection compares strings byte for
+// byte, as a collection without a default collation does: string holder
+// values (LockId: "g") then name one holder.
+type simpleResolver struct{ Resolver }
+
+func (simpleResolver) SimpleCollation(context.Context, string) (bool, error) { return true, nil }
+
 // BenchmarkSchemeHolderWrite is the guard's decision for a holder's
 // _id-pinned update under each scheme, against the same decision under
 // lockgate's own commands and an unprotected namespace: the CPU that
@@ -72,7 +79,7 @@ func BenchmarkSchemeHolderWrite(b *testing.B) {
 		{"lockCollection", update("lc", byID)},
 	} {
 		b.Run(leg.name, func(b *testing.B) {
-			g := New(Options{Store: heldStore{}, Reserved: ReservedFor("lockgate", "locks")})
+			g := New(Options{Store: heldStore{}, Reserved: ReservedFor("lockgate", "locks"), Resolver: simpleResolver{}})
 			g.SetPolicy(pol)
 			ctx := context.Background()
 			b.ReportAllocs()

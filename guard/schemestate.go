@@ -95,11 +95,20 @@ func lockOf(s policy.Scheme, doc bsoncore.Document) docLock {
 		v, err := doc.LookupErr(s.LockPath)
 		if err == nil && v.Type != bson.TypeNull && v.Type != bson.TypeEmbeddedDocument {
 			d.holder = v
-			d.bad = fmt.Sprintf("%s is a %s, not a document", s.LockPath, v.Type)
+			d.bad = fmt.Sprintf("%s is of type %s, not a document", s.LockPath, v.Type)
 			return d
 		}
 	}
-	v, err := doc.LookupErr(pathOf(s.HolderPath)...)
+	parts := pathOf(s.HolderPath)
+	for i := 1; i < len(parts); i++ {
+		if p, err := doc.LookupErr(parts[:i]...); err == nil && p.Type == bson.TypeArray {
+			// A filter on the path matches any element: no one holder.
+			d.holder = p
+			d.bad = fmt.Sprintf("%s is an array", strings.Join(parts[:i], "."))
+			return d
+		}
+	}
+	v, err := doc.LookupErr(parts...)
 	if err != nil || v.Type == bson.TypeNull || v.Type == bson.TypeUndefined {
 		return d
 	}
@@ -111,7 +120,7 @@ func lockOf(s policy.Scheme, doc bsoncore.Document) docLock {
 	}
 	d.holder = bsoncore.Value{Type: v.Type, Data: append([]byte(nil), v.Data...)}
 	if v.Type == bson.TypeArray || v.Type == bson.TypeRegex {
-		d.bad = fmt.Sprintf("its holder %s is a %s, which no filter names exactly", s.HolderPath, v.Type)
+		d.bad = fmt.Sprintf("its holder %s is of type %s, which no filter names exactly", s.HolderPath, v.Type)
 		return d
 	}
 	lp := s.TimePath
@@ -123,7 +132,7 @@ func lockOf(s policy.Scheme, doc bsoncore.Document) docLock {
 	case err != nil || t.Type == bson.TypeNull:
 		d.bad = fmt.Sprintf("%s is missing, so the lock never expires", lp)
 	case t.Type != bson.TypeDateTime:
-		d.bad = fmt.Sprintf("%s is a %s, not a date", lp, t.Type)
+		d.bad = fmt.Sprintf("%s is of type %s, not a date", lp, t.Type)
 	default:
 		d.ends = time.UnixMilli(t.DateTime())
 		if s.TimePath != "" {

@@ -140,6 +140,9 @@ type Step struct {
 	// TimeNow that it stamps it with the server's date ($currentDate).
 	LockTime time.Time
 	TimeNow  bool
+	// FlagFalse: a flag write that leaves the flag false (not null, not
+	// missing: the scheme's acquire matches false only).
+	FlagFalse bool
 }
 
 // fieldState is what an update does to one field path.
@@ -167,6 +170,9 @@ func SchemeStep(s Scheme, w Write) Step {
 		v, st := docPath(w.Doc, s.HolderPath)
 		if st == setTo && held(s, v) {
 			return Step{Why: "it inserts a document that is already locked (" + s.HolderPath + " set); insert it unlocked, then take the lock the scheme's way"}
+		}
+		if lv, ls := docPath(w.Doc, s.LockPath); ls == setTo && !lockShape(s, lv) {
+			return Step{Why: s.LockPath + " must be a document (or null) under the lockDocument scheme"}
 		}
 		return Step{Kind: StepInsert}
 	case KindUpdate, KindDelete, KindFindAndModify:
@@ -206,6 +212,9 @@ func SchemeStep(s Scheme, w Write) Step {
 	u := w.Update.Document()
 	step.Replace = isReplacement(u)
 	step.Touches = step.Replace || touchesOther(s, u)
+	if lv, ls := updatePath(u, s.LockPath, false); ls == setTo && !lockShape(s, lv) {
+		return Step{Why: s.LockPath + " must be a document (or null) under the lockDocument scheme"}
+	}
 	nv, st := updatePath(u, s.HolderPath, false)
 	if st == untouched && s.Type == config.SchemeLockDocument {
 		// The sub-document as a whole: {$set: {Lock: null}} or $unset.
@@ -267,15 +276,20 @@ func SchemeStep(s Scheme, w Write) Step {
 // is an acquire; anything else is the holder's, and clears the flag if it
 // ends up other than true.
 func flagStep(s Scheme, w Write, step Step, nv bsoncore.Value, st fieldState) Step {
-	if st == setTo && nv.Type != bson.TypeBoolean {
+	switch {
+	case st == setTo && nv.Type != bson.TypeBoolean:
 		return Step{Why: "it sets the flag " + s.LockPath + " to a value that is not a boolean"}
+	case st == removed:
+		// Unset or null, the flag matches the scheme's acquire
+		// ({flag: false}) never again.
+		return Step{Why: "it leaves the flag " + s.LockPath + " unset or null, which the scheme's acquire never matches; release by setting it to false"}
 	}
 	step.Kind = StepHolder
 	switch {
 	case st == setTo && nv.Boolean() && !step.Touches:
 		step.Kind = StepAcquire
 	case st == removed || st == setTo && !nv.Boolean():
-		step.Ends = true
+		step.Ends, step.FlagFalse = true, st == setTo
 	}
 	if w.Upsert && step.Kind != StepAcquire {
 		if iv, ist := insertedPath(s, w, s.LockPath); ist == unknown || ist == stamped || ist == setTo && held(s, iv) {
@@ -687,4 +701,10 @@ func JoinFilter(body bsoncore.Document, w Write, clause bsoncore.Document) (bson
 		return nil, err
 	}
 	return replaceField(body, w.List, bsoncore.Value{Type: bson.TypeArray, Data: buildArray([]bsoncore.Document{stmt})}, false)
+}
+
+// lockShape reports whether v may be a lockDocument's lock: a document
+// (a lock lockgate can read), or anything for the other schemes.
+func lockShape(s Scheme, v bsoncore.Value) bool {
+	return s.Type != config.SchemeLockDocument || v.Type == bson.TypeEmbeddedDocument
 }

@@ -165,8 +165,8 @@ func TestSchemeEffects(t *testing.T) {
 		return Write{Kind: KindFindAndModify, Filter: clDoc(t, filter), Update: clVal(t, update)}
 	}
 	type want struct {
-		kind                             StepKind
-		ends, renew, now, touches, ident bool
+		kind                                        StepKind
+		ends, renew, now, touches, ident, flagFalse bool
 	}
 	other := want{kind: StepOther}
 	cases := []struct {
@@ -201,18 +201,24 @@ func TestSchemeEffects(t *testing.T) {
 		{"ld acquire with an expiry that is no date", ld, upd(D{{"_id", 1}}, D{{"$set", D{{"Lock", D{{"actor", "x"}, {"expiresAt", 5}}}}}}), other},
 		{"ld acquire without an expiry", ld, upd(D{{"_id", 1}}, D{{"$set", D{{"Lock.actor", "x"}}}}), other},
 		{"ld extension that is no date", ld, upd(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"$set", D{{"Lock.expiresAt", "soon"}}}}), other},
+		{"ld insert of a lock that is no document", ld, Write{Kind: KindInsert, Doc: clDoc(t, D{{"_id", 1}, {"Lock", "x"}})}, other},
+		{"ld lock set to a number", ld, upd(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"$set", D{{"Lock", 5}}}}), other},
+		{"ld replacement with a lock array", ld, upd(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"n", 1}, {"Lock", A{}}}), other},
 		{"ld upsert naming a holder", ld, ups(D{{"_id", 1}, {"Lock.actor", "a"}}, D{{"$set", D{{"n", 1}}}}), other},
 		{"tharga acquire", th, fam(D{{"_id", 1}, {"Lock", nil}}, D{{"$set", D{{"Lock", D{{"LockKey", "k"}, {"LockTime", when}, {"ExpireTime", when}, {"Actor", "w"}}}}}}), want{kind: StepAcquire}},
 		{"tharga commit", th, Write{Kind: KindFindAndModify, Filter: clDoc(t, D{{"_id", 1}, {"Lock", D{{"$ne", nil}}}, {"Lock.LockKey", "k"}}), Update: clVal(t, D{{"_id", 1}, {"value", 2}, {"Lock", nil}})}, want{kind: StepHolder, ends: true, touches: true}},
 		{"tharga abandon", th, fam(D{{"_id", 1}}, D{{"$set", D{{"Lock", nil}}}}), want{kind: StepHolder, ends: true, ident: true}},
 		{"tharga actor is no holder", th, upd(D{{"_id", 1}, {"Lock.Actor", "w"}}, D{{"$set", D{{"n", 1}}}}), want{kind: StepHolder, touches: true, ident: true}},
-		{"flag replacement", fl, upd(D{{"_id", 1}}, D{{"value", 7000}}), want{kind: StepHolder, ends: true, touches: true}},
-		{"flag clear and data", fl, upd(D{{"_id", 1}}, D{{"$set", D{{"locked", false}, {"value", 7000}}}}), want{kind: StepHolder, ends: true, touches: true}},
-		{"flag unset both", fl, upd(D{{"_id", 1}}, D{{"$unset", D{{"locked", ""}, {"value", ""}}}}), want{kind: StepHolder, ends: true, touches: true}},
+		{"flag replacement without it", fl, upd(D{{"_id", 1}}, D{{"value", 7000}}), other},
+		{"flag replacement clearing it", fl, upd(D{{"_id", 1}}, D{{"value", 7000}, {"locked", false}}), want{kind: StepHolder, ends: true, touches: true, flagFalse: true}},
+		{"flag clear and data", fl, upd(D{{"_id", 1}}, D{{"$set", D{{"locked", false}, {"value", 7000}}}}), want{kind: StepHolder, ends: true, touches: true, flagFalse: true}},
+		{"flag unset both", fl, upd(D{{"_id", 1}}, D{{"$unset", D{{"locked", ""}, {"value", ""}}}}), other},
 		{"flag set to 1", fl, upd(D{{"_id", 1}}, D{{"$set", D{{"locked", 1}, {"value", 7000}}}}), other},
 		{"flag true and data", fl, upd(D{{"_id", 1}, {"locked", false}}, D{{"$set", D{{"locked", true}, {"value", 7000}}}}), want{kind: StepHolder, touches: true}},
 		{"flag $setOnInsert true with data", fl, upd(D{{"_id", 1}}, D{{"$setOnInsert", D{{"locked", true}}}, {"$set", D{{"value", 7000}}}}), want{kind: StepHolder, touches: true}},
-		{"flag clear alone", fl, upd(D{{"_id", 1}}, D{{"$unset", D{{"locked", ""}}}}), want{kind: StepHolder, ends: true}},
+		{"flag unset alone", fl, upd(D{{"_id", 1}}, D{{"$unset", D{{"locked", ""}}}}), other},
+		{"flag set null", fl, upd(D{{"_id", 1}}, D{{"$set", D{{"locked", nil}}}}), other},
+		{"flag back to false alone", fl, upd(D{{"_id", 1}}, D{{"$set", D{{"locked", false}}}}), want{kind: StepHolder, ends: true, flagFalse: true}},
 		{"flag upsert creating it set", fl, ups(D{{"_id", 1}, {"locked", true}}, D{{"$set", D{{"n", 1}}}}), other},
 		{"flag upsert creating it clear", fl, ups(D{{"_id", 1}, {"locked", false}}, D{{"$set", D{{"n", 1}}}}), want{kind: StepHolder, touches: true}},
 		{"flag upsert acquire", fl, ups(D{{"_id", 1}, {"locked", false}}, D{{"$set", D{{"locked", true}}}}), want{kind: StepAcquire}},
@@ -221,7 +227,7 @@ func TestSchemeEffects(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			got := SchemeStep(c.s, c.w)
 			if got.Kind != c.want.kind || got.Ends != c.want.ends || got.Renew != c.want.renew || got.TimeNow != c.want.now ||
-				(c.want.kind == StepHolder && (got.Touches != c.want.touches || got.ByIdentity != c.want.ident)) {
+				(c.want.kind == StepHolder && (got.Touches != c.want.touches || got.ByIdentity != c.want.ident || got.FlagFalse != c.want.flagFalse)) {
 				t.Fatalf("SchemeStep = %+v, want %+v", got, c.want)
 			}
 			if c.want.kind == StepOther && got.Why == "" {
