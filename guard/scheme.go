@@ -139,7 +139,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			continue
 		}
 		if w.Kind == policy.KindCollectionWrite {
-			if !r.AllowCollectionWrites {
+			if !r.AllowCollectionWrites && !lockCollTTLIndex(r, req, w) {
 				v.add(r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 			continue

@@ -119,8 +119,9 @@ func recordLease(s policy.Scheme, st policy.Step) time.Duration {
 	if s.ExpiresPath == "" {
 		d = max(d, s.Lease)
 	}
-	// Already over, or nearly: the record is abandoned on arrival; the
-	// mirror still covers the write in flight.
+	// Nearly over, or a refresh to an end already past (an acquire of
+	// an ended ExpireAt is refused): the mirror still covers the write in
+	// flight.
 	return max(d, time.Second)
 }
 
@@ -172,6 +173,13 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	unavailable := func(err error) proxy.Decision {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
 			detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
+		return g.decide(req, pol, v, start)
+	}
+	if s.ExpiresPath != "" && !st.Expires.After(time.Now()) {
+		// A TTL index would delete it at once: a lock of nothing. (A ts
+		// older than the lease is not refused: the client took it before
+		// the write reached lockgate, by as long as the write waited.)
+		v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is already past, so it would lock nothing: a TTL index deletes it at once; %s", s.ExpiresPath, schemeAdvice(s)))
 		return g.decide(req, pol, v, start)
 	}
 	lease := recordLease(s, st)
@@ -275,11 +283,12 @@ func (g *Guard) lockCollBusy(ctx context.Context, req *proxy.Request, pol *polic
 			g.record(req, pol, v, nil, time.Since(start))
 			return proxy.Decision{Action: proxy.Reply, Reply: failed}
 		case got == nil:
-			// Held, but its record is not (yet) there: no answer the
-			// database could give says "busy" here.
-			id, _ := idCopy(op.step.ID)
-			v.add(r, w, reasonSchemeNotHolder, []docid.ID{id}, fmt.Sprintf("under the lockCollection locking scheme of %s another client holds the lock record %s, which is not in the collection yet; retry", w.NS, id.String()))
-			return g.decide(req, pol, v, start)
+			// Held, but its record is not there (yet, or any more: the
+			// holder's acquire or release is in flight). The database's
+			// answer to an upsert racing another's insert of the same
+			// _id is DuplicateKey, which callers handle as busy.
+			g.record(req, pol, v, nil, time.Since(start))
+			return proxy.Decision{Action: proxy.Reply, Reply: noMatch(w, op.step, true)}
 		}
 		rec = got
 	}
@@ -386,7 +395,7 @@ func (g *Guard) bindAid(ctx context.Context, v *verdict, op schemeOp, lease time
 		v.add(r, w, reasonSchemeNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
 		return false
 	}
-	_, err = g.opts.Store.Acquire(ctx, op.owner, aidNS(w.NS, r.Scheme), []docid.ID{aid}, lease, 0)
+	err = g.extendAid(ctx, op.owner, aidNS(w.NS, r.Scheme), aid, lease)
 	var held *lockstore.HeldError
 	switch {
 	case err == nil:
@@ -416,8 +425,25 @@ func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, l
 	}
 	if id, err := idCopy(aid); err == nil {
 		// Busy: another client's binding from after this client's ended.
-		g.opts.Store.Acquire(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), []docid.ID{id}, lease, 0)
+		g.extendAid(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), id, lease)
 	}
+}
+
+// extendAid makes the binding of aid to owner outlast a record that ends
+// lease from now: taken for two leases (one if the store's maximum is
+// shorter), and written only when less than a lease is left (Holds
+// answers from the cache), so that repeated acquires cost no lock store
+// write and a binding is never shortened.
+func (g *Guard) extendAid(ctx context.Context, owner lockstore.Owner, bns string, aid docid.ID, lease time.Duration) error {
+	ids := []docid.ID{aid}
+	if mine, _, err := g.opts.Store.Holds(ctx, owner, bns, ids, lease); err == nil && mine {
+		return nil
+	}
+	_, err := g.opts.Store.Acquire(ctx, owner, bns, ids, 2*lease, 0)
+	if errors.Is(err, lockstore.ErrInvalidLease) {
+		_, err = g.opts.Store.Acquire(ctx, owner, bns, ids, lease, 0)
+	}
+	return err
 }
 
 // inserted reads the reply to an acquire: did the database insert the
@@ -771,4 +797,61 @@ func bodyOf(msg []byte, w policy.Write) (bsoncore.Document, error) {
 		return nil, err
 	}
 	return statementBody(cmd, w)
+}
+
+// lockCollTTLIndex reports whether collection write w is a createIndexes
+// on a lock collection whose every TTL index is the scheme's own safety
+// net: on the record's time field, deleting a record no earlier than the
+// scheme counts it abandoned (ts older than leaseMS, or past ExpireAt).
+// Such an index only deletes records nobody may hold any more; a record
+// it deletes early would leave its mirror held, which is the stricter
+// side. The libraries create it themselves (codecentric's
+// {ts: 1} expireAfterSeconds 30, alistairjevans' {ExpireAt: 1} 0).
+func lockCollTTLIndex(r policy.Rule, req *proxy.Request, w policy.Write) bool {
+	s := r.Scheme
+	if !s.LockSide || w.What != policy.WhatCreateIndexes || req.Command == nil {
+		return false
+	}
+	idx, err := req.Command.Documents("indexes")
+	if err != nil || len(idx) == 0 {
+		return false
+	}
+	field := s.TsPath + s.ExpiresPath
+	for _, d := range idx {
+		e, err := d.LookupErr("expireAfterSeconds")
+		if err != nil {
+			continue // deletes nothing
+		}
+		secs, ok := number(e)
+		key, isDoc := d.Lookup("key").DocumentOK()
+		keys, _ := key.Elements()
+		if !ok || !isDoc || len(keys) != 1 || keys[0].Key() != field {
+			return false
+		}
+		dir, ok := number(keys[0].Value())
+		if !ok || (dir != 1 && dir != -1) {
+			return false
+		}
+		min := s.Lease
+		if s.ExpiresPath != "" {
+			min = 0
+		}
+		if secs < 0 || time.Duration(secs*float64(time.Second)) < min {
+			return false
+		}
+	}
+	return true
+}
+
+// number is a numeric BSON value as a float64.
+func number(v bsoncore.Value) (float64, bool) {
+	switch v.Type {
+	case bson.TypeInt32:
+		return float64(v.Int32()), true
+	case bson.TypeInt64:
+		return float64(v.Int64()), true
+	case bson.TypeDouble:
+		return v.Double(), true
+	}
+	return 0, false
 }

@@ -242,9 +242,9 @@ func TestLockCollReleaseMatchingNothingFreesNothing(t *testing.T) {
 // unfixed code each got DuplicateKey (or "not inserted") for ever.
 func TestLockCollAbandonedRecordTakenOver(t *testing.T) {
 	ctx := context.Background()
-	data, lock := lcSetup(t, "lockCollection", "lc_ttl", "lc_ttl.lock", 4, 5, 6)
+	data, lock := lcSetup(t, "lockCollection", "lc_ttl", "lc_ttl.lock", 4, 5, 6, 7)
 	old := msNow().Add(-10 * leaseMS * time.Millisecond)
-	for _, id := range []int{4, 5} {
+	for _, id := range []int{4, 5, 7} {
 		if _, err := lock.InsertOne(ctx, bson.D{{"_id", id}, {"ts", old}, {"aid", "gone"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -265,6 +265,11 @@ func TestLockCollAbandonedRecordTakenOver(t *testing.T) {
 		if _, err := b.Collection("lc_ttl").UpdateOne(ctx, bson.D{{"_id", id}}, bson.D{{"$inc", bson.D{{"n", 1}}}}); err != nil {
 			t.Errorf("taker's write on %d: %v", id, err)
 		}
+	}
+
+	// Anyone may delete an abandoned record, as the TTL monitor would.
+	if del, err := a.Collection("lc_ttl.lock").DeleteOne(ctx, bson.D{{"_id", 7}}); err != nil || del.DeletedCount != 1 {
+		t.Errorf("delete of an abandoned record: %+v, %v", del, err)
 	}
 
 	// A holder through lockgate that stops refreshing.
@@ -417,6 +422,9 @@ func TestLockCollNamedRecords(t *testing.T) {
 	if rec := lcRecord(t, lock, "lock_r2"); rec != nil {
 		t.Errorf("a refused acquire left record %v", rec)
 	}
+	if _, err := acquire(a, "r2", msNow().Add(-time.Second)); code(err) != 46 {
+		t.Errorf("acquire with an expiry in the past: %v, want LockBusy", err)
+	}
 	// Past its ExpireAt a record is abandoned (the TTL index, with
 	// expireAfterSeconds 0, would delete it).
 	if _, err := lock.InsertOne(ctx, bson.D{{"_id", "lock_r3"}, {"ExpireAt", msNow().Add(-time.Second)}}); err != nil {
@@ -425,8 +433,66 @@ func TestLockCollNamedRecords(t *testing.T) {
 	if rec, err := acquire(a, "r3", minute); rec != nil || err != nil {
 		t.Errorf("acquire of an expired record: %v, %v; want null", rec, err)
 	}
+	// A record held through lockgate but gone from the database (deleted
+	// behind lockgate's back, or while its holder's acquire or release is
+	// in flight): the busy answer is DuplicateKey, as the database answers
+	// an upsert racing another's insert, never a null that says acquired.
+	if _, err := lock.DeleteOne(ctx, bson.D{{"_id", "lock_r3"}}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := acquire(b, "r3", minute); code(err) != 11000 {
+		t.Errorf("acquire of a held lock whose record is gone: %v, %v; want DuplicateKey", rec, err)
+	}
 	// A document whose _id the template cannot map has no lock record.
 	if _, err := a.Collection("items").UpdateOne(ctx, bson.D{{"_id", 5}}, bson.D{{"$inc", bson.D{{"n", 1}}}}); code(err) != 46 {
 		t.Errorf("write on a document with a numeric _id under lock_{_id}: %v, want LockBusy", err)
+	}
+}
+
+// The libraries create their lock collection's TTL index themselves; a
+// TTL index on the record's time field that deletes no earlier than the
+// scheme counts a record abandoned gets the database's own answer
+// (FerretDB: NotImplemented); any other TTL index on a lock collection
+// stays a collection write (refused: allowCollectionWrites is false). On
+// the unfixed code every one was refused, and the libraries' setup threw.
+func TestLockCollTTLIndex(t *testing.T) {
+	ctx := context.Background()
+	dbCode := func(err error) int32 {
+		var ce mongo.CommandError
+		if errors.As(err, &ce) {
+			return ce.Code
+		}
+		if err != nil {
+			return -1
+		}
+		return 0
+	}
+	direct := connect(t, directURI, "seed")
+	proxied := connect(t, proxyURI, "lc-setup")
+	for _, c := range []struct {
+		db, coll string
+		key      bson.D
+		secs     int32
+		allowed  bool
+	}{
+		{"lockCollection", "lc_ttl_ix.lock", bson.D{{"ts", 1}}, 30, true},
+		{"lockcoll2", "resourceLocks", bson.D{{"ExpireAt", 1}}, 0, true},
+		{"lockCollection", "lc_ttl_ix.lock", bson.D{{"ts", 1}}, 1, false}, // before the lease of 1.5 s
+		{"lockCollection", "lc_ttl_ix.lock", bson.D{{"aid", 1}}, 30, false},
+		{"lockcoll2", "resourceLocks", bson.D{{"ExpireAt", 1}, {"x", 1}}, 0, false},
+		{"lockcoll2", "items", bson.D{{"ExpireAt", 1}}, 0, false}, // a data collection
+	} {
+		m := mongo.IndexModel{Keys: c.key, Options: options.Index().SetExpireAfterSeconds(c.secs)}
+		_, perr := proxied.Database(c.db).Collection(c.coll).Indexes().CreateOne(ctx, m)
+		if !c.allowed {
+			if code(perr) != 46 {
+				t.Errorf("%s.%s TTL index %v %ds: %v, want LockBusy", c.db, c.coll, c.key, c.secs, perr)
+			}
+			continue
+		}
+		_, derr := direct.Database(c.db).Collection(c.coll).Indexes().CreateOne(ctx, m)
+		if dbCode(perr) != dbCode(derr) {
+			t.Errorf("%s.%s TTL index %v %ds: %v through lockgate, %v on the database", c.db, c.coll, c.key, c.secs, perr, derr)
+		}
 	}
 }
