@@ -144,7 +144,8 @@ var libRaceAnswers = map[string][]string{
 
 // libWant is what the counters must end at: every worker adds one per
 // round to the document of the round (Tharga: two documents, through
-// LockManyAsync, on odd rounds).
+// LockManyAsync, on odd rounds). Workers 0 and 1 want the same document
+// in every round, so that the run always has contention.
 func libWant(lib string, base int) map[string]int64 {
 	key := func(n int) string {
 		if lib == "alistair" {
@@ -155,9 +156,9 @@ func libWant(lib string, base int) map[string]int64 {
 	want := map[string]int64{}
 	for w := 0; w < workers; w++ {
 		for i := 0; i < increments; i++ {
-			want[key((w+i)%3)]++
+			want[key((w/2+i)%3)]++
 			if lib == "tharga" && i%2 == 1 {
-				want[key((w+i+1)%3)]++
+				want[key((w/2+i+1)%3)]++
 			}
 		}
 	}

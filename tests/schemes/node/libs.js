@@ -61,7 +61,7 @@ class MongoLocks {
   }
 
   async round(w, i, seen) {
-    const id = HOT[(w + i) % HOT.length];
+    const id = HOT[(Math.floor(w / 2) + i) % HOT.length];
     let item;
     for (;;) {
       try { item = await this.lock(id, null, seen); break; } catch (e) {
@@ -125,7 +125,7 @@ class DrMirror {
   }
 
   async round(w, i, seen) {
-    const x = HOT[(w + i) % HOT.length];
+    const x = HOT[(Math.floor(w / 2) + i) % HOT.length];
     await this.lock(x, seen);
     const n = (await this.coll.findOne({ _id: x }, { session: this.session })).n;
     if ((await this.write(x, n + 1)) !== 1) seen.add('write:not_applied');
@@ -185,7 +185,7 @@ class Alistair {
   async write(resourceId, n) { return (await this.coll.updateOne({ _id: resourceId }, { $set: { n } })).modifiedCount; }
 
   async round(w, i, seen) {
-    const r = `r${HOT[(w + i) % HOT.length]}`;
+    const r = `r${HOT[(Math.floor(w / 2) + i) % HOT.length]}`;
     await this.acquire(r, seen);
     const n = (await this.coll.findOne({ _id: r })).n;
     if ((await this.write(r, n + 1)) !== 1) seen.add('write:not_applied');
@@ -303,7 +303,7 @@ class Tharga {
 
   async round(w, i, seen) {
     if (i % 2 === 0) {
-      const id = HOT[(w + i) % HOT.length];
+      const id = HOT[(Math.floor(w / 2) + i) % HOT.length];
       let [entity, lock] = await this.waitPick(id, seen);
       if (i % 4 === 0) {
         await this.abandon(entity, lock, seen);
@@ -313,7 +313,7 @@ class Tharga {
       await this.commit({ ...entity, Counter: n + 1 }, lock, seen);
       return;
     }
-    const ids = [HOT[(w + i) % HOT.length], HOT[(w + i + 1) % HOT.length]];
+    const ids = [HOT[(Math.floor(w / 2) + i) % HOT.length], HOT[(Math.floor(w / 2) + i + 1) % HOT.length]];
     let entries;
     for (;;) {
       try { entries = await this.lockMany(ids, seen); break; } catch (e) {
@@ -378,7 +378,7 @@ class Codecentric {
   async write(id, n) { return (await this.coll.updateOne({ _id: id }, { $set: { n } })).modifiedCount; }
 
   async round(w, i, seen) {
-    const id = HOT[(w + i) % HOT.length];
+    const id = HOT[(Math.floor(w / 2) + i) % HOT.length];
     while (!(await this.obtain(id, seen))) await sleep(1);
     const n = (await this.coll.findOne({ _id: id })).n;
     if ((await this.write(id, n + 1)) !== 1) seen.add('write:not_applied');

@@ -128,7 +128,7 @@ class MongoLocks:
 
     # The workload: the repository's tests lock, change Value, release.
     def round(self, w, i, seen, ctx):
-        _id = HOT[(w + i) % len(HOT)]
+        _id = HOT[(w // 2 + i) % len(HOT)]
         while True:
             try:
                 item = self.lock(_id, seen=seen)
@@ -212,7 +212,7 @@ class DrMirror:
         return self.coll.update_one({"_id": x}, {"$set": {"n": n}}, session=self.session).modified_count
 
     def round(self, w, i, seen, ctx):
-        x = HOT[(w + i) % len(HOT)]
+        x = HOT[(w // 2 + i) % len(HOT)]
         self.lock(x, seen)
         n = self.coll.find_one({"_id": x}, session=self.session)["n"]
         if self.write(x, n + 1) != 1:
@@ -291,7 +291,7 @@ class Alistair:
         return self.coll.update_one({"_id": resource_id}, {"$set": {"n": n}}).modified_count
 
     def round(self, w, i, seen, ctx):
-        r = "r%d" % HOT[(w + i) % len(HOT)]
+        r = "r%d" % HOT[(w // 2 + i) % len(HOT)]
         self.acquire(r, seen)
         n = self.coll.find_one({"_id": r})["n"]
         if self.write(r, n + 1) != 1:
@@ -474,7 +474,7 @@ class Tharga:
 
     def round(self, w, i, seen, ctx):
         if i % 2 == 0:
-            _id = HOT[(w + i) % len(HOT)]
+            _id = HOT[(w // 2 + i) % len(HOT)]
             entity, lock = self.wait_pick(_id, seen)
             if i % 4 == 0:
                 # Picked, then given up: the abandon, then the real work.
@@ -483,7 +483,7 @@ class Tharga:
             n = self.coll.find_one({"_id": _id})["Counter"]
             self.commit(dict(entity, Counter=n + 1), lock, seen)
             return
-        ids = [HOT[(w + i) % len(HOT)], HOT[(w + i + 1) % len(HOT)]]
+        ids = [HOT[(w // 2 + i) % len(HOT)], HOT[(w // 2 + i + 1) % len(HOT)]]
         while True:
             try:
                 entries = self.lock_many(ids, seen)
@@ -555,7 +555,7 @@ class Codecentric:
         return self.coll.update_one({"_id": _id}, {"$set": {"n": n}}).modified_count
 
     def round(self, w, i, seen, ctx):
-        _id = HOT[(w + i) % len(HOT)]
+        _id = HOT[(w // 2 + i) % len(HOT)]
         while not self.obtain(_id, seen):
             time.sleep(0.001)
         n = self.coll.find_one({"_id": _id})["n"]
