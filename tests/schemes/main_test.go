@@ -46,7 +46,7 @@ func rules() []config.NamespaceRule {
 	hf := &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: leaseMS}
 	ld := &config.Scheme{Type: config.SchemeLockDocument}
 	fl := &config.Scheme{Type: config.SchemeFlag, LeaseMS: leaseMS}
-	return []config.NamespaceRule{
+	return append([]config.NamespaceRule{
 		{Match: "holderFields.*", Mode: config.ModeEnforce, Scheme: hf},
 		{Match: "lockDocument.*", Mode: config.ModeEnforce, Scheme: ld},
 		{Match: "flag.*", Mode: config.ModeEnforce, Scheme: fl},
@@ -74,7 +74,9 @@ func rules() []config.NamespaceRule {
 		{Match: "regress_hf.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 3000}},
 		{Match: "regress_tharga.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockDocument,
 			Field: "Lock", ActorField: "Actor", ExpiresField: "ExpireTime", HolderField: "LockKey"}},
-	}
+	},
+		// The common libraries' presets (libs_test.go): lib_<library>.*.
+		libRules()...)
 }
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }

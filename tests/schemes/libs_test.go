@@ -1,0 +1,322 @@
+package schemes
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/lockgate/lockgate/config"
+)
+
+// The common locking libraries whose own flows libs.py and libs.js
+// translate call for call (the file of each library is named in the
+// scripts), and the name config.example.yaml's "Library presets" gives
+// each. Their namespaces are the databases lib_<name>; libdirect_<name>
+// and libcontrol_<name> have no rule.
+var libPresets = []struct{ name, label string }{
+	{"mongolocks", "mizrael/MongoLocks"},
+	{"drmirror", "drmirror/locks"},
+	{"alistair", "alistairjevans/mongodb-locks"},
+	{"tharga", "Tharga.MongoDB"},
+	{"codecentric", "codecentric"},
+}
+
+// libLeaseMS is the lease of the library tests' rules, their scripts'
+// LEASE_S: longer than leaseMS, so that a worker of a loaded machine does
+// not outlive its lock between two calls.
+const libLeaseMS = 3000
+
+// examplePath is config.example.yaml, from this package's directory.
+const examplePath = "../../config.example.yaml"
+
+// libScheme is the library's preset as config.example.yaml writes it (the
+// "scheme:" line under the library's name), parsed as the configuration
+// file is (unknown keys are an error), with a lease scaled down to the
+// tests' libLeaseMS where the preset sets one.
+func libScheme(name string) (*config.Scheme, error) {
+	label := ""
+	for _, p := range libPresets {
+		if p.name == name {
+			label = p.label
+		}
+	}
+	if label == "" {
+		return nil, fmt.Errorf("no preset for %s", name)
+	}
+	src, err := os.ReadFile(examplePath)
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(string(src), "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#   "+label+" ") || i+1 == len(lines) {
+			continue
+		}
+		next := strings.TrimSpace(lines[i+1])
+		preset, ok := strings.CutPrefix(next, "#     scheme: ")
+		if !ok {
+			return nil, fmt.Errorf("%s: the line after %q is %q, not a scheme", examplePath, l, next)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(preset))
+		dec.KnownFields(true)
+		var s config.Scheme
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("preset %s: %w", preset, err)
+		}
+		if s.LeaseMS != 0 {
+			s.LeaseMS = libLeaseMS
+		}
+		return &s, nil
+	}
+	return nil, fmt.Errorf("%s has no preset for %s", examplePath, label)
+}
+
+// libRules are the enforced namespaces of the library tests. A preset
+// that does not parse is left out here and reported by the library's
+// tests, so that they say so instead of running under no rule.
+func libRules() []config.NamespaceRule {
+	var rs []config.NamespaceRule
+	for _, p := range libPresets {
+		if s, err := libScheme(p.name); err == nil {
+			rs = append(rs, config.NamespaceRule{Match: "lib_" + p.name + ".*", Mode: config.ModeEnforce, Scheme: s})
+		}
+	}
+	return rs
+}
+
+var libNames = []string{"mongolocks", "drmirror", "alistair", "tharga", "codecentric"}
+
+// libDriver runs libs.py or libs.js; base is the first document id of
+// the driver's runs (ids differ per driver, so that locks one run leaves
+// to expire never meet the next).
+type libDriver struct {
+	driver
+	base int
+}
+
+func libDrivers() []libDriver {
+	var ds []libDriver
+	for i, d := range drivers {
+		ld := libDriver{driver: d, base: 100 * i}
+		ld.argv = slices.Clone(d.argv)
+		ld.argv[len(ld.argv)-1] = strings.Replace(ld.argv[len(ld.argv)-1], "schemes.", "libs.", 1)
+		ds = append(ds, ld)
+	}
+	return ds
+}
+
+type libWorkResult struct {
+	workResult
+	Setup map[string]any `json:"setup"`
+}
+
+func runLib(t *testing.T, d libDriver, out any, args ...string) {
+	t.Helper()
+	b := runScript(t, d.driver, args...)
+	if err := json.Unmarshal(bytes.TrimSpace(b), out); err != nil {
+		t.Fatalf("%v output %q: %v", args, b, err)
+	}
+}
+
+func needLib(t *testing.T, d libDriver, lib string) {
+	t.Helper()
+	need(t, d.driver)
+	if _, err := libScheme(lib); err != nil {
+		t.Fatalf("the rule of lib_%s is not configured: %v", lib, err)
+	}
+}
+
+// libRaceAnswers are answers of the database that the direct run, a
+// sample, may not show: DuplicateKey to one of two inserts or upserts of
+// the same _id racing, which each of these libraries catches by name as
+// "not acquired" (MongoDB documents it for concurrent upserts).
+var libRaceAnswers = map[string][]string{
+	"mongolocks":  {"lock:DuplicateKeyError/11000"},
+	"alistair":    {"attempt:DuplicateKeyError/11000", "attempt:OperationFailure/11000"},
+	"codecentric": {"obtain:DuplicateKeyError/11000"},
+}
+
+// libWant is what the counters must end at: every worker adds one per
+// round to the document of the round (Tharga: two documents, through
+// LockManyAsync, on odd rounds). Workers 0 and 1 want the same document
+// in every round, so that the run always has contention.
+func libWant(lib string, base int) map[string]int64 {
+	key := func(n int) string {
+		if lib == "alistair" {
+			return "r" + itoa(base+1+n)
+		}
+		return itoa(base + 1 + n)
+	}
+	want := map[string]int64{}
+	for w := 0; w < workers; w++ {
+		for i := 0; i < increments; i++ {
+			want[key((w/2+i)%3)]++
+			if lib == "tharga" && i%2 == 1 {
+				want[key((w/2+i+1)%3)]++
+			}
+		}
+	}
+	return want
+}
+
+// TestLibWorkload: each library's own flow, unchanged, K workers through
+// both proxies while a rogue writes around the lock: counters end at
+// exactly K x M, no rogue write lands, and every return value a worker's
+// library call saw through lockgate has the shape it has when the same
+// flow runs straight at the database. The control (straight at the
+// database, with the rogue) shows the rogue's writes landing.
+func TestLibWorkload(t *testing.T) {
+	for _, d := range libDrivers() {
+		for _, lib := range libNames {
+			t.Run(d.name+"/"+lib, func(t *testing.T) {
+				needLib(t, d, lib)
+				libWorkload(t, d, lib)
+			})
+		}
+	}
+}
+
+func libWorkload(t *testing.T, d libDriver, lib string) {
+	k, m := itoa(workers), itoa(increments)
+	var proxied libWorkResult
+	runLib(t, d, &proxied, lib, "work", proxyURI+","+proxy2URI, directURI, "lib_"+lib, itoa(d.base), k, m, "1")
+	t.Logf("through lockgate: %+v", proxied)
+	want := libWant(lib, d.base)
+	for id, n := range want {
+		if proxied.Counters[id] != n {
+			t.Errorf("through lockgate, counter of _id %s = %d, want %d (lost or foreign writes)", id, proxied.Counters[id], n)
+		}
+	}
+	if len(proxied.Counters) != len(want) {
+		t.Errorf("through lockgate, documents %v, want %d (a rogue delete landed?)", proxied.Counters, len(want))
+	}
+	if proxied.RogueLanded["update"]+proxied.RogueLanded["delete"] != 0 {
+		t.Errorf("through lockgate, rogue writes landed: %v", proxied.RogueLanded)
+	}
+	if !slices.Equal(proxied.RogueRefused, []string{"46/LockBusy"}) {
+		t.Errorf("through lockgate, rogue refusals %v, want only 46/LockBusy", proxied.RogueRefused)
+	}
+	if len(proxied.Errors) > 0 || slices.Contains(proxied.Outcomes, "write:not_applied") {
+		t.Errorf("through lockgate, the library failed: %v %v", proxied.Errors, proxied.Outcomes)
+	}
+
+	var direct libWorkResult
+	runLib(t, d, &direct, lib, "work", directURI, directURI, "libdirect_"+lib, itoa(d.base), k, m, "0")
+	t.Logf("direct, no rogue: %+v", direct)
+	for _, o := range proxied.Outcomes {
+		if !slices.Contains(direct.Outcomes, o) && !slices.Contains(libRaceAnswers[lib], o) {
+			t.Errorf("return value %q seen through lockgate was never seen directly (%v)", o, direct.Outcomes)
+		}
+	}
+	busy := 0
+	for _, o := range proxied.Outcomes {
+		if strings.Contains(o, "11000") || strings.Contains(o, "modified=0") || strings.Contains(o, "LockException") ||
+			strings.HasPrefix(o, "attempt:doc(") {
+			busy++
+		}
+	}
+	if busy == 0 {
+		t.Errorf("through lockgate, no worker ever found a lock busy (%v): the workload has no contention", proxied.Outcomes)
+	}
+
+	var control libWorkResult
+	runLib(t, d, &control, lib, "work", directURI, directURI, "libcontrol_"+lib, itoa(d.base), k, m, "1")
+	t.Logf("direct with rogue (control): %+v", control)
+	if control.RogueLanded["update"]+control.RogueLanded["delete"] == 0 {
+		t.Errorf("control: no rogue write landed straight at the database: %+v", control)
+	}
+}
+
+// TestLibSetup: a library's own setup (the TTL and aid indexes of the lock
+// collection) gets through lockgate the answer the database gives it.
+func TestLibSetup(t *testing.T) {
+	for _, d := range libDrivers() {
+		for _, lib := range []string{"alistair", "codecentric"} {
+			t.Run(d.name+"/"+lib, func(t *testing.T) {
+				needLib(t, d, lib)
+				var proxied, direct map[string]any
+				runLib(t, d, &proxied, lib, "setup", proxyURI, directURI, "lib_"+lib, itoa(d.base))
+				runLib(t, d, &direct, lib, "setup", directURI, directURI, "libdirect_"+lib, itoa(d.base))
+				if fmt.Sprint(proxied) != fmt.Sprint(direct) {
+					t.Errorf("setup through lockgate %v, straight at the database %v", proxied, direct)
+				}
+			})
+		}
+	}
+}
+
+// TestLibTakeover: a holder takes a lock and vanishes; the lock is taken
+// over as the library expects (after LockTime's timeout, ExpireAt, the
+// ExpireTime of the Lock, the TTL, or a flag cleared once its holder has
+// been silent for the lease), also where the database has no TTL monitor;
+// the vanished holder's late calls change nothing. Where the library's
+// own calls already decide every step (MongoLocks), the run through
+// lockgate must return exactly what the same run returns straight at the
+// database.
+func TestLibTakeover(t *testing.T) {
+	for _, d := range libDrivers() {
+		for _, lib := range libNames {
+			t.Run(d.name+"/"+lib, func(t *testing.T) {
+				needLib(t, d, lib)
+				libTakeover(t, d, lib)
+			})
+		}
+	}
+}
+
+func libTakeover(t *testing.T, d libDriver, lib string) {
+	var got, direct map[string]any
+	runLib(t, d, &got, lib, "takeover", proxyURI, directURI, "lib_"+lib, itoa(d.base))
+	t.Logf("through lockgate: %v", got)
+	runLib(t, d, &direct, lib, "takeover", directURI, directURI, "libdirect_"+lib, itoa(d.base))
+	t.Logf("direct: %v", direct)
+	const refused = "refused/46"
+	var want map[string]any
+	switch lib {
+	case "mongolocks":
+		want = map[string]any{"a_lock": "locked", "b_lock_early": "LockException", "b_lock_after_lease": "locked",
+			"a_release_after_takeover": "LockException", "b_release": "released", "c_lock_new": "locked",
+			"c_release_new": "released", "new_value": 6, "final": 7}
+		if fmt.Sprint(got) != fmt.Sprint(direct) {
+			t.Errorf("through lockgate %v, straight at the database %v", got, direct)
+		}
+	case "drmirror":
+		want = map[string]any{"a_lock": true, "b_lock_early": false, "b_unlock_early": refused,
+			"b_unlock_after_lease": 1, "b_lock": true, "a_write_after_takeover": refused,
+			"a_unlock_after_takeover": refused, "b_write": 1, "b_unlock": 1, "final": 7}
+	case "alistair":
+		want = map[string]any{"a_acquire": true, "b_acquire_early": false, "b_acquire_after_expiry": true,
+			"a_write_after_takeover": refused, "a_dispose_after_takeover": refused, "b_write": 1, "b_dispose": 1,
+			"a_acquire_after_release": true, "final": 7}
+	case "tharga":
+		want = map[string]any{"a_pick": "picked", "b_pick_early": "LockException", "b_pick_after_expiry": "picked",
+			"a_commit_after_takeover": "LockExpiredException", "a_abandon_after_takeover": refused,
+			"b_commit": true, "final": 7,
+			"a_pick_2": "picked", "a_error_state": false, "b_pick_error": "LockErrorException",
+			"b_pick_error_after_expiry": "LockErrorException", "b_release_exception": "doc(Counter,Lock,_id)",
+			"b_pick_after_release": "picked", "b_commit_2": true,
+			"a_pick_4": "picked", "b_pick_group": "picked:5", "b_commit_group": true, "a_commit_4": true,
+			"a_pick_7": "picked", "b_lock_many_busy": "LockException", "lock_6_after_rollback": true,
+			"a_commit_7": true, "b_lock_many": 2, "final_4_5_6_7": []int{1, 1, 10, 11}}
+	case "codecentric":
+		want = map[string]any{"a_obtain": true, "b_obtain_early": false, "b_release_early": refused,
+			"b_obtain_after_ttl": true, "a_write_after_takeover": refused, "b_write": 1,
+			"a_release_all_after_takeover": 0, "b_release_all": 1, "a_obtain_after_release": true, "final": 7}
+	}
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if fmt.Sprint(got[k]) != fmt.Sprint(want[k]) {
+			t.Errorf("%s = %v, want %v", k, got[k], want[k])
+		}
+	}
+}
