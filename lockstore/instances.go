@@ -26,8 +26,9 @@ const InstancesSuffix = "_instances"
 //
 //   - a Store that starts while another one trusts an "alone" view: the
 //     newcomer grants nothing until that view has surely aged out
-//     (CacheTrust after its own record was written), unless it found
-//     nobody else registered, in which case nobody trusts such a view;
+//     (CacheTrust after its own record was written; Open waits for it),
+//     unless it found nobody else registered, in which case nobody trusts
+//     such a view;
 //   - a Store whose heartbeats stopped reaching the database while it still
 //     grants locks, so that the others stop counting it: it grants only
 //     while its last heartbeat is younger than instanceSelfFence, far inside

@@ -313,6 +313,11 @@ func (s *Store) setup(ctx context.Context) error {
 	if err := s.heartbeat(ctx, true); err != nil {
 		// Grants retry it (mayGrant); until it succeeds none is made.
 		s.log.Warn("announcing this instance in the lock store failed; no lock is granted until it succeeds", zap.Error(err))
+	} else if err := s.mayGrant(ctx); err != nil {
+		// Beside other instances the first grant waits about CacheTrust:
+		// done here, at start, where it delays no client's acquire (grants
+		// still wait for it if this was cut short).
+		s.log.Debug("waiting to grant at start cut short", zap.Error(err))
 	}
 	s.setupDone.Store(true)
 	return nil
