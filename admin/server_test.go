@@ -8,17 +8,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 
 func newServer(t *testing.T, opts Options) *Server {
 	t.Helper()

@@ -25,18 +25,16 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/admin"
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 
 func startEmbedded(t *testing.T) *embedded.Server {
 	t.Helper()

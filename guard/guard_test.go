@@ -13,13 +13,13 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
@@ -31,21 +31,14 @@ func TestMain(m *testing.M) {
 		holderProcess(uri, os.Getenv("LOCKGATE_HOLDER_COLL"))
 		return
 	}
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "embedded upstream:", err)
-		os.Exit(1)
-	}
-	upstreamURI, upstreamAddr = srv.URI(), srv.Addr()
-	code := m.Run()
-	srv.Close()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
+	os.Exit(testkit.RunMain(m, func() (func() error, error) {
+		srv, err := embedded.Start(embedded.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("embedded upstream: %w", err)
 		}
-	}
-	os.Exit(code)
+		upstreamURI, upstreamAddr = srv.URI(), srv.Addr()
+		return srv.Close, nil
+	}))
 }
 
 type dialAddr string

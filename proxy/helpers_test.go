@@ -237,15 +237,4 @@ func receivedCommands(t *testing.T, s *scripted.Server) []string {
 	return names
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func testutilCount(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

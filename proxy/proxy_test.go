@@ -3,21 +3,20 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/wire"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 
 // rsMemberHello is what a replica set primary says about itself.
 func rsMemberHello(t *testing.T, me string) bsoncore.Document {
@@ -445,7 +444,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	c := dialRaw(t, p.addr)
 	req, id := c.msg(0, bson.D{{"slow", 1}, {"$db", "admin"}})
 	c.send(req)
-	eventually(t, "the slow request to reach the upstream", func() bool { return len(up.Requests()) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the slow request to reach the upstream", func() bool { return len(up.Requests()) == 1 })
 
 	p.cancel()
 	time.Sleep(100 * time.Millisecond)
@@ -481,7 +480,7 @@ func TestShutdownGraceBoundsTheWait(t *testing.T) {
 	c := dialRaw(t, p.addr)
 	req, _ := c.msg(0, bson.D{{"never", 1}, {"$db", "admin"}})
 	c.send(req)
-	eventually(t, "the request to reach the upstream", func() bool { return len(up.Requests()) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the request to reach the upstream", func() bool { return len(up.Requests()) == 1 })
 	start := time.Now()
 	p.cancel()
 	select {
@@ -552,7 +551,7 @@ func TestClientThatNeverReadsIsCut(t *testing.T) {
 			break // the proxy already gave up on us
 		}
 	}
-	eventually(t, "the deaf client to be cut off", func() bool { return p.errorCount(errSlowClient) >= 1 })
+	testkit.Eventually(t, 10*time.Second, "the deaf client to be cut off", func() bool { return p.errorCount(errSlowClient) >= 1 })
 	other := dialRaw(t, p.addr)
 	req, _ := other.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
 	other.send(req)

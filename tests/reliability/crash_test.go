@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 )
 
@@ -299,7 +300,7 @@ func TestProxyKilledMidTraffic(t *testing.T) {
 
 	// A kept serving throughout and after.
 	afterKill := aAfterKill.Load()
-	waitFor(t, 30*time.Second, "A's workers to complete 10 more locked increments after the kill", func() bool {
+	testkit.Eventually(t, 30*time.Second, "A's workers to complete 10 more locked increments after the kill", func() bool {
 		return aAfterKill.Load() >= afterKill+10
 	})
 	close(stopA)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -327,7 +328,7 @@ func TestSlowUpstreamTimeouts(t *testing.T) {
 		t.Fatalf("ping through lockgate to the scripted upstream: %v", err)
 	}
 	warm.Disconnect(context.Background())
-	waitFor(t, 10*time.Second, "lockgate_client_connections to return to 0 after the warm-up", func() bool {
+	testkit.Eventually(t, 10*time.Second, "lockgate_client_connections to return to 0 after the warm-up", func() bool {
 		return g.metric(t, "lockgate_client_connections", nil) == 0
 	})
 	baseline := settledGoroutines()
@@ -387,7 +388,7 @@ func TestSlowUpstreamTimeouts(t *testing.T) {
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	c.Disconnect(dctx)
 	dcancel()
-	waitFor(t, 15*time.Second, "lockgate_client_connections to return to 0", func() bool {
+	testkit.Eventually(t, 15*time.Second, "lockgate_client_connections to return to 0", func() bool {
 		return g.metric(t, "lockgate_client_connections", nil) == 0
 	})
 	var after int
