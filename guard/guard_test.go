@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
@@ -364,7 +365,8 @@ func TestWaiterOnSameProxyGetsTheLockOnRelease(t *testing.T) {
 		_, err := run(t, c, waiter, bson.D{{"acquireLock", "jobs"}, {"ids", bson.A{"j1"}}, {"waitMS", 5000}})
 		done <- result{time.Now(), err}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	j1, _ := docid.Of("j1")
+	testkit.Eventually(t, 10*time.Second, "the waiter to queue", func() bool { return st.store.Waiting("shop.jobs", j1) == 1 })
 	released := time.Now()
 	if _, err := run(t, c, holder, bson.D{{"releaseLock", "jobs"}, {"ids", bson.A{"j1"}}}); err != nil {
 		t.Fatal(err)

@@ -3,8 +3,10 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
+	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -422,7 +424,10 @@ func TestSlowClientIsCutOff(t *testing.T) {
 	if waited := time.Since(start); waited > 4*time.Second {
 		t.Fatalf("slow client closed only after %v", waited)
 	}
-	time.Sleep(400 * time.Millisecond)
+	// The idle connection was opened before the slow one's message began,
+	// so it has been idle for longer than MessageTimeout once the cut is
+	// counted.
+	testkit.Eventually(t, 10*time.Second, "the cut to be counted", func() bool { return p.errorCount(errSlowClient) >= 1 })
 	req, _ = idle.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
 	idle.send(req)
 	if r := idle.read(); !isOK(body(t, r)) {
@@ -447,7 +452,13 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "the slow request to reach the upstream", func() bool { return len(up.Requests()) == 1 })
 
 	p.cancel()
-	time.Sleep(100 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the shutdown to close the listener", func() bool {
+		c, err := net.Dial("tcp", p.addr)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	close(release)
 	r := c.read()
 	if r.Header().ResponseTo != id || !isOK(body(t, r)) {
@@ -588,11 +599,18 @@ func TestUpstreamReplyToFireAndForgetIsDropped(t *testing.T) {
 // before a malformed one still reaches the client before the connection
 // closes, as mongod, answering in order, would send it.
 func TestGoodRequestBeforeGarbageIsAnswered(t *testing.T) {
+	// The upstream answers only once the proxy has read the garbage.
+	var proxied atomic.Pointer[testProxy]
 	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
-		time.Sleep(100 * time.Millisecond) // the garbage arrives first
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if proxied.Load().errorCount(errMalformed) > 0 {
+				break
+			}
+		}
 		return nil
 	})
 	p := startProxy(t, Options{Upstream: dialTo(up.Addr())})
+	proxied.Store(p)
 	c := dialRaw(t, p.addr)
 	ping, id := c.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
 	garbage := wire.Header{MessageLength: 8, OpCode: wire.OpCodeMsg}.Append(nil)

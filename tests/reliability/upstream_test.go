@@ -66,6 +66,8 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 		overlapped   atomic.Int64 // operations in flight at some moment while the upstream was down
 		okWhileDown  atomic.Int64 // operations acknowledged while it was down: must be 0
 		slowest      atomic.Int64 // longest operation that ended after the stop began, ns
+		okBefore     [workers]atomic.Int64
+		failedDown   [workers]atomic.Int64 // errors of operations that began and ended while it was down
 		okAfter      [workers]atomic.Int64
 		ackedIncs    [workers]atomic.Int64
 		triedIncs    [workers]atomic.Int64
@@ -129,11 +131,16 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 						return
 					}
 					errsAfter.Add(1)
+					if startPhase == 2 && p == 2 {
+						failedDown[w].Add(1)
+					}
 					lastErr.Store(err.Error())
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
 				switch p {
+				case 0:
+					okBefore[w].Add(1)
 				case 2:
 					okWhileDown.Add(1)
 				case 3:
@@ -143,12 +150,24 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 		}(w)
 	}
 
-	time.Sleep(time.Second)
+	// Every worker at work through the gateway before the stop, and every
+	// one refused while the upstream is down.
+	allAtLeast := func(cs *[workers]atomic.Int64, n int64) func() bool {
+		return func() bool {
+			for w := range cs {
+				if cs[w].Load() < n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	testkit.Eventually(t, time.Minute, "five operations of every worker", allAtLeast(&okBefore, 5))
 	phase.Store(1)
 	srv.Close()
 	srv = nil
 	phase.Store(2) // FerretDB has stopped: nothing may be acknowledged now
-	time.Sleep(1500 * time.Millisecond)
+	testkit.Eventually(t, time.Minute, "every worker to be refused while the upstream is down", allAtLeast(&failedDown, 1))
 	phase.Store(3)
 	srv, err = embedded.Start(embedded.Options{Addr: addr, Dir: dir})
 	if err != nil {
@@ -157,14 +176,7 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 		t.Fatalf("restarting the upstream on %s: %v", addr, err)
 	}
 	back := time.Now()
-	recovered := func() bool {
-		for w := range okAfter {
-			if okAfter[w].Load() < 5 {
-				return false
-			}
-		}
-		return true
-	}
+	recovered := allAtLeast(&okAfter, 5)
 	deadline := time.Now().Add(60 * time.Second)
 	for !recovered() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
