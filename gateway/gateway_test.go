@@ -30,8 +30,8 @@ import (
 
 	"github.com/lockgate/lockgate/admin"
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }

@@ -15,8 +15,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/docid"
-	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // upstreamURI is the embedded FerretDB shared by the package's tests.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/internal/scripted"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/upstream"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"

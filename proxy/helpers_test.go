@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"

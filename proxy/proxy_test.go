@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/internal/scripted"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"

@@ -19,8 +19,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/gateway/gatewaytest"
-	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // upstream is the embedded FerretDB shared by every test of the package;

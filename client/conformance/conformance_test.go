@@ -20,8 +20,8 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway/gatewaytest"
-	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 var upstream *embedded.Server

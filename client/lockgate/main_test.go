@@ -16,8 +16,8 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/gatewaytest"
-	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // upstream is the embedded FerretDB every test's gateway fronts.

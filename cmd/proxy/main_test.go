@@ -17,7 +17,7 @@ import (
 // forbiddenDeps must never be linked into the production binary.
 // The in-memory lock store and resolver keep locks in one process, which
 // would make enforcement across proxies meaningless.
-var forbiddenDeps = []string{"github.com/FerretDB/", "sqlite", "github.com/lockgate/lockgate/internal/embedded", "github.com/chromedp/",
+var forbiddenDeps = []string{"github.com/FerretDB/", "sqlite", "github.com/lockgate/lockgate/testserver/embedded", "github.com/chromedp/",
 	"github.com/lockgate/lockgate/lockstore/memstore", "github.com/lockgate/lockgate/lockstore/lockstoretest", "github.com/lockgate/lockgate/guard/guardtest"}
 
 func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
@@ -57,8 +57,8 @@ func TestProductionBinaryHasNoFerretDB(t *testing.T) {
 	}
 	// The detector itself must work: the embedded upstream is exactly what
 	// it has to catch.
-	if bad := forbidden(goListDeps(t, "github.com/lockgate/lockgate/internal/embedded")); len(bad) == 0 {
-		t.Fatal("the forbidden-dependency check does not recognise internal/embedded's dependencies")
+	if bad := forbidden(goListDeps(t, "github.com/lockgate/lockgate/testserver/embedded")); len(bad) == 0 {
+		t.Fatal("the forbidden-dependency check does not recognise testserver/embedded's dependencies")
 	}
 }
 

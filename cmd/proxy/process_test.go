@@ -20,8 +20,8 @@ import (
 	mongoopts "go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/CONFIGURATION.md's generated tables")

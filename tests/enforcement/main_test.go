@@ -30,8 +30,8 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/gatewaytest"
-	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // Databases the scripts work in, one per client so that they can run in

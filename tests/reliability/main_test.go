@@ -31,8 +31,8 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/gatewaytest"
-	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // Environment of the child-process mode (crash_test.go): when

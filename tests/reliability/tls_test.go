@@ -101,7 +101,7 @@ func newTestPKI(t *testing.T) testPKI {
 	return p
 }
 
-// startTLSFerretDB runs FerretDB with only a TLS listener (internal/embedded
+// startTLSFerretDB runs FerretDB with only a TLS listener (testserver/embedded
 // has no TLS option) and returns its address.
 func startTLSFerretDB(t *testing.T, pki testPKI) string {
 	t.Helper()

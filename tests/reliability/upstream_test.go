@@ -16,9 +16,9 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
-	"github.com/lockgate/lockgate/internal/embedded"
-	"github.com/lockgate/lockgate/internal/scripted"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -289,7 +289,7 @@ func proxyGoroutines() int {
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.TrimSpace(g) != "" && !strings.Contains(g, "lockgate/internal/scripted.") {
+		if strings.TrimSpace(g) != "" && !strings.Contains(g, "lockgate/testserver/scripted.") {
 			n++
 		}
 	}

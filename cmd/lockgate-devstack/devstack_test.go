@@ -1,4 +1,4 @@
-package devstack
+package main
 
 import (
 	"bytes"
