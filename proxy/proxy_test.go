@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -198,7 +199,7 @@ func TestHelloStandalonePassesThrough(t *testing.T) {
 // TestHelloErrorReplyPassesThrough: an upstream that refuses the handshake
 // has nothing to hide; its reply reaches the client unchanged.
 func TestHelloErrorReplyPassesThrough(t *testing.T) {
-	errDoc := wire.ErrorDocument(18, "AuthenticationFailed", "no")
+	errDoc := (&mongoerr.Error{Code: mongoerr.AuthenticationFailed, Msg: "no"}).Document()
 	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
 		return s.Reply(req, errDoc)
 	})
@@ -249,7 +250,7 @@ func (ic recordingInterceptor) Intercept(ctx context.Context, req *Request) Deci
 	case "answerMe":
 		return Decision{Action: Reply, Reply: mustDoc(ic.t, bson.D{{"ok", 1.0}, {"answeredBy", "proxy"}, {"app", req.Client.AppName()}})}
 	case "refuseMe":
-		return Decision{Action: Reply, Reply: wire.ErrorDocument(46, "LockBusy", "refused by the test")}
+		return Decision{Action: Reply, Reply: (&mongoerr.Error{Code: mongoerr.LockBusy, Msg: "refused by the test"}).Document()}
 	case "rewriteMe":
 		b, err := wire.WithBody(req.Message, mustDoc(ic.t, bson.D{{"rewritten", 1}, {"$db", req.Command.DB}}))
 		if err != nil {
