@@ -273,8 +273,8 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 			if !ok {
 				continue
 			}
-			_, data, ok := doc.Lookup("id").BinaryOK()
-			if !ok || len(data) != 16 {
+			data, ok := wire.SessionID(doc)
+			if !ok {
 				continue
 			}
 			// The locks of this session as this connection's user: an
