@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -457,7 +456,7 @@ func inserted(reply bsoncore.Document, w policy.Write, id bsoncore.Value) bool {
 	if _, err := reply.LookupErr("writeErrors"); err == nil {
 		return false
 	}
-	same := func(v bsoncore.Value) bool { return v.Type == id.Type && bytes.Equal(v.Data, id.Data) }
+	same := func(v bsoncore.Value) bool { return docid.Same(v, id) }
 	switch w.Kind {
 	case policy.KindInsert:
 		n, ok := reply.Lookup("n").AsInt64OK()
