@@ -296,7 +296,14 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	}()
 	<-inView
 	cancel()
-	time.Sleep(50 * time.Millisecond)
+	// Shutdown has begun once the listener refuses new connections.
+	testkit.Eventually(t, 5*time.Second, "the listener to close", func() bool {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	close(finish)
 	if got := <-slow; strings.TrimSpace(got) != `"done"` {
 		t.Errorf("in-flight request got %q", got)
