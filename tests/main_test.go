@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -31,14 +30,7 @@ var verboseProxyLogs = flag.Bool("proxylogs", false, "log the gateways' zap outp
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(testkit.RunMain(m, func() (func() error, error) {
-		var err error
-		upstream, err = embedded.Start(embedded.Options{Addr: "127.0.0.1:0"})
-		if err != nil {
-			return nil, fmt.Errorf("starting the embedded upstream: %w", err)
-		}
-		return upstream.Close, nil
-	}))
+	os.Exit(testkit.RunMain(m, embedded.Shared(&upstream, embedded.Options{Addr: "127.0.0.1:0"})))
 }
 
 // gw is a gateway under test with the upstream it fronts.

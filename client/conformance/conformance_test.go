@@ -27,14 +27,7 @@ import (
 var upstream *embedded.Server
 
 func TestMain(m *testing.M) {
-	os.Exit(testkit.RunMain(m, func() (func() error, error) {
-		var err error
-		upstream, err = embedded.Start(embedded.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("starting the embedded upstream: %w", err)
-		}
-		return upstream.Close, nil
-	}))
+	os.Exit(testkit.RunMain(m, embedded.Shared(&upstream, embedded.Options{})))
 }
 
 // stack is a lockgate whose lock store is reached through a relay that a

@@ -2,7 +2,6 @@ package lockgate_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -24,14 +23,7 @@ import (
 var upstream *embedded.Server
 
 func TestMain(m *testing.M) {
-	os.Exit(testkit.RunMain(m, func() (func() error, error) {
-		var err error
-		upstream, err = embedded.Start(embedded.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("starting the embedded upstream: %w", err)
-		}
-		return upstream.Close, nil
-	}))
+	os.Exit(testkit.RunMain(m, embedded.Shared(&upstream, embedded.Options{})))
 }
 
 // startGateway starts a lockgate in front of the embedded upstream that
