@@ -67,7 +67,7 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 		okWhileDown  atomic.Int64 // operations acknowledged while it was down: must be 0
 		slowest      atomic.Int64 // longest operation that ended after the stop began, ns
 		okBefore     [workers]atomic.Int64
-		failedDown   [workers]atomic.Int64 // errors of operations that began and ended while it was down
+		failedDown   [workers]atomic.Int64 // errors of operations begun and ended while it was down
 		okAfter      [workers]atomic.Int64
 		ackedIncs    [workers]atomic.Int64
 		triedIncs    [workers]atomic.Int64
@@ -151,7 +151,8 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 	}
 
 	// Every worker at work through the gateway before the stop, and every
-	// one refused while the upstream is down.
+	// one refused by the stopped upstream (an operation begun and failed
+	// while it was down) before it comes back.
 	allAtLeast := func(cs *[workers]atomic.Int64, n int64) func() bool {
 		return func() bool {
 			for w := range cs {
@@ -167,7 +168,9 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 	srv.Close()
 	srv = nil
 	phase.Store(2) // FerretDB has stopped: nothing may be acknowledged now
+	stopped := time.Now()
 	testkit.Eventually(t, time.Minute, "every worker to be refused while the upstream is down", allAtLeast(&failedDown, 1))
+	down := time.Since(stopped)
 	phase.Store(3)
 	srv, err = embedded.Start(embedded.Options{Addr: addr, Dir: dir})
 	if err != nil {
@@ -200,8 +203,8 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 	if overlapped.Load() == 0 {
 		t.Fatalf("no operation was in flight while the upstream was down: the restart did not happen under traffic")
 	}
-	t.Logf("upstream down 1.5s: %d operations in flight while it was down, %d client errors from the stop on (last: %v), none acknowledged while down; slowest operation %v; every worker made 5 operations within %v of the upstream's return",
-		overlapped.Load(), errsAfter.Load(), lastErr.Load(), time.Duration(slowest.Load()).Round(time.Millisecond), recoveredIn.Round(time.Millisecond))
+	t.Logf("upstream down %v: %d operations in flight while it was down, %d client errors from the stop on (last: %v), none acknowledged while down; slowest operation %v; every worker made 5 operations within %v of the upstream's return",
+		down.Round(time.Millisecond), overlapped.Load(), errsAfter.Load(), lastErr.Load(), time.Duration(slowest.Load()).Round(time.Millisecond), recoveredIn.Round(time.Millisecond))
 
 	// Every acknowledged write is there.
 	direct := connect(t, srv.URI(), "direct-check")
