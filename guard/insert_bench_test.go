@@ -24,7 +24,10 @@ import (
 //   - requireUnlocked/noLocks: no lock held in the namespace, so no lock
 //     store round trip;
 //   - requireUnlocked/lockHeld: another session holds a lock there, so each
-//     insert command reads the lock store once.
+//     insert command reads the lock store once;
+//   - requireUnlocked/twoLockgates: no lock held, but a second lockgate
+//     runs on the same lock store, so each insert command reads it
+//     (a lock taken through the other would not be in this one's view).
 //
 // Compare the ns/op of the legs of one run:
 //
@@ -34,16 +37,22 @@ func BenchmarkEnforcedInsert(b *testing.B) {
 		name     string
 		inserts  config.InsertMode
 		lockHeld bool
+		second   bool
 	}{
-		{"allow", config.InsertsAllow, false},
-		{"requireUnlocked/noLocks", config.InsertsRequireUnlocked, false},
-		{"requireUnlocked/lockHeld", config.InsertsRequireUnlocked, true},
+		{"allow", config.InsertsAllow, false, false},
+		{"requireUnlocked/noLocks", config.InsertsRequireUnlocked, false, false},
+		{"requireUnlocked/lockHeld", config.InsertsRequireUnlocked, true, false},
+		{"requireUnlocked/twoLockgates", config.InsertsRequireUnlocked, false, true},
 	} {
 		b.Run(leg.name, func(b *testing.B) {
 			coll := fmt.Sprintf("ins_%d", collSeq.Add(1))
 			pol := config.Policy{Default: config.ModeOff, MaxCandidates: 50,
 				Namespaces: []config.NamespaceRule{{Match: "shop." + coll, Mode: config.ModeEnforce, Inserts: leg.inserts}}}
-			st := startStackWith(b, stackOptions{policy: pol, logger: zap.NewNop()})
+			locks := fmt.Sprintf("locks_%d", seq.Add(1))
+			st := startStackWith(b, stackOptions{policy: pol, logger: zap.NewNop(), collection: locks})
+			if leg.second {
+				startStackWith(b, stackOptions{policy: pol, logger: zap.NewNop(), collection: locks})
+			}
 			c := connect(b, st.uri, "bench")
 			s := session(b, c)
 			ctx := mongo.NewSessionContext(context.Background(), s)
@@ -58,7 +67,7 @@ func BenchmarkEnforcedInsert(b *testing.B) {
 					bson.D{{Key: "acquireLock", Value: coll}, {Key: "ids", Value: bson.A{-2}}, {Key: "leaseMS", Value: 60000}}).Err(); err != nil {
 					b.Fatal(err)
 				}
-			} else {
+			} else if !leg.second {
 				// Until the store has seen that nothing is locked here.
 				deadline := time.Now().Add(10 * time.Second)
 				for st.store.MayHoldLocks("shop."+coll) && time.Now().Before(deadline) {

@@ -26,6 +26,7 @@ func TestReservedTouches(t *testing.T) {
 		{"lockgate", "locks", "find", true},
 		{"lockgate", "locks_claims", "find", true},
 		{"lockgate", "locks_txns", "find", true},
+		{"lockgate", "locks_instances", "delete", true}, // emptied, a lockgate would think itself alone
 		{"LockGate", "LOCKS", "delete", true},
 		{"lockgate", "ｌｏｃｋｓ", "find", true}, // full-width: NFKC folds it to "locks"
 		{"lockgate", "", "dropDatabase", true},

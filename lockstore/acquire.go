@@ -281,6 +281,13 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			next = h.next(kindRenew, now)
 			next.Via, next.Shared = s.via, true
 		}
+		if next.Owner != nil && !continues(h, next) {
+			// A new holder: no other Store's insert check may be blind
+			// to it (instances.go).
+			if err := s.mayGrant(ctx); err != nil {
+				return nil, h, err
+			}
+		}
 		sent := time.Now()
 		ok, err := s.insert(ctx, op, next)
 		if err != nil {

@@ -187,6 +187,15 @@
 // is trusted nowhere, so a takeover does not wait. `Holds` fails closed: on
 // any store error it answers "not held" with `ErrUnavailable`.
 //
+// `MayHoldLocks`, which lets an insert skip the per-`_id` check, answers
+// from a view of the namespaces with held locks (one `distinct` twice per
+// trust period), trusted only by a store that knows it is alone: every
+// store upserts a heartbeat into `<collection>_instances` (`_id` = its
+// `via`) and reads whether another was seen in the last 30 s; a store that
+// found another grants its first lock one trust period after its own
+// heartbeat was written (instances.go gives the argument), and one whose
+// last heartbeat is over 10 s old grants none. Close deletes the record.
+//
 // # FerretDB notes
 //
 //   - No atomic conditional updates (see Storage), no change streams, no TTL

@@ -46,11 +46,13 @@ func (h *heldNamespaces) mayHold(ns string, now time.Time) bool {
 
 // MayHoldLocks reports whether a lock may be held in ns. false means: no
 // lock was held there at the last refresh (at most CacheTrust ago) and
-// none was taken through this Store since. A lock taken through another
-// proxy since that refresh is the accepted risk, the same window as Holds'
-// cache (docs/LOCKS.md). Inserts use it to skip the per-_id check.
+// none was taken through this Store since, and no other Store could have
+// taken one unseen: none was live at this Store's last read of the
+// registry, and one that starts grants nothing until that read has aged out
+// (instances.go). Inserts use it to skip the per-_id check.
 func (s *Store) MayHoldLocks(ns string) bool {
-	return s.heldNS.mayHold(ns, time.Now())
+	now := time.Now()
+	return !s.alone(now) || s.heldNS.mayHold(ns, now)
 }
 
 // refreshHeldNamespaces reads the namespaces that have a held lock, in one

@@ -32,6 +32,8 @@ const (
 	opSweep = "sweep_sessions"
 	// opTxn records, reads and forgets what transactions' commits need.
 	opTxn = "transaction"
+	// opInstances writes this instance's heartbeat and reads the others'.
+	opInstances = "instances"
 )
 
 // Metrics are the lock store's Prometheus collectors. Create them with

@@ -102,10 +102,13 @@ type Store struct {
 	coll   *mongo.Collection // head documents
 	claims *mongo.Collection // claims: Collection + "_claims"
 	txns   *mongo.Collection // transaction records: Collection + "_txns" (txn.go)
-	log    *zap.Logger
-	m      *Metrics
-	clock  Clock
-	sclock *serverClock // nil when the clock was injected
+	// instances: every Store's heartbeat, Collection + "_instances"
+	// (instances.go).
+	instances *mongo.Collection
+	log       *zap.Logger
+	m         *Metrics
+	clock     Clock
+	sclock    *serverClock // nil when the clock was injected
 
 	cache   *holdCache
 	via     string // this Store's name in the generations it writes
@@ -113,6 +116,7 @@ type Store struct {
 	sweeper *sessionSweeper
 	wq      *waitQueues
 	heldNS  heldNamespaces
+	reg     instanceRegistry
 	// txnSlots guesses where a transaction's next record goes (txn.go).
 	txnSlots txnSlots
 
@@ -194,6 +198,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	s.coll = client.Database(cfg.Database).Collection(cfg.Collection, copt)
 	s.claims = client.Database(cfg.Database).Collection(cfg.Collection+ClaimsSuffix, copt)
 	s.txns = client.Database(cfg.Database).Collection(cfg.Collection+TxnsSuffix, copt)
+	s.instances = client.Database(cfg.Database).Collection(cfg.Collection+InstancesSuffix, copt)
 	s.openStream = s.watchCollection
 
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -214,6 +219,9 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 	s.cancel()
 	s.wg.Wait()
+	if s.setupDone.Load() {
+		s.deregister(ctx)
+	}
 	if !s.ownsClient {
 		return nil
 	}
@@ -302,6 +310,10 @@ func (s *Store) setup(ctx context.Context) error {
 	}
 	if changeStreamCandidate(h) {
 		s.startWatcher()
+	}
+	if err := s.heartbeat(ctx, true); err != nil {
+		// Grants retry it (mayGrant); until it succeeds none is made.
+		s.log.Warn("announcing this instance in the lock store failed; no lock is granted until it succeeds", zap.Error(err))
 	}
 	s.setupDone.Store(true)
 	return nil
@@ -404,6 +416,11 @@ func (s *Store) background(cfg Config) {
 			}
 		case <-refreshC:
 			s.refreshCache(s.ctx)
+			if s.setupDone.Load() {
+				if err := s.heartbeat(s.ctx, false); err != nil {
+					s.log.Debug("heartbeat failed", zap.Error(err))
+				}
+			}
 			s.refreshHeldNamespaces(s.ctx)
 		case <-pruneT.C:
 			now, unc := s.clock.Now()

@@ -731,6 +731,9 @@ func TestTwoStores(t *testing.T) {
 	s1, s2 := openStore(t, cfg), openStore(t, cfg)
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "shared")
+	// s2's first grant waits until s1 cannot trust a view without it
+	// (instances.go): make it before the handoff is timed.
+	mustAcquire(t, s2, b, "db.c", ids(t, "warm-up"), time.Minute, 0)
 	mustAcquire(t, s1, a, "db.c", id, time.Minute, 0)
 	_, err := s2.Acquire(bg, b, "db.c", id, time.Minute, 0)
 	if he := heldErr(t, err, ErrBusy); he.Holder.App != "a" {
