@@ -8,17 +8,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 
 func newServer(t *testing.T, opts Options) *Server {
 	t.Helper()
@@ -295,7 +296,14 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	}()
 	<-inView
 	cancel()
-	time.Sleep(50 * time.Millisecond)
+	// Shutdown has begun once the listener refuses new connections.
+	testkit.Eventually(t, 5*time.Second, "the listener to close", func() bool {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	close(finish)
 	if got := <-slow; strings.TrimSpace(got) != `"done"` {
 		t.Errorf("in-flight request got %q", got)

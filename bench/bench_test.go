@@ -4,23 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The Go driver's package-level OCSP cache janitor, and FerretDB's
-		// process-wide helpers, outlive any one client or server by design.
-		goleak.IgnoreAnyFunction("go.mongodb.org/mongo-driver/internal/ocsp.newCache.func1"),
-		goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-		goleak.IgnoreAnyFunction("modernc.org/sqlite.(*conn).interrupt"),
-	)
-}
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 
 func startStack(t testing.TB, u Upstream, docs int) *Stack {
 	t.Helper()

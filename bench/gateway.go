@@ -15,7 +15,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // benchLease is the lease of every lock the enforcement benchmark takes,

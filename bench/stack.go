@@ -12,8 +12,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/lockgate/lockgate/internal/embedded"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // Leg is one path from the client to the upstream.

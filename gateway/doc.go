@@ -10,6 +10,6 @@
 // config names (TLS material), install signal handlers, exit the process,
 // or register anything in a global registry: those belong to the binaries,
 // and keeping them out lets several gateways run in one test process. It
-// must never import internal/embedded: cmd/proxy depends on this package,
+// must never import testserver/embedded: cmd/proxy depends on this package,
 // and FerretDB must stay out of the production binary.
 package gateway

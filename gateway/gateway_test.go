@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -25,18 +26,16 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/admin"
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 
 func startEmbedded(t *testing.T) *embedded.Server {
 	t.Helper()
@@ -459,17 +458,13 @@ func TestReadyzReportsTheConnectionLimit(t *testing.T) {
 	}
 	waitFor := func(want int) admin.Readiness {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			code, rd := readyz()
-			if code == want {
-				return rd
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz still %d, want %d: %+v", code, want, rd)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		var rd admin.Readiness
+		testkit.Eventually(t, 15*time.Second, fmt.Sprintf("/readyz %d", want), func() bool {
+			var code int
+			code, rd = readyz()
+			return code == want
+		})
+		return rd
 	}
 	waitFor(200)
 	conns := make([]net.Conn, 2)

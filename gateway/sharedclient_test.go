@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -178,15 +179,8 @@ func TestGatewaySharesOneClientPerDeployment(t *testing.T) {
 
 func waitReady(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, body := httpGet(t, base+"/readyz")
-		if code == 200 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d: %s", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 20*time.Second, "/readyz 200", func() bool {
+		code, _ := httpGet(t, base+"/readyz")
+		return code == 200
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,7 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -341,12 +341,7 @@ const { MongoClient } = require('mongodb');
 	for _, name := range []string{"pymongo", "node"} {
 		t.Run(name, func(t *testing.T) {
 			args := scripts[name]
-			if _, err := exec.LookPath(args[0]); err != nil {
-				if os.Getenv("CI") != "" {
-					t.Fatalf("%s missing (CI is set, so this is a failure)", args[0])
-				}
-				t.Skip(args[0] + " missing")
-			}
+			testkit.RequireTool(t, args[0], testkit.OnPath(args[0], "install it (python3-pymongo, Node.js 20)"))
 			cmd := exec.Command(args[0], args[1:]...)
 			if name == "node" {
 				cmd.Dir = filepath.Join("..", "tests", "compat", "node")

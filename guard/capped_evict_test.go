@@ -12,7 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -58,7 +59,7 @@ func (e *evictingServer) handle(s *scripted.Server, req wire.Message, cmd *wire.
 	case "insert":
 		docs, err := cmd.Documents("documents")
 		if err != nil {
-			return s.Reply(req, wire.ErrorDocument(9, "FailedToParse", err.Error()))
+			return s.Reply(req, (&mongoerr.Error{Code: mongoerr.FailedToParse, Msg: err.Error()}).Document())
 		}
 		e.mu.Lock()
 		for _, d := range docs {

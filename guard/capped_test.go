@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // TestCappedCollectionsLoseNoLockedDocument is issue 16 through the proxy
@@ -130,10 +131,7 @@ func TestInsertOfALockedIDIsRefusedByDefault(t *testing.T) {
 
 	// Nothing locked in the namespace yet: once the store has looked,
 	// inserts are decided without a round trip.
-	deadline := time.Now().Add(10 * time.Second)
-	for st.store.MayHoldLocks("shop."+coll) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the store to know nothing is locked there", func() bool { return !st.store.MayHoldLocks("shop." + coll) })
 	if _, err := intruder.Database("shop").Collection(coll).InsertOne(inSession(is), bson.D{{"_id", 50}}); err != nil {
 		t.Fatalf("insert into a namespace where nothing is locked: %v", err)
 	}

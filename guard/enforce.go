@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
@@ -807,7 +808,7 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 		advice = x.advice
 	}
 	return &cmdError{
-		code:   codeLockBusy,
+		code:   mongoerr.LockBusy,
 		reason: x.reason,
 		ns:     x.write.NS,
 		ids:    x.ids,
@@ -951,5 +952,5 @@ func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule,
 // side of the resolution deadline.
 func isMaxTimeExpired(err error) bool {
 	var se interface{ HasErrorCode(int) bool }
-	return errors.As(err, &se) && se.HasErrorCode(50)
+	return errors.As(err, &se) && se.HasErrorCode(int(mongoerr.MaxTimeMSExpired))
 }

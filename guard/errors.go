@@ -8,40 +8,10 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/proxy"
-	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
-
-// MongoDB error codes the proxy answers with. None of them is one that
-// drivers retry on their own, so a refusal is never silently repeated.
-const (
-	codeBadValue        = 2
-	codeFailedToParse   = 9
-	codeUnauthorized    = 13
-	codeTypeMismatch    = 14
-	codeLockTimeout     = 24
-	codeLockBusy        = 46
-	codeLockFailed      = 107
-	codeIDLUnknownField = 40415
-
-	// codeNamespaceNotFound: acquireLock in a missing collection, where
-	// the rule refuses it.
-	codeNamespaceNotFound = 26
-)
-
-var codeNames = map[int32]string{
-	codeBadValue:        "BadValue",
-	codeFailedToParse:   "FailedToParse",
-	codeUnauthorized:    "Unauthorized",
-	codeTypeMismatch:    "TypeMismatch",
-	codeLockTimeout:     "LockTimeout",
-	codeLockBusy:        "LockBusy",
-	codeLockFailed:      "LockFailed",
-	codeIDLUnknownField: "IDLUnknownField",
-
-	codeNamespaceNotFound: "NamespaceNotFound",
-}
 
 // Reasons, the machine-readable "reason" of a refusal's detail and the
 // values of the "reason" metric label.
@@ -80,7 +50,7 @@ const maxReplyIDs = 100
 
 // cmdError is a refusal on its way to becoming a MongoDB error reply.
 type cmdError struct {
-	code   int32
+	code   mongoerr.Code
 	reason string
 	msg    string
 	ns     string
@@ -90,7 +60,7 @@ type cmdError struct {
 
 func (e *cmdError) Error() string { return e.msg }
 
-func badArg(code int32, format string, args ...any) *cmdError {
+func badArg(code mongoerr.Code, format string, args ...any) *cmdError {
 	return &cmdError{code: code, reason: reasonBadArgument, msg: fmt.Sprintf(format, args...)}
 }
 
@@ -124,7 +94,7 @@ func (e *cmdError) document() bsoncore.Document {
 		d = bsoncore.AppendDocumentElement(d, "holder", holderDocument(*e.holder))
 	}
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
-	return wire.ErrorDocument(e.code, codeNames[e.code], e.msg, bsoncore.AppendDocumentElement(nil, "lockgate", d))
+	return (&mongoerr.Error{Code: e.code, Msg: e.msg}).Document(bsoncore.AppendDocumentElement(nil, "lockgate", d))
 }
 
 func holderDocument(h lockstore.Holder) bsoncore.Document {
@@ -158,11 +128,11 @@ func fromStore(op, ns string, err error, shown bool) *cmdError {
 			e.holder, who = &held.Holder, describeHolder(held.Holder)
 		}
 		if held.Timeout {
-			e.code, e.reason = codeLockTimeout, reasonTimeout
+			e.code, e.reason = mongoerr.LockTimeout, reasonTimeout
 			e.msg = fmt.Sprintf("lockgate: timed out waiting for the lock on %s _id %s: %s; no lock was taken: retry, or wait longer with a larger waitMS",
 				ns, held.ID.String(), who)
 		} else {
-			e.code, e.reason = codeLockBusy, reasonHeld
+			e.code, e.reason = mongoerr.LockBusy, reasonHeld
 			e.msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: retry later, or pass waitMS to wait for it",
 				ns, held.ID.String(), who)
 		}
@@ -175,21 +145,21 @@ func fromStore(op, ns string, err error, shown bool) *cmdError {
 				why = fmt.Sprintf("_id %s: %s", notHolder.IDs[0].String(), why)
 			}
 		}
-		return &cmdError{code: codeLockFailed, reason: reasonNotHolder, ns: ns, ids: notHolder.IDs,
+		return &cmdError{code: mongoerr.LockFailed, reason: reasonNotHolder, ns: ns, ids: notHolder.IDs,
 			msg: fmt.Sprintf("lockgate: %s: this session does not hold the lock on %s (%s); acquire it again with acquireLock", op, idsString(notHolder.IDs), why)}
 	case errors.Is(err, lockstore.ErrUnavailable), errors.Is(err, lockstore.ErrClosed):
-		return &cmdError{code: codeLockBusy, reason: reasonUnavailable, ns: ns,
+		return &cmdError{code: mongoerr.LockBusy, reason: reasonUnavailable, ns: ns,
 			msg: fmt.Sprintf("lockgate: %s failed: the lock store is unreachable (%v); nothing was changed: retry when it is back", op, err)}
 	case errors.Is(err, lockstore.ErrTooManyWaiters):
-		return &cmdError{code: codeLockBusy, reason: reasonTooManyWaiters, ns: ns,
+		return &cmdError{code: mongoerr.LockBusy, reason: reasonTooManyWaiters, ns: ns,
 			msg: fmt.Sprintf("lockgate: %s: %v; nothing was taken", op, err)}
 	case errors.Is(err, lockstore.ErrTooManyLocks):
-		return &cmdError{code: codeLockBusy, reason: reasonTooManyLocks, ns: ns,
+		return &cmdError{code: mongoerr.LockBusy, reason: reasonTooManyLocks, ns: ns,
 			msg: fmt.Sprintf("lockgate: %s: %v (limits.maxLocksPerSession); nothing was taken", op, err)}
 	case errors.Is(err, lockstore.ErrInvalidID), errors.Is(err, lockstore.ErrInvalidLease), errors.Is(err, lockstore.ErrInvalidArgument):
-		return &cmdError{code: codeBadValue, reason: reasonBadArgument, ns: ns, msg: fmt.Sprintf("lockgate: %s: %v", op, err)}
+		return &cmdError{code: mongoerr.BadValue, reason: reasonBadArgument, ns: ns, msg: fmt.Sprintf("lockgate: %s: %v", op, err)}
 	default:
-		return &cmdError{code: codeLockBusy, reason: reasonInternal, ns: ns,
+		return &cmdError{code: mongoerr.LockBusy, reason: reasonInternal, ns: ns,
 			msg: fmt.Sprintf("lockgate: %s failed: %v; nothing was changed", op, err)}
 	}
 }

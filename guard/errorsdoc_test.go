@@ -10,13 +10,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lockgate/lockgate/mongoerr"
 )
 
 // TestErrorsDocListsEveryCode keeps docs/ERRORS.md, the users' reference,
-// true to the code: every error code lockgate answers with (the guard's
-// codes, and any other error reply built in the production packages) has a
-// row "| code | codeName |", and every refusal reason of the guard, the
-// lockgate.reason users match on, is named there.
+// true to the code: every error code lockgate answers with
+// (mongoerr.Answered) has a row "| code | codeName |", every row of the
+// table is such a code with its name, no production package writes a code
+// as a bare number (so that none escapes the list), and every refusal
+// reason of the guard, the lockgate.reason users match on, is named there.
 func TestErrorsDocListsEveryCode(t *testing.T) {
 	doc, err := os.ReadFile("../docs/ERRORS.md")
 	if err != nil {
@@ -24,14 +27,28 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 	}
 	text := string(doc)
 
-	codes := map[int32]string{}
-	for c, n := range codeNames {
-		codes[c] = n
+	answered := map[mongoerr.Code]bool{}
+	for _, c := range mongoerr.Answered() {
+		answered[c] = true
+		if !strings.Contains(text, "| "+strconv.Itoa(int(c))+" | "+c.Name()+" |") {
+			t.Errorf("docs/ERRORS.md has no row for code %v", c)
+		}
 	}
-	// Error replies built outside the guard: wire.ErrorReplyTo(req, id,
-	// code, "Name", ...) and wire.ErrorDocument(code, "Name", ...).
-	call := regexp.MustCompile(`(?:ErrorReplyTo\([^\n]*?,\s*|ErrorDocument\(\s*)(\d+),\s*"(\w+)"`)
-	for _, pkg := range []string{"../proxy", "../gateway", "../guard", "../wire", "../upstream", "../lockstore", "../policy", "../admin", "../cmd/proxy"} {
+	rows := regexp.MustCompile(`(?m)^\| (\d+) \| (\w+)`).FindAllStringSubmatch(text, -1)
+	for _, m := range rows {
+		n, _ := strconv.Atoi(m[1])
+		if c := mongoerr.Code(n); !answered[c] || c.Name() != m[2] {
+			t.Errorf("docs/ERRORS.md has a row for %s %s, which is not a code lockgate answers with (mongoerr.Answered)", m[1], m[2])
+		}
+	}
+	if len(rows) < len(answered) {
+		t.Errorf("read %d rows of docs/ERRORS.md's table; the scan is broken", len(rows))
+	}
+
+	// A code written as a number, in a reply built or a reply read.
+	bare := regexp.MustCompile(`(?:"code",\s*|[Cc]ode:\s*|[Cc]ode\s*[!=]=\s*|HasErrorCode\(|mongoerr\.New\()\d+\b`)
+	scanned := 0
+	for _, pkg := range []string{"../proxy", "../gateway", "../guard", "../wire", "../upstream", "../lockstore", "../policy", "../admin", "../cmd/proxy", "../client/lockgate", "../audittrail"} {
 		files, _ := filepath.Glob(filepath.Join(pkg, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {
@@ -41,19 +58,14 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range call.FindAllStringSubmatch(string(src), -1) {
-				n, _ := strconv.Atoi(m[1])
-				codes[int32(n)] = m[2]
+			scanned++
+			for _, m := range bare.FindAllString(string(src), -1) {
+				t.Errorf("%s: %q: name the code from package mongoerr", f, m)
 			}
 		}
 	}
-	if len(codes) <= len(codeNames) {
-		t.Errorf("found no error reply outside the guard; the scan is broken (the proxy answers an unreachable upstream with one)")
-	}
-	for c, n := range codes {
-		if !strings.Contains(text, "| "+strconv.Itoa(int(c))+" | "+n+" |") {
-			t.Errorf("docs/ERRORS.md has no row for code %d %s", c, n)
-		}
+	if scanned < 50 {
+		t.Errorf("scanned %d files; the scan is broken", scanned)
 	}
 
 	fset := token.NewFileSet()

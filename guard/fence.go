@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
@@ -272,7 +273,7 @@ func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owne
 		g.log.Warn("fence: releasing locks whose documents could not be stamped failed; they expire with their lease",
 			zap.String("ns", a.ns), zap.Error(rerr))
 	}
-	return &cmdError{code: codeLockBusy, reason: reasonFenceStamp, ns: a.ns,
+	return &cmdError{code: mongoerr.LockBusy, reason: reasonFenceStamp, ns: a.ns,
 		msg: fmt.Sprintf("lockgate: acquireLock on %s: the fencing token could not be stamped into the documents (%v); the locks were released again: retry", a.ns, err)}
 }
 
@@ -338,7 +339,7 @@ func (h *fenceHook) Reply(ctx context.Context, body bsoncore.Document) bsoncore.
 		for _, v := range vals {
 			if d, ok := v.DocumentOK(); ok {
 				errs = append(errs, d)
-				if code, _ := d.Lookup("code").AsInt64OK(); code == 11000 {
+				if code, _ := d.Lookup("code").AsInt64OK(); code == int64(mongoerr.DuplicateKey) {
 					dupKey = true
 				}
 			}
@@ -362,8 +363,8 @@ func (h *fenceHook) Reply(ctx context.Context, body bsoncore.Document) bsoncore.
 	for i, msg := range out {
 		byIndex[i] = bsoncore.NewDocumentBuilder().
 			AppendInt32("index", int32(i)).
-			AppendInt32("code", codeLockBusy).
-			AppendString("codeName", codeNames[codeLockBusy]).
+			AppendInt32("code", int32(mongoerr.LockBusy)).
+			AppendString("codeName", mongoerr.LockBusy.Name()).
 			AppendString("errmsg", msg).
 			AppendDocument("errInfo", bsoncore.NewDocumentBuilder().AppendDocument("lockgate",
 				bsoncore.NewDocumentBuilder().AppendString("reason", reasonFencedOut).Build()).Build()).
@@ -394,7 +395,7 @@ func (h *fenceHook) findAndModify(ctx context.Context, body bsoncore.Document) b
 		if n, _ := body.Lookup("lastErrorObject", "n").AsInt64OK(); n > 0 {
 			return nil
 		}
-	} else if code, _ := body.Lookup("code").AsInt64OK(); code != 11000 {
+	} else if code, _ := body.Lookup("code").AsInt64OK(); code != int64(mongoerr.DuplicateKey) {
 		return nil
 	}
 	out := h.fencedOut(ctx)
@@ -403,7 +404,7 @@ func (h *fenceHook) findAndModify(ctx context.Context, body bsoncore.Document) b
 		return nil
 	}
 	h.g.metrics.fencedOut.Inc()
-	e := &cmdError{code: codeLockBusy, reason: reasonFencedOut, ns: h.checks[0].ns, msg: msg}
+	e := &cmdError{code: mongoerr.LockBusy, reason: reasonFencedOut, ns: h.checks[0].ns, msg: msg}
 	return e.document()
 }
 

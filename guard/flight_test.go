@@ -1,13 +1,16 @@
 package guard
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
@@ -170,7 +173,7 @@ func TestReleaseWaitsForWritesInFlight(t *testing.T) {
 	}
 	done := make(chan bsoncore.Document)
 	go func() { done <- release() }()
-	time.Sleep(50 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the release to wait for the flight", func() bool { return parked("(*flightTracker).waitSession") })
 	d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
 	r := <-done
 	if st.release.Load() != 1 {
@@ -195,7 +198,7 @@ func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
 		t.Error("force-release did not wait for the write in flight under the lock")
 	}
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		testkit.Eventually(t, 10*time.Second, "the force-release to wait for the flight", func() bool { return parked("(*flightTracker).waitKey") })
 		d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
 	}()
 	if err := g.WaitWritesOn(context.Background(), "shop.orders", one); err != nil {
@@ -221,11 +224,20 @@ func TestShortLeaseFlightRenewedFirst(t *testing.T) {
 	ok := bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build()
 	defer long.OnReply.Reply(context.Background(), ok)
 	defer short.OnReply.Reply(context.Background(), ok)
-	deadline := time.Now().Add(3 * time.Second)
-	for st.renews.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the write with the shorter lease was not renewed within 3 s (due after 100 ms)")
+	// Renewed in 100 ms; the longer lease's timer would wait 10 s.
+	testkit.Eventually(t, 3*time.Second, "the write with the shorter lease to be renewed", func() bool { return st.renews.Load() > 0 })
+}
+
+// parked reports whether a goroutine is blocked in a select in fn, a
+// function of this package: the event that a waiter has started to wait,
+// seen without a hook in the code under test.
+func parked(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte(" [select")) && bytes.Contains(g, []byte("/guard."+fn+"(")) {
+			return true
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	return false
 }

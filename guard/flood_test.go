@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -68,16 +70,27 @@ func TestSlowFilterFloodKeepsIdWritersLatency(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for i := range 20 {
+	var answered [20]atomic.Int64
+	for i := range answered {
 		f := connect(t, st.uri, fmt.Sprintf("flooder-%d", i))
 		wg.Go(func() {
 			coll := f.Database(slowDB).Collection(slowColl)
 			for ctx.Err() == nil {
 				coll.UpdateMany(ctx, bson.D{{"pad", bson.D{{"$regex", "x$"}}}, {"n", -1}}, bson.D{{"$set", bson.D{{"hit", true}}}})
+				answered[i].Add(1)
 			}
 		})
 	}
-	time.Sleep(time.Second) // the flood at full pace
+	// The flood at full pace: every flooder past its first answer, so that
+	// each is in its loop and the resolver's slots are contended.
+	testkit.Eventually(t, time.Minute, "every flooder's first answer", func() bool {
+		for i := range answered {
+			if answered[i].Load() == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	flooded := measure(30)
 	stop()
 	wg.Wait()

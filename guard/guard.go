@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -250,7 +251,7 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 	arr, isArray := req.Command.Body.Lookup("endSessions").ArrayOK()
 	if !isArray {
 		// The server's answer, without a panic on the way.
-		e := badArg(codeTypeMismatch, "endSessions: the value must be an array of session ids, got %s", req.Command.Body.Lookup("endSessions").Type)
+		e := badArg(mongoerr.TypeMismatch, "endSessions: the value must be an array of session ids, got %s", req.Command.Body.Lookup("endSessions").Type)
 		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
 	}
 	vals, err := arr.Values()
@@ -272,8 +273,8 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 			if !ok {
 				continue
 			}
-			_, data, ok := doc.Lookup("id").BinaryOK()
-			if !ok || len(data) != 16 {
+			data, ok := wire.SessionID(doc)
+			if !ok {
 				continue
 			}
 			// The locks of this session as this connection's user: an

@@ -12,14 +12,15 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/testserver/embedded"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
@@ -31,21 +32,14 @@ func TestMain(m *testing.M) {
 		holderProcess(uri, os.Getenv("LOCKGATE_HOLDER_COLL"))
 		return
 	}
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "embedded upstream:", err)
-		os.Exit(1)
-	}
-	upstreamURI, upstreamAddr = srv.URI(), srv.Addr()
-	code := m.Run()
-	srv.Close()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
+	os.Exit(testkit.RunMain(m, func() (func() error, error) {
+		srv, err := embedded.Start(embedded.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("embedded upstream: %w", err)
 		}
-	}
-	os.Exit(code)
+		upstreamURI, upstreamAddr = srv.URI(), srv.Addr()
+		return srv.Close, nil
+	}))
 }
 
 type dialAddr string
@@ -371,7 +365,8 @@ func TestWaiterOnSameProxyGetsTheLockOnRelease(t *testing.T) {
 		_, err := run(t, c, waiter, bson.D{{"acquireLock", "jobs"}, {"ids", bson.A{"j1"}}, {"waitMS", 5000}})
 		done <- result{time.Now(), err}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	j1, _ := docid.Of("j1")
+	testkit.Eventually(t, 10*time.Second, "the waiter to queue", func() bool { return st.store.Waiting("shop.jobs", j1) == 1 })
 	released := time.Now()
 	if _, err := run(t, c, holder, bson.D{{"releaseLock", "jobs"}, {"ids", bson.A{"j1"}}}); err != nil {
 		t.Fatal(err)

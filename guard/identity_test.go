@@ -16,7 +16,7 @@ import (
 
 	"github.com/xdg-go/scram"
 
-	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
 

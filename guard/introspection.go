@@ -89,7 +89,7 @@ func killsOnlyOwn(req *proxy.Request) bool {
 		if !ok {
 			return false
 		}
-		_, id, ok := d.Lookup("id").BinaryOK()
+		id, ok := wire.SessionID(d)
 		if !ok || !bytes.Equal(id, own) {
 			return false
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
@@ -70,14 +71,14 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 	a := &lockArgs{name: cmd.Name}
 	elems, err := cmd.Body.Elements()
 	if err != nil {
-		return nil, badArg(codeFailedToParse, "%s: %v", cmd.Name, err)
+		return nil, badArg(mongoerr.FailedToParse, "%s: %v", cmd.Name, err)
 	}
 	coll, ok := elems[0].Value().StringValueOK()
 	if !ok {
-		return nil, badArg(codeTypeMismatch, "%s: the value of %s must be the collection name as a string, got %s", cmd.Name, cmd.Name, elems[0].Value().Type)
+		return nil, badArg(mongoerr.TypeMismatch, "%s: the value of %s must be the collection name as a string, got %s", cmd.Name, cmd.Name, elems[0].Value().Type)
 	}
 	if coll == "" || strings.HasPrefix(coll, "$") || strings.ContainsRune(coll, 0) {
-		return nil, badArg(codeBadValue, "%s: invalid collection name %q", cmd.Name, coll)
+		return nil, badArg(mongoerr.BadValue, "%s: invalid collection name %q", cmd.Name, coll)
 	}
 	a.ns, a.coll = cmd.DB+"."+coll, coll
 	for _, e := range elems[1:] {
@@ -86,41 +87,41 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 			continue
 		}
 		if !allowed[cmd.Name][key] {
-			return nil, badArg(codeIDLUnknownField, "%s: unknown field %q (allowed: %s)", cmd.Name, key, fieldList(cmd.Name))
+			return nil, badArg(mongoerr.IDLUnknownField, "%s: unknown field %q (allowed: %s)", cmd.Name, key, fieldList(cmd.Name))
 		}
 		v := e.Value()
 		switch key {
 		case "ids":
 			arr, ok := v.ArrayOK()
 			if !ok {
-				return nil, badArg(codeTypeMismatch, "%s: ids must be an array of _id values, got %s", cmd.Name, v.Type)
+				return nil, badArg(mongoerr.TypeMismatch, "%s: ids must be an array of _id values, got %s", cmd.Name, v.Type)
 			}
 			vals, err := arr.Values()
 			if err != nil {
-				return nil, badArg(codeFailedToParse, "%s: ids: %v", cmd.Name, err)
+				return nil, badArg(mongoerr.FailedToParse, "%s: ids: %v", cmd.Name, err)
 			}
 			if len(vals) == 0 {
-				return nil, badArg(codeBadValue, "%s: ids is empty: name at least one _id", cmd.Name)
+				return nil, badArg(mongoerr.BadValue, "%s: ids is empty: name at least one _id", cmd.Name)
 			}
 			if len(vals) > maxIDs {
-				return nil, badArg(codeBadValue, "%s: %d ids, at most %d per command (limits.maxLockIDs): lock in smaller batches", cmd.Name, len(vals), maxIDs)
+				return nil, badArg(mongoerr.BadValue, "%s: %d ids, at most %d per command (limits.maxLockIDs): lock in smaller batches", cmd.Name, len(vals), maxIDs)
 			}
 			a.hasIDs = true
 			// Copies: they outlive the request's buffer.
 			if a.ids, err = docid.Copy(vals); err != nil {
-				return nil, badArg(codeBadValue, "%s: ids: %v", cmd.Name, err)
+				return nil, badArg(mongoerr.BadValue, "%s: ids: %v", cmd.Name, err)
 			}
 		case "leaseMS", "waitMS":
 			ms, ok := millis(v)
 			if !ok {
-				return nil, badArg(codeTypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, docid.Format(bson.RawValue{Type: v.Type, Value: v.Data}))
+				return nil, badArg(mongoerr.TypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, docid.Format(bson.RawValue{Type: v.Type, Value: v.Data}))
 			}
 			if ms < 0 {
-				return nil, badArg(codeBadValue, "%s: %s must not be negative, got %d", cmd.Name, key, ms)
+				return nil, badArg(mongoerr.BadValue, "%s: %s must not be negative, got %d", cmd.Name, key, ms)
 			}
 			if key == "leaseMS" {
 				if ms == 0 {
-					return nil, badArg(codeBadValue, "%s: leaseMS must be positive; omit it for the default lease", cmd.Name)
+					return nil, badArg(mongoerr.BadValue, "%s: leaseMS must be positive; omit it for the default lease", cmd.Name)
 				}
 				a.lease = time.Duration(ms) * time.Millisecond
 			} else {
@@ -129,7 +130,7 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 		case "error":
 			s, ok := v.StringValueOK()
 			if !ok {
-				return nil, badArg(codeTypeMismatch, "%s: error must be a string, got %s", cmd.Name, v.Type)
+				return nil, badArg(mongoerr.TypeMismatch, "%s: error must be a string, got %s", cmd.Name, v.Type)
 			}
 			if len(s) > 1024 {
 				s = s[:1024]
@@ -138,16 +139,16 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 		case "bind":
 			s, ok := v.StringValueOK()
 			if !ok {
-				return nil, badArg(codeTypeMismatch, "%s: bind must be a string, got %s", cmd.Name, v.Type)
+				return nil, badArg(mongoerr.TypeMismatch, "%s: bind must be a string, got %s", cmd.Name, v.Type)
 			}
 			if s == "" || len(s) > 256 {
-				return nil, badArg(codeBadValue, "%s: bind must be a non-empty string of at most 256 bytes", cmd.Name)
+				return nil, badArg(mongoerr.BadValue, "%s: bind must be a non-empty string of at most 256 bytes", cmd.Name)
 			}
 			a.bind = s
 		}
 	}
 	if !a.hasIDs && cmd.Name != cmdRelease {
-		return nil, badArg(codeBadValue, "%s: missing ids: name the _id values to lock, e.g. {%s: %q, ids: [1, 2]}", cmd.Name, cmd.Name, coll)
+		return nil, badArg(mongoerr.BadValue, "%s: missing ids: name the _id values to lock, e.g. {%s: %q, ids: [1, 2]}", cmd.Name, cmd.Name, coll)
 	}
 	return a, nil
 }
@@ -208,7 +209,7 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 		}
 	}
 	if !g.throttle.beforeLockCommand(ctx, req.Client.ID, nids) {
-		return (&cmdError{code: codeLockBusy, reason: reasonInternal, msg: "lockgate: " + cmd.Name + ": the connection closed"}).document()
+		return (&cmdError{code: mongoerr.LockBusy, reason: reasonInternal, msg: "lockgate: " + cmd.Name + ": the connection closed"}).document()
 	}
 	defer func() { g.throttle.lockCommandDone(req.Client.ID, cerr != nil && cerr.reason == reasonBadArgument) }()
 	var session []byte
@@ -239,17 +240,17 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lockArgs) ([]byte, *cmdError) {
 	cmd := req.Command
 	if g.opts.AuthRequired != nil && req.Client.User() == "" && g.opts.AuthRequired() {
-		return nil, &cmdError{code: codeUnauthorized, reason: reasonUnauthenticated,
+		return nil, &cmdError{code: mongoerr.Unauthorized, reason: reasonUnauthenticated,
 			msg: "lockgate: " + cmd.Name + " refused: the database requires authentication and this connection has not authenticated; " +
 				"lock commands carry the caller's own authority, so authenticate first"}
 	}
 	session, ok := cmd.SessionID()
 	if !ok && cmd.Body.Lookup("lsid").Type != 0 {
 		// Present but not {id: <UUID>}: the server's TypeMismatch.
-		return nil, badArg(codeTypeMismatch, "%s: lsid must be a document {id: <UUID>}, got %s", cmd.Name, describeLSID(cmd.Body.Lookup("lsid")))
+		return nil, badArg(mongoerr.TypeMismatch, "%s: lsid must be a document {id: <UUID>}, got %s", cmd.Name, describeLSID(cmd.Body.Lookup("lsid")))
 	}
 	if !ok {
-		return nil, &cmdError{code: codeBadValue, reason: reasonNoSession,
+		return nil, &cmdError{code: mongoerr.BadValue, reason: reasonNoSession,
 			msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
 	}
 	if e := g.mayLock(ctx, req, a); e != nil {
@@ -269,7 +270,7 @@ func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockA
 	case cmdAcquire:
 		wait := a.wait
 		if wait > g.opts.MaxWait {
-			return nil, badArg(codeBadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), g.opts.MaxWait.Milliseconds())
+			return nil, badArg(mongoerr.BadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), g.opts.MaxWait.Milliseconds())
 		}
 		locks, err := g.opts.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
 		if err != nil {
@@ -467,7 +468,7 @@ func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
 		}
 	}
 	if err != nil {
-		return &cmdError{code: codeLockFailed, reason: reasonInFlight,
+		return &cmdError{code: mongoerr.LockFailed, reason: reasonInFlight,
 			msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection, or this session's writes on its other connections, were still running after %v; "+
 				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, g.opts.OrderTimeout)}
 	}
@@ -519,7 +520,7 @@ func (g *Guard) upstreamAllows(ctx context.Context, req *proxy.Request, priv, ns
 		return false, err
 	}
 	code, _ := reply.Lookup("code").AsInt64OK()
-	allowed := code != codeUnauthorized && code != 18
+	allowed := code != int64(mongoerr.Unauthorized) && code != int64(mongoerr.AuthenticationFailed)
 	req.Client.SetVerdict(key, allowed)
 	return allowed, nil
 }
@@ -543,11 +544,11 @@ func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *c
 	}
 	allowed, err := g.upstreamAllows(ctx, req, priv, a.ns)
 	if err != nil {
-		return &cmdError{code: codeLockBusy, reason: reasonUnavailable, ns: a.ns,
+		return &cmdError{code: mongoerr.LockBusy, reason: reasonUnavailable, ns: a.ns,
 			msg: fmt.Sprintf("lockgate: %s: could not ask the database whether this connection may %s %s (%v); nothing was done", a.name, verb, a.ns, err)}
 	}
 	if !allowed {
-		return &cmdError{code: codeUnauthorized, reason: reasonUnauthorized, ns: a.ns,
+		return &cmdError{code: mongoerr.Unauthorized, reason: reasonUnauthorized, ns: a.ns,
 			msg: fmt.Sprintf("lockgate: %s refused: this connection's user may not %s %s, and %s", a.name, verb, a.ns, rule)}
 	}
 	return nil

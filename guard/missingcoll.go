@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lockgate/lockgate/mongoerr"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -35,7 +36,7 @@ func (g *Guard) refuseMissingCollection(ctx context.Context, a *lockArgs) *cmdEr
 	if exists, err := c.CollectionExists(ctx, a.ns); err != nil || exists {
 		return nil
 	}
-	return &cmdError{code: codeNamespaceNotFound, reason: reasonNoCollection, ns: a.ns,
+	return &cmdError{code: mongoerr.NamespaceNotFound, reason: reasonNoCollection, ns: a.ns,
 		msg: fmt.Sprintf("lockgate: acquireLock refused: the collection %s does not exist, and the policy rule %q refuses locks in missing collections "+
 			"(refuseLocksOnMissingCollection); check the database and collection name, or create the collection first", a.ns, rule.Match)}
 }

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -147,11 +148,11 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 	}
 	switch {
 	case reserved != "":
-		return &cmdError{code: codeUnauthorized, reason: reasonReserved, ns: reserved,
+		return &cmdError{code: mongoerr.Unauthorized, reason: reasonReserved, ns: reserved,
 			msg: fmt.Sprintf("lockgate: %s refused: %s is reserved for the lock store, which clients cannot read or write through the proxy; "+
 				"operators see locks on the admin listener (/locks)", name, reserved)}, "lock_store"
 	case reveals != "":
-		return &cmdError{code: codeUnauthorized, reason: reasonIntrospection,
+		return &cmdError{code: mongoerr.Unauthorized, reason: reasonIntrospection,
 			msg: fmt.Sprintf("lockgate: %s refused: it reveals or ends other clients' logical sessions, and while namespaces are enforced a session id "+
 				"is enough to act as a lock holder on a deployment without authentication; an operator can allow it with policy.allowSessionIntrospection", reveals)}, "session_introspection"
 	}

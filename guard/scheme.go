@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -798,7 +799,7 @@ func noMatch(w policy.Write, st policy.Step, dup bool) bsoncore.Document {
 	case w.Kind == policy.KindFindAndModify && dup:
 		extra := bsoncore.AppendDocumentElement(nil, "keyPattern", bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build())
 		extra = bsoncore.AppendDocumentElement(extra, "keyValue", bsoncore.NewDocumentBuilder().AppendValue("_id", st.ID).Build())
-		return wire.ErrorDocument(11000, "DuplicateKey", errmsg, extra)
+		return (&mongoerr.Error{Code: mongoerr.DuplicateKey, Msg: errmsg}).Document(extra)
 	case w.Kind == policy.KindFindAndModify:
 		d = bsoncore.AppendDocumentElement(d, "lastErrorObject", bsoncore.NewDocumentBuilder().
 			AppendInt32("n", 0).AppendBoolean("updatedExisting", false).Build())
@@ -809,7 +810,7 @@ func noMatch(w policy.Write, st policy.Step, dup bool) bsoncore.Document {
 		d = bsoncore.AppendInt32Element(d, "n", 0)
 		d = bsoncore.AppendInt32Element(d, "nModified", 0)
 		if dup {
-			we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", 11000).
+			we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", int32(mongoerr.DuplicateKey)).
 				AppendString("errmsg", errmsg).Build()
 			d = bsoncore.AppendArrayElement(d, "writeErrors", bsoncore.NewArrayBuilder().AppendDocument(we).Build())
 		}

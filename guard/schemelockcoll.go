@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -34,7 +34,7 @@ func recordExists(w policy.Write, st policy.Step, rec bsoncore.Document) bsoncor
 	switch w.Kind {
 	case policy.KindInsert:
 		errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, docid.Format(bson.RawValue{Type: st.ID.Type, Value: st.ID.Data}))
-		we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", 11000).
+		we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", int32(mongoerr.DuplicateKey)).
 			AppendString("errmsg", errmsg).Build()
 		d = bsoncore.AppendInt32Element(d, "n", 0)
 		d = bsoncore.AppendArrayElement(d, "writeErrors", bsoncore.NewArrayBuilder().AppendDocument(we).Build())
@@ -456,7 +456,7 @@ func inserted(reply bsoncore.Document, w policy.Write, id bsoncore.Value) bool {
 	if _, err := reply.LookupErr("writeErrors"); err == nil {
 		return false
 	}
-	same := func(v bsoncore.Value) bool { return v.Type == id.Type && bytes.Equal(v.Data, id.Data) }
+	same := func(v bsoncore.Value) bool { return docid.Same(v, id) }
 	switch w.Kind {
 	case policy.KindInsert:
 		n, ok := reply.Lookup("n").AsInt64OK()

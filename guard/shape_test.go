@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
@@ -43,7 +44,7 @@ func TestLockCommandFieldTypes(t *testing.T) {
 			t.Fatalf("%v: action %v, want a reply", cmd, d.Action)
 		}
 		code, _ := bsoncore.Document(d.Reply).Lookup("code").AsInt64OK()
-		if code != codeTypeMismatch {
+		if code != int64(mongoerr.TypeMismatch) {
 			t.Errorf("%v: code %d (%v), want TypeMismatch", cmd, code, bsoncore.Document(d.Reply))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -224,7 +225,7 @@ func (g *Guard) leaseLeft(ctx context.Context, o lockstore.Owner, ns string, ids
 }
 
 func commitRefusal(why string) *cmdError {
-	return &cmdError{code: codeLockBusy, reason: reasonCommitNotCovered,
+	return &cmdError{code: mongoerr.LockBusy, reason: reasonCommitNotCovered,
 		msg: "lockgate: commitTransaction refused: " + why + "; the transaction was aborted and nothing of it was written: acquire the locks again and redo the transaction"}
 }
 

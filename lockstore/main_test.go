@@ -11,45 +11,40 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/docid"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // upstreamURI is the embedded FerretDB shared by the package's tests.
 var upstreamURI string
 
 func TestMain(m *testing.M) {
-	// SQLite on tmpfs when there is one: the tests measure the lock store,
-	// not fsync.
-	opts := embedded.Options{}
-	var shmDir string
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		if d, err := os.MkdirTemp("/dev/shm", "lockgate-lockstore-"); err == nil {
-			shmDir, opts.Dir = d, d
+	os.Exit(testkit.RunMain(m, func() (func() error, error) {
+		// SQLite on tmpfs when there is one: the tests measure the lock
+		// store, not fsync.
+		opts := embedded.Options{}
+		var shmDir string
+		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+			if d, err := os.MkdirTemp("/dev/shm", "lockgate-lockstore-"); err == nil {
+				shmDir, opts.Dir = d, d
+			}
 		}
-	}
-	srv, err := embedded.Start(opts)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "embedded upstream:", err)
-		os.Exit(1)
-	}
-	upstreamURI = srv.URI()
-	code := m.Run()
-	srv.Close()
-	if shmDir != "" {
-		os.RemoveAll(shmDir)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
+		srv, err := embedded.Start(opts)
+		if err != nil {
+			return nil, fmt.Errorf("embedded upstream: %w", err)
 		}
-	}
-	os.Exit(code)
+		upstreamURI = srv.URI()
+		return func() error {
+			if shmDir != "" {
+				defer os.RemoveAll(shmDir)
+			}
+			return srv.Close()
+		}, nil
+	}))
 }
 
 var collSeq atomic.Int64

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/mongoerr"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -260,7 +261,7 @@ func (s *Store) hello(ctx context.Context) (helloReply, error) {
 		raw, err := s.client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
 		if err != nil {
 			var ce mongo.CommandError
-			if errors.As(err, &ce) && ce.Code == 59 { // CommandNotFound: before 4.4.2
+			if errors.As(err, &ce) && ce.Code == int32(mongoerr.CommandNotFound) { // before 4.4.2
 				raw, err = s.client.Database("admin").RunCommand(ctx, bson.D{{Key: "isMaster", Value: 1}}).Raw()
 			}
 			if err != nil {

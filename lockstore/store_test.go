@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
@@ -585,10 +586,7 @@ func TestLocalWaiterHandoff(t *testing.T) {
 			got <- time.Now()
 			errc <- err
 		}()
-		for s.wq.waiting(ks(t, "db.c", id)) == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		time.Sleep(2 * time.Millisecond) // let it try and block
+		testkit.Eventually(t, 10*time.Second, "the waiter to try and block", func() bool { return blocked(s, ks(t, "db.c", id)) })
 		if _, err := s.Release(bg, a, "db.c", id, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -610,6 +608,15 @@ func TestLocalWaiterHandoff(t *testing.T) {
 	if p50 > 50*time.Millisecond {
 		t.Fatalf("local handoff p50 %v: waiters are not woken by the release", p50)
 	}
+}
+
+// blocked reports whether the first local waiter for rid has tried and
+// found it held: it waits for a release from then on.
+func blocked(s *Store, rid string) bool {
+	s.wq.mu.Lock()
+	defer s.wq.mu.Unlock()
+	q := s.wq.q[rid]
+	return len(q) > 0 && q[0].blockedOn == rid
 }
 
 // ks is the record id of a single id.
@@ -648,9 +655,7 @@ func TestLocalWaitersFIFO(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		for s.wq.waiting(rid) != i+1 {
-			time.Sleep(time.Millisecond)
-		}
+		testkit.Eventually(t, 10*time.Second, "the waiter to queue", func() bool { return s.wq.waiting(rid) == i+1 })
 	}
 	if _, err := s.Release(bg, holder, "db.c", id, ""); err != nil {
 		t.Fatal(err)
@@ -740,7 +745,9 @@ func TestTwoStores(t *testing.T) {
 		_, err := s2.Acquire(bg, b, "db.c", id, time.Minute, 10*time.Second)
 		done <- res{time.Now(), err}
 	}()
-	time.Sleep(400 * time.Millisecond) // the poll backs off to its cap
+	// Released once the waiter has tried and blocked: from then on only
+	// its poll, never above the cap, can find the lock free.
+	testkit.Eventually(t, 10*time.Second, "the waiter to try and block", func() bool { return blocked(s2, ks(t, "db.c", id)) })
 	if _, err := s1.Release(bg, a, "db.c", id, ""); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -265,17 +266,8 @@ func isOperatorDoc(d []byte) bool {
 }
 
 // pinnable reports whether equality with v matches exactly the documents
-// whose _id equals v: not a regex (a pattern), not an array (never an _id),
-// not null/undefined/minKey/maxKey (which the engine must not treat as a
-// key: null also matches in ways that depend on the server).
-func pinnable(v bsoncore.Value) bool {
-	switch v.Type {
-	case bson.TypeRegex, bson.TypeArray, bson.TypeNull, bson.TypeUndefined,
-		bson.TypeMinKey, bson.TypeMaxKey, 0:
-		return false
-	}
-	return true
-}
+// whose _id equals v (docid.Pinnable).
+func pinnable(v bsoncore.Value) bool { return docid.Pinnable(v.Type) }
 
 func addUnique(set []bsoncore.Value, v bsoncore.Value) []bsoncore.Value {
 	for _, s := range set {

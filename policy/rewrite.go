@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -80,7 +81,7 @@ func rewriteStatements(op, verb string, msg wire.Message, cmd *wire.Command, pin
 		for _, id := range p.IDs {
 			// In $in a regex matches by pattern and an array by element:
 			// either would widen the statement instead of pinning it.
-			if id.Type == bson.TypeRegex || id.Type == bson.TypeArray || id.Type == 0 {
+			if !docid.ValidType(id.Type) {
 				return nil, fmt.Errorf("policy: %s: statement %q[%d]: a %v cannot be a pinned _id", op, p.List, p.Index, id.Type)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -90,10 +91,10 @@ func replacementID(d bsoncore.Document) (bsoncore.Value, bool, bool) {
 	if err != nil {
 		return bsoncore.Value{}, false, false
 	}
-	switch f[0].Type {
-	case 0:
+	switch {
+	case f[0].Type == 0:
 		return bsoncore.Value{}, false, true
-	case bson.TypeArray, bson.TypeRegex, bson.TypeUndefined:
+	case !docid.ValidType(f[0].Type):
 		return bsoncore.Value{}, false, false
 	}
 	return f[0], true, true
@@ -130,7 +131,7 @@ func modifierID(u bsoncore.Document) (id bsoncore.Value, found bool, ok bool) {
 			if (string(op) != "$set" && string(op) != "$setOnInsert") || string(path) != "_id" {
 				return bsoncore.Value{}, false, false
 			}
-			if !validID(v) || (found && !sameValue(id, v)) {
+			if !docid.ValidType(v.Type) || (found && !sameValue(id, v)) {
 				return bsoncore.Value{}, false, false
 			}
 			id, found = v, true
@@ -147,14 +148,6 @@ func modifierID(u bsoncore.Document) (id bsoncore.Value, found bool, ok bool) {
 
 func touchesID(path string) bool {
 	return path == "_id" || strings.HasPrefix(path, "_id.")
-}
-
-func validID(v bsoncore.Value) bool {
-	switch v.Type {
-	case bson.TypeArray, bson.TypeRegex, bson.TypeUndefined, 0:
-		return false
-	}
-	return true
 }
 
 func sameValue(a, b bsoncore.Value) bool {

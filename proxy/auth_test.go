@@ -12,7 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
-	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -191,13 +191,21 @@ func FuzzAuthReply(f *testing.F) {
 
 // askingInterceptor asks the upstream a question of its own, with a short
 // patience, before letting each ping through.
-type askingInterceptor struct{ patience time.Duration }
+type askingInterceptor struct {
+	patience time.Duration
+	// gaveUp, if set, receives once per question the proxy stopped
+	// waiting for.
+	gaveUp chan<- struct{}
+}
 
 func (a askingInterceptor) Intercept(ctx context.Context, req *Request) Decision {
 	if req.Command != nil && req.Command.Name == "ping" {
 		actx, cancel := context.WithTimeout(ctx, a.patience)
-		req.Ask(actx, bsoncore.NewDocumentBuilder().AppendInt32("slowQuestion", 1).AppendString("$db", "admin").Build())
+		_, err := req.Ask(actx, bsoncore.NewDocumentBuilder().AppendInt32("slowQuestion", 1).AppendString("$db", "admin").Build())
 		cancel()
+		if err != nil && a.gaveUp != nil {
+			a.gaveUp <- struct{}{}
+		}
 	}
 	return Decision{Action: Forward}
 }
@@ -206,14 +214,19 @@ func (a askingInterceptor) Intercept(ctx context.Context, req *Request) Decision
 // for its own request's reply, the reply that comes later is swallowed,
 // never delivered to the client as the answer to its next request.
 func TestLateAnswerToTheProxyIsNotTheClients(t *testing.T) {
+	gaveUp := make(chan struct{}, 2)
 	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
 		if cmd != nil && cmd.Name == "slowQuestion" {
-			time.Sleep(300 * time.Millisecond)
+			// Answered only once the proxy stopped waiting for it.
+			select {
+			case <-gaveUp:
+			case <-time.After(10 * time.Second):
+			}
 			return s.Reply(req, mustDoc(t, bson.D{{"ok", 1.0}, {"answer", "late"}}))
 		}
 		return nil
 	})
-	p := startProxy(t, Options{Upstream: dialTo(up.Addr()), Interceptor: askingInterceptor{patience: 50 * time.Millisecond}})
+	p := startProxy(t, Options{Upstream: dialTo(up.Addr()), Interceptor: askingInterceptor{patience: 50 * time.Millisecond, gaveUp: gaveUp}})
 	c := dialRaw(t, p.addr)
 	for i := 0; i < 2; i++ {
 		req, id := c.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})

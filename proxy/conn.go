@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
@@ -167,8 +168,8 @@ func (c *conn) connectUpstream(req wire.Message) bool {
 		if req != nil && expectsReply(req) {
 			// HostUnreachable, which drivers may retry: nothing was
 			// sent, so a retry elsewhere is exactly right.
-			if b, ok := wire.ErrorReplyTo(req, c.nextID.Add(1), 6, "HostUnreachable",
-				fmt.Sprintf("lockgate: cannot reach the upstream database: %v; nothing was sent. Check that it is running and that upstream.uri names it", err)); ok {
+			if b, ok := wire.ErrorReplyTo(req, c.nextID.Add(1), mongoerr.New(mongoerr.HostUnreachable,
+				"lockgate: cannot reach the upstream database: %v; nothing was sent. Check that it is running and that upstream.uri names it", err)); ok {
 				c.writeClient(b)
 			}
 		}

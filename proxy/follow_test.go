@@ -4,8 +4,10 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
-	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/upstream"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
@@ -95,7 +97,7 @@ func TestFollowsThePrimary(t *testing.T) {
 	}
 
 	rs.setPrimary(b)
-	eventually(t, "the election to be noticed", func() bool { return up.Target() == b })
+	testkit.Eventually(t, 10*time.Second, "the election to be noticed", func() bool { return up.Target() == b })
 	first.expectClosed()
 	second := dialRaw(t, p.addr)
 	if got := served(second); got != b {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -235,17 +235,6 @@ func receivedCommands(t *testing.T, s *scripted.Server) []string {
 		}
 	}
 	return names
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func testutilCount(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

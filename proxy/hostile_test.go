@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.uber.org/zap"
@@ -98,7 +99,7 @@ func TestConnectionLimit(t *testing.T) {
 		t.Errorf("lockgate_client_connections_refused_total = %v, want 1", got)
 	}
 	a.conn.Close()
-	waitUntil(t, func() bool { return testutil.ToFloat64(p.metrics.connsOpen) == 1 })
+	testkit.Eventually(t, 10*time.Second, "one open connection", func() bool { return testutil.ToFloat64(p.metrics.connsOpen) == 1 })
 	c := dialRaw(t, p.addr)
 	req, _ := c.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
 	c.send(req)
@@ -126,7 +127,7 @@ func TestSilentClientsCostNoUpstream(t *testing.T) {
 		defer c.Close()
 		silent[i] = c
 	}
-	waitUntil(t, func() bool { return testutil.ToFloat64(p.metrics.connsOpen) == 5 })
+	testkit.Eventually(t, 10*time.Second, "five open connections", func() bool { return testutil.ToFloat64(p.metrics.connsOpen) == 5 })
 	if n := dials.Load(); n != 0 {
 		t.Errorf("%d upstream connections dialed for clients that sent nothing", n)
 	}
@@ -168,15 +169,4 @@ func TestUpstreamDownAnswersTheClient(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.uber.org/zap"
@@ -208,7 +209,7 @@ func TestTricklingWritersHoldWhatTheySent(t *testing.T) {
 				}
 			}
 			// Every connection has started reading its message.
-			eventually(t, "every client's message started", func() bool {
+			testkit.Eventually(t, 10*time.Second, "every client's message started", func() bool {
 				srv.mu.Lock()
 				defer srv.mu.Unlock()
 				n := 0

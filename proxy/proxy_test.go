@@ -3,21 +3,23 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
+	"net"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 
 // rsMemberHello is what a replica set primary says about itself.
 func rsMemberHello(t *testing.T, me string) bsoncore.Document {
@@ -197,7 +199,7 @@ func TestHelloStandalonePassesThrough(t *testing.T) {
 // TestHelloErrorReplyPassesThrough: an upstream that refuses the handshake
 // has nothing to hide; its reply reaches the client unchanged.
 func TestHelloErrorReplyPassesThrough(t *testing.T) {
-	errDoc := wire.ErrorDocument(18, "AuthenticationFailed", "no")
+	errDoc := (&mongoerr.Error{Code: mongoerr.AuthenticationFailed, Msg: "no"}).Document()
 	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
 		return s.Reply(req, errDoc)
 	})
@@ -248,7 +250,7 @@ func (ic recordingInterceptor) Intercept(ctx context.Context, req *Request) Deci
 	case "answerMe":
 		return Decision{Action: Reply, Reply: mustDoc(ic.t, bson.D{{"ok", 1.0}, {"answeredBy", "proxy"}, {"app", req.Client.AppName()}})}
 	case "refuseMe":
-		return Decision{Action: Reply, Reply: wire.ErrorDocument(46, "LockBusy", "refused by the test")}
+		return Decision{Action: Reply, Reply: (&mongoerr.Error{Code: mongoerr.LockBusy, Msg: "refused by the test"}).Document()}
 	case "rewriteMe":
 		b, err := wire.WithBody(req.Message, mustDoc(ic.t, bson.D{{"rewritten", 1}, {"$db", req.Command.DB}}))
 		if err != nil {
@@ -423,7 +425,10 @@ func TestSlowClientIsCutOff(t *testing.T) {
 	if waited := time.Since(start); waited > 4*time.Second {
 		t.Fatalf("slow client closed only after %v", waited)
 	}
-	time.Sleep(400 * time.Millisecond)
+	// The idle connection was opened before the slow one's message began,
+	// so it has been idle for longer than MessageTimeout once the cut is
+	// counted.
+	testkit.Eventually(t, 10*time.Second, "the cut to be counted", func() bool { return p.errorCount(errSlowClient) >= 1 })
 	req, _ = idle.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
 	idle.send(req)
 	if r := idle.read(); !isOK(body(t, r)) {
@@ -445,10 +450,16 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	c := dialRaw(t, p.addr)
 	req, id := c.msg(0, bson.D{{"slow", 1}, {"$db", "admin"}})
 	c.send(req)
-	eventually(t, "the slow request to reach the upstream", func() bool { return len(up.Requests()) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the slow request to reach the upstream", func() bool { return len(up.Requests()) == 1 })
 
 	p.cancel()
-	time.Sleep(100 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the shutdown to close the listener", func() bool {
+		c, err := net.Dial("tcp", p.addr)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	close(release)
 	r := c.read()
 	if r.Header().ResponseTo != id || !isOK(body(t, r)) {
@@ -481,7 +492,7 @@ func TestShutdownGraceBoundsTheWait(t *testing.T) {
 	c := dialRaw(t, p.addr)
 	req, _ := c.msg(0, bson.D{{"never", 1}, {"$db", "admin"}})
 	c.send(req)
-	eventually(t, "the request to reach the upstream", func() bool { return len(up.Requests()) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the request to reach the upstream", func() bool { return len(up.Requests()) == 1 })
 	start := time.Now()
 	p.cancel()
 	select {
@@ -552,7 +563,7 @@ func TestClientThatNeverReadsIsCut(t *testing.T) {
 			break // the proxy already gave up on us
 		}
 	}
-	eventually(t, "the deaf client to be cut off", func() bool { return p.errorCount(errSlowClient) >= 1 })
+	testkit.Eventually(t, 10*time.Second, "the deaf client to be cut off", func() bool { return p.errorCount(errSlowClient) >= 1 })
 	other := dialRaw(t, p.addr)
 	req, _ := other.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
 	other.send(req)
@@ -589,11 +600,18 @@ func TestUpstreamReplyToFireAndForgetIsDropped(t *testing.T) {
 // before a malformed one still reaches the client before the connection
 // closes, as mongod, answering in order, would send it.
 func TestGoodRequestBeforeGarbageIsAnswered(t *testing.T) {
+	// The upstream answers only once the proxy has read the garbage.
+	var proxied atomic.Pointer[testProxy]
 	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
-		time.Sleep(100 * time.Millisecond) // the garbage arrives first
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if proxied.Load().errorCount(errMalformed) > 0 {
+				break
+			}
+		}
 		return nil
 	})
 	p := startProxy(t, Options{Upstream: dialTo(up.Addr())})
+	proxied.Store(p)
 	c := dialRaw(t, p.addr)
 	ping, id := c.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
 	garbage := wire.Header{MessageLength: 8, OpCode: wire.OpCodeMsg}.Append(nil)

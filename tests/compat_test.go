@@ -4,20 +4,21 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // A compatibility client: a real driver or shell, run as a subprocess with
 // the same script against the upstream and against the proxy.
 type compatClient struct {
 	name string
-	// check returns how to install the runtime when it is missing.
-	check func() (missing string)
+	// check says how to install the runtime when it is missing.
+	check func() error
 	// command runs the script against uri (with no database path) and db.
 	command func(ctx context.Context, uri, db string) *exec.Cmd
 }
@@ -25,38 +26,25 @@ type compatClient struct {
 const nodeDir = "compat/node"
 
 func compatClients() []compatClient {
-	nodeModules := func(pkg string) string {
-		if _, err := exec.LookPath("node"); err != nil {
-			return "node is not on PATH: install Node.js 20, then run `npm ci` in tests/compat/node"
-		}
-		if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", pkg, "package.json")); err != nil {
-			return "tests/compat/node/node_modules/" + pkg + " is missing: run `npm ci` in tests/compat/node"
-		}
-		return ""
-	}
+	nodeModules := func(pkg string) error { return testkit.NodeModule(filepath.Join(nodeDir, "node_modules"), pkg) }
 	return []compatClient{
 		{
-			name: "pymongo",
-			check: func() string {
-				if err := exec.Command("/usr/bin/python3", "-c", "import pymongo").Run(); err != nil {
-					return "/usr/bin/python3 cannot import pymongo (" + err.Error() + "): run `apt-get install -y python3-pymongo`"
-				}
-				return ""
-			},
+			name:  "pymongo",
+			check: testkit.Pymongo,
 			command: func(ctx context.Context, uri, db string) *exec.Cmd {
 				return exec.CommandContext(ctx, "/usr/bin/python3", "compat/pymongo/compat.py", uri, db)
 			},
 		},
 		{
 			name:  "node",
-			check: func() string { return nodeModules("mongodb") },
+			check: func() error { return nodeModules("mongodb") },
 			command: func(ctx context.Context, uri, db string) *exec.Cmd {
 				return exec.CommandContext(ctx, "node", filepath.Join(nodeDir, "compat.js"), uri, db)
 			},
 		},
 		{
 			name:  "mongosh",
-			check: func() string { return nodeModules("mongosh") },
+			check: func() error { return nodeModules("mongosh") },
 			command: func(ctx context.Context, uri, db string) *exec.Cmd {
 				// mongosh takes the database from the connection string.
 				return exec.CommandContext(ctx, filepath.Join(nodeDir, "node_modules", ".bin", "mongosh"),
@@ -99,12 +87,7 @@ func TestCompatibility(t *testing.T) {
 	g := startGateway(t, upstream.URI())
 	for _, cl := range compatClients() {
 		t.Run(cl.name, func(t *testing.T) {
-			if missing := cl.check(); missing != "" {
-				if os.Getenv("CI") != "" {
-					t.Fatalf("%s runtime missing (CI is set, so this is a failure): %s", cl.name, missing)
-				}
-				t.Skipf("%s runtime missing: %s (set CI=1 to make this a failure)", cl.name, missing)
-			}
+			testkit.RequireTool(t, cl.name, cl.check())
 			ctx := testCtx(t, 3*time.Minute)
 			db := "compat_" + cl.name
 			direct := runCompat(t, ctx, cl, g.Direct, db)

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -186,12 +186,7 @@ func diffLines(t testing.TB, aName string, a []string, bName string, b []string)
 // upstream does. pymongo, because it sends such statements (the Go driver
 // refuses them client-side).
 func TestLargeUpsertStatement(t *testing.T) {
-	if err := exec.Command("/usr/bin/python3", "-c", "import pymongo").Run(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("pymongo missing (CI is set, so this is a failure): %v", err)
-		}
-		t.Skipf("pymongo missing: %v (apt-get install python3-pymongo)", err)
-	}
+	testkit.RequireTool(t, "pymongo", testkit.Pymongo())
 	const script = `
 import sys, pymongo
 coll = pymongo.MongoClient(sys.argv[1], serverSelectionTimeoutMS=10000)["large_upsert"][sys.argv[2]]

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -84,7 +85,7 @@ func TestCursorGetMoreAndKillCursors(t *testing.T) {
 	if err := cur.Close(ctx); err != nil {
 		t.Fatalf("closing cursor: %v", err)
 	}
-	waitFor(t, 5*time.Second, "the proxy to count a killCursors command", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the proxy to count a killCursors command", func() bool {
 		return g.metricValue(t, "lockgate_commands_total", map[string]string{"command": "killCursors"})-kills0 >= 1
 	})
 

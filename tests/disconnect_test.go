@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -62,7 +63,7 @@ func TestClientDisconnectMidMessage(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 10*time.Second, "the proxy to release the abandoned connections (lockgate_client_connections back to its earlier value)", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the proxy to release the abandoned connections (lockgate_client_connections back to its earlier value)", func() bool {
 		return open() == before
 	})
 

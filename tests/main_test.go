@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -15,13 +14,12 @@ import (
 
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/gateway/gatewaytest"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // upstream is the embedded FerretDB shared by every test of the package;
@@ -32,80 +30,25 @@ var verboseProxyLogs = flag.Bool("proxylogs", false, "log the gateways' zap outp
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(runMain(m))
+	os.Exit(testkit.RunMain(m, embedded.Shared(&upstream, embedded.Options{Addr: "127.0.0.1:0"})))
 }
 
-func runMain(m *testing.M) int {
-	var err error
-	upstream, err = embedded.Start(embedded.Options{Addr: "127.0.0.1:0"})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the embedded upstream:", err)
-		return 1
-	}
-	code := m.Run()
-	upstream.Close()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(leakIgnores()...); err != nil {
-		fmt.Fprintln(os.Stderr, "goroutines leaked by the tests:", err)
-		return 1
-	}
-	return 0
-}
-
-// leakIgnores are the goroutines allowed to outlive a clean shutdown of
-// everything the tests start, each with the reason it is not ours to stop.
-// None today: FerretDB, the driver clients and the gateways all stop every
-// goroutine they start. (An earlier guard used golang-lru's expirable
-// cache, whose cleanup goroutine can never be stopped; the leak check
-// caught it.)
-func leakIgnores() []goleak.Option {
-	return nil
-}
-
-// gw is a gateway under test with the URIs to reach it and what it fronts.
+// gw is a gateway under test with the upstream it fronts.
 type gw struct {
-	*gateway.Gateway
-	// URI is the proxy's connection string.
-	URI string
+	*gatewaytest.Gateway
 	// Direct is the upstream's connection string, for comparisons.
 	Direct string
 }
 
-// startGateway starts a gateway in front of upstreamURI on free ports and
-// stops it when the test ends, failing the test if it does not stop cleanly
-// within the shutdown budget.
+// startGateway starts a gateway in front of upstreamURI, logging through
+// t.Log with -proxylogs.
 func startGateway(t testing.TB, upstreamURI string) *gw {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Admin = "127.0.0.1:0"
-	cfg.Upstream.URI = upstreamURI
-	cfg.Upstream.DialTimeout = config.Duration(5 * time.Second)
-	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
 	logger := zap.NewNop()
 	if *verboseProxyLogs {
 		logger = zaptest.NewLogger(t, zaptest.Level(zap.DebugLevel))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := gateway.Start(ctx, cfg, logger)
-	if err != nil {
-		cancel()
-		t.Fatalf("gateway.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-g.Done():
-			if err := g.Wait(); err != nil {
-				t.Errorf("gateway stopped with errors: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("gateway did not stop within 15s of its context being cancelled")
-		}
-	})
-	return &gw{Gateway: g, URI: "mongodb://" + g.ProxyAddr().String() + "/", Direct: upstreamURI}
+	return &gw{Gateway: gatewaytest.Start(t, gatewaytest.Config(upstreamURI), logger), Direct: upstreamURI}
 }
 
 // connect returns a Go driver client for uri, disconnected at the end of the
@@ -202,15 +145,3 @@ func (g *gw) metricValue(t testing.TB, name string, labels map[string]string) fl
 
 // labelRE matches one label of a series in the Prometheus text format.
 var labelRE = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
-
-// waitFor polls cond until it holds or d passes, then fails with what.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

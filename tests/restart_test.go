@@ -9,7 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // TestUpstreamRestart stops the upstream under a running proxy: writes
@@ -58,7 +59,7 @@ func TestUpstreamRestart(t *testing.T) {
 	// The driver may need a few attempts to rediscover the server behind
 	// the proxy; the proxy itself must need nothing.
 	var lastErr error
-	waitFor(t, 60*time.Second, "a write through the proxy to succeed after the upstream restarted (last error in the log)", func() bool {
+	testkit.Eventually(t, 60*time.Second, "a write through the proxy to succeed after the upstream restarted (last error in the log)", func() bool {
 		opCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, lastErr = coll.InsertOne(opCtx, bson.D{{Key: "_id", Value: "after"}})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -81,7 +82,7 @@ func TestUnacknowledgedWrites(t *testing.T) {
 			t.Fatalf("find _id -1 after w:0 insert %d: got %v, %v; want mongo.ErrNoDocuments", i, d, err)
 		}
 	}
-	waitFor(t, 10*time.Second, "all w:0 inserts to be applied", func() bool {
+	testkit.Eventually(t, 10*time.Second, "all w:0 inserts to be applied", func() bool {
 		c, err := acked.CountDocuments(ctx, bson.D{})
 		return err == nil && c == n
 	})

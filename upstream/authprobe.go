@@ -8,6 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -48,7 +49,7 @@ func (u *Upstream) RequiresAuth(ctx context.Context) (bool, error) {
 	if ok, _ := msg.Body.Lookup("ok").AsInt64OK(); ok == 1 {
 		return false, nil
 	}
-	if code, _ := msg.Body.Lookup("code").AsInt64OK(); code == 13 || code == 18 {
+	if code, _ := msg.Body.Lookup("code").AsInt64OK(); code == int64(mongoerr.Unauthorized) || code == int64(mongoerr.AuthenticationFailed) {
 		return true, nil
 	}
 	return false, errors.New("auth probe: unexpected reply " + msg.Body.String())

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockgate/lockgate/mongoerr"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/event"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -288,7 +289,7 @@ func (u *Upstream) Supports(ctx context.Context, cmd bson.D) (bool, error) {
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.As(err, &ce) && ce.Code == 59: // CommandNotFound
+	case errors.As(err, &ce) && ce.Code == int32(mongoerr.CommandNotFound):
 		return false, nil
 	case errors.As(err, &ce):
 		return true, nil

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/lockgate/lockgate/mongoerr"
 )
 
 // BenchmarkHotPath measures what the proxy does for every request: frame
@@ -72,9 +74,10 @@ func BenchmarkErrorReplyTo(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	e := &mongoerr.Error{Code: mongoerr.LockBusy, Msg: "document is locked"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := ErrorReplyTo(msg, 1, 50, "LockgateDenied", "document is locked"); !ok {
+		if _, ok := ErrorReplyTo(msg, 1, e); !ok {
 			b.Fatal("no reply")
 		}
 	}

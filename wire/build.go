@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
+	"github.com/lockgate/lockgate/mongoerr"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -161,26 +162,12 @@ func replyTo(req Message, requestID, responseTo int32, body bsoncore.Document) (
 	}
 }
 
-// ErrorDocument builds {ok: 0.0, errmsg, code, codeName} followed by extra.
-func ErrorDocument(code int32, codeName, errmsg string, extra ...bsoncore.Element) bsoncore.Document {
-	idx, doc := bsoncore.AppendDocumentStart(nil)
-	doc = bsoncore.AppendDoubleElement(doc, "ok", 0)
-	doc = bsoncore.AppendStringElement(doc, "errmsg", errmsg)
-	doc = bsoncore.AppendInt32Element(doc, "code", code)
-	doc = bsoncore.AppendStringElement(doc, "codeName", codeName)
-	for _, e := range extra {
-		doc = append(doc, e...)
-	}
-	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
-	return doc
-}
-
-// ErrorReplyTo answers req with an error in its own family: a command
-// (OP_MSG, OP_QUERY on "<db>.$cmd") gets ErrorDocument; a plain OP_QUERY or
+// ErrorReplyTo answers req with e in its own family: a command (OP_MSG,
+// OP_QUERY on "<db>.$cmd") gets e.Document(extra...); a plain OP_QUERY or
 // OP_GET_MORE gets an OP_REPLY with the QueryFailure flag and
 // {$err, code, codeName, extra...}, which is how the server failed them.
 // ok is false when req expects no reply.
-func ErrorReplyTo(req Message, requestID int32, code int32, codeName, errmsg string, extra ...bsoncore.Element) ([]byte, bool) {
+func ErrorReplyTo(req Message, requestID int32, e *mongoerr.Error, extra ...bsoncore.Element) ([]byte, bool) {
 	if req == nil {
 		return nil, false
 	}
@@ -196,12 +183,11 @@ func ErrorReplyTo(req Message, requestID int32, code int32, codeName, errmsg str
 		legacyFailure = true
 	}
 	if !legacyFailure {
-		return ReplyTo(req, requestID, ErrorDocument(code, codeName, errmsg, extra...))
+		return ReplyTo(req, requestID, e.Document(extra...))
 	}
 	idx, doc := bsoncore.AppendDocumentStart(nil)
-	doc = bsoncore.AppendStringElement(doc, "$err", errmsg)
-	doc = bsoncore.AppendInt32Element(doc, "code", code)
-	doc = bsoncore.AppendStringElement(doc, "codeName", codeName)
+	doc = bsoncore.AppendStringElement(doc, "$err", e.Msg)
+	doc = e.AppendCode(doc)
 	for _, e := range extra {
 		doc = append(doc, e...)
 	}

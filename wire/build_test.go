@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockgate/lockgate/mongoerr"
 	"go.mongodb.org/mongo-driver/bson"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -143,7 +144,7 @@ func TestReplyTo(t *testing.T) {
 		if out, ok := ReplyTo(req, 1, reply); ok || out != nil {
 			t.Errorf("%s: replied", name)
 		}
-		if out, ok := ErrorReplyTo(req, 1, 2, "BadValue", "no"); ok || out != nil {
+		if out, ok := ErrorReplyTo(req, 1, &mongoerr.Error{Code: mongoerr.BadValue, Msg: "no"}); ok || out != nil {
 			t.Errorf("%s: error reply", name)
 		}
 	}
@@ -151,7 +152,7 @@ func TestReplyTo(t *testing.T) {
 
 func TestErrorDocument(t *testing.T) {
 	extra := bsoncore.AppendDocumentElement(nil, "lockgate", doc(func(b *bsoncore.DocumentBuilder) { b.AppendString("holder", "s1") }))
-	d := ErrorDocument(50, "MaxTimeMSExpired", "document is locked", extra)
+	d := (&mongoerr.Error{Code: mongoerr.MaxTimeMSExpired, Msg: "document is locked"}).Document(extra)
 	if err := validateDocument(d); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestErrorDocument(t *testing.T) {
 func TestErrorReplyTo(t *testing.T) {
 	body := cmdDoc("update", "items", "app")
 	// Command over OP_MSG: {ok:0, errmsg, code, codeName}.
-	out, ok := ErrorReplyTo(mustParse(t, AppendMsg(nil, 9, 0, 0, body)), 10, 11000, "DuplicateKey", "boom")
+	out, ok := ErrorReplyTo(mustParse(t, AppendMsg(nil, 9, 0, 0, body)), 10, &mongoerr.Error{Code: mongoerr.DuplicateKey, Msg: "boom"})
 	if !ok {
 		t.Fatal("no reply")
 	}
@@ -185,7 +186,7 @@ func TestErrorReplyTo(t *testing.T) {
 	}
 	// Command over OP_QUERY: an OP_REPLY without QueryFailure.
 	q := frameOf(OpCodeQuery, i32(0), cstr("app.$cmd"), i32(0), i32(-1), body)
-	out, _ = ErrorReplyTo(mustParse(t, q), 10, 2, "BadValue", "boom")
+	out, _ = ErrorReplyTo(mustParse(t, q), 10, &mongoerr.Error{Code: mongoerr.BadValue, Msg: "boom"})
 	rr := mustParse(t, out).(*OpReply)
 	if rr.Flags != 0 || rr.Documents[0].Lookup("codeName").StringValue() != "BadValue" || rr.Header().ResponseTo != 7 {
 		t.Errorf("OP_QUERY command error reply %+v", rr)
@@ -193,7 +194,7 @@ func TestErrorReplyTo(t *testing.T) {
 	// Plain OP_QUERY: QueryFailure with $err.
 	extra := bsoncore.AppendStringElement(nil, "detail", "x")
 	q = frameOf(OpCodeQuery, i32(0), cstr("app.items"), i32(0), i32(-1), body)
-	out, _ = ErrorReplyTo(mustParse(t, q), 10, 2, "BadValue", "boom", extra)
+	out, _ = ErrorReplyTo(mustParse(t, q), 10, &mongoerr.Error{Code: mongoerr.BadValue, Msg: "boom"}, extra)
 	rr = mustParse(t, out).(*OpReply)
 	d := rr.Documents[0]
 	if rr.Flags != QueryFailure || d.Lookup("$err").StringValue() != "boom" || d.Lookup("code").Int32() != 2 ||
@@ -209,7 +210,7 @@ func TestNilMessage(t *testing.T) {
 	if _, ok := ReplyTo(nil, 1, nil); ok {
 		t.Error("ReplyTo(nil)")
 	}
-	if _, ok := ErrorReplyTo(nil, 1, 2, "BadValue", "x"); ok {
+	if _, ok := ErrorReplyTo(nil, 1, &mongoerr.Error{Code: mongoerr.BadValue, Msg: "x"}); ok {
 		t.Error("ErrorReplyTo(nil)")
 	}
 	if _, err := WithBody(nil, nil); err == nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -173,21 +174,41 @@ func (c *Command) scanBody(op string) (bsoncore.Value, error) {
 	return db, nil
 }
 
-// SessionID returns the 16 bytes of lsid.id (a UUID, binary subtype 4, or
-// the legacy subtype 3) and true; false when absent or malformed.
+// SessionID returns the 16 bytes of lsid.id and true; false when the
+// command has no lsid or one that is not a session id (SessionID).
 func (c *Command) SessionID() ([]byte, bool) {
 	if c.LSID == nil {
 		return nil, false
 	}
-	v, err := c.LSID.LookupErr("id")
-	if err != nil {
-		return nil, false
+	return SessionID(c.LSID)
+}
+
+// SessionID reads a logical session id, {id: <UUID>, ...}, as the server
+// does: id is binary subtype 4 of 16 bytes, once. Anything else (the legacy
+// UUID subtype 3, a generic binary, another length, a second id) is no
+// session id: the server refuses it, so lockgate never takes it for the
+// session whose bytes it carries. The one parser of lsid, of endSessions'
+// and of killSessions' ids.
+func SessionID(lsid bsoncore.Document) ([]byte, bool) {
+	var id []byte
+	found := false
+	rest := elements(lsid)
+	for len(rest) > 0 {
+		e, r, ok := bsoncore.ReadElement(rest)
+		if !ok {
+			return nil, false
+		}
+		rest = r
+		if string(e.KeyBytes()) != "id" {
+			continue
+		}
+		sub, data, ok := e.Value().BinaryOK()
+		if found || !ok || sub != bsontype.BinaryUUID || len(data) != 16 {
+			return nil, false
+		}
+		id, found = data, true
 	}
-	sub, data, ok := v.BinaryOK()
-	if !ok || (sub != 4 && sub != 3) || len(data) != 16 {
-		return nil, false
-	}
-	return data, true
+	return id, found
 }
 
 // Documents returns the statements under field ("updates", "deletes",

@@ -146,22 +146,41 @@ func TestCommandOfMalformed(t *testing.T) {
 	}
 }
 
+// TestSessionID: a session id is what the server takes for one (its
+// LogicalSessionId parser: id of binary subtype 4, 16 bytes, once), and
+// nothing else.
 func TestSessionID(t *testing.T) {
+	withID := func(f func(b *bsoncore.DocumentBuilder)) bsoncore.Document { return doc(f) }
 	for name, tt := range map[string]struct {
 		lsid bsoncore.Document
 		ok   bool
 	}{
-		"uuid subtype 4":   {lsidDoc(4, sessionUUID), true},
-		"legacy subtype 3": {lsidDoc(3, sessionUUID), true},
+		"uuid subtype 4": {lsidDoc(4, sessionUUID), true},
+		"uuid and uid": {withID(func(b *bsoncore.DocumentBuilder) {
+			b.AppendBinary("id", 4, sessionUUID).AppendBinary("uid", 0, make([]byte, 32))
+		}), true},
+		"uid first": {withID(func(b *bsoncore.DocumentBuilder) {
+			b.AppendBinary("uid", 0, make([]byte, 32)).AppendBinary("id", 4, sessionUUID)
+		}), true},
+		"legacy subtype 3": {lsidDoc(3, sessionUUID), false},
 		"generic subtype":  {lsidDoc(0, sessionUUID), false},
+		"md5 subtype":      {lsidDoc(5, sessionUUID), false},
 		"short id":         {lsidDoc(4, sessionUUID[:15]), false},
-		"no id":            {doc(func(b *bsoncore.DocumentBuilder) { b.AppendInt32("x", 1) }), false},
-		"string id":        {doc(func(b *bsoncore.DocumentBuilder) { b.AppendString("id", "0123456789abcdef") }), false},
+		"long id":          {lsidDoc(4, append(append([]byte{}, sessionUUID...), 0)), false},
+		"two ids": {withID(func(b *bsoncore.DocumentBuilder) {
+			b.AppendBinary("id", 4, sessionUUID).AppendBinary("id", 4, sessionUUID)
+		}), false},
+		"no id":     {doc(func(b *bsoncore.DocumentBuilder) { b.AppendInt32("x", 1) }), false},
+		"string id": {doc(func(b *bsoncore.DocumentBuilder) { b.AppendString("id", "0123456789abcdef") }), false},
+		"empty":     {doc(func(b *bsoncore.DocumentBuilder) {}), false},
 	} {
-		c := &Command{LSID: tt.lsid}
-		id, ok := c.SessionID()
+		id, ok := SessionID(tt.lsid)
 		if ok != tt.ok || (ok && !bytes.Equal(id, sessionUUID)) {
 			t.Errorf("%s: %x, %v", name, id, ok)
+		}
+		c := &Command{LSID: tt.lsid}
+		if cid, cok := c.SessionID(); cok != ok || !bytes.Equal(cid, id) {
+			t.Errorf("%s: Command.SessionID %x, %v; SessionID %x, %v", name, cid, cok, id, ok)
 		}
 	}
 }

@@ -18,35 +18,16 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-	"go.uber.org/zap"
-
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/gateway/gatewaytest"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 var upstream *embedded.Server
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
-
-func runMain(m *testing.M) int {
-	var err error
-	upstream, err = embedded.Start(embedded.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the embedded upstream:", err)
-		return 1
-	}
-	code := m.Run()
-	upstream.Close()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goroutines leaked by the tests:", err)
-		return 1
-	}
-	return 0
+func TestMain(m *testing.M) {
+	os.Exit(testkit.RunMain(m, embedded.Shared(&upstream, embedded.Options{})))
 }
 
 // stack is a lockgate whose lock store is reached through a relay that a
@@ -58,29 +39,10 @@ type stack struct {
 func startStack(t *testing.T, db string) stack {
 	t.Helper()
 	r := startRelay(t, upstream.Addr())
-	cfg := config.Default()
-	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Upstream.URI = upstream.URI()
+	cfg := gatewaytest.Config(upstream.URI())
 	cfg.Lockstore.URI = r.URI()
-	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: db + ".*", Mode: config.ModeEnforce}}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := gateway.Start(ctx, cfg, zap.NewNop())
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-g.Done():
-			if err := g.Wait(); err != nil {
-				t.Errorf("gateway stopped with errors: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("gateway did not stop within 30s")
-		}
-	})
+	g := gatewaytest.Start(t, cfg, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +57,7 @@ func startStack(t *testing.T, db string) stack {
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return stack{proxyURI: "mongodb://" + g.ProxyAddr().String() + "/", cutURL: "http://" + ln.Addr().String() + "/cut"}
+	return stack{proxyURI: g.URI, cutURL: "http://" + ln.Addr().String() + "/cut"}
 }
 
 // runScenarios runs a helper's scenario script and returns its JSON lines
@@ -125,19 +87,8 @@ func runScenarios(t *testing.T, st stack, db string, env []string, name string, 
 	return res
 }
 
-func need(t *testing.T, what string, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s missing (CI is set, so this is a failure): %v", what, err)
-	}
-	t.Skipf("%s missing: %v (set CI=1 to make this a failure)", what, err)
-}
-
 func TestPythonHelper(t *testing.T) {
-	need(t, "/usr/bin/python3 with pymongo", exec.Command("/usr/bin/python3", "-c", "import pymongo").Run())
+	testkit.RequireTool(t, "pymongo", testkit.Pymongo())
 	const db = "kit_py"
 	st := startStack(t, db)
 	res := runScenarios(t, st, db, nil, "/usr/bin/python3", "../python/tests/scenarios.py")
@@ -165,10 +116,7 @@ func TestPythonHelper(t *testing.T) {
 
 func TestNodeHelper(t *testing.T) {
 	modules, _ := filepath.Abs("../../tests/compat/node/node_modules")
-	_, err := os.Stat(filepath.Join(modules, "mongodb"))
-	need(t, "the Node.js driver (npm ci in tests/compat/node)", err)
-	_, err = exec.LookPath("node")
-	need(t, "node", err)
+	testkit.RequireTool(t, "the Node.js driver", testkit.NodeModule(modules, "mongodb"))
 	const db = "kit_node"
 	st := startStack(t, db)
 	res := runScenarios(t, st, db, []string{"NODE_PATH=" + modules}, "node", "../node/test/scenarios.js")

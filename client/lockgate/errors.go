@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockgate/lockgate/mongoerr"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/x/mongo/driver/topology"
@@ -71,21 +72,22 @@ func (e *Error) Error() string {
 
 // Is maps codes and reasons to the sentinel errors.
 func (e *Error) Is(target error) bool {
+	code := mongoerr.Code(e.Code)
 	switch target {
 	case ErrBusy:
-		return e.Code == 46 && (e.Reason == "held" || e.Reason == "too_many_waiters" || e.Reason == "held_by_other")
+		return code == mongoerr.LockBusy && (e.Reason == "held" || e.Reason == "too_many_waiters" || e.Reason == "held_by_other")
 	case ErrUnavailable:
-		return e.Code == 46 && e.Reason == "lockstore_unavailable"
+		return code == mongoerr.LockBusy && e.Reason == "lockstore_unavailable"
 	case ErrTimeout:
-		return e.Code == 24
+		return code == mongoerr.LockTimeout
 	case ErrNotHeld:
-		return e.Code == 107 && e.Reason != "in_flight"
+		return code == mongoerr.LockFailed && e.Reason != "in_flight"
 	case ErrInvalid:
-		return e.Code == 2 || e.Code == 9 || e.Code == 14 || e.Code == 40415
+		return code == mongoerr.BadValue || code == mongoerr.FailedToParse || code == mongoerr.TypeMismatch || code == mongoerr.IDLUnknownField
 	case ErrUnauthorized:
-		return e.Code == 13
+		return code == mongoerr.Unauthorized
 	case ErrNotProtected:
-		return e.Code == 59
+		return code == mongoerr.CommandNotFound
 	}
 	return false
 }
@@ -129,7 +131,7 @@ func fromCommand(cmd string, err error) error {
 func retryable(err error) bool {
 	var e *Error
 	if errors.As(err, &e) {
-		return errors.Is(e, ErrUnavailable) || (e.Code == 107 && e.Reason == "in_flight")
+		return errors.Is(e, ErrUnavailable) || (mongoerr.Code(e.Code) == mongoerr.LockFailed && e.Reason == "in_flight")
 	}
 	return mongo.IsNetworkError(err) || mongo.IsTimeout(err) || isServerSelection(err)
 }

@@ -2,7 +2,9 @@ package lockgate_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/lockgate/lockgate/client/lockgate"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 func proxyURI(g *gateway.Gateway) string { return "mongodb://" + g.ProxyAddr().String() + "/" }
@@ -165,7 +168,8 @@ func TestTypedErrorsBusyAndTimeout(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // let it queue; the result does not depend on it
+	// Released once the waiter queues, so that the release wakes it.
+	testkit.Eventually(t, 10*time.Second, "the waiter to queue", func() bool { return localWaiters(t, g) > 0 })
 	if err := la.Release(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -311,4 +315,28 @@ func TestWithLockReportsALossDuringTheWork(t *testing.T) {
 	if !errors.Is(err, lockgate.ErrLost) || !errors.Is(cause, lockgate.ErrLost) {
 		t.Fatalf("WithLock = %v, work context cause = %v; want both to match ErrLost", err, cause)
 	}
+}
+
+// localWaiters is the number of acquires queued on g for any lock, as its
+// console shows them.
+func localWaiters(t *testing.T, g *gateway.Gateway) int {
+	t.Helper()
+	resp, err := http.Get("http://" + g.AdminAddr().String() + "/console/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var state struct {
+		Locks []struct {
+			Waiters int `json:"waiters"`
+		} `json:"locks"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
+		t.Fatalf("/console/state: %v", err)
+	}
+	n := 0
+	for _, l := range state.Locks {
+		n += l.Waiters
+	}
+	return n
 }

@@ -2,7 +2,6 @@ package lockgate_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -12,36 +11,19 @@ import (
 
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
-	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/gateway/gatewaytest"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // upstream is the embedded FerretDB every test's gateway fronts.
 var upstream *embedded.Server
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
-
-func runMain(m *testing.M) int {
-	var err error
-	upstream, err = embedded.Start(embedded.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the embedded upstream:", err)
-		return 1
-	}
-	code := m.Run()
-	upstream.Close()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goroutines leaked by the tests:", err)
-		return 1
-	}
-	return 0
+func TestMain(m *testing.M) {
+	os.Exit(testkit.RunMain(m, embedded.Shared(&upstream, embedded.Options{})))
 }
 
 // startGateway starts a lockgate in front of the embedded upstream that
@@ -49,30 +31,10 @@ func runMain(m *testing.M) int {
 // store's connection string ("" = the upstream).
 func startGateway(t *testing.T, lockURI string) *gateway.Gateway {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Upstream.URI = upstream.URI()
+	cfg := gatewaytest.Config(upstream.URI())
 	cfg.Lockstore.URI = lockURI
-	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "kit.*", Mode: config.ModeEnforce}}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := gateway.Start(ctx, cfg, zap.NewNop())
-	if err != nil {
-		cancel()
-		t.Fatalf("gateway.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-g.Done():
-			if err := g.Wait(); err != nil {
-				t.Errorf("gateway stopped with errors: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("gateway did not stop within 20s")
-		}
-	})
-	return g
+	return gatewaytest.Start(t, cfg, nil).Gateway
 }
 
 func connect(t *testing.T, uri, app string) *mongo.Client {

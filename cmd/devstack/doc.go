@@ -1,6 +1,6 @@
 // Command devstack runs a complete lockgate on one machine for development:
 // an embedded FerretDB (SQLite) as the upstream and the gateway in front of
-// it (package internal/devstack). It prints the connection string to give
+// it (cmd/lockgate-devstack). It prints the connection string to give
 // an application and the admin URL, and runs until SIGINT or SIGTERM;
 // SIGHUP reloads the policy of the -config file.
 //

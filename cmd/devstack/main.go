@@ -18,7 +18,7 @@ import (
 )
 
 // stackPackage is the program the launcher builds and runs.
-const stackPackage = "github.com/lockgate/lockgate/internal/devstack/cmd/lockgate-devstack"
+const stackPackage = "github.com/lockgate/lockgate/cmd/lockgate-devstack"
 
 func main() {
 	bin, err := buildStack(context.Background(), os.Stderr, time.NewTicker(progressEvery).C)

@@ -3,6 +3,6 @@
 // front of the real MongoDB deployment, and shuts it down gracefully on
 // SIGTERM or SIGINT. SIGHUP is reserved for reloading the policy.
 //
-// It must never link FerretDB, SQLite or internal/embedded (a test checks
+// It must never link FerretDB, SQLite or testserver/embedded (a test checks
 // the dependency graph): the production image talks to a real deployment.
 package main

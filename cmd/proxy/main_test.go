@@ -11,16 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // forbiddenDeps must never be linked into the production binary.
 // The in-memory lock store and resolver keep locks in one process, which
 // would make enforcement across proxies meaningless.
-var forbiddenDeps = []string{"github.com/FerretDB/", "sqlite", "github.com/lockgate/lockgate/internal/embedded", "github.com/chromedp/",
+var forbiddenDeps = []string{"github.com/FerretDB/", "sqlite", "github.com/lockgate/lockgate/testserver/embedded", "github.com/chromedp/",
 	"github.com/lockgate/lockgate/lockstore/memstore", "github.com/lockgate/lockgate/lockstore/lockstoretest", "github.com/lockgate/lockgate/guard/guardtest"}
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 
 func goListDeps(t *testing.T, pkg string) []string {
 	t.Helper()
@@ -57,8 +57,8 @@ func TestProductionBinaryHasNoFerretDB(t *testing.T) {
 	}
 	// The detector itself must work: the embedded upstream is exactly what
 	// it has to catch.
-	if bad := forbidden(goListDeps(t, "github.com/lockgate/lockgate/internal/embedded")); len(bad) == 0 {
-		t.Fatal("the forbidden-dependency check does not recognise internal/embedded's dependencies")
+	if bad := forbidden(goListDeps(t, "github.com/lockgate/lockgate/testserver/embedded")); len(bad) == 0 {
+		t.Fatal("the forbidden-dependency check does not recognise testserver/embedded's dependencies")
 	}
 }
 
@@ -165,15 +165,15 @@ func TestReloadAppliesPolicyAndRefusesInvalid(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"-config", file}, env(nil), &stdout, &stderr, hup) }()
-	waitFor(t, func() bool { return strings.Contains(stderr.String(), "lockgate started") })
+	testkit.Eventually(t, 10*time.Second, "the log line lockgate started", func() bool { return strings.Contains(stderr.String(), "lockgate started") })
 
 	os.WriteFile(file, []byte(base+"policy:\n  namespaces:\n    - match: shop.orders\n      mode: enforce\n"), 0o600)
 	hup <- os.Interrupt // any value: the channel stands for SIGHUP
-	waitFor(t, func() bool { return strings.Count(stderr.String(), "policy reloaded") >= 1 })
+	testkit.Eventually(t, 10*time.Second, "the log line policy reloaded", func() bool { return strings.Count(stderr.String(), "policy reloaded") >= 1 })
 
 	// No signal: the file watcher notices the edit.
 	os.WriteFile(file, []byte(base+"policy:\n  default: block\n"), 0o600)
-	waitFor(t, func() bool { return strings.Contains(stderr.String(), "reload refused") })
+	testkit.Eventually(t, 10*time.Second, "the log line reload refused", func() bool { return strings.Contains(stderr.String(), "reload refused") })
 	if !strings.Contains(stderr.String(), `policy.default: must be one of off, audit, enforce, got \"block\"`) {
 		t.Errorf("refusal does not name the key:\n%s", stderr.String())
 	}
@@ -202,9 +202,9 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		done <- run(ctx, []string{"-config", file, "-log-level", "debug"}, env(nil), &stdout, &stderr, hup)
 	}()
 
-	waitFor(t, func() bool { return strings.Contains(stderr.String(), "lockgate started") })
+	testkit.Eventually(t, 10*time.Second, "the log line lockgate started", func() bool { return strings.Contains(stderr.String(), "lockgate started") })
 	hup <- os.Interrupt // any value: the channel stands for SIGHUP
-	waitFor(t, func() bool { return strings.Contains(stderr.String(), "reload requested") })
+	testkit.Eventually(t, 10*time.Second, "the log line reload requested", func() bool { return strings.Contains(stderr.String(), "reload requested") })
 	cancel()
 	select {
 	case code := <-done:
@@ -234,15 +234,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -20,7 +20,8 @@ import (
 	mongoopts "go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/CONFIGURATION.md's generated tables")
@@ -122,7 +123,7 @@ func TestDrainDelayAndVersionMetric(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"-config", file}, env(nil), &stdout, &stderr, nil) }()
-	waitFor(t, func() bool { return strings.Contains(stderr.String(), "lockgate started") })
+	testkit.Eventually(t, 10*time.Second, "the log line lockgate started", func() bool { return strings.Contains(stderr.String(), "lockgate started") })
 	m := regexp.MustCompile(`"listen":"([^"]+)","admin":"([^"]+)"`).FindStringSubmatch(stderr.String())
 	if m == nil {
 		t.Fatalf("no addresses in the start line:\n%s", stderr.String())
@@ -146,7 +147,7 @@ func TestDrainDelayAndVersionMetric(t *testing.T) {
 	}
 	cancel()
 	stopped := time.Now()
-	waitFor(t, func() bool { _, body := get("/readyz"); return strings.Contains(body, `"draining"`) })
+	testkit.Eventually(t, 10*time.Second, "/readyz to say draining", func() bool { _, body := get("/readyz"); return strings.Contains(body, `"draining"`) })
 	c, err := net.DialTimeout("tcp", listen, time.Second)
 	if err != nil {
 		t.Fatalf("the proxy stopped accepting during the drain: %v", err)

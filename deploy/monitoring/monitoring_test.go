@@ -16,7 +16,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // exported is every metric a running lockgate can export, with its labels:

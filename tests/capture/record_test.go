@@ -20,7 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/testserver/embedded"
 	"github.com/lockgate/lockgate/wire"
 )
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,7 +20,8 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -286,12 +286,7 @@ func TestConsoleForceReleasesExactlyTheRowsLock(t *testing.T) {
 // skips (fails under CI) where chromium is missing.
 func startConsole(t *testing.T) (*gateway.Gateway, string) {
 	t.Helper()
-	if _, err := exec.LookPath(chromiumPath); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s missing (CI is set, so this is a failure): apt-get install -y chromium", chromiumPath)
-		}
-		t.Skipf("%s missing: apt-get install -y chromium (set CI=1 to make this a failure)", chromiumPath)
-	}
+	testkit.RequireTool(t, "chromium", testkit.OnPath(chromiumPath, "apt-get install -y chromium"))
 	up, err := embedded.Start(embedded.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -27,8 +28,8 @@ type driver struct {
 	db string
 	// holderApp is the appname of the script's lock-holding client.
 	holderApp string
-	// missing says how to install the runtime, "" when it is there.
-	missing func() string
+	// missing says how to install the runtime, nil when it is there.
+	missing func() error
 	// command runs the script: proxy URI, direct URI, database.
 	command func(ctx context.Context, proxy, direct, db string) *exec.Cmd
 	// names picks the driver's own name of a write API (the case name).
@@ -36,26 +37,12 @@ type driver struct {
 }
 
 func drivers() []driver {
-	node := func(pkg string) string {
-		if _, err := exec.LookPath("node"); err != nil {
-			return "node is not on PATH: install Node.js 20, then run `npm ci --ignore-scripts` in tests/compat/node"
-		}
-		if _, err := os.Stat(filepath.Join(nodeModules, pkg, "package.json")); err != nil {
-			return "tests/compat/node/node_modules/" + pkg + " is missing: run `npm ci --ignore-scripts` in tests/compat/node"
-		}
-		return ""
-	}
 	return []driver{
 		{
 			name:      "pymongo",
 			db:        "enf_pymongo",
 			holderApp: "enf-pymongo-holder",
-			missing: func() string {
-				if err := exec.Command("/usr/bin/python3", "-c", "import pymongo").Run(); err != nil {
-					return "/usr/bin/python3 cannot import pymongo (" + err.Error() + "): run `apt-get install -y python3-pymongo`"
-				}
-				return ""
-			},
+			missing:   testkit.Pymongo,
 			command: func(ctx context.Context, proxy, direct, db string) *exec.Cmd {
 				return exec.CommandContext(ctx, "/usr/bin/python3", "pymongo/enforce.py", proxy, direct, db)
 			},
@@ -65,7 +52,7 @@ func drivers() []driver {
 			name:      "node",
 			db:        "enf_node",
 			holderApp: "enf-node-holder",
-			missing:   func() string { return node("mongodb") },
+			missing:   func() error { return testkit.NodeModule(nodeModules, "mongodb") },
 			command: func(ctx context.Context, proxy, direct, db string) *exec.Cmd {
 				return exec.CommandContext(ctx, "node", "node/enforce.js", proxy, direct, db)
 			},
@@ -75,7 +62,7 @@ func drivers() []driver {
 			name:      "mongosh",
 			db:        "enf_mongosh",
 			holderApp: "enf-mongosh-holder",
-			missing:   func() string { return node("mongosh") },
+			missing:   func() error { return testkit.NodeModule(nodeModules, "mongosh") },
 			command: func(ctx context.Context, proxy, direct, db string) *exec.Cmd {
 				// mongosh scripts take no arguments: they read these.
 				cmd := exec.CommandContext(ctx, filepath.Join(nodeModules, ".bin", "mongosh"),
@@ -242,12 +229,7 @@ func TestEnforcementWithRealDrivers(t *testing.T) {
 	for _, d := range drivers() {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
-			if missing := d.missing(); missing != "" {
-				if os.Getenv("CI") != "" {
-					t.Fatalf("%s runtime missing (CI is set, so this is a failure): %s", d.name, missing)
-				}
-				t.Skipf("%s runtime missing: %s (set CI=1 to make this a failure)", d.name, missing)
-			}
+			testkit.RequireTool(t, d.name, d.missing())
 			// The w:0 write is the script's only one without an lsid:
 			// exactly one no_session refusal on its database, and a
 			// connection closed for it (the counter is shared by the

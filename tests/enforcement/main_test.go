@@ -23,18 +23,15 @@
 package enforcement
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"testing"
-	"time"
-
-	"go.uber.org/goleak"
-	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/gateway/gatewaytest"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // Databases the scripts work in, one per client so that they can run in
@@ -51,59 +48,27 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the embedded upstream:", err)
-		return 1
-	}
-	directURI = srv.URI()
-
-	cfg := config.Default()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Admin = "127.0.0.1:0"
-	cfg.Upstream.URI = directURI
-	cfg.Upstream.DialTimeout = config.Duration(5 * time.Second)
-	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
-	cfg.Policy.Default = config.ModeOff
-	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.protected", Mode: config.ModeEnforce}}
-	for _, db := range clientDBs {
-		cfg.Policy.Namespaces = append(cfg.Policy.Namespaces, config.NamespaceRule{Match: db + ".*", Mode: config.ModeEnforce})
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := gateway.Start(ctx, cfg, zap.NewNop())
-	gw = g
-	if err != nil {
-		cancel()
-		srv.Close()
-		fmt.Fprintln(os.Stderr, "starting the gateway:", err)
-		return 1
-	}
-	proxyURI = "mongodb://" + g.ProxyAddr().String() + "/"
-
-	code := m.Run()
-
-	cancel()
-	select {
-	case <-g.Done():
-		if err := g.Wait(); err != nil {
-			fmt.Fprintln(os.Stderr, "gateway stopped with errors:", err)
-			code = 1
+	os.Exit(testkit.RunMain(m, func() (func() error, error) {
+		srv, err := embedded.Start(embedded.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("starting the embedded upstream: %w", err)
 		}
-	case <-time.After(15 * time.Second):
-		fmt.Fprintln(os.Stderr, "gateway did not stop within 15s of its context being cancelled")
-		code = 1
-	}
-	srv.Close()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goroutines leaked by the tests:", err)
-		return 1
-	}
-	return 0
+		directURI = srv.URI()
+		cfg := gatewaytest.Config(directURI)
+		cfg.Policy.Default = config.ModeOff
+		cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.protected", Mode: config.ModeEnforce}}
+		for _, db := range clientDBs {
+			cfg.Policy.Namespaces = append(cfg.Policy.Namespaces, config.NamespaceRule{Match: db + ".*", Mode: config.ModeEnforce})
+		}
+		g, stop, err := gatewaytest.Run(cfg, nil)
+		if err != nil {
+			srv.Close()
+			return nil, err
+		}
+		gw, proxyURI = g.Gateway, g.URI
+		return func() error {
+			defer srv.Close()
+			return stop()
+		}, nil
+	}))
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -460,15 +460,10 @@ func roundTrip(t *testing.T, req []byte) bsoncore.Document {
 func TestLockStoreIsSealedForOtherDrivers(t *testing.T) {
 	scripts := []struct {
 		name  string
-		check func() string
+		check func() error
 		cmd   func(ctx context.Context) *exec.Cmd
 	}{
-		{"pymongo", func() string {
-			if exec.Command("/usr/bin/python3", "-c", "import pymongo").Run() != nil {
-				return "pymongo missing: apt-get install python3-pymongo"
-			}
-			return ""
-		}, func(ctx context.Context) *exec.Cmd {
+		{"pymongo", testkit.Pymongo, func(ctx context.Context) *exec.Cmd {
 			return exec.CommandContext(ctx, "/usr/bin/python3", "-c", `
 import sys, pymongo
 from pymongo.errors import OperationFailure
@@ -490,14 +485,8 @@ for name, f in [("find", lambda: list(c.lockgate.locks.find())), ("delete", lamb
         print(name, e.code)
 `, proxyURI)
 		}},
-		{"node", func() string {
-			if _, err := exec.LookPath("node"); err != nil {
-				return "node is not on PATH"
-			}
-			if _, err := os.Stat(filepath.Join("..", "compat", "node", "node_modules", "mongodb")); err != nil {
-				return "tests/compat/node/node_modules/mongodb missing: npm ci there"
-			}
-			return ""
+		{"node", func() error {
+			return testkit.NodeModule(filepath.Join("..", "compat", "node", "node_modules"), "mongodb")
 		}, func(ctx context.Context) *exec.Cmd {
 			c := exec.CommandContext(ctx, "node", "-e", `
 const { MongoClient } = require('mongodb');
@@ -539,12 +528,7 @@ const { MongoClient } = require('mongodb');
 	before := lockStoreSnapshot(t, direct)
 	for _, s := range scripts {
 		t.Run(s.name, func(t *testing.T) {
-			if missing := s.check(); missing != "" {
-				if os.Getenv("CI") != "" {
-					t.Fatalf("%s (CI is set, so this is a failure)", missing)
-				}
-				t.Skip(missing)
-			}
+			testkit.RequireTool(t, s.name, s.check())
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			out, err := s.cmd(ctx).CombinedOutput()

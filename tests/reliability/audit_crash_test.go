@@ -17,6 +17,7 @@ import (
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.uber.org/zap"
 )
 
@@ -109,13 +110,7 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
 	}
 	// Kill once the trail has several checkpoints behind it and the load
 	// is in full swing.
-	deadline := time.Now().Add(time.Minute)
-	for acked.Load() < 150 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d locked increments in a minute", acked.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, time.Minute, "150 locked increments", func() bool { return acked.Load() >= 150 })
 	if err := child.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 )
 
@@ -221,11 +222,16 @@ func TestProxyKilledMidTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Let both sides run for a while, then kill B with no goodbye.
-	time.Sleep(1500 * time.Millisecond)
-	if aOK.Load() == 0 {
-		t.Fatalf("A's workers made no progress before the kill")
-	}
+	// Let both sides run (every B holder and A's workers acknowledged
+	// writes), then kill B with no goodbye.
+	testkit.Eventually(t, time.Minute, "writes acknowledged on both sides", func() bool {
+		for i := range bAcked {
+			if bAcked[i].Load() < 3 {
+				return false
+			}
+		}
+		return aOK.Load() >= 10
+	})
 	killed.Store(true)
 	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -299,7 +305,7 @@ func TestProxyKilledMidTraffic(t *testing.T) {
 
 	// A kept serving throughout and after.
 	afterKill := aAfterKill.Load()
-	waitFor(t, 30*time.Second, "A's workers to complete 10 more locked increments after the kill", func() bool {
+	testkit.Eventually(t, 30*time.Second, "A's workers to complete 10 more locked increments after the kill", func() bool {
 		return aAfterKill.Load() >= afterKill+10
 	})
 	close(stopA)

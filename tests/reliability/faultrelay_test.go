@@ -31,10 +31,13 @@ type faultRelay struct {
 	// onMarked, if set, runs when a marked message arrives, before it is
 	// held: a fault that coincides with that request.
 	onMarked func()
-	stallGen atomic.Int64
-	mu       sync.Mutex
-	conns    []net.Conn
-	wg       sync.WaitGroup
+	// onForwarded, if set, runs once a marked message was written to the
+	// server.
+	onForwarded func()
+	stallGen    atomic.Int64
+	mu          sync.Mutex
+	conns       []net.Conn
+	wg          sync.WaitGroup
 
 	connSeq atomic.Int64
 	// flights are the marked messages passed on to the server and not
@@ -180,6 +183,9 @@ func (r *faultRelay) accept() {
 				}
 				if _, err := up.Write(msg); err != nil {
 					return
+				}
+				if marked && r.onForwarded != nil {
+					r.onForwarded()
 				}
 				if marked && r.dropMk.Load() {
 					// The write reached the server; its reply never

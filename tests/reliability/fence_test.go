@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -264,7 +265,7 @@ func staleScenario(t *testing.T, fence, partition, secondOnOther bool) staleResu
 	if partition {
 		// Once the update has been decided and forwarded: proxy 1 can
 		// no longer reach its lock store.
-		waitFor(t, 5*time.Second, "the update to leave proxy 1", func() bool {
+		testkit.Eventually(t, 5*time.Second, "the update to leave proxy 1", func() bool {
 			return g1.metric(t, "lockgate_decisions_total", map[string]string{"decision": "allow"}) >= 1
 		})
 		store.Stall(true)

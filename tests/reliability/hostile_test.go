@@ -20,6 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -290,7 +291,7 @@ func TestHostileInput(t *testing.T) {
 					}
 				}
 				if out.closed {
-					waitFor(t, 5*time.Second, "a log line giving the reason the connection was closed", func() bool {
+					testkit.Eventually(t, 5*time.Second, "a log line giving the reason the connection was closed", func() bool {
 						return closeReasonLogged(g, local) != ""
 					})
 					t.Logf("closed; logged: %s", closeReasonLogged(g, local))
@@ -299,7 +300,7 @@ func TestHostileInput(t *testing.T) {
 				}
 			}
 			var after map[string]float64
-			waitFor(t, 5*time.Second, "lockgate_errors_total to count the hostile connection", func() bool {
+			testkit.Eventually(t, 5*time.Second, "lockgate_errors_total to count the hostile connection", func() bool {
 				after = g.errorsByKind(t)
 				return total(after) > total(before)
 			})
@@ -313,7 +314,7 @@ func TestHostileInput(t *testing.T) {
 			if tc.wantKind != nil && !anyIn(kinds, tc.wantKind) {
 				t.Errorf("counted as %v, want one of %v", kinds, tc.wantKind)
 			}
-			waitFor(t, 20*time.Second, "the healthy client to keep making progress", func() bool {
+			testkit.Eventually(t, 20*time.Second, "the healthy client to keep making progress", func() bool {
 				return hOps.Load() > opsBefore || hErr.Load() != nil
 			})
 			if e := hErr.Load(); e != nil {
@@ -345,7 +346,7 @@ func TestHostileInput(t *testing.T) {
 		if !out.closed && len(out.replies) == 0 {
 			t.Fatalf("neither closed nor answered")
 		}
-		waitFor(t, 5*time.Second, "lockgate_errors_total to count it", func() bool { return total(g.errorsByKind(t)) > total(before) })
+		testkit.Eventually(t, 5*time.Second, "lockgate_errors_total to count it", func() bool { return total(g.errorsByKind(t)) > total(before) })
 		t.Logf("%d compressed bytes declaring %d: closed=%v, reason %q; the process allocated %.1f MiB meanwhile (amplification %.0f:1)",
 			len(packed), len(plain)-wire.HeaderSize, out.closed, closeReasonLogged(g, local),
 			float64(ms1.TotalAlloc-ms0.TotalAlloc)/(1<<20), float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(len(packed)))

@@ -24,14 +24,15 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/gateway/gatewaytest"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // Environment of the child-process mode (crash_test.go): when
@@ -55,40 +56,24 @@ func TestMain(m *testing.M) {
 		os.Exit(runChildGateway(uri, os.Getenv(envChildLockColl), os.Getenv(envChildEnforceNS)))
 	}
 	flag.Parse()
-	os.Exit(runMain(m))
+	os.Exit(testkit.RunMain(m, startUpstream))
 }
 
-func runMain(m *testing.M) int {
+// startUpstream starts the shared upstream, its SQLite files on tmpfs.
+func startUpstream() (func() error, error) {
 	dir, err := os.MkdirTemp(tmpfsDir(), "lockgate-reliability-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
 	upstream, err = embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: dir})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the embedded upstream:", err)
-		return 1
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting the embedded upstream: %w", err)
 	}
-	code := m.Run()
-	upstream.Close()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(leakIgnores()...); err != nil {
-		fmt.Fprintln(os.Stderr, "goroutines leaked by the tests:", err)
-		return 1
-	}
-	return 0
-}
-
-// leakIgnores are the goroutines that outlive a clean shutdown, and why.
-func leakIgnores() []goleak.Option {
-	return []goleak.Option{
-		// golang-lru v2.0.7's expirable.LRU starts a cleanup goroutine that
-		// it never stops (it has no Close); every gateway's guard makes one.
-		goleak.IgnoreTopFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"),
-	}
+	return func() error {
+		defer os.RemoveAll(dir)
+		return upstream.Close()
+	}, nil
 }
 
 // tmpfsDir keeps SQLite on tmpfs where there is one: FerretDB's write
@@ -129,12 +114,7 @@ func runChildGateway(uri, lockColl, enforceNS string) int {
 // gatewayConfig is the configuration every gateway of this package runs
 // with: enforce on enforceNS (if any), everything else off.
 func gatewayConfig(uri, lockColl, enforceNS string) *config.Config {
-	cfg := config.Default()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Admin = "127.0.0.1:0"
-	cfg.Upstream.URI = uri
-	cfg.Upstream.DialTimeout = config.Duration(5 * time.Second)
-	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
+	cfg := gatewaytest.Config(uri)
 	if lockColl != "" {
 		cfg.Lockstore.Collection = lockColl
 	}
@@ -145,11 +125,9 @@ func gatewayConfig(uri, lockColl, enforceNS string) *config.Config {
 	return cfg
 }
 
-// gw is a gateway under test.
+// gw is a gateway under test with the log lines it wrote.
 type gw struct {
-	*gateway.Gateway
-	URI  string
-	Addr string
+	*gatewaytest.Gateway
 	Logs *observer.ObservedLogs
 }
 
@@ -159,8 +137,7 @@ var seq atomic.Int64
 func uniq(prefix string) string { return fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), seq.Add(1)) }
 
 // startGateway starts a gateway with cfg, recording its logs at info level
-// and above, and stops it when the test ends, failing the test if it does
-// not stop cleanly.
+// and above.
 func startGateway(t testing.TB, cfg *config.Config) *gw {
 	t.Helper()
 	return startGatewayLogging(t, cfg, zapcore.InfoLevel)
@@ -172,32 +149,12 @@ func startGateway(t testing.TB, cfg *config.Config) *gw {
 func startGatewayLogging(t testing.TB, cfg *config.Config, level zapcore.Level) *gw {
 	t.Helper()
 	core, logs := observer.New(level)
-	var logger *zap.Logger
+	logger := zap.New(core)
 	if *verboseLogs {
 		stderr := zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.WarnLevel)
 		logger = zap.New(zapcore.NewTee(core, stderr))
-	} else {
-		logger = zap.New(core)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := gateway.Start(ctx, cfg, logger)
-	if err != nil {
-		cancel()
-		t.Fatalf("gateway.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-g.Done():
-			if err := g.Wait(); err != nil {
-				t.Errorf("gateway stopped with errors: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("gateway did not stop within 20s of its context being cancelled")
-		}
-	})
-	addr := g.ProxyAddr().String()
-	return &gw{Gateway: g, URI: "mongodb://" + addr + "/", Addr: addr, Logs: logs}
+	return &gw{Gateway: gatewaytest.Start(t, cfg, logger), Logs: logs}
 }
 
 // connect returns a Go driver client for uri, disconnected at the end of
@@ -295,18 +252,6 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// waitFor polls cond until it holds or d passes, then fails with what.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // inSession is a context that carries the session s.

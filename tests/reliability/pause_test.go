@@ -60,6 +60,13 @@ func TestPausedProxy(t *testing.T) {
 				default:
 				}
 			}
+			forwarded := make(chan struct{}, 1)
+			relay.onForwarded = func() {
+				select {
+				case forwarded <- struct{}{}:
+				default:
+				}
+			}
 			t.Setenv(envChildStoreURI, upstream.URI())
 			if fence {
 				t.Setenv(envChildFence, "1")
@@ -134,7 +141,13 @@ func TestPausedProxy(t *testing.T) {
 			if _, err := second.Database("fence").Collection(coll).UpdateOne(sctx, bson.D{{Key: "_id", Value: "X"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: "current holder"}}}}); err != nil {
 				t.Fatalf("second holder's write: %v", err)
 			}
-			time.Sleep(2500 * time.Millisecond) // the held update reaches the database
+			// The held update reaches the database while the proxy is
+			// stopped.
+			select {
+			case <-forwarded:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the relay never passed the held update on")
+			}
 			child.cmd.Process.Signal(syscall.SIGCONT)
 			stopped = false
 			reply := readBody(t, c)

@@ -24,6 +24,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -402,7 +403,7 @@ func TestSoak500Connections(t *testing.T) {
 	// baseline includes what a first connection starts lazily.
 	closeAll(openIdle(t, g.Addr, 4))
 	closeAll(openIdle(t, upstream.Addr(), 4))
-	waitFor(t, 10*time.Second, "lockgate_client_connections 0 after the warm-up", func() bool {
+	testkit.Eventually(t, 10*time.Second, "lockgate_client_connections 0 after the warm-up", func() bool {
 		return g.metric(t, "lockgate_client_connections", nil) == 0
 	})
 	time.Sleep(200 * time.Millisecond)
@@ -418,7 +419,7 @@ func TestSoak500Connections(t *testing.T) {
 	base2 := sampleMem()
 	pconns := openIdle(t, g.Addr, conns)
 	defer func() { closeAll(pconns) }()
-	waitFor(t, 10*time.Second, fmt.Sprintf("lockgate_client_connections = %d", conns), func() bool {
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("lockgate_client_connections = %d", conns), func() bool {
 		return g.metric(t, "lockgate_client_connections", nil) == float64(conns)
 	})
 	time.Sleep(200 * time.Millisecond)
@@ -464,7 +465,7 @@ func TestSoak500Connections(t *testing.T) {
 		lockedTotal += st.lockedWrites.Load()
 
 		closeAll(pconns)
-		waitFor(t, 30*time.Second, "lockgate_client_connections to return to 0", func() bool {
+		testkit.Eventually(t, 30*time.Second, "lockgate_client_connections to return to 0", func() bool {
 			return g.metric(t, "lockgate_client_connections", nil) == 0
 		})
 		var ours, ferret int

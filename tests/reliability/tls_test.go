@@ -26,6 +26,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // testPKI is a CA and a server certificate for 127.0.0.1 and localhost,
@@ -100,7 +101,7 @@ func newTestPKI(t *testing.T) testPKI {
 	return p
 }
 
-// startTLSFerretDB runs FerretDB with only a TLS listener (internal/embedded
+// startTLSFerretDB runs FerretDB with only a TLS listener (testserver/embedded
 // has no TLS option) and returns its address.
 func startTLSFerretDB(t *testing.T, pki testPKI) string {
 	t.Helper()
@@ -138,7 +139,7 @@ func startTLSFerretDB(t *testing.T, pki testPKI) string {
 		os.RemoveAll(dir)
 	})
 	var addr string
-	waitFor(t, 30*time.Second, "FerretDB's TLS listener", func() bool {
+	testkit.Eventually(t, 30*time.Second, "FerretDB's TLS listener", func() bool {
 		u, err := url.Parse(f.MongoDBURI())
 		if err != nil || strings.HasSuffix(u.Host, ":0") {
 			return false

@@ -16,8 +16,9 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
-	"github.com/lockgate/lockgate/internal/embedded"
-	"github.com/lockgate/lockgate/internal/scripted"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
+	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -65,6 +66,8 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 		overlapped   atomic.Int64 // operations in flight at some moment while the upstream was down
 		okWhileDown  atomic.Int64 // operations acknowledged while it was down: must be 0
 		slowest      atomic.Int64 // longest operation that ended after the stop began, ns
+		okBefore     [workers]atomic.Int64
+		failedDown   [workers]atomic.Int64 // errors of operations begun and ended while it was down
 		okAfter      [workers]atomic.Int64
 		ackedIncs    [workers]atomic.Int64
 		triedIncs    [workers]atomic.Int64
@@ -128,11 +131,16 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 						return
 					}
 					errsAfter.Add(1)
+					if startPhase == 2 && p == 2 {
+						failedDown[w].Add(1)
+					}
 					lastErr.Store(err.Error())
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
 				switch p {
+				case 0:
+					okBefore[w].Add(1)
 				case 2:
 					okWhileDown.Add(1)
 				case 3:
@@ -142,12 +150,27 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 		}(w)
 	}
 
-	time.Sleep(time.Second)
+	// Every worker at work through the gateway before the stop, and every
+	// one refused by the stopped upstream (an operation begun and failed
+	// while it was down) before it comes back.
+	allAtLeast := func(cs *[workers]atomic.Int64, n int64) func() bool {
+		return func() bool {
+			for w := range cs {
+				if cs[w].Load() < n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	testkit.Eventually(t, time.Minute, "five operations of every worker", allAtLeast(&okBefore, 5))
 	phase.Store(1)
 	srv.Close()
 	srv = nil
 	phase.Store(2) // FerretDB has stopped: nothing may be acknowledged now
-	time.Sleep(1500 * time.Millisecond)
+	stopped := time.Now()
+	testkit.Eventually(t, time.Minute, "every worker to be refused while the upstream is down", allAtLeast(&failedDown, 1))
+	down := time.Since(stopped)
 	phase.Store(3)
 	srv, err = embedded.Start(embedded.Options{Addr: addr, Dir: dir})
 	if err != nil {
@@ -156,14 +179,7 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 		t.Fatalf("restarting the upstream on %s: %v", addr, err)
 	}
 	back := time.Now()
-	recovered := func() bool {
-		for w := range okAfter {
-			if okAfter[w].Load() < 5 {
-				return false
-			}
-		}
-		return true
-	}
+	recovered := allAtLeast(&okAfter, 5)
 	deadline := time.Now().Add(60 * time.Second)
 	for !recovered() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -187,8 +203,8 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 	if overlapped.Load() == 0 {
 		t.Fatalf("no operation was in flight while the upstream was down: the restart did not happen under traffic")
 	}
-	t.Logf("upstream down 1.5s: %d operations in flight while it was down, %d client errors from the stop on (last: %v), none acknowledged while down; slowest operation %v; every worker made 5 operations within %v of the upstream's return",
-		overlapped.Load(), errsAfter.Load(), lastErr.Load(), time.Duration(slowest.Load()).Round(time.Millisecond), recoveredIn.Round(time.Millisecond))
+	t.Logf("upstream down %v: %d operations in flight while it was down, %d client errors from the stop on (last: %v), none acknowledged while down; slowest operation %v; every worker made 5 operations within %v of the upstream's return",
+		down.Round(time.Millisecond), overlapped.Load(), errsAfter.Load(), lastErr.Load(), time.Duration(slowest.Load()).Round(time.Millisecond), recoveredIn.Round(time.Millisecond))
 
 	// Every acknowledged write is there.
 	direct := connect(t, srv.URI(), "direct-check")
@@ -276,7 +292,7 @@ func proxyGoroutines() int {
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.TrimSpace(g) != "" && !strings.Contains(g, "lockgate/internal/scripted.") {
+		if strings.TrimSpace(g) != "" && !strings.Contains(g, "lockgate/testserver/scripted.") {
 			n++
 		}
 	}
@@ -327,7 +343,7 @@ func TestSlowUpstreamTimeouts(t *testing.T) {
 		t.Fatalf("ping through lockgate to the scripted upstream: %v", err)
 	}
 	warm.Disconnect(context.Background())
-	waitFor(t, 10*time.Second, "lockgate_client_connections to return to 0 after the warm-up", func() bool {
+	testkit.Eventually(t, 10*time.Second, "lockgate_client_connections to return to 0 after the warm-up", func() bool {
 		return g.metric(t, "lockgate_client_connections", nil) == 0
 	})
 	baseline := settledGoroutines()
@@ -387,7 +403,7 @@ func TestSlowUpstreamTimeouts(t *testing.T) {
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	c.Disconnect(dctx)
 	dcancel()
-	waitFor(t, 15*time.Second, "lockgate_client_connections to return to 0", func() bool {
+	testkit.Eventually(t, 15*time.Second, "lockgate_client_connections to return to 0", func() bool {
 		return g.metric(t, "lockgate_client_connections", nil) == 0
 	})
 	var after int

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // TestUpstreamDownTellsTheDriver: a client that connects through lockgate

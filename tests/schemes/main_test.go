@@ -7,20 +7,20 @@
 package schemes
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/gateway/gatewaytest"
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 var (
@@ -79,42 +79,38 @@ func rules() []config.NamespaceRule {
 		libRules()...)
 }
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, setup)) }
 
-func runMain(m *testing.M) int {
+// setup starts the embedded upstream and the two gateways in front of it.
+func setup() (func() error, error) {
 	srv, err := embedded.Start(embedded.Options{})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the embedded upstream:", err)
-		return 1
+		return nil, fmt.Errorf("starting the embedded upstream: %w", err)
 	}
 	directURI = srv.URI()
-	cfg := config.Default()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Admin = "127.0.0.1:0"
-	cfg.Upstream.URI = directURI
-	cfg.Upstream.DialTimeout = config.Duration(5 * time.Second)
-	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
+	dir, err := os.MkdirTemp("", "schemes")
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	fail := func(err error) (func() error, error) {
+		srv.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cfg := gatewaytest.Config(directURI)
 	cfg.Policy.Default = config.ModeOff
 	cfg.Policy.LeaseMarginMS = 200
 	cfg.Policy.Namespaces = rules()
 	// Both proxies must key lock owners alike.
-	dir, err := os.MkdirTemp("", "schemes")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	cfg.Lockstore.OwnerSecretFile = dir + "/owner-secret"
 	if err := os.WriteFile(cfg.Lockstore.OwnerSecretFile, []byte("0123456789abcdef0123456789abcdef0123456789abcdef"), 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return fail(err)
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "test config:", err)
-		return 1
+		return fail(fmt.Errorf("test config: %w", err))
 	}
 	baseCfg = cfg
-	ctx, cancel := context.WithCancel(context.Background())
 	core, logs := observer.New(zap.InfoLevel)
 	auditLog = logs
 	log := zap.New(core)
@@ -122,47 +118,20 @@ func runMain(m *testing.M) int {
 		dev, _ := zap.NewDevelopment()
 		log = zap.New(zapcore.NewTee(core, dev.Core()))
 	}
-	g, err := gateway.Start(ctx, cfg, log)
-	gw = g
+	g, stop, err := gatewaytest.Run(cfg, log)
 	if err != nil {
-		cancel()
-		srv.Close()
-		fmt.Fprintln(os.Stderr, "starting the gateway:", err)
-		return 1
+		return fail(err)
 	}
-	proxyURI = "mongodb://" + g.ProxyAddr().String() + "/"
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	g2, err := gateway.Start(ctx2, cfg, zap.NewNop())
+	gw, proxyURI = g.Gateway, g.URI
+	g2, stop2, err := gatewaytest.Run(cfg, nil)
 	if err != nil {
-		cancel2()
-		cancel()
-		<-g.Done()
-		srv.Close()
-		fmt.Fprintln(os.Stderr, "starting the second gateway:", err)
-		return 1
+		stop()
+		return fail(fmt.Errorf("starting the second gateway: %w", err))
 	}
-	proxy2URI = "mongodb://" + g2.ProxyAddr().String() + "/"
-	code := m.Run()
-	cancel2()
-	<-g2.Done()
-	cancel()
-	select {
-	case <-g.Done():
-		if err := g.Wait(); err != nil {
-			fmt.Fprintln(os.Stderr, "gateway stopped with errors:", err)
-			code = 1
-		}
-	case <-time.After(15 * time.Second):
-		fmt.Fprintln(os.Stderr, "gateway did not stop within 15s")
-		code = 1
-	}
-	srv.Close()
-	if code != 0 {
-		return code
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goroutines leaked by the tests:", err)
-		return 1
-	}
-	return 0
+	proxy2URI = g2.URI
+	return func() error {
+		defer os.RemoveAll(dir)
+		defer srv.Close()
+		return errors.Join(stop2(), stop())
+	}, nil
 }

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // Workload size: K workers, M increments each, per hot document set.
@@ -32,41 +33,30 @@ type workResult struct {
 // A client that runs the schemes' flows: the same script in each.
 type driver struct {
 	name string
-	// missing says how to install it, "" when it is there.
-	missing func() string
+	// missing says how to install it, nil when it is there.
+	missing func() error
 	argv    []string
 }
 
 var drivers = []driver{
 	{
-		name: "pymongo",
-		missing: func() string {
-			if err := exec.Command("/usr/bin/python3", "-c", "import pymongo").Run(); err != nil {
-				return "/usr/bin/python3 cannot import pymongo (" + err.Error() + "): apt-get install -y python3-pymongo"
-			}
-			return ""
-		},
-		argv: []string{"/usr/bin/python3", "pymongo/schemes.py"},
+		name:    "pymongo",
+		missing: testkit.Pymongo,
+		argv:    []string{"/usr/bin/python3", "pymongo/schemes.py"},
 	},
 	{
-		name: "node",
-		missing: func() string {
-			if _, err := exec.LookPath("node"); err != nil {
-				return "node is not on PATH: install Node.js 20, then run `npm ci --ignore-scripts` in tests/compat/node"
-			}
-			if _, err := os.Stat("../compat/node/node_modules/mongodb/package.json"); err != nil {
-				return "tests/compat/node/node_modules/mongodb is missing: run `npm ci --ignore-scripts` in tests/compat/node"
-			}
-			return ""
-		},
-		argv: []string{"node", "node/schemes.js"},
+		name:    "node",
+		missing: func() error { return testkit.NodeModule("../compat/node/node_modules", "mongodb") },
+		argv:    []string{"node", "node/schemes.js"},
 	},
 }
 
 func need(t *testing.T, d driver) {
 	t.Helper()
-	if m := d.missing(); m != "" {
-		t.Fatal(m)
+	// Always a failure, not testkit.RequireTool's skip: these flows are
+	// the proof that the schemes work with real drivers.
+	if err := d.missing(); err != nil {
+		t.Fatal(err)
 	}
 }
 

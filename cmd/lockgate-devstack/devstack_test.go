@@ -1,4 +1,4 @@
-package devstack
+package main
 
 import (
 	"bytes"
@@ -18,9 +18,9 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/goleak"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // childEnv makes the test binary run the dev stack's Main instead of the
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(Main(strings.Fields(os.Getenv(childEnv+"_ARGS")), os.Stdout, os.Stderr))
 	}
-	goleak.VerifyTestMain(m)
+	os.Exit(testkit.RunMain(m, nil))
 }
 
 func writeFile(t *testing.T, body string) string {

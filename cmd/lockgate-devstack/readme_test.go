@@ -1,4 +1,4 @@
-package devstack
+package main
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // TestReadmeWalkthrough runs the README's five-minute walk-through as
@@ -26,12 +28,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(mongosh); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("mongosh missing (CI is set, so this is a failure): %v", err)
-		}
-		t.Skipf("mongosh missing: %v (run npm ci in tests/compat/node)", err)
-	}
+	testkit.RequireTool(t, "mongosh", testkit.NodeModule("../../tests/compat/node/node_modules", "mongosh"))
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -120,10 +117,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 func TestReadmeNamesMongoshNodeVersion(t *testing.T) {
 	src, err := os.ReadFile("../../tests/compat/node/node_modules/@mongosh/cli-repl/lib/cli-repl.js")
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("mongosh missing (CI is set, so this is a failure): %v", err)
-		}
-		t.Skipf("mongosh missing: %v (run npm ci in tests/compat/node)", err)
+		testkit.RequireTool(t, "mongosh", err)
 	}
 	m := regexp.MustCompile(`RECOMMENDED_NODEJS = '>=(\d+)\.`).FindSubmatch(src)
 	if m == nil {

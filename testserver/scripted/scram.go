@@ -9,6 +9,7 @@ import (
 	"github.com/xdg-go/scram"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -37,7 +38,7 @@ func SCRAMAuthz(users map[string]string, mayWrite, mayRead map[string][]string, 
 					allowed = allowed || ns == cmd.DB+"."+cmd.Collection
 				}
 				if user == "" || !allowed {
-					return s.Reply(req, wire.ErrorDocument(13, "Unauthorized", "not authorized on "+cmd.DB+" to execute command "+cmd.Name))
+					return s.Reply(req, (&mongoerr.Error{Code: mongoerr.Unauthorized, Msg: "not authorized on " + cmd.DB + " to execute command " + cmd.Name}).Document())
 				}
 			}
 		}
@@ -111,7 +112,7 @@ func SCRAM(users map[string]string, next Handler) (Handler, error) {
 	convs := map[int32]*scram.ServerConversation{}
 	var nextConv atomic.Int32
 	refuse := func(s *Server, req wire.Message) [][]byte {
-		return s.Reply(req, wire.ErrorDocument(18, "AuthenticationFailed", "Authentication failed."))
+		return s.Reply(req, (&mongoerr.Error{Code: mongoerr.AuthenticationFailed, Msg: "Authentication failed."}).Document())
 	}
 	return func(s *Server, req wire.Message, cmd *wire.Command) [][]byte {
 		if cmd == nil {
@@ -169,7 +170,7 @@ func SCRAM(users map[string]string, next Handler) (Handler, error) {
 			return s.Reply(req, b.AppendDocument("speculativeAuthenticate", answer).Build())
 		case "listDatabases":
 			// Only the unauthenticated probe sends it here.
-			return s.Reply(req, wire.ErrorDocument(13, "Unauthorized", "command listDatabases requires authentication"))
+			return s.Reply(req, (&mongoerr.Error{Code: mongoerr.Unauthorized, Msg: "command listDatabases requires authentication"}).Document())
 		case "saslStart", "saslContinue":
 			_, payload, _ := cmd.Body.Lookup("payload").BinaryOK()
 			mu.Lock()

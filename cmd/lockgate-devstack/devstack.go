@@ -1,4 +1,4 @@
-package devstack
+package main
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/internal/embedded"
+	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 const (

@@ -43,6 +43,20 @@ type Server struct {
 	done    chan error
 }
 
+// Shared is the setup of a test package whose tests share one server
+// (testkit.RunMain's): it starts the server with opts into *srv and
+// returns its Close as the teardown.
+func Shared(srv **Server, opts Options) func() (func() error, error) {
+	return func() (func() error, error) {
+		s, err := Start(opts)
+		if err != nil {
+			return nil, fmt.Errorf("starting the embedded upstream: %w", err)
+		}
+		*srv = s
+		return s.Close, nil
+	}
+}
+
 // Start starts FerretDB and returns once it accepts connections.
 func Start(opts Options) (*Server, error) {
 	if opts.Addr == "" {

@@ -1,0 +1,77 @@
+package testkit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) { os.Exit(RunMain(m, nil)) }
+
+// recorder is a testing.TB that records how a helper ended the test
+// instead of ending the real one.
+type recorder struct {
+	testing.TB
+	ended string // "fatal", "skip" or "" (returned)
+	msg   string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.ended, r.msg = "fatal", fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *recorder) Skipf(format string, args ...any) {
+	r.ended, r.msg = "skip", fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// run calls f with a recorder on a goroutine of its own, as the testing
+// package runs a test, so that Goexit ends only f.
+func run(t *testing.T, f func(tb testing.TB)) *recorder {
+	r := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+	return r
+}
+
+func TestRequireToolSkipsLocallyAndFailsUnderCI(t *testing.T) {
+	missing := errors.New("apt-get install -y it")
+	t.Setenv("CI", "")
+	if r := run(t, func(tb testing.TB) { RequireTool(tb, "tool", missing) }); r.ended != "skip" {
+		t.Errorf("without CI: ended %q (%s), want a skip", r.ended, r.msg)
+	}
+	t.Setenv("CI", "1")
+	if r := run(t, func(tb testing.TB) { RequireTool(tb, "tool", missing) }); r.ended != "fatal" {
+		t.Errorf("under CI: ended %q (%s), want a failure", r.ended, r.msg)
+	}
+	if r := run(t, func(tb testing.TB) { RequireTool(tb, "tool", nil) }); r.ended != "" {
+		t.Errorf("tool present, under CI: ended %q (%s), want the test to go on", r.ended, r.msg)
+	}
+}
+
+func TestEventually(t *testing.T) {
+	n := 0
+	if r := run(t, func(tb testing.TB) {
+		Eventually(tb, time.Minute, "the third look", func() bool { n++; return n == 3 })
+	}); r.ended != "" || n != 3 {
+		t.Errorf("ended %q after %d looks, want it to return on the third", r.ended, n)
+	}
+	r := run(t, func(tb testing.TB) { Eventually(tb, 0, "never", func() bool { return false }) })
+	if r.ended != "fatal" {
+		t.Errorf("a condition that never holds: ended %q, want a failure", r.ended)
+	}
+}
+
+func TestOnPath(t *testing.T) {
+	if err := OnPath("go-no-such-program-here", "nothing to install"); err == nil {
+		t.Error("a program that does not exist is on PATH")
+	}
+}
