@@ -161,6 +161,16 @@ type NamespaceRule struct {
 	// (default audit) is the mode for the rest.
 	Clients      *Clients `yaml:"clients"`
 	OtherClients Mode     `yaml:"otherClients"`
+	// UnlockedWriters is what an enforced write from a session that holds
+	// none of the locks it needs gets (docs/ENFORCEMENT.md, "Writers that
+	// hold no lock"); empty means UnlockedRefuse. With clients it applies
+	// to the clients named, OtherClientsUnlockedWriters (default refuse)
+	// to the rest.
+	UnlockedWriters             UnlockedWriters `yaml:"unlockedWriters"`
+	OtherClientsUnlockedWriters UnlockedWriters `yaml:"otherClientsUnlockedWriters"`
+	// UnlockedWaitMS bounds how long a write under UnlockedWait queues
+	// for its implicit locks; 0 means DefaultUnlockedWaitMS.
+	UnlockedWaitMS int64 `yaml:"unlockedWaitMS"`
 	// AuditRequired forwards an allowed write on this (enforced) rule only
 	// once its audit record is durable, and refuses it when the trail
 	// cannot take it (docs/AUDIT.md); needs audit.enabled.

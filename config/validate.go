@@ -214,6 +214,7 @@ func (c *Config) validatePolicy(v *validator) {
 		validateFence(v, key, r)
 		c.validateScheme(v, key+".scheme", r.Scheme)
 		c.validateSchemeRule(v, key, r)
+		validateUnlocked(v, key, r)
 	}
 	if c.Policy.MaxCandidates < 1 || c.Policy.MaxCandidates > MaxMaxCandidates {
 		v.add("policy.maxCandidates", "must be between 1 and %d, got %d", MaxMaxCandidates, c.Policy.MaxCandidates)
