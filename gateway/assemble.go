@@ -209,7 +209,8 @@ func (a *assembly) newGuard() error {
 		Logger:  a.log,
 		Metrics: a.guardMetrics,
 
-		MaxInFlight: time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
+		MaxInFlight:   time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
+		ImplicitLease: time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,
 	})
 	a.guard.SetPolicy(a.pol)
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{

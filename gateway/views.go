@@ -34,6 +34,10 @@ type lockView struct {
 	ExpiresAt     time.Time `json:"expiresAt,omitzero"`
 	Token         int64     `json:"token"`
 	LastError     string    `json:"lastError,omitempty"`
+	// Implicit marks a lock the proxy holds for a writer that holds no
+	// lock of its own (unlockedWriters), while its write Command runs.
+	Implicit bool   `json:"implicit,omitempty"`
+	Command  string `json:"command,omitempty"`
 	// Key is the _id as canonical extended JSON, in a string: what
 	// POST /locks/release takes back as "key" to name exactly this lock.
 	// ID is the same value as relaxed extended JSON, which a JSON parser
@@ -55,6 +59,7 @@ func viewOf(st lockstore.Status) lockView {
 	if st.Held {
 		v.App, v.Client, v.User, v.SessionPrefix = st.Holder.App, st.Holder.Client, st.Holder.User, st.Holder.SessionPrefix
 		v.Since, v.ExpiresAt = st.Since, st.ExpiresAt
+		v.Implicit, v.Command = st.Holder.Implicit != "", st.Holder.Implicit
 	}
 	return v
 }

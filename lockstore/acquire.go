@@ -201,6 +201,7 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 		}
 		n.Kind = kindAcquire
 		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = sessionBinary(owner.Session), owner.Bind, owner.App, owner.Client, owner.User
+		n.Implicit = owner.Implicit
 		n.AcquiredAt, n.ExpiresAt = now, exp
 		return n, nil
 	}
@@ -548,7 +549,7 @@ func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen)
 			return nil, nil
 		}
 		n := h.next(kindRelease, now)
-		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = nil, "", "", "", ""
+		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser, n.Implicit = nil, "", "", "", "", ""
 		n.AcquiredAt, n.ExpiresAt = time.Time{}, freeExpiry
 		if !keepLastError {
 			n.LastError = errText

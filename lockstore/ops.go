@@ -316,7 +316,7 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason
 			return nil, nil
 		}
 		n := h.next(kindForce, now)
-		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = nil, "", "", "", ""
+		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser, n.Implicit = nil, "", "", "", "", ""
 		n.AcquiredAt, n.ExpiresAt = time.Time{}, freeExpiry
 		n.Token = h.Token + 1
 		n.Reason = reason

@@ -39,6 +39,11 @@ type Owner struct {
 	// owned only by requests that carry the same session and Bind "x". It is
 	// compared exactly, so "" only matches "".
 	Bind string
+	// Implicit, when set, names the command of a writer that holds no lock
+	// of its own (a legacy writer) for which the proxy took this lock for
+	// the time of one write; "" for a lock taken with acquireLock. It is
+	// shown with the holder, never compared.
+	Implicit string
 }
 
 // Lock is one lock granted or renewed.
@@ -488,6 +493,9 @@ type gen struct {
 	OwnerApp    string            `bson:"ownerApp"`
 	OwnerClient string            `bson:"ownerClient"`
 	OwnerUser   string            `bson:"ownerUser,omitempty"`
+	// Implicit is Owner.Implicit: the command of a legacy write the lock
+	// was taken for by the proxy.
+	Implicit string `bson:"implicit,omitempty"`
 	Token       int64             `bson:"token"`
 	AcquiredAt  time.Time         `bson:"acquiredAt"`
 	ExpiresAt   time.Time         `bson:"expiresAt"`
@@ -531,7 +539,7 @@ func (g *gen) ownedBy(o Owner) bool {
 }
 
 func (g *gen) holder() Holder {
-	h := Holder{App: g.OwnerApp, Client: g.OwnerClient, User: g.OwnerUser, ExpiresAt: g.ExpiresAt, Token: g.Token}
+	h := Holder{App: g.OwnerApp, Client: g.OwnerClient, User: g.OwnerUser, ExpiresAt: g.ExpiresAt, Token: g.Token, Implicit: g.Implicit}
 	if g.Owner != nil {
 		h.SessionPrefix = SessionPrefix(g.Owner.Data)
 	}
