@@ -495,13 +495,13 @@ type gen struct {
 	OwnerUser   string            `bson:"ownerUser,omitempty"`
 	// Implicit is Owner.Implicit: the command of a legacy write the lock
 	// was taken for by the proxy.
-	Implicit string `bson:"implicit,omitempty"`
-	Token       int64             `bson:"token"`
-	AcquiredAt  time.Time         `bson:"acquiredAt"`
-	ExpiresAt   time.Time         `bson:"expiresAt"`
-	At          time.Time         `bson:"at"`
-	LastError   string            `bson:"lastError"`
-	Reason      string            `bson:"reason,omitempty"`
+	Implicit   string    `bson:"implicit,omitempty"`
+	Token      int64     `bson:"token"`
+	AcquiredAt time.Time `bson:"acquiredAt"`
+	ExpiresAt  time.Time `bson:"expiresAt"`
+	At         time.Time `bson:"at"`
+	LastError  string    `bson:"lastError"`
+	Reason     string    `bson:"reason,omitempty"`
 	// Via names the Store (the lockgate instance) that wrote this
 	// generation: only that Store may answer "held" for it from memory.
 	Via string `bson:"via,omitempty"`
