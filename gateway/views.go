@@ -230,6 +230,10 @@ type ruleView struct {
 	Scheme       *schemeView  `json:"scheme,omitempty"`
 	Clients      *clientsView `json:"clients,omitempty"`
 	OtherClients string       `json:"otherClients,omitempty"`
+	// The unlockedWriters keys appear only where they are not refuse.
+	UnlockedWriters             string `json:"unlockedWriters,omitempty"`
+	OtherClientsUnlockedWriters string `json:"otherClientsUnlockedWriters,omitempty"`
+	UnlockedWaitMS              int64  `json:"unlockedWaitMS,omitempty"`
 }
 
 type schemeView struct {
@@ -281,6 +285,15 @@ func viewOfRule(r policy.Rule) ruleView {
 			cv.Networks = append(cv.Networks, n.String())
 		}
 		v.Clients, v.OtherClients = cv, string(c.Others)
+		if c.OthersUnlocked != config.UnlockedRefuse {
+			v.OtherClientsUnlockedWriters = string(c.OthersUnlocked)
+		}
+	}
+	if r.Unlocked != "" && r.Unlocked != config.UnlockedRefuse {
+		v.UnlockedWriters = string(r.Unlocked)
+	}
+	if r.Unlocked == config.UnlockedWait || v.OtherClientsUnlockedWriters == string(config.UnlockedWait) {
+		v.UnlockedWaitMS = r.UnlockedWait.Milliseconds()
 	}
 	return v
 }

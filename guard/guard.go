@@ -210,7 +210,7 @@ func New(opts Options) *Guard {
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
 		flights:  newFlightTracker(),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
-	g.auditFields.New = func() any { f := make([]zap.Field, 0, 14); return &f }
+	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	return g
 }
 

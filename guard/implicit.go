@@ -371,3 +371,19 @@ func (g *Guard) naiveImplicit(ctx context.Context, o lockstore.Owner, ns string,
 	}
 	return nil, nil
 }
+
+// implicitMode is the unlockedWriters mode under which the write's
+// implicit locks were taken or sought, "" for a write decided as a lock
+// holder's: the decision log's "implicit" field.
+func (v *verdict) implicitMode() string {
+	if v.implicit == nil {
+		return ""
+	}
+	return string(v.implicit.mode)
+}
+
+// implicitDetail is the audit trail's detail of an allowed write that ran
+// under implicit locks.
+func implicitDetail(mode string) string {
+	return "written under implicit locks: the session held none (unlockedWriters: " + mode + ")"
+}

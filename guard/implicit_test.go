@@ -3,6 +3,8 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,8 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // legacyPolicy is protected's policy with unlockedWriters set on the
@@ -367,5 +371,29 @@ func TestImplicitLocksNoDeadlock(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("unlocked write after the holder: %v (holder waited %v)", err, time.Since(start))
+	}
+}
+
+// TestImplicitDecisionIsLogged: the decision log line of a write under
+// implicit locks says so, with the mode; a lock holder's does not.
+func TestImplicitDecisionIsLogged(t *testing.T) {
+	coll, pol := legacyPolicy(t, 2, config.UnlockedWait, 0)
+	core, logs := observer.New(zap.InfoLevel)
+	st := startStackWith(t, stackOptions{policy: pol, logger: zap.New(core)})
+	c := connect(t, st.uri, "legacy")
+	if _, err := c.Database("shop").Collection(coll).UpdateOne(context.Background(), bson.D{{"_id", 1}}, bson.D{{"$inc", bson.D{{"qty", 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	s := session(t, c)
+	acquire(t, c, s, coll, 2)
+	if _, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 2}}, bson.D{{"$inc", bson.D{{"qty", 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range logs.FilterMessage("decision").All() {
+		got = append(got, fmt.Sprintf("%v/%v", e.ContextMap()["ids"], e.ContextMap()["implicit"]))
+	}
+	if want := []string{"1/wait", "2/<nil>"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("decision lines (ids/implicit) %v, want %v", got, want)
 	}
 }
