@@ -101,6 +101,14 @@ type Lockstore struct {
 	// write the database may still be running under the old lease ends
 	// first (docs/ENFORCEMENT.md, "Writes in flight"). 0: none.
 	TakeoverGraceMS int64 `yaml:"takeoverGraceMS"`
+	// WakeListen, when set, is the UDP host:port where this lockgate
+	// takes wake-up datagrams from other lockgates sharing the lock store,
+	// and which it advertises to them: a release through one then wakes a
+	// waiter on another at once instead of at its next poll (docs/LOCKS.md,
+	// "Waking waiters on other lockgates"). The host must be the address
+	// the others reach this one at; port 0 picks a free port. Empty: off
+	// (waiters on other lockgates poll, within 50 ms).
+	WakeListen string `yaml:"wakeListen"`
 }
 
 // Policy is the static part of the enforcement policy.

@@ -62,3 +62,15 @@ func TestUnlockedWritersFromYAML(t *testing.T) {
 		t.Fatalf("decoded %+v", r)
 	}
 }
+
+func TestValidateWakeListen(t *testing.T) {
+	for addr, ok := range map[string]bool{"": true, "127.0.0.1:0": true, "10.1.2.3:9219": true, "lockgate-1:9219": true,
+		"0.0.0.0:9219": false, "[::]:9219": false, ":9219": false, "9219": false} {
+		c := Default()
+		c.Lockstore.WakeListen = addr
+		err := c.Validate()
+		if ok != (err == nil) || !ok && !strings.Contains(err.Error(), "lockstore.wakeListen: must be host:port") {
+			t.Errorf("wakeListen %q: %v", addr, err)
+		}
+	}
+}

@@ -171,6 +171,7 @@ func (a *assembly) openLockStore() (err error) {
 		MaxWaiters:   cfg.Limits.MaxWaitersPerLock,
 
 		TakeoverGrace:      time.Duration(cfg.Lockstore.TakeoverGraceMS) * time.Millisecond,
+		WakeListen:         cfg.Lockstore.WakeListen,
 		MaxLocksPerSession: cfg.Limits.MaxLocksPerSession,
 	}, opts...)
 	if err != nil {

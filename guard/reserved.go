@@ -27,7 +27,7 @@ type Reserved struct {
 // ReservedFor returns the namespaces of a lock store configured with
 // database db and lock collection coll.
 func ReservedFor(db, coll string) Reserved {
-	return Reserved{DB: db, Collections: []string{coll, coll + lockstore.ClaimsSuffix, coll + lockstore.TxnsSuffix}}
+	return Reserved{DB: db, Collections: []string{coll, coll + lockstore.ClaimsSuffix, coll + lockstore.TxnsSuffix, coll + lockstore.WakeSuffix}}
 }
 
 // dbMatches compares database names as an upstream that folds case

@@ -569,6 +569,9 @@ func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen)
 		s.cache.remove(rid) // outcome unknown
 		return false, err
 	}
+	if wk := s.wake.Load(); g != nil && g.Owner == nil && wk != nil {
+		wk.freed(rid)
+	}
 	return g != nil, nil
 }
 
@@ -664,6 +667,9 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 			}
 		}
 		s.wq.block(w, blocked)
+		if wk := s.wake.Load(); wk != nil && blocked != "" {
+			wk.waiting(blocked)
+		}
 		if last == nil || kicked || he.Holder.Token != last.Holder.Token {
 			bo.reset() // a new holder: start polling fast again
 		}

@@ -335,6 +335,9 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason
 		return Status{NS: ns, ID: id}, nil
 	}
 	s.wq.notify(k.rid)
+	if wk := s.wake.Load(); wk != nil {
+		wk.freed(k.rid)
+	}
 	st := before.status(now, nil)
 	st.ID = id
 	s.log.Warn("force release",

@@ -123,6 +123,10 @@ type Store struct {
 	setupMu   sync.Mutex
 	setupDone atomic.Bool
 
+	// wake, when Config.WakeListen is set, sends and takes wake-up
+	// datagrams to and from other Stores (wake.go).
+	wake atomic.Pointer[waker]
+
 	streamActive atomic.Bool
 	openStream   func(ctx context.Context) (changeStream, error)
 
@@ -306,6 +310,9 @@ func (s *Store) setup(ctx context.Context) error {
 	}
 	if changeStreamCandidate(h) {
 		s.startWatcher()
+	}
+	if s.cfg.WakeListen != "" && s.wake.Load() == nil {
+		s.startWaker(s.client.Database(s.cfg.Database).Collection(s.cfg.Collection+WakeSuffix))
 	}
 	s.setupDone.Store(true)
 	return nil
