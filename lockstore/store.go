@@ -312,7 +312,7 @@ func (s *Store) setup(ctx context.Context) error {
 		s.startWatcher()
 	}
 	if s.cfg.WakeListen != "" && s.wake.Load() == nil {
-		s.startWaker(s.client.Database(s.cfg.Database).Collection(s.cfg.Collection+WakeSuffix))
+		s.startWaker(s.client.Database(s.cfg.Database).Collection(s.cfg.Collection + WakeSuffix))
 	}
 	s.setupDone.Store(true)
 	return nil
