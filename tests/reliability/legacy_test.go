@@ -256,3 +256,70 @@ func TestKilledProxyFreesImplicitLocksByLease(t *testing.T) {
 	}
 	t.Logf("implicit lock of the killed proxy taken over %v after the kill (lease 1.5 s)", time.Since(killed).Round(time.Millisecond))
 }
+
+// TestImplicitWriteIsFenced: under fence: document, a legacy write's
+// implicit lock is a holder like any other: its token is stamped into the
+// document before the write (above the previous holder's), the write is
+// fenced on it and applies, and an insert and an upsert of a legacy writer
+// carry their implicit lock's token.
+func TestImplicitWriteIsFenced(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	collName := uniq("legacyfence")
+	ns := relDB + "." + collName
+	cfg := fencedConfig(upstream.URI(), ns, true)
+	cfg.Policy.Namespaces[0].UnlockedWriters = config.UnlockedWait
+	g := startGateway(t, cfg)
+	direct := connect(t, upstream.URI(), "direct").Database(relDB).Collection(collName)
+	seedCounters(t, ctx, direct, 1)
+
+	holder := connect(t, g.URI, "holder")
+	s, err := holder.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.EndSession(ctx)
+	sctx := mongo.NewSessionContext(ctx, s)
+	hdb := holder.Database(relDB)
+	var acq struct {
+		Locks []struct {
+			Token int64 `bson:"token"`
+		} `bson:"locks"`
+	}
+	if err := hdb.RunCommand(sctx, bson.D{{"acquireLock", collName}, {"ids", bson.A{0}}}).Decode(&acq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hdb.Collection(collName).UpdateOne(sctx, bson.D{{"_id", 0}}, bson.D{{"$inc", bson.D{{"n", 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hdb.RunCommand(sctx, bson.D{{"releaseLock", collName}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := stampOf(t, ctx, direct, 0)
+	if before != acq.Locks[0].Token {
+		t.Fatalf("holder's stamp %d, token %d", before, acq.Locks[0].Token)
+	}
+
+	lc := connect(t, g.URI, "legacy-writer").Database(relDB).Collection(collName)
+	if _, err := lc.UpdateOne(ctx, bson.D{{"_id", 0}}, bson.D{{"$inc", bson.D{{"n", 1}}}}); err != nil {
+		t.Fatalf("legacy write under a fence: %v", err)
+	}
+	after, ok := stampOf(t, ctx, direct, 0)
+	if !ok || after <= before {
+		t.Fatalf("stamp after the legacy write %d (present %v), want above the holder's %d", after, ok, before)
+	}
+	var doc counterDoc
+	if err := direct.FindOne(ctx, bson.D{{"_id", 0}}).Decode(&doc); err != nil || doc.N != 2 {
+		t.Fatalf("counter %d (%v), want 2: the fenced legacy write did not apply", doc.N, err)
+	}
+	if _, err := lc.InsertOne(ctx, bson.D{{"_id", 10}, {"n", 0}}); err != nil {
+		t.Fatalf("legacy insert under a fence: %v", err)
+	}
+	if _, err := lc.UpdateOne(ctx, bson.D{{"_id", 11}}, bson.D{{"$inc", bson.D{{"n", 1}}}}, options.Update().SetUpsert(true)); err != nil {
+		t.Fatalf("legacy upsert under a fence: %v", err)
+	}
+	for _, id := range []int{10, 11} {
+		if st, ok := stampOf(t, ctx, direct, id); !ok || st <= 0 {
+			t.Errorf("document %d created by a legacy write carries no fencing token (%d, %v)", id, st, ok)
+		}
+	}
+}
