@@ -117,6 +117,11 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		// A transaction's statements are answered long before it commits:
 		// locks released at their answer would not cover the commit.
 		return asToday()
+	case v.req.Command == nil || v.req.Command.MoreToCome:
+		// No answer will say when it landed (w: 0, legacy opcodes): its
+		// locks would have to stay for all of its maxTimeMS, and block
+		// everyone else's work on those documents for that long.
+		return asToday()
 	}
 	if len(p.needs) == 0 && len(inserts) > 0 {
 		// Inserts of rules without implicit locks, with inserts of rules

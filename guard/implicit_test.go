@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/mongo/writeconcern"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -395,5 +396,43 @@ func TestImplicitDecisionIsLogged(t *testing.T) {
 	}
 	if want := []string{"1/wait", "2/<nil>"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("decision lines (ids/implicit) %v, want %v", got, want)
+	}
+}
+
+// TestUnacknowledgedWriteTakesNoImplicitLock: a w: 0 write has no answer
+// to release implicit locks on, so it is decided as before (refused, and
+// the connection closed), and leaves no lock. Without that rule its
+// implicit lock stayed for the write's whole maxTimeMS.
+func TestUnacknowledgedWriteTakesNoImplicitLock(t *testing.T) {
+	coll, pol := legacyPolicy(t, 1, config.UnlockedWait, 0)
+	st := startStackWith(t, stackOptions{policy: pol})
+	c := connect(t, st.uri, "legacy")
+	w0 := c.Database("shop").Collection(coll, options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
+	_, _ = w0.UpdateOne(context.Background(), bson.D{{"_id", 1}}, bson.D{{"$inc", bson.D{{"qty", 1}}}})
+	// Once the proxy has decided it (either way), look.
+	rule := "shop." + coll
+	refused := func() float64 {
+		return testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionReject, reasonNoSession)) +
+			testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionReject, reasonNotLocked))
+	}
+	decided := func() float64 {
+		return refused() + testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionAllow, metricReason("")))
+	}
+	for deadline := time.Now().Add(10 * time.Second); decided() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the unacknowledged write was never decided")
+		}
+	}
+	if n := refused(); n != 1 {
+		t.Errorf("unacknowledged write not refused as before: %v refusals", n)
+	}
+	if s := statusOf(t, connect(t, st.uri, "observer"), coll, 1); s["held"] != false {
+		t.Fatalf("lock after an unacknowledged write: %v", s)
+	}
+	if got := qtyOf(t, coll, 1); got != 10 {
+		t.Fatalf("unacknowledged write applied: qty %d", got)
+	}
+	if n := testutil.ToFloat64(st.metrics.implicitLocks.WithLabelValues("wait", "taken")); n != 0 {
+		t.Fatalf("implicit locks taken for an unacknowledged write: %v", n)
 	}
 }
