@@ -123,11 +123,8 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		// everyone else's work on those documents for that long.
 		return asToday()
 	}
-	if len(p.needs) == 0 && len(inserts) > 0 {
-		// Inserts of rules without implicit locks, with inserts of rules
-		// with them: a mix the rules disagree on; check them all as today.
-		return asToday()
-	}
+	// Inserts into namespaces whose rules take no implicit locks are
+	// returned to be checked as today, whatever happens here.
 	all := slices.Clone(p.needs)
 	for _, n := range p.inserts {
 		all.add(n.ns, n.r, n.ids...)
@@ -171,7 +168,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			g.releaseImplicit(p)
 			g.implicitRefused(ctx, v, n, o, err)
 			g.metrics.implicit(p.mode, implicitOutcome(err), time.Since(start))
-			return nil
+			return inserts
 		}
 		leaseLeft := g.opts.ImplicitLease - time.Since(t0) - g.opts.ImplicitLease/20
 		ids := make([]docid.ID, len(locks))
@@ -187,7 +184,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 				w := firstWrite(v.writes, n.ns)
 				v.violations = append(v.violations, violation{rule: n.r, write: w, reason: reasonFenceStamp,
 					detail: fmt.Sprintf("the fencing token of its implicit lock could not be stamped into the documents (%v)", err)})
-				return nil
+				return inserts
 			}
 		}
 	}
@@ -202,7 +199,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	if v.flight != nil {
 		v.flight.implicit = p
 	}
-	return nil
+	return inserts
 }
 
 // implicitOutcome is the metric label of a failed implicit acquire.

@@ -436,3 +436,32 @@ func TestUnacknowledgedWriteTakesNoImplicitLock(t *testing.T) {
 		t.Fatalf("implicit locks taken for an unacknowledged write: %v", n)
 	}
 }
+
+// TestImplicitWriteLeavesOtherInsertChecks: one command (bulkWrite) that
+// updates a namespace with implicit locks and inserts into one without
+// them: the insert is still checked as ever, so an insert of an _id
+// another session locked there is refused.
+func TestImplicitWriteLeavesOtherInsertChecks(t *testing.T) {
+	coll, pol := legacyPolicy(t, 2, config.UnlockedRefuseIfLocked, 0)
+	other := coll + "_strict"
+	pol.Namespaces = append(pol.Namespaces, config.NamespaceRule{Match: "shop." + other, Mode: config.ModeEnforce})
+	st := startStackWith(t, stackOptions{policy: pol})
+	alice := connect(t, st.uri, "alice")
+	sa := session(t, alice)
+	if err := alice.Database("shop").RunCommand(inSession(sa), bson.D{{"acquireLock", other}, {"ids", bson.A{7}}, {"leaseMS", 20000}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	legacy := connect(t, st.uri, "legacy")
+	err := legacy.Database("admin").RunCommand(context.Background(), bson.D{
+		{"bulkWrite", 1},
+		{"ops", bson.A{
+			bson.D{{"update", 0}, {"filter", bson.D{{"_id", 1}}}, {"updateMods", bson.D{{"$inc", bson.D{{"qty", 1}}}}}},
+			bson.D{{"insert", 1}, {"document", bson.D{{"_id", 7}}}},
+		}},
+		{"nsInfo", bson.A{bson.D{{"ns", "shop." + coll}}, bson.D{{"ns", "shop." + other}}}},
+	}).Err()
+	refusedFor(t, err, "insert_locked")
+	if s := statusOf(t, alice, coll, 1); s["held"] != false {
+		t.Fatalf("implicit lock left by a refused command: %v", s)
+	}
+}
