@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -30,11 +32,24 @@ import (
 //   - a session that holds some but not all of its locks is refused
 //     (not_locked), one that holds all writes as ever;
 //   - no implicit lock outlives its write.
+//
+// Short form (CI): seeds 1 and 2, 80 steps. Long form:
+// LOCKGATE_LEGACY_MODEL_SEEDS=N (seeds 1..N), LOCKGATE_LEGACY_MODEL_STEPS.
 func TestLegacyModel(t *testing.T) {
+	seeds, steps := 2, 80
+	for env, v := range map[string]*int{"LOCKGATE_LEGACY_MODEL_SEEDS": &seeds, "LOCKGATE_LEGACY_MODEL_STEPS": &steps} {
+		if s := os.Getenv(env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 {
+				t.Fatalf("%s=%q: want a positive number", env, s)
+			}
+			*v = n
+		}
+	}
 	for _, mode := range []config.UnlockedWriters{config.UnlockedRefuseIfLocked, config.UnlockedWait} {
-		for _, seed := range []uint64{1, 2} {
-			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
-				newLegacyModel(t, mode, seed).run(80)
+		for seed := range uint64(seeds) {
+			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed+1), func(t *testing.T) {
+				newLegacyModel(t, mode, seed+1).run(steps)
 			})
 		}
 	}
