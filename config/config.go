@@ -101,6 +101,14 @@ type Lockstore struct {
 	// write the database may still be running under the old lease ends
 	// first (docs/ENFORCEMENT.md, "Writes in flight"). 0: none.
 	TakeoverGraceMS int64 `yaml:"takeoverGraceMS"`
+	// WakeListen, when set, is the UDP host:port where this lockgate
+	// takes wake-up datagrams from other lockgates sharing the lock store,
+	// and which it advertises to them: a release through one then wakes a
+	// waiter on another at once instead of at its next poll (docs/LOCKS.md,
+	// "Waking waiters on other lockgates"). The host must be the address
+	// the others reach this one at; port 0 picks a free port. Empty: off
+	// (waiters on other lockgates poll, within 50 ms).
+	WakeListen string `yaml:"wakeListen"`
 }
 
 // Policy is the static part of the enforcement policy.
@@ -161,6 +169,16 @@ type NamespaceRule struct {
 	// (default audit) is the mode for the rest.
 	Clients      *Clients `yaml:"clients"`
 	OtherClients Mode     `yaml:"otherClients"`
+	// UnlockedWriters is what an enforced write from a session that holds
+	// none of the locks it needs gets (docs/ENFORCEMENT.md, "Writers that
+	// hold no lock"); empty means UnlockedRefuse. With clients it applies
+	// to the clients named, OtherClientsUnlockedWriters (default refuse)
+	// to the rest.
+	UnlockedWriters             UnlockedWriters `yaml:"unlockedWriters"`
+	OtherClientsUnlockedWriters UnlockedWriters `yaml:"otherClientsUnlockedWriters"`
+	// UnlockedWaitMS bounds how long a write under UnlockedWait queues
+	// for its implicit locks; 0 means DefaultUnlockedWaitMS.
+	UnlockedWaitMS int64 `yaml:"unlockedWaitMS"`
 	// AuditRequired forwards an allowed write on this (enforced) rule only
 	// once its audit record is durable, and refuses it when the trail
 	// cannot take it (docs/AUDIT.md); needs audit.enabled.

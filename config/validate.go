@@ -65,6 +65,11 @@ func (c *Config) Validate() error {
 	if err := checkCollName(ls.Collection); err != "" {
 		v.add("lockstore.collection", "%s, got %q", err, ls.Collection)
 	}
+	if ls.WakeListen != "" {
+		if h, _, err := net.SplitHostPort(ls.WakeListen); err != nil || h == "" || net.ParseIP(h) != nil && net.ParseIP(h).IsUnspecified() {
+			v.add("lockstore.wakeListen", "must be host:port with the address other lockgates reach this one at (not 0.0.0.0 or ::), got %q", ls.WakeListen)
+		}
+	}
 	if ls.TakeoverGraceMS < 0 || ls.TakeoverGraceMS > MaxLeaseLimitMS {
 		v.add("lockstore.takeoverGraceMS", "must be between 0 and %d, got %d", MaxLeaseLimitMS, ls.TakeoverGraceMS)
 	}
@@ -214,6 +219,7 @@ func (c *Config) validatePolicy(v *validator) {
 		validateFence(v, key, r)
 		c.validateScheme(v, key+".scheme", r.Scheme)
 		c.validateSchemeRule(v, key, r)
+		validateUnlocked(v, key, r)
 	}
 	if c.Policy.MaxCandidates < 1 || c.Policy.MaxCandidates > MaxMaxCandidates {
 		v.add("policy.maxCandidates", "must be between 1 and %d, got %d", MaxMaxCandidates, c.Policy.MaxCandidates)

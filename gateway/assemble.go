@@ -171,6 +171,7 @@ func (a *assembly) openLockStore() (err error) {
 		MaxWaiters:   cfg.Limits.MaxWaitersPerLock,
 
 		TakeoverGrace:      time.Duration(cfg.Lockstore.TakeoverGraceMS) * time.Millisecond,
+		WakeListen:         cfg.Lockstore.WakeListen,
 		MaxLocksPerSession: cfg.Limits.MaxLocksPerSession,
 	}, opts...)
 	if err != nil {
@@ -209,7 +210,8 @@ func (a *assembly) newGuard() error {
 		Logger:  a.log,
 		Metrics: a.guardMetrics,
 
-		MaxInFlight: time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
+		MaxInFlight:   time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
+		ImplicitLease: time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,
 	})
 	a.guard.SetPolicy(a.pol)
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -18,7 +18,7 @@ func TestLockStoreSealedWhereverItLives(t *testing.T) {
 	}{
 		{config.Lockstore{}, guard.ReservedFor("lockgate", "locks")},
 		{config.Lockstore{URI: "mongodb://elsewhere:27017/"}, guard.ReservedFor("lockgate", "locks")},
-		{config.Lockstore{URI: "mongodb://elsewhere:27017/", Database: "ops", Collection: "mutex"}, guard.Reserved{DB: "ops", Collections: []string{"mutex", "mutex_claims", "mutex_txns", "mutex_instances"}}},
+		{config.Lockstore{URI: "mongodb://elsewhere:27017/", Database: "ops", Collection: "mutex"}, guard.Reserved{DB: "ops", Collections: []string{"mutex", "mutex_claims", "mutex_txns", "mutex_instances", "mutex_wake"}}},
 	} {
 		if got := reservedNamespaces(tt.ls); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%+v: sealed %+v, want %+v", tt.ls, got, tt.want)

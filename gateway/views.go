@@ -34,6 +34,10 @@ type lockView struct {
 	ExpiresAt     time.Time `json:"expiresAt,omitzero"`
 	Token         int64     `json:"token"`
 	LastError     string    `json:"lastError,omitempty"`
+	// Implicit marks a lock the proxy holds for a writer that holds no
+	// lock of its own (unlockedWriters), while its write Command runs.
+	Implicit bool   `json:"implicit,omitempty"`
+	Command  string `json:"command,omitempty"`
 	// Key is the _id as canonical extended JSON, in a string: what
 	// POST /locks/release takes back as "key" to name exactly this lock.
 	// ID is the same value as relaxed extended JSON, which a JSON parser
@@ -55,6 +59,7 @@ func viewOf(st lockstore.Status) lockView {
 	if st.Held {
 		v.App, v.Client, v.User, v.SessionPrefix = st.Holder.App, st.Holder.Client, st.Holder.User, st.Holder.SessionPrefix
 		v.Since, v.ExpiresAt = st.Since, st.ExpiresAt
+		v.Implicit, v.Command = st.Holder.Implicit != "", st.Holder.Implicit
 	}
 	return v
 }
@@ -225,6 +230,10 @@ type ruleView struct {
 	Scheme       *schemeView  `json:"scheme,omitempty"`
 	Clients      *clientsView `json:"clients,omitempty"`
 	OtherClients string       `json:"otherClients,omitempty"`
+	// The unlockedWriters keys appear only where they are not refuse.
+	UnlockedWriters             string `json:"unlockedWriters,omitempty"`
+	OtherClientsUnlockedWriters string `json:"otherClientsUnlockedWriters,omitempty"`
+	UnlockedWaitMS              int64  `json:"unlockedWaitMS,omitempty"`
 }
 
 type schemeView struct {
@@ -276,6 +285,15 @@ func viewOfRule(r policy.Rule) ruleView {
 			cv.Networks = append(cv.Networks, n.String())
 		}
 		v.Clients, v.OtherClients = cv, string(c.Others)
+		if c.OthersUnlocked != config.UnlockedRefuse {
+			v.OtherClientsUnlockedWriters = string(c.OthersUnlocked)
+		}
+	}
+	if r.Unlocked != "" && r.Unlocked != config.UnlockedRefuse {
+		v.UnlockedWriters = string(r.Unlocked)
+	}
+	if r.Unlocked == config.UnlockedWait || v.OtherClientsUnlockedWriters == string(config.UnlockedWait) {
+		v.UnlockedWaitMS = r.UnlockedWait.Milliseconds()
 	}
 	return v
 }

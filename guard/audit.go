@@ -82,6 +82,9 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		if ids, ok := v.checked.lookup(w.NS); ok {
 			fields = append(fields, zap.String("ids", idList(ids)))
 		}
+		if m := v.implicitMode(); m != "" {
+			fields = append(fields, zap.String("implicit", m))
+		}
 		if x != nil {
 			fields = append(fields, zap.String("reason", reason), zap.String("detail", x.detail))
 			if len(x.ids) > 0 {
@@ -163,6 +166,8 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		if len(x.ids) > 0 {
 			ev.IDs = x.ids
 		}
+	} else if m := v.implicitMode(); m != "" {
+		ev.Detail = implicitDetail(m)
 	}
 	if v.fence != nil && x == nil && len(ev.IDs) > 0 {
 		// A fenced write ran under these tokens (fence.go).
@@ -233,4 +238,4 @@ func metricReason(r string) string {
 var metricReasons = []string{reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
 	reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
 	reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable,
-	reasonSchemeNotFollowed, reasonSchemeNotHolder, reasonAuditUnavailable, "other"}
+	reasonSchemeNotFollowed, reasonSchemeNotHolder, reasonAuditUnavailable, reasonImplicitTimeout, "other"}

@@ -56,6 +56,9 @@ type violation struct {
 	// advice, when set, replaces the reason's usual advice: a detail
 	// that already says what to do needs no other.
 	advice string
+	// code, when set, replaces LockBusy (an implicit lock's wait that ran
+	// out is a LockTimeout, as acquireLock's is).
+	code mongoerr.Code
 }
 
 // verdict collects what enforcement found for one message.
@@ -84,6 +87,9 @@ type verdict struct {
 	fence *fencePlan
 	// flight: the locks an allowed enforced write holds while in flight.
 	flight *flightPlan
+	// implicit: the writes of a session that holds none of their locks,
+	// under rules that take implicit locks for them (implicit.go).
+	implicit *implicitPlan
 	// inTxn: the write is a statement of a transaction (autocommit:
 	// false), whose commit is checked as well (txn.go).
 	inTxn bool
@@ -225,12 +231,16 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 					// A value that cannot be an _id names no lock, and
 					// the database refuses the insert itself.
 					if did, err := idCopy(id); err == nil {
-						inserts.add(w.NS, r, did)
+						if r.Implicit() {
+							v.implicitPlan().inserts.add(w.NS, r, did)
+						} else {
+							inserts.add(w.NS, r, did)
+						}
 					}
 				}
 			}
 		default:
-			if !hasSession {
+			if !hasSession && !r.Implicit() {
 				v.add(r, w, reasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 				continue
 			}
@@ -269,10 +279,11 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			g.checkNeeds(ctx, v, o, resolved)
 		}
 	}
+	inserts = g.takeImplicit(ctx, v, o, inserts)
 	for _, n := range inserts {
 		g.checkInsertable(ctx, v, n.r, o, n.ns, n.ids)
 	}
-	if !v.enforcedViolation() {
+	if !v.enforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
 		g.fenceInserts(ctx, v, o, hasSession)
 	}
 	if hasSession {
@@ -282,6 +293,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		g.recordTxn(ctx, req, v, o, inserts)
 	}
 	g.settleResolutions(v)
+	if v.implicit != nil {
+		return g.settleImplicit(v, g.decide(req, pol, v, start))
+	}
 	return g.decide(req, pol, v, start)
 }
 
@@ -484,9 +498,15 @@ func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
 
 // checkHeld verifies that o holds every id in ns with the rule's margin.
 func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
-	w := firstWrite(v.writes, ns)
+	if len(o.Session) == 0 {
+		// No session: it holds nothing (only rules with implicit locks
+		// get here without one).
+		v.deferToImplicit(r, ns, ids, ids)
+		return
+	}
 	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
 	if err != nil {
+		w := firstWrite(v.writes, ns)
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
 		return
@@ -495,6 +515,16 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 		v.check(ns, ids)
 		return
 	}
+	if v.deferToImplicit(r, ns, ids, missing) {
+		return
+	}
+	g.refuseMissing(ctx, v, r, o, ns, ids, missing)
+}
+
+// refuseMissing refuses a write of ns whose session does not hold the
+// locks on missing, saying what it can about them.
+func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids, missing []docid.ID) {
+	w := firstWrite(v.writes, ns)
 	// Only the ids the request named are shown; the others are counted.
 	var shown []docid.ID
 	for _, id := range missing {
@@ -807,8 +837,12 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 	if x.advice != "" {
 		advice = x.advice
 	}
+	code := mongoerr.LockBusy
+	if x.code != 0 {
+		code = x.code
+	}
 	return &cmdError{
-		code:   mongoerr.LockBusy,
+		code:   code,
 		reason: x.reason,
 		ns:     x.write.NS,
 		ids:    x.ids,

@@ -108,6 +108,7 @@ func holderDocument(h lockstore.Holder) bsoncore.Document {
 		d = bsoncore.AppendStringElement(d, "user", h.User)
 	}
 	d = bsoncore.AppendDateTimeElement(d, "expiresAt", h.ExpiresAt.UnixMilli())
+	d = appendImplicit(d, h)
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
 	return d
 }

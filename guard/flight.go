@@ -31,6 +31,9 @@ type flightPlan struct {
 	end    time.Time     // local monotonic time when the earliest lease surely ends
 	left   time.Duration // lease left at the check, for renewals
 	margin time.Duration // the largest margin of the rules involved
+	// implicit, when set, are implicit locks the proxy took for this
+	// write alone: released when it lands (implicit.go).
+	implicit *implicitPlan
 	// lockBuf is locks' room for the usual one namespace, so that the
 	// plan is one allocation.
 	lockBuf [1]nsIDs
@@ -233,7 +236,14 @@ func (f *flight) land() {
 		f.timer.Stop()
 	}
 	f.mu.Unlock()
-	t := f.g.flights
+	f.g.flights.remove(f)
+	if f.plan.implicit != nil {
+		f.g.releaseImplicit(f.plan.implicit)
+	}
+}
+
+// remove forgets a flight that landed.
+func (t *flightTracker) remove(f *flight) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	sf := t.bySession[f.key]
@@ -403,6 +413,9 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	d.Deadline = p.end.Add(-p.margin)
 	d.LateReply = late
 	d.OnReply = g.launch(p, maxTime, d.OnReply)
+	if p.implicit != nil {
+		p.implicit.launched = true
+	}
 	return d
 }
 

@@ -113,6 +113,11 @@ type Options struct {
 	// an enforced write that has not been answered; 0 means 10 minutes
 	// (the gateway passes lockstore.maxLeaseMS).
 	MaxInFlight time.Duration
+	// ImplicitLease is the lease of the implicit locks taken for a write
+	// that holds none (unlockedWriters), renewed while it is in flight;
+	// a proxy that dies meanwhile leaves them to expire with it. 0 means
+	// 30 s (the gateway passes lockstore.defaultLeaseMS).
+	ImplicitLease time.Duration
 }
 
 // Guard is the proxy's Interceptor: it answers the lock commands and
@@ -148,6 +153,10 @@ type Guard struct {
 	flights *flightTracker
 	// schemes serialises scheme lock acquires per key (scheme.go).
 	schemes schemeKeys
+
+	// testImplicit, when set (tests only), sees each write's implicit
+	// locks being taken (implicit.go).
+	testImplicit *implicitTestHooks
 
 	// auditFields are the field slices of audit lines (audit.go), reused:
 	// a line is written for every decision on a protected namespace.
@@ -195,11 +204,14 @@ func New(opts Options) *Guard {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 10 * time.Minute
 	}
+	if opts.ImplicitLease <= 0 {
+		opts.ImplicitLease = 30 * time.Second
+	}
 	g := &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
 		flights:  newFlightTracker(),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
-	g.auditFields.New = func() any { f := make([]zap.Field, 0, 14); return &f }
+	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	return g
 }
 

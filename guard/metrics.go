@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/internal/metricset"
 	"github.com/lockgate/lockgate/policy"
 )
@@ -32,6 +33,11 @@ type Metrics struct {
 	resolveSeconds prometheus.Histogram
 
 	insertChecks *prometheus.CounterVec
+
+	// implicitLocks and implicitWait: writes of sessions holding no lock,
+	// under unlockedWriters (implicit.go).
+	implicitLocks *prometheus.CounterVec
+	implicitWait  *prometheus.HistogramVec
 }
 
 // NewMetrics creates the guard's collectors; register them once.
@@ -89,6 +95,15 @@ func NewMetrics() *Metrics {
 			Name: "lockgate_reserved_refusals_total",
 			Help: "Client requests refused whatever the policy's modes, by what they reached for: lock_store (its own namespaces) or session_introspection (other clients' session ids).",
 		}, []string{"what"})),
+		implicitLocks: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_implicit_locks_total",
+			Help: "Enforced writes of sessions that hold none of their locks, under unlockedWriters, by mode (refuseIfLocked, wait) and outcome: taken (free at once), waited (taken after queueing), refused (held, refuseIfLocked), timeout (still held after unlockedWaitMS), error (the lock store failed).",
+		}, []string{"mode", "outcome"})),
+		implicitWait: metricset.Add(&s, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lockgate_implicit_lock_wait_seconds",
+			Help:    "Time to take a write's implicit locks (unlockedWriters), queueing included, by mode.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 20),
+		}, []string{"mode"})),
 	}
 	m.Set = s
 	// Series that dashboards and alerts name exist from the start, at
@@ -101,7 +116,22 @@ func NewMetrics() *Metrics {
 		m.lockCommands.WithLabelValues(c, "ok")
 		m.lockCmdSeconds.WithLabelValues(c)
 	}
+	for _, mode := range []config.UnlockedWriters{config.UnlockedRefuseIfLocked, config.UnlockedWait} {
+		for _, o := range implicitOutcomes {
+			m.implicitLocks.WithLabelValues(string(mode), o)
+		}
+		m.implicitWait.WithLabelValues(string(mode))
+	}
 	return m
+}
+
+// implicitOutcomes are the outcome label's values.
+var implicitOutcomes = []string{"taken", "waited", "refused", "timeout", "error"}
+
+// implicit counts one write's implicit acquire and how long it took.
+func (m *Metrics) implicit(mode config.UnlockedWriters, outcome string, took time.Duration) {
+	m.implicitLocks.WithLabelValues(string(mode), outcome).Inc()
+	m.implicitWait.WithLabelValues(string(mode)).Observe(took.Seconds())
 }
 
 // knownDecisions makes the decision series of every rule of p exist at

@@ -28,7 +28,7 @@ type Reserved struct {
 // ReservedFor returns the namespaces of a lock store configured with
 // database db and lock collection coll.
 func ReservedFor(db, coll string) Reserved {
-	return Reserved{DB: db, Collections: []string{coll, coll + lockstore.ClaimsSuffix, coll + lockstore.TxnsSuffix, coll + lockstore.InstancesSuffix}}
+	return Reserved{DB: db, Collections: []string{coll, coll + lockstore.ClaimsSuffix, coll + lockstore.TxnsSuffix, coll + lockstore.InstancesSuffix, coll + lockstore.WakeSuffix}}
 }
 
 // dbMatches compares database names as an upstream that folds case

@@ -201,6 +201,7 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 		}
 		n.Kind = kindAcquire
 		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = sessionBinary(owner.Session), owner.Bind, owner.App, owner.Client, owner.User
+		n.Implicit = owner.Implicit
 		n.AcquiredAt, n.ExpiresAt = now, exp
 		return n, nil
 	}
@@ -555,7 +556,7 @@ func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen)
 			return nil, nil
 		}
 		n := h.next(kindRelease, now)
-		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = nil, "", "", "", ""
+		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser, n.Implicit = nil, "", "", "", "", ""
 		n.AcquiredAt, n.ExpiresAt = time.Time{}, freeExpiry
 		if !keepLastError {
 			n.LastError = errText
@@ -574,6 +575,9 @@ func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen)
 	if err != nil {
 		s.cache.remove(rid) // outcome unknown
 		return false, err
+	}
+	if wk := s.wake.Load(); g != nil && g.Owner == nil && wk != nil {
+		wk.freed(rid)
 	}
 	return g != nil, nil
 }
@@ -670,6 +674,9 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 			}
 		}
 		s.wq.block(w, blocked)
+		if wk := s.wake.Load(); wk != nil && blocked != "" {
+			wk.waiting(blocked)
+		}
 		if last == nil || kicked || he.Holder.Token != last.Holder.Token {
 			bo.reset() // a new holder: start polling fast again
 		}

@@ -78,6 +78,12 @@ type Config struct {
 	// driver's default (100). A small pool helps servers that serialize
 	// writes badly (FerretDB on SQLite).
 	MaxPoolSize uint64
+	// WakeListen, when set ("host:port", host the address other lockgates
+	// reach this one at; port 0 picks one), is where this Store listens
+	// for wake-up datagrams from other Stores, so that a release through
+	// one wakes a waiter on another at once instead of at its next poll
+	// (wake.go). Empty: waiters on other instances poll only.
+	WakeListen string
 }
 
 func (c Config) withDefaults() Config {

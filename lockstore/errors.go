@@ -55,6 +55,9 @@ type Holder struct {
 	SessionPrefix string    // first 4 bytes of the owner key, hex: a tag, not the session id
 	ExpiresAt     time.Time // lease end, in the store's estimate of server time
 	Token         int64     // fencing token of the current holder
+	// Implicit is the command of a writer that holds no lock, for which
+	// the proxy holds this one while its write runs; "" for acquireLock's.
+	Implicit string
 }
 
 // HeldError reports that a lock is held by someone else. errors.Is matches

@@ -61,6 +61,7 @@ func handoffStep(release stepFunc, x *waiter) stepFunc {
 		n.Kind = kindHandoff
 		n.Token = h.Token + 1
 		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = sessionBinary(w.owner.Session), w.owner.Bind, w.owner.App, w.owner.Client, w.owner.User
+		n.Implicit = w.owner.Implicit
 		n.AcquiredAt, n.ExpiresAt = now, now.Add(w.lease).Truncate(time.Millisecond)
 		return n, nil
 	}

@@ -316,7 +316,7 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason
 			return nil, nil
 		}
 		n := h.next(kindForce, now)
-		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = nil, "", "", "", ""
+		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser, n.Implicit = nil, "", "", "", "", ""
 		n.AcquiredAt, n.ExpiresAt = time.Time{}, freeExpiry
 		n.Token = h.Token + 1
 		n.Reason = reason
@@ -335,6 +335,9 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason
 		return Status{NS: ns, ID: id}, nil
 	}
 	s.wq.notify(k.rid)
+	if wk := s.wake.Load(); wk != nil {
+		wk.freed(k.rid)
+	}
 	st := before.status(now, nil)
 	st.ID = id
 	s.log.Warn("force release",

@@ -40,6 +40,11 @@ type Owner struct {
 	// owned only by requests that carry the same session and Bind "x". It is
 	// compared exactly, so "" only matches "".
 	Bind string
+	// Implicit, when set, names the command of a writer that holds no lock
+	// of its own (a legacy writer) for which the proxy took this lock for
+	// the time of one write; "" for a lock taken with acquireLock. It is
+	// shown with the holder, never compared.
+	Implicit string
 }
 
 // Lock is one lock granted or renewed.
@@ -122,6 +127,10 @@ type Store struct {
 
 	setupMu   sync.Mutex
 	setupDone atomic.Bool
+
+	// wake, when Config.WakeListen is set, sends and takes wake-up
+	// datagrams to and from other Stores (wake.go).
+	wake atomic.Pointer[waker]
 
 	streamActive atomic.Bool
 	openStream   func(ctx context.Context) (changeStream, error)
@@ -320,6 +329,9 @@ func (s *Store) setup(ctx context.Context) error {
 		// still wait for it if this was cut short).
 		s.log.Debug("waiting to grant at start cut short", zap.Error(err))
 	}
+	if s.cfg.WakeListen != "" && s.wake.Load() == nil {
+		s.startWaker(s.client.Database(s.cfg.Database).Collection(s.cfg.Collection + WakeSuffix))
+	}
 	s.setupDone.Store(true)
 	return nil
 }
@@ -511,12 +523,15 @@ type gen struct {
 	OwnerApp    string            `bson:"ownerApp"`
 	OwnerClient string            `bson:"ownerClient"`
 	OwnerUser   string            `bson:"ownerUser,omitempty"`
-	Token       int64             `bson:"token"`
-	AcquiredAt  time.Time         `bson:"acquiredAt"`
-	ExpiresAt   time.Time         `bson:"expiresAt"`
-	At          time.Time         `bson:"at"`
-	LastError   string            `bson:"lastError"`
-	Reason      string            `bson:"reason,omitempty"`
+	// Implicit is Owner.Implicit: the command of a legacy write the lock
+	// was taken for by the proxy.
+	Implicit   string    `bson:"implicit,omitempty"`
+	Token      int64     `bson:"token"`
+	AcquiredAt time.Time `bson:"acquiredAt"`
+	ExpiresAt  time.Time `bson:"expiresAt"`
+	At         time.Time `bson:"at"`
+	LastError  string    `bson:"lastError"`
+	Reason     string    `bson:"reason,omitempty"`
 	// Via names the Store (the lockgate instance) that wrote this
 	// generation: only that Store may answer "held" for it from memory.
 	Via string `bson:"via,omitempty"`
@@ -554,7 +569,7 @@ func (g *gen) ownedBy(o Owner) bool {
 }
 
 func (g *gen) holder() Holder {
-	h := Holder{App: g.OwnerApp, Client: g.OwnerClient, User: g.OwnerUser, ExpiresAt: g.ExpiresAt, Token: g.Token}
+	h := Holder{App: g.OwnerApp, Client: g.OwnerClient, User: g.OwnerUser, ExpiresAt: g.ExpiresAt, Token: g.Token, Implicit: g.Implicit}
 	if g.Owner != nil {
 		h.SessionPrefix = SessionPrefix(g.Owner.Data)
 	}

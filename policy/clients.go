@@ -14,16 +14,21 @@ type Clients struct {
 	Networks []*net.IPNet
 	// Others is the mode for clients that do not match.
 	Others Mode
+	// OthersUnlocked is what their writes holding no lock get.
+	OthersUnlocked config.UnlockedWriters
 }
 
-func compileClients(c *config.Clients, others Mode) *Clients {
+func compileClients(c *config.Clients, others Mode, othersUnlocked config.UnlockedWriters) *Clients {
 	if c == nil {
 		return nil
 	}
 	if others == "" {
 		others = Audit
 	}
-	out := &Clients{AppNames: c.AppNames, Users: c.Users, Others: others}
+	if othersUnlocked == "" {
+		othersUnlocked = config.UnlockedRefuse
+	}
+	out := &Clients{AppNames: c.AppNames, Users: c.Users, Others: others, OthersUnlocked: othersUnlocked}
 	for _, n := range c.Networks {
 		if _, ipn, err := net.ParseCIDR(n); err == nil {
 			out.Networks = append(out.Networks, ipn)
@@ -59,6 +64,6 @@ func (r Rule) ForClient(app, user string, ip net.IP) Rule {
 	if r.Clients == nil || r.Clients.match(app, user, ip) {
 		return r
 	}
-	r.Mode = r.Clients.Others
+	r.Mode, r.Unlocked = r.Clients.Others, r.Clients.OthersUnlocked
 	return r
 }

@@ -65,6 +65,18 @@ type Rule struct {
 	// AuditRequired: an allowed write is forwarded only once its audit
 	// record is durable (guard/audit.go).
 	AuditRequired bool
+	// Unlocked is what an enforced write from a session holding none of
+	// the locks it needs gets; the zero value is config.UnlockedRefuse.
+	Unlocked config.UnlockedWriters
+	// UnlockedWait bounds the queueing of such a write under
+	// config.UnlockedWait.
+	UnlockedWait time.Duration
+}
+
+// Implicit reports whether a write from a session that holds none of the
+// locks it needs takes implicit locks instead of being refused.
+func (r Rule) Implicit() bool {
+	return r.Mode == Enforce && (r.Unlocked == config.UnlockedRefuseIfLocked || r.Unlocked == config.UnlockedWait)
 }
 
 // Policy is a compiled, immutable policy. It is safe for concurrent use;
@@ -106,6 +118,8 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 		Inserts:       InsertsRequireUnlocked,
 		MaxCandidates: DefaultMaxCandidates,
 		LeaseMargin:   time.Duration(c.LeaseMarginMS) * time.Millisecond,
+		Unlocked:      config.UnlockedRefuse,
+		UnlockedWait:  config.DefaultUnlockedWaitMS * time.Millisecond,
 	}
 	if c.MaxCandidates > 0 {
 		base.MaxCandidates = c.MaxCandidates
@@ -130,7 +144,18 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 		r.RefuseLocksOnMissingCollection = nr.RefuseLocksOnMissingCollection
 		r.AuditRequired = nr.AuditRequired
 		r.Scheme = compileScheme(nr.Scheme, defaultLeaseMS)
-		r.Clients = compileClients(nr.Clients, nr.OtherClients)
+		r.Clients = compileClients(nr.Clients, nr.OtherClients, nr.OtherClientsUnlockedWriters)
+		r.Unlocked = nr.UnlockedWriters
+		if r.Unlocked == "" {
+			r.Unlocked = config.UnlockedRefuse
+		}
+		if nr.UnlockedWriters != "" && !nr.UnlockedWriters.Valid() {
+			return nil, fmt.Errorf("%s.unlockedWriters: unknown value %q", key, nr.UnlockedWriters)
+		}
+		r.UnlockedWait = time.Duration(nr.UnlockedWaitMS) * time.Millisecond
+		if nr.UnlockedWaitMS <= 0 {
+			r.UnlockedWait = config.DefaultUnlockedWaitMS * time.Millisecond
+		}
 		if nr.MaxCandidates > 0 {
 			r.MaxCandidates = nr.MaxCandidates
 		}

@@ -147,7 +147,7 @@ func heldAt(r *record, t time.Time) bool { return r.owner != nil && r.expires.Af
 func holder(r *record) lockstore.Holder {
 	h := lockstore.Holder{ExpiresAt: r.expires, Token: r.token}
 	if r.owner != nil {
-		h.App, h.Client, h.User = r.owner.App, r.owner.Client, r.owner.User
+		h.App, h.Client, h.User, h.Implicit = r.owner.App, r.owner.Client, r.owner.User, r.owner.Implicit
 		h.SessionPrefix = lockstore.SessionPrefix(r.owner.Session)
 	}
 	return h

@@ -93,6 +93,7 @@ func tmpfsDir() string {
 func runChildGateway(uri, lockColl, enforceNS string) int {
 	cfg := gatewayConfig(uri, lockColl, enforceNS)
 	childStaleConfig(cfg)
+	childLegacyConfig(cfg)
 	childAuditConfig(cfg)
 	g, err := gateway.Start(context.Background(), cfg, zap.NewNop())
 	if err != nil {

@@ -47,7 +47,7 @@ func run() error {
 	edef := bench.DefaultEnforceConfig()
 	ldef := bench.DefaultLockConfig()
 	var (
-		families  = flag.String("families", "proxy,enforce,locks", "benchmark families to run: proxy, enforce, locks, hostile")
+		families  = flag.String("families", "proxy,enforce,locks", "benchmark families to run: proxy, enforce, locks, hostile, legacy")
 		upstreams = flag.String("upstreams", join(def.Upstreams), "upstreams to measure: instant, ferretdb")
 		workloads = flag.String("workloads", join(def.Workloads), "workloads: findOne, updateOne")
 		legs      = flag.String("legs", join(def.Legs), "legs: direct, relay, lockgate")
@@ -87,8 +87,8 @@ func run() error {
 
 	fams := split[string](*families)
 	for _, f := range fams {
-		if f != "proxy" && f != "enforce" && f != "locks" && f != "hostile" {
-			return fmt.Errorf("-families: unknown family %q (want proxy, enforce, locks, hostile)", f)
+		if f != "proxy" && f != "enforce" && f != "locks" && f != "hostile" && f != "legacy" {
+			return fmt.Errorf("-families: unknown family %q (want proxy, enforce, locks, hostile, legacy)", f)
 		}
 	}
 	cfg := def
@@ -181,6 +181,12 @@ func run() error {
 			rep.WriteMarkdown(os.Stdout)
 		case "enforce":
 			rep, err := bench.RunEnforce(ctx, ecfg)
+			if err != nil {
+				return err
+			}
+			rep.WriteMarkdown(os.Stdout)
+		case "legacy":
+			rep, err := bench.RunLegacy(ctx, bench.DefaultLegacyConfig())
 			if err != nil {
 				return err
 			}

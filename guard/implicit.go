@@ -1,0 +1,392 @@
+package guard
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+)
+
+// Writers that hold no lock (docs/ENFORCEMENT.md, "Writers that hold no
+// lock"). Under a rule with unlockedWriters refuseIfLocked or wait, an
+// enforced write from a session that holds none of the locks it needs is
+// not refused for that: the proxy takes, for that one write, real locks
+// in the lock store on every document it can touch (the ids its filters
+// pin, the candidates a filter that pins none was resolved and pinned to,
+// the _id an upsert or insert creates), in the one global key order, as
+// an owner of its own. The write then leaves exactly as a lock holder's
+// would: its leases cover it in flight (maxTimeMS capped, renewed while
+// unanswered), it is fenced where the rule fences, and its locks are
+// released once the database has answered, before the answer is relayed.
+// Taking the locks is the check, so no holder can slip in between the
+// check and the write's landing. refuseIfLocked takes them without
+// waiting; wait queues for them with acquireLock's waiters.
+
+// Reasons of refusals that only writers without locks get.
+const (
+	// reasonImplicitTimeout: a write under unlockedWriters: wait queued
+	// for its implicit locks for unlockedWaitMS.
+	reasonImplicitTimeout = "timeout"
+)
+
+// implicitPlan gathers what a write without locks needs, and, once taken,
+// the implicit locks it holds.
+type implicitPlan struct {
+	// needs are the ids per namespace of writes whose session holds none
+	// of them (checkHeld found every one missing).
+	needs needs
+	// inserts are the inserted _ids of rules with implicit locks.
+	inserts needs
+	// owner is the implicit locks' owner, once taken.
+	owner lockstore.Owner
+	// taken are the locks held, by namespace; launched: the write's flight
+	// releases them (else the verdict's end does).
+	taken    nsLocks
+	launched bool
+	// waited: the locks were not free at once.
+	waited bool
+	mode   config.UnlockedWriters
+}
+
+func (v *verdict) implicitPlan() *implicitPlan {
+	if v.implicit == nil {
+		v.implicit = &implicitPlan{}
+	}
+	return v.implicit
+}
+
+// deferToImplicit reports whether a write of ns under r, which the session
+// o does not hold every lock of, is left to implicit locks: the rule allows
+// them and the session holds none of ids. A session that holds some is
+// refused as today, lest explicit and implicit locks mix in one write.
+func (v *verdict) deferToImplicit(r policy.Rule, ns string, ids, missing []docid.ID) bool {
+	if !r.Implicit() {
+		return false
+	}
+	if len(missing) < len(ids) {
+		// Missing counts distinct ids; ids may spell one twice ([1, 1.0]).
+		for _, id := range ids {
+			if !slices.ContainsFunc(missing, id.Equal) {
+				return false
+			}
+		}
+	}
+	v.implicitPlan().needs.add(ns, r, ids...)
+	return true
+}
+
+// takeImplicit decides the writes left to implicit locks, after every
+// statement was checked: it takes the locks, or refuses as checkHeld would
+// have. It returns the inserts still to be checked as today.
+func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner, inserts needs) needs {
+	p := v.implicit
+	if p == nil {
+		return inserts
+	}
+	asToday := func() needs {
+		for _, n := range p.needs {
+			if !v.blocked(n.ns) {
+				g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
+			}
+		}
+		for _, n := range p.inserts {
+			inserts.add(n.ns, n.r, n.ids...)
+		}
+		p.needs, p.inserts = nil, nil
+		return inserts
+	}
+	switch {
+	case v.enforcedViolation():
+		return asToday()
+	case len(v.checked) > 0 || v.flight != nil:
+		// The session holds the locks of another statement: a lock-aware
+		// writer, whose missing locks are its own mistake to be told of.
+		return asToday()
+	case v.req.Command != nil && inTransaction(v.req.Command.Body):
+		// A transaction's statements are answered long before it commits:
+		// locks released at their answer would not cover the commit.
+		return asToday()
+	case v.req.Command == nil || v.req.Command.MoreToCome:
+		// No answer will say when it landed (w: 0, legacy opcodes): its
+		// locks would have to stay for all of its maxTimeMS, and block
+		// everyone else's work on those documents for that long.
+		return asToday()
+	}
+	// Inserts into namespaces whose rules take no implicit locks are
+	// returned to be checked as today, whatever happens here.
+	all := slices.Clone(p.needs)
+	for _, n := range p.inserts {
+		all.add(n.ns, n.r, n.ids...)
+	}
+	if len(all) == 0 {
+		return inserts
+	}
+	// One global order, the lock store's (namespace, then key), so that
+	// two implicit writers, or an implicit writer and acquireLock, never
+	// wait for each other in a cycle (each namespace's ids are taken in
+	// key order by the store, all or nothing).
+	slices.SortFunc(all, func(a, b nsNeed) int { return strings.Compare(a.ns+"/", b.ns+"/") })
+	p.mode = config.UnlockedRefuseIfLocked
+	var wait time.Duration
+	for _, n := range all {
+		if n.r.Unlocked == config.UnlockedWait {
+			p.mode = config.UnlockedWait
+			wait = max(wait, n.r.UnlockedWait)
+		}
+	}
+	p.owner = g.implicitOwner(v.req, o)
+	start := time.Now()
+	deadline := start.Add(wait)
+	for _, n := range all {
+		t0 := time.Now()
+		// A first attempt that does not wait tells a write that waited
+		// from one that did not, for the metrics, at the price of one
+		// more attempt only when the locks are busy.
+		locks, err := g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
+		if h := g.testImplicit; h != nil && h.naive {
+			locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
+		}
+		if p.mode == config.UnlockedWait && errors.Is(err, lockstore.ErrBusy) {
+			p.waited = true
+			if h := g.testImplicit; h != nil && h.waiting != nil {
+				h.waiting(n.ns)
+			}
+			locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, max(time.Until(deadline), time.Millisecond))
+		}
+		if err != nil {
+			g.releaseImplicit(p)
+			g.implicitRefused(ctx, v, n, o, err)
+			g.metrics.implicit(p.mode, implicitOutcome(err), time.Since(start))
+			return inserts
+		}
+		leaseLeft := g.opts.ImplicitLease - time.Since(t0) - g.opts.ImplicitLease/20
+		ids := make([]docid.ID, len(locks))
+		for i, l := range locks {
+			ids[i] = l.ID
+		}
+		p.taken.add(n.ns, ids)
+		v.flightLocks(p.owner, n.r, n.ns, ids, leaseLeft)
+		v.check(n.ns, ids)
+		if fenced(n.r) {
+			if err := g.fenceImplicit(ctx, v, n, locks); err != nil {
+				g.releaseImplicit(p)
+				w := firstWrite(v.writes, n.ns)
+				v.violations = append(v.violations, violation{rule: n.r, write: w, reason: reasonFenceStamp,
+					detail: fmt.Sprintf("the fencing token of its implicit lock could not be stamped into the documents (%v)", err)})
+				return inserts
+			}
+		}
+	}
+	if h := g.testImplicit; h != nil && h.taken != nil {
+		h.taken(p.owner)
+	}
+	outcome := "taken"
+	if p.waited {
+		outcome = "waited"
+	}
+	g.metrics.implicit(p.mode, outcome, time.Since(start))
+	if v.flight != nil {
+		v.flight.implicit = p
+	}
+	return inserts
+}
+
+// implicitOutcome is the metric label of a failed implicit acquire.
+func implicitOutcome(err error) string {
+	var he *lockstore.HeldError
+	switch {
+	case errors.As(err, &he) && he.Timeout:
+		return "timeout"
+	case errors.As(err, &he):
+		return "refused"
+	}
+	return "error"
+}
+
+// implicitOwner is the owner of one write's implicit locks: a session of
+// its own (random, so that no client session can ever act as it), shown
+// with the writer's application, address and user, and marked implicit
+// with the command.
+func (g *Guard) implicitOwner(req *proxy.Request, o lockstore.Owner) lockstore.Owner {
+	var s [16]byte
+	_, _ = crand.Read(s[:])
+	name := "write"
+	if req.Command != nil {
+		name = req.Command.Name
+	}
+	return lockstore.Owner{
+		Session:  s[:],
+		App:      req.Client.AppName(),
+		Client:   req.Client.Addr,
+		User:     req.Client.User(),
+		Implicit: name,
+	}
+}
+
+// implicitRefused records why the implicit locks of n could not be taken:
+// held (refuseIfLocked), still held after unlockedWaitMS (wait), or the
+// lock store's failure. Only an _id the request named is shown, with its
+// holder; of a document found by resolving a filter, neither.
+func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o lockstore.Owner, err error) {
+	w := firstWrite(v.writes, n.ns)
+	var he *lockstore.HeldError
+	if !errors.As(err, &he) {
+		v.violations = append(v.violations, violation{rule: n.r, write: w, reason: reasonUnavailable,
+			detail: fmt.Sprintf("the lock store could not take the implicit locks of this session's write, which holds none (%v), so the write is refused (fail closed)", err)})
+		return
+	}
+	if len(o.Session) > 0 && he.Holder.SessionPrefix == lockstore.SessionPrefix(o.Session) {
+		// Its own lock, with too little lease left: the write is a lock
+		// holder's after all, and is told so as today.
+		g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
+		return
+	}
+	x := violation{rule: n.r, write: w, reason: reasonHeldByOther}
+	what := "a document its filter matches"
+	if v.isNamed(he.ID) {
+		x.ids, x.holder = []docid.ID{he.ID}, &he.Holder
+		what = "_id " + he.ID.String()
+	}
+	holder := ""
+	if x.holder != nil {
+		holder = " (" + describeHolder(he.Holder) + ")"
+	}
+	if he.Timeout {
+		x.reason, x.code = reasonImplicitTimeout, mongoerr.LockTimeout
+		x.detail = fmt.Sprintf("this session holds no lock, and %s was still locked by another session%s after %s (unlockedWaitMS)", what, holder, lockstore.FormatMS(n.r.UnlockedWait))
+		x.advice = "nothing was written: retry later"
+	} else {
+		x.detail = fmt.Sprintf("this session holds no lock, and %s is locked by another session%s (unlockedWriters: refuseIfLocked)", what, holder)
+		x.advice = "nothing was written: retry once the holder has released it"
+	}
+	v.violations = append(v.violations, x)
+}
+
+// fenceImplicit stamps the tokens of a write's implicit locks into the
+// documents of a fenced namespace, as acquireLock does, and gives them to
+// the fence plan, so that the write applies only where the stamp is its
+// own and a stale holder's late write is refused by the database.
+func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n nsNeed, locks []lockstore.Lock) error {
+	ids := make([]docid.ID, len(locks))
+	tokens := make([]int64, len(locks))
+	for i, l := range locks {
+		ids[i], tokens[i] = l.ID, l.Token
+	}
+	db, ok := g.opts.Resolver.(fenceDB)
+	if !ok {
+		return errors.New("no client to stamp documents with")
+	}
+	if err := db.StampFence(ctx, n.ns, n.r.FenceField, ids, tokens); err != nil {
+		return err
+	}
+	fp := v.fencePlan()
+	for i, id := range ids {
+		fp.tokens[n.ns+"\x00"+id.Key()] = tokens[i]
+	}
+	// Inserts of this namespace carry their implicit lock's token.
+	for i := range fp.stmts {
+		s := &fp.stmts[i]
+		if s.w.Kind != policy.KindInsert || s.w.NS != n.ns {
+			continue
+		}
+		id, found, certain := policy.InsertID(s.w)
+		if !found || !certain {
+			continue
+		}
+		did, err := idCopy(id)
+		if err != nil {
+			continue
+		}
+		if t, ok := fp.token(n.ns, did); ok {
+			s.insertID, s.insertToken = did, []int64{t}
+		}
+	}
+	return nil
+}
+
+// releaseImplicit frees a write's implicit locks: once the database has
+// answered it (its flight lands), or at once when it is not forwarded.
+// It runs before the answer is relayed, so that the writer's next write
+// never finds its previous one's locks still held.
+func (g *Guard) releaseImplicit(p *implicitPlan) {
+	if p == nil || len(p.taken) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, l := range p.taken {
+		if _, err := g.opts.Store.Release(ctx, p.owner, l.ns, l.ids, ""); err != nil {
+			g.log.Warn("releasing a write's implicit locks failed; they expire with their lease", zap.String("ns", l.ns), zap.Error(err))
+		}
+	}
+	p.taken = nil
+}
+
+// settleImplicit releases the implicit locks of a write that is not
+// forwarded after all (refused by a later step: its audit record, its
+// pinning), which no flight will release.
+func (g *Guard) settleImplicit(v *verdict, d proxy.Decision) proxy.Decision {
+	if v.implicit != nil && !v.implicit.launched {
+		g.releaseImplicit(v.implicit)
+	}
+	return d
+}
+
+// appendImplicit marks a holder document as an implicit lock's: the
+// proxy holds it for a writer that holds no lock, for one command.
+func appendImplicit(d bsoncore.Document, h lockstore.Holder) bsoncore.Document {
+	if h.Implicit == "" {
+		return d
+	}
+	d = bsoncore.AppendBooleanElement(d, "implicit", true)
+	return bsoncore.AppendStringElement(d, "command", h.Implicit)
+}
+
+// implicitTestHooks let tests see and change how implicit locks are taken.
+type implicitTestHooks struct {
+	// waiting runs when a write starts queueing for its implicit locks.
+	waiting func(ns string)
+	// taken runs once they are held, just before the write is decided.
+	taken func(owner lockstore.Owner)
+	// naive replaces taking the locks by a check that nobody holds them
+	// (and releases the locks taken): the "check, then forward" that the
+	// implicit lock exists to avoid, for the test that shows its window.
+	naive bool
+}
+
+// naiveImplicit is implicitTestHooks.naive's check: the locks are taken
+// and given back at once, which only tells that nobody held them.
+func (g *Guard) naiveImplicit(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Lock, error) {
+	if _, err := g.opts.Store.Release(ctx, o, ns, ids, ""); err != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// implicitMode is the unlockedWriters mode under which the write's
+// implicit locks were taken or sought, "" for a write decided as a lock
+// holder's: the decision log's "implicit" field.
+func (v *verdict) implicitMode() string {
+	if v.implicit == nil {
+		return ""
+	}
+	return string(v.implicit.mode)
+}
+
+// implicitDetail is the audit trail's detail of an allowed write that ran
+// under implicit locks.
+func implicitDetail(mode string) string {
+	return "written under implicit locks: the session held none (unlockedWriters: " + mode + ")"
+}
