@@ -33,7 +33,7 @@ func appendJSON(b []byte, r *Record) []byte {
 	b = appendField(b, "app", r.App, true)
 	b = appendField(b, "user", r.User, true)
 	b = appendField(b, "client", r.Client, true)
-	b = appendField(b, "session", r.Session, true)
+	b = appendField(b, "holder", r.Holder, true)
 	if len(r.Tokens) > 0 {
 		b = append(b, `,"tokens":[`...)
 		for i, t := range r.Tokens {

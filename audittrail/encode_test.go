@@ -34,7 +34,7 @@ func TestEncoderMatchesEncodingJSON(t *testing.T) {
 	for i := range 5000 {
 		r := Record{Seq: rng.Uint64(), Time: pick(), Instance: pick(), Prev: pick(), Kind: Kind(pick()), NS: pick(),
 			Op: pick(), Mode: pick(), Verdict: pick(), Reason: pick(), App: pick(), User: pick(), Client: pick(),
-			Session: pick(), Policy: pick(), Detail: pick(), KeyID: pick(), MAC: pick(), Hash: pick()}
+			Holder: pick(), Policy: pick(), Detail: pick(), KeyID: pick(), MAC: pick(), Hash: pick()}
 		if i < len(tricky) {
 			r.App = tricky[i]
 		}

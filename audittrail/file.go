@@ -153,7 +153,7 @@ func (w *writer) build(ev *Event) Record {
 	r := Record{
 		Seq: w.seq, Time: ev.Time.UTC().Format(TimeFormat), Instance: w.opts.Instance, Prev: w.prev,
 		Kind: ev.Kind, NS: ev.NS, Op: ev.Op, Mode: ev.Mode, Verdict: ev.Verdict, Reason: ev.Reason,
-		App: ev.App, User: ev.User, Client: ev.Client, Session: ev.Session, Tokens: ev.Tokens,
+		App: ev.App, User: ev.User, Client: ev.Client, Holder: ev.Holder, Tokens: ev.Tokens,
 		Policy: ev.Policy, Detail: ev.Detail, Count: ev.Count,
 	}
 	if len(ev.IDs) > 0 {

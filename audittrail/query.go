@@ -17,7 +17,7 @@ import (
 type Filter struct {
 	NS      string
 	ID      string
-	Session string
+	Holder  string
 	User    string
 	App     string
 }
@@ -26,7 +26,7 @@ func (f *Filter) match(r *Record) bool {
 	if r.Kind != KindDecision && r.Kind != KindLock {
 		return false
 	}
-	if (f.NS != "" && r.NS != f.NS) || (f.Session != "" && r.Session != f.Session) ||
+	if (f.NS != "" && r.NS != f.NS) || (f.Holder != "" && r.Holder != f.Holder) ||
 		(f.User != "" && r.User != f.User) || (f.App != "" && r.App != f.App) {
 		return false
 	}

@@ -65,9 +65,10 @@ type Event struct {
 	App     string
 	User    string
 	Client  string
-	// Session is the session tag (a prefix of the session id's hash,
-	// as the decision log has it), never the session id.
-	Session string
+	// Holder is the holder tag: the first 4 bytes (hex) of the keyed
+	// owner hash the lock store keeps for (user, session id), as the lock
+	// view shows it; never the session id.
+	Holder string
 	// Tokens are the fencing tokens of the locks the write ran under, or
 	// that a lock operation granted, where known (in IDs' order).
 	Tokens []int64
@@ -95,7 +96,7 @@ type Record struct {
 	App      string   `json:"app,omitempty"`
 	User     string   `json:"user,omitempty"`
 	Client   string   `json:"client,omitempty"`
-	Session  string   `json:"session,omitempty"`
+	Holder   string   `json:"holder,omitempty"`
 	Tokens   []int64  `json:"tokens,omitempty"`
 	Policy   string   `json:"policy,omitempty"`
 	Detail   string   `json:"detail,omitempty"`
@@ -144,7 +145,7 @@ func (r *Record) canonical(buf []byte, withMAC bool) []byte {
 	str(r.App)
 	str(r.User)
 	str(r.Client)
-	str(r.Session)
+	str(r.Holder)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(r.Tokens)))
 	for _, t := range r.Tokens {
 		str(strconv.FormatInt(t, 10))

@@ -73,7 +73,7 @@ type auditedStore struct {
 
 func (s *auditedStore) record(op string, o lockstore.Owner, ns string, ids []docid.ID, locks []lockstore.Lock, n int, err error) {
 	ev := audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: op, NS: ns, IDs: ids,
-		App: o.App, User: o.User, Client: o.Client, Session: lockstore.SessionPrefix(o.Session), Verdict: audittrail.VerdictOK}
+		App: o.App, User: o.User, Client: o.Client, Holder: lockstore.SessionPrefix(o.Session), Verdict: audittrail.VerdictOK}
 	if len(locks) > 0 {
 		ev.IDs = make([]docid.ID, len(locks))
 		ev.Tokens = make([]int64, len(locks))
@@ -135,7 +135,7 @@ func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote s
 		h := before.Holder
 		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: "forceRelease", NS: ns,
 			IDs: []docid.ID{id}, Tokens: []int64{before.Token}, Verdict: audittrail.VerdictOK,
-			App: h.App, User: h.User, Client: h.Client, Session: h.SessionPrefix,
+			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix,
 			Detail: fmt.Sprintf("force-released by the operator at %s: %s", remote, reason)})
 	}
 }
@@ -144,7 +144,7 @@ func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote s
 const maxHistory = 10000
 
 // mountAuditHistory serves GET /audit/history: the trail's decision and
-// lock records of one document (ns and id) or one holder (session), in
+// lock records of one document (ns and id) or one holder (holder), in
 // trail order, as `lockgate audit query` prints them. Each request reads
 // the trail's files, so it needs a filter and runs one at a time (a
 // second concurrent one is told to retry); it reads, it does not verify.
@@ -152,9 +152,9 @@ func mountAuditHistory(adm *admin.Server, dir string) {
 	busy := make(chan struct{}, 1)
 	adm.Handle("/audit/history", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
-		f := audittrail.Filter{NS: q.Get("ns"), ID: q.Get("id"), Session: q.Get("session"), User: q.Get("user"), App: q.Get("app")}
+		f := audittrail.Filter{NS: q.Get("ns"), ID: q.Get("id"), Holder: q.Get("holder"), User: q.Get("user"), App: q.Get("app")}
 		if f == (audittrail.Filter{}) {
-			return nil, admin.BadRequest(errors.New("name ns and id (a document's history), session (a holder's), user or app"))
+			return nil, admin.BadRequest(errors.New("name ns and id (a document's history), holder (a holder tag: its history), user or app"))
 		}
 		limit, err := queryLimit(q.Get("limit"))
 		if err != nil {

@@ -165,15 +165,15 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	}
 	// alpha's lock and its write under it carry the same holder tag, and
 	// the lock record the token it was granted.
-	if records[1].Session == "" || records[1].Session != records[2].Session || records[1].Session == records[3].Session {
-		t.Fatalf("holder tags: lock %q, write %q, beta %q", records[1].Session, records[2].Session, records[3].Session)
+	if records[1].Holder == "" || records[1].Holder != records[2].Holder || records[1].Holder == records[3].Holder {
+		t.Fatalf("holder tags: lock %q, write %q, beta %q", records[1].Holder, records[2].Holder, records[3].Holder)
 	}
 	if len(records[1].Tokens) != 1 || records[1].Tokens[0] < 1 {
 		t.Fatalf("acquire record without its token: %+v", records[1])
 	}
 	got = nil
 	audittrail.Query(dir, audittrail.Filter{NS: "shop.orders", ID: "43"}, func(r *audittrail.Record) error {
-		got = append(got, fmt.Sprintf("%s %s %s %s %t", r.Kind, r.Op, r.Verdict, r.App, r.Session == records[1].Session))
+		got = append(got, fmt.Sprintf("%s %s %s %s %t", r.Kind, r.Op, r.Verdict, r.App, r.Holder == records[1].Holder))
 		if r.Op == "forceRelease" && !strings.Contains(r.Detail, "stuck job") {
 			t.Errorf("force-release record without the reason: %+v", r)
 		}

@@ -141,12 +141,12 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		ev.Op = req.Command.Name
 		switch {
 		case v.flight != nil:
-			ev.Session = lockstore.SessionPrefix(v.flight.owner.Session)
+			ev.Holder = lockstore.SessionPrefix(v.flight.owner.Session)
 		case v.lsid != nil:
-			ev.Session = lockstore.SessionPrefix(g.owners.session(ev.User, v.lsid))
+			ev.Holder = lockstore.SessionPrefix(g.owners.session(ev.User, v.lsid))
 		default:
 			if sid, ok := req.Command.SessionID(); ok {
-				ev.Session = lockstore.SessionPrefix(g.owners.session(ev.User, sid))
+				ev.Holder = lockstore.SessionPrefix(g.owners.session(ev.User, sid))
 			}
 		}
 	}

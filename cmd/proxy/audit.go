@@ -19,7 +19,7 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "Usage:\n"+
 			"  lockgate audit verify -key FILE [-key OLDFILE ...] [-head SHIPPED-HEAD ...] [-pruned] DIR\n"+
 			"  lockgate audit verify -unsigned DIR\n"+
-			"  lockgate audit query [-ns DB.COLL] [-id ID] [-session TAG] [-user USER] [-app APP] DIR\n")
+			"  lockgate audit query [-ns DB.COLL] [-id ID] [-holder TAG] [-user USER] [-app APP] DIR\n")
 	}
 	if len(args) == 0 {
 		usage()
@@ -95,7 +95,7 @@ func auditQuery(args []string, stdout, stderr io.Writer) int {
 	var f audittrail.Filter
 	fs.StringVar(&f.NS, "ns", "", "namespace `db.coll`")
 	fs.StringVar(&f.ID, "id", "", "document `_id` as lockgate prints it (42, abc or \"abc\", an ObjectId's hex)")
-	fs.StringVar(&f.Session, "session", "", "lock holder's session `tag` (as the decision log prints it)")
+	fs.StringVar(&f.Holder, "holder", "", "lock holder `tag` (as the lock view GET /locks prints it)")
 	fs.StringVar(&f.User, "user", "", "authenticated `user` (user@db)")
 	fs.StringVar(&f.App, "app", "", "application `name`")
 	if err := fs.Parse(args); err != nil {
@@ -106,14 +106,14 @@ func auditQuery(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if f == (audittrail.Filter{}) {
-		fmt.Fprintln(stderr, "lockgate audit query: name at least one of -ns, -id, -session, -user, -app")
+		fmt.Fprintln(stderr, "lockgate audit query: name at least one of -ns, -id, -holder, -user, -app")
 		return exitUsage
 	}
-	fmt.Fprintln(stdout, "TIME\tSEQ\tKIND\tNS\tIDS\tOP\tVERDICT\tREASON\tAPP\tUSER\tCLIENT\tSESSION\tTOKENS")
+	fmt.Fprintln(stdout, "TIME\tSEQ\tKIND\tNS\tIDS\tOP\tVERDICT\tREASON\tAPP\tUSER\tCLIENT\tHOLDER\tTOKENS")
 	err := audittrail.Query(fs.Arg(0), f, func(r *audittrail.Record) error {
 		_, err := fmt.Fprintf(stdout, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			r.Time, r.Seq, r.Kind, r.NS, strings.Join(r.IDs, ","), r.Op, r.Verdict, dash(r.Reason),
-			dash(r.App), dash(r.User), dash(r.Client), dash(r.Session), tokens(r.Tokens))
+			dash(r.App), dash(r.User), dash(r.Client), dash(r.Holder), tokens(r.Tokens))
 		return err
 	})
 	if err != nil {

@@ -24,10 +24,10 @@ func TestAuditSubcommands(t *testing.T) {
 	id, _ := docid.Of(int32(42))
 	other, _ := docid.Of(int32(7))
 	for _, ev := range []audittrail.Event{
-		{Kind: audittrail.KindLock, Op: "acquire", NS: "shop.orders", IDs: []docid.ID{id}, Verdict: "ok", App: "billing", Session: "s1", Tokens: []int64{5}},
-		{Kind: audittrail.KindDecision, Op: "update", NS: "shop.orders", IDs: []docid.ID{id}, Verdict: "allow", App: "billing", Session: "s1", Tokens: []int64{5}},
-		{Kind: audittrail.KindDecision, Op: "update", NS: "shop.orders", IDs: []docid.ID{other}, Verdict: "allow", App: "billing", Session: "s1"},
-		{Kind: audittrail.KindDecision, Op: "delete", NS: "shop.orders", IDs: []docid.ID{id}, Verdict: "reject", Reason: "held_by_other", App: "cron", Session: "s2"},
+		{Kind: audittrail.KindLock, Op: "acquire", NS: "shop.orders", IDs: []docid.ID{id}, Verdict: "ok", App: "billing", Holder: "s1", Tokens: []int64{5}},
+		{Kind: audittrail.KindDecision, Op: "update", NS: "shop.orders", IDs: []docid.ID{id}, Verdict: "allow", App: "billing", Holder: "s1", Tokens: []int64{5}},
+		{Kind: audittrail.KindDecision, Op: "update", NS: "shop.orders", IDs: []docid.ID{other}, Verdict: "allow", App: "billing", Holder: "s1"},
+		{Kind: audittrail.KindDecision, Op: "delete", NS: "shop.orders", IDs: []docid.ID{id}, Verdict: "reject", Reason: "held_by_other", App: "cron", Holder: "s2"},
 	} {
 		if err := tr.Commit(context.Background(), ev); err != nil {
 			t.Fatal(err)
@@ -47,7 +47,7 @@ func TestAuditSubcommands(t *testing.T) {
 		!strings.Contains(lines[2], "\tupdate\tallow\t") || !strings.Contains(lines[3], "\tdelete\treject\theld_by_other\tcron") {
 		t.Fatalf("query: exit %d\n%s", code, out)
 	}
-	code, out, _ = runOnce(t, []string{"audit", "query", "-session", "s2", dir}, env(nil))
+	code, out, _ = runOnce(t, []string{"audit", "query", "-holder", "s2", dir}, env(nil))
 	if code != exitOK || strings.Count(out, "\n") != 2 {
 		t.Fatalf("query of holder s2: exit %d\n%s", code, out)
 	}
