@@ -15,11 +15,11 @@ import (
 // (42, "abc" quoted, ObjectId("...")) or ID is the string or ObjectId
 // hex unquoted.
 type Filter struct {
-	NS      string
-	ID      string
-	Holder  string
-	User    string
-	App     string
+	NS     string
+	ID     string
+	Holder string
+	User   string
+	App    string
 }
 
 func (f *Filter) match(r *Record) bool {
