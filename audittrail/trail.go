@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.mongodb.org/mongo-driver/mongo"
 	"go.uber.org/zap"
 )
 
@@ -44,8 +45,15 @@ var ErrUnavailable = errors.New("audit trail unavailable")
 
 // Options configure a Trail.
 type Options struct {
-	// Dir holds the trail; one lockgate instance per directory.
+	// Dir holds the trail's files (the file sink); one lockgate instance
+	// per directory. Empty: no file sink.
 	Dir string
+	// Collection, when set, is the collection sink: one document per
+	// record, a unique index on (instance, seq), each instance's latest
+	// checkpoint in the collection named with HeadSuffix beside it. The
+	// caller owns the client. Dir, Collection or both must be set; with
+	// both, every record goes to both, in the same chain.
+	Collection *mongo.Collection
 	// Instance names the lockgate in every record (e.g. the host name).
 	Instance string
 	// Key signs checkpoints.
@@ -138,6 +146,9 @@ func Open(opts Options) (*Trail, error) {
 	}
 	if opts.Key.ID == "" {
 		opts.Key = NewKey(opts.Key.Secret)
+	}
+	if opts.Dir == "" && opts.Collection == nil {
+		return nil, errors.New("audit: no sink: set a directory, a collection or both")
 	}
 	w, err := openWriter(&opts)
 	if err != nil {
