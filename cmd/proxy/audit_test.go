@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,10 @@ import (
 
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/internal/embedded"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	mongooptions "go.mongodb.org/mongo-driver/mongo/options"
 )
 
 func TestAuditSubcommands(t *testing.T) {
@@ -68,6 +74,70 @@ func TestAuditSubcommands(t *testing.T) {
 	code, out, _ = runOnce(t, []string{"audit", "verify", "-key", keyFile, dir}, env(nil))
 	if code != exitFailure || !strings.HasPrefix(out, "FAIL trail-00000000000000000001.jsonl line ") || strings.Count(out, "\n") != 1 {
 		t.Fatalf("verify of an altered trail: exit %d\n%s", code, out)
+	}
+	t.Log(out)
+}
+
+// TestAuditSubcommandsOnACollection: verify and query read a trail
+// collection (-uri, -collection) with the same verdicts as a directory.
+func TestAuditSubcommandsOnACollection(t *testing.T) {
+	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	ctx := context.Background()
+	client, err := mongo.Connect(ctx, mongooptions.Client().ApplyURI(up.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(ctx)
+	coll := client.Database("lockgate").Collection("audit")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "c0ffee-c0ffee-c0ffee-c0ffee-c0ffee-00"
+	os.WriteFile(keyFile, []byte(secret+"\n"), 0o600)
+	id, _ := docid.Of(int32(42))
+	for _, inst := range []string{"gw-a", "gw-b"} {
+		tr, err := audittrail.Open(audittrail.Options{Collection: coll, Instance: inst, Key: audittrail.NewKey([]byte(secret)), CheckpointEvery: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range []audittrail.Event{
+			{Kind: audittrail.KindDecision, Op: "update", NS: "shop.orders", IDs: []docid.ID{id}, Verdict: "allow", App: "billing", Holder: "s1"},
+			{Kind: audittrail.KindDecision, Op: "delete", NS: "shop.orders", IDs: []docid.ID{id}, Verdict: "reject", Reason: "held_by_other", App: "cron", Holder: "s2"},
+		} {
+			if err := tr.Commit(ctx, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tr.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := []string{"-uri", up.URI(), "-collection", "lockgate.audit"}
+	code, out, errOut := runOnce(t, append([]string{"audit", "verify", "-key", keyFile}, src...), env(nil))
+	if code != exitOK || strings.Count(out, "OK ") != 2 || !strings.Contains(out, "instance gw-b") {
+		t.Fatalf("verify of an untouched collection: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runOnce(t, append([]string{"audit", "query", "-ns", "shop.orders", "-id", "42", "-instance", "gw-a"}, src...), env(nil))
+	if code != exitOK || strings.Count(out, "\n") != 3 || !strings.Contains(out, "\tdelete\treject\theld_by_other\tcron") {
+		t.Fatalf("query: exit %d\n%s", code, out)
+	}
+	code, out, _ = runOnce(t, append([]string{"audit", "query", "-holder", "s2"}, src...), env(nil))
+	if code != exitOK || strings.Count(out, "\n") != 3 {
+		t.Fatalf("query of holder s2 on both instances: exit %d\n%s", code, out)
+	}
+	if code, _, _ := runOnce(t, []string{"audit", "verify", "-key", keyFile, "-collection", "lockgate.audit"}, env(nil)); code != exitUsage {
+		t.Fatalf("-collection without -uri: exit %d, want %d", code, exitUsage)
+	}
+	// One field changed in gw-b's trail: exit 1, gw-a still OK, the
+	// verdict names the document.
+	if _, err := coll.UpdateOne(ctx, bson.D{{"instance", "gw-b"}, {"app", "cron"}}, bson.D{{"$set", bson.D{{"app", "cram"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runOnce(t, append([]string{"audit", "verify", "-key", keyFile}, src...), env(nil))
+	if code != exitFailure || !strings.Contains(out, "OK ") || !strings.Contains(out, "FAIL lockgate.audit document ObjectId(") || !strings.Contains(out, "altered") {
+		t.Fatalf("verify of an altered collection: exit %d\n%s", code, out)
 	}
 	t.Log(out)
 }
