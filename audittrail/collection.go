@@ -231,3 +231,9 @@ func QueryCollection(ctx context.Context, coll *mongo.Collection, instance strin
 		return nil
 	})
 }
+
+// ReadCollection calls fn with every record of instance in a trail
+// collection, in seq order, without verifying them.
+func ReadCollection(ctx context.Context, coll *mongo.Collection, instance string, fn func(*Record) error) error {
+	return readColl(ctx, coll, bson.D{{Key: "instance", Value: instance}}, fn)
+}
