@@ -189,7 +189,7 @@ func TestCollectionVerifyNamesTheFirstBadRecord(t *testing.T) {
 				t.Fatalf("seq 8 is not a checkpoint: %+v %v", cp, err)
 			}
 			other := NewKey([]byte("another-key-another-key-another-key!"))
-			cp.MAC = cp.computeMAC(other.Secret) // under the right key id
+			cp.MAC = other.sign(&cp) // under the right key id
 			cp.Hash, _ = cp.computeHash(nil)
 			set(t, coll, 8, bson.D{{"$set", bson.D{{"mac", cp.MAC}, {"hash", cp.Hash}}}})
 			return 8, "signature"

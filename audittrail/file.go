@@ -351,7 +351,7 @@ func (w *writer) checkpoint(now time.Time) Record {
 	w.seq++
 	r := Record{Seq: w.seq, Time: now.UTC().Format(TimeFormat), Instance: w.opts.Instance, Prev: w.prev,
 		Kind: KindCheckpoint, KeyID: w.opts.Key.ID, Count: uint64(w.sinceCP)}
-	r.MAC = r.computeMAC(w.opts.Key.Secret)
+	r.MAC = w.opts.Key.sign(&r)
 	return r
 }
 

@@ -1,7 +1,6 @@
 package audittrail
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -167,32 +166,6 @@ func (r *Record) computeHash(scratch []byte) (string, []byte) {
 	scratch = r.canonical(scratch[:0], true)
 	sum := sha256.Sum256(scratch)
 	return hex.EncodeToString(sum[:]), scratch
-}
-
-// computeMAC is a checkpoint's mac under key.
-func (r *Record) computeMAC(key []byte) string {
-	m := hmac.New(sha256.New, key)
-	m.Write(r.canonical(nil, false))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// Key is a checkpoint key: the secret and the id that names it in
-// checkpoints, so that a verifier holding several keys (after a rotation)
-// picks the right one.
-type Key struct {
-	ID     string
-	Secret []byte
-}
-
-// MinKeyBytes is the shortest checkpoint secret accepted.
-const MinKeyBytes = 32
-
-// NewKey derives the key id from the secret: "k-" and the first 16 hex
-// digits of SHA-256 over a domain tag and the secret. The id reveals
-// nothing usable about the secret and changes when the secret does.
-func NewKey(secret []byte) Key {
-	sum := sha256.Sum256(append([]byte("lockgate-audit-key-id\x00"), secret...))
-	return Key{ID: "k-" + hex.EncodeToString(sum[:8]), Secret: secret}
 }
 
 // marshalLine is a record's line: its JSON (as encoding/json writes it)

@@ -141,8 +141,8 @@ type Trail struct {
 // starts the writer. Close it to write the stop record.
 func Open(opts Options) (*Trail, error) {
 	opts.defaults()
-	if len(opts.Key.Secret) < MinKeyBytes {
-		return nil, fmt.Errorf("audit: the checkpoint key is %d bytes, at least %d are needed", len(opts.Key.Secret), MinKeyBytes)
+	if err := opts.Key.CanSign(); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if opts.Key.ID == "" {
 		opts.Key = NewKey(opts.Key.Secret)

@@ -292,7 +292,7 @@ func TestVerifyNamesTheFirstBadRecord(t *testing.T) {
 				}
 				k := NewKey([]byte("forger-forger-forger-forger-forger-1"))
 				r.KeyID, r.MAC = k.ID, ""
-				r.MAC = r.computeMAC(k.Secret)
+				r.MAC = k.sign(&r)
 				r.Hash, _ = r.computeHash(nil)
 				ls[i] = line(t, &r)
 				writeLines(t, p, ls)

@@ -3,7 +3,6 @@ package audittrail
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,9 +116,9 @@ func VerifyWith(dir string, o VerifyOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := verifier{rep: &Report{Dir: dir, Signed: len(keys) > 0}, keys: map[string][]byte{}, checkpoints: map[uint64]string{}}
+	v := verifier{rep: &Report{Dir: dir, Signed: len(keys) > 0}, keys: map[string]Key{}, checkpoints: map[uint64]string{}}
 	for _, k := range keys {
-		v.keys[k.ID] = k.Secret
+		v.keys[k.ID] = k
 	}
 	if len(names) == 0 {
 		v.fail("", 0, "no segments (trail-*.jsonl) in %s", dir)
@@ -151,7 +150,7 @@ func VerifyWith(dir string, o VerifyOptions) (*Report, error) {
 
 type verifier struct {
 	rep         *Report
-	keys        map[string][]byte
+	keys        map[string]Key
 	seq         uint64 // last good seq
 	prev        string // its hash
 	checkpoints map[uint64]string
@@ -284,7 +283,7 @@ func (v *verifier) checkMAC(seg string, line int, r *Record) bool {
 		v.fail(seg, line, "checkpoint signed with key %q, which is not among the keys given: a wrong key, or a forged checkpoint", r.KeyID)
 		return false
 	}
-	if !hmac.Equal([]byte(r.computeMAC(key)), []byte(r.MAC)) {
+	if !key.check(r) {
 		v.fail(seg, line, "bad checkpoint signature: the checkpoint or a record before it was replaced")
 		return false
 	}
@@ -339,20 +338,6 @@ func (v *verifier) headRecord(headFile string, r *Record) {
 	}
 }
 
-// KeyFromFile reads a checkpoint key: the file's content, white space
-// around it ignored.
-func KeyFromFile(path string) (Key, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Key{}, err
-	}
-	b = []byte(strings.TrimSpace(string(b)))
-	if len(b) < MinKeyBytes {
-		return Key{}, fmt.Errorf("the key in %s is %d bytes, at least %d are needed (e.g. openssl rand -hex 32 > %s)", path, len(b), MinKeyBytes, path)
-	}
-	return NewKey(b), nil
-}
-
 // span names the records from a to b.
 func span(a, b uint64) string {
 	if a == b {
@@ -370,9 +355,9 @@ func span(a, b uint64) string {
 func VerifyCollection(ctx context.Context, coll *mongo.Collection, instance string, o VerifyOptions) (*Report, error) {
 	name := coll.Database().Name() + "." + coll.Name()
 	v := verifier{rep: &Report{Dir: name, Instance: instance, Collection: true, Signed: len(o.Keys) > 0},
-		keys: map[string][]byte{}, checkpoints: map[uint64]string{}}
+		keys: map[string]Key{}, checkpoints: map[uint64]string{}}
 	for _, k := range o.Keys {
-		v.keys[k.ID] = k.Secret
+		v.keys[k.ID] = k
 	}
 	v.rep.Notes = append(v.rep.Notes, indexNote(ctx, coll)...)
 	cur, err := coll.Find(ctx, bson.D{{Key: "instance", Value: instance}},

@@ -266,7 +266,9 @@ var errStopQuery = errors.New("enough records")
 // enough, its directory a directory lockgate can write in (created if
 // missing, as Start would).
 func checkAudit(c config.Audit) error {
-	if _, err := audittrail.KeyFromFile(c.KeyFile); err != nil {
+	if k, err := audittrail.KeyFromFile(c.KeyFile); err != nil {
+		return fmt.Errorf("audit.keyFile: %w", err)
+	} else if err := k.CanSign(); err != nil {
 		return fmt.Errorf("audit.keyFile: %w", err)
 	}
 	if c.Dir == "" {

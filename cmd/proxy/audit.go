@@ -22,6 +22,7 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 	usage := func() {
 		fmt.Fprint(stderr, "Usage:\n"+
 			"  lockgate audit verify -key FILE [-key OLDFILE ...] [-head SHIPPED-HEAD ...] [-pruned] DIR\n"+
+			"  lockgate audit verify -pubkey ED25519-PUBLIC.pem [-pubkey OLD.pem ...] [-key OLDFILE ...] DIR\n"+
 			"  lockgate audit verify -key FILE ... -uri MONGODB-URI -collection DB.COLL [-instance NAME]\n"+
 			"  lockgate audit verify -unsigned DIR\n"+
 			"  lockgate audit query [-ns DB.COLL] [-id ID] [-holder TAG] [-user USER] [-app APP] DIR\n"+
@@ -120,7 +121,9 @@ func auditVerify(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lockgate audit verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var files keyFiles
-	fs.Var(&files, "key", "checkpoint key `file` (audit.keyFile); repeat it for keys rotated out")
+	fs.Var(&files, "key", "checkpoint key `file` (audit.keyFile: an HMAC secret or an Ed25519 private key); repeat it for keys rotated out")
+	var pubFiles keyFiles
+	fs.Var(&pubFiles, "pubkey", "Ed25519 public key `file` (PEM) of checkpoints signed with Ed25519: enough to verify, useless to a forger. Repeatable")
 	unsigned := fs.Bool("unsigned", false, "check the chain only, not the checkpoint signatures (no key at hand)")
 	pruned := fs.Bool("pruned", false, "the oldest segments (records) were removed by retention: verify from the first one present")
 	var heads keyFiles
@@ -133,8 +136,8 @@ func auditVerify(args []string, stdout, stderr io.Writer) int {
 	if !src.parse(fs, stderr) {
 		return exitUsage
 	}
-	if len(files) == 0 && !*unsigned {
-		fmt.Fprintln(stderr, "lockgate audit verify: -key FILE is needed to check signatures (or -unsigned to check the chain only)")
+	if len(files) == 0 && len(pubFiles) == 0 && !*unsigned {
+		fmt.Fprintln(stderr, "lockgate audit verify: -key FILE or -pubkey FILE is needed to check signatures (or -unsigned to check the chain only)")
 		return exitUsage
 	}
 	var keys []audittrail.Key
@@ -142,6 +145,17 @@ func auditVerify(args []string, stdout, stderr io.Writer) int {
 		k, err := audittrail.KeyFromFile(f)
 		if err != nil {
 			fmt.Fprintln(stderr, "lockgate audit verify: -key:", err)
+			return exitUsage
+		}
+		keys = append(keys, k)
+	}
+	for _, f := range pubFiles {
+		k, err := audittrail.KeyFromFile(f)
+		if err == nil && (k.Public == nil || k.Private != nil) {
+			err = errors.New(f + ": not an Ed25519 public key (PEM PUBLIC KEY; openssl pkey -in KEY -pubout)")
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "lockgate audit verify: -pubkey:", err)
 			return exitUsage
 		}
 		keys = append(keys, k)

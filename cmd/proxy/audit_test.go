@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -140,4 +141,38 @@ func TestAuditSubcommandsOnACollection(t *testing.T) {
 		t.Fatalf("verify of an altered collection: exit %d\n%s", code, out)
 	}
 	t.Log(out)
+}
+
+// TestAuditVerifyPubkey: a trail signed with an Ed25519 key verifies with
+// the public key alone (-pubkey); the private key file is no public key.
+func TestAuditVerifyPubkey(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("no openssl")
+	}
+	d := t.TempDir()
+	priv, pub := filepath.Join(d, "k.pem"), filepath.Join(d, "k.pub")
+	for _, args := range [][]string{{"genpkey", "-algorithm", "ed25519", "-out", priv}, {"pkey", "-in", priv, "-pubout", "-out", pub}} {
+		if out, err := exec.Command("openssl", args...).CombinedOutput(); err != nil {
+			t.Fatalf("openssl %v: %v %s", args, err, out)
+		}
+	}
+	key, err := audittrail.KeyFromFile(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(d, "trail")
+	tr, err := audittrail.Open(audittrail.Options{Dir: dir, Instance: "cli", Key: key, CheckpointEvery: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Append(audittrail.Event{Kind: audittrail.KindDecision, Op: "update", NS: "shop.orders", Verdict: "allow"})
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runOnce(t, []string{"audit", "verify", "-pubkey", pub, dir}, env(nil)); code != exitOK || !strings.Contains(out, "signatures checked") {
+		t.Fatalf("verify -pubkey: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, _ := runOnce(t, []string{"audit", "verify", "-pubkey", priv, dir}, env(nil)); code != exitUsage {
+		t.Fatalf("-pubkey with a private key: exit %d, want %d", code, exitUsage)
+	}
 }
