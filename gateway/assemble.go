@@ -167,6 +167,9 @@ func (a *assembly) openLockStore() (err error) {
 	}
 	a.lsMetrics = lockstore.NewMetrics()
 	opts = append(opts, lockstore.WithMetrics(a.lsMetrics))
+	if hook := a.expiries(); hook != nil {
+		opts = append(opts, lockstore.WithExpiryHook(hook))
+	}
 	a.store, err = lockstore.Open(a.ctx, lockstore.Config{
 		URI:          lockURI,
 		Database:     cfg.Lockstore.Database,

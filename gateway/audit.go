@@ -214,6 +214,25 @@ func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote s
 	}
 }
 
+// expiries records in the trail the locks whose lease ended without a
+// release, when the lock store takes them over: a lock record "expire"
+// with the former holder's app, user, client and tag, and its token; nil
+// without a trail.
+func (a *assembly) expiries() func(lockstore.Expiry) {
+	trail := a.trail
+	if trail == nil {
+		return nil
+	}
+	return func(e lockstore.Expiry) {
+		h := e.Former
+		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: e.At, Op: "expire", NS: e.NS,
+			IDs: []docid.ID{e.ID}, Tokens: []int64{h.Token}, Verdict: audittrail.VerdictOK,
+			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix,
+			Detail: fmt.Sprintf("the lease ended at %s without a release; taken over by a new holder (token %d)",
+				h.ExpiresAt.UTC().Format(time.RFC3339Nano), e.Token)})
+	}
+}
+
 // maxHistory bounds the records one GET /audit/history returns.
 const maxHistory = 10000
 

@@ -322,3 +322,119 @@ func TestCheckAudit(t *testing.T) {
 		t.Fatalf("a file as the directory: %v", err)
 	}
 }
+
+// TestAuditTrailInACollection: a gateway whose only sink is a collection
+// of the lock store's database. Clients cannot touch that collection
+// through lockgate; a lock whose lease ran out and was taken over gives
+// an expire record with the former holder's tag; GET /audit/history
+// answers from the collection (?holder=); the trail verifies.
+func TestAuditTrailInACollection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	up := startEmbedded(t)
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "0123456789abcdef0123456789abcdef-collection"
+	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
+	cfg.Audit.Enabled, cfg.Audit.KeyFile, cfg.Audit.Instance = true, keyFile, "gw-coll"
+	cfg.Audit.Collection.Name = "audit"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := "mongodb://" + gw.ProxyAddr().String() + "/"
+	session := func(app string) (*mongo.Client, mongo.SessionContext) {
+		c, err := mongo.Connect(ctx, options.Client().ApplyURI(uri).SetAppName(app))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Disconnect(context.Background()) })
+		s, err := c.StartSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.EndSession(context.Background()) })
+		return c, mongo.NewSessionContext(ctx, s)
+	}
+	alpha, actx := session("alpha")
+	beta, bctx := session("beta")
+	// alpha's lease runs out; beta waits for the lock and takes it over.
+	if err := alpha.Database("shop").RunCommand(actx, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "leaseMS", Value: 300}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := beta.Database("shop").RunCommand(bctx, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "waitMS", Value: 20000}}).Err(); err != nil {
+		t.Fatalf("beta's acquire after alpha's lease ran out: %v", err)
+	}
+	if _, err := beta.Database("shop").Collection("orders").InsertOne(bctx, bson.D{{Key: "_id", Value: 42}}); err != nil {
+		t.Fatal(err)
+	}
+	// The trail's collection is sealed like the lock store's.
+	for _, coll := range []string{"audit", "audit" + audittrail.HeadSuffix} {
+		if _, err := alpha.Database("lockgate").Collection(coll).DeleteMany(actx, bson.D{}); err == nil {
+			t.Fatalf("a client deleted lockgate.%s through lockgate", coll)
+		}
+	}
+
+	var hist struct {
+		Records []audittrail.Record `json:"records"`
+	}
+	admin := "http://" + gw.AdminAddr().String() + "/audit/history"
+	var alphaTag string
+	deadline := time.Now().Add(10 * time.Second)
+	for alphaTag == "" && time.Now().Before(deadline) {
+		_, body := httpGet(t, admin+"?app=alpha")
+		json.Unmarshal([]byte(body), &hist)
+		for _, r := range hist.Records {
+			if r.Op == "acquire" {
+				alphaTag = r.Holder
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var got []string
+	for time.Now().Before(deadline) {
+		code, body := httpGet(t, admin+"?holder="+alphaTag)
+		if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil {
+			t.Fatalf("/audit/history?holder=: %d %s", code, body)
+		}
+		got = got[:0]
+		for _, r := range hist.Records {
+			got = append(got, fmt.Sprintf("%s %s %s %s %v", r.Kind, r.Op, r.App, r.NS, r.IDs))
+		}
+		if len(got) >= 2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alphaTag == "" || strings.Join(got, "; ") != "lock acquire alpha shop.orders [42]; lock expire alpha shop.orders [42]" {
+		t.Fatalf("alpha's (%q) history: %q", alphaTag, got)
+	}
+	if exp := hist.Records[1]; len(exp.Tokens) != 1 || exp.Tokens[0] != hist.Records[0].Tokens[0] || !strings.Contains(exp.Detail, "without a release") {
+		t.Fatalf("the expire record does not name alpha's lease: %+v (acquired %+v)", exp, hist.Records[0])
+	}
+	cancel()
+	if err := gw.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(up.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	rep, err := audittrail.VerifyCollection(context.Background(), c.Database("lockgate").Collection("audit"), "gw-coll",
+		audittrail.VerifyOptions{Keys: []audittrail.Key{audittrail.NewKey([]byte(secret))}})
+	if err != nil || !rep.OK() || rep.Unsigned != 0 {
+		t.Fatalf("the gateway's collection trail: %v %s %q", err, rep.Verdict(), rep.Notes)
+	}
+	t.Log(rep.Verdict())
+}
