@@ -134,8 +134,8 @@ type Store struct {
 	// onExpire hears of every lock this store took over after its lease
 	// ended without a release (WithExpiryHook); nil: nobody listens.
 	onExpire func(Expiry)
-	wq      *waitQueues
-	heldNS  heldNamespaces
+	wq       *waitQueues
+	heldNS   heldNamespaces
 	// txnSlots guesses where a transaction's next record goes (txn.go).
 	txnSlots txnSlots
 
