@@ -708,7 +708,7 @@ func TestAuditRequiredRuleValidation(t *testing.T) {
 	}{
 		{false, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true}, []string{"policy.namespaces[0].auditRequired"}},
 		{true, NamespaceRule{Match: "a.b", Mode: ModeAudit, AuditRequired: true}, []string{"policy.namespaces[0].auditRequired"}},
-		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true, Scheme: &Scheme{Type: SchemeFlag}}, []string{"policy.namespaces[0].auditRequired"}},
+		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true, Scheme: &Scheme{Type: SchemeFlag}}, nil},
 		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true}, nil},
 	} {
 		c := Default()
@@ -725,11 +725,11 @@ func TestAuditRequiredRuleValidation(t *testing.T) {
 			t.Errorf("enabled %v, %+v: errors on %v, want %v (%v)", tc.enabled, tc.rule, got, tc.keys, c.Validate())
 		}
 	}
-	// audit.mode required would not hold on a scheme's writes.
+	// audit.mode required holds on a scheme's writes too.
 	c := Default()
 	c.Audit.Enabled, c.Audit.Dir, c.Audit.KeyFile, c.Audit.Mode = true, "/tmp/t", "/tmp/k", AuditRequired
 	c.Policy.Namespaces = []NamespaceRule{{Match: "a.b", Mode: ModeEnforce, Scheme: &Scheme{Type: SchemeFlag}}}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "audit.mode: required is not available with scheme rules") {
+	if err := c.Validate(); err != nil {
 		t.Errorf("audit.mode required with a scheme rule: %v", err)
 	}
 }

@@ -126,11 +126,6 @@ func (c *Config) validateAudit(v *validator) {
 		v.add("audit.mode", "required needs audit.enabled: true (no write may pass without a record, and there is no trail)")
 	}
 	for i, r := range c.Policy.Namespaces {
-		if a.Mode == AuditRequired && r.Scheme != nil && r.Mode == ModeEnforce {
-			// A scheme's writes are decided on another path that does
-			// not wait for their records: required would not hold there.
-			v.add("audit.mode", "required is not available with scheme rules yet (policy.namespaces[%d].scheme): use auditRequired on the other rules", i)
-		}
 		if !r.AuditRequired {
 			continue
 		}
@@ -140,8 +135,6 @@ func (c *Config) validateAudit(v *validator) {
 			v.add(key, "needs audit.enabled: true (no write may pass without a record, and there is no trail)")
 		case r.Mode != ModeEnforce:
 			v.add(key, "applies to enforce rules only (an audit rule never refuses a write), got mode %q", r.Mode)
-		case r.Scheme != nil:
-			v.add(key, "is not available with a scheme yet")
 		}
 	}
 	if a.Enabled {

@@ -438,3 +438,147 @@ func TestAuditTrailInACollection(t *testing.T) {
 	}
 	t.Log(rep.Verdict())
 }
+
+// TestAuditRequiredSchemeRule: auditRequired on a rule with a locking
+// scheme (holderFields). The scheme's steps that lockgate runs itself
+// (the acquire, the release) and the holder's writes reach the database
+// only once their allow record is durable: with the trail failing, an
+// acquire is refused with LockBusy audit_unavailable and the document
+// keeps no lock; with the trail back it works again; every acknowledged
+// step has its allow record.
+func TestAuditRequiredSchemeRule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	up := startEmbedded(t)
+	dir := filepath.Join(t.TempDir(), "trail")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "0123456789abcdef0123456789abcdef-scheme"
+	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "work.jobs", Mode: config.ModeEnforce, AuditRequired: true,
+		Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 60000}}}
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile = true, dir, keyFile
+	cfg.Audit.SegmentMaxBytes = 4096 // rotate often: each new segment needs the directory
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := mongo.Connect(ctx, options.Client().ApplyURI(up.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Disconnect(context.Background())
+	if _, err := direct.Database("work").Collection("jobs").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}, {Key: "LockId", Value: nil}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+gw.ProxyAddr().String()+"/").SetAppName("scheme-req"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	jobs := c.Database("work").Collection("jobs")
+	free := bson.D{{Key: "_id", Value: 1}, {Key: "LockId", Value: nil}}
+	mine := bson.D{{Key: "_id", Value: 1}, {Key: "LockId", Value: "me"}}
+	acquire := func() error {
+		return jobs.FindOneAndUpdate(ctx, free, bson.D{{Key: "$set", Value: bson.D{{Key: "LockId", Value: "me"}, {Key: "LockTime", Value: time.Now()}}}}).Err()
+	}
+	work := func() error {
+		_, err := jobs.UpdateOne(ctx, mine, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}})
+		return err
+	}
+	release := func() error {
+		_, err := jobs.UpdateOne(ctx, mine, bson.D{{Key: "$set", Value: bson.D{{Key: "LockId", Value: nil}}}})
+		return err
+	}
+	// acquires, works: acknowledged; held: the lock as acknowledged.
+	acquires, works, held := 0, 0, false
+	// cycle runs acquire, work, release, stopping at the first refusal.
+	cycle := func() error {
+		if err := acquire(); err != nil {
+			return err
+		}
+		acquires, held = acquires+1, true
+		if err := work(); err != nil {
+			return err
+		}
+		works++
+		if err := release(); err != nil {
+			return err
+		}
+		held = false
+		return nil
+	}
+	if err := cycle(); err != nil {
+		t.Fatalf("with a working trail: %v", err)
+	}
+	// The directory goes; a file takes its place.
+	moved := dir + ".moved"
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var refusal error
+	for i := 0; i < 200 && refusal == nil; i++ {
+		refusal = cycle() // steps pass while the segment opened before has room
+	}
+	var ce mongo.CommandError
+	if !errors.As(refusal, &ce) || ce.Code != 46 || !strings.Contains(ce.Message, "audit trail cannot take it") {
+		t.Fatalf("a scheme step with a failing trail: %v, want LockBusy audit_unavailable", refusal)
+	}
+	// The refused step wrote nothing: the document is as acknowledged.
+	var doc struct {
+		N      int
+		LockId any
+	}
+	if err := direct.Database("work").Collection("jobs").FindOne(ctx, bson.D{{Key: "_id", Value: 1}}).Decode(&doc); err != nil ||
+		doc.N != works || (doc.LockId != nil) != held {
+		t.Fatalf("after the refusal the document is %+v (%v), want n %d and the lock held: %v", doc, err, works, held)
+	}
+	t.Logf("refused: %v", refusal)
+	// The directory comes back: the scheme works again (a refused acquire
+	// left no mirror behind).
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(moved, dir); err != nil {
+		t.Fatal(err)
+	}
+	if held {
+		if err := release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cycle(); err != nil {
+		t.Fatalf("once the trail works again: %v", err)
+	}
+	cancel()
+	if err := gw.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := audittrail.Verify(dir, []audittrail.Key{audittrail.NewKey([]byte(secret))})
+	if err != nil || !rep.OK() {
+		t.Fatalf("trail: %v %s", err, rep.Verdict())
+	}
+	allowed := 0
+	audittrail.Query(dir, audittrail.Filter{NS: "work.jobs", ID: "1"}, func(r *audittrail.Record) error {
+		if r.Kind == audittrail.KindDecision && r.Op == "findAndModify" && r.Verdict == audittrail.VerdictAllow {
+			allowed++
+		}
+		return nil
+	})
+	if allowed < acquires {
+		t.Fatalf("%d allow records of acquires, %d acquires acknowledged", allowed, acquires)
+	}
+	t.Logf("%d acquires acknowledged; %s", acquires, rep.Verdict())
+}
