@@ -332,7 +332,7 @@ func (w *writer) recover() (chainEnd, error) {
 func (w *writer) build(ev *Event) Record {
 	w.seq++
 	r := Record{
-		Seq: w.seq, Time: ev.Time.UTC().Format(TimeFormat), Instance: w.opts.Instance, Prev: w.prev,
+		Seq: w.seq, Time: formatTime(ev.Time), Instance: w.opts.Instance, Prev: w.prev,
 		Kind: ev.Kind, NS: ev.NS, Op: ev.Op, Mode: ev.Mode, Verdict: ev.Verdict, Reason: ev.Reason,
 		App: ev.App, User: ev.User, Client: ev.Client, Holder: ev.Holder, Tokens: ev.Tokens,
 		Policy: ev.Policy, Detail: ev.Detail, Count: ev.Count,
@@ -349,7 +349,7 @@ func (w *writer) build(ev *Event) Record {
 // checkpoint builds a signed checkpoint at the chain's end.
 func (w *writer) checkpoint(now time.Time) Record {
 	w.seq++
-	r := Record{Seq: w.seq, Time: now.UTC().Format(TimeFormat), Instance: w.opts.Instance, Prev: w.prev,
+	r := Record{Seq: w.seq, Time: formatTime(now), Instance: w.opts.Instance, Prev: w.prev,
 		Kind: KindCheckpoint, KeyID: w.opts.Key.ID, Count: uint64(w.sinceCP)}
 	r.MAC = w.opts.Key.sign(&r)
 	return r

@@ -37,6 +37,13 @@ const (
 	DefaultCheckpointInterval = 10 * time.Second
 	DefaultBufferSize         = 8192
 	maxBatch                  = 512
+	// linger is how long the writer waits after a batch that was not
+	// full before it takes the next one, unless a Commit calls it: a
+	// record handed over while the writer sleeps in the queue's receive
+	// costs the request path a wake-up of the writer (a futex call), one
+	// per record under a steady load; lingering makes it one per batch,
+	// and delays a best-effort record by at most this.
+	linger = 2 * time.Millisecond
 )
 
 // ErrUnavailable is Commit's error when the record could not be made
@@ -127,6 +134,8 @@ type Trail struct {
 	metrics *Metrics
 	queue   chan item
 	dropped atomic.Uint64
+	// urgent cuts the writer's linger short: a Commit waits.
+	urgent chan struct{}
 
 	closeOnce sync.Once
 	closing   chan struct{}
@@ -159,6 +168,7 @@ func Open(opts Options) (*Trail, error) {
 		log:     opts.Logger,
 		metrics: opts.Metrics,
 		queue:   make(chan item, opts.BufferSize),
+		urgent:  make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		closed:  make(chan struct{}),
 		w:       w,
@@ -213,6 +223,10 @@ func (t *Trail) Commit(ctx context.Context, ev Event) error {
 		return fmt.Errorf("%w: the buffer is full", ErrUnavailable)
 	}
 	select {
+	case t.urgent <- struct{}{}:
+	default: // the writer has been told already
+	}
+	select {
 	case err := <-done:
 		return err
 	case <-t.closed:
@@ -243,6 +257,9 @@ func (t *Trail) run() {
 	defer tick.Stop()
 	batch := make([]item, 0, maxBatch)
 	backoff := time.Duration(0)
+	pause := time.NewTimer(linger)
+	pause.Stop()
+	defer pause.Stop()
 	for {
 		var closing bool
 		select {
@@ -294,6 +311,18 @@ func (t *Trail) run() {
 		if closing {
 			t.closeErr = t.finish()
 			return
+		}
+		if n := len(t.queue); n < maxBatch {
+			// Let records gather before the next batch, unless a Commit
+			// waits or the trail closes.
+			pause.Reset(linger)
+			select {
+			case <-pause.C:
+			case <-t.urgent:
+				pause.Stop()
+			case <-t.closing:
+				pause.Stop()
+			}
 		}
 	}
 }
