@@ -2,6 +2,7 @@ package audittrail
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -360,5 +361,52 @@ func TestQueryCollection(t *testing.T) {
 	QueryCollection(ctx, coll, "test-1", Filter{Holder: "ffff00"}, func(r *Record) error { got = append(got, r.IDs[0]); return nil })
 	if fmt.Sprint(got) != "[1]" {
 		t.Fatalf("history of holder ffff00: %v", got)
+	}
+}
+
+// TestCollectionFailureCutsTheBatch: a batch the collection refuses (here
+// a document already holding the next seq: a duplicate key) fails as a
+// failed file write does: Commit fails, none of its records enters the
+// chain, the segment is cut back, and what an ordered insertMany left
+// is removed before the next insert. The trail then goes on, in both
+// sinks alike, and records the loss.
+func TestCollectionFailureCutsTheBatch(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	coll := testColl(t)
+	o := testOptions(dir)
+	o.Collection = coll
+	tr, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := tr.Commit(ctx, decision(t, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last uint64
+	readColl(ctx, coll, bson.D{}, func(r *Record) error { last = r.Seq; return nil })
+	blocker := Record{Seq: last + 1, Instance: "test-1", Kind: KindDecision, Hash: "x"}
+	if _, err := coll.InsertOne(ctx, bson.Raw(appendDoc(nil, &blocker))); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Commit(ctx, decision(t, 3)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("commit into a collection that refuses the batch: %v", err)
+	}
+	if err := tr.Commit(ctx, decision(t, 4)); err != nil {
+		t.Fatalf("the next commit: %v", err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fileRep, collRep := verify(t, dir), verifyColl(t, coll)
+	if !fileRep.OK() || !collRep.OK() || fileRep.Records != collRep.Records {
+		t.Fatalf("after a refused batch: files %s, collection %s", fileRep.Verdict(), collRep.Verdict())
+	}
+	var ids []string
+	readColl(ctx, coll, bson.D{{"kind", "decision"}}, func(r *Record) error { ids = append(ids, r.IDs[0]); return nil })
+	if fmt.Sprint(ids) != "[0 1 2 4]" {
+		t.Fatalf("decisions stored: %v, want the refused one's absent", ids)
 	}
 }
