@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -408,5 +409,51 @@ func TestCollectionFailureCutsTheBatch(t *testing.T) {
 	readColl(ctx, coll, bson.D{{"kind", "decision"}}, func(r *Record) error { ids = append(ids, r.IDs[0]); return nil })
 	if fmt.Sprint(ids) != "[0 1 2 4]" {
 		t.Fatalf("decisions stored: %v, want the refused one's absent", ids)
+	}
+}
+
+// TestCollectionShippedHead: a copy of the head document kept elsewhere
+// (as mongoexport writes it) is a -head for the collection: a trail cut
+// back to an earlier checkpoint, its head document rolled back with it,
+// verifies without the copy and fails with it.
+func TestCollectionShippedHead(t *testing.T) {
+	ctx := context.Background()
+	coll := testColl(t)
+	heads := coll.Database().Collection(coll.Name() + HeadSuffix)
+	writeCollTrail(t, collOptions(coll), 10)
+	raw, err := heads.FindOne(ctx, bson.D{{"_id", "test-1"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := bson.MarshalExtJSON(raw, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped := filepath.Join(t.TempDir(), "head.json")
+	os.WriteFile(shipped, append(ext, '\n'), 0o600)
+	withHead := func() *Report {
+		rep, err := VerifyCollection(ctx, coll, "test-1", VerifyOptions{Keys: []Key{testKey}, Heads: []string{shipped}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := withHead(); !rep.OK() {
+		t.Fatalf("untouched, with the shipped head: %s", rep.Verdict())
+	}
+	// Cut back to the checkpoint at seq 8, and roll the head back to it.
+	cp, err := decodeDoc(docAt(t, coll, 8))
+	if err != nil || cp.Kind != KindCheckpoint {
+		t.Fatalf("seq 8: %+v %v", cp, err)
+	}
+	coll.DeleteMany(ctx, bson.D{{"seq", bson.D{{"$gt", int64(8)}}}})
+	if _, err := heads.ReplaceOne(ctx, bson.D{{"_id", "test-1"}}, bsonWithID("test-1", &cp)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := verifyColl(t, coll); !rep.OK() {
+		t.Fatalf("cut back with its head: %s (verifies: the head is the trail's own)", rep.Verdict())
+	}
+	if rep := withHead(); rep.OK() || !strings.Contains(rep.Verdict(), "truncated") {
+		t.Fatalf("cut back, with the shipped head: %s", rep.Verdict())
 	}
 }

@@ -304,14 +304,19 @@ func (v *verifier) head(path, headFile string, given bool) {
 		v.fail(headFile, 0, "unreadable: %v", err)
 		return
 	}
-	var r Record
+	// The head of a collection, exported (mongoexport's relaxed JSON),
+	// carries its _id too.
+	var hd struct {
+		ID json.RawMessage `json:"_id"`
+		Record
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil || r.Kind != KindCheckpoint {
+	if err := dec.Decode(&hd); err != nil || hd.Kind != KindCheckpoint {
 		v.fail(headFile, 0, "not a checkpoint: altered")
 		return
 	}
-	v.headRecord(headFile, &r)
+	v.headRecord(headFile, &hd.Record)
 }
 
 // headRecord checks that the trail reaches the signed head r.
