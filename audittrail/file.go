@@ -167,7 +167,7 @@ func (w *writer) reconcile(f, c chainEnd) (chainEnd, error) {
 		end = c
 		note(fmt.Sprintf("the file sink starts here: records 1 to %d are in the collection %s only", c.seq, w.coll.name()))
 	case f.seq > c.seq:
-		if err := w.levelColl(c, f.seq); err != nil {
+		if err := w.levelColl(c); err != nil {
 			return end, err
 		}
 		note(fmt.Sprintf("records %d to %d were copied from the files into the collection, which missed them", c.seq+1, f.seq))
@@ -175,7 +175,7 @@ func (w *writer) reconcile(f, c chainEnd) (chainEnd, error) {
 		if f.torn {
 			return end, fmt.Errorf("audit: the collection %s holds records after seq %d but the files in %s end there in a torn line: run `lockgate audit verify` on both", w.coll.name(), f.seq, w.opts.Dir)
 		}
-		if err := w.levelFiles(f, c.seq); err != nil {
+		if err := w.levelFiles(f); err != nil {
 			return end, err
 		}
 		end = c
@@ -214,7 +214,7 @@ func (w *writer) recoverColl() (chainEnd, error) {
 }
 
 // levelColl copies the file records after c into the collection.
-func (w *writer) levelColl(c chainEnd, to uint64) error {
+func (w *writer) levelColl(c chainEnd) error {
 	var recs []Record
 	err := readFilesAfter(w.opts.Dir, c.seq, func(r *Record) error {
 		if len(recs) == 0 && r.Prev != c.hash {
@@ -235,7 +235,7 @@ func (w *writer) levelColl(c chainEnd, to uint64) error {
 }
 
 // levelFiles writes the collection's records after f into a new segment.
-func (w *writer) levelFiles(f chainEnd, to uint64) error {
+func (w *writer) levelFiles(f chainEnd) error {
 	w.buf = w.buf[:0]
 	first := true
 	err := w.coll.after(context.Background(), f.seq, func(r *Record) error {
