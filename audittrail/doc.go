@@ -19,8 +19,9 @@
 // a line can change unnoticed.
 //
 // A checkpoint is a record too (kind "checkpoint"), in the chain, whose
-// mac is HMAC-SHA-256, under the key named by its keyId, of its own
-// canonical encoding (mac and hash empty). As its prev is the hash of the
+// mac is the signature, under the key named by its keyId (HMAC-SHA-256,
+// or Ed25519, which a holder of the public key alone can check), of its
+// own canonical encoding (mac and hash empty). As its prev is the hash of the
 // record before it, a valid checkpoint vouches for every record up to
 // it. One follows every CheckpointEvery records or CheckpointInterval,
 // whichever comes first, and one ends every segment and every clean
@@ -36,7 +37,10 @@
 // Commit is the only call that waits for durability (mode required). The
 // package never rewrites or deletes a record once written: rotation
 // starts a new segment, recovery after a crash starts a new segment
-// linked to the last complete record of the old one. It holds no
+// linked to the last complete record of the old one. (What it removes is
+// only what a failed batch left behind, which never entered the chain: a
+// segment cut back to its size before, the documents of a failed
+// insertMany.) It holds no
 // package-level state: clock, logger and metrics are passed in.
 //
 // # Files
@@ -48,4 +52,15 @@
 // lose the records since the last checkpoint, a process crash loses only
 // what was still in the buffer); in required mode every batch that holds
 // a committed record is fsynced before Commit returns.
+//
+// # The collection
+//
+// Options.Collection adds (or, without Dir, is) a sink of one document
+// per record in a MongoDB collection (collection.go, bson.go): the same
+// records and chain, a unique index on (instance, seq), each instance's
+// latest checkpoint in the collection named with HeadSuffix. A batch is
+// one ordered insertMany, acknowledged by a majority and journaled when it
+// holds a checkpoint or a committed record. With both sinks a batch goes
+// to the files first, and Open levels a sink left a batch behind by a
+// crash from the other.
 package audittrail

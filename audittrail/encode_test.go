@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The writer's encoder must produce json.Marshal's bytes: docs/AUDIT.md
@@ -34,7 +35,7 @@ func TestEncoderMatchesEncodingJSON(t *testing.T) {
 	for i := range 5000 {
 		r := Record{Seq: rng.Uint64(), Time: pick(), Instance: pick(), Prev: pick(), Kind: Kind(pick()), NS: pick(),
 			Op: pick(), Mode: pick(), Verdict: pick(), Reason: pick(), App: pick(), User: pick(), Client: pick(),
-			Session: pick(), Policy: pick(), Detail: pick(), KeyID: pick(), MAC: pick(), Hash: pick()}
+			Holder: pick(), Policy: pick(), Detail: pick(), KeyID: pick(), MAC: pick(), Hash: pick()}
 		if i < len(tricky) {
 			r.App = tricky[i]
 		}
@@ -76,5 +77,19 @@ func TestDocExampleRecordHash(t *testing.T) {
 	}
 	if b, _ := marshalLine(nil, &r); string(b) != line+"\n" {
 		t.Fatalf("the example is not in the form written:\n%s\n%s", b, line)
+	}
+}
+
+func TestFormatTime(t *testing.T) {
+	for _, tm := range []time.Time{
+		time.Date(2026, 11, 26, 12, 0, 0, 6000000, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.FixedZone("x", 3600)),
+		time.Date(10000, 1, 1, 0, 0, 0, 1, time.UTC),
+		time.Unix(0, 1764158400123456789).In(time.FixedZone("y", -7200)),
+	} {
+		if got, want := formatTime(tm), tm.UTC().Format(TimeFormat); got != want {
+			t.Errorf("formatTime(%v) = %s, want %s", tm, got, want)
+		}
 	}
 }

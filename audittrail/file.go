@@ -2,6 +2,7 @@ package audittrail
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,12 +58,13 @@ func segmentFirst(name string) (uint64, bool) {
 	return n, err == nil && len(s) == 20
 }
 
-// writer owns the files of an open trail; only the writer goroutine (and
+// writer owns the sinks of an open trail; only the writer goroutine (and
 // Open before it starts) uses it.
 type writer struct {
 	opts *Options
-	lock *os.File
-	f    *os.File // the current segment; nil until the next record
+	lock *os.File  // the directory's lock; nil without a file sink
+	f    *os.File  // the current segment; nil until the next record
+	coll *collSink // nil without a collection sink
 
 	size     int64
 	segStart time.Time
@@ -75,85 +77,264 @@ type writer struct {
 	recovered     string
 
 	buf, scratch []byte
-	kinds        map[Kind]int
+	// recs are the batch's records, kept for the collection sink.
+	recs  []Record
+	kinds map[Kind]int
 }
 
-// openWriter locks the directory and finds where the chain ends.
+// chainEnd is where a sink's copy of the chain ends.
+type chainEnd struct {
+	seq  uint64
+	hash string
+	kind Kind
+	// clean: the last records are a stop and its checkpoint.
+	clean bool
+	// note says what recovery found (a torn line, set aside bytes); torn:
+	// the note is tornDetail, which the start record must carry first.
+	note string
+	torn bool
+}
+
+// openWriter opens the sinks (locking the directory) and finds where the
+// chain ends; with both sinks, the one behind is brought level with the
+// other first.
 func openWriter(o *Options) (*writer, error) {
-	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("audit.dir: %w", err)
+	w := &writer{opts: o, kinds: map[Kind]int{}}
+	var fileEnd, collEnd chainEnd
+	if o.Dir != "" {
+		if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("audit.dir: %w", err)
+		}
+		lock, err := os.OpenFile(filepath.Join(o.Dir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("audit.dir: %w", err)
+		}
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("audit.dir: %s is in use by another lockgate (one trail per instance): %w", o.Dir, err)
+		}
+		w.lock = lock
+		if fileEnd, err = w.recover(); err != nil {
+			lock.Close()
+			return nil, err
+		}
 	}
-	lock, err := os.OpenFile(filepath.Join(o.Dir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if o.Collection != nil {
+		w.coll = newCollSink(o.Collection, o.Instance)
+		var err error
+		if collEnd, err = w.recoverColl(); err != nil {
+			w.close()
+			return nil, err
+		}
+	}
+	end, err := w.reconcile(fileEnd, collEnd)
 	if err != nil {
-		return nil, fmt.Errorf("audit.dir: %w", err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("audit.dir: %s is in use by another lockgate (one trail per instance): %w", o.Dir, err)
-	}
-	w := &writer{opts: o, lock: lock, kinds: map[Kind]int{}}
-	if err := w.recover(); err != nil {
-		lock.Close()
+		w.close()
 		return nil, err
+	}
+	w.seq, w.prev = end.seq, end.hash
+	if end.seq > 0 && end.kind != KindCheckpoint {
+		// Records after the last checkpoint: the next checkpoint signs
+		// them with the rest.
+		w.sinceCP, w.firstUnsigned = 1, o.Clock()
 	}
 	return w, nil
 }
 
-// recover finds the last complete record. A segment that ends in a torn
-// line (a crash during a write) stays as it is, noted in the start
-// record; one with no complete line at all is set aside as .torn (its
-// name would be the next segment's).
-func (w *writer) recover() error {
+// reconcile picks the chain's end from the sinks' and levels them: a
+// sink behind the other gets the records it misses (a crash between the
+// two writes of a batch); a sink with no records of this instance at all
+// (newly added) starts where the other ends, and says so.
+func (w *writer) reconcile(f, c chainEnd) (chainEnd, error) {
+	var notes []string
+	note := func(n string) {
+		if n != "" {
+			notes = append(notes, n)
+		}
+	}
+	end := f
+	switch {
+	case w.coll == nil:
+	case w.lock == nil:
+		end = c
+	case f.seq == c.seq:
+		if f.hash != c.hash {
+			return end, fmt.Errorf("audit: the files in %s and the collection %s disagree at seq %d (hashes %s and %s): run `lockgate audit verify` on both", w.opts.Dir, w.coll.name(), f.seq, f.hash, c.hash)
+		}
+	case c.seq == 0:
+		note(fmt.Sprintf("the collection sink %s starts here: records 1 to %d are in the files only", w.coll.name(), f.seq))
+	case f.seq == 0:
+		end = c
+		note(fmt.Sprintf("the file sink starts here: records 1 to %d are in the collection %s only", c.seq, w.coll.name()))
+	case f.seq > c.seq:
+		if err := w.levelColl(c); err != nil {
+			return end, err
+		}
+		note(fmt.Sprintf("records %d to %d were copied from the files into the collection, which missed them", c.seq+1, f.seq))
+	default: // the collection is ahead
+		if f.torn {
+			return end, fmt.Errorf("audit: the collection %s holds records after seq %d but the files in %s end there in a torn line: run `lockgate audit verify` on both", w.coll.name(), f.seq, w.opts.Dir)
+		}
+		if err := w.levelFiles(f); err != nil {
+			return end, err
+		}
+		end = c
+		note(fmt.Sprintf("records %d to %d were copied from the collection into the files, which missed them", f.seq+1, c.seq))
+	}
+	// A torn line's note comes first: verify finds it there.
+	switch {
+	case f.torn:
+		notes = append([]string{f.note}, notes...)
+	default:
+		if f.note != "" {
+			notes = append([]string{f.note}, notes...)
+		}
+		if end.seq > 0 && !end.clean {
+			note(fmt.Sprintf("recovered: the previous run ended after seq %d without a stop record (a crash or a kill)", end.seq))
+		}
+	}
+	w.recovered = strings.Join(notes, "; ")
+	return end, nil
+}
+
+// recoverColl finds where the instance's chain in the collection ends,
+// creating the unique index first.
+func (w *writer) recoverColl() (chainEnd, error) {
+	ctx := context.Background()
+	if err := w.coll.ensureIndex(ctx); err != nil {
+		return chainEnd{}, err
+	}
+	tail, err := w.coll.tail(ctx)
+	if err != nil || len(tail) == 0 {
+		return chainEnd{}, err
+	}
+	end := chainEnd{seq: tail[0].Seq, hash: tail[0].Hash, kind: tail[0].Kind}
+	end.clean = len(tail) == 2 && tail[0].Kind == KindCheckpoint && tail[1].Kind == KindStop
+	return end, nil
+}
+
+// levelColl copies the file records after c into the collection.
+func (w *writer) levelColl(c chainEnd) error {
+	var recs []Record
+	err := readFilesAfter(w.opts.Dir, c.seq, func(r *Record) error {
+		if len(recs) == 0 && r.Prev != c.hash {
+			return fmt.Errorf("audit: record %d of the files in %s does not follow record %d of the collection %s: run `lockgate audit verify` on both", r.Seq, w.opts.Dir, c.seq, w.coll.name())
+		}
+		recs = append(recs, *r)
+		if len(recs) == maxBatch {
+			err := w.coll.insert(context.Background(), recs, true)
+			recs = recs[:0]
+			return err
+		}
+		return nil
+	})
+	if err == nil {
+		err = w.coll.insert(context.Background(), recs, true)
+	}
+	return err
+}
+
+// levelFiles writes the collection's records after f into a new segment.
+func (w *writer) levelFiles(f chainEnd) error {
+	w.buf = w.buf[:0]
+	first := true
+	err := w.coll.after(context.Background(), f.seq, func(r *Record) error {
+		if first && r.Prev != f.hash {
+			return fmt.Errorf("audit: record %d of the collection %s does not follow record %d of the files in %s: run `lockgate audit verify` on both", r.Seq, w.coll.name(), f.seq, w.opts.Dir)
+		}
+		first = false
+		w.buf, _ = marshalLine(w.buf, r)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return w.writeFile(true, f.seq+1)
+}
+
+// readFilesAfter calls fn with the records of dir after seq, reading only
+// the segments that can hold them.
+func readFilesAfter(dir string, seq uint64, fn func(*Record) error) error {
+	names, err := segments(dir)
+	if err != nil {
+		return err
+	}
+	from := 0
+	for i, n := range names {
+		if first, ok := segmentFirst(n); ok && first <= seq+1 {
+			from = i
+		}
+	}
+	for _, name := range names[from:] {
+		err := readSegment(filepath.Join(dir, name), name, func(r *Record) error {
+			if r.Seq > seq {
+				return fn(r)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recover finds the last complete record of the files. A segment that
+// ends in a torn line (a crash during a write) stays as it is, noted in
+// the start record; one with no complete line at all is set aside as
+// .torn (its name would be the next segment's).
+func (w *writer) recover() (chainEnd, error) {
+	var end chainEnd
 	names, err := segments(w.opts.Dir)
 	if err != nil {
-		return fmt.Errorf("audit.dir: %w", err)
+		return end, fmt.Errorf("audit.dir: %w", err)
 	}
 	for len(names) > 0 {
 		name := names[len(names)-1]
 		path := filepath.Join(w.opts.Dir, name)
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return fmt.Errorf("audit: reading %s: %w", name, err)
+			return end, fmt.Errorf("audit: reading %s: %w", name, err)
 		}
-		end := bytes.LastIndexByte(data, '\n')
-		if end < 0 {
+		last := bytes.LastIndexByte(data, '\n')
+		if last < 0 {
 			if len(data) > 0 {
 				if err := os.Rename(path, path+tornSuffix); err != nil {
-					return fmt.Errorf("audit: setting aside %s: %w", name, err)
+					return end, fmt.Errorf("audit: setting aside %s: %w", name, err)
 				}
-				w.recovered = fmt.Sprintf("recovered: %s held %d torn bytes and no complete record; kept as %s", name, len(data), name+tornSuffix)
+				end.note = fmt.Sprintf("recovered: %s held %d torn bytes and no complete record; kept as %s", name, len(data), name+tornSuffix)
 			} else if err := os.Remove(path); err != nil {
-				return fmt.Errorf("audit: removing the empty %s: %w", name, err)
+				return end, fmt.Errorf("audit: removing the empty %s: %w", name, err)
 			}
 			names = names[:len(names)-1]
 			continue
 		}
-		start := bytes.LastIndexByte(data[:end], '\n') + 1
+		start := bytes.LastIndexByte(data[:last], '\n') + 1
 		var r Record
-		if err := json.Unmarshal(data[start:end], &r); err != nil || r.Hash == "" {
-			return fmt.Errorf("audit: the last record of %s does not parse (%v): the trail is damaged; run `lockgate audit verify %s`", name, err, w.opts.Dir)
+		if err := json.Unmarshal(data[start:last], &r); err != nil || r.Hash == "" {
+			return end, fmt.Errorf("audit: the last record of %s does not parse (%v): the trail is damaged; run `lockgate audit verify %s`", name, err, w.opts.Dir)
 		}
-		w.seq, w.prev = r.Seq, r.Hash
-		if r.Kind != KindCheckpoint {
-			// Records after the last checkpoint: the next checkpoint
-			// signs them with the rest.
-			w.sinceCP, w.firstUnsigned = 1, w.opts.Clock()
+		end.seq, end.hash, end.kind = r.Seq, r.Hash, r.Kind
+		if start > 0 && r.Kind == KindCheckpoint {
+			var before Record
+			from := bytes.LastIndexByte(data[:start-1], '\n') + 1
+			end.clean = json.Unmarshal(data[from:start-1], &before) == nil && before.Kind == KindStop
 		}
-		if torn := len(data) - end - 1; torn > 0 {
-			w.recovered = fmt.Sprintf(tornDetail, torn, r.Seq)
+		if torn := len(data) - last - 1; torn > 0 {
+			end.note, end.torn = fmt.Sprintf(tornDetail, torn, r.Seq), true
 		}
-		return nil
+		return end, nil
 	}
-	return nil
+	return end, nil
 }
 
 // build makes the next record of the chain from ev.
 func (w *writer) build(ev *Event) Record {
 	w.seq++
 	r := Record{
-		Seq: w.seq, Time: ev.Time.UTC().Format(TimeFormat), Instance: w.opts.Instance, Prev: w.prev,
+		Seq: w.seq, Time: formatTime(ev.Time), Instance: w.opts.Instance, Prev: w.prev,
 		Kind: ev.Kind, NS: ev.NS, Op: ev.Op, Mode: ev.Mode, Verdict: ev.Verdict, Reason: ev.Reason,
-		App: ev.App, User: ev.User, Client: ev.Client, Session: ev.Session, Tokens: ev.Tokens,
+		App: ev.App, User: ev.User, Client: ev.Client, Holder: ev.Holder, Tokens: ev.Tokens,
 		Policy: ev.Policy, Detail: ev.Detail, Count: ev.Count,
 	}
 	if len(ev.IDs) > 0 {
@@ -168,9 +349,9 @@ func (w *writer) build(ev *Event) Record {
 // checkpoint builds a signed checkpoint at the chain's end.
 func (w *writer) checkpoint(now time.Time) Record {
 	w.seq++
-	r := Record{Seq: w.seq, Time: now.UTC().Format(TimeFormat), Instance: w.opts.Instance, Prev: w.prev,
+	r := Record{Seq: w.seq, Time: formatTime(now), Instance: w.opts.Instance, Prev: w.prev,
 		Kind: KindCheckpoint, KeyID: w.opts.Key.ID, Count: uint64(w.sinceCP)}
-	r.MAC = r.computeMAC(w.opts.Key.Secret)
+	r.MAC = w.opts.Key.sign(&r)
 	return r
 }
 
@@ -182,6 +363,9 @@ func (w *writer) appendRecord(r *Record) error {
 	}
 	w.prev = r.Hash
 	w.kinds[r.Kind]++
+	if w.coll != nil {
+		w.recs = append(w.recs, *r)
+	}
 	return nil
 }
 
@@ -201,6 +385,8 @@ func (w *writer) writeBatch(items []item, final bool) error {
 		clear(w.kinds)
 	}
 	w.buf = w.buf[:0]
+	clear(w.recs)
+	w.recs = w.recs[:0]
 	clear(w.kinds)
 	needSync := false
 	var head *Record
@@ -253,10 +439,35 @@ func (w *writer) writeBatch(items []item, final bool) error {
 	return nil
 }
 
-// write appends w.buf to the current segment, opening one when none is;
-// on failure the segment is cut back to its size before.
+// write stores the batch in every sink: w.buf in the current segment,
+// w.recs in the collection. On failure nothing of it stays: the segment is
+// cut back, the collection's documents of the batch deleted.
 func (w *writer) write(sync bool, first uint64) error {
-	if len(w.buf) == 0 {
+	before := w.size
+	if err := w.writeFile(sync, first); err != nil {
+		return err
+	}
+	if w.coll == nil {
+		return nil
+	}
+	err := w.coll.insert(context.Background(), w.recs, sync)
+	if err != nil && w.f != nil && w.size != before {
+		if terr := w.f.Truncate(before); terr != nil {
+			// Records the chain will not hold stay in the segment: start
+			// a new one, as after a crash.
+			w.f.Close()
+			w.f = nil
+			return errors.Join(err, terr)
+		}
+		w.size = before
+	}
+	return err
+}
+
+// writeFile appends w.buf to the current segment, opening one when none
+// is; on failure the segment is cut back to its size before.
+func (w *writer) writeFile(sync bool, first uint64) error {
+	if len(w.buf) == 0 || w.lock == nil {
 		return nil
 	}
 	if w.f == nil {
@@ -320,8 +531,20 @@ func (w *writer) maintain() error {
 	return nil
 }
 
-// writeHead replaces head.json with the checkpoint, atomically.
+// writeHead records the checkpoint as the head of every sink.
 func (w *writer) writeHead(cp *Record) error {
+	var err error
+	if w.lock != nil {
+		err = w.writeHeadFile(cp)
+	}
+	if w.coll != nil {
+		err = errors.Join(err, w.coll.writeHead(context.Background(), cp))
+	}
+	return err
+}
+
+// writeHeadFile replaces head.json with the checkpoint, atomically.
+func (w *writer) writeHeadFile(cp *Record) error {
 	line, err := marshalLine(nil, cp)
 	if err != nil {
 		return err
@@ -353,7 +576,10 @@ func (w *writer) close() error {
 		err = errors.Join(w.f.Sync(), w.f.Close())
 		w.f = nil
 	}
-	return errors.Join(err, w.lock.Close())
+	if w.lock != nil {
+		err = errors.Join(err, w.lock.Close())
+	}
+	return err
 }
 
 func syncDir(dir string) error {

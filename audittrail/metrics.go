@@ -28,7 +28,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_audit_records_total",
-			Help: "Audit trail records written to the file sink, by kind (decision, lock, checkpoint, ...).",
+			Help: "Audit trail records written (to every sink: the files, the collection), by kind (decision, lock, checkpoint, ...).",
 		}, []string{"kind"}),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "lockgate_audit_batch_seconds",
@@ -45,7 +45,7 @@ func NewMetrics() *Metrics {
 		}),
 		sinkErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_audit_sink_errors_total",
-			Help: "Failed writes, fsyncs or rotations of the audit file sink; the writer retries.",
+			Help: "Failed writes, fsyncs or rotations of the audit trail's files, and failed inserts into its collection; the writer retries.",
 		}),
 		lastWrite: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lockgate_audit_last_write_timestamp_seconds",

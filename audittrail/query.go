@@ -15,18 +15,18 @@ import (
 // (42, "abc" quoted, ObjectId("...")) or ID is the string or ObjectId
 // hex unquoted.
 type Filter struct {
-	NS      string
-	ID      string
-	Session string
-	User    string
-	App     string
+	NS     string
+	ID     string
+	Holder string
+	User   string
+	App    string
 }
 
 func (f *Filter) match(r *Record) bool {
 	if r.Kind != KindDecision && r.Kind != KindLock {
 		return false
 	}
-	if (f.NS != "" && r.NS != f.NS) || (f.Session != "" && r.Session != f.Session) ||
+	if (f.NS != "" && r.NS != f.NS) || (f.Holder != "" && r.Holder != f.Holder) ||
 		(f.User != "" && r.User != f.User) || (f.App != "" && r.App != f.App) {
 		return false
 	}

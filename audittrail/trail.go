@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.mongodb.org/mongo-driver/mongo"
 	"go.uber.org/zap"
 )
 
@@ -36,6 +37,13 @@ const (
 	DefaultCheckpointInterval = 10 * time.Second
 	DefaultBufferSize         = 8192
 	maxBatch                  = 512
+	// linger is how long the writer waits after a batch that was not
+	// full before it takes the next one, unless a Commit calls it: a
+	// record handed over while the writer sleeps in the queue's receive
+	// costs the request path a wake-up of the writer (a futex call), one
+	// per record under a steady load; lingering makes it one per batch,
+	// and delays a best-effort record by at most this.
+	linger = 2 * time.Millisecond
 )
 
 // ErrUnavailable is Commit's error when the record could not be made
@@ -44,8 +52,15 @@ var ErrUnavailable = errors.New("audit trail unavailable")
 
 // Options configure a Trail.
 type Options struct {
-	// Dir holds the trail; one lockgate instance per directory.
+	// Dir holds the trail's files (the file sink); one lockgate instance
+	// per directory. Empty: no file sink.
 	Dir string
+	// Collection, when set, is the collection sink: one document per
+	// record, a unique index on (instance, seq), each instance's latest
+	// checkpoint in the collection named with HeadSuffix beside it. The
+	// caller owns the client. Dir, Collection or both must be set; with
+	// both, every record goes to both, in the same chain.
+	Collection *mongo.Collection
 	// Instance names the lockgate in every record (e.g. the host name).
 	Instance string
 	// Key signs checkpoints.
@@ -119,6 +134,8 @@ type Trail struct {
 	metrics *Metrics
 	queue   chan item
 	dropped atomic.Uint64
+	// urgent cuts the writer's linger short: a Commit waits.
+	urgent chan struct{}
 
 	closeOnce sync.Once
 	closing   chan struct{}
@@ -133,11 +150,14 @@ type Trail struct {
 // starts the writer. Close it to write the stop record.
 func Open(opts Options) (*Trail, error) {
 	opts.defaults()
-	if len(opts.Key.Secret) < MinKeyBytes {
-		return nil, fmt.Errorf("audit: the checkpoint key is %d bytes, at least %d are needed", len(opts.Key.Secret), MinKeyBytes)
+	if err := opts.Key.CanSign(); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if opts.Key.ID == "" {
 		opts.Key = NewKey(opts.Key.Secret)
+	}
+	if opts.Dir == "" && opts.Collection == nil {
+		return nil, errors.New("audit: no sink: set a directory, a collection or both")
 	}
 	w, err := openWriter(&opts)
 	if err != nil {
@@ -148,6 +168,7 @@ func Open(opts Options) (*Trail, error) {
 		log:     opts.Logger,
 		metrics: opts.Metrics,
 		queue:   make(chan item, opts.BufferSize),
+		urgent:  make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		closed:  make(chan struct{}),
 		w:       w,
@@ -202,6 +223,10 @@ func (t *Trail) Commit(ctx context.Context, ev Event) error {
 		return fmt.Errorf("%w: the buffer is full", ErrUnavailable)
 	}
 	select {
+	case t.urgent <- struct{}{}:
+	default: // the writer has been told already
+	}
+	select {
 	case err := <-done:
 		return err
 	case <-t.closed:
@@ -232,6 +257,9 @@ func (t *Trail) run() {
 	defer tick.Stop()
 	batch := make([]item, 0, maxBatch)
 	backoff := time.Duration(0)
+	pause := time.NewTimer(linger)
+	pause.Stop()
+	defer pause.Stop()
 	for {
 		var closing bool
 		select {
@@ -283,6 +311,18 @@ func (t *Trail) run() {
 		if closing {
 			t.closeErr = t.finish()
 			return
+		}
+		if n := len(t.queue); n < maxBatch {
+			// Let records gather before the next batch, unless a Commit
+			// waits or the trail closes.
+			pause.Reset(linger)
+			select {
+			case <-pause.C:
+			case <-t.urgent:
+				pause.Stop()
+			case <-t.closing:
+				pause.Stop()
+			}
 		}
 	}
 }

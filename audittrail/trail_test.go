@@ -55,7 +55,7 @@ func mustID(t testing.TB, v any) docid.ID {
 func decision(t testing.TB, i int) Event {
 	return Event{Kind: KindDecision, NS: "shop.orders", IDs: []docid.ID{mustID(t, int32(i))}, Op: "update",
 		Mode: "enforce", Verdict: VerdictAllow, App: "billing", User: "app@admin", Client: "10.0.0.1:5000",
-		Session: "ab12cd", Tokens: []int64{int64(i)}, Policy: "p1"}
+		Holder: "ab12cd", Tokens: []int64{int64(i)}, Policy: "p1"}
 }
 
 // writeTrail writes n decision records one Commit at a time (so that
@@ -292,7 +292,7 @@ func TestVerifyNamesTheFirstBadRecord(t *testing.T) {
 				}
 				k := NewKey([]byte("forger-forger-forger-forger-forger-1"))
 				r.KeyID, r.MAC = k.ID, ""
-				r.MAC = r.computeMAC(k.Secret)
+				r.MAC = k.sign(&r)
 				r.Hash, _ = r.computeHash(nil)
 				ls[i] = line(t, &r)
 				writeLines(t, p, ls)
@@ -528,7 +528,7 @@ func TestQueryHistoryOfOneDocument(t *testing.T) {
 	a := decision(t, 42)
 	b := decision(t, 43)
 	c := decision(t, 42)
-	c.Verdict, c.Reason, c.Session = VerdictReject, "held_by_other", "ffff00"
+	c.Verdict, c.Reason, c.Holder = VerdictReject, "held_by_other", "ffff00"
 	d := decision(t, 42)
 	d.NS = "shop.other"
 	for _, ev := range []Event{a, b, c, d} {
@@ -539,7 +539,7 @@ func TestQueryHistoryOfOneDocument(t *testing.T) {
 	tr.Close()
 	var got []string
 	err = Query(dir, Filter{NS: "shop.orders", ID: "42"}, func(r *Record) error {
-		got = append(got, r.Verdict+"/"+r.Session)
+		got = append(got, r.Verdict+"/"+r.Holder)
 		return nil
 	})
 	if err != nil {
@@ -549,7 +549,7 @@ func TestQueryHistoryOfOneDocument(t *testing.T) {
 		t.Fatalf("history of shop.orders 42: %v", got)
 	}
 	got = nil
-	Query(dir, Filter{Session: "ffff00"}, func(r *Record) error { got = append(got, r.IDs[0]); return nil })
+	Query(dir, Filter{Holder: "ffff00"}, func(r *Record) error { got = append(got, r.IDs[0]); return nil })
 	if fmt.Sprint(got) != "[42]" {
 		t.Fatalf("history of holder ffff00: %v", got)
 	}

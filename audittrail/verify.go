@@ -2,13 +2,18 @@ package audittrail
 
 import (
 	"bytes"
-	"crypto/hmac"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
 )
 
 // Problem is the first thing found wrong with a trail.
@@ -32,9 +37,13 @@ func (p *Problem) String() string {
 
 // Report is what Verify found.
 type Report struct {
-	Dir      string
-	Records  uint64 // records verified, checkpoints included
-	Segments int
+	// Dir is the trail's directory, or the collection (db.coll) when
+	// Collection; Instance is the instance verified in a collection.
+	Dir        string
+	Instance   string
+	Collection bool
+	Records    uint64 // records verified, checkpoints included
+	Segments   int
 	// LastCheckpoint is the seq of the last valid checkpoint; Unsigned
 	// the records after it, which no signature vouches for yet.
 	LastCheckpoint uint64
@@ -60,8 +69,12 @@ func (r *Report) Verdict() string {
 	if !r.Signed {
 		sig = "signatures NOT checked (no key)"
 	}
-	return fmt.Sprintf("OK %d records in %d segments, last checkpoint seq %d, %d unsigned after it, %s",
-		r.Records, r.Segments, r.LastCheckpoint, r.Unsigned, sig)
+	where := fmt.Sprintf("%d segments", r.Segments)
+	if r.Collection {
+		where = fmt.Sprintf("%s (instance %s)", r.Dir, r.Instance)
+	}
+	return fmt.Sprintf("OK %d records in %s, last checkpoint seq %d, %d unsigned after it, %s",
+		r.Records, where, r.LastCheckpoint, r.Unsigned, sig)
 }
 
 // Verify checks the trail in dir: every line a record in canonical form,
@@ -103,9 +116,9 @@ func VerifyWith(dir string, o VerifyOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := verifier{rep: &Report{Dir: dir, Signed: len(keys) > 0}, keys: map[string][]byte{}, checkpoints: map[uint64]string{}}
+	v := verifier{rep: &Report{Dir: dir, Signed: len(keys) > 0}, keys: map[string]Key{}, checkpoints: map[uint64]string{}}
 	for _, k := range keys {
-		v.keys[k.ID] = k.Secret
+		v.keys[k.ID] = k
 	}
 	if len(names) == 0 {
 		v.fail("", 0, "no segments (trail-*.jsonl) in %s", dir)
@@ -137,7 +150,7 @@ func VerifyWith(dir string, o VerifyOptions) (*Report, error) {
 
 type verifier struct {
 	rep         *Report
-	keys        map[string][]byte
+	keys        map[string]Key
 	seq         uint64 // last good seq
 	prev        string // its hash
 	checkpoints map[uint64]string
@@ -208,6 +221,12 @@ func (v *verifier) record(seg string, line int, raw []byte) bool {
 		v.fail(seg, line, "the line is not as written (altered bytes)")
 		return false
 	}
+	return v.check(seg, line, &r)
+}
+
+// check verifies one parsed record at its place in the chain.
+func (v *verifier) check(seg string, line int, rp *Record) bool {
+	r := *rp
 	var hash string
 	hash, v.scratch = r.computeHash(v.scratch)
 	if hash != r.Hash {
@@ -234,7 +253,7 @@ func (v *verifier) record(seg string, line int, raw []byte) bool {
 		return false
 	}
 	if line == 1 && v.torn > 0 {
-		if r.Kind != KindStart || r.Detail != fmt.Sprintf(tornDetail, v.torn, v.seq) {
+		if r.Kind != KindStart || !strings.HasPrefix(r.Detail, fmt.Sprintf(tornDetail, v.torn, v.seq)) {
 			v.fail(seg, line, "%s ends with %d bytes that are no record, and this segment's start record does not declare them: the end of %s was altered", v.tornName, v.torn, v.tornName)
 			return false
 		}
@@ -264,7 +283,7 @@ func (v *verifier) checkMAC(seg string, line int, r *Record) bool {
 		v.fail(seg, line, "checkpoint signed with key %q, which is not among the keys given: a wrong key, or a forged checkpoint", r.KeyID)
 		return false
 	}
-	if !hmac.Equal([]byte(r.computeMAC(key)), []byte(r.MAC)) {
+	if !key.check(r) {
 		v.fail(seg, line, "bad checkpoint signature: the checkpoint or a record before it was replaced")
 		return false
 	}
@@ -285,10 +304,24 @@ func (v *verifier) head(path, headFile string, given bool) {
 		v.fail(headFile, 0, "unreadable: %v", err)
 		return
 	}
-	var r Record
+	// The head of a collection, exported (mongoexport's relaxed JSON),
+	// carries its _id too.
+	var hd struct {
+		ID json.RawMessage `json:"_id"`
+		Record
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil || r.Kind != KindCheckpoint {
+	if err := dec.Decode(&hd); err != nil || hd.Kind != KindCheckpoint {
+		v.fail(headFile, 0, "not a checkpoint: altered")
+		return
+	}
+	v.headRecord(headFile, &hd.Record)
+}
+
+// headRecord checks that the trail reaches the signed head r.
+func (v *verifier) headRecord(headFile string, r *Record) {
+	if r.Kind != KindCheckpoint {
 		v.fail(headFile, 0, "not a checkpoint: altered")
 		return
 	}
@@ -296,7 +329,7 @@ func (v *verifier) head(path, headFile string, given bool) {
 		v.fail(headFile, 0, "hash does not match its content: altered")
 		return
 	}
-	if !v.checkMAC(headFile, 0, &r) {
+	if !v.checkMAC(headFile, 0, r) {
 		return
 	}
 	if r.Seq > v.seq {
@@ -310,24 +343,93 @@ func (v *verifier) head(path, headFile string, given bool) {
 	}
 }
 
-// KeyFromFile reads a checkpoint key: the file's content, white space
-// around it ignored.
-func KeyFromFile(path string) (Key, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Key{}, err
-	}
-	b = []byte(strings.TrimSpace(string(b)))
-	if len(b) < MinKeyBytes {
-		return Key{}, fmt.Errorf("the key in %s is %d bytes, at least %d are needed (e.g. openssl rand -hex 32 > %s)", path, len(b), MinKeyBytes, path)
-	}
-	return NewKey(b), nil
-}
-
 // span names the records from a to b.
 func span(a, b uint64) string {
 	if a == b {
 		return fmt.Sprintf("record %d is", a)
 	}
 	return fmt.Sprintf("records %d to %d are", a, b)
+}
+
+// VerifyCollection is Verify for one instance's records in a trail
+// collection: read in seq order, each document a record (decodeDoc), the
+// same chain and signature checks, and the chain reaching the instance's
+// document in the head collection (and any shipped heads in o.Heads). A
+// problem names the document by its _id. An error is returned only when
+// the collection cannot be read.
+func VerifyCollection(ctx context.Context, coll *mongo.Collection, instance string, o VerifyOptions) (*Report, error) {
+	name := coll.Database().Name() + "." + coll.Name()
+	v := verifier{rep: &Report{Dir: name, Instance: instance, Collection: true, Signed: len(o.Keys) > 0},
+		keys: map[string]Key{}, checkpoints: map[uint64]string{}}
+	for _, k := range o.Keys {
+		v.keys[k.ID] = k
+	}
+	v.rep.Notes = append(v.rep.Notes, indexNote(ctx, coll)...)
+	cur, err := coll.Find(ctx, bson.D{{Key: "instance", Value: instance}},
+		options.Find().SetSort(bson.D{{Key: "seq", Value: 1}, {Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close(ctx)
+	first := true
+	for cur.Next(ctx) {
+		where := name + " document " + docID(cur.Current)
+		r, err := decodeDoc(cur.Current)
+		if err != nil {
+			v.fail(where, 0, "not a record (%v): altered, inserted or damaged", err)
+			return v.rep, nil
+		}
+		if first && o.Pruned && r.Seq > 1 {
+			v.seq, v.pruned = r.Seq-1, true
+			v.rep.Notes = append(v.rep.Notes, fmt.Sprintf("pruned trail: verified from seq %d; the records before it were not checked", r.Seq))
+		}
+		first = false
+		if !v.check(where, 0, &r) {
+			return v.rep, nil
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, err
+	}
+	if first {
+		v.fail(name, 0, "no records of instance %q", instance)
+		return v.rep, nil
+	}
+	headName := name + HeadSuffix + " document " + strconv.Quote(instance)
+	raw, err := coll.Database().Collection(coll.Name()+HeadSuffix).FindOne(ctx, bson.D{{Key: "_id", Value: instance}}).Raw()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		v.rep.Notes = append(v.rep.Notes, "no head document in "+name+HeadSuffix+": a deleted tail cannot be detected")
+	case err != nil:
+		return nil, err
+	default:
+		r, err := decodeDoc(raw)
+		if err != nil {
+			v.fail(headName, 0, "not a checkpoint (%v): altered", err)
+			return v.rep, nil
+		}
+		v.headRecord(headName, &r)
+	}
+	for _, h := range o.Heads {
+		if v.rep.Problem != nil {
+			break
+		}
+		v.head(h, h, true)
+	}
+	return v.rep, nil
+}
+
+// indexNote warns when the unique (instance, seq) index is gone: verify
+// still finds a repeated seq, but inserts are no longer refused.
+func indexNote(ctx context.Context, coll *mongo.Collection) []string {
+	specs, err := coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("could not list the indexes (%v)", err)}
+	}
+	for _, s := range specs {
+		if s.Name == IndexName && s.Unique != nil && *s.Unique {
+			return nil
+		}
+	}
+	return []string{"the unique index " + IndexName + " is missing: someone with write access dropped it"}
 }

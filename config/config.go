@@ -218,12 +218,16 @@ type Limits struct {
 type Audit struct {
 	// Enabled turns the trail on.
 	Enabled bool `yaml:"enabled"`
-	// Dir holds this instance's trail; one lockgate per directory.
+	// Dir holds this instance's trail files (the file sink); one lockgate
+	// per directory. Empty: no file sink.
 	Dir string `yaml:"dir"`
+	// Collection is the MongoDB collection sink; both sinks may be on.
+	Collection AuditCollection `yaml:"collection"`
 	// Instance names this lockgate in every record; empty means the host
 	// name.
 	Instance string `yaml:"instance"`
-	// KeyFile holds the secret (at least 32 bytes) that signs checkpoints.
+	// KeyFile holds the key that signs checkpoints: an HMAC secret (at
+	// least 32 bytes) or an Ed25519 private key (PEM, PKCS #8).
 	KeyFile string `yaml:"keyFile"`
 	// Mode is the durability mode.
 	Mode AuditMode `yaml:"mode"`
@@ -239,6 +243,29 @@ type Audit struct {
 	// full, records are dropped (counted, and noted in the trail), never
 	// writes delayed.
 	BufferRecords int `yaml:"bufferRecords"`
+}
+
+// AuditCollection is the audit trail's collection sink: one document per
+// record, in the lock store's sealed database or at a deployment of its
+// own.
+type AuditCollection struct {
+	// Name is the collection's; empty: no collection sink.
+	Name string `yaml:"name"`
+	// Database holds it; empty: lockstore.database.
+	Database string `yaml:"database"`
+	// URI is a deployment of its own, with its own credentials; empty:
+	// the lock store's deployment. On the upstream deployment the
+	// collection must be in the lock store's database, which clients
+	// cannot reach through lockgate.
+	URI string `yaml:"uri"`
+}
+
+// DB is the collection's database: Database, or the lock store's.
+func (c AuditCollection) DB(ls Lockstore) string {
+	if c.Database != "" {
+		return c.Database
+	}
+	return ls.Database
 }
 
 // AuditMode is the audit trail's durability mode.

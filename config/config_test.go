@@ -657,6 +657,22 @@ func TestAuditValidation(t *testing.T) {
 		{func(a *Audit) { a.CheckpointInterval = 0 }, []string{"audit.checkpointInterval"}},
 		{func(a *Audit) { a.BufferRecords = -1 }, []string{"audit.bufferRecords"}},
 		{func(a *Audit) { a.Enabled, a.Dir, a.KeyFile = true, "/tmp/t", "/tmp/k" }, nil},
+		// The collection sink alone, in the lock store's sealed database.
+		{func(a *Audit) { a.Enabled, a.Collection.Name, a.KeyFile = true, "audit", "/tmp/k" }, nil},
+		{func(a *Audit) { a.Collection.Database = "lockgate" }, []string{"audit.collection.name"}},
+		{func(a *Audit) { a.Collection.Name = "a$b" }, []string{"audit.collection.name"}},
+		{func(a *Audit) { a.Collection.Name = "locks" }, []string{"audit.collection.name"}},
+		{func(a *Audit) { a.Collection.Name = "locks_claims" }, []string{"audit.collection.name"}},
+		// Another database of the upstream: clients could rewrite it.
+		{func(a *Audit) { a.Collection.Name, a.Collection.Database = "audit", "shop" }, []string{"audit.collection.database"}},
+		{func(a *Audit) {
+			a.Collection.Name, a.Collection.Database, a.Collection.URI = "audit", "shop", "mongodb://127.0.0.1:27017/"
+		}, []string{"audit.collection.database"}},
+		// ... unless it is a deployment of its own.
+		{func(a *Audit) {
+			a.Collection.Name, a.Collection.Database, a.Collection.URI = "audit", "evidence", "mongodb://audit.example:27017/"
+		}, nil},
+		{func(a *Audit) { a.Collection.Name, a.Collection.Database = "audit", "admin" }, []string{"audit.collection.database", "audit.collection.database"}},
 	} {
 		c := Default()
 		tc.set(&c.Audit)
@@ -692,7 +708,7 @@ func TestAuditRequiredRuleValidation(t *testing.T) {
 	}{
 		{false, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true}, []string{"policy.namespaces[0].auditRequired"}},
 		{true, NamespaceRule{Match: "a.b", Mode: ModeAudit, AuditRequired: true}, []string{"policy.namespaces[0].auditRequired"}},
-		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true, Scheme: &Scheme{Type: SchemeFlag}}, []string{"policy.namespaces[0].auditRequired"}},
+		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true, Scheme: &Scheme{Type: SchemeFlag}}, nil},
 		{true, NamespaceRule{Match: "a.b", Mode: ModeEnforce, AuditRequired: true}, nil},
 	} {
 		c := Default()
@@ -709,11 +725,11 @@ func TestAuditRequiredRuleValidation(t *testing.T) {
 			t.Errorf("enabled %v, %+v: errors on %v, want %v (%v)", tc.enabled, tc.rule, got, tc.keys, c.Validate())
 		}
 	}
-	// audit.mode required would not hold on a scheme's writes.
+	// audit.mode required holds on a scheme's writes too.
 	c := Default()
 	c.Audit.Enabled, c.Audit.Dir, c.Audit.KeyFile, c.Audit.Mode = true, "/tmp/t", "/tmp/k", AuditRequired
 	c.Policy.Namespaces = []NamespaceRule{{Match: "a.b", Mode: ModeEnforce, Scheme: &Scheme{Type: SchemeFlag}}}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "audit.mode: required is not available with scheme rules") {
+	if err := c.Validate(); err != nil {
 		t.Errorf("audit.mode required with a scheme rule: %v", err)
 	}
 }

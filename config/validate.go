@@ -131,11 +131,6 @@ func (c *Config) validateAudit(v *validator) {
 		v.add("audit.mode", "required needs audit.enabled: true (no write may pass without a record, and there is no trail)")
 	}
 	for i, r := range c.Policy.Namespaces {
-		if a.Mode == AuditRequired && r.Scheme != nil && r.Mode == ModeEnforce {
-			// A scheme's writes are decided on another path that does
-			// not wait for their records: required would not hold there.
-			v.add("audit.mode", "required is not available with scheme rules yet (policy.namespaces[%d].scheme): use auditRequired on the other rules", i)
-		}
 		if !r.AuditRequired {
 			continue
 		}
@@ -145,18 +140,17 @@ func (c *Config) validateAudit(v *validator) {
 			v.add(key, "needs audit.enabled: true (no write may pass without a record, and there is no trail)")
 		case r.Mode != ModeEnforce:
 			v.add(key, "applies to enforce rules only (an audit rule never refuses a write), got mode %q", r.Mode)
-		case r.Scheme != nil:
-			v.add(key, "is not available with a scheme yet")
 		}
 	}
 	if a.Enabled {
-		if a.Dir == "" {
-			v.add("audit.dir", "required when audit.enabled is true: the directory of this instance's trail")
+		if a.Dir == "" && a.Collection.Name == "" {
+			v.add("audit.dir", "required when audit.enabled is true, unless audit.collection.name is set: the directory of this instance's trail")
 		}
 		if a.KeyFile == "" {
 			v.add("audit.keyFile", "required when audit.enabled is true: a file of at least 32 secret bytes that signs checkpoints (openssl rand -hex 32)")
 		}
 	}
+	c.validateAuditCollection(v)
 	if n := a.SegmentMaxBytes; n < 4096 || n > 1<<40 {
 		v.add("audit.segmentMaxBytes", "must be between 4096 and %d, got %d", int64(1<<40), n)
 	}
@@ -171,6 +165,37 @@ func (c *Config) validateAudit(v *validator) {
 	}
 	if n := a.BufferRecords; n < 1 || n > 10000000 {
 		v.add("audit.bufferRecords", "must be between 1 and 10000000, got %d", n)
+	}
+}
+
+func (c *Config) validateAuditCollection(v *validator) {
+	ac, ls := c.Audit.Collection, c.Lockstore
+	if ac.Name == "" {
+		if ac.Database != "" || ac.URI != "" {
+			v.add("audit.collection.name", "required when audit.collection.database or .uri is set")
+		}
+		return
+	}
+	if err := checkCollName(ac.Name); err != "" {
+		v.add("audit.collection.name", "%s, got %q", err, ac.Name)
+	}
+	db := ac.DB(ls)
+	if err := checkDBName(db); err != "" {
+		v.add("audit.collection.database", "%s, got %q", err, db)
+	} else if isServerDB(db) {
+		v.add("audit.collection.database", "must not be one of the server's own databases (admin, config, local), got %q", db)
+	}
+	lockDB := strings.EqualFold(db, ls.Database)
+	onUpstream := ac.URI == c.Upstream.URI || (ac.URI == "" && (ls.URI == "" || ls.URI == c.Upstream.URI))
+	if onUpstream && !lockDB {
+		v.add("audit.collection.database", "must be the lock store's database %q while the collection is on the upstream deployment (clients reach every other database of it through lockgate, and could rewrite the trail); or give it a deployment of its own (audit.collection.uri), got %q", ls.Database, db)
+	}
+	if lockDB && (ac.URI == "" || ac.URI == ls.URI) {
+		for _, lc := range []string{ls.Collection, ls.Collection + "_claims", ls.Collection + "_txns"} {
+			if strings.EqualFold(ac.Name, lc) || strings.EqualFold(ac.Name+"_head", lc) {
+				v.add("audit.collection.name", "must not be one of the lock store's collections (%s), got %q", lc, ac.Name)
+			}
+		}
 	}
 }
 

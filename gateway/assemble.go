@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/admin"
@@ -60,6 +61,10 @@ type assembly struct {
 	srv          *proxy.Server
 	adm          *admin.Server
 	trail        *audittrail.Trail // nil unless audit.enabled
+	// auditClient, auditColl: the trail's collection sink, if any.
+	auditClient   *mongo.Client
+	auditColl     *mongo.Collection
+	auditInstance string
 }
 
 func (a *assembly) undo() {
@@ -162,6 +167,9 @@ func (a *assembly) openLockStore() (err error) {
 	}
 	a.lsMetrics = lockstore.NewMetrics()
 	opts = append(opts, lockstore.WithMetrics(a.lsMetrics))
+	if hook := a.expiries(); hook != nil {
+		opts = append(opts, lockstore.WithExpiryHook(hook))
+	}
 	a.store, err = lockstore.Open(a.ctx, lockstore.Config{
 		URI:          lockURI,
 		Database:     cfg.Lockstore.Database,
@@ -196,7 +204,7 @@ func (a *assembly) newGuard() error {
 		Store:          store,
 		Trail:          trail,
 		AuditRequired:  trail != nil && cfg.Audit.Mode == config.AuditRequired,
-		Reserved:       reservedNamespaces(cfg.Lockstore),
+		Reserved:       auditReserved(reservedNamespaces(cfg.Lockstore), cfg),
 		OwnerSecret:    a.ownerSecret,
 		AuthRequired:   a.authRequired.Load,
 		Resolver:       guard.NewResolver(up.Client()),
@@ -292,7 +300,7 @@ func (a *assembly) run() *Gateway {
 	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn, a.forceReleases())
 	mountConsole(adm, store, gd.Policy, a.reg, token != "")
 	if a.trail != nil {
-		mountAuditHistory(adm, a.cfg.Audit.Dir)
+		mountAuditHistory(adm, a.historyQuery())
 	}
 
 	g = &Gateway{
@@ -349,10 +357,8 @@ func (a *assembly) run() *Gateway {
 		}
 		// Last: the releases of the shutdown are in the trail before
 		// its stop record.
-		if a.trail != nil {
-			if err := a.trail.Close(); err != nil {
-				g.fail(fmt.Errorf("audit trail close: %w", err))
-			}
+		if err := a.closeAudit(); err != nil {
+			g.fail(fmt.Errorf("audit trail close: %w", err))
 		}
 		close(g.done)
 	}()

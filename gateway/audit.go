@@ -6,21 +6,27 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/admin"
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard"
 	"github.com/lockgate/lockgate/lockstore"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
 )
 
 // openAudit registers the trail's metrics (always, so that the series
 // alerts name exist: at zero, capacity 0, without a trail) and opens the
-// trail when audit.enabled: its key, its directory (recovered after a
-// crash); the trail records the policy in force at start.
+// trail when audit.enabled: its key, its sinks (the directory recovered
+// after a crash, the collection on a client of its own); the trail
+// records the policy in force at start.
 func (a *assembly) openAudit() error {
 	c := a.cfg.Audit
 	m := audittrail.NewMetrics()
@@ -40,8 +46,24 @@ func (a *assembly) openAudit() error {
 			return fmt.Errorf("audit.instance: empty, and the host name is unknown: %w", err)
 		}
 	}
+	var coll *mongo.Collection
+	if c.Collection.Name != "" {
+		// A client of its own: the trail's last records (stop, the final
+		// checkpoint) are written after the upstream's client is closed,
+		// and a separate deployment has credentials of its own.
+		uri := auditURI(a.cfg)
+		a.auditClient, err = mongo.Connect(a.ctx, options.Client().ApplyURI(uri).SetAppName("lockgate-audit").
+			SetMaxPoolSize(4).SetServerSelectionTimeout(lockstore.DefaultOpTimeout))
+		if err != nil {
+			return fmt.Errorf("audit.collection.uri: %w", err)
+		}
+		client := a.auditClient
+		a.cleanup = append(a.cleanup, func() error { return client.Disconnect(context.Background()) })
+		coll = a.auditClient.Database(c.Collection.DB(a.cfg.Lockstore)).Collection(c.Collection.Name)
+	}
 	a.trail, err = audittrail.Open(audittrail.Options{
 		Dir:                c.Dir,
+		Collection:         coll,
 		Instance:           instance,
 		Key:                key,
 		SegmentBytes:       c.SegmentMaxBytes,
@@ -55,10 +77,62 @@ func (a *assembly) openAudit() error {
 	if err != nil {
 		return err
 	}
+	a.auditColl, a.auditInstance = coll, instance
 	a.cleanup = append(a.cleanup, a.trail.Close)
 	a.trail.Append(audittrail.Event{Kind: audittrail.KindReload, Policy: a.pol.Version(), Detail: "policy at start"})
-	a.log.Info("audit trail open", zap.String("dir", c.Dir), zap.String("instance", instance))
+	a.log.Info("audit trail open", zap.String("dir", c.Dir), zap.String("collection", c.Collection.Name), zap.String("instance", instance))
 	return nil
+}
+
+// closeAudit closes the trail (its stop record and final checkpoint),
+// then the collection sink's client.
+func (a *assembly) closeAudit() error {
+	if a.trail == nil {
+		return nil
+	}
+	err := a.trail.Close()
+	if a.auditClient != nil {
+		err = errors.Join(err, a.auditClient.Disconnect(context.Background()))
+	}
+	return err
+}
+
+// auditURI is the collection sink's deployment: its own, or the lock
+// store's.
+func auditURI(cfg *config.Config) string {
+	switch {
+	case cfg.Audit.Collection.URI != "":
+		return cfg.Audit.Collection.URI
+	case cfg.Lockstore.URI != "":
+		return cfg.Lockstore.URI
+	}
+	return cfg.Upstream.URI
+}
+
+// auditReserved adds the trail collection and its head collection to the
+// namespaces clients may not touch, when they are in the lock store's
+// database (validation requires that on the upstream deployment).
+func auditReserved(r guard.Reserved, cfg *config.Config) guard.Reserved {
+	ac := cfg.Audit.Collection
+	if !cfg.Audit.Enabled || ac.Name == "" || !strings.EqualFold(ac.DB(cfg.Lockstore), r.DB) {
+		return r
+	}
+	r.Collections = append(slices.Clone(r.Collections), ac.Name, ac.Name+audittrail.HeadSuffix)
+	return r
+}
+
+// historyQuery answers GET /audit/history from the trail's files, or from
+// its collection (this instance's records) when it has no files.
+func (a *assembly) historyQuery() func(ctx context.Context, f audittrail.Filter, fn func(*audittrail.Record) error) error {
+	if dir := a.cfg.Audit.Dir; dir != "" {
+		return func(_ context.Context, f audittrail.Filter, fn func(*audittrail.Record) error) error {
+			return audittrail.Query(dir, f, fn)
+		}
+	}
+	coll, instance := a.auditColl, a.auditInstance
+	return func(ctx context.Context, f audittrail.Filter, fn func(*audittrail.Record) error) error {
+		return audittrail.QueryCollection(ctx, coll, instance, f, fn)
+	}
 }
 
 // auditedStore records the lock commands that change locks (acquire,
@@ -73,7 +147,7 @@ type auditedStore struct {
 
 func (s *auditedStore) record(op string, o lockstore.Owner, ns string, ids []docid.ID, locks []lockstore.Lock, n int, err error) {
 	ev := audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: op, NS: ns, IDs: ids,
-		App: o.App, User: o.User, Client: o.Client, Session: lockstore.SessionPrefix(o.Session), Verdict: audittrail.VerdictOK}
+		App: o.App, User: o.User, Client: o.Client, Holder: lockstore.SessionPrefix(o.Session), Verdict: audittrail.VerdictOK}
 	if len(locks) > 0 {
 		ev.IDs = make([]docid.ID, len(locks))
 		ev.Tokens = make([]int64, len(locks))
@@ -135,8 +209,27 @@ func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote s
 		h := before.Holder
 		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: "forceRelease", NS: ns,
 			IDs: []docid.ID{id}, Tokens: []int64{before.Token}, Verdict: audittrail.VerdictOK,
-			App: h.App, User: h.User, Client: h.Client, Session: h.SessionPrefix,
+			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix,
 			Detail: fmt.Sprintf("force-released by the operator at %s: %s", remote, reason)})
+	}
+}
+
+// expiries records in the trail the locks whose lease ended without a
+// release, when the lock store takes them over: a lock record "expire"
+// with the former holder's app, user, client and tag, and its token; nil
+// without a trail.
+func (a *assembly) expiries() func(lockstore.Expiry) {
+	trail := a.trail
+	if trail == nil {
+		return nil
+	}
+	return func(e lockstore.Expiry) {
+		h := e.Former
+		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: e.At, Op: "expire", NS: e.NS,
+			IDs: []docid.ID{e.ID}, Tokens: []int64{h.Token}, Verdict: audittrail.VerdictOK,
+			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix,
+			Detail: fmt.Sprintf("the lease ended at %s without a release; taken over by a new holder (token %d)",
+				h.ExpiresAt.UTC().Format(time.RFC3339Nano), e.Token)})
 	}
 }
 
@@ -144,17 +237,17 @@ func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote s
 const maxHistory = 10000
 
 // mountAuditHistory serves GET /audit/history: the trail's decision and
-// lock records of one document (ns and id) or one holder (session), in
+// lock records of one document (ns and id) or one holder (holder), in
 // trail order, as `lockgate audit query` prints them. Each request reads
 // the trail's files, so it needs a filter and runs one at a time (a
 // second concurrent one is told to retry); it reads, it does not verify.
-func mountAuditHistory(adm *admin.Server, dir string) {
+func mountAuditHistory(adm *admin.Server, query func(context.Context, audittrail.Filter, func(*audittrail.Record) error) error) {
 	busy := make(chan struct{}, 1)
 	adm.Handle("/audit/history", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
-		f := audittrail.Filter{NS: q.Get("ns"), ID: q.Get("id"), Session: q.Get("session"), User: q.Get("user"), App: q.Get("app")}
+		f := audittrail.Filter{NS: q.Get("ns"), ID: q.Get("id"), Holder: q.Get("holder"), User: q.Get("user"), App: q.Get("app")}
 		if f == (audittrail.Filter{}) {
-			return nil, admin.BadRequest(errors.New("name ns and id (a document's history), session (a holder's), user or app"))
+			return nil, admin.BadRequest(errors.New("name ns and id (a document's history), holder (a holder tag: its history), user or app"))
 		}
 		limit, err := queryLimit(q.Get("limit"))
 		if err != nil {
@@ -171,7 +264,7 @@ func mountAuditHistory(adm *admin.Server, dir string) {
 		}
 		records := []*audittrail.Record{}
 		truncated := false
-		err = audittrail.Query(dir, f, func(rec *audittrail.Record) error {
+		err = query(r.Context(), f, func(rec *audittrail.Record) error {
 			if len(records) == limit {
 				truncated = true
 				return errStopQuery
@@ -192,8 +285,13 @@ var errStopQuery = errors.New("enough records")
 // enough, its directory a directory lockgate can write in (created if
 // missing, as Start would).
 func checkAudit(c config.Audit) error {
-	if _, err := audittrail.KeyFromFile(c.KeyFile); err != nil {
+	if k, err := audittrail.KeyFromFile(c.KeyFile); err != nil {
 		return fmt.Errorf("audit.keyFile: %w", err)
+	} else if err := k.CanSign(); err != nil {
+		return fmt.Errorf("audit.keyFile: %w", err)
+	}
+	if c.Dir == "" {
+		return nil
 	}
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return fmt.Errorf("audit.dir: %w", err)

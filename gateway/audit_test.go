@@ -165,15 +165,15 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	}
 	// alpha's lock and its write under it carry the same holder tag, and
 	// the lock record the token it was granted.
-	if records[1].Session == "" || records[1].Session != records[2].Session || records[1].Session == records[3].Session {
-		t.Fatalf("holder tags: lock %q, write %q, beta %q", records[1].Session, records[2].Session, records[3].Session)
+	if records[1].Holder == "" || records[1].Holder != records[2].Holder || records[1].Holder == records[3].Holder {
+		t.Fatalf("holder tags: lock %q, write %q, beta %q", records[1].Holder, records[2].Holder, records[3].Holder)
 	}
 	if len(records[1].Tokens) != 1 || records[1].Tokens[0] < 1 {
 		t.Fatalf("acquire record without its token: %+v", records[1])
 	}
 	got = nil
 	audittrail.Query(dir, audittrail.Filter{NS: "shop.orders", ID: "43"}, func(r *audittrail.Record) error {
-		got = append(got, fmt.Sprintf("%s %s %s %s %t", r.Kind, r.Op, r.Verdict, r.App, r.Session == records[1].Session))
+		got = append(got, fmt.Sprintf("%s %s %s %s %t", r.Kind, r.Op, r.Verdict, r.App, r.Holder == records[1].Holder))
 		if r.Op == "forceRelease" && !strings.Contains(r.Detail, "stuck job") {
 			t.Errorf("force-release record without the reason: %+v", r)
 		}
@@ -321,4 +321,264 @@ func TestCheckAudit(t *testing.T) {
 	if err := checkAudit(c); err == nil || !strings.Contains(err.Error(), "audit.dir") {
 		t.Fatalf("a file as the directory: %v", err)
 	}
+}
+
+// TestAuditTrailInACollection: a gateway whose only sink is a collection
+// of the lock store's database. Clients cannot touch that collection
+// through lockgate; a lock whose lease ran out and was taken over gives
+// an expire record with the former holder's tag; GET /audit/history
+// answers from the collection (?holder=); the trail verifies.
+func TestAuditTrailInACollection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	up := startEmbedded(t)
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "0123456789abcdef0123456789abcdef-collection"
+	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
+	cfg.Audit.Enabled, cfg.Audit.KeyFile, cfg.Audit.Instance = true, keyFile, "gw-coll"
+	cfg.Audit.Collection.Name = "audit"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := "mongodb://" + gw.ProxyAddr().String() + "/"
+	session := func(app string) (*mongo.Client, mongo.SessionContext) {
+		c, err := mongo.Connect(ctx, options.Client().ApplyURI(uri).SetAppName(app))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Disconnect(context.Background()) })
+		s, err := c.StartSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.EndSession(context.Background()) })
+		return c, mongo.NewSessionContext(ctx, s)
+	}
+	alpha, actx := session("alpha")
+	beta, bctx := session("beta")
+	// alpha's lease runs out; beta waits for the lock and takes it over.
+	if err := alpha.Database("shop").RunCommand(actx, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "leaseMS", Value: 300}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := beta.Database("shop").RunCommand(bctx, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "waitMS", Value: 20000}}).Err(); err != nil {
+		t.Fatalf("beta's acquire after alpha's lease ran out: %v", err)
+	}
+	if _, err := beta.Database("shop").Collection("orders").InsertOne(bctx, bson.D{{Key: "_id", Value: 42}}); err != nil {
+		t.Fatal(err)
+	}
+	// The trail's collection is sealed like the lock store's.
+	for _, coll := range []string{"audit", "audit" + audittrail.HeadSuffix} {
+		if _, err := alpha.Database("lockgate").Collection(coll).DeleteMany(actx, bson.D{}); err == nil {
+			t.Fatalf("a client deleted lockgate.%s through lockgate", coll)
+		}
+	}
+
+	var hist struct {
+		Records []audittrail.Record `json:"records"`
+	}
+	admin := "http://" + gw.AdminAddr().String() + "/audit/history"
+	var alphaTag string
+	deadline := time.Now().Add(10 * time.Second)
+	for alphaTag == "" && time.Now().Before(deadline) {
+		_, body := httpGet(t, admin+"?app=alpha")
+		json.Unmarshal([]byte(body), &hist)
+		for _, r := range hist.Records {
+			if r.Op == "acquire" {
+				alphaTag = r.Holder
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var got []string
+	for time.Now().Before(deadline) {
+		code, body := httpGet(t, admin+"?holder="+alphaTag)
+		if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil {
+			t.Fatalf("/audit/history?holder=: %d %s", code, body)
+		}
+		got = got[:0]
+		for _, r := range hist.Records {
+			got = append(got, fmt.Sprintf("%s %s %s %s %v", r.Kind, r.Op, r.App, r.NS, r.IDs))
+		}
+		if len(got) >= 2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alphaTag == "" || strings.Join(got, "; ") != "lock acquire alpha shop.orders [42]; lock expire alpha shop.orders [42]" {
+		t.Fatalf("alpha's (%q) history: %q", alphaTag, got)
+	}
+	if exp := hist.Records[1]; len(exp.Tokens) != 1 || exp.Tokens[0] != hist.Records[0].Tokens[0] || !strings.Contains(exp.Detail, "without a release") {
+		t.Fatalf("the expire record does not name alpha's lease: %+v (acquired %+v)", exp, hist.Records[0])
+	}
+	cancel()
+	if err := gw.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(up.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	rep, err := audittrail.VerifyCollection(context.Background(), c.Database("lockgate").Collection("audit"), "gw-coll",
+		audittrail.VerifyOptions{Keys: []audittrail.Key{audittrail.NewKey([]byte(secret))}})
+	if err != nil || !rep.OK() || rep.Unsigned != 0 {
+		t.Fatalf("the gateway's collection trail: %v %s %q", err, rep.Verdict(), rep.Notes)
+	}
+	t.Log(rep.Verdict())
+}
+
+// TestAuditRequiredSchemeRule: auditRequired on a rule with a locking
+// scheme (holderFields). The scheme's steps that lockgate runs itself
+// (the acquire, the release) and the holder's writes reach the database
+// only once their allow record is durable: with the trail failing, an
+// acquire is refused with LockBusy audit_unavailable and the document
+// keeps no lock; with the trail back it works again; every acknowledged
+// step has its allow record.
+func TestAuditRequiredSchemeRule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts FerretDB")
+	}
+	up := startEmbedded(t)
+	dir := filepath.Join(t.TempDir(), "trail")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	secret := "0123456789abcdef0123456789abcdef-scheme"
+	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Upstream.URI = up.URI()
+	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "work.jobs", Mode: config.ModeEnforce, AuditRequired: true,
+		Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 60000}}}
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile = true, dir, keyFile
+	cfg.Audit.SegmentMaxBytes = 4096 // rotate often: each new segment needs the directory
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := mongo.Connect(ctx, options.Client().ApplyURI(up.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Disconnect(context.Background())
+	if _, err := direct.Database("work").Collection("jobs").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}, {Key: "LockId", Value: nil}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+gw.ProxyAddr().String()+"/").SetAppName("scheme-req"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	jobs := c.Database("work").Collection("jobs")
+	free := bson.D{{Key: "_id", Value: 1}, {Key: "LockId", Value: nil}}
+	mine := bson.D{{Key: "_id", Value: 1}, {Key: "LockId", Value: "me"}}
+	acquire := func() error {
+		return jobs.FindOneAndUpdate(ctx, free, bson.D{{Key: "$set", Value: bson.D{{Key: "LockId", Value: "me"}, {Key: "LockTime", Value: time.Now()}}}}).Err()
+	}
+	work := func() error {
+		_, err := jobs.UpdateOne(ctx, mine, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}})
+		return err
+	}
+	release := func() error {
+		_, err := jobs.UpdateOne(ctx, mine, bson.D{{Key: "$set", Value: bson.D{{Key: "LockId", Value: nil}}}})
+		return err
+	}
+	// acquires, works: acknowledged; held: the lock as acknowledged.
+	acquires, works, held := 0, 0, false
+	// cycle runs acquire, work, release, stopping at the first refusal.
+	cycle := func() error {
+		if err := acquire(); err != nil {
+			return err
+		}
+		acquires, held = acquires+1, true
+		if err := work(); err != nil {
+			return err
+		}
+		works++
+		if err := release(); err != nil {
+			return err
+		}
+		held = false
+		return nil
+	}
+	if err := cycle(); err != nil {
+		t.Fatalf("with a working trail: %v", err)
+	}
+	// The directory goes; a file takes its place.
+	moved := dir + ".moved"
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var refusal error
+	for i := 0; i < 200 && refusal == nil; i++ {
+		refusal = cycle() // steps pass while the segment opened before has room
+	}
+	var ce mongo.CommandError
+	if !errors.As(refusal, &ce) || ce.Code != 46 || !strings.Contains(ce.Message, "audit trail cannot take it") {
+		t.Fatalf("a scheme step with a failing trail: %v, want LockBusy audit_unavailable", refusal)
+	}
+	// The refused step wrote nothing: the document is as acknowledged.
+	var doc struct {
+		N      int
+		LockId any
+	}
+	if err := direct.Database("work").Collection("jobs").FindOne(ctx, bson.D{{Key: "_id", Value: 1}}).Decode(&doc); err != nil ||
+		doc.N != works || (doc.LockId != nil) != held {
+		t.Fatalf("after the refusal the document is %+v (%v), want n %d and the lock held: %v", doc, err, works, held)
+	}
+	t.Logf("refused: %v", refusal)
+	// The directory comes back: the scheme works again (a refused acquire
+	// left no mirror behind).
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(moved, dir); err != nil {
+		t.Fatal(err)
+	}
+	if held {
+		if err := release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cycle(); err != nil {
+		t.Fatalf("once the trail works again: %v", err)
+	}
+	cancel()
+	if err := gw.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := audittrail.Verify(dir, []audittrail.Key{audittrail.NewKey([]byte(secret))})
+	if err != nil || !rep.OK() {
+		t.Fatalf("trail: %v %s", err, rep.Verdict())
+	}
+	allowed := 0
+	audittrail.Query(dir, audittrail.Filter{NS: "work.jobs", ID: "1"}, func(r *audittrail.Record) error {
+		if r.Kind == audittrail.KindDecision && r.Op == "findAndModify" && r.Verdict == audittrail.VerdictAllow {
+			allowed++
+		}
+		return nil
+	})
+	if allowed < acquires {
+		t.Fatalf("%d allow records of acquires, %d acquires acknowledged", allowed, acquires)
+	}
+	t.Logf("%d acquires acknowledged; %s", acquires, rep.Verdict())
 }

@@ -46,7 +46,22 @@ func Check(ctx context.Context, cfg *config.Config) []CheckResult {
 	sec, err := readOwnerSecret(cfg.Lockstore)
 	add("ownerSecret", map[bool]string{true: "owner secret read", false: "no owner secret: a random one per process"}[sec != nil], err)
 	if cfg.Audit.Enabled {
-		add("audit", "trail in "+cfg.Audit.Dir, checkAudit(cfg.Audit))
+		detail := "trail in " + cfg.Audit.Dir
+		if cfg.Audit.Dir == "" {
+			detail = "checkpoint key read (no file sink)"
+		}
+		add("audit", detail, checkAudit(cfg.Audit))
+	}
+	if ac := cfg.Audit.Collection; cfg.Audit.Enabled && ac.Name != "" {
+		ns := ac.DB(cfg.Lockstore) + "." + ac.Name
+		uri := auditURI(cfg)
+		add("audit.collection", ns+" on "+redactURI(uri), ping(ctx, uri, max(cfg.Upstream.DialTimeout.D(), 2*time.Second), func(ctx context.Context, c *mongo.Client) error {
+			err := c.Database(ac.DB(cfg.Lockstore)).Collection(ac.Name).FindOne(ctx, bson.D{}).Err()
+			if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+				return fmt.Errorf("reading %s: %w", ns, err)
+			}
+			return nil
+		}))
 	}
 
 	timeout := max(cfg.Upstream.DialTimeout.D(), 2*time.Second)

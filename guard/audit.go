@@ -41,13 +41,18 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		}
 		if t := g.opts.Trail; t != nil {
 			ev := g.trailEvent(req, pol, v, w, r, x, decision)
-			if x != nil || enforced != nil || unaudited != nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired) {
+			switch {
+			case x == nil && v.auditDone:
+				// Its allow record was made durable before the step ran.
+			case x != nil || enforced != nil || unaudited != nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired):
 				t.Append(ev)
-			} else if x = g.commitRecord(t, ev, w, r); x != nil {
-				// Refused for want of a record: the counters, the log
-				// line and (if it can take one) the trail say so.
-				unaudited, decision, reason = x, decisionReject, x.reason
-				t.Append(g.trailEvent(req, pol, v, w, r, x, decision))
+			default:
+				if x = g.commitRecord(t, ev, w, r); x != nil {
+					// Refused for want of a record: the counters, the
+					// log line and (if it can take one) the trail say so.
+					unaudited, decision, reason = x, decisionReject, x.reason
+					t.Append(g.trailEvent(req, pol, v, w, r, x, decision))
+				}
 			}
 		}
 		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
@@ -144,12 +149,12 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		ev.Op = req.Command.Name
 		switch {
 		case v.flight != nil:
-			ev.Session = lockstore.SessionPrefix(v.flight.owner.Session)
+			ev.Holder = lockstore.SessionPrefix(v.flight.owner.Session)
 		case v.lsid != nil:
-			ev.Session = lockstore.SessionPrefix(g.owners.session(ev.User, v.lsid))
+			ev.Holder = lockstore.SessionPrefix(g.owners.session(ev.User, v.lsid))
 		default:
 			if sid, ok := req.Command.SessionID(); ok {
-				ev.Session = lockstore.SessionPrefix(g.owners.session(ev.User, sid))
+				ev.Holder = lockstore.SessionPrefix(g.owners.session(ev.User, sid))
 			}
 		}
 	}
@@ -220,6 +225,24 @@ func (g *Guard) commitRecord(t AuditTrail, ev audittrail.Event, w policy.Write, 
 	return &violation{rule: r, write: w, reason: reasonAuditUnavailable, ids: ev.IDs,
 		detail: fmt.Sprintf("its rule requires an audit record and the audit trail cannot take it (%v)", err),
 		advice: "retry when the audit trail is writable again (lockgate_audit_sink_errors_total, the log of component audit); nothing was written"}
+}
+
+// commitSchemeStep makes durable, before lockgate runs a scheme step
+// itself (an acquire, a release, a write it pins to the holder), the
+// allow record of that step's write when its rule requires one: the
+// step's statement reaches the database only after its record. It
+// returns the violation that refuses the write when the trail cannot take
+// the record; nothing has been sent or taken then.
+func (g *Guard) commitSchemeStep(req *proxy.Request, pol *policy.Policy, v *verdict, r policy.Rule, w policy.Write) *violation {
+	t := g.opts.Trail
+	if t == nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired) {
+		return nil
+	}
+	if x := g.commitRecord(t, g.trailEvent(req, pol, v, w, r, nil, decisionAllow), w, r); x != nil {
+		return x
+	}
+	v.auditDone = true
+	return nil
 }
 
 // metricReason keeps the reason label to the known values.

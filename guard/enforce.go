@@ -99,6 +99,9 @@ type verdict struct {
 	// stale are the violations of holders whose scheme lock was taken
 	// over (scheme.go).
 	stale []int
+	// auditDone: the write's allow record is durable already (a scheme
+	// step's, committed before lockgate ran it: commitSchemeStep).
+	auditDone bool
 	// Room for the usual write of one statement in one namespace, so
 	// that the verdict of a single write is one allocation, not four.
 	ruleBuf    [1]policy.Rule

@@ -27,7 +27,7 @@ func TestReservedTouches(t *testing.T) {
 		{"lockgate", "locks_claims", "find", true},
 		{"lockgate", "locks_txns", "find", true},
 		{"lockgate", "locks_instances", "delete", true}, // emptied, a lockgate would think itself alone
-		{"lockgate", "locks_wake", "find", true}, // wake addresses: forged ones would aim datagrams elsewhere
+		{"lockgate", "locks_wake", "find", true},        // wake addresses: forged ones would aim datagrams elsewhere
 		{"LockGate", "LOCKS", "delete", true},
 		{"lockgate", "ｌｏｃｋｓ", "find", true}, // full-width: NFKC folds it to "locks"
 		{"lockgate", "", "dropDatabase", true},

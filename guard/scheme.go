@@ -466,6 +466,10 @@ func sameHolder(a, b bsoncore.Value) bool {
 // modified count alone.
 func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, st, r := op.write, op.step, op.rule
+	if x := g.commitSchemeStep(req, pol, v, r, w); x != nil {
+		v.violations = append(v.violations, *x)
+		return g.decide(req, pol, v, start)
+	}
 	if r.Scheme.LockSide {
 		return g.lockCollRun(ctx, req, pol, v, op, start)
 	}

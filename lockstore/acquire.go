@@ -177,8 +177,10 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 		s.testHookTry(k.rid)
 	}
 	var reentrant, takeover bool
+	var former Holder
+	var at time.Time
 	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
-		reentrant, takeover = false, false
+		reentrant, takeover, at = false, false, now
 		exp := now.Add(lease).Truncate(time.Millisecond)
 		if h != nil && h.Owner != nil && h.ExpiresAt.Add(s.cfg.TakeoverGrace).After(now.Add(-unc)) {
 			if !h.ownedBy(owner) {
@@ -196,6 +198,9 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 				Token: now.UnixNano()} // see docs/LOCKS.md, "Fencing tokens"
 		} else {
 			takeover = h.Owner != nil
+			if takeover {
+				former = h.holder()
+			}
 			n = h.next(kindAcquire, now)
 			n.Token = h.Token + 1
 		}
@@ -216,6 +221,9 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 	}
 	if takeover {
 		s.m.expired.Inc() // a lease ended without a release
+		if s.onExpire != nil {
+			s.onExpire(Expiry{NS: ns, ID: k.id, Former: former, Token: g.Token, At: at})
+		}
 	}
 	return Lock{ID: k.id, Token: g.Token, ExpiresAt: g.ExpiresAt, LastError: g.LastError}, !reentrant, nil
 }

@@ -94,6 +94,27 @@ func WithMetrics(m *Metrics) Option { return func(s *Store) { s.m = m } }
 // Store then takes the Clock's Now as server time and does not sync.
 func WithClock(c Clock) Option { return func(s *Store) { s.clock = c } }
 
+// Expiry is a lock whose lease ended without a release, as this store
+// found it: when an acquire took it over for a new owner. A lease that
+// runs out is not noticed before then (nothing scans for expired leases);
+// its holder's late release of it is a release.
+type Expiry struct {
+	NS string
+	ID docid.ID
+	// Former is the holder whose lease ended (its token, lease end, app,
+	// user, client and tag).
+	Former Holder
+	// Token is the new owner's fencing token; At the takeover's time (the
+	// store's estimate of server time).
+	Token int64
+	At    time.Time
+}
+
+// WithExpiryHook makes the store call fn, on the acquiring goroutine,
+// after each takeover of a lock whose lease had ended (the audit trail
+// records them). fn must return quickly and must not call the store.
+func WithExpiryHook(fn func(Expiry)) Option { return func(s *Store) { s.onExpire = fn } }
+
 // Store keeps lock records in a MongoDB collection shared by every proxy
 // instance. It is safe for concurrent use by any number of goroutines.
 //
@@ -119,9 +140,12 @@ type Store struct {
 	via     string // this Store's name in the generations it writes
 	owned   *ownedIndex
 	sweeper *sessionSweeper
-	wq      *waitQueues
-	heldNS  heldNamespaces
-	reg     instanceRegistry
+	// onExpire hears of every lock this store took over after its lease
+	// ended without a release (WithExpiryHook); nil: nobody listens.
+	onExpire func(Expiry)
+	wq       *waitQueues
+	heldNS   heldNamespaces
+	reg      instanceRegistry
 	// txnSlots guesses where a transaction's next record goes (txn.go).
 	txnSlots txnSlots
 

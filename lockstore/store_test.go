@@ -339,7 +339,8 @@ func TestTokensMonotonic(t *testing.T) {
 
 func TestLeaseExpiry(t *testing.T) {
 	clk := newFakeClock()
-	s := openStore(t, testConfig(t), WithClock(clk))
+	var expiries []Expiry // the hook runs on the acquiring goroutine
+	s := openStore(t, testConfig(t), WithClock(clk), WithExpiryHook(func(e Expiry) { expiries = append(expiries, e) }))
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, int32(9))
 	la := mustAcquire(t, s, a, "db.c", id, 10*time.Second, 0)
@@ -367,6 +368,15 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.m.expired); got != 1 {
 		t.Fatalf("expired metric %v, want 1", got)
+	}
+	// The takeover is reported with the former holder's lease.
+	if len(expiries) != 1 {
+		t.Fatalf("expiries reported: %+v, want one", expiries)
+	}
+	e := expiries[0]
+	if e.NS != "db.c" || !e.ID.Equal(id[0]) || e.Former.Token != la[0].Token || e.Former.App != "a" ||
+		e.Former.SessionPrefix != SessionPrefix(a.Session) || e.Token != lb[0].Token || !e.Former.ExpiresAt.Equal(la[0].ExpiresAt) {
+		t.Fatalf("expiry %+v; want the lease of %+v taken over with token %d", e, la[0], lb[0].Token)
 	}
 	if _, err := s.Renew(bg, a, "db.c", id, time.Second); !errors.Is(err, ErrNotHolder) {
 		t.Fatalf("renew by the expired holder: %v", err)

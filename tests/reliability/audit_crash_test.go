@@ -27,52 +27,119 @@ const (
 	envChildAuditDir  = "LOCKGATE_RELIABILITY_CHILD_AUDIT_DIR"
 	envChildAuditKey  = "LOCKGATE_RELIABILITY_CHILD_AUDIT_KEY"
 	envChildAuditMode = "LOCKGATE_RELIABILITY_CHILD_AUDIT_MODE"
+	envChildAuditColl = "LOCKGATE_RELIABILITY_CHILD_AUDIT_COLL"
 )
 
 func childAuditConfig(cfg *config.Config) {
-	if dir := os.Getenv(envChildAuditDir); dir != "" {
-		auditConfig(cfg, dir, os.Getenv(envChildAuditKey), config.AuditMode(os.Getenv(envChildAuditMode)))
+	if key := os.Getenv(envChildAuditKey); key != "" {
+		auditConfig(cfg, os.Getenv(envChildAuditDir), os.Getenv(envChildAuditColl), key, config.AuditMode(os.Getenv(envChildAuditMode)))
 	}
 }
 
-func auditConfig(cfg *config.Config, dir, keyFile string, mode config.AuditMode) {
+// auditConfig turns the trail on: in dir, in the collection coll of the
+// lock store's database, or both.
+func auditConfig(cfg *config.Config, dir, coll, keyFile string, mode config.AuditMode) {
 	cfg.Audit.Mode = mode
 	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile = true, dir, keyFile
+	cfg.Audit.Collection.Name = coll
 	cfg.Audit.Instance = "crash-test"
 	cfg.Audit.CheckpointEvery = 25
 	cfg.Audit.CheckpointInterval = config.Duration(200 * time.Millisecond)
 }
 
 // TestAuditTrailSurvivesSIGKILL: a lockgate writing its audit trail under
-// load from several clients is SIGKILLed, in both durability modes. Its
-// trail verifies up to the last record that reached the file (at most a
-// torn line lost, which the next start declares); a lockgate restarted on
-// the same directory continues the chain in a new segment linked to the
-// old one, and the whole trail, old and new, verifies with the key. In
-// required mode, every update acknowledged to a client before the kill
-// has its allow record in the trail.
+// load from several clients is SIGKILLed, in both durability modes, with
+// the trail in files, in a collection, and in both. Its trail verifies up
+// to the last record that reached the sink (at most a torn line lost,
+// which the next start declares); a lockgate restarted on the same
+// directory and collection continues the chain (in a new segment linked
+// to the old one), and the whole trail, old and new, verifies with the
+// key, in every sink. In required mode, every update acknowledged to a
+// client before the kill has its allow record in the trail.
 func TestAuditTrailSurvivesSIGKILL(t *testing.T) {
 	for _, mode := range []config.AuditMode{config.AuditBestEffort, config.AuditRequired} {
-		t.Run(string(mode), func(t *testing.T) { auditTrailSurvivesSIGKILL(t, mode) })
+		for _, sinks := range []string{"files", "collection", "both"} {
+			t.Run(string(mode)+"/"+sinks, func(t *testing.T) { auditTrailSurvivesSIGKILL(t, mode, sinks) })
+		}
 	}
 }
 
-func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
+// crashSinks reads the trail of the crash test in each of its sinks.
+type crashSinks struct {
+	dir  string
+	coll *mongo.Collection
+	key  audittrail.Key
+}
+
+// verify verifies every sink; with both, after a clean stop (final), they
+// must hold the same records.
+func (s crashSinks) verify(t *testing.T, ctx context.Context, final bool) *audittrail.Report {
+	t.Helper()
+	var rep *audittrail.Report
+	if s.dir != "" {
+		r, err := audittrail.Verify(s.dir, []audittrail.Key{s.key})
+		if err != nil || !r.OK() {
+			t.Fatalf("the files: %v %s", err, r.Verdict())
+		}
+		rep = r
+	}
+	if s.coll != nil {
+		r, err := audittrail.VerifyCollection(ctx, s.coll, "crash-test", audittrail.VerifyOptions{Keys: []audittrail.Key{s.key}})
+		if err != nil || !r.OK() {
+			t.Fatalf("the collection: %v %s %q", err, r.Verdict(), r.Notes)
+		}
+		if rep != nil && rep.Records != r.Records {
+			// After the kill the files may hold a batch more: written,
+			// then killed before the collection got it (levelled at the
+			// restart).
+			if final {
+				t.Fatalf("files %s; collection %s", rep.Verdict(), r.Verdict())
+			}
+			t.Logf("files %s; collection %s", rep.Verdict(), r.Verdict())
+		}
+		if rep == nil {
+			rep = r
+		}
+	}
+	return rep
+}
+
+// read calls fn with every record, from the files when there are any.
+func (s crashSinks) read(ctx context.Context, fn func(*audittrail.Record) error) error {
+	if s.dir != "" {
+		return audittrail.Read(s.dir, fn)
+	}
+	return audittrail.ReadCollection(ctx, s.coll, "crash-test", fn)
+}
+
+func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode, sinks string) {
 	ctx := testCtx(t, 3*time.Minute)
 	dir := filepath.Join(t.TempDir(), "trail")
+	collName := ""
+	if sinks != "files" {
+		collName = uniq("audit")
+	}
+	if sinks == "collection" {
+		dir = ""
+	}
 	keyFile := filepath.Join(t.TempDir(), "audit.key")
 	secret := "crash-test-crash-test-crash-test-crash-test"
 	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	key := audittrail.NewKey([]byte(secret))
-	collName := uniq("auditcrash")
-	ns := relDB + "." + collName
+	appColl := uniq("auditcrash")
+	ns := relDB + "." + appColl
 	lockColl := uniq("locks")
 	direct := connect(t, upstream.URI(), "direct")
-	seedCounters(t, ctx, direct.Database(relDB).Collection(collName), 5) // 0-3 for the load, 4 after the restart
+	seedCounters(t, ctx, direct.Database(relDB).Collection(appColl), 5) // 0-3 for the load, 4 after the restart
+	sk := crashSinks{dir: dir, key: key}
+	if collName != "" {
+		sk.coll = direct.Database(config.Default().Lockstore.Database).Collection(collName)
+	}
 
 	t.Setenv(envChildAuditDir, dir)
+	t.Setenv(envChildAuditColl, collName)
 	t.Setenv(envChildAuditKey, keyFile)
 	t.Setenv(envChildAuditMode, string(mode))
 	child := startChildGateway(t, upstream.URI(), lockColl, ns)
@@ -92,16 +159,16 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
 			sctx := mongo.NewSessionContext(ctx, s)
 			db := c.Database(relDB)
 			for ctx.Err() == nil {
-				if db.RunCommand(sctx, bson.D{{"acquireLock", collName}, {"ids", bson.A{w}}, {"waitMS", 2000}}).Err() != nil {
+				if db.RunCommand(sctx, bson.D{{"acquireLock", appColl}, {"ids", bson.A{w}}, {"waitMS", 2000}}).Err() != nil {
 					return // the child is gone
 				}
-				if increment(sctx, db.Collection(collName), w) != nil {
+				if increment(sctx, db.Collection(appColl), w) != nil {
 					return
 				}
 				updatesAcked[w].Add(1)
 				// Refused: nobody holds 99.
-				db.Collection(collName).UpdateOne(sctx, bson.D{{"_id", 99}}, bson.D{{"$set", bson.D{{"x", 1}}}})
-				if db.RunCommand(sctx, bson.D{{"releaseLock", collName}, {"ids", bson.A{w}}}).Err() != nil {
+				db.Collection(appColl).UpdateOne(sctx, bson.D{{"_id", 99}}, bson.D{{"$set", bson.D{{"x", 1}}}})
+				if db.RunCommand(sctx, bson.D{{"releaseLock", appColl}, {"ids", bson.A{w}}}).Err() != nil {
 					return
 				}
 				acked.Add(1)
@@ -117,10 +184,7 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
 	child.cmd.Wait()
 	wg.Wait()
 
-	rep, err := audittrail.Verify(dir, []audittrail.Key{key})
-	if err != nil || !rep.OK() {
-		t.Fatalf("the trail after SIGKILL: %v %s", err, rep.Verdict())
-	}
+	rep := sk.verify(t, ctx, false)
 	before := rep.Records
 	segsBefore := rep.Segments
 	if rep.LastCheckpoint == 0 || before < 150 {
@@ -128,8 +192,8 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
 	}
 	t.Logf("killed after %d locked increments: %s (notes %q)", acked.Load(), rep.Verdict(), rep.Notes)
 	var recorded [4]int64
-	audittrail.Query(dir, audittrail.Filter{NS: ns}, func(r *audittrail.Record) error {
-		if r.Kind == audittrail.KindDecision && r.Op == "update" && r.Verdict == audittrail.VerdictAllow && len(r.IDs) == 1 {
+	sk.read(ctx, func(r *audittrail.Record) error {
+		if r.NS == ns && r.Kind == audittrail.KindDecision && r.Op == "update" && r.Verdict == audittrail.VerdictAllow && len(r.IDs) == 1 {
 			for k := range recorded {
 				if r.IDs[0] == fmt.Sprint(k) {
 					recorded[k]++
@@ -147,7 +211,7 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
 
 	// Restart on the same directory, write, stop cleanly.
 	cfg := gatewayConfig(upstream.URI(), lockColl, ns)
-	auditConfig(cfg, dir, keyFile, mode)
+	auditConfig(cfg, dir, collName, keyFile, mode)
 	gctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	g, err := gateway.Start(gctx, cfg, zap.NewNop())
@@ -164,10 +228,10 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
 	db := cl.Database(relDB)
 	// Key 4: the killed gateway's clients may still hold 0-3 until their
 	// leases end.
-	if err := db.RunCommand(sctx, bson.D{{"acquireLock", collName}, {"ids", bson.A{4}}}).Err(); err != nil {
+	if err := db.RunCommand(sctx, bson.D{{"acquireLock", appColl}, {"ids", bson.A{4}}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := increment(sctx, db.Collection(collName), 4); err != nil {
+	if err := increment(sctx, db.Collection(appColl), 4); err != nil {
 		t.Fatal(err)
 	}
 	stop()
@@ -175,18 +239,15 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode) {
 		t.Fatal(err)
 	}
 
-	rep, err = audittrail.Verify(dir, []audittrail.Key{key})
-	if err != nil || !rep.OK() {
-		t.Fatalf("the trail after the restart: %v %s", err, rep.Verdict())
-	}
-	if rep.Segments <= segsBefore || rep.Records <= before || rep.Unsigned != 0 {
+	rep = sk.verify(t, ctx, true)
+	if (dir != "" && rep.Segments <= segsBefore) || rep.Records <= before || rep.Unsigned != 0 {
 		t.Fatalf("after the restart: %s; before it %d records in %d segments", rep.Verdict(), before, segsBefore)
 	}
 	// The new segment starts with a start record; the restarted gateway's
 	// write is in it, after the killed one's records.
 	var kinds []string
 	var afterRestart bool
-	audittrail.Read(dir, func(r *audittrail.Record) error {
+	sk.read(ctx, func(r *audittrail.Record) error {
 		if r.Seq > before && len(kinds) == 0 {
 			kinds = append(kinds, string(r.Kind))
 		}
