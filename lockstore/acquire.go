@@ -598,6 +598,7 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 		rids[i] = k.rid
 	}
 	w := newWaiter(rids)
+	w.who = waiterOf(owner, s.clock)
 	if len(ordered) == 1 {
 		w.want = &handoffWant{ctx: ctx, owner: owner, ns: ns, key: ordered[0], lease: lease}
 	}
