@@ -100,7 +100,7 @@ type Lock struct {
 
 	mu       sync.Mutex
 	held     []Held
-	tag      string // holder.tag of the acquire reply
+	tag      string    // holder.tag of the acquire reply
 	deadline time.Time // local monotonic lease end (minus nothing)
 	err      error     // why Lost fired
 	stopOnce sync.Once

@@ -89,8 +89,8 @@ func (m *model) snapshot() snap {
 	}
 	var st struct {
 		Locks []struct {
-			ID    bson.RawValue `bson:"_id"`
-			Held  bool          `bson:"held"`
+			ID     bson.RawValue `bson:"_id"`
+			Held   bool          `bson:"held"`
 			Holder *struct {
 				App string `bson:"app"`
 				Tag string `bson:"tag"`
