@@ -274,7 +274,7 @@ async function history(e) {
   $('#audit-records').hidden = false;
   fill('#audit-records', recs, (tr, r) => {
     tr.dataset.kind = r.kind;
-    cell(tr, (r.time || '').replace('T', ' ').replace(/\.\d+Z$/, 'Z'), 'num');
+    cell(tr, (r.time || '').replace('T', ' ').replace(/(\.\d{3})\d*Z$/, '$1Z'), 'num');
     cell(tr, r.kind);
     cell(tr, r.op);
     cell(tr, r.ns);

@@ -476,8 +476,8 @@ func TestConsoleShowsSchemesWaitersAndRates(t *testing.T) {
 		t.Errorf("kit.* rejects (reason, this minute, since start): %q; want the refused write, held_by_other, in this minute", counts)
 	}
 	var auditOff bool
-	if err := chromedp.Run(bctx, chromedp.Evaluate(`!document.getElementById('audit-off').hidden && document.getElementById('audit-form').hidden`, &auditOff)); err != nil || !auditOff {
-		t.Errorf("with the audit trail off the page should say so and offer no query form (%v)", err)
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`document.getElementById('audit-off').offsetParent !== null && document.getElementById('audit-form').offsetParent === null`, &auditOff)); err != nil || !auditOff {
+		t.Errorf("with the audit trail off the page should say so and show no query form (%v)", err)
 	}
 }
 
@@ -571,4 +571,86 @@ func session(t *testing.T, ctx context.Context, g *gateway.Gateway, app string) 
 	}
 	t.Cleanup(func() { sess.EndSession(context.Background()) })
 	return mongo.NewSessionContext(ctx, sess), c.Database("kit")
+}
+
+// TestConsoleScreenshot renders the console with a scheme rule, a held lock
+// with a waiter, a mirrored scheme lock and some decisions, and saves it
+// where LOCKGATE_CONSOLE_SCREENSHOT says (docs/console.png is made so:
+// LOCKGATE_CONSOLE_SCREENSHOT=$PWD/docs/console.png go test ./tests/console
+// -run TestConsoleScreenshot). Skipped without the variable.
+func TestConsoleScreenshot(t *testing.T) {
+	out := os.Getenv("LOCKGATE_CONSOLE_SCREENSHOT")
+	if out == "" {
+		t.Skip("LOCKGATE_CONSOLE_SCREENSHOT not set")
+	}
+	var direct string
+	g, _ := startConsole(t, func(c *config.Config) {
+		direct = c.Upstream.URI
+		dir := t.TempDir()
+		key := filepath.Join(dir, "key")
+		if err := os.WriteFile(key, []byte(strings.Repeat("k", 40)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.Audit.Enabled, c.Audit.Dir, c.Audit.KeyFile, c.Audit.Instance = true, filepath.Join(dir, "trail"), key, "lockgate-1"
+		c.Policy.Namespaces = []config.NamespaceRule{
+			{Match: "kit.orders", Mode: config.ModeEnforce, Fence: config.FenceDocument},
+			{Match: "kit.*", Mode: config.ModeAudit},
+			{Match: "jobs.items", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields, Field: "LockId", TimeField: "LockTime", LeaseMS: 30000}},
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc, db := session(t, ctx, g, "billing")
+	if err := db.RunCommand(sc, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "leaseMS", Value: 300000}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection("orders").InsertOne(sc, bson.M{"_id": 42, "total": 10}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWaiter := context.WithCancel(ctx)
+	defer stopWaiter()
+	wsc, wdb := session(t, wctx, g, "invoicer")
+	go wdb.RunCommand(wsc, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "waitMS", Value: 60000}})
+	_, rogue := session(t, ctx, g, "reporting")
+	for i := 0; i < 3; i++ {
+		rogue.Collection("orders").UpdateOne(ctx, bson.M{"_id": 42}, bson.M{"$inc": bson.M{"total": 1}})
+	}
+	rogue.Collection("customers").UpdateOne(ctx, bson.M{"_id": 1}, bson.M{"$set": bson.M{"seen": true}})
+	// A holderFields lock taken the application's way, which lockgate
+	// mirrors.
+	dc, err := mongo.Connect(ctx, options.Client().ApplyURI(direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Disconnect(context.Background())
+	dc.Database("jobs").Collection("items").InsertOne(ctx, bson.M{"_id": "job-7"})
+	jc, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+g.ProxyAddr().String()+"/").SetAppName("worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jc.Disconnect(context.Background())
+	if err := jc.Database("jobs").Collection("items").FindOneAndUpdate(ctx,
+		bson.M{"_id": "job-7", "$or": bson.A{bson.M{"LockId": nil}, bson.M{"LockTime": bson.M{"$lt": time.Now().Add(-30 * time.Second)}}}},
+		bson.M{"$set": bson.M{"LockId": "w-1", "LockTime": time.Now()}}).Err(); err != nil {
+		t.Fatalf("the holderFields acquire: %v", err)
+	}
+
+	bctx, stop := browser(t, ctx)
+	defer stop()
+	var png []byte
+	if err := chromedp.Run(bctx,
+		chromedp.EmulateViewport(1500, 1500),
+		chromedp.Navigate("http://"+g.AdminAddr().String()+"/console/"),
+		chromedp.Poll(`document.querySelector('#locks td.waiters li') !== null && document.querySelector('#locks tr[data-namespace="jobs.items"]') !== null`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Evaluate(`document.getElementById('audit-ns').value = 'kit.orders'; document.getElementById('audit-id').value = '42'`, nil),
+		chromedp.Poll(`(() => { document.getElementById('audit-query').click();
+			return document.querySelectorAll('#audit-records tbody tr[data-kind="decision"]').length >= 4; })()`,
+			nil, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(500*time.Millisecond)),
+		chromedp.FullScreenshot(&png, 100), // 100: PNG (below, JPEG),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
