@@ -68,7 +68,7 @@ func TestRefusalsShowHoldersOnlyToReaders(t *testing.T) {
 		aliceTag = fmt.Sprint(r["locks"].(bson.A)[0].(bson.M)["holder"].(bson.M)["tag"])
 	}
 	if aliceTag == "" {
-		t.Fatal("alice's lockStatus did not name her owner tag")
+		t.Fatal("alice's lockStatus did not name her holder tag")
 	}
 	// What a refusal must not tell an outsider about alice's lock.
 	secrets := []string{"alice", aliceTag, "127.0.0.1:", "until "}

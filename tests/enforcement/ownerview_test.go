@@ -82,7 +82,7 @@ func TestHolderShownWithoutItsSessionID(t *testing.T) {
 		}
 		found = true
 		if l.Holder.App != "view-holder" || !strings.HasPrefix(l.Holder.Client, "127.0.0.1:") || !tag.MatchString(l.Holder.Tag) {
-			t.Errorf("/locks shows the holder as %+v, want its application, client address and an owner tag", l)
+			t.Errorf("/locks shows the holder as %+v, want its application, client address and a holder tag", l)
 		}
 	}
 	if !found {
