@@ -326,6 +326,28 @@ func startConsole(t *testing.T, opts ...func(*config.Config)) (*gateway.Gateway,
 	return g, adminToken
 }
 
+// profileDir is a fresh chromium profile directory. Not t.TempDir: its
+// cleanup fails the test when a chromium helper process, outliving the
+// browser by a moment, still writes there; this one is removed again
+// until it is gone (or left behind, which fails nothing).
+func profileDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "lockgate-console-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if os.RemoveAll(dir) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("chromium profile %s left behind", dir)
+	})
+	return dir
+}
+
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
@@ -347,7 +369,7 @@ func browser(t *testing.T, ctx context.Context) (context.Context, func()) {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profileDir(t)),
 	)
 	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(func(f string, a ...any) {
 		msg := fmt.Sprintf(f, a...)
