@@ -298,7 +298,7 @@ func (a *assembly) run() *Gateway {
 	var g *Gateway
 	token := a.token
 	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn, a.forceReleases())
-	mountConsole(adm, store, gd.Policy, a.reg, token != "")
+	rates := mountConsole(adm, store, gd.Policy, a.reg, token != "", a.trail != nil, time.Now)
 	if a.trail != nil {
 		mountAuditHistory(adm, a.historyQuery())
 	}
@@ -338,6 +338,7 @@ func (a *assembly) run() *Gateway {
 		g.checkPolicy(cctx, a.pol)
 	})
 	wg.Go(func() { a.probeAuth(runCtx) })
+	wg.Go(func() { rates.run(runCtx, 5*time.Second) })
 	wg.Go(func() {
 		if err := adm.Serve(adminCtx, a.adminLn); err != nil {
 			g.fail(err)

@@ -21,19 +21,17 @@ import (
 )
 
 // lockView is one held lock as the admin listener shows it. It never shows
-// a whole session id: the prefix is enough to correlate with logs.
+// a session id: its holder is named by the holder tag, as in refusals,
+// lockStatus and the acquire reply.
 type lockView struct {
-	NS            string    `json:"namespace"`
-	ID            any       `json:"id"`
-	App           string    `json:"ownerApp"`
-	Client        string    `json:"ownerClient,omitempty"`
-	User          string    `json:"ownerUser,omitempty"`
-	SessionPrefix string    `json:"ownerTag"` // a prefix of the keyed owner hash, not of the session id
-	Held          bool      `json:"held"`
-	Since         time.Time `json:"since,omitzero"`
-	ExpiresAt     time.Time `json:"expiresAt,omitzero"`
-	Token         int64     `json:"token"`
-	LastError     string    `json:"lastError,omitempty"`
+	NS        string      `json:"namespace"`
+	ID        any         `json:"id"`
+	Holder    *holderView `json:"holder"` // null when the lock is free
+	Held      bool        `json:"held"`
+	Since     time.Time   `json:"since,omitzero"`
+	ExpiresAt time.Time   `json:"expiresAt,omitzero"`
+	Token     int64       `json:"token"`
+	LastError string      `json:"lastError,omitempty"`
 	// Implicit marks a lock the proxy holds for a writer that holds no
 	// lock of its own (unlockedWriters), while its write Command runs.
 	Implicit bool   `json:"implicit,omitempty"`
@@ -47,6 +45,15 @@ type lockView struct {
 	Key string `json:"key,omitempty"`
 }
 
+// holderView is a lock's holder, with the same keys as the holder
+// document of refusals and lockStatus.
+type holderView struct {
+	App    string `json:"app"`
+	Tag    string `json:"tag"` // the holder tag: a prefix of the keyed owner hash, not of the session id
+	Client string `json:"client,omitempty"`
+	User   string `json:"user,omitempty"`
+}
+
 func viewOf(st lockstore.Status) lockView {
 	v := lockView{
 		NS: st.NS, ID: extJSON(st.ID.Raw()), Held: st.Held, Token: st.Token, LastError: st.LastError,
@@ -57,7 +64,7 @@ func viewOf(st lockstore.Status) lockView {
 		v.Key = k
 	}
 	if st.Held {
-		v.App, v.Client, v.User, v.SessionPrefix = st.Holder.App, st.Holder.Client, st.Holder.User, st.Holder.SessionPrefix
+		v.Holder = &holderView{App: st.Holder.App, Tag: st.Holder.SessionPrefix, Client: st.Holder.Client, User: st.Holder.User}
 		v.Since, v.ExpiresAt = st.Since, st.ExpiresAt
 		v.Implicit, v.Command = st.Holder.Implicit != "", st.Holder.Implicit
 	}
@@ -188,7 +195,7 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 		log.Warn("operator force-released a lock", zap.String("ns", req.NS), zap.String("id", id.String()),
 			zap.String("reason", req.Reason), zap.String("remote", r.RemoteAddr),
 			zap.Bool("wasHeld", before.Held), zap.String("holderApp", before.Holder.App),
-			zap.String("holderSession", before.Holder.SessionPrefix))
+			zap.String("holder", before.Holder.SessionPrefix))
 		if forced != nil {
 			forced(req.NS, id, req.Reason, r.RemoteAddr, before)
 		}

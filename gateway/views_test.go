@@ -81,7 +81,7 @@ func TestLockViewsForceReleaseAndReload(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &view); code != 200 || err != nil || len(view.Locks) != 1 {
 		t.Fatalf("/locks = %d %s", code, body)
 	}
-	if l := view.Locks[0]; l.NS != "shop.orders" || l.App != "viewer" || !l.Held || len(l.SessionPrefix) != 8 || l.Token != firstToken ||
+	if l := view.Locks[0]; l.NS != "shop.orders" || l.Holder == nil || l.Holder.App != "viewer" || !l.Held || len(l.Holder.Tag) != 8 || l.Token != firstToken ||
 		l.Key != `{"$numberInt":"42"}` {
 		t.Fatalf("/locks shows %+v", l)
 	}

@@ -159,7 +159,7 @@ func TestLocksBelongToTheAuthenticatedUser(t *testing.T) {
 	if len(locks) != 1 || locks[0].(bson.M)["held"] != true || locks[0].(bson.M)["heldByYou"] != false {
 		t.Fatalf("alice's session id on bob's connection: %v, want held but not by you", r)
 	}
-	if owner, _ := locks[0].(bson.M)["owner"].(bson.M); owner["user"] != "alice@admin" {
+	if owner, _ := locks[0].(bson.M)["holder"].(bson.M); owner["user"] != "alice@admin" {
 		t.Errorf("lockStatus names the holder %v, want user alice@admin", owner)
 	}
 	bob.do(bson.D{{"endSessions", bson.A{lsidDoc(lsid)}}, {"$db", "admin"}})
@@ -308,7 +308,7 @@ alice = pymongo.MongoClient("mongodb://alice:alice-pw@%s/?directConnection=true&
 with alice.start_session() as s:
     alice.shop.command({"acquireLock": "orders", "ids": [7]}, session=s)
     st = alice.shop.command({"lockStatus": "orders", "ids": [7]}, session=s)
-    print("alice", st["locks"][0]["heldByYou"], st["locks"][0]["owner"]["user"])
+    print("alice", st["locks"][0]["heldByYou"], st["locks"][0]["holder"]["user"])
 wrong = pymongo.MongoClient("mongodb://alice:nope@%s/?directConnection=true&authMechanism=SCRAM-SHA-256" % host, serverSelectionTimeoutMS=5000)
 try:
     wrong.shop.command({"ping": 1})
@@ -329,7 +329,7 @@ const { MongoClient } = require('mongodb');
   s = alice.startSession();
   await alice.db('shop').command({ acquireLock: 'orders', ids: [8] }, { session: s });
   const st = await alice.db('shop').command({ lockStatus: 'orders', ids: [8] }, { session: s });
-  console.log('alice', st.locks[0].heldByYou ? 'True' : 'False', st.locks[0].owner.user);
+  console.log('alice', st.locks[0].heldByYou ? 'True' : 'False', st.locks[0].holder.user);
   await s.endSession(); await alice.close();
   const wrong = new MongoClient('mongodb://alice:nope@' + host + '/?directConnection=true&authMechanism=SCRAM-SHA-256', { serverSelectionTimeoutMS: 5000 });
   try { await wrong.db('shop').command({ ping: 1 }); console.log('wrong ALLOWED'); }

@@ -65,10 +65,10 @@ func TestRefusalsShowHoldersOnlyToReaders(t *testing.T) {
 	}
 	aliceTag := ""
 	if r := alice.do(bson.D{{"lockStatus", "orders"}, {"ids", bson.A{1}}, {"lsid", lsid("alice-session-01")}, {"$db", "shop"}}); fmt.Sprint(r["ok"]) == "1" {
-		aliceTag = fmt.Sprint(r["locks"].(bson.A)[0].(bson.M)["owner"].(bson.M)["session"])
+		aliceTag = fmt.Sprint(r["locks"].(bson.A)[0].(bson.M)["holder"].(bson.M)["tag"])
 	}
 	if aliceTag == "" {
-		t.Fatal("alice's lockStatus did not name her owner tag")
+		t.Fatal("alice's lockStatus did not name her holder tag")
 	}
 	// What a refusal must not tell an outsider about alice's lock.
 	secrets := []string{"alice", aliceTag, "127.0.0.1:", "until "}
@@ -161,7 +161,7 @@ func TestRefusalsShowHoldersOnlyToReaders(t *testing.T) {
 	}
 	r = dave.do(bson.D{{"lockStatus", "orders"}, {"ids", bson.A{1, 3}}, {"lsid", lsid("dave-session-001")}, {"$db", "shop"}})
 	locks, _ := r["locks"].(bson.A)
-	if len(locks) != 2 || fmt.Sprint(locks[0].(bson.M)["owner"].(bson.M)["user"]) != "alice@admin" || locks[1].(bson.M)["lastError"] != "alice's secret failure" {
+	if len(locks) != 2 || fmt.Sprint(locks[0].(bson.M)["holder"].(bson.M)["user"]) != "alice@admin" || locks[1].(bson.M)["lastError"] != "alice's secret failure" {
 		t.Errorf("dave's lockStatus: %v, want alice named as the holder of _id 1 and _id 3's last error", r)
 	}
 }

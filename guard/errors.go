@@ -97,10 +97,15 @@ func (e *cmdError) document() bsoncore.Document {
 	return (&mongoerr.Error{Code: e.code, Msg: e.msg}).Document(bsoncore.AppendDocumentElement(nil, "lockgate", d))
 }
 
+// holderDocument is a lock's holder as refusals, lockStatus and the
+// acquire reply show it: {app, tag, client, user, expiresAt}. tag is the
+// holder tag (a prefix of the keyed owner hash); "session" is reserved
+// for the caller's own lsid prefix (docs/LOCKS.md, "Two ids"), and no
+// holder document carries one.
 func holderDocument(h lockstore.Holder) bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	d = bsoncore.AppendStringElement(d, "app", h.App)
-	d = bsoncore.AppendStringElement(d, "session", h.SessionPrefix)
+	d = bsoncore.AppendStringElement(d, "tag", h.SessionPrefix)
 	if h.Client != "" {
 		d = bsoncore.AppendStringElement(d, "client", h.Client)
 	}
@@ -199,7 +204,7 @@ func describeHolder(h lockstore.Holder) string {
 	if h.App != "" {
 		app = fmt.Sprintf("application %q", h.App)
 	}
-	return fmt.Sprintf("held by %s, session %s, %s", app, h.SessionPrefix, leaseEnd(h.ExpiresAt))
+	return fmt.Sprintf("held by %s, holder tag %s, %s", app, h.SessionPrefix, leaseEnd(h.ExpiresAt))
 }
 
 // leaseEnd says when a lease ends, never printing the zero or 1970 time

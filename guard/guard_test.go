@@ -283,7 +283,7 @@ func TestAcquireContendReleaseStatus(t *testing.T) {
 	if h, _ := held(2); h {
 		t.Fatalf("99 was never locked")
 	}
-	if owner := sl[0].(bson.M)["owner"].(bson.M); owner["app"] != "alice-app" {
+	if owner := sl[0].(bson.M)["holder"].(bson.M); owner["app"] != "alice-app" {
 		t.Fatalf("owner = %v", owner)
 	}
 

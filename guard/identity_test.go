@@ -201,7 +201,7 @@ func TestLockCommandsNeedAuthenticationGoDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := st2["locks"].(bson.A)[0].(bson.M)
-	if l["heldByYou"] != true || l["owner"].(bson.M)["user"] != "alice@admin" {
+	if l["heldByYou"] != true || l["holder"].(bson.M)["user"] != "alice@admin" {
 		t.Errorf("lockStatus: %v, want held by alice@admin", st2)
 	}
 }

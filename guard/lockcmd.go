@@ -279,13 +279,13 @@ func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockA
 		if e := g.fenceAcquired(ctx, a, o, locks); e != nil {
 			return nil, e
 		}
-		return locksReply(locks, lsid, o.Session), nil
+		return locksReply(locks, lsid, o), nil
 	case cmdRenew:
 		locks, err := g.opts.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
 		if err != nil {
 			return nil, g.storeError(ctx, req, a, err)
 		}
-		return locksReply(locks, lsid, o.Session), nil
+		return locksReply(locks, lsid, o), nil
 	case cmdRelease:
 		var n int
 		var err error
@@ -337,10 +337,13 @@ func (g *Guard) storeError(ctx context.Context, req *proxy.Request, a *lockArgs,
 const sessionNote = "held by logical session %s: write in the same explicit session (startSession) and pass it to every write; a write outside it is refused"
 
 // locksReply is the reply of acquireLock and renewLock. session is the
-// caller's own lsid: its prefix tells the caller nothing about others.
-// owner is the stored owner key, whose prefix is the tag that lockStatus,
-// refusals and the admin views show for this holder.
-func locksReply(locks []lockstore.Lock, session, owner []byte) bsoncore.Document {
+// caller's own lsid, and the reply's "session" its prefix: that prefix
+// tells the caller nothing about others. "holder" is the caller as every
+// other view shows this holder (refusals, lockStatus, /locks, the
+// console, the audit trail): its application, client, user and holder
+// tag, the prefix of the keyed owner hash. The two ids differ on purpose
+// (the stored owner is never the lsid), so each has one name everywhere.
+func locksReply(locks []lockstore.Lock, session []byte, owner lockstore.Owner) bsoncore.Document {
 	aidx, arr := bsoncore.AppendArrayStart(nil)
 	for i, l := range locks {
 		idx, d := bsoncore.AppendDocumentStart(nil)
@@ -354,12 +357,22 @@ func locksReply(locks []lockstore.Lock, session, owner []byte) bsoncore.Document
 		arr = bsoncore.AppendDocumentElement(arr, arrayKey(i), d)
 	}
 	arr, _ = bsoncore.AppendArrayEnd(arr, aidx)
+	hidx, h := bsoncore.AppendDocumentStart(nil)
+	h = bsoncore.AppendStringElement(h, "app", owner.App)
+	h = bsoncore.AppendStringElement(h, "tag", lockstore.SessionPrefix(owner.Session))
+	if owner.Client != "" {
+		h = bsoncore.AppendStringElement(h, "client", owner.Client)
+	}
+	if owner.User != "" {
+		h = bsoncore.AppendStringElement(h, "user", owner.User)
+	}
+	h, _ = bsoncore.AppendDocumentEnd(h, hidx)
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	d = bsoncore.AppendDoubleElement(d, "ok", 1)
 	d = bsoncore.AppendArrayElement(d, "locks", arr)
 	prefix := lockstore.SessionPrefix(session)
 	d = bsoncore.AppendStringElement(d, "session", prefix)
-	d = bsoncore.AppendStringElement(d, "owner", lockstore.SessionPrefix(owner))
+	d = bsoncore.AppendDocumentElement(d, "holder", h)
 	d = bsoncore.AppendStringElement(d, "note", fmt.Sprintf(sessionNote, prefix))
 	d, _ = bsoncore.AppendDocumentEnd(d, idx)
 	return d
@@ -373,10 +386,10 @@ func statusReply(sts []lockstore.Status) bsoncore.Document {
 		d = bsoncore.AppendBooleanElement(d, "held", st.Held)
 		d = bsoncore.AppendBooleanElement(d, "heldByYou", st.HeldByYou)
 		if st.Held {
-			d = bsoncore.AppendDocumentElement(d, "owner", holderDocument(st.Holder))
+			d = bsoncore.AppendDocumentElement(d, "holder", holderDocument(st.Holder))
 			d = bsoncore.AppendDateTimeElement(d, "expiresAt", st.ExpiresAt.UnixMilli())
 		} else {
-			d = bsoncore.AppendNullElement(d, "owner")
+			d = bsoncore.AppendNullElement(d, "holder")
 			d = bsoncore.AppendNullElement(d, "expiresAt")
 		}
 		d = bsoncore.AppendInt64Element(d, "token", st.Token)

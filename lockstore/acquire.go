@@ -115,7 +115,7 @@ func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []docid
 	}
 	s.m.acquisitions.WithLabelValues(result).Inc()
 	if ce := s.log.Check(zap.DebugLevel, "acquire"); ce != nil {
-		ce.Write(zap.String("ns", ns), zap.Int("ids", len(ks)), zap.String("session", SessionPrefix(owner.Session)),
+		ce.Write(zap.String("ns", ns), zap.Int("ids", len(ks)), zap.String("holder", SessionPrefix(owner.Session)),
 			zap.String("app", owner.App), zap.Duration("lease", lease), zap.Duration("wait", wait),
 			zap.String("result", result), zap.Duration("took", time.Since(start)), zap.Error(err))
 	}
@@ -617,6 +617,7 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 		rids[i] = k.rid
 	}
 	w := newWaiter(rids)
+	w.who = waiterOf(owner, s.clock)
 	if len(ordered) == 1 {
 		w.want = &handoffWant{ctx: ctx, owner: owner, ns: ns, key: ordered[0], lease: lease}
 	}

@@ -138,9 +138,9 @@
 //	| `Ping`, `Cleanup`, `CollectHeads`, `Close` | reachability, compaction, deletion of idle keys, shutdown. |
 //
 // Errors: `ErrBusy` and `ErrTimeout` come as `*HeldError` carrying the
-// holder's app name, session prefix (first 4 bytes, hex), token and lease end,
-// and an `Error()` text like `lock on shop.orders _id 7 held by app "billing"
-// session 1a2b3c4d until 2026-01-02T03:04:05Z`; the proxy maps them to codes
+// holder's app name, holder tag (first 4 bytes of the owner key, hex), token
+// and lease end, and an `Error()` text like `lock on shop.orders _id 7 held by
+// app "billing" holder tag 1a2b3c4d until 2026-01-02T03:04:05Z`; the proxy maps them to codes
 // 46 `LockBusy` and 24 `LockTimeout`. `ErrUnavailable` wraps the cause when
 // the store cannot be reached or refuses the operation (each round trip,
 // including server selection, is bounded by `OpTimeout`, default 5 s).

@@ -82,7 +82,7 @@ func (e *HeldError) Error() string {
 	} else {
 		b.WriteString("an unnamed app ")
 	}
-	fmt.Fprintf(&b, "session %s", e.Holder.SessionPrefix)
+	fmt.Fprintf(&b, "holder tag %s", e.Holder.SessionPrefix)
 	// A timeout behind other waiters may find the lock free by now:
 	// never print the zero or 1970 time of an absent lease.
 	if t := e.Holder.ExpiresAt; !t.IsZero() && !t.Before(time.Unix(86400, 0)) {

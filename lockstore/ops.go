@@ -155,7 +155,7 @@ func (s *Store) ReleaseSession(ctx context.Context, session []byte) (int, error)
 	s.wq.notify(append(rids, cached...)...)
 	s.sweeper.add(session)
 	if ce := s.log.Check(zap.DebugLevel, "release session"); ce != nil {
-		ce.Write(zap.String("session", SessionPrefix(session)), zap.Int("released", n), zap.NamedError("err", firstErr))
+		ce.Write(zap.String("holder", SessionPrefix(session)), zap.Int("released", n), zap.NamedError("err", firstErr))
 	}
 	return n, firstErr
 }
@@ -343,7 +343,7 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason
 	s.log.Warn("force release",
 		zap.String("ns", ns), zap.Stringer("id", id), zap.String("reason", reason),
 		zap.Bool("wasHeld", st.Held), zap.String("holderApp", st.Holder.App),
-		zap.String("holderSession", st.Holder.SessionPrefix),
+		zap.String("holder", st.Holder.SessionPrefix),
 		zap.Int64("oldToken", before.Token), zap.Int64("newToken", g.Token))
 	return st, nil
 }
@@ -456,7 +456,7 @@ func (s *Store) Cleanup(ctx context.Context) (int, error) {
 
 func (s *Store) debug(op, ns string, owner Owner, fields ...zap.Field) {
 	if ce := s.log.Check(zap.DebugLevel, op); ce != nil {
-		ce.Write(append([]zap.Field{zap.String("ns", ns), zap.String("session", SessionPrefix(owner.Session)),
+		ce.Write(append([]zap.Field{zap.String("ns", ns), zap.String("holder", SessionPrefix(owner.Session)),
 			zap.String("app", owner.App)}, fields...)...)
 	}
 }

@@ -21,6 +21,9 @@ type waiter struct {
 	// queues of its other keys: a waiter that can proceed is never held
 	// up behind one that cannot.
 	blockedOn string
+	// who is what Store.Waiters shows of it; set before join, then only
+	// read.
+	who Waiter
 }
 
 // waiterState is the life of a waiter, under waitQueues.mu. A release
@@ -249,6 +252,21 @@ func (wq *waitQueues) notifyExcept(self *waiter, rids ...string) {
 	for _, rid := range rids {
 		wq.wakeLocked(rid, self)
 	}
+}
+
+// list copies what an operator sees of the waiters queued for rid.
+func (wq *waitQueues) list(rid string) []Waiter {
+	wq.mu.Lock()
+	defer wq.mu.Unlock()
+	q := wq.q[rid]
+	if len(q) == 0 {
+		return nil
+	}
+	out := make([]Waiter, len(q))
+	for i, w := range q {
+		out[i] = w.who
+	}
+	return out
 }
 
 // waiting reports how many waiters are queued for rid (tests).

@@ -150,6 +150,8 @@ func judge(t *testing.T, res map[string]map[string]any, holderApp string, class 
 		t.Errorf("busy: %v", e)
 	} else if h, _ := e["holder"].(map[string]any); h == nil || h["app"] != holderApp {
 		t.Errorf("busy: holder %v, want app %s", e["holder"], holderApp)
+	} else if tag, _ := get("busy")["holderTag"].(string); len(tag) != 8 || h["tag"] != tag {
+		t.Errorf("busy: the refusal names holder tag %v, the holder's lock says %q; want the same 8 hex digits (issue 26, item 2)", h["tag"], tag)
 	}
 	if e := errOf("timeout"); e["class"] != class["timeout"] || e["code"] != 24.0 {
 		t.Errorf("timeout: %v", e)

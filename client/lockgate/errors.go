@@ -43,10 +43,11 @@ var (
 	ErrLost = errors.New("lockgate: lock lost")
 )
 
-// Holder describes the session that holds a lock, as lockgate shows it.
+// Holder describes who holds a lock, as lockgate shows it (the reply's
+// lockgate.holder).
 type Holder struct {
 	App       string
-	Session   string // owner tag: a prefix of the keyed owner hash
+	Tag       string // the holder tag (holder.tag): a prefix of the keyed owner hash, not the lsid
 	Client    string
 	User      string
 	ExpiresAt time.Time
@@ -110,7 +111,7 @@ func fromCommand(cmd string, err error) error {
 		if h, ok := d.Lookup("holder").DocumentOK(); ok {
 			hd := &Holder{}
 			hd.App, _ = h.Lookup("app").StringValueOK()
-			hd.Session, _ = h.Lookup("session").StringValueOK()
+			hd.Tag, _ = h.Lookup("tag").StringValueOK()
 			hd.Client, _ = h.Lookup("client").StringValueOK()
 			hd.User, _ = h.Lookup("user").StringValueOK()
 			if ms, ok := h.Lookup("expiresAt").DateTimeOK(); ok {

@@ -100,7 +100,7 @@ type Lock struct {
 
 	mu       sync.Mutex
 	held     []Held
-	owner    string
+	tag      string    // holder.tag of the acquire reply
 	deadline time.Time // local monotonic lease end (minus nothing)
 	err      error     // why Lost fired
 	stopOnce sync.Once
@@ -211,8 +211,8 @@ func acquire(ctx context.Context, sess mongo.Session, coll *mongo.Collection, id
 			return nil, ctx.Err()
 		}
 	}
-	held, owner := parseLocks(reply)
-	l.held, l.owner = held, owner
+	held, tag := parseLocks(reply)
+	l.held, l.tag = held, tag
 	l.deadline = sent.Add(o.Lease)
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	go l.renew(ctx)
@@ -275,8 +275,8 @@ func parseLocks(reply bson.Raw) ([]Held, string) {
 		h.LastError, _ = d.Lookup("lastError").StringValueOK()
 		held = append(held, h)
 	}
-	owner, _ := reply.Lookup("owner").StringValueOK()
-	return held, owner
+	tag, _ := reply.Lookup("holder", "tag").StringValueOK()
+	return held, tag
 }
 
 // renew keeps the lease alive until Release, ctx's end or a loss.
@@ -440,9 +440,10 @@ func (l *Lock) Token() int64 {
 	return l.held[0].Token
 }
 
-// Owner is the owner tag lockgate shows for this session's locks
-// (lockStatus, refusals, the admin console).
-func (l *Lock) Owner() string { return l.owner }
+// HolderTag is the holder tag lockgate shows for this session's locks
+// (holder.tag in lockStatus and refusals, the admin views, the audit
+// trail): what to look for there. It is not the session id.
+func (l *Lock) HolderTag() string { return l.tag }
 
 // Release stops the renewal and releases the locks. A non-empty errText is
 // kept on each lock as lastError for the next holder (record why the work

@@ -150,6 +150,11 @@ func TestTypedErrorsBusyAndTimeout(t *testing.T) {
 	if !errors.Is(err, lockgate.ErrBusy) || !errors.As(err, &e) || e.Code != 46 || e.Holder == nil || e.Holder.App != "kit-holder" {
 		t.Fatalf("TryAcquire of a held lock: %v (%+v)", err, e)
 	}
+	// The holder's tag as its own Lock reports it is the one a refusal
+	// names (issue 26, item 2: one name for it everywhere).
+	if tag := la.HolderTag(); len(tag) != 8 || e.Holder.Tag != tag {
+		t.Errorf("the refusal names holder tag %q, the holder's Lock says %q; want the same 8 hex digits", e.Holder.Tag, tag)
+	}
 	start := time.Now()
 	_, err = lockgate.Acquire(ctx, bs, bc, []any{8}, &lockgate.Options{Wait: 300 * time.Millisecond})
 	if !errors.Is(err, lockgate.ErrTimeout) || errors.Is(err, lockgate.ErrBusy) {

@@ -18,7 +18,8 @@ export interface LockOptions {
 export interface HeldLock { _id: unknown; token: bigint; expiresAt: Date; lastError?: string }
 
 export class Lock {
-  readonly owner: string;
+  /** The holder tag others see for these locks (holder.tag); not the session id. */
+  readonly holderTag: string;
   readonly token: bigint | null;
   readonly locks: HeldLock[];
   readonly lost: Promise<LockLostError>;
@@ -36,7 +37,7 @@ export function withLock<T>(session: ClientSession, coll: Collection, ids: unkno
 
 export class LockgateError extends Error {
   code: number | null; codeName: string | null; reason: string | null; ns: string | null;
-  ids: unknown[]; holder: { app: string; session: string; client?: string; user?: string; expiresAt: Date } | null;
+  ids: unknown[]; holder: { app: string; tag: string; client?: string; user?: string; expiresAt: Date } | null;
   command: string | null;
 }
 export class LockBusyError extends LockgateError {}

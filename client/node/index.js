@@ -54,7 +54,9 @@ class Lock {
     this._ids = ids;
     this._o = o;
     this._locks = reply.locks || [];
-    this.owner = reply.owner;
+    // The holder tag others see for these locks (holder.tag in refusals,
+    // lockStatus and the admin views); not the session id.
+    this.holderTag = (reply.holder || {}).tag;
     this._deadline = sent + o.leaseMS;
     this._failures = 0;
     this._lastError = null;

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +118,7 @@ func TestConsoleShowsAndForceReleasesALock(t *testing.T) {
 	); err != nil {
 		t.Fatalf("loading the console: %v", err)
 	}
-	if len(cells) < 10 || cells[0] != "kit.orders" || cells[1] != "42" || cells[2] != app || cells[6] != fmt.Sprint(tok) || !strings.HasSuffix(cells[7], "s") || cells[8] != "0" {
+	if len(cells) < 12 || cells[0] != "kit.orders" || cells[1] != "42" || cells[3] != app || cells[7] != fmt.Sprint(tok) || !strings.HasSuffix(cells[9], "s") || cells[10] != "0" {
 		t.Fatalf("lock row = %q; want kit.orders, 42, holder %q, token %d, time left, 0 waiters", cells, app, tok)
 	}
 	if injected {
@@ -230,7 +232,7 @@ func TestConsoleForceReleasesExactlyTheRowsLock(t *testing.T) {
 	bctx, stop := browser(t, ctx)
 	defer stop()
 	rowOf := func(app string) string {
-		return `Array.from(document.querySelectorAll('#locks tbody tr')).find(tr => tr.cells[2].textContent === ` + jsString(app) + `)`
+		return `Array.from(document.querySelectorAll('#locks tbody tr')).find(tr => tr.querySelector('td.app').textContent === ` + jsString(app) + `)`
 	}
 	release := func(app string) string {
 		t.Helper()
@@ -284,7 +286,7 @@ func TestConsoleForceReleasesExactlyTheRowsLock(t *testing.T) {
 // startConsole starts a lockgate in front of the embedded FerretDB with
 // kit.* enforced and an admin token, and returns it with the token. It
 // skips (fails under CI) where chromium is missing.
-func startConsole(t *testing.T) (*gateway.Gateway, string) {
+func startConsole(t *testing.T, opts ...func(*config.Config)) (*gateway.Gateway, string) {
 	t.Helper()
 	testkit.RequireTool(t, "chromium", testkit.OnPath(chromiumPath, "apt-get install -y chromium"))
 	up, err := embedded.Start(embedded.Options{})
@@ -303,6 +305,9 @@ func startConsole(t *testing.T) (*gateway.Gateway, string) {
 	cfg.AdminAuth.TokenFile = tokenFile
 	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "kit.*", Mode: config.ModeEnforce}}
+	for _, o := range opts {
+		o(cfg)
+	}
 	gctx, stopGW := context.WithCancel(context.Background())
 	g, err := gateway.Start(gctx, cfg, zap.NewNop())
 	if err != nil {
@@ -314,6 +319,28 @@ func startConsole(t *testing.T) (*gateway.Gateway, string) {
 		<-g.Done()
 	})
 	return g, adminToken
+}
+
+// profileDir is a fresh chromium profile directory. Not t.TempDir: its
+// cleanup fails the test when a chromium helper process, outliving the
+// browser by a moment, still writes there; this one is removed again
+// until it is gone (or left behind, which fails nothing).
+func profileDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "lockgate-console-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if os.RemoveAll(dir) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("chromium profile %s left behind", dir)
+	})
+	return dir
 }
 
 func jsString(s string) string {
@@ -337,7 +364,7 @@ func browser(t *testing.T, ctx context.Context) (context.Context, func()) {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profileDir(t)),
 	)
 	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(func(f string, a ...any) {
 		msg := fmt.Sprintf(f, a...)
@@ -348,4 +375,299 @@ func browser(t *testing.T, ctx context.Context) (context.Context, func()) {
 		}
 	}))
 	return bctx, func() { cancelBrowser(); cancelAlloc() }
+}
+
+// The console as an operator's tool (issue 26, item 10): each rule's
+// scheme, and only the settings its mode uses; on each lock whether it
+// mirrors a scheme lock, since when it is held, and who waits for it
+// (not only how many); decisions per minute, the current minute included;
+// and, with the audit trail off, a page that says so.
+func TestConsoleShowsSchemesWaitersAndRates(t *testing.T) {
+	var direct string
+	g, _ := startConsole(t, func(c *config.Config) {
+		direct = c.Upstream.URI
+		c.Policy.Namespaces = append(c.Policy.Namespaces,
+			config.NamespaceRule{Match: "jobs.flag", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeFlag, Field: "locked", LeaseMS: 60000}},
+			config.NamespaceRule{Match: "watch.*", Mode: config.ModeAudit},
+			config.NamespaceRule{Match: "quiet.*", Mode: config.ModeOff})
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc, holderDB := session(t, ctx, g, "console-holder")
+	if err := holderDB.RunCommand(sc, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "leaseMS", Value: 60000}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A second application waits for the lock (until the test ends).
+	wctx, stopWaiter := context.WithCancel(ctx)
+	defer stopWaiter()
+	wsc, waiterDB := session(t, wctx, g, "console-waiter")
+	go waiterDB.RunCommand(wsc, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "waitMS", Value: 60000}})
+	// A refused write, counted in the current minute.
+	if _, err := waiterDB.Collection("orders").UpdateOne(ctx, bson.M{"_id": 42}, bson.M{"$set": bson.M{"x": 1}}); err == nil {
+		t.Fatal("a write without the lock was allowed")
+	}
+	// A flag taken under the jobs.flag scheme: lockgate mirrors it.
+	dc, err := mongo.Connect(ctx, options.Client().ApplyURI(direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Disconnect(context.Background())
+	if _, err := dc.Database("jobs").Collection("flag").InsertOne(ctx, bson.M{"_id": 7, "locked": false}); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+g.ProxyAddr().String()+"/").SetAppName("flagger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Disconnect(context.Background())
+	if res, err := fc.Database("jobs").Collection("flag").UpdateOne(ctx, bson.M{"_id": 7, "locked": false}, bson.M{"$set": bson.M{"locked": true}}); err != nil || res.ModifiedCount != 1 {
+		t.Fatalf("taking the flag: %v %+v", err, res)
+	}
+
+	bctx, stop := browser(t, ctx)
+	defer stop()
+	orders := `#locks tr[data-namespace="kit.orders"][data-id="42"]`
+	flag := `#locks tr[data-namespace="jobs.flag"][data-id="7"]`
+	var waiting, since, ordersMirror, flagMirror, flagApp string
+	if err := chromedp.Run(bctx,
+		chromedp.Navigate("http://"+g.AdminAddr().String()+"/console/"),
+		chromedp.WaitVisible(flag, chromedp.ByQuery),
+		// The waiter queues a moment after its command is sent.
+		chromedp.Poll(`(document.querySelector(`+jsString(orders+` td.waiters`)+`) || {}).textContent.includes('console-waiter')`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Text(orders+` td.waiters`, &waiting, chromedp.ByQuery),
+		chromedp.Text(orders+` td.since`, &since, chromedp.ByQuery),
+		chromedp.Text(orders+` td.mirror`, &ordersMirror, chromedp.ByQuery),
+		chromedp.Text(flag+` td.mirror`, &flagMirror, chromedp.ByQuery),
+		chromedp.Text(flag+` td.app`, &flagApp, chromedp.ByQuery),
+	); err != nil {
+		t.Fatalf("loading the console: %v", err)
+	}
+	if !strings.HasPrefix(waiting, "1") || !strings.Contains(waiting, "console-waiter, 127.0.0.1:") || !strings.Contains(waiting, "waiting since ") {
+		t.Errorf("waiters cell %q, want 1 and the waiter: console-waiter, its client address, waiting since", waiting)
+	}
+	if !regexp.MustCompile(`^\d\d:\d\d:\d\d \([0-9.ms ]+ ago\)$`).MatchString(since) {
+		t.Errorf("held since %q, want HH:MM:SS (how long ago)", since)
+	}
+	if ordersMirror != "" || flagMirror != "mirrors flag (jobs.flag)" || flagApp != "flagger" {
+		t.Errorf("scheme cells: kit.orders %q (want none), jobs.flag %q held by %q (want mirrors flag (jobs.flag), flagger)", ordersMirror, flagMirror, flagApp)
+	}
+
+	// The rules: a scheme with its fields; settings by mode.
+	keys := func(match string) string {
+		var out string
+		if err := chromedp.Run(bctx, chromedp.Evaluate(`Array.from(document.querySelectorAll('#policy tr[data-match=`+jsString(match)+`] td.settings [data-key]')).map(d => d.dataset.key).join(',')`, &out)); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := keys("kit.*"); !strings.Contains(got, "inserts") || !strings.Contains(got, "fence") || !strings.Contains(got, "capped inserts") {
+		t.Errorf("enforce rule settings %q, want inserts, capped inserts and fence among them", got)
+	}
+	if got := keys("watch.*"); !strings.Contains(got, "inserts") || strings.Contains(got, "fence") || strings.Contains(got, "capped") {
+		t.Errorf("audit rule settings %q, want inserts and no fence or capped inserts (enforce only)", got)
+	}
+	if got := keys("quiet.*"); strings.Contains(got, "inserts") || strings.Contains(got, "lease margin") || strings.Contains(got, "candidates") {
+		t.Errorf("off rule settings %q, want none of the write checks' settings", got)
+	}
+	var scheme, kitScheme string
+	if err := chromedp.Run(bctx,
+		chromedp.Text(`#policy tr[data-match="jobs.flag"] td.scheme`, &scheme, chromedp.ByQuery),
+		chromedp.Text(`#policy tr[data-match="kit.*"] td.scheme`, &kitScheme, chromedp.ByQuery),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(scheme, "flag") || !strings.Contains(scheme, "field: locked") || !strings.Contains(scheme, "lease: 60000 ms") || kitScheme != "lockgate" {
+		t.Errorf("scheme cells: jobs.flag %q (want flag, field: locked, lease: 60000 ms), kit.* %q (want lockgate)", scheme, kitScheme)
+	}
+
+	// Decisions per minute: the refusal is in the current minute.
+	var counts []string
+	reject := `#decisions tr[data-rule="kit.*"][data-decision="reject"]`
+	if err := chromedp.Run(bctx,
+		chromedp.Poll(`!!document.querySelector(`+jsString(reject)+`)`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll(`+jsString(reject)+`)).map(tr => tr.dataset.reason + ' ' + tr.querySelector('td.now').textContent + ' ' + tr.querySelector('td.total').textContent)`, &counts),
+	); err != nil {
+		t.Fatalf("decision rates: %v", err)
+	}
+	if !slices.Contains(counts, "held_by_other 1 1") {
+		t.Errorf("kit.* rejects (reason, this minute, since start): %q; want the refused write, held_by_other, in this minute", counts)
+	}
+	var auditOff bool
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`document.getElementById('audit-off').offsetParent !== null && document.getElementById('audit-form').offsetParent === null`, &auditOff)); err != nil || !auditOff {
+		t.Errorf("with the audit trail off the page should say so and show no query form (%v)", err)
+	}
+}
+
+// The audit history panel (issue 24, item 5): with the trail on, a
+// document's history and a holder's, as the trail recorded them, every
+// value as text.
+func TestConsoleAuditHistory(t *testing.T) {
+	g, _ := startConsole(t, func(c *config.Config) {
+		dir := t.TempDir()
+		key := filepath.Join(dir, "key")
+		if err := os.WriteFile(key, []byte(strings.Repeat("k", 40)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.Audit.Enabled, c.Audit.Dir, c.Audit.KeyFile, c.Audit.Instance = true, filepath.Join(dir, "trail"), key, "console-1"
+		c.Audit.CheckpointEvery = 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const app = `auditor<img id="injected-audit" src=x>`
+	sc, db := session(t, ctx, g, app)
+	acq, err := db.RunCommand(sc, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{"a-1"}}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, _ := acq.Lookup("holder", "tag").StringValueOK()
+	if _, err := db.Collection("orders").InsertOne(sc, bson.M{"_id": "a-1", "n": 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	bctx, stop := browser(t, ctx)
+	defer stop()
+	query := func(fields map[string]string) [][]string {
+		t.Helper()
+		var rows [][]string
+		js := ``
+		for _, id := range []string{"audit-ns", "audit-id", "audit-holder"} {
+			js += `document.getElementById(` + jsString(id) + `).value = ` + jsString(fields[id]) + `;`
+		}
+		// The trail is written in batches: ask again until the write
+		// is there.
+		if err := chromedp.Run(bctx,
+			chromedp.Poll(`(() => { `+js+` document.getElementById('audit-query').click();
+				return Array.from(document.querySelectorAll('#audit-records tbody tr')).some(tr => tr.dataset.kind === 'decision'); })()`,
+				nil, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(500*time.Millisecond)),
+			chromedp.Evaluate(`Array.from(document.querySelectorAll('#audit-records tbody tr')).map(tr => Array.from(tr.cells).map(td => td.textContent))`, &rows),
+		); err != nil {
+			var note string
+			chromedp.Run(bctx, chromedp.Text(`#audit-note`, &note, chromedp.ByQuery))
+			t.Fatalf("history %v: %v (note %q)", fields, err, note)
+		}
+		return rows
+	}
+	if err := chromedp.Run(bctx, chromedp.Navigate("http://"+g.AdminAddr().String()+"/console/"), chromedp.WaitVisible(`#audit-form`, chromedp.ByQuery)); err != nil {
+		t.Fatalf("loading the console: %v", err)
+	}
+	check := func(what string, rows [][]string) {
+		t.Helper()
+		var lock, write bool
+		for _, r := range rows {
+			// time, kind, op, ns, _id, verdict, reason, app, user, client, holder, tokens
+			if len(r) != 12 || r[3] != "kit.orders" || r[4] != `"a-1"` || r[7] != app || r[10] != tag {
+				continue
+			}
+			lock = lock || (r[1] == "lock" && r[2] == "acquire" && regexp.MustCompile(`^\d+$`).MatchString(r[11]))
+			write = write || (r[1] == "decision" && r[2] == "insert" && r[5] == "allow")
+		}
+		if !lock || !write {
+			t.Errorf("%s: rows %q; want the acquire (with its token) and the allowed insert, by %q under holder tag %s", what, rows, app, tag)
+		}
+	}
+	check("the document's history", query(map[string]string{"audit-ns": "kit.orders", "audit-id": "a-1"}))
+	check("the holder's history", query(map[string]string{"audit-holder": tag}))
+	var injected bool
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`document.getElementById('injected-audit') !== null`, &injected)); err != nil || injected {
+		t.Errorf("the application name in a record was rendered as markup (%v)", err)
+	}
+}
+
+// session connects as app and starts an explicit session in the kit
+// database.
+func session(t *testing.T, ctx context.Context, g *gateway.Gateway, app string) (context.Context, *mongo.Database) {
+	t.Helper()
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+g.ProxyAddr().String()+"/").SetAppName(app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Disconnect(context.Background()) })
+	sess, err := c.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.EndSession(context.Background()) })
+	return mongo.NewSessionContext(ctx, sess), c.Database("kit")
+}
+
+// TestConsoleScreenshot renders the console with a scheme rule, a held lock
+// with a waiter, a mirrored scheme lock and some decisions, and saves it
+// where LOCKGATE_CONSOLE_SCREENSHOT says (docs/console.png is made so:
+// LOCKGATE_CONSOLE_SCREENSHOT=$PWD/docs/console.png go test ./tests/console
+// -run TestConsoleScreenshot). Skipped without the variable.
+func TestConsoleScreenshot(t *testing.T) {
+	out := os.Getenv("LOCKGATE_CONSOLE_SCREENSHOT")
+	if out == "" {
+		t.Skip("LOCKGATE_CONSOLE_SCREENSHOT not set")
+	}
+	var direct string
+	g, _ := startConsole(t, func(c *config.Config) {
+		direct = c.Upstream.URI
+		dir := t.TempDir()
+		key := filepath.Join(dir, "key")
+		if err := os.WriteFile(key, []byte(strings.Repeat("k", 40)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.Audit.Enabled, c.Audit.Dir, c.Audit.KeyFile, c.Audit.Instance = true, filepath.Join(dir, "trail"), key, "lockgate-1"
+		c.Policy.Namespaces = []config.NamespaceRule{
+			{Match: "kit.orders", Mode: config.ModeEnforce, Fence: config.FenceDocument},
+			{Match: "kit.*", Mode: config.ModeAudit},
+			{Match: "jobs.items", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields, Field: "LockId", TimeField: "LockTime", LeaseMS: 30000}},
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc, db := session(t, ctx, g, "billing")
+	if err := db.RunCommand(sc, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "leaseMS", Value: 300000}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection("orders").InsertOne(sc, bson.M{"_id": 42, "total": 10}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWaiter := context.WithCancel(ctx)
+	defer stopWaiter()
+	wsc, wdb := session(t, wctx, g, "invoicer")
+	go wdb.RunCommand(wsc, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}, {Key: "waitMS", Value: 60000}})
+	_, rogue := session(t, ctx, g, "reporting")
+	for i := 0; i < 3; i++ {
+		rogue.Collection("orders").UpdateOne(ctx, bson.M{"_id": 42}, bson.M{"$inc": bson.M{"total": 1}})
+	}
+	rogue.Collection("customers").UpdateOne(ctx, bson.M{"_id": 1}, bson.M{"$set": bson.M{"seen": true}})
+	// A holderFields lock taken the application's way, which lockgate
+	// mirrors.
+	dc, err := mongo.Connect(ctx, options.Client().ApplyURI(direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Disconnect(context.Background())
+	dc.Database("jobs").Collection("items").InsertOne(ctx, bson.M{"_id": "job-7"})
+	jc, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+g.ProxyAddr().String()+"/").SetAppName("worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jc.Disconnect(context.Background())
+	if err := jc.Database("jobs").Collection("items").FindOneAndUpdate(ctx,
+		bson.M{"_id": "job-7", "$or": bson.A{bson.M{"LockId": nil}, bson.M{"LockTime": bson.M{"$lt": time.Now().Add(-30 * time.Second)}}}},
+		bson.M{"$set": bson.M{"LockId": "w-1", "LockTime": time.Now()}}).Err(); err != nil {
+		t.Fatalf("the holderFields acquire: %v", err)
+	}
+
+	bctx, stop := browser(t, ctx)
+	defer stop()
+	var png []byte
+	if err := chromedp.Run(bctx,
+		chromedp.EmulateViewport(1500, 1500),
+		chromedp.Navigate("http://"+g.AdminAddr().String()+"/console/"),
+		chromedp.Poll(`document.querySelector('#locks td.waiters li') !== null && document.querySelector('#locks tr[data-namespace="jobs.items"]') !== null`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Evaluate(`document.getElementById('audit-ns').value = 'kit.orders'; document.getElementById('audit-id').value = '42'`, nil),
+		chromedp.Poll(`(() => { document.getElementById('audit-query').click();
+			return document.querySelectorAll('#audit-records tbody tr[data-kind="decision"]').length >= 4; })()`,
+			nil, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(500*time.Millisecond)),
+		chromedp.FullScreenshot(&png, 100), // 100: PNG (below, JPEG),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

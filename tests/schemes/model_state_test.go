@@ -89,12 +89,12 @@ func (m *model) snapshot() snap {
 	}
 	var st struct {
 		Locks []struct {
-			ID    bson.RawValue `bson:"_id"`
-			Held  bool          `bson:"held"`
-			Owner *struct {
-				App     string `bson:"app"`
-				Session string `bson:"session"`
-			} `bson:"owner"`
+			ID     bson.RawValue `bson:"_id"`
+			Held   bool          `bson:"held"`
+			Holder *struct {
+				App string `bson:"app"`
+				Tag string `bson:"tag"`
+			} `bson:"holder"`
 			ExpiresAt *primitive.DateTime `bson:"expiresAt"`
 		} `bson:"locks"`
 	}
@@ -107,8 +107,8 @@ func (m *model) snapshot() snap {
 			continue
 		}
 		ms := mirrorState{held: true}
-		if l.Owner != nil {
-			ms.app, ms.session = l.Owner.App, l.Owner.Session
+		if l.Holder != nil {
+			ms.app, ms.session = l.Holder.App, l.Holder.Tag
 			ms.actor = actorOfApp(ms.app)
 		}
 		if l.ExpiresAt != nil {

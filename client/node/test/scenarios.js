@@ -22,7 +22,7 @@ async function main() {
     const hs = holder.startSession();
     const ws = waiter.startSession();
     const lk = await lockgate.tryAcquire(hs, ch, [7, 8]);
-    try { await lockgate.tryAcquire(ws, cw, [8]); out('busy', { error: null }); } catch (e) { out('busy', { error: info(e) }); }
+    try { await lockgate.tryAcquire(ws, cw, [8]); out('busy', { error: null }); } catch (e) { out('busy', { error: info(e), holderTag: lk.holderTag }); }
     const t0 = Date.now();
     try { await lockgate.acquire(ws, cw, [8], { waitMS: 300 }); out('timeout', { error: null }); } catch (e) { out('timeout', { error: info(e), elapsedMS: Date.now() - t0 }); }
     await lk.release();

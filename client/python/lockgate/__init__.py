@@ -109,7 +109,9 @@ class Lock(object):
         self._attempts = attempts
         self._mu = threading.Condition()
         self._locks = reply.get("locks", [])
-        self.owner = reply.get("owner")
+        # The holder tag others see for these locks (holder.tag in
+        # refusals, lockStatus and the admin views); not the session id.
+        self.holder_tag = (reply.get("holder") or {}).get("tag")
         self._deadline = sent + lease
         self.lost = threading.Event()
         self._on_lost = on_lost

@@ -38,7 +38,7 @@ with holder.start_session() as hs, waiter.start_session() as ws:
         lockgate.try_acquire(ws, coll_w, [8])
         out("busy", error=None)
     except lockgate.LockgateError as e:
-        out("busy", error=err_info(e))
+        out("busy", error=err_info(e), holderTag=lk.holder_tag)
     t0 = time.monotonic()
     try:
         lockgate.acquire(ws, coll_w, [8], wait=0.3)
