@@ -136,6 +136,16 @@ func (s *Store) heartbeat(ctx context.Context, first bool) error {
 	return nil
 }
 
+// maxStartWait bounds the wait for the first grant that Open does itself.
+const maxStartWait = 5 * time.Second
+
+// grantWait is how long from now this Store may not grant yet.
+func (s *Store) grantWait() time.Duration {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	return time.Until(s.reg.grantAfter)
+}
+
 // mayGrant waits until this Store may grant a lock to a new holder: no
 // other Store's "alone" view can be missing it. It fails when the
 // heartbeat cannot be written.
