@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -840,12 +841,8 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 	if x.advice != "" {
 		advice = x.advice
 	}
-	code := mongoerr.LockBusy
-	if x.code != 0 {
-		code = x.code
-	}
 	return &cmdError{
-		code:   code,
+		code:   cmp.Or(x.code, mongoerr.LockBusy),
 		reason: x.reason,
 		ns:     x.write.NS,
 		ids:    x.ids,

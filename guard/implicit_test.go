@@ -273,7 +273,7 @@ func TestImplicitLockClosesTheCheckWriteWindow(t *testing.T) {
 				}
 			} else {
 				s := statusOf(t, alice, coll, 1)
-				owner, _ := s["owner"].(bson.M)
+				owner, _ := s["holder"].(bson.M)
 				if s["held"] != true || owner["implicit"] != true || owner["command"] != "update" || owner["app"] != "legacy-batch" {
 					t.Errorf("lockStatus during the write: %v, want held implicitly by legacy-batch's update", s)
 				}

@@ -247,7 +247,7 @@ func TestKilledProxyFreesImplicitLocksByLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := st["locks"].(bson.A)[0].(bson.M)
-	owner, _ := l["owner"].(bson.M)
+	owner, _ := l["holder"].(bson.M)
 	if l["held"] != true || owner["implicit"] != true || owner["app"] != "legacy-writer" {
 		t.Fatalf("lockStatus after the kill: %v, want held implicitly by legacy-writer", l)
 	}

@@ -299,7 +299,7 @@ func (m *legacyModel) check() {
 		Locks []struct {
 			ID    int    `bson:"_id"`
 			Held  bool   `bson:"held"`
-			Owner bson.M `bson:"owner"`
+			Owner bson.M `bson:"holder"`
 		} `bson:"locks"`
 	}
 	if err := m.exDB[0].RunCommand(m.exCtx[0], bson.D{{"lockStatus", m.coll}, {"ids", ids}}).Decode(&st); err != nil {
