@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // ed25519Files writes a new Ed25519 key pair as PEM files (as openssl
@@ -142,9 +144,7 @@ func TestKeyRotation(t *testing.T) {
 
 // TestKeyFromOpenSSL: the key files openssl writes are read as they are.
 func TestKeyFromOpenSSL(t *testing.T) {
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("no openssl")
-	}
+	testkit.RequireTool(t, "openssl", testkit.OnPath("openssl", "apt-get install -y openssl"))
 	d := t.TempDir()
 	priv, pub := filepath.Join(d, "k.pem"), filepath.Join(d, "k.pub")
 	for _, args := range [][]string{{"genpkey", "-algorithm", "ed25519", "-out", priv}, {"pkey", "-in", priv, "-pubout", "-out", pub}} {

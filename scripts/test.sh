@@ -89,6 +89,18 @@ elif [ -n "${CI:-}" ]; then
 	fail "/usr/bin/chromium is missing"
 fi
 
+section "install: openssl (apt), for the audit trail's key-file test"
+# audittrail TestKeyFromOpenSSL reads the Ed25519 key files openssl writes;
+# with CI set, a missing openssl fails it instead of skipping it.
+if command -v openssl >/dev/null; then
+	echo "already installed"
+else
+	export DEBIAN_FRONTEND=noninteractive
+	as_root apt-get update -qq
+	as_root apt-get install -y -qq --no-install-recommends openssl >/dev/null || fail "apt-get install openssl failed"
+fi
+openssl version
+
 section "install: Node.js driver and mongosh (npm ci in $NODE_COMPAT)"
 if [ -x "$NODE_COMPAT/node_modules/.bin/mongosh" ] && [ "$NODE_COMPAT/node_modules/.package-lock.json" -nt "$NODE_COMPAT/package-lock.json" ]; then
 	echo "already installed"
