@@ -157,6 +157,9 @@ type Guard struct {
 	// testImplicit, when set (tests only), sees each write's implicit
 	// locks being taken (implicit.go).
 	testImplicit *implicitTestHooks
+	// testScheme, when set (tests only), sees scheme steps between their
+	// reads and their lock store calls (schemelockcoll.go).
+	testScheme *schemeTestHooks
 
 	// auditFields are the field slices of audit lines (audit.go), reused:
 	// a line is written for every decision on a protected namespace.
