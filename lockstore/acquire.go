@@ -298,6 +298,9 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			}
 		}
 		sent := time.Now()
+		if next.Owner != nil {
+			s.heldNS.mark(next.NS, sent)
+		}
 		ok, err := s.insert(ctx, op, next)
 		if err != nil {
 			s.cache.remove(rid)
@@ -314,7 +317,9 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			s.cache.put(rid, holdEntry{g: next, verified: time.Now(), confirmed: sent, own: next.Owner != nil && !mark})
 			s.owned.changed(rid, h, next)
 			if next.Owner != nil {
-				s.heldNS.mark(next.NS)
+				// Again, now that the grant has landed: a refresh sent
+				// before this moment may have missed it (heldns.go).
+				s.heldNS.mark(next.NS, time.Now())
 			}
 			if !mark {
 				return next, next, nil
