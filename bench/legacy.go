@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -216,9 +217,34 @@ func legacyLine(c *EnforceCell) string {
 			if k, ok := c.Kept(l, Unprotected); ok {
 				s += fmt.Sprintf(" kept %.1f%%", 100*k.Median)
 			}
+			s += " lock store " + roundTripsByOp(c, l)
 		}
 	}
 	return s
+}
+
+// roundTripsByOp spells leg l's lock store round trips per write by
+// operation, largest first: where a legacy write's cost goes.
+func roundTripsByOp(c *EnforceCell, l Leg) string {
+	w := float64(max(c.Writes(l), 1))
+	ops := make([]string, 0, len(c.RoundTrips[l]))
+	for op := range c.RoundTrips[l] {
+		ops = append(ops, op)
+	}
+	slices.SortFunc(ops, func(a, b string) int {
+		if d := c.RoundTrips[l][b] - c.RoundTrips[l][a]; d != 0 {
+			return int(d)
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(ops))
+	for i, op := range ops {
+		parts[i] = fmt.Sprintf("%s %.2f", op, c.RoundTrips[l][op]/w)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // WriteMarkdown writes the report as a Markdown table.
@@ -244,6 +270,13 @@ func (r *LegacyReport) WriteMarkdown(w io.Writer) {
 				}
 			}
 			fmt.Fprintf(w, "| %d | %s | %.0f | %s | %s | %s | %s | %.2f |\n", c.Clients, l, s.Throughput, us(s.P50), us(s.P99), kept, added, c.RoundTripsPerWrite(l))
+		}
+	}
+	fmt.Fprintln(w, "\nLock store round trips per write, by operation:")
+	fmt.Fprintln(w)
+	for _, c := range r.Cells {
+		for _, l := range LegacyLegs[1:] {
+			fmt.Fprintf(w, "- %d clients, %s: %s\n", c.Clients, l, roundTripsByOp(c, l))
 		}
 	}
 	fmt.Fprintf(w, "\nChecked: %s.\n", r.Checked)
