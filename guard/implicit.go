@@ -236,6 +236,9 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			// another lockgate) or the store failed: the skipped checks
 			// decide, as today, before anything else does.
 			g.releaseImplicit(p)
+			// Nothing of this attempt may outlive it: a write that the
+			// checks find to be a lock holder's is not implicit.
+			p.mode, p.waited = "", false
 			g.checkUnchecked(ctx, v, o)
 			return g.takeImplicit(ctx, v, o, inserts)
 		}

@@ -9,6 +9,8 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // storeRoundTrips is the lock store's successful round trips of op.
@@ -80,7 +82,8 @@ func TestGuessedLegacyWriterHoldingElsewhere(t *testing.T) {
 		t.Run(fmt.Sprintf("trustGuess=%v", trust), func(t *testing.T) {
 			coll, pol := legacyPolicy(t, 3, config.UnlockedWait, 2000)
 			locks := fmt.Sprintf("locks_guess_%d", seq.Add(1))
-			here := startStackWith(t, stackOptions{policy: pol, collection: locks})
+			core, logs := observer.New(zap.InfoLevel)
+			here := startStackWith(t, stackOptions{policy: pol, collection: locks, logger: zap.New(core)})
 			there := startStackWith(t, stackOptions{policy: pol, collection: locks})
 			if trust {
 				here.guard.testImplicit = &implicitTestHooks{trustGuess: true}
@@ -105,6 +108,12 @@ func TestGuessedLegacyWriterHoldingElsewhere(t *testing.T) {
 			}
 			if fmt.Sprint(r["ok"]) != "1" || r["writeErrors"] != nil || fmt.Sprint(r["nModified"]) != "1" {
 				t.Fatalf("the holder's write through this lockgate: %v", r)
+			}
+			// Decided as a lock holder's, and logged so: not implicit.
+			for _, e := range logs.FilterMessage("decision").All() {
+				if m, ok := e.ContextMap()["implicit"]; ok {
+					t.Fatalf("the holder's write is logged as implicit (%v): %v", m, e.ContextMap())
+				}
 			}
 			r = update(1, 2)
 			if fmt.Sprint(r["code"]) != "46" || fmt.Sprint(r["lockgate"].(bson.M)["reason"]) != "not_locked" {
