@@ -53,6 +53,11 @@ type implicitPlan struct {
 	// (checkUnchecked). noGuess: they were, so no more are skipped.
 	unchecked []nsNeed
 	noGuess   bool
+	// busyNS is the namespace whose keys the guess's acquire found held:
+	// under wait, the next attempt queues for them at once rather than
+	// trying, and rolling back, once more (which would barge again ahead
+	// of the waiters it just met).
+	busyNS string
 	// inserts are the inserted _ids of rules with implicit locks.
 	inserts needs
 	// owner is the implicit locks' owner, once taken.
@@ -227,9 +232,15 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		// A first attempt that does not wait tells a write that waited
 		// from one that did not, for the metrics, at the price of one
 		// more attempt only when the locks are busy.
-		locks, err := g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
-		if h := g.testImplicit; h != nil && h.naive {
-			locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
+		var locks []lockstore.Lock
+		var err error
+		if p.mode == config.UnlockedWait && n.ns == p.busyNS {
+			err = lockstore.ErrBusy
+		} else {
+			locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
+			if h := g.testImplicit; h != nil && h.naive {
+				locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
+			}
 		}
 		if err != nil && guessed && !(g.testImplicit != nil && g.testImplicit.trustGuess) {
 			// Some key was held (perhaps by this very session, through
@@ -239,6 +250,9 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			// Nothing of this attempt may outlive it: a write that the
 			// checks find to be a lock holder's is not implicit.
 			p.mode, p.waited = "", false
+			if errors.Is(err, lockstore.ErrBusy) {
+				p.busyNS = n.ns
+			}
 			g.checkUnchecked(ctx, v, o)
 			return g.takeImplicit(ctx, v, o, inserts)
 		}
