@@ -508,6 +508,9 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 		v.deferToImplicit(r, ns, ids, ids)
 		return
 	}
+	if g.skipHeldCheck(v, r, o, ns, ids) {
+		return
+	}
 	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
 	if err != nil {
 		w := firstWrite(v.writes, ns)

@@ -151,6 +151,18 @@ func (s *Store) checkSessionLimit(owner Owner, ks []lockKey) error {
 	return nil
 }
 
+// HoldsAnyHere reports whether session holds, or may still hold, a lock
+// taken or renewed through this Store, from memory (the owned index).
+// false says nothing of locks taken through other Stores: the guard only
+// uses it to guess that a write is a legacy writer's before the implicit
+// acquire, which refuses any key the session holds, confirms the guess
+// (guard/implicit.go).
+func (s *Store) HoldsAnyHere(session []byte) bool {
+	now, unc := s.clock.Now()
+	held, _ := s.owned.count(session, nil, now.Add(-unc))
+	return held > 0
+}
+
 // acquireAll makes one all-or-nothing attempt in canonical order. self is
 // the calling waiter, not woken by its own rollback.
 func (s *Store) acquireAll(ctx context.Context, owner Owner, ns string, ordered []lockKey, lease time.Duration, self *waiter) (map[string]Lock, error) {
