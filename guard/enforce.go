@@ -136,6 +136,18 @@ func (v *verdict) isNamed(id docid.ID) bool {
 	return ok
 }
 
+// enforcementStage decides every request the stages before it passed,
+// by the policy's rule for each namespace it writes; it settles them all.
+type enforcementStage struct{ g *Guard }
+
+func (s enforcementStage) Decide(ctx context.Context, req *proxy.Request) (proxy.Decision, bool) {
+	pol := s.g.policy.Load()
+	if pol == nil || pol.AllOff() {
+		return proxy.Decision{Action: proxy.Forward}, true
+	}
+	return s.g.enforce(ctx, req, pol), true
+}
+
 // enforce decides a message that may write under pol.
 func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Policy) proxy.Decision {
 	start := time.Now()

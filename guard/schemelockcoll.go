@@ -155,7 +155,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		return g.decide(req, pol, v, start)
 	}
 	ids := []docid.ID{id}
-	unlock := g.schemes.lock(w.NS + "\x00" + id.Key())
+	unlock := g.schemes.lock(docid.KeyOf(w.NS, id))
 	defer unlock()
 	store := g.opts.Store
 	// Audit forwards every write unchanged: no insert-only condition, no
@@ -602,7 +602,7 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 		return g.decide(req, pol, v, start)
 	}
 	ids := []docid.ID{id}
-	unlock := g.schemes.lock(w.NS + "\x00" + id.Key())
+	unlock := g.schemes.lock(docid.KeyOf(w.NS, id))
 	defer unlock()
 	store := g.opts.Store
 	body, err := statementBody(req.Command, w)
