@@ -418,8 +418,7 @@ func TestDroppedRecordsAreRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The writer goroutine is not running yet: the buffer only fills.
-	tr := &Trail{opts: o, log: o.Logger, metrics: o.Metrics, queue: make(chan item, o.BufferSize),
-		closing: make(chan struct{}), closed: make(chan struct{}), w: w}
+	tr := newTrail(o, w)
 	kept := 0
 	for i := range 10 {
 		if tr.Append(decision(t, i)) {
