@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -345,6 +346,11 @@ func (w *writer) build(ev *Event) Record {
 		Kind: ev.Kind, NS: ev.NS, Op: ev.Op, Mode: ev.Mode, Verdict: ev.Verdict, Reason: ev.Reason,
 		App: ev.App, User: ev.User, Client: ev.Client, Holder: ev.Holder, Tokens: ev.Tokens,
 		Policy: ev.Policy, Detail: ev.Detail, Count: ev.Count,
+	}
+	if r.Holder == "" && ev.HolderTag.n > 0 {
+		var h [2 * len(ev.HolderTag.b)]byte
+		n := hex.Encode(h[:], ev.HolderTag.b[:ev.HolderTag.n])
+		r.Holder = w.strs.str(h[:n])
 	}
 	if len(ev.IDs) > 0 {
 		start := len(w.ids)

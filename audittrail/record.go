@@ -68,6 +68,9 @@ type Event struct {
 	// owner hash the lock store keeps for (user, session id), as the lock
 	// view shows it; never the session id.
 	Holder string
+	// HolderTag, when Holder is empty, is the holder tag's bytes, which
+	// the writer writes in hex: the request path then makes no string.
+	HolderTag Tag
 	// Tokens are the fencing tokens of the locks the write ran under, or
 	// that a lock operation granted, where known (in IDs' order).
 	Tokens []int64
@@ -76,6 +79,31 @@ type Event struct {
 	Detail string
 	// Count is the number of records a KindDropped record stands for.
 	Count uint64
+}
+
+// Tag is a holder tag's bytes: at most the first 4 of a keyed owner
+// hash, kept by value.
+type Tag struct {
+	b [4]byte
+	n uint8
+}
+
+// TagOf is the tag of an owner hash (lockstore.SessionPrefix's bytes).
+func TagOf(owner []byte) Tag {
+	var t Tag
+	t.n = uint8(copy(t.b[:], owner))
+	return t
+}
+
+// String is the tag in hex, as Record.Holder shows it.
+func (t Tag) String() string { return hex.EncodeToString(t.b[:t.n]) }
+
+// HolderString is the holder tag the event's record will carry.
+func (ev *Event) HolderString() string {
+	if ev.Holder != "" {
+		return ev.Holder
+	}
+	return ev.HolderTag.String()
 }
 
 // Record is one line of the trail. Field order here is the JSON order;
