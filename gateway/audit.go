@@ -215,9 +215,9 @@ func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote s
 }
 
 // expiries records in the trail the locks whose lease ended without a
-// release, when the lock store takes them over: a lock record "expire"
-// with the former holder's app, user, client and tag, and its token; nil
-// without a trail.
+// release, when the lock store takes them over or its expiry scan finds
+// them: a lock record "expire" with the former holder's app, user,
+// client and tag, and its token; nil without a trail.
 func (a *assembly) expiries() func(lockstore.Expiry) {
 	trail := a.trail
 	if trail == nil {
@@ -225,11 +225,15 @@ func (a *assembly) expiries() func(lockstore.Expiry) {
 	}
 	return func(e lockstore.Expiry) {
 		h := e.Former
+		detail := fmt.Sprintf("the lease ended at %s without a release; taken over by a new holder (token %d)",
+			h.ExpiresAt.UTC().Format(time.RFC3339Nano), e.Token)
+		if e.Scanned {
+			detail = fmt.Sprintf("the lease ended at %s without a release or a renewal (found by this lockgate's expiry scan; not taken over)",
+				h.ExpiresAt.UTC().Format(time.RFC3339Nano))
+		}
 		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: e.At, Op: "expire", NS: e.NS,
 			IDs: []docid.ID{e.ID}, Tokens: []int64{h.Token}, Verdict: audittrail.VerdictOK,
-			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix,
-			Detail: fmt.Sprintf("the lease ended at %s without a release; taken over by a new holder (token %d)",
-				h.ExpiresAt.UTC().Format(time.RFC3339Nano), e.Token)})
+			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix, Detail: detail})
 	}
 }
 
