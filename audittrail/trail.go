@@ -385,35 +385,56 @@ func (t *Trail) fail(batch []item, err error) {
 	t.metrics.dropped.Add(float64(lost))
 }
 
-// finish drains what is left and writes the stop record and checkpoint.
+// finish drains what is left, in batches of at most maxBatch (a writer
+// that fell behind catches up without holding the whole buffer twice),
+// and writes the stop record and a final checkpoint.
 func (t *Trail) finish() error {
-	var rest []item
-	for stalled := 0; ; {
-		before := len(rest)
-		rest = t.ring.take(rest, len(rest)+maxBatch)
-		if t.ring.len() == 0 || stalled == 1000 {
-			break
+	batch := make([]item, 0, maxBatch)
+	answer := func(err error) {
+		for _, it := range batch {
+			if it.done != nil {
+				if err != nil {
+					it.done <- fmt.Errorf("%w: %w", ErrUnavailable, err)
+				} else {
+					it.done <- nil
+				}
+			}
 		}
-		if len(rest) == before {
+		clear(batch)
+		batch = batch[:0]
+	}
+	for stalled := 0; stalled < 1000; {
+		batch = t.ring.take(batch, maxBatch)
+		if len(batch) == 0 {
+			if t.ring.len() == 0 {
+				break
+			}
 			// A producer has claimed a slot and is copying into it.
 			stalled++
 			runtime.Gosched()
+			continue
+		}
+		if len(batch) < maxBatch && t.ring.len() == 0 {
+			break // the last of it goes with the stop record
+		}
+		if err := t.w.writeBatch(batch, false); err != nil {
+			t.fail(batch, err)
+			clear(batch)
+			batch = batch[:0]
+			continue
+		}
+		answer(nil)
+		if err := t.w.maintain(); err != nil {
+			t.metrics.sinkErrors.Inc()
+			t.log.Error("audit trail: checkpoint or rotation failed", zap.Error(err))
 		}
 	}
 	if n := t.dropped.Swap(0); n > 0 {
-		rest = append([]item{{ev: droppedEvent(n, t.opts.Clock())}}, rest...)
+		batch = append([]item{{ev: droppedEvent(n, t.opts.Clock())}}, batch...)
 	}
-	rest = append(rest, item{ev: Event{Kind: KindStop, Time: t.opts.Clock()}})
-	err := t.w.writeBatch(rest, true)
-	for _, it := range rest {
-		if it.done != nil {
-			if err != nil {
-				it.done <- fmt.Errorf("%w: %w", ErrUnavailable, err)
-			} else {
-				it.done <- nil
-			}
-		}
-	}
+	batch = append(batch, item{ev: Event{Kind: KindStop, Time: t.opts.Clock()}})
+	err := t.w.writeBatch(batch, true)
+	answer(err)
 	return errors.Join(err, t.w.close())
 }
 
