@@ -401,8 +401,10 @@ func (l *Lock) lose(err error) {
 		l.mu.Lock()
 		l.err = err
 		l.mu.Unlock()
-		close(l.lost)
+		// Cancel before closing lost: a caller woken by Lost reads
+		// Context().Err() and must find it set.
 		l.cancel(err)
+		close(l.lost)
 	})
 }
 
