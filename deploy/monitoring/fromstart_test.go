@@ -30,6 +30,24 @@ import (
 // histogram is one series per label set, like a counter).
 type series map[string]map[string]map[string]string
 
+// startGateway starts a lockgate in front of an embedded FerretDB for the
+// test, with an enforced and an audited rule: the decision series of both
+// modes (reject and would_reject) are among those the assets select.
+func startGateway(t *testing.T) *gatewaytest.Gateway {
+	t.Helper()
+	up, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	cfg := gatewaytest.Config(up.URI())
+	cfg.Policy.Namespaces = []config.NamespaceRule{
+		{Match: "shop.orders", Mode: config.ModeEnforce},
+		{Match: "shop.*", Mode: config.ModeAudit},
+	}
+	return gatewaytest.Start(t, cfg, nil)
+}
+
 // scrape reads the admin server's /metrics as Prometheus would.
 func scrape(t *testing.T, g *gatewaytest.Gateway) series {
 	t.Helper()
@@ -165,19 +183,7 @@ func selectors(expr string) []selector {
 // metrics, which shows that the known label sets are all there from the
 // start.
 func TestAssetsSeriesExistBeforeTraffic(t *testing.T) {
-	up, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
-	cfg := gatewaytest.Config(up.URI())
-	// An enforced and an audited rule: the decision series of both modes
-	// (reject and would_reject) are among those the assets select.
-	cfg.Policy.Namespaces = []config.NamespaceRule{
-		{Match: "shop.orders", Mode: config.ModeEnforce},
-		{Match: "shop.*", Mode: config.ModeAudit},
-	}
-	g := gatewaytest.Start(t, cfg, nil)
+	g := startGateway(t)
 
 	atStart := scrape(t, g)
 	if n := len(atStart["lockgate_client_connections_total"]); n != 1 {

@@ -1,22 +1,17 @@
 package monitoring
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
 // exported is every metric a running lockgate can export, with its labels:
@@ -24,34 +19,7 @@ import (
 // lockgate_build_info, which the binary registers.
 func exported(t *testing.T) map[string][]string {
 	t.Helper()
-	up, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	cfg := config.Default()
-	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Upstream.URI = up.URI()
-	// A policy that decides something: without one there is no decision
-	// series to expect.
-	cfg.Policy.Namespaces = []config.NamespaceRule{
-		{Match: "shop.orders", Mode: config.ModeEnforce},
-		{Match: "shop.*", Mode: config.ModeAudit},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g, err := gateway.Start(ctx, cfg, zap.NewNop())
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		select {
-		case <-g.Done():
-		case <-time.After(20 * time.Second):
-			t.Error("gateway did not stop")
-		}
-	}()
+	g := startGateway(t)
 	if err := g.Registry().Register(gateway.BuildInfo("test")); err != nil {
 		t.Fatal(err)
 	}
