@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
@@ -110,17 +111,13 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 		Records   []audittrail.Record `json:"records"`
 		Truncated bool                `json:"truncated"`
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, "six records on /audit/history", func() bool {
 		code, body := httpGet(t, "http://"+gw.AdminAddr().String()+"/audit/history?ns=shop.orders&id=42")
 		if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil {
 			t.Fatalf("/audit/history: %d %s", code, body)
 		}
-		if len(hist.Records) >= 6 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(hist.Records) >= 6
+	})
 	var apiHistory []string
 	for _, r := range hist.Records {
 		apiHistory = append(apiHistory, fmt.Sprintf("%s %s %s %s %s", r.Kind, r.Op, r.Verdict, r.App, r.Reason))
@@ -393,8 +390,7 @@ func TestAuditTrailInACollection(t *testing.T) {
 	}
 	admin := "http://" + gw.AdminAddr().String() + "/audit/history"
 	var alphaTag string
-	deadline := time.Now().Add(10 * time.Second)
-	for alphaTag == "" && time.Now().Before(deadline) {
+	testkit.Eventually(t, 10*time.Second, "alpha's acquire on /audit/history", func() bool {
 		_, body := httpGet(t, admin+"?app=alpha")
 		json.Unmarshal([]byte(body), &hist)
 		for _, r := range hist.Records {
@@ -402,10 +398,10 @@ func TestAuditTrailInACollection(t *testing.T) {
 				alphaTag = r.Holder
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return alphaTag != ""
+	})
 	var got []string
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, 10*time.Second, "two records of alpha's holder tag", func() bool {
 		code, body := httpGet(t, admin+"?holder="+alphaTag)
 		if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil {
 			t.Fatalf("/audit/history?holder=: %d %s", code, body)
@@ -414,11 +410,8 @@ func TestAuditTrailInACollection(t *testing.T) {
 		for _, r := range hist.Records {
 			got = append(got, fmt.Sprintf("%s %s %s %s %v", r.Kind, r.Op, r.App, r.NS, r.IDs))
 		}
-		if len(got) >= 2 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(got) >= 2
+	})
 	if alphaTag == "" || strings.Join(got, "; ") != "lock acquire alpha shop.orders [42]; lock expire alpha shop.orders [42]" {
 		t.Fatalf("alpha's (%q) history: %q", alphaTag, got)
 	}

@@ -95,21 +95,14 @@ func TestGatewayAgainstEmbeddedUpstream(t *testing.T) {
 
 	// The upstream monitor needs a moment to find the server.
 	var rd admin.Readiness
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testkit.Eventually(t, 15*time.Second, "/readyz to answer 200", func() bool {
 		code, body := httpGet(t, base+"/readyz")
 		rd = admin.Readiness{}
 		if err := json.Unmarshal([]byte(body), &rd); err != nil {
 			t.Fatalf("/readyz body %q: %v", body, err)
 		}
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d: %s", code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return code == 200
+	})
 	names := []string{}
 	for _, c := range rd.Checks {
 		names = append(names, c.Name)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -92,12 +93,11 @@ func TestPolicyWarningsForRulesThatProtectNothing(t *testing.T) {
 	// The start-up check runs beside serving, and /policy checks again on
 	// its own: wait for both, the log line may come after the view.
 	startLogged := func() bool { return logs.FilterMessageSnippet("policy rule matches no existing namespace").Len() >= 2 }
-	deadline := time.Now().Add(15 * time.Second)
-	for (len(view.Warnings) == 0 || !startLogged()) && time.Now().Before(deadline) {
+	testkit.Eventually(t, 15*time.Second, "the policy warnings on /policy and in the log", func() bool {
 		_, body := httpGet(t, admin+"/policy")
 		json.Unmarshal([]byte(body), &view)
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(view.Warnings) > 0 && startLogged()
+	})
 	all := strings.Join(view.Warnings, "\n")
 	if len(view.Warnings) != 2 || !strings.Contains(all, `rule "shop.ordres" matches no existing namespace`) ||
 		!strings.Contains(all, `rule "Shop.orders": database "Shop" does not exist, "shop" does: names differ only by case`) {

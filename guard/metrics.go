@@ -113,7 +113,9 @@ func NewMetrics() *Metrics {
 		m.reservedRefusals.WithLabelValues(what)
 	}
 	for _, c := range []string{cmdAcquire, cmdRenew, cmdRelease, cmdStatus} {
-		m.lockCommands.WithLabelValues(c, "ok")
+		for _, r := range lockCommandResults {
+			m.lockCommands.WithLabelValues(c, r)
+		}
 		m.lockCmdSeconds.WithLabelValues(c)
 	}
 	for _, mode := range []config.UnlockedWriters{config.UnlockedRefuseIfLocked, config.UnlockedWait} {
@@ -124,6 +126,15 @@ func NewMetrics() *Metrics {
 	}
 	return m
 }
+
+// lockCommandResults are the values of lockgate_lock_commands_total's
+// result label: ok, or why lockCommand refused (the reasons its parser,
+// lockCommandMayRun, storeError and the fence stamp give). Every command
+// gets every result at zero: a few series that stay at zero cost less than
+// a refusal the dashboard and alerts see only from its second occurrence.
+var lockCommandResults = []string{"ok", reasonBadArgument, reasonNoSession, reasonHeld, reasonTimeout,
+	reasonNotHolder, reasonUnavailable, reasonInternal, reasonInFlight, reasonTooManyWaiters, reasonTooManyLocks,
+	reasonUnauthenticated, reasonUnauthorized, reasonNoCollection, reasonFenceStamp}
 
 // implicitOutcomes are the outcome label's values.
 var implicitOutcomes = []string{"taken", "waited", "refused", "timeout", "error"}

@@ -119,6 +119,8 @@ func TestCommitRechecksLocks(t *testing.T) {
 		if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "a", Value: 1}}}}); err != nil {
 			t.Fatalf("write in the transaction: %v", err)
 		}
+		// The lease really runs out here (pause > lease): the time is
+		// what is tested, not an ordering.
 		time.Sleep(pause)
 		return s.CommitTransaction(ctx)
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -105,13 +106,9 @@ func TestOwnLockAnsweredFromMemoryForTheLease(t *testing.T) {
 	taken := time.Now()
 	finds := func() float64 { return testutil.ToFloat64(s.m.roundTrips.WithLabelValues(opFind, "ok")) }
 	f0 := finds()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Since(taken) < 3*cfg.CacheTrust || finds() < f0+3 {
-		if time.Now().After(deadline) {
-			t.Fatal("the background confirmation did not run")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "three background confirmations of the lock", func() bool {
+		return time.Since(taken) >= 3*cfg.CacheTrust && finds() >= f0+3
+	})
 	before := finds()
 	if ok, _, err := s.Holds(bg, a, "db.c", ids(t, "own"), 0); !ok || err != nil {
 		t.Fatalf("holds: %v %v", ok, err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -35,23 +36,17 @@ func startWaiter(t *testing.T, ctx context.Context, s *Store, o Owner, ns string
 		done <- acquireResult{ls, err}
 	}()
 	rid := ks(t, ns, id)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var w *waiter
+	testkit.Eventually(t, 20*time.Second, "the waiter to start waiting", func() bool {
 		s.wq.mu.Lock()
-		var w *waiter
+		defer s.wq.mu.Unlock()
+		w = nil
 		if q := s.wq.q[rid]; len(q) > 0 && q[len(q)-1].want != nil && q[len(q)-1].want.owner.App == o.App {
 			w = q[len(q)-1]
 		}
-		idle := w != nil && w.state == stateIdle && w.blockedOn == rid
-		s.wq.mu.Unlock()
-		if idle {
-			return w, done
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter did not start waiting")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return w != nil && w.state == stateIdle && w.blockedOn == rid
+	})
+	return w, done
 }
 
 func stateOf(s *Store, w *waiter) waiterState {

@@ -3,19 +3,9 @@ package lockstore
 import (
 	"testing"
 	"time"
-)
 
-// waitFor polls cond until it holds or 10 s have passed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+	"github.com/lockgate/lockgate/internal/testkit"
+)
 
 func lastRead(s *Store) time.Time {
 	s.reg.mu.Lock()
@@ -35,7 +25,7 @@ func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 	s1 := openStore(t, cfg)
 	// Alone, a Store answers from its view once it has read it: the fast
 	// path that the fix must keep where it is sound.
-	waitFor(t, "a lone store trusts its view of the held namespaces", func() bool { return !s1.MayHoldLocks(ns) })
+	testkit.Eventually(t, 10*time.Second, "a lone store trusts its view of the held namespaces", func() bool { return !s1.MayHoldLocks(ns) })
 
 	s2 := openStore(t, cfg)
 	// s1 may have read the registry before s2 announced itself: the lock
@@ -49,7 +39,7 @@ func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 	// without locks, since the other can grant one there at any moment.
 	const other = "db.other"
 	bothUp := time.Now()
-	waitFor(t, "both stores read the registry after both were up", func() bool {
+	testkit.Eventually(t, 10*time.Second, "both stores read the registry after both were up", func() bool {
 		return lastRead(s1).After(bothUp) && lastRead(s2).After(bothUp)
 	})
 	if !s1.MayHoldLocks(other) || !s2.MayHoldLocks(other) {
@@ -65,7 +55,7 @@ func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 	if err := s2.Close(bg); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "s1 trusts its view again after s2 closed", func() bool { return !s1.MayHoldLocks("db.third") })
+	testkit.Eventually(t, 10*time.Second, "s1 trusts its view again after s2 closed", func() bool { return !s1.MayHoldLocks("db.third") })
 }
 
 // TestANewStoreWaitsBeforeItsFirstGrant: a Store that starts while another

@@ -103,6 +103,14 @@ func NewMetrics() *Metrics {
 	for _, r := range []string{resultOK, resultBusy, resultTimeout, resultError} {
 		m.acquisitions.WithLabelValues(r)
 	}
+	// The alert on failing round trips divides errors by all round trips:
+	// an op's first error must find its series there already.
+	for _, op := range []string{opAcquire, opRenew, opRelease, opFind, opForce, opCleanup, opHello, opIndex,
+		opHeldNamespaces, opSweep, opTxn, opInstances} {
+		m.roundTrips.WithLabelValues(op, "ok")
+		m.roundTrips.WithLabelValues(op, "error")
+		m.rtSeconds.WithLabelValues(op)
+	}
 	return m
 }
 

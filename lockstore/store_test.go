@@ -660,6 +660,8 @@ func TestLocalWaitersFIFO(t *testing.T) {
 				return
 			}
 			order <- i
+			// A hold, as a real holder's write would take: not an
+			// ordering, which the queue (waited on below) gives.
 			time.Sleep(5 * time.Millisecond)
 			if _, err := s.Release(bg, owners[i], "db.c", id, ""); err != nil {
 				t.Error(err)

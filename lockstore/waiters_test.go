@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // Waiters lists who waits for a lock on this Store, in arrival order, with
@@ -25,13 +27,7 @@ func TestWaitersListsQueuedAcquires(t *testing.T) {
 			_, err := s.Acquire(ctx, o, "shop.orders", ids(t, 42), time.Minute, time.Minute)
 			done <- err
 		}()
-		for s.Waiting("shop.orders", id) != n {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s never queued", o.App)
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
+		testkit.Eventually(t, 20*time.Second, o.App+" to queue", func() bool { return s.Waiting("shop.orders", id) == n })
 	}
 	wait(first, 1)
 	wait(second, 2)

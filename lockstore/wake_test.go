@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // wakePair opens two Stores on one lock collection; with wake, each
@@ -22,7 +24,7 @@ func wakePair(t testing.TB, wake bool, minPoll, maxPoll time.Duration) (*Store, 
 	if wake {
 		// Each must know the other's address before the test relies on
 		// it: the heartbeat reads them every second.
-		waitUntil(t, func() bool { return s1.wake.Load().peerCount() > 0 && s2.wake.Load().peerCount() > 0 })
+		testkit.Eventually(t, 20*time.Second, "the wake-up peers to see each other", func() bool { return s1.wake.Load().peerCount() > 0 && s2.wake.Load().peerCount() > 0 })
 	}
 	return s1, s2
 }
@@ -37,17 +39,6 @@ func (w *waker) interested(rid string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.interest[rid]) > 0
-}
-
-func waitUntil(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 20s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestWakeAcrossStores: with polling slowed down to one try per 30 s or
@@ -79,9 +70,9 @@ func TestWakeAcrossStores(t *testing.T) {
 			}()
 			rid := recordID("db.c", key[0].Key())
 			if wake {
-				waitUntil(t, func() bool { return s1.wake.Load().interested(rid) })
+				testkit.Eventually(t, 20*time.Second, "the waiter to register its interest", func() bool { return s1.wake.Load().interested(rid) })
 			} else {
-				waitUntil(t, func() bool { return s2.wq.blockedWaiter(rid) })
+				testkit.Eventually(t, 20*time.Second, "the waiter to find the key held", func() bool { return s2.wq.blockedWaiter(rid) })
 			}
 			if _, err := s1.Release(ctx, a, "db.c", key, ""); err != nil {
 				t.Fatal(err)
@@ -131,7 +122,7 @@ func BenchmarkWakeAcrossStores(b *testing.B) {
 				}()
 				// Released once the waiter has found the key held (and,
 				// with datagrams, said so).
-				waitUntil(b, func() bool {
+				testkit.Eventually(b, 20*time.Second, "the waiter to find the key held", func() bool {
 					if wake {
 						return s1.wake.Load().interested(rid)
 					}

@@ -168,13 +168,7 @@ func TestSlowReadersAreBoundedByBackpressure(t *testing.T) {
 			// The watchdog closes every one of them, unread replies and all.
 			// Each proxy connection first works through what its client's
 			// socket already holds, until its own writes to the client stall.
-			deadline := time.Now().Add(30 * time.Second)
-			for srv.open.Load() != 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d slow readers still open after 30s", srv.open.Load())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testkit.Eventually(t, 30*time.Second, "the watchdog to close every slow reader", func() bool { return srv.open.Load() == 0 })
 			for i, c := range conns {
 				c.SetReadDeadline(time.Now().Add(5 * time.Second))
 				if _, err := io.Copy(io.Discard, c); isTimeout(err) {

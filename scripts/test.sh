@@ -141,15 +141,34 @@ fi
 section "go vet ./..."
 run_vet || fail "go vet reported the findings above"
 
-section "go test ./..."
-go test -count=1 ./...
+# The packages the race detector runs (step "go test -race" below, and
+# client/lockgate in "client helpers"). Those of RACE_ONLY run the same
+# tests with and without the detector, so they run under it only: running
+# them in "go test ./..." too tested nothing more and cost about a minute
+# (docs/TESTING.md). A package that scales its tests down under the
+# detector (raceEnabled, a race build tag) must also run without it, which
+# the check below enforces.
+RACE_PKGS="./proxy ./upstream ./lockstore ./guard ./gateway ./audittrail ./tests ./tests/enforcement"
+RACE_ONLY="proxy upstream gateway audittrail tests/enforcement client/lockgate"
+
+section "go test ./... (but the race-only packages: $RACE_ONLY)"
+for pkg in $RACE_ONLY; do
+	if grep -lE 'raceEnabled|go:build.*race' "$pkg"/*_test.go >/dev/null 2>&1; then
+		fail "$pkg scales its tests under -race; it must run in \"go test ./...\" too (remove it from RACE_ONLY)"
+	fi
+done
+module=$(go list -m)
+plain=$(go list ./... | grep -vxF -f <(for pkg in $RACE_ONLY; do echo "$module/$pkg"; done))
+# shellcheck disable=SC2086 # one argument per package
+go test -count=1 $plain
 
 section "go test -race (packages with concurrency)"
 # The integration suites run here too: the proxy under the race detector
 # with real drivers. tests/reliability is left to the plain run above: its
 # soak and crash tests load the machine so much under the detector that the
 # lock store's own time-outs, not lockgate, decide the outcome.
-go test -count=1 -race ./proxy ./upstream ./lockstore ./guard ./gateway ./audittrail ./tests ./tests/enforcement
+# shellcheck disable=SC2086 # one argument per package
+go test -count=1 -race $RACE_PKGS
 
 section "hostile load test (short form)"
 # Well-behaved lock-write-release clients alone, then beside 1000 idle

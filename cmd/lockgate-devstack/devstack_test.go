@@ -309,17 +309,16 @@ func TestDevStackReloadsOnHangup(t *testing.T) {
 		t.Fatal(err)
 	}
 	hup <- syscall.SIGHUP
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	reloaded := func() bool {
 		_, body := httpBody(t, "GET", adminURL+"policy")
-		if strings.Contains(body, "shop.invoices") && !strings.Contains(body, "shop.orders") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("policy not reloaded after SIGHUP: %s\nstderr: %s", body, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return strings.Contains(body, "shop.invoices") && !strings.Contains(body, "shop.orders")
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stderr: %s", stderr.String())
+		}
+	})
+	testkit.Eventually(t, 10*time.Second, "the policy reloaded after SIGHUP", reloaded)
 }
 
 // TestDevStackHangupWithoutConfig: with no file to re-read, SIGHUP is
@@ -331,13 +330,9 @@ func TestDevStackHangupWithoutConfig(t *testing.T) {
 	hup := make(chan os.Signal, 1)
 	adminURL, stderr := startStack(t, hup)
 	hup <- syscall.SIGHUP
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(stderr.String(), "reload ignored") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line for SIGHUP without -config:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the log line for SIGHUP without -config", func() bool {
+		return strings.Contains(stderr.String(), "reload ignored")
+	})
 	if code, _ := httpBody(t, "GET", adminURL+"healthz"); code != 200 {
 		t.Errorf("after SIGHUP /healthz = %d", code)
 	}

@@ -120,6 +120,14 @@ func loadConfig(o options, getenv func(string) string) (*config.Config, error) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, hup <-chan os.Signal) int {
+	return runWith(ctx, args, getenv, stdout, stderr, hup, time.After)
+}
+
+// runWith is run with the timer of shutdownDrainDelay injected: a test
+// ends the drain when it has seen it, not after a wall-clock window that a
+// loaded machine can overrun.
+func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, hup <-chan os.Signal,
+	drainTimer func(time.Duration) <-chan time.Time) int {
 	if len(args) > 0 && args[0] == "audit" {
 		return runAudit(args[1:], stdout, stderr)
 	}
@@ -195,7 +203,7 @@ wait:
 		logger.Info("draining before shutdown", zap.Duration("shutdownDrainDelay", d))
 		gw.BeginDrain()
 		select {
-		case <-time.After(d):
+		case <-drainTimer(d):
 		case <-gw.Done():
 		}
 	}

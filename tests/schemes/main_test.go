@@ -62,6 +62,11 @@ func rules() []config.NamespaceRule {
 		{Match: "benchld.*", Mode: config.ModeEnforce, Scheme: ld},
 		{Match: "benchflag.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeFlag, LeaseMS: 600000}},
 		{Match: "benchlc.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: 600000}},
+		// A lock record that outlives a loaded machine's pauses, for the
+		// tests that are about who may write, not about the lease's end
+		// (TestSchemeLockThenCreate: a 1.5 s lease ran out between two
+		// inserts under load and let the other client's insert through).
+		{Match: "lockCollectionLong.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: 600000}},
 		// lockcoll_test.go: named lock records with an absolute expiry, as
 		// alistairjevans/mongodb-locks keeps them.
 		{Match: "lockcoll2.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection,

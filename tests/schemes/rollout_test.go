@@ -211,10 +211,10 @@ func TestSchemeHotReload(t *testing.T) {
 func TestSchemeLockThenCreate(t *testing.T) {
 	ctx := context.Background()
 	direct := connect(t, directURI, "seed")
-	direct.Database("lockCollection").Collection("create").Drop(ctx)
-	direct.Database("lockCollection").Collection("create.lock").Drop(ctx)
-	holder := connect(t, proxyURI, "creator").Database("lockCollection")
-	rogue := connect(t, proxyURI, "squatter").Database("lockCollection")
+	direct.Database("lockCollectionLong").Collection("create").Drop(ctx)
+	direct.Database("lockCollectionLong").Collection("create.lock").Drop(ctx)
+	holder := connect(t, proxyURI, "creator").Database("lockCollectionLong")
+	rogue := connect(t, proxyURI, "squatter").Database("lockCollectionLong")
 	if _, err := holder.Collection("create.lock").InsertOne(ctx, bson.D{{"_id", 9}, {"ts", time.Now()}, {"aid", "c"}}); err != nil {
 		t.Fatal(err)
 	}
