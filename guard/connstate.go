@@ -7,6 +7,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
@@ -29,6 +30,30 @@ type connState struct {
 	// made once each (idMemo).
 	ids    [8]idMemo
 	nextID int
+	// allows are the allow series of the rules the connection wrote
+	// under lately (allowCounter).
+	allows    [4]allowSeries
+	nextAllow int
+}
+
+type allowSeries struct {
+	vec   *prometheus.CounterVec
+	match string
+	c     prometheus.Counter
+}
+
+// allowCounter is vec's allow series of the rule match (the decision
+// counter's labels: rule, allow, none). st is locked.
+func (st *connState) allowCounter(vec *prometheus.CounterVec, match string) prometheus.Counter {
+	for i := range st.allows {
+		if a := &st.allows[i]; a.c != nil && a.vec == vec && a.match == match {
+			return a.c
+		}
+	}
+	c := vec.WithLabelValues(match, decisionAllow, metricReason(""))
+	st.allows[st.nextAllow] = allowSeries{vec: vec, match: match, c: c}
+	st.nextAllow = (st.nextAllow + 1) % len(st.allows)
+	return c
 }
 
 // idMemo is one _id as a filter sent it and its ID, with bytes of its

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -169,6 +170,13 @@ func TestDecisionLineUnchangedByPrefix(t *testing.T) {
 	st = connStateOf(&proxy.Request{Client: c.client})
 	c.write(a, 8) // and field by field
 	st.mu.Unlock()
+	// Counted alike: the connection's cached allow series and the lookup.
+	if n := testutil.ToFloat64(c.g.metrics.decisions.WithLabelValues("db.locked", decisionAllow, "none")); n != 3 {
+		t.Fatalf("%v allowed writes counted, want 3", n)
+	}
+	if n := testutil.ToFloat64(c.g.metrics.decisions.WithLabelValues("db.locked", decisionReject, reasonNotLocked)); n != 2 {
+		t.Fatalf("%v refused writes counted, want 2", n)
+	}
 	lines := strings.Split(strings.TrimSpace(c.log.String()), "\n")
 	if len(lines) != 5 {
 		t.Fatalf("%d lines:\n%s", len(lines), c.log)
