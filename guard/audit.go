@@ -113,7 +113,11 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 			zap.String("policyVersion", pol.Version()),
 			zap.Duration("took", took))
 		if ids, ok := v.checked.lookup(w.NS); ok {
-			fields = append(fields, zap.String("ids", idList(ids)))
+			if st != nil {
+				fields = append(fields, zap.String("ids", st.idText(ids)))
+			} else {
+				fields = append(fields, zap.String("ids", idList(ids)))
+			}
 		}
 		if m := v.implicitMode(); m != "" {
 			fields = append(fields, zap.String("implicit", m))

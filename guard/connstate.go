@@ -63,6 +63,26 @@ type idMemo struct {
 	typ bsontype.Type
 	val []byte
 	ids []docid.ID // len 1, capacity 1: an append copies
+	// text is the id as the decision line shows it, made on first use.
+	text string
+}
+
+// idText is idList(ids) for the decision line, from the memo when ids is
+// the memo's own slice (the usual one-id write): the id is formatted once
+// per connection, not once per write. st is locked.
+func (st *connState) idText(ids []docid.ID) string {
+	if len(ids) == 1 {
+		for i := range st.ids {
+			m := &st.ids[i]
+			if len(m.ids) == 1 && &m.ids[0] == &ids[0] {
+				if m.text == "" {
+					m.text = idList(ids)
+				}
+				return m.text
+			}
+		}
+	}
+	return idList(ids)
 }
 
 // pinnedIDs is docid.Copy(pinned), but a single pinned value that the
