@@ -762,11 +762,9 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 	if x := g.record(req, pol, v, enforced, now.Sub(start)); x != nil && enforced == nil {
 		enforced = x // its audit record could not be made durable
 	}
-	if g.opts.Trail != nil {
-		// record may have waited for a durable audit record: the lease
-		// left is measured after it.
-		now = time.Now()
-	}
+	// The lease left is measured after the line: its sink can block (a
+	// full pipe), and a required audit record is waited for.
+	now = time.Now()
 	if enforced != nil {
 		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).document()}
 	}
