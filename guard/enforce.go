@@ -288,6 +288,11 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			g.checkNeeds(ctx, v, o, resolved)
 		}
 	}
+	if v.implicit != nil {
+		// Taking implicit locks can wait for them: their lease left is
+		// counted from after the wait (flightLocks reads the clock).
+		v.now = time.Time{}
+	}
 	inserts = g.takeImplicit(ctx, v, o, inserts)
 	for _, n := range inserts {
 		g.checkInsertable(ctx, v, n.r, o, n.ns, n.ids)

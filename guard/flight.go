@@ -78,7 +78,10 @@ func (l nsLocks) lookup(ns string) ([]docid.ID, bool) {
 
 // flightLocks adds the locks of ns to the write's plan. The lease end is
 // counted from v.now, read before the lock store measured left: earlier
-// than the truth, so the deadline and maxTimeMS can only come out short.
+// than the truth, so the deadline and maxTimeMS can only come out short
+// (by the resolver's cached collation or capped checks at most; v.now is
+// cleared after anything that can wait longer: a resolution, implicit
+// locks).
 func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []docid.ID, left time.Duration) {
 	if v.now.IsZero() {
 		v.now = time.Now()
