@@ -8,11 +8,14 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -194,5 +197,61 @@ func TestDecisionLineUnchangedByPrefix(t *testing.T) {
 	want := `{"level":"info","ts":_,"logger":"audit","msg":"decision","client":"127.0.0.1:5000","app":"","user":"","session":"01010101","ns":"db.locked","command":"update","mode":"enforce","decision":"allow","policyVersion":`
 	if !strings.HasPrefix(lines[0], want) || !strings.Contains(lines[0], `"took":_,"ids":"7"}`) {
 		t.Fatalf("allowed write line:\n%s\nwant it to start\n%s", lines[0], want)
+	}
+}
+
+// TestNextWriteSeesEveryLockChangeThroughTheProxy is
+// TestConnMemoSeesEveryLockChange through the proxy, with the real lock
+// store and its cache: with the connection's memos and the store's cache
+// warm from allowed writes of one _id, a force-release, a takeover by
+// another session and a release are each seen by the very next write.
+func TestNextWriteSeesEveryLockChangeThroughTheProxy(t *testing.T) {
+	s := startStackWith(t, stackOptions{policy: config.Policy{
+		Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}},
+	}})
+	c := connect(t, s.uri, "memo-app")
+	a, b := session(t, c), session(t, c)
+	lock := func(sess mongo.Session, cmd string) {
+		t.Helper()
+		if _, err := run(t, c, sess, bson.D{{Key: cmd, Value: "orders"}, {Key: "ids", Value: bson.A{9}}}); err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+	}
+	write := func(sess mongo.Session) error {
+		_, err := run(t, c, sess, bson.D{{Key: "update", Value: "orders"}, {Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{{Key: "_id", Value: 9}}}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}}}}}})
+		return err
+	}
+	warm := func(sess mongo.Session) {
+		t.Helper()
+		for range 3 {
+			if err := write(sess); err != nil {
+				t.Fatalf("the holder's write was refused: %v", err)
+			}
+		}
+	}
+	lock(a, "acquireLock")
+	warm(a)
+	if _, err := s.store.ForceRelease(context.Background(), "shop.orders", lockstoretest.ID(int32(9)), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if write(a) == nil {
+		t.Fatal("the next write after a force-release was let through")
+	}
+	lock(b, "acquireLock")
+	warm(b)
+	lock(b, "releaseLock")
+	if write(b) == nil {
+		t.Fatal("the next write after a release was let through")
+	}
+	lock(a, "acquireLock")
+	warm(a)
+	lock(a, "releaseLock")
+	lock(b, "acquireLock") // taken over by another session
+	if write(a) == nil {
+		t.Fatal("the old holder's next write after a takeover was let through")
+	}
+	if err := write(b); err != nil {
+		t.Fatalf("the new holder's write was refused: %v", err)
 	}
 }
