@@ -34,6 +34,10 @@
 // Append never blocks and never fails the caller: in bestEffort mode a
 // record that finds the buffer full is dropped, counted, and the trail
 // itself says so (a "dropped" record with the count) at the next write.
+// The buffer is a ring of fixed slots allocated at Open (ring.go): the
+// caller's part is copying its event into a slot, with no allocation,
+// encoding or hashing; the writer goroutine does the rest, in batches,
+// without an allocation per record (arena.go).
 // Commit is the only call that waits for durability (mode required). The
 // package never rewrites or deletes a record once written: rotation
 // starts a new segment, recovery after a crash starts a new segment

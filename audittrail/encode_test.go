@@ -93,3 +93,23 @@ func TestFormatTime(t *testing.T) {
 		}
 	}
 }
+
+// The 8-bytes-at-a-time scan must stop at every byte json.Marshal
+// escapes, wherever it sits in a word: each byte value at each place of
+// strings long enough for two words and a tail.
+func TestAppendStringEveryByteEveryPlace(t *testing.T) {
+	for c := range 256 {
+		for at := range 19 {
+			b := []byte(strings.Repeat("0123456789abcdef", 2)[:19])
+			b[at] = byte(c)
+			s := string(b)
+			want, err := json.Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := appendString(nil, s); !bytes.Equal(got, want) {
+				t.Fatalf("byte %#x at %d: got %s, want %s", c, at, got, want)
+			}
+		}
+	}
+}

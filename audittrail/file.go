@@ -3,6 +3,8 @@ package audittrail
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,8 +80,15 @@ type writer struct {
 
 	buf, scratch []byte
 	// recs are the batch's records, kept for the collection sink.
-	recs  []Record
-	kinds map[Kind]int
+	recs []Record
+	// kinds counts the batch's records by kind (kindIndex), for the
+	// metric.
+	kinds [len(recordKinds)]int
+	// strs holds the records' strings; ids backs their id lists, reused
+	// from batch to batch (a batch's records are not kept after it,
+	// but for a checkpoint, which has none).
+	strs arena
+	ids  []string
 }
 
 // chainEnd is where a sink's copy of the chain ends.
@@ -99,7 +108,7 @@ type chainEnd struct {
 // chain ends; with both sinks, the one behind is brought level with the
 // other first.
 func openWriter(o *Options) (*writer, error) {
-	w := &writer{opts: o, kinds: map[Kind]int{}}
+	w := &writer{opts: o}
 	var fileEnd, collEnd chainEnd
 	if o.Dir != "" {
 		if err := os.MkdirAll(o.Dir, 0o700); err != nil {
@@ -328,45 +337,81 @@ func (w *writer) recover() (chainEnd, error) {
 	return end, nil
 }
 
-// build makes the next record of the chain from ev.
+// build makes the next record of the chain from ev, its strings in the
+// writer's arena.
 func (w *writer) build(ev *Event) Record {
 	w.seq++
 	r := Record{
-		Seq: w.seq, Time: formatTime(ev.Time), Instance: w.opts.Instance, Prev: w.prev,
+		Seq: w.seq, Time: w.timeString(ev.Time), Instance: w.opts.Instance, Prev: w.prev,
 		Kind: ev.Kind, NS: ev.NS, Op: ev.Op, Mode: ev.Mode, Verdict: ev.Verdict, Reason: ev.Reason,
 		App: ev.App, User: ev.User, Client: ev.Client, Holder: ev.Holder, Tokens: ev.Tokens,
 		Policy: ev.Policy, Detail: ev.Detail, Count: ev.Count,
 	}
+	if r.Holder == "" && ev.HolderTag.n > 0 {
+		var h [2 * len(ev.HolderTag.b)]byte
+		n := hex.Encode(h[:], ev.HolderTag.b[:ev.HolderTag.n])
+		r.Holder = w.strs.str(h[:n])
+	}
 	if len(ev.IDs) > 0 {
-		r.IDs = make([]string, len(ev.IDs))
-		for i, id := range ev.IDs {
-			r.IDs[i] = id.String()
+		start := len(w.ids)
+		for _, id := range ev.IDs {
+			w.scratch = appendID(w.scratch[:0], id)
+			w.ids = append(w.ids, w.strs.str(w.scratch))
 		}
+		r.IDs = w.ids[start:len(w.ids):len(w.ids)]
 	}
 	return r
+}
+
+func (w *writer) timeString(t time.Time) string {
+	var b [len(TimeFormat)]byte
+	return w.strs.str(appendTime(b[:0], t))
 }
 
 // checkpoint builds a signed checkpoint at the chain's end.
 func (w *writer) checkpoint(now time.Time) Record {
 	w.seq++
-	r := Record{Seq: w.seq, Time: formatTime(now), Instance: w.opts.Instance, Prev: w.prev,
+	r := Record{Seq: w.seq, Time: w.timeString(now), Instance: w.opts.Instance, Prev: w.prev,
 		Kind: KindCheckpoint, KeyID: w.opts.Key.ID, Count: uint64(w.sinceCP)}
 	r.MAC = w.opts.Key.sign(&r)
 	return r
 }
 
 func (w *writer) appendRecord(r *Record) error {
-	r.Hash, w.scratch = r.computeHash(w.scratch)
+	var h [2 * sha256.Size]byte
+	w.scratch = r.hashInto(&h, w.scratch)
+	r.Hash = w.strs.str(h[:])
 	var err error
 	if w.buf, err = marshalLine(w.buf, r); err != nil {
 		return err
 	}
 	w.prev = r.Hash
-	w.kinds[r.Kind]++
+	w.kinds[kindIndex(r.Kind)]++
 	if w.coll != nil {
 		w.recs = append(w.recs, *r)
 	}
 	return nil
+}
+
+// recordKinds are the kinds the writer counts, in kindIndex's order.
+var recordKinds = [...]Kind{KindStart, KindStop, KindDecision, KindLock, KindReload, KindDropped, KindCheckpoint}
+
+func kindIndex(k Kind) int {
+	switch k {
+	case KindStart:
+		return 0
+	case KindStop:
+		return 1
+	case KindDecision:
+		return 2
+	case KindLock:
+		return 3
+	case KindReload:
+		return 4
+	case KindDropped:
+		return 5
+	}
+	return 6
 }
 
 // writeBatch chains and writes items, with a checkpoint after every
@@ -382,12 +427,13 @@ func (w *writer) writeBatch(items []item, final bool) error {
 	seq, prev, sinceCP, firstUnsigned := w.seq, w.prev, w.sinceCP, w.firstUnsigned
 	restore := func() {
 		w.seq, w.prev, w.sinceCP, w.firstUnsigned = seq, prev, sinceCP, firstUnsigned
-		clear(w.kinds)
+		clear(w.kinds[:])
 	}
 	w.buf = w.buf[:0]
 	clear(w.recs)
 	w.recs = w.recs[:0]
-	clear(w.kinds)
+	w.ids = w.ids[:0]
+	clear(w.kinds[:])
 	needSync := false
 	var head *Record
 	for i := range items {
@@ -430,8 +476,10 @@ func (w *writer) writeBatch(items []item, final bool) error {
 		}
 	}
 	m := w.opts.Metrics
-	for k, n := range w.kinds {
-		m.records.WithLabelValues(string(k)).Add(float64(n))
+	for i, n := range w.kinds {
+		if n > 0 {
+			m.records.WithLabelValues(string(recordKinds[i])).Add(float64(n))
+		}
 	}
 	now := w.opts.Clock()
 	m.batch.Observe(now.Sub(began).Seconds())

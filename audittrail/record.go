@@ -68,6 +68,9 @@ type Event struct {
 	// owner hash the lock store keeps for (user, session id), as the lock
 	// view shows it; never the session id.
 	Holder string
+	// HolderTag, when Holder is empty, is the holder tag's bytes, which
+	// the writer writes in hex: the request path then makes no string.
+	HolderTag Tag
 	// Tokens are the fencing tokens of the locks the write ran under, or
 	// that a lock operation granted, where known (in IDs' order).
 	Tokens []int64
@@ -76,6 +79,31 @@ type Event struct {
 	Detail string
 	// Count is the number of records a KindDropped record stands for.
 	Count uint64
+}
+
+// Tag is a holder tag's bytes: at most the first 4 of a keyed owner
+// hash, kept by value.
+type Tag struct {
+	b [4]byte
+	n uint8
+}
+
+// TagOf is the tag of an owner hash (lockstore.SessionPrefix's bytes).
+func TagOf(owner []byte) Tag {
+	var t Tag
+	t.n = uint8(copy(t.b[:], owner))
+	return t
+}
+
+// String is the tag in hex, as Record.Holder shows it.
+func (t Tag) String() string { return hex.EncodeToString(t.b[:t.n]) }
+
+// HolderString is the holder tag the event's record will carry.
+func (ev *Event) HolderString() string {
+	if ev.Holder != "" {
+		return ev.Holder
+	}
+	return ev.HolderTag.String()
 }
 
 // Record is one line of the trail. Field order here is the JSON order;
@@ -108,15 +136,21 @@ type Record struct {
 // TimeFormat is the layout of Record.Time (UTC, nanoseconds).
 const TimeFormat = "2006-01-02T15:04:05.000000000Z"
 
-// formatTime is t in TimeFormat, written digit by digit: the writer
+// formatTime is t in TimeFormat.
+func formatTime(t time.Time) string {
+	var b [len(TimeFormat)]byte
+	return string(appendTime(b[:0], t))
+}
+
+// appendTime appends t in TimeFormat, written digit by digit: the writer
 // formats every record's time, and the layout interpreter of
 // time.Format was a tenth of its work (TestFormatTime holds the two
 // equal). Years outside 0-9999 take time.Format.
-func formatTime(t time.Time) string {
+func appendTime(dst []byte, t time.Time) []byte {
 	t = t.UTC()
 	year, month, day := t.Date()
 	if year < 0 || year > 9999 {
-		return t.Format(TimeFormat)
+		return t.AppendFormat(dst, TimeFormat)
 	}
 	hour, min, sec := t.Clock()
 	var b [len(TimeFormat)]byte
@@ -140,7 +174,7 @@ func formatTime(t time.Time) string {
 	b[19] = '.'
 	put(20, 9, t.Nanosecond())
 	b[29] = 'Z'
-	return string(b[:])
+	return append(dst, b[:]...)
 }
 
 // canonTag starts every canonical encoding; a new encoding gets a new tag.
@@ -199,11 +233,18 @@ func (r *Record) canonical(buf []byte, withMAC bool) []byte {
 
 // computeHash is the record's hash: hex SHA-256 of its canonical encoding.
 func (r *Record) computeHash(scratch []byte) (string, []byte) {
+	var h [2 * sha256.Size]byte
+	scratch = r.hashInto(&h, scratch)
+	return string(h[:]), scratch
+}
+
+// hashInto writes the record's hash into h, using scratch for the
+// encoding, and returns scratch.
+func (r *Record) hashInto(h *[2 * sha256.Size]byte, scratch []byte) []byte {
 	scratch = r.canonical(scratch[:0], true)
 	sum := sha256.Sum256(scratch)
-	var h [2 * sha256.Size]byte
 	hex.Encode(h[:], sum[:])
-	return string(h[:]), scratch
+	return scratch
 }
 
 // marshalLine is a record's line: its JSON (as encoding/json writes it)

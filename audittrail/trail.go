@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,10 +133,18 @@ type Trail struct {
 	opts    Options
 	log     *zap.Logger
 	metrics *Metrics
-	queue   chan item
+	ring    *ring
 	dropped atomic.Uint64
+	// idle is set while the writer sleeps on an empty buffer; the
+	// producer that finds it set wakes the writer through wake. A busy
+	// writer lingers instead (see linger), and a producer pays one
+	// atomic load.
+	idle atomic.Bool
+	wake chan struct{}
 	// urgent cuts the writer's linger short: a Commit waits.
 	urgent chan struct{}
+	// dones are Commit's reply channels (chan error, capacity 1), reused.
+	dones sync.Pool
 
 	closeOnce sync.Once
 	closing   chan struct{}
@@ -163,19 +172,7 @@ func Open(opts Options) (*Trail, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Trail{
-		opts:    opts,
-		log:     opts.Logger,
-		metrics: opts.Metrics,
-		queue:   make(chan item, opts.BufferSize),
-		urgent:  make(chan struct{}, 1),
-		closing: make(chan struct{}),
-		closed:  make(chan struct{}),
-		w:       w,
-	}
-	t.metrics.bufferCap.Set(float64(opts.BufferSize))
-	bufferLen := func() int { return len(t.queue) }
-	t.metrics.bufferLen.Store(&bufferLen)
+	t := newTrail(opts, w)
 	start := Event{Kind: KindStart, Time: opts.Clock(), Detail: w.recovered}
 	if err := t.w.writeBatch([]item{{ev: start}}, true); err != nil {
 		w.close()
@@ -185,20 +182,52 @@ func Open(opts Options) (*Trail, error) {
 	return t, nil
 }
 
-// Append queues ev and returns at once; it never blocks. It reports
-// false when the buffer was full and the record was dropped (counted,
-// and noted in the trail).
+// newTrail is the trail of an open writer, its buffer empty and its
+// writer goroutine not started.
+func newTrail(opts Options, w *writer) *Trail {
+	t := &Trail{
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: opts.Metrics,
+		ring:    newRing(opts.BufferSize),
+		wake:    make(chan struct{}, 1),
+		urgent:  make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		closed:  make(chan struct{}),
+		w:       w,
+	}
+	t.dones.New = func() any { return make(chan error, 1) }
+	t.metrics.bufferCap.Set(float64(opts.BufferSize))
+	bufferLen := t.ring.len
+	t.metrics.bufferLen.Store(&bufferLen)
+	return t
+}
+
+// Append queues ev and returns at once; it never blocks and, but for the
+// event's own slices, which the writer reads later, never allocates. It
+// reports false when the buffer was full and the record was dropped
+// (counted, and noted in the trail).
 func (t *Trail) Append(ev Event) bool {
 	if ev.Time.IsZero() {
 		ev.Time = t.opts.Clock()
 	}
-	select {
-	case t.queue <- item{ev: ev}:
-		return true
-	default:
+	if !t.ring.put(&ev, nil) {
 		t.dropped.Add(1)
 		t.metrics.dropped.Inc()
 		return false
+	}
+	if t.idle.Load() {
+		t.nudge(t.wake)
+	}
+	return true
+}
+
+// nudge sends on a wake-up channel of capacity 1 unless a wake-up is
+// pending already.
+func (t *Trail) nudge(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
 }
 
@@ -211,23 +240,20 @@ func (t *Trail) Commit(ctx context.Context, ev Event) error {
 	if ev.Time.IsZero() {
 		ev.Time = t.opts.Clock()
 	}
-	done := make(chan error, 1)
 	select {
 	case <-t.closing:
 		return fmt.Errorf("%w: closed", ErrUnavailable)
 	default:
 	}
-	select {
-	case t.queue <- item{ev: ev, done: done}:
-	default:
+	done := t.dones.Get().(chan error)
+	if !t.ring.put(&ev, done) {
+		t.dones.Put(done)
 		return fmt.Errorf("%w: the buffer is full", ErrUnavailable)
 	}
-	select {
-	case t.urgent <- struct{}{}:
-	default: // the writer has been told already
-	}
+	t.nudge(t.urgent) // wakes an idle writer too
 	select {
 	case err := <-done:
+		t.dones.Put(done)
 		return err
 	case <-t.closed:
 		select {
@@ -237,6 +263,7 @@ func (t *Trail) Commit(ctx context.Context, ev Event) error {
 			return fmt.Errorf("%w: closed", ErrUnavailable)
 		}
 	case <-ctx.Done():
+		// done may still be answered: it is not reused.
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 }
@@ -249,7 +276,7 @@ func (t *Trail) Close() error {
 	return t.closeErr
 }
 
-// run is the writer goroutine: it takes batches from the queue, writes
+// run is the writer goroutine: it takes batches from the buffer, writes
 // them, and checkpoints and rotates on count, size and time.
 func (t *Trail) run() {
 	defer close(t.closed)
@@ -263,20 +290,28 @@ func (t *Trail) run() {
 	for {
 		var closing bool
 		select {
-		case it := <-t.queue:
-			batch = append(batch, it)
-		case <-tick.C:
 		case <-t.closing:
 			closing = true
+		default:
 		}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case it := <-t.queue:
-				batch = append(batch, it)
-			default:
-				break fill
+		batch = t.ring.take(batch, maxBatch)
+		if len(batch) == 0 && !closing {
+			// Nothing waits: sleep until a producer, a Commit, the
+			// ticker or Close. idle is set before the buffer is looked
+			// at again, and a producer looks at idle after publishing,
+			// so one of the two sees the other.
+			t.idle.Store(true)
+			if t.ring.empty() {
+				select {
+				case <-t.wake:
+				case <-t.urgent:
+				case <-tick.C:
+				case <-t.closing:
+					closing = true
+				}
 			}
+			t.idle.Store(false)
+			batch = t.ring.take(batch, maxBatch)
 		}
 		if n := t.dropped.Swap(0); n > 0 {
 			batch = append([]item{{ev: droppedEvent(n, t.opts.Clock())}}, batch...)
@@ -293,6 +328,7 @@ func (t *Trail) run() {
 			case <-time.After(backoff):
 			case <-t.closing:
 			}
+			clear(batch)
 			batch = batch[:0]
 			continue
 		}
@@ -302,6 +338,7 @@ func (t *Trail) run() {
 				it.done <- nil
 			}
 		}
+		full := len(batch) == maxBatch
 		clear(batch)
 		batch = batch[:0]
 		if err := t.w.maintain(); err != nil {
@@ -312,7 +349,7 @@ func (t *Trail) run() {
 			t.closeErr = t.finish()
 			return
 		}
-		if n := len(t.queue); n < maxBatch {
+		if !full && t.ring.len() < maxBatch {
 			// Let records gather before the next batch, unless a Commit
 			// waits or the trail closes.
 			pause.Reset(linger)
@@ -348,32 +385,56 @@ func (t *Trail) fail(batch []item, err error) {
 	t.metrics.dropped.Add(float64(lost))
 }
 
-// finish drains what is left and writes the stop record and checkpoint.
+// finish drains what is left, in batches of at most maxBatch (a writer
+// that fell behind catches up without holding the whole buffer twice),
+// and writes the stop record and a final checkpoint.
 func (t *Trail) finish() error {
-	var rest []item
-	for {
-		select {
-		case it := <-t.queue:
-			rest = append(rest, it)
-			continue
-		default:
-		}
-		break
-	}
-	if n := t.dropped.Swap(0); n > 0 {
-		rest = append([]item{{ev: droppedEvent(n, t.opts.Clock())}}, rest...)
-	}
-	rest = append(rest, item{ev: Event{Kind: KindStop, Time: t.opts.Clock()}})
-	err := t.w.writeBatch(rest, true)
-	for _, it := range rest {
-		if it.done != nil {
-			if err != nil {
-				it.done <- fmt.Errorf("%w: %w", ErrUnavailable, err)
-			} else {
-				it.done <- nil
+	batch := make([]item, 0, maxBatch)
+	answer := func(err error) {
+		for _, it := range batch {
+			if it.done != nil {
+				if err != nil {
+					it.done <- fmt.Errorf("%w: %w", ErrUnavailable, err)
+				} else {
+					it.done <- nil
+				}
 			}
 		}
+		clear(batch)
+		batch = batch[:0]
 	}
+	for stalled := 0; stalled < 1000; {
+		batch = t.ring.take(batch, maxBatch)
+		if len(batch) == 0 {
+			if t.ring.len() == 0 {
+				break
+			}
+			// A producer has claimed a slot and is copying into it.
+			stalled++
+			runtime.Gosched()
+			continue
+		}
+		if len(batch) < maxBatch && t.ring.len() == 0 {
+			break // the last of it goes with the stop record
+		}
+		if err := t.w.writeBatch(batch, false); err != nil {
+			t.fail(batch, err)
+			clear(batch)
+			batch = batch[:0]
+			continue
+		}
+		answer(nil)
+		if err := t.w.maintain(); err != nil {
+			t.metrics.sinkErrors.Inc()
+			t.log.Error("audit trail: checkpoint or rotation failed", zap.Error(err))
+		}
+	}
+	if n := t.dropped.Swap(0); n > 0 {
+		batch = append([]item{{ev: droppedEvent(n, t.opts.Clock())}}, batch...)
+	}
+	batch = append(batch, item{ev: Event{Kind: KindStop, Time: t.opts.Clock()}})
+	err := t.w.writeBatch(batch, true)
+	answer(err)
 	return errors.Join(err, t.w.close())
 }
 

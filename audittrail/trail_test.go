@@ -418,8 +418,7 @@ func TestDroppedRecordsAreRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The writer goroutine is not running yet: the buffer only fills.
-	tr := &Trail{opts: o, log: o.Logger, metrics: o.Metrics, queue: make(chan item, o.BufferSize),
-		closing: make(chan struct{}), closed: make(chan struct{}), w: w}
+	tr := newTrail(o, w)
 	kept := 0
 	for i := range 10 {
 		if tr.Append(decision(t, i)) {
@@ -607,5 +606,44 @@ func TestRolledBackHeadNeedsAShippedHead(t *testing.T) {
 	}
 	if rep, _ := VerifyWith(dir, VerifyOptions{Keys: []Key{testKey}, Heads: []string{shipped + ".missing"}}); rep.OK() {
 		t.Fatal("a named head copy that does not exist was ignored")
+	}
+}
+
+// A writer that fell behind writes everything still buffered when the
+// trail closes, in order, in batches, and the trail verifies.
+func TestCloseDrainsABacklog(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions(dir)
+	o.BufferSize = 3*maxBatch + 7
+	o.defaults()
+	w, err := openWriter(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTrail(o, w)
+	for i := range o.BufferSize {
+		if !tr.Append(decision(t, i)) {
+			t.Fatalf("record %d dropped with room in the buffer", i)
+		}
+	}
+	tr.closeOnce.Do(func() { close(tr.closing) }) // the writer finds the trail closing, its buffer full
+	go tr.run()
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next := 0
+	forEachRecord(t, dir, func(r *Record) {
+		if r.Kind == KindDecision {
+			if want := fmt.Sprint(next); len(r.IDs) != 1 || r.IDs[0] != want {
+				t.Fatalf("decision %d names %v", next, r.IDs)
+			}
+			next++
+		}
+	})
+	if next != o.BufferSize {
+		t.Fatalf("%d decisions written of %d buffered", next, o.BufferSize)
+	}
+	if rep := verify(t, dir); !rep.OK() {
+		t.Fatal(rep.Verdict())
 	}
 }

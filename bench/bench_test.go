@@ -288,3 +288,44 @@ func TestLockSmoke(t *testing.T) {
 	}
 	t.Log("\n" + b.String())
 }
+
+// TestAuditSmoke runs the audit family in miniature: on both upstreams
+// every leg writes, the trails verify and hold a record for every
+// acknowledged write (RunAudit fails otherwise), and the report has its
+// rows.
+func TestAuditSmoke(t *testing.T) {
+	cfg := DefaultAuditConfig()
+	cfg.Clients = []int{3}
+	cfg.Rounds = 1
+	cfg.Round = 50 * time.Millisecond
+	cfg.Warmup = 0
+	cfg.Docs = 6
+	cfg.Dir = t.TempDir()
+	rep, err := RunAudit(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(rep.Cells), len(cfg.Upstreams); got != want {
+		t.Fatalf("%d cells, want %d", got, want)
+	}
+	for _, c := range rep.Cells {
+		for _, l := range AuditLegs {
+			if s, ok := c.Median(l); !ok || s.Throughput == 0 {
+				t.Errorf("%s: leg %s made no writes", c.Upstream, l)
+			}
+		}
+	}
+	for _, u := range cfg.Upstreams {
+		if !strings.Contains(rep.Checked[u], "both trails verify") {
+			t.Errorf("%s: not checked: %q", u, rep.Checked[u])
+		}
+	}
+	var b bytes.Buffer
+	rep.WriteMarkdown(&b)
+	for _, want := range []string{"| instant | 3 | bestEffort |", "| ferretdb | 3 | required |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+	t.Log("\n" + b.String())
+}

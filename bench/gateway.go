@@ -36,6 +36,12 @@ type Gateway struct {
 // the production one (JSON, info level, so the audit line of every
 // decision on a protected namespace is encoded) writing to a discard sink.
 func StartGateway(upstreamURI, lockstoreURI string, enforce ...string) (*Gateway, error) {
+	return startGateway(enforceConfig(upstreamURI, lockstoreURI, enforce...))
+}
+
+// enforceConfig is StartGateway's configuration, for a family that
+// changes it before starting.
+func enforceConfig(upstreamURI, lockstoreURI string, enforce ...string) *config.Config {
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Admin = "127.0.0.1:0"
@@ -48,6 +54,12 @@ func StartGateway(upstreamURI, lockstoreURI string, enforce ...string) (*Gateway
 		cfg.Policy.Namespaces = append(cfg.Policy.Namespaces, config.NamespaceRule{Match: ns, Mode: config.ModeEnforce})
 	}
 	cfg.ShutdownTimeout = config.Duration(5 * time.Second)
+	return cfg
+}
+
+// startGateway starts the gateway of cfg with the production logger
+// writing to a discard sink.
+func startGateway(cfg *config.Config) (*Gateway, error) {
 	logger, err := gateway.NewLoggerTo(cfg.Log, io.Discard)
 	if err != nil {
 		return nil, err

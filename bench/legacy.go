@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -60,7 +61,11 @@ type LegacyReport struct {
 	LoadBefore string
 	LoadAfter  string
 	Cells      []*EnforceCell
-	Checked    string
+	// StoreTime is the time the gateway spent in lock store round trips
+	// during each cell's timed rounds, by clients, leg and operation, in
+	// seconds: where a legacy write's added latency goes.
+	StoreTime map[int]map[Leg]map[string]float64
+	Checked   string
 }
 
 // RunLegacy measures the cost of a legacy writer's write under implicit
@@ -133,18 +138,25 @@ func RunLegacy(ctx context.Context, cfg LegacyConfig) (_ *LegacyReport, err erro
 		return nil, fmt.Errorf("a legacy write of a locked document was not refused with LockBusy: %v", werr)
 	}
 
+	rep.StoreTime = make(map[int]map[Leg]map[string]float64)
 	rec := NewRecorder(maxClients, 1<<16)
 	updates := make(map[Leg]int64)
 	seed := uint64(time.Now().UnixNano())
 	for _, n := range cfg.Clients {
 		cell := &EnforceCell{Cell: &Cell{Upstream: FerretDB, Workload: UpdateOne, Clients: n, Rounds: make(map[Leg][]Round)},
 			RoundTrips: make(map[Leg]map[string]float64)}
+		rep.StoreTime[n] = make(map[Leg]map[string]float64)
 		for _, l := range LegacyLegs {
 			cell.RoundTrips[l] = make(map[string]float64)
+			rep.StoreTime[n][l] = make(map[string]float64)
 		}
 		err := interleave(cell.Cell, LegacyLegs, cfg.Rounds, cfg.Round, cfg.Warmup, func(l Leg, d time.Duration, warm bool) (Round, error) {
 			seed++
 			before, err := gw.RoundTrips()
+			if err != nil {
+				return Round{}, err
+			}
+			tBefore, err := gw.roundTripTime()
 			if err != nil {
 				return Round{}, err
 			}
@@ -154,8 +166,13 @@ func RunLegacy(ctx context.Context, cfg LegacyConfig) (_ *LegacyReport, err erro
 			if err == nil {
 				err = gerr
 			}
+			tAfter, gerr := gw.roundTripTime()
+			if err == nil {
+				err = gerr
+			}
 			if !warm {
 				addTo(cell.RoundTrips[l], roundTripsDelta(before, after))
+				addTo(rep.StoreTime[n][l], roundTripsDelta(tBefore, tAfter))
 			}
 			return r, err
 		})
@@ -216,9 +233,34 @@ func legacyLine(c *EnforceCell) string {
 			if k, ok := c.Kept(l, Unprotected); ok {
 				s += fmt.Sprintf(" kept %.1f%%", 100*k.Median)
 			}
+			s += " lock store " + roundTripsByOp(c, l)
 		}
 	}
 	return s
+}
+
+// roundTripsByOp spells leg l's lock store round trips per write by
+// operation, largest first: where a legacy write's cost goes.
+func roundTripsByOp(c *EnforceCell, l Leg) string {
+	w := float64(max(c.Writes(l), 1))
+	ops := make([]string, 0, len(c.RoundTrips[l]))
+	for op := range c.RoundTrips[l] {
+		ops = append(ops, op)
+	}
+	slices.SortFunc(ops, func(a, b string) int {
+		if d := c.RoundTrips[l][b] - c.RoundTrips[l][a]; d != 0 {
+			return int(d)
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(ops))
+	for i, op := range ops {
+		parts[i] = fmt.Sprintf("%s %.2f", op, c.RoundTrips[l][op]/w)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // WriteMarkdown writes the report as a Markdown table.
@@ -246,5 +288,60 @@ func (r *LegacyReport) WriteMarkdown(w io.Writer) {
 			fmt.Fprintf(w, "| %d | %s | %.0f | %s | %s | %s | %s | %.2f |\n", c.Clients, l, s.Throughput, us(s.P50), us(s.P99), kept, added, c.RoundTripsPerWrite(l))
 		}
 	}
+	fmt.Fprintln(w, "\nLock store round trips per write, by operation, and the time the gateway spent in them per write (summed over concurrent writes):")
+	fmt.Fprintln(w)
+	for _, c := range r.Cells {
+		for _, l := range LegacyLegs[1:] {
+			fmt.Fprintf(w, "- %d clients, %s: %s; %s\n", c.Clients, l, roundTripsByOp(c, l), r.storeTimeByOp(c, l))
+		}
+	}
 	fmt.Fprintf(w, "\nChecked: %s.\n", r.Checked)
+}
+
+// storeTimeByOp spells the lock store time per write of leg l in cell c,
+// in microseconds, total first.
+func (r *LegacyReport) storeTimeByOp(c *EnforceCell, l Leg) string {
+	m := r.StoreTime[c.Clients][l]
+	w := float64(max(c.Writes(l), 1))
+	ops := make([]string, 0, len(m))
+	for op := range m {
+		ops = append(ops, op)
+	}
+	slices.SortFunc(ops, func(a, b string) int {
+		if m[a] != m[b] {
+			if m[a] > m[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	s := fmt.Sprintf("%.0f µs in the lock store", total(m)/w*1e6)
+	for _, op := range ops[:min(len(ops), 3)] {
+		s += fmt.Sprintf(", %s %.0f", op, m[op]/w*1e6)
+	}
+	return s
+}
+
+// roundTripTime reads the sums of lockgate_lockstore_round_trip_seconds
+// from the gateway's registry, by operation.
+func (g *Gateway) roundTripTime() (map[string]float64, error) {
+	mfs, err := g.gw.Registry().Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64)
+	for _, mf := range mfs {
+		if mf.GetName() != "lockgate_lockstore_round_trip_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "op" {
+					out[lp.GetValue()] += m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return out, nil
 }

@@ -108,6 +108,17 @@ func (id ID) Core() bsoncore.Value { return bsoncore.Value{Type: id.typ, Data: i
 // names, not for people (String is).
 func (id ID) Key() string { return id.key }
 
+// Key names one document's lock: its namespace and its _id's canonical
+// key. Comparable, so it is a map key as it is, made without building a
+// string.
+type Key struct {
+	NS string
+	ID string
+}
+
+// KeyOf is the Key of id in namespace ns.
+func KeyOf(ns string, id ID) Key { return Key{NS: ns, ID: id.key} }
+
 // Equal reports whether id and o are one document's _id.
 func (id ID) Equal(o ID) bool { return id.key == o.key }
 

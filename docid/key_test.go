@@ -266,3 +266,28 @@ func TestServerStoredIDs(t *testing.T) {
 		t.Errorf("250 levels: %v, want ErrInvalid", err)
 	}
 }
+
+// TestLockKey: one lock is one Key, as a map key: the same document in one
+// namespace whatever its id's numeric type, and never the same id in two
+// namespaces, nor a namespace and id whose concatenation is ambiguous.
+func TestLockKey(t *testing.T) {
+	id := func(v any) ID {
+		t.Helper()
+		x, err := New(rv(t, v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	m := map[Key]int{KeyOf("shop.orders", id(int32(1))): 1}
+	if m[KeyOf("shop.orders", id(int64(1)))] != 1 || m[KeyOf("shop.orders", id(1.0))] != 1 {
+		t.Error("1, NumberLong(1) and 1.0 in one namespace are not one lock")
+	}
+	if _, ok := m[KeyOf("shop.carts", id(int32(1)))]; ok {
+		t.Error("one id in two namespaces is one lock")
+	}
+	a, b := KeyOf("a.b", id("c")), KeyOf("a.bc", id(""))
+	if a == b {
+		t.Errorf("%+v and %+v are one lock", a, b)
+	}
+}

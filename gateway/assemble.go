@@ -236,10 +236,12 @@ func (a *assembly) newGuard() error {
 func (a *assembly) newProxy() (err error) {
 	cfg := a.cfg
 	proxyGrace, _ := splitShutdown(cfg.ShutdownTimeout.D())
+	// The request path: the guard's stages in their order (boundary, lock
+	// commands, sessions, enforcement; docs/ARCHITECTURE.md).
 	a.srv, err = proxy.New(proxy.Options{
 		TLS:              a.tls,
 		Upstream:         a.up,
-		Interceptor:      a.guard,
+		Interceptor:      proxy.Chain(a.guard.Stages()),
 		MaxMessageSize:   cfg.Limits.MaxMessageSizeBytes,
 		ShutdownGrace:    proxyGrace,
 		MaxConnections:   cfg.Limits.MaxConnections,

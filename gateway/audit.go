@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,8 +19,10 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard"
 	"github.com/lockgate/lockgate/lockstore"
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/mongo/writeconcern"
 	"go.uber.org/zap"
 )
 
@@ -215,9 +219,9 @@ func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote s
 }
 
 // expiries records in the trail the locks whose lease ended without a
-// release, when the lock store takes them over: a lock record "expire"
-// with the former holder's app, user, client and tag, and its token; nil
-// without a trail.
+// release, when the lock store takes them over or its expiry scan finds
+// them: a lock record "expire" with the former holder's app, user,
+// client and tag, and its token; nil without a trail.
 func (a *assembly) expiries() func(lockstore.Expiry) {
 	trail := a.trail
 	if trail == nil {
@@ -225,11 +229,15 @@ func (a *assembly) expiries() func(lockstore.Expiry) {
 	}
 	return func(e lockstore.Expiry) {
 		h := e.Former
+		detail := fmt.Sprintf("the lease ended at %s without a release; taken over by a new holder (token %d)",
+			h.ExpiresAt.UTC().Format(time.RFC3339Nano), e.Token)
+		if e.Scanned {
+			detail = fmt.Sprintf("the lease ended at %s without a release or a renewal (found by this lockgate's expiry scan; not taken over)",
+				h.ExpiresAt.UTC().Format(time.RFC3339Nano))
+		}
 		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: e.At, Op: "expire", NS: e.NS,
 			IDs: []docid.ID{e.ID}, Tokens: []int64{h.Token}, Verdict: audittrail.VerdictOK,
-			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix,
-			Detail: fmt.Sprintf("the lease ended at %s without a release; taken over by a new holder (token %d)",
-				h.ExpiresAt.UTC().Format(time.RFC3339Nano), e.Token)})
+			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix, Detail: detail})
 	}
 }
 
@@ -280,6 +288,38 @@ func mountAuditHistory(adm *admin.Server, query func(context.Context, audittrail
 }
 
 var errStopQuery = errors.New("enough records")
+
+// probeAuditCollection is -check's test write of the trail's collection
+// sink: a document inserted and deleted again, in the records'
+// collection and in its head collection, with the write concern the
+// sink's durable writes use. The sink needs both rights (it deletes what
+// a failed batch left), and credentials that can only read would
+// otherwise pass the check and fail the first batch, which in required
+// mode refuses every write. The test document names an instance no
+// lockgate uses ("lockgate-check-" and random hex); should its deletion
+// fail, the error names it.
+func probeAuditCollection(ctx context.Context, db *mongo.Database, name string) error {
+	var tag [8]byte
+	_, _ = crand.Read(tag[:])
+	instance := "lockgate-check-" + hex.EncodeToString(tag[:])
+	wc := options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &[]bool{true}[0]})
+	for _, p := range []struct {
+		coll        string
+		doc, filter bson.D
+	}{
+		{name, bson.D{{Key: "instance", Value: instance}, {Key: "seq", Value: int64(0)}, {Key: "kind", Value: "check"}}, bson.D{{Key: "instance", Value: instance}}},
+		{name + audittrail.HeadSuffix, bson.D{{Key: "_id", Value: instance}, {Key: "kind", Value: "check"}}, bson.D{{Key: "_id", Value: instance}}},
+	} {
+		coll := db.Collection(p.coll, wc)
+		if _, err := coll.InsertOne(ctx, p.doc); err != nil {
+			return fmt.Errorf("test insert into %s.%s: %w", db.Name(), p.coll, err)
+		}
+		if _, err := coll.DeleteOne(ctx, p.filter); err != nil {
+			return fmt.Errorf("deleting the test document {instance: %q} from %s.%s (remove it by hand): %w", instance, db.Name(), p.coll, err)
+		}
+	}
+	return nil
+}
 
 // checkAudit is -check's look at the trail: its key readable and long
 // enough, its directory a directory lockgate can write in (created if

@@ -14,10 +14,13 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/testserver/scripted"
+	"github.com/lockgate/lockgate/wire"
 )
 
 // TestAuditTrailThroughTheGateway: two real clients write one document
@@ -581,4 +584,66 @@ func TestAuditRequiredSchemeRule(t *testing.T) {
 		t.Fatalf("%d allow records of acquires, %d acquires acknowledged", allowed, acquires)
 	}
 	t.Logf("%d acquires acknowledged; %s", acquires, rep.Verdict())
+}
+
+// lockgate -check writes a test document into the audit collection and
+// its head collection and deletes it: credentials that may read the
+// collection but not write it fail the check (they would fail the
+// trail's first batch, and in required mode every write).
+func TestCheckAuditCollectionWrites(t *testing.T) {
+	start := func(mayWrite []string) string {
+		up, err := scripted.StartPerConn(func() scripted.Handler {
+			h, err := scripted.SCRAMAuthz(map[string]string{"auditor": "auditor-pw"},
+				map[string][]string{"auditor": mayWrite}, map[string][]string{"auditor": {"lockgate.audit"}},
+				func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
+					if cmd == nil {
+						return nil
+					}
+					b := bsoncore.NewDocumentBuilder()
+					switch cmd.Name {
+					case "find":
+						b.AppendDocument("cursor", bsoncore.NewDocumentBuilder().AppendInt64("id", 0).
+							AppendString("ns", cmd.DB+"."+cmd.Collection).AppendArray("firstBatch", bsoncore.NewArrayBuilder().Build()).Build())
+					case "insert", "delete":
+						b.AppendInt32("n", 1)
+					default:
+						b.AppendBoolean("isWritablePrimary", true).AppendInt32("maxWireVersion", 21).
+							AppendInt32("maxBsonObjectSize", 16<<20).AppendInt32("maxMessageSizeBytes", 48000000).AppendInt32("maxWriteBatchSize", 100000)
+					}
+					return s.Reply(req, b.AppendDouble("ok", 1).Build())
+				})
+			if err != nil {
+				panic(err)
+			}
+			return h
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { up.Close() })
+		return "mongodb://auditor:auditor-pw@" + up.Addr() + "/?directConnection=true&authMechanism=SCRAM-SHA-256"
+	}
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	if err := os.WriteFile(keyFile, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	result := func(uri string) CheckResult {
+		cfg := testConfig()
+		cfg.Upstream.URI = uri // the other checks answered quickly, not what this test looks at
+		cfg.Audit.Enabled, cfg.Audit.KeyFile = true, keyFile
+		cfg.Audit.Collection = config.AuditCollection{Name: "audit", Database: "lockgate", URI: uri}
+		for _, r := range Check(context.Background(), cfg) {
+			if r.Name == "audit.collection" {
+				return r
+			}
+		}
+		t.Fatal("no audit.collection check")
+		return CheckResult{}
+	}
+	if r := result(start(nil)); r.Err == nil || !strings.Contains(r.Err.Error(), "test insert into lockgate.audit") {
+		t.Fatalf("read-only credentials: %+v, want the test insert refused", r)
+	}
+	if r := result(start([]string{"lockgate.audit", "lockgate.audit_head"})); r.Err != nil {
+		t.Fatalf("credentials that may write: %v", r.Err)
+	}
 }

@@ -55,12 +55,12 @@ func Check(ctx context.Context, cfg *config.Config) []CheckResult {
 	if ac := cfg.Audit.Collection; cfg.Audit.Enabled && ac.Name != "" {
 		ns := ac.DB(cfg.Lockstore) + "." + ac.Name
 		uri := auditURI(cfg)
-		add("audit.collection", ns+" on "+redactURI(uri), ping(ctx, uri, max(cfg.Upstream.DialTimeout.D(), 2*time.Second), func(ctx context.Context, c *mongo.Client) error {
+		add("audit.collection", ns+" on "+redactURI(uri)+": test document written and deleted", ping(ctx, uri, max(cfg.Upstream.DialTimeout.D(), 2*time.Second), func(ctx context.Context, c *mongo.Client) error {
 			err := c.Database(ac.DB(cfg.Lockstore)).Collection(ac.Name).FindOne(ctx, bson.D{}).Err()
 			if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 				return fmt.Errorf("reading %s: %w", ns, err)
 			}
-			return nil
+			return probeAuditCollection(ctx, c.Database(ac.DB(cfg.Lockstore)), ac.Name)
 		}))
 	}
 

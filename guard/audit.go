@@ -179,14 +179,16 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		Op: req.Message.Header().OpCode.String()}
 	if req.Command != nil {
 		ev.Op = req.Command.Name
+		// The tag's bytes, by value: the writer writes them in hex
+		// (lockstore.SessionPrefix's form).
 		switch {
 		case v.flight != nil:
-			ev.Holder = lockstore.SessionPrefix(v.flight.owner.Session)
+			ev.HolderTag = audittrail.TagOf(v.flight.owner.Session)
 		case v.lsid != nil:
-			ev.Holder = lockstore.SessionPrefix(g.owners.session(ev.User, v.lsid))
+			ev.HolderTag = audittrail.TagOf(g.owners.session(ev.User, v.lsid))
 		default:
 			if sid, ok := req.Command.SessionID(); ok {
-				ev.Holder = lockstore.SessionPrefix(g.owners.session(ev.User, sid))
+				ev.HolderTag = audittrail.TagOf(g.owners.session(ev.User, sid))
 			}
 		}
 	}

@@ -103,7 +103,7 @@ func TestDecisionsReachTheTrail(t *testing.T) {
 	var got []string
 	for _, ev := range sink.got {
 		got = append(got, fmt.Sprintf("%s %s %s %s %v %s", ev.Kind, ev.NS, ev.Op, ev.Verdict, ev.IDs, ev.Reason))
-		if ev.Policy != pol.Version() || ev.Client != client.Addr || len(ev.Holder) != 8 || ev.Time.IsZero() {
+		if ev.Policy != pol.Version() || ev.Client != client.Addr || len(ev.HolderString()) != 8 || ev.Time.IsZero() {
 			t.Errorf("record without its policy, client, holder tag or time: %+v", ev)
 		}
 	}
@@ -115,7 +115,7 @@ func TestDecisionsReachTheTrail(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("records:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if sink.got[0].Holder == sink.got[1].Holder {
+	if sink.got[0].HolderString() == sink.got[1].HolderString() {
 		t.Fatal("two sessions got the same holder tag")
 	}
 }

@@ -141,6 +141,18 @@ func (v *verdict) isNamed(id docid.ID) bool {
 	return ok
 }
 
+// enforcementStage decides every request the stages before it passed,
+// by the policy's rule for each namespace it writes; it settles them all.
+type enforcementStage struct{ g *Guard }
+
+func (s enforcementStage) Decide(ctx context.Context, req *proxy.Request) (proxy.Decision, bool) {
+	pol := s.g.policy.Load()
+	if pol == nil || pol.AllOff() {
+		return proxy.Decision{Action: proxy.Forward}, true
+	}
+	return s.g.enforce(ctx, req, pol), true
+}
+
 // enforce decides a message that may write under pol.
 func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Policy) proxy.Decision {
 	start := time.Now()
@@ -521,6 +533,9 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 		// No session: it holds nothing (only rules with implicit locks
 		// get here without one).
 		v.deferToImplicit(r, ns, ids, ids)
+		return
+	}
+	if g.skipHeldCheck(v, r, o, ns, ids) {
 		return
 	}
 	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)

@@ -8,11 +8,9 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
-	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
 
@@ -157,6 +155,12 @@ type Guard struct {
 	// testImplicit, when set (tests only), sees each write's implicit
 	// locks being taken (implicit.go).
 	testImplicit *implicitTestHooks
+	// testScheme, when set (tests only), sees scheme steps between their
+	// reads and their lock store calls (schemelockcoll.go).
+	testScheme *schemeTestHooks
+
+	// chain is Stages as one Interceptor.
+	chain proxy.Chain
 
 	// auditFields are the field slices of audit lines (audit.go), reused:
 	// a line is written for every decision on a protected namespace.
@@ -212,137 +216,28 @@ func New(opts Options) *Guard {
 		flights:  newFlightTracker(),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
+	g.chain = proxy.Chain(g.Stages())
 	return g
 }
 
-// Intercept implements proxy.Interceptor.
+// Intercept implements proxy.Interceptor: the guard's stages (Stages) as
+// one chain, for a proxy that needs nothing else on its request path.
 func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decision {
-	// First, and whatever the policy: the lock store is reachable through
-	// the proxy in no form, lock commands on it included, and other
-	// sessions' ids are not listed while anything is enforced.
-	pol := g.policy.Load()
-	if e, what := g.boundaryRefusal(req, pol); e != nil {
-		g.metrics.reservedRefusals.WithLabelValues(what).Inc()
-		level := zap.InfoLevel
-		if routineProbe(req) {
-			// Every mongosh asks for the startup warnings on connect: a
-			// line at info for each would read as an alarm to an
-			// operator. It is still counted.
-			level = zap.DebugLevel
-		}
-		g.log.Log(level, "refused a request across the proxy's boundary", zap.String("what", what), zap.Uint64("conn", req.Client.ID),
-			zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("error", e.msg))
-		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
-	}
-	if cmd := req.Command; cmd != nil {
-		switch cmd.Role() {
-		case wire.RoleLock:
-			return proxy.Decision{Action: proxy.Reply, Reply: g.lockCommand(ctx, req)}
-		case wire.RoleEndSessions:
-			return g.endSessions(ctx, req)
-		case wire.RoleEndTransaction:
-			return g.endTransaction(ctx, req)
-		}
-	}
-	if pol == nil || pol.AllOff() {
-		return proxy.Decision{Action: proxy.Forward}
-	}
-	return g.enforce(ctx, req, pol)
+	return g.chain.Intercept(ctx, req)
 }
 
-// endSessions releases the locks of every session the driver ends, then
-// lets the upstream end the sessions too, or answers for an upstream that
-// does not know the command. A lock store failure does not fail the
-// command: drivers ignore endSessions errors, and the leases still expire.
-func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decision {
-	// In the connection's order, like releaseLock: a write sent before
-	// endSessions keeps its lock until it is answered.
-	wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
-	ordered := req.WaitAnswered(wctx) == nil
-	cancel()
-	arr, isArray := req.Command.Body.Lookup("endSessions").ArrayOK()
-	if !isArray {
-		// The server's answer, without a panic on the way.
-		e := badArg(mongoerr.TypeMismatch, "endSessions: the value must be an array of session ids, got %s", req.Command.Body.Lookup("endSessions").Type)
-		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
-	}
-	vals, err := arr.Values()
-	if err == nil && !ordered {
-		g.log.Warn("endSessions: requests sent before it were still running; the sessions' locks are left to expire with their leases")
-		vals = nil
-	}
-	// One share of the connection's lock commands (throttle.go), not one
-	// per session: ending a session that holds no lock through this
-	// instance costs no round trip (the sweep for the others runs once a
-	// second for all), and drivers end up to 10,000 sessions in one
-	// command when they disconnect.
-	if err == nil && len(vals) > 0 && !g.throttle.beforeLockCommand(ctx, req.Client.ID, 1) {
-		vals = nil
-	}
-	if err == nil {
-		for _, v := range vals {
-			doc, ok := v.DocumentOK()
-			if !ok {
-				continue
-			}
-			data, ok := wire.SessionID(doc)
-			if !ok {
-				continue
-			}
-			// The locks of this session as this connection's user: an
-			// endSessions naming someone else's session id from another
-			// user releases nothing of theirs. Its writes in flight on
-			// other connections keep their locks until answered.
-			key := g.owners.session(req.Client.User(), data)
-			wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
-			err := g.flights.waitSession(wctx, key)
-			cancel()
-			if err != nil {
-				g.log.Warn("endSessions: the session's writes were still running; its locks are left to expire with their leases",
-					zap.String("session", lockstore.SessionPrefix(data)))
-				continue
-			}
-			n, err := g.opts.Store.ReleaseSession(ctx, key)
-			if err != nil {
-				g.log.Warn("endSessions: could not release the session's locks; they expire with their lease",
-					zap.String("session", lockstore.SessionPrefix(data)), zap.Error(err))
-				continue
-			}
-			g.metrics.sessionsEnded.Inc()
-			if n > 0 {
-				g.log.Debug("endSessions released locks", zap.String("session", lockstore.SessionPrefix(data)), zap.Int("released", n))
-			}
-		}
-	}
-	if g.upstreamKnowsEndSessions(ctx) {
-		return proxy.Decision{Action: proxy.Forward}
-	}
-	idx, d := bsoncore.AppendDocumentStart(nil)
-	d = bsoncore.AppendDoubleElement(d, "ok", 1)
-	d, _ = bsoncore.AppendDocumentEnd(d, idx)
-	return proxy.Decision{Action: proxy.Reply, Reply: d}
-}
-
-func (g *Guard) upstreamKnowsEndSessions(ctx context.Context) bool {
-	switch g.endSessionsSupport.Load() {
-	case 1:
-		return true
-	case 2:
-		return false
-	}
-	if g.opts.EndSessionsSupported == nil {
-		return true
-	}
-	ok, err := g.opts.EndSessionsSupported(ctx)
-	if err != nil {
-		// Unknown: forward; a server that does not know the command
-		// answers CommandNotFound, which drivers ignore for endSessions.
-		return true
-	}
-	if ok {
-		g.endSessionsSupport.Store(1)
-	} else {
-		g.endSessionsSupport.Store(2)
-	}
-	return ok
+// Stages are the guard's stages in the order a proxy must run them
+// (docs/ARCHITECTURE.md, "The request path"):
+//
+//   - boundary (reserved.go, introspection.go): the lock store is reachable
+//     in no form, and other sessions' ids are not listed, whatever the
+//     policy; first, so that no later stage ever sees such a request;
+//   - lock commands (lockcmd.go): acquireLock, releaseLock, renewLock,
+//     lockStatus, answered by the proxy itself;
+//   - sessions (sessions.go, txn.go): endSessions releases the ended
+//     sessions' locks, commit and abort decide a transaction's writes;
+//   - enforcement (enforce.go): every other request, decided by the
+//     policy's rule for each namespace it writes.
+func (g *Guard) Stages() []proxy.Stage {
+	return []proxy.Stage{boundaryStage{g}, lockCommandStage{g}, sessionStage{g}, enforcementStage{g}}
 }

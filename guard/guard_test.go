@@ -77,6 +77,8 @@ type stackOptions struct {
 	// lock store stays on it); authRequired is the guard's AuthRequired.
 	upstreamAddr string
 	authRequired func() bool
+	// storeMetrics, when set, are the lock store's collectors.
+	storeMetrics *lockstore.Metrics
 }
 
 var testOwnerSecret = []byte("lockgate-test-owner-secret-0123456789")
@@ -100,10 +102,14 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 		so.logger = zaptest.NewLogger(t)
 	}
 	ctx := context.Background()
+	storeOpts := []lockstore.Option{lockstore.WithLogger(so.logger)}
+	if so.storeMetrics != nil {
+		storeOpts = append(storeOpts, lockstore.WithMetrics(so.storeMetrics))
+	}
 	store, err := lockstore.Open(ctx, lockstore.Config{
 		URI: so.storeURI, Database: "lockgate_guard_test", Collection: so.collection,
 		DefaultLease: 5 * time.Second, MaxLease: time.Minute, OpTimeout: opTimeout,
-	}, lockstore.WithLogger(so.logger))
+	}, storeOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

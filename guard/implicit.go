@@ -47,6 +47,17 @@ type implicitPlan struct {
 	// needs are the ids per namespace of writes whose session holds none
 	// of them (checkHeld found every one missing).
 	needs needs
+	// unchecked are the checks skipped on the guess that the session
+	// holds no lock (skipHeldCheck), one per checkHeld call: the implicit
+	// acquire confirms the guess, or they are checked as today
+	// (checkUnchecked). noGuess: they were, so no more are skipped.
+	unchecked []nsNeed
+	noGuess   bool
+	// busyNS is the namespace whose keys the guess's acquire found held:
+	// under wait, the next attempt queues for them at once rather than
+	// trying, and rolling back, once more (which would barge again ahead
+	// of the waiters it just met).
+	busyNS string
 	// inserts are the inserted _ids of rules with implicit locks.
 	inserts needs
 	// owner is the implicit locks' owner, once taken.
@@ -87,6 +98,57 @@ func (v *verdict) deferToImplicit(r policy.Rule, ns string, ids, missing []docid
 	return true
 }
 
+// sessionLocks tells from memory whether a session holds a lock taken
+// through this lockgate (lockstore.Store has it).
+type sessionLocks interface {
+	HoldsAnyHere(session []byte) bool
+}
+
+// skipHeldCheck reports whether the check that the session of a write of
+// ns under r holds the locks on ids is left to the implicit acquire:
+// under a rule with implicit locks, for a session that holds no lock
+// through this lockgate (most likely a legacy writer, which never locks).
+// That saves the lock store read of the check on every legacy write; the
+// implicit acquire reads the same keys anyway. The guess needs no trust:
+// an acquire that takes every key proves that nobody held any, the
+// session included; one that fails has the skipped checks made as today
+// before anything is decided (takeImplicit), so a lock-aware session whose
+// locks were taken through another lockgate is answered exactly as before.
+func (g *Guard) skipHeldCheck(v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) bool {
+	if !r.Implicit() || len(o.Session) == 0 || (v.implicit != nil && v.implicit.noGuess) {
+		return false
+	}
+	sl, ok := g.opts.Store.(sessionLocks)
+	if !ok || sl.HoldsAnyHere(o.Session) {
+		return false
+	}
+	p := v.implicitPlan()
+	p.unchecked = append(p.unchecked, nsNeed{ns: ns, r: r, ids: ids})
+	return true
+}
+
+// checkUnchecked makes the checks skipHeldCheck skipped, as checkHeld
+// makes them: the session's locks are held (the write is a lock holder's),
+// missing (left to implicit locks after all), or some of each (refused).
+func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owner) {
+	p := v.implicit
+	u := p.unchecked
+	p.unchecked, p.noGuess = nil, true
+	for _, n := range u {
+		if !v.blocked(n.ns) {
+			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
+		}
+	}
+}
+
+// implicitAsToday reports whether the writes left to implicit locks are
+// refused as today whatever the lock store says (takeImplicit's reasons).
+func implicitAsToday(v *verdict) bool {
+	return v.enforcedViolation() || len(v.checked) > 0 || v.flight != nil ||
+		(v.req.Command != nil && inTransaction(v.req.Command.Body)) ||
+		v.req.Command == nil || v.req.Command.MoreToCome
+}
+
 // takeImplicit decides the writes left to implicit locks, after every
 // statement was checked: it takes the locks, or refuses as checkHeld would
 // have. It returns the inserts still to be checked as today.
@@ -94,6 +156,9 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	p := v.implicit
 	if p == nil {
 		return inserts
+	}
+	if len(p.unchecked) > 0 && implicitAsToday(v) {
+		g.checkUnchecked(ctx, v, o)
 	}
 	asToday := func() needs {
 		for _, n := range p.needs {
@@ -127,6 +192,10 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	// Inserts into namespaces whose rules take no implicit locks are
 	// returned to be checked as today, whatever happens here.
 	all := slices.Clone(p.needs)
+	guessed := len(p.unchecked) > 0
+	for _, n := range p.unchecked {
+		all.add(n.ns, n.r, n.ids...)
+	}
 	for _, n := range p.inserts {
 		all.add(n.ns, n.r, n.ids...)
 	}
@@ -149,14 +218,43 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	p.owner = g.implicitOwner(v.req, o)
 	start := time.Now()
 	deadline := start.Add(wait)
+	// Every namespace's locks are taken before any is recorded for the
+	// write, so that a guess proved wrong leaves nothing to undo but the
+	// locks.
+	type takenNS struct {
+		n     nsNeed
+		locks []lockstore.Lock
+		t0    time.Time
+	}
+	got := make([]takenNS, 0, len(all))
 	for _, n := range all {
 		t0 := time.Now()
 		// A first attempt that does not wait tells a write that waited
 		// from one that did not, for the metrics, at the price of one
 		// more attempt only when the locks are busy.
-		locks, err := g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
-		if h := g.testImplicit; h != nil && h.naive {
-			locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
+		var locks []lockstore.Lock
+		var err error
+		if p.mode == config.UnlockedWait && n.ns == p.busyNS {
+			err = lockstore.ErrBusy
+		} else {
+			locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
+			if h := g.testImplicit; h != nil && h.naive {
+				locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
+			}
+		}
+		if err != nil && guessed && !(g.testImplicit != nil && g.testImplicit.trustGuess) {
+			// Some key was held (perhaps by this very session, through
+			// another lockgate) or the store failed: the skipped checks
+			// decide, as today, before anything else does.
+			g.releaseImplicit(p)
+			// Nothing of this attempt may outlive it: a write that the
+			// checks find to be a lock holder's is not implicit.
+			p.mode, p.waited = "", false
+			if errors.Is(err, lockstore.ErrBusy) {
+				p.busyNS = n.ns
+			}
+			g.checkUnchecked(ctx, v, o)
+			return g.takeImplicit(ctx, v, o, inserts)
 		}
 		if p.mode == config.UnlockedWait && errors.Is(err, lockstore.ErrBusy) {
 			p.waited = true
@@ -171,12 +269,21 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			g.metrics.implicit(p.mode, implicitOutcome(err), time.Since(start))
 			return inserts
 		}
-		leaseLeft := g.opts.ImplicitLease - time.Since(t0) - g.opts.ImplicitLease/20
 		ids := make([]docid.ID, len(locks))
 		for i, l := range locks {
 			ids[i] = l.ID
 		}
 		p.taken.add(n.ns, ids)
+		got = append(got, takenNS{n: n, locks: locks, t0: t0})
+	}
+	p.unchecked = nil // proved: the session held none of them
+	for _, x := range got {
+		n, locks := x.n, x.locks
+		leaseLeft := g.opts.ImplicitLease - time.Since(x.t0) - g.opts.ImplicitLease/20
+		ids := make([]docid.ID, len(locks))
+		for i, l := range locks {
+			ids[i] = l.ID
+		}
 		v.flightLocks(p.owner, n.r, n.ns, ids, leaseLeft)
 		v.check(n.ns, ids)
 		if fenced(n.r) {
@@ -364,6 +471,10 @@ type implicitTestHooks struct {
 	// (and releases the locks taken): the "check, then forward" that the
 	// implicit lock exists to avoid, for the test that shows its window.
 	naive bool
+	// trustGuess takes skipHeldCheck's guess for proved even when the
+	// implicit acquire fails: the shortcut without its confirmation, for
+	// the test that shows what the confirmation is for.
+	trustGuess bool
 }
 
 // naiveImplicit is implicitTestHooks.naive's check: the locks are taken

@@ -193,6 +193,17 @@ func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore
 	}
 }
 
+// lockCommandStage answers the lock commands (acquireLock, releaseLock,
+// renewLock, lockStatus) itself; they never reach the upstream.
+type lockCommandStage struct{ g *Guard }
+
+func (s lockCommandStage) Decide(ctx context.Context, req *proxy.Request) (proxy.Decision, bool) {
+	if req.Command == nil || req.Command.Role() != wire.RoleLock {
+		return proxy.Decision{}, false
+	}
+	return proxy.Decision{Action: proxy.Reply, Reply: s.g.lockCommand(ctx, req)}, true
+}
+
 // lockCommand runs one lock command and returns the reply body.
 func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Document {
 	cmd := req.Command

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -10,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
+	"go.uber.org/zap"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -85,6 +87,30 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// boundaryStage refuses, first and whatever the policy, a request that
+// reaches the lock store in any form (lock commands on it included) or,
+// while anything is enforced, lists or ends other clients' sessions.
+type boundaryStage struct{ g *Guard }
+
+func (s boundaryStage) Decide(ctx context.Context, req *proxy.Request) (proxy.Decision, bool) {
+	g := s.g
+	e, what := g.boundaryRefusal(req, g.policy.Load())
+	if e == nil {
+		return proxy.Decision{}, false
+	}
+	g.metrics.reservedRefusals.WithLabelValues(what).Inc()
+	level := zap.InfoLevel
+	if routineProbe(req) {
+		// Every mongosh asks for the startup warnings on connect: a
+		// line at info for each would read as an alarm to an
+		// operator. It is still counted.
+		level = zap.DebugLevel
+	}
+	g.log.Log(level, "refused a request across the proxy's boundary", zap.String("what", what), zap.Uint64("conn", req.Client.ID),
+		zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("error", e.msg))
+	return proxy.Decision{Action: proxy.Reply, Reply: e.document()}, true
 }
 
 // boundaryRefusal returns the refusal of a request that crosses one of

@@ -39,7 +39,7 @@ const (
 // holder: client) are one owner to it.
 type schemeKeys struct {
 	mu sync.Mutex
-	m  map[string]*schemeKey
+	m  map[docid.Key]*schemeKey
 
 	// instance tells this proxy's client-identity holders from the same
 	// identity's through another proxy, which the lock store must then
@@ -49,7 +49,7 @@ type schemeKeys struct {
 
 	// memo: the lockDocument locks this proxy saw taken (holdings).
 	memoOnce sync.Once
-	memo     *lru.Cache[string, schemeHolding]
+	memo     *lru.Cache[docid.Key, schemeHolding]
 }
 
 // instanceBind is the owner binding of this proxy's client-identity
@@ -68,10 +68,10 @@ type schemeKey struct {
 	users int
 }
 
-func (s *schemeKeys) lock(key string) func() {
+func (s *schemeKeys) lock(key docid.Key) func() {
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = map[string]*schemeKey{}
+		s.m = map[docid.Key]*schemeKey{}
 	}
 	k := s.m[key]
 	if k == nil {
@@ -484,7 +484,7 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 	}
 	ids := []docid.ID{id}
 	mns := r.Scheme.MirrorNS(w.NS)
-	unlock := g.schemes.lock(mns + "\x00" + id.Key())
+	unlock := g.schemes.lock(docid.KeyOf(mns, id))
 	defer unlock()
 	store := g.opts.Store
 	body, err := statementBody(req.Command, w)
@@ -513,7 +513,7 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 			if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
 				g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
 			}
-			g.schemes.holdings().Remove(mns + "\x00" + id.Key())
+			g.schemes.holdings().Remove(docid.KeyOf(mns, id))
 		}
 		v.check(w.NS, ids)
 		g.record(req, pol, v, nil, time.Since(start))
@@ -620,7 +620,7 @@ func (g *Guard) schemeAcquire(ctx context.Context, req *proxy.Request, v *verdic
 	} else {
 		if r.Scheme.Type == config.SchemeLockDocument && len(locks) == 1 {
 			c := g.schemeClient(req)
-			g.schemes.holdings().Add(mns+"\x00"+id.Key(), schemeHolding{session: c.Session, bind: c.Bind,
+			g.schemes.holdings().Add(docid.KeyOf(mns, id), schemeHolding{session: c.Session, bind: c.Bind,
 				holder: bsoncore.Value{Type: st.Holder.Type, Data: append([]byte(nil), st.Holder.Data...)}, token: locks[0].Token})
 		}
 		v.check(w.NS, ids)
@@ -672,7 +672,7 @@ func (g *Guard) schemePick(ctx context.Context, req *proxy.Request, pol *policy.
 		}
 		one := op
 		one.step.ID, one.step.Pick = id.Core(), false
-		unlock := g.schemes.lock(mns + "\x00" + id.Key())
+		unlock := g.schemes.lock(docid.KeyOf(mns, id))
 		res := g.schemeAcquire(ctx, req, v, one, id, body)
 		unlock()
 		switch {
@@ -753,7 +753,7 @@ func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.
 			}
 		}
 	}
-	h, known := g.schemes.holdings().Get(mns + "\x00" + ids[0].Key())
+	h, known := g.schemes.holdings().Get(docid.KeyOf(mns, ids[0]))
 	known = known && h.sameIdentity(g.schemeClient(req))
 	if known {
 		o, _ := g.schemeOwner(req, w.NS, r.Scheme, h.holder)
@@ -1051,6 +1051,6 @@ func (g *Guard) ownHolding(req *proxy.Request, r policy.Rule, w policy.Write, st
 	if r.Scheme.Type != config.SchemeLockDocument || len(ids) != 1 {
 		return false
 	}
-	h, known := g.schemes.holdings().Get(r.Scheme.MirrorNS(w.NS) + "\x00" + ids[0].Key())
+	h, known := g.schemes.holdings().Get(docid.KeyOf(r.Scheme.MirrorNS(w.NS), ids[0]))
 	return known && h.sameIdentity(g.schemeClient(req)) && (st.Kind != policy.StepAcquire || sameHolder(h.holder, st.Holder))
 }

@@ -155,7 +155,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		return g.decide(req, pol, v, start)
 	}
 	ids := []docid.ID{id}
-	unlock := g.schemes.lock(w.NS + "\x00" + id.Key())
+	unlock := g.schemes.lock(docid.KeyOf(w.NS, id))
 	defer unlock()
 	store := g.opts.Store
 	// Audit forwards every write unchanged: no insert-only condition, no
@@ -229,7 +229,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 			return g.decide(req, pol, v, start)
 		case end.After(time.Now()):
 			drop()
-			if why := g.adopt(ctx, w.NS, id, end); why != "" {
+			if why := g.adopt(ctx, req, w.NS, s, id, end); why != "" {
 				v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("the lock record %s of %s %s", id.String(), w.NS, why))
 				return g.decide(req, pol, v, start)
 			}
@@ -364,17 +364,41 @@ func (g *Guard) adoptedOwner(ns string) lockstore.Owner {
 }
 
 // adopt mirrors a live record nobody holds until its end; why says why
-// it cannot be.
-func (g *Guard) adopt(ctx context.Context, ns string, id docid.ID, end time.Time) string {
-	_, err := g.opts.Store.Acquire(ctx, g.adoptedOwner(ns), ns, []docid.ID{id}, time.Until(end), 0)
+// it cannot be. The record was read before its mirror was taken, so its
+// holder may have deleted it and freed the mirror in between (through
+// another proxy): adopted then, it would be a lock of nothing until the
+// deleted record's end. So the adoption stands only if the record is
+// still there as read once the adoption holds the mirror, from when on
+// nobody inserts or deletes it through lockgate.
+func (g *Guard) adopt(ctx context.Context, req *proxy.Request, ns string, s policy.Scheme, id docid.ID, end time.Time) string {
+	if h := g.testScheme; h != nil && h.beforeAdopt != nil {
+		h.beforeAdopt(ns, id)
+	}
+	o := g.adoptedOwner(ns)
+	ids := []docid.ID{id}
+	_, err := g.opts.Store.Acquire(ctx, o, ns, ids, time.Until(end), 0)
 	switch {
-	case err == nil, errors.Is(err, lockstore.ErrBusy):
-		// Busy: someone holds it already, which is as strict.
+	case errors.Is(err, lockstore.ErrBusy):
+		// Someone holds it already, which is as strict.
 		return ""
 	case errors.Is(err, lockstore.ErrInvalidLease):
 		return fmt.Sprintf("lives until %s, longer than lockgate can mirror a lock (%v); remove it by hand", end.UTC().Format(time.RFC3339), err)
+	case err != nil:
+		return fmt.Sprintf("cannot be mirrored (%v)", err)
 	}
-	return fmt.Sprintf("cannot be mirrored (%v)", err)
+	rec, failed, err := g.findRecord(ctx, req, ns, id.Core(), nil)
+	if err == nil && failed == nil && rec != nil {
+		if now, ok := s.RecordExpiry(rec); ok && now.Equal(end) {
+			return ""
+		}
+	}
+	// Gone or changed since it was read (or unreadable now): nothing is
+	// adopted; the next write that finds a live record adopts that one.
+	if _, err := g.opts.Store.Release(ctx, o, ns, ids, ""); err != nil {
+		g.log.Warn("releasing the mirror of a lock record that was gone when adopted failed; it expires with the record's end",
+			zap.String("ns", ns), zap.Error(err))
+	}
+	return ""
 }
 
 // aidNS is where the binding of holder ids to clients lives: a lock per
@@ -578,7 +602,7 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 		return g.decide(req, pol, v, start)
 	}
 	ids := []docid.ID{id}
-	unlock := g.schemes.lock(w.NS + "\x00" + id.Key())
+	unlock := g.schemes.lock(docid.KeyOf(w.NS, id))
 	defer unlock()
 	store := g.opts.Store
 	body, err := statementBody(req.Command, w)
@@ -609,6 +633,9 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 			h := sts[0].Holder
 			return notHolder(&h, fmt.Sprintf("the lock record %s belongs to another holder (%s)", id.String(), describeHolder(h)))
 		}
+		if h := g.testScheme; h != nil && h.beforeRead != nil {
+			h.beforeRead(w.NS, id)
+		}
 		rec, failed, err := g.findRecord(ctx, req, w.NS, st.ID, nil)
 		switch {
 		case err != nil:
@@ -621,7 +648,7 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 			end, ok := s.RecordExpiry(rec)
 			if !ok || end.After(time.Now()) {
 				if ok {
-					g.adopt(ctx, w.NS, id, end)
+					g.adopt(ctx, req, w.NS, s, id, end)
 				}
 				return notHolder(nil, fmt.Sprintf("the lock record %s is live and this client did not insert it (through lockgate)", id.String()))
 			}
@@ -719,7 +746,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 				continue
 			}
 			if end.After(time.Now()) {
-				g.adopt(ctx, w.NS, id, end)
+				g.adopt(ctx, req, w.NS, s, id, end)
 				continue
 			}
 			if _, err := store.Acquire(ctx, op.owner, w.NS, ids, short, 0); err != nil {
@@ -854,4 +881,13 @@ func number(v bsoncore.Value) (float64, bool) {
 		return v.Double(), true
 	}
 	return 0, false
+}
+
+// schemeTestHooks let tests run another client's step inside a window.
+type schemeTestHooks struct {
+	// beforeRead runs when a release from a non-holder, having found the
+	// lock free, is about to read its record.
+	beforeRead func(ns string, id docid.ID)
+	// beforeAdopt runs after a live record was read, before it is adopted.
+	beforeAdopt func(ns string, id docid.ID)
 }

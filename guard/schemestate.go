@@ -216,8 +216,8 @@ type schemeHolding struct {
 // holdings is the proxy's memory of schemeHolding, by mirror key; it
 // forgets the oldest first, and a forgotten lock's holder must then name
 // its holder value.
-func (s *schemeKeys) holdings() *lru.Cache[string, schemeHolding] {
-	s.memoOnce.Do(func() { s.memo, _ = lru.New[string, schemeHolding](1 << 16) })
+func (s *schemeKeys) holdings() *lru.Cache[docid.Key, schemeHolding] {
+	s.memoOnce.Do(func() { s.memo, _ = lru.New[docid.Key, schemeHolding](1 << 16) })
 	return s.memo
 }
 

@@ -151,6 +151,18 @@ func (s *Store) checkSessionLimit(owner Owner, ks []lockKey) error {
 	return nil
 }
 
+// HoldsAnyHere reports whether session holds, or may still hold, a lock
+// taken or renewed through this Store, from memory (the owned index).
+// false says nothing of locks taken through other Stores: the guard only
+// uses it to guess that a write is a legacy writer's before the implicit
+// acquire, which refuses any key the session holds, confirms the guess
+// (guard/implicit.go).
+func (s *Store) HoldsAnyHere(session []byte) bool {
+	now, unc := s.clock.Now()
+	held, _ := s.owned.count(session, nil, now.Add(-unc))
+	return held > 0
+}
+
 // acquireAll makes one all-or-nothing attempt in canonical order. self is
 // the calling waiter, not woken by its own rollback.
 func (s *Store) acquireAll(ctx context.Context, owner Owner, ns string, ordered []lockKey, lease time.Duration, self *waiter) (map[string]Lock, error) {
@@ -298,6 +310,9 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			}
 		}
 		sent := time.Now()
+		if next.Owner != nil {
+			s.heldNS.mark(next.NS, sent)
+		}
 		ok, err := s.insert(ctx, op, next)
 		if err != nil {
 			s.cache.remove(rid)
@@ -314,7 +329,9 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			s.cache.put(rid, holdEntry{g: next, verified: time.Now(), confirmed: sent, own: next.Owner != nil && !mark})
 			s.owned.changed(rid, h, next)
 			if next.Owner != nil {
-				s.heldNS.mark(next.NS)
+				// Again, now that the grant has landed: a refresh sent
+				// before this moment may have missed it (heldns.go).
+				s.heldNS.mark(next.NS, time.Now())
 			}
 			if !mark {
 				return next, next, nil

@@ -100,18 +100,35 @@ func (c *holdCache) removeSession(session []byte) []string {
 }
 
 // prune drops entries whose lease ended before serverNow, and entries not
-// held through this Store that are older than maxAge (local time).
-func (c *holdCache) prune(serverNow time.Time, maxAge time.Duration) {
+// held through this Store that are older than maxAge (local time); it
+// returns the dropped entries held through this Store whose lease ended
+// (the expiry scan's).
+func (c *holdCache) prune(serverNow time.Time, maxAge time.Duration) (ended []holdEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	local := time.Now()
 	for rid, e := range c.m {
 		expired := e.g.Owner != nil && !e.g.ExpiresAt.After(serverNow)
+		if expired && e.own {
+			ended = append(ended, e)
+		}
 		if expired || (!e.own && local.Sub(e.verified) > maxAge) {
 			c.removeLocked(rid)
 		}
 	}
 	c.held.Set(float64(c.own))
+	return ended
+}
+
+// ownGens are the generations of entries written by the Store via.
+func ownGens(es []holdEntry, via string) []*gen {
+	var out []*gen
+	for _, e := range es {
+		if e.g.Via == via {
+			out = append(out, e.g)
+		}
+	}
+	return out
 }
 
 // staleAll makes every entry need a database read before it is trusted.

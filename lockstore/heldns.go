@@ -17,21 +17,45 @@ import (
 type heldNamespaces struct {
 	mu    sync.Mutex
 	ns    map[string]bool
-	at    time.Time // local time of the last successful refresh
+	at    time.Time // local time the last successful refresh was sent
 	trust time.Duration
+	// marked is when each namespace was last marked, kept until a refresh
+	// sent after that has been applied: a refresh whose query ran before
+	// a grant's write landed does not list the namespace, and must not
+	// erase the mark of that grant when its answer arrives.
+	marked map[string]time.Time
 }
 
-func (h *heldNamespaces) mark(ns string) {
+// mark records that a lock is granted in ns through this Store at local
+// time now: before the grant's write, so that no check runs between the
+// write and the mark, and again after it has landed, which is the mark a
+// refresh sent earlier must not erase.
+func (h *heldNamespaces) mark(ns string, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ns != nil {
 		h.ns[ns] = true
 	}
+	if h.marked == nil {
+		h.marked = map[string]time.Time{}
+	}
+	h.marked[ns] = now
 }
 
+// set installs the namespaces a refresh sent at local time at found,
+// with every namespace marked since it was sent.
 func (h *heldNamespaces) set(ns map[string]bool, at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for n, t := range h.marked {
+		if t.Before(at) {
+			// Its grant landed before the refresh was sent: the refresh
+			// saw it if it is still held.
+			delete(h.marked, n)
+			continue
+		}
+		ns[n] = true
+	}
 	h.ns, h.at = ns, at
 }
 

@@ -95,9 +95,11 @@ func WithMetrics(m *Metrics) Option { return func(s *Store) { s.m = m } }
 func WithClock(c Clock) Option { return func(s *Store) { s.clock = c } }
 
 // Expiry is a lock whose lease ended without a release, as this store
-// found it: when an acquire took it over for a new owner. A lease that
-// runs out is not noticed before then (nothing scans for expired leases);
-// its holder's late release of it is a release.
+// found it: when an acquire took it over for a new owner, or, for a lock
+// granted or last renewed through this store, when its scan found the
+// lease over and the lock neither released, renewed nor taken over
+// (Scanned; expiryscan.go). Its holder's late release of it is a
+// release.
 type Expiry struct {
 	NS string
 	ID docid.ID
@@ -105,14 +107,20 @@ type Expiry struct {
 	// user, client and tag).
 	Former Holder
 	// Token is the new owner's fencing token; At the takeover's time (the
-	// store's estimate of server time).
+	// store's estimate of server time). A scanned expiry has no new owner
+	// (Token 0) and At is the lease's end.
 	Token int64
 	At    time.Time
+	// Scanned: found by the expiry scan, not at a takeover.
+	Scanned bool
 }
 
 // WithExpiryHook makes the store call fn, on the acquiring goroutine,
-// after each takeover of a lock whose lease had ended (the audit trail
-// records them). fn must return quickly and must not call the store.
+// after each takeover of a lock whose lease had ended, and on its
+// background goroutine for each lease granted or renewed through it that
+// ended without a release and was not taken over (the audit trail
+// records them); a generation reported by the scan is not reported again
+// at its takeover. fn must return quickly and must not call the store.
 func WithExpiryHook(fn func(Expiry)) Option { return func(s *Store) { s.onExpire = fn } }
 
 // Store keeps lock records in a MongoDB collection shared by every proxy
@@ -143,6 +151,7 @@ type Store struct {
 	// onExpire hears of every lock this store took over after its lease
 	// ended without a release (WithExpiryHook); nil: nobody listens.
 	onExpire func(Expiry)
+	expScan  expiryScan
 	wq       *waitQueues
 	heldNS   heldNamespaces
 	reg      instanceRegistry
@@ -198,6 +207,14 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	if s.clock == nil {
 		s.sclock = newServerClock(time.Now)
 		s.clock = s.sclock
+	}
+	if hook := s.onExpire; hook != nil {
+		s.onExpire = func(e Expiry) {
+			if !e.Scanned && s.expScan.reported(expiryKey(e.NS, e.ID.Key()), e.Former.Token) {
+				return // the scan reported this lease's end already
+			}
+			hook(e)
+		}
 	}
 	s.cache = newHoldCache(s.m.held)
 	var via [8]byte
@@ -468,8 +485,12 @@ func (s *Store) background(cfg Config) {
 			s.refreshHeldNamespaces(s.ctx)
 		case <-pruneT.C:
 			now, unc := s.clock.Now()
-			s.cache.prune(now.Add(-unc), time.Minute)
+			ended := s.cache.prune(now.Add(-unc), time.Minute)
 			s.owned.prune(now.Add(-unc))
+			if s.onExpire != nil && s.setupDone.Load() {
+				s.expScan.add(ownGens(ended, s.via))
+				s.scanExpiries(s.ctx, now.Add(-unc))
+			}
 		case <-cleanC:
 			if n, err := s.Cleanup(s.ctx); err != nil {
 				s.log.Debug("cleanup failed", zap.Error(err))

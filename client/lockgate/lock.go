@@ -401,8 +401,10 @@ func (l *Lock) lose(err error) {
 		l.mu.Lock()
 		l.err = err
 		l.mu.Unlock()
-		close(l.lost)
+		// Cancel first: whoever wakes on Lost must find Context already
+		// ended, or it could start work under a lock that is gone.
 		l.cancel(err)
+		close(l.lost)
 	})
 }
 

@@ -123,7 +123,12 @@ func setup() (func() error, error) {
 		return fail(err)
 	}
 	gw, proxyURI = g.Gateway, g.URI
-	g2, stop2, err := gatewaytest.Run(cfg, nil)
+	var log2 *zap.Logger
+	if os.Getenv("SCHEMES_TEST_LOG") != "" {
+		dev, _ := zap.NewDevelopment()
+		log2 = dev.Named("gw2")
+	}
+	g2, stop2, err := gatewaytest.Run(cfg, log2)
 	if err != nil {
 		stop()
 		return fail(fmt.Errorf("starting the second gateway: %w", err))

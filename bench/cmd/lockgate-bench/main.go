@@ -15,6 +15,7 @@
 //	go run ./bench/cmd/lockgate-bench                          # all three, about 5 minutes
 //	go run ./bench/cmd/lockgate-bench -families enforce,locks  # about 1½ minutes
 //	go run ./bench/cmd/lockgate-bench -families proxy -round 2s
+//	go run ./bench/cmd/lockgate-bench -families audit    # the audit trail's cost, about 40 s
 //	go run ./bench/cmd/lockgate-bench -families hostile                 # about a minute
 //	go run ./bench/cmd/lockgate-bench -families hostile -hostile-short  # CI: about 30 s
 //	go run ./bench/cmd/lockgate-bench -families proxy -upstreams instant -legs lockgate \
@@ -46,8 +47,9 @@ func run() error {
 	def := bench.DefaultConfig()
 	edef := bench.DefaultEnforceConfig()
 	ldef := bench.DefaultLockConfig()
+	adef := bench.DefaultAuditConfig()
 	var (
-		families  = flag.String("families", "proxy,enforce,locks", "benchmark families to run: proxy, enforce, locks, hostile, legacy")
+		families  = flag.String("families", "proxy,enforce,locks", "benchmark families to run: proxy, enforce, locks, hostile, legacy, audit")
 		upstreams = flag.String("upstreams", join(def.Upstreams), "upstreams to measure: instant, ferretdb")
 		workloads = flag.String("workloads", join(def.Workloads), "workloads: findOne, updateOne")
 		legs      = flag.String("legs", join(def.Legs), "legs: direct, relay, lockgate")
@@ -64,6 +66,12 @@ func run() error {
 		eRound     = flag.Duration("enforce-round", edef.Round, "enforce: how long each leg runs per round")
 		eWarmup    = flag.Duration("enforce-warmup", edef.Warmup, "enforce: untimed run of each leg before each cell")
 		eDocs      = flag.Int("enforce-docs", edef.Docs, "enforce: documents (and lock keys) per collection")
+
+		aUpstreams = flag.String("audit-upstreams", join(adef.Upstreams), "audit: upstreams to measure: instant, ferretdb")
+		aClients   = flag.String("audit-clients", "16", "audit: concurrent clients per leg")
+		aRounds    = flag.Int("audit-rounds", adef.Rounds, "audit: interleaved rounds per cell")
+		aRound     = flag.Duration("audit-round", adef.Round, "audit: how long each leg runs per round")
+		aDir       = flag.String("audit-dir", "", "audit: where the trails are written (its disk sets the required leg's fsyncs); empty: the temporary directory")
 
 		lRounds     = flag.Int("locks-rounds", ldef.Rounds, "locks: interleaved rounds (throughput legs and handoff setups)")
 		lRound      = flag.Duration("locks-round", ldef.Round, "locks: how long each throughput leg runs per round")
@@ -87,8 +95,8 @@ func run() error {
 
 	fams := split[string](*families)
 	for _, f := range fams {
-		if f != "proxy" && f != "enforce" && f != "locks" && f != "hostile" && f != "legacy" {
-			return fmt.Errorf("-families: unknown family %q (want proxy, enforce, locks, hostile, legacy)", f)
+		if f != "proxy" && f != "enforce" && f != "locks" && f != "hostile" && f != "legacy" && f != "audit" {
+			return fmt.Errorf("-families: unknown family %q (want proxy, enforce, locks, hostile, legacy, audit)", f)
 		}
 	}
 	cfg := def
@@ -109,6 +117,14 @@ func run() error {
 	}
 	ecfg.Rounds, ecfg.Round, ecfg.Warmup, ecfg.Docs = *eRounds, *eRound, *eWarmup, *eDocs
 	ecfg.Progress = os.Stderr
+
+	acfg := adef
+	acfg.Upstreams = split[bench.Upstream](*aUpstreams)
+	if acfg.Clients, err = counts("-audit-clients", *aClients); err != nil {
+		return err
+	}
+	acfg.Rounds, acfg.Round, acfg.Dir = *aRounds, *aRound, *aDir
+	acfg.Progress = os.Stderr
 
 	lcfg := ldef
 	if lcfg.Clients, err = counts("-locks-clients", *lClients); err != nil {
@@ -187,6 +203,12 @@ func run() error {
 			rep.WriteMarkdown(os.Stdout)
 		case "legacy":
 			rep, err := bench.RunLegacy(ctx, bench.DefaultLegacyConfig())
+			if err != nil {
+				return err
+			}
+			rep.WriteMarkdown(os.Stdout)
+		case "audit":
+			rep, err := bench.RunAudit(ctx, acfg)
 			if err != nil {
 				return err
 			}
