@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // record writes the audit trail of one decision: a log line for every
@@ -55,37 +56,68 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 				}
 			}
 		}
-		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
+		st := connStateOf(req)
+		if st != nil {
+			defer st.mu.Unlock()
+		}
+		if st != nil && decision == decisionAllow {
+			// The usual decision's series, looked up once per rule
+			// and connection: the labels' hash costs more than the add.
+			st.allowCounter(g.metrics.decisions, r.Match).Inc()
+		} else {
+			g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
+		}
 		// The line's fields (id lists above all) cost more than the
 		// decision itself; build them only when the line is written.
-		ce := g.audit.Check(zap.InfoLevel, "decision")
-		if ce == nil {
+		if !g.audit.Core().Enabled(zap.InfoLevel) {
 			return
 		}
 		command := req.Message.Header().OpCode.String()
-		var session string
+		var lsid []byte
 		if req.Command != nil {
 			command = req.Command.Name
 			if v.lsid != nil {
-				session = lockstore.SessionPrefix(v.lsid)
+				lsid = v.lsid
 			} else if sid, ok := req.Command.SessionID(); ok {
-				session = lockstore.SessionPrefix(sid)
+				lsid = sid
 			}
 		}
+		var ce *zapcore.CheckedEntry
 		fp := g.auditFields.Get().(*[]zap.Field) // room for every field below
-		fields := append((*fp)[:0],
-			zap.String("client", req.Client.Addr),
-			zap.String("app", req.Client.AppName()),
-			zap.String("user", req.Client.User()),
-			zap.String("session", session),
-			zap.String("ns", w.NS),
-			zap.String("command", command),
-			zap.String("mode", string(r.Mode)),
+		fields := (*fp)[:0]
+		if st != nil {
+			// The fields that stay the same from one write of the
+			// connection to the next are encoded once.
+			ce = st.decisionLogger(g.audit, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS, command, string(r.Mode)).Check(zap.InfoLevel, "decision")
+		} else {
+			var session string
+			if lsid != nil {
+				session = lockstore.SessionPrefix(lsid)
+			}
+			ce = g.audit.Check(zap.InfoLevel, "decision")
+			fields = append(fields,
+				zap.String("client", req.Client.Addr),
+				zap.String("app", req.Client.AppName()),
+				zap.String("user", req.Client.User()),
+				zap.String("session", session),
+				zap.String("ns", w.NS),
+				zap.String("command", command),
+				zap.String("mode", string(r.Mode)))
+		}
+		if ce == nil {
+			g.auditFields.Put(fp)
+			return
+		}
+		fields = append(fields,
 			zap.String("decision", decision),
 			zap.String("policyVersion", pol.Version()),
 			zap.Duration("took", took))
 		if ids, ok := v.checked.lookup(w.NS); ok {
-			fields = append(fields, zap.String("ids", idList(ids)))
+			if st != nil {
+				fields = append(fields, zap.String("ids", st.idText(ids)))
+			} else {
+				fields = append(fields, zap.String("ids", idList(ids)))
+			}
 		}
 		if m := v.implicitMode(); m != "" {
 			fields = append(fields, zap.String("implicit", m))

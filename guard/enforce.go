@@ -103,8 +103,13 @@ type verdict struct {
 	// auditDone: the write's allow record is durable already (a scheme
 	// step's, committed before lockgate ran it: commitSchemeStep).
 	auditDone bool
+	// now is the time enforce started, or the last resolution ended:
+	// never later than any lock check's answer (flightLocks).
+	now time.Time
 	// Room for the usual write of one statement in one namespace, so
 	// that the verdict of a single write is one allocation, not four.
+	flightBuf  flightPlan
+	tokenBuf   [1]int64
 	ruleBuf    [1]policy.Rule
 	checkedBuf [1]nsIDs
 	needBuf    [1]nsNeed
@@ -173,7 +178,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			if r.Mode == policy.Off {
 				continue
 			}
-			v = &verdict{req: req}
+			v = &verdict{req: req, now: start}
 			if len(writes) <= len(v.ruleBuf) {
 				rules = v.ruleBuf[:i:len(v.ruleBuf)]
 			} else {
@@ -294,6 +299,11 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			}
 			g.checkNeeds(ctx, v, o, resolved)
 		}
+	}
+	if v.implicit != nil {
+		// Taking implicit locks can wait for them: their lease left is
+		// counted from after the wait (flightLocks reads the clock).
+		v.now = time.Time{}
 	}
 	inserts = g.takeImplicit(ctx, v, o, inserts)
 	for _, n := range inserts {
@@ -420,11 +430,15 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	switch {
 	case ok:
 		var err error
-		if ids, err = docid.Copy(pinned); err != nil {
+		if ids, err = pinnedIDs(v.req, pinned); err != nil {
 			v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("its filter pins a value that cannot be a document's _id (%v)", err))
 			return nil, false, false
 		}
-		v.named = append(v.named, ids...)
+		if v.named == nil {
+			v.named = slices.Clip(ids) // shared until appended to
+		} else {
+			v.named = append(v.named, ids...)
+		}
 	case g.opts.Resolver == nil:
 		v.add(r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
 		return nil, false, false
@@ -452,6 +466,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 			return nil, false, false
 		}
 		cands, spent, err := g.resolve(ctx, g.resolveSlotsFor(v.req), r, w, limit+1)
+		v.now = time.Time{} // read again after the resolution (flightLocks)
 		if r.Mode == policy.Enforce {
 			v.resolveSpent += spent
 		}
@@ -763,14 +778,18 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 			break
 		}
 	}
-	if x := g.record(req, pol, v, enforced, time.Since(start)); x != nil && enforced == nil {
+	now := time.Now()
+	if x := g.record(req, pol, v, enforced, now.Sub(start)); x != nil && enforced == nil {
 		enforced = x // its audit record could not be made durable
 	}
+	// The lease left is measured after the line: its sink can block (a
+	// full pipe), and a required audit record is waited for.
+	now = time.Now()
 	if enforced != nil {
 		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).document()}
 	}
 	if v.fence != nil {
-		return g.launchDecision(req, pol, v, g.fenceDecision(req, pol, v))
+		return g.launchDecision(req, pol, v, g.fenceDecision(req, pol, v), now)
 	}
 	if len(v.pins) > 0 {
 		b, err := policy.PinStatements(req.Message, req.Command, v.pins)
@@ -787,9 +806,9 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
 		}
 		g.metrics.pinned.Inc()
-		return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Rewrite, Message: b})
+		return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Rewrite, Message: b}, now)
 	}
-	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward})
+	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward}, now)
 }
 
 // shownTo is x as req's caller may see it: a violation that names another

@@ -44,6 +44,12 @@ type tokenStore interface {
 	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
 }
 
+// tokenIntoStore is HeldTokens into the caller's slice (lockstore.Store
+// and memstore have it): the usual write's lock check allocates nothing.
+type tokenIntoStore interface {
+	HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
+}
+
 // fenced reports whether r fences documents.
 func fenced(r policy.Rule) bool { return r.Mode == policy.Enforce && r.FenceField != "" }
 
@@ -100,7 +106,20 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstor
 		}
 		return g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
 	}
-	tokens, left, missing, err := ts.HeldTokens(ctx, o, ns, ids, r.LeaseMargin)
+	var tokens []int64
+	var left time.Duration
+	var missing []docid.ID
+	var err error
+	if ti, ok := ts.(tokenIntoStore); ok {
+		tokens = v.tokenBuf[:0]
+		if len(ids) > len(v.tokenBuf) {
+			tokens = make([]int64, 0, len(ids))
+		}
+		tokens = tokens[:len(ids)]
+		left, missing, err = ti.HeldTokensInto(ctx, o, ns, ids, r.LeaseMargin, tokens)
+	} else {
+		tokens, left, missing, err = ts.HeldTokens(ctx, o, ns, ids, r.LeaseMargin)
+	}
 	if err != nil || len(missing) > 0 {
 		return false, missing, err
 	}

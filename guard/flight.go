@@ -37,6 +37,9 @@ type flightPlan struct {
 	// lockBuf is locks' room for the usual one namespace, so that the
 	// plan is one allocation.
 	lockBuf [1]nsIDs
+	// fl is the flight the plan becomes once launched (a plan is
+	// launched once): the write in flight costs no allocation of its own.
+	fl flight
 }
 
 // nsLocks are lock ids by namespace: a slice, as a write's locks are in
@@ -73,10 +76,22 @@ func (l nsLocks) lookup(ns string) ([]docid.ID, bool) {
 	return nil, false
 }
 
+// flightLocks adds the locks of ns to the write's plan. The lease end is
+// counted from v.now, read before the lock store measured left: earlier
+// than the truth, so the deadline and maxTimeMS can only come out short
+// (by the resolver's cached collation or capped checks at most; v.now is
+// cleared after anything that can wait longer: a resolution, implicit
+// locks).
 func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []docid.ID, left time.Duration) {
-	end := time.Now().Add(left)
+	if v.now.IsZero() {
+		v.now = time.Now()
+	}
+	end := v.now.Add(left)
 	if v.flight == nil {
-		v.flight = &flightPlan{owner: o, end: end, left: left}
+		// The usual write's plan lives in its verdict (already one
+		// allocation); the flight keeps the verdict until it lands.
+		v.flight = &v.flightBuf
+		v.flight.owner, v.flight.end, v.flight.left = o, end, left
 		v.flight.locks = v.flight.lockBuf[:0]
 	}
 	f := v.flight
@@ -103,6 +118,9 @@ type flightTracker struct {
 }
 
 type sessionFlights struct {
+	// key is the session's owner key as a string, the map's key: kept
+	// while the session is idle, so that its next write allocates none.
+	key string
 	// all is a slice: a session has one write in flight, or very few.
 	all []*flight
 	// idle, made by the first waiter (most flights have none), is closed
@@ -110,6 +128,11 @@ type sessionFlights struct {
 	idle chan struct{}
 	one  [1]*flight // all's room for the usual one
 }
+
+// maxIdleSessions bounds the idle sessions the tracker keeps: past it,
+// the next new session drops them all (a session writes again soon, or
+// never).
+const maxIdleSessions = 1 << 12
 
 func newFlightTracker() *flightTracker {
 	return &flightTracker{bySession: map[string]*sessionFlights{}}
@@ -135,15 +158,26 @@ type flight struct {
 // launch registers a write as in flight and returns it as the hook of the
 // decision (chaining the hook already there).
 func (g *Guard) launch(p *flightPlan, maxTime time.Duration, next proxy.ReplyHook) *flight {
-	f := &flight{g: g, plan: p, key: string(p.owner.Session), start: time.Now(), maxTime: maxTime, next: next}
+	return g.launchAt(p, time.Now(), maxTime, next)
+}
+
+// launchAt is launch with the time read by the caller: the flight starts
+// at now, which must not be later than the write leaves.
+func (g *Guard) launchAt(p *flightPlan, now time.Time, maxTime time.Duration, next proxy.ReplyHook) *flight {
+	f := &p.fl
+	f.g, f.plan, f.start, f.maxTime, f.next = g, p, now, maxTime, next
 	t := g.flights
 	t.mu.Lock()
-	sf := t.bySession[f.key]
+	sf := t.bySession[string(p.owner.Session)]
 	if sf == nil {
-		sf = &sessionFlights{}
+		if len(t.bySession) >= maxIdleSessions {
+			t.dropIdleLocked()
+		}
+		sf = &sessionFlights{key: string(p.owner.Session)}
 		sf.all = sf.one[:0]
-		t.bySession[f.key] = sf
+		t.bySession[sf.key] = sf
 	}
+	f.key = sf.key
 	sf.all = append(sf.all, f)
 	// Renew once half of what was left at the check has passed without a
 	// reply; most writes are answered long before.
@@ -255,11 +289,19 @@ func (t *flightTracker) remove(f *flight) {
 		sf.all[i], sf.all[last] = sf.all[last], nil
 		sf.all = sf.all[:last]
 	}
-	if len(sf.all) == 0 {
-		if sf.idle != nil {
-			close(sf.idle)
+	if len(sf.all) == 0 && sf.idle != nil {
+		close(sf.idle)
+		sf.idle = nil // the next waiter waits for the next idle time
+	}
+}
+
+// dropIdleLocked forgets the sessions with no write in flight; t.mu is
+// held.
+func (t *flightTracker) dropIdleLocked() {
+	for k, sf := range t.bySession {
+		if len(sf.all) == 0 {
+			delete(t.bySession, k)
 		}
-		delete(t.bySession, f.key)
 	}
 }
 
@@ -308,14 +350,12 @@ func (t *flightTracker) waitSession(ctx context.Context, session []byte) error {
 	for {
 		t.mu.Lock()
 		sf := t.bySession[string(session)]
-		var idle chan struct{}
-		if sf != nil {
-			idle = sf.idleLocked()
-		}
-		t.mu.Unlock()
-		if sf == nil {
+		if sf == nil || len(sf.all) == 0 {
+			t.mu.Unlock()
 			return nil
 		}
+		idle := sf.idleLocked()
+		t.mu.Unlock()
 		select {
 		case <-idle:
 		case <-ctx.Done():
@@ -367,8 +407,9 @@ func (g *Guard) WaitWritesOn(ctx context.Context, ns string, id docid.ID) error 
 // forwarded only before its lease, less the margin, could end (the proxy
 // checks the deadline again just before the bytes leave), it carries
 // maxTimeMS capped at what is left of that, and it is tracked until
-// answered.
-func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision) proxy.Decision {
+// answered. now is read after the decision was made (and its audit
+// record, if required, made durable).
+func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, now time.Time) proxy.Decision {
 	p := v.flight
 	if p == nil || (d.Action != proxy.Forward && d.Action != proxy.Rewrite) {
 		return d
@@ -379,7 +420,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 			detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(p.margin))}
 		return refusal(req, x).document()
 	}
-	budget := time.Until(p.end) - p.margin
+	budget := p.end.Sub(now) - p.margin
 	if budget <= 0 {
 		if d.OnReply != nil {
 			d.OnReply.Abandon()
@@ -412,7 +453,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	}
 	d.Deadline = p.end.Add(-p.margin)
 	d.LateReply = late
-	d.OnReply = g.launch(p, maxTime, d.OnReply)
+	d.OnReply = g.launchAt(p, now, maxTime, d.OnReply)
 	if p.implicit != nil {
 		p.implicit.launched = true
 	}

@@ -87,7 +87,31 @@ func TestFlightsOfOneSession(t *testing.T) {
 	}
 	g.flights.mu.Lock()
 	defer g.flights.mu.Unlock()
-	if len(g.flights.bySession) != 0 {
-		t.Fatalf("%d sessions still tracked", len(g.flights.bySession))
+	for _, sf := range g.flights.bySession {
+		if len(sf.all) != 0 || sf.idle != nil {
+			t.Fatalf("%d flights still tracked (idle channel %v)", len(sf.all), sf.idle != nil)
+		}
+	}
+}
+
+// TestIdleSessionsBounded: the sessions kept while idle (so that their next
+// write allocates nothing) stay bounded, and an idle session's release does
+// not wait.
+func TestIdleSessionsBounded(t *testing.T) {
+	g, _ := flightGuard(t, time.Minute)
+	for i := range maxIdleSessions + 10 {
+		owner := lockstore.Owner{Session: []byte(fmt.Sprintf("%016d", i))}
+		g.launch(&flightPlan{owner: owner, left: time.Minute}, 0, nil).Reply(context.Background(), nil)
+	}
+	g.flights.mu.Lock()
+	n := len(g.flights.bySession)
+	g.flights.mu.Unlock()
+	if n > maxIdleSessions {
+		t.Fatalf("%d idle sessions kept, bound %d", n, maxIdleSessions)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := g.flights.waitSession(ctx, []byte(fmt.Sprintf("%016d", maxIdleSessions+9))); err != nil {
+		t.Fatalf("a release waited for an idle session: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/wire"
@@ -129,7 +130,19 @@ type ClientInfo struct {
 	// verdicts remembers what the upstream allowed this connection's
 	// user, keyed by the asker's choice; dropped when the user changes.
 	verdicts map[string]bool
+
+	// local is the interceptor's own per-connection value (Local).
+	local atomic.Value
 }
+
+// Local returns the value the interceptor last stored with SetLocal for
+// this connection, nil before. It lets an interceptor keep per-connection
+// scratch (pre-encoded log fields, memos) that ends with the connection,
+// without a map of its own; the value must always have the same type.
+func (c *ClientInfo) Local() any { return c.local.Load() }
+
+// SetLocal stores the interceptor's per-connection value.
+func (c *ClientInfo) SetLocal(v any) { c.local.Store(v) }
 
 // Verdict returns a remembered verdict for key under the current user.
 func (c *ClientInfo) Verdict(key string) (allowed, known bool) {

@@ -451,3 +451,30 @@ func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, 
 	}
 	return out, earliest.Sub(now), nil, nil
 }
+
+// HeldTokensInto implements HeldTokens writing into tokens (len(ids)
+// long); one id, the usual write, is answered without an allocation.
+func (s *Store) HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error) {
+	if len(ids) != 1 || len(tokens) != 1 || ns == "" || strings.IndexByte(ns, 0) >= 0 || ids[0].IsZero() || len(owner.Session) == 0 {
+		toks, left, missing, err := s.HeldTokens(ctx, owner, ns, ids, margin)
+		if err != nil || len(missing) > 0 {
+			return 0, missing, err
+		}
+		copy(tokens, toks)
+		return left, nil, nil
+	}
+	var buf [192]byte
+	rid := append(append(append(buf[:0], ns...), '/'), ids[0].Key()...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return 0, nil, s.fail
+	}
+	now, unc := s.cfg.Clock.Now()
+	r := s.recs[string(rid)]
+	if r == nil || !ownedBy(r, owner) || !r.expires.After(now.Add(unc+margin)) {
+		return 0, ids[:1:1], nil
+	}
+	tokens[0] = r.token
+	return r.expires.Add(-unc).Sub(now), nil, nil
+}

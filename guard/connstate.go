@@ -1,0 +1,171 @@
+package guard
+
+import (
+	"bytes"
+	"sync"
+
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+)
+
+// connState is the guard's per-connection scratch (proxy.ClientInfo.Local):
+// what stays the same from one write of a connection to the next, kept so
+// that the next write does not build it again. Its mutex is only ever
+// contended where tests share one ClientInfo across goroutines; a write
+// that finds it busy does without.
+type connState struct {
+	mu sync.Mutex
+	// lines are the decision log's loggers with the fields that lead
+	// every line (client to mode) encoded once, for the few (session,
+	// namespace, command, mode) a connection writes with, replaced in
+	// turn.
+	lines [4]linePrefix
+	next  int
+	// ids are the _ids of the connection's latest single-id filters,
+	// made once each (idMemo).
+	ids    [8]idMemo
+	nextID int
+	// allows are the allow series of the rules the connection wrote
+	// under lately (allowCounter).
+	allows    [4]allowSeries
+	nextAllow int
+}
+
+type allowSeries struct {
+	vec   *prometheus.CounterVec
+	match string
+	c     prometheus.Counter
+}
+
+// allowCounter is vec's allow series of the rule match (the decision
+// counter's labels: rule, allow, none). st is locked.
+func (st *connState) allowCounter(vec *prometheus.CounterVec, match string) prometheus.Counter {
+	for i := range st.allows {
+		if a := &st.allows[i]; a.c != nil && a.vec == vec && a.match == match {
+			return a.c
+		}
+	}
+	c := vec.WithLabelValues(match, decisionAllow, metricReason(""))
+	st.allows[st.nextAllow] = allowSeries{vec: vec, match: match, c: c}
+	st.nextAllow = (st.nextAllow + 1) % len(st.allows)
+	return c
+}
+
+// idMemo is one _id as a filter sent it and its ID, with bytes of its
+// own. An ID is immutable, so every write that pins the same bytes
+// shares it; it says nothing about any lock.
+type idMemo struct {
+	typ bsontype.Type
+	val []byte
+	ids []docid.ID // len 1, capacity 1: an append copies
+	// text is the id as the decision line shows it, made on first use.
+	text string
+}
+
+// idText is idList(ids) for the decision line, from the memo when ids is
+// the memo's own slice (the usual one-id write): the id is formatted once
+// per connection, not once per write. st is locked.
+func (st *connState) idText(ids []docid.ID) string {
+	if len(ids) == 1 {
+		for i := range st.ids {
+			m := &st.ids[i]
+			if len(m.ids) == 1 && &m.ids[0] == &ids[0] {
+				if m.text == "" {
+					m.text = idList(ids)
+				}
+				return m.text
+			}
+		}
+	}
+	return idList(ids)
+}
+
+// pinnedIDs is docid.Copy(pinned), but a single pinned value that the
+// connection pinned lately is not copied again.
+func pinnedIDs(req *proxy.Request, pinned []bsoncore.Value) ([]docid.ID, error) {
+	if len(pinned) != 1 || req == nil {
+		return docid.Copy(pinned)
+	}
+	st := connStateOf(req)
+	if st == nil {
+		return docid.Copy(pinned)
+	}
+	defer st.mu.Unlock()
+	p := pinned[0]
+	for i := range st.ids {
+		m := &st.ids[i]
+		if m.ids != nil && m.typ == p.Type && bytes.Equal(m.val, p.Data) {
+			return m.ids, nil
+		}
+	}
+	ids, err := docid.Copy(pinned)
+	if err != nil {
+		return nil, err
+	}
+	ids = ids[:1:1]
+	st.ids[st.nextID] = idMemo{typ: p.Type, val: ids[0].Raw().Value, ids: ids}
+	st.nextID = (st.nextID + 1) % len(st.ids)
+	return ids, nil
+}
+
+// linePrefix is one pre-encoded head of decision lines.
+type linePrefix struct {
+	log                          *zap.Logger
+	app, user, ns, command, mode string
+	lsid                         []byte      // a copy: the request's buffer is not ours
+	auditing                     *zap.Logger // the logger it was made from
+}
+
+// connStateOf returns req's connection state, locked, or nil when another
+// goroutine holds it; the caller unlocks it.
+func connStateOf(req *proxy.Request) *connState {
+	c := req.Client
+	if c == nil {
+		return nil
+	}
+	st, _ := c.Local().(*connState)
+	if st == nil {
+		st = &connState{}
+		c.SetLocal(st)
+	}
+	if !st.mu.TryLock() {
+		return nil
+	}
+	return st
+}
+
+// decisionLogger returns audit with the leading fields of a decision line
+// already encoded: the same fields, in the same order, as a line that
+// names them all at the call (zap writes a logger's own fields first).
+// st is locked.
+func (st *connState) decisionLogger(audit *zap.Logger, client, app, user string, lsid []byte, ns, command, mode string) *zap.Logger {
+	for i := range st.lines {
+		p := &st.lines[i]
+		if p.log != nil && p.auditing == audit && p.app == app && p.user == user && bytes.Equal(p.lsid, lsid) &&
+			p.ns == ns && p.command == command && p.mode == mode {
+			return p.log
+		}
+	}
+	p := &st.lines[st.next]
+	st.next = (st.next + 1) % len(st.lines)
+	session := ""
+	if lsid != nil {
+		session = lockstore.SessionPrefix(lsid)
+	}
+	*p = linePrefix{app: app, user: user, ns: ns, command: command, mode: mode,
+		lsid: append([]byte(nil), lsid...), auditing: audit,
+		log: audit.With(
+			zap.String("client", client),
+			zap.String("app", app),
+			zap.String("user", user),
+			zap.String("session", session),
+			zap.String("ns", ns),
+			zap.String("command", command),
+			zap.String("mode", mode))}
+	return p.log
+}
