@@ -81,6 +81,27 @@ const (
 	RoleEndTransaction             // settles the transaction's locks (guard/txn.go)
 )
 
+// StatementKeys names the fields of one statement of a document write: an
+// element of the statement list, or for findAndModify the body itself. An
+// empty name: the statement has no such field.
+type StatementKeys struct {
+	Filter   string // the filter: q, query, filter
+	Update   string // the update, replacement or pipeline: u, update, updateMods
+	Upsert   string
+	Multi    string // update's and bulkWrite's multi
+	Limit    string // delete's limit (0: every match)
+	Remove   string // findAndModify's remove
+	Document string // an inserted document (bulkWrite's insert op)
+}
+
+// BulkOp is one kind of bulkWrite op, told apart by its first key (Kind),
+// whose value is an index into the command's Namespaces list.
+type BulkOp struct {
+	Kind   string
+	Writes WriteForm // WritesInsert, WritesUpdate or WritesDelete
+	Keys   StatementKeys
+}
+
 // CommandSpec is what lockgate knows about one command name. Names match
 // exactly, as the server matches them; an alias the server accepts
 // (findandmodify, mapreduce, ismaster) is an entry of its own.
@@ -90,6 +111,14 @@ type CommandSpec struct {
 	// Statements is the field (in the body or a kind-1 section) holding
 	// the statements of an insert, update, delete or bulkWrite.
 	Statements string
+	// Statement names the fields of each statement (of the body, for
+	// findAndModify); an insert's statements are the documents.
+	Statement StatementKeys
+	// Ops are bulkWrite's op kinds; Namespaces (with NamespaceKey in each
+	// entry) is the list of namespaces its ops index.
+	Ops          []BulkOp
+	Namespaces   string
+	NamespaceKey string
 	Scope      Scope
 	Role       Role
 	// Counted: the command has its own value of the "command" label of
@@ -119,6 +148,17 @@ func WriteCommandFolding(name string) *CommandSpec {
 	return nil
 }
 
+// Op returns the bulkWrite op kind whose first key is kind, nil when the
+// command has no such op.
+func (s *CommandSpec) Op(kind string) *BulkOp {
+	for i := range s.Ops {
+		if s.Ops[i].Kind == kind {
+			return &s.Ops[i]
+		}
+	}
+	return nil
+}
+
 // Commands returns every entry, in the table's order.
 func Commands() []CommandSpec { return append([]CommandSpec(nil), commandTable...) }
 
@@ -130,16 +170,28 @@ const (
 	dbs = ScopeDatabase
 )
 
+// The statement fields of the document writes.
+var (
+	updateKeys        = StatementKeys{Filter: "q", Update: "u", Upsert: "upsert", Multi: "multi"}
+	deleteKeys        = StatementKeys{Filter: "q", Limit: "limit"}
+	findAndModifyKeys = StatementKeys{Filter: "query", Update: "update", Upsert: "upsert", Remove: "remove"}
+	bulkOps           = []BulkOp{
+		{Kind: "insert", Writes: WritesInsert, Keys: StatementKeys{Document: "document"}},
+		{Kind: "update", Writes: WritesUpdate, Keys: StatementKeys{Filter: "filter", Update: "updateMods", Upsert: "upsert", Multi: "multi"}},
+		{Kind: "delete", Writes: WritesDelete, Keys: StatementKeys{Filter: "filter", Multi: "multi"}},
+	}
+)
+
 // commandTable: every command lockgate knows. Grouped for reading; the
 // order means nothing.
 var commandTable = []CommandSpec{
 	// Document writes.
 	{Name: "insert", Writes: WritesInsert, Statements: "documents", Scope: col, Counted: true},
-	{Name: "update", Writes: WritesUpdate, Statements: "updates", Scope: col, Counted: true},
-	{Name: "delete", Writes: WritesDelete, Statements: "deletes", Scope: col, Counted: true},
-	{Name: "findAndModify", Writes: WritesFindAndModify, Scope: col, Counted: true},
-	{Name: "findandmodify", Writes: WritesFindAndModify, Scope: col, Counted: true},
-	{Name: "bulkWrite", Writes: WritesBulk, Statements: "ops", Scope: dbs, Counted: true},
+	{Name: "update", Writes: WritesUpdate, Statements: "updates", Statement: updateKeys, Scope: col, Counted: true},
+	{Name: "delete", Writes: WritesDelete, Statements: "deletes", Statement: deleteKeys, Scope: col, Counted: true},
+	{Name: "findAndModify", Writes: WritesFindAndModify, Statement: findAndModifyKeys, Scope: col, Counted: true},
+	{Name: "findandmodify", Writes: WritesFindAndModify, Statement: findAndModifyKeys, Scope: col, Counted: true},
+	{Name: "bulkWrite", Writes: WritesBulk, Statements: "ops", Ops: bulkOps, Namespaces: "nsInfo", NamespaceKey: "ns", Scope: dbs, Counted: true},
 
 	// Reads that can write: aggregate through $out/$merge, mapReduce
 	// through out, explain as what it explains.
