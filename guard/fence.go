@@ -158,12 +158,12 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 	}
 }
 
-// fenceDecision rewrites an allowed command on fenced namespaces and
-// attaches the hook that reports fenced-out statements.
-func (g *Guard) fenceDecision(req *proxy.Request, pol *policy.Policy, v *verdict) proxy.Decision {
+// fenceDecision returns the fences of an allowed command on fenced
+// namespaces, for the editor (guard/edit.go), and the decision carrying the
+// hook that reports fenced-out statements, or a refusal.
+func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, []policy.Fence) {
 	var fences []policy.Fence
 	var checks []fenceCheck
-	rewrite := len(v.pins) > 0
 	for _, s := range v.fence.stmts {
 		f := policy.Fence{List: s.w.List, Index: s.w.Index, Field: s.r.FenceField}
 		if s.w.Kind == policy.KindInsert {
@@ -174,7 +174,7 @@ func (g *Guard) fenceDecision(req *proxy.Request, pol *policy.Policy, v *verdict
 				f.IDs = []bsoncore.Value{s.insertID.Core()}
 				f.Tokens = s.insertToken
 			}
-			fences, rewrite = append(fences, f), true
+			fences = append(fences, f)
 			continue
 		}
 		c := fenceCheck{index: s.w.Index, multi: s.w.Multi, upsert: s.w.Upsert, ns: s.w.NS, field: s.r.FenceField}
@@ -182,43 +182,21 @@ func (g *Guard) fenceDecision(req *proxy.Request, pol *policy.Policy, v *verdict
 			t, ok := v.fence.token(s.w.NS, id)
 			if !ok {
 				x := violation{write: s.w, rule: s.r, reason: reasonUnclassifiable, detail: "the proxy lost track of a fencing token it had checked"}
-				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
+				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}, nil
 			}
 			f.IDs = append(f.IDs, id.Core())
 			f.Tokens = append(f.Tokens, t)
 			c.ids, c.tokens, c.named = append(c.ids, id), append(c.tokens, t), append(c.named, v.isNamed(id))
 		}
-		fences, checks, rewrite = append(fences, f), append(checks, c), true
+		fences, checks = append(fences, f), append(checks, c)
 	}
-	if !rewrite {
-		return proxy.Decision{Action: proxy.Forward}
-	}
-	b, err := policy.FenceStatements(req.Message, req.Command, v.pins, fences)
-	if err != nil {
-		w := v.fence.stmts[0].w
-		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonUnclassifiable,
-			detail: fmt.Sprintf("the proxy could not restrict it to the current lock holder's documents (%v)", err)}
-		if errors.Is(err, policy.ErrFenceField) {
-			x.reason, x.detail = reasonFenceField, err.Error()
-		}
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
-	}
-	if len(b) > g.opts.MaxMessageSize {
-		w := v.fence.stmts[0].w
-		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonTooManyCandidates,
-			detail: fmt.Sprintf("fenced, it would exceed the %d-byte message limit; write fewer documents per command", g.opts.MaxMessageSize)}
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
-	}
-	if len(v.pins) > 0 {
-		g.metrics.pinned.Inc()
-	}
-	d := proxy.Decision{Action: proxy.Rewrite, Message: b}
+	d := proxy.Decision{Action: proxy.Forward}
 	if len(checks) > 0 && g.opts.Resolver != nil {
 		if db, ok := g.opts.Resolver.(fenceDB); ok {
 			d.OnReply = &fenceHook{g: g, db: db, cmd: req.Command.Name, checks: checks}
 		}
 	}
-	return d
+	return d, fences
 }
 
 func hasField(d bsoncore.Document, field string) bool {

@@ -200,7 +200,7 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 	budget := time.Until(plan.end) - plan.margin
 	d := proxy.Decision{Action: proxy.Forward}
 	var maxTime time.Duration
-	if b, capped, err := policy.CapMaxTime(req.Message.Raw(), max(budget.Milliseconds(), 1)); err == nil {
+	if b, capped, err := policy.EditMessage(req.Message, req.Command, policy.Edit{MaxTimeMS: max(budget.Milliseconds(), 1)}); err == nil {
 		maxTime = capped
 		if b != nil {
 			d.Action, d.Message = proxy.Rewrite, b
