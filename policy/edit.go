@@ -56,17 +56,10 @@ type Edit struct {
 // The result may exceed the size limits the message was read under; the
 // caller checks it against the upstream's limits before sending it.
 func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Duration, error) {
-	op := "EditMessage"
-	switch {
-	case len(e.Fences) > 0:
-		op = "FenceStatements"
-	case len(e.Pins) > 0:
-		op = "PinStatements"
-	case e.MaxTimeMS > 0:
-		op = "CapMaxTime"
-	default:
+	if len(e.Pins) == 0 && len(e.Fences) == 0 && e.MaxTimeMS <= 0 {
 		return nil, 0, nil
 	}
+	const op = "EditMessage"
 	if c, ok := msg.(*wire.OpCompressed); ok {
 		if c.Inner == nil {
 			return nil, 0, fmt.Errorf("policy: %s: OP_COMPRESSED without an inner message", op)
@@ -76,11 +69,11 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 	switch msg.(type) {
 	case *wire.OpMsg, *wire.OpQuery:
 	default:
-		verb := "edited"
-		switch op {
-		case "FenceStatements":
+		verb := "capped"
+		switch {
+		case len(e.Fences) > 0:
 			verb = "fenced"
-		case "PinStatements":
+		case len(e.Pins) > 0:
 			verb = "pinned"
 		}
 		return nil, 0, fmt.Errorf("policy: %s: %v statements cannot be %s", op, msg.Header().OpCode, verb)
@@ -130,7 +123,7 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 			maxTime = time.Duration(e.MaxTimeMS) * time.Millisecond
 		default:
 			if body, err = replaceField(body, "maxTimeMS", bsoncore.Value{Type: bson.TypeInt64, Data: bsoncore.AppendInt64(nil, e.MaxTimeMS)}, true); err != nil {
-				return nil, 0, fmt.Errorf("policy: CapMaxTime: %w", err)
+				return nil, 0, fmt.Errorf("policy: %s: maxTimeMS: %w", op, err)
 			}
 			edited = true
 			maxTime = time.Duration(e.MaxTimeMS) * time.Millisecond
@@ -227,7 +220,7 @@ func editStatements(cmd *wire.Command, pins []Pin, fences []Fence) (bsoncore.Doc
 			return cmd.Body, cmd.Sequences, nil
 		}
 		k := spec.Statement
-		body, err := editOne(cmd.Body, k.Filter, k.Update, edits[0], true)
+		body, err := editStatement(cmd.Body, k.Filter, k.Update, edits[0], true)
 		return body, cmd.Sequences, err
 	}
 	docs, err := cmd.Documents(list)
@@ -251,7 +244,7 @@ func editStatements(cmd *wire.Command, pins []Pin, fences []Fence) (bsoncore.Doc
 		case spec.Ops != nil:
 			rewritten[i], err = editOp(spec, d, s)
 		default:
-			rewritten[i], err = editOne(d, spec.Statement.Filter, spec.Statement.Update, s, false)
+			rewritten[i], err = editStatement(d, spec.Statement.Filter, spec.Statement.Update, s, false)
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s[%d]: %w", list, i, err)
@@ -278,7 +271,7 @@ func editOp(spec *wire.CommandSpec, op bsoncore.Document, s *statementEdit) (bso
 		return nil, fmt.Errorf("a %q op has no filter to pin", k)
 	}
 	if kind.Keys.Filter != "" {
-		return editOne(op, kind.Keys.Filter, kind.Keys.Update, s, false)
+		return editStatement(op, kind.Keys.Filter, kind.Keys.Update, s, false)
 	}
 	f, err := fieldsOf(op, kind.Keys.Document)
 	if err != nil {
@@ -297,7 +290,7 @@ func editOp(spec *wire.CommandSpec, op bsoncore.Document, s *statementEdit) (bso
 // editStatement pins and fences one update, delete or findAndModify
 // statement whose filter and update sit under filterKey and updateKey (""
 // for a delete).
-func editOne(stmt bsoncore.Document, filterKey, updateKey string, s *statementEdit, addIfMissing bool) (bsoncore.Document, error) {
+func editStatement(stmt bsoncore.Document, filterKey, updateKey string, s *statementEdit, addIfMissing bool) (bsoncore.Document, error) {
 	f, err := fieldsOf(stmt, filterKey, updateKey)
 	if err != nil {
 		return nil, err

@@ -90,7 +90,7 @@ func TestFenceStatements(t *testing.T) {
 		bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: 3}}}, {Key: "u", Value: bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: "c", Value: 1}}}}}}},
 		bson.D{{Key: "q", Value: bson.D{{Key: "x", Value: 1}}}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}}, {Key: "multi", Value: true}},
 	)
-	b, err := FenceStatements(msg, cmd, []Pin{{List: "updates", Index: 3, IDs: fenceOf("", 0, []any{4, 5}).IDs}}, []Fence{
+	b, err := clFence(msg, cmd, []Pin{{List: "updates", Index: 3, IDs: fenceOf("", 0, []any{4, 5}).IDs}}, []Fence{
 		fenceOf("updates", 0, []any{1}, 11),
 		fenceOf("updates", 1, []any{2}, 12),
 		fenceOf("updates", 2, []any{3}, 13),
@@ -130,14 +130,14 @@ func TestFenceStatements(t *testing.T) {
 	} {
 		msg, cmd := fenceMsg(t, bson.D{{Key: "update", Value: "c"}, {Key: "updates", Value: bson.A{
 			bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: 1}}}, {Key: "u", Value: u}}}}, {Key: "$db", Value: "d"}}, "")
-		if _, err := FenceStatements(msg, cmd, nil, []Fence{fenceOf("updates", 0, []any{1}, 11)}); !errors.Is(err, ErrFenceField) {
+		if _, err := clFence(msg, cmd, nil, []Fence{fenceOf("updates", 0, []any{1}, 11)}); !errors.Is(err, ErrFenceField) {
 			t.Errorf("%v: err = %v, want ErrFenceField", u, err)
 		}
 	}
 
 	// findAndModify without a query gains one; delete gains the clause.
 	msg, cmd = fenceMsg(t, bson.D{{Key: "findAndModify", Value: "c"}, {Key: "remove", Value: true}, {Key: "$db", Value: "d"}}, "")
-	b, err = FenceStatements(msg, cmd, []Pin{{List: "", IDs: fenceOf("", 0, []any{1}).IDs}}, []Fence{fenceOf("", 0, []any{1}, 11)})
+	b, err = clFence(msg, cmd, []Pin{{List: "", IDs: fenceOf("", 0, []any{1}).IDs}}, []Fence{fenceOf("", 0, []any{1}, 11)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestFenceStatements(t *testing.T) {
 	msg, cmd = fenceMsg(t, bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: bson.A{
 		bson.D{{Key: "_id", Value: 1}, {Key: "_f", Value: 99}, {Key: "a", Value: 1}},
 		bson.D{{Key: "_id", Value: 2}, {Key: "_f", Value: 99}}}}, {Key: "$db", Value: "d"}}, "")
-	b, err = FenceStatements(msg, cmd, nil, []Fence{fenceOf("documents", 0, []any{1}, 11), fenceOf("documents", 1, nil)})
+	b, err = clFence(msg, cmd, nil, []Fence{fenceOf("documents", 0, []any{1}, 11), fenceOf("documents", 1, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
