@@ -119,8 +119,8 @@ type CommandSpec struct {
 	Ops          []BulkOp
 	Namespaces   string
 	NamespaceKey string
-	Scope      Scope
-	Role       Role
+	Scope        Scope
+	Role         Role
 	// Counted: the command has its own value of the "command" label of
 	// lockgate_commands_total; every other command counts as "other".
 	Counted bool
