@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
@@ -76,11 +77,11 @@ func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []docid.ID) {
 	if !fenced(r) {
 		return
 	}
-	switch w.List {
-	case "ops":
+	switch {
+	case w.InBulkWrite():
 		v.add(r, w, reasonFenceUnsupported, nil, "bulkWrite cannot be fenced yet; send update, delete and insert commands (drivers' collection-level bulk writes do)")
 		return
-	case policy.ListLegacy:
+	case w.List == policy.ListLegacy:
 		v.add(r, w, reasonFenceUnsupported, nil, "legacy write opcodes cannot be fenced; use the insert command")
 		return
 	}
@@ -193,7 +194,8 @@ func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, [
 	d := proxy.Decision{Action: proxy.Forward}
 	if len(checks) > 0 && g.opts.Resolver != nil {
 		if db, ok := g.opts.Resolver.(fenceDB); ok {
-			d.OnReply = &fenceHook{g: g, db: db, cmd: req.Command.Name, checks: checks}
+			d.OnReply = &fenceHook{g: g, db: db, cmd: req.Command.Name, checks: checks,
+				oneStatement: req.Command.Spec().Writes == wire.WritesFindAndModify}
 		}
 	}
 	return d, fences
@@ -277,10 +279,13 @@ type fenceCheck struct {
 // stamped it, so the database refused the write there. The full reply
 // costs nothing extra.
 type fenceHook struct {
-	g      *Guard
-	db     fenceDB
-	cmd    string
-	checks []fenceCheck
+	g   *Guard
+	db  fenceDB
+	cmd string
+	// oneStatement: the command is its own statement (findAndModify), so
+	// the reply is the statement's own, not a count.
+	oneStatement bool
+	checks       []fenceCheck
 }
 
 func (h *fenceHook) Abandon() {}
@@ -289,7 +294,7 @@ func (h *fenceHook) Reply(ctx context.Context, body bsoncore.Document) bsoncore.
 	if body == nil {
 		return nil // never sent
 	}
-	if h.cmd == "findAndModify" || h.cmd == "findandmodify" {
+	if h.oneStatement {
 		return h.findAndModify(ctx, body)
 	}
 	if ok, _ := body.Lookup("ok").AsInt64OK(); ok != 1 {

@@ -124,6 +124,11 @@ type CommandSpec struct {
 	// Counted: the command has its own value of the "command" label of
 	// lockgate_commands_total; every other command counts as "other".
 	Counted bool
+	// ExplainRuns: explaining the command can still write (an explained
+	// aggregate's $out or $merge, mapReduce's out), so explain is
+	// classified as the command; explaining any other command writes
+	// nothing.
+	ExplainRuns bool
 	// RevealsSessions: the command lists other clients' sessions or ends
 	// them (docs/SECURITY.md), refused while anything is enforced unless
 	// policy.allowSessionIntrospection says otherwise.
@@ -195,9 +200,9 @@ var commandTable = []CommandSpec{
 
 	// Reads that can write: aggregate through $out/$merge, mapReduce
 	// through out, explain as what it explains.
-	{Name: "aggregate", Writes: WritesAggregate, Scope: col, Counted: true},
-	{Name: "mapReduce", Writes: WritesMapReduce, Scope: col, Counted: true},
-	{Name: "mapreduce", Writes: WritesMapReduce, Scope: col},
+	{Name: "aggregate", Writes: WritesAggregate, Scope: col, Counted: true, ExplainRuns: true},
+	{Name: "mapReduce", Writes: WritesMapReduce, Scope: col, Counted: true, ExplainRuns: true},
+	{Name: "mapreduce", Writes: WritesMapReduce, Scope: col, ExplainRuns: true},
 	{Name: "explain", Writes: WritesExplained, Scope: dbs, Counted: true},
 
 	// Collection and database writes.
