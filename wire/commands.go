@@ -81,6 +81,19 @@ const (
 	RoleEndTransaction             // settles the transaction's locks (guard/txn.go)
 )
 
+// AuthStep is what an authentication command (RoleAuth) is to the
+// conversation the proxy follows (proxy/auth.go).
+type AuthStep uint8
+
+// The authentication steps.
+const (
+	AuthNone     AuthStep = iota
+	AuthStart             // saslStart: opens a conversation
+	AuthContinue          // saslContinue: a later step of one
+	AuthOnce              // authenticate: one step, ok is the verdict
+	AuthLogout            // logout
+)
+
 // StatementKeys names the fields of one statement of a document write: an
 // element of the statement list, or for findAndModify the body itself. An
 // empty name: the statement has no such field.
@@ -121,6 +134,8 @@ type CommandSpec struct {
 	NamespaceKey string
 	Scope        Scope
 	Role         Role
+	// Auth is the step of an authentication command (RoleAuth).
+	Auth AuthStep
 	// Counted: the command has its own value of the "command" label of
 	// lockgate_commands_total; every other command counts as "other".
 	Counted bool
@@ -282,10 +297,10 @@ var commandTable = []CommandSpec{
 	{Name: "hello", Scope: noc, Role: RoleHandshake, Counted: true},
 	{Name: "isMaster", Scope: noc, Role: RoleHandshake, Counted: true},
 	{Name: "ismaster", Scope: noc, Role: RoleHandshake, Counted: true},
-	{Name: "saslStart", Scope: noc, Role: RoleAuth, Counted: true},
-	{Name: "saslContinue", Scope: noc, Role: RoleAuth, Counted: true},
-	{Name: "authenticate", Scope: noc, Role: RoleAuth, Counted: true},
-	{Name: "logout", Scope: noc, Role: RoleAuth, Counted: true},
+	{Name: "saslStart", Scope: noc, Role: RoleAuth, Auth: AuthStart, Counted: true},
+	{Name: "saslContinue", Scope: noc, Role: RoleAuth, Auth: AuthContinue, Counted: true},
+	{Name: "authenticate", Scope: noc, Role: RoleAuth, Auth: AuthOnce, Counted: true},
+	{Name: "logout", Scope: noc, Role: RoleAuth, Auth: AuthLogout, Counted: true},
 	{Name: "getnonce", Scope: noc, Counted: true},
 	{Name: "ping", Scope: noc, Counted: true},
 	{Name: "buildInfo", Scope: noc, Counted: true},
