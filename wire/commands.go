@@ -94,6 +94,18 @@ const (
 	AuthLogout            // logout
 )
 
+// LockOp is what a lock command (RoleLock) does (guard/lockcmd.go).
+type LockOp uint8
+
+// The lock operations.
+const (
+	LockNone    LockOp = iota
+	LockAcquire        // acquireLock
+	LockRenew          // renewLock
+	LockRelease        // releaseLock
+	LockStatus         // lockStatus
+)
+
 // StatementKeys names the fields of one statement of a document write: an
 // element of the statement list, or for findAndModify the body itself. An
 // empty name: the statement has no such field.
@@ -136,6 +148,11 @@ type CommandSpec struct {
 	Role         Role
 	// Auth is the step of an authentication command (RoleAuth).
 	Auth AuthStep
+	// Lock is what a lock command (RoleLock) does, and Args the fields of
+	// its own it accepts besides the generic ones drivers attach, in the
+	// order its error messages list them.
+	Lock LockOp
+	Args []string
 	// Counted: the command has its own value of the "command" label of
 	// lockgate_commands_total; every other command counts as "other".
 	Counted bool
@@ -330,10 +347,10 @@ var commandTable = []CommandSpec{
 	{Name: "abortTransaction", Scope: srv, Role: RoleEndTransaction, Counted: true},
 
 	// lockgate's own commands, answered by the proxy.
-	{Name: "acquireLock", Scope: col, Role: RoleLock, Counted: true},
-	{Name: "renewLock", Scope: col, Role: RoleLock, Counted: true},
-	{Name: "releaseLock", Scope: col, Role: RoleLock, Counted: true},
-	{Name: "lockStatus", Scope: col, Role: RoleLock, Counted: true},
+	{Name: "acquireLock", Scope: col, Role: RoleLock, Lock: LockAcquire, Args: []string{"ids", "leaseMS", "waitMS", "bind"}, Counted: true},
+	{Name: "renewLock", Scope: col, Role: RoleLock, Lock: LockRenew, Args: []string{"ids", "leaseMS", "bind"}, Counted: true},
+	{Name: "releaseLock", Scope: col, Role: RoleLock, Lock: LockRelease, Args: []string{"ids", "error", "bind"}, Counted: true},
+	{Name: "lockStatus", Scope: col, Role: RoleLock, Lock: LockStatus, Args: []string{"ids", "bind"}, Counted: true},
 
 	// Diagnostics. currentOp and getLog show other clients' sessions.
 	{Name: "serverStatus", Scope: srv, Counted: true},
