@@ -118,7 +118,7 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 	if pol == nil || pol.AllOff() {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	if req.Command.Name == "abortTransaction" {
+	if req.Command.Spec().Aborts {
 		// Forgotten once the server says it aborted, not before: an
 		// abort it refuses leaves the transaction open.
 		if !hasTxns {

@@ -106,6 +106,23 @@ const (
 	LockStatus         // lockStatus
 )
 
+// Disclosure is how a command that reveals sessions (RevealsSessions) can
+// be harmless, by its own argument (guard/introspection.go).
+type Disclosure uint8
+
+// The disclosures.
+const (
+	// DisclosesAlways: every form shows or ends other clients' sessions.
+	DisclosesAlways Disclosure = iota
+	// DisclosesUnlessOwn: harmless when the sessions it names (its first
+	// value) are only the caller's own (killSessions).
+	DisclosesUnlessOwn
+	// DisclosesLogLines: its first value names a log; "*" lists the log
+	// names only, harmless, and "startupWarnings" is what shells ask on
+	// every connection (getLog).
+	DisclosesLogLines
+)
+
 // StatementKeys names the fields of one statement of a document write: an
 // element of the statement list, or for findAndModify the body itself. An
 // empty name: the statement has no such field.
@@ -165,6 +182,11 @@ type CommandSpec struct {
 	// them (docs/SECURITY.md), refused while anything is enforced unless
 	// policy.allowSessionIntrospection says otherwise.
 	RevealsSessions bool
+	// Discloses says when such a command is harmless after all.
+	Discloses Disclosure
+	// Aborts: the command ends its transaction without committing it
+	// (RoleEndTransaction).
+	Aborts bool
 }
 
 // LookupCommand returns the entry of a command name, nil when lockgate
@@ -340,11 +362,11 @@ var commandTable = []CommandSpec{
 	{Name: "startSession", Scope: srv, Counted: true},
 	{Name: "refreshSessions", Scope: srv, Counted: true},
 	{Name: "refreshLogicalSessionCacheNow", Scope: srv},
-	{Name: "killSessions", Scope: srv, Counted: true, RevealsSessions: true},
+	{Name: "killSessions", Scope: srv, Counted: true, RevealsSessions: true, Discloses: DisclosesUnlessOwn},
 	{Name: "killAllSessions", Scope: srv, RevealsSessions: true},
 	{Name: "killAllSessionsByPattern", Scope: srv, RevealsSessions: true},
 	{Name: "commitTransaction", Scope: srv, Role: RoleEndTransaction, Counted: true},
-	{Name: "abortTransaction", Scope: srv, Role: RoleEndTransaction, Counted: true},
+	{Name: "abortTransaction", Scope: srv, Role: RoleEndTransaction, Aborts: true, Counted: true},
 
 	// lockgate's own commands, answered by the proxy.
 	{Name: "acquireLock", Scope: col, Role: RoleLock, Lock: LockAcquire, Args: []string{"ids", "leaseMS", "waitMS", "bind"}, Counted: true},
@@ -359,7 +381,7 @@ var commandTable = []CommandSpec{
 	{Name: "getParameter", Scope: srv, Counted: true},
 	{Name: "getClusterParameter", Scope: srv},
 	{Name: "getDefaultRWConcern", Scope: srv},
-	{Name: "getLog", Scope: srv, RevealsSessions: true},
+	{Name: "getLog", Scope: srv, RevealsSessions: true, Discloses: DisclosesLogLines},
 	{Name: "currentOp", Scope: srv, Counted: true, RevealsSessions: true},
 	{Name: "killOp", Scope: srv, Counted: true},
 	{Name: "top", Scope: srv},
