@@ -195,3 +195,5 @@ func genEditCase(t testing.TB, r *rand.Rand, fenceBulk bool) editCase {
 	}
 	return editCase{raw: raw, edit: e}
 }
+
+func newRand(seed int64) *rand.Rand { return rand.New(rand.NewSource(seed)) }

@@ -161,8 +161,11 @@ type CommandSpec struct {
 	Ops          []BulkOp
 	Namespaces   string
 	NamespaceKey string
-	Scope        Scope
-	Role         Role
+	// FullNamespaces are the fields whose values are full "db.coll"
+	// namespaces the command writes (renameCollection's to).
+	FullNamespaces []string
+	Scope          Scope
+	Role           Role
 	// Auth is the step of an authentication command (RoleAuth).
 	Auth AuthStep
 	// Lock is what a lock command (RoleLock) does, and Args the fields of
@@ -274,8 +277,8 @@ var commandTable = []CommandSpec{
 	{Name: "clone", Writes: WritesDatabase, Scope: dbs},
 	{Name: "create", Writes: WritesCreate, Scope: col, Counted: true},
 	{Name: "validate", Writes: WritesValidate, Scope: col},
-	{Name: "renameCollection", Writes: WritesRename, Scope: dbs, Counted: true},
-	{Name: "internalRenameIfOptionsAndIndexesMatch", Writes: WritesRename, Scope: dbs},
+	{Name: "renameCollection", Writes: WritesRename, FullNamespaces: []string{"to"}, Scope: dbs, Counted: true},
+	{Name: "internalRenameIfOptionsAndIndexesMatch", Writes: WritesRename, FullNamespaces: []string{"from", "to"}, Scope: dbs},
 	{Name: "cloneCollectionAsCapped", Writes: WritesCloneAsCapped, Scope: col},
 	{Name: "collMod", Writes: WritesCollMod, Scope: col, Counted: true},
 	{Name: "createIndexes", Writes: WritesCreateIndexes, Scope: col, Counted: true},
