@@ -162,7 +162,7 @@ type CommandSpec struct {
 	Namespaces   string
 	NamespaceKey string
 	// FullNamespaces are the fields whose values are full "db.coll"
-	// namespaces the command writes (renameCollection's to).
+	// namespaces the command writes: a rename's source, then its target.
 	FullNamespaces []string
 	Scope          Scope
 	Role           Role
@@ -277,7 +277,7 @@ var commandTable = []CommandSpec{
 	{Name: "clone", Writes: WritesDatabase, Scope: dbs},
 	{Name: "create", Writes: WritesCreate, Scope: col, Counted: true},
 	{Name: "validate", Writes: WritesValidate, Scope: col},
-	{Name: "renameCollection", Writes: WritesRename, FullNamespaces: []string{"to"}, Scope: dbs, Counted: true},
+	{Name: "renameCollection", Writes: WritesRename, FullNamespaces: []string{"renameCollection", "to"}, Scope: dbs, Counted: true},
 	{Name: "internalRenameIfOptionsAndIndexesMatch", Writes: WritesRename, FullNamespaces: []string{"from", "to"}, Scope: dbs},
 	{Name: "cloneCollectionAsCapped", Writes: WritesCloneAsCapped, Scope: col},
 	{Name: "collMod", Writes: WritesCollMod, Scope: col, Counted: true},
