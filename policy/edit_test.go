@@ -90,34 +90,43 @@ func twoPasses(t *testing.T, msg wire.Message, cmd *wire.Command, e Edit) ([]byt
 // the bytes and the limit of editing the statements and capping the
 // result, the path before EditMessage (whose old two-step engines were
 // compared to it the same way before they were removed), and refuses the
-// same inputs.
+// same inputs. TestEditOnePass runs it over a fixed range of seeds.
 func FuzzEditOnePass(f *testing.F) {
 	for _, s := range []int64{1, 2, 3, 42, 1000} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, seed int64) {
-		r := rand.New(rand.NewSource(seed))
-		for range 20 {
-			c := genEditCase(t, r, true)
-			m := clParse(t, c.raw)
-			cmd, err := wire.CommandOf(m)
-			if err != nil || cmd == nil {
-				t.Fatalf("CommandOf: %v", err)
-			}
-			old, oldLimit, oldErr := twoPasses(t, m, cmd, c.edit)
-			got, limit, err := EditMessage(m, cmd, c.edit)
-			if (oldErr == nil) != (err == nil) {
-				t.Fatalf("seed %d: two passes: error %v, one pass: error %v", seed, oldErr, err)
-			}
-			if err != nil {
-				continue
-			}
-			if limit != oldLimit {
-				t.Fatalf("seed %d: limit %v, two passes %v", seed, limit, oldLimit)
-			}
-			if !bytes.Equal(old, got) {
-				t.Fatalf("seed %d: edit %+v\n two passes %x\n one pass   %x", seed, c.edit, old, got)
-			}
+	f.Fuzz(func(t *testing.T, seed int64) { checkOnePass(t, seed, 2) })
+}
+
+func TestEditOnePass(t *testing.T) {
+	for seed := int64(0); seed < 300; seed++ {
+		checkOnePass(t, seed, 5)
+	}
+}
+
+func checkOnePass(t *testing.T, seed int64, cases int) {
+	t.Helper()
+	r := rand.New(rand.NewSource(seed))
+	for range cases {
+		c := genEditCase(t, r, true)
+		m := clParse(t, c.raw)
+		cmd, err := wire.CommandOf(m)
+		if err != nil || cmd == nil {
+			t.Fatalf("CommandOf: %v", err)
 		}
-	})
+		old, oldLimit, oldErr := twoPasses(t, m, cmd, c.edit)
+		got, limit, err := EditMessage(m, cmd, c.edit)
+		if (oldErr == nil) != (err == nil) {
+			t.Fatalf("seed %d: two passes: error %v, one pass: error %v", seed, oldErr, err)
+		}
+		if err != nil {
+			continue
+		}
+		if limit != oldLimit {
+			t.Fatalf("seed %d: limit %v, two passes %v", seed, limit, oldLimit)
+		}
+		if !bytes.Equal(old, got) {
+			t.Fatalf("seed %d: edit %+v\n two passes %x\n one pass   %x", seed, c.edit, old, got)
+		}
+	}
 }
