@@ -130,3 +130,43 @@ func checkOnePass(t *testing.T, seed int64, cases int) {
 		}
 	}
 }
+
+// BenchmarkEditPinnedCapped: a pinned update capped by its lease, edited
+// in one pass against the statements first and the cap over the re-parsed
+// result (the path before EditMessage); compare the legs of one run.
+//
+//	go test ./policy -run '^$' -bench EditPinnedCapped -benchmem
+func BenchmarkEditPinnedCapped(b *testing.B) {
+	m := clParse(b, clMsgRaw(b, 0, bson.D{{Key: "update", Value: "c"}, {Key: "ordered", Value: true}, {Key: "$db", Value: "db"}},
+		clSeq(b, "updates", bson.D{{Key: "q", Value: bson.D{{Key: "x", Value: 1}}}, {Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "a", Value: 1}}}}}})))
+	cmd, err := wire.CommandOf(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	typ, data, _ := bson.MarshalValue(int32(7))
+	e := Edit{Pins: []Pin{{List: "updates", IDs: []bsoncore.Value{{Type: typ, Data: data}}}}, MaxTimeMS: 500}
+	b.Run("one-pass", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, _, err := EditMessage(m, cmd, e); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("two-passes", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			pinned, _, err := EditMessage(m, cmd, Edit{Pins: e.Pins})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pm, err := wire.Parse(pinned, wire.Limits{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := EditMessage(pm, nil, Edit{MaxTimeMS: e.MaxTimeMS}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
