@@ -21,19 +21,8 @@ import (
 // hold the inserted _id and the token of the writer's lock on it, or are
 // empty when the writer holds none: the document is then inserted
 // without the field.
-type Fence struct {
-	List   string
-	Index  int
-	Field  string
-	IDs    []bsoncore.Value
-	Tokens []int64
-}
-
-// ErrFenceField: the statement would change the fence field itself, or
-// cannot carry one token to what it writes. The engine refuses it.
-var ErrFenceField = errors.New("policy: fence field")
-
-// Applied by EditMessage, a fenced statement is rewritten so:
+//
+// EditMessage rewrites a fenced statement so:
 //
 //   - its filter gains, ANDed as a pin is, {F: {$in: [t, null], $not:
 //     {$type: "array"}}} when every id has the token t, or {$or: [{_id: id,
@@ -46,7 +35,20 @@ var ErrFenceField = errors.New("policy: fence field")
 //     ErrFenceField, since which document they replace is not known;
 //   - an inserted document loses F and gains F: t when a token is given.
 //
-// Every statement not named keeps its bytes.
+// Every statement not named keeps its bytes; bulkWrite ops are fenced by
+// the same rules (the guard refuses bulkWrite on a fenced namespace for
+// now: its reply hook cannot read bulkWrite's per-op results).
+type Fence struct {
+	List   string
+	Index  int
+	Field  string
+	IDs    []bsoncore.Value
+	Tokens []int64
+}
+
+// ErrFenceField: the statement would change the fence field itself, or
+// cannot carry one token to what it writes. The engine refuses it.
+var ErrFenceField = errors.New("policy: fence field")
 
 // oneToken returns the token every id of f shares.
 func oneToken(f *Fence) (int64, bool) {
