@@ -789,26 +789,10 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).document()}
 	}
 	if v.fence != nil {
-		return g.launchDecision(req, pol, v, g.fenceDecision(req, pol, v), now)
+		d, fences := g.fenceDecision(req, v)
+		return g.launchDecision(req, pol, v, d, policy.Edit{Pins: v.pins, Fences: fences}, now)
 	}
-	if len(v.pins) > 0 {
-		b, err := policy.PinStatements(req.Message, req.Command, v.pins)
-		if err != nil {
-			// Cannot pin what was verified: refusing is the only safe
-			// answer in enforce mode.
-			x := violation{write: v.writes[0], rule: pol.Lookup(v.writes[0].NS), reason: reasonUnclassifiable,
-				detail: fmt.Sprintf("the proxy could not restrict it to the verified documents (%v)", err)}
-			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
-		}
-		if len(b) > g.opts.MaxMessageSize {
-			x := violation{write: v.writes[0], rule: pol.Lookup(v.writes[0].NS), reason: reasonTooManyCandidates,
-				detail: fmt.Sprintf("restricted to its %d verified documents it would exceed the %d-byte message limit; narrow the filter", len(v.pins[0].IDs), g.opts.MaxMessageSize)}
-			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
-		}
-		g.metrics.pinned.Inc()
-		return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Rewrite, Message: b}, now)
-	}
-	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward}, now)
+	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward}, policy.Edit{Pins: v.pins}, now)
 }
 
 // shownTo is x as req's caller may see it: a violation that names another

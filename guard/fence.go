@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
@@ -82,11 +83,11 @@ func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []docid.ID) {
 	if !fenced(r) {
 		return
 	}
-	switch w.List {
-	case "ops":
+	switch {
+	case w.InBulkWrite():
 		v.add(r, w, reasonFenceUnsupported, nil, "bulkWrite cannot be fenced yet; send update, delete and insert commands (drivers' collection-level bulk writes do)")
 		return
-	case policy.ListLegacy:
+	case w.List == policy.ListLegacy:
 		v.add(r, w, reasonFenceUnsupported, nil, "legacy write opcodes cannot be fenced; use the insert command")
 		return
 	}
@@ -177,12 +178,12 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 	}
 }
 
-// fenceDecision rewrites an allowed command on fenced namespaces and
-// attaches the hook that reports fenced-out statements.
-func (g *Guard) fenceDecision(req *proxy.Request, pol *policy.Policy, v *verdict) proxy.Decision {
+// fenceDecision returns the fences of an allowed command on fenced
+// namespaces, for the editor (guard/edit.go), and the decision carrying the
+// hook that reports fenced-out statements, or a refusal.
+func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, []policy.Fence) {
 	var fences []policy.Fence
 	var checks []fenceCheck
-	rewrite := len(v.pins) > 0
 	for _, s := range v.fence.stmts {
 		f := policy.Fence{List: s.w.List, Index: s.w.Index, Field: s.r.FenceField}
 		if s.w.Kind == policy.KindInsert {
@@ -193,7 +194,7 @@ func (g *Guard) fenceDecision(req *proxy.Request, pol *policy.Policy, v *verdict
 				f.IDs = []bsoncore.Value{s.insertID.Core()}
 				f.Tokens = s.insertToken
 			}
-			fences, rewrite = append(fences, f), true
+			fences = append(fences, f)
 			continue
 		}
 		c := fenceCheck{index: s.w.Index, multi: s.w.Multi, upsert: s.w.Upsert, ns: s.w.NS, field: s.r.FenceField}
@@ -201,43 +202,22 @@ func (g *Guard) fenceDecision(req *proxy.Request, pol *policy.Policy, v *verdict
 			t, ok := v.fence.token(s.w.NS, id)
 			if !ok {
 				x := violation{write: s.w, rule: s.r, reason: reasonUnclassifiable, detail: "the proxy lost track of a fencing token it had checked"}
-				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
+				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}, nil
 			}
 			f.IDs = append(f.IDs, id.Core())
 			f.Tokens = append(f.Tokens, t)
 			c.ids, c.tokens, c.named = append(c.ids, id), append(c.tokens, t), append(c.named, v.isNamed(id))
 		}
-		fences, checks, rewrite = append(fences, f), append(checks, c), true
+		fences, checks = append(fences, f), append(checks, c)
 	}
-	if !rewrite {
-		return proxy.Decision{Action: proxy.Forward}
-	}
-	b, err := policy.FenceStatements(req.Message, req.Command, v.pins, fences)
-	if err != nil {
-		w := v.fence.stmts[0].w
-		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonUnclassifiable,
-			detail: fmt.Sprintf("the proxy could not restrict it to the current lock holder's documents (%v)", err)}
-		if errors.Is(err, policy.ErrFenceField) {
-			x.reason, x.detail = reasonFenceField, err.Error()
-		}
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
-	}
-	if len(b) > g.opts.MaxMessageSize {
-		w := v.fence.stmts[0].w
-		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonTooManyCandidates,
-			detail: fmt.Sprintf("fenced, it would exceed the %d-byte message limit; write fewer documents per command", g.opts.MaxMessageSize)}
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
-	}
-	if len(v.pins) > 0 {
-		g.metrics.pinned.Inc()
-	}
-	d := proxy.Decision{Action: proxy.Rewrite, Message: b}
+	d := proxy.Decision{Action: proxy.Forward}
 	if len(checks) > 0 && g.opts.Resolver != nil {
 		if db, ok := g.opts.Resolver.(fenceDB); ok {
-			d.OnReply = &fenceHook{g: g, db: db, cmd: req.Command.Name, checks: checks}
+			d.OnReply = &fenceHook{g: g, db: db, cmd: req.Command.Name, checks: checks,
+				oneStatement: req.Command.Spec().Writes == wire.WritesFindAndModify}
 		}
 	}
-	return d
+	return d, fences
 }
 
 func hasField(d bsoncore.Document, field string) bool {
@@ -318,10 +298,13 @@ type fenceCheck struct {
 // stamped it, so the database refused the write there. The full reply
 // costs nothing extra.
 type fenceHook struct {
-	g      *Guard
-	db     fenceDB
-	cmd    string
-	checks []fenceCheck
+	g   *Guard
+	db  fenceDB
+	cmd string
+	// oneStatement: the command is its own statement (findAndModify), so
+	// the reply is the statement's own, not a count.
+	oneStatement bool
+	checks       []fenceCheck
 }
 
 func (h *fenceHook) Abandon() {}
@@ -330,7 +313,7 @@ func (h *fenceHook) Reply(ctx context.Context, body bsoncore.Document) bsoncore.
 	if body == nil {
 		return nil // never sent
 	}
-	if h.cmd == "findAndModify" || h.cmd == "findandmodify" {
+	if h.oneStatement {
 		return h.findAndModify(ctx, body)
 	}
 	if ok, _ := body.Lookup("ok").AsInt64OK(); ok != 1 {

@@ -407,11 +407,17 @@ func (g *Guard) WaitWritesOn(ctx context.Context, ns string, id docid.ID) error 
 // forwarded only before its lease, less the margin, could end (the proxy
 // checks the deadline again just before the bytes leave), it carries
 // maxTimeMS capped at what is left of that, and it is tracked until
-// answered. now is read after the decision was made (and its audit
-// record, if required, made durable).
-func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, now time.Time) proxy.Decision {
+// answered. The cap joins ed, the write's pins and fences, so that the
+// message is edited and encoded once (guard/edit.go). now is read after
+// the decision was made (and its audit record, if required, made
+// durable).
+func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, ed policy.Edit, now time.Time) proxy.Decision {
+	if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
+		return d
+	}
 	p := v.flight
-	if p == nil || (d.Action != proxy.Forward && d.Action != proxy.Rewrite) {
+	if p == nil {
+		d, _, _ = g.edit(req, pol, v, d, ed)
 		return d
 	}
 	late := func() bsoncore.Document {
@@ -427,29 +433,12 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		}
 		return proxy.Decision{Action: proxy.Reply, Reply: late()}
 	}
-	var maxTime time.Duration
 	if req.Command != nil && !v.inTxn {
-		ms := max(budget.Milliseconds(), 1)
-		var b []byte
-		var capped time.Duration
-		var err error
-		if d.Action == proxy.Rewrite {
-			b, capped, err = policy.CapMaxTime(d.Message, ms)
-		} else {
-			b, capped, err = policy.CapMaxTimeOf(req.Message, req.Command, ms)
-		}
-		if err != nil {
-			x := violation{write: v.writes[0], rule: pol.Lookup(v.writes[0].NS), reason: reasonUnclassifiable,
-				detail: fmt.Sprintf("the proxy could not bound its running time by the lease (%v)", err)}
-			if d.OnReply != nil {
-				d.OnReply.Abandon()
-			}
-			return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}
-		}
-		maxTime = capped
-		if b != nil {
-			d.Action, d.Message = proxy.Rewrite, b
-		}
+		ed.MaxTimeMS = max(budget.Milliseconds(), 1)
+	}
+	d, maxTime, ok := g.edit(req, pol, v, d, ed)
+	if !ok {
+		return d
 	}
 	d.Deadline = p.end.Add(-p.margin)
 	d.LateReply = late

@@ -5,6 +5,7 @@ import (
 
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // Commands and stages that list other clients' logical sessions, or end
@@ -41,11 +42,11 @@ func revealsSessions(cmd *wire.Command) bool {
 // reveals and ends nothing of other clients: killSessions of the caller's
 // own session only, getLog: "*" (the names of the logs, no lines).
 func harmlessSessionCommand(req *proxy.Request) bool {
-	switch req.Command.Name {
-	case "killSessions":
+	switch req.Command.Spec().Discloses {
+	case wire.DisclosesUnlessOwn:
 		return killsOnlyOwn(req)
-	case "getLog":
-		s, ok := req.Command.Body.Lookup("getLog").StringValueOK()
+	case wire.DisclosesLogLines:
+		s, ok := firstValue(req.Command.Body).StringValueOK()
 		return ok && s == "*"
 	}
 	return false
@@ -56,11 +57,20 @@ func harmlessSessionCommand(req *proxy.Request) bool {
 // getLog: "startupWarnings"), not one a person typed: its refusal is
 // expected and logged at debug.
 func routineProbe(req *proxy.Request) bool {
-	if req.Command == nil || req.Command.Name != "getLog" {
+	if req.Command == nil || req.Command.Spec() == nil || req.Command.Spec().Discloses != wire.DisclosesLogLines {
 		return false
 	}
-	s, ok := req.Command.Body.Lookup("getLog").StringValueOK()
+	s, ok := firstValue(req.Command.Body).StringValueOK()
 	return ok && s == "startupWarnings"
+}
+
+// firstValue is the value of a body's first element, the command's own.
+func firstValue(body bsoncore.Document) bsoncore.Value {
+	e, err := body.IndexErr(0)
+	if err != nil {
+		return bsoncore.Value{}
+	}
+	return e.Value()
 }
 
 // killsOnlyOwn reports whether a killSessions command names no session but
@@ -72,11 +82,7 @@ func killsOnlyOwn(req *proxy.Request) bool {
 		// that reads it as part of the body.
 		return false
 	}
-	v, err := req.Command.Body.LookupErr("killSessions")
-	if err != nil {
-		return false
-	}
-	arr, ok := v.ArrayOK()
+	arr, ok := firstValue(req.Command.Body).ArrayOK()
 	if !ok {
 		return false
 	}

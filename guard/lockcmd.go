@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// Lock command names. They are answered by the proxy and never forwarded
-// (wire.RoleLock in the command table).
+// Lock command names, as the lockgate_lock_commands_total label values
+// (metrics.go). What each command does and accepts is its entry in the
+// command table (wire.RoleLock, wire.LockOp, Args): the proxy answers them
+// and never forwards them.
 const (
 	cmdAcquire = "acquireLock"
 	cmdRenew   = "renewLock"
@@ -49,6 +52,7 @@ var genericFields = map[string]bool{
 // lockArgs are the parsed arguments of a lock command.
 type lockArgs struct {
 	name    string
+	op      wire.LockOp
 	ns      string
 	coll    string     // the collection as given, for hints
 	ids     []docid.ID // copies: they outlive the request's buffer
@@ -59,16 +63,9 @@ type lockArgs struct {
 	bind    string
 }
 
-// allowed lists the specific fields of each command.
-var allowed = map[string]map[string]bool{
-	cmdAcquire: {"ids": true, "leaseMS": true, "waitMS": true, "bind": true},
-	cmdRenew:   {"ids": true, "leaseMS": true, "bind": true},
-	cmdRelease: {"ids": true, "error": true, "bind": true},
-	cmdStatus:  {"ids": true, "bind": true},
-}
-
 func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
-	a := &lockArgs{name: cmd.Name}
+	spec := cmd.Spec()
+	a := &lockArgs{name: cmd.Name, op: spec.Lock}
 	elems, err := cmd.Body.Elements()
 	if err != nil {
 		return nil, badArg(mongoerr.FailedToParse, "%s: %v", cmd.Name, err)
@@ -86,8 +83,8 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 		if genericFields[key] {
 			continue
 		}
-		if !allowed[cmd.Name][key] {
-			return nil, badArg(mongoerr.IDLUnknownField, "%s: unknown field %q (allowed: %s)", cmd.Name, key, fieldList(cmd.Name))
+		if !slices.Contains(spec.Args, key) {
+			return nil, badArg(mongoerr.IDLUnknownField, "%s: unknown field %q (allowed: %s)", cmd.Name, key, strings.Join(spec.Args, ", "))
 		}
 		v := e.Value()
 		switch key {
@@ -147,7 +144,7 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 			a.bind = s
 		}
 	}
-	if !a.hasIDs && cmd.Name != cmdRelease {
+	if !a.hasIDs && a.op != wire.LockRelease {
 		return nil, badArg(mongoerr.BadValue, "%s: missing ids: name the _id values to lock, e.g. {%s: %q, ids: [1, 2]}", cmd.Name, cmd.Name, coll)
 	}
 	return a, nil
@@ -168,16 +165,6 @@ func millis(v bsoncore.Value) (int64, bool) {
 		return int64(f), true
 	}
 	return 0, false
-}
-
-func fieldList(name string) string {
-	var fs []string
-	for _, f := range []string{"ids", "leaseMS", "waitMS", "error", "bind"} {
-		if allowed[name][f] {
-			fs = append(fs, f)
-		}
-	}
-	return strings.Join(fs, ", ")
 }
 
 // owner builds the lock owner of a request: the keyed hash of its user and
@@ -215,7 +202,7 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	nids := 1
 	if a != nil {
 		nids = len(a.ids)
-		if a.name == cmdRelease && !a.hasIDs {
+		if a.op == wire.LockRelease && !a.hasIDs {
 			nids = releaseAllCost
 		}
 	}
@@ -277,8 +264,8 @@ func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lo
 }
 
 func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *cmdError) {
-	switch a.name {
-	case cmdAcquire:
+	switch a.op {
+	case wire.LockAcquire:
 		wait := a.wait
 		if wait > g.opts.MaxWait {
 			return nil, badArg(mongoerr.BadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), g.opts.MaxWait.Milliseconds())
@@ -291,13 +278,13 @@ func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockA
 			return nil, e
 		}
 		return locksReply(locks, lsid, o), nil
-	case cmdRenew:
+	case wire.LockRenew:
 		locks, err := g.opts.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
 		if err != nil {
 			return nil, g.storeError(ctx, req, a, err)
 		}
 		return locksReply(locks, lsid, o), nil
-	case cmdRelease:
+	case wire.LockRelease:
 		var n int
 		var err error
 		if a.hasIDs {
@@ -431,7 +418,7 @@ func (g *Guard) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockAr
 		hints = append(hints, fmt.Sprintf("the collection %q begins with the database name, so this names %s; "+
 			"to name %s.%s, run {%s: %q} on database %s", a.coll, a.ns, cmd.DB, rest, cmd.Name, rest, cmd.DB))
 	}
-	if a.name == cmdAcquire {
+	if a.op == wire.LockAcquire {
 		if c, ok := g.opts.Resolver.(collectionChecker); ok {
 			if exists, err := c.CollectionExists(ctx, a.ns); err == nil && !exists {
 				if f, ok := g.opts.Resolver.(caseTwinFinder); ok {
@@ -479,13 +466,14 @@ func withWarnings(reply bsoncore.Document, warnings []string) bsoncore.Document 
 // OrderTimeout; past it the command is refused and the lock stays as it
 // was, still covering the writes in flight.
 func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
-	if req.Command.Name != cmdRelease && req.Command.Name != cmdRenew {
+	op := req.Command.Spec().Lock
+	if op != wire.LockRelease && op != wire.LockRenew {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
 	defer cancel()
 	err := req.WaitAnswered(wctx)
-	if err == nil && req.Command.Name == cmdRelease {
+	if err == nil && op == wire.LockRelease {
 		// And the session's writes on its other connections.
 		if session, ok := req.Command.SessionID(); ok {
 			err = g.flights.waitSession(wctx, g.owners.session(req.Client.User(), session))
@@ -557,10 +545,10 @@ func (g *Guard) upstreamAllows(ctx context.Context, req *proxy.Request, priv, ns
 // namespace has no business seeing).
 func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *cmdError {
 	var priv, verb, rule string
-	switch a.name {
-	case cmdAcquire:
+	switch a.op {
+	case wire.LockAcquire:
 		priv, verb, rule = privWrite, "write", "you may lock only what you may write"
-	case cmdStatus:
+	case wire.LockStatus:
 		priv, verb, rule = privRead, "read", "you may see the locks of only what you may read"
 	}
 	if priv == "" || !g.authRequired() {

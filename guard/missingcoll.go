@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -18,7 +19,7 @@ import (
 // A failure to read the collection list grants the lock: this check is a
 // convenience, not a protection.
 func (g *Guard) refuseMissingCollection(ctx context.Context, a *lockArgs) *cmdError {
-	if a.name != cmdAcquire {
+	if a.op != wire.LockAcquire {
 		return nil
 	}
 	pol := g.policy.Load()

@@ -757,7 +757,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 		freed = append(freed, id)
 		pins = append(pins, id.Core())
 	}
-	pinned, err := policy.PinStatements(req.Message, req.Command, []policy.Pin{{List: w.List, Index: w.Index, IDs: pins}})
+	pinned, _, err := policy.EditMessage(req.Message, req.Command, policy.Edit{Pins: []policy.Pin{{List: w.List, Index: w.Index, IDs: pins}}})
 	var body bsoncore.Document
 	if err == nil {
 		body, err = bodyOf(pinned, w)

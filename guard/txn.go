@@ -118,7 +118,7 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 	if pol == nil || pol.AllOff() {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	if req.Command.Name == "abortTransaction" {
+	if req.Command.Spec().Aborts {
 		// Forgotten once the server says it aborted, not before: an
 		// abort it refuses leaves the transaction open.
 		if !hasTxns {
@@ -200,7 +200,7 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 	budget := time.Until(plan.end) - plan.margin
 	d := proxy.Decision{Action: proxy.Forward}
 	var maxTime time.Duration
-	if b, capped, err := policy.CapMaxTime(req.Message.Raw(), max(budget.Milliseconds(), 1)); err == nil {
+	if b, capped, err := policy.EditMessage(req.Message, req.Command, policy.Edit{MaxTimeMS: max(budget.Milliseconds(), 1)}); err == nil {
 		maxTime = capped
 		if b != nil {
 			d.Action, d.Message = proxy.Rewrite, b

@@ -149,7 +149,13 @@ type Write struct {
 	Sort      bsoncore.Document // findAndModify / update / bulkWrite update sort, nil if none
 	Doc       bsoncore.Document // insert: the document
 	What      string            // collection writes: one of the What* constants
+
+	bulk bool // an op of a bulkWrite command
 }
+
+// InBulkWrite reports whether w is an op of a bulkWrite command (rather
+// than a statement of insert, update, delete or findAndModify).
+func (w Write) InBulkWrite() bool { return w.bulk }
 
 // ClassifyError says that a message is, or may be, a write that cannot be
 // classified with certainty. NS is the best known namespace: "db.coll",
@@ -342,11 +348,11 @@ func classifyExplain(c *wire.Command) ([]Write, error) {
 		return nil, nil
 	}
 	name := string(k)
-	switch name {
-	case "aggregate", "mapReduce", "mapreduce":
-	default:
-		if asciiFoldEqual(name, "aggregate") || asciiFoldEqual(name, "mapReduce") {
-			return nil, refuse(NSAll, "explained command %q differs from a write command only by case", name)
+	if spec := wire.LookupCommand(name); spec == nil || !spec.ExplainRuns {
+		if spec == nil {
+			if w := wire.WriteCommandFolding(name); w != nil && w.ExplainRuns {
+				return nil, refuse(NSAll, "explained command %q differs from a write command only by case", name)
+			}
 		}
 		return nil, nil
 	}

@@ -667,7 +667,7 @@ func FuzzClassify(f *testing.F) {
 		if len(pins) == 0 {
 			return
 		}
-		out, err := PinStatements(m, cmd, pins)
+		out, err := clPin(m, cmd, pins)
 		if err != nil {
 			t.Fatalf("PinStatements of a classified message: %v", err)
 		}

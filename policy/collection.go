@@ -74,15 +74,13 @@ func classifyCreate(c *wire.Command) ([]Write, error) {
 	return nil, nil
 }
 
-// classifyRename: {renameCollection: "db.from", to: "db.to", dropTarget};
-// both namespaces are written (the source loses its documents, the target
+// classifyRename: {renameCollection: "db.from", to: "db.to", dropTarget}
+// (internalRenameIfOptionsAndIndexesMatch names its source in from: the
+// command table lists each one's fields); both namespaces are written (the source loses its documents, the target
 // is replaced when dropTarget is set, created otherwise).
 func classifyRename(c *wire.Command) ([]Write, error) {
-	fromKey, toKey := c.Name, "to"
-	if c.Name == "internalRenameIfOptionsAndIndexesMatch" {
-		fromKey = "from"
-	}
-	f, err := fieldsOf(c.Body, fromKey, toKey)
+	keys := c.Spec().FullNamespaces // source, target
+	f, err := fieldsOf(c.Body, keys...)
 	if err != nil {
 		return nil, refuse(NSAll, "%s: %v", c.Name, err)
 	}
@@ -91,7 +89,7 @@ func classifyRename(c *wire.Command) ([]Write, error) {
 		s, ok := v.StringValueOK()
 		db, coll, cut := strings.Cut(s, ".")
 		if !ok || !cut || db == "" || coll == "" {
-			return nil, refuse(NSAll, "%s: %s is not a <db>.<collection> string", c.Name, []string{fromKey, toKey}[i])
+			return nil, refuse(NSAll, "%s: %s is not a <db>.<collection> string", c.Name, keys[i])
 		}
 		ws = append(ws, collWrite(s, WhatRenameCollection))
 	}

@@ -43,15 +43,16 @@ func classifyUpdate(c *wire.Command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	list := c.Spec().Statements // "updates"
+	spec := c.Spec()
+	list, k := spec.Statements, spec.Statement
 	docs, err := statements(c, ns, list)
 	if err != nil {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
 	for i, d := range docs {
-		w := Write{NS: ns, Kind: KindUpdate, List: list, Index: i, FilterKey: "q"}
-		if err := readUpdate(&w, d, "q", "u", list, ns); err != nil {
+		w := Write{NS: ns, Kind: KindUpdate, List: list, Index: i, FilterKey: k.Filter}
+		if err := readUpdate(&w, d, k, list, ns); err != nil {
 			return nil, err
 		}
 		ws[i] = w
@@ -59,25 +60,24 @@ func classifyUpdate(c *wire.Command) ([]Write, error) {
 	return ws, nil
 }
 
-// readUpdate fills w from an update statement whose filter and update sit
-// under filterKey and updateKey.
+// readUpdate fills w from an update statement whose fields k names.
 // Errors name errNS.
-func readUpdate(w *Write, d bsoncore.Document, filterKey, updateKey, list, errNS string) error {
-	f, err := fieldsOf(d, filterKey, updateKey, "multi", "upsert", "collation", "hint", "sort", "upsertSupplied")
+func readUpdate(w *Write, d bsoncore.Document, k wire.StatementKeys, list, errNS string) error {
+	f, err := fieldsOf(d, k.Filter, k.Update, k.Multi, k.Upsert, "collation", "hint", "sort", "upsertSupplied")
 	if err != nil {
 		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
 	}
 	if err := noUpsertSupplied(f[7]); err != nil {
 		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
 	}
-	if w.Filter, err = requiredDoc(f[0], filterKey); err == nil {
-		w.Update, err = updateValue(f[1], updateKey)
+	if w.Filter, err = requiredDoc(f[0], k.Filter); err == nil {
+		w.Update, err = updateValue(f[1], k.Update)
 	}
 	if err == nil {
-		w.Multi, err = truthy(f[2], "multi")
+		w.Multi, err = truthy(f[2], k.Multi)
 	}
 	if err == nil {
-		w.Upsert, err = truthy(f[3], "upsert")
+		w.Upsert, err = truthy(f[3], k.Upsert)
 	}
 	if err == nil {
 		err = readOptions(w, f[4], f[5], f[6])
@@ -105,17 +105,18 @@ func classifyDelete(c *wire.Command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	list := c.Spec().Statements // "deletes"
+	spec := c.Spec()
+	list, k := spec.Statements, spec.Statement
 	docs, err := statements(c, ns, list)
 	if err != nil {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
 	for i, d := range docs {
-		w := Write{NS: ns, Kind: KindDelete, List: list, Index: i, FilterKey: "q"}
-		f, err := fieldsOf(d, "q", "limit", "collation", "hint")
+		w := Write{NS: ns, Kind: KindDelete, List: list, Index: i, FilterKey: k.Filter}
+		f, err := fieldsOf(d, k.Filter, k.Limit, "collation", "hint")
 		if err == nil {
-			w.Filter, err = requiredDoc(f[0], "q")
+			w.Filter, err = requiredDoc(f[0], k.Filter)
 		}
 		if err == nil {
 			w.Multi, err = deleteLimit(f[1])
@@ -124,7 +125,7 @@ func classifyDelete(c *wire.Command) ([]Write, error) {
 			err = readOptions(&w, f[2], f[3], bsoncore.Value{})
 		}
 		if err != nil {
-			return nil, refuse(ns, "deletes[%d]: %v", i, err)
+			return nil, refuse(ns, "%s[%d]: %v", list, i, err)
 		}
 		ws[i] = w
 	}
@@ -164,8 +165,9 @@ func classifyFindAndModify(c *wire.Command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := Write{NS: ns, Kind: KindFindAndModify, List: ListFindAndModify, FilterKey: "query"}
-	f, err := fieldsOf(c.Body, "query", "update", "remove", "upsert", "collation", "hint", "sort", "upsertSupplied")
+	k := c.Spec().Statement
+	w := Write{NS: ns, Kind: KindFindAndModify, List: ListFindAndModify, FilterKey: k.Filter}
+	f, err := fieldsOf(c.Body, k.Filter, k.Update, k.Remove, k.Upsert, "collation", "hint", "sort", "upsertSupplied")
 	if err == nil {
 		err = noUpsertSupplied(f[7])
 	}
@@ -173,14 +175,14 @@ func classifyFindAndModify(c *wire.Command) ([]Write, error) {
 		if f[0].Type == 0 {
 			w.Filter = emptyDoc
 		} else {
-			w.Filter, err = requiredDoc(f[0], "query")
+			w.Filter, err = requiredDoc(f[0], k.Filter)
 		}
 	}
 	if err == nil {
-		w.Remove, err = truthy(f[2], "remove")
+		w.Remove, err = truthy(f[2], k.Remove)
 	}
 	if err == nil {
-		w.Upsert, err = truthy(f[3], "upsert")
+		w.Upsert, err = truthy(f[3], k.Upsert)
 	}
 	if err == nil {
 		err = readOptions(&w, f[4], f[5], f[6])
@@ -191,7 +193,7 @@ func classifyFindAndModify(c *wire.Command) ([]Write, error) {
 			err = fmt.Errorf("both remove and update")
 		case w.Remove:
 		default:
-			w.Update, err = updateValue(f[1], "update")
+			w.Update, err = updateValue(f[1], k.Update)
 		}
 	}
 	if err != nil {
@@ -204,13 +206,14 @@ func classifyFindAndModify(c *wire.Command) ([]Write, error) {
 var emptyDoc = bsoncore.Document{5, 0, 0, 0, 0}
 
 func classifyBulkWrite(c *wire.Command) ([]Write, error) {
-	infos, err := statements(c, NSAll, "nsInfo")
+	spec := c.Spec()
+	infos, err := statements(c, NSAll, spec.Namespaces)
 	if err != nil {
 		return nil, err
 	}
 	nss := make([]string, len(infos))
 	for i, d := range infos {
-		f, err := fieldsOf(d, "ns")
+		f, err := fieldsOf(d, spec.NamespaceKey)
 		if err != nil {
 			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: %v", i, err)
 		}
@@ -224,13 +227,13 @@ func classifyBulkWrite(c *wire.Command) ([]Write, error) {
 		}
 		nss[i] = s
 	}
-	ops, err := statements(c, NSAll, c.Spec().Statements)
+	ops, err := statements(c, NSAll, spec.Statements)
 	if err != nil {
 		return nil, err
 	}
 	ws := make([]Write, len(ops))
 	for i, op := range ops {
-		w, err := bulkOp(op, i, nss)
+		w, err := bulkOp(spec, op, i, nss)
 		if err != nil {
 			return nil, err
 		}
@@ -240,38 +243,42 @@ func classifyBulkWrite(c *wire.Command) ([]Write, error) {
 }
 
 // bulkOp reads one bulkWrite op. The server tells the op types apart by the
-// first field name (insert, update or delete) whose value is the nsInfo
-// index; a second op-type field is refused as ambiguous. Every refusal of a
-// bulkWrite names "*": the command spans namespaces, and a refusal on one
-// op's namespace would hide the ops on the others.
-func bulkOp(op bsoncore.Document, i int, nss []string) (Write, error) {
+// first field name (the op kinds of the command table: insert, update or
+// delete) whose value is the nsInfo index; a second op-type field is
+// refused as ambiguous. Every refusal of a bulkWrite names "*": the command
+// spans namespaces, and a refusal on one op's namespace would hide the ops
+// on the others.
+func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []string) (Write, error) {
 	it := iterate(op)
 	key, v, ok := it.next()
 	if !ok {
 		return Write{}, refuse(NSAll, "bulkWrite ops[%d] is empty or unreadable", i)
 	}
 	var w Write
-	switch string(key) {
-	case "insert":
-		w.Kind = KindInsert
-	case "update":
-		w.Kind = KindUpdate
-	case "delete":
-		w.Kind = KindDelete
-	default:
+	kind := spec.Op(string(key))
+	if kind == nil {
 		return Write{}, refuse(NSAll, "bulkWrite ops[%d]: unknown op type %q", i, key)
+	}
+	keys := kind.Keys
+	switch kind.Writes {
+	case wire.WritesInsert:
+		w.Kind = KindInsert
+	case wire.WritesUpdate:
+		w.Kind = KindUpdate
+	default:
+		w.Kind = KindDelete
 	}
 	n, ok := integral(v)
 	if !ok || n < 0 || n >= int64(len(nss)) {
 		return Write{}, refuse(NSAll, "bulkWrite ops[%d]: nsInfo index %v is not an index into the %d nsInfo entries", i, v, len(nss))
 	}
-	w.NS, w.List, w.Index = nss[n], "ops", i
+	w.NS, w.List, w.Index, w.bulk = nss[n], spec.Statements, i, true
 	for {
 		k, _, ok := it.next()
 		if !ok {
 			break
 		}
-		if s := string(k); s == "insert" || s == "update" || s == "delete" {
+		if spec.Op(string(k)) != nil {
 			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: op types %q and %q in one op", i, key, k)
 		}
 	}
@@ -280,26 +287,26 @@ func bulkOp(op bsoncore.Document, i int, nss []string) (Write, error) {
 	}
 	switch w.Kind {
 	case KindInsert:
-		f, err := fieldsOf(op, "document")
+		f, err := fieldsOf(op, keys.Document)
 		if err == nil {
-			w.Doc, err = requiredDoc(f[0], "document")
+			w.Doc, err = requiredDoc(f[0], keys.Document)
 		}
 		if err != nil {
 			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: %v", i, err)
 		}
 	case KindUpdate:
-		w.FilterKey = "filter"
-		if err := readUpdate(&w, op, "filter", "updateMods", "ops", NSAll); err != nil {
+		w.FilterKey = keys.Filter
+		if err := readUpdate(&w, op, keys, spec.Statements, NSAll); err != nil {
 			return Write{}, err
 		}
 	case KindDelete:
-		w.FilterKey = "filter"
-		f, err := fieldsOf(op, "filter", "multi", "collation", "hint")
+		w.FilterKey = keys.Filter
+		f, err := fieldsOf(op, keys.Filter, keys.Multi, "collation", "hint")
 		if err == nil {
-			w.Filter, err = requiredDoc(f[0], "filter")
+			w.Filter, err = requiredDoc(f[0], keys.Filter)
 		}
 		if err == nil {
-			w.Multi, err = truthy(f[1], "multi")
+			w.Multi, err = truthy(f[1], keys.Multi)
 		}
 		if err == nil {
 			err = readOptions(&w, f[2], f[3], bsoncore.Value{})

@@ -5,8 +5,9 @@
 // Policy; a reload replaces it whole. Classification (classify.go and its
 // companions) is pure: Classify turns a decoded message into Writes, with
 // the documents each can touch where the filter pins them (PinnedIDs,
-// UpsertID, InsertID), and PinStatements restricts a forwarded message to
-// verified ids.
+// UpsertID, InsertID), and EditMessage (edit.go), the one statement editor,
+// pins a forwarded message to verified ids, fences it and caps its
+// maxTimeMS, encoding it once.
 //
 // Contracts: classification never guesses. A message that is, or may be, a
 // write it cannot read with certainty is a *ClassifyError naming the widest

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -22,6 +21,23 @@ import (
 // hold the inserted _id and the token of the writer's lock on it, or are
 // empty when the writer holds none: the document is then inserted
 // without the field.
+//
+// EditMessage rewrites a fenced statement so:
+//
+//   - its filter gains, ANDed as a pin is, {F: {$in: [t, null], $not:
+//     {$type: "array"}}} when every id has the token t, or {$or: [{_id: id,
+//     F: {...}}, ...]} with each id's token when the tokens differ;
+//   - an update with operators loses any $set/$setOnInsert of F and gains
+//     $set {F: t} (one token only); any other operator on F, or on a path
+//     below it, is ErrFenceField;
+//   - a replacement loses F and gains F: t; a pipeline gains a last stage
+//     {$set: {F: {$literal: t}}}; with differing tokens both are
+//     ErrFenceField, since which document they replace is not known;
+//   - an inserted document loses F and gains F: t when a token is given.
+//
+// Every statement not named keeps its bytes; bulkWrite ops are fenced by
+// the same rules (the guard refuses bulkWrite on a fenced namespace for
+// now: its reply hook cannot read bulkWrite's per-op results).
 type Fence struct {
 	List   string
 	Index  int
@@ -33,161 +49,6 @@ type Fence struct {
 // ErrFenceField: the statement would change the fence field itself, or
 // cannot carry one token to what it writes. The engine refuses it.
 var ErrFenceField = errors.New("policy: fence field")
-
-// FenceStatements returns msg re-encoded with pins applied as
-// PinStatements applies them, and each fenced statement rewritten:
-//
-//   - its filter gains, ANDed as the pin is, {F: {$in: [t, null], $not:
-//     {$type: "array"}}} when every id has the token t, or {$or: [{_id: id,
-//     F: {...}}, ...]} with each id's token when the tokens differ;
-//   - an update with operators loses any $set/$setOnInsert of F and gains
-//     $set {F: t} (one token only); any other operator on F, or on a path
-//     below it, is ErrFenceField;
-//   - a replacement loses F and gains F: t; a pipeline gains a last stage
-//     {$set: {F: {$literal: t}}}; with differing tokens both are
-//     ErrFenceField, since which document they replace is not known;
-//   - an inserted document loses F and gains F: t when a token is given.
-//
-// It handles insert, update, delete and findAndModify over OP_MSG and
-// OP_QUERY "<db>.$cmd" (OP_COMPRESSED yields the inner message rewritten,
-// uncompressed); anything else is an error. Every statement not named
-// keeps its bytes.
-func FenceStatements(msg wire.Message, cmd *wire.Command, pins []Pin, fences []Fence) ([]byte, error) {
-	return rewriteStatements("FenceStatements", "fenced", msg, cmd, pins, func(cmd *wire.Command) (bsoncore.Document, []wire.Sequence, error) {
-		return fenceCommand(cmd, pins, fences)
-	})
-}
-
-type stmtEdit struct {
-	pin   *Pin
-	fence *Fence
-}
-
-func fenceCommand(cmd *wire.Command, pins []Pin, fences []Fence) (bsoncore.Document, []wire.Sequence, error) {
-	var list, filterKey, updateKey string
-	switch cmd.Name {
-	case "update":
-		list, filterKey, updateKey = "updates", "q", "u"
-	case "delete":
-		list, filterKey = "deletes", "q"
-	case "insert":
-		list = "documents"
-	case "findAndModify", "findandmodify":
-		list = ListFindAndModify
-	default:
-		return nil, nil, fmt.Errorf("command has no statements to fence")
-	}
-	edits := map[int]*stmtEdit{}
-	at := func(l string, i int) (*stmtEdit, error) {
-		if l != list {
-			return nil, fmt.Errorf("no statement list %q", l)
-		}
-		e := edits[i]
-		if e == nil {
-			e = &stmtEdit{}
-			edits[i] = e
-		}
-		return e, nil
-	}
-	for i := range pins {
-		e, err := at(pins[i].List, pins[i].Index)
-		if err != nil {
-			return nil, nil, err
-		}
-		if e.pin != nil || list == "documents" {
-			return nil, nil, fmt.Errorf("statement %q[%d] cannot be pinned here", pins[i].List, pins[i].Index)
-		}
-		e.pin = &pins[i]
-	}
-	for i := range fences {
-		e, err := at(fences[i].List, fences[i].Index)
-		if err != nil {
-			return nil, nil, err
-		}
-		if e.fence != nil {
-			return nil, nil, fmt.Errorf("statement %q[%d] fenced twice", fences[i].List, fences[i].Index)
-		}
-		if len(fences[i].IDs) != len(fences[i].Tokens) {
-			return nil, nil, fmt.Errorf("statement %q[%d]: %d ids, %d tokens", fences[i].List, fences[i].Index, len(fences[i].IDs), len(fences[i].Tokens))
-		}
-		e.fence = &fences[i]
-	}
-	if list == ListFindAndModify {
-		e := edits[0]
-		if len(edits) > 1 || (len(edits) == 1 && e == nil) {
-			return nil, nil, fmt.Errorf("findAndModify has one statement")
-		}
-		if e == nil {
-			return cmd.Body, cmd.Sequences, nil
-		}
-		body, err := editStatement(cmd.Body, "query", "update", e, true)
-		return body, cmd.Sequences, err
-	}
-	docs, err := cmd.Documents(list)
-	if err != nil {
-		return nil, nil, err
-	}
-	for i := range edits {
-		if i < 0 || i >= len(docs) {
-			return nil, nil, fmt.Errorf("no statement %q[%d] among %d", list, i, len(docs))
-		}
-	}
-	rewritten := make([]bsoncore.Document, len(docs))
-	for i, d := range docs {
-		e, ok := edits[i]
-		switch {
-		case !ok:
-			rewritten[i] = d
-			continue
-		case list == "documents":
-			rewritten[i], err = stampDocument(d, e.fence)
-		default:
-			rewritten[i], err = editStatement(d, filterKey, updateKey, e, false)
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s[%d]: %w", list, i, err)
-		}
-	}
-	for si, s := range cmd.Sequences {
-		if s.Identifier != list {
-			continue
-		}
-		seqs := append([]wire.Sequence(nil), cmd.Sequences...)
-		seqs[si] = wire.Sequence{Identifier: list, Documents: rewritten}
-		return cmd.Body, seqs, nil
-	}
-	body, err := replaceField(cmd.Body, list, bsoncore.Value{Type: bson.TypeArray, Data: buildArray(rewritten)}, false)
-	return body, cmd.Sequences, err
-}
-
-// editStatement pins and fences one update, delete or findAndModify.
-func editStatement(stmt bsoncore.Document, filterKey, updateKey string, e *stmtEdit, addIfMissing bool) (bsoncore.Document, error) {
-	f, err := fieldsOf(stmt, filterKey, updateKey)
-	if err != nil {
-		return nil, err
-	}
-	filter := emptyDoc
-	if f[0].Type != 0 || !addIfMissing {
-		if filter, err = requiredDoc(f[0], filterKey); err != nil {
-			return nil, err
-		}
-	}
-	if e.pin != nil {
-		filter = pinnedFilter(filter, e.pin.IDs)
-	}
-	if e.fence != nil {
-		filter = joinClause(filter, fenceClause(e.fence))
-	}
-	out, err := replaceField(stmt, filterKey, bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: filter}, addIfMissing)
-	if err != nil || e.fence == nil || updateKey == "" || f[1].Type == 0 {
-		return out, err
-	}
-	u, err := fenceUpdate(f[1], e.fence)
-	if err != nil {
-		return nil, err
-	}
-	return replaceField(out, updateKey, u, false)
-}
 
 // oneToken returns the token every id of f shares.
 func oneToken(f *Fence) (int64, bool) {

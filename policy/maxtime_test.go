@@ -37,7 +37,7 @@ func TestCapMaxTimeKeepsTheMessage(t *testing.T) {
 		{"lowered", wire.AppendMsg(nil, 7, 0, 0, body(900), seq), 500, false, body(500)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, capped, err := CapMaxTime(tc.raw, 500)
+			b, capped, err := EditMessage(clParse(t, tc.raw), nil, Edit{MaxTimeMS: 500})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/lockgate/lockgate/wire"
@@ -88,12 +89,14 @@ type walker struct {
 func (w walker) command(db string, body bsoncore.Document) bool {
 	visit := w.ns
 	it := iterate(body)
+	var spec *wire.CommandSpec
 	for first := true; ; first = false {
 		k, v, ok := it.next()
 		if !ok {
 			return false
 		}
 		if first {
+			spec = wire.LookupCommand(string(k))
 			if s, ok := v.StringValueOK(); ok {
 				if visit(db, s) {
 					return true
@@ -101,9 +104,17 @@ func (w walker) command(db string, body bsoncore.Document) bool {
 				if d, c, ok := splitNS(s); ok && visit(d, c) {
 					return true
 				}
+				if wholeDatabase(spec, s) && visit(db, "") {
+					return true
+				}
 			} else if visit(db, "") {
 				return true
 			}
+		} else if spec != nil && slices.Contains(spec.FullNamespaces, string(k)) {
+			if visitFullNS(v, visit) {
+				return true
+			}
+			continue
 		}
 		// The first key too: explain and applyOps carry their
 		// references in the command's own value.
@@ -143,6 +154,18 @@ func (w walker) command(db string, body bsoncore.Document) bool {
 			return true
 		}
 	}
+}
+
+// wholeDatabase reports whether a command whose first value is the string
+// s writes every collection of its database, whatever s names: the
+// command table's database writes (clone names a host), and an insert into
+// system.indexes, by which servers before 4.2 create an index (a TTL index
+// on any collection of the database, policy.Classify reads it so).
+func wholeDatabase(spec *wire.CommandSpec, s string) bool {
+	if spec == nil {
+		return false
+	}
+	return spec.Writes == wire.WritesDatabase || (spec.Writes == wire.WritesInsert && s == "system.indexes")
 }
 
 // pipeline walks the stages of an aggregation pipeline run on db.

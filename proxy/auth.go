@@ -19,19 +19,18 @@ import (
 // reply.
 type authStep struct {
 	id     int32
-	kind   authKind
+	kind   wire.AuthStep
 	user   string // "user@db" the request claims; "" where it names none
 	convID int64  // saslContinue: the conversation it continues
 	spec   bool   // speculativeAuthenticate inside a handshake
 }
 
-type authKind uint8
-
+// The steps, as the command table names them.
 const (
-	authStart    authKind = iota + 1 // saslStart: opens a conversation
-	authContinue                     // saslContinue: a later step of one
-	authOnce                         // authenticate: one step, ok is the verdict
-	authLogout
+	authStart    = wire.AuthStart
+	authContinue = wire.AuthContinue
+	authOnce     = wire.AuthOnce
+	authLogout   = wire.AuthLogout
 )
 
 // conversation is the SASL conversation the upstream has open on the
@@ -52,33 +51,49 @@ const maxPendingAuth = 8
 // what to track, if anything. It reads only the request: which user a
 // step authenticates is decided when its reply comes (authReply).
 func (c *conn) authRequest(cmd *wire.Command) (authStep, bool) {
-	if r := cmd.Role(); r != wire.RoleAuth && r != wire.RoleHandshake {
+	spec := cmd.Spec()
+	if spec == nil {
 		return authStep{}, false
 	}
-	switch cmd.Name {
-	case "saslStart":
+	switch spec.Role {
+	case wire.RoleAuth:
+	case wire.RoleHandshake:
+		return speculativeAuth(cmd.Body)
+	default:
+		return authStep{}, false
+	}
+	switch spec.Auth {
+	case authStart:
 		return authStep{kind: authStart, user: qualify(saslUser(cmd.Body), cmd.DB)}, true
-	case "saslContinue":
+	case authContinue:
 		id, ok := cmd.Body.Lookup("conversationId").AsInt64OK()
 		return authStep{kind: authContinue, convID: id}, ok
-	case "authenticate":
+	case authOnce:
 		u, _ := cmd.Body.Lookup("user").StringValueOK()
 		return authStep{kind: authOnce, user: qualify(truncate(u, 128), cmd.DB)}, true
-	case "logout":
+	case authLogout:
 		return authStep{kind: authLogout}, true
-	case "hello", "isMaster", "ismaster":
-		spec, ok := cmd.Body.Lookup("speculativeAuthenticate").DocumentOK()
-		if !ok {
-			return authStep{}, false
-		}
-		db, _ := spec.Lookup("db").StringValueOK()
-		if _, err := spec.LookupErr("saslStart"); err == nil {
-			return authStep{kind: authStart, user: qualify(saslUser(spec), db), spec: true}, true
-		}
-		u, _ := spec.Lookup("user").StringValueOK()
-		return authStep{kind: authOnce, user: qualify(truncate(u, 128), db), spec: true}, true
 	}
 	return authStep{}, false
+}
+
+// speculativeAuth is the authentication step a handshake carries in its
+// speculativeAuthenticate document: a saslStart when the document has the
+// saslStart command's field, else an authenticate.
+func speculativeAuth(body bsoncore.Document) (authStep, bool) {
+	spec, ok := body.Lookup("speculativeAuthenticate").DocumentOK()
+	if !ok {
+		return authStep{}, false
+	}
+	db, _ := spec.Lookup("db").StringValueOK()
+	elems, _ := spec.Elements()
+	for _, e := range elems {
+		if c := wire.LookupCommand(e.Key()); c != nil && c.Auth == authStart {
+			return authStep{kind: authStart, user: qualify(saslUser(spec), db), spec: true}, true
+		}
+	}
+	u, _ := spec.Lookup("user").StringValueOK()
+	return authStep{kind: authOnce, user: qualify(truncate(u, 128), db), spec: true}, true
 }
 
 func qualify(user, db string) string {

@@ -239,3 +239,14 @@ func WithBodyElements(m *OpMsg, elems []byte) []byte {
 func WithSequences(m *OpMsg, body bsoncore.Document, seqs []Sequence) []byte {
 	return appendMsg(nil, m.hdr.RequestID, m.hdr.ResponseTo, m.Flags, body, min(m.bodyIndex, len(seqs)), seqs)
 }
+
+// WithEdits re-encodes m with its body replaced, elems (encoded BSON
+// elements, possibly none) added at the body's end and its kind-1 sections
+// replaced, keeping the header ids, the flags and the body's position among
+// the sections (the checksum is recomputed when present), in one
+// allocation of the final size. The caller makes sure that the body has
+// none of elems' keys already.
+func WithEdits(m *OpMsg, body bsoncore.Document, elems []byte, seqs []Sequence) []byte {
+	dst := make([]byte, 0, msgSize(m.Flags, body, seqs)+len(elems))
+	return appendMsgExtra(dst, m.hdr.RequestID, m.hdr.ResponseTo, m.Flags, body, elems, min(m.bodyIndex, len(seqs)), seqs)
+}

@@ -81,6 +81,69 @@ const (
 	RoleEndTransaction             // settles the transaction's locks (guard/txn.go)
 )
 
+// AuthStep is what an authentication command (RoleAuth) is to the
+// conversation the proxy follows (proxy/auth.go).
+type AuthStep uint8
+
+// The authentication steps.
+const (
+	AuthNone     AuthStep = iota
+	AuthStart             // saslStart: opens a conversation
+	AuthContinue          // saslContinue: a later step of one
+	AuthOnce              // authenticate: one step, ok is the verdict
+	AuthLogout            // logout
+)
+
+// LockOp is what a lock command (RoleLock) does (guard/lockcmd.go).
+type LockOp uint8
+
+// The lock operations.
+const (
+	LockNone    LockOp = iota
+	LockAcquire        // acquireLock
+	LockRenew          // renewLock
+	LockRelease        // releaseLock
+	LockStatus         // lockStatus
+)
+
+// Disclosure is how a command that reveals sessions (RevealsSessions) can
+// be harmless, by its own argument (guard/introspection.go).
+type Disclosure uint8
+
+// The disclosures.
+const (
+	// DisclosesAlways: every form shows or ends other clients' sessions.
+	DisclosesAlways Disclosure = iota
+	// DisclosesUnlessOwn: harmless when the sessions it names (its first
+	// value) are only the caller's own (killSessions).
+	DisclosesUnlessOwn
+	// DisclosesLogLines: its first value names a log; "*" lists the log
+	// names only, harmless, and "startupWarnings" is what shells ask on
+	// every connection (getLog).
+	DisclosesLogLines
+)
+
+// StatementKeys names the fields of one statement of a document write: an
+// element of the statement list, or for findAndModify the body itself. An
+// empty name: the statement has no such field.
+type StatementKeys struct {
+	Filter   string // the filter: q, query, filter
+	Update   string // the update, replacement or pipeline: u, update, updateMods
+	Upsert   string
+	Multi    string // update's and bulkWrite's multi
+	Limit    string // delete's limit (0: every match)
+	Remove   string // findAndModify's remove
+	Document string // an inserted document (bulkWrite's insert op)
+}
+
+// BulkOp is one kind of bulkWrite op, told apart by its first key (Kind),
+// whose value is an index into the command's Namespaces list.
+type BulkOp struct {
+	Kind   string
+	Writes WriteForm // WritesInsert, WritesUpdate or WritesDelete
+	Keys   StatementKeys
+}
+
 // CommandSpec is what lockgate knows about one command name. Names match
 // exactly, as the server matches them; an alias the server accepts
 // (findandmodify, mapreduce, ismaster) is an entry of its own.
@@ -90,15 +153,43 @@ type CommandSpec struct {
 	// Statements is the field (in the body or a kind-1 section) holding
 	// the statements of an insert, update, delete or bulkWrite.
 	Statements string
-	Scope      Scope
-	Role       Role
+	// Statement names the fields of each statement (of the body, for
+	// findAndModify); an insert's statements are the documents.
+	Statement StatementKeys
+	// Ops are bulkWrite's op kinds; Namespaces (with NamespaceKey in each
+	// entry) is the list of namespaces its ops index.
+	Ops          []BulkOp
+	Namespaces   string
+	NamespaceKey string
+	// FullNamespaces are the fields whose values are full "db.coll"
+	// namespaces the command writes: a rename's source, then its target.
+	FullNamespaces []string
+	Scope          Scope
+	Role           Role
+	// Auth is the step of an authentication command (RoleAuth).
+	Auth AuthStep
+	// Lock is what a lock command (RoleLock) does, and Args the fields of
+	// its own it accepts besides the generic ones drivers attach, in the
+	// order its error messages list them.
+	Lock LockOp
+	Args []string
 	// Counted: the command has its own value of the "command" label of
 	// lockgate_commands_total; every other command counts as "other".
 	Counted bool
+	// ExplainRuns: explaining the command can still write (an explained
+	// aggregate's $out or $merge, mapReduce's out), so explain is
+	// classified as the command; explaining any other command writes
+	// nothing.
+	ExplainRuns bool
 	// RevealsSessions: the command lists other clients' sessions or ends
 	// them (docs/SECURITY.md), refused while anything is enforced unless
 	// policy.allowSessionIntrospection says otherwise.
 	RevealsSessions bool
+	// Discloses says when such a command is harmless after all.
+	Discloses Disclosure
+	// Aborts: the command ends its transaction without committing it
+	// (RoleEndTransaction).
+	Aborts bool
 }
 
 // LookupCommand returns the entry of a command name, nil when lockgate
@@ -119,6 +210,17 @@ func WriteCommandFolding(name string) *CommandSpec {
 	return nil
 }
 
+// Op returns the bulkWrite op kind whose first key is kind, nil when the
+// command has no such op.
+func (s *CommandSpec) Op(kind string) *BulkOp {
+	for i := range s.Ops {
+		if s.Ops[i].Kind == kind {
+			return &s.Ops[i]
+		}
+	}
+	return nil
+}
+
 // Commands returns every entry, in the table's order.
 func Commands() []CommandSpec { return append([]CommandSpec(nil), commandTable...) }
 
@@ -130,22 +232,34 @@ const (
 	dbs = ScopeDatabase
 )
 
+// The statement fields of the document writes.
+var (
+	updateKeys        = StatementKeys{Filter: "q", Update: "u", Upsert: "upsert", Multi: "multi"}
+	deleteKeys        = StatementKeys{Filter: "q", Limit: "limit"}
+	findAndModifyKeys = StatementKeys{Filter: "query", Update: "update", Upsert: "upsert", Remove: "remove"}
+	bulkOps           = []BulkOp{
+		{Kind: "insert", Writes: WritesInsert, Keys: StatementKeys{Document: "document"}},
+		{Kind: "update", Writes: WritesUpdate, Keys: StatementKeys{Filter: "filter", Update: "updateMods", Upsert: "upsert", Multi: "multi"}},
+		{Kind: "delete", Writes: WritesDelete, Keys: StatementKeys{Filter: "filter", Multi: "multi"}},
+	}
+)
+
 // commandTable: every command lockgate knows. Grouped for reading; the
 // order means nothing.
 var commandTable = []CommandSpec{
 	// Document writes.
 	{Name: "insert", Writes: WritesInsert, Statements: "documents", Scope: col, Counted: true},
-	{Name: "update", Writes: WritesUpdate, Statements: "updates", Scope: col, Counted: true},
-	{Name: "delete", Writes: WritesDelete, Statements: "deletes", Scope: col, Counted: true},
-	{Name: "findAndModify", Writes: WritesFindAndModify, Scope: col, Counted: true},
-	{Name: "findandmodify", Writes: WritesFindAndModify, Scope: col, Counted: true},
-	{Name: "bulkWrite", Writes: WritesBulk, Statements: "ops", Scope: dbs, Counted: true},
+	{Name: "update", Writes: WritesUpdate, Statements: "updates", Statement: updateKeys, Scope: col, Counted: true},
+	{Name: "delete", Writes: WritesDelete, Statements: "deletes", Statement: deleteKeys, Scope: col, Counted: true},
+	{Name: "findAndModify", Writes: WritesFindAndModify, Statement: findAndModifyKeys, Scope: col, Counted: true},
+	{Name: "findandmodify", Writes: WritesFindAndModify, Statement: findAndModifyKeys, Scope: col, Counted: true},
+	{Name: "bulkWrite", Writes: WritesBulk, Statements: "ops", Ops: bulkOps, Namespaces: "nsInfo", NamespaceKey: "ns", Scope: dbs, Counted: true},
 
 	// Reads that can write: aggregate through $out/$merge, mapReduce
 	// through out, explain as what it explains.
-	{Name: "aggregate", Writes: WritesAggregate, Scope: col, Counted: true},
-	{Name: "mapReduce", Writes: WritesMapReduce, Scope: col, Counted: true},
-	{Name: "mapreduce", Writes: WritesMapReduce, Scope: col},
+	{Name: "aggregate", Writes: WritesAggregate, Scope: col, Counted: true, ExplainRuns: true},
+	{Name: "mapReduce", Writes: WritesMapReduce, Scope: col, Counted: true, ExplainRuns: true},
+	{Name: "mapreduce", Writes: WritesMapReduce, Scope: col, ExplainRuns: true},
 	{Name: "explain", Writes: WritesExplained, Scope: dbs, Counted: true},
 
 	// Collection and database writes.
@@ -163,8 +277,8 @@ var commandTable = []CommandSpec{
 	{Name: "clone", Writes: WritesDatabase, Scope: dbs},
 	{Name: "create", Writes: WritesCreate, Scope: col, Counted: true},
 	{Name: "validate", Writes: WritesValidate, Scope: col},
-	{Name: "renameCollection", Writes: WritesRename, Scope: dbs, Counted: true},
-	{Name: "internalRenameIfOptionsAndIndexesMatch", Writes: WritesRename, Scope: dbs},
+	{Name: "renameCollection", Writes: WritesRename, FullNamespaces: []string{"renameCollection", "to"}, Scope: dbs, Counted: true},
+	{Name: "internalRenameIfOptionsAndIndexesMatch", Writes: WritesRename, FullNamespaces: []string{"from", "to"}, Scope: dbs},
 	{Name: "cloneCollectionAsCapped", Writes: WritesCloneAsCapped, Scope: col},
 	{Name: "collMod", Writes: WritesCollMod, Scope: col, Counted: true},
 	{Name: "createIndexes", Writes: WritesCreateIndexes, Scope: col, Counted: true},
@@ -225,10 +339,10 @@ var commandTable = []CommandSpec{
 	{Name: "hello", Scope: noc, Role: RoleHandshake, Counted: true},
 	{Name: "isMaster", Scope: noc, Role: RoleHandshake, Counted: true},
 	{Name: "ismaster", Scope: noc, Role: RoleHandshake, Counted: true},
-	{Name: "saslStart", Scope: noc, Role: RoleAuth, Counted: true},
-	{Name: "saslContinue", Scope: noc, Role: RoleAuth, Counted: true},
-	{Name: "authenticate", Scope: noc, Role: RoleAuth, Counted: true},
-	{Name: "logout", Scope: noc, Role: RoleAuth, Counted: true},
+	{Name: "saslStart", Scope: noc, Role: RoleAuth, Auth: AuthStart, Counted: true},
+	{Name: "saslContinue", Scope: noc, Role: RoleAuth, Auth: AuthContinue, Counted: true},
+	{Name: "authenticate", Scope: noc, Role: RoleAuth, Auth: AuthOnce, Counted: true},
+	{Name: "logout", Scope: noc, Role: RoleAuth, Auth: AuthLogout, Counted: true},
 	{Name: "getnonce", Scope: noc, Counted: true},
 	{Name: "ping", Scope: noc, Counted: true},
 	{Name: "buildInfo", Scope: noc, Counted: true},
@@ -251,17 +365,17 @@ var commandTable = []CommandSpec{
 	{Name: "startSession", Scope: srv, Counted: true},
 	{Name: "refreshSessions", Scope: srv, Counted: true},
 	{Name: "refreshLogicalSessionCacheNow", Scope: srv},
-	{Name: "killSessions", Scope: srv, Counted: true, RevealsSessions: true},
+	{Name: "killSessions", Scope: srv, Counted: true, RevealsSessions: true, Discloses: DisclosesUnlessOwn},
 	{Name: "killAllSessions", Scope: srv, RevealsSessions: true},
 	{Name: "killAllSessionsByPattern", Scope: srv, RevealsSessions: true},
 	{Name: "commitTransaction", Scope: srv, Role: RoleEndTransaction, Counted: true},
-	{Name: "abortTransaction", Scope: srv, Role: RoleEndTransaction, Counted: true},
+	{Name: "abortTransaction", Scope: srv, Role: RoleEndTransaction, Aborts: true, Counted: true},
 
 	// lockgate's own commands, answered by the proxy.
-	{Name: "acquireLock", Scope: col, Role: RoleLock, Counted: true},
-	{Name: "renewLock", Scope: col, Role: RoleLock, Counted: true},
-	{Name: "releaseLock", Scope: col, Role: RoleLock, Counted: true},
-	{Name: "lockStatus", Scope: col, Role: RoleLock, Counted: true},
+	{Name: "acquireLock", Scope: col, Role: RoleLock, Lock: LockAcquire, Args: []string{"ids", "leaseMS", "waitMS", "bind"}, Counted: true},
+	{Name: "renewLock", Scope: col, Role: RoleLock, Lock: LockRenew, Args: []string{"ids", "leaseMS", "bind"}, Counted: true},
+	{Name: "releaseLock", Scope: col, Role: RoleLock, Lock: LockRelease, Args: []string{"ids", "error", "bind"}, Counted: true},
+	{Name: "lockStatus", Scope: col, Role: RoleLock, Lock: LockStatus, Args: []string{"ids", "bind"}, Counted: true},
 
 	// Diagnostics. currentOp and getLog show other clients' sessions.
 	{Name: "serverStatus", Scope: srv, Counted: true},
@@ -270,7 +384,7 @@ var commandTable = []CommandSpec{
 	{Name: "getParameter", Scope: srv, Counted: true},
 	{Name: "getClusterParameter", Scope: srv},
 	{Name: "getDefaultRWConcern", Scope: srv},
-	{Name: "getLog", Scope: srv, RevealsSessions: true},
+	{Name: "getLog", Scope: srv, RevealsSessions: true, Discloses: DisclosesLogLines},
 	{Name: "currentOp", Scope: srv, Counted: true, RevealsSessions: true},
 	{Name: "killOp", Scope: srv, Counted: true},
 	{Name: "top", Scope: srv},

@@ -1,0 +1,66 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+)
+
+// edit applies an allowed write's edits (its pins, its fences and the
+// maxTimeMS cap) to d in one pass: policy.EditMessage encodes the message
+// at most once, and d keeps forwarding the original bytes when nothing
+// changes. It returns the limit the command runs under, and false with a
+// refusal when the write cannot be edited as it must be (then d's reply
+// hook is abandoned): refusing is the only safe answer in enforce mode.
+func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, ed policy.Edit) (proxy.Decision, time.Duration, bool) {
+	b, maxTime, err := policy.EditMessage(req.Message, req.Command, ed)
+	if err == nil && b != nil && len(b) > g.opts.MaxMessageSize && (len(ed.Pins) > 0 || len(ed.Fences) > 0) {
+		err = errTooLarge
+	}
+	if err != nil {
+		if d.OnReply != nil {
+			d.OnReply.Abandon()
+		}
+		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.editViolation(pol, v, ed, err)).document()}, 0, false
+	}
+	if len(ed.Pins) > 0 {
+		g.metrics.pinned.Inc()
+	}
+	if b != nil {
+		d.Action, d.Message = proxy.Rewrite, b
+	}
+	return d, maxTime, true
+}
+
+// errTooLarge: the edited message exceeds the upstream's message limit.
+var errTooLarge = errors.New("edited message too large")
+
+// editViolation explains why an allowed write could not be edited, naming
+// the edit that could not be made.
+func (g *Guard) editViolation(pol *policy.Policy, v *verdict, ed policy.Edit, err error) violation {
+	w := v.writes[0]
+	if len(ed.Fences) > 0 {
+		w = v.fence.stmts[0].w
+	}
+	x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonUnclassifiable}
+	switch {
+	case errors.Is(err, errTooLarge) && len(ed.Fences) > 0:
+		x.reason = reasonTooManyCandidates
+		x.detail = fmt.Sprintf("fenced, it would exceed the %d-byte message limit; write fewer documents per command", g.opts.MaxMessageSize)
+	case errors.Is(err, errTooLarge):
+		x.reason = reasonTooManyCandidates
+		x.detail = fmt.Sprintf("restricted to its %d verified documents it would exceed the %d-byte message limit; narrow the filter", len(ed.Pins[0].IDs), g.opts.MaxMessageSize)
+	case errors.Is(err, policy.ErrFenceField):
+		x.reason, x.detail = reasonFenceField, err.Error()
+	case len(ed.Fences) > 0:
+		x.detail = fmt.Sprintf("the proxy could not restrict it to the current lock holder's documents (%v)", err)
+	case len(ed.Pins) > 0:
+		x.detail = fmt.Sprintf("the proxy could not restrict it to the verified documents (%v)", err)
+	default:
+		x.detail = fmt.Sprintf("the proxy could not bound its running time by the lease (%v)", err)
+	}
+	return x
+}
