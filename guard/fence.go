@@ -95,48 +95,6 @@ func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []docid.ID) {
 	p.stmts = append(p.stmts, fenceStmt{r: r, w: w, ids: ids})
 }
 
-// holds checks the locks of ids like Store.Holds, records for an enforced
-// rule what the write's flight needs (the owner, the locks, the lease they
-// surely have left, measured now) and, for a fenced rule, their tokens for
-// the rewrite.
-func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (bool, []docid.ID, error) {
-	ts, ok := g.opts.Store.(tokenStore)
-	if !ok {
-		if fenced(r) {
-			return false, nil, fmt.Errorf("%w: this lock store cannot report fencing tokens", lockstore.ErrUnavailable)
-		}
-		return g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
-	}
-	var tokens []int64
-	var left time.Duration
-	var missing []docid.ID
-	var err error
-	if ti, ok := ts.(tokenIntoStore); ok {
-		tokens = v.tokenBuf[:0]
-		if len(ids) > len(v.tokenBuf) {
-			tokens = make([]int64, 0, len(ids))
-		}
-		tokens = tokens[:len(ids)]
-		left, missing, err = ti.HeldTokensInto(ctx, o, ns, ids, r.LeaseMargin, tokens)
-	} else {
-		tokens, left, missing, err = ts.HeldTokens(ctx, o, ns, ids, r.LeaseMargin)
-	}
-	if err != nil || len(missing) > 0 {
-		return false, missing, err
-	}
-	if r.Mode == policy.Enforce {
-		v.flightLocks(o, r, ns, ids, left)
-	}
-	if !fenced(r) {
-		return true, nil, nil
-	}
-	p := v.fencePlan()
-	for i, id := range ids {
-		p.tokens[ns+"\x00"+id.Key()] = tokens[i]
-	}
-	return true, nil, nil
-}
-
 func (p *fencePlan) token(ns string, id docid.ID) (int64, bool) {
 	t, ok := p.tokens[ns+"\x00"+id.Key()]
 	return t, ok

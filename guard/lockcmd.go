@@ -167,19 +167,6 @@ func millis(v bsoncore.Value) (int64, bool) {
 	return 0, false
 }
 
-// owner builds the lock owner of a request: the keyed hash of its user and
-// logical session, plus the hashed binding when the caller asked for one.
-// Neither the session id nor the bind value reaches the lock store.
-func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
-	return lockstore.Owner{
-		Session: g.owners.session(req.Client.User(), session),
-		App:     req.Client.AppName(),
-		Client:  req.Client.Addr,
-		User:    req.Client.User(),
-		Bind:    g.owners.bind(bind),
-	}
-}
-
 // lockCommandStage answers the lock commands (acquireLock, releaseLock,
 // renewLock, lockStatus) itself; they never reach the upstream.
 type lockCommandStage struct{ g *Guard }

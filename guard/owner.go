@@ -8,6 +8,9 @@ import (
 	"encoding/hex"
 	"hash"
 	"sync"
+
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/proxy"
 )
 
 // ownerKeys turns a caller's identity into the owner the lock store keeps:
@@ -97,4 +100,17 @@ func (k *ownerKeys) bind(v string) string {
 	h.Write([]byte("lockgate bind v1\x00"))
 	h.Write([]byte(v))
 	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// owner builds the lock owner of a request: the keyed hash of its user and
+// logical session, plus the hashed binding when the caller asked for one.
+// Neither the session id nor the bind value reaches the lock store.
+func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
+	return lockstore.Owner{
+		Session: g.owners.session(req.Client.User(), session),
+		App:     req.Client.AppName(),
+		Client:  req.Client.Addr,
+		User:    req.Client.User(),
+		Bind:    g.owners.bind(bind),
+	}
 }

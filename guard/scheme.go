@@ -980,22 +980,6 @@ func schemeAdvice(s policy.Scheme) string {
 	return "follow the namespace's locking scheme"
 }
 
-// ruleFor is rule r as it applies to the request's client (a rule may be
-// narrowed to some clients, config.Clients).
-func (g *Guard) ruleFor(r policy.Rule, req *proxy.Request) policy.Rule {
-	if r.Clients == nil {
-		return r
-	}
-	c := req.Client
-	var ip net.IP
-	if a, ok := c.RemoteAddr.(*net.TCPAddr); ok {
-		ip = a.IP
-	} else if h, _, err := net.SplitHostPort(c.Addr); err == nil {
-		ip = net.ParseIP(h)
-	}
-	return r.ForClient(c.AppName(), c.User(), ip)
-}
-
 // schemeInsert refuses, under inserts: requireUnlocked, an insert of an
 // _id whose scheme lock someone else holds (lock, then create): as for
 // lockgate's own locks, with no lock store read where no lock is held in
