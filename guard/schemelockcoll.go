@@ -178,11 +178,22 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	if s.ExpiresPath != "" && !st.Expires.After(time.Now()) {
 		// A TTL index would delete it at once: a lock of nothing. (A ts
 		// older than the lease is not refused: the client took it before
-		// the write reached lockgate, by as long as the write waited.)
+		// the write reached lockgate, by as long as the write waited; but
+		// such a record is abandoned by the scheme's own rule once it
+		// lands, so it keeps no mirror, below.)
 		v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is already past, so it would lock nothing: a TTL index deletes it at once; %s", s.ExpiresPath, schemeAdvice(s)))
 		return g.decide(req, pol, v, start)
 	}
 	lease := recordLease(s, st)
+	// A ts already older than the lease: the record is abandoned as soon
+	// as it lands. Its mirror covers the write in flight only, and is
+	// dropped with the answer, so that the scheme's next acquire finds a
+	// record it may take over, not a lock of nothing (the holderFields
+	// form of this is TestRegressAcquireExpiredAtOnce).
+	deadOnArrival := s.ExpiresPath == "" && !st.Expires.IsZero() && !st.Expires.After(time.Now())
+	if deadOnArrival {
+		lease = time.Second
+	}
 	// A second record from the holder of the first: the database says
 	// DuplicateKey, and must, though its test-and-set may not be atomic.
 	mine, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
@@ -252,7 +263,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		// Unknown outcome: the mirror stays and expires with its lease.
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 	}
-	if inserted(reply, w, st.ID) {
+	if inserted(reply, w, st.ID) && !deadOnArrival {
 		v.check(w.NS, ids)
 	} else {
 		drop()

@@ -626,3 +626,27 @@ func TestRegressThargaPick(t *testing.T) {
 		t.Fatal("the picked document has no mirror")
 	}
 }
+
+// TestRegressLockCollAcquireExpiredAtOnce: the lockCollection form of
+// TestRegressAcquireExpiredAtOnce, found by the long model run (seed
+// 1795733984867832023, step 58). A record inserted with a ts already
+// older than the lease is abandoned by the scheme's own rule the moment
+// it lands; it must keep no mirror that makes the scheme's next acquire
+// "busy" (the unfixed code mirrored it for leaseMS from the write's
+// arrival, however old its ts).
+func TestRegressLockCollAcquireExpiredAtOnce(t *testing.T) {
+	ctx := context.Background()
+	lcSetup(t, "lockCollection", "regress_lc_old", "regress_lc_old.lock", 3)
+	rc := connect(t, proxyURI, "rogue")
+	old := primitive.NewDateTimeFromTime(time.Now().Add(-2 * leaseMS * time.Millisecond))
+	if _, err := rc.Database("lockCollection").Collection("regress_lc_old.lock").InsertOne(ctx, bson.D{{"_id", 3}, {"ts", old}}); err != nil {
+		t.Fatalf("insert of an expired record: %v", err)
+	}
+	if held, end := mirror(t, rc, "lockCollection", "regress_lc_old.lock", 3); held {
+		t.Errorf("a record expired by its own ts keeps a mirror for %v", time.Until(end))
+	}
+	f := connect(t, proxyURI, "follower").Database("lockCollection").Collection("regress_lc_old.lock")
+	if _, err := f.InsertOne(ctx, bson.D{{"_id", 3}, {"ts", msNow()}, {"aid", "F1"}}); err != nil {
+		t.Errorf("the follower's acquire of the abandoned record: %v", err)
+	}
+}
