@@ -67,12 +67,12 @@ type fenceStmt struct {
 // fencePlan is what the fence needs to rewrite a command.
 type fencePlan struct {
 	stmts  []fenceStmt
-	tokens map[string]int64 // ns + "\x00" + docid key -> token held
+	tokens map[docid.Key]int64 // token held, per document
 }
 
 func (v *verdict) fencePlan() *fencePlan {
 	if v.fence == nil {
-		v.fence = &fencePlan{tokens: map[string]int64{}}
+		v.fence = &fencePlan{tokens: map[docid.Key]int64{}}
 	}
 	return v.fence
 }
@@ -96,7 +96,7 @@ func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []docid.ID) {
 }
 
 func (p *fencePlan) token(ns string, id docid.ID) (int64, bool) {
-	t, ok := p.tokens[ns+"\x00"+id.Key()]
+	t, ok := p.tokens[docid.KeyOf(ns, id)]
 	return t, ok
 }
 
@@ -376,7 +376,7 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 	for _, c := range h.checks {
 		byNS[c.ns] = append(byNS[c.ns], c.ids...)
 	}
-	stamps := map[string]bson.RawValue{} // ns + "\x00" + docid key -> stamp of an existing document
+	stamps := map[docid.Key]bson.RawValue{} // stamp of an existing document
 	read := map[string]bool{}
 	for ns, ids := range byNS {
 		if len(ids) == 0 {
@@ -392,7 +392,7 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 		read[ns] = true
 		for j, id := range ids {
 			if exists[j] {
-				stamps[ns+"\x00"+id.Key()] = st[j]
+				stamps[docid.KeyOf(ns, id)] = st[j]
 			}
 		}
 	}
@@ -401,7 +401,7 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 			continue
 		}
 		for i, id := range c.ids {
-			s, ok := stamps[c.ns+"\x00"+id.Key()]
+			s, ok := stamps[docid.KeyOf(c.ns, id)]
 			if !ok || s.Type == 0 || s.Type == bson.TypeNull {
 				continue // gone, or never stamped: not fenced out
 			}

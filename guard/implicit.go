@@ -400,7 +400,7 @@ func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n nsNeed, locks [
 	}
 	fp := v.fencePlan()
 	for i, id := range ids {
-		fp.tokens[n.ns+"\x00"+id.Key()] = tokens[i]
+		fp.tokens[docid.KeyOf(n.ns, id)] = tokens[i]
 	}
 	// Inserts of this namespace carry their implicit lock's token.
 	for i := range fp.stmts {

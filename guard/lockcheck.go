@@ -47,7 +47,7 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstor
 	}
 	p := v.fencePlan()
 	for i, id := range ids {
-		p.tokens[ns+"\x00"+id.Key()] = tokens[i]
+		p.tokens[docid.KeyOf(ns, id)] = tokens[i]
 	}
 	return true, nil, nil
 }
