@@ -225,6 +225,10 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		n     nsNeed
 		locks []lockstore.Lock
 		t0    time.Time
+		// memory: the locks are held in the lock store's memory, and the
+		// write must have ended within budget of t0.
+		memory bool
+		budget time.Duration
 	}
 	got := make([]takenNS, 0, len(all))
 	for _, n := range all {
@@ -234,12 +238,23 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		// more attempt only when the locks are busy.
 		var locks []lockstore.Lock
 		var err error
-		if p.mode == config.UnlockedWait && n.ns == p.busyNS {
+		var inMemory bool
+		var budget time.Duration
+		switch {
+		case p.mode == config.UnlockedWait && n.ns == p.busyNS:
 			err = lockstore.ErrBusy
-		} else {
-			locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
-			if h := g.testImplicit; h != nil && h.naive {
-				locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
+		case g.testImplicit != nil && g.testImplicit.naive:
+			_, _ = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
+			locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
+		default:
+			if ml, ok := g.opts.Store.(memoryLocker); ok && !fenced(n.r) && !g.noMemoryLocks() {
+				// Alone on the lock store, an uncontended write's locks
+				// need no round trip (lockstore/memlock.go); a fenced
+				// rule needs the store's tokens.
+				locks, budget, inMemory = ml.AcquireInMemory(p.owner, n.ns, n.ids)
+			}
+			if !inMemory {
+				locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
 			}
 		}
 		if err != nil && guessed && !(g.testImplicit != nil && g.testImplicit.trustGuess) {
@@ -274,12 +289,17 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			ids[i] = l.ID
 		}
 		p.taken.add(n.ns, ids)
-		got = append(got, takenNS{n: n, locks: locks, t0: t0})
+		got = append(got, takenNS{n: n, locks: locks, t0: t0, memory: inMemory, budget: budget})
 	}
 	p.unchecked = nil // proved: the session held none of them
 	for _, x := range got {
 		n, locks := x.n, x.locks
 		leaseLeft := g.opts.ImplicitLease - time.Since(x.t0) - g.opts.ImplicitLease/20
+		if x.memory {
+			// Not a lease: the time by which the write must have ended,
+			// which its maxTimeMS is capped at (no renewal extends it).
+			leaseLeft = x.budget - time.Since(x.t0)
+		}
 		ids := make([]docid.ID, len(locks))
 		for i, l := range locks {
 			ids[i] = l.ID
@@ -309,6 +329,14 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	}
 	return inserts
 }
+
+// memoryLocker holds implicit locks in the lock store's memory when that
+// is sound (lockstore.Store, while it is alone on its lock store).
+type memoryLocker interface {
+	AcquireInMemory(owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Lock, time.Duration, bool)
+}
+
+var _ memoryLocker = (*lockstore.Store)(nil)
 
 // implicitOutcome is the metric label of a failed implicit acquire.
 func implicitOutcome(err error) string {
@@ -471,11 +499,16 @@ type implicitTestHooks struct {
 	// (and releases the locks taken): the "check, then forward" that the
 	// implicit lock exists to avoid, for the test that shows its window.
 	naive bool
+	// storeOnly keeps implicit locks out of the lock store's memory, for
+	// tests of the store path.
+	storeOnly bool
 	// trustGuess takes skipHeldCheck's guess for proved even when the
 	// implicit acquire fails: the shortcut without its confirmation, for
 	// the test that shows what the confirmation is for.
 	trustGuess bool
 }
+
+func (g *Guard) noMemoryLocks() bool { return g.testImplicit != nil && g.testImplicit.storeOnly }
 
 // naiveImplicit is implicitTestHooks.naive's check: the locks are taken
 // and given back at once, which only tells that nobody held them.

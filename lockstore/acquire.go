@@ -166,6 +166,10 @@ func (s *Store) HoldsAnyHere(session []byte) bool {
 // acquireAll makes one all-or-nothing attempt in canonical order. self is
 // the calling waiter, not woken by its own rollback.
 func (s *Store) acquireAll(ctx context.Context, owner Owner, ns string, ordered []lockKey, lease time.Duration, self *waiter) (map[string]Lock, error) {
+	if err := s.startAcquire(ns, ordered); err != nil {
+		return nil, err // a key is held in memory (memlock.go)
+	}
+	defer s.doneAcquire(ns)
 	got := make(map[string]Lock, len(ordered))
 	var fresh []string
 	for _, k := range ordered {
@@ -313,7 +317,9 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 		if next.Owner != nil {
 			s.heldNS.mark(next.NS, sent)
 		}
+		s.gview.writing(next)
 		ok, err := s.insert(ctx, op, next)
+		s.gview.written(next, s.cfg.TakeoverGrace, ok, err)
 		if err != nil {
 			s.cache.remove(rid)
 			return nil, h, err

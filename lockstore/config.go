@@ -54,6 +54,16 @@ type Config struct {
 	// record was last written or read through this Store; negative disables
 	// the cache (every Holds reads the database).
 	CacheTrust time.Duration
+	// NewcomerHorizon (G) is how long a Store that finds other Stores
+	// registered when it starts grants nothing, counted from its
+	// registration's acknowledgement (instances.go); 0 means
+	// DefaultNewcomerHorizon. It is what lets a Store that is alone hold a
+	// legacy write's implicit lock in memory (memlock.go): such a write's
+	// maxTimeMS is capped below G − CacheTrust, so it has surely ended
+	// before a newcomer grants. A negative value, or one too short to
+	// leave such writes a quarter second, turns memory locks off, and the
+	// newcomer then waits CacheTrust as without them.
+	NewcomerHorizon time.Duration
 	// ClockSyncInterval is how often the server clock offset is re-measured.
 	ClockSyncInterval time.Duration
 	// MinPoll and MaxPoll bound the jittered exponential backoff with which
@@ -109,6 +119,7 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.OpTimeout, DefaultOpTimeout)
 	def(&c.CacheTrust, DefaultCacheTrust)
+	def(&c.NewcomerHorizon, DefaultNewcomerHorizon)
 	def(&c.ClockSyncInterval, DefaultClockSyncInterval)
 	def(&c.MinPoll, DefaultMinPoll)
 	def(&c.MaxPoll, DefaultMaxPoll)

@@ -73,10 +73,11 @@ func (h *heldNamespaces) mayHold(ns string, now time.Time) bool {
 // none was taken through this Store since, and no other Store could have
 // taken one unseen: none was live at this Store's last read of the
 // registry, and one that starts grants nothing until that read has aged out
-// (instances.go). Inserts use it to skip the per-_id check.
+// (instances.go), and no implicit lock is held there in memory
+// (memlock.go). Inserts use it to skip the per-_id check.
 func (s *Store) MayHoldLocks(ns string) bool {
 	now := time.Now()
-	return !s.alone(now) || s.heldNS.mayHold(ns, now)
+	return !s.alone(now) || s.heldNS.mayHold(ns, now) || s.memHeldIn(ns)
 }
 
 // refreshHeldNamespaces reads the namespaces that have a held lock, in one

@@ -60,6 +60,10 @@ type instanceRegistry struct {
 	// that found no other live Store was sent; zero when the last read
 	// found one (or failed).
 	aloneSince time.Time
+	// aloneFrom is aloneSince when the current run of reads that found no
+	// other live Store began; zero when the last read found one (or
+	// failed). Memory locks need the claims read since then (memlock.go).
+	aloneFrom time.Time
 	// read is the local time at which the last successful read of the
 	// registry was sent.
 	read time.Time
@@ -91,10 +95,16 @@ func (s *Store) heartbeat(ctx context.Context, first bool) error {
 	})
 	if err != nil {
 		s.reg.mu.Lock()
-		s.reg.aloneSince = time.Time{}
+		s.reg.aloneSince, s.reg.aloneFrom = time.Time{}, time.Time{}
 		s.reg.mu.Unlock()
 		return s.storeErr(ctx, opInstances, err)
 	}
+	// A Store whose read of the registry missed this record ran that read
+	// before the write landed, so before now: its trust in being alone
+	// ends before acked + CacheTrust, and its memory locks' writes before
+	// acked + NewcomerHorizon (counting from sent would be short by this
+	// round trip).
+	acked := time.Now()
 	s.reg.mu.Lock()
 	s.reg.beat = sent
 	s.reg.mu.Unlock()
@@ -111,7 +121,7 @@ func (s *Store) heartbeat(ctx context.Context, first bool) error {
 	alone := errors.Is(err, mongo.ErrNoDocuments)
 	if err != nil && !alone {
 		s.reg.mu.Lock()
-		s.reg.aloneSince = time.Time{}
+		s.reg.aloneSince, s.reg.aloneFrom = time.Time{}, time.Time{}
 		s.reg.mu.Unlock()
 		return s.storeErr(ctx, opInstances, err)
 	}
@@ -119,9 +129,12 @@ func (s *Store) heartbeat(ctx context.Context, first bool) error {
 	defer s.reg.mu.Unlock()
 	s.reg.read = readSent
 	if alone {
+		if s.reg.aloneSince.IsZero() {
+			s.reg.aloneFrom = readSent
+		}
 		s.reg.aloneSince = readSent
 	} else {
-		s.reg.aloneSince = time.Time{}
+		s.reg.aloneSince, s.reg.aloneFrom = time.Time{}, time.Time{}
 	}
 	if first && s.reg.grantAfter.IsZero() {
 		if alone {
@@ -130,7 +143,7 @@ func (s *Store) heartbeat(ctx context.Context, first bool) error {
 			// trust one either.
 			s.reg.grantAfter = sent
 		} else {
-			s.reg.grantAfter = sent.Add(s.cfg.CacheTrust + s.cfg.CacheTrust/64 + time.Millisecond)
+			s.reg.grantAfter = acked.Add(s.grantHorizon())
 		}
 	}
 	return nil
@@ -190,17 +203,38 @@ func (s *Store) mayGrant(ctx context.Context) error {
 // CacheTrust before its first grant, so any lock it grants comes after
 // this answer expires; one registered before it was seen.
 func (s *Store) alone(now time.Time) bool {
+	_, ok := s.aloneRead(now)
+	return ok
+}
+
+// aloneRead returns when the read of the registry that the answer "alone"
+// rests on was sent, and whether alone holds now.
+func (s *Store) aloneRead(now time.Time) (time.Time, bool) {
 	s.reg.mu.Lock()
 	defer s.reg.mu.Unlock()
-	return !s.reg.aloneSince.IsZero() &&
+	ok := !s.reg.aloneSince.IsZero() &&
 		now.Sub(s.reg.aloneSince) <= s.cfg.CacheTrust &&
 		now.Sub(s.reg.beat) <= instanceSelfFence
+	return s.reg.aloneSince, ok
+}
+
+// aloneFrom is when the current run of "alone" reads began (zero: none).
+func (s *Store) aloneFrom() time.Time {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	return s.reg.aloneFrom
 }
 
 // deregister removes this Store's record at Close, so that the others
 // trust their views again at once instead of after instanceLiveFor.
 func (s *Store) deregister(ctx context.Context) {
 	if s.cfg.CacheTrust <= 0 || s.instances == nil {
+		return
+	}
+	if s.memWritesMayRun() {
+		// A write under a memory lock may still run: a newcomer that
+		// found no record would grant at once, so the record stays and
+		// ages out (a newcomer meanwhile waits NewcomerHorizon).
 		return
 	}
 	_ = s.rt(ctx, opInstances, func(ctx context.Context) error {

@@ -52,6 +52,7 @@ type Metrics struct {
 	cleaned      prometheus.Counter
 	handoffs     prometheus.Counter
 	quiesces     prometheus.Counter
+	memoryLocks  *prometheus.CounterVec
 }
 
 // NewMetrics creates unregistered collectors.
@@ -96,8 +97,14 @@ func NewMetrics() *Metrics {
 			Name: "lockgate_lock_quiesce_waits_total",
 			Help: "Releases, force-releases and handoffs through this instance of a lock held or changed through another instance, which waited for that instance's cache to stop trusting the lock.",
 		})),
+		memoryLocks: metricset.Add(&s, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_implicit_memory_locks_total",
+			Help: "Implicit locks of legacy writes by where they were held: memory (this instance alone on the lock store, no round trip) or store (the memory lock was not possible).",
+		}, []string{"where"})),
 	}
 	m.Set = s
+	m.memoryLocks.WithLabelValues("memory")
+	m.memoryLocks.WithLabelValues("store")
 	// At zero from the start: dashboards show each result from the first
 	// scrape, not "no data" until it happens once.
 	for _, r := range []string{resultOK, resultBusy, resultTimeout, resultError} {

@@ -33,10 +33,13 @@ func (s *Store) Renew(ctx context.Context, owner Owner, ns string, ids []docid.I
 	if err != nil {
 		return nil, err
 	}
+	out, ks := s.renewMemory(owner, ks)
+	if len(ks) == 0 {
+		return out, nil // all held in memory (memlock.go): nothing to write
+	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	var out []Lock
 	var missing []docid.ID
 	var whys []string
 	for _, k := range ks {
@@ -75,7 +78,17 @@ func (s *Store) Release(ctx context.Context, owner Owner, ns string, ids []docid
 	for i, k := range ks {
 		rids[i] = k.rid
 	}
-	return s.release(ctx, owner, ns, rids, errText)
+	n, rest := s.releaseMemory(owner, rids)
+	if n > 0 {
+		// Waiters for a memory lock are woken here: no generation is
+		// written for it.
+		s.wq.notify(rids...)
+	}
+	if len(rest) == 0 {
+		return n, nil
+	}
+	m, err := s.release(ctx, owner, ns, rest, errText)
+	return n + m, err
 }
 
 // ReleaseAll frees every lock owner holds in namespace ns (releaseLock
@@ -232,6 +245,7 @@ func (s *Store) status(ctx context.Context, owner Owner, ns string, ids []docid.
 			out[i].ID = k.id
 		}
 	}
+	s.memStatus(&owner, ks, out)
 	s.debug("status", ns, owner, zap.Int("ids", len(ks)), zap.Bool("confirmed", confirm))
 	return out, nil
 }
@@ -273,6 +287,11 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Memory locks (memlock.go) are listed in their place, in key order;
+	// the store never holds a key that is held in memory.
+	memRids, memSts := s.memList(opts.NS)
+	rids = slices.DeleteFunc(rids, func(rid string) bool { _, found := slices.BinarySearch(memRids, rid); return found })
+	rids = append(rids, memRids...)
 	slices.Sort(rids)
 	var out []Status
 	for len(rids) > 0 && len(out) < limit {
@@ -283,6 +302,13 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Status, error) {
 			return nil, err
 		}
 		for _, rid := range batch {
+			if i, found := slices.BinarySearch(memRids, rid); found {
+				out = append(out, memSts[i])
+				if len(out) == limit {
+					break
+				}
+				continue
+			}
 			h := hs[rid]
 			if h == nil || (!opts.IncludeFree && !h.heldAt(now)) {
 				continue

@@ -155,6 +155,10 @@ type Store struct {
 	wq       *waitQueues
 	heldNS   heldNamespaces
 	reg      instanceRegistry
+	// mem are the implicit locks held in memory and the acquires in
+	// flight; gview what they are decided on (memlock.go).
+	mem   memLocks
+	gview grantView
 	// txnSlots guesses where a transaction's next record goes (txn.go).
 	txnSlots txnSlots
 
@@ -377,6 +381,7 @@ func (s *Store) setup(ctx context.Context) error {
 		s.startWaker(s.client.Database(s.cfg.Database).Collection(s.cfg.Collection + WakeSuffix))
 	}
 	s.setupDone.Store(true)
+	s.scanClaims(ctx)
 	return nil
 }
 
@@ -481,6 +486,7 @@ func (s *Store) background(cfg Config) {
 				if err := s.heartbeat(s.ctx, false); err != nil {
 					s.log.Debug("heartbeat failed", zap.Error(err))
 				}
+				s.scanClaims(s.ctx)
 			}
 			s.refreshHeldNamespaces(s.ctx)
 		case <-pruneT.C:
