@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
 )
 
@@ -405,17 +406,16 @@ func (s *Store) scanClaims(ctx context.Context) {
 	sent := time.Now()
 	now, unc := s.clock.Now()
 	var rows []struct {
-		NS    string    `bson:"_id"`
-		Until time.Time `bson:"until"`
+		NS        string    `bson:"ns"`
+		ExpiresAt time.Time `bson:"expiresAt"`
 	}
 	err := s.rt(ctx, opFind, func(ctx context.Context) error {
-		cur, err := s.claims.Aggregate(ctx, bson.A{
-			bson.D{{Key: "$match", Value: bson.D{
-				{Key: "owner", Value: bson.D{{Key: "$ne", Value: nil}}},
-				{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now.Add(-unc - s.cfg.TakeoverGrace)}}},
-			}}},
-			bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$ns"}, {Key: "until", Value: bson.D{{Key: "$max", Value: "$expiresAt"}}}}}},
-		})
+		// A find, not a $group: FerretDB has no $max accumulator. It runs
+		// once each time this Store becomes alone.
+		cur, err := s.claims.Find(ctx, bson.D{
+			{Key: "owner", Value: bson.D{{Key: "$ne", Value: nil}}},
+			{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now.Add(-unc - s.cfg.TakeoverGrace)}}},
+		}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "ns", Value: 1}, {Key: "expiresAt", Value: 1}}))
 		if err != nil {
 			return err
 		}
@@ -427,7 +427,7 @@ func (s *Store) scanClaims(ctx context.Context) {
 	}
 	m := make(map[string]time.Time, len(rows))
 	for _, r := range rows {
-		m[r.NS] = r.Until.Add(s.cfg.TakeoverGrace)
+		m[r.NS] = maxTime(m[r.NS], r.ExpiresAt.Add(s.cfg.TakeoverGrace))
 	}
 	s.gview.mu.Lock()
 	s.gview.scanned, s.gview.scanNS = sent, m
