@@ -101,6 +101,12 @@ type Lockstore struct {
 	// write the database may still be running under the old lease ends
 	// first (docs/ENFORCEMENT.md, "Writes in flight"). 0: none.
 	TakeoverGraceMS int64 `yaml:"takeoverGraceMS"`
+	// NewcomerHorizonMS is how long a lockgate that starts beside others
+	// on the lock store grants nothing; it lets a lockgate alone on the
+	// lock store hold legacy writes' implicit locks in memory
+	// (docs/ENFORCEMENT.md, "Writers that hold no lock"). 0: 3000;
+	// negative: no memory locks (the wait is then the cache's second).
+	NewcomerHorizonMS int64 `yaml:"newcomerHorizonMS"`
 	// WakeListen, when set, is the UDP host:port where this lockgate
 	// takes wake-up datagrams from other lockgates sharing the lock store,
 	// and which it advertises to them: a release through one then wakes a
@@ -319,10 +325,11 @@ func Default() *Config {
 			DialTimeout: Duration(10 * time.Second),
 		},
 		Lockstore: Lockstore{
-			Database:       "lockgate",
-			Collection:     "locks",
-			DefaultLeaseMS: 30000,
-			MaxLeaseMS:     600000,
+			Database:          "lockgate",
+			Collection:        "locks",
+			DefaultLeaseMS:    30000,
+			NewcomerHorizonMS: 3000,
+			MaxLeaseMS:        600000,
 		},
 		Policy: Policy{Default: ModeOff, MaxCandidates: DefaultMaxCandidates, LeaseMarginMS: DefaultLeaseMarginMS},
 		Limits: Limits{MaxMessageSizeBytes: DefaultMaxMessageSizeBytes,

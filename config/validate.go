@@ -73,6 +73,9 @@ func (c *Config) Validate() error {
 	if ls.TakeoverGraceMS < 0 || ls.TakeoverGraceMS > MaxLeaseLimitMS {
 		v.add("lockstore.takeoverGraceMS", "must be between 0 and %d, got %d", MaxLeaseLimitMS, ls.TakeoverGraceMS)
 	}
+	if ls.NewcomerHorizonMS > 60000 {
+		v.add("lockstore.newcomerHorizonMS", "must be at most 60000 (a lockgate joining others grants nothing for that long), got %d", ls.NewcomerHorizonMS)
+	}
 	if ls.MaxLeaseMS < 1 || ls.MaxLeaseMS > MaxLeaseLimitMS {
 		v.add("lockstore.maxLeaseMS", "must be between 1 and %d (one day), got %d", MaxLeaseLimitMS, ls.MaxLeaseMS)
 	}

@@ -179,6 +179,7 @@ func (a *assembly) openLockStore() (err error) {
 		MaxWaiters:   cfg.Limits.MaxWaitersPerLock,
 
 		TakeoverGrace:      time.Duration(cfg.Lockstore.TakeoverGraceMS) * time.Millisecond,
+		NewcomerHorizon:    time.Duration(cfg.Lockstore.NewcomerHorizonMS) * time.Millisecond,
 		WakeListen:         cfg.Lockstore.WakeListen,
 		MaxLocksPerSession: cfg.Limits.MaxLocksPerSession,
 	}, opts...)
