@@ -136,3 +136,39 @@ func TestMemoryImplicitLockIsALock(t *testing.T) {
 		t.Fatalf("qty = %d, want 10 + 1 + 5 + 1", got)
 	}
 }
+
+// TestTwoLockgatesTakeNoMemoryLocks: with a second lockgate on the same
+// lock store, legacy writes through either take their implicit locks in
+// the lock store, where the other lockgate sees them. The second one's
+// start (it waits newcomerHorizon before it may grant) outlasts the first
+// one's trust in its last "alone" read, so from then on neither holds a
+// memory lock.
+func TestTwoLockgatesTakeNoMemoryLocks(t *testing.T) {
+	coll, pol := legacyPolicy(t, 2, config.UnlockedRefuseIfLocked, 0)
+	lockColl := "locks_" + coll
+	ma, mb := lockstore.NewMetrics(), lockstore.NewMetrics()
+	a := startStackWith(t, stackOptions{policy: pol, storeMetrics: ma, collection: lockColl})
+	inc := func(st *stack, id int) {
+		t.Helper()
+		c := connect(t, st.uri, "legacy-batch")
+		if _, err := c.Database("shop").Collection(coll).UpdateOne(context.Background(),
+			bson.D{{"_id", id}}, bson.D{{"$inc", bson.D{{"qty", 1}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := qtyOf(t, coll, 1) + qtyOf(t, coll, 2)
+	inc(a, 1)
+	if n := memoryLocksTaken(t, ma); n != 1 {
+		t.Fatalf("a lone lockgate held %v implicit locks in memory, want 1", n)
+	}
+	b := startStackWith(t, stackOptions{policy: pol, storeMetrics: mb, collection: lockColl})
+	inc(a, 1)
+	inc(b, 2)
+	inc(a, 2)
+	if na, nb := memoryLocksTaken(t, ma), memoryLocksTaken(t, mb); na != 1 || nb != 0 {
+		t.Fatalf("implicit locks held in memory with two lockgates: %v and %v, want none after the second started", na-1, nb)
+	}
+	if got := qtyOf(t, coll, 1) + qtyOf(t, coll, 2); got != before+4 {
+		t.Fatalf("qty sum %d, want %d", got, before+4)
+	}
+}
