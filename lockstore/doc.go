@@ -193,9 +193,17 @@
 // trust period), trusted only by a store that knows it is alone: every
 // store upserts a heartbeat into `<collection>_instances` (`_id` = its
 // `via`) and reads whether another was seen in the last 30 s; a store that
-// found another grants its first lock one trust period after its own
-// heartbeat was written (instances.go gives the argument), and one whose
-// last heartbeat is over 10 s old grants none. Close deletes the record.
+// found another grants its first lock NewcomerHorizon (at least one trust
+// period) after its own heartbeat was acknowledged (instances.go gives the
+// argument), and one whose last heartbeat is over 10 s old grants none.
+// Close deletes the record, unless a write under a memory lock may still
+// run.
+//
+// `AcquireInMemory` holds a legacy write's implicit locks in the store's
+// memory while it is alone, with no round trip; acquires through the
+// store refuse or queue behind them, and `Status`, `ConfirmedStatus`,
+// `List` and `MayHoldLocks` show them. memlock.go gives the conditions and
+// the argument; the write's maxTimeMS is capped at the budget returned.
 //
 // # FerretDB notes
 //
