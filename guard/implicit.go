@@ -252,6 +252,13 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 				// need no round trip (lockstore/memlock.go); a fenced
 				// rule needs the store's tokens.
 				locks, budget, inMemory = ml.AcquireInMemory(p.owner, n.ns, n.ids)
+				if inMemory && budget-n.r.LeaseMargin < minMemoryWrite {
+					// The rule's lease margin would leave the write too
+					// little time (launchDecision subtracts it): store
+					// locks, with their lease, serve it better.
+					g.releaseMemory(p.owner, n.ns, n.ids)
+					locks, inMemory = nil, false
+				}
 			}
 			if !inMemory {
 				locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
@@ -328,6 +335,18 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		v.flight.implicit = p
 	}
 	return inserts
+}
+
+// minMemoryWrite is the least maxTimeMS a write under memory locks is
+// given; below it the write takes store locks.
+const minMemoryWrite = 250 * time.Millisecond
+
+// releaseMemory gives back memory locks that will not be used (no round
+// trip: the store holds them in memory).
+func (g *Guard) releaseMemory(o lockstore.Owner, ns string, ids []docid.ID) {
+	if _, err := g.opts.Store.Release(context.Background(), o, ns, ids, ""); err != nil {
+		g.log.Warn("giving back unused memory locks failed; they end with their budget", zap.String("ns", ns), zap.Error(err))
+	}
 }
 
 // memoryLocker holds implicit locks in the lock store's memory when that

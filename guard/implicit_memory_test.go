@@ -153,7 +153,7 @@ func TestTwoLockgatesTakeNoMemoryLocks(t *testing.T) {
 		c := connect(t, st.uri, "legacy-batch")
 		if _, err := c.Database("shop").Collection(coll).UpdateOne(context.Background(),
 			bson.D{{"_id", id}}, bson.D{{"$inc", bson.D{{"qty", 1}}}}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("legacy write of %d: %v", id, err)
 		}
 	}
 	before := qtyOf(t, coll, 1) + qtyOf(t, coll, 2)
@@ -170,5 +170,20 @@ func TestTwoLockgatesTakeNoMemoryLocks(t *testing.T) {
 	}
 	if got := qtyOf(t, coll, 1) + qtyOf(t, coll, 2); got != before+4 {
 		t.Fatalf("qty sum %d, want %d", got, before+4)
+	}
+}
+
+// TestLargeLeaseMarginTakesStoreLocks: a memory lock's write budget (about
+// 1.7 s or more at the defaults) less a rule's lease margin can leave the
+// write no time at all; such a write takes store locks, with their lease,
+// instead of being refused for a lease that runs out.
+func TestLargeLeaseMarginTakesStoreLocks(t *testing.T) {
+	coll, pol := legacyPolicy(t, 1, config.UnlockedRefuseIfLocked, 0)
+	pol.LeaseMarginMS = 5000
+	st := startStackWith(t, stackOptions{policy: pol})
+	c := connect(t, st.uri, "legacy-batch")
+	if _, err := c.Database("shop").Collection(coll).UpdateOne(context.Background(),
+		bson.D{{"_id", 1}}, bson.D{{"$inc", bson.D{{"qty", 1}}}}); err != nil {
+		t.Fatalf("a legacy write under a rule with a 5 s lease margin: %v", err)
 	}
 }
