@@ -60,6 +60,7 @@ func TestMemoryImplicitLockIsALock(t *testing.T) {
 	ac := alice.Database("shop").Collection(coll)
 	sa := session(t, alice)
 
+	testkit.Eventually(t, 10*time.Second, "the lone lockgate knows no lock is held in the namespace", func() bool { return !st.store.MayHoldLocks(ns) })
 	var once sync.Once
 	paused, resume := make(chan struct{}), make(chan struct{})
 	var resumed sync.Once
@@ -156,6 +157,7 @@ func TestTwoLockgatesTakeNoMemoryLocks(t *testing.T) {
 			t.Fatalf("legacy write of %d: %v", id, err)
 		}
 	}
+	testkit.Eventually(t, 10*time.Second, "the lone lockgate knows no lock is held in the namespace", func() bool { return !a.store.MayHoldLocks("shop." + coll) })
 	before := qtyOf(t, coll, 1) + qtyOf(t, coll, 2)
 	inc(a, 1)
 	if n := memoryLocksTaken(t, ma); n != 1 {

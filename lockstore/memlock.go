@@ -28,7 +28,10 @@ import (
 //   - no lock may be held in the namespace: the grant view below knows
 //     every generation written through this Store and every unexpired
 //     claim written before this Store became alone (a read of the claims,
-//     which decide every grant; head documents can lag or go back);
+//     which decide every grant; head documents can lag or go back), and
+//     the held-namespaces view of the head records (heldns.go) shows none
+//     either (the janitor deletes claims older than CleanupAfter, even
+//     the newest of a key leased for longer);
 //   - acquires through this Store and memory locks exclude each other
 //     under memLocks.mu: an acquire refuses or waits for a memory-locked
 //     key, and no memory lock is taken in a namespace while an acquire
@@ -124,7 +127,10 @@ func (s *Store) AcquireInMemory(owner Owner, ns string, ids []docid.ID) (locks [
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
 	from, alone := s.aloneRead(now)
-	if !alone || s.mem.acquiring[ns] > 0 || s.gview.mayHold(ns, s.aloneFrom(), s.clock) {
+	// Both views: the claims decide every grant, but the janitor deletes
+	// claims CleanupAfter after they were written, even the newest of a
+	// key whose lease is longer; its head record still shows it.
+	if !alone || s.mem.acquiring[ns] > 0 || s.gview.mayHold(ns, s.aloneFrom(), s.clock) || s.heldNS.mayHold(ns, now) {
 		s.m.memoryLocks.WithLabelValues("store").Inc()
 		return nil, 0, false
 	}

@@ -281,3 +281,24 @@ func TestGrantViewReadsClaimsNotHeads(t *testing.T) {
 		t.Fatal("a memory lock was taken on a key whose claim says it is held")
 	}
 }
+
+// TestGrantViewReadsHeadsToo: the janitor deletes claims CleanupAfter
+// after they were written, even the newest of a key whose lease is longer;
+// its head record still shows the lock, and no memory lock is taken there.
+func TestGrantViewReadsHeadsToo(t *testing.T) {
+	cfg := testConfig(t)
+	const ns = "db.long"
+	seed := openStore(t, cfg)
+	mustAcquire(t, seed, newOwner("editor"), ns, ids(t, 4), 5*time.Minute, 0)
+	if _, err := seed.claims.DeleteMany(bg, bson.D{}); err != nil { // as compaction would
+		t.Fatal(err)
+	}
+	if err := seed.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, cfg)
+	memoryReady(t, s, "db.other")
+	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), ns, ids(t, 4)); ok {
+		t.Fatal("a memory lock was taken on a key whose head record shows it held (its claim compacted)")
+	}
+}

@@ -381,7 +381,10 @@ func (s *Store) setup(ctx context.Context) error {
 		s.startWaker(s.client.Database(s.cfg.Database).Collection(s.cfg.Collection + WakeSuffix))
 	}
 	s.setupDone.Store(true)
+	// The views memory locks and the insert check are decided on, read
+	// now rather than at the first tick.
 	s.scanClaims(ctx)
+	s.refreshHeldNamespaces(ctx)
 	return nil
 }
 
