@@ -34,8 +34,7 @@ func recordExists(w policy.Write, st policy.Step, rec bsoncore.Document) bsoncor
 	switch w.Kind {
 	case policy.KindInsert:
 		errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, docid.Format(bson.RawValue{Type: st.ID.Type, Value: st.ID.Data}))
-		we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", int32(mongoerr.DuplicateKey)).
-			AppendString("errmsg", errmsg).Build()
+		we := (&mongoerr.Error{Code: mongoerr.DuplicateKey, Msg: errmsg}).WriteError(w.Index)
 		d = bsoncore.AppendInt32Element(d, "n", 0)
 		d = bsoncore.AppendArrayElement(d, "writeErrors", bsoncore.NewArrayBuilder().AppendDocument(we).Build())
 	case policy.KindFindAndModify:
