@@ -1,60 +1,66 @@
 package policy
 
 import (
-	"strings"
+	"strconv"
 	"testing"
 
 	"github.com/lockgate/lockgate/wire"
 )
 
-// TestWalksAgree: the two walks of a command, VisitReferences (the
-// reserved-namespace boundary) and Classify (enforcement), must agree on
-// where it writes: every namespace Classify finds a write on is one that
-// VisitNamespaces reports, as that namespace, as its whole database, or as
-// UnknownNS. A write the boundary walk missed would reach the lock store's
-// collections past the boundary. Run over every classification case and
-// over generated write commands.
-func TestWalksAgree(t *testing.T) {
-	check := func(t *testing.T, name string, raw []byte) {
-		t.Helper()
-		m := clParse(t, raw)
-		cmd, err := wire.CommandOf(m)
-		if err != nil || cmd == nil {
-			return // legacy opcodes: the boundary reads their namespace itself
-		}
-		writes, err := Classify(m, cmd)
-		if err != nil {
-			return
-		}
-		seen := map[string]bool{}
-		VisitNamespaces(cmd, func(db, coll string) bool {
-			seen[db+"."+coll] = true
-			if coll == "" {
-				seen[DBNamespace(db)] = true
-			}
-			return false
-		})
-		if seen[UnknownNS+"."+UnknownNS] {
-			return
-		}
-		for _, w := range writes {
-			if w.NS == NSAll {
-				// Classify cannot tell (an applyOps command op); the
-				// boundary walks the op's command itself.
-				continue
-			}
-			db, _, _ := strings.Cut(w.NS, ".")
-			if !seen[w.NS] && !seen[DBNamespace(db)] {
-				t.Errorf("%s: Classify finds a write on %s that VisitNamespaces does not report (it saw %v)", name, w.NS, seen)
-			}
-		}
-	}
+// planCorpus is every message the policy tests build: the classification
+// cases, the command table with a collection name as first value, and
+// generated write commands (the edit generator's).
+func planCorpus(t testing.TB) map[string][]byte {
+	c := map[string][]byte{}
 	for _, tc := range classifyCases() {
-		check(t, tc.name, tc.raw(t))
+		c["classify/"+tc.name] = tc.raw(t)
+	}
+	for _, s := range wire.Commands() {
+		for _, first := range []any{"orders", "system.indexes", "lockgate.locks", int32(1)} {
+			c["table/"+s.Name+"/"+typeName(first)] = clMsgRaw(t, 0, D{{s.Name, first}, {"$db", "shop"}})
+		}
 	}
 	for seed := int64(0); seed < 200; seed++ {
 		r := newRand(seed)
-		c := genEditCase(t, r, true)
-		check(t, "generated", c.raw)
+		c["generated/"+strconv.FormatInt(seed, 10)] = genEditCase(t, r, true).raw
+	}
+	return c
+}
+
+func typeName(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return "int"
+}
+
+// TestPlanWritesAreReferences: the plan's writes land only on namespaces
+// its references hold (the boundary reads those), each marked Written, and
+// they are Classify's writes.
+func TestPlanWritesAreReferences(t *testing.T) {
+	for name, raw := range planCorpus(t) {
+		m := clParse(t, raw)
+		cmd, err := wire.CommandOf(m)
+		if err != nil {
+			continue
+		}
+		p := NewPlan(m, cmd)
+		writes, err := p.Writes()
+		want, wantErr := Classify(m, cmd)
+		if len(writes) != len(want) || (err == nil) != (wantErr == nil) {
+			t.Errorf("%s: plan has %d writes, %v; Classify %d, %v", name, len(writes), err, len(want), wantErr)
+		}
+		for _, w := range writes {
+			n := writeNamespace(w.NS)
+			found := false
+			for _, r := range p.Refs() {
+				if r.NS == n && r.Access&Written != 0 {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("%s: write on %s is not among the plan's references %v", name, w.NS, p.Refs())
+			}
+		}
 	}
 }
