@@ -42,6 +42,12 @@ func Split(s string) (n Namespace, ok bool) {
 	return Namespace{db: db, coll: coll}, ok
 }
 
+// Of is Split without its ok: the namespace s names, read leniently.
+func Of(s string) Namespace {
+	n, _ := Split(s)
+	return n
+}
+
 // Parse reads "db.coll" as the server reads a full namespace: split at the
 // first dot, both sides non-empty.
 func Parse(s string) (Namespace, bool) {
@@ -54,6 +60,10 @@ func (n Namespace) DB() string { return n.db }
 
 // Collection returns the collection, "" for a whole database.
 func (n Namespace) Collection() string { return n.coll }
+
+// Parts returns the database and the collection, for the callers that
+// pass them on separately (a command's $db and first value).
+func (n Namespace) Parts() (db, coll string) { return n.db, n.coll }
 
 // Valid reports whether both the database and the collection are named.
 func (n Namespace) Valid() bool { return n.db != "" && n.coll != "" }
