@@ -42,7 +42,9 @@ func TestPlanSeals(t *testing.T) {
 			}, locks},
 		{"bulkWrite nsInfo", bson.D{{"bulkWrite", 1}, {"ops", bson.A{bson.D{{"insert", 0}, {"document", bson.D{{"_id", 1}}}}}}, {"nsInfo", bson.A{bson.D{{"ns", "lockgate.locks"}}}}, {"$db", "admin"}}, nil, locks},
 		{"bulkWrite nsInfo in a sequence", bson.D{{"bulkWrite", 1}, {"ops", bson.A{}}, {"$db", "admin"}},
-			func(t testing.TB) []wire.Sequence { return []wire.Sequence{clSeq(t, "nsInfo", bson.D{{"ns", "lockgate.locks"}})} }, locks},
+			func(t testing.TB) []wire.Sequence {
+				return []wire.Sequence{clSeq(t, "nsInfo", bson.D{{"ns", "lockgate.locks"}})}
+			}, locks},
 		{"applyOps op", bson.D{{"applyOps", bson.A{bson.D{{"op", "d"}, {"ns", "lockgate.locks"}, {"o", bson.D{{"_id", 1}}}}}}, {"$db", "admin"}}, nil, locks},
 		{"applyOps command op", bson.D{{"applyOps", bson.A{bson.D{{"op", "c"}, {"ns", "lockgate.$cmd"}, {"o", bson.D{{"drop", "locks"}}}}}}, {"$db", "admin"}}, nil, locks},
 		{"applyOps by uuid", bson.D{{"applyOps", bson.A{bson.D{{"op", "d"}, {"ui", "u"}, {"o", bson.D{}}}}}, {"$db", "admin"}}, nil, namespace.Unknown()},
