@@ -24,10 +24,10 @@ func refsOf(t *testing.T, body bson.D, seqs ...wire.Sequence) []string {
 	return got
 }
 
-// TestVisitNamespaces lists, for each form a client can name a namespace
+// TestPlanReferences lists, for each form a client can name a namespace
 // in, the references the plan must hold as named (in order). Every row is a way to
 // reach the lock store's collections that the proxy must see.
-func TestVisitNamespaces(t *testing.T) {
+func TestPlanReferences(t *testing.T) {
 	lookupDBColl := bson.D{{"$lookup", bson.D{{"from", bson.D{{"db", "lockgate"}, {"coll", "locks"}}}, {"as", "x"},
 		{"pipeline", bson.A{bson.D{{"$unionWith", bson.D{{"coll", "locks_claims"}}}}}}}}}
 	tests := []struct {
