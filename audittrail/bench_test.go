@@ -16,7 +16,7 @@ import (
 //
 //	go test ./audittrail -run '^$' -bench WriterRecord -benchmem
 func BenchmarkWriterRecord(b *testing.B) {
-	w := &writer{opts: &Options{Instance: "bench", Key: testKey, CheckpointEvery: 1 << 30}}
+	w := &writer{opts: &Options{Instance: "bench", Key: testKey, CheckpointEvery: 1 << 30}, instanceSafe: true}
 	ev := decision(b, 7)
 	ev.Time = time.Now()
 	runtime.LockOSThread()

@@ -72,6 +72,10 @@ type writer struct {
 	segStart time.Time
 	seq      uint64
 	prev     string
+	// prevSafe: prev holds only jsonSafe bytes (a hash this writer made,
+	// or a recovered one that was checked); instanceSafe the same of the
+	// instance name. The record lines then copy them as they are.
+	prevSafe, instanceSafe bool
 	// sinceCP counts the records after the last checkpoint; firstUnsigned
 	// is the time of the first of them.
 	sinceCP       int
@@ -142,6 +146,7 @@ func openWriter(o *Options) (*writer, error) {
 		return nil, err
 	}
 	w.seq, w.prev = end.seq, end.hash
+	w.prevSafe, w.instanceSafe = isSafe(w.prev), isSafe(o.Instance)
 	if end.seq > 0 && end.kind != KindCheckpoint {
 		// Records after the last checkpoint: the next checkpoint signs
 		// them with the rest.
@@ -381,11 +386,17 @@ func (w *writer) appendRecord(r *Record) error {
 	var h [2 * sha256.Size]byte
 	w.scratch = r.hashInto(&h, w.scratch)
 	r.Hash = w.strs.str(h[:])
-	var err error
-	if w.buf, err = marshalLine(w.buf, r); err != nil {
-		return err
+	// Times and hashes are written by this writer in digits, hex and
+	// the layout's punctuation.
+	safe := safeTime | safeHash
+	if w.prevSafe {
+		safe |= safePrev
 	}
-	w.prev = r.Hash
+	if w.instanceSafe {
+		safe |= safeInstance
+	}
+	w.buf = append(appendJSONSafe(w.buf, r, safe), '\n')
+	w.prev, w.prevSafe = r.Hash, true
 	w.kinds[kindIndex(r.Kind)]++
 	if w.coll != nil {
 		w.recs = append(w.recs, *r)
@@ -424,9 +435,9 @@ func (w *writer) writeBatch(items []item, final bool) error {
 		return nil
 	}
 	began := w.opts.Clock()
-	seq, prev, sinceCP, firstUnsigned := w.seq, w.prev, w.sinceCP, w.firstUnsigned
+	seq, prev, prevSafe, sinceCP, firstUnsigned := w.seq, w.prev, w.prevSafe, w.sinceCP, w.firstUnsigned
 	restore := func() {
-		w.seq, w.prev, w.sinceCP, w.firstUnsigned = seq, prev, sinceCP, firstUnsigned
+		w.seq, w.prev, w.prevSafe, w.sinceCP, w.firstUnsigned = seq, prev, prevSafe, sinceCP, firstUnsigned
 		clear(w.kinds[:])
 	}
 	w.buf = w.buf[:0]
