@@ -489,7 +489,7 @@ func (w *writer) writeBatch(items []item, final bool) error {
 	m := w.opts.Metrics
 	for i, n := range w.kinds {
 		if n > 0 {
-			m.records.WithLabelValues(string(recordKinds[i])).Add(float64(n))
+			m.byKind[i].Add(float64(n))
 		}
 	}
 	now := w.opts.Clock()
