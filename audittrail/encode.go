@@ -10,13 +10,24 @@ import (
 // those without looking at each byte. The writer knows it of the times
 // and hashes it makes, which are 160 of a decision record's some 400
 // bytes; scanning them was a fifth of the line's cost.
-type safeFields uint8
+type safeFields uint16
 
 const (
 	safeTime safeFields = 1 << iota
 	safeInstance
 	safePrev
 	safeHash
+	// The event's strings the writer found safe before: the same
+	// string (same bytes in memory) recurs in record after record.
+	safeKind
+	safeNS
+	safeOp
+	safeMode
+	safeVerdict
+	safeApp
+	safeUser
+	safeClient
+	safePolicy
 )
 
 // appendJSON appends r as encoding/json marshals it (the same bytes:
@@ -32,8 +43,8 @@ func appendJSONSafe(b []byte, r *Record, safe safeFields) []byte {
 	b = appendSafeField(b, `,"time":"`, r.Time, safe&safeTime != 0)
 	b = appendSafeField(b, `,"instance":"`, r.Instance, safe&safeInstance != 0)
 	b = appendSafeField(b, `,"prev":"`, r.Prev, safe&safePrev != 0)
-	b = appendField(b, "kind", string(r.Kind), false)
-	b = appendField(b, "ns", r.NS, true)
+	b = appendSafeOmitField(b, `,"kind":"`, string(r.Kind), false, safe&safeKind != 0)
+	b = appendSafeOmitField(b, `,"ns":"`, r.NS, true, safe&safeNS != 0)
 	if len(r.IDs) > 0 {
 		b = append(b, `,"ids":[`...)
 		for i, id := range r.IDs {
@@ -44,13 +55,13 @@ func appendJSONSafe(b []byte, r *Record, safe safeFields) []byte {
 		}
 		b = append(b, ']')
 	}
-	b = appendField(b, "op", r.Op, true)
-	b = appendField(b, "mode", r.Mode, true)
-	b = appendField(b, "verdict", r.Verdict, true)
+	b = appendSafeOmitField(b, `,"op":"`, r.Op, true, safe&safeOp != 0)
+	b = appendSafeOmitField(b, `,"mode":"`, r.Mode, true, safe&safeMode != 0)
+	b = appendSafeOmitField(b, `,"verdict":"`, r.Verdict, true, safe&safeVerdict != 0)
 	b = appendField(b, "reason", r.Reason, true)
-	b = appendField(b, "app", r.App, true)
-	b = appendField(b, "user", r.User, true)
-	b = appendField(b, "client", r.Client, true)
+	b = appendSafeOmitField(b, `,"app":"`, r.App, true, safe&safeApp != 0)
+	b = appendSafeOmitField(b, `,"user":"`, r.User, true, safe&safeUser != 0)
+	b = appendSafeOmitField(b, `,"client":"`, r.Client, true, safe&safeClient != 0)
 	b = appendField(b, "holder", r.Holder, true)
 	if len(r.Tokens) > 0 {
 		b = append(b, `,"tokens":[`...)
@@ -62,7 +73,7 @@ func appendJSONSafe(b []byte, r *Record, safe safeFields) []byte {
 		}
 		b = append(b, ']')
 	}
-	b = appendField(b, "policy", r.Policy, true)
+	b = appendSafeOmitField(b, `,"policy":"`, r.Policy, true, safe&safePolicy != 0)
 	b = appendField(b, "detail", r.Detail, true)
 	if r.Count != 0 {
 		b = append(b, `,"count":`...)
@@ -83,6 +94,15 @@ func appendSafeField(b []byte, head, v string, safe bool) []byte {
 	b = append(b, head...)
 	b = append(b, v...)
 	return append(b, '"')
+}
+
+// appendSafeOmitField is appendSafeField for a field that is left out
+// when empty, if omitEmpty.
+func appendSafeOmitField(b []byte, head, v string, omitEmpty, safe bool) []byte {
+	if omitEmpty && v == "" {
+		return b
+	}
+	return appendSafeField(b, head, v, safe)
 }
 
 // isSafe reports whether every byte of s is jsonSafe: appendString

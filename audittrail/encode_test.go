@@ -125,9 +125,19 @@ func TestAppendJSONSafe(t *testing.T) {
 			w := &writer{opts: &Options{Instance: inst, Key: testKey, CheckpointEvery: 1 << 30}, prev: prev}
 			w.prevSafe, w.instanceSafe = isSafe(prev), isSafe(inst)
 			var recs []Record
-			for i := range 3 {
+			// The event's strings alternate between safe ones and ones
+			// of the same length that need escaping, each made anew or
+			// the same string again.
+			apps := []string{"billing", strings.Clone("billing"), `bi"ling`, "billing", "bi<l>ng", strings.Clone(`bi"ling`)}
+			for i := range 12 {
 				ev := decision(t, i)
 				ev.Time = time.Date(2026, 11, 27, 2, 0, i, 123, time.UTC)
+				ev.App = apps[i%len(apps)]
+				ev.User = apps[(i+1)%len(apps)]
+				ev.NS, ev.Op, ev.Mode, ev.Verdict, ev.Client, ev.Policy = ev.App, ev.User, ev.App, ev.User, ev.App, ev.User
+				if i%3 == 0 {
+					ev.Kind = Kind(ev.App)
+				}
 				r := w.build(&ev)
 				if err := w.appendRecord(&r); err != nil {
 					t.Fatal(err)

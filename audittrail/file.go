@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // File names in a trail directory.
@@ -76,6 +77,11 @@ type writer struct {
 	// or a recovered one that was checked); instanceSafe the same of the
 	// instance name. The record lines then copy them as they are.
 	prevSafe, instanceSafe bool
+	// known holds, per field of safeEventFields, the last string of an
+	// event found safe. A string that is the same one (its bytes at the
+	// same place, which known keeps alive: a Go string never changes)
+	// is safe without a scan.
+	known [len(safeEventFields)]string
 	// sinceCP counts the records after the last checkpoint; firstUnsigned
 	// is the time of the first of them.
 	sinceCP       int
@@ -395,6 +401,11 @@ func (w *writer) appendRecord(r *Record) error {
 	if w.instanceSafe {
 		safe |= safeInstance
 	}
+	for i, f := range [...]string{string(r.Kind), r.NS, r.Op, r.Mode, r.Verdict, r.App, r.User, r.Client, r.Policy} {
+		if w.knownSafe(i, f) {
+			safe |= safeEventFields[i]
+		}
+	}
 	w.buf = append(appendJSONSafe(w.buf, r, safe), '\n')
 	w.prev, w.prevSafe = r.Hash, true
 	w.kinds[kindIndex(r.Kind)]++
@@ -402,6 +413,24 @@ func (w *writer) appendRecord(r *Record) error {
 		w.recs = append(w.recs, *r)
 	}
 	return nil
+}
+
+// safeEventFields are the fields appendRecord looks up in known, in the
+// order it lists them.
+var safeEventFields = [...]safeFields{safeKind, safeNS, safeOp, safeMode, safeVerdict, safeApp, safeUser, safeClient, safePolicy}
+
+// knownSafe reports whether s, field i's string, holds only jsonSafe
+// bytes: at once when it is known[i], with a scan otherwise (a safe s
+// is then remembered).
+func (w *writer) knownSafe(i int, s string) bool {
+	if len(s) == len(w.known[i]) && unsafe.StringData(s) == unsafe.StringData(w.known[i]) {
+		return true
+	}
+	if !isSafe(s) {
+		return false
+	}
+	w.known[i] = s
+	return true
 }
 
 // recordKinds are the kinds the writer counts, in kindIndex's order.
