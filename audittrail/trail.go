@@ -44,10 +44,11 @@ const (
 	// handed over while the writer sleeps in the queue's receive costs
 	// the request path a wake-up of the writer (a futex call), one per
 	// record under a steady load; lingering makes it one per batch. Each
-	// batch costs the process some 20-40 µs of CPU besides its records
-	// (the writer's wake-up, the write system call), so at 10 000
-	// records a second a 2 ms linger (batches of 20) spent 1-2 µs a
-	// record on them; 10 ms spends a fifth of that (BenchmarkTrailPaced).
+	// batch costs the process some 40 µs of CPU besides its records (the
+	// writer's timer wake-up, the scheduler's work around it, the write
+	// system call), so at 10 000 records a second a 2 ms linger (batches
+	// of 20) spent about 1.5 µs a record on them; 10 ms spends a fifth of
+	// that (BenchmarkTrailPaced, docs/AUDIT.md "Cost").
 	// A best-effort record waits at most this long in the buffer (what a
 	// crash of the process loses); a Commit does not wait for it.
 	linger = 10 * time.Millisecond
