@@ -174,6 +174,16 @@ type Trail struct {
 // start record in a new segment linked to the last complete record, and
 // starts the writer. Close it to write the stop record.
 func Open(opts Options) (*Trail, error) {
+	t, err := open(opts)
+	if err != nil {
+		return nil, err
+	}
+	go t.run()
+	return t, nil
+}
+
+// open is Open without starting the writer goroutine.
+func open(opts Options) (*Trail, error) {
 	opts.defaults()
 	if err := opts.Key.CanSign(); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
@@ -194,7 +204,6 @@ func Open(opts Options) (*Trail, error) {
 		w.close()
 		return nil, fmt.Errorf("audit: writing the start record: %w", err)
 	}
-	go t.run()
 	return t, nil
 }
 

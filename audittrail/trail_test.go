@@ -657,10 +657,17 @@ func TestBacklogCutsTheLingerShort(t *testing.T) {
 	dir := t.TempDir()
 	o := testOptions(dir)
 	o.CheckpointEvery, o.SegmentBytes, o.linger = 1000, 1<<20, time.Hour
-	tr, err := Open(o)
+	// The first record waits before the writer starts, so that the
+	// writer takes it at once, without being nudged (a nudge left over
+	// would end the linger below by itself), and then lingers.
+	tr, err := open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !tr.Append(decision(t, 0)) {
+		t.Fatal("the first record was dropped")
+	}
+	go tr.run()
 	defer tr.Close()
 	written := func() int {
 		n := 0
@@ -676,10 +683,6 @@ func TestBacklogCutsTheLingerShort(t *testing.T) {
 			n += bytes.Count(b, []byte(`"kind":"decision"`))
 		}
 		return n
-	}
-	// The writer is idle: the first record wakes it, and it lingers.
-	if !tr.Append(decision(t, 0)) {
-		t.Fatal("the first record was dropped")
 	}
 	testkit.Eventually(t, 10*time.Second, "the first record in the file", func() bool { return written() == 1 })
 	for i := 1; i <= gather; i++ {
