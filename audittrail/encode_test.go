@@ -113,3 +113,63 @@ func TestAppendStringEveryByteEveryPlace(t *testing.T) {
 		}
 	}
 }
+
+// The writer copies the strings it knows to be safe without escaping
+// them; its lines must still be json.Marshal's, whatever the instance
+// name and whatever hash a recovered trail ended with (a tampered file
+// may end with anything).
+func TestAppendJSONSafe(t *testing.T) {
+	hash := strings.Repeat("0123456789abcdef", 4)
+	for _, inst := range []string{"host-1", `in"st<&>` + "\x01é"} {
+		for _, prev := range []string{hash, `tampered "prev" <x> ` + "\xff\u2028"} {
+			w := &writer{opts: &Options{Instance: inst, Key: testKey, CheckpointEvery: 1 << 30}, prev: prev}
+			w.prevSafe, w.instanceSafe = isSafe(prev), isSafe(inst)
+			var recs []Record
+			// The event's strings alternate between safe ones and ones
+			// of the same length that need escaping, each made anew or
+			// the same string again.
+			apps := []string{"billing", strings.Clone("billing"), `bi"ling`, "billing", "bi<l>ng", strings.Clone(`bi"ling`)}
+			for i := range 12 {
+				ev := decision(t, i)
+				ev.Time = time.Date(2026, 11, 27, 2, 0, i, 123, time.UTC)
+				ev.App = apps[i%len(apps)]
+				ev.User = apps[(i+1)%len(apps)]
+				ev.NS, ev.Op, ev.Mode, ev.Verdict, ev.Client, ev.Policy = ev.App, ev.User, ev.App, ev.User, ev.App, ev.User
+				if i%3 == 0 {
+					ev.Kind = Kind(ev.App)
+				}
+				r := w.build(&ev)
+				if err := w.appendRecord(&r); err != nil {
+					t.Fatal(err)
+				}
+				recs = append(recs, r)
+			}
+			cp := w.checkpoint(time.Date(2026, 11, 27, 2, 0, 9, 0, time.UTC))
+			if err := w.appendRecord(&cp); err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, cp)
+			var want []byte
+			for i := range recs {
+				line, err := json.Marshal(&recs[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(append(want, line...), '\n')
+			}
+			if !bytes.Equal(w.buf, want) {
+				t.Fatalf("instance %q, prev %q:\n got %s\nwant %s", inst, prev, w.buf, want)
+			}
+		}
+	}
+	for _, s := range []string{"", "plain", strings.Repeat("a", 17), "2026-11-27T02:00:00.000000123Z"} {
+		if !isSafe(s) {
+			t.Errorf("isSafe(%q) = false", s)
+		}
+	}
+	for _, s := range []string{`"`, `\`, "<", ">", "&", "\x1f", "\x7f\x80", "é", strings.Repeat("a", 16) + `"`} {
+		if isSafe(s) { // é is copied as it is, but isSafe need not know
+			t.Errorf("isSafe(%q) = true", s)
+		}
+	}
+}

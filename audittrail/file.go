@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // File names in a trail directory.
@@ -72,6 +73,15 @@ type writer struct {
 	segStart time.Time
 	seq      uint64
 	prev     string
+	// prevSafe: prev holds only jsonSafe bytes (a hash this writer made,
+	// or a recovered one that was checked); instanceSafe the same of the
+	// instance name. The record lines then copy them as they are.
+	prevSafe, instanceSafe bool
+	// known holds, per field of safeEventFields, the last string of an
+	// event found safe. A string that is the same one (its bytes at the
+	// same place, which known keeps alive: a Go string never changes)
+	// is safe without a scan.
+	known [len(safeEventFields)]string
 	// sinceCP counts the records after the last checkpoint; firstUnsigned
 	// is the time of the first of them.
 	sinceCP       int
@@ -142,6 +152,7 @@ func openWriter(o *Options) (*writer, error) {
 		return nil, err
 	}
 	w.seq, w.prev = end.seq, end.hash
+	w.prevSafe, w.instanceSafe = isSafe(w.prev), isSafe(o.Instance)
 	if end.seq > 0 && end.kind != KindCheckpoint {
 		// Records after the last checkpoint: the next checkpoint signs
 		// them with the rest.
@@ -381,16 +392,45 @@ func (w *writer) appendRecord(r *Record) error {
 	var h [2 * sha256.Size]byte
 	w.scratch = r.hashInto(&h, w.scratch)
 	r.Hash = w.strs.str(h[:])
-	var err error
-	if w.buf, err = marshalLine(w.buf, r); err != nil {
-		return err
+	// Times and hashes are written by this writer in digits, hex and
+	// the layout's punctuation.
+	safe := safeTime | safeHash
+	if w.prevSafe {
+		safe |= safePrev
 	}
-	w.prev = r.Hash
+	if w.instanceSafe {
+		safe |= safeInstance
+	}
+	for i, f := range [...]string{string(r.Kind), r.NS, r.Op, r.Mode, r.Verdict, r.App, r.User, r.Client, r.Policy} {
+		if w.knownSafe(i, f) {
+			safe |= safeEventFields[i]
+		}
+	}
+	w.buf = append(appendJSONSafe(w.buf, r, safe), '\n')
+	w.prev, w.prevSafe = r.Hash, true
 	w.kinds[kindIndex(r.Kind)]++
 	if w.coll != nil {
 		w.recs = append(w.recs, *r)
 	}
 	return nil
+}
+
+// safeEventFields are the fields appendRecord looks up in known, in the
+// order it lists them.
+var safeEventFields = [...]safeFields{safeKind, safeNS, safeOp, safeMode, safeVerdict, safeApp, safeUser, safeClient, safePolicy}
+
+// knownSafe reports whether s, field i's string, holds only jsonSafe
+// bytes: at once when it is known[i], with a scan otherwise (a safe s
+// is then remembered).
+func (w *writer) knownSafe(i int, s string) bool {
+	if len(s) == len(w.known[i]) && unsafe.StringData(s) == unsafe.StringData(w.known[i]) {
+		return true
+	}
+	if !isSafe(s) {
+		return false
+	}
+	w.known[i] = s
+	return true
 }
 
 // recordKinds are the kinds the writer counts, in kindIndex's order.
@@ -424,9 +464,9 @@ func (w *writer) writeBatch(items []item, final bool) error {
 		return nil
 	}
 	began := w.opts.Clock()
-	seq, prev, sinceCP, firstUnsigned := w.seq, w.prev, w.sinceCP, w.firstUnsigned
+	seq, prev, prevSafe, sinceCP, firstUnsigned := w.seq, w.prev, w.prevSafe, w.sinceCP, w.firstUnsigned
 	restore := func() {
-		w.seq, w.prev, w.sinceCP, w.firstUnsigned = seq, prev, sinceCP, firstUnsigned
+		w.seq, w.prev, w.prevSafe, w.sinceCP, w.firstUnsigned = seq, prev, prevSafe, sinceCP, firstUnsigned
 		clear(w.kinds[:])
 	}
 	w.buf = w.buf[:0]
@@ -478,7 +518,7 @@ func (w *writer) writeBatch(items []item, final bool) error {
 	m := w.opts.Metrics
 	for i, n := range w.kinds {
 		if n > 0 {
-			m.records.WithLabelValues(string(recordKinds[i])).Add(float64(n))
+			m.byKind[i].Add(float64(n))
 		}
 	}
 	now := w.opts.Clock()

@@ -10,7 +10,10 @@ import (
 // Metrics are the trail's Prometheus collectors. Register them on the
 // gateway's registry; none has a label with an unbounded value.
 type Metrics struct {
-	records    *prometheus.CounterVec
+	records *prometheus.CounterVec
+	// byKind are records' series, in recordKinds' order: the writer adds
+	// to them after every batch without hashing the label each time.
+	byKind     [len(recordKinds)]prometheus.Counter
 	batch      prometheus.Histogram
 	bufferUsed prometheus.GaugeFunc
 	// bufferLen reads the open trail's buffer at scrape time, so that a
@@ -61,8 +64,8 @@ func NewMetrics() *Metrics {
 		}
 		return 0
 	})
-	for _, k := range []Kind{KindStart, KindStop, KindDecision, KindLock, KindReload, KindDropped, KindCheckpoint} {
-		m.records.WithLabelValues(string(k))
+	for i, k := range recordKinds {
+		m.byKind[i] = m.records.WithLabelValues(string(k))
 	}
 	return m
 }

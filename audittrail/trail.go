@@ -39,12 +39,23 @@ const (
 	DefaultBufferSize         = 8192
 	maxBatch                  = 512
 	// linger is how long the writer waits after a batch that was not
-	// full before it takes the next one, unless a Commit calls it: a
-	// record handed over while the writer sleeps in the queue's receive
-	// costs the request path a wake-up of the writer (a futex call), one
-	// per record under a steady load; lingering makes it one per batch,
-	// and delays a best-effort record by at most this.
-	linger = 2 * time.Millisecond
+	// full before it takes the next one, unless gather records are
+	// waiting by then, a Commit calls it or the trail closes: a record
+	// handed over while the writer sleeps in the queue's receive costs
+	// the request path a wake-up of the writer (a futex call), one per
+	// record under a steady load; lingering makes it one per batch. Each
+	// batch costs the process some 40 µs of CPU besides its records (the
+	// writer's timer wake-up, the scheduler's work around it, the write
+	// system call), so at 10 000 records a second a 2 ms linger (batches
+	// of 20) spent about 1.5 µs a record on them; 10 ms spends a fifth of
+	// that (BenchmarkTrailPaced, docs/AUDIT.md "Cost").
+	// A best-effort record waits at most this long in the buffer (what a
+	// crash of the process loses); a Commit does not wait for it.
+	linger = 10 * time.Millisecond
+	// gather is the backlog at which a producer cuts the writer's linger
+	// short: half a batch, so that a burst fills whole batches and the
+	// buffer never fills while the writer lingers.
+	gather = maxBatch / 2
 )
 
 // ErrUnavailable is Commit's error when the record could not be made
@@ -85,6 +96,8 @@ type Options struct {
 	// createSegment creates a segment file (os.OpenFile unless a test
 	// makes it fail).
 	createSegment func(path string) (*os.File, error)
+	// linger is the constant linger unless a test lengthens it.
+	linger time.Duration
 }
 
 func (o *Options) defaults() {
@@ -112,6 +125,9 @@ func (o *Options) defaults() {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
 	}
+	if o.linger <= 0 {
+		o.linger = linger
+	}
 	if o.createSegment == nil {
 		o.createSegment = func(path string) (*os.File, error) {
 			return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -137,8 +153,8 @@ type Trail struct {
 	dropped atomic.Uint64
 	// idle is set while the writer sleeps on an empty buffer; the
 	// producer that finds it set wakes the writer through wake. A busy
-	// writer lingers instead (see linger), and a producer pays one
-	// atomic load.
+	// writer lingers instead (see linger) until gather records wait, and
+	// a producer pays the atomic loads that tell it which.
 	idle atomic.Bool
 	wake chan struct{}
 	// urgent cuts the writer's linger short: a Commit waits.
@@ -158,6 +174,16 @@ type Trail struct {
 // start record in a new segment linked to the last complete record, and
 // starts the writer. Close it to write the stop record.
 func Open(opts Options) (*Trail, error) {
+	t, err := open(opts)
+	if err != nil {
+		return nil, err
+	}
+	go t.run()
+	return t, nil
+}
+
+// open is Open without starting the writer goroutine.
+func open(opts Options) (*Trail, error) {
 	opts.defaults()
 	if err := opts.Key.CanSign(); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
@@ -178,7 +204,6 @@ func Open(opts Options) (*Trail, error) {
 		w.close()
 		return nil, fmt.Errorf("audit: writing the start record: %w", err)
 	}
-	go t.run()
 	return t, nil
 }
 
@@ -216,14 +241,14 @@ func (t *Trail) Append(ev Event) bool {
 		t.metrics.dropped.Inc()
 		return false
 	}
-	if t.idle.Load() {
+	if t.idle.Load() || t.ring.len() >= gather {
 		t.nudge(t.wake)
 	}
 	return true
 }
 
 // nudge sends on a wake-up channel of capacity 1 unless a wake-up is
-// pending already.
+// pending already (then it costs a load: no lock is taken).
 func (t *Trail) nudge(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
@@ -284,7 +309,7 @@ func (t *Trail) run() {
 	defer tick.Stop()
 	batch := make([]item, 0, maxBatch)
 	backoff := time.Duration(0)
-	pause := time.NewTimer(linger)
+	pause := time.NewTimer(t.opts.linger)
 	pause.Stop()
 	defer pause.Stop()
 	for {
@@ -349,12 +374,16 @@ func (t *Trail) run() {
 			t.closeErr = t.finish()
 			return
 		}
-		if !full && t.ring.len() < maxBatch {
-			// Let records gather before the next batch, unless a Commit
-			// waits or the trail closes.
-			pause.Reset(linger)
+		if !full && t.ring.len() < gather {
+			// Let records gather before the next batch, unless enough
+			// are waiting, a Commit waits or the trail closes. A wake-up
+			// left from before (a producer that saw the writer idle or
+			// a backlog) only makes this batch come early.
+			pause.Reset(t.opts.linger)
 			select {
 			case <-pause.C:
+			case <-t.wake:
+				pause.Stop()
 			case <-t.urgent:
 				pause.Stop()
 			case <-t.closing:

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 var testKey = NewKey([]byte("0123456789abcdef0123456789abcdef-test"))
@@ -643,6 +644,66 @@ func TestCloseDrainsABacklog(t *testing.T) {
 	if next != o.BufferSize {
 		t.Fatalf("%d decisions written of %d buffered", next, o.BufferSize)
 	}
+	if rep := verify(t, dir); !rep.OK() {
+		t.Fatal(rep.Verdict())
+	}
+}
+
+// A writer lingering after a batch takes the next one as soon as gather
+// records wait, not when its linger ends (an hour here): a burst fills
+// whole batches instead of filling the buffer. The records come out in
+// the order they were appended, and the trail verifies.
+func TestBacklogCutsTheLingerShort(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions(dir)
+	o.CheckpointEvery, o.SegmentBytes, o.linger = 1000, 1<<20, time.Hour
+	// The first record waits before the writer starts, so that the
+	// writer takes it at once, without being nudged (a nudge left over
+	// would end the linger below by itself), and then lingers.
+	tr, err := open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tr.Append(decision(t, 0)) {
+		t.Fatal("the first record was dropped")
+	}
+	go tr.run()
+	defer tr.Close()
+	written := func() int {
+		n := 0
+		names, err := segments(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += bytes.Count(b, []byte(`"kind":"decision"`))
+		}
+		return n
+	}
+	testkit.Eventually(t, 10*time.Second, "the first record in the file", func() bool { return written() == 1 })
+	for i := 1; i <= gather; i++ {
+		if !tr.Append(decision(t, i)) {
+			t.Fatalf("record %d was dropped", i)
+		}
+	}
+	testkit.Eventually(t, 10*time.Second, "the backlog in the file before the linger ends", func() bool { return written() == gather+1 })
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := int64(0)
+	forEachRecord(t, dir, func(r *Record) {
+		if r.Kind != KindDecision {
+			return
+		}
+		if len(r.Tokens) != 1 || r.Tokens[0] != want {
+			t.Fatalf("record %d carries token %v, want %d: out of order", r.Seq, r.Tokens, want)
+		}
+		want++
+	})
 	if rep := verify(t, dir); !rep.OK() {
 		t.Fatal(rep.Verdict())
 	}

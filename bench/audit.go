@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -205,12 +206,20 @@ func runAuditUpstream(ctx context.Context, cfg AuditConfig, u Upstream, rep *Aud
 				gcfg.Audit.Mode = config.AuditRequired
 			}
 		}
-		if g.gw, err = startGateway(gcfg); err != nil {
-			return fmt.Errorf("%s gateway: %w", l, err)
-		}
-		gws[l] = g
-		closers = append(closers, g.close)
-		c, err := connectTo(ctx, g.gw.Addr(), l, enforceDB, lockedColl, maxClients)
+		// Every goroutine of the leg's gateway (its trail's writer
+		// included) and of its clients carries the label leg=<leg>, so a
+		// CPU profile of the run (-cpuprofile) splits by leg:
+		// go tool pprof -tagfocus leg=bestEffort.
+		var c *Client
+		pprof.Do(ctx, pprof.Labels("leg", string(l)), func(ctx context.Context) {
+			if g.gw, err = startGateway(gcfg); err != nil {
+				err = fmt.Errorf("%s gateway: %w", l, err)
+				return
+			}
+			gws[l] = g
+			closers = append(closers, g.close)
+			c, err = connectTo(ctx, g.gw.Addr(), l, enforceDB, lockedColl, maxClients)
+		})
 		if err != nil {
 			return err
 		}
@@ -249,7 +258,11 @@ func runAuditUpstream(ctx context.Context, cfg AuditConfig, u Upstream, rep *Aud
 		cell := &Cell{Upstream: u, Workload: UpdateOne, Clients: n, Rounds: make(map[Leg][]Round)}
 		err := interleave(cell, AuditLegs, cfg.Rounds, cfg.Round, cfg.Warmup, func(l Leg, d time.Duration, _ bool) (Round, error) {
 			seed++
-			r, err := clients[l].RunRound(ctx, UpdateOne, n, d, 0, cfg.Docs, rec, seed)
+			var r Round
+			var err error
+			pprof.Do(ctx, pprof.Labels("leg", string(l)), func(ctx context.Context) {
+				r, err = clients[l].RunRound(ctx, UpdateOne, n, d, 0, cfg.Docs, rec, seed)
+			})
 			updates[l] += r.Updates
 			return r, err
 		})

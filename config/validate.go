@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // Bounds enforced by Validate. They are wide enough for any sane deployment
@@ -381,7 +383,8 @@ func checkMatch(m string) string {
 	if m == "*" {
 		return want + " (use policy.default for every namespace)"
 	}
-	db, coll, ok := strings.Cut(m, ".")
+	n, ok := namespace.Split(m)
+	db, coll := n.Parts()
 	if !ok {
 		return want
 	}

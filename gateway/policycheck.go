@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.uber.org/zap"
 
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 )
 
@@ -29,7 +30,7 @@ func policyWarnings(ctx context.Context, client *mongo.Client, pol *policy.Polic
 	var warnings []string
 	rules, _ := pol.Rules()
 	for _, r := range rules {
-		db, coll, _ := strings.Cut(r.Match, ".")
+		db, coll := namespace.Of(r.Match).Parts()
 		if !contains(dbs, db) {
 			if other, ok := foldMatch(dbs, db); ok {
 				warnings = append(warnings, fmt.Sprintf("rule %q: database %q does not exist, %q does: names differ only by case, and MongoDB's are case-sensitive, so this rule protects nothing there", r.Match, db, other))

@@ -114,6 +114,7 @@ func BenchmarkEnforcedWriteAuditTrail(b *testing.B) {
 			b.ResetTimer()
 			cpu0 := processCPU()
 			for i := 0; i < b.N; i++ {
+				update.Plan = nil // each request is planned anew, as the proxy makes a new one per message
 				d := g.Intercept(ctx, update)
 				if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
 					b.Fatalf("%+v %s", d, d.Reply)

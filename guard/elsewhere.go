@@ -3,10 +3,10 @@ package guard
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // elsewhereFinder is implemented by lock stores that can find a session's
@@ -29,7 +29,7 @@ func (g *Guard) heldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns 
 	if err != nil || !ok {
 		return "", false
 	}
-	db, coll, _ := strings.Cut(ns, ".")
+	db, coll := namespace.Of(ns).Parts()
 	return fmt.Sprintf(" (it holds the lock on _id %s in %s instead: a lock covers only the namespace it was taken in; run {acquireLock: %q} on database %s)",
 		id.String(), other, coll, db), true
 }

@@ -156,7 +156,7 @@ func (s enforcementStage) Decide(ctx context.Context, req *proxy.Request) (proxy
 // enforce decides a message that may write under pol.
 func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Policy) proxy.Decision {
 	start := time.Now()
-	writes, err := policy.Classify(req.Message, req.Command)
+	writes, err := planOf(req).Writes()
 	if err != nil {
 		return g.unclassifiable(req, pol, err, start)
 	}

@@ -321,14 +321,9 @@ func (h *fenceHook) Reply(ctx context.Context, body bsoncore.Document) bsoncore.
 		byIndex[int(i)] = d
 	}
 	for i, msg := range out {
-		byIndex[i] = bsoncore.NewDocumentBuilder().
-			AppendInt32("index", int32(i)).
-			AppendInt32("code", int32(mongoerr.LockBusy)).
-			AppendString("codeName", mongoerr.LockBusy.Name()).
-			AppendString("errmsg", msg).
-			AppendDocument("errInfo", bsoncore.NewDocumentBuilder().AppendDocument("lockgate",
-				bsoncore.NewDocumentBuilder().AppendString("reason", reasonFencedOut).Build()).Build()).
-			Build()
+		info := bsoncore.AppendDocumentElement(nil, "errInfo", bsoncore.NewDocumentBuilder().AppendDocument("lockgate",
+			bsoncore.NewDocumentBuilder().AppendString("reason", reasonFencedOut).Build()).Build())
+		byIndex[i] = (&mongoerr.Error{Code: mongoerr.LockBusy, Msg: msg}).WriteError(i, info)
 	}
 	idx := make([]int, 0, len(byIndex))
 	for i := range byIndex {

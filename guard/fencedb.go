@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/readpref"
@@ -44,7 +45,7 @@ type fenceDB interface {
 // token, or an older one written over the stamp where the upstream's
 // updates are not atomic) the stamp failed and so does acquireLock.
 func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []docid.ID, tokens []int64) error {
-	db, coll := splitNS(ns)
+	db, coll := namespace.Of(ns).Parts()
 	notAToken := bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: field, Value: bson.D{{Key: "$type", Value: "array"}}}},
 		bson.D{{Key: field, Value: bson.D{{Key: "$exists", Value: true}, {Key: "$ne", Value: nil}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}}},
@@ -118,7 +119,7 @@ func describeStamp(v bson.RawValue) string {
 
 // FenceStamps implements fenceDB with one find on the primary.
 func (r *MongoResolver) FenceStamps(ctx context.Context, ns, field string, ids []docid.ID) ([]bson.RawValue, []bool, error) {
-	db, coll := splitNS(ns)
+	db, coll := namespace.Of(ns).Parts()
 	in := make(bson.A, len(ids))
 	for i, id := range ids {
 		in[i] = id

@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
@@ -499,7 +500,7 @@ func (g *Guard) upstreamAllows(ctx context.Context, req *proxy.Request, priv, ns
 	if allowed, known := req.Client.Verdict(key); known {
 		return allowed, nil
 	}
-	db, coll, _ := strings.Cut(ns, ".")
+	db, coll := namespace.Of(ns).Parts()
 	none := bsoncore.NewDocumentBuilder().AppendDocument("_id",
 		bsoncore.NewDocumentBuilder().AppendArray("$in", bsoncore.NewArrayBuilder().Build()).Build()).Build()
 	b := bsoncore.NewDocumentBuilder()

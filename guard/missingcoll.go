@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 )
@@ -53,7 +54,7 @@ type caseTwinFinder interface {
 // names are case-sensitive, so a lock on the one covers no write to the
 // other. Only the hint path of a lock command on a missing collection asks.
 func (r *MongoResolver) CaseTwin(ctx context.Context, ns string) (string, bool) {
-	db, coll := splitNS(ns)
+	db, coll := namespace.Of(ns).Parts()
 	names, err := r.client.Database(db).ListCollectionNames(ctx, bson.D{})
 	if err != nil {
 		return "", false

@@ -116,8 +116,8 @@ func (s boundaryStage) Decide(ctx context.Context, req *proxy.Request) (proxy.De
 // boundaryRefusal returns the refusal of a request that crosses one of
 // the lines drawn whatever the policy's modes: it names the lock store's
 // namespaces, or, while introspection is not allowed, it lists or ends
-// other clients' sessions. One walk over the command serves both, since
-// every request pays for it. what is the metric label.
+// other clients' sessions. The request's plan (planOf) serves both, and
+// enforcement after it. what is the metric label.
 func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdError, what string) {
 	r := g.opts.Reserved
 	introspect := pol == nil || pol.SessionIntrospection()
@@ -129,42 +129,10 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 		if !introspect && revealsSessions(cmd) && !harmlessSessionCommand(req) {
 			reveals = cmd.Name
 		} else {
-			var stage func(string) bool
-			if !introspect {
-				stage = func(name string) bool {
-					if sessionStages[name] {
-						reveals = name
-					}
-					return reveals != ""
-				}
-			}
-			policy.VisitReferences(cmd, func(db, coll string) bool {
-				switch {
-				case r.DB != "" && r.touches(db, coll, cmd.Name):
-					reserved = db + "." + coll
-					switch {
-					case db == policy.UnknownNS:
-						// It may reach any namespace (a change stream
-						// over the deployment, applyOps by UUID).
-						reserved = r.DB + ".*"
-					case coll == "":
-						reserved = db
-					}
-				case !introspect && isSessionsCollection(db, coll):
-					reveals = db + "." + coll
-				}
-				return reserved != "" || reveals != ""
-			}, stage)
+			reserved, reveals = g.boundaryRefs(planOf(req), cmd.Name, introspect)
 		}
-	} else if ns := legacyNamespace(req.Message); ns != "" {
-		if db, coll, ok := strings.Cut(ns, "."); ok {
-			switch {
-			case r.DB != "" && r.touches(db, coll, ""):
-				reserved = ns
-			case !introspect && isSessionsCollection(db, coll):
-				reveals = ns
-			}
-		}
+	} else {
+		reserved, reveals = g.boundaryRefs(planOf(req), "", introspect)
 	}
 	name := "request"
 	if req.Command != nil {
@@ -185,25 +153,37 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 	return nil, ""
 }
 
-// legacyNamespace is the namespace of a legacy opcode that is not a
-// command (OP_QUERY on a collection, OP_GET_MORE, OP_INSERT, OP_UPDATE,
-// OP_DELETE), inside OP_COMPRESSED too.
-func legacyNamespace(m wire.Message) string {
-	switch m := m.(type) {
-	case *wire.OpCompressed:
-		if m.Inner != nil {
-			return legacyNamespace(m.Inner)
+// boundaryRefs reads the request's plan for a namespace of the lock
+// store, or, unless introspect, one that holds other sessions' ids or a
+// stage that lists them; command is the command's name, "" for a legacy
+// opcode. The plan holds every namespace the request names and every one
+// it writes, so nothing the enforcement stage would see a write on can
+// pass here unseen.
+func (g *Guard) boundaryRefs(p *policy.Plan, command string, introspect bool) (reserved, reveals string) {
+	r := g.opts.Reserved
+	for _, ref := range p.Refs() {
+		db, coll := ref.NS.DB(), ref.NS.Collection()
+		switch {
+		case r.DB != "" && r.touches(db, coll, command):
+			switch {
+			case ref.NS.IsUnknown():
+				// It may reach any namespace (a change stream over the
+				// deployment, applyOps by UUID).
+				return r.DB + ".*", ""
+			case coll == "":
+				return db, ""
+			}
+			return db + "." + coll, ""
+		case !introspect && reveals == "" && isSessionsCollection(db, coll):
+			reveals = db + "." + coll
 		}
-	case *wire.OpQuery:
-		return m.FullCollectionName
-	case *wire.OpGetMore:
-		return m.FullCollectionName
-	case *wire.OpInsert:
-		return m.FullCollectionName
-	case *wire.OpUpdate:
-		return m.FullCollectionName
-	case *wire.OpDelete:
-		return m.FullCollectionName
 	}
-	return ""
+	if !introspect && reveals == "" {
+		for _, s := range p.Stages() {
+			if sessionStages[s] {
+				return "", s
+			}
+		}
+	}
+	return "", reveals
 }

@@ -3,11 +3,11 @@ package guard
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -57,14 +57,9 @@ func NewResolver(client *mongo.Client) *MongoResolver {
 	return &MongoResolver{client: client, collations: c, now: time.Now}
 }
 
-func splitNS(ns string) (db, coll string) {
-	db, coll, _ = strings.Cut(ns, ".")
-	return db, coll
-}
-
 // Candidates implements Resolver.
 func (r *MongoResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
-	db, coll := splitNS(ns)
+	db, coll := namespace.Of(ns).Parts()
 	cmd := bson.D{
 		{Key: "find", Value: coll},
 		{Key: "filter", Value: bson.Raw(filter)},
@@ -120,7 +115,7 @@ func (r *MongoResolver) SimpleCollation(ctx context.Context, ns string) (bool, e
 
 // readCollection reads ns's listCollections entry and caches it.
 func (r *MongoResolver) readCollection(ctx context.Context, ns string) (collationEntry, error) {
-	db, coll := splitNS(ns)
+	db, coll := namespace.Of(ns).Parts()
 	specs, err := r.client.Database(db).ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
 	if err != nil {
 		return collationEntry{}, fmt.Errorf("reading the collation of %s: %w", ns, err)

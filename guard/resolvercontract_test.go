@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/guard/guardtest"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestResolverContract runs guardtest's resolver contract against
@@ -24,7 +25,7 @@ func TestResolverContract(t *testing.T) {
 	t.Cleanup(func() { client.Disconnect(ctx) })
 	r := NewResolver(client)
 	coll := func(t *testing.T, ns string) *mongo.Collection {
-		db, c := splitNS(ns)
+		db, c := namespace.Of(ns).Parts()
 		return client.Database(db).Collection(c)
 	}
 	guardtest.RunResolverContract(t, func(t *testing.T) guardtest.ResolverFixture {
@@ -43,7 +44,7 @@ func TestResolverContract(t *testing.T) {
 				}
 			},
 			CreateCapped: func(t *testing.T, ns string) {
-				d, c := splitNS(ns)
+				d, c := namespace.Of(ns).Parts()
 				if err := client.Database(d).CreateCollection(ctx, c, options.CreateCollection().SetCapped(true).SetSizeInBytes(1<<20)); err != nil {
 					t.Fatal(err)
 				}

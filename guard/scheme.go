@@ -814,8 +814,7 @@ func noMatch(w policy.Write, st policy.Step, dup bool) bsoncore.Document {
 		d = bsoncore.AppendInt32Element(d, "n", 0)
 		d = bsoncore.AppendInt32Element(d, "nModified", 0)
 		if dup {
-			we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", int32(mongoerr.DuplicateKey)).
-				AppendString("errmsg", errmsg).Build()
+			we := (&mongoerr.Error{Code: mongoerr.DuplicateKey, Msg: errmsg}).WriteError(w.Index)
 			d = bsoncore.AppendArrayElement(d, "writeErrors", bsoncore.NewArrayBuilder().AppendDocument(we).Build())
 		}
 	}

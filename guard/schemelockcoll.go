@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -34,8 +34,7 @@ func recordExists(w policy.Write, st policy.Step, rec bsoncore.Document) bsoncor
 	switch w.Kind {
 	case policy.KindInsert:
 		errmsg := fmt.Sprintf("E11000 duplicate key error collection: %s index: _id_ dup key: { _id: %s }", w.NS, docid.Format(bson.RawValue{Type: st.ID.Type, Value: st.ID.Data}))
-		we := bsoncore.NewDocumentBuilder().AppendInt32("index", int32(w.Index)).AppendInt32("code", int32(mongoerr.DuplicateKey)).
-			AppendString("errmsg", errmsg).Build()
+		we := (&mongoerr.Error{Code: mongoerr.DuplicateKey, Msg: errmsg}).WriteError(w.Index)
 		d = bsoncore.AppendInt32Element(d, "n", 0)
 		d = bsoncore.AppendArrayElement(d, "writeErrors", bsoncore.NewArrayBuilder().AppendDocument(we).Build())
 	case policy.KindFindAndModify:
@@ -320,7 +319,7 @@ func (g *Guard) findRecord(ctx context.Context, req *proxy.Request, ns string, i
 
 // findRecords reads up to limit lock records matching filter.
 func (g *Guard) findRecords(ctx context.Context, req *proxy.Request, ns string, filter, projection bsoncore.Document, limit int) (recs []bsoncore.Document, failed bsoncore.Document, err error) {
-	db, coll, _ := strings.Cut(ns, ".")
+	db, coll := namespace.Of(ns).Parts()
 	b := bsoncore.NewDocumentBuilder().AppendString("find", coll).AppendDocument("filter", filter)
 	if projection != nil {
 		b = b.AppendDocument("projection", projection)
@@ -346,7 +345,7 @@ func (g *Guard) findRecords(ctx context.Context, req *proxy.Request, ns string, 
 // removeRecord deletes an abandoned record as it was read (same _id,
 // same time field), as the TTL monitor would.
 func (g *Guard) removeRecord(ctx context.Context, req *proxy.Request, ns string, s policy.Scheme, rec bsoncore.Document) (failed bsoncore.Document, err error) {
-	db, coll, _ := strings.Cut(ns, ".")
+	db, coll := namespace.Of(ns).Parts()
 	field := s.TsPath + s.ExpiresPath
 	q := bsoncore.NewDocumentBuilder().AppendValue("_id", rec.Lookup("_id")).AppendValue(field, rec.Lookup(field)).Build()
 	del := bsoncore.NewDocumentBuilder().AppendString("delete", coll).

@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
@@ -35,7 +36,7 @@ var _ schemeReader = (*MongoResolver)(nil)
 
 // LockFields implements schemeReader with one find on the primary.
 func (r *MongoResolver) LockFields(ctx context.Context, ns string, id docid.ID, top []string) (bsoncore.Document, bool, error) {
-	db, coll := splitNS(ns)
+	db, coll := namespace.Of(ns).Parts()
 	proj := bson.D{{Key: "_id", Value: 1}}
 	for _, f := range top {
 		proj = append(proj, bson.E{Key: f, Value: 1})

@@ -122,6 +122,23 @@ func (e *Error) Document(extra ...bsoncore.Element) bsoncore.Document {
 	return doc
 }
 
+// WriteError renders e as the write error of the statement at index in a
+// write command's writeErrors array: {index, code, codeName, errmsg}
+// followed by extra. A write lockgate refuses or answers itself in part
+// reports its statements the way the server reports a statement that
+// failed, so drivers raise the same exception for both.
+func (e *Error) WriteError(index int, extra ...bsoncore.Element) bsoncore.Document {
+	idx, doc := bsoncore.AppendDocumentStart(nil)
+	doc = bsoncore.AppendInt32Element(doc, "index", int32(index))
+	doc = e.AppendCode(doc)
+	doc = bsoncore.AppendStringElement(doc, "errmsg", e.Msg)
+	for _, x := range extra {
+		doc = append(doc, x...)
+	}
+	doc, _ = bsoncore.AppendDocumentEnd(doc, idx)
+	return doc
+}
+
 // AppendCode appends e's code and codeName elements to dst: the part of
 // every form of error (a command reply, an OP_REPLY query failure, a write
 // error) that names it.

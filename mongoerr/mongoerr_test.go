@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 func TestEveryAnsweredCodeIsNamedAndNoRefusalIsRetried(t *testing.T) {
@@ -34,5 +35,29 @@ func TestDocument(t *testing.T) {
 	}
 	if got.OK != 0 || got.Errmsg != "lockgate: 1 is held" || got.Code != 46 || got.CodeName != "LockBusy" {
 		t.Errorf("document %v", bson.Raw(d))
+	}
+}
+
+func TestWriteError(t *testing.T) {
+	info := bsoncore.AppendDocumentElement(nil, "errInfo", bsoncore.NewDocumentBuilder().AppendString("reason", "r").Build())
+	d := New(DuplicateKey, "E11000 duplicate key error").WriteError(3, info)
+	var got struct {
+		Index    int32  `bson:"index"`
+		Code     int32  `bson:"code"`
+		CodeName string `bson:"codeName"`
+		Errmsg   string `bson:"errmsg"`
+		ErrInfo  struct {
+			Reason string `bson:"reason"`
+		} `bson:"errInfo"`
+	}
+	if err := bson.Unmarshal(d, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Index != 3 || got.Code != int32(DuplicateKey) || got.CodeName != "DuplicateKey" ||
+		got.Errmsg != "E11000 duplicate key error" || got.ErrInfo.Reason != "r" {
+		t.Fatalf("write error %v", bson.Raw(d))
+	}
+	if _, err := d.LookupErr("ok"); err == nil {
+		t.Fatalf("a write error is no command reply: %v", bson.Raw(d))
 	}
 }

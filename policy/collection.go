@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -87,8 +88,7 @@ func classifyRename(c *wire.Command) ([]Write, error) {
 	var ws []Write
 	for i, v := range f[:2] {
 		s, ok := v.StringValueOK()
-		db, coll, cut := strings.Cut(s, ".")
-		if !ok || !cut || db == "" || coll == "" {
+		if _, valid := namespace.Parse(s); !ok || !valid {
 			return nil, refuse(NSAll, "%s: %s is not a <db>.<collection> string", c.Name, keys[i])
 		}
 		ws = append(ws, collWrite(s, WhatRenameCollection))
@@ -359,10 +359,10 @@ func classifyApplyOps(c *wire.Command) ([]Write, error) {
 		}
 		kind, _ := f[0].StringValueOK()
 		ns, nsOK := f[1].StringValueOK()
-		db, coll, cut := strings.Cut(ns, ".")
+		n, valid := namespace.Parse(ns)
 		switch {
 		case kind == "n" && f[2].Type == 0:
-		case (kind == "i" || kind == "u" || kind == "d") && f[2].Type == 0 && nsOK && cut && db != "" && coll != "" && !strings.HasPrefix(coll, "$cmd"):
+		case (kind == "i" || kind == "u" || kind == "d") && f[2].Type == 0 && nsOK && valid && !strings.HasPrefix(n.Collection(), "$cmd"):
 			add(ns)
 		default:
 			add(NSAll)

@@ -2,8 +2,8 @@ package policy
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -221,8 +221,7 @@ func classifyBulkWrite(c *wire.Command) ([]Write, error) {
 		if !ok {
 			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: ns is a %v, not a string", i, f[0].Type)
 		}
-		db, coll, ok := strings.Cut(s, ".")
-		if !ok || db == "" || coll == "" {
+		if _, ok := namespace.Parse(s); !ok {
 			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: ns %q is not <db>.<collection>", i, s)
 		}
 		nss[i] = s

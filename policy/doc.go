@@ -1,8 +1,12 @@
 // Package policy says which namespaces lockgate protects and how, and reads
-// a client message as the writes it performs.
+// a client message, once, as the namespaces it touches and the writes it
+// performs.
 //
 // Rules (policy.go) are compiled from the configuration into an immutable
-// Policy; a reload replaces it whole. Classification (classify.go and its
+// Policy; a reload replaces it whole. NewPlan (plan.go) walks a request
+// once into its Plan: every namespace it names (references.go) or writes,
+// the aggregation stages it runs, and its writes; every stage of the
+// guard reads that one plan. Classification (classify.go and its
 // companions) is pure: Classify turns a decoded message into Writes, with
 // the documents each can touch where the filter pins them (PinnedIDs,
 // UpsertID, InsertID), and EditMessage (edit.go), the one statement editor,

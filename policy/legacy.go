@@ -3,6 +3,7 @@ package policy
 import (
 	"strings"
 
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -10,8 +11,9 @@ import (
 
 // legacyNS checks the fullCollectionName of a legacy write.
 func legacyNS(op, ns string) error {
-	db, coll, ok := strings.Cut(ns, ".")
-	if !ok || db == "" || coll == "" {
+	n, ok := namespace.Parse(ns)
+	db, coll := n.Parts()
+	if !ok {
 		return refuse(NSAll, "%s on namespace %q that is not <db>.<collection>", op, ns)
 	}
 	if coll == "$cmd" || strings.HasPrefix(coll, "$cmd.") {
@@ -63,7 +65,7 @@ func classifyLegacyInsert(m *wire.OpInsert) ([]Write, error) {
 // "<db>.system.indexes": servers before 4.2 created the index described by
 // the document (a TTL index deletes documents).
 func withIndexInserts(ws []Write, ns string) []Write {
-	db, coll, _ := strings.Cut(ns, ".")
+	db, coll := namespace.Of(ns).Parts()
 	if coll != "system.indexes" || len(ws) == 0 {
 		return ws
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // Mode is how writes on a namespace are treated.
@@ -165,8 +166,9 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 				r.FenceField = config.DefaultFenceField
 			}
 		}
-		db, coll, ok := strings.Cut(nr.Match, ".")
-		if !ok || db == "" || coll == "" {
+		n, ok := namespace.Parse(nr.Match)
+		db, coll := n.Parts()
+		if !ok {
 			return nil, fmt.Errorf("%s.match: want \"db.coll\" or \"db.*\", got %q", key, nr.Match)
 		}
 		if coll == "*" {
@@ -248,7 +250,7 @@ func (p *Policy) Lookup(ns string) Rule {
 	if ns == "*" {
 		return p.strictestIn("")
 	}
-	db, coll, _ := strings.Cut(ns, ".")
+	db, coll := namespace.Of(ns).Parts()
 	if base, ok := strings.CutPrefix(coll, "system.buckets."); ok {
 		// A time-series collection keeps its documents in its buckets
 		// collection; writing there directly writes the protected data.

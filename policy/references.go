@@ -2,25 +2,24 @@ package policy
 
 import (
 	"slices"
-	"strings"
 
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
-// UnknownNS is what VisitNamespaces reports for a reference whose
+// UnknownNS is the database and the collection of a reference whose
 // namespace cannot be told (an applyOps operation that names its
 // collection by UUID): a caller that protects namespaces must treat it as
 // any of them.
-const UnknownNS = "*"
+const UnknownNS = namespace.Any
 
-// VisitNamespaces calls visit for every namespace cmd names, in every
-// position the server reads one from, and stops as soon as visit returns
-// true (which it then returns). coll is "" for a reference to a whole
-// database (a database-level command such as dropDatabase, copydb's
-// todb); db and coll are both UnknownNS where the namespace cannot be
-// told.
+// walkReferences records in p every namespace cmd names, in every
+// position the server reads one from, and every aggregation stage at any
+// depth. A reference to a whole database (a database-level command such
+// as dropDatabase, copydb's todb) has collection ""; one that cannot be
+// told is namespace.Unknown.
 //
 // The positions are the command's own collection (the first value, also
 // read as a full "db.coll" namespace, which dataSize, renameCollection and
@@ -31,128 +30,122 @@ const UnknownNS = "*"
 // $graphLookup, $unionWith, $out, $merge, at any depth, in $facet and in
 // sub-pipelines), applyOps' preCondition; a change stream over the whole
 // deployment (allChangesForCluster) and eval (JavaScript with a db
-// object) are UnknownNS, since they reach every namespace. Statement and document values are data, never
-// namespaces: a field that happens to be called "from" in an inserted
-// document or a $match names nothing.
+// object) are unknown, since they reach every namespace. Statement and
+// document values are data, never namespaces: a field that happens to be
+// called "from" in an inserted document or a $match names nothing. The
+// walk goes by field name in any command, known or not, so an unknown
+// command that names nsInfo is still seen.
 //
 // Values that are not strings where a name belongs are skipped: the server
 // refuses such a command, so it reaches no namespace.
-func VisitNamespaces(cmd *wire.Command, visit func(db, coll string) bool) bool {
-	return VisitReferences(cmd, visit, nil)
-}
-
-// VisitReferences is VisitNamespaces that also calls stage with the name
-// of every aggregation stage, at any depth, until either returns true.
-// stage may be nil.
-func VisitReferences(cmd *wire.Command, visit func(db, coll string) bool, stage func(name string) bool) bool {
-	w := walker{ns: visit, stage: stage}
-	if w.command(cmd.DB, cmd.Body) {
-		return true
-	}
+func walkReferences(p *Plan, cmd *wire.Command) {
+	w := walker{p: p}
+	w.command(cmd.DB, cmd.Body, cmd.Collection)
 	for _, s := range cmd.Sequences {
 		switch s.Identifier {
 		case "nsInfo", "preCondition":
 			for _, d := range s.Documents {
-				if visitNSField(d, visit) {
-					return true
-				}
+				w.nsField(d)
 			}
 		case "pipeline", "applyOps", "doTxn":
 			// The server reads a document sequence as the array of
-			// that name (policy.Classify reads a pipeline there too).
+			// that name (the classifier reads a pipeline there too).
 			arr := bsoncore.NewArrayBuilder()
 			for _, d := range s.Documents {
 				arr.AppendDocument(d)
 			}
 			v := bsoncore.Value{Type: bson.TypeArray, Data: arr.Build()}
-			hit := false
 			if s.Identifier == "pipeline" {
-				hit = w.pipeline(cmd.DB, v)
+				w.pipeline(cmd.DB, v)
 			} else {
-				hit = w.applyOps(v)
-			}
-			if hit {
-				return true
+				w.applyOps(v)
 			}
 		}
 	}
-	return false
 }
 
-// walker carries the callbacks through the recursion.
-type walker struct {
-	ns    func(db, coll string) bool
-	stage func(name string) bool
-}
+// walker records what it walks into its plan.
+type walker struct{ p *Plan }
 
-// command walks one command body run on db.
-func (w walker) command(db string, body bsoncore.Document) bool {
-	visit := w.ns
+func (w walker) visit(db, coll string) { w.p.add(namespace.New(db, coll), Named) }
+
+func (w walker) unknown() { w.p.add(namespace.Unknown(), Named) }
+
+// command walks one command body run on db; first is the first value
+// when the caller has it as a string already (the request's own command),
+// "" to read it from body.
+func (w walker) command(db string, body bsoncore.Document, first string) {
 	it := iterate(body)
-	var spec *wire.CommandSpec
-	for first := true; ; first = false {
+	k, v, ok := it.next()
+	if !ok {
+		return
+	}
+	spec := wire.LookupCommand(string(k))
+	s, isString := first, first != ""
+	if !isString {
+		s, isString = v.StringValueOK()
+	}
+	if isString {
+		w.visit(db, s)
+		if n, ok := namespace.Parse(s); ok {
+			w.p.add(n, Named)
+		}
+		if wholeDatabase(spec, s) {
+			w.visit(db, "")
+		}
+	} else {
+		w.visit(db, "")
+	}
+	// The first key too: explain and applyOps carry their references in
+	// the command's own value.
+	w.field(db, k, v, true)
+	for {
 		k, v, ok := it.next()
 		if !ok {
-			return false
+			return
 		}
-		if first {
-			spec = wire.LookupCommand(string(k))
-			if s, ok := v.StringValueOK(); ok {
-				if visit(db, s) {
-					return true
-				}
-				if d, c, ok := splitNS(s); ok && visit(d, c) {
-					return true
-				}
-				if wholeDatabase(spec, s) && visit(db, "") {
-					return true
-				}
-			} else if visit(db, "") {
-				return true
-			}
-		} else if spec != nil && slices.Contains(spec.FullNamespaces, string(k)) {
-			if visitFullNS(v, visit) {
-				return true
-			}
+		if spec != nil && slices.Contains(spec.FullNamespaces, string(k)) {
+			w.fullNS(v)
 			continue
 		}
-		// The first key too: explain and applyOps carry their
-		// references in the command's own value.
-		var hit bool
-		switch string(k) {
-		case "pipeline":
-			hit = w.pipeline(db, v)
-		case "to":
-			hit = visitFullNS(v, visit)
-		case "viewOn", "collection", "toCollection":
-			if s, ok := v.StringValueOK(); ok {
-				hit = visit(db, s)
-			}
-		case "todb", "fromdb":
-			if s, ok := v.StringValueOK(); ok {
-				hit = visit(s, "")
-			}
-		case "out":
-			hit = visitOut(db, v, visit)
-		case "explain":
-			if d, ok := v.DocumentOK(); ok {
-				hit = w.command(db, d)
-			}
-		case "applyOps", "doTxn":
-			hit = w.applyOps(v)
-		case "preCondition":
-			// applyOps' preconditions read the documents they name.
-			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitNSField(d, visit) })
-		case "eval", "$eval":
-			// Server-side JavaScript (servers before 4.2) reaches any
-			// namespace through its db object.
-			hit = first && visit(UnknownNS, UnknownNS)
-		case "nsInfo":
-			hit = eachDocument(v, func(d bsoncore.Document) bool { return visitNSField(d, visit) })
+		w.field(db, k, v, false)
+	}
+}
+
+// field walks one field of a command body run on db.
+func (w walker) field(db string, k []byte, v bsoncore.Value, first bool) {
+	switch string(k) {
+	case "pipeline":
+		w.pipeline(db, v)
+	case "to":
+		w.fullNS(v)
+	case "viewOn", "collection", "toCollection":
+		if s, ok := v.StringValueOK(); ok {
+			w.visit(db, s)
 		}
-		if hit {
-			return true
+	case "todb", "fromdb":
+		if s, ok := v.StringValueOK(); ok {
+			w.visit(s, "")
 		}
+	case "out":
+		w.out(db, v)
+	case "explain":
+		if d, ok := v.DocumentOK(); ok {
+			w.command(db, d, "")
+		}
+	case "applyOps", "doTxn":
+		w.applyOps(v)
+	case "preCondition":
+		// applyOps' preconditions read the documents they name.
+		eachDocument(v, func(d bsoncore.Document) bool { w.nsField(d); return false })
+	case "eval", "$eval":
+		// Server-side JavaScript (servers before 4.2) reaches any
+		// namespace through its db object.
+		if first {
+			w.unknown()
+		}
+	case "nsInfo":
+		eachDocument(v, func(d bsoncore.Document) bool { w.nsField(d); return false })
 	}
 }
 
@@ -160,7 +153,7 @@ func (w walker) command(db string, body bsoncore.Document) bool {
 // s writes every collection of its database, whatever s names: the
 // command table's database writes (clone names a host), and an insert into
 // system.indexes, by which servers before 4.2 create an index (a TTL index
-// on any collection of the database, policy.Classify reads it so).
+// on any collection of the database, the classifier reads it so).
 func wholeDatabase(spec *wire.CommandSpec, s string) bool {
 	if spec == nil {
 		return false
@@ -169,114 +162,106 @@ func wholeDatabase(spec *wire.CommandSpec, s string) bool {
 }
 
 // pipeline walks the stages of an aggregation pipeline run on db.
-func (w walker) pipeline(db string, v bsoncore.Value) bool {
-	visit := w.ns
-	return eachDocument(v, func(stage bsoncore.Document) bool {
+func (w walker) pipeline(db string, v bsoncore.Value) {
+	eachDocument(v, func(stage bsoncore.Document) bool {
 		it := iterate(stage)
 		k, sv, ok := it.next()
-		if !ok {
-			return false
-		}
-		if w.stage != nil && w.stage(string(k)) {
-			return true
-		}
-		switch string(k) {
-		case "$lookup", "$graphLookup":
-			spec, ok := sv.DocumentOK()
-			if !ok {
-				return false
-			}
-			// A field given twice is read as its last value by the
-			// server's own parsers of these stages, as its first by
-			// Lookup: either could be the lock store.
-			f, err := fieldsOf(spec, "from", "pipeline")
-			if err != nil {
-				return visit(UnknownNS, UnknownNS)
-			}
-			target := db
-			if s, ok := f[0].StringValueOK(); ok {
-				if visit(db, s) {
-					return true
-				}
-			} else if d, ok := f[0].DocumentOK(); ok {
-				var hit bool
-				target, hit = visitDBColl(db, d, "coll", visit)
-				if hit {
-					return true
-				}
-			}
-			return w.pipeline(target, f[1])
-		case "$unionWith":
-			if s, ok := sv.StringValueOK(); ok {
-				return visit(db, s)
-			}
-			spec, ok := sv.DocumentOK()
-			if !ok {
-				return false
-			}
-			f, err := fieldsOf(spec, "pipeline")
-			if err != nil {
-				return visit(UnknownNS, UnknownNS)
-			}
-			target, hit := visitDBColl(db, spec, "coll", visit)
-			return hit || w.pipeline(target, f[0])
-		case "$out":
-			if s, ok := sv.StringValueOK(); ok {
-				return visit(db, s)
-			}
-			if spec, ok := sv.DocumentOK(); ok {
-				_, hit := visitDBColl(db, spec, "coll", visit)
-				return hit
-			}
-		case "$merge":
-			if s, ok := sv.StringValueOK(); ok {
-				return visit(db, s)
-			}
-			spec, ok := sv.DocumentOK()
-			if !ok {
-				return false
-			}
-			f, err := fieldsOf(spec, "into")
-			if err != nil {
-				return visit(UnknownNS, UnknownNS)
-			}
-			into := f[0]
-			if s, ok := into.StringValueOK(); ok {
-				return visit(db, s)
-			}
-			if d, ok := into.DocumentOK(); ok {
-				_, hit := visitDBColl(db, d, "coll", visit)
-				return hit
-			}
-		case "$changeStream":
-			// A change stream over the whole deployment reads the changes
-			// of every namespace, documents included (fullDocument), so it
-			// names them all. One on a database or a collection is the
-			// command's own namespace, visited already.
-			if spec, ok := sv.DocumentOK(); ok {
-				f, err := fieldsOf(spec, "allChangesForCluster")
-				if err != nil || !isFalse(f[0]) {
-					return visit(UnknownNS, UnknownNS)
-				}
-			}
-		case "$facet":
-			facets, ok := sv.DocumentOK()
-			if !ok {
-				return false
-			}
-			fit := iterate(facets)
-			for {
-				_, p, ok := fit.next()
-				if !ok {
-					return false
-				}
-				if w.pipeline(db, p) {
-					return true
-				}
-			}
+		if ok {
+			w.p.stages = append(w.p.stages, stageName(k))
+			w.stage(db, k, sv)
 		}
 		return false
 	})
+}
+
+// stage walks one stage, named k with spec sv, of a pipeline run on db.
+func (w walker) stage(db string, k []byte, sv bsoncore.Value) {
+	switch string(k) {
+	case "$lookup", "$graphLookup":
+		spec, ok := sv.DocumentOK()
+		if !ok {
+			return
+		}
+		// A field given twice is read as its last value by the server's
+		// own parsers of these stages, as its first by Lookup: either
+		// could be the lock store.
+		f, err := fieldsOf(spec, "from", "pipeline")
+		if err != nil {
+			w.unknown()
+			return
+		}
+		target := db
+		if s, ok := f[0].StringValueOK(); ok {
+			w.visit(db, s)
+		} else if d, ok := f[0].DocumentOK(); ok {
+			target = w.dbColl(db, d, "coll")
+		}
+		w.pipeline(target, f[1])
+	case "$unionWith":
+		if s, ok := sv.StringValueOK(); ok {
+			w.visit(db, s)
+			return
+		}
+		spec, ok := sv.DocumentOK()
+		if !ok {
+			return
+		}
+		f, err := fieldsOf(spec, "pipeline")
+		if err != nil {
+			w.unknown()
+			return
+		}
+		w.pipeline(w.dbColl(db, spec, "coll"), f[0])
+	case "$out":
+		if s, ok := sv.StringValueOK(); ok {
+			w.visit(db, s)
+		} else if spec, ok := sv.DocumentOK(); ok {
+			w.dbColl(db, spec, "coll")
+		}
+	case "$merge":
+		if s, ok := sv.StringValueOK(); ok {
+			w.visit(db, s)
+			return
+		}
+		spec, ok := sv.DocumentOK()
+		if !ok {
+			return
+		}
+		f, err := fieldsOf(spec, "into")
+		if err != nil {
+			w.unknown()
+			return
+		}
+		if s, ok := f[0].StringValueOK(); ok {
+			w.visit(db, s)
+		} else if d, ok := f[0].DocumentOK(); ok {
+			w.dbColl(db, d, "coll")
+		}
+	case "$changeStream":
+		// A change stream over the whole deployment reads the changes of
+		// every namespace, documents included (fullDocument), so it names
+		// them all. One on a database or a collection is the command's own
+		// namespace, visited already.
+		if spec, ok := sv.DocumentOK(); ok {
+			f, err := fieldsOf(spec, "allChangesForCluster")
+			if err != nil || !isFalse(f[0]) {
+				w.unknown()
+			}
+		}
+	case "$facet":
+		facets, ok := sv.DocumentOK()
+		if !ok {
+			return
+		}
+		fit := iterate(facets)
+		for {
+			_, p, ok := fit.next()
+			if !ok {
+				return
+			}
+			w.pipeline(db, p)
+		}
+	}
 }
 
 // isFalse reports whether an optional flag is absent or false, as the
@@ -287,91 +272,94 @@ func isFalse(v bsoncore.Value) bool {
 	return err == nil && !set
 }
 
-// visitDBColl visits {db: <db>, <collKey>: <coll>}, the db defaulting to
-// db, and returns the database the reference is in. A field given twice
-// is UnknownNS: servers differ on which of the two they read.
-func visitDBColl(db string, d bsoncore.Document, collKey string, visit func(db, coll string) bool) (string, bool) {
+// dbColl visits {db: <db>, <collKey>: <coll>}, the db defaulting to db,
+// and returns the database the reference is in. A field given twice is
+// unknown: servers differ on which of the two they read.
+func (w walker) dbColl(db string, d bsoncore.Document, collKey string) string {
 	f, err := fieldsOf(d, "db", collKey)
 	if err != nil {
-		return db, visit(UnknownNS, UnknownNS)
+		w.unknown()
+		return db
 	}
 	if s, ok := f[0].StringValueOK(); ok {
 		db = s
 	}
 	if s, ok := f[1].StringValueOK(); ok {
-		return db, visit(db, s)
+		w.visit(db, s)
 	}
-	return db, false
+	return db
 }
 
-// visitOut walks mapReduce's out: a collection name, or {replace|merge|
+// out walks mapReduce's out: a collection name, or {replace|merge|
 // reduce: <coll>, db: <db>} ({inline: 1} names nothing).
-func visitOut(db string, v bsoncore.Value, visit func(db, coll string) bool) bool {
+func (w walker) out(db string, v bsoncore.Value) {
 	if s, ok := v.StringValueOK(); ok {
-		return visit(db, s)
+		w.visit(db, s)
+		return
 	}
 	d, ok := v.DocumentOK()
 	if !ok {
-		return false
+		return
 	}
 	f, err := fieldsOf(d, "db", "replace", "merge", "reduce")
 	if err != nil {
-		return visit(UnknownNS, UnknownNS)
+		w.unknown()
+		return
 	}
 	if s, ok := f[0].StringValueOK(); ok {
 		db = s
 	}
 	for _, v := range f[1:4] {
-		if s, ok := v.StringValueOK(); ok && visit(db, s) {
-			return true
+		if s, ok := v.StringValueOK(); ok {
+			w.visit(db, s)
 		}
 	}
-	return false
 }
 
 // applyOps walks applyOps operations: each names its namespace by ns
 // ("db.coll", or "db.$cmd" with a command in o) or by ui, a collection
 // UUID the proxy cannot map to a name.
-func (w walker) applyOps(v bsoncore.Value) bool {
-	visit := w.ns
-	return eachDocument(v, func(op bsoncore.Document) bool {
+func (w walker) applyOps(v bsoncore.Value) {
+	eachDocument(v, func(op bsoncore.Document) bool {
 		f, err := fieldsOf(op, "ui", "ns", "o")
 		if err != nil || f[0].Type != 0 {
-			return visit(UnknownNS, UnknownNS)
+			w.unknown()
+			return false
 		}
-		ns, ok := f[1].StringValueOK()
+		s, ok := f[1].StringValueOK()
 		if !ok {
 			return false
 		}
-		db, coll, ok := splitNS(ns)
+		n, ok := namespace.Parse(s)
 		if !ok {
 			return false
 		}
-		if coll == "$cmd" {
+		if n.IsCommand() {
 			o, _ := f[2].DocumentOK()
-			return w.command(db, o)
+			w.command(n.DB(), o, "")
+			return false
 		}
-		return visit(db, coll)
+		w.p.add(n, Named)
+		return false
 	})
 }
 
-// visitNSField visits the full namespace of d's ns field; twice is
-// UnknownNS.
-func visitNSField(d bsoncore.Document, visit func(db, coll string) bool) bool {
+// nsField visits the full namespace of d's ns field; twice is unknown.
+func (w walker) nsField(d bsoncore.Document) {
 	f, err := fieldsOf(d, "ns")
 	if err != nil {
-		return visit(UnknownNS, UnknownNS)
+		w.unknown()
+		return
 	}
-	return visitFullNS(f[0], visit)
+	w.fullNS(f[0])
 }
 
-func visitFullNS(v bsoncore.Value, visit func(db, coll string) bool) bool {
-	s, ok := v.StringValueOK()
-	if !ok {
-		return false
+func (w walker) fullNS(v bsoncore.Value) {
+	if s, ok := v.StringValueOK(); ok {
+		if n, ok := namespace.Parse(s); ok {
+			w.p.add(n, Named)
+		}
 	}
-	db, coll, ok := splitNS(s)
-	return ok && visit(db, coll)
 }
 
 // eachDocument calls f for each document of an array value until it
@@ -390,10 +378,4 @@ func eachDocument(v bsoncore.Value, f func(bsoncore.Document) bool) bool {
 			return true
 		}
 	}
-}
-
-// splitNS splits "db.coll" at its first dot, as the server does.
-func splitNS(s string) (db, coll string, ok bool) {
-	db, coll, ok = strings.Cut(s, ".")
-	return db, coll, ok && db != "" && coll != ""
 }

@@ -16,17 +16,18 @@ func refsOf(t *testing.T, body bson.D, seqs ...wire.Sequence) []string {
 		t.Fatalf("CommandOf: %v %v", cmd, err)
 	}
 	var got []string
-	VisitNamespaces(cmd, func(db, coll string) bool {
-		got = append(got, db+"|"+coll)
-		return false
-	})
+	for _, r := range NewPlan(clMsg(t, body, seqs...), cmd).Refs() {
+		if r.Access&Named != 0 {
+			got = append(got, r.NS.DB()+"|"+r.NS.Collection())
+		}
+	}
 	return got
 }
 
-// TestVisitNamespaces lists, for each form a client can name a namespace
-// in, the references the walk must report (in order). Every row is a way to
+// TestPlanReferences lists, for each form a client can name a namespace
+// in, the references the plan must hold as named (in order). Every row is a way to
 // reach the lock store's collections that the proxy must see.
-func TestVisitNamespaces(t *testing.T) {
+func TestPlanReferences(t *testing.T) {
 	lookupDBColl := bson.D{{"$lookup", bson.D{{"from", bson.D{{"db", "lockgate"}, {"coll", "locks"}}}, {"as", "x"},
 		{"pipeline", bson.A{bson.D{{"$unionWith", bson.D{{"coll", "locks_claims"}}}}}}}}}
 	tests := []struct {
@@ -117,14 +118,6 @@ func TestVisitNamespaces(t *testing.T) {
 				t.Errorf("references = %q, want %q", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestVisitNamespacesStops(t *testing.T) {
-	cmd, _ := wire.CommandOf(clMsg(t, bson.D{{"renameCollection", "a.b"}, {"to", "c.d"}, {"$db", "admin"}}))
-	n := 0
-	if !VisitNamespaces(cmd, func(db, coll string) bool { n++; return true }) || n != 1 {
-		t.Errorf("a visit that returns true must stop the walk: %d visits", n)
 	}
 }
 

@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // LockNS is the lock collection's namespace for data namespace ns.
 func (s Scheme) LockNS(ns string) string {
-	db, coll, _ := strings.Cut(ns, ".")
+	db, coll := namespace.Of(ns).Parts()
 	if s.LockColl != "" {
 		return db + "." + s.LockColl
 	}
@@ -80,12 +81,13 @@ func (s Scheme) RecordExpiry(rec bsoncore.Document) (time.Time, bool) {
 // lockSide returns the rule of a lock collection namespace, if ns is the
 // lock collection of a lockCollection rule.
 func (p *Policy) lockSide(ns string) (Rule, bool) {
-	db, coll, ok := strings.Cut(ns, ".")
+	n, ok := namespace.Split(ns)
+	db, coll := n.Parts()
 	if !ok {
 		return Rule{}, false
 	}
 	for _, r := range p.lockRules {
-		rdb, rcoll, _ := strings.Cut(r.Match, ".")
+		rdb, rcoll := namespace.Of(r.Match).Parts()
 		if rdb != db {
 			continue
 		}

@@ -34,6 +34,11 @@ type Request struct {
 	Command *wire.Command
 	// Client describes the connection.
 	Client *ClientInfo
+	// Plan is the interceptor's own reading of the request, made by the
+	// first stage that needs it and read by the later ones (the guard
+	// keeps its policy.Plan here). The proxy neither reads nor sets it;
+	// each request starts without one.
+	Plan any
 
 	// conn is the connection the request arrived on; nil where none backs
 	// it (tests). A pointer, not method values: those would cost two

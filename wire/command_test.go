@@ -86,6 +86,7 @@ func TestCommandOf(t *testing.T) {
 	for name, m := range map[string]Message{
 		"query on a collection": queryOf("app.items", inner),
 		"pseudo command":        queryOf("admin.$cmd.sys.inprog", inner),
+		"dotted $cmd":           queryOf("lockgate.locks.$cmd", inner),
 		"reply":                 mustParseNoT(AppendReply(nil, 1, 2, 0, 0, 0, inner)),
 		"insert":                mustParseNoT(frameOf(OpCodeInsert, i32(0), cstr("db.c"), inner)),
 		"unknown":               mustParseNoT(frameOf(1234)),

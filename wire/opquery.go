@@ -1,8 +1,7 @@
 package wire
 
 import (
-	"strings"
-
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -54,11 +53,15 @@ func parseQuery(f frame, lim Limits) (*OpQuery, error) {
 }
 
 // commandDB returns the database of a "<db>.$cmd" namespace and whether the
-// query is a command. The pre-3.6 pseudo-commands ("<db>.$cmd.sys.inprog")
-// are not commands; the server no longer accepts them.
+// query is a command. The namespace splits at its first dot, as the
+// server splits it, and only a collection of exactly "$cmd" is a command:
+// "a.b.$cmd" is a query on collection "b.$cmd" of a (which the server
+// refuses), not a command on a database "a.b", and the pre-3.6
+// pseudo-commands ("<db>.$cmd.sys.inprog") are not commands either; the
+// server no longer accepts them.
 func (q *OpQuery) commandDB() (string, bool) {
-	db, ok := strings.CutSuffix(q.FullCollectionName, ".$cmd")
-	return db, ok
+	n, ok := namespace.Split(q.FullCollectionName)
+	return n.DB(), ok && n.IsCommand()
 }
 
 // IsCommand reports whether q is a command, i.e. a query on "<db>.$cmd".

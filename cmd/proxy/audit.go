@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/mongo"
 	mongooptions "go.mongodb.org/mongo-driver/mongo/options"
 )
@@ -80,12 +81,12 @@ func (src *source) parse(fs *flag.FlagSet, stderr io.Writer) bool {
 		src.dir = fs.Arg(0)
 		return true
 	}
-	db, coll, ok := strings.Cut(src.collection, ".")
+	_, ok := namespace.Parse(src.collection)
 	switch {
 	case src.uri == "" || src.collection == "":
 		fmt.Fprintln(stderr, name+": -uri and -collection go together")
 		return false
-	case !ok || db == "" || coll == "":
+	case !ok:
 		fmt.Fprintf(stderr, "%s: -collection %q: want db.coll\n", name, src.collection)
 		return false
 	case fs.NArg() != 0:
@@ -101,7 +102,7 @@ func (src *source) open(ctx context.Context) (*mongo.Collection, func(), error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	db, coll, _ := strings.Cut(src.collection, ".")
+	db, coll := namespace.Of(src.collection).Parts()
 	return c.Database(db).Collection(coll), func() { c.Disconnect(context.WithoutCancel(ctx)) }, nil
 }
 
