@@ -779,7 +779,7 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 		}
 	}
 	now := time.Now()
-	if x := g.record(req, pol, v, enforced, now.Sub(start)); x != nil && enforced == nil {
+	if x := g.recordAt(req, pol, v, enforced, now.Sub(start), now); x != nil && enforced == nil {
 		enforced = x // its audit record could not be made durable
 	}
 	// The lease left is measured after the line: its sink can block (a
