@@ -3,6 +3,7 @@ package guard
 import (
 	"bytes"
 	"sync"
+	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
@@ -37,6 +38,41 @@ type connState struct {
 	// line is the buffer the connection's decision lines are written
 	// from (LineSink), kept between writes.
 	line []byte
+	// spare is a verdict no flight or request points into any more,
+	// for the connection's next write (newVerdict).
+	spare *verdict
+}
+
+// newVerdict returns a verdict for req: the connection's spare, or a new
+// one. A write in flight keeps its verdict until it lands, so a request
+// decided meanwhile (pipelined, or sent while another is unanswered)
+// never gets a verdict still in use: the spare is empty then.
+func newVerdict(req *proxy.Request, start time.Time) *verdict {
+	st := connStateOf(req)
+	if st == nil {
+		return &verdict{req: req, now: start}
+	}
+	v := st.spare
+	st.spare = nil
+	st.mu.Unlock()
+	if v == nil {
+		v = &verdict{}
+	}
+	v.req, v.now, v.home = req, start, st
+	return v
+}
+
+// putVerdict takes back the verdict of a flight that landed, once
+// nothing else points into it, cleared: it keeps no request alive.
+func (st *connState) putVerdict(v *verdict) {
+	*v = verdict{}
+	if !st.mu.TryLock() {
+		return
+	}
+	if st.spare == nil {
+		st.spare = v
+	}
+	st.mu.Unlock()
 }
 
 type allowSeries struct {

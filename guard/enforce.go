@@ -106,6 +106,9 @@ type verdict struct {
 	// now is the time enforce started, or the last resolution ended:
 	// never later than any lock check's answer (flightLocks).
 	now time.Time
+	// home is the connection the verdict came from (newVerdict), which
+	// its flight may give it back to.
+	home *connState
 	// Room for the usual write of one statement in one namespace, so
 	// that the verdict of a single write is one allocation, not four.
 	flightBuf  flightPlan
@@ -178,7 +181,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			if r.Mode == policy.Off {
 				continue
 			}
-			v = &verdict{req: req, now: start}
+			v = newVerdict(req, start)
 			if len(writes) <= len(v.ruleBuf) {
 				rules = v.ruleBuf[:i:len(v.ruleBuf)]
 			} else {

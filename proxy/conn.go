@@ -367,7 +367,7 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	if !d.Deadline.IsZero() && (d.Action == Forward || d.Action == Rewrite) && time.Now().After(d.Deadline) {
 		var late bsoncore.Document
 		if d.LateReply != nil {
-			late = d.LateReply()
+			late = d.LateReply.LateReply()
 		}
 		d = Decision{Action: Reply, Reply: late, OnReply: d.OnReply}
 	}
