@@ -116,6 +116,7 @@ type verdict struct {
 	ruleBuf    [1]policy.Rule
 	checkedBuf [1]nsIDs
 	needBuf    [1]nsNeed
+	pinBuf     [1]bsoncore.Value // a statement's pin, read by targets
 }
 
 // check records ids as verified in ns, for the audit line.
@@ -419,7 +420,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	var ids []docid.ID
 	// No more pins are read than the rule lets a write touch: a filter
 	// naming 50,000 ids costs no more than one naming maxCandidates + 1.
-	pinned, hasString, ok, over := policy.PinnedIDsUpTo(w.Filter, r.MaxCandidates)
+	pinned, hasString, ok, over := policy.PinnedIDsInto(v.pinBuf[:0], w.Filter, r.MaxCandidates)
 	if over {
 		v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
 		return nil, false, false
