@@ -41,6 +41,25 @@ type connState struct {
 	// spare is a verdict no flight or request points into any more,
 	// for the connection's next write (newVerdict).
 	spare *verdict
+	// msg is the buffer the connection's rewritten messages are encoded
+	// into (edit), nil while the proxy has it (ReleaseMessage).
+	msg []byte
+}
+
+// maxKeptMessage bounds the message buffer a connection keeps: a write
+// rewritten once with many pinned ids does not hold its size for good.
+const maxKeptMessage = 16 << 10
+
+// ReleaseMessage implements proxy.MessageReleaser: the proxy has written
+// the connection's rewritten message and reads it no more.
+func (st *connState) ReleaseMessage(b []byte) {
+	if cap(b) > maxKeptMessage || !st.mu.TryLock() {
+		return
+	}
+	if st.msg == nil {
+		st.msg = b[:0]
+	}
+	st.mu.Unlock()
 }
 
 // newVerdict returns a verdict for req: the connection's spare, or a new

@@ -97,6 +97,9 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 				if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
 					b.Fatalf("%+v %s", d, d.Reply)
 				}
+				if d.MessageDone != nil {
+					d.MessageDone.ReleaseMessage(d.Message) // written upstream
+				}
 				if d.OnReply != nil {
 					d.OnReply.Reply(ctx, nil) // answered: the flight lands
 				}

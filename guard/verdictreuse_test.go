@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"testing"
 
@@ -16,6 +17,13 @@ import (
 // connection and returns its flight, not landed: a request whose reply has
 // not arrived yet.
 func (c *connTest) decideWrite(lsid bsoncore.Document, id int32) *flight {
+	c.t.Helper()
+	_, f := c.decideWriteMsg(lsid, id)
+	return f
+}
+
+// decideWriteMsg is decideWrite returning the decision too.
+func (c *connTest) decideWriteMsg(lsid bsoncore.Document, id int32) (proxy.Decision, *flight) {
 	c.t.Helper()
 	stmt := bsoncore.NewDocumentBuilder().
 		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", id).Build()).
@@ -35,7 +43,7 @@ func (c *connTest) decideWrite(lsid bsoncore.Document, id int32) *flight {
 	if !ok || (d.Action != proxy.Forward && d.Action != proxy.Rewrite) || d.LateReply != proxy.LateReplier(f) {
 		c.t.Fatalf("write of %d: %+v, want a flight that is also the late reply", id, d)
 	}
-	return f
+	return d, f
 }
 
 // inFlight reports whether a write this guard forwarded under the lock on
@@ -119,4 +127,50 @@ func TestOverlappingWritesNeverShareAVerdict(t *testing.T) {
 	}
 	ff.Reply(context.Background(), nil)
 	fe.land() // as its timer will
+}
+
+// TestRewrittenMessageBufferNotReusedUntilHandedBack: the connection's
+// rewritten message (maxTimeMS added) is encoded into its buffer only once
+// the proxy has handed the previous one back (MessageDone): a message
+// still held by the proxy is never written over, whatever is decided
+// meanwhile on the connection.
+func TestRewrittenMessageBufferNotReusedUntilHandedBack(t *testing.T) {
+	c := newConnTest(t)
+	a := lsidOf(1)
+	c.lockCmd(cmdAcquire, a, 7)
+	c.lockCmd(cmdAcquire, a, 8)
+	d1, f1 := c.decideWriteMsg(a, 7)
+	if d1.Action != proxy.Rewrite || d1.MessageDone == nil {
+		t.Fatalf("%+v, want a rewrite (maxTimeMS) to hand back", d1)
+	}
+	kept := append([]byte(nil), d1.Message...)
+	d2, f2 := c.decideWriteMsg(a, 8) // d1's message not handed back yet
+	if &d2.Message[0] == &d1.Message[0] {
+		t.Fatal("a message the proxy still holds was reused")
+	}
+	if !bytes.Equal(d1.Message, kept) {
+		t.Fatal("a message the proxy still holds was written over")
+	}
+	d1.MessageDone.ReleaseMessage(d1.Message)
+	f1.Reply(context.Background(), nil)
+	kept = append(kept[:0], d2.Message...)
+	d3, f3 := c.decideWriteMsg(a, 7)
+	if &d3.Message[0] != &d1.Message[0] {
+		t.Fatal("the handed-back buffer was not reused")
+	}
+	if !bytes.Equal(d2.Message, kept) || maxTimeOf(t, d2.Message) <= 0 {
+		t.Fatal("a message the proxy still holds was written over")
+	}
+	// And the reused buffer, held again, is not handed out again.
+	kept = append(kept[:0], d3.Message...)
+	d4, f4 := c.decideWriteMsg(a, 8)
+	if &d4.Message[0] == &d3.Message[0] || !bytes.Equal(d3.Message, kept) {
+		t.Fatal("a reused buffer the proxy holds again was written over")
+	}
+	for _, d := range []proxy.Decision{d2, d3, d4} {
+		d.MessageDone.ReleaseMessage(d.Message)
+	}
+	for _, f := range []*flight{f2, f3, f4} {
+		f.Reply(context.Background(), nil)
+	}
 }

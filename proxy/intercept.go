@@ -111,6 +111,18 @@ type Decision struct {
 	// then gets Reply with a nil body, as for any request that never left.
 	Deadline  time.Time
 	LateReply LateReplier
+	// MessageDone, if set, gets Message back once the proxy no longer
+	// reads it: after the bytes were written upstream (or the write
+	// failed), on the client pump. Message may then be a buffer the
+	// interceptor reuses for the connection's next request. A Message not
+	// sent at all (the deadline passed, another action) is not handed
+	// back.
+	MessageDone MessageReleaser
+}
+
+// MessageReleaser takes back a rewritten message (Decision.MessageDone).
+type MessageReleaser interface {
+	ReleaseMessage(b []byte)
 }
 
 // LateReplier makes the answer to a request whose Decision.Deadline passed
