@@ -189,9 +189,18 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	b = appendField(b, "policyVersion", pol.Version())
 	b = appendDurationField(b, "took", took)
 	if ids, ok := v.checked.lookup(w.NS); ok {
-		if st != nil {
+		var done bool
+		if len(ids) == 1 && st != nil {
+			b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
+			if cap(st.idScratch) > maxKeptLine {
+				st.idScratch = nil // a huge _id's text is not kept
+			}
+		}
+		switch {
+		case done:
+		case st != nil:
 			b = appendField(b, "ids", st.idText(ids))
-		} else {
+		default:
 			b = appendField(b, "ids", idList(ids))
 		}
 	}

@@ -36,8 +36,9 @@ type connState struct {
 	allows    [4]allowSeries
 	nextAllow int
 	// line is the buffer the connection's decision lines are written
-	// from (LineSink), kept between writes.
-	line []byte
+	// from (LineSink), kept between writes; idScratch holds an id's text
+	// on its way into the line (appendIDField).
+	line, idScratch []byte
 	// spare is a verdict no flight or request points into any more,
 	// for the connection's next write (newVerdict).
 	spare *verdict

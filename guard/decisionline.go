@@ -1,12 +1,18 @@
 package guard
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"go.mongodb.org/mongo-driver/bson"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/lockgate/lockgate/docid"
 )
 
 // LineSink is where the guard writes its decision lines itself instead of
@@ -107,12 +113,18 @@ const hexDigits = "0123456789abcdef"
 // as \ufffd, everything else as it is. This is zap's JSON string
 // encoding, which the decision line must keep (a test compares them).
 func appendJSONString(b []byte, s string) []byte {
+	return appendJSON(b, s, utf8.DecodeRuneInString)
+}
+
+// appendJSON is appendJSONString for text held as a string or as bytes
+// (decode reads a rune of either), so that neither is copied to the other.
+func appendJSON[S string | []byte](b []byte, s S, decode func(S) (rune, int)) []byte {
 	b = append(b, '"')
 	last := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
+			r, size := decode(s[i:])
 			if r != utf8.RuneError || size != 1 {
 				i += size
 				continue
@@ -145,6 +157,59 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[last:]...)
 	return append(b, '"')
+}
+
+// appendIDField appends ,"key":"<id>" with the id as docid.Format
+// writes it, for the usual types of an _id (32- and 64-bit integers,
+// strings, ObjectIds) without making the text as a string (it is made in
+// scratch, returned for reuse); false for any other type, whose text the
+// caller makes.
+func appendIDField(b, scratch []byte, key string, id docid.ID) (_, _ []byte, ok bool) {
+	tmp := scratch[:0]
+	var t []byte
+	raw := id.Raw()
+	switch raw.Type {
+	case bson.TypeInt32:
+		n, ok := raw.Int32OK()
+		if !ok {
+			return b, scratch, false
+		}
+		t = strconv.AppendInt(tmp, int64(n), 10)
+	case bson.TypeInt64:
+		n, ok := raw.Int64OK()
+		if !ok {
+			return b, scratch, false
+		}
+		t = strconv.AppendInt(tmp, n, 10)
+	case bson.TypeString:
+		// Read in place: a string value is its length (with the NUL),
+		// its bytes and a NUL.
+		v := raw.Value
+		if len(v) < 5 {
+			return b, scratch, false
+		}
+		n := int(binary.LittleEndian.Uint32(v))
+		if n < 1 || n != len(v)-4 || v[len(v)-1] != 0 {
+			return b, scratch, false
+		}
+		// The conversion does not escape: a short id is copied on
+		// the stack, not the heap.
+		t = strconv.AppendQuote(tmp, string(v[4:len(v)-1]))
+	case bson.TypeObjectID:
+		oid, ok := raw.ObjectIDOK()
+		if !ok {
+			return b, scratch, false
+		}
+		t = append(tmp, `ObjectId("`...)
+		t = hex.AppendEncode(t, oid[:])
+		t = append(t, `")`...)
+	default:
+		return b, scratch, false
+	}
+	b = append(b, ',')
+	b = appendJSONString(b, key)
+	b = append(b, ':')
+	return appendJSON(b, t, utf8.DecodeRune), t, true
 }
 
 // appendDuration appends d as d.String() reads, without its allocation:

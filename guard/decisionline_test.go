@@ -13,10 +13,14 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -147,3 +151,34 @@ func TestDecisionLinesThroughSinkAreZaps(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestIDFieldIsFormatsText: the line's id, appended without its text for
+// the usual types, is docid.Format's text JSON-escaped, for strings that
+// Go quotes with escapes (quotes, control bytes, invalid UTF-8, runes
+// that are not printable, long ones), extreme integers and ObjectIds; a
+// short string id costs no allocation.
+func TestIDFieldIsFormatsText(t *testing.T) {
+	vals := []any{int32(0), int32(-7), int32(math.MaxInt32), int32(math.MinInt32), int64(math.MaxInt64), int64(math.MinInt64),
+		"", "plain", `a "quoted" \ name`, "new\nline\ttab\x00\x7f", "bad \xff\xfe utf8 \xc3", "ünïcödé ✓ 日本 🙂", "\u2028\u00a0\ufeff\U0010ffff",
+		strings.Repeat("long é", 20), primitive.ObjectID{1, 2, 3, 0xff}, 1.5, true}
+	for _, v := range vals {
+		id := lockstoretest.ID(v)
+		want := appendField(nil, "ids", docid.Format(id.Raw()))
+		got, _, ok := appendIDField(nil, nil, "ids", id)
+		switch id.Type() {
+		case bson.TypeDouble, bson.TypeBoolean:
+			if ok {
+				t.Errorf("%v: appended a type it does not know", v)
+			}
+			continue
+		}
+		if !ok || string(got) != string(want) {
+			t.Errorf("%#v: got %s, want %s", v, got, want)
+		}
+	}
+	id := lockstoretest.ID("order-1234")
+	buf, scratch := make([]byte, 0, 128), make([]byte, 0, 64)
+	if n := testing.AllocsPerRun(100, func() { appendIDField(buf[:0], scratch, "ids", id) }); n != 0 {
+		t.Errorf("a short string id: %v allocations", n)
+	}
+}
