@@ -216,8 +216,9 @@ func (a *assembly) newGuard() error {
 		EndSessionsSupported: func(ctx context.Context) (bool, error) {
 			return up.Supports(ctx, bson.D{{Key: "endSessions", Value: bson.A{}}})
 		},
-		Logger:  a.log,
-		Metrics: a.guardMetrics,
+		Logger:       a.log,
+		DecisionSink: decisionSink(a.log),
+		Metrics:      a.guardMetrics,
 
 		MaxInFlight:   time.Duration(cfg.Lockstore.MaxLeaseMS) * time.Millisecond,
 		ImplicitLease: time.Duration(cfg.Lockstore.DefaultLeaseMS) * time.Millisecond,

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard"
 )
 
 // NewLogger builds the process logger on stderr, leaving stdout to what a
@@ -47,6 +48,27 @@ func NewLoggerTo(c config.Log, w io.Writer) (*zap.Logger, error) {
 		return nil, fmt.Errorf("log.format: must be one of json, console, got %q", c.Format)
 	}
 	ws := zapcore.Lock(zapcore.AddSync(w))
-	core := zapcore.NewCore(enc, ws, lvl)
+	var core zapcore.Core = zapcore.NewCore(enc, ws, lvl)
+	if c.Format == config.LogFormatJSON {
+		core = sinkCore{Core: core, sink: &guard.LineSink{Out: ws, Level: lvl, ErrorOutput: ws}}
+	}
 	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(ws)), nil
+}
+
+// sinkCore is the JSON logger's core, carrying its output for the guard's
+// decision lines, which the guard writes itself in this very layout
+// (guard.LineSink). A logger given fields of its own (With) loses it:
+// its lines would have to carry them.
+type sinkCore struct {
+	zapcore.Core
+	sink *guard.LineSink
+}
+
+// decisionSink is the guard's sink for the decision lines of l, nil
+// unless l's every line has the layout the guard writes.
+func decisionSink(l *zap.Logger) *guard.LineSink {
+	if c, ok := l.Core().(sinkCore); ok {
+		return c.sink
+	}
+	return nil
 }

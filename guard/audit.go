@@ -24,6 +24,12 @@ import (
 // waits until the record is durable, and returns the violation that
 // refuses the write when it cannot be (fail closed); nil otherwise.
 func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration) (unaudited *violation) {
+	return g.recordAt(req, pol, v, enforced, took, time.Time{})
+}
+
+// recordAt is record with the decision's end read by the caller: the
+// decision lines' time, zero to read it when they are written.
+func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration, now time.Time) (unaudited *violation) {
 	g.metrics.decisionSeconds.Observe(took.Seconds())
 	var seenBuf [4]string
 	seen := seenBuf[:0] // namespaces logged; a message writes very few
@@ -69,19 +75,16 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		}
 		// The line's fields (id lists above all) cost more than the
 		// decision itself; build them only when the line is written.
+		if g.lines != nil {
+			if g.lines.on {
+				g.appendLine(st, req, pol, v, w, r, x, decision, took, now)
+			}
+			return
+		}
 		if !g.audit.Core().Enabled(zap.InfoLevel) {
 			return
 		}
-		command := req.Message.Header().OpCode.String()
-		var lsid []byte
-		if req.Command != nil {
-			command = req.Command.Name
-			if v.lsid != nil {
-				lsid = v.lsid
-			} else if sid, ok := req.Command.SessionID(); ok {
-				lsid = sid
-			}
-		}
+		command, lsid := lineCommand(req, v)
 		var ce *zapcore.CheckedEntry
 		fp := g.auditFields.Get().(*[]zap.Field) // room for every field below
 		fields := (*fp)[:0]
@@ -147,6 +150,77 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 		}
 	}
 	return unaudited
+}
+
+// lineCommand is the command a decision line names, and the session id
+// whose tag it shows (nil for none).
+func lineCommand(req *proxy.Request, v *verdict) (command string, lsid []byte) {
+	if req.Command == nil {
+		return req.Message.Header().OpCode.String(), nil
+	}
+	if v.lsid != nil {
+		return req.Command.Name, v.lsid
+	}
+	if sid, ok := req.Command.SessionID(); ok {
+		return req.Command.Name, sid
+	}
+	return req.Command.Name, nil
+}
+
+// appendLine writes the decision line of one namespace through the
+// guard's LineSink: the fields record gives zap, in the same order, from
+// the connection's pre-encoded head when st (locked) is set.
+func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy, v *verdict, w policy.Write, r policy.Rule, x *violation, decision string, took time.Duration, now time.Time) {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	command, lsid := lineCommand(req, v)
+	var b []byte
+	var pooled *[]byte
+	if st != nil {
+		b = g.lines.start(st.line, now)
+		b = append(b, st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS, command, string(r.Mode))...)
+	} else {
+		pooled = g.lines.bufs.Get().(*[]byte)
+		b = g.lines.start(*pooled, now)
+		b = appendLineHead(b, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS, command, string(r.Mode))
+	}
+	b = appendField(b, "decision", decision)
+	b = appendField(b, "policyVersion", pol.Version())
+	b = appendDurationField(b, "took", took)
+	if ids, ok := v.checked.lookup(w.NS); ok {
+		var done bool
+		if len(ids) == 1 && st != nil {
+			b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
+			if cap(st.idScratch) > maxKeptLine {
+				st.idScratch = nil // a huge _id's text is not kept
+			}
+		}
+		switch {
+		case done:
+		case st != nil:
+			b = appendField(b, "ids", st.idText(ids))
+		default:
+			b = appendField(b, "ids", idList(ids))
+		}
+	}
+	if m := v.implicitMode(); m != "" {
+		b = appendField(b, "implicit", m)
+	}
+	if x != nil {
+		b = appendField(b, "reason", x.reason)
+		b = appendField(b, "detail", x.detail)
+		if len(x.ids) > 0 {
+			b = appendField(b, "ids", idList(x.ids))
+		}
+	}
+	b = g.lines.write(b, now)
+	if st != nil {
+		st.line = b
+	} else {
+		*pooled = b
+		g.lines.bufs.Put(pooled)
+	}
 }
 
 // AuditTrail takes the records of the tamper-evident audit trail;

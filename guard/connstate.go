@@ -3,6 +3,7 @@ package guard
 import (
 	"bytes"
 	"sync"
+	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
@@ -34,6 +35,64 @@ type connState struct {
 	// under lately (allowCounter).
 	allows    [4]allowSeries
 	nextAllow int
+	// line is the buffer the connection's decision lines are written
+	// from (LineSink), kept between writes; idScratch holds an id's text
+	// on its way into the line (appendIDField).
+	line, idScratch []byte
+	// spare is a verdict no flight or request points into any more,
+	// for the connection's next write (newVerdict).
+	spare *verdict
+	// msg is the buffer the connection's rewritten messages are encoded
+	// into (edit), nil while the proxy has it (ReleaseMessage).
+	msg []byte
+}
+
+// maxKeptMessage bounds the message buffer a connection keeps: a write
+// rewritten once with many pinned ids does not hold its size for good.
+const maxKeptMessage = 16 << 10
+
+// ReleaseMessage implements proxy.MessageReleaser: the proxy has written
+// the connection's rewritten message and reads it no more.
+func (st *connState) ReleaseMessage(b []byte) {
+	if cap(b) > maxKeptMessage || !st.mu.TryLock() {
+		return
+	}
+	if st.msg == nil {
+		st.msg = b[:0]
+	}
+	st.mu.Unlock()
+}
+
+// newVerdict returns a verdict for req: the connection's spare, or a new
+// one. A write in flight keeps its verdict until it lands, so a request
+// decided meanwhile (pipelined, or sent while another is unanswered)
+// never gets a verdict still in use: the spare is empty then.
+func newVerdict(req *proxy.Request, start time.Time) *verdict {
+	st := connStateOf(req)
+	if st == nil {
+		return &verdict{req: req, now: start}
+	}
+	v := st.spare
+	st.spare = nil
+	st.mu.Unlock()
+	if v == nil {
+		v = &verdict{}
+	}
+	v.req, v.now, v.home = req, start, st
+	return v
+}
+
+// putVerdict takes back the verdict of a flight that landed, once
+// nothing else points into it, cleared: it keeps no request alive.
+func (st *connState) putVerdict(v *verdict) {
+	*v = verdict{}
+	if !st.mu.TryLock() {
+		return
+	}
+	if st.spare == nil {
+		st.spare = v
+	}
+	st.mu.Unlock()
 }
 
 type allowSeries struct {
@@ -113,12 +172,16 @@ func pinnedIDs(req *proxy.Request, pinned []bsoncore.Value) ([]docid.ID, error) 
 	return ids, nil
 }
 
-// linePrefix is one pre-encoded head of decision lines.
+// linePrefix is one pre-encoded head of decision lines: as a logger's
+// fields (zap), or as the line's bytes (LineSink), each made on first use.
 type linePrefix struct {
 	log                          *zap.Logger
 	app, user, ns, command, mode string
 	lsid                         []byte      // a copy: the request's buffer is not ours
-	auditing                     *zap.Logger // the logger it was made from
+	auditing                     *zap.Logger // the logger log was made from
+	// head is the fields as the line shows them, each with its leading
+	// comma (appendLineHead).
+	head []byte
 }
 
 // connStateOf returns req's connection state, locked, or nil when another
@@ -139,33 +202,68 @@ func connStateOf(req *proxy.Request) *connState {
 	return st
 }
 
+// prefix returns the entry of a line head, found or made (its logger
+// and bytes still to be made). st is locked.
+func (st *connState) prefix(app, user string, lsid []byte, ns, command, mode string) *linePrefix {
+	for i := range st.lines {
+		p := &st.lines[i]
+		if (p.log != nil || p.head != nil) && p.app == app && p.user == user && bytes.Equal(p.lsid, lsid) &&
+			p.ns == ns && p.command == command && p.mode == mode {
+			return p
+		}
+	}
+	p := &st.lines[st.next]
+	st.next = (st.next + 1) % len(st.lines)
+	*p = linePrefix{app: app, user: user, ns: ns, command: command, mode: mode, lsid: append([]byte(nil), lsid...)}
+	return p
+}
+
 // decisionLogger returns audit with the leading fields of a decision line
 // already encoded: the same fields, in the same order, as a line that
 // names them all at the call (zap writes a logger's own fields first).
 // st is locked.
 func (st *connState) decisionLogger(audit *zap.Logger, client, app, user string, lsid []byte, ns, command, mode string) *zap.Logger {
-	for i := range st.lines {
-		p := &st.lines[i]
-		if p.log != nil && p.auditing == audit && p.app == app && p.user == user && bytes.Equal(p.lsid, lsid) &&
-			p.ns == ns && p.command == command && p.mode == mode {
-			return p.log
-		}
+	p := st.prefix(app, user, lsid, ns, command, mode)
+	if p.log != nil && p.auditing == audit {
+		return p.log
 	}
-	p := &st.lines[st.next]
-	st.next = (st.next + 1) % len(st.lines)
 	session := ""
 	if lsid != nil {
 		session = lockstore.SessionPrefix(lsid)
 	}
-	*p = linePrefix{app: app, user: user, ns: ns, command: command, mode: mode,
-		lsid: append([]byte(nil), lsid...), auditing: audit,
-		log: audit.With(
-			zap.String("client", client),
-			zap.String("app", app),
-			zap.String("user", user),
-			zap.String("session", session),
-			zap.String("ns", ns),
-			zap.String("command", command),
-			zap.String("mode", mode))}
+	p.auditing = audit
+	p.log = audit.With(
+		zap.String("client", client),
+		zap.String("app", app),
+		zap.String("user", user),
+		zap.String("session", session),
+		zap.String("ns", ns),
+		zap.String("command", command),
+		zap.String("mode", mode))
 	return p.log
+}
+
+// lineHead is appendLineHead's bytes, made once per head. st is locked.
+func (st *connState) lineHead(client, app, user string, lsid []byte, ns, command, mode string) []byte {
+	p := st.prefix(app, user, lsid, ns, command, mode)
+	if p.head == nil {
+		p.head = appendLineHead(nil, client, app, user, lsid, ns, command, mode)
+	}
+	return p.head
+}
+
+// appendLineHead appends the fields that lead every decision line, in the
+// order decisionLogger gives them to zap.
+func appendLineHead(b []byte, client, app, user string, lsid []byte, ns, command, mode string) []byte {
+	session := ""
+	if lsid != nil {
+		session = lockstore.SessionPrefix(lsid)
+	}
+	b = appendField(b, "client", client)
+	b = appendField(b, "app", app)
+	b = appendField(b, "user", user)
+	b = appendField(b, "session", session)
+	b = appendField(b, "ns", ns)
+	b = appendField(b, "command", command)
+	return appendField(b, "mode", mode)
 }

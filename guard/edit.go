@@ -15,7 +15,16 @@ import (
 // changes. It returns the limit the command runs under, and false with a
 // refusal when the write cannot be edited as it must be (then d's reply
 // hook is abandoned): refusing is the only safe answer in enforce mode.
+//
+// The message is encoded into the connection's buffer, which the proxy
+// hands back once it has written it (d.MessageDone): the connection's
+// next request is decided only after that.
 func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, ed policy.Edit) (proxy.Decision, time.Duration, bool) {
+	st := connStateOf(req)
+	if st != nil {
+		ed.Buf, st.msg = st.msg, nil
+		st.mu.Unlock()
+	}
 	b, maxTime, err := policy.EditMessage(req.Message, req.Command, ed)
 	if err == nil && b != nil && len(b) > g.opts.MaxMessageSize && (len(ed.Pins) > 0 || len(ed.Fences) > 0) {
 		err = errTooLarge
@@ -31,6 +40,11 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy
 	}
 	if b != nil {
 		d.Action, d.Message = proxy.Rewrite, b
+		if st != nil {
+			d.MessageDone = st
+		}
+	} else if st != nil && ed.Buf != nil {
+		st.ReleaseMessage(ed.Buf)
 	}
 	return d, maxTime, true
 }

@@ -106,6 +106,9 @@ type verdict struct {
 	// now is the time enforce started, or the last resolution ended:
 	// never later than any lock check's answer (flightLocks).
 	now time.Time
+	// home is the connection the verdict came from (newVerdict), which
+	// its flight may give it back to.
+	home *connState
 	// Room for the usual write of one statement in one namespace, so
 	// that the verdict of a single write is one allocation, not four.
 	flightBuf  flightPlan
@@ -113,6 +116,7 @@ type verdict struct {
 	ruleBuf    [1]policy.Rule
 	checkedBuf [1]nsIDs
 	needBuf    [1]nsNeed
+	pinBuf     [1]bsoncore.Value // a statement's pin, read by targets
 }
 
 // check records ids as verified in ns, for the audit line.
@@ -178,7 +182,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			if r.Mode == policy.Off {
 				continue
 			}
-			v = &verdict{req: req, now: start}
+			v = newVerdict(req, start)
 			if len(writes) <= len(v.ruleBuf) {
 				rules = v.ruleBuf[:i:len(v.ruleBuf)]
 			} else {
@@ -416,7 +420,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	var ids []docid.ID
 	// No more pins are read than the rule lets a write touch: a filter
 	// naming 50,000 ids costs no more than one naming maxCandidates + 1.
-	pinned, hasString, ok, over := policy.PinnedIDsUpTo(w.Filter, r.MaxCandidates)
+	pinned, hasString, ok, over := policy.PinnedIDsInto(v.pinBuf[:0], w.Filter, r.MaxCandidates)
 	if over {
 		v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
 		return nil, false, false
@@ -779,7 +783,7 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 		}
 	}
 	now := time.Now()
-	if x := g.record(req, pol, v, enforced, now.Sub(start)); x != nil && enforced == nil {
+	if x := g.recordAt(req, pol, v, enforced, now.Sub(start), now); x != nil && enforced == nil {
 		enforced = x // its audit record could not be made durable
 	}
 	// The lease left is measured after the line: its sink can block (a

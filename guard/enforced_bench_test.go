@@ -26,7 +26,8 @@ import (
 // benchmark's write (bench/enforce.go): updateOne({_id}, {$inc: {n: 1}}) in
 // a session that holds the lock, decided, launched as a write in flight
 // (lease deadline, maxTimeMS, renewal timer), audited as the gateway logs
-// (JSON at info, to io.Discard) and landed by its reply; against the same
+// (JSON at info, the decision line through the logger's LineSink, to
+// io.Discard) and landed by its reply; against the same
 // update on a namespace no rule protects. The difference of the two legs
 // is the CPU the guard adds to an enforced write (docs/BENCHMARKS.md).
 //
@@ -56,13 +57,18 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The gateway's JSON logger (gateway.NewLoggerTo) and the sink it
+	// hands the guard for the decision lines.
 	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
 	enc.EncodeDuration = zapcore.StringDurationEncoder
-	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	out := zapcore.Lock(zapcore.AddSync(io.Discard))
+	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), out, zapcore.InfoLevel))
+	sink := &guard.LineSink{Out: out, Level: zapcore.InfoLevel, ErrorOutput: out}
 	for _, leg := range []struct{ name, coll string }{{"unprotected", "open"}, {"enforced", "locked"}} {
 		b.Run(leg.name, func(b *testing.B) {
 			store := memstore.New(memstore.Config{})
-			g := guard.New(guard.Options{Store: store, Reserved: guard.ReservedFor("lockgate", "locks"), Logger: logger})
+			g := guard.New(guard.Options{Store: store, Reserved: guard.ReservedFor("lockgate", "locks"), Logger: logger, DecisionSink: sink})
 			g.SetPolicy(pol)
 			ctx := context.Background()
 			// The lock, taken as acquireLock through the guard takes it.
@@ -91,6 +97,9 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 				d := g.Intercept(ctx, req)
 				if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
 					b.Fatalf("%+v %s", d, d.Reply)
+				}
+				if d.MessageDone != nil {
+					d.MessageDone.ReleaseMessage(d.Message) // written upstream
 				}
 				if d.OnReply != nil {
 					d.OnReply.Reply(ctx, nil) // answered: the flight lands

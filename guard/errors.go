@@ -66,6 +66,10 @@ func badArg(code mongoerr.Code, format string, args ...any) *cmdError {
 
 // document renders the error reply body: {ok:0, errmsg, code, codeName,
 // lockgate: {reason, ns, ids, holder}}.
+// LateReply implements proxy.LateReplier: a refusal made in advance for
+// a request that may be too late to leave.
+func (e *cmdError) LateReply() bsoncore.Document { return e.document() }
+
 func (e *cmdError) document() bsoncore.Document {
 	idx, d := bsoncore.AppendDocumentStart(nil)
 	d = bsoncore.AppendStringElement(d, "reason", e.reason)

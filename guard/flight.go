@@ -138,7 +138,8 @@ func newFlightTracker() *flightTracker {
 	return &flightTracker{bySession: map[string]*sessionFlights{}}
 }
 
-// flight is one enforced write in flight; it is the request's ReplyHook.
+// flight is one enforced write in flight; it is the request's ReplyHook,
+// and its LateReplier when it was launched from a verdict.
 type flight struct {
 	g       *Guard
 	plan    *flightPlan
@@ -146,6 +147,15 @@ type flight struct {
 	start   time.Time
 	maxTime time.Duration // the maxTimeMS it carries, 0 if none
 	next    proxy.ReplyHook
+	// v and pol are the decision the flight was launched from
+	// (launchDecision), for its late reply; v is nil otherwise.
+	v   *verdict
+	pol *policy.Policy
+	// home, when set, is the connection that gets v back once the flight
+	// lands, for its next write: set only when nothing but the flight
+	// points into v (recyclable), and kept only if the flight lands by
+	// its reply before any renewal started (remove).
+	home *connState
 	// due is when the first renewal is due, zero once it was started
 	// (guarded by the tracker's mu).
 	due      time.Time
@@ -240,8 +250,19 @@ func (f *flight) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Doc
 	if f.next != nil {
 		out = f.next.Reply(ctx, body)
 	}
-	f.land()
+	f.landed(true)
 	return out
+}
+
+// LateReply implements proxy.LateReplier: the refusal of a write whose
+// lease, less the margin, would end before its bytes could leave. It is
+// built from the request, so the proxy calls it while the request is its
+// own, before the flight lands.
+func (f *flight) LateReply() bsoncore.Document {
+	w := f.v.writes[0]
+	x := violation{write: w, rule: f.pol.Lookup(w.NS), reason: reasonNotLocked,
+		detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(f.plan.margin))}
+	return refusal(f.v.req, x).document()
 }
 
 // Abandon implements proxy.ReplyHook: no reply will come (the connection
@@ -259,30 +280,43 @@ func (f *flight) Abandon() {
 }
 
 // land ends the flight.
-func (f *flight) land() {
+func (f *flight) land() { f.landed(false) }
+
+// landed ends the flight; by its reply (answered) or not. An answered
+// flight that nothing else can reach any more hands its verdict back to
+// its connection: a flight that was abandoned may still have a timer
+// that lands it again, and one whose renewal started may still be
+// renewing, so theirs are left to the collector.
+func (f *flight) landed(answered bool) {
 	f.mu.Lock()
 	if f.done {
 		f.mu.Unlock()
 		return
 	}
 	f.done = true
+	quiet := f.timer == nil && f.renewals == 0
 	if f.timer != nil {
 		f.timer.Stop()
 	}
 	f.mu.Unlock()
-	f.g.flights.remove(f)
+	unrenewed := f.g.flights.remove(f)
 	if f.plan.implicit != nil {
 		f.g.releaseImplicit(f.plan.implicit)
 	}
+	if answered && quiet && unrenewed && f.home != nil {
+		f.home.putVerdict(f.v)
+	}
 }
 
-// remove forgets a flight that landed.
-func (t *flightTracker) remove(f *flight) {
+// remove forgets a flight that landed. It reports whether its first
+// renewal was never started: after remove none can be.
+func (t *flightTracker) remove(f *flight) (unrenewed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	unrenewed = !f.due.IsZero()
 	sf := t.bySession[f.key]
 	if sf == nil {
-		return
+		return unrenewed
 	}
 	if i := slices.Index(sf.all, f); i >= 0 {
 		last := len(sf.all) - 1
@@ -293,6 +327,7 @@ func (t *flightTracker) remove(f *flight) {
 		close(sf.idle)
 		sf.idle = nil // the next waiter waits for the next idle time
 	}
+	return unrenewed
 }
 
 // dropIdleLocked forgets the sessions with no write in flight; t.mu is
@@ -420,18 +455,14 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		d, _, _ = g.edit(req, pol, v, d, ed)
 		return d
 	}
-	late := func() bsoncore.Document {
-		w := v.writes[0] // here, or every write would copy it to the heap
-		x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonNotLocked,
-			detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(p.margin))}
-		return refusal(req, x).document()
-	}
+	f := &p.fl
+	f.v, f.pol, f.plan = v, pol, p
 	budget := p.end.Sub(now) - p.margin
 	if budget <= 0 {
 		if d.OnReply != nil {
 			d.OnReply.Abandon()
 		}
-		return proxy.Decision{Action: proxy.Reply, Reply: late()}
+		return proxy.Decision{Action: proxy.Reply, Reply: f.LateReply()}
 	}
 	if req.Command != nil && !v.inTxn {
 		ed.MaxTimeMS = max(budget.Milliseconds(), 1)
@@ -440,9 +471,14 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	if !ok {
 		return d
 	}
+	if p == &v.flightBuf && d.OnReply == nil && v.implicit == nil && v.fence == nil && !v.inTxn {
+		// Nothing but the flight points into the verdict: it may go
+		// back to the connection when the flight lands.
+		f.home = v.home
+	}
+	fl := g.launchAt(p, now, maxTime, d.OnReply)
 	d.Deadline = p.end.Add(-p.margin)
-	d.LateReply = late
-	d.OnReply = g.launchAt(p, now, maxTime, d.OnReply)
+	d.LateReply, d.OnReply = fl, fl
 	if p.implicit != nil {
 		p.implicit.launched = true
 	}

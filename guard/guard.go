@@ -100,6 +100,10 @@ type Options struct {
 	EndSessionsSupported func(ctx context.Context) (bool, error)
 	Logger               *zap.Logger
 	Metrics              *Metrics
+	// DecisionSink, when set, takes the decision lines (audit.go) that
+	// would go through Logger: the same lines, written without zap
+	// (LineSink). It must be Logger's own output.
+	DecisionSink *LineSink
 	// Trail, when set, gets a record of every decision on an audited or
 	// enforced namespace (audit.go).
 	Trail AuditTrail
@@ -125,6 +129,10 @@ type Guard struct {
 	log     *zap.Logger
 	audit   *zap.Logger // one line per decision on audited and enforced namespaces
 	metrics *Metrics
+
+	// lines writes audit's decision lines itself when the sink was
+	// given (nil: through audit).
+	lines *lineWriter
 
 	// endSessions caches the upstream's support: 0 unknown, 1 yes, 2 no.
 	endSessionsSupport atomic.Int32
@@ -216,6 +224,7 @@ func New(opts Options) *Guard {
 		flights:  newFlightTracker(),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
+	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
 	g.chain = proxy.Chain(g.Stages())
 	return g
 }

@@ -207,7 +207,7 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 		}
 	}
 	refused := commitRefusal("the lease of its locks would have ended before the commit left for the database")
-	d.Deadline, d.LateReply = plan.end.Add(-plan.margin), refused.document
+	d.Deadline, d.LateReply = plan.end.Add(-plan.margin), refused
 	d.OnReply = g.launch(plan, maxTime, end)
 	return d
 }

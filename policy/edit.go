@@ -20,6 +20,11 @@ type Edit struct {
 	// MaxTimeMS, when positive, caps the command's maxTimeMS: it is set
 	// unless the command already carries a positive value no greater.
 	MaxTimeMS int64
+	// Buf, when set, is room of the caller's that an edited OP_MSG is
+	// encoded into (from Buf[:0]; grown if it is too small). The result
+	// then shares it: the caller must not reuse Buf while it reads the
+	// result.
+	Buf []byte
 }
 
 // EditMessage returns msg with e applied, or nil when e changes nothing
@@ -144,7 +149,7 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 		b, err := wire.WithBody(m, query)
 		return b, maxTime, err
 	default:
-		return wire.WithEdits(msg.(*wire.OpMsg), body, extra, seqs), maxTime, nil
+		return wire.AppendWithEdits(e.Buf[:0], msg.(*wire.OpMsg), body, extra, seqs), maxTime, nil
 	}
 }
 

@@ -59,18 +59,29 @@ func PinnedIDs(filter bsoncore.Document) (ids []bsoncore.Value, hasString bool, 
 // with more than limit values (ok is then false); a filter that does not
 // pin at all is neither ok nor over.
 func PinnedIDsUpTo(filter bsoncore.Document, limit int) (ids []bsoncore.Value, hasString, ok, over bool) {
+	return PinnedIDsInto(nil, filter, limit)
+}
+
+// PinnedIDsInto is PinnedIDsUpTo returning a single pinned value (the
+// usual `_id: v` or `{$eq: v}`) in buf[:1], the caller's room, so that it
+// allocates nothing; a set of several values is made as before.
+func PinnedIDsInto(buf []bsoncore.Value, filter bsoncore.Document, limit int) (ids []bsoncore.Value, hasString, ok, over bool) {
 	p := pinner{limit: limit}
 	r := p.pinsOf(filter, 0)
 	if !r.ok {
 		return nil, false, false, r.over
 	}
-	for _, v := range r.set {
+	ids = r.set
+	if r.single {
+		ids = append(buf[:0], r.one)
+	}
+	for _, v := range ids {
 		if containsString(v, 0) {
 			hasString = true
 			break
 		}
 	}
-	return r.set, hasString, true, false
+	return ids, hasString, true, false
 }
 
 // pinner reads the pins of one filter, at most limit values per set.
@@ -84,6 +95,21 @@ type pinner struct {
 type pins struct {
 	set      []bsoncore.Value
 	ok, over bool
+	// single: the set is the one value one (set is nil), kept by value
+	// so that no slice is made for it.
+	single bool
+	one    bsoncore.Value
+}
+
+// pinOne is the set of the one value v.
+func pinOne(v bsoncore.Value) pins { return pins{ok: true, single: true, one: v} }
+
+// size is the number of values in the set.
+func (r pins) size() int {
+	if r.single {
+		return 1
+	}
+	return len(r.set)
 }
 
 // pinsOf returns the smallest pin set among the conjuncts of filter.
@@ -92,7 +118,7 @@ func (p *pinner) pinsOf(filter []byte, depth int) pins {
 	over := false
 	consider := func(r pins) {
 		switch {
-		case r.ok && (!best.ok || len(r.set) < len(best.set)):
+		case r.ok && (!best.ok || r.size() < best.size()):
 			best = r
 		case r.over:
 			over = true
@@ -165,6 +191,9 @@ func (p *pinner) orPins(v bsoncore.Value, depth int) pins {
 		case r.over:
 			over = true
 		case !over:
+			if r.single {
+				union.add(r.one)
+			}
 			for _, id := range r.set {
 				union.add(id)
 			}
@@ -189,7 +218,7 @@ func (p *pinner) idCondition(v bsoncore.Value) pins {
 	}
 	d, isDoc := v.DocumentOK()
 	if !isDoc || !isOperatorDoc(d) {
-		return pins{set: []bsoncore.Value{v}, ok: true}
+		return pinOne(v)
 	}
 	var best pins
 	over := false
@@ -205,14 +234,14 @@ func (p *pinner) idCondition(v bsoncore.Value) pins {
 			if !pinnable(op) {
 				continue
 			}
-			r = pins{set: []bsoncore.Value{op}, ok: true}
+			r = pinOne(op)
 		case "$in":
 			r = p.inPins(op)
 		default:
 			continue
 		}
 		switch {
-		case r.ok && (!best.ok || len(r.set) < len(best.set)):
+		case r.ok && (!best.ok || r.size() < best.size()):
 			best = r
 		case r.over:
 			over = true

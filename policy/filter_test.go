@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"math"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/bson/primitive"
@@ -100,6 +101,10 @@ func TestPinnedIDs(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ids, hasString, ok := PinnedIDs(clDoc(t, tc.filter))
+			var buf [1]bsoncore.Value
+			if into, s, o, _ := PinnedIDsInto(buf[:0], clDoc(t, tc.filter), math.MaxInt); o != ok || s != hasString || !clSameValues(into, ids) {
+				t.Fatalf("into a buffer: %v %v %v, want %v %v %v", into, s, o, ids, hasString, ok)
+			}
 			if tc.ids == nil {
 				if ok {
 					t.Fatalf("pinned %v, want not pinned", ids)
@@ -116,6 +121,22 @@ func TestPinnedIDs(t *testing.T) {
 				t.Fatalf("hasString %v, want %v", hasString, tc.hasString)
 			}
 		})
+	}
+}
+
+// TestPinnedIDsIntoAllocatesNothing: a filter pinning one _id, the usual
+// write's, is read into the caller's buffer without an allocation.
+func TestPinnedIDsIntoAllocatesNothing(t *testing.T) {
+	for _, f := range []D{{{"_id", 7}}, {{"_id", D{{"$eq", "a"}}}}, {{"n", 1}, {"_id", primitive.ObjectID{1}}}} {
+		filter := clDoc(t, f)
+		var buf [1]bsoncore.Value
+		if n := testing.AllocsPerRun(100, func() {
+			if ids, _, ok, _ := PinnedIDsInto(buf[:0], filter, 1000); !ok || len(ids) != 1 || &ids[0] != &buf[0] {
+				t.Fatalf("%v: %v %v, want its one value in the buffer", f, ids, ok)
+			}
+		}); n != 0 {
+			t.Errorf("%v: %v allocations", f, n)
+		}
 	}
 }
 

@@ -367,7 +367,7 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	if !d.Deadline.IsZero() && (d.Action == Forward || d.Action == Rewrite) && time.Now().After(d.Deadline) {
 		var late bsoncore.Document
 		if d.LateReply != nil {
-			late = d.LateReply()
+			late = d.LateReply.LateReply()
 		}
 		d = Decision{Action: Reply, Reply: late, OnReply: d.OnReply}
 	}
@@ -386,7 +386,13 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	case Forward:
 		return c.forward(msg, raw.Bytes, hello)
 	case Rewrite:
-		return c.forward(msg, d.Message, hello)
+		ok := c.forward(msg, d.Message, hello)
+		if d.MessageDone != nil {
+			// Written (net.Conn.Write keeps none of it), or never
+			// will be.
+			d.MessageDone.ReleaseMessage(d.Message)
+		}
+		return ok
 	case Reply:
 		return c.reply(msg, cmd, d)
 	default:

@@ -112,11 +112,34 @@ type Decision struct {
 	OnReply ReplyHook
 	// Deadline, if set, is when a forwarded or rewritten request may no
 	// longer leave: the proxy checks it immediately before writing the
-	// bytes upstream and answers LateReply's document instead (abandoning
-	// OnReply). A function: the answer is almost never needed, and building
-	// it for every write would cost more than the rest of the decision.
+	// bytes upstream and answers LateReply's document instead; OnReply
+	// then gets Reply with a nil body, as for any request that never left.
 	Deadline  time.Time
-	LateReply func() bsoncore.Document
+	LateReply LateReplier
+	// MessageDone, if set, gets Message back once the proxy no longer
+	// reads it: after the bytes were written upstream (or the write
+	// failed), on the client pump. Message may then be a buffer the
+	// interceptor reuses for the connection's next request. A Message not
+	// sent at all (the deadline passed, another action) is not handed
+	// back.
+	MessageDone MessageReleaser
+}
+
+// MessageReleaser takes back a rewritten message (Decision.MessageDone).
+type MessageReleaser interface {
+	ReleaseMessage(b []byte)
+}
+
+// LateReplier makes the answer to a request whose Decision.Deadline passed
+// before it could leave. The answer is almost never needed, and building
+// it for every write would cost more than the rest of the decision; an
+// interface rather than a function, so that what the interceptor keeps for
+// the request anyway (an enforced write's flight) can be it, with no
+// closure made per request. LateReply is called at most once, on the
+// connection's client pump, before OnReply learns that the request never
+// left; its document must not depend on anything OnReply then releases.
+type LateReplier interface {
+	LateReply() bsoncore.Document
 }
 
 // ClientInfo describes a client connection. The proxy fills it in from the

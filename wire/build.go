@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 
 	"github.com/lockgate/lockgate/mongoerr"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -247,6 +248,12 @@ func WithSequences(m *OpMsg, body bsoncore.Document, seqs []Sequence) []byte {
 // allocation of the final size. The caller makes sure that the body has
 // none of elems' keys already.
 func WithEdits(m *OpMsg, body bsoncore.Document, elems []byte, seqs []Sequence) []byte {
-	dst := make([]byte, 0, msgSize(m.Flags, body, seqs)+len(elems))
+	return AppendWithEdits(nil, m, body, elems, seqs)
+}
+
+// AppendWithEdits is WithEdits appending the message to dst, a buffer the
+// caller reuses: grown at most once, to the final size.
+func AppendWithEdits(dst []byte, m *OpMsg, body bsoncore.Document, elems []byte, seqs []Sequence) []byte {
+	dst = slices.Grow(dst, msgSize(m.Flags, body, seqs)+len(elems))
 	return appendMsgExtra(dst, m.hdr.RequestID, m.hdr.ResponseTo, m.Flags, body, elems, min(m.bodyIndex, len(seqs)), seqs)
 }

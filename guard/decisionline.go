@@ -1,0 +1,276 @@
+package guard
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/lockgate/lockgate/docid"
+)
+
+// LineSink is where the guard writes its decision lines itself instead of
+// through its logger: one JSON line per decision on a protected
+// namespace, byte for byte the line the production logger
+// (gateway.NewLoggerTo, format json) writes for the same fields, without
+// a zap entry, field slice or encoder per write. The gateway injects it
+// only for a logger whose every line has that layout (no fields of its
+// own); without one the guard writes the lines through Options.Logger.
+type LineSink struct {
+	// Out takes each line in one Write and does not keep the bytes; its
+	// writes are serialized with the logger's (the logger's own
+	// WriteSyncer, zapcore.Lock'ed).
+	Out zapcore.WriteSyncer
+	// Level enables the lines, which are written at info.
+	Level zapcore.LevelEnabler
+	// ErrorOutput, if set, is told of a write that failed, as zap tells
+	// its logger's.
+	ErrorOutput zapcore.WriteSyncer
+}
+
+// lineWriter writes decision lines to a LineSink.
+type lineWriter struct {
+	sink *LineSink
+	// on: the sink's level enables info (fixed for the sink's life).
+	on bool
+	// head and tail surround the line's time: everything before the
+	// line's first field is the same on every line but the time.
+	head, tail []byte
+	// bufs are line buffers for writes without their connection's own
+	// (its state busy, or no connection).
+	bufs sync.Pool
+}
+
+func newLineWriter(s *LineSink, loggerName string) *lineWriter {
+	if s == nil || s.Out == nil {
+		return nil
+	}
+	w := &lineWriter{sink: s, on: s.Level == nil || s.Level.Enabled(zapcore.InfoLevel)}
+	w.head = []byte(`{"level":"info","ts":"`)
+	w.tail = append(w.tail, '"')
+	if loggerName != "" {
+		w.tail = appendField(w.tail, "logger", loggerName)
+	}
+	w.tail = appendField(w.tail, "msg", "decision")
+	w.bufs.New = func() any { b := make([]byte, 0, 512); return &b }
+	return w
+}
+
+// start begins a line at t into b[:0]: everything up to its first field.
+func (w *lineWriter) start(b []byte, t time.Time) []byte {
+	b = append(b[:0], w.head...)
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, w.tail...)
+}
+
+// write ends the line in b and writes it. It returns b emptied for the
+// next line, or nil when b grew past what is worth keeping (a refusal
+// listing many ids).
+func (w *lineWriter) write(b []byte, t time.Time) []byte {
+	b = append(b, '}', '\n')
+	if _, err := w.sink.Out.Write(b); err != nil && w.sink.ErrorOutput != nil {
+		fmt.Fprintf(w.sink.ErrorOutput, "%v write error: %v\n", t, err)
+		w.sink.ErrorOutput.Sync()
+	}
+	if cap(b) > maxKeptLine {
+		return nil
+	}
+	return b[:0]
+}
+
+// maxKeptLine bounds the line buffer a connection keeps.
+const maxKeptLine = 4 << 10
+
+// appendField appends ,"key":"value", the value escaped as zap's JSON
+// encoder escapes it (every field follows the line's message).
+func appendField(b []byte, key, value string) []byte {
+	b = append(b, ',')
+	b = appendJSONString(b, key)
+	b = append(b, ':')
+	return appendJSONString(b, value)
+}
+
+// appendDurationField appends ,"key":"d" with d as time.Duration.String
+// writes it (the gateway logs durations as strings).
+func appendDurationField(b []byte, key string, d time.Duration) []byte {
+	b = append(b, ',')
+	b = appendJSONString(b, key)
+	b = append(b, ':', '"')
+	b = appendDuration(b, d)
+	return append(b, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s quoted: quote and backslash escaped, \n \r
+// \t as such, other control bytes as \u00XX, each byte of invalid UTF-8
+// as \ufffd, everything else as it is. This is zap's JSON string
+// encoding, which the decision line must keep (a test compares them).
+func appendJSONString(b []byte, s string) []byte {
+	return appendJSON(b, s, utf8.DecodeRuneInString)
+}
+
+// appendJSON is appendJSONString for text held as a string or as bytes
+// (decode reads a rune of either), so that neither is copied to the other.
+func appendJSON[S string | []byte](b []byte, s S, decode func(S) (rune, int)) []byte {
+	b = append(b, '"')
+	last := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := decode(s[i:])
+			if r != utf8.RuneError || size != 1 {
+				i += size
+				continue
+			}
+			b = append(b, s[last:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			last = i
+			continue
+		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		b = append(b, s[last:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		last = i
+	}
+	b = append(b, s[last:]...)
+	return append(b, '"')
+}
+
+// appendIDField appends ,"key":"<id>" with the id as docid.Format
+// writes it, for the usual types of an _id (32- and 64-bit integers,
+// strings, ObjectIds) without making the text as a string (it is made in
+// scratch, returned for reuse); false for any other type, whose text the
+// caller makes.
+func appendIDField(b, scratch []byte, key string, id docid.ID) (_, _ []byte, ok bool) {
+	tmp := scratch[:0]
+	var t []byte
+	raw := id.Raw()
+	switch raw.Type {
+	case bson.TypeInt32:
+		n, ok := raw.Int32OK()
+		if !ok {
+			return b, scratch, false
+		}
+		t = strconv.AppendInt(tmp, int64(n), 10)
+	case bson.TypeInt64:
+		n, ok := raw.Int64OK()
+		if !ok {
+			return b, scratch, false
+		}
+		t = strconv.AppendInt(tmp, n, 10)
+	case bson.TypeString:
+		// Read in place: a string value is its length (with the NUL),
+		// its bytes and a NUL.
+		v := raw.Value
+		if len(v) < 5 {
+			return b, scratch, false
+		}
+		n := int(binary.LittleEndian.Uint32(v))
+		if n < 1 || n != len(v)-4 || v[len(v)-1] != 0 {
+			return b, scratch, false
+		}
+		// The conversion does not escape: a short id is copied on
+		// the stack, not the heap.
+		t = strconv.AppendQuote(tmp, string(v[4:len(v)-1]))
+	case bson.TypeObjectID:
+		oid, ok := raw.ObjectIDOK()
+		if !ok {
+			return b, scratch, false
+		}
+		t = append(tmp, `ObjectId("`...)
+		t = hex.AppendEncode(t, oid[:])
+		t = append(t, `")`...)
+	default:
+		return b, scratch, false
+	}
+	b = append(b, ',')
+	b = appendJSONString(b, key)
+	b = append(b, ':')
+	return appendJSON(b, t, utf8.DecodeRune), t, true
+}
+
+// appendDuration appends d as d.String() reads, without its allocation:
+// whole hours, minutes and seconds with the seconds' fraction
+// ("1h2m3.5s"), or below a second one unit, ns, µs or ms, with the
+// fraction of the next ("1.5ms"); no trailing zeros, "0s" for zero.
+func appendDuration(b []byte, d time.Duration) []byte {
+	if d == 0 {
+		return append(b, '0', 's')
+	}
+	u := uint64(d)
+	if d < 0 {
+		b = append(b, '-')
+		u = -u // the magnitude, math.MinInt64 included
+	}
+	if u < uint64(time.Second) {
+		switch {
+		case u < uint64(time.Microsecond):
+			return append(appendUint(b, u), 'n', 's')
+		case u < uint64(time.Millisecond):
+			return append(appendFrac(b, u, uint64(time.Microsecond)), "µs"...)
+		default:
+			return append(appendFrac(b, u, uint64(time.Millisecond)), 'm', 's')
+		}
+	}
+	secs := u / uint64(time.Second)
+	if h := secs / 3600; h > 0 {
+		b = append(appendUint(b, h), 'h')
+		b = append(appendUint(b, secs/60%60), 'm')
+	} else if m := secs / 60; m > 0 {
+		b = append(appendUint(b, m), 'm')
+	}
+	return append(appendFrac(b, secs%60*uint64(time.Second)+u%uint64(time.Second), uint64(time.Second)), 's')
+}
+
+// appendFrac appends u/unit with its fraction, unit a power of ten,
+// trailing zeros (and a point with nothing after it) left out.
+func appendFrac(b []byte, u, unit uint64) []byte {
+	b = appendUint(b, u/unit)
+	frac := u % unit
+	if frac == 0 {
+		return b
+	}
+	b = append(b, '.')
+	for unit /= 10; frac > 0; unit /= 10 {
+		b = append(b, byte('0'+frac/unit))
+		frac %= unit
+	}
+	return b
+}
+
+func appendUint(b []byte, u uint64) []byte {
+	var digits [20]byte
+	i := len(digits)
+	for {
+		i--
+		digits[i] = byte('0' + u%10)
+		u /= 10
+		if u == 0 {
+			break
+		}
+	}
+	return append(b, digits[i:]...)
+}
