@@ -63,6 +63,11 @@ func rules() []config.NamespaceRule {
 		{Match: "lockDocument.*", Mode: config.ModeEnforce, Scheme: ld},
 		{Match: "flag.*", Mode: config.ModeEnforce, Scheme: fl},
 		{Match: "lockCollection.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: leaseMS}},
+		// TestSchemeModel, with the unscaled lease (modelLease).
+		{Match: "model_holderFields.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: baseLeaseMS}},
+		{Match: "model_lockDocument.*", Mode: config.ModeEnforce, Scheme: ld},
+		{Match: "model_flag.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeFlag, LeaseMS: baseLeaseMS}},
+		{Match: "model_lockCollection.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: baseLeaseMS}},
 		{Match: "audit_holderFields.*", Mode: config.ModeAudit, Scheme: hf},
 		{Match: "audit_lockDocument.*", Mode: config.ModeAudit, Scheme: ld},
 		{Match: "audit_flag.*", Mode: config.ModeAudit, Scheme: fl},
@@ -110,7 +115,6 @@ func setup() (func() error, error) {
 	}
 	leaseMS = baseLeaseMS * int64(scale)
 	lease = time.Duration(leaseMS) * time.Millisecond
-	modelLease, modelSlack = lease, time.Duration(scale)*baseModelSlack
 	fmt.Fprintf(os.Stderr, "tests/schemes: leases scaled by %d (%s): leaseMS %d\n", scale, why, leaseMS)
 	dir, err := os.MkdirTemp("", "schemes")
 	if err != nil {

@@ -70,23 +70,20 @@ func TestSchemeModel(t *testing.T) {
 }
 
 const (
-	// baseModelSlack is how far from an expiry a state counts as surely
-	// live or surely expired on a machine with a core to spare; the step's
-	// own duration is added to it.
-	baseModelSlack = 250 * time.Millisecond
+	// modelSlack is how far from an expiry a state counts as surely live
+	// or surely expired; the step's own duration is added to it.
+	modelSlack = 250 * time.Millisecond
 	// modelMargin is the gateways' policy.leaseMarginMS (main_test.go).
 	modelMargin = 200 * time.Millisecond
+	// modelLease is the leaseMS of the rules the model runs under
+	// (model_<scheme>.*), and the lease the lockDocument followers give
+	// themselves. Unlike the other cases' leases it is not scaled with
+	// the load: the model judges each step by the times it observed, with
+	// the step's own duration in its slack, so a slow step is judged
+	// right, not failed, and a longer lease would only lengthen its waits.
+	modelLease  = baseLeaseMS * time.Millisecond
 	modelIDs    = 3
 	historySize = 20
-)
-
-// Set by setup (main_test.go), scaled with the leases.
-var (
-	// modelLease is the leaseMS of the rules the model runs under, and
-	// the lease the lockDocument followers give themselves.
-	modelLease time.Duration
-	// modelSlack is baseModelSlack times the lease scale.
-	modelSlack time.Duration
 )
 
 type modelConfig struct {
@@ -257,7 +254,7 @@ func (m *model) ownerOf(val, session string) string {
 }
 
 func newModel(t *testing.T, kind string, seed uint64, cfg modelConfig) *model {
-	m := &model{t: t, kind: kind, seed: seed, cfg: cfg, db: kind, nextID: 100,
+	m := &model{t: t, kind: kind, seed: seed, cfg: cfg, db: "model_" + kind, nextID: 100,
 		coll:  fmt.Sprintf("model%d_%s", seed, strconv.FormatInt(time.Now().UnixNano()%1e12, 36)),
 		found: map[string][]string{}, count: map[string]int{}, triggers: map[string][]string{}, limbo: map[int32]time.Time{}, owners: map[string]string{}, planted: map[int32]string{}, stats: map[string]int{}}
 	m.lockColl = m.coll + ".lock"
