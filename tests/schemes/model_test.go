@@ -49,15 +49,14 @@ import (
 // go on, to count every kind of violation in one run). A hand-shrunk
 // sequence replays with LOCKGATE_MODEL_SCRIPT (model_script_test.go).
 //
-// The schemes run beside each other, each in its own database; a step's
-// own duration counts into its slack, so a slower step stays judged
-// right.
+// The schemes run one after the other, and not beside the package's
+// parallel cases: with its four schemes beside each other and beside
+// them, a loaded run reported a flag acquire whose mirror was already free
+// (docs/TESTING.md), not seen alone.
 func TestSchemeModel(t *testing.T) {
-	t.Parallel()
 	cfg := modelSettings(t)
 	for _, scheme := range schemeNames {
 		t.Run(scheme, func(t *testing.T) {
-			t.Parallel()
 			if script := os.Getenv("LOCKGATE_MODEL_SCRIPT"); script != "" {
 				newModel(t, scheme, 0, cfg).runScript(script)
 				return
@@ -79,8 +78,8 @@ const (
 	// (model_<scheme>.*), and the lease the lockDocument followers give
 	// themselves. Unlike the other cases' leases it is not scaled with
 	// the load: the model judges each step by the times it observed, with
-	// the step's own duration in its slack, so a slow step is judged
-	// right, not failed, and a longer lease would only lengthen its waits.
+	// the step's own duration in its slack, and a longer lease would only
+	// lengthen its waits.
 	modelLease  = baseLeaseMS * time.Millisecond
 	modelIDs    = 3
 	historySize = 20
