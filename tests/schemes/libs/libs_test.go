@@ -137,7 +137,9 @@ func libWant(lib string, base int) map[string]int64 {
 
 // The libraries run beside each other, each in its own databases; the
 // drivers of one library one after the other, since both use the same
-// lock records' holder names (codecentric's releaseAll by aid).
+// lock records' holder names (codecentric's releaseAll by aid). The
+// workload and the takeover are not beside each other: they use the same
+// databases and document ids.
 
 // TestLibWorkload: each library's own flow, unchanged, K workers through
 // both proxies while a rogue writes around the lock: counters end at
@@ -146,7 +148,6 @@ func libWant(lib string, base int) map[string]int64 {
 // flow runs straight at the database. The control (straight at the
 // database, with the rogue) shows the rogue's writes landing.
 func TestLibWorkload(t *testing.T) {
-	t.Parallel()
 	for _, lib := range libNames {
 		t.Run(lib, func(t *testing.T) {
 			t.Parallel()
@@ -243,7 +244,6 @@ func TestLibSetup(t *testing.T) {
 // lockgate must return exactly what the same run returns straight at the
 // database.
 func TestLibTakeover(t *testing.T) {
-	t.Parallel()
 	for _, lib := range libNames {
 		t.Run(lib, func(t *testing.T) {
 			t.Parallel()
