@@ -3,11 +3,12 @@
 # runs. On a fresh Debian machine with Go at /usr/local/go and Node.js +
 # npm, it installs the real clients the compatibility suites drive
 # (pymongo from Debian's packages, the Node.js driver and mongosh from npm),
-# then runs, in order: gofmt, the module downloads, go vet (in CI also once
-# from empty Go caches), go test ./..., the race detector on the packages
-# with concurrency, a short hostile-client load test, and a fuzz smoke run
-# of every fuzz target. Every
-# failure ends with a "==== FAILED: <step>" line that names the step.
+# then runs: gofmt, the module downloads, go vet (in CI also once from
+# empty Go caches), go test ./..., then beside each other the race detector
+# on the packages with concurrency, a fuzz smoke run of every fuzz target
+# and the Go client helper's race test, then alone a short hostile-client
+# load test, the packaging and monitoring checks. Every failure ends with
+# a "==== FAILED: <step>" line that names the step.
 #
 # With CI set (CI does), a missing client runtime fails the compatibility
 # suites instead of skipping them. Installing needs root (or sudo) the first
@@ -51,6 +52,63 @@ fail() {
 # documented idiom for ordered documents.
 run_vet() {
 	go vet -composites=false ./...
+}
+
+# beside runs steps (pairs of a name and a function) at the same time,
+# each in a subshell with its output in a file, then prints each step's
+# output in the order given, with its own "==== <step>" and
+# "==== ok: <step> (<seconds>s)" lines (or "==== FAILED: <step>"), and
+# ends the run if any failed. A step function fails as a section does
+# (set -e, fail).
+beside() {
+	if [ -n "$current" ]; then
+		printf '==== ok: %s (%ds)\n' "$current" "$((SECONDS - section_start))"
+	fi
+	current=""
+	local dir names=() pids=() i=0 failed=0 name
+	dir=$(mktemp -d)
+	printf '\n==== beside each other:'
+	while [ $# -gt 0 ]; do
+		names+=("$1")
+		printf ' [%s]' "$1"
+		# The step runs in a subshell of its own, waited on, so that set -e
+		# holds inside it (a function called as a condition runs without).
+		(
+			trap - ERR
+			start=$SECONDS
+			(
+				current=$1
+				section_start=$SECONDS
+				"$2"
+			) &
+			if wait $!; then rc=0; else rc=$?; fi
+			echo $((SECONDS - start)) >"$dir/$i.seconds"
+			exit "$rc"
+		) >"$dir/$i.log" 2>&1 &
+		pids+=($!)
+		i=$((i + 1))
+		shift 2
+	done
+	printf '\n'
+	for i in "${!names[@]}"; do
+		name=${names[$i]}
+		if wait "${pids[$i]}"; then
+			printf '\n==== %s\n' "$name"
+			cat "$dir/$i.log"
+			printf '==== ok: %s (%ds)\n' "$name" "$(cat "$dir/$i.seconds")"
+		else
+			printf '\n==== %s\n' "$name"
+			cat "$dir/$i.log"
+			printf '\n==== FAILED: %s (after %ds)\n' "$name" "$(cat "$dir/$i.seconds" 2>/dev/null || echo 0)" >&2
+			failed=1
+		fi
+	done
+	rm -rf "$dir"
+	if [ "$failed" = 1 ]; then
+		trap - ERR
+		exit 1
+	fi
+	section_start=$SECONDS
 }
 
 as_root() {
@@ -151,24 +209,63 @@ run_vet || fail "go vet reported the findings above"
 RACE_PKGS="./proxy ./upstream ./lockstore ./guard ./gateway ./audittrail ./tests ./tests/enforcement"
 RACE_ONLY="proxy upstream gateway audittrail tests/enforcement client/lockgate"
 
-section "go test ./... (but the race-only packages: $RACE_ONLY)"
-for pkg in $RACE_ONLY; do
-	if grep -lE 'raceEnabled|go:build.*race' "$pkg"/*_test.go >/dev/null 2>&1; then
-		fail "$pkg scales its tests under -race; it must run in \"go test ./...\" too (remove it from RACE_ONLY)"
-	fi
-done
-module=$(go list -m)
-plain=$(go list ./... | grep -vxF -f <(for pkg in $RACE_ONLY; do echo "$module/$pkg"; done))
-# shellcheck disable=SC2086 # one argument per package
-go test -count=1 $plain
+# go test ./... runs alone; the race step, the fuzz smoke and the client
+# helper's race test then run beside each other (beside): the race step's
+# time is mostly its packages waiting (leases running out, servers
+# starting), which leaves CPU to the fuzzer. go test ./... beside the race
+# step was tried and is not done: it runs guard and lockstore twice at once,
+# and on a loaded machine their lock store calls timed out
+# (docs/TESTING.md). Each step's output is printed whole when it ends.
+step_plain() {
+	for pkg in $RACE_ONLY; do
+		if grep -lE 'raceEnabled|go:build.*race' "$pkg"/*_test.go >/dev/null 2>&1; then
+			fail "$pkg scales its tests under -race; it must run in \"go test ./...\" too (remove it from RACE_ONLY)"
+		fi
+	done
+	local module plain
+	module=$(go list -m)
+	plain=$(go list ./... | grep -vxF -f <(for pkg in $RACE_ONLY; do echo "$module/$pkg"; done))
+	# shellcheck disable=SC2086 # one argument per package
+	go test -count=1 $plain
+}
 
-section "go test -race (packages with concurrency)"
 # The integration suites run here too: the proxy under the race detector
-# with real drivers. tests/reliability is left to the plain run above: its
-# soak and crash tests load the machine so much under the detector that the
+# with real drivers. tests/reliability is left to the plain run: its soak
+# and crash tests load the machine so much under the detector that the
 # lock store's own time-outs, not lockgate, decide the outcome.
-# shellcheck disable=SC2086 # one argument per package
-go test -count=1 -race $RACE_PKGS
+step_race() {
+	# shellcheck disable=SC2086 # one argument per package
+	go test -count=1 -race $RACE_PKGS
+}
+
+# Every fuzz target of every package, found with go test -list, so a new
+# target is covered without editing this script.
+step_fuzz() {
+	local fuzzed=0 pkg target
+	for pkg in $(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | xargs -n1 dirname | sort -u); do
+		for target in $(go test -list '^Fuzz' "./$pkg" | grep '^Fuzz' || true); do
+			echo "--- $pkg $target"
+			go test "./$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_EXECS}x" -parallel 2
+			fuzzed=$((fuzzed + 1))
+		done
+	done
+	echo "fuzzed $fuzzed targets"
+}
+
+# The Go helper renews from its own goroutine while the caller writes in
+# the same session; the race detector checks that they never share the
+# driver's Session value.
+step_client_race() {
+	go test -count=1 -race ./client/lockgate
+}
+
+section "go test ./... (but the race-only packages: $RACE_ONLY)"
+step_plain
+
+beside \
+	"go test -race (packages with concurrency)" step_race \
+	"fuzz smoke ($FUZZ_EXECS executions per target)" step_fuzz \
+	"client helpers: go test -race ./client/lockgate" step_client_race
 
 section "hostile load test (short form)"
 # Well-behaved lock-write-release clients alone, then beside 1000 idle
@@ -176,27 +273,9 @@ section "hostile load test (short form)"
 # alone again (docs/RELIABILITY.md). It fails if the gateway stops serving,
 # the well-behaved clients complete nothing under attack, or the process
 # grows by over 1 GiB; the throughput and p99 ratios are reported, not
-# asserted, since a shared 2-core machine makes timings noisy.
+# asserted, since a shared 2-core machine makes timings noisy. It runs
+# alone, after the steps above, so that its ratios are not theirs.
 go run ./bench/cmd/lockgate-bench -families hostile -hostile-short
-
-section "fuzz smoke ($FUZZ_EXECS executions per target)"
-# Every fuzz target of every package, found with go test -list, so a new
-# target is covered without editing this script.
-fuzzed=0
-for pkg in $(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | xargs -n1 dirname | sort -u); do
-	for target in $(go test -list '^Fuzz' "./$pkg" | grep '^Fuzz' || true); do
-		echo "--- $pkg $target"
-		go test "./$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_EXECS}x" -parallel 2
-		fuzzed=$((fuzzed + 1))
-	done
-done
-echo "fuzzed $fuzzed targets"
-
-section "client helpers: go test -race ./client/lockgate"
-# The Go helper renews from its own goroutine while the caller writes in
-# the same session; the race detector checks that they never share the
-# driver's Session value.
-go test -count=1 -race ./client/lockgate
 
 section "client helpers: the Python and Node.js packages build"
 # They are tested through client/conformance (go test above); here they

@@ -159,12 +159,12 @@ func TestLockCollAidBindingLastsWhileRefreshed(t *testing.T) {
 	}
 	// Refresh at a fifth of the lease for two leases: the pacing is what
 	// is tested (a binding that lasts while refreshed), not an ordering.
-	end := time.Now().Add(2 * leaseMS * time.Millisecond)
+	end := time.Now().Add(2 * lease)
 	for time.Now().Before(end) {
 		if _, err := h.UpdateOne(ctx, bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"ts", msNow()}}}}); err != nil {
 			t.Fatalf("holder's refresh: %v", err)
 		}
-		time.Sleep(leaseMS / 5 * time.Millisecond)
+		time.Sleep(lease / 5)
 	}
 	if _, err := r.InsertOne(ctx, bson.D{{"_id", 2}, {"ts", msNow()}, {"aid", "Abind"}}); code(err) != 46 {
 		t.Errorf("rogue's record with the aid of a client that keeps refreshing: %v, want LockBusy", err)
@@ -245,7 +245,7 @@ func TestLockCollReleaseMatchingNothingFreesNothing(t *testing.T) {
 func TestLockCollAbandonedRecordTakenOver(t *testing.T) {
 	ctx := context.Background()
 	data, lock := lcSetup(t, "lockCollection", "lc_ttl", "lc_ttl.lock", 4, 5, 6, 7)
-	old := msNow().Add(-10 * leaseMS * time.Millisecond)
+	old := msNow().Add(-10 * lease)
 	for _, id := range []int{4, 5, 7} {
 		if _, err := lock.InsertOne(ctx, bson.D{{"_id", id}, {"ts", old}, {"aid", "gone"}}); err != nil {
 			t.Fatal(err)
@@ -281,7 +281,7 @@ func TestLockCollAbandonedRecordTakenOver(t *testing.T) {
 	if _, err := b.Collection("lc_ttl.lock").InsertOne(ctx, bson.D{{"_id", 6}, {"ts", msNow()}, {"aid", "B"}}); code(err) != 11000 {
 		t.Errorf("acquire of a live record: %v, want DuplicateKey", err)
 	}
-	testkit.Eventually(t, 10*leaseMS*time.Millisecond, "an acquire after the holder's lease", func() bool {
+	testkit.Eventually(t, 10*lease, "an acquire after the holder's lease", func() bool {
 		_, err := b.Collection("lc_ttl.lock").InsertOne(ctx, bson.D{{"_id", 6}, {"ts", msNow()}, {"aid", "B"}})
 		if err != nil && code(err) != 11000 {
 			t.Fatalf("acquire after the holder's lease: %v", err)

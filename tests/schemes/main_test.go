@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -36,9 +37,20 @@ var (
 	auditLog *observer.ObservedLogs
 )
 
-// leaseMS is the scheme lease of the holderFields and flag rules; the
-// scripts' LEASE_S must match.
-const leaseMS = 1500
+// baseLeaseMS is the scheme lease of the holderFields, flag and
+// lockCollection rules on a machine with a core to spare.
+const baseLeaseMS = 1500
+
+// leaseMS is that lease as this run uses it: baseLeaseMS times
+// testkit.LeaseScale, so that a loaded machine makes the package slower
+// instead of failing it (a worker's write arriving after its own 1.5 s
+// lock ended). setup sets it before any test runs; the scripts get it as
+// LOCKGATE_TEST_LEASE_MS (runScript), so the rules and the clients never
+// disagree. lease is the same as a duration.
+var (
+	leaseMS int64
+	lease   time.Duration
+)
 
 // rules are the namespaces of the tests: database <scheme> enforced
 // under that scheme, audit_<scheme> audited under it.
@@ -46,11 +58,16 @@ func rules() []config.NamespaceRule {
 	hf := &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: leaseMS}
 	ld := &config.Scheme{Type: config.SchemeLockDocument}
 	fl := &config.Scheme{Type: config.SchemeFlag, LeaseMS: leaseMS}
-	return append([]config.NamespaceRule{
+	return []config.NamespaceRule{
 		{Match: "holderFields.*", Mode: config.ModeEnforce, Scheme: hf},
 		{Match: "lockDocument.*", Mode: config.ModeEnforce, Scheme: ld},
 		{Match: "flag.*", Mode: config.ModeEnforce, Scheme: fl},
 		{Match: "lockCollection.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: leaseMS}},
+		// TestSchemeModel, with the unscaled lease (modelLease).
+		{Match: "model_holderFields.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: baseLeaseMS}},
+		{Match: "model_lockDocument.*", Mode: config.ModeEnforce, Scheme: ld},
+		{Match: "model_flag.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeFlag, LeaseMS: baseLeaseMS}},
+		{Match: "model_lockCollection.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: baseLeaseMS}},
 		{Match: "audit_holderFields.*", Mode: config.ModeAudit, Scheme: hf},
 		{Match: "audit_lockDocument.*", Mode: config.ModeAudit, Scheme: ld},
 		{Match: "audit_flag.*", Mode: config.ModeAudit, Scheme: fl},
@@ -79,9 +96,7 @@ func rules() []config.NamespaceRule {
 		{Match: "regress_hf.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 3000}},
 		{Match: "regress_tharga.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockDocument,
 			Field: "Lock", ActorField: "Actor", ExpiresField: "ExpireTime", HolderField: "LockKey"}},
-	},
-		// The common libraries' presets (libs_test.go): lib_<library>.*.
-		libRules()...)
+	}
 }
 
 func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, setup)) }
@@ -93,6 +108,14 @@ func setup() (func() error, error) {
 		return nil, fmt.Errorf("starting the embedded upstream: %w", err)
 	}
 	directURI = srv.URI()
+	scale, why, err := testkit.LeaseScale()
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	leaseMS = baseLeaseMS * int64(scale)
+	lease = time.Duration(leaseMS) * time.Millisecond
+	fmt.Fprintf(os.Stderr, "tests/schemes: leases scaled by %d (%s): leaseMS %d\n", scale, why, leaseMS)
 	dir, err := os.MkdirTemp("", "schemes")
 	if err != nil {
 		srv.Close()

@@ -125,7 +125,7 @@ func flagCase() schemeCase {
 func TestRegressSetOnInsertIsNoAcquire(t *testing.T) {
 	ctx := context.Background()
 	for name, sc := range map[string]schemeCase{
-		"holderFields": holderFieldsCase("holderFields", leaseMS*time.Millisecond),
+		"holderFields": holderFieldsCase("holderFields", lease),
 		"lockDocument": lockDocumentCase(),
 		"flag":         flagCase(),
 	} {
@@ -189,7 +189,7 @@ func TestRegressCurrentDateRenews(t *testing.T) {
 func TestRegressDocumentLockWithoutMirror(t *testing.T) {
 	ctx := context.Background()
 	for name, sc := range map[string]schemeCase{
-		"holderFields": holderFieldsCase("holderFields", leaseMS*time.Millisecond),
+		"holderFields": holderFieldsCase("holderFields", lease),
 		"lockDocument": lockDocumentCase(),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -270,7 +270,7 @@ func TestRegressUnmirrorableLock(t *testing.T) {
 func TestRegressUpsertNamingHolder(t *testing.T) {
 	ctx := context.Background()
 	for name, sc := range map[string]schemeCase{
-		"holderFields": holderFieldsCase("holderFields", leaseMS*time.Millisecond),
+		"holderFields": holderFieldsCase("holderFields", lease),
 		"lockDocument": lockDocumentCase(),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -485,7 +485,7 @@ func TestRegressRefusedBulkLeavesNoMirror(t *testing.T) {
 func TestRegressNamingAnotherHolderTakesNothing(t *testing.T) {
 	ctx := context.Background()
 	for name, sc := range map[string]schemeCase{
-		"holderFields": holderFieldsCase("holderFields", leaseMS*time.Millisecond),
+		"holderFields": holderFieldsCase("holderFields", lease),
 		"lockDocument": lockDocumentCase(),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -546,14 +546,14 @@ func TestRegressAcquireExpiredAtOnce(t *testing.T) {
 	const coll = "regress_expired"
 	seed(t, "holderFields", coll, bson.D{{"_id", 2}, {"value", 1}})
 	rc := connect(t, proxyURI, "rogue")
-	old := primitive.NewDateTimeFromTime(time.Now().Add(-2 * leaseMS * time.Millisecond))
+	old := primitive.NewDateTimeFromTime(time.Now().Add(-2 * lease))
 	if _, err := rc.Database("holderFields").Collection(coll).UpdateOne(ctx, bson.D{{"_id", 2}}, bson.D{{"$set", bson.D{{"LockId", "R-1"}, {"LockTime", old}}}}); err != nil {
 		t.Fatalf("acquire: %v", err)
 	}
 	if held, end := mirror(t, rc, "holderFields", coll, 2); held {
 		t.Errorf("a lock expired by its own LockTime keeps a mirror for %v", time.Until(end))
 	}
-	if !holderFieldsCase("holderFields", leaseMS*time.Millisecond).acquire(ctx, connect(t, proxyURI, "follower").Database("holderFields").Collection(coll), 2, "F1-1") {
+	if !holderFieldsCase("holderFields", lease).acquire(ctx, connect(t, proxyURI, "follower").Database("holderFields").Collection(coll), 2, "F1-1") {
 		t.Errorf("the follower's acquire of an expired lock failed; document %v", stored(t, "holderFields", coll, 2))
 	}
 }
@@ -574,7 +574,7 @@ func BenchmarkSchemeAcquireRelease(b *testing.B) {
 				b.Fatal(err)
 			}
 			coll := connect(b, leg.uri, "bench").Database("holderFields").Collection("bench_acquire")
-			hf := holderFieldsCase("holderFields", leaseMS*time.Millisecond)
+			hf := holderFieldsCase("holderFields", lease)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if !hf.acquire(ctx, coll, 1, "g") {
@@ -638,7 +638,7 @@ func TestRegressLockCollAcquireExpiredAtOnce(t *testing.T) {
 	ctx := context.Background()
 	lcSetup(t, "lockCollection", "regress_lc_old", "regress_lc_old.lock", 3)
 	rc := connect(t, proxyURI, "rogue")
-	old := primitive.NewDateTimeFromTime(time.Now().Add(-2 * leaseMS * time.Millisecond))
+	old := primitive.NewDateTimeFromTime(time.Now().Add(-2 * lease))
 	if _, err := rc.Database("lockCollection").Collection("regress_lc_old.lock").InsertOne(ctx, bson.D{{"_id", 3}, {"ts", old}}); err != nil {
 		t.Fatalf("insert of an expired record: %v", err)
 	}

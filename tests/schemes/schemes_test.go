@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -62,9 +63,11 @@ func need(t *testing.T, d driver) {
 
 func runScript(t *testing.T, d driver, args ...string) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	// 90 s on an idle machine; the scripts wait out leases, which scale.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second*time.Duration(leaseMS/baseLeaseMS))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, d.argv[0], append(d.argv[1:], args...)...)
+	cmd.Env = append(os.Environ(), "LOCKGATE_TEST_LEASE_MS="+strconv.FormatInt(leaseMS, 10))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -98,14 +101,22 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // refused with LockBusy), and the workers' lock calls see only the
 // scheme's own signals. The control runs the same workload straight at
 // FerretDB and must show the rogue's writes landing.
+//
+// The schemes run beside each other (each in its own databases); the
+// drivers of one scheme one after the other. Most of their time is the
+// scripts' start and their waits for locks, not CPU.
 func TestSchemeWorkload(t *testing.T) {
-	for _, d := range drivers {
-		for _, scheme := range schemeNames {
-			t.Run(d.name+"/"+scheme, func(t *testing.T) {
-				need(t, d)
-				workload(t, d, scheme)
-			})
-		}
+	t.Parallel()
+	for _, scheme := range schemeNames {
+		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
+			for _, d := range drivers {
+				t.Run(d.name, func(t *testing.T) {
+					need(t, d)
+					workload(t, d, scheme)
+				})
+			}
+		})
 	}
 }
 
@@ -182,14 +193,21 @@ func workload(t *testing.T, d driver, scheme string) {
 // lockDocument: expiresAt passed; flag: the holder silent for the lease,
 // then the flag cleared) another client takes it over, and the vanished
 // holder's late write no longer lands.
+//
+// Beside each other as TestSchemeWorkload's: most of their time is the
+// wait for the lease to end.
 func TestSchemeTakeover(t *testing.T) {
-	for _, d := range drivers {
-		for _, scheme := range schemeNames {
-			t.Run(d.name+"/"+scheme, func(t *testing.T) {
-				need(t, d)
-				takeover(t, d, scheme)
-			})
-		}
+	t.Parallel()
+	for _, scheme := range schemeNames {
+		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
+			for _, d := range drivers {
+				t.Run(d.name, func(t *testing.T) {
+					need(t, d)
+					takeover(t, d, scheme)
+				})
+			}
+		})
 	}
 }
 

@@ -13,7 +13,9 @@ const modules = path.join(__dirname, '..', '..', 'compat', 'node', 'node_modules
 const { MongoClient, MongoServerError } = require(path.join(modules, 'mongodb'));
 
 const HOT = [1, 2, 3];
-const LEASE_MS = 1500; // holderFields' lock timeout; equals the rule's leaseMS
+// The rules' leaseMS, from schemes_test.go, as in schemes.py.
+const LEASE_MS = Number(process.env.LOCKGATE_TEST_LEASE_MS);
+if (!(LEASE_MS > 0)) throw new Error('LOCKGATE_TEST_LEASE_MS is not set (schemes_test.go sets it)');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const errName = (e) => `${e.constructor.name}/${e.code}`;
@@ -54,7 +56,7 @@ class HolderFields {
 class LockDocument {
   constructor(coll) { this.coll = coll; }
 
-  async acquire(id, me, seen, leaseMS = 5000) {
+  async acquire(id, me, seen, leaseMS = LEASE_MS * 10 / 3) {
     const t = new Date();
     const r = await this.coll.updateOne(
       { _id: id, $or: [{ 'Lock.actor': null }, { 'Lock.expiresAt': { $lt: t } }] },
@@ -279,9 +281,9 @@ async function takeover(scheme, uri, direct, db, cname) {
     out.a_write_after_takeover = await new HolderFields(ca).write(1, 'A', 99);
     out.b_write = await new HolderFields(cb).write(1, 'B', 7);
   } else if (scheme === 'lockDocument') {
-    out.a_acquire = await new LockDocument(ca).acquire(1, 'A', seen, 1000);
+    out.a_acquire = await new LockDocument(ca).acquire(1, 'A', seen, LEASE_MS * 2 / 3);
     out.b_acquire_early = await new LockDocument(cb).acquire(1, 'B', seen);
-    await sleep(1500);
+    await sleep(LEASE_MS);
     out.a_write_after_expiry = await new LockDocument(ca).write(1, 'A', 5);
     await sleep(400);
     out.b_acquire_after_expiry = await new LockDocument(cb).acquire(1, 'B', seen);

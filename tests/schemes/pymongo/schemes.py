@@ -24,6 +24,7 @@ The acquire/write/release calls translate the C# originals call for call
 
 import datetime
 import json
+import os
 import sys
 import threading
 import time
@@ -34,7 +35,10 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
 HOT = [1, 2, 3]
-LEASE_S = 1.5  # holderFields' lock timeout; equals the rule's leaseMS
+# The rules' leaseMS (holderFields' lock timeout, the flag's and the lock
+# records' lease), from schemes_test.go, which scales it with the machine's
+# load: one number for the rules and the clients.
+LEASE_S = int(os.environ["LOCKGATE_TEST_LEASE_MS"]) / 1000
 
 
 def now():
@@ -89,7 +93,7 @@ class LockDocument:
     def __init__(self, coll):
         self.coll = coll
 
-    def acquire(self, _id, me, seen, lease=5.0):
+    def acquire(self, _id, me, seen, lease=LEASE_S * 10 / 3):
         t = now()
         r = self.coll.update_one(
             {"_id": _id, "$or": [{"Lock.actor": None}, {"Lock.expiresAt": {"$lt": t}}]},
@@ -330,9 +334,9 @@ def takeover(scheme, uri, direct, db, cname):
         out["a_write_after_takeover"] = HolderFields(ca).write(1, "A", 99)
         out["b_write"] = HolderFields(cb).write(1, "B", 7)
     elif scheme == "lockDocument":
-        out["a_acquire"] = LockDocument(ca).acquire(1, "A", seen, lease=1.0)
+        out["a_acquire"] = LockDocument(ca).acquire(1, "A", seen, lease=LEASE_S * 2 / 3)
         out["b_acquire_early"] = LockDocument(cb).acquire(1, "B", seen)
-        time.sleep(1.5)
+        time.sleep(LEASE_S)
         out["a_write_after_expiry"] = LockDocument(ca).write(1, "A", 5)
         time.sleep(0.4)
         out["b_acquire_after_expiry"] = LockDocument(cb).acquire(1, "B", seen)

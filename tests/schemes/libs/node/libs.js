@@ -9,13 +9,14 @@
 
 const path = require('path');
 
-const modules = path.join(__dirname, '..', '..', 'compat', 'node', 'node_modules');
+const modules = path.join(__dirname, '..', '..', '..', 'compat', 'node', 'node_modules');
 const { MongoClient, MongoServerError, UUID } = require(path.join(modules, 'mongodb'));
 
 let BASE = 0;
 let HOT = [1, 2, 3];
-// The tests' lease, as in libs.py.
-const LEASE_MS = 3000;
+// The tests' lease, as in libs.py: from libs_test.go.
+const LEASE_MS = Number(process.env.LOCKGATE_TEST_LEASE_MS);
+if (!(LEASE_MS > 0)) throw new Error('LOCKGATE_TEST_LEASE_MS is not set (libs_test.go sets it)');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const errName = (e) => `${e instanceof MongoServerError ? 'OperationFailure' : e.constructor.name}/${e.code}`;
