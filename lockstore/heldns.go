@@ -74,10 +74,13 @@ func (h *heldNamespaces) mayHold(ns string, now time.Time) bool {
 // taken one unseen: none was live at this Store's last read of the
 // registry, and one that starts grants nothing until that read has aged out
 // (instances.go), and no implicit lock is held there in memory
-// (memlock.go). Inserts use it to skip the per-_id check.
+// (memlock.go), and none granted through this Store may still be held
+// there by its generations (the refresh reads head documents, which can
+// lag or go back: grantView.ownMayHold). Inserts use it to skip the
+// per-_id check.
 func (s *Store) MayHoldLocks(ns string) bool {
 	now := time.Now()
-	return !s.alone(now) || s.heldNS.mayHold(ns, now) || s.memHeldIn(ns)
+	return !s.alone(now) || s.heldNS.mayHold(ns, now) || s.memHeldIn(ns) || s.gview.ownMayHold(ns)
 }
 
 // refreshHeldNamespaces reads the namespaces that have a held lock, in one
@@ -94,6 +97,9 @@ func (s *Store) refreshHeldNamespaces(ctx context.Context) {
 		vals, err = s.coll.Distinct(ctx, "ns", bson.D{{Key: "head", Value: true}, {Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now.Add(-unc)}}}})
 		return err
 	})
+	// The generations this Store wrote whose leases ended before the
+	// query's floor cannot be held any more.
+	s.gview.prune(now.Add(-unc))
 	if err != nil {
 		return // the old view ages out after CacheTrust
 	}

@@ -3,6 +3,9 @@ package lockstore
 import (
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/testkit"
+	"go.mongodb.org/mongo-driver/bson"
 )
 
 // TestHeldNamespacesKeepMarksARefreshMissed: a refresh is a query sent at
@@ -32,5 +35,79 @@ func TestHeldNamespacesKeepMarksARefreshMissed(t *testing.T) {
 	}
 	if len(h.marked) != 0 {
 		t.Fatalf("marks kept after a later refresh: %v", h.marked)
+	}
+}
+
+// TestInsertCheckSurvivesAHeadMovedBack: head documents are replaced by _id
+// alone, so a slower writer of an older generation can move a key's head
+// back to "free" after a newer grant's head landed (acquire.go,
+// writeHead); a head write can also fail after its claim landed. The view
+// of the namespaces with held locks is read from head documents, so a
+// refresh then misses a lock that is held, and a lone lockgate's insert
+// check skipped the per-_id check: an insert of the locked _id went
+// through. What this Store granted it knows from the generations it
+// wrote, whatever the head documents say.
+func TestInsertCheckSurvivesAHeadMovedBack(t *testing.T) {
+	cfg := testConfig(t)
+	const ns = "db.headback"
+	s := openStore(t, cfg)
+	testkit.Eventually(t, 10*time.Second, "a lone store trusts its view of the held namespaces", func() bool { return !s.MayHoldLocks(ns) })
+
+	id := ids(t, 7)
+	ks, err := keys(ns, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rid := ks[0].rid
+	a := newOwner("a")
+	mustAcquire(t, s, a, ns, id, time.Minute, 0)
+	if _, err := s.Release(bg, a, ns, id, ""); err != nil {
+		t.Fatal(err)
+	}
+	// The head as the release wrote it: what a slow writer of that
+	// generation would write again later.
+	freed, err := s.coll.FindOne(bg, bson.D{{Key: "_id", Value: rid}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, s, newOwner("b"), ns, id, time.Minute, 0)
+	if _, err := s.coll.ReplaceOne(bg, bson.D{{Key: "_id", Value: rid}}, freed); err != nil {
+		t.Fatal(err)
+	}
+	s.refreshHeldNamespaces(bg)
+	if !s.MayHoldLocks(ns) {
+		t.Fatal("with the key's head moved back to free, the insert check answers that no lock may be held where b holds one")
+	}
+}
+
+// TestGrantViewKeepsOnlyWhatMayBeHeld: the generations this Store wrote
+// are remembered per key for the insert check and the memory locks; a key
+// whose last generation freed it, or whose lease prune saw end, is
+// forgotten, so a long-running lockgate's view does not grow with every
+// key it ever locked (whether or not memory locks are in use).
+func TestGrantViewKeepsOnlyWhatMayBeHeld(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	const ns = "db.viewsize"
+	size := func() (int, int) {
+		s.gview.mu.Lock()
+		defer s.gview.mu.Unlock()
+		return len(s.gview.keys), s.gview.live[ns]
+	}
+	o := newOwner("a")
+	id := ids(t, 1, 2, 3, 4, 5)
+	mustAcquire(t, s, o, ns, id, time.Minute, 0)
+	if n, live := size(); n != 5 || live != 5 || !s.gview.ownMayHold(ns) {
+		t.Fatalf("after granting 5 keys the view holds %d keys, %d live in %s", n, live, ns)
+	}
+	if _, err := s.Release(bg, o, ns, id[:3], ""); err != nil {
+		t.Fatal(err)
+	}
+	if n, live := size(); n != 2 || live != 2 {
+		t.Fatalf("after releasing 3 of 5 keys the view holds %d keys, %d live", n, live)
+	}
+	now, _ := s.clock.Now()
+	s.gview.prune(now.Add(2 * time.Minute)) // as if both leases had ended
+	if n, live := size(); n != 0 || live != 0 || s.gview.ownMayHold(ns) {
+		t.Fatalf("after the leases ended the view holds %d keys, %d live", n, live)
 	}
 }

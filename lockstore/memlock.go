@@ -302,6 +302,12 @@ func (s *Store) memWritesMayRun() bool {
 type grantView struct {
 	mu   sync.Mutex
 	keys map[string]*viewKey // by record id
+	// live counts, per namespace, the keys that may be held: those in
+	// keys, each of which is pending, leased or unknown. A key leaves keys
+	// (and the count) when its last generation through this Store freed
+	// it, or when prune finds its lease over; so keys holds no more than
+	// the locks granted through this Store that may still be held.
+	live map[string]int
 	// scanned is the local time the last read of the claims was sent,
 	// scanNS what it found: per namespace, the latest lease end (server
 	// time, with TakeoverGrace) of a claim that names a holder.
@@ -322,13 +328,56 @@ type viewKey struct {
 func (v *grantView) keyLocked(rid, ns string) *viewKey {
 	if v.keys == nil {
 		v.keys = map[string]*viewKey{}
+		v.live = map[string]int{}
 	}
 	k := v.keys[rid]
 	if k == nil {
 		k = &viewKey{ns: ns}
 		v.keys[rid] = k
+		v.live[ns]++
 	}
 	return k
+}
+
+// dropLocked forgets rid's key once nothing of it may be held.
+func (v *grantView) dropLocked(rid string, k *viewKey) {
+	if k.pending > 0 || !k.until.IsZero() || !k.unknown.IsZero() {
+		return
+	}
+	delete(v.keys, rid)
+	if v.live[k.ns]--; v.live[k.ns] <= 0 {
+		delete(v.live, k.ns)
+	}
+}
+
+// prune forgets the leases that ended before floor (server time): run
+// with the periodic refreshes, it keeps keys to the locks that may still
+// be held, whether or not memory locks are in use.
+func (v *grantView) prune(floor time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for rid, k := range v.keys {
+		if !k.until.After(floor) {
+			k.until = time.Time{}
+		}
+		if !k.unknown.After(floor) {
+			k.unknown = time.Time{}
+		}
+		v.dropLocked(rid, k)
+	}
+}
+
+// ownMayHold tells whether a lock granted in ns through this Store may be
+// held: one being written, leased, or whose write failed (it may have
+// landed). It answers from the generations, not the head documents, which
+// a slower writer of an older generation can move back to "free" and a
+// failed head write leaves behind their claims: the insert check must not
+// rely on them alone (MayHoldLocks). Errs towards "may hold" until prune
+// has seen a lease end.
+func (v *grantView) ownMayHold(ns string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.live[ns] > 0
 }
 
 // writing marks a generation about to be inserted; written reports its
@@ -359,6 +408,7 @@ func (v *grantView) written(g *gen, grace time.Duration, landed bool, err error)
 			k.until = g.ExpiresAt.Add(grace)
 		}
 	}
+	v.dropLocked(g.Key, k)
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -385,7 +435,8 @@ func (v *grantView) mayHold(ns string, from time.Time, c Clock) bool {
 	}
 	for rid, k := range v.keys {
 		if k.pending == 0 && !k.until.After(floor) && !k.unknown.After(floor) {
-			delete(v.keys, rid) // nothing left to remember
+			k.until, k.unknown = time.Time{}, time.Time{}
+			v.dropLocked(rid, k) // nothing left to remember
 			continue
 		}
 		if k.ns == ns {
