@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -112,12 +113,12 @@ func (id ID) Key() string { return id.key }
 // key. Comparable, so it is a map key as it is, made without building a
 // string.
 type Key struct {
-	NS string
+	NS namespace.Namespace
 	ID string
 }
 
 // KeyOf is the Key of id in namespace ns.
-func KeyOf(ns string, id ID) Key { return Key{NS: ns, ID: id.key} }
+func KeyOf(ns namespace.Namespace, id ID) Key { return Key{NS: ns, ID: id.key} }
 
 // Equal reports whether id and o are one document's _id.
 func (id ID) Equal(o ID) bool { return id.key == o.key }

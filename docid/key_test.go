@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -279,14 +280,14 @@ func TestLockKey(t *testing.T) {
 		}
 		return x
 	}
-	m := map[Key]int{KeyOf("shop.orders", id(int32(1))): 1}
-	if m[KeyOf("shop.orders", id(int64(1)))] != 1 || m[KeyOf("shop.orders", id(1.0))] != 1 {
+	m := map[Key]int{KeyOf(namespace.Of("shop.orders"), id(int32(1))): 1}
+	if m[KeyOf(namespace.Of("shop.orders"), id(int64(1)))] != 1 || m[KeyOf(namespace.Of("shop.orders"), id(1.0))] != 1 {
 		t.Error("1, NumberLong(1) and 1.0 in one namespace are not one lock")
 	}
-	if _, ok := m[KeyOf("shop.carts", id(int32(1)))]; ok {
+	if _, ok := m[KeyOf(namespace.Of("shop.carts"), id(int32(1)))]; ok {
 		t.Error("one id in two namespaces is one lock")
 	}
-	a, b := KeyOf("a.b", id("c")), KeyOf("a.bc", id(""))
+	a, b := KeyOf(namespace.Of("a.b"), id("c")), KeyOf(namespace.Of("a.bc"), id(""))
 	if a == b {
 		t.Errorf("%+v and %+v are one lock", a, b)
 	}

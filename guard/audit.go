@@ -34,10 +34,10 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 	var seenBuf [4]string
 	seen := seenBuf[:0] // namespaces logged; a message writes very few
 	logNS := func(w policy.Write, r policy.Rule, x *violation) {
-		if slices.Contains(seen, w.NS) {
+		if slices.Contains(seen, w.NS.String()) {
 			return
 		}
-		seen = append(seen, w.NS)
+		seen = append(seen, w.NS.String())
 		decision, reason := decisionAllow, ""
 		if x != nil {
 			reason = x.reason
@@ -91,7 +91,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		if st != nil {
 			// The fields that stay the same from one write of the
 			// connection to the next are encoded once.
-			ce = st.decisionLogger(g.audit, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS, command, string(r.Mode)).Check(zap.InfoLevel, "decision")
+			ce = st.decisionLogger(g.audit, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode)).Check(zap.InfoLevel, "decision")
 		} else {
 			var session string
 			if lsid != nil {
@@ -103,7 +103,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 				zap.String("app", req.Client.AppName()),
 				zap.String("user", req.Client.User()),
 				zap.String("session", session),
-				zap.String("ns", w.NS),
+				zap.String("ns", w.NS.String()),
 				zap.String("command", command),
 				zap.String("mode", string(r.Mode)))
 		}
@@ -115,7 +115,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			zap.String("decision", decision),
 			zap.String("policyVersion", pol.Version()),
 			zap.Duration("took", took))
-		if ids, ok := v.checked.lookup(w.NS); ok {
+		if ids, ok := v.checked.lookup(w.NS.String()); ok {
 			if st != nil {
 				fields = append(fields, zap.String("ids", st.idText(ids)))
 			} else {
@@ -146,7 +146,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		if len(v.rules) == len(v.writes) {
 			logNS(w, v.rules[i], nil) // the rule enforce looked up
 		} else {
-			logNS(w, g.ruleFor(pol.Lookup(w.NS), req), nil)
+			logNS(w, g.ruleFor(pol.Lookup(w.NS.String()), req), nil)
 		}
 	}
 	return unaudited
@@ -179,16 +179,16 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	var pooled *[]byte
 	if st != nil {
 		b = g.lines.start(st.line, now)
-		b = append(b, st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS, command, string(r.Mode))...)
+		b = append(b, st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))...)
 	} else {
 		pooled = g.lines.bufs.Get().(*[]byte)
 		b = g.lines.start(*pooled, now)
-		b = appendLineHead(b, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS, command, string(r.Mode))
+		b = appendLineHead(b, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
 	}
 	b = appendField(b, "decision", decision)
 	b = appendField(b, "policyVersion", pol.Version())
 	b = appendDurationField(b, "took", took)
-	if ids, ok := v.checked.lookup(w.NS); ok {
+	if ids, ok := v.checked.lookup(w.NS.String()); ok {
 		var done bool
 		if len(ids) == 1 && st != nil {
 			b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
@@ -247,7 +247,7 @@ const auditCommitTimeout = 5 * time.Second
 // records and the lock view show too, so that one holder's locks and
 // writes can be followed together.
 func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w policy.Write, r policy.Rule, x *violation, decision string) audittrail.Event {
-	ev := audittrail.Event{Kind: audittrail.KindDecision, Time: time.Now(), NS: w.NS, Mode: string(r.Mode),
+	ev := audittrail.Event{Kind: audittrail.KindDecision, Time: time.Now(), NS: w.NS.String(), Mode: string(r.Mode),
 		Verdict: trailVerdicts[decision], Policy: pol.Version(),
 		App: req.Client.AppName(), User: req.Client.User(), Client: req.Client.Addr,
 		Op: req.Message.Header().OpCode.String()}
@@ -266,13 +266,13 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 			}
 		}
 	}
-	if ids, ok := v.checked.lookup(w.NS); ok {
+	if ids, ok := v.checked.lookup(w.NS.String()); ok {
 		ev.IDs = ids
 	} else if len(v.writes) == 1 {
 		ev.IDs = v.named // one namespace: the ids the request names are its
 	}
 	if len(ev.IDs) == 0 {
-		ev.IDs = insertedIDs(v.writes, w.NS) // inserts that needed no lock check
+		ev.IDs = insertedIDs(v.writes, w.NS.String()) // inserts that needed no lock check
 	}
 	if x != nil {
 		ev.Reason, ev.Detail = x.reason, x.detail
@@ -286,7 +286,7 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		// A fenced write ran under these tokens (fence.go).
 		ev.Tokens = make([]int64, len(ev.IDs))
 		for i, id := range ev.IDs {
-			ev.Tokens[i], _ = v.fence.token(w.NS, id)
+			ev.Tokens[i], _ = v.fence.token(w.NS.String(), id)
 		}
 	}
 	return ev
@@ -297,7 +297,7 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 func insertedIDs(writes []policy.Write, ns string) []docid.ID {
 	var vals []bsoncore.Value
 	for i := range writes {
-		if writes[i].NS != ns || writes[i].Doc == nil {
+		if writes[i].NS.String() != ns || writes[i].Doc == nil {
 			continue
 		}
 		if id, err := writes[i].Doc.LookupErr("_id"); err == nil {

@@ -59,7 +59,7 @@ func (g *Guard) editViolation(pol *policy.Policy, v *verdict, ed policy.Edit, er
 	if len(ed.Fences) > 0 {
 		w = v.fence.stmts[0].w
 	}
-	x := violation{write: w, rule: pol.Lookup(w.NS), reason: reasonUnclassifiable}
+	x := violation{write: w, rule: pol.Lookup(w.NS.String()), reason: reasonUnclassifiable}
 	switch {
 	case errors.Is(err, errTooLarge) && len(ed.Fences) > 0:
 		x.reason = reasonTooManyCandidates

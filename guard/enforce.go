@@ -14,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
@@ -174,7 +175,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	var v *verdict
 	off := 0
 	for i, w := range writes {
-		r := g.ruleFor(pol.Lookup(w.NS), req)
+		r := g.ruleFor(pol.Lookup(w.NS.String()), req)
 		if r.Mode == policy.Off {
 			off++
 		}
@@ -189,7 +190,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				rules = make([]policy.Rule, i, len(writes))
 			}
 			for j := range rules {
-				rules[j] = g.ruleFor(pol.Lookup(writes[j].NS), req)
+				rules[j] = g.ruleFor(pol.Lookup(writes[j].NS.String()), req)
 			}
 		}
 		rules = append(rules, r)
@@ -257,9 +258,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 					// the database refuses the insert itself.
 					if did, err := idCopy(id); err == nil {
 						if r.Implicit() {
-							v.implicitPlan().inserts.add(w.NS, r, did)
+							v.implicitPlan().inserts.add(w.NS.String(), r, did)
 						} else {
-							inserts.add(w.NS, r, did)
+							inserts.add(w.NS.String(), r, did)
 						}
 					}
 				}
@@ -281,7 +282,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				continue
 			}
 			v.fenceWrite(r, w, ids)
-			need.add(w.NS, r, ids...)
+			need.add(w.NS.String(), r, ids...)
 		}
 	}
 	g.checkNeeds(ctx, v, o, need)
@@ -298,7 +299,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				ids, ok, _ := g.targets(ctx, v, rules[i], writes[i], true)
 				if ok {
 					v.fenceWrite(rules[i], writes[i], ids)
-					resolved.add(writes[i].NS, rules[i], ids...)
+					resolved.add(writes[i].NS.String(), rules[i], ids...)
 				}
 			}
 			g.checkNeeds(ctx, v, o, resolved)
@@ -342,7 +343,7 @@ func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Ru
 		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection cannot be read here, and an insert there could evict locked documents", w.NS))
 		return true
 	}
-	capped, err := g.opts.Resolver.Capped(ctx, w.NS)
+	capped, err := g.opts.Resolver.Capped(ctx, w.NS.String())
 	switch {
 	case err != nil:
 		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection could not be read (%v), and an insert there could evict locked documents", w.NS, err))
@@ -404,7 +405,7 @@ func (v *verdict) add(r policy.Rule, w policy.Write, reason string, ids []docid.
 // store round trip is spent on a command that is refused anyway.
 func (v *verdict) blocked(ns string) bool {
 	for _, x := range v.violations {
-		if x.write.NS == ns && x.rule.Mode == policy.Enforce {
+		if x.write.NS.String() == ns && x.rule.Mode == policy.Enforce {
 			return true
 		}
 	}
@@ -446,7 +447,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	case g.opts.Resolver == nil:
 		v.add(r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
 		return nil, false, false
-	case r.Mode == policy.Enforce && v.blocked(w.NS):
+	case r.Mode == policy.Enforce && v.blocked(w.NS.String()):
 		// Refused already: what the filter matches cannot change that.
 		g.metrics.resolves.WithLabelValues("skipped").Inc()
 		return nil, false, false
@@ -465,7 +466,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 		return nil, false, false
 	default:
 		limit := r.MaxCandidates
-		if e := g.mayRead(ctx, v.req, w.NS); e != "" {
+		if e := g.mayRead(ctx, v.req, w.NS.String()); e != "" {
 			v.add(r, w, reasonResolveFailed, nil, e)
 			return nil, false, false
 		}
@@ -527,7 +528,7 @@ func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
 	if g.opts.Resolver == nil {
 		return false
 	}
-	simple, err := g.opts.Resolver.SimpleCollation(ctx, w.NS)
+	simple, err := g.opts.Resolver.SimpleCollation(ctx, w.NS.String())
 	return err == nil && simple
 }
 
@@ -768,7 +769,7 @@ func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error
 		return proxy.Decision{Action: proxy.Forward}
 	}
 	v := &verdict{}
-	w := policy.Write{NS: ns}
+	w := policy.Write{NS: namespace.Of(ns)}
 	v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
 	return g.decide(req, pol, v, start)
 }
@@ -814,7 +815,7 @@ func (g *Guard) shownTo(req *proxy.Request, x violation) violation {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.OrderTimeout)
 	defer cancel()
-	if g.mayDisclose(ctx, req, x.write.NS) {
+	if g.mayDisclose(ctx, req, x.write.NS.String()) {
 		return x
 	}
 	who := describeHolder(*x.holder)
@@ -866,7 +867,7 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 	return &cmdError{
 		code:   cmp.Or(x.code, mongoerr.LockBusy),
 		reason: x.reason,
-		ns:     x.write.NS,
+		ns:     x.write.NS.String(),
 		ids:    x.ids,
 		holder: x.holder,
 		msg:    fmt.Sprintf("lockgate: %s on %s refused: %s; %s", name, x.write.NS, x.detail, advice),
@@ -905,11 +906,11 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 
 func firstWrite(ws []policy.Write, ns string) policy.Write {
 	for _, w := range ws {
-		if w.NS == ns {
+		if w.NS.String() == ns {
 			return w
 		}
 	}
-	return policy.Write{NS: ns}
+	return policy.Write{NS: namespace.Of(ns)}
 }
 
 // idCopy is the ID of one value of a request's buffer, with its own
@@ -990,7 +991,7 @@ func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule,
 	}
 	defer func() { <-slots }()
 	start := time.Now()
-	ids, err := g.opts.Resolver.Candidates(ctx, w.NS, w.Filter, w.Collation, w.Hint, limit)
+	ids, err := g.opts.Resolver.Candidates(ctx, w.NS.String(), w.Filter, w.Collation, w.Hint, limit)
 	spent = time.Since(start)
 	g.metrics.resolveSeconds.Observe(spent.Seconds())
 	switch {

@@ -10,6 +10,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -96,7 +97,7 @@ func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []docid.ID) {
 }
 
 func (p *fencePlan) token(ns string, id docid.ID) (int64, bool) {
-	t, ok := p.tokens[docid.KeyOf(ns, id)]
+	t, ok := p.tokens[docid.KeyOf(namespace.Of(ns), id)]
 	return t, ok
 }
 
@@ -117,14 +118,14 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 		if !found || !certain {
 			continue
 		}
-		if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(s.w.NS) {
+		if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(s.w.NS.String()) {
 			continue
 		}
 		rid, err := idCopy(id)
 		if err != nil {
 			continue // no lock can be held on it; the database refuses it
 		}
-		sts, err := g.opts.Store.Status(ctx, o, s.w.NS, []docid.ID{rid})
+		sts, err := g.opts.Store.Status(ctx, o, s.w.NS.String(), []docid.ID{rid})
 		if err != nil {
 			v.violations = append(v.violations, violation{rule: s.r, write: s.w, reason: reasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot tell whether this session holds the inserted _id's lock, whose token the fenced document must carry (%v)", err)})
@@ -155,9 +156,9 @@ func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, [
 			fences = append(fences, f)
 			continue
 		}
-		c := fenceCheck{index: s.w.Index, multi: s.w.Multi, upsert: s.w.Upsert, ns: s.w.NS, field: s.r.FenceField}
+		c := fenceCheck{index: s.w.Index, multi: s.w.Multi, upsert: s.w.Upsert, ns: s.w.NS.String(), field: s.r.FenceField}
 		for _, id := range dedupIDs(s.ids) {
-			t, ok := v.fence.token(s.w.NS, id)
+			t, ok := v.fence.token(s.w.NS.String(), id)
 			if !ok {
 				x := violation{write: s.w, rule: s.r, reason: reasonUnclassifiable, detail: "the proxy lost track of a fencing token it had checked"}
 				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}, nil
@@ -387,7 +388,7 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 		read[ns] = true
 		for j, id := range ids {
 			if exists[j] {
-				stamps[docid.KeyOf(ns, id)] = st[j]
+				stamps[docid.KeyOf(namespace.Of(ns), id)] = st[j]
 			}
 		}
 	}
@@ -396,7 +397,7 @@ func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
 			continue
 		}
 		for i, id := range c.ids {
-			s, ok := stamps[docid.KeyOf(c.ns, id)]
+			s, ok := stamps[docid.KeyOf(namespace.Of(c.ns), id)]
 			if !ok || s.Type == 0 || s.Type == bson.TypeNull {
 				continue // gone, or never stamped: not fenced out
 			}

@@ -260,7 +260,7 @@ func (f *flight) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Doc
 // own, before the flight lands.
 func (f *flight) LateReply() bsoncore.Document {
 	w := f.v.writes[0]
-	x := violation{write: w, rule: f.pol.Lookup(w.NS), reason: reasonNotLocked,
+	x := violation{write: w, rule: f.pol.Lookup(w.NS.String()), reason: reasonNotLocked,
 		detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(f.plan.margin))}
 	return refusal(f.v.req, x).document()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -447,12 +448,12 @@ func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n nsNeed, locks [
 	}
 	fp := v.fencePlan()
 	for i, id := range ids {
-		fp.tokens[docid.KeyOf(n.ns, id)] = tokens[i]
+		fp.tokens[docid.KeyOf(namespace.Of(n.ns), id)] = tokens[i]
 	}
 	// Inserts of this namespace carry their implicit lock's token.
 	for i := range fp.stmts {
 		s := &fp.stmts[i]
-		if s.w.Kind != policy.KindInsert || s.w.NS != n.ns {
+		if s.w.Kind != policy.KindInsert || s.w.NS.String() != n.ns {
 			continue
 		}
 		id, found, certain := policy.InsertID(s.w)

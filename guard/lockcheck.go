@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 )
 
@@ -47,7 +48,7 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstor
 	}
 	p := v.fencePlan()
 	for i, id := range ids {
-		p.tokens[docid.KeyOf(ns, id)] = tokens[i]
+		p.tokens[docid.KeyOf(namespace.Of(ns), id)] = tokens[i]
 	}
 	return true, nil, nil
 }

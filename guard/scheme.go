@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -182,7 +183,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 				}
 				continue
 			}
-			o, ok := g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
+			o, ok := g.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
 			if !ok {
 				v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 				continue
@@ -190,7 +191,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
 		case policy.StepHolder:
 			if st.ReleaseAll {
-				o, ok := g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
+				o, ok := g.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
 				if !ok {
 					v.add(r, w, reasonNoSession, nil, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 					continue
@@ -269,13 +270,13 @@ func (g *Guard) dropTemps(ctx context.Context, temps []schemeTemp) {
 // holds is to be checked against the document first (once: after the
 // document's lock is adopted the mirror is the state).
 func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp, read bool) (o lockstore.Owner, mirrored, ok bool) {
-	o, ok = g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
+	o, ok = g.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 		return o, false, false
 	}
 	store := g.opts.Store
-	mns := r.Scheme.MirrorNS(w.NS)
+	mns := r.Scheme.MirrorNS(w.NS.String())
 	unavailable := func(err error) (lockstore.Owner, bool, bool) {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -299,7 +300,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 				return o, false, false
 			}
 		}
-		v.check(w.NS, ids)
+		v.check(w.NS.String(), ids)
 		return o, true, true
 	}
 	sts, err := store.Status(ctx, o, mns, ids)
@@ -347,11 +348,11 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 	// (taken before lockgate ran, or outliving its mirror): that lock is
 	// the state, adopted into the mirror before anything is decided.
 	if read && !r.Scheme.IdentityHolder() {
-		d, err := g.readDocLock(ctx, r.Scheme, w.NS, ids[0])
+		d, err := g.readDocLock(ctx, r.Scheme, w.NS.String(), ids[0])
 		if err != nil {
 			return unavailable(err)
 		}
-		if err := g.schemeAdopt(ctx, req, r, w.NS, ids[0], d); err != nil {
+		if err := g.schemeAdopt(ctx, req, r, w.NS.String(), ids[0], d); err != nil {
 			var un *errUnmirrorable
 			if !errors.As(err, &un) {
 				return unavailable(err)
@@ -439,7 +440,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 // refuses the write, which would leave the document's lock outliving its
 // mirror.
 func (g *Guard) schemeRenew(ctx context.Context, v *verdict, r policy.Rule, w policy.Write, o lockstore.Owner, ids []docid.ID, lease time.Duration) bool {
-	_, err := g.opts.Store.Renew(ctx, o, r.Scheme.MirrorNS(w.NS), ids, lease)
+	_, err := g.opts.Store.Renew(ctx, o, r.Scheme.MirrorNS(w.NS.String()), ids, lease)
 	switch {
 	case err == nil:
 		return true
@@ -483,8 +484,8 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 		return g.decide(req, pol, v, start)
 	}
 	ids := []docid.ID{id}
-	mns := r.Scheme.MirrorNS(w.NS)
-	unlock := g.schemes.lock(docid.KeyOf(mns, id))
+	mns := r.Scheme.MirrorNS(w.NS.String())
+	unlock := g.schemes.lock(docid.KeyOf(namespace.Of(mns), id))
 	defer unlock()
 	store := g.opts.Store
 	body, err := statementBody(req.Command, w)
@@ -511,11 +512,11 @@ func (g *Guard) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.P
 		}
 		if st.Ends && (!docScheme || g.released(ctx, r, w, id, op.holder)) {
 			if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
-				g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
+				g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 			}
-			g.schemes.holdings().Remove(docid.KeyOf(mns, id))
+			g.schemes.holdings().Remove(docid.KeyOf(namespace.Of(mns), id))
 		}
-		v.check(w.NS, ids)
+		v.check(w.NS.String(), ids)
 		g.record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Reply, Reply: reply}
 	}
@@ -549,7 +550,7 @@ type acquireResult struct {
 func (g *Guard) schemeAcquire(ctx context.Context, req *proxy.Request, v *verdict, op schemeOp, id docid.ID, body bsoncore.Document) acquireResult {
 	w, st, r := op.write, op.step, op.rule
 	ids := []docid.ID{id}
-	mns := r.Scheme.MirrorNS(w.NS)
+	mns := r.Scheme.MirrorNS(w.NS.String())
 	store := g.opts.Store
 	docScheme := r.Scheme.Type != config.SchemeLockCollection
 	if r.Scheme.IdentityHolder() {
@@ -570,9 +571,9 @@ func (g *Guard) schemeAcquire(ctx context.Context, req *proxy.Request, v *verdic
 	if docScheme && r.Scheme.Type != config.SchemeFlag {
 		// A live lock the document shows and no mirror holds is the
 		// state: adopted, it makes this acquire "busy".
-		d, err := g.readDocLock(ctx, r.Scheme, w.NS, id)
+		d, err := g.readDocLock(ctx, r.Scheme, w.NS.String(), id)
 		if err == nil {
-			err = g.schemeAdopt(ctx, req, r, w.NS, id, d)
+			err = g.schemeAdopt(ctx, req, r, w.NS.String(), id, d)
 		}
 		var un *errUnmirrorable
 		switch {
@@ -615,15 +616,15 @@ func (g *Guard) schemeAcquire(ctx context.Context, req *proxy.Request, v *verdic
 	}
 	if !taken {
 		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
-			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
+			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 		}
 	} else {
 		if r.Scheme.Type == config.SchemeLockDocument && len(locks) == 1 {
 			c := g.schemeClient(req)
-			g.schemes.holdings().Add(docid.KeyOf(mns, id), schemeHolding{session: c.Session, bind: c.Bind,
+			g.schemes.holdings().Add(docid.KeyOf(namespace.Of(mns), id), schemeHolding{session: c.Session, bind: c.Bind,
 				holder: bsoncore.Value{Type: st.Holder.Type, Data: append([]byte(nil), st.Holder.Data...)}, token: locks[0].Token})
 		}
-		v.check(w.NS, ids)
+		v.check(w.NS.String(), ids)
 	}
 	return acquireResult{reply: reply, taken: taken}
 }
@@ -641,7 +642,7 @@ func (g *Guard) schemePick(ctx context.Context, req *proxy.Request, pol *policy.
 		v.add(r, w, reasonSchemeNotFollowed, nil, "it takes a lock on one of the documents its filter matches, and this proxy cannot look them up; name the _id")
 		return g.decide(req, pol, v, start)
 	}
-	if why := g.mayRead(ctx, req, w.NS); why != "" {
+	if why := g.mayRead(ctx, req, w.NS.String()); why != "" {
 		v.add(r, w, reasonSchemeNotFollowed, nil, why)
 		return g.decide(req, pol, v, start)
 	}
@@ -663,7 +664,7 @@ func (g *Guard) schemePick(ctx context.Context, req *proxy.Request, pol *policy.
 		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot run its %s step on its own (%v)", r.Scheme.Type, err))
 		return g.decide(req, pol, v, start)
 	}
-	mns := r.Scheme.MirrorNS(w.NS)
+	mns := r.Scheme.MirrorNS(w.NS.String())
 	for _, id := range cands {
 		body, err := policy.JoinFilter(base, w, bsoncore.NewDocumentBuilder().AppendValue("_id", id.Core()).Build())
 		if err != nil {
@@ -672,7 +673,7 @@ func (g *Guard) schemePick(ctx context.Context, req *proxy.Request, pol *policy.
 		}
 		one := op
 		one.step.ID, one.step.Pick = id.Core(), false
-		unlock := g.schemes.lock(docid.KeyOf(mns, id))
+		unlock := g.schemes.lock(docid.KeyOf(namespace.Of(mns), id))
 		res := g.schemeAcquire(ctx, req, v, one, id, body)
 		unlock()
 		switch {
@@ -696,9 +697,9 @@ func (g *Guard) taken(ctx context.Context, r policy.Rule, w policy.Write, id doc
 	if r.Scheme.Type == config.SchemeFlag && !replied {
 		return false
 	}
-	d, err := g.readDocLock(ctx, r.Scheme, w.NS, id)
+	d, err := g.readDocLock(ctx, r.Scheme, w.NS.String(), id)
 	if err != nil {
-		g.log.Warn("reading back a scheme acquire failed; the mirror stays until its lease ends", zap.String("ns", w.NS), zap.Error(err))
+		g.log.Warn("reading back a scheme acquire failed; the mirror stays until its lease ends", zap.String("ns", w.NS.String()), zap.Error(err))
 		return true
 	}
 	if r.Scheme.Type == config.SchemeFlag {
@@ -711,9 +712,9 @@ func (g *Guard) taken(ctx context.Context, r policy.Rule, w policy.Write, id doc
 // document is gone or no longer shows the holder (flag: the flag set). A
 // failed read keeps the mirror.
 func (g *Guard) released(ctx context.Context, r policy.Rule, w policy.Write, id docid.ID, holder bsoncore.Value) bool {
-	d, err := g.readDocLock(ctx, r.Scheme, w.NS, id)
+	d, err := g.readDocLock(ctx, r.Scheme, w.NS.String(), id)
 	if err != nil {
-		g.log.Warn("reading back a scheme release failed; the mirror stays until its lease ends", zap.String("ns", w.NS), zap.Error(err))
+		g.log.Warn("reading back a scheme release failed; the mirror stays until its lease ends", zap.String("ns", w.NS.String()), zap.Error(err))
 		return false
 	}
 	if r.Scheme.Type == config.SchemeFlag || holder.Type == 0 {
@@ -733,9 +734,9 @@ func (g *Guard) released(ctx context.Context, r policy.Rule, w policy.Write, id 
 // in its error state) is the recovery of an abandoned lock, allowed from
 // anyone as for holderFields, bound to the expired holder's value.
 func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (schemeOp, bool) {
-	mns := r.Scheme.MirrorNS(w.NS)
+	mns := r.Scheme.MirrorNS(w.NS.String())
 	if st.Ends && !st.Touches {
-		d, err := g.readDocLock(ctx, r.Scheme, w.NS, ids[0])
+		d, err := g.readDocLock(ctx, r.Scheme, w.NS.String(), ids[0])
 		if err != nil {
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 				detail: fmt.Sprintf("the proxy cannot read the document's lock (%v), so the write is refused (fail closed)", err)})
@@ -753,10 +754,10 @@ func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.
 			}
 		}
 	}
-	h, known := g.schemes.holdings().Get(docid.KeyOf(mns, ids[0]))
+	h, known := g.schemes.holdings().Get(docid.KeyOf(namespace.Of(mns), ids[0]))
 	known = known && h.sameIdentity(g.schemeClient(req))
 	if known {
-		o, _ := g.schemeOwner(req, w.NS, r.Scheme, h.holder)
+		o, _ := g.schemeOwner(req, w.NS.String(), r.Scheme, h.holder)
 		sts, err := g.opts.Store.Status(ctx, o, mns, ids)
 		if err != nil {
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
@@ -768,7 +769,7 @@ func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.
 				return schemeOp{}, false
 			}
 			st.Holder = h.holder
-			v.check(w.NS, ids)
+			v.check(w.NS.String(), ids)
 			return schemeOp{rule: r, write: w, step: st, owner: o, holder: h.holder, clause: r.Scheme.HolderCondition(h.holder)}, true
 		}
 	}
@@ -998,13 +999,13 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 	if id, found = r.Scheme.MirrorID(id); !found {
 		return // no lock record can name it
 	}
-	mns := r.Scheme.MirrorNS(w.NS)
+	mns := r.Scheme.MirrorNS(w.NS.String())
 	if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(mns) {
 		return
 	}
 	var o lockstore.Owner
 	if r.Scheme.IdentityHolder() {
-		o, _ = g.schemeOwner(req, w.NS, r.Scheme, bsoncore.Value{})
+		o, _ = g.schemeOwner(req, w.NS.String(), r.Scheme, bsoncore.Value{})
 	}
 	if o.Session == nil {
 		o.Session = make([]byte, 16) // nobody: a holder-field insert names no holder
@@ -1034,6 +1035,6 @@ func (g *Guard) ownHolding(req *proxy.Request, r policy.Rule, w policy.Write, st
 	if r.Scheme.Type != config.SchemeLockDocument || len(ids) != 1 {
 		return false
 	}
-	h, known := g.schemes.holdings().Get(docid.KeyOf(r.Scheme.MirrorNS(w.NS), ids[0]))
+	h, known := g.schemes.holdings().Get(docid.KeyOf(namespace.Of(r.Scheme.MirrorNS(w.NS.String())), ids[0]))
 	return known && h.sameIdentity(g.schemeClient(req)) && (st.Kind != policy.StepAcquire || sameHolder(h.holder, st.Holder))
 }

@@ -62,7 +62,7 @@ func lockCollName(s policy.Scheme) string {
 // the one operation the proxy runs itself; a refresh is checked here and
 // forwarded.
 func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
-	o, ok := g.schemeOwner(req, w.NS, r.Scheme, st.Holder)
+	o, ok := g.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 		return schemeOp{}, false
@@ -74,7 +74,7 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 	// A refresh: the holder's alone, renewing the mirror to the record's
 	// new end before the database moves it.
 	store := g.opts.Store
-	held, _, err := store.Holds(ctx, o, w.NS, ids, 0)
+	held, _, err := store.Holds(ctx, o, w.NS.String(), ids, 0)
 	if err != nil {
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -84,10 +84,10 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 		v.add(r, w, reasonSchemeNotHolder, ids, fmt.Sprintf("under the lockCollection locking scheme of %s this client does not hold the lock record %s (or its lease of %s ran out); %s", w.NS, ids[0].String(), lockstore.FormatMS(r.Scheme.Lease), schemeAdvice(r.Scheme)))
 		return schemeOp{}, false
 	}
-	v.check(w.NS, ids)
+	v.check(w.NS.String(), ids)
 	if st.Renew {
 		lease := recordLease(r.Scheme, st)
-		_, err = store.Renew(ctx, o, w.NS, ids, lease)
+		_, err = store.Renew(ctx, o, w.NS.String(), ids, lease)
 		if err == nil {
 			g.renewAid(ctx, req, op, lease)
 		}
@@ -195,7 +195,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	}
 	// A second record from the holder of the first: the database says
 	// DuplicateKey, and must, though its test-and-set may not be atomic.
-	mine, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
+	mine, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -205,7 +205,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	if st.Holder.Type != 0 && !g.bindAid(ctx, v, op, lease) {
 		return g.decide(req, pol, v, start)
 	}
-	if _, err := store.Acquire(ctx, op.owner, w.NS, ids, lease, 0); err != nil {
+	if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, lease, 0); err != nil {
 		switch {
 		case errors.Is(err, lockstore.ErrBusy):
 			return g.lockCollBusy(ctx, req, pol, v, op, nil, start)
@@ -216,11 +216,11 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		return unavailable(err)
 	}
 	drop := func() {
-		if _, err := store.Release(ctx, op.owner, w.NS, ids, ""); err != nil {
-			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
+		if _, err := store.Release(ctx, op.owner, w.NS.String(), ids, ""); err != nil {
+			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 		}
 	}
-	rec, failed, err := g.findRecord(ctx, req, w.NS, st.ID, nil)
+	rec, failed, err := g.findRecord(ctx, req, w.NS.String(), st.ID, nil)
 	if err != nil {
 		drop()
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
@@ -239,7 +239,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 			return g.decide(req, pol, v, start)
 		case end.After(time.Now()):
 			drop()
-			if why := g.adopt(ctx, req, w.NS, s, id, end); why != "" {
+			if why := g.adopt(ctx, req, w.NS.String(), s, id, end); why != "" {
 				v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("the lock record %s of %s %s", id.String(), w.NS, why))
 				return g.decide(req, pol, v, start)
 			}
@@ -247,7 +247,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		}
 		// Abandoned: remove it as the TTL monitor would, only as read.
 		if enforce {
-			if failed, err := g.removeRecord(ctx, req, w.NS, s, rec); err != nil || failed != nil {
+			if failed, err := g.removeRecord(ctx, req, w.NS.String(), s, rec); err != nil || failed != nil {
 				drop()
 				if err != nil {
 					return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
@@ -263,7 +263,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 	}
 	if inserted(reply, w, st.ID) && !deadOnArrival {
-		v.check(w.NS, ids)
+		v.check(w.NS.String(), ids)
 	} else {
 		drop()
 	}
@@ -285,7 +285,7 @@ func (g *Guard) lockCollBusy(ctx context.Context, req *proxy.Request, pol *polic
 		if req.Command != nil {
 			fields, _ = req.Command.Body.Lookup("fields").DocumentOK()
 		}
-		got, failed, err := g.findRecord(ctx, req, w.NS, op.step.ID, fields)
+		got, failed, err := g.findRecord(ctx, req, w.NS.String(), op.step.ID, fields)
 		switch {
 		case err != nil:
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
@@ -429,7 +429,7 @@ func (g *Guard) bindAid(ctx context.Context, v *verdict, op schemeOp, lease time
 		v.add(r, w, reasonSchemeNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
 		return false
 	}
-	err = g.extendAid(ctx, op.owner, aidNS(w.NS, r.Scheme), aid, lease)
+	err = g.extendAid(ctx, op.owner, aidNS(w.NS.String(), r.Scheme), aid, lease)
 	var held *lockstore.HeldError
 	switch {
 	case err == nil:
@@ -449,7 +449,7 @@ func (g *Guard) bindAid(ctx context.Context, v *verdict, op schemeOp, lease time
 // its client, so that it lasts as long as the client keeps the record.
 func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, lease time.Duration) {
 	proj := bsoncore.NewDocumentBuilder().AppendInt32(op.rule.Scheme.AidPath, 1).Build()
-	rec, _, err := g.findRecord(ctx, req, op.write.NS, op.step.ID, proj)
+	rec, _, err := g.findRecord(ctx, req, op.write.NS.String(), op.step.ID, proj)
 	if err != nil || rec == nil {
 		return
 	}
@@ -459,7 +459,7 @@ func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, l
 	}
 	if id, err := idCopy(aid); err == nil {
 		// Busy: another client's binding from after this client's ended.
-		g.extendAid(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), id, lease)
+		g.extendAid(ctx, op.owner, aidNS(op.write.NS.String(), op.rule.Scheme), id, lease)
 	}
 }
 
@@ -630,12 +630,12 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 			detail: fmt.Sprintf("under the lockCollection locking scheme of %s %s; %s", w.NS, why, schemeAdvice(s))})
 		return g.decide(req, pol, v, start)
 	}
-	held, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
+	held, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
 	if err != nil {
 		return unavailable(err)
 	}
 	if !held {
-		sts, err := g.confirmedStatus(ctx, op.owner, w.NS, ids)
+		sts, err := g.confirmedStatus(ctx, op.owner, w.NS.String(), ids)
 		if err != nil || len(sts) != 1 {
 			return unavailable(err)
 		}
@@ -644,9 +644,9 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 			return notHolder(&h, fmt.Sprintf("the lock record %s belongs to another holder (%s)", id.String(), describeHolder(h)))
 		}
 		if h := g.testScheme; h != nil && h.beforeRead != nil {
-			h.beforeRead(w.NS, id)
+			h.beforeRead(w.NS.String(), id)
 		}
-		rec, failed, err := g.findRecord(ctx, req, w.NS, st.ID, nil)
+		rec, failed, err := g.findRecord(ctx, req, w.NS.String(), st.ID, nil)
 		switch {
 		case err != nil:
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
@@ -658,7 +658,7 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 			end, ok := s.RecordExpiry(rec)
 			if !ok || end.After(time.Now()) {
 				if ok {
-					g.adopt(ctx, req, w.NS, s, id, end)
+					g.adopt(ctx, req, w.NS.String(), s, id, end)
 				}
 				return notHolder(nil, fmt.Sprintf("the lock record %s is live and this client did not insert it (through lockgate)", id.String()))
 			}
@@ -666,7 +666,7 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 		// Abandoned or absent: removed under a mirror taken for this
 		// delete, so that no acquire runs meanwhile.
 		short := max(r.LeaseMargin, 100*time.Millisecond)
-		if _, err := store.Acquire(ctx, op.owner, w.NS, ids, short, 0); err != nil {
+		if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, short, 0); err != nil {
 			if errors.Is(err, lockstore.ErrBusy) {
 				return notHolder(nil, fmt.Sprintf("the lock record %s has just been taken by another holder", id.String()))
 			}
@@ -682,15 +682,15 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 	gone := deletedCount(reply, w) > 0
 	if !gone {
 		// Nothing deleted: frees the mirror only if there is no record.
-		rec, failed, err := g.findRecord(ctx, req, w.NS, st.ID, bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build())
+		rec, failed, err := g.findRecord(ctx, req, w.NS.String(), st.ID, bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build())
 		gone = err == nil && failed == nil && rec == nil
 	}
 	if gone {
-		if _, err := store.Release(ctx, op.owner, w.NS, ids, ""); err != nil {
-			g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS), zap.Error(err))
+		if _, err := store.Release(ctx, op.owner, w.NS.String(), ids, ""); err != nil {
+			g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 		}
 	}
-	v.check(w.NS, ids)
+	v.check(w.NS.String(), ids)
 	g.record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
 }
@@ -723,7 +723,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 	store := g.opts.Store
 	field := s.TsPath + s.ExpiresPath
 	proj := bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).AppendInt32(field, 1).Build()
-	recs, failed, err := g.findRecords(ctx, req, w.NS, w.Filter, proj, r.MaxCandidates+1)
+	recs, failed, err := g.findRecords(ctx, req, w.NS.String(), w.Filter, proj, r.MaxCandidates+1)
 	switch {
 	case err != nil:
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme release-all: " + err.Error()}
@@ -744,7 +744,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 			continue // no lock can be held on it
 		}
 		ids := []docid.ID{id}
-		held, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
+		held, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
 		if err != nil {
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot confirm the scheme locks (%v), so the write is refused (fail closed)", err)})
@@ -756,10 +756,10 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 				continue
 			}
 			if end.After(time.Now()) {
-				g.adopt(ctx, req, w.NS, s, id, end)
+				g.adopt(ctx, req, w.NS.String(), s, id, end)
 				continue
 			}
-			if _, err := store.Acquire(ctx, op.owner, w.NS, ids, short, 0); err != nil {
+			if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, short, 0); err != nil {
 				continue // someone holds it: not this client's to delete
 			}
 			taken = append(taken, id)
@@ -788,7 +788,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 			ab.AppendValue(p)
 		}
 		in := bsoncore.NewDocumentBuilder().AppendArray("$in", ab.Build()).Build()
-		left, failed, err := g.findRecords(ctx, req, w.NS, bsoncore.NewDocumentBuilder().AppendDocument("_id", in).Build(),
+		left, failed, err := g.findRecords(ctx, req, w.NS.String(), bsoncore.NewDocumentBuilder().AppendDocument("_id", in).Build(),
 			bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build(), len(pins)+1)
 		if err == nil && failed == nil {
 			var gone []docid.ID
@@ -800,7 +800,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 			g.releaseMirrors(ctx, op, gone)
 		}
 	}
-	v.check(w.NS, freed)
+	v.check(w.NS.String(), freed)
 	g.record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
 }
@@ -818,8 +818,8 @@ func (g *Guard) releaseMirrors(ctx context.Context, op schemeOp, ids []docid.ID)
 	if len(ids) == 0 {
 		return
 	}
-	if _, err := g.opts.Store.Release(ctx, op.owner, op.write.NS, ids, ""); err != nil {
-		g.log.Warn("scheme lock release failed; they expire with their lease", zap.String("ns", op.write.NS), zap.Error(err))
+	if _, err := g.opts.Store.Release(ctx, op.owner, op.write.NS.String(), ids, ""); err != nil {
+		g.log.Warn("scheme lock release failed; they expire with their lease", zap.String("ns", op.write.NS.String()), zap.Error(err))
 	}
 }
 

@@ -95,7 +95,7 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 // ruleOf is the rule enforce applied to ns in v.
 func (g *Guard) ruleOf(v *verdict, ns string) policy.Rule {
 	for i, w := range v.writes {
-		if w.NS == ns && i < len(v.rules) {
+		if w.NS.String() == ns && i < len(v.rules) {
 			return v.rules[i]
 		}
 	}

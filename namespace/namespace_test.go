@@ -45,3 +45,35 @@ func TestForms(t *testing.T) {
 		t.Error("IsZero")
 	}
 }
+
+// TestEqualityIsByParts: == on two namespaces compares their databases
+// and collections, however each was made, since lock keys and plan
+// references are compared and hashed as they are.
+func TestEqualityIsByParts(t *testing.T) {
+	for _, tc := range []struct{ a, b Namespace }{
+		{New("shop", "orders"), Of("shop.orders")},
+		{Database("shop"), Of("shop.")},
+		{Database("shop"), Of("shop")},
+		{New("shop", ""), Database("shop")},
+		{Unknown(), Of("*.*")},
+		{New("shop", "system.buckets.x"), Of("shop.system.buckets.x")},
+	} {
+		if tc.a != tc.b {
+			t.Errorf("%#v != %#v", tc.a, tc.b)
+		}
+	}
+	if New("a.b", "c") == Of("a.b.c") {
+		t.Error("a database with a dot read as the first part of a namespace")
+	}
+	if Database("shop") == New("shop", "orders") || Database("a") == Database("ab") {
+		t.Error("different namespaces are ==")
+	}
+}
+
+func TestStringAllocatesNothing(t *testing.T) {
+	n := New("shop", "orders")
+	var s, db, coll string
+	if a := testing.AllocsPerRun(100, func() { s, db, coll = n.String(), n.DB(), n.Collection() }); a != 0 || s != "shop.orders" || db != "shop" || coll != "orders" {
+		t.Errorf("String, DB and Collection allocate %v times", a)
+	}
+}

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -121,7 +122,10 @@ const (
 // Write is one write a message performs. Its documents and values are views
 // into the message's bytes and share their lifetime; strings are copies.
 type Write struct {
-	NS   string // "db.coll" it writes to; "db.*" or "*" (see NSAll) for collection writes that reach further
+	// NS is the namespace it writes to; for collection writes that reach
+	// further, the collection "*" of the database (its String is "db.*")
+	// or namespace.Of(NSAll) (IsUnknown, "*").
+	NS   namespace.Namespace
 	Kind Kind
 	// List is where the statement sits: "updates", "deletes", "documents",
 	// "ops" (body array or kind-1 sequence alike), "" for findAndModify
@@ -383,7 +387,7 @@ func asciiFoldEqual(a, b string) bool {
 }
 
 func collWrite(ns, what string) Write {
-	return Write{NS: ns, Kind: KindCollectionWrite, List: ListCommand, What: what}
+	return Write{NS: namespace.Of(ns), Kind: KindCollectionWrite, List: ListCommand, What: what}
 }
 
 // commandNS is the best known namespace of a command: db.coll when the

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
@@ -148,7 +149,7 @@ func clDocOrNil(t testing.TB, v any) bsoncore.Document {
 
 func (w want) write(t testing.TB) Write {
 	return Write{
-		NS: w.NS, Kind: w.Kind, List: w.List, Index: w.Index, FilterKey: w.FilterKey,
+		NS: namespace.Of(w.NS), Kind: w.Kind, List: w.List, Index: w.Index, FilterKey: w.FilterKey,
 		Filter: clDocOrNil(t, w.Filter), Update: clVal(t, w.Update),
 		Multi: w.Multi, Upsert: w.Upsert, Remove: w.Remove,
 		Collation: clDocOrNil(t, w.Collation), Hint: clVal(t, w.Hint), Sort: clDocOrNil(t, w.Sort),

@@ -32,8 +32,9 @@ func classifyInsert(c *wire.Command) ([]Write, error) {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
+	n := namespace.Of(ns)
 	for i, d := range docs {
-		ws[i] = Write{NS: ns, Kind: KindInsert, List: list, Index: i, Doc: d}
+		ws[i] = Write{NS: n, Kind: KindInsert, List: list, Index: i, Doc: d}
 	}
 	return withIndexInserts(ws, ns), nil
 }
@@ -50,8 +51,9 @@ func classifyUpdate(c *wire.Command) ([]Write, error) {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
+	n := namespace.Of(ns)
 	for i, d := range docs {
-		w := Write{NS: ns, Kind: KindUpdate, List: list, Index: i, FilterKey: k.Filter}
+		w := Write{NS: n, Kind: KindUpdate, List: list, Index: i, FilterKey: k.Filter}
 		if err := readUpdate(&w, d, k, list, ns); err != nil {
 			return nil, err
 		}
@@ -112,8 +114,9 @@ func classifyDelete(c *wire.Command) ([]Write, error) {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
+	n := namespace.Of(ns)
 	for i, d := range docs {
-		w := Write{NS: ns, Kind: KindDelete, List: list, Index: i, FilterKey: k.Filter}
+		w := Write{NS: n, Kind: KindDelete, List: list, Index: i, FilterKey: k.Filter}
 		f, err := fieldsOf(d, k.Filter, k.Limit, "collation", "hint")
 		if err == nil {
 			w.Filter, err = requiredDoc(f[0], k.Filter)
@@ -166,7 +169,7 @@ func classifyFindAndModify(c *wire.Command) ([]Write, error) {
 		return nil, err
 	}
 	k := c.Spec().Statement
-	w := Write{NS: ns, Kind: KindFindAndModify, List: ListFindAndModify, FilterKey: k.Filter}
+	w := Write{NS: namespace.Of(ns), Kind: KindFindAndModify, List: ListFindAndModify, FilterKey: k.Filter}
 	f, err := fieldsOf(c.Body, k.Filter, k.Update, k.Remove, k.Upsert, "collation", "hint", "sort", "upsertSupplied")
 	if err == nil {
 		err = noUpsertSupplied(f[7])
@@ -211,7 +214,7 @@ func classifyBulkWrite(c *wire.Command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	nss := make([]string, len(infos))
+	nss := make([]namespace.Namespace, len(infos))
 	for i, d := range infos {
 		f, err := fieldsOf(d, spec.NamespaceKey)
 		if err != nil {
@@ -221,10 +224,11 @@ func classifyBulkWrite(c *wire.Command) ([]Write, error) {
 		if !ok {
 			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: ns is a %v, not a string", i, f[0].Type)
 		}
-		if _, ok := namespace.Parse(s); !ok {
+		n, ok := namespace.Parse(s)
+		if !ok {
 			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: ns %q is not <db>.<collection>", i, s)
 		}
-		nss[i] = s
+		nss[i] = n
 	}
 	ops, err := statements(c, NSAll, spec.Statements)
 	if err != nil {
@@ -247,7 +251,7 @@ func classifyBulkWrite(c *wire.Command) ([]Write, error) {
 // refused as ambiguous. Every refusal of a bulkWrite names "*": the command
 // spans namespaces, and a refusal on one op's namespace would hide the ops
 // on the others.
-func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []string) (Write, error) {
+func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []namespace.Namespace) (Write, error) {
 	it := iterate(op)
 	key, v, ok := it.next()
 	if !ok {

@@ -27,7 +27,7 @@ func classifyLegacyUpdate(m *wire.OpUpdate) ([]Write, error) {
 		return nil, err
 	}
 	return []Write{{
-		NS:     m.FullCollectionName,
+		NS:     namespace.Of(m.FullCollectionName),
 		Kind:   KindUpdate,
 		List:   ListLegacy,
 		Filter: m.Selector,
@@ -42,7 +42,7 @@ func classifyLegacyDelete(m *wire.OpDelete) ([]Write, error) {
 		return nil, err
 	}
 	return []Write{{
-		NS:     m.FullCollectionName,
+		NS:     namespace.Of(m.FullCollectionName),
 		Kind:   KindDelete,
 		List:   ListLegacy,
 		Filter: m.Selector,
@@ -56,7 +56,7 @@ func classifyLegacyInsert(m *wire.OpInsert) ([]Write, error) {
 	}
 	ws := make([]Write, len(m.Documents))
 	for i, d := range m.Documents {
-		ws[i] = Write{NS: m.FullCollectionName, Kind: KindInsert, List: ListLegacy, Index: i, Doc: d}
+		ws[i] = Write{NS: namespace.Of(m.FullCollectionName), Kind: KindInsert, List: ListLegacy, Index: i, Doc: d}
 	}
 	return withIndexInserts(ws, m.FullCollectionName), nil
 }

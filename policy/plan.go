@@ -107,11 +107,10 @@ func (p *Plan) add(n namespace.Namespace, a Access) {
 
 // writeNamespace reads Write.NS: "db.coll", "db.*" for a whole database,
 // "*" for any namespace.
-func writeNamespace(s string) namespace.Namespace {
-	if s == NSAll {
+func writeNamespace(n namespace.Namespace) namespace.Namespace {
+	if n.IsUnknown() {
 		return namespace.Unknown()
 	}
-	n, _ := namespace.Split(s)
 	if n.Collection() == "*" {
 		return namespace.Database(n.DB())
 	}
