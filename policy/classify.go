@@ -208,12 +208,22 @@ const (
 // Classify is pure and safe for concurrent use; the documents of msg must
 // be valid BSON (as wire.Parse guarantees).
 func Classify(msg wire.Message, cmd *wire.Command) ([]Write, error) {
+	var c *command
+	if cmd != nil {
+		c = &command{Command: cmd}
+	}
+	return classify(msg, c)
+}
+
+// classify is Classify of a command the plan's walk may have read
+// already (c nil: not read yet).
+func classify(msg wire.Message, c *command) ([]Write, error) {
 	switch m := msg.(type) {
 	case *wire.OpCompressed:
 		if m.Inner == nil {
 			return nil, refuse(NSAll, "OP_COMPRESSED without an inner message")
 		}
-		return Classify(m.Inner, cmd)
+		return classify(m.Inner, c)
 	case *wire.OpUpdate:
 		return classifyLegacyUpdate(m)
 	case *wire.OpDelete:
@@ -221,17 +231,17 @@ func Classify(msg wire.Message, cmd *wire.Command) ([]Write, error) {
 	case *wire.OpInsert:
 		return classifyLegacyInsert(m)
 	case *wire.OpMsg, *wire.OpQuery:
-		if cmd == nil {
-			c, err := wire.CommandOf(msg)
+		if c == nil {
+			cmd, err := wire.CommandOf(msg)
 			if err != nil {
 				return nil, refuse(NSAll, "unreadable command: %v", err)
 			}
-			if c == nil {
+			if cmd == nil {
 				return nil, nil // a plain OP_QUERY: a read
 			}
-			cmd = c
+			c = &command{Command: cmd}
 		}
-		return classifyCommand(cmd)
+		return classifyCommand(c)
 	case *wire.OpGetMore, *wire.OpKillCursors:
 		return nil, nil // legacy cursor reads
 	default:
@@ -248,7 +258,7 @@ func Classify(msg wire.Message, cmd *wire.Command) ([]Write, error) {
 // all on admin): lockgate cannot tell whether or where it writes, and
 // guessing that it only reads would let a write command it has never
 // heard of through.
-func classifyCommand(c *wire.Command) ([]Write, error) {
+func classifyCommand(c *command) ([]Write, error) {
 	spec := c.Spec()
 	if spec == nil {
 		// The server matches names exactly and answers CommandNotFound to
@@ -276,7 +286,7 @@ func classifyCommand(c *wire.Command) ([]Write, error) {
 
 // readerOf returns the classifier's reader of a write form; every form of
 // the command table has one (TestEveryWriteFormHasAReader).
-func readerOf(f wire.WriteForm) func(*wire.Command) ([]Write, error) {
+func readerOf(f wire.WriteForm) func(*command) ([]Write, error) {
 	switch f {
 	case wire.WritesNothing:
 		return readsOnly
@@ -324,16 +334,16 @@ func readerOf(f wire.WriteForm) func(*wire.Command) ([]Write, error) {
 	return nil
 }
 
-func readsOnly(*wire.Command) ([]Write, error) { return nil, nil }
+func readsOnly(*command) ([]Write, error) { return nil, nil }
 
 // classifyDatabaseCommand: dropDatabase, repairDatabase (before 4.2 it
 // drops what it cannot read) and clone write every collection of $db.
-func classifyDatabaseCommand(c *wire.Command) ([]Write, error) {
+func classifyDatabaseCommand(c *command) ([]Write, error) {
 	return []Write{collWrite(DBNamespace(c.DB), c.Name)}, nil
 }
 
 // classifyEval: eval and $eval ran JavaScript that could write anywhere.
-func classifyEval(*wire.Command) ([]Write, error) {
+func classifyEval(*command) ([]Write, error) {
 	return []Write{collWrite(NSAll, WhatEval)}, nil
 }
 
@@ -341,7 +351,7 @@ func classifyEval(*wire.Command) ([]Write, error) {
 // findAndModify or bulkWrite. It did execute $out (and so mapReduce output)
 // at executionStats verbosity before MongoDB 4.2 (SERVER-38063), so an
 // explained aggregate or mapReduce is classified as if it ran.
-func classifyExplain(c *wire.Command) ([]Write, error) {
+func classifyExplain(c *command) ([]Write, error) {
 	inner, ok := firstValue(c.Body).DocumentOK()
 	if !ok {
 		return nil, nil // the server refuses it
@@ -362,7 +372,7 @@ func classifyExplain(c *wire.Command) ([]Write, error) {
 	}
 	ic := &wire.Command{Name: name, DB: c.DB, Body: inner}
 	ic.Collection, _ = v.StringValueOK()
-	return classifyCommand(ic)
+	return classifyCommand(&command{Command: ic})
 }
 
 // asciiFoldEqual compares ASCII case-insensitively; it runs for every
@@ -392,21 +402,21 @@ func collWrite(ns, what string) Write {
 
 // commandNS is the best known namespace of a command: db.coll when the
 // first value is a non-empty string, db.* otherwise.
-func commandNS(c *wire.Command) string {
+func commandNS(c *command) string {
 	if c.Collection != "" {
-		return c.DB + "." + c.Collection
+		return c.ownNS()
 	}
 	return DBNamespace(c.DB)
 }
 
 // collectionNS returns db.coll for commands whose first value must name a
 // collection.
-func collectionNS(c *wire.Command) (string, error) {
+func collectionNS(c *command) (string, error) {
 	if c.Collection == "" {
 		v := firstValue(c.Body)
 		return "", refuse(DBNamespace(c.DB), "%s: the collection is a %v, not a non-empty string", c.Name, v.Type)
 	}
-	return c.DB + "." + c.Collection, nil
+	return c.ownNS(), nil
 }
 
 func firstValue(d bsoncore.Document) bsoncore.Value {

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/namespace"
-	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -13,7 +12,7 @@ import (
 // Collection writes: commands that replace, rename, drop or fill whole
 // collections or databases.
 
-func classifyCollectionCommand(c *wire.Command) ([]Write, error) {
+func classifyCollectionCommand(c *command) ([]Write, error) {
 	ns, err := collectionNS(c)
 	if err != nil {
 		return nil, err
@@ -23,7 +22,7 @@ func classifyCollectionCommand(c *wire.Command) ([]Write, error) {
 
 // classifyFullNamespaceCommand: {cloneCollection: "db.coll", from: host}
 // and {cleanupOrphaned: "db.coll"} (run on admin) name a full namespace.
-func classifyFullNamespaceCommand(c *wire.Command) ([]Write, error) {
+func classifyFullNamespaceCommand(c *command) ([]Write, error) {
 	if s, ok := firstValue(c.Body).StringValueOK(); ok && strings.Contains(s, ".") {
 		return []Write{collWrite(s, c.Name)}, nil
 	}
@@ -33,7 +32,7 @@ func classifyFullNamespaceCommand(c *wire.Command) ([]Write, error) {
 // classifyValidate: validate only reads, unless it repairs: {repair: true}
 // removes documents and index entries it finds corrupt. A repair value of
 // the wrong type is refused, as the server might read it as true.
-func classifyValidate(c *wire.Command) ([]Write, error) {
+func classifyValidate(c *command) ([]Write, error) {
 	ns, err := collectionNS(c)
 	if err != nil {
 		return nil, err
@@ -59,7 +58,7 @@ func classifyValidate(c *wire.Command) ([]Write, error) {
 // that does not exist yet, either would let documents locked later
 // disappear without a write that names them. A flag of the wrong type is
 // counted as set.
-func classifyCreate(c *wire.Command) ([]Write, error) {
+func classifyCreate(c *command) ([]Write, error) {
 	ns, err := collectionNS(c)
 	if err != nil {
 		return nil, err
@@ -79,7 +78,7 @@ func classifyCreate(c *wire.Command) ([]Write, error) {
 // (internalRenameIfOptionsAndIndexesMatch names its source in from: the
 // command table lists each one's fields); both namespaces are written (the source loses its documents, the target
 // is replaced when dropTarget is set, created otherwise).
-func classifyRename(c *wire.Command) ([]Write, error) {
+func classifyRename(c *command) ([]Write, error) {
 	keys := c.Spec().FullNamespaces // source, target
 	f, err := fieldsOf(c.Body, keys...)
 	if err != nil {
@@ -96,7 +95,7 @@ func classifyRename(c *wire.Command) ([]Write, error) {
 	return ws, nil
 }
 
-func classifyCloneAsCapped(c *wire.Command) ([]Write, error) {
+func classifyCloneAsCapped(c *command) ([]Write, error) {
 	f, err := fieldsOf(c.Body, "toCollection")
 	if err != nil {
 		return nil, refuse(DBNamespace(c.DB), "cloneCollectionAsCapped: %v", err)
@@ -111,7 +110,7 @@ func classifyCloneAsCapped(c *wire.Command) ([]Write, error) {
 // classifyCollMod: collMod writes no document itself, except when it makes
 // the server delete some: a TTL (expireAfterSeconds, top level for a
 // clustered collection or under index) or a smaller capped collection.
-func classifyCollMod(c *wire.Command) ([]Write, error) {
+func classifyCollMod(c *command) ([]Write, error) {
 	ns := commandNS(c)
 	f, err := fieldsOf(c.Body, "expireAfterSeconds", "cappedSize", "cappedMax", "index")
 	if err != nil {
@@ -136,7 +135,7 @@ func classifyCollMod(c *wire.Command) ([]Write, error) {
 }
 
 // classifyCreateIndexes: a TTL index deletes documents.
-func classifyCreateIndexes(c *wire.Command) ([]Write, error) {
+func classifyCreateIndexes(c *command) ([]Write, error) {
 	ns := commandNS(c)
 	idx, err := c.Documents("indexes")
 	if err != nil {
@@ -154,7 +153,7 @@ func classifyCreateIndexes(c *wire.Command) ([]Write, error) {
 	return nil, nil
 }
 
-func classifyCopyDB(c *wire.Command) ([]Write, error) {
+func classifyCopyDB(c *command) ([]Write, error) {
 	f, err := fieldsOf(c.Body, "todb")
 	if err != nil {
 		return nil, refuse(NSAll, "copydb: %v", err)
@@ -170,7 +169,7 @@ func classifyCopyDB(c *wire.Command) ([]Write, error) {
 // the server accepts them only as the last stage, but a sub-pipeline
 // ($lookup, $facet, $unionWith) or a future server might read them
 // elsewhere, so any document key "$out"/"$merge" at any depth counts.
-func classifyAggregate(c *wire.Command) ([]Write, error) {
+func classifyAggregate(c *command) ([]Write, error) {
 	// Documents reads the body array or a kind-1 section alike, and
 	// refuses two pipelines.
 	stages, err := c.Documents("pipeline")
@@ -280,7 +279,7 @@ func mergeTarget(db string, v bsoncore.Value) (string, error) {
 // classifyMapReduce: out is a collection name (replace), {inline: 1} (no
 // write) or {replace|merge|reduce: coll, db: d}. Every output-mode key
 // present is counted; inline alone is not a write.
-func classifyMapReduce(c *wire.Command) ([]Write, error) {
+func classifyMapReduce(c *command) ([]Write, error) {
 	ns := commandNS(c)
 	f, err := fieldsOf(c.Body, "out")
 	if err != nil {
@@ -335,7 +334,7 @@ func classifyMapReduce(c *wire.Command) ([]Write, error) {
 // nothing; a command op ("c"), an op that carries a collection UUID (ui:
 // the server resolves it, whatever ns says), or anything else is "*".
 // Each namespace is reported once.
-func classifyApplyOps(c *wire.Command) ([]Write, error) {
+func classifyApplyOps(c *command) ([]Write, error) {
 	ops, err := c.Documents(c.Name)
 	if err != nil {
 		return nil, refuse(NSAll, "%v", err)

@@ -10,7 +10,7 @@ import (
 
 // Document writes: insert, update, delete, findAndModify and bulkWrite.
 
-func statements(c *wire.Command, ns, field string) ([]bsoncore.Document, error) {
+func statements(c *command, ns, field string) ([]bsoncore.Document, error) {
 	docs, err := c.Documents(field)
 	if err != nil {
 		return nil, refuse(ns, "%v", err)
@@ -21,7 +21,7 @@ func statements(c *wire.Command, ns, field string) ([]bsoncore.Document, error) 
 	return docs, nil
 }
 
-func classifyInsert(c *wire.Command) ([]Write, error) {
+func classifyInsert(c *command) ([]Write, error) {
 	ns, err := collectionNS(c)
 	if err != nil {
 		return nil, err
@@ -39,7 +39,7 @@ func classifyInsert(c *wire.Command) ([]Write, error) {
 	return withIndexInserts(ws, ns), nil
 }
 
-func classifyUpdate(c *wire.Command) ([]Write, error) {
+func classifyUpdate(c *command) ([]Write, error) {
 	ns, err := collectionNS(c)
 	if err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func readOptions(w *Write, collation, hint, sort bsoncore.Value) error {
 	return nil
 }
 
-func classifyDelete(c *wire.Command) ([]Write, error) {
+func classifyDelete(c *command) ([]Write, error) {
 	ns, err := collectionNS(c)
 	if err != nil {
 		return nil, err
@@ -163,7 +163,7 @@ func deleteLimit(v bsoncore.Value) (multi bool, err error) {
 	return n == 0, nil
 }
 
-func classifyFindAndModify(c *wire.Command) ([]Write, error) {
+func classifyFindAndModify(c *command) ([]Write, error) {
 	ns, err := collectionNS(c)
 	if err != nil {
 		return nil, err
@@ -208,7 +208,7 @@ func classifyFindAndModify(c *wire.Command) ([]Write, error) {
 // emptyDoc is {}: the filter of a findAndModify without query.
 var emptyDoc = bsoncore.Document{5, 0, 0, 0, 0}
 
-func classifyBulkWrite(c *wire.Command) ([]Write, error) {
+func classifyBulkWrite(c *command) ([]Write, error) {
 	spec := c.Spec()
 	infos, err := statements(c, NSAll, spec.Namespaces)
 	if err != nil {

@@ -42,6 +42,7 @@ type Plan struct {
 	stages []string
 	writes []Write
 	err    error
+	cmd    command // the request's command as the walk read it
 
 	// Room for what nearly every request has, so that a plan is one
 	// allocation.
@@ -62,15 +63,23 @@ func NewPlan(msg wire.Message, cmd *wire.Command) *Plan {
 		}
 	}
 	if cmd != nil {
+		// One walk: the references walk reads every field of the body
+		// and hands the classifier what it would read again (the
+		// statement lists, the command's own namespace).
+		p.cmd.Command = cmd
+		p.cmd.want()
 		walkReferences(p, cmd)
-	} else if s := legacyNamespace(msg); s != "" {
-		// Read leniently, as a legacy opcode's server does: "db." is
-		// the whole of db.
-		if n, ok := namespace.Split(s); ok {
-			p.add(n, Named)
+		p.writes, p.err = classify(msg, &p.cmd)
+	} else {
+		if s := legacyNamespace(msg); s != "" {
+			// Read leniently, as a legacy opcode's server does: "db."
+			// is the whole of db.
+			if n, ok := namespace.Split(s); ok {
+				p.add(n, Named)
+			}
 		}
+		p.writes, p.err = classify(msg, nil)
 	}
-	p.writes, p.err = Classify(msg, cmd)
 	for i := range p.writes {
 		p.add(writeNamespace(p.writes[i].NS), Written)
 	}

@@ -40,7 +40,7 @@ const UnknownNS = namespace.Any
 // refuses such a command, so it reaches no namespace.
 func walkReferences(p *Plan, cmd *wire.Command) {
 	w := walker{p: p}
-	w.command(cmd.DB, cmd.Body, cmd.Collection)
+	w.command(cmd.DB, cmd.Body, cmd.Collection, &p.cmd)
 	for _, s := range cmd.Sequences {
 		switch s.Identifier {
 		case "nsInfo", "preCondition":
@@ -73,8 +73,10 @@ func (w walker) unknown() { w.p.add(namespace.Unknown(), Named) }
 
 // command walks one command body run on db; first is the first value
 // when the caller has it as a string already (the request's own command),
-// "" to read it from body.
-func (w walker) command(db string, body bsoncore.Document, first string) {
+// "" to read it from body. top is the request's own command, nil for one
+// inside it (explained, an applyOps op): the walk records there what the
+// classifier would otherwise walk the body again for.
+func (w walker) command(db string, body bsoncore.Document, first string, top *command) {
 	it := iterate(body)
 	k, v, ok := it.next()
 	if !ok {
@@ -86,7 +88,11 @@ func (w walker) command(db string, body bsoncore.Document, first string) {
 		s, isString = v.StringValueOK()
 	}
 	if isString {
-		w.visit(db, s)
+		own := namespace.New(db, s)
+		w.p.add(own, Named)
+		if top != nil && first != "" && !own.IsUnknown() {
+			top.own = own.String()
+		}
 		if n, ok := namespace.Parse(s); ok {
 			w.p.add(n, Named)
 		}
@@ -99,10 +105,19 @@ func (w walker) command(db string, body bsoncore.Document, first string) {
 	// The first key too: explain and applyOps carry their references in
 	// the command's own value.
 	w.field(db, k, v, true)
+	if top != nil {
+		top.saw(k, v)
+	}
 	for {
 		k, v, ok := it.next()
 		if !ok {
+			if top != nil {
+				top.complete = !it.bad
+			}
 			return
+		}
+		if top != nil {
+			top.saw(k, v)
 		}
 		if spec != nil && slices.Contains(spec.FullNamespaces, string(k)) {
 			w.fullNS(v)
@@ -131,7 +146,7 @@ func (w walker) field(db string, k []byte, v bsoncore.Value, first bool) {
 		w.out(db, v)
 	case "explain":
 		if d, ok := v.DocumentOK(); ok {
-			w.command(db, d, "")
+			w.command(db, d, "", nil)
 		}
 	case "applyOps", "doTxn":
 		w.applyOps(v)
@@ -336,7 +351,7 @@ func (w walker) applyOps(v bsoncore.Value) {
 		}
 		if n.IsCommand() {
 			o, _ := f[2].DocumentOK()
-			w.command(n.DB(), o, "")
+			w.command(n.DB(), o, "", nil)
 			return false
 		}
 		w.p.add(n, Named)

@@ -217,8 +217,8 @@ func SessionID(lsid bsoncore.Document) ([]byte, bool) {
 // ErrMalformed, as the server refuses it; absent is (nil, nil); a body
 // field that is not an array of documents is ErrMalformed.
 func (c *Command) Documents(field string) ([]bsoncore.Document, error) {
-	var fromBody []bsoncore.Document
-	inBody := false
+	var first bsoncore.Value
+	n := 0
 	rest := elements(c.Body)
 	for len(rest) > 0 {
 		e, r, ok := bsoncore.ReadElement(rest)
@@ -229,17 +229,32 @@ func (c *Command) Documents(field string) ([]bsoncore.Document, error) {
 		if string(e.KeyBytes()) != field {
 			continue
 		}
-		if inBody {
-			return nil, malformed("command %q: field %q appears twice", c.Name, field)
+		if n == 0 {
+			first = e.Value()
 		}
-		inBody = true
-		arr, ok := e.Value().ArrayOK()
+		n++
+	}
+	return c.DocumentsFound(field, first, n)
+}
+
+// DocumentsFound is Documents for a caller that has read the body's
+// fields already (policy.NewPlan's one walk): first is field's first value
+// in the body, n the number of times the body names it (0 for none). The
+// answer, errors included, is Documents'.
+func (c *Command) DocumentsFound(field string, first bsoncore.Value, n int) ([]bsoncore.Document, error) {
+	var fromBody []bsoncore.Document
+	inBody := n > 0
+	if inBody {
+		arr, ok := first.ArrayOK()
 		if !ok {
-			return nil, malformed("command %q: field %q is a %v, not an array", c.Name, field, e.Value().Type)
+			return nil, malformed("command %q: field %q is a %v, not an array", c.Name, field, first.Type)
 		}
 		docs, err := arrayDocuments(arr)
 		if err != nil {
 			return nil, malformed("command %q: field %q: %v", c.Name, field, err)
+		}
+		if n > 1 {
+			return nil, malformed("command %q: field %q appears twice", c.Name, field)
 		}
 		fromBody = docs
 	}

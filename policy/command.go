@@ -1,0 +1,90 @@
+package policy
+
+import (
+	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// command is a command as the classifier's readers read it: the wire
+// command, and what the plan's one walk already found of it (NewPlan), so
+// that a reader neither walks the body again for its statement lists nor
+// builds the command's namespace a second time. A command made without a
+// walk (Classify, an explained command) finds both itself.
+type command struct {
+	*wire.Command
+	// own is "db.coll", the command's own collection, when the walk made
+	// it; "" otherwise.
+	own string
+	// found are the body fields the form's reader reads as statement
+	// lists (Documents), as the walk saw them; complete says that the
+	// walk read the whole body, so that a field not seen is absent.
+	found    [2]foundField
+	nfound   int
+	complete bool
+}
+
+// foundField is a body field as the walk saw it: its first value and how
+// many times the body names it.
+type foundField struct {
+	field string
+	first bsoncore.Value
+	n     int
+}
+
+// want registers the fields the reader of c's write form reads as
+// statement lists, for the walk to find.
+func (c *command) want() {
+	spec := c.Spec()
+	if spec == nil {
+		return
+	}
+	add := func(f string) {
+		if f != "" && c.nfound < len(c.found) {
+			c.found[c.nfound] = foundField{field: f}
+			c.nfound++
+		}
+	}
+	switch spec.Writes {
+	case wire.WritesAggregate:
+		add("pipeline")
+	case wire.WritesApplyOps:
+		add(c.Name)
+	default:
+		add(spec.Statements)
+		add(spec.Namespaces)
+	}
+}
+
+// saw records one body field k with value v, read by the walk.
+func (c *command) saw(k []byte, v bsoncore.Value) {
+	for i := range c.found[:c.nfound] {
+		f := &c.found[i]
+		if f.field == string(k) {
+			if f.n == 0 {
+				f.first = v
+			}
+			f.n++
+		}
+	}
+}
+
+// Documents is wire.Command.Documents, from the walk's findings when it
+// has them.
+func (c *command) Documents(field string) ([]bsoncore.Document, error) {
+	if c.complete {
+		for i := range c.found[:c.nfound] {
+			if f := &c.found[i]; f.field == field {
+				return c.Command.DocumentsFound(field, f.first, f.n)
+			}
+		}
+	}
+	return c.Command.Documents(field)
+}
+
+// ownNS is "db.coll" of a command whose first value names a collection.
+func (c *command) ownNS() string {
+	if c.own != "" {
+		return c.own
+	}
+	return c.DB + "." + c.Collection
+}
