@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.uber.org/zap"
 )
 
@@ -26,9 +28,9 @@ const maxExpiryScan = 100000
 type expiryScan struct {
 	mu      sync.Mutex
 	pending []*gen
-	// noted maps the lock (expiryKey) to the generation whose expiry
-	// the scan reported.
-	noted map[string]notedExpiry
+	// noted maps the lock to the generation whose expiry the scan
+	// reported.
+	noted map[docid.Key]notedExpiry
 	// passes counts finished scans (tests wait for one to end).
 	passes atomic.Uint64
 }
@@ -38,7 +40,7 @@ type notedExpiry struct {
 	end   time.Time
 }
 
-func expiryKey(ns, idKey string) string { return ns + "\x00" + idKey }
+func expiryKey(ns string, id docid.ID) docid.Key { return docid.KeyOf(namespace.Of(ns), id) }
 
 // add keeps the ended own leases of ended for the next scan.
 func (e *expiryScan) add(ended []*gen) {
@@ -71,18 +73,18 @@ func (e *expiryScan) due(cutoff time.Time) []*gen {
 
 // note remembers a reported expiry; reported tells whether one was
 // reported for this generation (and forgets it: a takeover happens once).
-func (e *expiryScan) note(key string, token int64, end time.Time) {
+func (e *expiryScan) note(key docid.Key, token int64, end time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.noted == nil {
-		e.noted = map[string]notedExpiry{}
+		e.noted = map[docid.Key]notedExpiry{}
 	}
 	if len(e.noted) < maxExpiryScan {
 		e.noted[key] = notedExpiry{token, end}
 	}
 }
 
-func (e *expiryScan) reported(key string, token int64) bool {
+func (e *expiryScan) reported(key docid.Key, token int64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if n, ok := e.noted[key]; ok && n.token == token {
@@ -132,7 +134,7 @@ func (s *Store) scanExpiries(ctx context.Context, low time.Time) {
 				continue // released, renewed, taken over or deleted since
 			}
 			id := h.lockedID()
-			s.expScan.note(expiryKey(h.NS, id.Key()), h.Token, h.ExpiresAt)
+			s.expScan.note(expiryKey(h.NS, id), h.Token, h.ExpiresAt)
 			s.onExpire(Expiry{NS: h.NS, ID: id, Former: h.holder(), At: h.ExpiresAt, Scanned: true})
 		}
 	}

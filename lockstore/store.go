@@ -214,7 +214,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	}
 	if hook := s.onExpire; hook != nil {
 		s.onExpire = func(e Expiry) {
-			if !e.Scanned && s.expScan.reported(expiryKey(e.NS, e.ID.Key()), e.Former.Token) {
+			if !e.Scanned && s.expScan.reported(expiryKey(e.NS, e.ID), e.Former.Token) {
 				return // the scan reported this lease's end already
 			}
 			hook(e)
