@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/testserver/embedded"
 )
 
@@ -187,16 +188,16 @@ func releaseLock(ctx context.Context, db *mongo.Database, s mongo.Session, coll 
 	return r.Released, nil
 }
 
-// isLockBusy tells a LockBusy (46) refusal.
+// isLockBusy tells a LockBusy refusal.
 func isLockBusy(err error) bool {
 	var ce mongo.CommandError
 	if errors.As(err, &ce) {
-		return ce.Code == 46
+		return mongoerr.Code(ce.Code) == mongoerr.LockBusy
 	}
 	var we mongo.WriteException
 	if errors.As(err, &we) {
 		for _, e := range we.WriteErrors {
-			if e.Code == 46 {
+			if mongoerr.Code(e.Code) == mongoerr.LockBusy {
 				return true
 			}
 		}
