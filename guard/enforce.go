@@ -679,11 +679,11 @@ func (g *Guard) heldAsOtherType(ctx context.Context, o lockstore.Owner, ns strin
 // shop.shop.orders. It reports that namespace when the session holds one
 // of ids there.
 func (g *Guard) heldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (string, bool) {
-	db, _, ok := strings.Cut(ns, ".")
+	n, ok := namespace.Split(ns)
 	if !ok || len(ids) == 0 {
 		return "", false
 	}
-	other := db + "." + ns
+	other := n.DB() + "." + ns
 	sts, err := g.opts.Store.Status(ctx, o, other, ids[:min(len(ids), 10)])
 	if err != nil {
 		return "", false
