@@ -693,8 +693,12 @@ func JoinFilter(body bsoncore.Document, w Write, clause bsoncore.Document) (bson
 		}
 		return replaceField(stmt, key, bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: joinClause(orig, clause)}, add)
 	}
+	if w.FilterKey == "" {
+		// A legacy opcode's selector: the guard sends no such statement.
+		return nil, fmt.Errorf("a %s statement has no filter field", w.List)
+	}
 	if w.List == "" {
-		return join(body, "query", true)
+		return join(body, w.FilterKey, true) // findAndModify: the body is the statement
 	}
 	arr, ok := body.Lookup(w.List).ArrayOK()
 	if !ok {
@@ -708,11 +712,7 @@ func JoinFilter(body bsoncore.Document, w Write, clause bsoncore.Document) (bson
 	if !ok {
 		return nil, fmt.Errorf("statement %q[0] is not a document", w.List)
 	}
-	key := w.FilterKey
-	if key == "" {
-		key = "q"
-	}
-	stmt, err = join(stmt, key, false)
+	stmt, err = join(stmt, w.FilterKey, false)
 	if err != nil {
 		return nil, err
 	}

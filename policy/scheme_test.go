@@ -262,6 +262,28 @@ func TestSchemeFreeCondition(t *testing.T) {
 	if want := `{"update": "c","updates": [{"q": {"_id": {"$numberInt":"1"},"$and": [{"locked": {"$ne": true}},{"a": {"$numberInt":"1"}}]},"u": {"$set": {"locked": true}}}]}`; got.String() != want {
 		t.Fatalf("JoinFilter = %s, want %s", got, want)
 	}
+	// Each statement's filter is where its Write says it is: the
+	// findAndModify query (added when absent), a bulkWrite op's filter;
+	// a legacy selector has no field to join.
+	fam := clDoc(t, D{{"findAndModify", "c"}, {"update", D{{"$set", D{{"locked", true}}}}}})
+	got, err = JoinFilter(fam, Write{FilterKey: "query"}, fl.FreeCondition(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"findAndModify": "c","update": {"$set": {"locked": true}},"query": {"locked": {"$ne": true}}}`; got.String() != want {
+		t.Errorf("JoinFilter of findAndModify = %s, want %s", got, want)
+	}
+	ops := clDoc(t, D{{"bulkWrite", 1}, {"ops", A{D{{"update", 0}, {"filter", D{{"_id", 1}}}, {"updateMods", D{}}}}}})
+	got, err = JoinFilter(ops, Write{List: "ops", FilterKey: "filter"}, fl.FreeCondition(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"bulkWrite": {"$numberInt":"1"},"ops": [{"update": {"$numberInt":"0"},"filter": {"_id": {"$numberInt":"1"},"$and": [{"locked": {"$ne": true}}]},"updateMods": {}}]}`; got.String() != want {
+		t.Errorf("JoinFilter of a bulkWrite op = %s, want %s", got, want)
+	}
+	if _, err := JoinFilter(body, Write{List: ListLegacy}, fl.FreeCondition(now)); err == nil {
+		t.Error("JoinFilter joined a legacy selector")
+	}
 }
 
 // TestSchemePick: a findOneAndUpdate acquire whose filter names no one
