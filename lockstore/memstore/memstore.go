@@ -21,6 +21,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // Config configures a Store; zero values take lockstore's defaults.
@@ -38,7 +39,7 @@ type Store struct {
 	cfg Config
 
 	mu   sync.Mutex
-	recs map[string]*record // key: namespace + "/" + canonical _id
+	recs map[docid.Key]*record
 	// changed is closed, and replaced, whenever a lock is freed: it wakes
 	// the waiters, as lockstore's wait queues do on one instance.
 	changed chan struct{}
@@ -70,7 +71,7 @@ func New(cfg Config) *Store {
 	if cfg.Clock == nil {
 		cfg.Clock = localClock{}
 	}
-	return &Store{cfg: cfg, recs: map[string]*record{}, changed: make(chan struct{})}
+	return &Store{cfg: cfg, recs: map[docid.Key]*record{}, changed: make(chan struct{})}
 }
 
 type localClock struct{}
@@ -89,7 +90,7 @@ func (s *Store) SetUnavailable(cause error) {
 }
 
 type key struct {
-	rid string
+	rid docid.Key
 	id  docid.ID
 }
 
@@ -104,12 +105,13 @@ func keys(ns string, ids []docid.ID) ([]key, error) {
 		return nil, fmt.Errorf("%w: no ids", lockstore.ErrInvalidArgument)
 	}
 	out := make([]key, 0, len(ids))
-	seen := make(map[string]bool, len(ids))
+	seen := make(map[docid.Key]bool, len(ids))
+	n := namespace.Of(ns)
 	for _, id := range ids {
 		if id.IsZero() {
 			return nil, fmt.Errorf("%w: missing _id value", lockstore.ErrInvalidID)
 		}
-		rid := ns + "/" + id.Key()
+		rid := docid.KeyOf(n, id)
 		if seen[rid] {
 			continue
 		}
@@ -215,7 +217,7 @@ func (s *Store) tryAll(owner lockstore.Owner, ns string, ks []key, lease time.Du
 	}
 	now, unc := s.cfg.Clock.Now()
 	ordered := append([]key(nil), ks...)
-	sort.Slice(ordered, func(i, j int) bool { return ordered[i].rid < ordered[j].rid })
+	sort.Slice(ordered, func(i, j int) bool { return ordered[i].rid.ID < ordered[j].rid.ID })
 	for _, k := range ordered {
 		if r := s.recs[k.rid]; r != nil && r.owner != nil && r.expires.After(now.Add(-unc)) && !ownedBy(r, owner) {
 			return nil, s.changed, &lockstore.HeldError{NS: ns, ID: k.id, Holder: holder(r)}
@@ -428,7 +430,7 @@ func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, 
 	}
 	now, unc := s.cfg.Clock.Now()
 	need := now.Add(unc + margin)
-	byKey := make(map[string]int64, len(ks))
+	byKey := make(map[docid.Key]int64, len(ks))
 	var earliest time.Time
 	var missing []docid.ID
 	for _, k := range ks {
@@ -447,7 +449,7 @@ func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, 
 	}
 	out := make([]int64, len(ids))
 	for i, id := range ids {
-		out[i] = byKey[ns+"/"+id.Key()]
+		out[i] = byKey[docid.KeyOf(namespace.Of(ns), id)]
 	}
 	return out, earliest.Sub(now), nil, nil
 }
@@ -463,15 +465,14 @@ func (s *Store) HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns st
 		copy(tokens, toks)
 		return left, nil, nil
 	}
-	var buf [192]byte
-	rid := append(append(append(buf[:0], ns...), '/'), ids[0].Key()...)
+	rid := docid.KeyOf(namespace.Of(ns), ids[0])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
 		return 0, nil, s.fail
 	}
 	now, unc := s.cfg.Clock.Now()
-	r := s.recs[string(rid)]
+	r := s.recs[rid]
 	if r == nil || !ownedBy(r, owner) || !r.expires.After(now.Add(unc+margin)) {
 		return 0, ids[:1:1], nil
 	}
