@@ -47,7 +47,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			}
 		}
 		if t := g.opts.Trail; t != nil {
-			ev := g.trailEvent(req, pol, v, w, r, x, decision)
+			ev := g.trailEvent(req, pol, v, w, r, x, decision, now)
 			switch {
 			case x == nil && v.auditDone:
 				// Its allow record was made durable before the step ran.
@@ -58,7 +58,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 					// Refused for want of a record: the counters, the
 					// log line and (if it can take one) the trail say so.
 					unaudited, decision, reason = x, decisionReject, x.reason
-					t.Append(g.trailEvent(req, pol, v, w, r, x, decision))
+					t.Append(g.trailEvent(req, pol, v, w, r, x, decision, now))
 				}
 			}
 		}
@@ -178,11 +178,11 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	var b []byte
 	var pooled *[]byte
 	if st != nil {
-		b = g.lines.start(st.line, now)
+		b = g.lines.start(st.line, now, &st.ts)
 		b = append(b, st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS, command, string(r.Mode))...)
 	} else {
 		pooled = g.lines.bufs.Get().(*[]byte)
-		b = g.lines.start(*pooled, now)
+		b = g.lines.start(*pooled, now, nil)
 		b = appendLineHead(b, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS, command, string(r.Mode))
 	}
 	b = appendField(b, "decision", decision)
@@ -243,11 +243,14 @@ const auditCommitTimeout = 5 * time.Second
 
 // trailEvent is the trail's record of one decision. It only copies
 // references (the ids are formatted by the trail's writer, off this
-// path); the one lookup is the holder tag, which the lock store's
+// path); at is the decision's end, zero to read the clock; the one lookup is the holder tag, which the lock store's
 // records and the lock view show too, so that one holder's locks and
 // writes can be followed together.
-func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w policy.Write, r policy.Rule, x *violation, decision string) audittrail.Event {
-	ev := audittrail.Event{Kind: audittrail.KindDecision, Time: time.Now(), NS: w.NS, Mode: string(r.Mode),
+func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w policy.Write, r policy.Rule, x *violation, decision string, at time.Time) audittrail.Event {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	ev := audittrail.Event{Kind: audittrail.KindDecision, Time: at, NS: w.NS, Mode: string(r.Mode),
 		Verdict: trailVerdicts[decision], Policy: pol.Version(),
 		App: req.Client.AppName(), User: req.Client.User(), Client: req.Client.Addr,
 		Op: req.Message.Header().OpCode.String()}
@@ -346,7 +349,7 @@ func (g *Guard) commitSchemeStep(req *proxy.Request, pol *policy.Policy, v *verd
 	if t == nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired) {
 		return nil
 	}
-	if x := g.commitRecord(t, g.trailEvent(req, pol, v, w, r, nil, decisionAllow), w, r); x != nil {
+	if x := g.commitRecord(t, g.trailEvent(req, pol, v, w, r, nil, decisionAllow, time.Time{}), w, r); x != nil {
 		return x
 	}
 	v.auditDone = true

@@ -39,6 +39,8 @@ type connState struct {
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).
 	line, idScratch []byte
+	// ts is the text of the second of the connection's latest line.
+	ts tsCache
 	// spare is a verdict no flight or request points into any more,
 	// for the connection's next write (newVerdict).
 	spare *verdict

@@ -317,7 +317,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		g.fenceInserts(ctx, v, o, hasSession)
 	}
 	if hasSession {
-		v.inTxn = inTransaction(req.Command.Body)
+		v.inTxn = inTransaction(req.Command)
 	}
 	if v.inTxn && !v.enforcedViolation() {
 		g.recordTxn(ctx, req, v, o, inserts)
@@ -782,13 +782,15 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 			break
 		}
 	}
-	now := time.Now()
-	if x := g.recordAt(req, pol, v, enforced, now.Sub(start), now); x != nil && enforced == nil {
+	// The clock is read on its monotonic side alone (one read, not two):
+	// the decision's end is its start plus what it took.
+	took := time.Since(start)
+	if x := g.recordAt(req, pol, v, enforced, took, start.Add(took)); x != nil && enforced == nil {
 		enforced = x // its audit record could not be made durable
 	}
 	// The lease left is measured after the line: its sink can block (a
 	// full pipe), and a required audit record is waited for.
-	now = time.Now()
+	now := start.Add(time.Since(start))
 	if enforced != nil {
 		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).document()}
 	}
@@ -886,7 +888,7 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 	}
 	v.lsid = session // for the audit line
 	bind := ""
-	if c, err := req.Command.Body.LookupErr("comment"); err == nil {
+	if c, ok := req.Command.Lookup("comment"); ok {
 		switch c.Type {
 		case bson.TypeString:
 			if b, ok := strings.CutPrefix(c.StringValue(), "lockgate:"); ok {

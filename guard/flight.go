@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -488,9 +489,9 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 // inTransaction reports whether a command runs inside a multi-document
 // transaction (autocommit: false), where the server refuses a maxTimeMS of
 // its own statements; the commit is checked instead.
-func inTransaction(body bsoncore.Document) bool {
-	v, err := body.LookupErr("autocommit")
-	if err != nil {
+func inTransaction(cmd *wire.Command) bool {
+	v, ok := cmd.Lookup("autocommit")
+	if !ok {
 		return false
 	}
 	b, ok := v.BooleanOK()

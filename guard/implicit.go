@@ -145,7 +145,7 @@ func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owne
 // refused as today whatever the lock store says (takeImplicit's reasons).
 func implicitAsToday(v *verdict) bool {
 	return v.enforcedViolation() || len(v.checked) > 0 || v.flight != nil ||
-		(v.req.Command != nil && inTransaction(v.req.Command.Body)) ||
+		(v.req.Command != nil && inTransaction(v.req.Command)) ||
 		v.req.Command == nil || v.req.Command.MoreToCome
 }
 
@@ -179,7 +179,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		// The session holds the locks of another statement: a lock-aware
 		// writer, whose missing locks are its own mistake to be told of.
 		return asToday()
-	case v.req.Command != nil && inTransaction(v.req.Command.Body):
+	case v.req.Command != nil && inTransaction(v.req.Command):
 		// A transaction's statements are answered long before it commits:
 		// locks released at their answer would not cover the commit.
 		return asToday()
