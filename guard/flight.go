@@ -83,7 +83,7 @@ func (l nsLocks) lookup(ns string) ([]docid.ID, bool) {
 // (by the resolver's cached collation or capped checks at most; v.now is
 // cleared after anything that can wait longer: a resolution, implicit
 // locks).
-func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []docid.ID, left time.Duration) {
+func (v *verdict) flightLocks(o lockstore.Owner, r *policy.Rule, ns string, ids []docid.ID, left time.Duration) {
 	if v.now.IsZero() {
 		v.now = time.Now()
 	}

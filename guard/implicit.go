@@ -82,7 +82,7 @@ func (v *verdict) implicitPlan() *implicitPlan {
 // o does not hold every lock of, is left to implicit locks: the rule allows
 // them and the session holds none of ids. A session that holds some is
 // refused as today, lest explicit and implicit locks mix in one write.
-func (v *verdict) deferToImplicit(r policy.Rule, ns string, ids, missing []docid.ID) bool {
+func (v *verdict) deferToImplicit(r *policy.Rule, ns string, ids, missing []docid.ID) bool {
 	if !r.Implicit() {
 		return false
 	}
@@ -114,7 +114,7 @@ type sessionLocks interface {
 // session included; one that fails has the skipped checks made as today
 // before anything is decided (takeImplicit), so a lock-aware session whose
 // locks were taken through another lockgate is answered exactly as before.
-func (g *Guard) skipHeldCheck(v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) bool {
+func (g *Guard) skipHeldCheck(v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) bool {
 	if !r.Implicit() || len(o.Session) == 0 || (v.implicit != nil && v.implicit.noGuess) {
 		return false
 	}
@@ -123,7 +123,7 @@ func (g *Guard) skipHeldCheck(v *verdict, r policy.Rule, o lockstore.Owner, ns s
 		return false
 	}
 	p := v.implicitPlan()
-	p.unchecked = append(p.unchecked, nsNeed{ns: ns, r: r, ids: ids})
+	p.unchecked = append(p.unchecked, nsNeed{ns: ns, r: *r, ids: ids})
 	return true
 }
 
@@ -136,7 +136,7 @@ func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owne
 	p.unchecked, p.noGuess = nil, true
 	for _, n := range u {
 		if !v.blocked(n.ns) {
-			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
+			g.checkHeld(ctx, v, &n.r, o, n.ns, n.ids)
 		}
 	}
 }
@@ -163,11 +163,11 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	asToday := func() needs {
 		for _, n := range p.needs {
 			if !v.blocked(n.ns) {
-				g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
+				g.refuseMissing(ctx, v, &n.r, o, n.ns, n.ids, n.ids)
 			}
 		}
 		for _, n := range p.inserts {
-			inserts.add(n.ns, n.r, n.ids...)
+			inserts.add(n.ns, &n.r, n.ids...)
 		}
 		p.needs, p.inserts = nil, nil
 		return inserts
@@ -194,10 +194,10 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	all := slices.Clone(p.needs)
 	guessed := len(p.unchecked) > 0
 	for _, n := range p.unchecked {
-		all.add(n.ns, n.r, n.ids...)
+		all.add(n.ns, &n.r, n.ids...)
 	}
 	for _, n := range p.inserts {
-		all.add(n.ns, n.r, n.ids...)
+		all.add(n.ns, &n.r, n.ids...)
 	}
 	if len(all) == 0 {
 		return inserts
@@ -311,7 +311,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		for i, l := range locks {
 			ids[i] = l.ID
 		}
-		v.flightLocks(p.owner, n.r, n.ns, ids, leaseLeft)
+		v.flightLocks(p.owner, &n.r, n.ns, ids, leaseLeft)
 		v.check(n.ns, ids)
 		if fenced(n.r) {
 			if err := g.fenceImplicit(ctx, v, n, locks); err != nil {
@@ -404,7 +404,7 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o loc
 	if len(o.Session) > 0 && he.Holder.SessionPrefix == lockstore.SessionPrefix(o.Session) {
 		// Its own lock, with too little lease left: the write is a lock
 		// holder's after all, and is told so as today.
-		g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
+		g.refuseMissing(ctx, v, &n.r, o, n.ns, n.ids, n.ids)
 		return
 	}
 	x := violation{rule: n.r, write: w, reason: reasonHeldByOther}
