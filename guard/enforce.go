@@ -311,7 +311,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	}
 	inserts = g.takeImplicit(ctx, v, o, inserts)
 	for _, n := range inserts {
-		g.checkInsertable(ctx, v, n.r, o, n.ns, n.ids)
+		g.checkInsertable(ctx, v, *n.r, o, n.ns, n.ids)
 	}
 	if !v.enforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
 		g.fenceInserts(ctx, v, o, hasSession)
@@ -359,7 +359,7 @@ func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Ru
 func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, need needs) {
 	for i := range need {
 		if n := &need[i]; len(n.ids) > 0 && !v.blocked(n.ns) {
-			g.checkHeld(ctx, v, &n.r, o, n.ns, n.ids)
+			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
 		}
 	}
 }
@@ -369,20 +369,23 @@ func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, n
 type needs []nsNeed
 
 type nsNeed struct {
-	ns  string
-	r   policy.Rule // the rule of the namespace's last write
+	ns string
+	// r is the rule of the namespace's last write: a pointer into the
+	// verdict's rules, which outlive every need (a rule is too large to
+	// copy on every call).
+	r   *policy.Rule
 	ids []docid.ID
 }
 
 func (n *needs) add(ns string, r *policy.Rule, ids ...docid.ID) {
 	for i := range *n {
 		if (*n)[i].ns == ns {
-			(*n)[i].r = *r
+			(*n)[i].r = r
 			(*n)[i].ids = append((*n)[i].ids, ids...)
 			return
 		}
 	}
-	*n = append(*n, nsNeed{ns: ns, r: *r, ids: slices.Clip(ids)})
+	*n = append(*n, nsNeed{ns: ns, r: r, ids: slices.Clip(ids)})
 }
 
 // enforcedViolation reports whether the command is refused already.

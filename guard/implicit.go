@@ -123,7 +123,7 @@ func (g *Guard) skipHeldCheck(v *verdict, r *policy.Rule, o lockstore.Owner, ns 
 		return false
 	}
 	p := v.implicitPlan()
-	p.unchecked = append(p.unchecked, nsNeed{ns: ns, r: *r, ids: ids})
+	p.unchecked = append(p.unchecked, nsNeed{ns: ns, r: r, ids: ids})
 	return true
 }
 
@@ -136,7 +136,7 @@ func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owne
 	p.unchecked, p.noGuess = nil, true
 	for _, n := range u {
 		if !v.blocked(n.ns) {
-			g.checkHeld(ctx, v, &n.r, o, n.ns, n.ids)
+			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
 		}
 	}
 }
@@ -163,11 +163,11 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	asToday := func() needs {
 		for _, n := range p.needs {
 			if !v.blocked(n.ns) {
-				g.refuseMissing(ctx, v, &n.r, o, n.ns, n.ids, n.ids)
+				g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
 			}
 		}
 		for _, n := range p.inserts {
-			inserts.add(n.ns, &n.r, n.ids...)
+			inserts.add(n.ns, n.r, n.ids...)
 		}
 		p.needs, p.inserts = nil, nil
 		return inserts
@@ -194,10 +194,10 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	all := slices.Clone(p.needs)
 	guessed := len(p.unchecked) > 0
 	for _, n := range p.unchecked {
-		all.add(n.ns, &n.r, n.ids...)
+		all.add(n.ns, n.r, n.ids...)
 	}
 	for _, n := range p.inserts {
-		all.add(n.ns, &n.r, n.ids...)
+		all.add(n.ns, n.r, n.ids...)
 	}
 	if len(all) == 0 {
 		return inserts
@@ -247,7 +247,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			_, _ = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
 			locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
 		default:
-			if ml, ok := g.opts.Store.(memoryLocker); ok && !fenced(n.r) && !g.noMemoryLocks() {
+			if ml, ok := g.opts.Store.(memoryLocker); ok && !fenced(*n.r) && !g.noMemoryLocks() {
 				// Alone on the lock store, an uncontended write's locks
 				// need no round trip (lockstore/memlock.go); a fenced
 				// rule needs the store's tokens.
@@ -311,13 +311,13 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		for i, l := range locks {
 			ids[i] = l.ID
 		}
-		v.flightLocks(p.owner, &n.r, n.ns, ids, leaseLeft)
+		v.flightLocks(p.owner, n.r, n.ns, ids, leaseLeft)
 		v.check(n.ns, ids)
-		if fenced(n.r) {
+		if fenced(*n.r) {
 			if err := g.fenceImplicit(ctx, v, n, locks); err != nil {
 				g.releaseImplicit(p)
 				w := firstWrite(v.writes, n.ns)
-				v.violations = append(v.violations, violation{rule: n.r, write: w, reason: reasonFenceStamp,
+				v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: reasonFenceStamp,
 					detail: fmt.Sprintf("the fencing token of its implicit lock could not be stamped into the documents (%v)", err)})
 				return inserts
 			}
@@ -397,17 +397,17 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o loc
 	w := firstWrite(v.writes, n.ns)
 	var he *lockstore.HeldError
 	if !errors.As(err, &he) {
-		v.violations = append(v.violations, violation{rule: n.r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store could not take the implicit locks of this session's write, which holds none (%v), so the write is refused (fail closed)", err)})
 		return
 	}
 	if len(o.Session) > 0 && he.Holder.SessionPrefix == lockstore.SessionPrefix(o.Session) {
 		// Its own lock, with too little lease left: the write is a lock
 		// holder's after all, and is told so as today.
-		g.refuseMissing(ctx, v, &n.r, o, n.ns, n.ids, n.ids)
+		g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
 		return
 	}
-	x := violation{rule: n.r, write: w, reason: reasonHeldByOther}
+	x := violation{rule: *n.r, write: w, reason: reasonHeldByOther}
 	what := "a document its filter matches"
 	if v.isNamed(he.ID) {
 		x.ids, x.holder = []docid.ID{he.ID}, &he.Holder
