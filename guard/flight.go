@@ -142,9 +142,11 @@ func newFlightTracker() *flightTracker {
 // flight is one enforced write in flight; it is the request's ReplyHook,
 // and its LateReplier when it was launched from a verdict.
 type flight struct {
-	g       *Guard
-	plan    *flightPlan
-	key     string
+	g    *Guard
+	plan *flightPlan
+	// sf is the session's entry in the tracker, which stays in its map
+	// while the flight is in it (only idle entries are dropped).
+	sf      *sessionFlights
 	start   time.Time
 	maxTime time.Duration // the maxTimeMS it carries, 0 if none
 	next    proxy.ReplyHook
@@ -188,7 +190,7 @@ func (g *Guard) launchAt(p *flightPlan, now time.Time, maxTime time.Duration, ne
 		sf.all = sf.one[:0]
 		t.bySession[sf.key] = sf
 	}
-	f.key = sf.key
+	f.sf = sf
 	sf.all = append(sf.all, f)
 	// Renew once half of what was left at the check has passed without a
 	// reply; most writes are answered long before.
@@ -315,7 +317,7 @@ func (t *flightTracker) remove(f *flight) (unrenewed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	unrenewed = !f.due.IsZero()
-	sf := t.bySession[f.key]
+	sf := f.sf
 	if sf == nil {
 		return unrenewed
 	}
