@@ -33,7 +33,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 	g.metrics.decisionSeconds.Observe(took.Seconds())
 	var seenBuf [4]string
 	seen := seenBuf[:0] // namespaces logged; a message writes very few
-	logNS := func(w policy.Write, r policy.Rule, x *violation) {
+	logNS := func(w *policy.Write, r *policy.Rule, x *violation) {
 		if slices.Contains(seen, w.NS.String()) {
 			return
 		}
@@ -47,18 +47,18 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			}
 		}
 		if t := g.opts.Trail; t != nil {
-			ev := g.trailEvent(req, pol, v, w, r, x, decision)
+			ev := g.trailEvent(req, pol, v, w, r, x, decision, now)
 			switch {
 			case x == nil && v.auditDone:
 				// Its allow record was made durable before the step ran.
 			case x != nil || enforced != nil || unaudited != nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired):
 				t.Append(ev)
 			default:
-				if x = g.commitRecord(t, ev, w, r); x != nil {
+				if x = g.commitRecord(t, ev, *w, *r); x != nil {
 					// Refused for want of a record: the counters, the
 					// log line and (if it can take one) the trail say so.
 					unaudited, decision, reason = x, decisionReject, x.reason
-					t.Append(g.trailEvent(req, pol, v, w, r, x, decision))
+					t.Append(g.trailEvent(req, pol, v, w, r, x, decision, now))
 				}
 			}
 		}
@@ -140,13 +140,14 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 	}
 	for i := range v.violations {
 		x := &v.violations[i]
-		logNS(x.write, x.rule, x)
+		logNS(&x.write, &x.rule, x)
 	}
-	for i, w := range v.writes {
+	for i := range v.writes {
 		if len(v.rules) == len(v.writes) {
-			logNS(w, v.rules[i], nil) // the rule enforce looked up
+			logNS(&v.writes[i], &v.rules[i], nil) // the rule enforce looked up
 		} else {
-			logNS(w, g.ruleFor(pol.Lookup(w.NS.String()), req), nil)
+			r := g.ruleFor(pol.Lookup(v.writes[i].NS.String()), req)
+			logNS(&v.writes[i], &r, nil)
 		}
 	}
 	return unaudited
@@ -170,7 +171,7 @@ func lineCommand(req *proxy.Request, v *verdict) (command string, lsid []byte) {
 // appendLine writes the decision line of one namespace through the
 // guard's LineSink: the fields record gives zap, in the same order, from
 // the connection's pre-encoded head when st (locked) is set.
-func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy, v *verdict, w policy.Write, r policy.Rule, x *violation, decision string, took time.Duration, now time.Time) {
+func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x *violation, decision string, took time.Duration, now time.Time) {
 	if now.IsZero() {
 		now = time.Now()
 	}
@@ -178,16 +179,23 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	var b []byte
 	var pooled *[]byte
 	if st != nil {
-		b = g.lines.start(st.line, now)
+		b = g.lines.start(st.line, now, &st.ts)
 		b = append(b, st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))...)
 	} else {
 		pooled = g.lines.bufs.Get().(*[]byte)
-		b = g.lines.start(*pooled, now)
+		b = g.lines.start(*pooled, now, nil)
 		b = appendLineHead(b, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
 	}
-	b = appendField(b, "decision", decision)
-	b = appendField(b, "policyVersion", pol.Version())
-	b = appendDurationField(b, "took", took)
+	// The keys, and the decision, need no escaping: appended as they are.
+	switch decision {
+	case decisionAllow:
+		b = append(b, `,"decision":"allow"`...)
+	default:
+		b = appendField(b, "decision", decision)
+	}
+	b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
+	b = appendDuration(append(b, `,"took":"`...), took)
+	b = append(b, '"')
 	if ids, ok := v.checked.lookup(w.NS.String()); ok {
 		var done bool
 		if len(ids) == 1 && st != nil {
@@ -243,15 +251,19 @@ const auditCommitTimeout = 5 * time.Second
 
 // trailEvent is the trail's record of one decision. It only copies
 // references (the ids are formatted by the trail's writer, off this
-// path); the one lookup is the holder tag, which the lock store's
+// path); at is the decision's end, zero to read the clock; the one lookup is the holder tag, which the lock store's
 // records and the lock view show too, so that one holder's locks and
 // writes can be followed together.
-func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w policy.Write, r policy.Rule, x *violation, decision string) audittrail.Event {
-	ev := audittrail.Event{Kind: audittrail.KindDecision, Time: time.Now(), NS: w.NS.String(), Mode: string(r.Mode),
-		Verdict: trailVerdicts[decision], Policy: pol.Version(),
-		App: req.Client.AppName(), User: req.Client.User(), Client: req.Client.Addr,
-		Op: req.Message.Header().OpCode.String()}
-	if req.Command != nil {
+func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x *violation, decision string, at time.Time) audittrail.Event {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	ev := audittrail.Event{Kind: audittrail.KindDecision, Time: at, NS: w.NS.String(), Mode: string(r.Mode),
+		Verdict: trailVerdict(decision), Policy: pol.Version(),
+		App: req.Client.AppName(), User: req.Client.User(), Client: req.Client.Addr}
+	if req.Command == nil {
+		ev.Op = req.Message.Header().OpCode.String()
+	} else {
 		ev.Op = req.Command.Name
 		// The tag's bytes, by value: the writer writes them in hex
 		// (lockstore.SessionPrefix's form).
@@ -314,11 +326,17 @@ func insertedIDs(writes []policy.Write, ns string) []docid.ID {
 	return ids
 }
 
-// trailVerdicts are the decision log's decisions as the trail names them.
-var trailVerdicts = map[string]string{
-	decisionAllow:       audittrail.VerdictAllow,
-	decisionReject:      audittrail.VerdictReject,
-	decisionWouldReject: audittrail.VerdictWouldReject,
+// trailVerdict is a decision of the decision log as the trail names it.
+func trailVerdict(decision string) string {
+	switch decision {
+	case decisionAllow:
+		return audittrail.VerdictAllow
+	case decisionReject:
+		return audittrail.VerdictReject
+	case decisionWouldReject:
+		return audittrail.VerdictWouldReject
+	}
+	return ""
 }
 
 // commitRecord waits until ev is durable; when it cannot be, it returns
@@ -346,7 +364,7 @@ func (g *Guard) commitSchemeStep(req *proxy.Request, pol *policy.Policy, v *verd
 	if t == nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired) {
 		return nil
 	}
-	if x := g.commitRecord(t, g.trailEvent(req, pol, v, w, r, nil, decisionAllow), w, r); x != nil {
+	if x := g.commitRecord(t, g.trailEvent(req, pol, v, &w, &r, nil, decisionAllow, time.Time{}), w, r); x != nil {
 		return x
 	}
 	v.auditDone = true

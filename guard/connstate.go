@@ -39,6 +39,10 @@ type connState struct {
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).
 	line, idScratch []byte
+	// owner is the connection's latest session's owner key (sessionKey).
+	owner ownerMemo
+	// ts is the text of the second of the connection's latest line.
+	ts tsCache
 	// spare is a verdict no flight or request points into any more,
 	// for the connection's next write (newVerdict).
 	spare *verdict

@@ -63,10 +63,54 @@ func newLineWriter(s *LineSink, loggerName string) *lineWriter {
 }
 
 // start begins a line at t into b[:0]: everything up to its first field.
-func (w *lineWriter) start(b []byte, t time.Time) []byte {
+// ts, when set, is the caller's own cache of t's second as text.
+func (w *lineWriter) start(b []byte, t time.Time, ts *tsCache) []byte {
 	b = append(b[:0], w.head...)
-	b = t.AppendFormat(b, time.RFC3339Nano)
+	b = ts.append(b, t)
 	return append(b, w.tail...)
+}
+
+// tsCache keeps the text of one second of time.RFC3339Nano, so that a
+// line in the same second as the one before appends its fraction alone:
+// most of the time's formatting is the date, which changes once a second.
+type tsCache struct {
+	sec  int64
+	loc  *time.Location
+	head []byte // "2006-01-02T15:04:05"
+	zone []byte // "Z", "+05:30"
+}
+
+// append appends t as t.AppendFormat(b, time.RFC3339Nano) does.
+func (c *tsCache) append(b []byte, t time.Time) []byte {
+	if c == nil {
+		return t.AppendFormat(b, time.RFC3339Nano)
+	}
+	sec, loc := t.Unix(), t.Location()
+	if c.head == nil || sec != c.sec || loc != c.loc {
+		// The whole second, without a fraction: its date and time, then
+		// its zone. A year of other than four digits is not cached.
+		whole := time.Unix(sec, 0).In(loc).AppendFormat(nil, time.RFC3339Nano)
+		if len(whole) < 20 || (whole[19] != 'Z' && whole[19] != '+' && whole[19] != '-') || whole[4] != '-' {
+			c.head = nil
+			return t.AppendFormat(b, time.RFC3339Nano)
+		}
+		c.sec, c.loc, c.head, c.zone = sec, loc, whole[:19], whole[19:]
+	}
+	b = append(b, c.head...)
+	if ns := t.Nanosecond(); ns != 0 {
+		var frac [10]byte
+		frac[0] = '.'
+		for i := 9; i > 0; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 10
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(b, frac[:n]...)
+	}
+	return append(b, c.zone...)
 }
 
 // write ends the line in b and writes it. It returns b emptied for the

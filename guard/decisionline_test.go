@@ -56,7 +56,7 @@ func TestLineAppenderIsZapsEncoding(t *testing.T) {
 			ts := times[i%len(times)]
 			d := durs[i%len(durs)]
 			want := encodeLine(t, name, ts, zap.String("ns", s), zap.String("user", "u"+s), zap.Duration("took", d))
-			b := w.start(nil, ts)
+			b := w.start(nil, ts, nil)
 			b = appendField(b, "ns", s)
 			b = appendField(b, "user", "u"+s)
 			b = appendDurationField(b, "took", d)
@@ -69,6 +69,38 @@ func TestLineAppenderIsZapsEncoding(t *testing.T) {
 	for _, d := range durs {
 		if got, want := string(appendDuration(nil, d)), d.String(); got != want {
 			t.Errorf("duration %d: got %q, want %q", int64(d), got, want)
+		}
+	}
+}
+
+// TestTimeCacheIsRFC3339Nano: a line's time appended from a connection's
+// cache of its second is the text time.RFC3339Nano gives, for times in the
+// same second and the next, in and out of UTC, with every count of
+// trailing zeros in the fraction, before 1970 and past year 9999.
+func TestTimeCacheIsRFC3339Nano(t *testing.T) {
+	var c tsCache
+	zones := []*time.Location{time.UTC, time.FixedZone("", 5*3600+30*60), time.FixedZone("", -7*3600), time.Local}
+	base := []time.Time{time.Date(2026, 11, 27, 4, 36, 25, 0, time.UTC), time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 58, 0, time.UTC), time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC), time.Now()}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, b0 := range base {
+		for _, z := range zones {
+			ts := b0.In(z)
+			for i := range 200 {
+				var step time.Duration
+				switch i % 4 {
+				case 0:
+					step = time.Duration(rng.Int64N(int64(time.Second)))
+				case 1:
+					step = time.Duration(rng.Int64N(1000)) * time.Millisecond
+				case 2:
+					step = time.Duration(rng.Int64N(10)) * 100 * time.Nanosecond
+				}
+				ts = ts.Add(step)
+				if got, want := string(c.append(nil, ts)), ts.Format(time.RFC3339Nano); got != want {
+					t.Fatalf("%v: got %s, want %s", ts, got, want)
+				}
+			}
 		}
 	}
 }

@@ -234,25 +234,25 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	need := needs(v.needBuf[:0])
 	var inserts needs
 	for i, w := range writes {
-		r := rules[i]
+		r := &rules[i] // by pointer: a rule is too large to copy on every call
 		if r.Mode == policy.Off {
 			continue
 		}
 		switch w.Kind {
 		case policy.KindCollectionWrite:
 			if !r.AllowCollectionWrites {
-				v.add(r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
+				v.add(*r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 		case policy.KindInsert:
 			v.fenceWrite(r, w, nil)
-			if g.cappedInsertRefused(ctx, v, r, w) {
+			if g.cappedInsertRefused(ctx, v, *r, w) {
 				continue
 			}
 			if r.Inserts == policy.InsertsRequireUnlocked {
 				id, found, certain := policy.InsertID(w)
 				switch {
 				case !certain:
-					v.add(r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
+					v.add(*r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
 				case found:
 					// A value that cannot be an _id names no lock, and
 					// the database refuses the insert itself.
@@ -267,10 +267,10 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			}
 		default:
 			if !hasSession && !r.Implicit() {
-				v.add(r, w, reasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				v.add(*r, w, reasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 				continue
 			}
-			if w.Upsert && g.cappedInsertRefused(ctx, v, r, w) {
+			if w.Upsert && g.cappedInsertRefused(ctx, v, *r, w) {
 				continue
 			}
 			ids, ok, later := g.targets(ctx, v, r, w, false)
@@ -296,10 +296,10 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		} else {
 			var resolved needs
 			for _, i := range deferred {
-				ids, ok, _ := g.targets(ctx, v, rules[i], writes[i], true)
+				ids, ok, _ := g.targets(ctx, v, &rules[i], writes[i], true)
 				if ok {
-					v.fenceWrite(rules[i], writes[i], ids)
-					resolved.add(writes[i].NS.String(), rules[i], ids...)
+					v.fenceWrite(&rules[i], writes[i], ids)
+					resolved.add(writes[i].NS.String(), &rules[i], ids...)
 				}
 			}
 			g.checkNeeds(ctx, v, o, resolved)
@@ -312,13 +312,13 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	}
 	inserts = g.takeImplicit(ctx, v, o, inserts)
 	for _, n := range inserts {
-		g.checkInsertable(ctx, v, n.r, o, n.ns, n.ids)
+		g.checkInsertable(ctx, v, *n.r, o, n.ns, n.ids)
 	}
 	if !v.enforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
 		g.fenceInserts(ctx, v, o, hasSession)
 	}
 	if hasSession {
-		v.inTxn = inTransaction(req.Command.Body)
+		v.inTxn = inTransaction(req.Command)
 	}
 	if v.inTxn && !v.enforcedViolation() {
 		g.recordTxn(ctx, req, v, o, inserts)
@@ -358,8 +358,8 @@ func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Ru
 // checkNeeds checks the locks each namespace's writes need, skipping
 // namespaces already refused.
 func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, need needs) {
-	for _, n := range need {
-		if len(n.ids) > 0 && !v.blocked(n.ns) {
+	for i := range need {
+		if n := &need[i]; len(n.ids) > 0 && !v.blocked(n.ns) {
 			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
 		}
 	}
@@ -370,12 +370,15 @@ func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, n
 type needs []nsNeed
 
 type nsNeed struct {
-	ns  string
-	r   policy.Rule // the rule of the namespace's last write
+	ns string
+	// r is the rule of the namespace's last write: a pointer into the
+	// verdict's rules, which outlive every need (a rule is too large to
+	// copy on every call).
+	r   *policy.Rule
 	ids []docid.ID
 }
 
-func (n *needs) add(ns string, r policy.Rule, ids ...docid.ID) {
+func (n *needs) add(ns string, r *policy.Rule, ids ...docid.ID) {
 	for i := range *n {
 		if (*n)[i].ns == ns {
 			(*n)[i].r = r
@@ -417,13 +420,13 @@ func (v *verdict) blocked(ns string) bool {
 // pinned to them), plus the _id an upsert would insert. Without resolve,
 // a write whose documents would have to be resolved is reported as later
 // (true) instead.
-func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
+func (g *Guard) targets(ctx context.Context, v *verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
 	var ids []docid.ID
 	// No more pins are read than the rule lets a write touch: a filter
 	// naming 50,000 ids costs no more than one naming maxCandidates + 1.
 	pinned, hasString, ok, over := policy.PinnedIDsInto(v.pinBuf[:0], w.Filter, r.MaxCandidates)
 	if over {
-		v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
+		v.add(*r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
 		return nil, false, false
 	}
 	if ok && hasString {
@@ -436,7 +439,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	case ok:
 		var err error
 		if ids, err = pinnedIDs(v.req, pinned); err != nil {
-			v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("its filter pins a value that cannot be a document's _id (%v)", err))
+			v.add(*r, w, reasonUnclassifiable, nil, fmt.Sprintf("its filter pins a value that cannot be a document's _id (%v)", err))
 			return nil, false, false
 		}
 		if v.named == nil {
@@ -445,7 +448,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 			v.named = append(v.named, ids...)
 		}
 	case g.opts.Resolver == nil:
-		v.add(r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
+		v.add(*r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
 		return nil, false, false
 	case r.Mode == policy.Enforce && v.blocked(w.NS.String()):
 		// Refused already: what the filter matches cannot change that.
@@ -454,32 +457,32 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	case r.Mode == policy.Enforce && g.resolveCooling(v.req) > 0:
 		g.metrics.resolves.WithLabelValues("skipped").Inc()
 		g.tarpit(ctx, v.req)
-		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %s more; lock the documents and name their _id values in the filter", lockstore.FormatMS(g.resolveCooling(v.req).Round(time.Second))))
+		v.add(*r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %s more; lock the documents and name their _id values in the filter", lockstore.FormatMS(g.resolveCooling(v.req).Round(time.Second))))
 		v.violations[len(v.violations)-1].advice = "nothing was written"
 		return nil, false, false
 	case r.Mode == policy.Enforce && g.refusedWait(v.req) > 0:
 		wait := g.refusedWait(v.req)
 		g.metrics.resolves.WithLabelValues("skipped").Inc()
 		g.holdRefusal(ctx, wait)
-		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %s more; lock the documents and name their _id values in the filter", callerKind(v.req), lockstore.FormatMS(max(wait, 100*time.Millisecond).Round(100*time.Millisecond))))
+		v.add(*r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %s more; lock the documents and name their _id values in the filter", callerKind(v.req), lockstore.FormatMS(max(wait, 100*time.Millisecond).Round(100*time.Millisecond))))
 		v.violations[len(v.violations)-1].advice = "nothing was written"
 		return nil, false, false
 	default:
 		limit := r.MaxCandidates
 		if e := g.mayRead(ctx, v.req, w.NS.String()); e != "" {
-			v.add(r, w, reasonResolveFailed, nil, e)
+			v.add(*r, w, reasonResolveFailed, nil, e)
 			return nil, false, false
 		}
-		cands, spent, err := g.resolve(ctx, g.resolveSlotsFor(v.req), r, w, limit+1)
+		cands, spent, err := g.resolve(ctx, g.resolveSlotsFor(v.req), *r, w, limit+1)
 		v.now = time.Time{} // read again after the resolution (flightLocks)
 		if r.Mode == policy.Enforce {
 			v.resolveSpent += spent
 		}
-		g.resolveOutcome(v.req, r, err)
+		g.resolveOutcome(v.req, *r, err)
 		if errors.Is(err, errResolveSkipped) {
 			// Audit only, and every slot busy: the write goes through
 			// either way, so it does not queue behind enforced ones.
-			v.add(r, w, reasonUnverified, nil, "the documents it can touch were not resolved: every resolver slot was busy, and an audited write does not wait for one")
+			v.add(*r, w, reasonUnverified, nil, "the documents it can touch were not resolved: every resolver slot was busy, and an audited write does not wait for one")
 			return nil, false, false
 		}
 		if err != nil {
@@ -488,12 +491,12 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 				detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %s (limits.resolveTimeoutMS); lock the documents and name their _id values in the filter", lockstore.FormatMS(g.opts.ResolveTimeout))
 				advice = "nothing was written"
 			}
-			v.add(r, w, reasonResolveFailed, nil, detail)
+			v.add(*r, w, reasonResolveFailed, nil, detail)
 			v.violations[len(v.violations)-1].advice = advice
 			return nil, false, false
 		}
 		if len(cands) > limit {
-			v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow the filter, for example to a list of _id values", limit))
+			v.add(*r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow the filter, for example to a list of _id values", limit))
 			return nil, false, false
 		}
 		ids = cands
@@ -504,7 +507,7 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r policy.Rule, w policy
 	if w.Upsert {
 		id, found, certain := policy.UpsertID(w)
 		if !certain {
-			v.add(r, w, reasonUnverifiableUpsert, nil, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
+			v.add(*r, w, reasonUnverifiableUpsert, nil, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
 			return nil, false, false
 		}
 		if found {
@@ -533,7 +536,7 @@ func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
 }
 
 // checkHeld verifies that o holds every id in ns with the rule's margin.
-func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
+func (g *Guard) checkHeld(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
 	if len(o.Session) == 0 {
 		// No session: it holds nothing (only rules with implicit locks
 		// get here without one).
@@ -546,7 +549,7 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
 	if err != nil {
 		w := firstWrite(v.writes, ns)
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: *r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
 		return
 	}
@@ -562,7 +565,7 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r policy.Rule, o lock
 
 // refuseMissing refuses a write of ns whose session does not hold the
 // locks on missing, saying what it can about them.
-func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids, missing []docid.ID) {
+func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids, missing []docid.ID) {
 	w := firstWrite(v.writes, ns)
 	// Only the ids the request named are shown; the others are counted.
 	var shown []docid.ID
@@ -572,7 +575,7 @@ func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r policy.Rule, o 
 		}
 	}
 	hidden := len(missing) - len(shown)
-	x := violation{rule: r, write: w, reason: reasonNotLocked, ids: shown}
+	x := violation{rule: *r, write: w, reason: reasonNotLocked, ids: shown}
 	// One more round trip, on the refusal path only, to say who holds it:
 	// for a named id only, as the holder of another document is none of
 	// the caller's business, and only to a caller who may read the
@@ -783,13 +786,15 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 			break
 		}
 	}
-	now := time.Now()
-	if x := g.recordAt(req, pol, v, enforced, now.Sub(start), now); x != nil && enforced == nil {
+	// The clock is read on its monotonic side alone (one read, not two):
+	// the decision's end is its start plus what it took.
+	took := time.Since(start)
+	if x := g.recordAt(req, pol, v, enforced, took, start.Add(took)); x != nil && enforced == nil {
 		enforced = x // its audit record could not be made durable
 	}
 	// The lease left is measured after the line: its sink can block (a
 	// full pipe), and a required audit record is waited for.
-	now = time.Now()
+	now := start.Add(time.Since(start))
 	if enforced != nil {
 		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).document()}
 	}
@@ -887,7 +892,7 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 	}
 	v.lsid = session // for the audit line
 	bind := ""
-	if c, err := req.Command.Body.LookupErr("comment"); err == nil {
+	if c, ok := req.Command.Lookup("comment"); ok {
 		switch c.Type {
 		case bson.TypeString:
 			if b, ok := strings.CutPrefix(c.StringValue(), "lockgate:"); ok {

@@ -80,20 +80,20 @@ func (v *verdict) fencePlan() *fencePlan {
 
 // fenceWrite records a statement of a fenced namespace, or refuses a form
 // the fence cannot rewrite.
-func (v *verdict) fenceWrite(r policy.Rule, w policy.Write, ids []docid.ID) {
-	if !fenced(r) {
+func (v *verdict) fenceWrite(r *policy.Rule, w policy.Write, ids []docid.ID) {
+	if !fenced(*r) {
 		return
 	}
 	switch {
 	case w.InBulkWrite():
-		v.add(r, w, reasonFenceUnsupported, nil, "bulkWrite cannot be fenced yet; send update, delete and insert commands (drivers' collection-level bulk writes do)")
+		v.add(*r, w, reasonFenceUnsupported, nil, "bulkWrite cannot be fenced yet; send update, delete and insert commands (drivers' collection-level bulk writes do)")
 		return
 	case w.List == policy.ListLegacy:
-		v.add(r, w, reasonFenceUnsupported, nil, "legacy write opcodes cannot be fenced; use the insert command")
+		v.add(*r, w, reasonFenceUnsupported, nil, "legacy write opcodes cannot be fenced; use the insert command")
 		return
 	}
 	p := v.fencePlan()
-	p.stmts = append(p.stmts, fenceStmt{r: r, w: w, ids: ids})
+	p.stmts = append(p.stmts, fenceStmt{r: *r, w: w, ids: ids})
 }
 
 func (p *fencePlan) token(ns string, id docid.ID) (int64, bool) {

@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -82,7 +83,7 @@ func (l nsLocks) lookup(ns string) ([]docid.ID, bool) {
 // (by the resolver's cached collation or capped checks at most; v.now is
 // cleared after anything that can wait longer: a resolution, implicit
 // locks).
-func (v *verdict) flightLocks(o lockstore.Owner, r policy.Rule, ns string, ids []docid.ID, left time.Duration) {
+func (v *verdict) flightLocks(o lockstore.Owner, r *policy.Rule, ns string, ids []docid.ID, left time.Duration) {
 	if v.now.IsZero() {
 		v.now = time.Now()
 	}
@@ -141,9 +142,11 @@ func newFlightTracker() *flightTracker {
 // flight is one enforced write in flight; it is the request's ReplyHook,
 // and its LateReplier when it was launched from a verdict.
 type flight struct {
-	g       *Guard
-	plan    *flightPlan
-	key     string
+	g    *Guard
+	plan *flightPlan
+	// sf is the session's entry in the tracker, which stays in its map
+	// while the flight is in it (only idle entries are dropped).
+	sf      *sessionFlights
 	start   time.Time
 	maxTime time.Duration // the maxTimeMS it carries, 0 if none
 	next    proxy.ReplyHook
@@ -187,7 +190,7 @@ func (g *Guard) launchAt(p *flightPlan, now time.Time, maxTime time.Duration, ne
 		sf.all = sf.one[:0]
 		t.bySession[sf.key] = sf
 	}
-	f.key = sf.key
+	f.sf = sf
 	sf.all = append(sf.all, f)
 	// Renew once half of what was left at the check has passed without a
 	// reply; most writes are answered long before.
@@ -314,7 +317,7 @@ func (t *flightTracker) remove(f *flight) (unrenewed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	unrenewed = !f.due.IsZero()
-	sf := t.bySession[f.key]
+	sf := f.sf
 	if sf == nil {
 		return unrenewed
 	}
@@ -488,9 +491,9 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 // inTransaction reports whether a command runs inside a multi-document
 // transaction (autocommit: false), where the server refuses a maxTimeMS of
 // its own statements; the commit is checked instead.
-func inTransaction(body bsoncore.Document) bool {
-	v, err := body.LookupErr("autocommit")
-	if err != nil {
+func inTransaction(cmd *wire.Command) bool {
+	v, ok := cmd.Lookup("autocommit")
+	if !ok {
 		return false
 	}
 	b, ok := v.BooleanOK()

@@ -83,7 +83,7 @@ func (v *verdict) implicitPlan() *implicitPlan {
 // o does not hold every lock of, is left to implicit locks: the rule allows
 // them and the session holds none of ids. A session that holds some is
 // refused as today, lest explicit and implicit locks mix in one write.
-func (v *verdict) deferToImplicit(r policy.Rule, ns string, ids, missing []docid.ID) bool {
+func (v *verdict) deferToImplicit(r *policy.Rule, ns string, ids, missing []docid.ID) bool {
 	if !r.Implicit() {
 		return false
 	}
@@ -115,7 +115,7 @@ type sessionLocks interface {
 // session included; one that fails has the skipped checks made as today
 // before anything is decided (takeImplicit), so a lock-aware session whose
 // locks were taken through another lockgate is answered exactly as before.
-func (g *Guard) skipHeldCheck(v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) bool {
+func (g *Guard) skipHeldCheck(v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) bool {
 	if !r.Implicit() || len(o.Session) == 0 || (v.implicit != nil && v.implicit.noGuess) {
 		return false
 	}
@@ -146,7 +146,7 @@ func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owne
 // refused as today whatever the lock store says (takeImplicit's reasons).
 func implicitAsToday(v *verdict) bool {
 	return v.enforcedViolation() || len(v.checked) > 0 || v.flight != nil ||
-		(v.req.Command != nil && inTransaction(v.req.Command.Body)) ||
+		(v.req.Command != nil && inTransaction(v.req.Command)) ||
 		v.req.Command == nil || v.req.Command.MoreToCome
 }
 
@@ -180,7 +180,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		// The session holds the locks of another statement: a lock-aware
 		// writer, whose missing locks are its own mistake to be told of.
 		return asToday()
-	case v.req.Command != nil && inTransaction(v.req.Command.Body):
+	case v.req.Command != nil && inTransaction(v.req.Command):
 		// A transaction's statements are answered long before it commits:
 		// locks released at their answer would not cover the commit.
 		return asToday()
@@ -248,7 +248,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			_, _ = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
 			locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
 		default:
-			if ml, ok := g.opts.Store.(memoryLocker); ok && !fenced(n.r) && !g.noMemoryLocks() {
+			if ml, ok := g.opts.Store.(memoryLocker); ok && !fenced(*n.r) && !g.noMemoryLocks() {
 				// Alone on the lock store, an uncontended write's locks
 				// need no round trip (lockstore/memlock.go); a fenced
 				// rule needs the store's tokens.
@@ -314,11 +314,11 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		}
 		v.flightLocks(p.owner, n.r, n.ns, ids, leaseLeft)
 		v.check(n.ns, ids)
-		if fenced(n.r) {
+		if fenced(*n.r) {
 			if err := g.fenceImplicit(ctx, v, n, locks); err != nil {
 				g.releaseImplicit(p)
 				w := firstWrite(v.writes, n.ns)
-				v.violations = append(v.violations, violation{rule: n.r, write: w, reason: reasonFenceStamp,
+				v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: reasonFenceStamp,
 					detail: fmt.Sprintf("the fencing token of its implicit lock could not be stamped into the documents (%v)", err)})
 				return inserts
 			}
@@ -398,7 +398,7 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o loc
 	w := firstWrite(v.writes, n.ns)
 	var he *lockstore.HeldError
 	if !errors.As(err, &he) {
-		v.violations = append(v.violations, violation{rule: n.r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: reasonUnavailable,
 			detail: fmt.Sprintf("the lock store could not take the implicit locks of this session's write, which holds none (%v), so the write is refused (fail closed)", err)})
 		return
 	}
@@ -408,7 +408,7 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o loc
 		g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
 		return
 	}
-	x := violation{rule: n.r, write: w, reason: reasonHeldByOther}
+	x := violation{rule: *n.r, write: w, reason: reasonHeldByOther}
 	what := "a document its filter matches"
 	if v.isNamed(he.ID) {
 		x.ids, x.holder = []docid.ID{he.ID}, &he.Holder

@@ -15,10 +15,10 @@ import (
 // rule what the write's flight needs (the owner, the locks, the lease they
 // surely have left, measured now) and, for a fenced rule, their tokens for
 // the rewrite.
-func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (bool, []docid.ID, error) {
+func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (bool, []docid.ID, error) {
 	ts, ok := g.opts.Store.(tokenStore)
 	if !ok {
-		if fenced(r) {
+		if fenced(*r) {
 			return false, nil, fmt.Errorf("%w: this lock store cannot report fencing tokens", lockstore.ErrUnavailable)
 		}
 		return g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
@@ -43,7 +43,7 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r policy.Rule, o lockstor
 	if r.Mode == policy.Enforce {
 		v.flightLocks(o, r, ns, ids, left)
 	}
-	if !fenced(r) {
+	if !fenced(*r) {
 		return true, nil, nil
 	}
 	p := v.fencePlan()

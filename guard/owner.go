@@ -107,10 +107,48 @@ func (k *ownerKeys) bind(v string) string {
 // Neither the session id nor the bind value reaches the lock store.
 func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
 	return lockstore.Owner{
-		Session: g.owners.session(req.Client.User(), session),
+		Session: g.sessionKey(req, session),
 		App:     req.Client.AppName(),
 		Client:  req.Client.Addr,
 		User:    req.Client.User(),
 		Bind:    g.owners.bind(bind),
 	}
+}
+
+// sessionKey is g.owners.session for req's user and lsid, remembered by
+// the connection for the session it wrote in last: a connection writes in
+// one session at a time, and the shared map behind g.owners takes a lock
+// every connection contends for. The key is a function of the guard's
+// secret, the user and the lsid alone, so the memo can never be stale.
+func (g *Guard) sessionKey(req *proxy.Request, lsid []byte) []byte {
+	user := req.Client.User()
+	if len(lsid) != 16 {
+		return g.owners.session(user, lsid)
+	}
+	st := connStateOf(req)
+	if st == nil {
+		return g.owners.session(user, lsid)
+	}
+	m := &st.owner
+	if m.keys == g.owners && m.key != nil && m.user == user && m.lsid == [16]byte(lsid) {
+		key := m.key
+		st.mu.Unlock()
+		return key
+	}
+	st.mu.Unlock()
+	key := g.owners.session(user, lsid)
+	if st := connStateOf(req); st != nil {
+		st.owner = ownerMemo{keys: g.owners, user: user, lsid: [16]byte(lsid), key: key}
+		st.mu.Unlock()
+	}
+	return key
+}
+
+// ownerMemo is a connection's latest session and its owner key
+// (sessionKey), with the owner keys that made it.
+type ownerMemo struct {
+	keys *ownerKeys
+	user string
+	lsid [16]byte
+	key  []byte
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -112,6 +114,27 @@ func TestOwnerSecretIsShared(t *testing.T) {
 		l, _ := reply["locks"].(bson.A)
 		if len(l) != 1 || l[0].(bson.M)["heldByYou"] != tc.want || l[0].(bson.M)["held"] != true {
 			t.Errorf("%s: %v, want held and heldByYou = %v", tc.name, reply, tc.want)
+		}
+	}
+}
+
+// TestConnectionOwnerMemoNeverStale: the owner key a connection remembers
+// for its latest session is the one the guard's secret gives for the
+// session it writes in now, whichever session it wrote in before and
+// whichever guard (secret) asked last on the same connection.
+func TestConnectionOwnerMemoNeverStale(t *testing.T) {
+	a := New(Options{Store: memstore.New(memstore.Config{}), OwnerSecret: bytes.Repeat([]byte("a"), MinOwnerSecret)})
+	b := New(Options{Store: memstore.New(memstore.Config{}), OwnerSecret: bytes.Repeat([]byte("b"), MinOwnerSecret)})
+	req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}}
+	lsids := [][]byte{bytes.Repeat([]byte{1}, 16), bytes.Repeat([]byte{2}, 16), []byte("short")}
+	for i := range 30 {
+		g := []*Guard{a, b}[i%2]
+		if i%5 == 0 {
+			g = a
+		}
+		lsid := lsids[(i/2)%len(lsids)]
+		if got, want := g.sessionKey(req, lsid), g.owners.derive("", lsid); !bytes.Equal(got, want) {
+			t.Fatalf("step %d: key %x, want %x", i, got, want)
 		}
 	}
 }

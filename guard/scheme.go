@@ -212,7 +212,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 		}
 	}
 	if len(ops) > 0 && ops[0].step.Kind == policy.StepAcquire && ops[0].rule.Scheme.Type != config.SchemeLockCollection &&
-		req.Command != nil && inTransaction(req.Command.Body) {
+		req.Command != nil && inTransaction(req.Command) {
 		// lockgate reads the document back to see whether the acquire
 		// took the lock, and a transaction's writes are invisible to
 		// that read until the commit.

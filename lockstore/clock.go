@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,8 +43,15 @@ type clockSample struct {
 type serverClock struct {
 	local func() time.Time
 
-	mu     sync.Mutex
-	have   bool
+	mu sync.Mutex // serializes add
+	// best is the sample the estimate is made from, nil before the
+	// first: replaced whole by add, read without a lock, since every
+	// lease check of every write reads the clock.
+	best atomic.Pointer[clockEstimate]
+}
+
+// clockEstimate is one sample as the estimate uses it.
+type clockEstimate struct {
 	mid    time.Time // local midpoint of the best sample
 	server time.Time // server time at that midpoint
 	rtt    time.Duration
@@ -68,11 +76,11 @@ func (c *serverClock) add(s clockSample) {
 	now := c.local()
 	// Keep the old sample only while it is both better and recent: a server
 	// clock step is picked up within maxSampleAge.
-	if c.have && now.Sub(c.mid) < maxSampleAge &&
-		c.uncertaintyLocked(now) < rtt/2+serverTimeResolution+drift(now.Sub(mid)) {
+	if b := c.best.Load(); b != nil && now.Sub(b.mid) < maxSampleAge &&
+		b.uncertainty(now) < rtt/2+serverTimeResolution+drift(now.Sub(mid)) {
 		return
 	}
-	c.have, c.mid, c.server, c.rtt = true, mid, s.server, rtt
+	c.best.Store(&clockEstimate{mid: mid, server: s.server, rtt: rtt})
 }
 
 func drift(d time.Duration) time.Duration {
@@ -82,20 +90,19 @@ func drift(d time.Duration) time.Duration {
 	return d / 1e6 * driftPPM
 }
 
-func (c *serverClock) uncertaintyLocked(now time.Time) time.Duration {
-	return c.rtt/2 + serverTimeResolution + drift(now.Sub(c.mid))
+func (b *clockEstimate) uncertainty(now time.Time) time.Duration {
+	return b.rtt/2 + serverTimeResolution + drift(now.Sub(b.mid))
 }
 
 // estimate returns the server time, its uncertainty, and false before the
 // first sample.
 func (c *serverClock) estimate() (time.Time, time.Duration, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.have {
+	b := c.best.Load()
+	if b == nil {
 		return time.Time{}, 0, false
 	}
 	now := c.local()
-	return c.server.Add(now.Sub(c.mid)), c.uncertaintyLocked(now), true
+	return b.server.Add(now.Sub(b.mid)), b.uncertainty(now), true
 }
 
 // Now implements Clock; before the first sample it falls back to the local

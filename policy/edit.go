@@ -116,7 +116,16 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 	var extra []byte
 	var maxTime time.Duration
 	if e.MaxTimeMS > 0 {
-		v, err := body.LookupErr("maxTimeMS")
+		// Unedited, the body is the command's, whose walk kept the value.
+		var v bsoncore.Value
+		var err error
+		if edited {
+			v, err = body.LookupErr("maxTimeMS")
+		} else if cv, ok := cmd.Lookup("maxTimeMS"); ok {
+			v = cv
+		} else {
+			err = bsoncore.ErrElementNotFound
+		}
 		switch cur, ok := v.AsInt64OK(); {
 		case err == nil && ok && cur > 0 && cur <= e.MaxTimeMS:
 			maxTime = time.Duration(cur) * time.Millisecond

@@ -151,10 +151,10 @@ type ClientInfo struct {
 	// Addr is RemoteAddr as a string, formatted once.
 	Addr string
 
-	mu      sync.Mutex
-	appName string
-	driver  string
-	user    string
+	mu sync.Mutex
+	// id is the connection's identity, replaced whole under mu and read
+	// without it: every decision reads it several times.
+	id atomic.Pointer[clientID]
 	// verdicts remembers what the upstream allowed this connection's
 	// user, keyed by the asker's choice; dropped when the user changes.
 	verdicts map[string]bool
@@ -193,16 +193,29 @@ func (c *ClientInfo) SetVerdict(key string, allowed bool) {
 
 // AppName is the application name the driver sent in its handshake.
 func (c *ClientInfo) AppName() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.appName
+	if id := c.id.Load(); id != nil {
+		return id.appName
+	}
+	return ""
+}
+
+// clientID is what the handshake and authentication told of a client.
+type clientID struct{ appName, driver, user string }
+
+// identity is the current identity to edit; c.mu is held.
+func (c *ClientInfo) identity() clientID {
+	if id := c.id.Load(); id != nil {
+		return *id
+	}
+	return clientID{}
 }
 
 // Driver is the driver name and version from the handshake.
 func (c *ClientInfo) Driver() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.driver
+	if id := c.id.Load(); id != nil {
+		return id.driver
+	}
+	return ""
 }
 
 // User is "user@db" as the upstream accepted it in this connection's
@@ -210,25 +223,30 @@ func (c *ClientInfo) Driver() string {
 // logout, and for mechanisms that name no user. A user only claimed in a
 // conversation the upstream refused is never recorded.
 func (c *ClientInfo) User() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.user
+	if id := c.id.Load(); id != nil {
+		return id.user
+	}
+	return ""
 }
 
 func (c *ClientInfo) setUser(user string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.user = user
+	id := c.identity()
+	id.user = user
+	c.id.Store(&id)
 	c.verdicts = nil // re-authentication or logout: earlier answers no longer hold
 }
 
 func (c *ClientInfo) setHandshake(app, driver string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.appName == "" {
-		c.appName = app
+	id := c.identity()
+	if id.appName == "" {
+		id.appName = app
 	}
-	if c.driver == "" {
-		c.driver = driver
+	if id.driver == "" {
+		id.driver = driver
 	}
+	c.id.Store(&id)
 }

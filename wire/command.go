@@ -25,6 +25,30 @@ type Command struct {
 	Compressed     bool // arrived inside OP_COMPRESSED
 
 	spec *CommandSpec // the table's entry for Name, nil when unknown
+	// scanned: scanBody walked Body and kept the first value of each key
+	// in bodyKeys (zero when absent), which Lookup answers without
+	// walking it again.
+	scanned bool
+	kept    [len(bodyKeys)]bsoncore.Value
+}
+
+// bodyKeys are the body's keys that enforcement reads on every write
+// (the owner's binding, the transaction flag, the running-time cap), kept
+// by the walk that reads the command anyway.
+var bodyKeys = [...]string{"comment", "autocommit", "maxTimeMS"}
+
+// Lookup returns the body's first value under key, as
+// bsoncore.Document.LookupErr finds it; false when it has none.
+func (c *Command) Lookup(key string) (bsoncore.Value, bool) {
+	if c.scanned {
+		for i, k := range bodyKeys {
+			if k == key {
+				return c.kept[i], c.kept[i].Type != 0
+			}
+		}
+	}
+	v, err := c.Body.LookupErr(key)
+	return v, err == nil
 }
 
 // Spec returns the command table's entry for the command (commands.go),
@@ -166,11 +190,18 @@ func (c *Command) scanBody(op string) (bsoncore.Value, error) {
 				return db, malformed("%s: lsid of command %q is a %v, not a document", op, name, e.Value().Type)
 			}
 			c.LSID = d
+		case bodyKeys[0], bodyKeys[1], bodyKeys[2]:
+			for j, k := range bodyKeys {
+				if k == string(key) && c.kept[j].Type == 0 {
+					c.kept[j] = e.Value()
+				}
+			}
 		}
 	}
 	if name == nil {
 		return db, malformed("%s: empty command body", op)
 	}
+	c.scanned = true
 	return db, nil
 }
 

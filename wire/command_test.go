@@ -244,3 +244,31 @@ func TestDocuments(t *testing.T) {
 	_, err := c.Documents("updates")
 	wantErr(t, err, ErrMalformed, "two document sequences")
 }
+
+// TestCommandLookupIsBodyLookup: the values the walk keeps are the ones a
+// lookup in the body finds (the first of a repeated key), absent keys are
+// absent, and a command built without the walk still answers from its body.
+func TestCommandLookupIsBodyLookup(t *testing.T) {
+	body := doc(func(b *bsoncore.DocumentBuilder) {
+		b.AppendString("update", "items").AppendString("comment", "lockgate:first").
+			AppendBoolean("autocommit", false).AppendString("comment", "lockgate:second").
+			AppendInt64("maxTimeMS", 5).AppendInt32("maxTimeMS", 9).AppendInt32("other", 1).AppendString("$db", "app")
+	})
+	noKeys := doc(func(b *bsoncore.DocumentBuilder) { b.AppendString("update", "items").AppendString("$db", "app") })
+	for _, body := range []bsoncore.Document{body, noKeys} {
+		c, err := CommandOf(msgOf(body, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		unscanned := &Command{Name: c.Name, DB: c.DB, Body: body}
+		for _, key := range []string{"comment", "autocommit", "maxTimeMS", "other", "absent"} {
+			want, werr := body.LookupErr(key)
+			for _, c := range []*Command{c, unscanned} {
+				got, ok := c.Lookup(key)
+				if ok != (werr == nil) || !got.Equal(want) {
+					t.Errorf("%s (scanned %v): Lookup = %v, %v; body has %v, %v", key, c.scanned, got, ok, want, werr)
+				}
+			}
+		}
+	}
+}
