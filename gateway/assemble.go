@@ -315,6 +315,7 @@ func (a *assembly) run() *Gateway {
 		upstream: up,
 		admin:    adm,
 		guard:    gd,
+		store:    a.store,
 		reloads:  a.reloads,
 		nsClient: up.Client(),
 		trail:    a.trail,

@@ -178,6 +178,12 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		before, err := store.ForceRelease(ctx, req.NS, id, req.Reason)
+		if errors.Is(err, lockstore.ErrHeldInMemory) {
+			// A legacy write's lock held in memory outlasted the wait:
+			// the error says by when it ends by itself.
+			admin.WriteJSON(w, http.StatusConflict, map[string]any{"released": false, "error": err.Error()})
+			return
+		}
 		if err != nil {
 			admin.WriteJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 			return
