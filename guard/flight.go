@@ -481,8 +481,50 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	d.LateReply, d.OnReply = fl, fl
 	if p.implicit != nil {
 		p.implicit.launched = true
+		// The flight stands for the write now.
+		g.flights.unhold(p.implicit)
 	}
 	return d
+}
+
+// hold registers the implicit locks on ids in ns of a write that is not
+// launched yet, before they are taken, under their owner's session:
+// waitKey (an operator's force-release) waits for it as for a write in
+// flight. A force-release that freed them in between would let the write
+// leave afterwards, under a lease of its own reckoning, into the work of
+// whoever took the document meanwhile. unhold ends it (at launch, or when
+// the locks are given back); nothing renews it.
+func (t *flightTracker) hold(p *implicitPlan, ns string, ids []docid.ID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := p.pending
+	if f == nil {
+		f = &flight{plan: &flightPlan{owner: p.owner}}
+		sf := t.bySession[string(p.owner.Session)]
+		if sf == nil {
+			if len(t.bySession) >= maxIdleSessions {
+				t.dropIdleLocked()
+			}
+			sf = &sessionFlights{key: string(p.owner.Session)}
+			sf.all = sf.one[:0]
+			t.bySession[sf.key] = sf
+		}
+		f.key = sf.key
+		sf.all = append(sf.all, f)
+		p.pending = f
+	}
+	f.plan.locks.add(ns, slices.Clone(ids))
+}
+
+// unhold ends hold's registration, if any.
+func (t *flightTracker) unhold(p *implicitPlan) {
+	t.mu.Lock()
+	f := p.pending
+	p.pending = nil
+	t.mu.Unlock()
+	if f != nil {
+		t.remove(f)
+	}
 }
 
 // inTransaction reports whether a command runs inside a multi-document

@@ -66,6 +66,12 @@ type implicitPlan struct {
 	// releases them (else the verdict's end does).
 	taken    nsLocks
 	launched bool
+	// pending stands for the write in the flight tracker from before its
+	// locks are taken until it is launched or they are released (flight.go,
+	// hold): an operator's force-release waits for it, as the write would
+	// leave under those locks whatever the lock store says by then.
+	// Guarded by the tracker's mu.
+	pending *flight
 	// waited: the locks were not free at once.
 	waited bool
 	mode   config.UnlockedWriters
@@ -240,6 +246,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		var err error
 		var inMemory bool
 		var budget time.Duration
+		g.flights.hold(p, n.ns, n.ids)
 		switch {
 		case p.mode == config.UnlockedWait && n.ns == p.busyNS:
 			err = lockstore.ErrBusy
@@ -475,7 +482,13 @@ func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n nsNeed, locks [
 // It runs before the answer is relayed, so that the writer's next write
 // never finds its previous one's locks still held.
 func (g *Guard) releaseImplicit(p *implicitPlan) {
-	if p == nil || len(p.taken) == 0 {
+	if p == nil {
+		return
+	}
+	// Once the locks are given back (or were never taken), nothing of
+	// this write can leave: a force-release need not wait for it.
+	defer g.flights.unhold(p)
+	if len(p.taken) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
