@@ -66,9 +66,9 @@ type implicitPlan struct {
 	// releases them (else the verdict's end does).
 	taken    nsLocks
 	launched bool
-	// pending stands for the write in the flight tracker from before its
+	// pending stands for the write in the flight tracker from when its
 	// locks are taken until it is launched or they are released (flight.go,
-	// hold): an operator's force-release waits for it, as the write would
+	// took): an operator's force-release waits for it, as the write would
 	// leave under those locks whatever the lock store says by then.
 	// Guarded by the tracker's mu.
 	pending *flight
@@ -246,7 +246,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		var err error
 		var inMemory bool
 		var budget time.Duration
-		g.flights.hold(p, n.ns, n.ids)
+		taking := g.flights.startTaking()
 		switch {
 		case p.mode == config.UnlockedWait && n.ns == p.busyNS:
 			err = lockstore.ErrBusy
@@ -272,6 +272,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			}
 		}
 		if err != nil && guessed && !(g.testImplicit != nil && g.testImplicit.trustGuess) {
+			g.flights.stopTaking(taking)
 			// Some key was held (perhaps by this very session, through
 			// another lockgate) or the store failed: the skipped checks
 			// decide, as today, before anything else does.
@@ -293,6 +294,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, max(time.Until(deadline), time.Millisecond))
 		}
 		if err != nil {
+			g.flights.stopTaking(taking)
 			g.releaseImplicit(p)
 			g.implicitRefused(ctx, v, n, o, err)
 			g.metrics.implicit(p.mode, implicitOutcome(err), time.Since(start))
@@ -303,6 +305,14 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			ids[i] = l.ID
 		}
 		p.taken.add(n.ns, ids)
+		if !g.flights.took(p, n.ns, ids, taking) {
+			g.releaseImplicit(p)
+			v.violations = append(v.violations, violation{rule: n.r, write: firstWrite(v.writes, n.ns), reason: reasonNotLocked,
+				detail: "this session holds no lock, and an operator force-released the lock on a document of this write while lockgate was taking it for the write, so the write is refused",
+				advice: "nothing was written: retry"})
+			g.metrics.implicit(p.mode, "error", time.Since(start))
+			return inserts
+		}
 		got = append(got, takenNS{n: n, locks: locks, t0: t0, memory: inMemory, budget: budget})
 	}
 	p.unchecked = nil // proved: the session held none of them
