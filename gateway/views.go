@@ -174,7 +174,7 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			done, err := beginForce(r.Context(), req.NS, id)
 			defer done()
 			if err != nil {
-				admin.WriteJSON(w, http.StatusConflict, map[string]string{"error": "a write this proxy forwarded under the lock is still unanswered; the lock stays: retry"})
+				admin.WriteJSON(w, http.StatusConflict, map[string]string{"error": "a write this proxy forwarded (or is about to forward) under the lock is still unanswered; the lock stays: retry"})
 				return
 			}
 		}
