@@ -63,8 +63,10 @@ func TestForceReleaseWaitsForATakenImplicitLock(t *testing.T) {
 				forced()
 				_, aerr := run(t, alice, sa, bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}})
 				release()
-				<-done
-				t.Fatalf("WaitWritesOn let a force-release through while a legacy write's implicit lock was taken and its write not yet forwarded (force-release: %v; acquireLock by another session meanwhile: %v; the write then landed)", ferr, aerr)
+				werr := <-done
+				var doc bson.M
+				_ = alice.Database("shop").Collection(coll).FindOne(inSession(sa), bson.D{{"_id", 1}}).Decode(&doc)
+				t.Fatalf("BeginForceRelease let a force-release through while a legacy write's implicit lock was taken and its write not yet forwarded (force-release: %v; acquireLock by another session meanwhile: %v; the legacy write then: %v, document %v)", ferr, aerr, werr, doc)
 			}
 			forced()
 			release()
