@@ -301,7 +301,7 @@ func (a *assembly) run() *Gateway {
 	})
 	var g *Gateway
 	token := a.token
-	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.WaitWritesOn, a.forceReleases())
+	mountViews(adm, store, gd.Policy, func() []string { return g.PolicyWarnings() }, token, logger.Named("admin"), gd.BeginForceRelease, a.forceReleases())
 	rates := mountConsole(adm, store, gd.Policy, a.reg, token != "", a.trail != nil, time.Now)
 	if a.trail != nil {
 		mountAuditHistory(adm, a.historyQuery())
@@ -315,6 +315,7 @@ func (a *assembly) run() *Gateway {
 		upstream: up,
 		admin:    adm,
 		guard:    gd,
+		store:    a.store,
 		reloads:  a.reloads,
 		nsClient: up.Client(),
 		trail:    a.trail,

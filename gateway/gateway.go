@@ -36,8 +36,11 @@ type Gateway struct {
 	upstream *upstream.Upstream
 	admin    *admin.Server
 	guard    *guard.Guard
-	reloads  *prometheus.CounterVec
-	trail    *audittrail.Trail // nil unless audit.enabled
+	// store is the lock store the guard and the admin views use; kept
+	// for tests that take locks as the guard does (memory locks).
+	store   *lockstore.Store
+	reloads *prometheus.CounterVec
+	trail   *audittrail.Trail // nil unless audit.enabled
 
 	// nsClient lists databases and collections for the policy check;
 	// policyWarnings holds its latest result.

@@ -103,12 +103,13 @@ func extJSONText(v bson.RawValue, canonical bool) (string, bool) {
 }
 
 // mountViews adds the lock and policy views and the force-release action.
-// waitWrites, if set, waits for the writes in flight under a lock before
-// an operator's force-release frees it.
+// beginForce, if set, marks an operator's force-release under way and
+// waits for the writes in flight under the lock before it frees it; the
+// func it returns ends the mark once the lock store has answered.
 //
 // forced, when set, is told of every lock an operator force-released (the
 // audit trail records it).
-func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, waitWrites func(context.Context, string, docid.ID) error,
+func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, beginForce func(context.Context, string, docid.ID) (func(), error),
 	forced func(ns string, id docid.ID, reason, remote string, before lockstore.Status)) {
 	adm.Handle("/locks", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
@@ -169,15 +170,23 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			admin.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "id: " + err.Error()})
 			return
 		}
-		if waitWrites != nil {
-			if err := waitWrites(r.Context(), req.NS, id); err != nil {
-				admin.WriteJSON(w, http.StatusConflict, map[string]string{"error": "a write this proxy forwarded under the lock is still unanswered; the lock stays: retry"})
+		if beginForce != nil {
+			done, err := beginForce(r.Context(), req.NS, id)
+			defer done()
+			if err != nil {
+				admin.WriteJSON(w, http.StatusConflict, map[string]string{"error": "a write this proxy forwarded (or is about to forward) under the lock is still unanswered; the lock stays: retry"})
 				return
 			}
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		before, err := store.ForceRelease(ctx, req.NS, id, req.Reason)
+		if errors.Is(err, lockstore.ErrHeldInMemory) {
+			// A legacy write's lock held in memory outlasted the wait:
+			// the error says by when it ends by itself.
+			admin.WriteJSON(w, http.StatusConflict, map[string]any{"released": false, "error": err.Error()})
+			return
+		}
 		if err != nil {
 			admin.WriteJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 			return

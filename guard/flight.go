@@ -116,6 +116,13 @@ type flightTracker struct {
 	// the runtime's timer heap, for a renewal that almost never happens.
 	renewals *time.Timer
 	armed    time.Time
+	// forceSeq counts the starts and ends of force-releases; forced are
+	// those under way or that a write still taking implicit locks may
+	// have met; taking counts those writes by the forceSeq they started
+	// at (took).
+	forceSeq uint64
+	forced   []*forcedKey
+	taking   map[uint64]int
 }
 
 type sessionFlights struct {
@@ -441,6 +448,17 @@ func (g *Guard) WaitWritesOn(ctx context.Context, ns string, id docid.ID) error 
 	return g.flights.waitKey(ctx, ns, id)
 }
 
+// BeginForceRelease is an operator's force-release of (ns, id) on this
+// proxy: it marks it under way, so that a legacy write whose implicit lock
+// on it is being taken meanwhile is refused rather than left to write
+// under a lock the force-release frees, then waits as WaitWritesOn. done
+// must be called once the lock store's force-release has returned (also
+// after an error).
+func (g *Guard) BeginForceRelease(ctx context.Context, ns string, id docid.ID) (done func(), err error) {
+	done = g.flights.forcing(ns, id)
+	return done, g.WaitWritesOn(ctx, ns, id)
+}
+
 // launchDecision turns an allowed enforced write into its flight: it is
 // forwarded only before its lease, less the margin, could end (the proxy
 // checks the deadline again just before the bytes leave), it carries
@@ -484,8 +502,135 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	d.LateReply, d.OnReply = fl, fl
 	if p.implicit != nil {
 		p.implicit.launched = true
+		// The flight stands for the write now.
+		g.flights.unhold(p.implicit)
 	}
 	return d
+}
+
+// An operator's force-release and a legacy write's implicit locks meet
+// here (Dekker's pattern, under the tracker's mu): the force-release
+// records that it is under way (forcing) before it looks for writes under
+// the lock (waitKey), and a write records its implicit locks (took) once
+// they are taken, checking for a force-release of them under way since it
+// started taking them. Either the force-release sees the write and waits
+// for it, or the write sees the force-release and is refused: a lock freed
+// between its grant and its write's launch would let the write leave
+// afterwards, under a lease of its own reckoning, into the work of
+// whoever took the document meanwhile. A write that merely waits for a
+// lock (unlockedWriters: wait) holds nothing and delays no force-release.
+
+// forcedKey is a force-release under way (end 0) or ended at seq end.
+type forcedKey struct {
+	ns  string
+	id  docid.ID
+	end uint64
+}
+
+// forcing records a force-release of (ns, id) as under way; the returned
+// func records its end.
+func (t *flightTracker) forcing(ns string, id docid.ID) (done func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.forceSeq++
+	e := &forcedKey{ns: ns, id: id}
+	t.forced = append(t.forced, e)
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.forceSeq++
+		e.end = t.forceSeq
+		t.pruneForcedLocked()
+	}
+}
+
+// startTaking records that a write starts taking implicit locks; took or
+// stopTaking must follow with the seq returned.
+func (t *flightTracker) startTaking() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.taking == nil {
+		t.taking = map[uint64]int{}
+	}
+	t.taking[t.forceSeq]++
+	return t.forceSeq
+}
+
+// stopTaking ends startTaking without locks taken.
+func (t *flightTracker) stopTaking(seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopTakingLocked(seq)
+}
+
+func (t *flightTracker) stopTakingLocked(seq uint64) {
+	if t.taking[seq]--; t.taking[seq] <= 0 {
+		delete(t.taking, seq)
+	}
+	t.pruneForcedLocked()
+}
+
+// took records the implicit locks on ids in ns, taken since startTaking
+// returned seq, under their owner's session, so that waitKey waits for
+// the write until it is launched (the flight stands for it then) or the
+// locks are given back (unhold). It reports false, recording nothing,
+// when a force-release of one of them was under way at any moment since
+// seq: the lock may have been freed after it was granted.
+func (t *flightTracker) took(p *implicitPlan, ns string, ids []docid.ID, seq uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	defer t.stopTakingLocked(seq)
+	for _, e := range t.forced {
+		if e.ns != ns || (e.end != 0 && e.end <= seq) {
+			continue
+		}
+		for _, id := range ids {
+			if id.Equal(e.id) {
+				return false
+			}
+		}
+	}
+	f := p.pending
+	if f == nil {
+		f = &flight{plan: &flightPlan{owner: p.owner}}
+		sf := t.bySession[string(p.owner.Session)]
+		if sf == nil {
+			if len(t.bySession) >= maxIdleSessions {
+				t.dropIdleLocked()
+			}
+			sf = &sessionFlights{key: string(p.owner.Session)}
+			sf.all = sf.one[:0]
+			t.bySession[sf.key] = sf
+		}
+		f.key = sf.key
+		sf.all = append(sf.all, f)
+		p.pending = f
+	}
+	f.plan.locks.add(ns, slices.Clone(ids))
+	return true
+}
+
+// pruneForcedLocked forgets the ended force-releases that no write still
+// taking locks can have met; t.mu is held.
+func (t *flightTracker) pruneForcedLocked() {
+	oldest, any := uint64(0), false
+	for seq := range t.taking {
+		if !any || seq < oldest {
+			oldest, any = seq, true
+		}
+	}
+	t.forced = slices.DeleteFunc(t.forced, func(e *forcedKey) bool { return e.end != 0 && (!any || e.end <= oldest) })
+}
+
+// unhold ends took's registration, if any.
+func (t *flightTracker) unhold(p *implicitPlan) {
+	t.mu.Lock()
+	f := p.pending
+	p.pending = nil
+	t.mu.Unlock()
+	if f != nil {
+		t.remove(f)
+	}
 }
 
 // inTransaction reports whether a command runs inside a multi-document

@@ -67,6 +67,12 @@ type implicitPlan struct {
 	// releases them (else the verdict's end does).
 	taken    nsLocks
 	launched bool
+	// pending stands for the write in the flight tracker from when its
+	// locks are taken until it is launched or they are released (flight.go,
+	// took): an operator's force-release waits for it, as the write would
+	// leave under those locks whatever the lock store says by then.
+	// Guarded by the tracker's mu.
+	pending *flight
 	// waited: the locks were not free at once.
 	waited bool
 	mode   config.UnlockedWriters
@@ -241,6 +247,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		var err error
 		var inMemory bool
 		var budget time.Duration
+		taking := g.flights.startTaking()
 		switch {
 		case p.mode == config.UnlockedWait && n.ns == p.busyNS:
 			err = lockstore.ErrBusy
@@ -266,6 +273,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			}
 		}
 		if err != nil && guessed && !(g.testImplicit != nil && g.testImplicit.trustGuess) {
+			g.flights.stopTaking(taking)
 			// Some key was held (perhaps by this very session, through
 			// another lockgate) or the store failed: the skipped checks
 			// decide, as today, before anything else does.
@@ -287,6 +295,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, max(time.Until(deadline), time.Millisecond))
 		}
 		if err != nil {
+			g.flights.stopTaking(taking)
 			g.releaseImplicit(p)
 			g.implicitRefused(ctx, v, n, o, err)
 			g.metrics.implicit(p.mode, implicitOutcome(err), time.Since(start))
@@ -297,6 +306,14 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			ids[i] = l.ID
 		}
 		p.taken.add(n.ns, ids)
+		if !g.flights.took(p, n.ns, ids, taking) {
+			g.releaseImplicit(p)
+			v.violations = append(v.violations, violation{rule: n.r, write: firstWrite(v.writes, n.ns), reason: reasonNotLocked,
+				detail: "this session holds no lock, and an operator force-released the lock on a document of this write while lockgate was taking it for the write, so the write is refused",
+				advice: "nothing was written: retry"})
+			g.metrics.implicit(p.mode, "error", time.Since(start))
+			return inserts
+		}
 		got = append(got, takenNS{n: n, locks: locks, t0: t0, memory: inMemory, budget: budget})
 	}
 	p.unchecked = nil // proved: the session held none of them
@@ -476,7 +493,13 @@ func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n nsNeed, locks [
 // It runs before the answer is relayed, so that the writer's next write
 // never finds its previous one's locks still held.
 func (g *Guard) releaseImplicit(p *implicitPlan) {
-	if p == nil || len(p.taken) == 0 {
+	if p == nil {
+		return
+	}
+	// Once the locks are given back (or were never taken), nothing of
+	// this write can leave: a force-release need not wait for it.
+	defer g.flights.unhold(p)
+	if len(p.taken) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

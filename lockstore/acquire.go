@@ -227,6 +227,12 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 		return n, nil
 	}
 	g, _, err := s.transition(ctx, opAcquire, k.rid, step)
+	var ue *unsureError
+	if errors.As(err, &ue) && !reentrant {
+		// The caller is told it holds nothing and will release nothing:
+		// a grant that landed regardless must not outlive this call.
+		s.undoGrant(ctx, owner, ue.g)
+	}
 	if errors.Is(err, errContended) {
 		// The key kept changing hands under us: for the caller that is
 		// "busy" (and a waiter simply tries again).
@@ -321,16 +327,18 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 		ok, err := s.insert(ctx, op, next)
 		s.gview.written(next, s.cfg.TakeoverGrace, ok, err)
 		if err != nil {
+			// The claim may have landed all the same (a reply lost).
 			s.cache.remove(rid)
-			return nil, h, err
+			return nil, h, &unsureError{g: next, err: err}
 		}
 		if ok {
 			if err := s.writeHead(ctx, op, next); err != nil {
 				// The claim stands but readers of the head document do not
 				// see it yet; the next change rolls forward past it. Report
-				// the failure: the caller must not rely on the change.
+				// the failure: the caller must not rely on the change (an
+				// acquire undoes it: undoGrant).
 				s.cache.remove(rid)
-				return nil, h, err
+				return nil, h, &unsureError{g: next, err: err}
 			}
 			s.cache.put(rid, holdEntry{g: next, verified: time.Now(), confirmed: sent, own: next.Owner != nil && !mark})
 			s.owned.changed(rid, h, next)
@@ -447,6 +455,9 @@ func (s *Store) writeHead(ctx context.Context, op string, g *gen) error {
 	if mongo.IsDuplicateKeyError(err) {
 		return nil // a concurrent first write of the head document
 	}
+	if err == nil && s.testHookWrote != nil {
+		err = s.testHookWrote("head", g)
+	}
 	return s.storeErr(ctx, op, err)
 }
 
@@ -471,6 +482,9 @@ func (s *Store) insert(ctx context.Context, op string, g *gen) (bool, error) {
 	})
 	if mongo.IsDuplicateKeyError(err) {
 		return false, nil
+	}
+	if err == nil && s.testHookWrote != nil {
+		err = s.testHookWrote("claim", g)
 	}
 	if err != nil {
 		return false, s.storeErr(ctx, op, err)
@@ -611,6 +625,38 @@ func (s *Store) releaseOne(ctx context.Context, op, rid string, match func(*gen)
 		wk.freed(rid)
 	}
 	return g != nil, nil
+}
+
+// unsureError is a failed write of generation g whose claim may have
+// landed: its insert failed without a duplicate key, or its head document
+// write failed after the claim landed. It unwraps to the cause.
+type unsureError struct {
+	g   *gen
+	err error
+}
+
+func (e *unsureError) Error() string { return e.err.Error() }
+func (e *unsureError) Unwrap() error { return e.err }
+
+// undoGrant releases g, a grant to owner reported failed, if its claim
+// landed and the key has not moved on. A release starting from the head
+// document cannot see it (the head lags or was never written), so the
+// release is built on the claim itself; the release's own head write then
+// rolls the head forward too. It runs even if ctx was cancelled; when the
+// store fails again the grant ends with its lease, as rollback's.
+func (s *Store) undoGrant(ctx context.Context, owner Owner, g *gen) {
+	ctx = context.WithoutCancel(ctx)
+	c, err := s.claim(ctx, g.Key, g.Seq)
+	if err == nil && c != nil && c.ownedBy(owner) && c.Token == g.Token {
+		s.cache.put(g.Key, holdEntry{g: c, verified: time.Now()})
+		_, err = s.releaseOne(ctx, opRelease, g.Key, func(h *gen) bool { return h.ownedBy(owner) && h.Token == g.Token }, "", true, false)
+	}
+	if err != nil {
+		s.log.Warn("could not undo an acquire reported failed; if its grant landed, the lock expires with its lease",
+			zap.String("key", g.Key), zap.Error(err))
+		return
+	}
+	s.wq.notify(g.Key)
 }
 
 // rollback releases the keys a failed attempt newly took. It does not touch

@@ -131,7 +131,7 @@
 //	| `Status(owner, ns, ids)` | one read; held, held by you, holder (app, session prefix, client), since, expires, token, last error. |
 //	| `ConfirmedStatus(owner, ns, ids)` | `Status` that also reads the claims after each head record (a head can lag behind them and would read as not held): for decisions where "not held" lets a write through, such as the insert check. |
 //	| `List(opts)` | admin view of held (or all) keys: namespace, id, holder app and session prefix, since, expires, token, last error. |
-//	| `ForceRelease(ns, id, reason)` | operators: frees the key whoever holds it, token + 1, `reason` stored on the generation, audit event logged at warn level; returns the state before. |
+//	| `ForceRelease(ns, id, reason)` | operators: frees the key whoever holds it, token + 1, `reason` stored on the generation, audit event logged at warn level; returns the state before. A key held in memory (a legacy write's lock) is waited for until its write has ended, bounded by ctx (`ErrHeldInMemory`). |
 //	| `Holds(owner, ns, ids, margin)` | enforcement: does the owner hold every id with at least `margin` of lease left? See "Cache". |
 //	| `HeldTokens(owner, ns, ids, margin)` | `Holds` that also returns each id's token (the document fence stamps and checks them) and the lease the earliest of them surely has left (the proxy's deadline, `maxTimeMS` cap and in-flight renewals). |
 //	| `HeldTokensInto(owner, ns, ids, margin, tokens)` | `HeldTokens` into the caller's slice: one id that the cache vouches for (the same trust rule) is answered without an allocation, the record id built on the stack; anything else takes `HeldTokens`' path. What the guard calls on every enforced write. |

@@ -44,6 +44,10 @@ var (
 	// ErrTooManyLocks: the acquire would leave the session holding more
 	// than Config.MaxLocksPerSession locks through this instance.
 	ErrTooManyLocks = errors.New("too many locks held by the session")
+	// ErrHeldInMemory: ForceRelease found the key held in memory for a
+	// legacy write (memlock.go) and its context ended before that lock
+	// did. Returned as a *MemoryHeldError that says when it ends.
+	ErrHeldInMemory = errors.New("lock held in memory for a write that may still land")
 )
 
 // Holder describes who holds a lock, for error messages and status views.
@@ -100,6 +104,29 @@ func (e *HeldError) Is(target error) bool {
 	}
 	return target == ErrBusy
 }
+
+// MemoryHeldError reports a force-release that gave up waiting for a
+// memory lock: it has no fencing token, so ending it before its write is
+// answered would let that write land inside the next holder's work.
+// errors.Is matches ErrHeldInMemory.
+type MemoryHeldError struct {
+	NS     string
+	ID     docid.ID
+	Holder Holder // ExpiresAt: by when its write has surely ended
+}
+
+func (e *MemoryHeldError) Error() string {
+	app := "an unnamed app"
+	if e.Holder.App != "" {
+		app = fmt.Sprintf("app %q", e.Holder.App)
+	}
+	return fmt.Sprintf("the lock on %s _id %s is held in lockgate's memory for one %s of %s (holder tag %s), a write that holds no lock; "+
+		"it has no fencing token, so it ends only when that write is answered, at the latest at %s; nothing was released: retry then if it is still listed",
+		e.NS, e.ID, e.Holder.Implicit, app, e.Holder.SessionPrefix, e.Holder.ExpiresAt.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrHeldInMemory) true.
+func (e *MemoryHeldError) Is(target error) bool { return target == ErrHeldInMemory }
 
 // NotHolderError lists the ids that the owner does not hold. errors.Is
 // matches ErrNotHolder.

@@ -77,6 +77,9 @@ type memLock struct {
 	id    docid.ID
 	since time.Time // server time it was taken
 	end   time.Time // local time by which its write has surely ended
+	// gone, made by the first force-release that waits for the lock, is
+	// closed when it ends (most memory locks have no waiter of that kind).
+	gone chan struct{}
 }
 
 // memLocks are the memory locks of a Store, and the acquires through it
@@ -96,10 +99,18 @@ type memLocks struct {
 func (m *memLocks) liveLocked(rid string, now time.Time) *memLock {
 	l := m.held[rid]
 	if l != nil && now.After(l.end) {
-		delete(m.held, rid)
+		m.dropLocked(rid, l)
 		return nil
 	}
 	return l
+}
+
+// dropLocked forgets the memory lock l on rid; m.mu is held.
+func (m *memLocks) dropLocked(rid string, l *memLock) {
+	delete(m.held, rid)
+	if l.gone != nil {
+		close(l.gone)
+	}
 }
 
 // holder renders a memory lock as a holder; its lease end is the end of
@@ -172,7 +183,7 @@ func (s *Store) releaseMemory(owner Owner, rids []string) (n int, rest []string)
 	s.mem.mu.Lock()
 	for _, rid := range rids {
 		if l := s.mem.held[rid]; l != nil && string(l.owner.Session) == string(owner.Session) {
-			delete(s.mem.held, rid)
+			s.mem.dropLocked(rid, l)
 			n++
 			continue
 		}
@@ -269,6 +280,52 @@ func (s *Store) memList(ns string) (rids []string, sts []Status) {
 		sts = append(sts, Status{NS: l.ns, ID: l.id, Held: true, Holder: h, Since: l.since, ExpiresAt: h.ExpiresAt, UpdatedAt: l.since})
 	}
 	return rids, sts
+}
+
+// forceMemory is ForceRelease of a key held in memory: held reports
+// whether it was, and st is then the lock's status before. A memory lock
+// has no fencing token and its write may land until the lock ends (its
+// write answered and released, or its end passed), so it is not ended
+// early: an acquirer granted at once could see that write land inside its
+// own work (docs/SECURITY.md). forceMemory waits for it to end instead,
+// bounded by ctx (a *MemoryHeldError then), as the admin API waits for a
+// store lock's writes in flight. The lock store is left alone: it holds
+// nothing on a key held in memory, and whoever takes the key after the
+// memory lock ended is not the holder the operator meant to free.
+func (s *Store) forceMemory(ctx context.Context, ns string, k lockKey, reason string) (st Status, held bool, err error) {
+	s.mem.mu.Lock()
+	l := s.mem.liveLocked(k.rid, time.Now())
+	if l == nil {
+		s.mem.mu.Unlock()
+		return Status{}, false, nil
+	}
+	h := s.memHolder(l)
+	st = Status{NS: ns, ID: k.id, Held: true, Holder: h, Since: l.since, ExpiresAt: h.ExpiresAt, UpdatedAt: l.since}
+	if l.gone == nil {
+		l.gone = make(chan struct{})
+	}
+	gone := l.gone
+	s.mem.mu.Unlock()
+	t := time.NewTimer(time.Until(l.end))
+	defer t.Stop()
+	select {
+	case <-gone:
+	case <-t.C:
+		// Its write has surely ended (its release was lost, or is yet
+		// to run): drop it now, so that no view shows it any more.
+		s.mem.mu.Lock()
+		if s.mem.held[k.rid] == l {
+			s.mem.dropLocked(k.rid, l)
+		}
+		s.mem.mu.Unlock()
+		s.wq.notify(k.rid)
+	case <-ctx.Done():
+		return st, true, &MemoryHeldError{NS: ns, ID: k.id, Holder: h}
+	}
+	s.log.Warn("force release of a memory lock: waited for its write to end",
+		zap.String("ns", ns), zap.Stringer("id", k.id), zap.String("reason", reason),
+		zap.String("holderApp", h.App), zap.String("holder", h.SessionPrefix), zap.String("command", h.Implicit))
+	return st, true, nil
 }
 
 // memHeldIn tells whether a memory lock is held in ns.

@@ -1,7 +1,9 @@
 package lockstore
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -300,5 +302,88 @@ func TestGrantViewReadsHeadsToo(t *testing.T) {
 	memoryReady(t, s, "db.other")
 	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), ns, ids(t, 4)); ok {
 		t.Fatal("a memory lock was taken on a key whose head record shows it held (its claim compacted)")
+	}
+}
+
+// TestForceReleaseWaitsForAMemoryLock: an operator's force-release of a
+// key held in memory neither reports it free nor ends it under its write
+// (it has no token: the write may land until the lock ends). It waits for
+// the write's release and answers with the holder it waited for; given
+// less time than the lock has left, it fails with ErrHeldInMemory, saying
+// when the lock ends, and the lock stays listed and held. The lock store
+// is left alone: a token already there is not raised for a lock that was
+// never in the store.
+func TestForceReleaseWaitsForAMemoryLock(t *testing.T) {
+	cfg := testConfig(t)
+	const ns = "db.c"
+	s := openStore(t, cfg)
+	// A store lock on the key before: its head keeps token 1.
+	editor := newOwner("editor")
+	first := mustAcquire(t, s, editor, ns, ids(t, 2), time.Minute, 0)[0].Token
+	if _, err := s.Release(bg, editor, ns, ids(t, 2), ""); err != nil {
+		t.Fatal(err)
+	}
+	memoryReady(t, s, ns)
+	legacy := implicitOwner("update")
+	if _, _, ok := s.AcquireInMemory(legacy, ns, ids(t, 1)); !ok {
+		t.Fatal("no memory lock while alone")
+	}
+
+	short, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	_, err := s.ForceRelease(short, ns, rv(t, 1), "stuck")
+	cancel()
+	var me *MemoryHeldError
+	if !errors.As(err, &me) || !errors.Is(err, ErrHeldInMemory) || me.Holder.Implicit != "update" || !strings.Contains(err.Error(), "at the latest at") {
+		t.Fatalf("force-release given less time than the memory lock has: %v, want ErrHeldInMemory saying when it ends", err)
+	}
+	if sts, err := s.Status(bg, newOwner("x"), ns, ids(t, 1)); err != nil || !sts[0].Held {
+		t.Fatalf("Status after a force-release that gave up: %+v, %v, want still held", sts, err)
+	}
+	if n, err := s.Release(bg, legacy, ns, ids(t, 1), ""); err != nil || n != 1 {
+		t.Fatalf("release of the memory lock after a force-release gave up: %d, %v", n, err)
+	}
+
+	// The second force-release, of another key, waits for its lock.
+	if _, _, ok := s.AcquireInMemory(legacy, ns, ids(t, 2)); !ok {
+		t.Fatal("no memory lock while alone")
+	}
+	type result struct {
+		st  Status
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		st, err := s.ForceRelease(bg, ns, rv(t, 2), "stuck")
+		got <- result{st, err}
+	}()
+	rid := recordID(ns, rv(t, 2).Key())
+	testkit.Eventually(t, 10*time.Second, "the force-release waits for the memory lock", func() bool {
+		s.mem.mu.Lock()
+		defer s.mem.mu.Unlock()
+		l := s.mem.held[rid]
+		return l != nil && l.gone != nil
+	})
+	select {
+	case r := <-got:
+		t.Fatalf("the force-release answered while the memory lock's write may still land: %+v, %v", r.st, r.err)
+	default:
+	}
+	if _, err := s.Acquire(bg, newOwner("other"), ns, ids(t, 2), time.Minute, 0); !errors.Is(err, ErrBusy) {
+		t.Fatalf("acquire during the force-release: %v, want busy", err)
+	}
+	// The write is answered: the guard releases its lock.
+	if n, err := s.Release(bg, legacy, ns, ids(t, 2), ""); err != nil || n != 1 {
+		t.Fatalf("release of the memory lock: %d, %v", n, err)
+	}
+	r := <-got
+	if r.err != nil || !r.st.Held || r.st.Holder.Implicit != "update" || r.st.Holder.App != "legacy" {
+		t.Fatalf("force-release of a memory lock: %+v, %v, want the holder it waited for", r.st, r.err)
+	}
+	if list, err := s.List(bg, ListOptions{NS: ns}); err != nil || len(list) != 0 {
+		t.Fatalf("List after the force-release: %+v, %v", list, err)
+	}
+	locks := mustAcquire(t, s, newOwner("next"), ns, ids(t, 2), time.Minute, 0)
+	if locks[0].Token != first+1 {
+		t.Fatalf("token after the force-release of a memory lock: %d, want %d (the store was not touched)", locks[0].Token, first+1)
 	}
 }

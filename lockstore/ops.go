@@ -326,10 +326,18 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Status, error) {
 // fencing token (so that a fenced resource refuses the old holder), records
 // reason on the new generation, logs an audit event at warn level and
 // returns the state before. A key that was never locked is not an error.
+//
+// A key held in this Store's memory (memlock.go) has no token to raise:
+// ForceRelease waits, bounded by ctx, until its write has surely ended,
+// and returns the state before; past ctx it fails with a
+// *MemoryHeldError (ErrHeldInMemory) and nothing changes.
 func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason string) (Status, error) {
 	ks, err := keys(ns, []docid.ID{id})
 	if err != nil {
 		return Status{}, err
+	}
+	if st, held, err := s.forceMemory(ctx, ns, ks[0], reason); held {
+		return st, err
 	}
 	if err := s.ready(ctx); err != nil {
 		return Status{}, err

@@ -186,6 +186,11 @@ type Store struct {
 	// testHookHandoff, when set, runs after a release took a waiter for
 	// a handoff and before it writes anything.
 	testHookHandoff func(rid string)
+	// testHookWrote, when set, sees every claim that landed ("claim")
+	// and head document written ("head"); an error it returns is
+	// reported as that write's, the write having happened: a reply lost
+	// or late after the server applied it.
+	testHookWrote func(what string, g *gen) error
 }
 
 // Open connects to the lock store. It fails only for an invalid
