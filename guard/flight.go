@@ -602,7 +602,7 @@ func (t *flightTracker) took(p *implicitPlan, ns string, ids []docid.ID, seq uin
 			sf.all = sf.one[:0]
 			t.bySession[sf.key] = sf
 		}
-		f.key = sf.key
+		f.sf = sf
 		sf.all = append(sf.all, f)
 		p.pending = f
 	}

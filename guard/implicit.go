@@ -308,7 +308,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		p.taken.add(n.ns, ids)
 		if !g.flights.took(p, n.ns, ids, taking) {
 			g.releaseImplicit(p)
-			v.violations = append(v.violations, violation{rule: n.r, write: firstWrite(v.writes, n.ns), reason: reasonNotLocked,
+			v.violations = append(v.violations, violation{rule: *n.r, write: firstWrite(v.writes, n.ns), reason: reasonNotLocked,
 				detail: "this session holds no lock, and an operator force-released the lock on a document of this write while lockgate was taking it for the write, so the write is refused",
 				advice: "nothing was written: retry"})
 			g.metrics.implicit(p.mode, "error", time.Since(start))
