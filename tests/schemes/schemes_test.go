@@ -1,11 +1,8 @@
 package schemes
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/tests/schemes/internal/twoproxies"
 )
 
 // Workload size: K workers, M increments each, per hot document set.
@@ -66,13 +64,9 @@ func runScript(t *testing.T, d driver, args ...string) []byte {
 	// 90 s on an idle machine; the scripts wait out leases, which scale.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second*time.Duration(leaseMS/baseLeaseMS))
 	defer cancel()
-	cmd := exec.CommandContext(ctx, d.argv[0], append(d.argv[1:], args...)...)
-	cmd.Env = append(os.Environ(), "LOCKGATE_TEST_LEASE_MS="+strconv.FormatInt(leaseMS, 10))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := twoproxies.RunScript(ctx, leaseMS, d.argv, args...)
 	if err != nil {
-		t.Fatalf("schemes.py %v: %v\n%s", args, err, stderr.String())
+		t.Fatal(err)
 	}
 	return out
 }

@@ -7,9 +7,13 @@
 package twoproxies
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 
 	"go.uber.org/zap"
 
@@ -109,4 +113,19 @@ func Start(o Options) (_ *Set, stop func() error, err error) {
 		}
 	}
 	return s, done, nil
+}
+
+// RunScript runs a client script (argv, then args) with the lease it
+// must use in LOCKGATE_TEST_LEASE_MS, and returns what it printed; the
+// error carries what it wrote on stderr.
+func RunScript(ctx context.Context, leaseMS int64, argv []string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], args...)...)
+	cmd.Env = append(os.Environ(), "LOCKGATE_TEST_LEASE_MS="+strconv.FormatInt(leaseMS, 10))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s %v: %w\n%s", argv[len(argv)-1], args, err, stderr.String())
+	}
+	return out, nil
 }
