@@ -483,14 +483,11 @@ func (s *Store) insert(ctx context.Context, op string, g *gen) (bool, error) {
 	return true, nil
 }
 
-// head reads the head document of rid, or the newest generation after
-// it when it names a holder (newest); nil if the key was never locked.
+// head reads the head document of rid; nil if the key was never locked.
+// A writer may decide on it as it is: a head that lags only costs it a
+// duplicate claim. A reader that answers from it uses heads.
 func (s *Store) head(ctx context.Context, rid string) (*gen, error) {
-	h, err := s.byID(ctx, s.coll, rid)
-	if err != nil || h == nil {
-		return h, err
-	}
-	return s.newest(ctx, rid, h)
+	return s.byID(ctx, s.coll, rid)
 }
 
 // maxBehind bounds how many generations newest reads past a head
@@ -551,10 +548,16 @@ func (s *Store) byID(ctx context.Context, c *mongo.Collection, id string) (*gen,
 	return &g, nil
 }
 
-// heads reads the head documents of rids (one round trip).
+// heads reads the head documents of rids (one round trip), each replaced
+// by the newest generation after it where it names a holder (newest, one
+// more round trip then): what Holds, Status, List and the background
+// confirmation answer from.
 func (s *Store) heads(ctx context.Context, rids []string) (map[string]*gen, error) {
 	if len(rids) == 1 {
 		h, err := s.head(ctx, rids[0])
+		if err == nil && h != nil {
+			h, err = s.newest(ctx, rids[0], h)
+		}
 		if err != nil || h == nil {
 			return map[string]*gen{}, err
 		}

@@ -78,9 +78,11 @@
 // holder's renewal overtaken by its own release and another owner's
 // acquire). Every read of a head document that names a holder whose lease
 // may not have ended therefore also reads the claim after it (one lookup
-// by exact `_id`) and goes on to the newest claim if there is one (`head`,
-// `heads`, `newest`): Holds, Status, List and the background confirmation
-// never answer from a moved-back head (`TestHeadMovedBackHoldsNobody`).
+// by exact `_id`) and goes on to the newest claim if there is one (`heads`,
+// `newest`): Holds, Status, List and the background confirmation never
+// answer from a moved-back head (`TestHeadMovedBackHoldsNobody`). Writers
+// decide on the head as read: the claims refuse whatever a stale head
+// would wrongly allow.
 // A head that shows no holder, or an ended hold, is not checked: it can
 // only make a reader say "not held". One exception remains: a head moved
 // back behind a claim that compaction has deleted already (older than
