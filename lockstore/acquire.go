@@ -332,6 +332,9 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 			return nil, h, &unsureError{g: next, err: err}
 		}
 		if ok {
+			if s.testHookHead != nil {
+				s.testHookHead(next)
+			}
 			if err := s.writeHead(ctx, op, next); err != nil {
 				// The claim stands but readers of the head document do not
 				// see it yet; the next change rolls forward past it. Report
@@ -340,7 +343,9 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 				s.cache.remove(rid)
 				return nil, h, &unsureError{g: next, err: err}
 			}
-			s.cache.put(rid, holdEntry{g: next, verified: time.Now(), confirmed: sent, own: next.Owner != nil && !mark})
+			// Unless a later generation reached the cache meanwhile (this
+			// head write was overtaken by a change through this Store).
+			s.cache.putUnlessNewer(rid, holdEntry{g: next, verified: time.Now(), confirmed: sent, own: next.Owner != nil && !mark}, sent)
 			s.owned.changed(rid, h, next)
 			if next.Owner != nil {
 				// Again, now that the grant has landed: a refresh sent
@@ -444,9 +449,9 @@ func (s *Store) remember(rid string, h *gen) {
 
 // writeHead replaces the head document of claim g's key. It filters on _id
 // alone (the only filter FerretDB answers from an index); a slower writer
-// of an older generation may therefore move the head document back for a
-// moment. That is harmless: changes are decided by the claims, and readers
-// of a stale head document err towards "not held" (see docs/LOCKS.md).
+// of an older generation may therefore move the head document back, even
+// to a hold that has ended since. Changes are decided by the claims, and
+// readers of a head that names a holder check the claim after it (newest).
 func (s *Store) writeHead(ctx context.Context, op string, g *gen) error {
 	err := s.rt(ctx, op, func(ctx context.Context) error {
 		_, err := s.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: g.Key}}, g.asHead(), options.Replace().SetUpsert(true))
@@ -493,8 +498,49 @@ func (s *Store) insert(ctx context.Context, op string, g *gen) (bool, error) {
 }
 
 // head reads the head document of rid; nil if the key was never locked.
+// A writer may decide on it as it is: a head that lags only costs it a
+// duplicate claim. A reader that answers from it uses heads.
 func (s *Store) head(ctx context.Context, rid string) (*gen, error) {
 	return s.byID(ctx, s.coll, rid)
+}
+
+// maxBehind bounds how many generations newest reads past a head
+// document; a head further behind is an error, so that callers fail
+// closed.
+const maxBehind = confirmWindow * confirmRounds
+
+// newest returns head h, unless the claims hold a later generation of its
+// key: then the latest of those. The head write is not conditional (see
+// writeHead), so the writer of an older generation can replace a newer
+// head after it and leave the head showing a hold that has ended since:
+// a holder's renewal overtaken by its own release and another owner's
+// acquire would then be "held" by the holder that released. Claims are
+// never replaced, so the claim after h tells: one exact _id read where h
+// names a holder whose lease may not have ended (a free or ended head
+// that lags can only make a reader say "not held").
+func (s *Store) newest(ctx context.Context, rid string, h *gen) (*gen, error) {
+	now, unc := s.clock.Now()
+	if h.Owner == nil || !h.ExpiresAt.After(now.Add(-unc)) {
+		return h, nil
+	}
+	for range maxBehind {
+		next, err := s.claim(ctx, rid, h.Seq+1)
+		if err != nil {
+			return nil, err
+		}
+		if next == nil {
+			return h, nil
+		}
+		if next.Kind == kindGC {
+			if skip := afterTombstone(h, next, s.cfg.CleanupAfter); skip != nil {
+				// A tombstone of the key's previous life: h is newer.
+				h = skip
+				continue
+			}
+		}
+		h = next
+	}
+	return nil, fmt.Errorf("%w: %w", ErrUnavailable, errHeadBehind)
 }
 
 // claim reads the claim of generation seq of rid; nil if there is none.
@@ -516,10 +562,16 @@ func (s *Store) byID(ctx context.Context, c *mongo.Collection, id string) (*gen,
 	return &g, nil
 }
 
-// heads reads the head documents of rids (one round trip).
+// heads reads the head documents of rids (one round trip), each replaced
+// by the newest generation after it where it names a holder (newest, one
+// more round trip then): what Holds, Status, List and the background
+// confirmation answer from.
 func (s *Store) heads(ctx context.Context, rids []string) (map[string]*gen, error) {
 	if len(rids) == 1 {
 		h, err := s.head(ctx, rids[0])
+		if err == nil && h != nil {
+			h, err = s.newest(ctx, rids[0], h)
+		}
 		if err != nil || h == nil {
 			return map[string]*gen{}, err
 		}
@@ -529,7 +581,40 @@ func (s *Store) heads(ctx context.Context, rids []string) (map[string]*gen, erro
 	if err != nil {
 		return nil, err
 	}
-	return headsOf(gens), nil
+	hs := headsOf(gens)
+	return hs, s.newestAll(ctx, hs)
+}
+
+// newestAll is newest for every head in hs, in one round trip for the
+// claims after them while none of them lags.
+func (s *Store) newestAll(ctx context.Context, hs map[string]*gen) error {
+	now, unc := s.clock.Now()
+	var after []string
+	for rid, h := range hs {
+		if h.Owner != nil && h.ExpiresAt.After(now.Add(-unc)) {
+			after = append(after, genID(rid, h.Seq+1))
+		}
+	}
+	if len(after) == 0 {
+		return nil
+	}
+	var next []gen
+	err := s.rt(ctx, opFind, func(ctx context.Context) error {
+		cur, err := s.claims.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: after}}}})
+		if err != nil {
+			return err
+		}
+		return cur.All(ctx, &next)
+	})
+	if err != nil {
+		return s.storeErr(ctx, opFind, err)
+	}
+	for _, g := range next {
+		if hs[g.Key], err = s.newest(ctx, g.Key, hs[g.Key]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // headsOf keeps the highest generation of each key.

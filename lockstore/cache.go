@@ -41,6 +41,23 @@ func newHoldCache(held prometheus.Gauge) *holdCache {
 func (c *holdCache) put(rid string, e holdEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.putLocked(rid, e)
+}
+
+// putUnlessNewer is put, unless the entry of rid is a later generation
+// of the key verified after since: the writer of e sent it at since, and
+// a change made after that through this Store, whose head write finished
+// first, must not be undone in the cache by e's.
+func (c *holdCache) putUnlessNewer(rid string, e holdEntry, since time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.m[rid]; ok && old.g.Seq > e.g.Seq && old.verified.After(since) {
+		return
+	}
+	c.putLocked(rid, e)
+}
+
+func (c *holdCache) putLocked(rid string, e holdEntry) {
 	if old, ok := c.m[rid]; ok && old.own {
 		c.own--
 	}

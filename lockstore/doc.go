@@ -70,13 +70,26 @@
 // between the two writes, or until the next change of the key if the writer
 // failed between them (the operation then returns `ErrUnavailable`, so its
 // caller does not rely on it). Writers notice a lagging head through the
-// duplicate claim, read the claim that won and go on from it. Two writers of
-// consecutive generations can also leave the head document one generation
-// behind for a moment (FerretDB answers only a pure `_id` filter from an
-// index, so the head write is not conditional). Readers of a stale head
-// document err towards "not held", with one exception: an operator's
-// force-release racing the holder's own acquire or renew can leave the head
-// document showing the holder until the next change or the lease end.
+// duplicate claim, read the claim that won and go on from it. The head
+// write is not conditional (FerretDB answers only a pure `_id` filter from
+// an index, and rewrites by `_id` after its query anyway), so a slower
+// writer of an older generation can also move the head document back,
+// until the next change of the key: to a hold that has ended since (a
+// holder's renewal overtaken by its own release and another owner's
+// acquire). Every read of a head document that names a holder whose lease
+// may not have ended therefore also reads the claim after it (one lookup
+// by exact `_id`) and goes on to the newest claim if there is one (`heads`,
+// `newest`): Holds, Status, List and the background confirmation never
+// answer from a moved-back head (`TestHeadMovedBackHoldsNobody`). Writers
+// decide on the head as read: the claims refuse whatever a stale head
+// would wrongly allow.
+// A head that shows no holder, or an ended hold, is not checked: it can
+// only make a reader say "not held". One exception remains: a head moved
+// back behind a claim that compaction has deleted already (older than
+// `CleanupAfter`) is not noticed; its hold must then have been granted
+// with a lease longer than `CleanupAfter` to still count, which keeping
+// `maxLeaseMS` no longer than `cleanupAfter` (both 10 min by default)
+// rules out.
 //
 // Claims are **compacted**: the janitor (every `CleanupInterval`) deletes
 // claims older than `CleanupAfter` (default 10 min, at least 1 min and 12 x
@@ -162,12 +175,13 @@
 // after a moment before which no newer generation's head document was
 // written: the moment before its claim was sent, or before a read of its
 // head document that found it. A background task re-reads, twice per
-// trust period and in one round trip, the head documents of the cached
-// locks this store wrote, so that writes under a lock held through this
-// proxy are answered from memory for the whole lease; a lock whose head
-// shows another generation is read again by the next check. A lock whose
-// newest generation another store wrote (taken, renewed or changed through
-// another proxy) is read from the head documents on every check.
+// trust period and in two round trips (the head documents, and the claims
+// after them), the head documents of the cached locks this store wrote,
+// so that writes under a lock held through this proxy are answered from
+// memory for the whole lease; a lock whose head shows another generation
+// is read again by the next check. A lock whose newest generation another
+// store wrote (taken, renewed or changed through another proxy) is read
+// from its head document and the claim after it on every check.
 //
 // A release, force-release, handoff or session release through one store
 // of a hold that another store may still trust (its newest generation was

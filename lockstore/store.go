@@ -191,6 +191,9 @@ type Store struct {
 	// reported as that write's, the write having happened: a reply lost
 	// or late after the server applied it.
 	testHookWrote func(what string, g *gen) error
+	// testHookHead, when set, runs after a generation's claim was
+	// inserted and before its head document is written.
+	testHookHead func(g *gen)
 }
 
 // Open connects to the lock store. It fails only for an invalid
@@ -681,11 +684,11 @@ func sessionBinary(session []byte) *primitive.Binary {
 // keys, one lookup by _id for a single key): a lock whose head is still
 // the cached generation is confirmed as of the moment the read was sent;
 // any other is replaced by what was read, unconfirmed, so that Holds reads
-// it again. A head can lag behind its claims, but never behind a change
-// whose writer has gone on (quiesce waits for its head write), and a head
-// write lands once, before its writer returns, so it cannot bring back a
-// generation after a newer one was seen. Only entries verified lately are
-// confirmed this way, like the views writers build on (guess).
+// it again. A head can lag behind its claims, or be moved back by the
+// late head write of an older generation; heads reads the claim after
+// every head that names a holder (newest), so neither is confirmed. Only
+// entries verified lately are confirmed this way, like the views writers
+// build on (guess).
 func (s *Store) refreshCache(ctx context.Context) {
 	seen := s.cache.ownHeld(s.via, time.Now().Add(-min(s.cfg.CleanupAfter/8, 30*time.Second)))
 	if len(seen) == 0 || !s.setupDone.Load() {

@@ -555,8 +555,10 @@ func TestHolds(t *testing.T) {
 	if ok, _, err := s2.Holds(bg, a, "db.c", ids(t, int32(1)), time.Second); !ok || err != nil {
 		t.Fatalf("holds through the other store: %v %v", ok, err)
 	}
-	if finds(s2) != f0+1 {
-		t.Fatal("Holds for a foreign lock should read the database once")
+	// The head, and the claim after it: a head can be moved back to a
+	// hold that has ended (TestHeadMovedBackHoldsNobody).
+	if finds(s2) != f0+2 {
+		t.Fatalf("Holds for a foreign lock read the database %v times, want twice (its head and the claim after it)", finds(s2)-f0)
 	}
 	ok, missing, _ = s1.Holds(bg, a, "db.c", ids(t, int32(1), int32(3)), 0)
 	if ok || len(missing) != 1 || missing[0].Raw().Int32() != 3 {

@@ -494,3 +494,52 @@ func TestLockCollTTLIndex(t *testing.T) {
 		}
 	}
 }
+
+// A non-holder's delete of a lock record is refused while the record
+// lives (its ts younger than leaseMS), whether lockgate holds its mirror
+// (inserted through the other lockgate) or not (written straight at the
+// database, this delete the first write that meets it); only a record
+// past its lease is anyone's to delete, as a TTL index would. A lease of
+// ten minutes (lockCollectionLong.*), so that no pause of a loaded machine
+// ends a lock this test calls live: TestSchemeTakeover's b_delete_early
+// once came out 1 where its 1.5 s lease had run out before the delete
+// (the last case here).
+func TestLockCollNonHolderDeleteOfLiveRecord(t *testing.T) {
+	ctx := context.Background()
+	const db = "lockCollectionLong"
+	_, lock := lcSetup(t, db, "lc_del", "lc_del.lock", 1, 2, 3)
+	a := connect(t, proxyURI, "lc-del-holder").Database(db).Collection("lc_del.lock")
+	b := connect(t, proxy2URI, "lc-del-other").Database(db).Collection("lc_del.lock")
+
+	// Held through lockgate 1, deleted through lockgate 2.
+	if _, err := a.InsertOne(ctx, bson.D{{"_id", 1}, {"ts", msNow()}, {"aid", "A"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DeleteOne(ctx, bson.D{{"_id", 1}}); code(err) != 46 {
+		t.Errorf("another client's delete of a record held through the other lockgate: %v, want LockBusy", err)
+	}
+	if rec := lcRecord(t, lock, 1); rec == nil || rec["aid"] != "A" {
+		t.Errorf("record 1 = %v, want A's", rec)
+	}
+
+	// Live, with no mirror: the record decides.
+	if _, err := lock.InsertOne(ctx, bson.D{{"_id", 2}, {"ts", msNow()}, {"aid", "X"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DeleteOne(ctx, bson.D{{"_id", 2}}); code(err) != 46 {
+		t.Errorf("a delete of a live record nobody took through lockgate: %v, want LockBusy", err)
+	}
+	if rec := lcRecord(t, lock, 2); rec == nil || rec["aid"] != "X" {
+		t.Errorf("record 2 = %v, want X's", rec)
+	}
+
+	// Past its lease when it lands (a ts taken that long before the
+	// insert reached lockgate): abandoned, the TTL's to delete, and so
+	// anyone's.
+	if _, err := a.InsertOne(ctx, bson.D{{"_id", 3}, {"ts", msNow().Add(-11 * time.Minute)}, {"aid", "A"}}); err != nil {
+		t.Fatal(err)
+	}
+	if del, err := b.DeleteOne(ctx, bson.D{{"_id", 3}}); err != nil || del.DeletedCount != 1 {
+		t.Errorf("a delete of a record past its lease: %+v, %v; want it deleted", del, err)
+	}
+}

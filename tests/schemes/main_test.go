@@ -7,8 +7,6 @@
 package schemes
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -19,9 +17,8 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/gateway/gatewaytest"
 	"github.com/lockgate/lockgate/internal/testkit"
-	"github.com/lockgate/lockgate/testserver/embedded"
+	"github.com/lockgate/lockgate/tests/schemes/internal/twoproxies"
 )
 
 var (
@@ -103,68 +100,23 @@ func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, setup)) }
 
 // setup starts the embedded upstream and the two gateways in front of it.
 func setup() (func() error, error) {
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("starting the embedded upstream: %w", err)
-	}
-	directURI = srv.URI()
-	scale, why, err := testkit.LeaseScale()
-	if err != nil {
-		srv.Close()
-		return nil, err
-	}
-	leaseMS = baseLeaseMS * int64(scale)
-	lease = time.Duration(leaseMS) * time.Millisecond
-	fmt.Fprintf(os.Stderr, "tests/schemes: leases scaled by %d (%s): leaseMS %d\n", scale, why, leaseMS)
-	dir, err := os.MkdirTemp("", "schemes")
-	if err != nil {
-		srv.Close()
-		return nil, err
-	}
-	fail := func(err error) (func() error, error) {
-		srv.Close()
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	cfg := gatewaytest.Config(directURI)
-	cfg.Policy.Default = config.ModeOff
-	cfg.Policy.LeaseMarginMS = 200
-	cfg.Policy.Namespaces = rules()
-	// Both proxies must key lock owners alike.
-	cfg.Lockstore.OwnerSecretFile = dir + "/owner-secret"
-	if err := os.WriteFile(cfg.Lockstore.OwnerSecretFile, []byte("0123456789abcdef0123456789abcdef0123456789abcdef"), 0o600); err != nil {
-		return fail(err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return fail(fmt.Errorf("test config: %w", err))
-	}
-	baseCfg = cfg
 	core, logs := observer.New(zap.InfoLevel)
 	auditLog = logs
-	log := zap.New(core)
+	loggers := [2]*zap.Logger{zap.New(core), nil}
 	if os.Getenv("SCHEMES_TEST_LOG") != "" {
 		dev, _ := zap.NewDevelopment()
-		log = zap.New(zapcore.NewTee(core, dev.Core()))
+		loggers = [2]*zap.Logger{zap.New(zapcore.NewTee(core, dev.Core())), dev.Named("gw2")}
 	}
-	g, stop, err := gatewaytest.Run(cfg, log)
+	set, stop, err := twoproxies.Start(twoproxies.Options{Name: "tests/schemes", BaseLeaseMS: baseLeaseMS, Loggers: loggers,
+		Rules: func(ms int64) []config.NamespaceRule {
+			// The rules read it.
+			leaseMS, lease = ms, time.Duration(ms)*time.Millisecond
+			return rules()
+		}})
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	gw, proxyURI = g.Gateway, g.URI
-	var log2 *zap.Logger
-	if os.Getenv("SCHEMES_TEST_LOG") != "" {
-		dev, _ := zap.NewDevelopment()
-		log2 = dev.Named("gw2")
-	}
-	g2, stop2, err := gatewaytest.Run(cfg, log2)
-	if err != nil {
-		stop()
-		return fail(fmt.Errorf("starting the second gateway: %w", err))
-	}
-	proxy2URI = g2.URI
-	return func() error {
-		defer os.RemoveAll(dir)
-		defer srv.Close()
-		return errors.Join(stop2(), stop())
-	}, nil
+	directURI, proxyURI, proxy2URI = set.DirectURI, set.ProxyURI, set.Proxy2URI
+	gw, baseCfg = set.Gateway, set.Config
+	return stop, nil
 }

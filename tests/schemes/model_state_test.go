@@ -331,3 +331,70 @@ func (m *model) describe(s snap) string {
 	}
 	return strings.Join(parts, " | ")
 }
+
+// clock is a wall-clock time to the millisecond, for the reports.
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("15:04:05.000")
+}
+
+// times is when a step's write was sent and answered and when the state
+// after it was read: a report tells a slow step from a wrong one by them.
+func (e entry) times() string {
+	return fmt.Sprintf("sent %s, answered %s, state read %s to %s", clock(e.t0), clock(e.t1), clock(e.read), clock(e.readDone))
+}
+
+// storeHistory is every generation the lock store keeps of the mirror of
+// id (its claims, oldest first) and its head document, read straight
+// from the lock store's collections: what a report needs to tell a lock
+// store that lost a grant from a mirror that ran out.
+func (m *model) storeHistory(id int32) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mns := m.db + "." + m.coll
+	if m.kind == "lockCollection" {
+		mns = m.db + "." + m.lockColl
+	}
+	db := m.direct.Database(baseCfg.Lockstore.Database)
+	var b strings.Builder
+	for _, c := range []struct{ coll, what string }{{baseCfg.Lockstore.Collection + "_claims", "claim"}, {baseCfg.Lockstore.Collection, "head"}} {
+		cur, err := db.Collection(c.coll).Find(ctx, bson.D{{"ns", mns}})
+		if err != nil {
+			fmt.Fprintf(&b, "    reading %s: %v\n", c.coll, err)
+			continue
+		}
+		var gens []bson.Raw
+		for cur.Next(ctx) {
+			if got, ok := numID(cur.Current.Lookup("id")); ok && got == id {
+				gens = append(gens, append(bson.Raw(nil), cur.Current...))
+			}
+		}
+		cur.Close(ctx)
+		sort.Slice(gens, func(i, j int) bool {
+			a, _ := gens[i].Lookup("seq").AsInt64OK()
+			b, _ := gens[j].Lookup("seq").AsInt64OK()
+			return a < b
+		})
+		for _, g := range gens {
+			at := func(k string) time.Time {
+				if v, ok := g.Lookup(k).DateTimeOK(); ok {
+					return time.UnixMilli(v)
+				}
+				return time.Time{}
+			}
+			str := func(k string) string {
+				s, _ := g.Lookup(k).StringValueOK()
+				return s
+			}
+			num := func(k string) int64 {
+				n, _ := g.Lookup(k).AsInt64OK()
+				return n
+			}
+			fmt.Fprintf(&b, "    %s seq %d %s by %q via %.8s token %d at %s, expires %s\n", c.what, num("seq"),
+				str("kind"), str("ownerApp"), str("via"), num("token"), clock(at("at")), clock(at("expiresAt")))
+		}
+	}
+	return b.String()
+}

@@ -8,16 +8,13 @@
 package libs
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/config"
-	"github.com/lockgate/lockgate/gateway/gatewaytest"
 	"github.com/lockgate/lockgate/internal/testkit"
-	"github.com/lockgate/lockgate/testserver/embedded"
+	"github.com/lockgate/lockgate/tests/schemes/internal/twoproxies"
 )
 
 var (
@@ -42,55 +39,17 @@ func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, setup)) }
 
 // setup starts the embedded upstream and the two gateways in front of it.
 func setup() (func() error, error) {
-	scale, why, err := testkit.LeaseScale()
+	set, stop, err := twoproxies.Start(twoproxies.Options{Name: "tests/schemes/libs", BaseLeaseMS: baseLibLeaseMS,
+		Rules: func(ms int64) []config.NamespaceRule {
+			// The rules read it.
+			libLeaseMS = ms
+			return libRules()
+		}})
 	if err != nil {
 		return nil, err
 	}
-	libLeaseMS = baseLibLeaseMS * int64(scale)
-	fmt.Fprintf(os.Stderr, "tests/schemes/libs: leases scaled by %d (%s): %d ms\n", scale, why, libLeaseMS)
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("starting the embedded upstream: %w", err)
-	}
-	directURI = srv.URI()
-	dir, err := os.MkdirTemp("", "schemelibs")
-	if err != nil {
-		srv.Close()
-		return nil, err
-	}
-	fail := func(err error) (func() error, error) {
-		srv.Close()
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	cfg := gatewaytest.Config(directURI)
-	cfg.Policy.Default = config.ModeOff
-	cfg.Policy.LeaseMarginMS = 200
-	cfg.Policy.Namespaces = libRules()
-	// Both proxies must key lock owners alike.
-	cfg.Lockstore.OwnerSecretFile = dir + "/owner-secret"
-	if err := os.WriteFile(cfg.Lockstore.OwnerSecretFile, []byte("0123456789abcdef0123456789abcdef0123456789abcdef"), 0o600); err != nil {
-		return fail(err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return fail(fmt.Errorf("test config: %w", err))
-	}
-	g, stop, err := gatewaytest.Run(cfg, nil)
-	if err != nil {
-		return fail(err)
-	}
-	proxyURI = g.URI
-	g2, stop2, err := gatewaytest.Run(cfg, nil)
-	if err != nil {
-		stop()
-		return fail(fmt.Errorf("starting the second gateway: %w", err))
-	}
-	proxy2URI = g2.URI
-	return func() error {
-		defer os.RemoveAll(dir)
-		defer srv.Close()
-		return errors.Join(stop2(), stop())
-	}, nil
+	directURI, proxyURI, proxy2URI = set.DirectURI, set.ProxyURI, set.Proxy2URI
+	return stop, nil
 }
 
 // scriptTimeout bounds one script run: 90 s on an idle machine, scaled

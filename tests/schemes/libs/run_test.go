@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/tests/schemes/internal/twoproxies"
 )
 
 // Workload size: K workers, M increments each, per hot document set.
@@ -62,13 +61,9 @@ func runLib(t *testing.T, d libDriver, out any, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout())
 	defer cancel()
-	cmd := exec.CommandContext(ctx, d.argv[0], append(d.argv[1:], args...)...)
-	cmd.Env = append(os.Environ(), "LOCKGATE_TEST_LEASE_MS="+strconv.FormatInt(libLeaseMS, 10))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	b, err := cmd.Output()
+	b, err := twoproxies.RunScript(ctx, libLeaseMS, d.argv, args...)
 	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", d.argv[1], args, err, stderr.String())
+		t.Fatal(err)
 	}
 	if err := json.Unmarshal(bytes.TrimSpace(b), out); err != nil {
 		t.Fatalf("%v output %q: %v", args, b, err)

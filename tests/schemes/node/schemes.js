@@ -271,9 +271,21 @@ async function takeover(scheme, uri, direct, db, cname) {
   const refusedOr = async (f) => {
     try { return await f(); } catch (e) { if (e instanceof MongoServerError) return `refused/${e.code}`; throw e; }
   };
+  // Both connected before A takes its lock: the lock's time is taken
+  // before the write is sent, so a first connection made on the way
+  // would count into A's lease.
+  await a.db('admin').command({ ping: 1 });
+  await b.db('admin').command({ ping: 1 });
+  const start = performance.now();
+  // How long A's lock had lived, at most, when B's early steps were
+  // answered: if not less than A's lease, A's lock may have ended before
+  // them, and their outcome says nothing (schemes_test.go runs the
+  // takeover again).
+  const earlyDone = () => { out.early_ms = Math.floor(performance.now() - start); };
   if (scheme === 'holderFields') {
     out.a_acquire = await new HolderFields(ca).acquire(1, 'A', seen);
     out.b_acquire_early = await new HolderFields(cb).acquire(1, 'B', seen);
+    earlyDone();
     await sleep(LEASE_MS + 500);
     out.a_write_after_lease = await new HolderFields(ca).write(1, 'A', 5);
     await sleep(400);
@@ -283,6 +295,7 @@ async function takeover(scheme, uri, direct, db, cname) {
   } else if (scheme === 'lockDocument') {
     out.a_acquire = await new LockDocument(ca).acquire(1, 'A', seen, LEASE_MS * 2 / 3);
     out.b_acquire_early = await new LockDocument(cb).acquire(1, 'B', seen);
+    earlyDone();
     await sleep(LEASE_MS);
     out.a_write_after_expiry = await new LockDocument(ca).write(1, 'A', 5);
     await sleep(400);
@@ -300,6 +313,7 @@ async function takeover(scheme, uri, direct, db, cname) {
     out.b_acquire_upsert_early = await new LockCollection(b.db(db), cb, true).acquire(1, 'B', seen);
     out.b_delete_early = await refusedOr(async () => (await lb.locks.deleteOne({ _id: 1 })).deletedCount);
     out.b_refresh_early = await refusedOr(async () => (await lb.locks.updateOne({ _id: 1 }, { $set: { ts: new Date() } })).modifiedCount);
+    earlyDone();
     await sleep(LEASE_MS + 500);
     // What a TTL index on ts does on MongoDB (FerretDB has none).
     await dc.db(db).collection(`${cname}.lock`).deleteOne({ _id: 1, ts: { $lt: new Date(Date.now() - LEASE_MS) } });
@@ -312,6 +326,7 @@ async function takeover(scheme, uri, direct, db, cname) {
     out.a_acquire = await new Flag(ca).acquire(1, 'A', seen);
     out.b_acquire_early = await new Flag(cb).acquire(1, 'B', seen);
     out.b_clear_early = await refusedOr(async () => (await cb.updateOne({ _id: 1 }, { $set: { locked: false } })).modifiedCount);
+    earlyDone();
     await sleep(LEASE_MS + 500);
     out.b_clear_after_lease = (await cb.updateOne({ _id: 1 }, { $set: { locked: false } })).modifiedCount;
     out.b_acquire_after_clear = await new Flag(cb).acquire(1, 'B', seen);

@@ -322,9 +322,24 @@ def takeover(scheme, uri, direct, db, cname):
     dc = pymongo.MongoClient(direct)
     seed(dc[db][cname], scheme)
     seen = set()
+    # Both connected before A takes its lock: the lock's time is taken
+    # before the write is sent, so a first connection made on the way
+    # would count into A's lease.
+    a.admin.command("ping")
+    b.admin.command("ping")
+    start = time.monotonic()
+
+    def early_done():
+        # How long A's lock had lived, at most, when B's early steps were
+        # answered: if not less than A's lease, A's lock may have ended
+        # before them, and their outcome says nothing (schemes_test.go
+        # runs the takeover again).
+        out["early_ms"] = int((time.monotonic() - start) * 1000)
+
     if scheme == "holderFields":
         out["a_acquire"] = HolderFields(ca).acquire(1, "A", seen)
         out["b_acquire_early"] = HolderFields(cb).acquire(1, "B", seen)
+        early_done()
         time.sleep(LEASE_S + 0.5)
         # Expired, not taken over: the holder's write still lands, as on
         # the database; a takeover then waits out lockgate's margin.
@@ -336,6 +351,7 @@ def takeover(scheme, uri, direct, db, cname):
     elif scheme == "lockDocument":
         out["a_acquire"] = LockDocument(ca).acquire(1, "A", seen, lease=LEASE_S * 2 / 3)
         out["b_acquire_early"] = LockDocument(cb).acquire(1, "B", seen)
+        early_done()
         time.sleep(LEASE_S)
         out["a_write_after_expiry"] = LockDocument(ca).write(1, "A", 5)
         time.sleep(0.4)
@@ -358,6 +374,7 @@ def takeover(scheme, uri, direct, db, cname):
             out["b_refresh_early"] = lb.locks.update_one({"_id": 1}, {"$set": {"ts": now()}}).modified_count
         except OperationFailure as e:
             out["b_refresh_early"] = "refused/%s" % e.code
+        early_done()
         time.sleep(LEASE_S + 0.5)
         # What a TTL index on ts does on MongoDB (FerretDB has none):
         # the expired record goes.
@@ -377,6 +394,7 @@ def takeover(scheme, uri, direct, db, cname):
             out["b_clear_early"] = cb.update_one({"_id": 1}, {"$set": {"locked": False}}).modified_count
         except OperationFailure as e:
             out["b_clear_early"] = "refused/%s" % e.code
+        early_done()
         # The flag has no expiry of its own: once the holder has been
         # silent for the lease, its lock is abandoned and may be cleared.
         time.sleep(LEASE_S + 0.5)

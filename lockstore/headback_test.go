@@ -1,0 +1,75 @@
+package lockstore
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestHeadMovedBackHoldsNobody: a holder's renewal whose head write is
+// overtaken by the holder's own release (through another lockgate, or
+// through the same one from another connection) and by another owner's
+// acquire lands last, so that the head document shows the renewed hold
+// again. The claims say the key is b's: no store may answer that a holds
+// it, nor show a as the holder. Before newest and putUnlessNewer every
+// store answered Holds(a) true and showed a as the holder, for a's whole
+// renewed lease (through the same store, from its cache too).
+func TestHeadMovedBackHoldsNobody(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		release int // the store a releases through: 0 (s1, the renewing one) or 1 (s2)
+	}{{"release through another store", 1}, {"release through the same store", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.CacheTrust = time.Second // the code's own value: a's renewal is trusted for it
+			s := []*Store{openStore(t, cfg), openStore(t, cfg), openStore(t, cfg)}
+			a, b := newOwner("a"), newOwner("b")
+			const ns = "db.c"
+			key := ids(t, "k")
+			mustAcquire(t, s[0], a, ns, key, time.Minute, 0)
+
+			paused, gate := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			s[0].testHookHead = func(g *gen) {
+				if g.Kind == kindRenew && g.Via == s[0].via {
+					once.Do(func() { close(paused) })
+					<-gate
+				}
+			}
+			renewed := make(chan error, 1)
+			go func() {
+				_, err := s[0].Renew(bg, a, ns, key, time.Minute)
+				renewed <- err
+			}()
+			<-paused
+			s[0].testHookHead = nil
+			if n, err := s[c.release].Release(bg, a, ns, key, ""); n != 1 || err != nil {
+				t.Fatalf("a's release: %d %v", n, err)
+			}
+			mustAcquire(t, s[1], b, ns, key, time.Minute, 0)
+			close(gate)
+			if err := <-renewed; err != nil {
+				t.Logf("the overtaken renewal: %v", err)
+			}
+
+			for i, st := range s {
+				if ok, _, err := st.Holds(bg, a, ns, key, 0); ok || err != nil {
+					t.Errorf("s%d: Holds(a) = %v, %v after a released and b acquired", i+1, ok, err)
+				}
+				// One key, and two (the heads are read together).
+				for _, which := range [][]any{{"k"}, {"k", "other"}} {
+					sts, err := st.Status(bg, b, ns, ids(t, which...))
+					if err != nil || len(sts) != len(which) {
+						t.Fatalf("s%d: status: %v %v", i+1, sts, err)
+					}
+					if !sts[0].Held || !sts[0].HeldByYou {
+						t.Errorf("s%d: status of %v shows %+v, want held by b", i+1, which, sts[0].Holder)
+					}
+				}
+			}
+			if _, err := s[2].Acquire(bg, newOwner("c"), ns, key, time.Minute, 0); err == nil {
+				t.Error("c acquired the key b holds")
+			}
+		})
+	}
+}
