@@ -132,6 +132,7 @@ func TestReleaseSessionCostsTheSessionsLocks(t *testing.T) {
 func TestReleaseSessionFindsLocksOfOtherInstances(t *testing.T) {
 	ctx := context.Background()
 	cfg := testConfig(t)
+	cfg.NewcomerHorizon = noMemoryLocks
 	a, b := openStore(t, cfg), openStore(t, cfg)
 	o := newOwner("roamer")
 	if _, err := a.Acquire(ctx, o, "db.c", ids(t, 1, 2), time.Minute, 0); err != nil {
