@@ -60,8 +60,8 @@ func rawCommand(t *testing.T, addr string, cmd bson.D) bson.M {
 func TestTwoProxiesShareLocks(t *testing.T) {
 	coll, pol := protected(t, 3)
 	shared := fmt.Sprintf("shared_%d", seq.Add(1))
-	a := startStackWith(t, stackOptions{collection: shared, policy: pol})
-	b := startStackWith(t, stackOptions{collection: shared, policy: pol})
+	a := startStackWith(t, stackOptions{noMemoryLocks: true, collection: shared, policy: pol})
+	b := startStackWith(t, stackOptions{noMemoryLocks: true, collection: shared, policy: pol})
 	ca, cb := connect(t, a.uri, "via-a"), connect(t, b.uri, "via-b")
 	sa, sb := session(t, ca), session(t, cb)
 	acquire(t, ca, sa, coll, 1)
