@@ -110,7 +110,9 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	if so.storeURI == "" {
 		so.storeURI = upstreamURI
 	} else {
-		opTimeout = 2 * time.Second // an unreachable store should fail fast
+		// The only other deployment is an unreachable one: each call
+		// fails after this, and a test makes five of them.
+		opTimeout = 300 * time.Millisecond
 	}
 	if so.logger == nil {
 		so.logger = zaptest.NewLogger(t)
