@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/testserver/embedded"
@@ -79,6 +80,19 @@ type stackOptions struct {
 	authRequired func() bool
 	// storeMetrics, when set, are the lock store's collectors.
 	storeMetrics *lockstore.Metrics
+	// memStore, when set, is the lock store instead of a lockstore.Store
+	// on the embedded FerretDB (stack.store stays nil): for tests of the
+	// guard's decisions, where the store's own behaviour is not the
+	// subject. Stacks given the same memStore share its locks, as proxies
+	// on one lock database do; lockstoretest holds both stores to the
+	// same contract.
+	memStore *memstore.Store
+	// noMemoryLocks turns the lock store's memory locks off
+	// (NewcomerHorizon negative), so that a second stack on the same
+	// collection waits CacheTrust (a second) before its first grant
+	// instead of their 3 s horizon: for tests of several stacks that take
+	// no implicit locks.
+	noMemoryLocks bool
 }
 
 var testOwnerSecret = []byte("lockgate-test-owner-secret-0123456789")
@@ -96,24 +110,36 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	if so.storeURI == "" {
 		so.storeURI = upstreamURI
 	} else {
-		opTimeout = 2 * time.Second // an unreachable store should fail fast
+		// The only other deployment is an unreachable one: each call
+		// fails after this, and a test makes five of them.
+		opTimeout = 300 * time.Millisecond
 	}
 	if so.logger == nil {
 		so.logger = zaptest.NewLogger(t)
 	}
 	ctx := context.Background()
-	storeOpts := []lockstore.Option{lockstore.WithLogger(so.logger)}
-	if so.storeMetrics != nil {
-		storeOpts = append(storeOpts, lockstore.WithMetrics(so.storeMetrics))
+	var store *lockstore.Store
+	var lockStore LockStore = so.memStore
+	if so.memStore == nil {
+		storeOpts := []lockstore.Option{lockstore.WithLogger(so.logger)}
+		if so.storeMetrics != nil {
+			storeOpts = append(storeOpts, lockstore.WithMetrics(so.storeMetrics))
+		}
+		cfg := lockstore.Config{
+			URI: so.storeURI, Database: "lockgate_guard_test", Collection: so.collection,
+			DefaultLease: 5 * time.Second, MaxLease: time.Minute, OpTimeout: opTimeout,
+		}
+		if so.noMemoryLocks {
+			cfg.NewcomerHorizon = -1
+		}
+		var err error
+		store, err = lockstore.Open(ctx, cfg, storeOpts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close(context.Background()) })
+		lockStore = store
 	}
-	store, err := lockstore.Open(ctx, lockstore.Config{
-		URI: so.storeURI, Database: "lockgate_guard_test", Collection: so.collection,
-		DefaultLease: 5 * time.Second, MaxLease: time.Minute, OpTimeout: opTimeout,
-	}, storeOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(context.Background()) })
 	rc, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI))
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +164,7 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	}
 	metrics := NewMetrics()
 	gd := New(Options{
-		Store: store, Resolver: res, Metrics: metrics, Logger: so.logger,
+		Store: lockStore, Resolver: res, Metrics: metrics, Logger: so.logger,
 		ResolveTimeout: so.resolveTimeout, MaxResolves: so.maxResolves, OwnerSecret: so.ownerSecret,
 		AuthRequired:         so.authRequired,
 		EndSessionsSupported: func(context.Context) (bool, error) { return false, nil },

@@ -97,9 +97,9 @@ func TestLockStoreKeepsNoSessionID(t *testing.T) {
 func TestOwnerSecretIsShared(t *testing.T) {
 	coll, pol := protected(t, 1)
 	lockColl := "locks_secret_" + coll
-	a := startStackWith(t, stackOptions{collection: lockColl, policy: pol})
-	same := startStackWith(t, stackOptions{collection: lockColl, policy: pol})
-	other := startStackWith(t, stackOptions{collection: lockColl, policy: pol, ownerSecret: []byte("another-owner-secret-0123456789abcdef")})
+	a := startStackWith(t, stackOptions{noMemoryLocks: true, collection: lockColl, policy: pol})
+	same := startStackWith(t, stackOptions{noMemoryLocks: true, collection: lockColl, policy: pol})
+	other := startStackWith(t, stackOptions{noMemoryLocks: true, collection: lockColl, policy: pol, ownerSecret: []byte("another-owner-secret-0123456789abcdef")})
 	ca := connect(t, a.uri, "app")
 	s := session(t, ca)
 	acquire(t, ca, s, coll, 1)

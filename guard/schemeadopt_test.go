@@ -29,8 +29,8 @@ func TestAdoptionOfARecordReleasedMeanwhile(t *testing.T) {
 			Scheme: &config.Scheme{Type: config.SchemeLockCollection, Collection: "resourceLocks",
 				RecordID: "lock_{_id}", ExpiresField: "ExpireAt"}}}}
 	coll := "locks_adopt"
-	s1 := startStackWith(t, stackOptions{collection: coll, policy: pol})
-	s2 := startStackWith(t, stackOptions{collection: coll, policy: pol})
+	s1 := startStackWith(t, stackOptions{noMemoryLocks: true, collection: coll, policy: pol})
+	s2 := startStackWith(t, stackOptions{noMemoryLocks: true, collection: coll, policy: pol})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	locksOf := func(c *mongo.Client) *mongo.Collection { return c.Database(db).Collection("resourceLocks") }

@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/bson/primitive"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
@@ -24,8 +25,11 @@ import (
 // under its lock, the lock passes to another session, and the first
 // session's commitTransaction must not reach the database, whatever path
 // it takes. A scripted router plays the server (FerretDB has no
-// transactions); the lock store is the real one, on the embedded FerretDB,
-// shared by every proxy of a test.
+// transactions); the lock store is the in-memory one, shared by every
+// proxy of a test as a lock database is: what is decided here is the
+// guard's, and the real store's transaction records keep the same contract
+// (lockstoretest, run against both; lockstore TestTxnRecordsAcrossInstances
+// for two real Stores).
 
 // txnRig is proxies sharing one lock collection in front of one scripted
 // router.
@@ -43,9 +47,9 @@ func startTxnRig(t *testing.T, proxies int) *txnRig {
 	}
 	t.Cleanup(func() { up.Close() })
 	r := &txnRig{up: u}
-	coll := "txnlocks_" + strings.ReplaceAll(t.Name(), "/", "_")
+	store := memstore.New(memstore.Config{DefaultLease: 5 * time.Second, MaxLease: time.Minute})
 	for range proxies {
-		r.proxies = append(r.proxies, startStackWith(t, stackOptions{upstreamAddr: up.Addr(), collection: coll, policy: config.Policy{
+		r.proxies = append(r.proxies, startStackWith(t, stackOptions{upstreamAddr: up.Addr(), memStore: store, policy: config.Policy{
 			Default: config.ModeOff, LeaseMarginMS: 100,
 			Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}},
 		}}))

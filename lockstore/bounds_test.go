@@ -114,12 +114,19 @@ func TestReleaseSessionCostsTheSessionsLocks(t *testing.T) {
 		testkit.Eventually(t, 60*time.Second, "the sweep of the ended sessions", s.sweeper.idle)
 		return releases + rts(opRelease) - rel0, finds, took
 	}
+	// The race detector instruments the embedded FerretDB too, whose
+	// every scan of the junk cost a minute of the race step with 1,000;
+	// the count compared is the same with fewer.
+	junk := 1000
+	if raceEnabled {
+		junk = 200
+	}
 	rq, fq, tq := cost(0)
-	rj, fj, tj := cost(1000)
-	t.Logf("ending %d sessions of 1 lock each: %v release round trips, %v queries on the caller's path, %v in an empty store; %v, %v, %v beside 1,000 other records",
-		sessions, rq, fq, tq, rj, fj, tj)
+	rj, fj, tj := cost(junk)
+	t.Logf("ending %d sessions of 1 lock each: %v release round trips, %v queries on the caller's path, %v in an empty store; %v, %v, %v beside %d other records",
+		sessions, rq, fq, tq, rj, fj, tj, junk)
 	if rj != rq {
-		t.Errorf("release round trips %v beside 1,000 records, %v in an empty store: the cost depends on the store's size", rj, rq)
+		t.Errorf("release round trips %v beside %d records, %v in an empty store: the cost depends on the store's size", rj, junk, rq)
 	}
 	if fq != 0 || fj != 0 {
 		t.Errorf("ending %d sessions ran %v and %v queries on the caller's path: each session scans the lock collection", sessions, fq, fj)
@@ -132,6 +139,7 @@ func TestReleaseSessionCostsTheSessionsLocks(t *testing.T) {
 func TestReleaseSessionFindsLocksOfOtherInstances(t *testing.T) {
 	ctx := context.Background()
 	cfg := testConfig(t)
+	cfg.NewcomerHorizon = noMemoryLocks
 	a, b := openStore(t, cfg), openStore(t, cfg)
 	o := newOwner("roamer")
 	if _, err := a.Acquire(ctx, o, "db.c", ids(t, 1, 2), time.Minute, 0); err != nil {

@@ -16,6 +16,7 @@ import (
 // quiesce it answered from its cache for up to CacheTrust.
 func TestCacheIsNeverWrongAcrossStores(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.NewcomerHorizon = noMemoryLocks
 	cfg.CacheTrust = 400 * time.Millisecond // the same on both, as the code fixes it
 	s1 := openStore(t, cfg)
 	s2 := openStore(t, cfg)

@@ -139,6 +139,7 @@ func TestReleaseHandsOverToLocalWaiter(t *testing.T) {
 // frees nothing, the waiter is not granted and keeps waiting.
 func TestHandoffLosesToTakeoverThroughAnotherStore(t *testing.T) {
 	cfg := handoffConfig(t)
+	cfg.NewcomerHorizon = noMemoryLocks
 	clk := newFakeClock()
 	s1, s2 := openStore(t, cfg, WithClock(clk)), openStore(t, cfg, WithClock(clk))
 	a, b, c := newOwner("a"), newOwner("b"), newOwner("c")

@@ -12,6 +12,7 @@ import (
 // gets the same token as HeldTokens gives.
 func TestHeldTokensIntoSeesEveryChange(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.NewcomerHorizon = noMemoryLocks
 	cfg.CacheTrust = 2 * time.Second // a release through the other store waits this long (quiesce)
 	s1 := openStore(t, cfg)
 	s2 := openStore(t, cfg)

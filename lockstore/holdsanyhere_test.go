@@ -10,6 +10,7 @@ import (
 // not seen (the guard confirms that guess by the implicit acquire).
 func TestHoldsAnyHere(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.NewcomerHorizon = noMemoryLocks
 	s1, s2 := openStore(t, cfg), openStore(t, cfg)
 	a := newOwner("a")
 	if s1.HoldsAnyHere(a.Session) {

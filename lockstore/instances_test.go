@@ -21,6 +21,7 @@ func lastRead(s *Store) time.Time {
 // neither may answer "no lock here" while the other can grant one unseen.
 func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.NewcomerHorizon = noMemoryLocks
 	const ns = "db.c"
 	s1 := openStore(t, cfg)
 	// Alone, a Store answers from its view once it has read it: the fast
@@ -63,6 +64,7 @@ func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 // and a lone Store grants at once.
 func TestANewStoreWaitsBeforeItsFirstGrant(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.NewcomerHorizon = noMemoryLocks
 	cfg.CacheTrust = 600 * time.Millisecond
 	s1 := openStore(t, cfg)
 	start := time.Now()

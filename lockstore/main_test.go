@@ -49,6 +49,15 @@ func TestMain(m *testing.M) {
 
 var collSeq atomic.Int64
 
+// noMemoryLocks is the NewcomerHorizon of tests that open two Stores on
+// one collection and take no implicit (memory) locks: with memory locks
+// off, a Store that finds another registered waits CacheTrust (a second
+// by default) before its first grant instead of the 3 s horizon that
+// memory-locked writes need (memlock.go). The wait itself is still
+// there, and still what these tests run through; the memory-lock tests
+// (memlock_test.go) keep the default horizon.
+const noMemoryLocks = -1
+
 // testConfig returns a config on a collection of its own.
 func testConfig(t testing.TB) Config {
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())

@@ -15,6 +15,7 @@ import (
 func wakePair(t testing.TB, wake bool, minPoll, maxPoll time.Duration) (*Store, *Store) {
 	t.Helper()
 	cfg := testConfig(t)
+	cfg.NewcomerHorizon = noMemoryLocks
 	cfg.MinPoll, cfg.MaxPoll = minPoll, maxPoll
 	if wake {
 		cfg.WakeListen = "127.0.0.1:0"

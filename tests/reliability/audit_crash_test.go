@@ -168,6 +168,11 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode, sinks string
 	// Load: locked increments on four keys, and refused writes, until the
 	// child dies under them.
 	c := connect(t, child.URI, "crash-load")
+	// The load's own context, cancelled once the child is dead: its
+	// clients' next call then ends at once instead of waiting out the
+	// driver's server selection (10 s) for a server that is gone.
+	loadCtx, endLoad := context.WithCancel(ctx)
+	defer endLoad()
 	var acked atomic.Int64
 	var updatesAcked [4]atomic.Int64 // replaceOne acknowledged, per key
 	var wg sync.WaitGroup
@@ -177,9 +182,9 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode, sinks string
 			if err != nil {
 				return
 			}
-			sctx := mongo.NewSessionContext(ctx, s)
+			sctx := mongo.NewSessionContext(loadCtx, s)
 			db := c.Database(relDB)
-			for ctx.Err() == nil {
+			for loadCtx.Err() == nil {
 				if db.RunCommand(sctx, bson.D{{"acquireLock", appColl}, {"ids", bson.A{w}}, {"waitMS", 2000}}).Err() != nil {
 					return // the child is gone
 				}
@@ -208,7 +213,13 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode, sinks string
 		t.Fatal(err)
 	}
 	child.cmd.Wait()
+	// Dead, so no reply is on its way any more: what a worker counts now
+	// it was answered before the kill.
+	endLoad()
 	wg.Wait()
+	// Its server is gone: a disconnect on the live context would wait up
+	// to 10 s to end the sessions there.
+	c.Disconnect(loadCtx)
 
 	rep := sk.verify(t, ctx, false)
 	before := rep.Records
@@ -238,6 +249,11 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode, sinks string
 	// Restart on the same directory, write, stop cleanly.
 	cfg := gatewayConfig(upstream.URI(), lockColl, ns)
 	auditConfig(cfg, dir, collName, keyFile, mode)
+	// The killed gateway's registry record is still there, so the restart
+	// waits before its first grant: a second (CacheTrust) with memory
+	// locks off, instead of their 3 s horizon. Its clients took explicit
+	// locks only, so there is no memory-locked write to wait out.
+	cfg.Lockstore.NewcomerHorizonMS = -1
 	gctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	g, err := gateway.Start(gctx, cfg, zap.NewNop())
@@ -260,6 +276,10 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode, sinks string
 	if err := increment(sctx, db.Collection(appColl), 4); err != nil {
 		t.Fatal(err)
 	}
+	// Before the gateway stops: after, the disconnect at the test's end
+	// would wait up to 10 s to end the sessions on a server that is gone.
+	s.EndSession(ctx)
+	cl.Disconnect(ctx)
 	stop()
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
