@@ -272,6 +272,13 @@ func (f *flight) LateReply() bsoncore.Document {
 	w := f.v.writes[0]
 	x := violation{write: w, rule: f.pol.Lookup(w.NS.String()), reason: reasonNotLocked,
 		detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(f.plan.margin))}
+	if f.plan.implicit != nil {
+		// A writer that holds no lock has nothing to renew: its implicit
+		// lock's lease ran out while lockgate waited (for the lock, the
+		// lock store or the audit trail).
+		x.detail = fmt.Sprintf("this session holds no lock, and the implicit lock lockgate took for this write had less than the policy's margin of %s (policy.leaseMarginMS) of its lease left when the write was about to leave for the database", lockstore.FormatMS(f.plan.margin))
+		x.advice = "nothing was written: retry"
+	}
 	return refusal(f.v.req, x).document()
 }
 

@@ -3,9 +3,14 @@ package guard
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/policy"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
@@ -172,5 +177,33 @@ func TestRewrittenMessageBufferNotReusedUntilHandedBack(t *testing.T) {
 	}
 	for _, f := range []*flight{f2, f3, f4} {
 		f.Reply(context.Background(), nil)
+	}
+}
+
+// TestLateReplyOfALegacyWrite: a write that holds no lock and ran out of
+// its implicit lock's lease before leaving is told so, not told to renew
+// a lock it never took.
+func TestLateReplyOfALegacyWrite(t *testing.T) {
+	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{
+		{Match: "db.locked", Mode: config.ModeEnforce, UnlockedWriters: config.UnlockedWait}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newConnTest(t)
+	c.g.SetPolicy(pol)
+	_, f := c.decideWriteMsg(lsidOf(3), 7) // holds nothing: an implicit lock
+	if f.plan.implicit == nil {
+		t.Fatal("the legacy write took no implicit lock")
+	}
+	late := bson.Raw(f.LateReply()).String()
+	f.Reply(context.Background(), nil)
+	if strings.Contains(late, "renewLock") || !strings.Contains(late, "implicit lock") {
+		t.Fatalf("late reply of a legacy write: %s", late)
+	}
+	_, f = c.decideWriteMsg(func() bsoncore.Document { c.lockCmd(cmdAcquire, lsidOf(4), 8); return lsidOf(4) }(), 8)
+	late = bson.Raw(f.LateReply()).String()
+	f.Reply(context.Background(), nil)
+	if !strings.Contains(late, "renewLock") {
+		t.Fatalf("late reply of a holder's write: %s", late)
 	}
 }
