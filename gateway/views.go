@@ -146,6 +146,10 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			ID     json.RawMessage `json:"id"`
 			Key    *string         `json:"key"`
 			Reason string          `json:"reason"`
+			// Token, when sent, pins the holding the operator saw (a
+			// number, or a string for clients whose numbers cannot hold
+			// 64 bits): a lock that changed hands since is not released.
+			Token json.RawMessage `json:"token"`
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 		if err == nil {
@@ -170,6 +174,11 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			admin.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "id: " + err.Error()})
 			return
 		}
+		token, pinned, err := parseToken(req.Token)
+		if err != nil {
+			admin.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "token: " + err.Error()})
+			return
+		}
 		if beginForce != nil {
 			done, err := beginForce(r.Context(), req.NS, id)
 			defer done()
@@ -180,7 +189,16 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
-		before, err := store.ForceRelease(ctx, req.NS, id, req.Reason)
+		var before lockstore.Status
+		if pinned {
+			before, err = store.ForceReleaseOf(ctx, req.NS, id, token, req.Reason)
+		} else {
+			before, err = store.ForceRelease(ctx, req.NS, id, req.Reason)
+		}
+		if errors.Is(err, lockstore.ErrChangedHands) {
+			admin.WriteJSON(w, http.StatusConflict, map[string]any{"released": false, "error": err.Error()})
+			return
+		}
 		if errors.Is(err, lockstore.ErrHeldInMemory) {
 			// A legacy write's lock held in memory outlasted the wait:
 			// the error says by when it ends by itself.
@@ -210,6 +228,24 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 		}
 		admin.WriteJSON(w, http.StatusOK, map[string]any{"released": before.Held, "before": viewOf(before)})
 	}))
+}
+
+// parseToken reads the optional fencing token of a force-release: a JSON
+// integer or a string of one; pinned is false when none was sent.
+func parseToken(raw json.RawMessage) (token int64, pinned bool, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, false, nil
+	}
+	text := string(raw)
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		text = s
+	}
+	token, err = strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("want the lock's token as GET /locks gives it, an integer (or a string of one): %s", raw)
+	}
+	return token, true, nil
 }
 
 // heldAsOtherType finds a held lock in ns whose _id is id written as

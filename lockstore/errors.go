@@ -48,6 +48,9 @@ var (
 	// legacy write (memlock.go) and its context ended before that lock
 	// did. Returned as a *MemoryHeldError that says when it ends.
 	ErrHeldInMemory = errors.New("lock held in memory for a write that may still land")
+	// ErrChangedHands: ForceReleaseOf found the key no longer held under
+	// the token named. Returned as a *ChangedHandsError.
+	ErrChangedHands = errors.New("the lock changed hands")
 )
 
 // Holder describes who holds a lock, for error messages and status views.
@@ -127,6 +130,31 @@ func (e *MemoryHeldError) Error() string {
 
 // Is makes errors.Is(err, ErrHeldInMemory) true.
 func (e *MemoryHeldError) Is(target error) bool { return target == ErrHeldInMemory }
+
+// ChangedHandsError reports a force-release of a holding that is not the
+// key's current one: Now is the key's state (Held false when it is free).
+// errors.Is matches ErrChangedHands.
+type ChangedHandsError struct {
+	NS   string
+	ID   docid.ID
+	Want int64
+	Now  Status
+}
+
+func (e *ChangedHandsError) Error() string {
+	now := "it is free now"
+	if e.Now.Held {
+		app := "an unnamed app"
+		if e.Now.Holder.App != "" {
+			app = fmt.Sprintf("app %q", e.Now.Holder.App)
+		}
+		now = fmt.Sprintf("it is held now by %s (holder tag %s) with token %d", app, e.Now.Holder.SessionPrefix, e.Now.Token)
+	}
+	return fmt.Sprintf("the lock on %s _id %s is no longer the one with token %d: %s; nothing was released: look again, and release the lock you see", e.NS, e.ID, e.Want, now)
+}
+
+// Is makes errors.Is(err, ErrChangedHands) true.
+func (e *ChangedHandsError) Is(target error) bool { return target == ErrChangedHands }
 
 // NotHolderError lists the ids that the owner does not hold. errors.Is
 // matches ErrNotHolder.

@@ -328,6 +328,19 @@ func (s *Store) forceMemory(ctx context.Context, ns string, k lockKey, reason st
 	return st, true, nil
 }
 
+// memStatusOf is the status of a key held in memory; held is false when
+// it is not.
+func (s *Store) memStatusOf(ns string, k lockKey) (st Status, held bool) {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	l := s.mem.liveLocked(k.rid, time.Now())
+	if l == nil {
+		return Status{}, false
+	}
+	h := s.memHolder(l)
+	return Status{NS: ns, ID: k.id, Held: true, Holder: h, Since: l.since, ExpiresAt: h.ExpiresAt, UpdatedAt: l.since}, true
+}
+
 // memHeldIn tells whether a memory lock is held in ns.
 func (s *Store) memHeldIn(ns string) bool {
 	now := time.Now()

@@ -332,11 +332,31 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Status, error) {
 // and returns the state before; past ctx it fails with a
 // *MemoryHeldError (ErrHeldInMemory) and nothing changes.
 func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason string) (Status, error) {
+	return s.forceRelease(ctx, ns, id, reason, nil)
+}
+
+// ForceReleaseOf is ForceRelease of the holding an operator saw: the one
+// with fencing token token (0 for a lock held in memory, which has none).
+// When the key has changed hands since (released and taken again, taken
+// over, force-released), it fails with a *ChangedHandsError
+// (ErrChangedHands) and nothing changes: the new holder is not the one the
+// operator chose to free. The comparison is made on the generation the
+// release is written after, so no change can slip in between.
+func (s *Store) ForceReleaseOf(ctx context.Context, ns string, id docid.ID, token int64, reason string) (Status, error) {
+	return s.forceRelease(ctx, ns, id, reason, &token)
+}
+
+func (s *Store) forceRelease(ctx context.Context, ns string, id docid.ID, reason string, want *int64) (Status, error) {
 	ks, err := keys(ns, []docid.ID{id})
 	if err != nil {
 		return Status{}, err
 	}
-	if st, held, err := s.forceMemory(ctx, ns, ks[0], reason); held {
+	if want != nil && *want != 0 {
+		// A lock in memory has no token: one named is not it.
+		if st, held := s.memStatusOf(ns, ks[0]); held {
+			return st, &ChangedHandsError{NS: ns, ID: id, Want: *want, Now: st}
+		}
+	} else if st, held, err := s.forceMemory(ctx, ns, ks[0], reason); held {
 		return st, err
 	}
 	if err := s.ready(ctx); err != nil {
@@ -346,6 +366,14 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason
 	var before *gen
 	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
 		before = h
+		if want != nil && (h == nil || h.Token != *want) {
+			e := &ChangedHandsError{NS: ns, ID: id, Want: *want}
+			if h != nil {
+				e.Now = h.status(now, nil)
+				e.Now.ID = id
+			}
+			return nil, e
+		}
 		if h == nil {
 			return nil, nil
 		}

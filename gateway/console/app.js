@@ -209,7 +209,7 @@ async function release(lock, reason) {
   let res; let body;
   try {
     res = await fetch('../locks/release', {
-      method: 'POST', headers, body: JSON.stringify({ namespace: lock.namespace, key: lock.key, reason }),
+      method: 'POST', headers, body: JSON.stringify({ namespace: lock.namespace, key: lock.key, token: lock.token, reason }),
     });
     body = await res.json().catch(() => ({}));
   } catch (e) {
