@@ -79,6 +79,8 @@ type stackOptions struct {
 	authRequired func() bool
 	// storeMetrics, when set, are the lock store's collectors.
 	storeMetrics *lockstore.Metrics
+	// trail, when set, is the guard's audit trail.
+	trail AuditTrail
 }
 
 var testOwnerSecret = []byte("lockgate-test-owner-secret-0123456789")
@@ -138,7 +140,7 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	}
 	metrics := NewMetrics()
 	gd := New(Options{
-		Store: store, Resolver: res, Metrics: metrics, Logger: so.logger,
+		Store: store, Resolver: res, Metrics: metrics, Logger: so.logger, Trail: so.trail,
 		ResolveTimeout: so.resolveTimeout, MaxResolves: so.maxResolves, OwnerSecret: so.ownerSecret,
 		AuthRequired:         so.authRequired,
 		EndSessionsSupported: func(context.Context) (bool, error) { return false, nil },
