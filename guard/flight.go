@@ -38,7 +38,8 @@ type flightPlan struct {
 	implicit *implicitPlan
 	// guarded: locks is a holder's locks, checked after the tracker's
 	// forceSeq read forceSeq; the launch is refused if a force-release
-	// of one of them was under way at any moment since (forcedSince).
+	// of one of them was under way at any moment since
+	// (forcedSinceLocked).
 	// Implicit locks are covered by took instead.
 	guarded  bool
 	forceSeq uint64
@@ -558,7 +559,9 @@ func forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict) bsoncore.
 // was under way at any moment since. Either the force-release finds the
 // write in flight and waits for it, or the write finds the force-release.
 // The cost on the hot path is one atomic read and, at the launch, a look
-// at forced, which is empty but for the rare force-release.
+// at forced: empty but for the rare force-release, and past one only a
+// comparison of sequence numbers per entry remembered (keepForced at most,
+// with those under way).
 
 // An operator's force-release and a legacy write's implicit locks meet
 // here (Dekker's pattern, under the tracker's mu): the force-release
