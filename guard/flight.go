@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -35,6 +36,13 @@ type flightPlan struct {
 	// implicit, when set, are implicit locks the proxy took for this
 	// write alone: released when it lands (implicit.go).
 	implicit *implicitPlan
+	// guarded: locks is a holder's locks, checked after the tracker's
+	// forceSeq read forceSeq; the launch is refused if a force-release
+	// of one of them was under way at any moment since
+	// (forcedSinceLocked).
+	// Implicit locks are covered by took instead.
+	guarded  bool
+	forceSeq uint64
 	// lockBuf is locks' room for the usual one namespace, so that the
 	// plan is one allocation.
 	lockBuf [1]nsIDs
@@ -84,6 +92,13 @@ func (l nsLocks) lookup(ns string) ([]docid.ID, bool) {
 // cleared after anything that can wait longer: a resolution, implicit
 // locks).
 func (v *verdict) flightLocks(o lockstore.Owner, r *policy.Rule, ns string, ids []docid.ID, left time.Duration) {
+	v.flightLocksSince(o, r, ns, ids, left, false, 0)
+}
+
+// flightLocksSince is flightLocks for a lock holder's locks when guarded,
+// checked after the tracker's forceSeq read seq: the first check's seq is
+// the earliest, and so covers those that follow.
+func (v *verdict) flightLocksSince(o lockstore.Owner, r *policy.Rule, ns string, ids []docid.ID, left time.Duration, guarded bool, seq uint64) {
 	if v.now.IsZero() {
 		v.now = time.Now()
 	}
@@ -96,6 +111,9 @@ func (v *verdict) flightLocks(o lockstore.Owner, r *policy.Rule, ns string, ids 
 		v.flight.locks = v.flight.lockBuf[:0]
 	}
 	f := v.flight
+	if guarded && !f.guarded {
+		f.guarded, f.forceSeq = true, seq
+	}
 	if end.Before(f.end) {
 		f.end = end
 	}
@@ -116,13 +134,17 @@ type flightTracker struct {
 	// the runtime's timer heap, for a renewal that almost never happens.
 	renewals *time.Timer
 	armed    time.Time
-	// forceSeq counts the starts and ends of force-releases; forced are
-	// those under way or that a write still taking implicit locks may
-	// have met; taking counts those writes by the forceSeq they started
-	// at (took).
-	forceSeq uint64
-	forced   []*forcedKey
-	taking   map[uint64]int
+	// forceSeq counts the starts and ends of force-releases (changed
+	// under mu, read without it by lock checks); forced are those under
+	// way or that a write still taking implicit locks may have met, and
+	// the last keepForced ended ones, for lock holders' writes checked
+	// before they ended (forcedSinceLocked); forgotten is the latest end
+	// among those forgotten since. taking counts the writes taking
+	// implicit locks by the forceSeq they started at (took).
+	forceSeq  atomic.Uint64
+	forced    []*forcedKey
+	forgotten uint64
+	taking    map[uint64]int
 }
 
 type sessionFlights struct {
@@ -182,12 +204,18 @@ func (g *Guard) launch(p *flightPlan, maxTime time.Duration, next proxy.ReplyHoo
 }
 
 // launchAt is launch with the time read by the caller: the flight starts
-// at now, which must not be later than the write leaves.
+// at now, which must not be later than the write leaves. It returns nil,
+// launching nothing, for a guarded plan whose locks an operator's
+// force-release may have freed since they were checked.
 func (g *Guard) launchAt(p *flightPlan, now time.Time, maxTime time.Duration, next proxy.ReplyHook) *flight {
 	f := &p.fl
 	f.g, f.plan, f.start, f.maxTime, f.next = g, p, now, maxTime, next
 	t := g.flights
 	t.mu.Lock()
+	if p.guarded && t.forcedSinceLocked(p.locks, p.forceSeq) {
+		t.mu.Unlock()
+		return nil
+	}
 	sf := t.bySession[string(p.owner.Session)]
 	if sf == nil {
 		if len(t.bySession) >= maxIdleSessions {
@@ -505,6 +533,13 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		f.home = v.home
 	}
 	fl := g.launchAt(p, now, maxTime, d.OnReply)
+	if fl == nil {
+		if d.OnReply != nil {
+			d.OnReply.Abandon()
+		}
+		g.log.Info("refused a write whose lock an operator force-released after it was checked", zap.String("ns", v.writes[0].NS.String()))
+		return proxy.Decision{Action: proxy.Reply, Reply: forcedRefusal(req, pol, v)}
+	}
 	d.Deadline = p.end.Add(-p.margin)
 	d.LateReply, d.OnReply = fl, fl
 	if p.implicit != nil {
@@ -514,6 +549,26 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	}
 	return d
 }
+
+// forcedRefusal is the refusal of a lock holder's write whose lock an
+// operator force-released between its check and its launch.
+func forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict) bsoncore.Document {
+	w := v.writes[0]
+	x := violation{write: w, rule: pol.Lookup(w.NS.String()), reason: reasonNotLocked,
+		detail: "an operator force-released the lock on a document of this write while lockgate was checking it (after this session's lock was verified, before the write left for the database), so the write is refused",
+		advice: "nothing was written; the lock may be another session's by now: acquireLock it again before retrying"}
+	return refusal(req, x).document()
+}
+
+// An operator's force-release and a lock holder's write meet the same way
+// (below): the write reads forceSeq before its lock check, and its launch
+// (launchAt, under mu) is refused if a force-release of one of its locks
+// was under way at any moment since. Either the force-release finds the
+// write in flight and waits for it, or the write finds the force-release.
+// The cost on the hot path is one atomic read and, at the launch, a look
+// at forced: empty but for the rare force-release, and past one only a
+// comparison of sequence numbers per entry remembered (keepForced at most,
+// with those under way).
 
 // An operator's force-release and a legacy write's implicit locks meet
 // here (Dekker's pattern, under the tracker's mu): the force-release
@@ -527,6 +582,10 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 // whoever took the document meanwhile. A write that merely waits for a
 // lock (unlockedWriters: wait) holds nothing and delays no force-release.
 
+// keepForced is how many ended force-releases the tracker remembers for
+// lock holders' writes checked before they ended and not yet launched.
+const keepForced = 64
+
 // forcedKey is a force-release under way (end 0) or ended at seq end.
 type forcedKey struct {
 	ns  string
@@ -539,14 +598,13 @@ type forcedKey struct {
 func (t *flightTracker) forcing(ns string, id docid.ID) (done func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.forceSeq++
+	t.forceSeq.Add(1)
 	e := &forcedKey{ns: ns, id: id}
 	t.forced = append(t.forced, e)
 	return func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		t.forceSeq++
-		e.end = t.forceSeq
+		e.end = t.forceSeq.Add(1)
 		t.pruneForcedLocked()
 	}
 }
@@ -559,8 +617,9 @@ func (t *flightTracker) startTaking() uint64 {
 	if t.taking == nil {
 		t.taking = map[uint64]int{}
 	}
-	t.taking[t.forceSeq]++
-	return t.forceSeq
+	seq := t.forceSeq.Load()
+	t.taking[seq]++
+	return seq
 }
 
 // stopTaking ends startTaking without locks taken.
@@ -617,16 +676,54 @@ func (t *flightTracker) took(p *implicitPlan, ns string, ids []docid.ID, seq uin
 	return true
 }
 
+// forcedSinceLocked reports whether a force-release of one of locks was
+// under way at any moment since seq, or may have been (one forgotten
+// since); t.mu is held.
+func (t *flightTracker) forcedSinceLocked(locks nsLocks, seq uint64) bool {
+	if seq < t.forgotten {
+		return true
+	}
+	for _, e := range t.forced {
+		if e.end != 0 && e.end <= seq {
+			continue
+		}
+		for _, id := range locks.get(e.ns) {
+			if id.Equal(e.id) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // pruneForcedLocked forgets the ended force-releases that no write still
-// taking locks can have met; t.mu is held.
+// taking locks can have met, but for the last keepForced of them: a lock
+// holder's write checked before one ended and not yet launched may need
+// it, and is refused, rather than trusted, once it is forgotten (a write
+// would have to be held past keepForced force-releases); t.mu is held.
 func (t *flightTracker) pruneForcedLocked() {
+	if len(t.forced) <= keepForced {
+		return
+	}
 	oldest, any := uint64(0), false
 	for seq := range t.taking {
 		if !any || seq < oldest {
 			oldest, any = seq, true
 		}
 	}
-	t.forced = slices.DeleteFunc(t.forced, func(e *forcedKey) bool { return e.end != 0 && (!any || e.end <= oldest) })
+	var ends []uint64
+	for _, e := range t.forced {
+		if e.end != 0 && (!any || e.end <= oldest) {
+			ends = append(ends, e.end)
+		}
+	}
+	if len(ends) <= keepForced {
+		return
+	}
+	slices.Sort(ends)
+	last := ends[len(ends)-keepForced-1] // ends are distinct
+	t.forced = slices.DeleteFunc(t.forced, func(e *forcedKey) bool { return e.end != 0 && e.end <= last })
+	t.forgotten = max(t.forgotten, last)
 }
 
 // unhold ends took's registration, if any.

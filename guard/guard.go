@@ -163,6 +163,9 @@ type Guard struct {
 	// testImplicit, when set (tests only), sees each write's implicit
 	// locks being taken (implicit.go).
 	testImplicit *implicitTestHooks
+	// testCommitChecked, when set (tests only), runs when a commit's
+	// locks were checked, before it is launched (txn.go).
+	testCommitChecked func()
 	// testScheme, when set (tests only), sees scheme steps between their
 	// reads and their lock store calls (schemelockcoll.go).
 	testScheme *schemeTestHooks

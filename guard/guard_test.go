@@ -93,6 +93,8 @@ type stackOptions struct {
 	// instead of their 3 s horizon: for tests of several stacks that take
 	// no implicit locks.
 	noMemoryLocks bool
+	// trail, when set, is the guard's audit trail.
+	trail AuditTrail
 }
 
 var testOwnerSecret = []byte("lockgate-test-owner-secret-0123456789")
@@ -164,7 +166,7 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	}
 	metrics := NewMetrics()
 	gd := New(Options{
-		Store: lockStore, Resolver: res, Metrics: metrics, Logger: so.logger,
+		Store: lockStore, Resolver: res, Metrics: metrics, Logger: so.logger, Trail: so.trail,
 		ResolveTimeout: so.resolveTimeout, MaxResolves: so.maxResolves, OwnerSecret: so.ownerSecret,
 		AuthRequired:         so.authRequired,
 		EndSessionsSupported: func(context.Context) (bool, error) { return false, nil },

@@ -23,6 +23,9 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 		}
 		return g.opts.Store.Holds(ctx, o, ns, ids, r.LeaseMargin)
 	}
+	// Read before the store answers: a force-release under way since is
+	// seen at the launch (launchAt).
+	seq := g.flights.forceSeq.Load()
 	var tokens []int64
 	var left time.Duration
 	var missing []docid.ID
@@ -41,7 +44,7 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 		return false, missing, err
 	}
 	if r.Mode == policy.Enforce {
-		v.flightLocks(o, r, ns, ids, left)
+		v.flightLocksSince(o, r, ns, ids, left, true, seq)
 	}
 	if !fenced(*r) {
 		return true, nil, nil

@@ -165,7 +165,9 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 			}
 		}
 	}
-	plan := &flightPlan{owner: o}
+	// Guarded: a force-release of one of the locks through this proxy
+	// from now on refuses the commit at its launch (launchAt).
+	plan := &flightPlan{owner: o, guarded: true, forceSeq: g.flights.forceSeq.Load()}
 	for _, l := range held {
 		if len(l.ids) == 0 {
 			continue
@@ -207,8 +209,14 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 		}
 	}
 	refused := commitRefusal("the lease of its locks would have ended before the commit left for the database")
-	d.Deadline, d.LateReply = plan.end.Add(-plan.margin), refused
-	d.OnReply = g.launch(plan, maxTime, end)
+	if h := g.testCommitChecked; h != nil {
+		h()
+	}
+	fl := g.launch(plan, maxTime, end)
+	if fl == nil {
+		return g.refuseCommit(req, ts, key, n, "an operator force-released the lock on a document it wrote while lockgate was checking the commit")
+	}
+	d.Deadline, d.LateReply, d.OnReply = plan.end.Add(-plan.margin), refused, fl
 	return d
 }
 

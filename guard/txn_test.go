@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
@@ -221,4 +222,60 @@ func commandName(t *testing.T, b []byte) string {
 		t.Fatal(err)
 	}
 	return cmd.Name
+}
+
+// TestForceReleaseDuringACommitsCheckRefusesIt: a transaction's commit
+// whose locks were checked, and which is not yet launched, when an
+// operator force-releases one of them through this proxy (the path of
+// the admin API: BeginForceRelease, the store's ForceRelease) must not be
+// forwarded: the lock may be another session's by then. The proxy aborts
+// the transaction in the commit's place. Without the guard the commit
+// leaves under the freed lock.
+func TestForceReleaseDuringACommitsCheckRefusesIt(t *testing.T) {
+	u := &txnUpstream{}
+	up, err := scripted.Start(u.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	st := startStackWith(t, stackOptions{upstreamAddr: up.Addr(), policy: config.Policy{
+		Default: config.ModeOff, LeaseMarginMS: 100,
+		Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}},
+	}})
+	c := connect(t, st.uri, "txn")
+	s := session(t, c)
+	if _, err := run(t, c, s, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{7}}, {Key: "leaseMS", Value: 20000}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := mongo.NewSessionContext(context.Background(), s)
+	if err := s.StartTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Database("shop").Collection("orders").UpdateOne(ctx, bson.D{{Key: "_id", Value: 7}}, bson.D{{Key: "$set", Value: bson.D{{Key: "a", Value: 1}}}}); err != nil {
+		t.Fatalf("write in the transaction: %v", err)
+	}
+	id, err := docid.Of(int32(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	st.guard.testCommitChecked = func() {
+		once.Do(func() {
+			forced, err := st.guard.BeginForceRelease(context.Background(), "shop.orders", id)
+			if err == nil {
+				_, err = st.store.ForceRelease(context.Background(), "shop.orders", id, "stuck")
+			}
+			forced()
+			if err != nil {
+				t.Errorf("force-release while the commit is checked: %v", err)
+			}
+		})
+	}
+	err = s.CommitTransaction(ctx)
+	if err == nil || !strings.Contains(err.Error(), "an operator force-released the lock") {
+		t.Fatalf("commit checked before a force-release of its lock: %v (upstream saw %q last), want it refused", err, u.last())
+	}
+	if got := u.last(); !strings.HasPrefix(got, "abortTransaction") {
+		t.Errorf("upstream saw %q last, want abortTransaction in place of the commit", got)
+	}
 }

@@ -1,0 +1,143 @@
+package guard
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/lockgate/lockgate/audittrail"
+	"github.com/lockgate/lockgate/docid"
+	"go.mongodb.org/mongo-driver/bson"
+)
+
+// pausingTrail takes every record at once, except that, once armed, the
+// first required record (Commit) waits for resume once paused is closed:
+// a write held between its lock check and its launch, for as long as the
+// test likes.
+type pausingTrail struct {
+	armed          atomic.Bool
+	paused, resume chan struct{}
+}
+
+func (p *pausingTrail) Append(audittrail.Event) bool { return true }
+
+func (p *pausingTrail) Commit(context.Context, audittrail.Event) error {
+	if p.armed.CompareAndSwap(true, false) {
+		close(p.paused)
+		<-p.resume
+	}
+	return nil
+}
+
+// TestForceReleaseDuringAHoldersCheckedWriteRefusesIt: a lock holder's
+// write has passed its lock check and waits for its required audit record
+// (not yet launched, so no force-release can see it in flight); an
+// operator force-releases the lock through the path of the admin API
+// (BeginForceRelease, the store's ForceRelease), another session takes
+// the document and writes. The first write, let go, must be refused
+// (LockBusy, not_locked, nothing written): forwarded, it would land
+// inside the new holder's work, under a lock it no longer has.
+func TestForceReleaseDuringAHoldersCheckedWriteRefusesIt(t *testing.T) {
+	coll, pol := protected(t, 1)
+	pol.Namespaces[0].AuditRequired = true
+	tr := &pausingTrail{paused: make(chan struct{}), resume: make(chan struct{})}
+	var resumed sync.Once
+	release := func() { resumed.Do(func() { close(tr.resume) }) }
+	t.Cleanup(release)
+	st := startStackWith(t, stackOptions{policy: pol, trail: tr})
+	ns := "shop." + coll
+	id, err := docid.Of(int32(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := connect(t, st.uri, "alice")
+	sa := session(t, alice)
+	bob := connect(t, st.uri, "bob")
+	sb := session(t, bob)
+	acquire(t, alice, sa, coll, 1)
+
+	tr.armed.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := alice.Database("shop").Collection(coll).UpdateOne(inSession(sa),
+			bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"by", "alice"}}}})
+		done <- err
+	}()
+	<-tr.paused // alice's write passed its check; its record is not durable yet
+
+	forced, err := st.guard.BeginForceRelease(context.Background(), ns, id)
+	if err != nil {
+		forced()
+		t.Fatalf("BeginForceRelease: %v (no write of the lock is in flight yet)", err)
+	}
+	if _, err := st.store.ForceRelease(context.Background(), ns, id, "stuck"); err != nil {
+		forced()
+		t.Fatalf("the store's ForceRelease: %v", err)
+	}
+	forced()
+	acquire(t, bob, sb, coll, 1)
+	if _, err := bob.Database("shop").Collection(coll).UpdateOne(inSession(sb),
+		bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"by", "bob"}}}}); err != nil {
+		t.Fatalf("the new holder's write: %v", err)
+	}
+
+	release()
+	aerr := <-done
+	var doc bson.M
+	if err := bob.Database("shop").Collection(coll).FindOne(inSession(sb), bson.D{{"_id", 1}}).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if aerr == nil || doc["by"] != "bob" {
+		t.Fatalf("the former holder's write, checked before the force-release and let go after another session took the lock: %v, document %v; want it refused and the new holder's write standing", aerr, doc)
+	}
+	refusedFor(t, aerr, reasonNotLocked)
+	if !strings.Contains(aerr.Error(), "an operator force-released the lock") {
+		t.Fatalf("refusal %q, want it to say that an operator force-released the lock while the write was being checked", aerr)
+	}
+	if n := len(st.guard.flights.forced); n > keepForced {
+		t.Fatalf("%d force-releases remembered, want at most %d", n, keepForced)
+	}
+}
+
+// TestForcedKeysStayBounded: the tracker remembers the ended
+// force-releases for writes checked before they ended, but not without
+// bound; a write checked before one it forgot is refused at its launch
+// (it cannot tell whether its locks were among them), and one checked
+// after launches. Without the bound, forced grows by one entry per
+// force-release for the life of the proxy.
+func TestForcedKeysStayBounded(t *testing.T) {
+	tr := newFlightTracker()
+	one, err := docid.Of(int32(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := docid.Of(int32(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks := nsLocks{{ns: "shop.orders", ids: []docid.ID{one}}}
+	early := tr.forceSeq.Load()
+	for range 3 * keepForced {
+		tr.forcing("shop.orders", two)()
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if n := len(tr.forced); n > keepForced {
+		t.Errorf("%d ended force-releases remembered, want at most %d", n, keepForced)
+	}
+	if !tr.forcedSinceLocked(locks, early) {
+		t.Error("a write checked before force-releases that the tracker forgot was let launch")
+	}
+	if tr.forcedSinceLocked(locks, tr.forceSeq.Load()) {
+		t.Error("a write checked after every force-release ended was refused")
+	}
+	recent := tr.forceSeq.Load()
+	tr.mu.Unlock()
+	tr.forcing("shop.orders", two)()
+	tr.mu.Lock()
+	if tr.forcedSinceLocked(locks, recent) {
+		t.Error("a force-release of another document refused the write")
+	}
+}
