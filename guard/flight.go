@@ -307,6 +307,7 @@ func (f *flight) LateReply() bsoncore.Document {
 		x.detail = fmt.Sprintf("this session holds no lock, and the implicit lock lockgate took for this write had less than the policy's margin of %s (policy.leaseMarginMS) of its lease left when the write was about to leave for the database", lockstore.FormatMS(f.plan.margin))
 		x.advice = "nothing was written: retry"
 	}
+	f.g.trailRefusedAtLaunch(f.v.req, f.pol, f.v, &x)
 	return refusal(f.v.req, x).document()
 }
 
@@ -538,7 +539,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 			d.OnReply.Abandon()
 		}
 		g.log.Info("refused a write whose lock an operator force-released after it was checked", zap.String("ns", v.writes[0].NS.String()))
-		return proxy.Decision{Action: proxy.Reply, Reply: forcedRefusal(req, pol, v)}
+		return proxy.Decision{Action: proxy.Reply, Reply: g.forcedRefusal(req, pol, v)}
 	}
 	d.Deadline = p.end.Add(-p.margin)
 	d.LateReply, d.OnReply = fl, fl
@@ -552,12 +553,24 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 
 // forcedRefusal is the refusal of a lock holder's write whose lock an
 // operator force-released between its check and its launch.
-func forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict) bsoncore.Document {
+func (g *Guard) forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict) bsoncore.Document {
 	w := v.writes[0]
 	x := violation{write: w, rule: pol.Lookup(w.NS.String()), reason: reasonNotLocked,
 		detail: "an operator force-released the lock on a document of this write while lockgate was checking it (after this session's lock was verified, before the write left for the database), so the write is refused",
 		advice: "nothing was written; the lock may be another session's by now: acquireLock it again before retrying"}
+	g.trailRefusedAtLaunch(req, pol, v, &x)
 	return refusal(req, x).document()
+}
+
+// trailRefusedAtLaunch records in the audit trail the refusal of a write
+// whose allow record was made already (its decision), but which was
+// refused before it left for the database: its lease ran short, or an
+// operator force-released its lock meanwhile. The trail then shows the
+// allow record followed by this one, not an allowed write that never ran.
+func (g *Guard) trailRefusedAtLaunch(req *proxy.Request, pol *policy.Policy, v *verdict, x *violation) {
+	if t := g.opts.Trail; t != nil {
+		t.Append(g.trailEvent(req, pol, v, &x.write, &x.rule, x, decisionReject, time.Time{}))
+	}
 }
 
 // An operator's force-release and a lock holder's write meet the same way

@@ -19,16 +19,37 @@ import (
 type pausingTrail struct {
 	armed          atomic.Bool
 	paused, resume chan struct{}
+	mu             sync.Mutex
+	got            []audittrail.Event // every record, in order
 }
 
-func (p *pausingTrail) Append(audittrail.Event) bool { return true }
+func (p *pausingTrail) Append(ev audittrail.Event) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.got = append(p.got, ev)
+	return true
+}
 
-func (p *pausingTrail) Commit(context.Context, audittrail.Event) error {
+func (p *pausingTrail) Commit(_ context.Context, ev audittrail.Event) error {
 	if p.armed.CompareAndSwap(true, false) {
 		close(p.paused)
 		<-p.resume
 	}
+	p.Append(ev)
 	return nil
+}
+
+// verdicts are the records' verdicts and reasons on ns, in order.
+func (p *pausingTrail) verdicts(ns string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, ev := range p.got {
+		if ev.Kind == audittrail.KindDecision && ev.NS == ns {
+			out = append(out, ev.Verdict+" "+ev.Reason)
+		}
+	}
+	return out
 }
 
 // TestForceReleaseDuringAHoldersCheckedWriteRefusesIt: a lock holder's
@@ -95,6 +116,13 @@ func TestForceReleaseDuringAHoldersCheckedWriteRefusesIt(t *testing.T) {
 	refusedFor(t, aerr, reasonNotLocked)
 	if !strings.Contains(aerr.Error(), "an operator force-released the lock") {
 		t.Fatalf("refusal %q, want it to say that an operator force-released the lock while the write was being checked", aerr)
+	}
+	// The trail holds alice's allow record, made durable before the
+	// force-release, and then her write's refusal: evidence must not say
+	// that a write which never reached the database was allowed and
+	// leave it at that.
+	if got := tr.verdicts(ns); len(got) < 2 || got[len(got)-1] != audittrail.VerdictReject+" "+reasonNotLocked {
+		t.Fatalf("the trail's records on %s: %q; want the refusal at launch last", ns, got)
 	}
 	if n := len(st.guard.flights.forced); n > keepForced {
 		t.Fatalf("%d force-releases remembered, want at most %d", n, keepForced)
