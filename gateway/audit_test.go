@@ -15,11 +15,11 @@ import (
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
@@ -34,40 +34,15 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	}
 	up := startEmbedded(t)
 	dir := filepath.Join(t.TempDir(), "trail")
-	keyFile := filepath.Join(t.TempDir(), "audit.key")
 	secret := "0123456789abcdef0123456789abcdef-gateway"
-	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig()
 	cfg.Upstream.URI = up.URI()
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
-	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile, cfg.Audit.Instance = true, dir, keyFile, "gw-1"
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile, cfg.Audit.Instance = true, dir, secretFile(t, secret), "gw-1"
 	const adminToken = "audit-test-operator-token"
-	cfg.AdminAuth.TokenFile = filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(cfg.AdminAuth.TokenFile, []byte(adminToken), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	uri := "mongodb://" + gw.ProxyAddr().String() + "/"
-	connect := func(app string) (*mongo.Client, mongo.SessionContext) {
-		c, err := mongo.Connect(ctx, options.Client().ApplyURI(uri).SetAppName(app))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Disconnect(context.Background()) })
-		s, err := c.StartSession()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.EndSession(context.Background()) })
-		return c, mongo.NewSessionContext(ctx, s)
-	}
+	cfg.AdminAuth.TokenFile = secretFile(t, adminToken)
+	gw := startGateway(t, cfg)
+	connect := func(app string) (*mongo.Client, mongo.SessionContext) { return gw.session(t, app) }
 	alpha, actx := connect("alpha")
 	beta, bctx := connect("beta")
 	aOrders, bOrders := alpha.Database("shop").Collection("orders"), beta.Database("shop").Collection("orders")
@@ -101,7 +76,7 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	}
 	// An operator force-releases alpha's lock on 43.
 	lockCmd(alpha, actx, "acquireLock", 43)
-	if code, body := post(t, "http://"+gw.AdminAddr().String()+"/locks/release", adminToken,
+	if code, body := post(t, gw.admin+"/locks/release", adminToken,
 		`{"namespace": "shop.orders", "id": 43, "reason": "stuck job"}`); code != 200 {
 		t.Fatalf("force-release: %d %s", code, body)
 	}
@@ -112,7 +87,7 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 		Truncated bool                `json:"truncated"`
 	}
 	testkit.Eventually(t, 10*time.Second, "six records on /audit/history", func() bool {
-		code, body := httpGet(t, "http://"+gw.AdminAddr().String()+"/audit/history?ns=shop.orders&id=42")
+		code, body := httpGet(t, gw.admin+"/audit/history?ns=shop.orders&id=42")
 		if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil {
 			t.Fatalf("/audit/history: %d %s", code, body)
 		}
@@ -122,7 +97,7 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	for _, r := range hist.Records {
 		apiHistory = append(apiHistory, fmt.Sprintf("%s %s %s %s %s", r.Kind, r.Op, r.Verdict, r.App, r.Reason))
 	}
-	if code, _ := httpGet(t, "http://"+gw.AdminAddr().String()+"/audit/history"); code != 400 {
+	if code, _ := httpGet(t, gw.admin+"/audit/history"); code != 400 {
 		t.Fatalf("/audit/history without a filter: %d, want 400", code)
 	}
 	next := *cfg
@@ -130,8 +105,7 @@ func TestAuditTrailThroughTheGateway(t *testing.T) {
 	if err := gw.Reload(&next); err != nil {
 		t.Fatal(err)
 	}
-	cancel()
-	if err := gw.Wait(); err != nil {
+	if err := gw.stop(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -203,33 +177,14 @@ func TestAuditRequiredRefusesWhenTheTrailFails(t *testing.T) {
 	}
 	up := startEmbedded(t)
 	dir := filepath.Join(t.TempDir(), "trail")
-	keyFile := filepath.Join(t.TempDir(), "audit.key")
 	secret := "0123456789abcdef0123456789abcdef-required"
-	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig()
 	cfg.Upstream.URI = up.URI()
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
-	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile, cfg.Audit.Mode = true, dir, keyFile, config.AuditRequired
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile, cfg.Audit.Mode = true, dir, secretFile(t, secret), config.AuditRequired
 	cfg.Audit.SegmentMaxBytes = 4096 // rotate often: each new segment needs the directory
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+gw.ProxyAddr().String()+"/").SetAppName("req"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Disconnect(context.Background())
-	s, err := c.StartSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.EndSession(context.Background())
-	sctx := mongo.NewSessionContext(ctx, s)
+	gw := startGateway(t, cfg)
+	c, sctx := gw.session(t, "req")
 	orders := c.Database("shop").Collection("orders")
 	if _, err := orders.InsertOne(sctx, bson.D{{Key: "_id", Value: 1}, {Key: "n", Value: 0}}); err != nil {
 		t.Fatal(err)
@@ -249,13 +204,7 @@ func TestAuditRequiredRefusesWhenTheTrailFails(t *testing.T) {
 		acked++
 	}
 	// The directory goes; a file takes its place.
-	moved := dir + ".moved"
-	if err := os.Rename(dir, moved); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dir, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	restore := breakTrailDir(t, dir)
 	var refusal error
 	for i := 0; i < 200 && refusal == nil; i++ {
 		if err := inc(); err != nil {
@@ -265,7 +214,7 @@ func TestAuditRequiredRefusesWhenTheTrailFails(t *testing.T) {
 		}
 	}
 	var ce mongo.CommandError
-	if !errors.As(refusal, &ce) || ce.Code != 46 || !strings.Contains(ce.Message, "audit trail cannot take it") {
+	if !errors.As(refusal, &ce) || mongoerr.Code(ce.Code) != mongoerr.LockBusy || !strings.Contains(ce.Message, "audit trail cannot take it") {
 		t.Fatalf("update with a failing trail: %v, want LockBusy audit_unavailable", refusal)
 	}
 	var doc struct{ N int }
@@ -273,31 +222,15 @@ func TestAuditRequiredRefusesWhenTheTrailFails(t *testing.T) {
 		t.Fatalf("n = %d (%v), want %d: a refused write was written", doc.N, err, acked)
 	}
 	// The directory comes back: writes pass again.
-	if err := os.Remove(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(moved, dir); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	if err := inc(); err != nil {
 		t.Fatalf("update once the trail works again: %v", err)
 	}
 	acked++
-	cancel()
-	if err := gw.Wait(); err != nil {
+	if err := gw.stop(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := audittrail.Verify(dir, []audittrail.Key{audittrail.NewKey([]byte(secret))})
-	if err != nil || !rep.OK() {
-		t.Fatalf("trail: %v %s", err, rep.Verdict())
-	}
-	allowed := 0
-	audittrail.Query(dir, audittrail.Filter{NS: "shop.orders", ID: "1"}, func(r *audittrail.Record) error {
-		if r.Kind == audittrail.KindDecision && r.Op == "update" && r.Verdict == audittrail.VerdictAllow {
-			allowed++
-		}
-		return nil
-	})
+	allowed, rep := allowedInTrail(t, dir, secret, "shop.orders", "update")
 	if allowed != acked {
 		t.Fatalf("%d allow records of updates, %d updates acknowledged", allowed, acked)
 	}
@@ -333,39 +266,17 @@ func TestAuditTrailInACollection(t *testing.T) {
 		t.Skip("starts FerretDB")
 	}
 	up := startEmbedded(t)
-	keyFile := filepath.Join(t.TempDir(), "audit.key")
 	secret := "0123456789abcdef0123456789abcdef-collection"
-	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig()
 	cfg.Upstream.URI = up.URI()
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
-	cfg.Audit.Enabled, cfg.Audit.KeyFile, cfg.Audit.Instance = true, keyFile, "gw-coll"
+	cfg.Audit.Enabled, cfg.Audit.KeyFile, cfg.Audit.Instance = true, secretFile(t, secret), "gw-coll"
 	cfg.Audit.Collection.Name = "audit"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	uri := "mongodb://" + gw.ProxyAddr().String() + "/"
-	session := func(app string) (*mongo.Client, mongo.SessionContext) {
-		c, err := mongo.Connect(ctx, options.Client().ApplyURI(uri).SetAppName(app))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Disconnect(context.Background()) })
-		s, err := c.StartSession()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.EndSession(context.Background()) })
-		return c, mongo.NewSessionContext(ctx, s)
-	}
+	gw := startGateway(t, cfg)
+	session := func(app string) (*mongo.Client, mongo.SessionContext) { return gw.session(t, app) }
 	alpha, actx := session("alpha")
 	beta, bctx := session("beta")
 	// alpha's lease runs out; beta waits for the lock and takes it over.
@@ -388,7 +299,7 @@ func TestAuditTrailInACollection(t *testing.T) {
 	var hist struct {
 		Records []audittrail.Record `json:"records"`
 	}
-	admin := "http://" + gw.AdminAddr().String() + "/audit/history"
+	admin := gw.admin + "/audit/history"
 	var alphaTag string
 	testkit.Eventually(t, 10*time.Second, "alpha's acquire on /audit/history", func() bool {
 		_, body := httpGet(t, admin+"?app=alpha")
@@ -418,8 +329,7 @@ func TestAuditTrailInACollection(t *testing.T) {
 	if exp := hist.Records[1]; len(exp.Tokens) != 1 || exp.Tokens[0] != hist.Records[0].Tokens[0] || !strings.Contains(exp.Detail, "without a release") {
 		t.Fatalf("the expire record does not name alpha's lease: %+v (acquired %+v)", exp, hist.Records[0])
 	}
-	cancel()
-	if err := gw.Wait(); err != nil {
+	if err := gw.stop(); err != nil {
 		t.Fatal(err)
 	}
 	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(up.URI()))
@@ -448,26 +358,18 @@ func TestAuditRequiredSchemeRule(t *testing.T) {
 	}
 	up := startEmbedded(t)
 	dir := filepath.Join(t.TempDir(), "trail")
-	keyFile := filepath.Join(t.TempDir(), "audit.key")
 	secret := "0123456789abcdef0123456789abcdef-scheme"
-	if err := os.WriteFile(keyFile, []byte(secret), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig()
 	cfg.Upstream.URI = up.URI()
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "work.jobs", Mode: config.ModeEnforce, AuditRequired: true,
 		Scheme: &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 60000}}}
-	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile = true, dir, keyFile
+	cfg.Audit.Enabled, cfg.Audit.Dir, cfg.Audit.KeyFile = true, dir, secretFile(t, secret)
 	cfg.Audit.SegmentMaxBytes = 4096 // rotate often: each new segment needs the directory
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gw := startGateway(t, cfg)
+	ctx := gw.ctx
 	direct, err := mongo.Connect(ctx, options.Client().ApplyURI(up.URI()))
 	if err != nil {
 		t.Fatal(err)
@@ -517,19 +419,13 @@ func TestAuditRequiredSchemeRule(t *testing.T) {
 		t.Fatalf("with a working trail: %v", err)
 	}
 	// The directory goes; a file takes its place.
-	moved := dir + ".moved"
-	if err := os.Rename(dir, moved); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dir, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	restore := breakTrailDir(t, dir)
 	var refusal error
 	for i := 0; i < 200 && refusal == nil; i++ {
 		refusal = cycle() // steps pass while the segment opened before has room
 	}
 	var ce mongo.CommandError
-	if !errors.As(refusal, &ce) || ce.Code != 46 || !strings.Contains(ce.Message, "audit trail cannot take it") {
+	if !errors.As(refusal, &ce) || mongoerr.Code(ce.Code) != mongoerr.LockBusy || !strings.Contains(ce.Message, "audit trail cannot take it") {
 		t.Fatalf("a scheme step with a failing trail: %v, want LockBusy audit_unavailable", refusal)
 	}
 	// The refused step wrote nothing: the document is as acknowledged.
@@ -544,12 +440,7 @@ func TestAuditRequiredSchemeRule(t *testing.T) {
 	t.Logf("refused: %v", refusal)
 	// The directory comes back: the scheme works again (a refused acquire
 	// left no mirror behind).
-	if err := os.Remove(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(moved, dir); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	if held {
 		if err := release(); err != nil {
 			t.Fatal(err)
@@ -558,21 +449,10 @@ func TestAuditRequiredSchemeRule(t *testing.T) {
 	if err := cycle(); err != nil {
 		t.Fatalf("once the trail works again: %v", err)
 	}
-	cancel()
-	if err := gw.Wait(); err != nil {
+	if err := gw.stop(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := audittrail.Verify(dir, []audittrail.Key{audittrail.NewKey([]byte(secret))})
-	if err != nil || !rep.OK() {
-		t.Fatalf("trail: %v %s", err, rep.Verdict())
-	}
-	allowed := 0
-	audittrail.Query(dir, audittrail.Filter{NS: "work.jobs", ID: "1"}, func(r *audittrail.Record) error {
-		if r.Kind == audittrail.KindDecision && r.Op == "findAndModify" && r.Verdict == audittrail.VerdictAllow {
-			allowed++
-		}
-		return nil
-	})
+	allowed, rep := allowedInTrail(t, dir, secret, "work.jobs", "findAndModify")
 	if allowed < acquires {
 		t.Fatalf("%d allow records of acquires, %d acquires acknowledged", allowed, acquires)
 	}
@@ -639,4 +519,47 @@ func TestCheckAuditCollectionWrites(t *testing.T) {
 	if r := result(start([]string{"lockgate.audit", "lockgate.audit_head"})); r.Err != nil {
 		t.Fatalf("credentials that may write: %v", r.Err)
 	}
+}
+
+// breakTrailDir puts a file where the trail's directory was, so that
+// every new segment fails; restore puts the directory back.
+func breakTrailDir(t *testing.T, dir string) (restore func()) {
+	t.Helper()
+	moved := dir + ".moved"
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := os.Remove(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(moved, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// allowedInTrail verifies the trail in dir and counts its allow records
+// of op on document 1 of ns.
+func allowedInTrail(t *testing.T, dir, secret, ns, op string) (int, *audittrail.Report) {
+	t.Helper()
+	rep, err := audittrail.Verify(dir, []audittrail.Key{audittrail.NewKey([]byte(secret))})
+	if err != nil || !rep.OK() {
+		t.Fatalf("trail: %v %s", err, rep.Verdict())
+	}
+	allowed := 0
+	err = audittrail.Query(dir, audittrail.Filter{NS: ns, ID: "1"}, func(r *audittrail.Record) error {
+		if r.Kind == audittrail.KindDecision && r.Op == op && r.Verdict == audittrail.VerdictAllow {
+			allowed++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return allowed, rep
 }

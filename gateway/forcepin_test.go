@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/lockgate/lockgate/config"
 )
@@ -26,33 +23,15 @@ import (
 func TestForceReleaseOfALockThatChangedHands(t *testing.T) {
 	up := startEmbedded(t)
 	const adminToken = "s3cret-operator-token"
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig()
 	cfg.Upstream.URI = up.URI()
-	cfg.AdminAuth.TokenFile = tokenFile
+	cfg.AdminAuth.TokenFile = secretFile(t, adminToken+"\n")
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := "http://" + gw.AdminAddr().String()
+	gw := startGateway(t, cfg)
+	admin := gw.admin
 	session := func(app string) (*mongo.Database, context.Context) {
-		c, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+gw.ProxyAddr().String()+"/").SetAppName(app))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Disconnect(context.Background()) })
-		s, err := c.StartSession()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.EndSession(context.Background()) })
-		return c.Database("shop"), mongo.NewSessionContext(ctx, s)
+		c, sctx := gw.session(t, app)
+		return c.Database("shop"), sctx
 	}
 	acquire := func(db *mongo.Database, sctx context.Context) int64 {
 		t.Helper()
@@ -91,7 +70,7 @@ func TestForceReleaseOfALockThatChangedHands(t *testing.T) {
 	if code, body := release(fmt.Sprintf(`"%d"`, now)); code != 200 || !strings.Contains(body, `"released": true`) {
 		t.Fatalf("force-release of the current holding: %d %s", code, body)
 	}
-	err = editor.RunCommand(editorCtx, bson.D{{Key: "renewLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Err()
+	err := editor.RunCommand(editorCtx, bson.D{{Key: "renewLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Err()
 	if err == nil || !strings.Contains(err.Error(), "an operator force-released it") {
 		t.Fatalf("renewLock after the force-release: %v", err)
 	}

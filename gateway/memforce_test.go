@@ -1,13 +1,9 @@
 package gateway
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +13,6 @@ import (
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/zap/zaptest"
 )
 
 // TestForceReleaseOfAMemoryLock: a lone lockgate holds a legacy write's
@@ -38,38 +31,13 @@ func TestForceReleaseOfAMemoryLock(t *testing.T) {
 	}
 	up := startEmbedded(t)
 	const token = "s3cret-operator-token"
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig()
 	cfg.Upstream.URI = up.URI()
-	cfg.AdminAuth.TokenFile = tokenFile
+	cfg.AdminAuth.TokenFile = secretFile(t, token+"\n")
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce, UnlockedWriters: config.UnlockedWait}}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		if err := gw.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-			t.Error(err)
-		}
-	}()
-	admin := "http://" + gw.AdminAddr().String()
-	client, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+gw.ProxyAddr().String()+"/").SetAppName("editor"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(context.Background())
-	sess, err := client.StartSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.EndSession(context.Background())
-	sctx := mongo.NewSessionContext(ctx, sess)
+	gw := startGateway(t, cfg)
+	admin := gw.admin
+	client, sctx := gw.session(t, "editor")
 
 	id, err := docid.Of(int32(42))
 	if err != nil {

@@ -6,17 +6,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/config"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.uber.org/zap/zaptest"
 )
 
 func post(t *testing.T, url, token, body string) (int, string) {
@@ -41,34 +36,14 @@ func post(t *testing.T, url, token, body string) (int, string) {
 func TestLockViewsForceReleaseAndReload(t *testing.T) {
 	up := startEmbedded(t)
 	const token = "s3cret-operator-token"
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig()
 	cfg.Upstream.URI = up.URI()
-	cfg.AdminAuth.TokenFile = tokenFile
+	cfg.AdminAuth.TokenFile = secretFile(t, token+"\n")
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeAudit}}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	gw, err := Start(ctx, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := "http://" + gw.AdminAddr().String()
-
-	client, err := mongo.Connect(ctx, options.Client().ApplyURI("mongodb://"+gw.ProxyAddr().String()+"/").SetAppName("viewer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(context.Background())
-	sess, err := client.StartSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.EndSession(context.Background())
+	gw := startGateway(t, cfg)
+	admin := gw.admin
+	client, sctx := gw.session(t, "viewer")
 	var acq bson.M
-	sctx := mongo.NewSessionContext(ctx, sess)
 	if err := client.Database("shop").RunCommand(sctx, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Decode(&acq); err != nil {
 		t.Fatalf("acquireLock through the gateway: %v", err)
 	}
@@ -98,7 +73,7 @@ func TestLockViewsForceReleaseAndReload(t *testing.T) {
 	}
 	// The old holder is told what happened, not that its lock "expired or
 	// was never taken" (issue 9).
-	err = client.Database("shop").RunCommand(sctx, bson.D{{Key: "renewLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Err()
+	err := client.Database("shop").RunCommand(sctx, bson.D{{Key: "renewLock", Value: "orders"}, {Key: "ids", Value: bson.A{42}}}).Err()
 	if err == nil || !strings.Contains(err.Error(), `an operator force-released it (reason: "stuck job")`) {
 		t.Fatalf("renewLock after a force-release: %v, want it to say an operator force-released it and why", err)
 	}
@@ -158,8 +133,7 @@ func TestLockViewsForceReleaseAndReload(t *testing.T) {
 	if body2 != body {
 		t.Fatalf("refused reload changed the policy:\n%s\n%s", body, body2)
 	}
-	cancel()
-	if err := gw.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+	if err := gw.stop(); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 }
