@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +36,7 @@ type stack struct {
 
 func startStack(t *testing.T, db string) stack {
 	t.Helper()
-	r := startRelay(t, upstream.Addr())
+	r := testkit.StartRelay(t, upstream.Addr())
 	cfg := gatewaytest.Config(upstream.URI())
 	cfg.Lockstore.URI = r.URI()
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: db + ".*", Mode: config.ModeEnforce}}
@@ -195,67 +193,4 @@ func token(v any) int64 {
 	s, _ := v.(string)
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
-}
-
-// relay is a plain TCP relay that can be cut (see client/lockgate's tests).
-type relay struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	cut    bool
-	wg     sync.WaitGroup
-}
-
-func startRelay(t *testing.T, target string) *relay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{ln: ln, target: target}
-	r.wg.Add(1)
-	go r.accept()
-	t.Cleanup(func() { r.Cut(); r.wg.Wait() })
-	return r
-}
-
-func (r *relay) URI() string { return "mongodb://" + r.ln.Addr().String() + "/" }
-
-func (r *relay) accept() {
-	defer r.wg.Done()
-	for {
-		c, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.Dial("tcp", r.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		r.mu.Lock()
-		if r.cut {
-			r.mu.Unlock()
-			c.Close()
-			u.Close()
-			return
-		}
-		r.conns = append(r.conns, c, u)
-		r.mu.Unlock()
-		r.wg.Add(2)
-		go func() { defer r.wg.Done(); io.Copy(u, c); u.Close() }()
-		go func() { defer r.wg.Done(); io.Copy(c, u); c.Close() }()
-	}
-}
-
-func (r *relay) Cut() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cut = true
-	r.ln.Close()
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.conns = nil
 }

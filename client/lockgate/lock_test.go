@@ -29,7 +29,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // periods while the session writes under it, and Lost fires within one
 // lease once the lock store stops answering (its connection cut).
 func TestAutoRenewKeepsLockThenLostWhenLockStoreStops(t *testing.T) {
-	r := startRelay(t, upstream.Addr())
+	r := testkit.StartRelay(t, upstream.Addr())
 	g := startGateway(t, r.URI())
 	c := connect(t, proxyURI(g), "kit-worker")
 	other := connect(t, proxyURI(g), "kit-other")

@@ -2,10 +2,7 @@ package lockgate_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,89 +56,4 @@ func startSession(t *testing.T, c *mongo.Client) mongo.Session {
 	}
 	t.Cleanup(func() { s.EndSession(context.Background()) })
 	return s
-}
-
-// relay is a plain TCP relay that can be cut: after Cut it accepts
-// nothing and every connection through it is closed, as if the server
-// behind it had gone away.
-type relay struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	cut    bool
-	wg     sync.WaitGroup
-}
-
-func startRelay(t *testing.T, target string) *relay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{ln: ln, target: target}
-	r.wg.Add(1)
-	go r.accept()
-	t.Cleanup(func() { r.Cut(); r.wg.Wait() })
-	return r
-}
-
-// Restore listens again on the same address after Cut, so that what the
-// test started can shut down without waiting out the lock store's
-// time-outs.
-func (r *relay) Restore(t *testing.T) {
-	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ln, err := net.Listen("tcp", r.ln.Addr().String())
-	if err != nil {
-		t.Fatalf("relay restore: %v", err)
-	}
-	r.ln, r.cut = ln, false
-	r.wg.Add(1)
-	go r.accept()
-}
-
-func (r *relay) URI() string { return "mongodb://" + r.ln.Addr().String() + "/" }
-
-func (r *relay) accept() {
-	defer r.wg.Done()
-	r.mu.Lock()
-	ln := r.ln
-	r.mu.Unlock()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.Dial("tcp", r.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		r.mu.Lock()
-		if r.cut {
-			r.mu.Unlock()
-			c.Close()
-			u.Close()
-			return
-		}
-		r.conns = append(r.conns, c, u)
-		r.mu.Unlock()
-		r.wg.Add(2)
-		go func() { defer r.wg.Done(); io.Copy(u, c); u.Close() }()
-		go func() { defer r.wg.Done(); io.Copy(c, u); c.Close() }()
-	}
-}
-
-// Cut closes the listener and every relayed connection.
-func (r *relay) Cut() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cut = true
-	r.ln.Close()
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.conns = nil
 }

@@ -3,6 +3,8 @@ package testkit
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"runtime"
 	"testing"
@@ -74,4 +76,58 @@ func TestOnPath(t *testing.T) {
 	if err := OnPath("go-no-such-program-here", "nothing to install"); err == nil {
 		t.Error("a program that does not exist is on PATH")
 	}
+}
+
+// TestRelayCutAndRestore: bytes pass; after Cut the relayed connection is
+// closed and the address refuses; after Restore it relays again.
+func TestRelayCutAndRestore(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	r := StartRelay(t, ln.Addr().String())
+	echo := func() (net.Conn, error) {
+		c, err := net.Dial("tcp", r.Addr())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return c, err
+		}
+		buf := make([]byte, 4)
+		_, err = io.ReadFull(c, buf)
+		if err == nil && string(buf) != "ping" {
+			err = fmt.Errorf("echoed %q", buf)
+		}
+		return c, err
+	}
+	c, err := echo()
+	if err != nil {
+		t.Fatalf("through the relay: %v", err)
+	}
+	r.Cut()
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a relayed connection survived Cut")
+	}
+	c.Close()
+	if c, err := echo(); err == nil {
+		c.Close()
+		t.Fatal("the relay answered after Cut")
+	}
+	r.Restore(t)
+	c, err = echo()
+	if err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+	c.Close()
 }
