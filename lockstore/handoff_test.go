@@ -281,7 +281,7 @@ func TestHandoffToWaiterWhoseWaitElapsed(t *testing.T) {
 	// The wait is long enough for the release below to find the waiter
 	// still waiting; the handoff is written only once the wait has ended
 	// and the waiter, giving up, waits for its outcome.
-	const wait = 300 * time.Millisecond
+	const wait = time.Second
 	waits := handoffAwaited(s)
 	_, done := startWaiter(t, bg, s, b, "db.c", id, time.Minute, wait)
 	s.testHookHandoff = func(string) { awaitEvent(t, waits, "the waiter's wait to end during the handoff") }
