@@ -73,6 +73,8 @@ func BenchmarkTrailPaced(b *testing.B) {
 					next := time.Now()
 					for range n {
 						next = next.Add(every)
+						// The pace is the subject: a producer appends at a
+						// proxy's rate, not as fast as it can.
 						time.Sleep(time.Until(next))
 						if !appendTo(ev) {
 							dropped.Add(1)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
@@ -316,11 +317,7 @@ func TestLimitsAndUnacknowledged(t *testing.T) {
 	w0 := connect(t, st.uri, "fire-and-forget")
 	coll0 := w0.Database("shop").Collection(coll, options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
 	_, _ = coll0.UpdateOne(inSession(session(t, w0)), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"qty", -1}}}})
-	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(refused) == before; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the unacknowledged write was never refused")
-		}
-	}
+	testkit.Eventually(t, 10*time.Second, "the unacknowledged write to be refused", func() bool { return testutil.ToFloat64(refused) > before })
 	if got := snapshot(t, coll)[0]["qty"]; got != int32(10) {
 		t.Fatalf("unacknowledged unlocked write landed: qty %v", got)
 	}

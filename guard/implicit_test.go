@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
@@ -418,11 +419,7 @@ func TestUnacknowledgedWriteTakesNoImplicitLock(t *testing.T) {
 	decided := func() float64 {
 		return refused() + testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionAllow, metricReason("")))
 	}
-	for deadline := time.Now().Add(10 * time.Second); decided() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the unacknowledged write was never decided")
-		}
-	}
+	testkit.Eventually(t, 10*time.Second, "the unacknowledged write to be decided", func() bool { return decided() > 0 })
 	if n := refused(); n != 1 {
 		t.Errorf("unacknowledged write not refused as before: %v refusals", n)
 	}

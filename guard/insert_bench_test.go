@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.uber.org/zap"
 )
 
@@ -68,11 +69,7 @@ func BenchmarkEnforcedInsert(b *testing.B) {
 					b.Fatal(err)
 				}
 			} else if !leg.second {
-				// Until the store has seen that nothing is locked here.
-				deadline := time.Now().Add(10 * time.Second)
-				for st.store.MayHoldLocks("shop."+coll) && time.Now().Before(deadline) {
-					time.Sleep(10 * time.Millisecond)
-				}
+				testkit.Eventually(b, 10*time.Second, "the store to see that nothing is locked here", func() bool { return !st.store.MayHoldLocks("shop." + coll) })
 			}
 			before := testutil.ToFloat64(st.metrics.insertChecks.WithLabelValues("checked"))
 			opts := options.InsertOne()

@@ -49,6 +49,31 @@ func startWaiter(t *testing.T, ctx context.Context, s *Store, o Owner, ns string
 	return w, done
 }
 
+// handoffAwaited returns a channel that receives when a waiter of s that
+// gives up finds a handoff to it under way and waits for its outcome.
+// Set before the waiter starts.
+func handoffAwaited(s *Store) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	s.wq.testHookAbandonWaits = func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return ch
+}
+
+// awaitEvent waits for ch to receive, failing t (and returning) if it does
+// not within 20s: the bound of a broken run, not an ordering.
+func awaitEvent(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Errorf("timed out waiting for %s", what)
+	}
+}
+
 func stateOf(s *Store, w *waiter) waiterState {
 	s.wq.mu.Lock()
 	defer s.wq.mu.Unlock()
@@ -218,12 +243,13 @@ func TestHandoffToWaiterWhoseCallerLeft(t *testing.T) {
 	la := mustAcquire(t, s, a, "db.c", id, time.Minute, 0)
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
+	waits := handoffAwaited(s)
 	_, done := startWaiter(t, ctx, s, b, "db.c", id, time.Minute, time.Minute)
 	s.testHookHandoff = func(string) {
 		cancel()
-		// Let the waiter see the cancellation and start giving up while
-		// the handoff is still to be written.
-		time.Sleep(20 * time.Millisecond)
+		// The handoff is written only once the waiter, giving up, waits
+		// for its outcome.
+		awaitEvent(t, waits, "the waiter to give up during the handoff")
 	}
 	if n, err := s.Release(bg, a, "db.c", id, ""); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
@@ -252,10 +278,13 @@ func TestHandoffToWaiterWhoseWaitElapsed(t *testing.T) {
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "late")
 	mustAcquire(t, s, a, "db.c", id, time.Minute, 0)
-	const wait = 300 * time.Millisecond
-	start := time.Now()
+	// The wait is long enough for the release below to find the waiter
+	// still waiting; the handoff is written only once the wait has ended
+	// and the waiter, giving up, waits for its outcome.
+	const wait = time.Second
+	waits := handoffAwaited(s)
 	_, done := startWaiter(t, bg, s, b, "db.c", id, time.Minute, wait)
-	s.testHookHandoff = func(string) { time.Sleep(time.Until(start.Add(wait + 200*time.Millisecond))) }
+	s.testHookHandoff = func(string) { awaitEvent(t, waits, "the waiter's wait to end during the handoff") }
 	if n, err := s.Release(bg, a, "db.c", id, ""); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}

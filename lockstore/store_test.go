@@ -214,10 +214,10 @@ func TestCanonicalOrder(t *testing.T) {
 
 	// Two owners lock overlapping sets in opposite orders, waiting: neither
 	// deadlocks within a bounded time, first on one store (FIFO among its
-	// waiters), then on two stores (backoff polling; the pause between
-	// rounds stands for real work and keeps a fast re-acquirer from
-	// starving the other store's poller, which no fairness rule prevents
-	// across instances).
+	// waiters), then on two stores (backoff polling). Each round starts
+	// once the other owner has finished the round before, so both contend
+	// in every round and a fast re-acquirer cannot starve the other
+	// store's poller, which no fairness rule prevents across instances.
 	s2 := openStore(t, cfg)
 	set := ids(t, "k1", "k2", "k3", "k4")
 	rev := slices.Clone(set)
@@ -226,8 +226,14 @@ func TestCanonicalOrder(t *testing.T) {
 	if raceEnabled {
 		rounds = 10
 	}
-	run := func(s *Store, o Owner, order []docid.ID, pause time.Duration, done chan<- error) {
-		for range rounds {
+	// finished receives once per round an owner finished; it is closed
+	// when the owner stops, so that the other never waits for it in vain.
+	run := func(s *Store, o Owner, order []docid.ID, finished chan<- struct{}, other <-chan struct{}, done chan<- error) {
+		defer close(finished)
+		for r := range rounds {
+			if r > 0 {
+				<-other
+			}
 			if _, err := s.Acquire(bg, o, "db.o", order, time.Minute, time.Minute); err != nil {
 				done <- err
 				return
@@ -236,19 +242,19 @@ func TestCanonicalOrder(t *testing.T) {
 				done <- err
 				return
 			}
-			time.Sleep(pause)
+			finished <- struct{}{}
 		}
 		done <- nil
 	}
 	for _, pair := range []struct {
 		name   string
 		s1, s2 *Store
-		pause  time.Duration
-	}{{"one store", s1, s1, 0}, {"two stores", s1, s2, 10 * time.Millisecond}} {
+	}{{"one store", s1, s1}, {"two stores", s1, s2}} {
 		start := time.Now()
 		done := make(chan error, 2)
-		go run(pair.s1, newOwner("fwd"), set, pair.pause, done)
-		go run(pair.s2, newOwner("rev"), rev, pair.pause, done)
+		fwd, rv := make(chan struct{}, rounds), make(chan struct{}, rounds)
+		go run(pair.s1, newOwner("fwd"), set, fwd, rv, done)
+		go run(pair.s2, newOwner("rev"), rev, rv, fwd, done)
 		for range 2 {
 			select {
 			case err := <-done:
@@ -666,9 +672,6 @@ func TestLocalWaitersFIFO(t *testing.T) {
 				return
 			}
 			order <- i
-			// A hold, as a real holder's write would take: not an
-			// ordering, which the queue (waited on below) gives.
-			time.Sleep(5 * time.Millisecond)
 			if _, err := s.Release(bg, owners[i], "db.c", id, ""); err != nil {
 				t.Error(err)
 			}

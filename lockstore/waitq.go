@@ -68,6 +68,10 @@ type waitQueues struct {
 	q  map[string][]*waiter
 	// settled is signalled when a handoff ends (abandon waits on it).
 	settled *sync.Cond
+	// testHookAbandonWaits, when set, runs (with mu held) when a waiter
+	// giving up finds a handoff to it under way, before it waits for the
+	// handoff's outcome.
+	testHookAbandonWaits func()
 }
 
 func newWaitQueues() *waitQueues {
@@ -201,6 +205,9 @@ func (wq *waitQueues) handoffDone(w *waiter, r handoffResult) {
 func (wq *waitQueues) abandon(w *waiter) bool {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
+	if w.state == stateHanding && wq.testHookAbandonWaits != nil {
+		wq.testHookAbandonWaits()
+	}
 	for w.state == stateHanding {
 		wq.settled.Wait()
 	}

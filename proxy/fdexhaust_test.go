@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 )
@@ -135,33 +136,30 @@ func TestDescriptorExhaustion(t *testing.T) {
 	if answered >= 150 {
 		t.Fatalf("%d clients were served with a 128-descriptor limit: the test did not exhaust descriptors", answered)
 	}
-	select {
-	case err := <-exited:
-		t.Fatalf("the proxy process ended when it ran out of descriptors: %v\n%s", err, rest.String())
-	case <-time.After(500 * time.Millisecond):
-	}
-	// Descriptors come back as clients leave; the proxy accepts again.
+	// Descriptors come back as clients leave; the proxy, still running,
+	// accepts again.
 	for _, c := range conns {
 		c.Close()
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var lastErr error
+	defer func() {
+		if t.Failed() && lastErr != nil {
+			t.Logf("the last client's error: %v", lastErr)
+		}
+	}()
+	testkit.Eventually(t, 15*time.Second, "a client served after the descriptors were freed", func() bool {
+		select {
+		case err := <-exited:
+			exited <- err // for the deferred stop
+			t.Fatalf("the proxy process ended after running out of descriptors: %v\n%s", err, rest.String())
+		default:
+		}
 		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err == nil {
 			err = ping(c)
 			c.Close()
-			if err == nil {
-				break
-			}
 		}
-		select {
-		case err := <-exited:
-			t.Fatalf("the proxy process ended: %v\n%s", err, rest.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no client served within 15s of the descriptors being freed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		lastErr = err
+		return err == nil
+	})
 }

@@ -6,7 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -601,21 +601,20 @@ func TestUpstreamReplyToFireAndForgetIsDropped(t *testing.T) {
 // closes, as mongod, answering in order, would send it.
 func TestGoodRequestBeforeGarbageIsAnswered(t *testing.T) {
 	// The upstream answers only once the proxy has read the garbage.
-	var proxied atomic.Pointer[testProxy]
+	garbageRead := make(chan struct{})
 	up := echoUpstream(t, func(s *scripted.Server, req wire.Message, cmd *wire.Command) [][]byte {
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if proxied.Load().errorCount(errMalformed) > 0 {
-				break
-			}
-		}
+		<-garbageRead
 		return nil
 	})
+	release := sync.OnceFunc(func() { close(garbageRead) })
+	t.Cleanup(release) // before the upstream stops, should the test end early
 	p := startProxy(t, Options{Upstream: dialTo(up.Addr())})
-	proxied.Store(p)
 	c := dialRaw(t, p.addr)
 	ping, id := c.msg(0, bson.D{{"ping", 1}, {"$db", "admin"}})
 	garbage := wire.Header{MessageLength: 8, OpCode: wire.OpCodeMsg}.Append(nil)
 	c.send(append(ping, garbage...))
+	testkit.Eventually(t, 10*time.Second, "the proxy to read the garbage", func() bool { return p.errorCount(errMalformed) > 0 })
+	release()
 	if r := c.read(); r.Header().ResponseTo != id || !isOK(body(t, r)) {
 		t.Fatalf("reply to the good request lost: %v", body(t, r))
 	}

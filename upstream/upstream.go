@@ -61,6 +61,10 @@ type Upstream struct {
 	target  string        // address that Dial uses; "" while unknown
 	last    string        // the latest non-empty target, kept when usable
 	changed chan struct{} // closed, and replaced, whenever target changes
+
+	// testHookWaiting, when set, runs each time Dial, knowing no writable
+	// server, starts waiting for one.
+	testHookWaiting func()
 }
 
 // New parses the URI and starts monitoring the deployment. It does not wait
@@ -202,6 +206,9 @@ func (u *Upstream) Dial(ctx context.Context) (net.Conn, error) {
 				return nil, err
 			}
 			return &Conn{Conn: c, addr: addr, up: u}, nil
+		}
+		if u.testHookWaiting != nil {
+			u.testHookWaiting()
 		}
 		select {
 		case <-changed:

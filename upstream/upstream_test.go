@@ -161,6 +161,13 @@ func TestReplicaSetFollowsThePrimary(t *testing.T) {
 
 	// Election in progress: no primary. Dial waits for one.
 	u.follow(topology(member{a, description.RSSecondary}, member{b, description.RSSecondary}))
+	waiting := make(chan struct{}, 1)
+	u.testHookWaiting = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
 	dialed := make(chan *Conn, 1)
 	go func() {
 		c, err := u.Dial(context.Background())
@@ -174,7 +181,9 @@ func TestReplicaSetFollowsThePrimary(t *testing.T) {
 	select {
 	case c := <-dialed:
 		t.Fatalf("Dial returned a connection to %v while no primary was known", c)
-	case <-time.After(50 * time.Millisecond):
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Dial neither returned nor waited for a primary")
 	}
 
 	u.follow(topology(member{a, description.RSSecondary}, member{b, description.RSPrimary}))

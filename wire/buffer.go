@@ -24,6 +24,8 @@ const (
 // holds a large buffer. Safe for concurrent use.
 type BufferPool struct {
 	classes [numClasses]sync.Pool
+	// out counts the buffers handed out and not yet returned.
+	out atomic.Int64
 }
 
 // NewBufferPool returns an empty pool.
@@ -44,9 +46,18 @@ func classOf(n int) int {
 	return bits.Len(uint(n-1)) - minClassShift
 }
 
+// InUse returns how many buffers the pool has handed out that were not
+// returned yet (one per message being read or held), those above its
+// largest class included.
+func (p *BufferPool) InUse() int64 { return p.out.Load() }
+
 // get returns a buffer of length n; it is pooled only when n <= maxPooled.
 func (p *BufferPool) get(n int) *pooledBuf {
-	if p == nil || n > maxPooled {
+	if p == nil {
+		return &pooledBuf{b: make([]byte, n), class: -1}
+	}
+	p.out.Add(1)
+	if n > maxPooled {
 		return &pooledBuf{b: make([]byte, n), class: -1}
 	}
 	c := classOf(n)
@@ -62,14 +73,17 @@ func (p *BufferPool) get(n int) *pooledBuf {
 }
 
 func (p *BufferPool) put(pb *pooledBuf) {
-	if p == nil || pb.class < 0 {
+	if p == nil {
 		return
 	}
-	if !pb.inUse.CompareAndSwap(true, false) {
-		panic("wire: buffer returned to the pool twice")
+	if pb.class >= 0 {
+		if !pb.inUse.CompareAndSwap(true, false) {
+			panic("wire: buffer returned to the pool twice")
+		}
+		pb.b = pb.b[:cap(pb.b)]
+		p.classes[pb.class].Put(pb)
 	}
-	pb.b = pb.b[:cap(pb.b)]
-	p.classes[pb.class].Put(pb)
+	p.out.Add(-1)
 }
 
 // RawMessage is one framed message as read. Bytes is the whole message,

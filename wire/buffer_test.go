@@ -161,6 +161,42 @@ func TestBufferPoolClasses(t *testing.T) {
 	p.put(big) // no-op
 }
 
+// TestBufferPoolInUse: InUse counts every buffer a reader holds, through a
+// message that grows, one above the largest class and one cut short, and
+// only those (a test of the proxy waits on it to know that its readers
+// hold their buffers).
+func TestBufferPoolInUse(t *testing.T) {
+	pool := NewBufferPool()
+	small := AppendMsg(nil, 1, 0, 0, cmdDoc("ping", "", "admin"))
+	big := AppendMsg(nil, 2, 0, 0, doc(func(b *bsoncore.DocumentBuilder) {
+		b.AppendString("insert", "c").AppendString("$db", "d").AppendBinary("pad", 0, make([]byte, 3<<20))
+	}))
+	var held []*RawMessage
+	for i, msg := range [][]byte{small, big} {
+		m, err := ReadMessage(iotest.HalfReader(bytes.NewReader(msg)), pool, Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, m)
+		if n := pool.InUse(); n != int64(i+1) {
+			t.Fatalf("%d messages held: InUse %d", i+1, n)
+		}
+	}
+	cut := Header{MessageLength: DefaultMaxMessageSize, OpCode: OpCodeMsg}.Append(nil)
+	if _, err := ReadMessage(bytes.NewReader(append(cut, make([]byte, 1<<20)...)), pool, Limits{}); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatal(err)
+	}
+	if n := pool.InUse(); n != 2 {
+		t.Fatalf("after a message cut short: InUse %d, want 2", n)
+	}
+	for _, m := range held {
+		m.Release()
+	}
+	if n := pool.InUse(); n != 0 {
+		t.Fatalf("all released: InUse %d", n)
+	}
+}
+
 func TestDoubleReleasePanics(t *testing.T) {
 	pool := NewBufferPool()
 	m, err := ReadMessage(bytes.NewReader(AppendMsg(nil, 1, 0, 0, cmdDoc("ping", "", "admin"))), pool, Limits{})

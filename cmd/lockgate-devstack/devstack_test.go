@@ -169,23 +169,20 @@ func TestDevStackRunsAndStops(t *testing.T) {
 		done <- Run(ctx, []string{"-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-data", data}, &stdout, &stderr, nil)
 	}()
 
+	logOnFailure(t, &stdout, &stderr)
 	var uri, adminURL string
-	deadline := time.Now().Add(30 * time.Second)
-	for uri == "" {
+	testkit.Eventually(t, 30*time.Second, "the connection string printed", func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("devstack exited %d", code)
+		default:
+		}
 		if m := connRE.FindStringSubmatch(stdout.String()); m != nil {
 			uri = m[1]
 			adminURL = adminRE.FindStringSubmatch(stdout.String())[1]
-			break
 		}
-		select {
-		case code := <-done:
-			t.Fatalf("devstack exited %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection string printed\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
-		}
-	}
+		return uri != ""
+	})
 
 	mctx, mcancel := context.WithTimeout(ctx, 15*time.Second)
 	defer mcancel()
@@ -243,20 +240,29 @@ func startStack(t *testing.T, hup chan os.Signal, args ...string) (adminURL stri
 			t.Error("devstack did not stop")
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if m := adminRE.FindStringSubmatch(stdout.String()); m != nil {
-			return m[1], stderr
-		}
+	logOnFailure(t, &stdout, stderr)
+	testkit.Eventually(t, 30*time.Second, "the admin URL printed", func() bool {
 		select {
 		case code := <-done:
-			t.Fatalf("devstack exited %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
-		case <-time.After(20 * time.Millisecond):
+			done <- code // for the cleanup above
+			t.Fatalf("devstack exited %d", code)
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no admin URL printed\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
+		if m := adminRE.FindStringSubmatch(stdout.String()); m != nil {
+			adminURL = m[1]
 		}
-	}
+		return adminURL != ""
+	})
+	return adminURL, stderr
+}
+
+// logOnFailure logs a dev stack's output at the end of a test that failed.
+func logOnFailure(t *testing.T, stdout, stderr *syncBuffer) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+		}
+	})
 }
 
 func httpBody(t *testing.T, method, url string) (int, string) {
@@ -390,26 +396,27 @@ func TestDevStackProcessSignals(t *testing.T) {
 		<-exited
 	}()
 
+	logOnFailure(t, &stdout, &stderr)
+	// running fails the test if the dev stack has ended.
+	running := func(after string) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the dev stack ended %s: %v", after, err)
+		default:
+		}
+	}
 	var adminURL, dataDir string
-	deadline := time.Now().Add(60 * time.Second)
-	for adminURL == "" {
+	testkit.Eventually(t, 60*time.Second, "the admin URL printed", func() bool {
+		running("before printing its admin URL")
 		if m := adminRE.FindStringSubmatch(stdout.String()); m != nil {
 			adminURL = m[1]
 			if d := dataRE.FindStringSubmatch(stdout.String()); d != nil {
 				dataDir = d[1]
 			}
-			break
 		}
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("dev stack exited: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no admin URL printed\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
-		}
-	}
+		return adminURL != ""
+	})
 	if dataDir == "" {
 		t.Fatalf("no temporary data directory printed:\n%s", stdout.String())
 	}
@@ -420,17 +427,10 @@ func TestDevStackProcessSignals(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	for !strings.Contains(stderr.String(), "reload ignored") {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("SIGHUP ended the dev stack (%v)\nstderr: %s", err, stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line for SIGHUP:\n%s", stderr.String())
-		}
-	}
+	testkit.Eventually(t, 30*time.Second, "the log line for SIGHUP", func() bool {
+		running("on SIGHUP")
+		return strings.Contains(stderr.String(), "reload ignored")
+	})
 	if code, _ := httpBody(t, "GET", adminURL+"healthz"); code != 200 {
 		t.Errorf("after SIGHUP /healthz = %d", code)
 	}

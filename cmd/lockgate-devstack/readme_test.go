@@ -61,23 +61,20 @@ func TestReadmeWalkthrough(t *testing.T) {
 			t.Error("dev stack did not stop")
 		}
 	}()
+	logOnFailure(t, &stdout, &stderr)
 	var uri string
-	deadline := time.Now().Add(30 * time.Second)
-	for uri == "" {
-		if m := connRE.FindStringSubmatch(stdout.String()); m != nil {
-			uri = m[1]
-			break
-		}
+	testkit.Eventually(t, 30*time.Second, "the connection string printed", func() bool {
 		select {
 		case code := <-done:
-			done <- code
-			t.Fatalf("dev stack exited %d\nstderr: %s", code, stderr.String())
-		case <-time.After(20 * time.Millisecond):
+			done <- code // for the deferred stop
+			t.Fatalf("dev stack exited %d", code)
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection string printed\nstdout: %s\nstderr: %s", stdout.String(), stderr.String())
+		if m := connRE.FindStringSubmatch(stdout.String()); m != nil {
+			uri = m[1]
 		}
-	}
+		return uri != ""
+	})
 
 	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer scancel()

@@ -322,9 +322,10 @@ func startConsole(t *testing.T, opts ...func(*config.Config)) (*gateway.Gateway,
 }
 
 // profileDir is a fresh chromium profile directory. Not t.TempDir: its
-// cleanup fails the test when a chromium helper process, outliving the
-// browser by a moment, still writes there; this one is removed again
-// until it is gone (or left behind, which fails nothing).
+// cleanup removes the directory once, and a chromium helper process,
+// outliving the browser by a moment, may still write there; this one is
+// removed until the helpers have left it. One still writing there 10 s
+// after the browser ended fails the test: it outlived the test.
 func profileDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "lockgate-console-chromium-")
@@ -332,13 +333,7 @@ func profileDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for range 50 {
-			if os.RemoveAll(dir) == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Logf("chromium profile %s left behind", dir)
+		testkit.Eventually(t, 10*time.Second, "chromium's helpers to leave the profile "+dir, func() bool { return os.RemoveAll(dir) == nil })
 	})
 	return dir
 }
