@@ -437,7 +437,7 @@ func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin tim
 	earliest := func(t time.Time) { end = min(end, t.UnixNano()) }
 	now, unc, local := s.nowLocal()
 	need := now.Add(unc + margin) // the lease must surely outlast this
-	var ask []int // indexes in ks of the keys the cache cannot answer
+	var ask []int                 // indexes in ks of the keys the cache cannot answer
 	for i, k := range ks {
 		if s.cfg.CacheTrust > 0 {
 			// Only a generation this Store wrote, confirmed lately, is
