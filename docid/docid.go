@@ -15,7 +15,6 @@ package docid
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
@@ -40,12 +39,11 @@ type ID struct {
 // New makes the ID of v, keeping v's bytes: they must not change while
 // the ID is in use.
 func New(v bson.RawValue) (ID, error) {
-	var b strings.Builder
-	b.Grow(len(v.Value) + 8) // most ids encode to about their own size
+	b := keyBuf{b: make([]byte, 0, len(v.Value)+8)} // most ids encode to about their own size
 	if err := appendKey(&b, v); err != nil {
 		return ID{}, err
 	}
-	return ID{typ: v.Type, val: v.Value, key: b.String()}, nil
+	return ID{typ: v.Type, val: v.Value, key: b.asString()}, nil
 }
 
 // Copy makes the IDs of vs, which usually point into a request's buffer,
@@ -53,13 +51,17 @@ func New(v bson.RawValue) (ID, error) {
 // allocation, whatever the number of ids (the usual ids: a number, a
 // string, an ObjectId; a nested document costs its elements' slice).
 func Copy(vs []bsoncore.Value) ([]ID, error) {
+	if len(vs) == 1 {
+		if ids, ok, err := copyOne(vs[0]); ok || err != nil {
+			return ids, err
+		}
+	}
 	n := 0
 	for _, v := range vs {
 		n += len(v.Data)
 	}
 	buf := make([]byte, 0, n)
-	var keys strings.Builder
-	keys.Grow(n + 8*len(vs))
+	keys := keyBuf{b: make([]byte, 0, n+8*len(vs))}
 	var endsBuf [8]int // a write names one id or few
 	ends := endsBuf[:0]
 	if len(vs) > len(endsBuf) {
@@ -77,12 +79,38 @@ func Copy(vs []bsoncore.Value) ([]ID, error) {
 		ends[i] = keys.Len()
 		out[i] = ID{typ: v.Type, val: val}
 	}
-	all, at := keys.String(), 0
+	all, at := keys.asString(), 0
 	for i := range out {
 		out[i].key = all[at:ends[i]]
 		at = ends[i]
 	}
 	return out, nil
+}
+
+// oneID is the single id of a write that pins one, its value and
+// (usually) its key in one allocation: the usual _id (a number, an
+// ObjectId, a short string) and its key take well under len(b) bytes.
+type oneID struct {
+	ids [1]ID
+	b   [48]byte
+}
+
+// copyOne is Copy of one value in one allocation, false for a value
+// longer than oneID holds. A key that outgrows the room left is built
+// on the heap instead (the value stays in the box).
+func copyOne(v bsoncore.Value) (_ []ID, ok bool, _ error) {
+	box := new(oneID)
+	if len(v.Data) > len(box.b) {
+		return nil, false, nil
+	}
+	n := copy(box.b[:], v.Data)
+	val := box.b[:n:n]
+	key := keyBuf{b: box.b[n:n]}
+	if err := appendKey(&key, bson.RawValue{Type: v.Type, Value: val}); err != nil {
+		return nil, true, err
+	}
+	box.ids[0] = ID{typ: v.Type, val: val, key: key.asString()}
+	return box.ids[:], true, nil
 }
 
 // Of makes the ID of a Go value (marshalled as BSON), for callers that

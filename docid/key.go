@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
@@ -56,7 +57,30 @@ const (
 // field in order, so field order matters; arrays, regular expressions and
 // undefined are invalid as a top-level _id, and "$"-prefixed field names
 // are invalid anywhere inside it.
-func appendKey(b *strings.Builder, v bson.RawValue) error {
+// keyBuf is where a canonical key is built: bytes that become the key's
+// string without a copy (asString), as strings.Builder's do, and that may
+// start in room of the caller's (Copy's single id shares one allocation
+// with its value).
+type keyBuf struct{ b []byte }
+
+func (k *keyBuf) WriteByte(c byte) error { k.b = append(k.b, c); return nil }
+
+func (k *keyBuf) Write(p []byte) (int, error) { k.b = append(k.b, p...); return len(p), nil }
+
+func (k *keyBuf) WriteString(s string) (int, error) { k.b = append(k.b, s...); return len(s), nil }
+
+func (k *keyBuf) Len() int { return len(k.b) }
+
+// asString is the key built. Its bytes are never written again: k is
+// dropped or only appended to past them.
+func (k *keyBuf) asString() string {
+	if len(k.b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(k.b), len(k.b))
+}
+
+func appendKey(b *keyBuf, v bson.RawValue) error {
 	if err := v.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -73,7 +97,7 @@ func appendKey(b *strings.Builder, v bson.RawValue) error {
 	return encodeValue(b, v, 0)
 }
 
-func encodeValue(b *strings.Builder, v bson.RawValue, depth int) error {
+func encodeValue(b *keyBuf, v bson.RawValue, depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("%w: _id nested deeper than %d", ErrInvalid, maxDepth)
 	}
@@ -196,19 +220,19 @@ func dbRefField(elems []bson.RawElement, i int) bool {
 	return false
 }
 
-func writeString(b *strings.Builder, s string) {
+func writeString(b *keyBuf, s string) {
 	var n [binary.MaxVarintLen64]byte
 	b.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
 	b.WriteString(s)
 }
 
-func writeUint64(b *strings.Builder, n uint64) {
+func writeUint64(b *keyBuf, n uint64) {
 	var p [8]byte
 	binary.BigEndian.PutUint64(p[:], n)
 	b.Write(p[:])
 }
 
-func writeBytes(b *strings.Builder, p []byte) {
+func writeBytes(b *keyBuf, p []byte) {
 	var n [binary.MaxVarintLen64]byte
 	b.Write(n[:binary.PutUvarint(n[:], uint64(len(p)))])
 	b.Write(p)

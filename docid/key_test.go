@@ -194,9 +194,49 @@ func TestCopy(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _, _ = Copy(many) }); n > 4 {
 		t.Errorf("Copy of %d ids: %v allocations, want at most 4", len(many), n)
 	}
-	// The usual write's one id: its bytes, its key, the slice.
-	if n := testing.AllocsPerRun(100, func() { _, _ = Copy(many[:1]) }); n > 3 {
-		t.Errorf("Copy of one id: %v allocations, want at most 3", n)
+}
+
+// TestCopyOne: the usual write's one id is one allocation (its slice,
+// bytes and key together) for the usual _ids, and is in every case what
+// Copy of a batch makes: its own bytes, New's key. Values and keys that
+// outgrow the single allocation's room are covered too.
+func TestCopyOne(t *testing.T) {
+	vals := []any{int32(7), int32(123456), int64(-5), primitive.NewObjectID(), "a", strings.Repeat("s", 40),
+		strings.Repeat("k", 55), strings.Repeat("v", 70), 0.1, dec(t, "2.50"), bson.D{{Key: "k", Value: "v"}},
+		primitive.Binary{Subtype: 4, Data: make([]byte, 16)}, primitive.Null{}}
+	for _, v := range vals {
+		r := rv(t, v)
+		buf := append([]byte(nil), r.Value...)
+		ids, err := Copy([]bsoncore.Value{{Type: r.Type, Data: buf}})
+		if err != nil {
+			t.Fatalf("%#v: %v", v, err)
+		}
+		for i := range buf {
+			buf[i] = 0xff // the request's buffer, reused
+		}
+		want, err := New(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) != 1 || ids[0].Key() != want.Key() || !bsoncore.Value.Equal(ids[0].Core(), want.Core()) {
+			t.Errorf("%#v: %v key %x, want %v key %x", v, ids, ids[0].Key(), want.Raw(), want.Key())
+		}
+		// A second id made meanwhile shares nothing with the first.
+		if other, err := Copy([]bsoncore.Value{{Type: bson.TypeInt32, Data: bsoncore.AppendInt32(nil, 99)}}); err != nil || other[0].Equal(ids[0]) || ids[0].Key() != want.Key() {
+			t.Errorf("%#v: changed by the next copy (%v)", v, err)
+		}
+	}
+	if _, err := Copy([]bsoncore.Value{{Type: bson.TypeArray, Data: bsoncore.NewArrayBuilder().Build()}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an array: %v", err)
+	}
+	for _, v := range []bsoncore.Value{
+		{Type: bson.TypeInt32, Data: bsoncore.AppendInt32(nil, 7)},
+		{Type: bson.TypeObjectID, Data: bsoncore.AppendObjectID(nil, primitive.NewObjectID())},
+		{Type: bson.TypeString, Data: bsoncore.AppendString(nil, "order-2026-000123")},
+	} {
+		if n := testing.AllocsPerRun(100, func() { _, _ = Copy([]bsoncore.Value{v}) }); n > 1 {
+			t.Errorf("Copy of one %v: %v allocations, want 1", v.Type, n)
+		}
 	}
 }
 

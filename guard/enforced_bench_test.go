@@ -35,10 +35,10 @@ import (
 func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 	lsid := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, make([]byte, 16)).Build()
 	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000", RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}
-	update := func(coll string) *proxy.Request {
+	update := func(coll string, id int32) *proxy.Request {
 		// As the Go driver sends it: the statement in a kind-1 section.
 		stmt := bsoncore.NewDocumentBuilder().
-			AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
+			AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", id).Build()).
 			AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
 			Build()
 		body := bsoncore.NewDocumentBuilder().AppendString("update", coll).AppendBoolean("ordered", true).
@@ -65,7 +65,14 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 	out := zapcore.Lock(zapcore.AddSync(io.Discard))
 	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), out, zapcore.InfoLevel))
 	sink := &guard.LineSink{Out: out, Level: zapcore.InfoLevel, ErrorOutput: out}
-	for _, leg := range []struct{ name, coll string }{{"unprotected", "open"}, {"enforced", "locked"}} {
+	// The enforced leg writes one _id, as a client updating one document
+	// over and over; enforced-64ids cycles through 64 locked _ids, as a
+	// client updating many documents does, which the connection's memo
+	// of its last 8 pinned ids (pinnedIDs) cannot hold.
+	for _, leg := range []struct {
+		name, coll string
+		ids        int32
+	}{{"unprotected", "open", 1}, {"enforced", "locked", 1}, {"enforced-64ids", "locked", 64}} {
 		b.Run(leg.name, func(b *testing.B) {
 			store := memstore.New(memstore.Config{})
 			g := guard.New(guard.Options{Store: store, Reserved: guard.ReservedFor("lockgate", "locks"), Logger: logger, DecisionSink: sink})
@@ -73,7 +80,7 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 			ctx := context.Background()
 			// The lock, taken as acquireLock through the guard takes it.
 			acquire := bsoncore.NewDocumentBuilder().AppendString("acquireLock", "locked").
-				AppendArray("ids", bsoncore.NewArrayBuilder().AppendInt32(7).Build()).AppendInt32("leaseMS", int32(10*time.Minute/time.Millisecond)).
+				AppendArray("ids", lockIDs(leg.ids)).AppendInt32("leaseMS", int32(10*time.Minute/time.Millisecond)).
 				AppendDocument("lsid", lsid).AppendString("$db", "bench").Build()
 			amsg, err := wire.Parse(wire.AppendMsg(nil, 2, 0, 0, acquire), wire.Limits{})
 			if err != nil {
@@ -89,10 +96,14 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 			if st, _ := store.Status(ctx, lockstore.Owner{}, "bench.locked", lockstoretest.IDs(int32(7))); len(st) != 1 || !st[0].Held {
 				b.Fatal("the lock is not held", st)
 			}
-			req := update(leg.coll)
+			reqs := make([]*proxy.Request, leg.ids)
+			for i := range reqs {
+				reqs[i] = update(leg.coll, 7+int32(i))
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
+				req := reqs[i%len(reqs)]
 				req.Plan = nil // each request is planned anew, as the proxy makes a new one per message
 				d := g.Intercept(ctx, req)
 				if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
@@ -107,6 +118,15 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 			}
 		})
 	}
+}
+
+// lockIDs are the _ids 7 to 7+n-1, as acquireLock's ids.
+func lockIDs(n int32) bsoncore.Array {
+	a := bsoncore.NewArrayBuilder()
+	for i := range n {
+		a.AppendInt32(7 + i)
+	}
+	return a.Build()
 }
 
 func ok(reply bsoncore.Document) bool {

@@ -97,11 +97,17 @@ func (b *clockEstimate) uncertainty(now time.Time) time.Duration {
 // estimate returns the server time, its uncertainty, and false before the
 // first sample.
 func (c *serverClock) estimate() (time.Time, time.Duration, bool) {
+	return c.estimateAt(c.local())
+}
+
+// estimateAt is estimate at local time now, a reading of c.local the
+// caller made: one clock read serves the estimate and the caller's own
+// local arithmetic.
+func (c *serverClock) estimateAt(now time.Time) (time.Time, time.Duration, bool) {
 	b := c.best.Load()
 	if b == nil {
 		return time.Time{}, 0, false
 	}
-	now := c.local()
 	return b.server.Add(now.Sub(b.mid)), b.uncertainty(now), true
 }
 
@@ -109,8 +115,13 @@ func (c *serverClock) estimate() (time.Time, time.Duration, bool) {
 // clock with an unbounded (one hour) uncertainty, which makes every check
 // conservative. Store operations refuse to run before the first sample.
 func (c *serverClock) Now() (time.Time, time.Duration) {
-	if t, u, ok := c.estimate(); ok {
+	return c.nowAt(c.local())
+}
+
+// nowAt is Now at local time now, a reading of c.local.
+func (c *serverClock) nowAt(now time.Time) (time.Time, time.Duration) {
+	if t, u, ok := c.estimateAt(now); ok {
 		return t, u
 	}
-	return c.local(), time.Hour
+	return now, time.Hour
 }

@@ -87,11 +87,27 @@ func (s *Store) heldCached(owner Owner, ns string, id docid.ID, margin time.Dura
 	if !ok {
 		return 0, false
 	}
-	now, unc := s.clock.Now()
+	now, unc, local := s.nowLocal()
 	if !e.g.ownedBy(owner) || !e.g.ExpiresAt.After(now.Add(unc+margin)) || e.g.Via != s.via ||
-		time.Since(e.confirmed) > s.cfg.CacheTrust {
+		local.Sub(e.confirmed) > s.cfg.CacheTrust {
 		return 0, false
 	}
 	*token = e.g.Token
 	return e.g.ExpiresAt.Add(-unc).Sub(now), true
+}
+
+// nowLocal is s.clock.Now and the local time.Now of the same instant.
+// With the store's own server-clock estimate, whose local clock is
+// time.Now, one reading serves both: a cached lock check reads the clock
+// once, not twice. An injected clock is read apart from the local one.
+func (s *Store) nowLocal() (now time.Time, unc time.Duration, local time.Time) {
+	if s.sclock != nil && s.clock == Clock(s.sclock) {
+		local = time.Now()
+		now, unc = s.sclock.nowAt(local)
+		return now, unc, local
+	}
+	// The local reading after the injected clock's, as before: the
+	// cache's trust window is never measured short.
+	now, unc = s.clock.Now()
+	return now, unc, time.Now()
 }

@@ -435,10 +435,9 @@ func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []docid.I
 func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin time.Duration, tokens []int64) (_ bool, _ []docid.ID, end int64, _ error) {
 	end = math.MaxInt64
 	earliest := func(t time.Time) { end = min(end, t.UnixNano()) }
-	now, unc := s.clock.Now()
+	now, unc, local := s.nowLocal()
 	need := now.Add(unc + margin) // the lease must surely outlast this
-	local := time.Now()
-	var ask []int // indexes in ks of the keys the cache cannot answer
+	var ask []int                 // indexes in ks of the keys the cache cannot answer
 	for i, k := range ks {
 		if s.cfg.CacheTrust > 0 {
 			// Only a generation this Store wrote, confirmed lately, is

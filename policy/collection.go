@@ -170,53 +170,95 @@ func classifyCopyDB(c *command) ([]Write, error) {
 // ($lookup, $facet, $unionWith) or a future server might read them
 // elsewhere, so any document key "$out"/"$merge" at any depth counts.
 func classifyAggregate(c *command) ([]Write, error) {
+	if c.agg.usable(c) {
+		return c.agg.ws, c.agg.err
+	}
 	// Documents reads the body array or a kind-1 section alike, and
 	// refuses two pipelines.
 	stages, err := c.Documents("pipeline")
 	if err != nil {
 		return nil, refuse(commandNS(c), "%v", err)
 	}
-	var ws []Write
-	var walkErr error
-	var walk func(d []byte)
-	walk = func(d []byte) {
-		it := iterate(d)
-		for walkErr == nil {
-			k, v, ok := it.next()
-			if !ok {
-				break
-			}
-			switch string(k) {
-			case "$out":
-				ns, err := outTarget(c.DB, v)
-				if err != nil {
-					walkErr = refuse(NSAll, "aggregate $out: %v", err)
-					return
-				}
-				ws = append(ws, collWrite(ns, WhatOut))
-			case "$merge":
-				ns, err := mergeTarget(c.DB, v)
-				if err != nil {
-					walkErr = refuse(NSAll, "aggregate $merge: %v", err)
-					return
-				}
-				ws = append(ws, collWrite(ns, WhatMerge))
-			}
-			if v.Type == bson.TypeEmbeddedDocument || v.Type == bson.TypeArray {
-				walk(v.Data)
-			}
-		}
-		if it.bad && walkErr == nil {
-			walkErr = refuse(NSAll, "aggregate: unreadable pipeline")
-		}
-	}
+	a := aggScan{db: c.DB}
 	for _, st := range stages {
-		walk(st)
+		a.doc(st)
 	}
-	if walkErr != nil {
-		return nil, walkErr
+	if a.err != nil {
+		return nil, a.err
 	}
-	return ws, nil
+	return a.ws, nil
+}
+
+// aggScan finds the writes of an aggregation pipeline: every $out and
+// $merge at any depth (in $facet, in sub-pipelines, anywhere a stage
+// could hide one), each targeting a namespace of db, the command's
+// database. The first target that cannot be read ends the scan (err).
+type aggScan struct {
+	db  string
+	ws  []Write
+	err error
+	// The walk's scan (walkPipeline): wanted for an aggregate; walked
+	// once it scanned the body's first pipeline, clean when that was an
+	// array of documents read to its end, as Documents reads it.
+	wanted, walked, clean bool
+}
+
+// doc scans one document (a stage, or a value inside one).
+func (a *aggScan) doc(d []byte) {
+	it := iterate(d)
+	for a.err == nil {
+		k, v, ok := it.next()
+		if !ok {
+			break
+		}
+		a.field(k, v)
+	}
+	if it.bad && a.err == nil {
+		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+	}
+}
+
+// field scans one field k with value v of a document of the pipeline.
+func (a *aggScan) field(k []byte, v bsoncore.Value) {
+	switch string(k) {
+	case "$out":
+		ns, err := outTarget(a.db, v)
+		if err != nil {
+			a.err = refuse(NSAll, "aggregate $out: %v", err)
+			return
+		}
+		a.ws = append(a.ws, collWrite(ns, WhatOut))
+	case "$merge":
+		ns, err := mergeTarget(a.db, v)
+		if err != nil {
+			a.err = refuse(NSAll, "aggregate $merge: %v", err)
+			return
+		}
+		a.ws = append(a.ws, collWrite(ns, WhatMerge))
+	}
+	if v.Type == bson.TypeEmbeddedDocument || v.Type == bson.TypeArray {
+		a.doc(v.Data)
+	}
+}
+
+// usable reports whether the walk's scan is what classifyAggregate's own
+// would find: the walk read the whole body, which names one pipeline,
+// the one scanned, and no document sequence does.
+func (a *aggScan) usable(c *command) bool {
+	if !a.wanted || !a.walked || !a.clean || !c.complete {
+		return false
+	}
+	for i := range c.found[:c.nfound] {
+		if f := &c.found[i]; f.field == "pipeline" && f.n != 1 {
+			return false
+		}
+	}
+	for _, s := range c.Sequences {
+		if s.Identifier == "pipeline" {
+			return false
+		}
+	}
+	return true
 }
 
 // outTarget: "$out": "coll" or {db, coll} (db defaults to the command's).

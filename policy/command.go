@@ -21,6 +21,11 @@ type command struct {
 	found    [2]foundField
 	nfound   int
 	complete bool
+	// agg is the classifier's scan of an aggregate's pipeline for $out
+	// and $merge, made by the walk as it reads the stages (walkPipeline),
+	// so that the pipeline is read once; classifyAggregate reads it
+	// again itself whenever the walk's reading could differ from its own.
+	agg aggScan
 }
 
 // foundField is a body field as the walk saw it: its first value and how
@@ -47,6 +52,7 @@ func (c *command) want() {
 	switch spec.Writes {
 	case wire.WritesAggregate:
 		add("pipeline")
+		c.agg.wanted = true
 	case wire.WritesApplyOps:
 		add(c.Name)
 	default:

@@ -49,7 +49,8 @@ func walkReferences(p *Plan, cmd *wire.Command) {
 			}
 		case "pipeline", "applyOps", "doTxn":
 			// The server reads a document sequence as the array of
-			// that name (the classifier reads a pipeline there too).
+			// that name (the classifier reads a pipeline sequence
+			// itself: walkPipeline's scan is for the body's).
 			arr := bsoncore.NewArrayBuilder()
 			for _, d := range s.Documents {
 				arr.AppendDocument(d)
@@ -123,6 +124,12 @@ func (w walker) command(db string, body bsoncore.Document, first string, top *co
 			w.fullNS(v)
 			continue
 		}
+		if top != nil && top.agg.wanted && !top.agg.walked && string(k) == "pipeline" {
+			top.agg.walked = true
+			top.agg.db = top.DB
+			top.agg.clean = w.walkPipeline(db, v, &top.agg)
+			continue
+		}
 		w.field(db, k, v, false)
 	}
 }
@@ -187,6 +194,51 @@ func (w walker) pipeline(db string, v bsoncore.Value) {
 		}
 		return false
 	})
+}
+
+// walkPipeline is pipeline for an aggregate's own pipeline, which reads
+// each stage once for both: its name and references for the walk, and
+// every field, at any depth, for the classifier's scan a (aggScan). It
+// reports whether the pipeline is an array of documents read to its end,
+// as the classifier's Documents reads it (else the classifier reads it
+// itself, and refuses it).
+func (w walker) walkPipeline(db string, v bsoncore.Value, a *aggScan) (clean bool) {
+	if v.Type != bson.TypeArray || len(v.Data) < 5 {
+		w.pipeline(db, v)
+		return false
+	}
+	clean = true
+	it := iterate(v.Data)
+	for {
+		_, e, ok := it.next()
+		if !ok {
+			break
+		}
+		stage, ok := e.DocumentOK()
+		if !ok {
+			clean = false
+			continue
+		}
+		sit := iterate(stage)
+		for first := true; ; first = false {
+			k, sv, ok := sit.next()
+			if !ok {
+				break
+			}
+			if first {
+				w.p.stages = append(w.p.stages, stageName(k))
+				w.stage(db, k, sv)
+			}
+			if a.err != nil {
+				break
+			}
+			a.field(k, sv)
+		}
+		if sit.bad && a.err == nil {
+			a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+		}
+	}
+	return clean && !it.bad
 }
 
 // stage walks one stage, named k with spec sv, of a pipeline run on db.
