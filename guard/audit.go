@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -386,5 +387,5 @@ func metricReason(r string) string {
 // any other is counted as "other".
 var metricReasons = []string{reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
 	reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
-	reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable,
+	reasonUnverifiableUpsert, refuse.ReasonNoSession, refuse.ReasonUnavailable,
 	reasonSchemeNotFollowed, reasonSchemeNotHolder, reasonAuditUnavailable, reasonImplicitTimeout, "other"}

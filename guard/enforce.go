@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/guard/reqplan"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -161,7 +163,7 @@ func (s enforcementStage) Decide(ctx context.Context, req *proxy.Request) (proxy
 // enforce decides a message that may write under pol.
 func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Policy) proxy.Decision {
 	start := time.Now()
-	writes, err := planOf(req).Writes()
+	writes, err := reqplan.Of(req).Writes()
 	if err != nil {
 		return g.unclassifiable(req, pol, err, start)
 	}
@@ -220,7 +222,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if g.authRequired() && req.Client.User() == "" {
 		for i, w := range v.writes {
 			if v.rules[i].Mode == policy.Enforce {
-				v.add(v.rules[i], w, reasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
+				v.add(v.rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
 				return g.decide(req, pol, v, start)
 			}
 		}
@@ -267,7 +269,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			}
 		default:
 			if !hasSession && !r.Implicit() {
-				v.add(*r, w, reasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				v.add(*r, w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 				continue
 			}
 			if w.Upsert && g.cappedInsertRefused(ctx, v, *r, w) {
@@ -549,7 +551,7 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r *policy.Rule, o loc
 	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
 	if err != nil {
 		w := firstWrite(v.writes, ns)
-		v.violations = append(v.violations, violation{rule: *r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: *r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
 		return
 	}
@@ -591,11 +593,11 @@ func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o
 			case st.Held && !st.HeldByYou && disclose:
 				x.reason, x.holder = reasonHeldByOther, &st.Holder
 			case st.HeldByYou:
-				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %s (policy.leaseMarginMS) left; renew it with renewLock", idsString(shown), lockstore.FormatMS(r.LeaseMargin))
+				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %s (policy.leaseMarginMS) left; renew it with renewLock", refuse.IDsString(shown), lockstore.FormatMS(r.LeaseMargin))
 			case st.ForceReleased && disclose && len(shown) == 1:
 				// Said to the former holder as renewLock says it: its
 				// work was cut off on purpose, not by a bug of its own.
-				x.detail = fmt.Sprintf("this session does not hold the lock on %s: an operator force-released it at %s", idsString(shown), st.UpdatedAt.UTC().Format(time.RFC3339))
+				x.detail = fmt.Sprintf("this session does not hold the lock on %s: an operator force-released it at %s", refuse.IDsString(shown), st.UpdatedAt.UTC().Format(time.RFC3339))
 				if st.ForceReason != "" {
 					x.detail += fmt.Sprintf(" (reason: %q)", st.ForceReason)
 				}
@@ -605,17 +607,17 @@ func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o
 	if x.detail == "" {
 		switch {
 		case hidden == 0:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s", idsString(shown))
+			x.detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(shown))
 		case len(shown) == 0:
 			x.detail = fmt.Sprintf("this session does not hold the lock on %s its filter matches", documents(hidden))
 		default:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s, nor on %s more that its filter matches", idsString(shown), documents(hidden))
+			x.detail = fmt.Sprintf("this session does not hold the lock on %s, nor on %s more that its filter matches", refuse.IDsString(shown), documents(hidden))
 		}
 		if x.holder != nil {
 			if len(shown) == 1 {
-				x.detail += " (" + describeHolder(*x.holder) + ")"
+				x.detail += " (" + refuse.DescribeHolder(*x.holder) + ")"
 			} else {
-				x.detail += fmt.Sprintf(" (_id %s is %s)", shown[0], describeHolder(*x.holder))
+				x.detail += fmt.Sprintf(" (_id %s is %s)", shown[0], refuse.DescribeHolder(*x.holder))
 			}
 		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
 			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", alt, typeName(alt))
@@ -742,7 +744,7 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 	g.metrics.insertChecks.WithLabelValues("checked").Inc()
 	sts, err := g.confirmedStatus(ctx, o, ns, ids)
 	if err != nil {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)})
 		return
 	}
@@ -751,7 +753,7 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 			h := st.Holder
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked,
 				ids: []docid.ID{st.ID}, holder: &h,
-				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, describeHolder(h))})
+				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, refuse.DescribeHolder(h))})
 			return
 		}
 	}
@@ -796,7 +798,7 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 	// full pipe), and a required audit record is waited for.
 	now := start.Add(time.Since(start))
 	if enforced != nil {
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).document()}
+		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).Document()}
 	}
 	if v.fence != nil {
 		d, fences := g.fenceDecision(req, v)
@@ -823,21 +825,21 @@ func (g *Guard) shownTo(req *proxy.Request, x violation) violation {
 	if g.mayDisclose(ctx, req, x.write.NS.String()) {
 		return x
 	}
-	who := describeHolder(*x.holder)
+	who := refuse.DescribeHolder(*x.holder)
 	x.holder = nil
 	if x.reason == reasonHeldByOther {
 		// "Held by another" itself answers whether the id is locked.
 		x.reason = reasonNotLocked
-		x.detail = fmt.Sprintf("this session does not hold the lock on %s", idsString(x.ids))
+		x.detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(x.ids))
 		return x
 	}
 	x.detail = strings.ReplaceAll(x.detail, " ("+who+")", "")
-	x.detail = strings.ReplaceAll(x.detail, who, heldByAnother)
+	x.detail = strings.ReplaceAll(x.detail, who, refuse.HeldByAnother)
 	return x
 }
 
 // refusal renders an enforced violation as the command's error.
-func refusal(req *proxy.Request, x violation) *cmdError {
+func refusal(req *proxy.Request, x violation) *refuse.Error {
 	name := "write"
 	if req.Command != nil {
 		name = req.Command.Name
@@ -846,14 +848,14 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 	}
 	advice := "nothing was written: acquire the lock with acquireLock in the same session, then retry"
 	switch x.reason {
-	case reasonNoSession:
+	case refuse.ReasonNoSession:
 		advice = "run the write in an explicit session (startSession) that holds the lock"
-	case reasonUnauthenticated:
+	case refuse.ReasonUnauthenticated:
 		advice = "nothing was written: authenticate, acquire the lock with acquireLock, then retry in the same session"
 	case reasonHeldByOther:
 		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
-		if x.holder != nil && ownApplication(req.Client, *x.holder) {
-			advice = ownAppAdvice
+		if x.holder != nil && refuse.OwnApplication(req.Client, *x.holder) {
+			advice = refuse.OwnAppAdvice
 		}
 	case reasonCollectionWrite:
 		advice = "ask an operator to allow collection writes for this namespace (allowCollectionWrites)"
@@ -861,7 +863,7 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 		advice = "ask an operator to allow capped inserts for this namespace (allowCappedInserts) if evictions are acceptable; nothing was written"
 	case reasonTooManyCandidates, reasonUnverifiableUpsert:
 		advice = "lock the documents and name their _id values in the filter"
-	case reasonUnavailable, reasonResolveFailed:
+	case refuse.ReasonUnavailable, reasonResolveFailed:
 		advice = "retry when the lock store and the database are reachable; nothing was written"
 	case reasonUnclassifiable, reasonInsertLocked, reasonSchemeNotFollowed, reasonSchemeNotHolder:
 		advice = "nothing was written"
@@ -869,13 +871,13 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 	if x.advice != "" {
 		advice = x.advice
 	}
-	return &cmdError{
-		code:   cmp.Or(x.code, mongoerr.LockBusy),
-		reason: x.reason,
-		ns:     x.write.NS.String(),
-		ids:    x.ids,
-		holder: x.holder,
-		msg:    fmt.Sprintf("lockgate: %s on %s refused: %s; %s", name, x.write.NS, x.detail, advice),
+	return &refuse.Error{
+		Code:   cmp.Or(x.code, mongoerr.LockBusy),
+		Reason: x.reason,
+		NS:     x.write.NS.String(),
+		IDs:    x.ids,
+		Holder: x.holder,
+		Msg:    fmt.Sprintf("lockgate: %s on %s refused: %s; %s", name, x.write.NS, x.detail, advice),
 	}
 }
 

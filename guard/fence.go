@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -127,7 +128,7 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 		}
 		sts, err := g.opts.Store.Status(ctx, o, s.w.NS.String(), []docid.ID{rid})
 		if err != nil {
-			v.violations = append(v.violations, violation{rule: s.r, write: s.w, reason: reasonUnavailable,
+			v.violations = append(v.violations, violation{rule: s.r, write: s.w, reason: refuse.ReasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot tell whether this session holds the inserted _id's lock, whose token the fenced document must carry (%v)", err)})
 			return
 		}
@@ -161,7 +162,7 @@ func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, [
 			t, ok := v.fence.token(s.w.NS.String(), id)
 			if !ok {
 				x := violation{write: s.w, rule: s.r, reason: reasonUnclassifiable, detail: "the proxy lost track of a fencing token it had checked"}
-				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}, nil
+				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).Document()}, nil
 			}
 			f.IDs = append(f.IDs, id.Core())
 			f.Tokens = append(f.Tokens, t)
@@ -201,7 +202,7 @@ func dedupIDs(ids []docid.ID) []docid.ID {
 // documents of a fenced namespace. A lock whose documents cannot be
 // stamped would let the previous holder's late writes through, so on
 // failure the locks are released again and acquireLock fails.
-func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owner, locks []lockstore.Lock) *cmdError {
+func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owner, locks []lockstore.Lock) *refuse.Error {
 	pol := g.policy.Load()
 	if pol == nil || len(locks) == 0 {
 		return nil
@@ -231,8 +232,8 @@ func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owne
 		g.log.Warn("fence: releasing locks whose documents could not be stamped failed; they expire with their lease",
 			zap.String("ns", a.ns), zap.Error(rerr))
 	}
-	return &cmdError{code: mongoerr.LockBusy, reason: reasonFenceStamp, ns: a.ns,
-		msg: fmt.Sprintf("lockgate: acquireLock on %s: the fencing token could not be stamped into the documents (%v); the locks were released again: retry", a.ns, err)}
+	return &refuse.Error{Code: mongoerr.LockBusy, Reason: reasonFenceStamp, NS: a.ns,
+		Msg: fmt.Sprintf("lockgate: acquireLock on %s: the fencing token could not be stamped into the documents (%v); the locks were released again: retry", a.ns, err)}
 }
 
 // fenceCheck is what the reply hook knows of one fenced statement.
@@ -360,8 +361,8 @@ func (h *fenceHook) findAndModify(ctx context.Context, body bsoncore.Document) b
 		return nil
 	}
 	h.g.metrics.fencedOut.Inc()
-	e := &cmdError{code: mongoerr.LockBusy, reason: reasonFencedOut, ns: h.checks[0].ns, msg: msg}
-	return e.document()
+	e := &refuse.Error{Code: mongoerr.LockBusy, Reason: reasonFencedOut, NS: h.checks[0].ns, Msg: msg}
+	return e.Document()
 }
 
 // fencedOut reads the stamps and returns, by statement index, the error

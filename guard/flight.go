@@ -308,7 +308,7 @@ func (f *flight) LateReply() bsoncore.Document {
 		x.advice = "nothing was written: retry"
 	}
 	f.g.trailRefusedAtLaunch(f.v.req, f.pol, f.v, &x)
-	return refusal(f.v.req, x).document()
+	return refusal(f.v.req, x).Document()
 }
 
 // Abandon implements proxy.ReplyHook: no reply will come (the connection
@@ -559,7 +559,7 @@ func (g *Guard) forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict
 		detail: "an operator force-released the lock on a document of this write while lockgate was checking it (after this session's lock was verified, before the write left for the database), so the write is refused",
 		advice: "nothing was written; the lock may be another session's by now: acquireLock it again before retrying"}
 	g.trailRefusedAtLaunch(req, pol, v, &x)
-	return refusal(req, x).document()
+	return refusal(req, x).Document()
 }
 
 // trailRefusedAtLaunch records in the audit trail the refusal of a write

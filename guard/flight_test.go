@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
@@ -165,8 +166,8 @@ func TestReleaseWaitsForWritesInFlight(t *testing.T) {
 	}
 	if r := release(); st.release.Load() != 0 {
 		t.Fatalf("released while the write was in flight: %v", r)
-	} else if reason, _ := r.Lookup("lockgate", "reason").StringValueOK(); reason != reasonInFlight {
-		t.Errorf("release during the flight: %v, want reason %s", r, reasonInFlight)
+	} else if reason, _ := r.Lookup("lockgate", "reason").StringValueOK(); reason != refuse.ReasonInFlight {
+		t.Errorf("release during the flight: %v, want reason %s", r, refuse.ReasonInFlight)
 	}
 	if st.renews.Load() == 0 {
 		t.Error("the locks of a write in flight past half its lease were not renewed")

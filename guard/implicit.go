@@ -11,12 +11,12 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
 
@@ -415,7 +415,7 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o loc
 	w := firstWrite(v.writes, n.ns)
 	var he *lockstore.HeldError
 	if !errors.As(err, &he) {
-		v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store could not take the implicit locks of this session's write, which holds none (%v), so the write is refused (fail closed)", err)})
 		return
 	}
@@ -433,7 +433,7 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o loc
 	}
 	holder := ""
 	if x.holder != nil {
-		holder = " (" + describeHolder(he.Holder) + ")"
+		holder = " (" + refuse.DescribeHolder(he.Holder) + ")"
 	}
 	if he.Timeout {
 		x.reason, x.code = reasonImplicitTimeout, mongoerr.LockTimeout
@@ -520,16 +520,6 @@ func (g *Guard) settleImplicit(v *verdict, d proxy.Decision) proxy.Decision {
 		g.releaseImplicit(v.implicit)
 	}
 	return d
-}
-
-// appendImplicit marks a holder document as an implicit lock's: the
-// proxy holds it for a writer that holds no lock, for one command.
-func appendImplicit(d bsoncore.Document, h lockstore.Holder) bsoncore.Document {
-	if h.Implicit == "" {
-		return d
-	}
-	d = bsoncore.AppendBooleanElement(d, "implicit", true)
-	return bsoncore.AppendStringElement(d, "command", h.Implicit)
 }
 
 // implicitTestHooks let tests see and change how implicit locks are taken.

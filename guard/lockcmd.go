@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -64,19 +65,19 @@ type lockArgs struct {
 	bind    string
 }
 
-func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
+func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *refuse.Error) {
 	spec := cmd.Spec()
 	a := &lockArgs{name: cmd.Name, op: spec.Lock}
 	elems, err := cmd.Body.Elements()
 	if err != nil {
-		return nil, badArg(mongoerr.FailedToParse, "%s: %v", cmd.Name, err)
+		return nil, refuse.BadArg(mongoerr.FailedToParse, "%s: %v", cmd.Name, err)
 	}
 	coll, ok := elems[0].Value().StringValueOK()
 	if !ok {
-		return nil, badArg(mongoerr.TypeMismatch, "%s: the value of %s must be the collection name as a string, got %s", cmd.Name, cmd.Name, elems[0].Value().Type)
+		return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: the value of %s must be the collection name as a string, got %s", cmd.Name, cmd.Name, elems[0].Value().Type)
 	}
 	if coll == "" || strings.HasPrefix(coll, "$") || strings.ContainsRune(coll, 0) {
-		return nil, badArg(mongoerr.BadValue, "%s: invalid collection name %q", cmd.Name, coll)
+		return nil, refuse.BadArg(mongoerr.BadValue, "%s: invalid collection name %q", cmd.Name, coll)
 	}
 	a.ns, a.coll = cmd.DB+"."+coll, coll
 	for _, e := range elems[1:] {
@@ -85,41 +86,41 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 			continue
 		}
 		if !slices.Contains(spec.Args, key) {
-			return nil, badArg(mongoerr.IDLUnknownField, "%s: unknown field %q (allowed: %s)", cmd.Name, key, strings.Join(spec.Args, ", "))
+			return nil, refuse.BadArg(mongoerr.IDLUnknownField, "%s: unknown field %q (allowed: %s)", cmd.Name, key, strings.Join(spec.Args, ", "))
 		}
 		v := e.Value()
 		switch key {
 		case "ids":
 			arr, ok := v.ArrayOK()
 			if !ok {
-				return nil, badArg(mongoerr.TypeMismatch, "%s: ids must be an array of _id values, got %s", cmd.Name, v.Type)
+				return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: ids must be an array of _id values, got %s", cmd.Name, v.Type)
 			}
 			vals, err := arr.Values()
 			if err != nil {
-				return nil, badArg(mongoerr.FailedToParse, "%s: ids: %v", cmd.Name, err)
+				return nil, refuse.BadArg(mongoerr.FailedToParse, "%s: ids: %v", cmd.Name, err)
 			}
 			if len(vals) == 0 {
-				return nil, badArg(mongoerr.BadValue, "%s: ids is empty: name at least one _id", cmd.Name)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: ids is empty: name at least one _id", cmd.Name)
 			}
 			if len(vals) > maxIDs {
-				return nil, badArg(mongoerr.BadValue, "%s: %d ids, at most %d per command (limits.maxLockIDs): lock in smaller batches", cmd.Name, len(vals), maxIDs)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: %d ids, at most %d per command (limits.maxLockIDs): lock in smaller batches", cmd.Name, len(vals), maxIDs)
 			}
 			a.hasIDs = true
 			// Copies: they outlive the request's buffer.
 			if a.ids, err = docid.Copy(vals); err != nil {
-				return nil, badArg(mongoerr.BadValue, "%s: ids: %v", cmd.Name, err)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: ids: %v", cmd.Name, err)
 			}
 		case "leaseMS", "waitMS":
 			ms, ok := millis(v)
 			if !ok {
-				return nil, badArg(mongoerr.TypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, docid.Format(bson.RawValue{Type: v.Type, Value: v.Data}))
+				return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, docid.Format(bson.RawValue{Type: v.Type, Value: v.Data}))
 			}
 			if ms < 0 {
-				return nil, badArg(mongoerr.BadValue, "%s: %s must not be negative, got %d", cmd.Name, key, ms)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: %s must not be negative, got %d", cmd.Name, key, ms)
 			}
 			if key == "leaseMS" {
 				if ms == 0 {
-					return nil, badArg(mongoerr.BadValue, "%s: leaseMS must be positive; omit it for the default lease", cmd.Name)
+					return nil, refuse.BadArg(mongoerr.BadValue, "%s: leaseMS must be positive; omit it for the default lease", cmd.Name)
 				}
 				a.lease = time.Duration(ms) * time.Millisecond
 			} else {
@@ -128,7 +129,7 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 		case "error":
 			s, ok := v.StringValueOK()
 			if !ok {
-				return nil, badArg(mongoerr.TypeMismatch, "%s: error must be a string, got %s", cmd.Name, v.Type)
+				return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: error must be a string, got %s", cmd.Name, v.Type)
 			}
 			if len(s) > 1024 {
 				s = s[:1024]
@@ -137,16 +138,16 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 		case "bind":
 			s, ok := v.StringValueOK()
 			if !ok {
-				return nil, badArg(mongoerr.TypeMismatch, "%s: bind must be a string, got %s", cmd.Name, v.Type)
+				return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: bind must be a string, got %s", cmd.Name, v.Type)
 			}
 			if s == "" || len(s) > 256 {
-				return nil, badArg(mongoerr.BadValue, "%s: bind must be a non-empty string of at most 256 bytes", cmd.Name)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: bind must be a non-empty string of at most 256 bytes", cmd.Name)
 			}
 			a.bind = s
 		}
 	}
 	if !a.hasIDs && a.op != wire.LockRelease {
-		return nil, badArg(mongoerr.BadValue, "%s: missing ids: name the _id values to lock, e.g. {%s: %q, ids: [1, 2]}", cmd.Name, cmd.Name, coll)
+		return nil, refuse.BadArg(mongoerr.BadValue, "%s: missing ids: name the _id values to lock, e.g. {%s: %q, ids: [1, 2]}", cmd.Name, cmd.Name, coll)
 	}
 	return a, nil
 }
@@ -195,9 +196,11 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 		}
 	}
 	if !g.throttle.beforeLockCommand(ctx, req.Client.ID, nids) {
-		return (&cmdError{code: mongoerr.LockBusy, reason: reasonInternal, msg: "lockgate: " + cmd.Name + ": the connection closed"}).document()
+		return (&refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonInternal, Msg: "lockgate: " + cmd.Name + ": the connection closed"}).Document()
 	}
-	defer func() { g.throttle.lockCommandDone(req.Client.ID, cerr != nil && cerr.reason == reasonBadArgument) }()
+	defer func() {
+		g.throttle.lockCommandDone(req.Client.ID, cerr != nil && cerr.Reason == refuse.ReasonBadArgument)
+	}()
 	var session []byte
 	if cerr == nil {
 		session, cerr = g.lockCommandMayRun(ctx, req, a)
@@ -209,13 +212,13 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 			return withWarnings(reply, g.namespaceHints(ctx, cmd, a))
 		}
 	}
-	g.metrics.lockCommand(cmd.Name, cerr.reason, time.Since(start))
-	if a != nil && cerr.ns == "" {
-		cerr.ns = a.ns
+	g.metrics.lockCommand(cmd.Name, cerr.Reason, time.Since(start))
+	if a != nil && cerr.NS == "" {
+		cerr.NS = a.ns
 	}
 	g.log.Debug("lock command refused", zap.String("command", cmd.Name), zap.Uint64("conn", req.Client.ID),
-		zap.String("reason", cerr.reason), zap.String("error", cerr.msg))
-	return cerr.document()
+		zap.String("reason", cerr.Reason), zap.String("error", cerr.Msg))
+	return cerr.Document()
 }
 
 // lockCommandMayRun checks, in order, what a lock command needs before it
@@ -223,21 +226,21 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 // requires one, a logical session, the caller's own write privilege for
 // acquireLock, and its turn on the connection for releases and renewals.
 // It returns the session id.
-func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lockArgs) ([]byte, *cmdError) {
+func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lockArgs) ([]byte, *refuse.Error) {
 	cmd := req.Command
 	if g.opts.AuthRequired != nil && req.Client.User() == "" && g.opts.AuthRequired() {
-		return nil, &cmdError{code: mongoerr.Unauthorized, reason: reasonUnauthenticated,
-			msg: "lockgate: " + cmd.Name + " refused: the database requires authentication and this connection has not authenticated; " +
+		return nil, &refuse.Error{Code: mongoerr.Unauthorized, Reason: refuse.ReasonUnauthenticated,
+			Msg: "lockgate: " + cmd.Name + " refused: the database requires authentication and this connection has not authenticated; " +
 				"lock commands carry the caller's own authority, so authenticate first"}
 	}
 	session, ok := cmd.SessionID()
 	if !ok && cmd.Body.Lookup("lsid").Type != 0 {
 		// Present but not {id: <UUID>}: the server's TypeMismatch.
-		return nil, badArg(mongoerr.TypeMismatch, "%s: lsid must be a document {id: <UUID>}, got %s", cmd.Name, describeLSID(cmd.Body.Lookup("lsid")))
+		return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: lsid must be a document {id: <UUID>}, got %s", cmd.Name, describeLSID(cmd.Body.Lookup("lsid")))
 	}
 	if !ok {
-		return nil, &cmdError{code: mongoerr.BadValue, reason: reasonNoSession,
-			msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
+		return nil, &refuse.Error{Code: mongoerr.BadValue, Reason: refuse.ReasonNoSession,
+			Msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
 	}
 	if e := g.mayLock(ctx, req, a); e != nil {
 		return nil, e
@@ -251,12 +254,12 @@ func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lo
 	return session, nil
 }
 
-func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *cmdError) {
+func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *refuse.Error) {
 	switch a.op {
 	case wire.LockAcquire:
 		wait := a.wait
 		if wait > g.opts.MaxWait {
-			return nil, badArg(mongoerr.BadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), g.opts.MaxWait.Milliseconds())
+			return nil, refuse.BadArg(mongoerr.BadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), g.opts.MaxWait.Milliseconds())
 		}
 		locks, err := g.opts.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
 		if err != nil {
@@ -301,16 +304,16 @@ func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockA
 // caller may see other holders is asked only on this refusal path, and for
 // every lock this session does not hold alike, so that the question itself
 // tells nothing.
-func (g *Guard) storeError(ctx context.Context, req *proxy.Request, a *lockArgs, err error) *cmdError {
+func (g *Guard) storeError(ctx context.Context, req *proxy.Request, a *lockArgs, err error) *refuse.Error {
 	var held *lockstore.HeldError
 	var notHolder *lockstore.NotHolderError
 	shown := true
 	if errors.As(err, &held) || errors.As(err, &notHolder) {
 		shown = g.mayDisclose(ctx, req, a.ns)
 	}
-	e := fromStore(a.name, a.ns, err, shown)
-	if held != nil && shown && !held.Timeout && ownApplication(req.Client, held.Holder) {
-		e.msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: %s", a.ns, held.ID.String(), describeHolder(held.Holder), ownAppAdvice)
+	e := refuse.FromStore(a.name, a.ns, err, shown)
+	if held != nil && shown && !held.Timeout && refuse.OwnApplication(req.Client, held.Holder) {
+		e.Msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: %s", a.ns, held.ID.String(), refuse.DescribeHolder(held.Holder), refuse.OwnAppAdvice)
 	}
 	return e
 }
@@ -372,7 +375,7 @@ func statusReply(sts []lockstore.Status) bsoncore.Document {
 		d = bsoncore.AppendBooleanElement(d, "held", st.Held)
 		d = bsoncore.AppendBooleanElement(d, "heldByYou", st.HeldByYou)
 		if st.Held {
-			d = bsoncore.AppendDocumentElement(d, "holder", holderDocument(st.Holder))
+			d = bsoncore.AppendDocumentElement(d, "holder", refuse.HolderDocument(st.Holder))
 			d = bsoncore.AppendDateTimeElement(d, "expiresAt", st.ExpiresAt.UnixMilli())
 		} else {
 			d = bsoncore.AppendNullElement(d, "holder")
@@ -453,7 +456,7 @@ func withWarnings(reply bsoncore.Document, warnings []string) bsoncore.Document 
 // still running when the lock is someone else's. The wait is bounded by
 // OrderTimeout; past it the command is refused and the lock stays as it
 // was, still covering the writes in flight.
-func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
+func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *refuse.Error {
 	op := req.Command.Spec().Lock
 	if op != wire.LockRelease && op != wire.LockRenew {
 		return nil
@@ -468,8 +471,8 @@ func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
 		}
 	}
 	if err != nil {
-		return &cmdError{code: mongoerr.LockFailed, reason: reasonInFlight,
-			msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection, or this session's writes on its other connections, were still running after %v; "+
+		return &refuse.Error{Code: mongoerr.LockFailed, Reason: refuse.ReasonInFlight,
+			Msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection, or this session's writes on its other connections, were still running after %v; "+
 				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, g.opts.OrderTimeout)}
 	}
 	return nil
@@ -531,7 +534,7 @@ func (g *Guard) upstreamAllows(ctx context.Context, req *proxy.Request, priv, ns
 // the namespace, and lockStatus its read privilege (lockStatus names
 // holders and their last errors, which a caller who may not read the
 // namespace has no business seeing).
-func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *cmdError {
+func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *refuse.Error {
 	var priv, verb, rule string
 	switch a.op {
 	case wire.LockAcquire:
@@ -544,12 +547,12 @@ func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *c
 	}
 	allowed, err := g.upstreamAllows(ctx, req, priv, a.ns)
 	if err != nil {
-		return &cmdError{code: mongoerr.LockBusy, reason: reasonUnavailable, ns: a.ns,
-			msg: fmt.Sprintf("lockgate: %s: could not ask the database whether this connection may %s %s (%v); nothing was done", a.name, verb, a.ns, err)}
+		return &refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonUnavailable, NS: a.ns,
+			Msg: fmt.Sprintf("lockgate: %s: could not ask the database whether this connection may %s %s (%v); nothing was done", a.name, verb, a.ns, err)}
 	}
 	if !allowed {
-		return &cmdError{code: mongoerr.Unauthorized, reason: reasonUnauthorized, ns: a.ns,
-			msg: fmt.Sprintf("lockgate: %s refused: this connection's user may not %s %s, and %s", a.name, verb, a.ns, rule)}
+		return &refuse.Error{Code: mongoerr.Unauthorized, Reason: refuse.ReasonUnauthorized, NS: a.ns,
+			Msg: fmt.Sprintf("lockgate: %s refused: this connection's user may not %s %s, and %s", a.name, verb, a.ns, rule)}
 	}
 	return nil
 }
@@ -585,4 +588,11 @@ func describeLSID(v bsoncore.Value) string {
 		return "a document without id"
 	}
 	return "an id of type " + id.Type.String()
+}
+
+func arrayKey(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return fmt.Sprint(i)
 }

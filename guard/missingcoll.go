@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
@@ -19,7 +20,7 @@ import (
 // checked, so that it tells nobody about collections they may not write.
 // A failure to read the collection list grants the lock: this check is a
 // convenience, not a protection.
-func (g *Guard) refuseMissingCollection(ctx context.Context, a *lockArgs) *cmdError {
+func (g *Guard) refuseMissingCollection(ctx context.Context, a *lockArgs) *refuse.Error {
 	if a.op != wire.LockAcquire {
 		return nil
 	}
@@ -38,8 +39,8 @@ func (g *Guard) refuseMissingCollection(ctx context.Context, a *lockArgs) *cmdEr
 	if exists, err := c.CollectionExists(ctx, a.ns); err != nil || exists {
 		return nil
 	}
-	return &cmdError{code: mongoerr.NamespaceNotFound, reason: reasonNoCollection, ns: a.ns,
-		msg: fmt.Sprintf("lockgate: acquireLock refused: the collection %s does not exist, and the policy rule %q refuses locks in missing collections "+
+	return &refuse.Error{Code: mongoerr.NamespaceNotFound, Reason: refuse.ReasonNoCollection, NS: a.ns,
+		Msg: fmt.Sprintf("lockgate: acquireLock refused: the collection %s does not exist, and the policy rule %q refuses locks in missing collections "+
 			"(refuseLocksOnMissingCollection); check the database and collection name, or create the collection first", a.ns, rule.Match)}
 }
 

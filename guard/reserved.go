@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/guard/reqplan"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
@@ -109,16 +111,16 @@ func (s boundaryStage) Decide(ctx context.Context, req *proxy.Request) (proxy.De
 		level = zap.DebugLevel
 	}
 	g.log.Log(level, "refused a request across the proxy's boundary", zap.String("what", what), zap.Uint64("conn", req.Client.ID),
-		zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("error", e.msg))
-	return proxy.Decision{Action: proxy.Reply, Reply: e.document()}, true
+		zap.String("client", req.Client.Addr), zap.String("app", req.Client.AppName()), zap.String("error", e.Msg))
+	return proxy.Decision{Action: proxy.Reply, Reply: e.Document()}, true
 }
 
 // boundaryRefusal returns the refusal of a request that crosses one of
 // the lines drawn whatever the policy's modes: it names the lock store's
 // namespaces, or, while introspection is not allowed, it lists or ends
-// other clients' sessions. The request's plan (planOf) serves both, and
+// other clients' sessions. The request's plan (reqplan.Of) serves both, and
 // enforcement after it. what is the metric label.
-func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdError, what string) {
+func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *refuse.Error, what string) {
 	r := g.opts.Reserved
 	introspect := pol == nil || pol.SessionIntrospection()
 	if r.DB == "" && introspect {
@@ -129,10 +131,10 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 		if !introspect && revealsSessions(cmd) && !harmlessSessionCommand(req) {
 			reveals = cmd.Name
 		} else {
-			reserved, reveals = g.boundaryRefs(planOf(req), cmd.Name, introspect)
+			reserved, reveals = g.boundaryRefs(reqplan.Of(req), cmd.Name, introspect)
 		}
 	} else {
-		reserved, reveals = g.boundaryRefs(planOf(req), "", introspect)
+		reserved, reveals = g.boundaryRefs(reqplan.Of(req), "", introspect)
 	}
 	name := "request"
 	if req.Command != nil {
@@ -142,12 +144,12 @@ func (g *Guard) boundaryRefusal(req *proxy.Request, pol *policy.Policy) (e *cmdE
 	}
 	switch {
 	case reserved != "":
-		return &cmdError{code: mongoerr.Unauthorized, reason: reasonReserved, ns: reserved,
-			msg: fmt.Sprintf("lockgate: %s refused: %s is reserved for the lock store, which clients cannot read or write through the proxy; "+
+		return &refuse.Error{Code: mongoerr.Unauthorized, Reason: refuse.ReasonReserved, NS: reserved,
+			Msg: fmt.Sprintf("lockgate: %s refused: %s is reserved for the lock store, which clients cannot read or write through the proxy; "+
 				"operators see locks on the admin listener (/locks)", name, reserved)}, "lock_store"
 	case reveals != "":
-		return &cmdError{code: mongoerr.Unauthorized, reason: reasonIntrospection,
-			msg: fmt.Sprintf("lockgate: %s refused: it reveals or ends other clients' logical sessions, and while namespaces are enforced a session id "+
+		return &refuse.Error{Code: mongoerr.Unauthorized, Reason: refuse.ReasonIntrospection,
+			Msg: fmt.Sprintf("lockgate: %s refused: it reveals or ends other clients' logical sessions, and while namespaces are enforced a session id "+
 				"is enough to act as a lock holder on a deployment without authentication; an operator can allow it with policy.allowSessionIntrospection", reveals)}, "session_introspection"
 	}
 	return nil, ""

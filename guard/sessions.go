@@ -6,6 +6,7 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/proxy"
@@ -44,8 +45,8 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 	arr, isArray := req.Command.Body.Lookup("endSessions").ArrayOK()
 	if !isArray {
 		// The server's answer, without a panic on the way.
-		e := badArg(mongoerr.TypeMismatch, "endSessions: the value must be an array of session ids, got %s", req.Command.Body.Lookup("endSessions").Type)
-		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
+		e := refuse.BadArg(mongoerr.TypeMismatch, "endSessions: the value must be an array of session ids, got %s", req.Command.Body.Lookup("endSessions").Type)
+		return proxy.Decision{Action: proxy.Reply, Reply: e.Document()}
 	}
 	vals, err := arr.Values()
 	if err == nil && !ordered {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
@@ -69,7 +70,7 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 	}
 	fail := func(detail string) {
 		ns := rec[0].NS
-		v.violations = append(v.violations, violation{rule: g.ruleOf(v, ns), write: firstWrite(v.writes, ns), reason: reasonUnavailable, detail: detail})
+		v.violations = append(v.violations, violation{rule: g.ruleOf(v, ns), write: firstWrite(v.writes, ns), reason: refuse.ReasonUnavailable, detail: detail})
 	}
 	n, ok := req.Command.Body.Lookup("txnNumber").AsInt64OK()
 	if !ok {
@@ -232,9 +233,9 @@ func (g *Guard) leaseLeft(ctx context.Context, o lockstore.Owner, ns string, ids
 	return left, err == nil && len(missing) == 0, err
 }
 
-func commitRefusal(why string) *cmdError {
-	return &cmdError{code: mongoerr.LockBusy, reason: reasonCommitNotCovered,
-		msg: "lockgate: commitTransaction refused: " + why + "; the transaction was aborted and nothing of it was written: acquire the locks again and redo the transaction"}
+func commitRefusal(why string) *refuse.Error {
+	return &refuse.Error{Code: mongoerr.LockBusy, Reason: reasonCommitNotCovered,
+		Msg: "lockgate: commitTransaction refused: " + why + "; the transaction was aborted and nothing of it was written: acquire the locks again and redo the transaction"}
 }
 
 // refuseCommit sends abortTransaction upstream in the commit's place, in
@@ -248,7 +249,7 @@ func (g *Guard) refuseCommit(req *proxy.Request, ts txnStore, key []byte, n int6
 	if !ok || req.Command.MoreToCome {
 		// No OP_MSG to put the abort in: the server times the
 		// transaction out.
-		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
+		return proxy.Decision{Action: proxy.Reply, Reply: e.Document()}
 	}
 	b := bsoncore.NewDocumentBuilder().AppendInt32("abortTransaction", 1)
 	for _, k := range []string{"lsid", "txnNumber", "autocommit", "writeConcern", "$clusterTime"} {
@@ -258,7 +259,7 @@ func (g *Guard) refuseCommit(req *proxy.Request, ts txnStore, key []byte, n int6
 	}
 	b.AppendString("$db", "admin")
 	abort := wire.AppendMsg(nil, m.Header().RequestID, 0, 0, b.Build())
-	return proxy.Decision{Action: proxy.Rewrite, Message: abort, OnReply: &txnEnd{g: g, ts: ts, key: key, txn: n, reply: e.document()}}
+	return proxy.Decision{Action: proxy.Rewrite, Message: abort, OnReply: &txnEnd{g: g, ts: ts, key: key, txn: n, reply: e.Document()}}
 }
 
 // txnEnd forgets a transaction's record once the server answered its
