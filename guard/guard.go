@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/boundary"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -55,6 +56,15 @@ var (
 	_ collectionChecker = (*MongoResolver)(nil)
 	_ caseTwinFinder    = (*MongoResolver)(nil)
 )
+
+// Reserved names the lock store's namespaces, which the boundary seals
+// (boundary.Reserved); the guard takes them in Options so that one value
+// configures the lock store and its seal.
+type Reserved = boundary.Reserved
+
+// ReservedFor returns the namespaces of a lock store configured with
+// database db and lock collection coll.
+func ReservedFor(db, coll string) Reserved { return boundary.ReservedFor(db, coll) }
 
 // Options configure a Guard.
 type Options struct {
@@ -170,6 +180,9 @@ type Guard struct {
 	// reads and their lock store calls (schemelockcoll.go).
 	testScheme *schemeTestHooks
 
+	// boundary is the first stage (package boundary), built once from the
+	// guard's options.
+	boundary *boundary.Stage
 	// chain is Stages as one Interceptor.
 	chain proxy.Chain
 
@@ -228,6 +241,7 @@ func New(opts Options) *Guard {
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
+	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)
 	g.chain = proxy.Chain(g.Stages())
 	return g
 }
@@ -241,7 +255,7 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 // Stages are the guard's stages in the order a proxy must run them
 // (docs/ARCHITECTURE.md, "The request path"):
 //
-//   - boundary (reserved.go, introspection.go): the lock store is reachable
+//   - boundary (package boundary): the lock store is reachable
 //     in no form, and other sessions' ids are not listed, whatever the
 //     policy; first, so that no later stage ever sees such a request;
 //   - lock commands (lockcmd.go): acquireLock, releaseLock, renewLock,
@@ -251,5 +265,5 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 //   - enforcement (enforce.go): every other request, decided by the
 //     policy's rule for each namespace it writes.
 func (g *Guard) Stages() []proxy.Stage {
-	return []proxy.Stage{boundaryStage{g}, lockCommandStage{g}, sessionStage{g}, enforcementStage{g}}
+	return []proxy.Stage{g.boundary, lockCommandStage{g}, sessionStage{g}, enforcementStage{g}}
 }
