@@ -116,7 +116,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			zap.String("decision", decision),
 			zap.String("policyVersion", pol.Version()),
 			zap.Duration("took", took))
-		if ids, ok := v.checked.lookup(w.NS.String()); ok {
+		if ids, ok := v.checked.Lookup(w.NS.String()); ok {
 			if st != nil {
 				fields = append(fields, zap.String("ids", st.idText(ids)))
 			} else {
@@ -197,7 +197,7 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
 	b = appendDuration(append(b, `,"took":"`...), took)
 	b = append(b, '"')
-	if ids, ok := v.checked.lookup(w.NS.String()); ok {
+	if ids, ok := v.checked.Lookup(w.NS.String()); ok {
 		var done bool
 		if len(ids) == 1 && st != nil {
 			b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
@@ -270,7 +270,7 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		// (lockstore.SessionPrefix's form).
 		switch {
 		case v.flight != nil:
-			ev.HolderTag = audittrail.TagOf(v.flight.owner.Session)
+			ev.HolderTag = audittrail.TagOf(v.flight.Owner.Session)
 		case v.lsid != nil:
 			ev.HolderTag = audittrail.TagOf(g.owners.session(ev.User, v.lsid))
 		default:
@@ -279,7 +279,7 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 			}
 		}
 	}
-	if ids, ok := v.checked.lookup(w.NS.String()); ok {
+	if ids, ok := v.checked.Lookup(w.NS.String()); ok {
 		ev.IDs = ids
 	} else if len(v.writes) == 1 {
 		ev.IDs = v.named // one namespace: the ids the request names are its

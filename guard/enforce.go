@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/guard/reqplan"
 	"github.com/lockgate/lockgate/lockstore"
@@ -73,7 +74,7 @@ type verdict struct {
 	rules      []policy.Rule
 	violations []violation
 	pins       []policy.Pin
-	checked    nsLocks // the ids whose locks were verified
+	checked    inflight.Locks // the ids whose locks were verified
 	// req is the request decided, for asking the upstream on its
 	// connection.
 	req *proxy.Request
@@ -117,13 +118,13 @@ type verdict struct {
 	flightBuf  flightPlan
 	tokenBuf   [1]int64
 	ruleBuf    [1]policy.Rule
-	checkedBuf [1]nsIDs
+	checkedBuf [1]inflight.NSIDs
 	needBuf    [1]nsNeed
 	pinBuf     [1]bsoncore.Value // a statement's pin, read by targets
 }
 
 // check records ids as verified in ns, for the audit line.
-func (v *verdict) check(ns string, ids []docid.ID) { v.checked.add(ns, ids) }
+func (v *verdict) check(ns string, ids []docid.ID) { v.checked.Add(ns, ids) }
 
 // isNamed reports whether the request itself named id. A refusal asks it
 // of every missing id: past a few named ids they are indexed, or a write

@@ -467,7 +467,7 @@ func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *refuse.Error {
 	if err == nil && op == wire.LockRelease {
 		// And the session's writes on its other connections.
 		if session, ok := req.Command.SessionID(); ok {
-			err = g.flights.waitSession(wctx, g.owners.session(req.Client.User(), session))
+			err = g.flights.WaitSession(wctx, g.owners.session(req.Client.User(), session))
 		}
 	}
 	if err != nil {

@@ -77,7 +77,7 @@ func (g *Guard) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 			// other connections keep their locks until answered.
 			key := g.owners.session(req.Client.User(), data)
 			wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
-			err := g.flights.waitSession(wctx, key)
+			err := g.flights.WaitSession(wctx, key)
 			cancel()
 			if err != nil {
 				g.log.Warn("endSessions: the session's writes were still running; its locks are left to expire with their leases",
