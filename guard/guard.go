@@ -9,6 +9,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/boundary"
 	"github.com/lockgate/lockgate/guard/inflight"
+	"github.com/lockgate/lockgate/guard/sessions"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -145,9 +146,6 @@ type Guard struct {
 	// given (nil: through audit).
 	lines *lineWriter
 
-	// endSessions caches the upstream's support: 0 unknown, 1 yes, 2 no.
-	endSessionsSupport atomic.Int32
-
 	// policy is replaced whole on reload; requests read it once each.
 	policy atomic.Pointer[policy.Policy]
 
@@ -184,6 +182,9 @@ type Guard struct {
 	// boundary is the first stage (package boundary), built once from the
 	// guard's options.
 	boundary *boundary.Stage
+	// sessions is the stage of endSessions, commit and abort (package
+	// sessions), built once from the guard's options.
+	sessions *sessions.Stage
 	// chain is Stages as one Interceptor.
 	chain proxy.Chain
 
@@ -243,6 +244,9 @@ func New(opts Options) *Guard {
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
 	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)
+	g.sessions = sessions.New(sessions.Config{Store: opts.Store, Flights: g.flights, SessionKey: g.owners.session,
+		Admit: g.throttle.beforeLockCommand, EndTransaction: g.endTransaction, EndSessionsSupported: opts.EndSessionsSupported,
+		OrderTimeout: opts.OrderTimeout, Log: g.log, Ended: g.metrics.sessionsEnded})
 	g.chain = proxy.Chain(g.Stages())
 	return g
 }
@@ -256,15 +260,16 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 // Stages are the guard's stages in the order a proxy must run them
 // (docs/ARCHITECTURE.md, "The request path"):
 //
-//   - boundary (package boundary): the lock store is reachable
-//     in no form, and other sessions' ids are not listed, whatever the
-//     policy; first, so that no later stage ever sees such a request;
+//   - boundary (package boundary): the lock store is reachable in no
+//     form, and other sessions' ids are not listed, whatever the policy;
+//     first, so that no later stage ever sees such a request;
 //   - lock commands (lockcmd.go): acquireLock, releaseLock, renewLock,
 //     lockStatus, answered by the proxy itself;
-//   - sessions (sessions.go, txn.go): endSessions releases the ended
-//     sessions' locks, commit and abort decide a transaction's writes;
+//   - sessions (package sessions; the transaction check in txn.go):
+//     endSessions releases the ended sessions' locks, commit and abort
+//     decide a transaction's writes;
 //   - enforcement (enforce.go): every other request, decided by the
 //     policy's rule for each namespace it writes.
 func (g *Guard) Stages() []proxy.Stage {
-	return []proxy.Stage{g.boundary, lockCommandStage{g}, sessionStage{g}, enforcementStage{g}}
+	return []proxy.Stage{g.boundary, lockCommandStage{g}, g.sessions, enforcementStage{g}}
 }
