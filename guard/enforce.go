@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/guard/reqplan"
@@ -220,7 +221,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	// writes are refused before any lock is looked at, so that no answer
 	// depends on one: an insert of a locked _id would otherwise be refused
 	// here and one of a free _id by the database, telling which is locked.
-	if g.authRequired() && req.Client.User() == "" {
+	if g.authority.Required() && req.Client.User() == "" {
 		for i, w := range v.writes {
 			if v.rules[i].Mode == policy.Enforce {
 				v.add(v.rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
@@ -582,12 +583,12 @@ func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o
 	// One more round trip, on the refusal path only, to say who holds it:
 	// for a named id only, as the holder of another document is none of
 	// the caller's business, and only to a caller who may read the
-	// namespace (mayDisclose). To any other, a lock held by another
+	// namespace (authority.MayDisclose). To any other, a lock held by another
 	// session and no lock at all are the same refusal, down to the hints
 	// below; and whether it may see is asked before the lock store is, so
 	// that not even the asking depends on the answer.
 	if len(shown) > 0 {
-		disclose := g.mayDisclose(ctx, v.req, ns)
+		disclose := g.authority.MayDisclose(ctx, v.req, ns)
 		if sts, err := g.opts.Store.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
 			st := sts[0]
 			switch {
@@ -811,19 +812,19 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 // shownTo is x as req's caller may see it: a violation that names another
 // holder (a lock held by another session, a locked insert, a scheme lock
 // taken by someone else) loses the holder, in the detail document and in
-// the message, unless the caller may read the namespace (mayDisclose).
+// the message, unless the caller may read the namespace (authority.MayDisclose).
 // checkHeld already leaves the holder out where it must; this is the one
 // gate every refusal passes, whichever check made it. The decision has no
 // context of its own (the locking schemes decide too), so the question,
 // when the connection's verdict is not yet known, is bounded by
 // OrderTimeout; the connection's end cancels it as well (Request.Ask).
 func (g *Guard) shownTo(req *proxy.Request, x violation) violation {
-	if x.holder == nil || !g.authRequired() {
+	if x.holder == nil || !g.authority.Required() {
 		return x
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.OrderTimeout)
 	defer cancel()
-	if g.mayDisclose(ctx, req, x.write.NS.String()) {
+	if g.authority.MayDisclose(ctx, req, x.write.NS.String()) {
 		return x
 	}
 	who := refuse.DescribeHolder(*x.holder)
@@ -955,13 +956,13 @@ func idList(ids []docid.ID) string {
 // connection, whether the caller may read ns itself (a find that provably
 // matches nothing). A caller who may not is refused before anything is
 // resolved: resolution must reveal nothing the caller could not find out
-// with its own authority (upstreamAllows). It returns the refusal's
+// with its own authority (authority.Allows). It returns the refusal's
 // detail, or "".
 func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) string {
-	if req == nil || !g.authRequired() {
+	if req == nil || !g.authority.Required() {
 		return ""
 	}
-	allowed, err := g.upstreamAllows(ctx, req, privRead, ns)
+	allowed, err := g.authority.Allows(ctx, req, authority.Read, ns)
 	if err != nil {
 		return fmt.Sprintf("its filter names no _id, and whether this connection may read %s could not be asked (%v)", ns, err)
 	}

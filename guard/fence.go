@@ -42,17 +42,6 @@ const (
 	reasonFenceStamp = "fence_stamp_failed"
 )
 
-// tokenStore is the lock store's HeldTokens (lockstore.Store has it).
-type tokenStore interface {
-	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
-}
-
-// tokenIntoStore is HeldTokens into the caller's slice (lockstore.Store
-// and memstore have it): the usual write's lock check allocates nothing.
-type tokenIntoStore interface {
-	HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
-}
-
 // fenced reports whether r fences documents.
 func fenced(r policy.Rule) bool { return r.Mode == policy.Enforce && r.FenceField != "" }
 

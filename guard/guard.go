@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/boundary"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/sessions"
@@ -41,6 +42,17 @@ type (
 	// spares most inserts a round trip.
 	lockTeller interface {
 		MayHoldLocks(ns string) bool
+	}
+	// tokenStore: HeldTokens, the lock check with the fencing tokens and
+	// the lease left (lockcheck.go, the fence, a transaction's commit).
+	tokenStore interface {
+		HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
+	}
+	// tokenIntoStore: HeldTokens into the caller's slice (lockstore.Store
+	// and memstore have it): the usual write's lock check allocates
+	// nothing.
+	tokenIntoStore interface {
+		HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
 	}
 )
 
@@ -163,6 +175,8 @@ type Guard struct {
 	refused *refusedBudget
 
 	owners *ownerKeys
+	// authority answers what a caller may do (package authority).
+	authority *authority.Authority
 
 	// flights are the enforced writes forwarded and not yet answered.
 	flights *inflight.Tracker
@@ -240,6 +254,7 @@ func New(opts Options) *Guard {
 	g := &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
+	g.authority = authority.New(opts.AuthRequired)
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())

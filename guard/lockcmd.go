@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
-	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
@@ -309,7 +309,7 @@ func (g *Guard) storeError(ctx context.Context, req *proxy.Request, a *lockArgs,
 	var notHolder *lockstore.NotHolderError
 	shown := true
 	if errors.As(err, &held) || errors.As(err, &notHolder) {
-		shown = g.mayDisclose(ctx, req, a.ns)
+		shown = g.authority.MayDisclose(ctx, req, a.ns)
 	}
 	e := refuse.FromStore(a.name, a.ns, err, shown)
 	if held != nil && shown && !held.Timeout && refuse.OwnApplication(req.Client, held.Holder) {
@@ -478,56 +478,6 @@ func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *refuse.Error {
 	return nil
 }
 
-// Privileges the upstream is asked about, on the caller's own connection.
-const (
-	privWrite = "update"
-	privRead  = "find"
-)
-
-// authRequired reports whether the upstream requires authentication, and
-// so decides what each caller may do.
-func (g *Guard) authRequired() bool {
-	return g.opts.AuthRequired != nil && g.opts.AuthRequired()
-}
-
-// upstreamAllows asks the upstream whether req's caller may write (privWrite)
-// or read (privRead) ns: on the caller's own connection, so with the
-// caller's own authentication, it sends an update or a find that provably
-// matches nothing ({_id: {$in: []}}) and reads the verdict. The answer is
-// remembered per connection and namespace until the connection's user
-// changes. This is the one place where lockgate learns a caller's
-// privileges: locking, lock status, resolution and refusal detail all
-// ask here.
-func (g *Guard) upstreamAllows(ctx context.Context, req *proxy.Request, priv, ns string) (bool, error) {
-	key := priv + " " + ns
-	if allowed, known := req.Client.Verdict(key); known {
-		return allowed, nil
-	}
-	db, coll := namespace.Of(ns).Parts()
-	none := bsoncore.NewDocumentBuilder().AppendDocument("_id",
-		bsoncore.NewDocumentBuilder().AppendArray("$in", bsoncore.NewArrayBuilder().Build()).Build()).Build()
-	b := bsoncore.NewDocumentBuilder()
-	if priv == privWrite {
-		b.AppendString("update", coll).
-			AppendArray("updates", bsoncore.NewArrayBuilder().AppendDocument(bsoncore.NewDocumentBuilder().
-				AppendDocument("q", none).
-				AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$set",
-					bsoncore.NewDocumentBuilder().AppendInt32("lockgateAuthorizationProbe", 1).Build()).Build()).
-				Build()).Build())
-	} else {
-		b.AppendString("find", coll).AppendDocument("filter", none).
-			AppendInt32("limit", 1).AppendBoolean("singleBatch", true)
-	}
-	reply, err := req.Ask(ctx, b.AppendString("$db", db).Build())
-	if err != nil {
-		return false, err
-	}
-	code, _ := reply.Lookup("code").AsInt64OK()
-	allowed := code != int64(mongoerr.Unauthorized) && code != int64(mongoerr.AuthenticationFailed)
-	req.Client.SetVerdict(key, allowed)
-	return allowed, nil
-}
-
 // mayLock: you may lock only what you may write, and see the locks of a
 // namespace only if you may read it. Where the upstream requires
 // authentication, acquireLock needs the caller's own update privilege on
@@ -535,17 +485,18 @@ func (g *Guard) upstreamAllows(ctx context.Context, req *proxy.Request, priv, ns
 // holders and their last errors, which a caller who may not read the
 // namespace has no business seeing).
 func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *refuse.Error {
-	var priv, verb, rule string
+	var priv authority.Privilege
+	var verb, rule string
 	switch a.op {
 	case wire.LockAcquire:
-		priv, verb, rule = privWrite, "write", "you may lock only what you may write"
+		priv, verb, rule = authority.Write, "write", "you may lock only what you may write"
 	case wire.LockStatus:
-		priv, verb, rule = privRead, "read", "you may see the locks of only what you may read"
+		priv, verb, rule = authority.Read, "read", "you may see the locks of only what you may read"
 	}
-	if priv == "" || !g.authRequired() {
+	if priv == "" || !g.authority.Required() {
 		return nil
 	}
-	allowed, err := g.upstreamAllows(ctx, req, priv, a.ns)
+	allowed, err := g.authority.Allows(ctx, req, priv, a.ns)
 	if err != nil {
 		return &refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonUnavailable, NS: a.ns,
 			Msg: fmt.Sprintf("lockgate: %s: could not ask the database whether this connection may %s %s (%v); nothing was done", a.name, verb, a.ns, err)}
@@ -555,23 +506,6 @@ func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *r
 			Msg: fmt.Sprintf("lockgate: %s refused: this connection's user may not %s %s, and %s", a.name, verb, a.ns, rule)}
 	}
 	return nil
-}
-
-// mayDisclose reports whether refusals to req's caller may name the other
-// holders of ns's locks and tell "held by another" from "not locked": on a
-// deployment without authentication, always (anyone may read anything);
-// where the upstream requires it, only to an authenticated caller who may
-// read ns, the gate of lockStatus. A verdict the upstream could not give
-// counts as no: the minimal refusal is still a correct one.
-func (g *Guard) mayDisclose(ctx context.Context, req *proxy.Request, ns string) bool {
-	if !g.authRequired() {
-		return true
-	}
-	if req == nil || req.Client == nil || req.Client.User() == "" {
-		return false
-	}
-	allowed, err := g.upstreamAllows(ctx, req, privRead, ns)
-	return err == nil && allowed
 }
 
 // describeLSID names what a malformed lsid is, for the error message.

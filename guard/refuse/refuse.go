@@ -138,8 +138,8 @@ func HolderDocument(h lockstore.Holder) bsoncore.Document {
 
 // FromStore maps a lock store error to the reply a client gets. This is
 // the one place where lock store failures become MongoDB error codes.
-// shown says whether the caller may see other holders (the guard's
-// mayDisclose): without it a busy lock names no holder and a lock this
+// shown says whether the caller may see other holders
+// (authority.MayDisclose): without it a busy lock names no holder and a lock this
 // session does not hold says nothing of what became of it.
 func FromStore(op, ns string, err error, shown bool) *Error {
 	var held *lockstore.HeldError
@@ -189,7 +189,7 @@ func FromStore(op, ns string, err error, shown bool) *Error {
 }
 
 // HeldByAnother is what a refusal says of a lock's holder to a caller who
-// may not see it (the guard's mayDisclose).
+// may not see it (authority.MayDisclose).
 const HeldByAnother = "held by another session"
 
 // OwnAppAdvice replaces "wait for the holder" when the holder is the
