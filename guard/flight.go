@@ -10,7 +10,6 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -238,16 +237,4 @@ func (g *Guard) trailRefusedAtLaunch(req *proxy.Request, pol *policy.Policy, v *
 	if t := g.opts.Trail; t != nil {
 		t.Append(g.trailEvent(req, pol, v, &x.write, &x.rule, x, decisionReject, time.Time{}))
 	}
-}
-
-// inTransaction reports whether a command runs inside a multi-document
-// transaction (autocommit: false), where the server refuses a maxTimeMS of
-// its own statements; the commit is checked instead.
-func inTransaction(cmd *wire.Command) bool {
-	v, ok := cmd.Lookup("autocommit")
-	if !ok {
-		return false
-	}
-	b, ok := v.BooleanOK()
-	return ok && !b
 }

@@ -288,3 +288,15 @@ func (h *txnEnd) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Doc
 	return h.reply
 }
 func (*txnEnd) Abandon() {}
+
+// inTransaction reports whether a command runs inside a multi-document
+// transaction (autocommit: false), where the server refuses a maxTimeMS of
+// its own statements; the commit is checked instead.
+func inTransaction(cmd *wire.Command) bool {
+	v, ok := cmd.Lookup("autocommit")
+	if !ok {
+		return false
+	}
+	b, ok := v.BooleanOK()
+	return ok && !b
+}
