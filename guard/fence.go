@@ -191,12 +191,12 @@ func dedupIDs(ids []docid.ID) []docid.ID {
 // documents of a fenced namespace. A lock whose documents cannot be
 // stamped would let the previous holder's late writes through, so on
 // failure the locks are released again and acquireLock fails.
-func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owner, locks []lockstore.Lock) *refuse.Error {
+func (g *Guard) fenceAcquired(ctx context.Context, ns string, o lockstore.Owner, locks []lockstore.Lock) *refuse.Error {
 	pol := g.policy.Load()
 	if pol == nil || len(locks) == 0 {
 		return nil
 	}
-	r := pol.Lookup(a.ns)
+	r := pol.Lookup(ns)
 	if !fenced(r) {
 		return nil
 	}
@@ -210,19 +210,19 @@ func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owne
 	if !ok {
 		err = errors.New("no client to stamp documents with")
 	} else {
-		err = db.StampFence(ctx, a.ns, r.FenceField, ids, tokens)
+		err = db.StampFence(ctx, ns, r.FenceField, ids, tokens)
 	}
 	if err == nil {
 		return nil
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, rerr := g.opts.Store.Release(rctx, o, a.ns, ids, "lockgate: stamping the fencing token failed"); rerr != nil {
+	if _, rerr := g.opts.Store.Release(rctx, o, ns, ids, "lockgate: stamping the fencing token failed"); rerr != nil {
 		g.log.Warn("fence: releasing locks whose documents could not be stamped failed; they expire with their lease",
-			zap.String("ns", a.ns), zap.Error(rerr))
+			zap.String("ns", ns), zap.Error(rerr))
 	}
-	return &refuse.Error{Code: mongoerr.LockBusy, Reason: reasonFenceStamp, NS: a.ns,
-		Msg: fmt.Sprintf("lockgate: acquireLock on %s: the fencing token could not be stamped into the documents (%v); the locks were released again: retry", a.ns, err)}
+	return &refuse.Error{Code: mongoerr.LockBusy, Reason: reasonFenceStamp, NS: ns,
+		Msg: fmt.Sprintf("lockgate: acquireLock on %s: the fencing token could not be stamped into the documents (%v); the locks were released again: retry", ns, err)}
 }
 
 // fenceCheck is what the reply hook knows of one fenced statement.

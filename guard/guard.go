@@ -10,6 +10,7 @@ import (
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/boundary"
 	"github.com/lockgate/lockgate/guard/inflight"
+	"github.com/lockgate/lockgate/guard/lockcmd"
 	"github.com/lockgate/lockgate/guard/sessions"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
@@ -60,15 +61,15 @@ type (
 // anywhere: its type assertion would quietly turn it off. These make it
 // fail to compile instead.
 var (
-	_ LockStore         = (*lockstore.Store)(nil)
-	_ tokenStore        = (*lockstore.Store)(nil)
-	_ confirmer         = (*lockstore.Store)(nil)
-	_ lockTeller        = (*lockstore.Store)(nil)
-	_ elsewhereFinder   = (*lockstore.Store)(nil)
-	_ txnStore          = (*lockstore.Store)(nil)
-	_ fenceDB           = (*MongoResolver)(nil)
-	_ collectionChecker = (*MongoResolver)(nil)
-	_ caseTwinFinder    = (*MongoResolver)(nil)
+	_ LockStore           = (*lockstore.Store)(nil)
+	_ tokenStore          = (*lockstore.Store)(nil)
+	_ confirmer           = (*lockstore.Store)(nil)
+	_ lockTeller          = (*lockstore.Store)(nil)
+	_ elsewhereFinder     = (*lockstore.Store)(nil)
+	_ txnStore            = (*lockstore.Store)(nil)
+	_ fenceDB             = (*MongoResolver)(nil)
+	_ lockcmd.Collections = (*MongoResolver)(nil)
+	_ lockcmd.CaseTwins   = (*MongoResolver)(nil)
 )
 
 // Reserved names the lock store's namespaces, which the boundary seals
@@ -79,6 +80,10 @@ type Reserved = boundary.Reserved
 // ReservedFor returns the namespaces of a lock store configured with
 // database db and lock collection coll.
 func ReservedFor(db, coll string) Reserved { return boundary.ReservedFor(db, coll) }
+
+// DefaultMaxLockIDs bounds the ids of one lock command when Options do
+// not: each costs a round trip to the lock store.
+const DefaultMaxLockIDs = 1000
 
 // Options configure a Guard.
 type Options struct {
@@ -196,6 +201,9 @@ type Guard struct {
 	// boundary is the first stage (package boundary), built once from the
 	// guard's options.
 	boundary *boundary.Stage
+	// lockCommands is the stage of the lock commands (package lockcmd),
+	// built once from the guard's options.
+	lockCommands *lockcmd.Stage
 	// sessions is the stage of endSessions, commit and abort (package
 	// sessions), built once from the guard's options.
 	sessions *sessions.Stage
@@ -259,6 +267,17 @@ func New(opts Options) *Guard {
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
 	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)
+	lc := lockcmd.Config{Store: opts.Store, Owner: g.owner, SessionKey: g.owners.session, Authority: g.authority,
+		Admit: g.throttle.beforeLockCommand, Done: g.throttle.lockCommandDone, Flights: g.flights, Fence: g.fenceAcquired,
+		Policy: g.Policy, Observe: g.metrics.lockCommand, Log: g.log,
+		MaxWait: opts.MaxWait, MaxLockIDs: opts.MaxLockIDs, OrderTimeout: opts.OrderTimeout}
+	if c, ok := opts.Resolver.(lockcmd.Collections); ok {
+		lc.Collections = c
+	}
+	if c, ok := opts.Resolver.(lockcmd.CaseTwins); ok {
+		lc.Twins = c
+	}
+	g.lockCommands = lockcmd.New(lc)
 	g.sessions = sessions.New(sessions.Config{Store: opts.Store, Flights: g.flights, SessionKey: g.owners.session,
 		Admit: g.throttle.beforeLockCommand, EndTransaction: g.endTransaction, EndSessionsSupported: opts.EndSessionsSupported,
 		OrderTimeout: opts.OrderTimeout, Log: g.log, Ended: g.metrics.sessionsEnded})
@@ -278,7 +297,7 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 //   - boundary (package boundary): the lock store is reachable in no
 //     form, and other sessions' ids are not listed, whatever the policy;
 //     first, so that no later stage ever sees such a request;
-//   - lock commands (lockcmd.go): acquireLock, releaseLock, renewLock,
+//   - lock commands (package lockcmd): acquireLock, releaseLock, renewLock,
 //     lockStatus, answered by the proxy itself;
 //   - sessions (package sessions; the transaction check in txn.go):
 //     endSessions releases the ended sessions' locks, commit and abort
@@ -286,5 +305,5 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 //   - enforcement (enforce.go): every other request, decided by the
 //     policy's rule for each namespace it writes.
 func (g *Guard) Stages() []proxy.Stage {
-	return []proxy.Stage{g.boundary, lockCommandStage{g}, g.sessions, enforcementStage{g}}
+	return []proxy.Stage{g.boundary, g.lockCommands, g.sessions, enforcementStage{g}}
 }

@@ -179,3 +179,14 @@ func (m *Metrics) lockCommand(name, result string, took time.Duration) {
 	m.lockCommands.WithLabelValues(name, result).Inc()
 	m.lockCmdSeconds.WithLabelValues(name).Observe(took.Seconds())
 }
+
+// Lock command names, as the lockgate_lock_commands_total label values
+// (metrics.go). What each command does and accepts is its entry in the
+// command table (wire.RoleLock, wire.LockOp, Args): the proxy answers them
+// and never forwards them.
+const (
+	cmdAcquire = "acquireLock"
+	cmdRenew   = "renewLock"
+	cmdRelease = "releaseLock"
+	cmdStatus  = "lockStatus"
+)

@@ -1,4 +1,4 @@
-package guard
+package lockcmd
 
 import (
 	"context"
@@ -21,26 +21,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// Lock command names, as the lockgate_lock_commands_total label values
-// (metrics.go). What each command does and accepts is its entry in the
-// command table (wire.RoleLock, wire.LockOp, Args): the proxy answers them
-// and never forwards them.
-const (
-	cmdAcquire = "acquireLock"
-	cmdRenew   = "renewLock"
-	cmdRelease = "releaseLock"
-	cmdStatus  = "lockStatus"
-)
-
 // releaseAllCost is what a releaseLock without ids counts against its
 // connection's share (throttle.go): it queries the lock collection by
 // owner, which servers without an index for it (FerretDB) answer by
 // scanning every record.
 const releaseAllCost = 200
-
-// DefaultMaxLockIDs bounds the ids of one lock command when Options do
-// not: each costs a round trip to the lock store.
-const DefaultMaxLockIDs = 1000
 
 // genericFields are the arguments drivers attach to every command; a lock
 // command accepts and ignores them.
@@ -169,22 +154,31 @@ func millis(v bsoncore.Value) (int64, bool) {
 	return 0, false
 }
 
-// lockCommandStage answers the lock commands (acquireLock, releaseLock,
-// renewLock, lockStatus) itself; they never reach the upstream.
-type lockCommandStage struct{ g *Guard }
+// Stage answers the lock commands (acquireLock, releaseLock, renewLock,
+// lockStatus) itself; they never reach the upstream. It is a proxy.Stage.
+type Stage struct{ cfg Config }
 
-func (s lockCommandStage) Decide(ctx context.Context, req *proxy.Request) (proxy.Decision, bool) {
+// New returns the stage.
+func New(cfg Config) *Stage {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	return &Stage{cfg: cfg}
+}
+
+// Decide implements proxy.Stage.
+func (s *Stage) Decide(ctx context.Context, req *proxy.Request) (proxy.Decision, bool) {
 	if req.Command == nil || req.Command.Role() != wire.RoleLock {
 		return proxy.Decision{}, false
 	}
-	return proxy.Decision{Action: proxy.Reply, Reply: s.g.lockCommand(ctx, req)}, true
+	return proxy.Decision{Action: proxy.Reply, Reply: s.lockCommand(ctx, req)}, true
 }
 
 // lockCommand runs one lock command and returns the reply body.
-func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Document {
+func (s *Stage) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Document {
 	cmd := req.Command
 	start := time.Now()
-	a, cerr := parseLockCommand(cmd, g.opts.MaxLockIDs)
+	a, cerr := parseLockCommand(cmd, s.cfg.MaxLockIDs)
 	// One connection's lock commands cannot take the lock store from the
 	// others: they wait for their ids' share, and for a delay once they
 	// keep being malformed (throttle.go).
@@ -195,28 +189,28 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 			nids = releaseAllCost
 		}
 	}
-	if !g.throttle.beforeLockCommand(ctx, req.Client.ID, nids) {
+	if !s.cfg.Admit(ctx, req.Client.ID, nids) {
 		return (&refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonInternal, Msg: "lockgate: " + cmd.Name + ": the connection closed"}).Document()
 	}
 	defer func() {
-		g.throttle.lockCommandDone(req.Client.ID, cerr != nil && cerr.Reason == refuse.ReasonBadArgument)
+		s.cfg.Done(req.Client.ID, cerr != nil && cerr.Reason == refuse.ReasonBadArgument)
 	}()
 	var session []byte
 	if cerr == nil {
-		session, cerr = g.lockCommandMayRun(ctx, req, a)
+		session, cerr = s.lockCommandMayRun(ctx, req, a)
 	}
 	if cerr == nil {
 		var reply bsoncore.Document
-		if reply, cerr = g.runLockCommand(ctx, req, a, g.owner(req, session, a.bind), session); cerr == nil {
-			g.metrics.lockCommand(cmd.Name, "ok", time.Since(start))
-			return withWarnings(reply, g.namespaceHints(ctx, cmd, a))
+		if reply, cerr = s.runLockCommand(ctx, req, a, s.cfg.Owner(req, session, a.bind), session); cerr == nil {
+			s.cfg.Observe(cmd.Name, "ok", time.Since(start))
+			return withWarnings(reply, s.namespaceHints(ctx, cmd, a))
 		}
 	}
-	g.metrics.lockCommand(cmd.Name, cerr.Reason, time.Since(start))
+	s.cfg.Observe(cmd.Name, cerr.Reason, time.Since(start))
 	if a != nil && cerr.NS == "" {
 		cerr.NS = a.ns
 	}
-	g.log.Debug("lock command refused", zap.String("command", cmd.Name), zap.Uint64("conn", req.Client.ID),
+	s.cfg.Log.Debug("lock command refused", zap.String("command", cmd.Name), zap.Uint64("conn", req.Client.ID),
 		zap.String("reason", cerr.Reason), zap.String("error", cerr.Msg))
 	return cerr.Document()
 }
@@ -226,9 +220,9 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 // requires one, a logical session, the caller's own write privilege for
 // acquireLock, and its turn on the connection for releases and renewals.
 // It returns the session id.
-func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lockArgs) ([]byte, *refuse.Error) {
+func (s *Stage) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lockArgs) ([]byte, *refuse.Error) {
 	cmd := req.Command
-	if g.opts.AuthRequired != nil && req.Client.User() == "" && g.opts.AuthRequired() {
+	if req.Client.User() == "" && s.cfg.Authority.Required() {
 		return nil, &refuse.Error{Code: mongoerr.Unauthorized, Reason: refuse.ReasonUnauthenticated,
 			Msg: "lockgate: " + cmd.Name + " refused: the database requires authentication and this connection has not authenticated; " +
 				"lock commands carry the caller's own authority, so authenticate first"}
@@ -242,49 +236,49 @@ func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lo
 		return nil, &refuse.Error{Code: mongoerr.BadValue, Reason: refuse.ReasonNoSession,
 			Msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
 	}
-	if e := g.mayLock(ctx, req, a); e != nil {
+	if e := s.mayLock(ctx, req, a); e != nil {
 		return nil, e
 	}
-	if e := g.refuseMissingCollection(ctx, a); e != nil {
+	if e := s.refuseMissingCollection(ctx, a); e != nil {
 		return nil, e
 	}
-	if e := g.inOrder(ctx, req); e != nil {
+	if e := s.inOrder(ctx, req); e != nil {
 		return nil, e
 	}
 	return session, nil
 }
 
-func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *refuse.Error) {
+func (s *Stage) runLockCommand(ctx context.Context, req *proxy.Request, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *refuse.Error) {
 	switch a.op {
 	case wire.LockAcquire:
 		wait := a.wait
-		if wait > g.opts.MaxWait {
-			return nil, refuse.BadArg(mongoerr.BadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), g.opts.MaxWait.Milliseconds())
+		if wait > s.cfg.MaxWait {
+			return nil, refuse.BadArg(mongoerr.BadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), s.cfg.MaxWait.Milliseconds())
 		}
-		locks, err := g.opts.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
+		locks, err := s.cfg.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
 		if err != nil {
-			return nil, g.storeError(ctx, req, a, err)
+			return nil, s.storeError(ctx, req, a, err)
 		}
-		if e := g.fenceAcquired(ctx, a, o, locks); e != nil {
+		if e := s.cfg.Fence(ctx, a.ns, o, locks); e != nil {
 			return nil, e
 		}
 		return locksReply(locks, lsid, o), nil
 	case wire.LockRenew:
-		locks, err := g.opts.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
+		locks, err := s.cfg.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
 		if err != nil {
-			return nil, g.storeError(ctx, req, a, err)
+			return nil, s.storeError(ctx, req, a, err)
 		}
 		return locksReply(locks, lsid, o), nil
 	case wire.LockRelease:
 		var n int
 		var err error
 		if a.hasIDs {
-			n, err = g.opts.Store.Release(ctx, o, a.ns, a.ids, a.errText)
+			n, err = s.cfg.Store.Release(ctx, o, a.ns, a.ids, a.errText)
 		} else {
-			n, err = g.opts.Store.ReleaseAll(ctx, o, a.ns, a.errText)
+			n, err = s.cfg.Store.ReleaseAll(ctx, o, a.ns, a.errText)
 		}
 		if err != nil {
-			return nil, g.storeError(ctx, req, a, err)
+			return nil, s.storeError(ctx, req, a, err)
 		}
 		idx, d := bsoncore.AppendDocumentStart(nil)
 		d = bsoncore.AppendDoubleElement(d, "ok", 1)
@@ -292,9 +286,9 @@ func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockA
 		d, _ = bsoncore.AppendDocumentEnd(d, idx)
 		return d, nil
 	default: // lockStatus
-		sts, err := g.opts.Store.Status(ctx, o, a.ns, a.ids)
+		sts, err := s.cfg.Store.Status(ctx, o, a.ns, a.ids)
 		if err != nil {
-			return nil, g.storeError(ctx, req, a, err)
+			return nil, s.storeError(ctx, req, a, err)
 		}
 		return statusReply(sts), nil
 	}
@@ -304,12 +298,12 @@ func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockA
 // caller may see other holders is asked only on this refusal path, and for
 // every lock this session does not hold alike, so that the question itself
 // tells nothing.
-func (g *Guard) storeError(ctx context.Context, req *proxy.Request, a *lockArgs, err error) *refuse.Error {
+func (s *Stage) storeError(ctx context.Context, req *proxy.Request, a *lockArgs, err error) *refuse.Error {
 	var held *lockstore.HeldError
 	var notHolder *lockstore.NotHolderError
 	shown := true
 	if errors.As(err, &held) || errors.As(err, &notHolder) {
-		shown = g.authority.MayDisclose(ctx, req, a.ns)
+		shown = s.cfg.Authority.MayDisclose(ctx, req, a.ns)
 	}
 	e := refuse.FromStore(a.name, a.ns, err, shown)
 	if held != nil && shown && !held.Timeout && refuse.OwnApplication(req.Client, held.Holder) {
@@ -403,16 +397,16 @@ func statusReply(sts []lockstore.Status) bsoncore.Document {
 // database shop, "shop.orders" names shop.shop.orders), and, for
 // acquireLock, a collection that does not exist, where a typo would
 // otherwise show only as the next write's refusal.
-func (g *Guard) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockArgs) []string {
+func (s *Stage) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockArgs) []string {
 	var hints []string
 	if rest, ok := strings.CutPrefix(a.coll, cmd.DB+"."); ok && rest != "" {
 		hints = append(hints, fmt.Sprintf("the collection %q begins with the database name, so this names %s; "+
 			"to name %s.%s, run {%s: %q} on database %s", a.coll, a.ns, cmd.DB, rest, cmd.Name, rest, cmd.DB))
 	}
 	if a.op == wire.LockAcquire {
-		if c, ok := g.opts.Resolver.(collectionChecker); ok {
+		if c, ok := s.cfg.Collections, s.cfg.Collections != nil; ok {
 			if exists, err := c.CollectionExists(ctx, a.ns); err == nil && !exists {
-				if f, ok := g.opts.Resolver.(caseTwinFinder); ok {
+				if f, ok := s.cfg.Twins, s.cfg.Twins != nil; ok {
 					if twin, ok := f.CaseTwin(ctx, a.ns); ok {
 						hints = append(hints, fmt.Sprintf("the collection %s does not exist, %s does: names differ only by case, "+
 							"and MongoDB's are case-sensitive, so this lock covers no write to %s", a.ns, twin, twin))
@@ -425,12 +419,6 @@ func (g *Guard) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockAr
 		}
 	}
 	return hints
-}
-
-// collectionChecker is implemented by resolvers that can tell whether a
-// collection exists (MongoResolver does, from its cached listCollections).
-type collectionChecker interface {
-	CollectionExists(ctx context.Context, ns string) (bool, error)
 }
 
 // withWarnings appends {warnings: [...]} to a reply document.
@@ -456,24 +444,24 @@ func withWarnings(reply bsoncore.Document, warnings []string) bsoncore.Document 
 // still running when the lock is someone else's. The wait is bounded by
 // OrderTimeout; past it the command is refused and the lock stays as it
 // was, still covering the writes in flight.
-func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *refuse.Error {
+func (s *Stage) inOrder(ctx context.Context, req *proxy.Request) *refuse.Error {
 	op := req.Command.Spec().Lock
 	if op != wire.LockRelease && op != wire.LockRenew {
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.OrderTimeout)
 	defer cancel()
 	err := req.WaitAnswered(wctx)
 	if err == nil && op == wire.LockRelease {
 		// And the session's writes on its other connections.
 		if session, ok := req.Command.SessionID(); ok {
-			err = g.flights.WaitSession(wctx, g.owners.session(req.Client.User(), session))
+			err = s.cfg.Flights.WaitSession(wctx, s.cfg.SessionKey(req.Client.User(), session))
 		}
 	}
 	if err != nil {
 		return &refuse.Error{Code: mongoerr.LockFailed, Reason: refuse.ReasonInFlight,
 			Msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection, or this session's writes on its other connections, were still running after %v; "+
-				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, g.opts.OrderTimeout)}
+				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, s.cfg.OrderTimeout)}
 	}
 	return nil
 }
@@ -484,7 +472,7 @@ func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *refuse.Error {
 // the namespace, and lockStatus its read privilege (lockStatus names
 // holders and their last errors, which a caller who may not read the
 // namespace has no business seeing).
-func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *refuse.Error {
+func (s *Stage) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *refuse.Error {
 	var priv authority.Privilege
 	var verb, rule string
 	switch a.op {
@@ -493,10 +481,10 @@ func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *r
 	case wire.LockStatus:
 		priv, verb, rule = authority.Read, "read", "you may see the locks of only what you may read"
 	}
-	if priv == "" || !g.authority.Required() {
+	if priv == "" || !s.cfg.Authority.Required() {
 		return nil
 	}
-	allowed, err := g.authority.Allows(ctx, req, priv, a.ns)
+	allowed, err := s.cfg.Authority.Allows(ctx, req, priv, a.ns)
 	if err != nil {
 		return &refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonUnavailable, NS: a.ns,
 			Msg: fmt.Sprintf("lockgate: %s: could not ask the database whether this connection may %s %s (%v); nothing was done", a.name, verb, a.ns, err)}
