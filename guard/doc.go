@@ -18,6 +18,7 @@
 // transaction check in txn.go) and enforcement (enforce.go and the files
 // it names). The stage packages, and the units below them (guard/authority
 // for what a caller may do, guard/inflight for the writes in flight,
+// guard/fence for the document fence's reply check,
 // guard/refuse for refusals, guard/reqplan for the request's plan), are
 // built from explicit dependencies and import nothing of this package;
 // this package builds them in New.

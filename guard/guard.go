@@ -9,6 +9,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/boundary"
+	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/lockcmd"
 	"github.com/lockgate/lockgate/guard/sessions"
@@ -67,7 +68,7 @@ var (
 	_ lockTeller          = (*lockstore.Store)(nil)
 	_ elsewhereFinder     = (*lockstore.Store)(nil)
 	_ txnStore            = (*lockstore.Store)(nil)
-	_ fenceDB             = (*MongoResolver)(nil)
+	_ fence.DB            = (*MongoResolver)(nil)
 	_ lockcmd.Collections = (*MongoResolver)(nil)
 	_ lockcmd.CaseTwins   = (*MongoResolver)(nil)
 )

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
@@ -457,7 +458,7 @@ func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n nsNeed, locks [
 	for i, l := range locks {
 		ids[i], tokens[i] = l.ID, l.Token
 	}
-	db, ok := g.opts.Resolver.(fenceDB)
+	db, ok := g.opts.Resolver.(fence.DB)
 	if !ok {
 		return errors.New("no client to stamp documents with")
 	}
