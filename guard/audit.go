@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -115,7 +116,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			zap.String("decision", decision),
 			zap.String("policyVersion", pol.Version()),
 			zap.Duration("took", took))
-		if ids, ok := v.checked.lookup(w.NS.String()); ok {
+		if ids, ok := v.checked.Lookup(w.NS.String()); ok {
 			if st != nil {
 				fields = append(fields, zap.String("ids", st.idText(ids)))
 			} else {
@@ -196,7 +197,7 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
 	b = appendDuration(append(b, `,"took":"`...), took)
 	b = append(b, '"')
-	if ids, ok := v.checked.lookup(w.NS.String()); ok {
+	if ids, ok := v.checked.Lookup(w.NS.String()); ok {
 		var done bool
 		if len(ids) == 1 && st != nil {
 			b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
@@ -269,7 +270,7 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		// (lockstore.SessionPrefix's form).
 		switch {
 		case v.flight != nil:
-			ev.HolderTag = audittrail.TagOf(v.flight.owner.Session)
+			ev.HolderTag = audittrail.TagOf(v.flight.Owner.Session)
 		case v.lsid != nil:
 			ev.HolderTag = audittrail.TagOf(g.owners.session(ev.User, v.lsid))
 		default:
@@ -278,7 +279,7 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 			}
 		}
 	}
-	if ids, ok := v.checked.lookup(w.NS.String()); ok {
+	if ids, ok := v.checked.Lookup(w.NS.String()); ok {
 		ev.IDs = ids
 	} else if len(v.writes) == 1 {
 		ev.IDs = v.named // one namespace: the ids the request names are its
@@ -386,5 +387,5 @@ func metricReason(r string) string {
 // any other is counted as "other".
 var metricReasons = []string{reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
 	reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
-	reasonUnverifiableUpsert, reasonNoSession, reasonUnavailable,
+	reasonUnverifiableUpsert, refuse.ReasonNoSession, refuse.ReasonUnavailable,
 	reasonSchemeNotFollowed, reasonSchemeNotHolder, reasonAuditUnavailable, reasonImplicitTimeout, "other"}

@@ -3,14 +3,25 @@
 // refuses it.
 //
 // It answers the lock commands (acquireLock, renewLock, releaseLock,
-// lockStatus) from the lock store and never forwards them, so that behind
-// no proxy MongoDB answers CommandNotFound and an application can tell it
-// is unprotected. It releases the locks of sessions a driver ends.
+// lockStatus) from the lock store (package guard/lockcmd) and never
+// forwards them, so that behind no proxy MongoDB answers CommandNotFound
+// and an application can tell it is unprotected. It releases the locks of sessions a driver ends.
 //
 // Every refusal is an ordinary MongoDB error reply with code, codeName, an
 // errmsg that tells a person what to do, and a "lockgate" detail document
-// for programs; errors.go is the one place where failures become codes, and
-// none of the codes is one that drivers retry by themselves.
+// for programs; package guard/refuse is the one place where failures become
+// codes, and none of the codes is one that drivers retry by themselves.
+//
+// The guard is a chain of stages (Guard.Stages, docs/ARCHITECTURE.md):
+// the boundary (package guard/boundary), the lock commands (package
+// guard/lockcmd), the sessions (package guard/sessions, with the
+// transaction check in txn.go) and enforcement (enforce.go and the files
+// it names). The stage packages, and the units below them (guard/authority
+// for what a caller may do, guard/inflight for the writes in flight,
+// guard/fence for the document fence's reply check,
+// guard/refuse for refusals, guard/reqplan for the request's plan), are
+// built from explicit dependencies and import nothing of this package;
+// this package builds them in New.
 //
 // Every decision on an audited or enforced namespace is counted, and logged
 // at info as one line on the "audit" logger with the ids it checked or

@@ -33,7 +33,7 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy
 		if d.OnReply != nil {
 			d.OnReply.Abandon()
 		}
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.editViolation(pol, v, ed, err)).document()}, 0, false
+		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.editViolation(pol, v, ed, err)).Document()}, 0, false
 	}
 	if len(ed.Pins) > 0 {
 		g.metrics.pinned.Inc()

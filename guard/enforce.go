@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/authority"
+	"github.com/lockgate/lockgate/guard/inflight"
+	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/guard/reqplan"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -71,7 +75,7 @@ type verdict struct {
 	rules      []policy.Rule
 	violations []violation
 	pins       []policy.Pin
-	checked    nsLocks // the ids whose locks were verified
+	checked    inflight.Locks // the ids whose locks were verified
 	// req is the request decided, for asking the upstream on its
 	// connection.
 	req *proxy.Request
@@ -115,13 +119,13 @@ type verdict struct {
 	flightBuf  flightPlan
 	tokenBuf   [1]int64
 	ruleBuf    [1]policy.Rule
-	checkedBuf [1]nsIDs
+	checkedBuf [1]inflight.NSIDs
 	needBuf    [1]nsNeed
 	pinBuf     [1]bsoncore.Value // a statement's pin, read by targets
 }
 
 // check records ids as verified in ns, for the audit line.
-func (v *verdict) check(ns string, ids []docid.ID) { v.checked.add(ns, ids) }
+func (v *verdict) check(ns string, ids []docid.ID) { v.checked.Add(ns, ids) }
 
 // isNamed reports whether the request itself named id. A refusal asks it
 // of every missing id: past a few named ids they are indexed, or a write
@@ -161,7 +165,7 @@ func (s enforcementStage) Decide(ctx context.Context, req *proxy.Request) (proxy
 // enforce decides a message that may write under pol.
 func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Policy) proxy.Decision {
 	start := time.Now()
-	writes, err := planOf(req).Writes()
+	writes, err := reqplan.Of(req).Writes()
 	if err != nil {
 		return g.unclassifiable(req, pol, err, start)
 	}
@@ -217,10 +221,10 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	// writes are refused before any lock is looked at, so that no answer
 	// depends on one: an insert of a locked _id would otherwise be refused
 	// here and one of a free _id by the database, telling which is locked.
-	if g.authRequired() && req.Client.User() == "" {
+	if g.authority.Required() && req.Client.User() == "" {
 		for i, w := range v.writes {
 			if v.rules[i].Mode == policy.Enforce {
-				v.add(v.rules[i], w, reasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
+				v.add(v.rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
 				return g.decide(req, pol, v, start)
 			}
 		}
@@ -267,7 +271,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			}
 		default:
 			if !hasSession && !r.Implicit() {
-				v.add(*r, w, reasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				v.add(*r, w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 				continue
 			}
 			if w.Upsert && g.cappedInsertRefused(ctx, v, *r, w) {
@@ -549,7 +553,7 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r *policy.Rule, o loc
 	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
 	if err != nil {
 		w := firstWrite(v.writes, ns)
-		v.violations = append(v.violations, violation{rule: *r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: *r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
 		return
 	}
@@ -579,23 +583,23 @@ func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o
 	// One more round trip, on the refusal path only, to say who holds it:
 	// for a named id only, as the holder of another document is none of
 	// the caller's business, and only to a caller who may read the
-	// namespace (mayDisclose). To any other, a lock held by another
+	// namespace (authority.MayDisclose). To any other, a lock held by another
 	// session and no lock at all are the same refusal, down to the hints
 	// below; and whether it may see is asked before the lock store is, so
 	// that not even the asking depends on the answer.
 	if len(shown) > 0 {
-		disclose := g.mayDisclose(ctx, v.req, ns)
+		disclose := g.authority.MayDisclose(ctx, v.req, ns)
 		if sts, err := g.opts.Store.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
 			st := sts[0]
 			switch {
 			case st.Held && !st.HeldByYou && disclose:
 				x.reason, x.holder = reasonHeldByOther, &st.Holder
 			case st.HeldByYou:
-				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %s (policy.leaseMarginMS) left; renew it with renewLock", idsString(shown), lockstore.FormatMS(r.LeaseMargin))
+				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %s (policy.leaseMarginMS) left; renew it with renewLock", refuse.IDsString(shown), lockstore.FormatMS(r.LeaseMargin))
 			case st.ForceReleased && disclose && len(shown) == 1:
 				// Said to the former holder as renewLock says it: its
 				// work was cut off on purpose, not by a bug of its own.
-				x.detail = fmt.Sprintf("this session does not hold the lock on %s: an operator force-released it at %s", idsString(shown), st.UpdatedAt.UTC().Format(time.RFC3339))
+				x.detail = fmt.Sprintf("this session does not hold the lock on %s: an operator force-released it at %s", refuse.IDsString(shown), st.UpdatedAt.UTC().Format(time.RFC3339))
 				if st.ForceReason != "" {
 					x.detail += fmt.Sprintf(" (reason: %q)", st.ForceReason)
 				}
@@ -605,17 +609,17 @@ func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o
 	if x.detail == "" {
 		switch {
 		case hidden == 0:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s", idsString(shown))
+			x.detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(shown))
 		case len(shown) == 0:
 			x.detail = fmt.Sprintf("this session does not hold the lock on %s its filter matches", documents(hidden))
 		default:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s, nor on %s more that its filter matches", idsString(shown), documents(hidden))
+			x.detail = fmt.Sprintf("this session does not hold the lock on %s, nor on %s more that its filter matches", refuse.IDsString(shown), documents(hidden))
 		}
 		if x.holder != nil {
 			if len(shown) == 1 {
-				x.detail += " (" + describeHolder(*x.holder) + ")"
+				x.detail += " (" + refuse.DescribeHolder(*x.holder) + ")"
 			} else {
-				x.detail += fmt.Sprintf(" (_id %s is %s)", shown[0], describeHolder(*x.holder))
+				x.detail += fmt.Sprintf(" (_id %s is %s)", shown[0], refuse.DescribeHolder(*x.holder))
 			}
 		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
 			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", alt, typeName(alt))
@@ -742,7 +746,7 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 	g.metrics.insertChecks.WithLabelValues("checked").Inc()
 	sts, err := g.confirmedStatus(ctx, o, ns, ids)
 	if err != nil {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)})
 		return
 	}
@@ -751,7 +755,7 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 			h := st.Holder
 			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked,
 				ids: []docid.ID{st.ID}, holder: &h,
-				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, describeHolder(h))})
+				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, refuse.DescribeHolder(h))})
 			return
 		}
 	}
@@ -796,7 +800,7 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 	// full pipe), and a required audit record is waited for.
 	now := start.Add(time.Since(start))
 	if enforced != nil {
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).document()}
+		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).Document()}
 	}
 	if v.fence != nil {
 		d, fences := g.fenceDecision(req, v)
@@ -808,36 +812,36 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 // shownTo is x as req's caller may see it: a violation that names another
 // holder (a lock held by another session, a locked insert, a scheme lock
 // taken by someone else) loses the holder, in the detail document and in
-// the message, unless the caller may read the namespace (mayDisclose).
+// the message, unless the caller may read the namespace (authority.MayDisclose).
 // checkHeld already leaves the holder out where it must; this is the one
 // gate every refusal passes, whichever check made it. The decision has no
 // context of its own (the locking schemes decide too), so the question,
 // when the connection's verdict is not yet known, is bounded by
 // OrderTimeout; the connection's end cancels it as well (Request.Ask).
 func (g *Guard) shownTo(req *proxy.Request, x violation) violation {
-	if x.holder == nil || !g.authRequired() {
+	if x.holder == nil || !g.authority.Required() {
 		return x
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.OrderTimeout)
 	defer cancel()
-	if g.mayDisclose(ctx, req, x.write.NS.String()) {
+	if g.authority.MayDisclose(ctx, req, x.write.NS.String()) {
 		return x
 	}
-	who := describeHolder(*x.holder)
+	who := refuse.DescribeHolder(*x.holder)
 	x.holder = nil
 	if x.reason == reasonHeldByOther {
 		// "Held by another" itself answers whether the id is locked.
 		x.reason = reasonNotLocked
-		x.detail = fmt.Sprintf("this session does not hold the lock on %s", idsString(x.ids))
+		x.detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(x.ids))
 		return x
 	}
 	x.detail = strings.ReplaceAll(x.detail, " ("+who+")", "")
-	x.detail = strings.ReplaceAll(x.detail, who, heldByAnother)
+	x.detail = strings.ReplaceAll(x.detail, who, refuse.HeldByAnother)
 	return x
 }
 
 // refusal renders an enforced violation as the command's error.
-func refusal(req *proxy.Request, x violation) *cmdError {
+func refusal(req *proxy.Request, x violation) *refuse.Error {
 	name := "write"
 	if req.Command != nil {
 		name = req.Command.Name
@@ -846,14 +850,14 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 	}
 	advice := "nothing was written: acquire the lock with acquireLock in the same session, then retry"
 	switch x.reason {
-	case reasonNoSession:
+	case refuse.ReasonNoSession:
 		advice = "run the write in an explicit session (startSession) that holds the lock"
-	case reasonUnauthenticated:
+	case refuse.ReasonUnauthenticated:
 		advice = "nothing was written: authenticate, acquire the lock with acquireLock, then retry in the same session"
 	case reasonHeldByOther:
 		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
-		if x.holder != nil && ownApplication(req.Client, *x.holder) {
-			advice = ownAppAdvice
+		if x.holder != nil && refuse.OwnApplication(req.Client, *x.holder) {
+			advice = refuse.OwnAppAdvice
 		}
 	case reasonCollectionWrite:
 		advice = "ask an operator to allow collection writes for this namespace (allowCollectionWrites)"
@@ -861,7 +865,7 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 		advice = "ask an operator to allow capped inserts for this namespace (allowCappedInserts) if evictions are acceptable; nothing was written"
 	case reasonTooManyCandidates, reasonUnverifiableUpsert:
 		advice = "lock the documents and name their _id values in the filter"
-	case reasonUnavailable, reasonResolveFailed:
+	case refuse.ReasonUnavailable, reasonResolveFailed:
 		advice = "retry when the lock store and the database are reachable; nothing was written"
 	case reasonUnclassifiable, reasonInsertLocked, reasonSchemeNotFollowed, reasonSchemeNotHolder:
 		advice = "nothing was written"
@@ -869,13 +873,13 @@ func refusal(req *proxy.Request, x violation) *cmdError {
 	if x.advice != "" {
 		advice = x.advice
 	}
-	return &cmdError{
-		code:   cmp.Or(x.code, mongoerr.LockBusy),
-		reason: x.reason,
-		ns:     x.write.NS.String(),
-		ids:    x.ids,
-		holder: x.holder,
-		msg:    fmt.Sprintf("lockgate: %s on %s refused: %s; %s", name, x.write.NS, x.detail, advice),
+	return &refuse.Error{
+		Code:   cmp.Or(x.code, mongoerr.LockBusy),
+		Reason: x.reason,
+		NS:     x.write.NS.String(),
+		IDs:    x.ids,
+		Holder: x.holder,
+		Msg:    fmt.Sprintf("lockgate: %s on %s refused: %s; %s", name, x.write.NS, x.detail, advice),
 	}
 }
 
@@ -952,13 +956,13 @@ func idList(ids []docid.ID) string {
 // connection, whether the caller may read ns itself (a find that provably
 // matches nothing). A caller who may not is refused before anything is
 // resolved: resolution must reveal nothing the caller could not find out
-// with its own authority (upstreamAllows). It returns the refusal's
+// with its own authority (authority.Allows). It returns the refusal's
 // detail, or "".
 func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) string {
-	if req == nil || !g.authRequired() {
+	if req == nil || !g.authority.Required() {
 		return ""
 	}
-	allowed, err := g.upstreamAllows(ctx, req, privRead, ns)
+	allowed, err := g.authority.Allows(ctx, req, authority.Read, ns)
 	if err != nil {
 		return fmt.Sprintf("its filter names no _id, and whether this connection may read %s could not be asked (%v)", ns, err)
 	}

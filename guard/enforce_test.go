@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
@@ -312,7 +313,7 @@ func TestLimitsAndUnacknowledged(t *testing.T) {
 	// The refusal is decided before anything is forwarded, so once it is
 	// counted the write can no longer land: wait for the count, then look.
 	// (Drivers send no lsid with w:0 writes: the reason is no_session.)
-	refused := st.metrics.decisions.WithLabelValues("shop."+coll, decisionReject, reasonNoSession)
+	refused := st.metrics.decisions.WithLabelValues("shop."+coll, decisionReject, refuse.ReasonNoSession)
 	before := testutil.ToFloat64(refused)
 	w0 := connect(t, st.uri, "fire-and-forget")
 	coll0 := w0.Database("shop").Collection(coll, options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))

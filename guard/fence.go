@@ -4,17 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/fence"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -30,9 +30,6 @@ import (
 
 // Reasons of the fence.
 const (
-	// reasonFencedOut: the database refused the write because a newer
-	// holder had stamped the document.
-	reasonFencedOut = "fenced_out"
 	// reasonFenceField: the write would change the fence field itself.
 	reasonFenceField = "fence_field"
 	// reasonFenceUnsupported: a write form the fence cannot rewrite.
@@ -40,17 +37,6 @@ const (
 	// reasonFenceStamp: acquireLock could not stamp the documents.
 	reasonFenceStamp = "fence_stamp_failed"
 )
-
-// tokenStore is the lock store's HeldTokens (lockstore.Store has it).
-type tokenStore interface {
-	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
-}
-
-// tokenIntoStore is HeldTokens into the caller's slice (lockstore.Store
-// and memstore have it): the usual write's lock check allocates nothing.
-type tokenIntoStore interface {
-	HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
-}
 
 // fenced reports whether r fences documents.
 func fenced(r policy.Rule) bool { return r.Mode == policy.Enforce && r.FenceField != "" }
@@ -127,7 +113,7 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 		}
 		sts, err := g.opts.Store.Status(ctx, o, s.w.NS.String(), []docid.ID{rid})
 		if err != nil {
-			v.violations = append(v.violations, violation{rule: s.r, write: s.w, reason: reasonUnavailable,
+			v.violations = append(v.violations, violation{rule: s.r, write: s.w, reason: refuse.ReasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot tell whether this session holds the inserted _id's lock, whose token the fenced document must carry (%v)", err)})
 			return
 		}
@@ -142,7 +128,7 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 // hook that reports fenced-out statements, or a refusal.
 func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, []policy.Fence) {
 	var fences []policy.Fence
-	var checks []fenceCheck
+	var checks []fence.Check
 	for _, s := range v.fence.stmts {
 		f := policy.Fence{List: s.w.List, Index: s.w.Index, Field: s.r.FenceField}
 		if s.w.Kind == policy.KindInsert {
@@ -156,24 +142,24 @@ func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, [
 			fences = append(fences, f)
 			continue
 		}
-		c := fenceCheck{index: s.w.Index, multi: s.w.Multi, upsert: s.w.Upsert, ns: s.w.NS.String(), field: s.r.FenceField}
+		c := fence.Check{Index: s.w.Index, Multi: s.w.Multi, NS: s.w.NS.String(), Field: s.r.FenceField}
 		for _, id := range dedupIDs(s.ids) {
 			t, ok := v.fence.token(s.w.NS.String(), id)
 			if !ok {
 				x := violation{write: s.w, rule: s.r, reason: reasonUnclassifiable, detail: "the proxy lost track of a fencing token it had checked"}
-				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).document()}, nil
+				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).Document()}, nil
 			}
 			f.IDs = append(f.IDs, id.Core())
 			f.Tokens = append(f.Tokens, t)
-			c.ids, c.tokens, c.named = append(c.ids, id), append(c.tokens, t), append(c.named, v.isNamed(id))
+			c.IDs, c.Tokens, c.Named = append(c.IDs, id), append(c.Tokens, t), append(c.Named, v.isNamed(id))
 		}
 		fences, checks = append(fences, f), append(checks, c)
 	}
 	d := proxy.Decision{Action: proxy.Forward}
 	if len(checks) > 0 && g.opts.Resolver != nil {
-		if db, ok := g.opts.Resolver.(fenceDB); ok {
-			d.OnReply = &fenceHook{g: g, db: db, cmd: req.Command.Name, checks: checks,
-				oneStatement: req.Command.Spec().Writes == wire.WritesFindAndModify}
+		if db, ok := g.opts.Resolver.(fence.DB); ok {
+			d.OnReply = &fence.Hook{DB: db, Command: req.Command.Name, Checks: checks,
+				OneStatement: req.Command.Spec().Writes == wire.WritesFindAndModify, Log: g.log, FencedOut: g.metrics.fencedOut}
 		}
 	}
 	return d, fences
@@ -201,12 +187,12 @@ func dedupIDs(ids []docid.ID) []docid.ID {
 // documents of a fenced namespace. A lock whose documents cannot be
 // stamped would let the previous holder's late writes through, so on
 // failure the locks are released again and acquireLock fails.
-func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owner, locks []lockstore.Lock) *cmdError {
+func (g *Guard) fenceAcquired(ctx context.Context, ns string, o lockstore.Owner, locks []lockstore.Lock) *refuse.Error {
 	pol := g.policy.Load()
 	if pol == nil || len(locks) == 0 {
 		return nil
 	}
-	r := pol.Lookup(a.ns)
+	r := pol.Lookup(ns)
 	if !fenced(r) {
 		return nil
 	}
@@ -215,216 +201,22 @@ func (g *Guard) fenceAcquired(ctx context.Context, a *lockArgs, o lockstore.Owne
 	for i, l := range locks {
 		ids[i], tokens[i] = l.ID, l.Token
 	}
-	db, ok := g.opts.Resolver.(fenceDB)
+	db, ok := g.opts.Resolver.(fence.DB)
 	var err error
 	if !ok {
 		err = errors.New("no client to stamp documents with")
 	} else {
-		err = db.StampFence(ctx, a.ns, r.FenceField, ids, tokens)
+		err = db.StampFence(ctx, ns, r.FenceField, ids, tokens)
 	}
 	if err == nil {
 		return nil
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, rerr := g.opts.Store.Release(rctx, o, a.ns, ids, "lockgate: stamping the fencing token failed"); rerr != nil {
+	if _, rerr := g.opts.Store.Release(rctx, o, ns, ids, "lockgate: stamping the fencing token failed"); rerr != nil {
 		g.log.Warn("fence: releasing locks whose documents could not be stamped failed; they expire with their lease",
-			zap.String("ns", a.ns), zap.Error(rerr))
+			zap.String("ns", ns), zap.Error(rerr))
 	}
-	return &cmdError{code: mongoerr.LockBusy, reason: reasonFenceStamp, ns: a.ns,
-		msg: fmt.Sprintf("lockgate: acquireLock on %s: the fencing token could not be stamped into the documents (%v); the locks were released again: retry", a.ns, err)}
-}
-
-// fenceCheck is what the reply hook knows of one fenced statement.
-type fenceCheck struct {
-	index  int
-	multi  bool
-	upsert bool
-	ns     string
-	field  string
-	ids    []docid.ID
-	tokens []int64
-	named  []bool // whether the request named ids[i] itself
-}
-
-// fenceHook tells a fenced-out statement from one that simply matched
-// nothing. The rule: when a reply counts fewer documents than the
-// statements could touch (n + upserted below the number of single-document
-// statements plus the ids of multi-document ones), or an upsert failed
-// with a duplicate key, lockgate reads the stamps of those documents with
-// its own client. A statement is fenced out when one of its documents
-// exists and carries a stamp other than the writer's token: a newer holder
-// stamped it, so the database refused the write there. The full reply
-// costs nothing extra.
-type fenceHook struct {
-	g   *Guard
-	db  fenceDB
-	cmd string
-	// oneStatement: the command is its own statement (findAndModify), so
-	// the reply is the statement's own, not a count.
-	oneStatement bool
-	checks       []fenceCheck
-}
-
-func (h *fenceHook) Abandon() {}
-
-func (h *fenceHook) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Document {
-	if body == nil {
-		return nil // never sent
-	}
-	if h.oneStatement {
-		return h.findAndModify(ctx, body)
-	}
-	if ok, _ := body.Lookup("ok").AsInt64OK(); ok != 1 {
-		return nil
-	}
-	expected := 0
-	for _, c := range h.checks {
-		switch {
-		case c.multi:
-			expected += len(c.ids)
-		case len(c.ids) > 0:
-			expected++
-		}
-	}
-	n, _ := body.Lookup("n").AsInt64OK()
-	upserted := 0
-	if arr, ok := body.Lookup("upserted").ArrayOK(); ok {
-		vals, _ := arr.Values()
-		upserted = len(vals)
-	}
-	dupKey := false
-	var errs []bsoncore.Document
-	if arr, ok := body.Lookup("writeErrors").ArrayOK(); ok {
-		vals, _ := arr.Values()
-		for _, v := range vals {
-			if d, ok := v.DocumentOK(); ok {
-				errs = append(errs, d)
-				if code, _ := d.Lookup("code").AsInt64OK(); code == int64(mongoerr.DuplicateKey) {
-					dupKey = true
-				}
-			}
-		}
-	}
-	if int(n)+upserted >= expected && !dupKey {
-		return nil
-	}
-	out := h.fencedOut(ctx)
-	if len(out) == 0 {
-		return nil
-	}
-	h.g.metrics.fencedOut.Add(float64(len(out)))
-	// Each fenced-out statement becomes a write error at its index,
-	// replacing the duplicate-key error of a fenced-out upsert.
-	byIndex := map[int]bsoncore.Document{}
-	for _, d := range errs {
-		i, _ := d.Lookup("index").AsInt64OK()
-		byIndex[int(i)] = d
-	}
-	for i, msg := range out {
-		info := bsoncore.AppendDocumentElement(nil, "errInfo", bsoncore.NewDocumentBuilder().AppendDocument("lockgate",
-			bsoncore.NewDocumentBuilder().AppendString("reason", reasonFencedOut).Build()).Build())
-		byIndex[i] = (&mongoerr.Error{Code: mongoerr.LockBusy, Msg: msg}).WriteError(i, info)
-	}
-	idx := make([]int, 0, len(byIndex))
-	for i := range byIndex {
-		idx = append(idx, i)
-	}
-	sort.Ints(idx)
-	arr := bsoncore.NewArrayBuilder()
-	for _, i := range idx {
-		arr.AppendDocument(byIndex[i])
-	}
-	b := bsoncore.NewDocumentBuilder()
-	elems, _ := body.Elements()
-	for _, e := range elems {
-		if e.Key() != "writeErrors" {
-			b.AppendValue(e.Key(), e.Value())
-		}
-	}
-	return b.AppendArray("writeErrors", arr.Build()).Build()
-}
-
-func (h *fenceHook) findAndModify(ctx context.Context, body bsoncore.Document) bsoncore.Document {
-	ok, _ := body.Lookup("ok").AsInt64OK()
-	if ok == 1 {
-		if n, _ := body.Lookup("lastErrorObject", "n").AsInt64OK(); n > 0 {
-			return nil
-		}
-	} else if code, _ := body.Lookup("code").AsInt64OK(); code != int64(mongoerr.DuplicateKey) {
-		return nil
-	}
-	out := h.fencedOut(ctx)
-	msg, found := out[0]
-	if !found {
-		return nil
-	}
-	h.g.metrics.fencedOut.Inc()
-	e := &cmdError{code: mongoerr.LockBusy, reason: reasonFencedOut, ns: h.checks[0].ns, msg: msg}
-	return e.document()
-}
-
-// fencedOut reads the stamps and returns, by statement index, the error
-// message of each fenced-out statement.
-func (h *fenceHook) fencedOut(ctx context.Context) map[int]string {
-	out := map[int]string{}
-	byNS := map[string][]docid.ID{}
-	for _, c := range h.checks {
-		byNS[c.ns] = append(byNS[c.ns], c.ids...)
-	}
-	stamps := map[docid.Key]bson.RawValue{} // stamp of an existing document
-	read := map[string]bool{}
-	for ns, ids := range byNS {
-		if len(ids) == 0 {
-			continue
-		}
-		st, exists, err := h.db.FenceStamps(ctx, ns, h.checks[0].field, ids)
-		if err != nil {
-			// The write was refused or matched nothing; which one cannot
-			// be told. The reply goes through as the database sent it.
-			h.g.log.Warn("fence: cannot read the stamps after a short reply", zap.String("ns", ns), zap.Error(err))
-			continue
-		}
-		read[ns] = true
-		for j, id := range ids {
-			if exists[j] {
-				stamps[docid.KeyOf(namespace.Of(ns), id)] = st[j]
-			}
-		}
-	}
-	for _, c := range h.checks {
-		if !read[c.ns] {
-			continue
-		}
-		for i, id := range c.ids {
-			s, ok := stamps[docid.KeyOf(namespace.Of(c.ns), id)]
-			if !ok || s.Type == 0 || s.Type == bson.TypeNull {
-				continue // gone, or never stamped: not fenced out
-			}
-			st, isToken := stampToken(s)
-			if isToken && st == c.tokens[i] {
-				continue
-			}
-			what := "a document its filter matched"
-			if c.named[i] {
-				what = "_id " + id.String()
-			}
-			if !isToken {
-				out[c.index] = fmt.Sprintf("lockgate: %s on %s fenced out: the fence field of %s holds %s, not a fencing token (written before the fence was turned on, or by a writer the rule does not cover), so the database refused the write and nothing was written there; take the lock again with acquireLock, which replaces the value with its token",
-					h.cmd, c.ns, what, describeStamp(s))
-				break
-			}
-			out[c.index] = fmt.Sprintf("lockgate: %s on %s fenced out: this session's lock on %s (token %d) had passed to a newer holder (the document carries token %s) when the write reached the database, so the database refused it and nothing was written there; acquire the lock again and redo the work from a fresh read",
-				h.cmd, c.ns, what, c.tokens[i], stampString(s))
-			break
-		}
-	}
-	return out
-}
-
-func stampString(v bson.RawValue) string {
-	if n, ok := v.AsInt64OK(); ok {
-		return fmt.Sprint(n)
-	}
-	return v.String()
+	return &refuse.Error{Code: mongoerr.LockBusy, Reason: reasonFenceStamp, NS: ns,
+		Msg: fmt.Sprintf("lockgate: acquireLock on %s: the fencing token could not be stamped into the documents (%v); the locks were released again: retry", ns, err)}
 }

@@ -3,30 +3,16 @@ package guard
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/readpref"
 )
 
-// fenceDB is what the document fence needs from the deployment, through
-// the proxy's own client (MongoResolver implements it): never over a
-// client's connection, since the stamps are re-read from the upstream pump,
-// which must not wait for its own connection.
-type fenceDB interface {
-	// StampFence raises field to tokens[i] in the document ids[i] of ns,
-	// where it exists, never lowering it ($max).
-	StampFence(ctx context.Context, ns, field string, ids []docid.ID, tokens []int64) error
-	// FenceStamps reads field of the documents ids of ns: for each id, the
-	// stamp (zero Type when the field is absent) and whether the document
-	// exists.
-	FenceStamps(ctx context.Context, ns, field string, ids []docid.ID) (stamps []bson.RawValue, exists []bool, err error)
-}
-
-// StampFence implements fenceDB: one update command, two statements per
+// StampFence implements fence.DB: one update command, two statements per
 // id, then one read that confirms every stamp.
 //
 // $max makes the stamp monotonic whatever order two stamps of one document
@@ -81,10 +67,10 @@ func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []
 		if !exists[i] {
 			continue // nothing to stamp: lock, then insert
 		}
-		t, ok := stampToken(stamps[i])
+		t, ok := fence.StampToken(stamps[i])
 		switch {
 		case !ok:
-			return fmt.Errorf("the fence field %s of _id %s in %s holds %s, which is not a fencing token and could not be replaced by one; remove the field outside lockgate", field, id, ns, describeStamp(stamps[i]))
+			return fmt.Errorf("the fence field %s of _id %s in %s holds %s, which is not a fencing token and could not be replaced by one; remove the field outside lockgate", field, id, ns, fence.DescribeStamp(stamps[i]))
 		case t != tokens[i]:
 			return fmt.Errorf("the fence field %s of _id %s in %s holds token %d after stamping %d: another holder's stamp", field, id, ns, t, tokens[i])
 		}
@@ -92,32 +78,7 @@ func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []
 	return nil
 }
 
-// stampToken reads a fence field as a token: an integral number. Anything
-// else (null and a missing field included) is not one.
-func stampToken(v bson.RawValue) (int64, bool) {
-	switch v.Type {
-	case bson.TypeInt32, bson.TypeInt64:
-		return v.AsInt64OK()
-	case bson.TypeDouble:
-		f := v.Double()
-		if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
-			return 0, false
-		}
-		return int64(f), true
-	}
-	return 0, false
-}
-
-// describeStamp names what a fence field holds, without its content (it
-// may be application data).
-func describeStamp(v bson.RawValue) string {
-	if v.Type == 0 {
-		return "nothing"
-	}
-	return "a value of type " + v.Type.String()
-}
-
-// FenceStamps implements fenceDB with one find on the primary.
+// FenceStamps implements fence.DB with one find on the primary.
 func (r *MongoResolver) FenceStamps(ctx context.Context, ns, field string, ids []docid.ID) ([]bson.RawValue, []bool, error) {
 	db, coll := namespace.Of(ns).Parts()
 	in := make(bson.A, len(ids))

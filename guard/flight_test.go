@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
@@ -165,15 +166,15 @@ func TestReleaseWaitsForWritesInFlight(t *testing.T) {
 	}
 	if r := release(); st.release.Load() != 0 {
 		t.Fatalf("released while the write was in flight: %v", r)
-	} else if reason, _ := r.Lookup("lockgate", "reason").StringValueOK(); reason != reasonInFlight {
-		t.Errorf("release during the flight: %v, want reason %s", r, reasonInFlight)
+	} else if reason, _ := r.Lookup("lockgate", "reason").StringValueOK(); reason != refuse.ReasonInFlight {
+		t.Errorf("release during the flight: %v, want reason %s", r, refuse.ReasonInFlight)
 	}
 	if st.renews.Load() == 0 {
 		t.Error("the locks of a write in flight past half its lease were not renewed")
 	}
 	done := make(chan bsoncore.Document)
 	go func() { done <- release() }()
-	testkit.Eventually(t, 10*time.Second, "the release to wait for the flight", func() bool { return parked("(*flightTracker).waitSession") })
+	testkit.Eventually(t, 10*time.Second, "the release to wait for the flight", func() bool { return parked("guard/inflight.(*Tracker).WaitSession") })
 	d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
 	r := <-done
 	if st.release.Load() != 1 {
@@ -198,7 +199,7 @@ func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
 		t.Error("force-release did not wait for the write in flight under the lock")
 	}
 	go func() {
-		testkit.Eventually(t, 10*time.Second, "the force-release to wait for the flight", func() bool { return parked("(*flightTracker).waitKey") })
+		testkit.Eventually(t, 10*time.Second, "the force-release to wait for the flight", func() bool { return parked("guard/inflight.(*Tracker).WaitKey") })
 		d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
 	}()
 	if err := g.WaitWritesOn(context.Background(), "shop.orders", one); err != nil {
@@ -229,13 +230,14 @@ func TestShortLeaseFlightRenewedFirst(t *testing.T) {
 }
 
 // parked reports whether a goroutine is blocked in a select in fn, a
-// function of this package: the event that a waiter has started to wait,
-// seen without a hook in the code under test.
+// function named with its package path from lockgate's root: the event
+// that a waiter has started to wait, seen without a hook in the code
+// under test.
 func parked(fn string) bool {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		if bytes.Contains(g, []byte(" [select")) && bytes.Contains(g, []byte("/guard."+fn+"(")) {
+		if bytes.Contains(g, []byte(" [select")) && bytes.Contains(g, []byte("/"+fn+"(")) {
 			return true
 		}
 	}

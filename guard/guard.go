@@ -7,6 +7,12 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/authority"
+	"github.com/lockgate/lockgate/guard/boundary"
+	"github.com/lockgate/lockgate/guard/fence"
+	"github.com/lockgate/lockgate/guard/inflight"
+	"github.com/lockgate/lockgate/guard/lockcmd"
+	"github.com/lockgate/lockgate/guard/sessions"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -39,22 +45,46 @@ type (
 	lockTeller interface {
 		MayHoldLocks(ns string) bool
 	}
+	// tokenStore: HeldTokens, the lock check with the fencing tokens and
+	// the lease left (lockcheck.go, the fence, a transaction's commit).
+	tokenStore interface {
+		HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
+	}
+	// tokenIntoStore: HeldTokens into the caller's slice (lockstore.Store
+	// and memstore have it): the usual write's lock check allocates
+	// nothing.
+	tokenIntoStore interface {
+		HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
+	}
 )
 
 // A capability whose signature drifted from the store's would not fail
 // anywhere: its type assertion would quietly turn it off. These make it
 // fail to compile instead.
 var (
-	_ LockStore         = (*lockstore.Store)(nil)
-	_ tokenStore        = (*lockstore.Store)(nil)
-	_ confirmer         = (*lockstore.Store)(nil)
-	_ lockTeller        = (*lockstore.Store)(nil)
-	_ elsewhereFinder   = (*lockstore.Store)(nil)
-	_ txnStore          = (*lockstore.Store)(nil)
-	_ fenceDB           = (*MongoResolver)(nil)
-	_ collectionChecker = (*MongoResolver)(nil)
-	_ caseTwinFinder    = (*MongoResolver)(nil)
+	_ LockStore           = (*lockstore.Store)(nil)
+	_ tokenStore          = (*lockstore.Store)(nil)
+	_ confirmer           = (*lockstore.Store)(nil)
+	_ lockTeller          = (*lockstore.Store)(nil)
+	_ elsewhereFinder     = (*lockstore.Store)(nil)
+	_ txnStore            = (*lockstore.Store)(nil)
+	_ fence.DB            = (*MongoResolver)(nil)
+	_ lockcmd.Collections = (*MongoResolver)(nil)
+	_ lockcmd.CaseTwins   = (*MongoResolver)(nil)
 )
+
+// Reserved names the lock store's namespaces, which the boundary seals
+// (boundary.Reserved); the guard takes them in Options so that one value
+// configures the lock store and its seal.
+type Reserved = boundary.Reserved
+
+// ReservedFor returns the namespaces of a lock store configured with
+// database db and lock collection coll.
+func ReservedFor(db, coll string) Reserved { return boundary.ReservedFor(db, coll) }
+
+// DefaultMaxLockIDs bounds the ids of one lock command when Options do
+// not: each costs a round trip to the lock store.
+const DefaultMaxLockIDs = 1000
 
 // Options configure a Guard.
 type Options struct {
@@ -134,9 +164,6 @@ type Guard struct {
 	// given (nil: through audit).
 	lines *lineWriter
 
-	// endSessions caches the upstream's support: 0 unknown, 1 yes, 2 no.
-	endSessionsSupport atomic.Int32
-
 	// policy is replaced whole on reload; requests read it once each.
 	policy atomic.Pointer[policy.Policy]
 
@@ -154,9 +181,11 @@ type Guard struct {
 	refused *refusedBudget
 
 	owners *ownerKeys
+	// authority answers what a caller may do (package authority).
+	authority *authority.Authority
 
 	// flights are the enforced writes forwarded and not yet answered.
-	flights *flightTracker
+	flights *inflight.Tracker
 	// schemes serialises scheme lock acquires per key (scheme.go).
 	schemes schemeKeys
 
@@ -170,6 +199,15 @@ type Guard struct {
 	// reads and their lock store calls (schemelockcoll.go).
 	testScheme *schemeTestHooks
 
+	// boundary is the first stage (package boundary), built once from the
+	// guard's options.
+	boundary *boundary.Stage
+	// lockCommands is the stage of the lock commands (package lockcmd),
+	// built once from the guard's options.
+	lockCommands *lockcmd.Stage
+	// sessions is the stage of endSessions, commit and abort (package
+	// sessions), built once from the guard's options.
+	sessions *sessions.Stage
 	// chain is Stages as one Interceptor.
 	chain proxy.Chain
 
@@ -224,10 +262,26 @@ func New(opts Options) *Guard {
 	}
 	g := &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
-		flights:  newFlightTracker(),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
+	g.authority = authority.New(opts.AuthRequired)
+	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
+	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)
+	lc := lockcmd.Config{Store: opts.Store, Owner: g.owner, SessionKey: g.owners.session, Authority: g.authority,
+		Admit: g.throttle.beforeLockCommand, Done: g.throttle.lockCommandDone, Flights: g.flights, Fence: g.fenceAcquired,
+		Policy: g.Policy, Observe: g.metrics.lockCommand, Log: g.log,
+		MaxWait: opts.MaxWait, MaxLockIDs: opts.MaxLockIDs, OrderTimeout: opts.OrderTimeout}
+	if c, ok := opts.Resolver.(lockcmd.Collections); ok {
+		lc.Collections = c
+	}
+	if c, ok := opts.Resolver.(lockcmd.CaseTwins); ok {
+		lc.Twins = c
+	}
+	g.lockCommands = lockcmd.New(lc)
+	g.sessions = sessions.New(sessions.Config{Store: opts.Store, Flights: g.flights, SessionKey: g.owners.session,
+		Admit: g.throttle.beforeLockCommand, EndTransaction: g.endTransaction, EndSessionsSupported: opts.EndSessionsSupported,
+		OrderTimeout: opts.OrderTimeout, Log: g.log, Ended: g.metrics.sessionsEnded})
 	g.chain = proxy.Chain(g.Stages())
 	return g
 }
@@ -241,15 +295,16 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 // Stages are the guard's stages in the order a proxy must run them
 // (docs/ARCHITECTURE.md, "The request path"):
 //
-//   - boundary (reserved.go, introspection.go): the lock store is reachable
-//     in no form, and other sessions' ids are not listed, whatever the
-//     policy; first, so that no later stage ever sees such a request;
-//   - lock commands (lockcmd.go): acquireLock, releaseLock, renewLock,
+//   - boundary (package boundary): the lock store is reachable in no
+//     form, and other sessions' ids are not listed, whatever the policy;
+//     first, so that no later stage ever sees such a request;
+//   - lock commands (package lockcmd): acquireLock, releaseLock, renewLock,
 //     lockStatus, answered by the proxy itself;
-//   - sessions (sessions.go, txn.go): endSessions releases the ended
-//     sessions' locks, commit and abort decide a transaction's writes;
+//   - sessions (package sessions; the transaction check in txn.go):
+//     endSessions releases the ended sessions' locks, commit and abort
+//     decide a transaction's writes;
 //   - enforcement (enforce.go): every other request, decided by the
 //     policy's rule for each namespace it writes.
 func (g *Guard) Stages() []proxy.Stage {
-	return []proxy.Stage{boundaryStage{g}, lockCommandStage{g}, sessionStage{g}, enforcementStage{g}}
+	return []proxy.Stage{g.boundary, g.lockCommands, g.sessions, enforcementStage{g}}
 }

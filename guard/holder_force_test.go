@@ -124,48 +124,7 @@ func TestForceReleaseDuringAHoldersCheckedWriteRefusesIt(t *testing.T) {
 	if got := tr.verdicts(ns); len(got) < 2 || got[len(got)-1] != audittrail.VerdictReject+" "+reasonNotLocked {
 		t.Fatalf("the trail's records on %s: %q; want the refusal at launch last", ns, got)
 	}
-	if n := len(st.guard.flights.forced); n > keepForced {
-		t.Fatalf("%d force-releases remembered, want at most %d", n, keepForced)
-	}
-}
-
-// TestForcedKeysStayBounded: the tracker remembers the ended
-// force-releases for writes checked before they ended, but not without
-// bound; a write checked before one it forgot is refused at its launch
-// (it cannot tell whether its locks were among them), and one checked
-// after launches. Without the bound, forced grows by one entry per
-// force-release for the life of the proxy.
-func TestForcedKeysStayBounded(t *testing.T) {
-	tr := newFlightTracker()
-	one, err := docid.Of(int32(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	two, err := docid.Of(int32(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	locks := nsLocks{{ns: "shop.orders", ids: []docid.ID{one}}}
-	early := tr.forceSeq.Load()
-	for range 3 * keepForced {
-		tr.forcing("shop.orders", two)()
-	}
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if n := len(tr.forced); n > keepForced {
-		t.Errorf("%d ended force-releases remembered, want at most %d", n, keepForced)
-	}
-	if !tr.forcedSinceLocked(locks, early) {
-		t.Error("a write checked before force-releases that the tracker forgot was let launch")
-	}
-	if tr.forcedSinceLocked(locks, tr.forceSeq.Load()) {
-		t.Error("a write checked after every force-release ended was refused")
-	}
-	recent := tr.forceSeq.Load()
-	tr.mu.Unlock()
-	tr.forcing("shop.orders", two)()
-	tr.mu.Lock()
-	if tr.forcedSinceLocked(locks, recent) {
-		t.Error("a force-release of another document refused the write")
+	if n, bound := st.guard.flights.Remembered(); n > bound {
+		t.Fatalf("%d force-releases remembered, want at most %d", n, bound)
 	}
 }

@@ -11,12 +11,14 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/fence"
+	"github.com/lockgate/lockgate/guard/inflight"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
 
@@ -65,14 +67,14 @@ type implicitPlan struct {
 	owner lockstore.Owner
 	// taken are the locks held, by namespace; launched: the write's flight
 	// releases them (else the verdict's end does).
-	taken    nsLocks
+	taken    inflight.Locks
 	launched bool
 	// pending stands for the write in the flight tracker from when its
 	// locks are taken until it is launched or they are released (flight.go,
 	// took): an operator's force-release waits for it, as the write would
 	// leave under those locks whatever the lock store says by then.
 	// Guarded by the tracker's mu.
-	pending *flight
+	pending *inflight.Flight
 	// waited: the locks were not free at once.
 	waited bool
 	mode   config.UnlockedWriters
@@ -247,7 +249,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		var err error
 		var inMemory bool
 		var budget time.Duration
-		taking := g.flights.startTaking()
+		taking := g.flights.StartTaking()
 		switch {
 		case p.mode == config.UnlockedWait && n.ns == p.busyNS:
 			err = lockstore.ErrBusy
@@ -273,7 +275,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			}
 		}
 		if err != nil && guessed && !(g.testImplicit != nil && g.testImplicit.trustGuess) {
-			g.flights.stopTaking(taking)
+			g.flights.StopTaking(taking)
 			// Some key was held (perhaps by this very session, through
 			// another lockgate) or the store failed: the skipped checks
 			// decide, as today, before anything else does.
@@ -295,7 +297,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, max(time.Until(deadline), time.Millisecond))
 		}
 		if err != nil {
-			g.flights.stopTaking(taking)
+			g.flights.StopTaking(taking)
 			g.releaseImplicit(p)
 			g.implicitRefused(ctx, v, n, o, err)
 			g.metrics.implicit(p.mode, implicitOutcome(err), time.Since(start))
@@ -305,8 +307,8 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		for i, l := range locks {
 			ids[i] = l.ID
 		}
-		p.taken.add(n.ns, ids)
-		if !g.flights.took(p, n.ns, ids, taking) {
+		p.taken.Add(n.ns, ids)
+		if !g.flights.Took(&p.pending, p.owner, n.ns, ids, taking) {
 			g.releaseImplicit(p)
 			v.violations = append(v.violations, violation{rule: *n.r, write: firstWrite(v.writes, n.ns), reason: reasonNotLocked,
 				detail: "this session holds no lock, and an operator force-released the lock on a document of this write while lockgate was taking it for the write, so the write is refused",
@@ -415,7 +417,7 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o loc
 	w := firstWrite(v.writes, n.ns)
 	var he *lockstore.HeldError
 	if !errors.As(err, &he) {
-		v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store could not take the implicit locks of this session's write, which holds none (%v), so the write is refused (fail closed)", err)})
 		return
 	}
@@ -433,7 +435,7 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o loc
 	}
 	holder := ""
 	if x.holder != nil {
-		holder = " (" + describeHolder(he.Holder) + ")"
+		holder = " (" + refuse.DescribeHolder(he.Holder) + ")"
 	}
 	if he.Timeout {
 		x.reason, x.code = reasonImplicitTimeout, mongoerr.LockTimeout
@@ -456,7 +458,7 @@ func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n nsNeed, locks [
 	for i, l := range locks {
 		ids[i], tokens[i] = l.ID, l.Token
 	}
-	db, ok := g.opts.Resolver.(fenceDB)
+	db, ok := g.opts.Resolver.(fence.DB)
 	if !ok {
 		return errors.New("no client to stamp documents with")
 	}
@@ -498,15 +500,15 @@ func (g *Guard) releaseImplicit(p *implicitPlan) {
 	}
 	// Once the locks are given back (or were never taken), nothing of
 	// this write can leave: a force-release need not wait for it.
-	defer g.flights.unhold(p)
+	defer g.flights.Unhold(&p.pending)
 	if len(p.taken) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, l := range p.taken {
-		if _, err := g.opts.Store.Release(ctx, p.owner, l.ns, l.ids, ""); err != nil {
-			g.log.Warn("releasing a write's implicit locks failed; they expire with their lease", zap.String("ns", l.ns), zap.Error(err))
+		if _, err := g.opts.Store.Release(ctx, p.owner, l.NS, l.IDs, ""); err != nil {
+			g.log.Warn("releasing a write's implicit locks failed; they expire with their lease", zap.String("ns", l.NS), zap.Error(err))
 		}
 	}
 	p.taken = nil
@@ -520,16 +522,6 @@ func (g *Guard) settleImplicit(v *verdict, d proxy.Decision) proxy.Decision {
 		g.releaseImplicit(v.implicit)
 	}
 	return d
-}
-
-// appendImplicit marks a holder document as an implicit lock's: the
-// proxy holds it for a writer that holds no lock, for one command.
-func appendImplicit(d bsoncore.Document, h lockstore.Holder) bsoncore.Document {
-	if h.Implicit == "" {
-		return d
-	}
-	d = bsoncore.AppendBooleanElement(d, "implicit", true)
-	return bsoncore.AppendStringElement(d, "command", h.Implicit)
 }
 
 // implicitTestHooks let tests see and change how implicit locks are taken.

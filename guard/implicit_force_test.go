@@ -116,7 +116,7 @@ func TestImplicitLockTakenDuringAForceReleaseIsRefused(t *testing.T) {
 	if _, err := legacy.UpdateOne(context.Background(), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"by", "legacy"}}}}); err != nil {
 		t.Fatalf("the legacy write once the force-release ended: %v", err)
 	}
-	if n := len(st.guard.flights.forced); n > keepForced {
-		t.Fatalf("force-releases remembered after they ended and no write was taking locks: %d, want at most %d", n, keepForced)
+	if n, bound := st.guard.flights.Remembered(); n > bound {
+		t.Fatalf("force-releases remembered after they ended and no write was taking locks: %d, want at most %d", n, bound)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -413,7 +414,7 @@ func TestUnacknowledgedWriteTakesNoImplicitLock(t *testing.T) {
 	// Once the proxy has decided it (either way), look.
 	rule := "shop." + coll
 	refused := func() float64 {
-		return testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionReject, reasonNoSession)) +
+		return testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionReject, refuse.ReasonNoSession)) +
 			testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionReject, reasonNotLocked))
 	}
 	decided := func() float64 {

@@ -25,7 +25,7 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 	}
 	// Read before the store answers: a force-release under way since is
 	// seen at the launch (launchAt).
-	seq := g.flights.forceSeq.Load()
+	seq := g.flights.ForceSeq()
 	var tokens []int64
 	var left time.Duration
 	var missing []docid.ID

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/metricset"
 	"github.com/lockgate/lockgate/policy"
 )
@@ -132,9 +133,9 @@ func NewMetrics() *Metrics {
 // lockCommandMayRun, storeError and the fence stamp give). Every command
 // gets every result at zero: a few series that stay at zero cost less than
 // a refusal the dashboard and alerts see only from its second occurrence.
-var lockCommandResults = []string{"ok", reasonBadArgument, reasonNoSession, reasonHeld, reasonTimeout,
-	reasonNotHolder, reasonUnavailable, reasonInternal, reasonInFlight, reasonTooManyWaiters, reasonTooManyLocks,
-	reasonUnauthenticated, reasonUnauthorized, reasonNoCollection, reasonFenceStamp}
+var lockCommandResults = []string{"ok", refuse.ReasonBadArgument, refuse.ReasonNoSession, refuse.ReasonHeld, refuse.ReasonTimeout,
+	refuse.ReasonNotHolder, refuse.ReasonUnavailable, refuse.ReasonInternal, refuse.ReasonInFlight, refuse.ReasonTooManyWaiters, refuse.ReasonTooManyLocks,
+	refuse.ReasonUnauthenticated, refuse.ReasonUnauthorized, refuse.ReasonNoCollection, reasonFenceStamp}
 
 // implicitOutcomes are the outcome label's values.
 var implicitOutcomes = []string{"taken", "waited", "refused", "timeout", "error"}
@@ -178,3 +179,14 @@ func (m *Metrics) lockCommand(name, result string, took time.Duration) {
 	m.lockCommands.WithLabelValues(name, result).Inc()
 	m.lockCmdSeconds.WithLabelValues(name).Observe(took.Seconds())
 }
+
+// Lock command names, as the lockgate_lock_commands_total label values
+// (metrics.go). What each command does and accepts is its entry in the
+// command table (wire.RoleLock, wire.LockOp, Args): the proxy answers them
+// and never forwards them.
+const (
+	cmdAcquire = "acquireLock"
+	cmdRenew   = "renewLock"
+	cmdRelease = "releaseLock"
+	cmdStatus  = "lockStatus"
+)

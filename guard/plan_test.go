@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"encoding/binary"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/bson"
@@ -74,34 +73,5 @@ func TestOnePlanPerRequest(t *testing.T) {
 	req = planTestRequest(t, update("open"))
 	if d := bare.Intercept(ctx, req); d.Action != proxy.Forward || req.Plan != nil {
 		t.Fatalf("an unprotected request was planned: %+v, %T", d, req.Plan)
-	}
-}
-
-// TestBoundarySeesLegacyIndexInserts: an OP_INSERT into
-// "<lock store db>.system.indexes" creates the index it describes on
-// servers before 4.2 (a TTL index on the lock collection would delete
-// every record). Its namespace is not the lock collection's, but the
-// write reaches the whole database, and the plan says so.
-func TestBoundarySeesLegacyIndexInserts(t *testing.T) {
-	g := New(Options{Store: unavailableStore{}, Reserved: ReservedFor("lockgate", "locks")})
-	off, _ := policy.Compile(config.Policy{Default: config.ModeOff})
-	g.SetPolicy(off)
-	index, err := bson.Marshal(bson.D{{Key: "ns", Value: "lockgate.locks"}, {Key: "key", Value: bson.D{{Key: "exp", Value: 1}}},
-		{Key: "name", Value: "exp_1"}, {Key: "expireAfterSeconds", Value: 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := wire.Header{RequestID: 1, OpCode: wire.OpCodeInsert}.Append(nil)
-	b = binary.LittleEndian.AppendUint32(b, 0) // flags
-	b = append(append(b, "lockgate.system.indexes"...), 0)
-	b = append(b, index...)
-	binary.LittleEndian.PutUint32(b, uint32(len(b)))
-	msg, err := wire.Parse(b, wire.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &proxy.Request{Message: msg, Client: &proxy.ClientInfo{ID: 1, Addr: "test"}}
-	if d := g.Intercept(context.Background(), req); d.Action == proxy.Forward {
-		t.Fatalf("an OP_INSERT into the lock store's system.indexes was forwarded")
 	}
 }

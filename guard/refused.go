@@ -8,6 +8,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -165,7 +166,7 @@ func (g *Guard) settleResolutions(v *verdict) {
 	}
 	for _, x := range v.violations {
 		if x.rule.Mode == policy.Enforce {
-			if x.reason != reasonUnavailable {
+			if x.reason != refuse.ReasonUnavailable {
 				g.refused.charge(c, v.resolveSpent)
 			}
 			return

@@ -14,6 +14,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -185,7 +186,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			}
 			o, ok := g.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
 			if !ok {
-				v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
+				v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 				continue
 			}
 			ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
@@ -193,7 +194,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 			if st.ReleaseAll {
 				o, ok := g.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
 				if !ok {
-					v.add(r, w, reasonNoSession, nil, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
+					v.add(r, w, refuse.ReasonNoSession, nil, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 					continue
 				}
 				ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
@@ -272,13 +273,13 @@ func (g *Guard) dropTemps(ctx context.Context, temps []schemeTemp) {
 func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp, read bool) (o lockstore.Owner, mirrored, ok bool) {
 	o, ok = g.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
 	if !ok {
-		v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
+		v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 		return o, false, false
 	}
 	store := g.opts.Store
 	mns := r.Scheme.MirrorNS(w.NS.String())
 	unavailable := func(err error) (lockstore.Owner, bool, bool) {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
 		return o, false, false
 	}
@@ -322,7 +323,7 @@ func (g *Guard) schemeHolderFrom(ctx context.Context, v *verdict, req *proxy.Req
 			v.stale = append(v.stale, len(v.violations))
 		}
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids, holder: &h,
-			detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, ids[0].String(), describeHolder(h), schemeAdvice(r.Scheme))})
+			detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, ids[0].String(), refuse.DescribeHolder(h), schemeAdvice(r.Scheme))})
 		return o, false, false
 	case s.HeldByYou:
 		// Less than the margin left. A flag's holder keeps its lock by
@@ -448,7 +449,7 @@ func (g *Guard) schemeRenew(ctx context.Context, v *verdict, r policy.Rule, w po
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotFollowed, ids: ids,
 			detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %s, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, lockstore.FormatMS(lease), schemeAdvice(r.Scheme))})
 	default:
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot renew the scheme lock (%v), so the write is refused (fail closed)", err)})
 	}
 	return false
@@ -560,7 +561,7 @@ func (g *Guard) schemeAcquire(ctx context.Context, req *proxy.Request, v *verdic
 		// lock record from the holder of the first.
 		mine, _, err := store.Holds(ctx, op.owner, mns, ids, 0)
 		if err != nil {
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable, ids: ids,
 				detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
 			return acquireResult{refused: true}
 		}
@@ -581,7 +582,7 @@ func (g *Guard) schemeAcquire(ctx context.Context, req *proxy.Request, v *verdic
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s %s; nothing was written", r.Scheme.Type, w.NS, un.why))
 			return acquireResult{refused: true}
 		case err != nil:
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable, ids: ids,
 				detail: fmt.Sprintf("the proxy cannot read the document's lock (%v); nothing was written", err)})
 			return acquireResult{refused: true}
 		}
@@ -595,7 +596,7 @@ func (g *Guard) schemeAcquire(ctx context.Context, req *proxy.Request, v *verdic
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s the lock it takes would last %s, longer than lockstore.maxLeaseMS allows; nothing was written", r.Scheme.Type, w.NS, lockstore.FormatMS(schemeLease(r.Scheme, st))))
 			return acquireResult{refused: true}
 		}
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable, ids: ids,
 			detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
 		return acquireResult{refused: true}
 	}
@@ -648,7 +649,7 @@ func (g *Guard) schemePick(ctx context.Context, req *proxy.Request, pol *policy.
 	}
 	cands, _, err := g.resolve(ctx, g.resolveSlots, r, w, r.MaxCandidates+1)
 	if err != nil {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the documents its filter matches could not be looked up (%v); nothing was written", err)})
 		return g.decide(req, pol, v, start)
 	}
@@ -738,7 +739,7 @@ func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.
 	if st.Ends && !st.Touches {
 		d, err := g.readDocLock(ctx, r.Scheme, w.NS.String(), ids[0])
 		if err != nil {
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 				detail: fmt.Sprintf("the proxy cannot read the document's lock (%v), so the write is refused (fail closed)", err)})
 			return schemeOp{}, false
 		}
@@ -760,7 +761,7 @@ func (g *Guard) schemeIdentityWrite(ctx context.Context, v *verdict, req *proxy.
 		o, _ := g.schemeOwner(req, w.NS.String(), r.Scheme, h.holder)
 		sts, err := g.opts.Store.Status(ctx, o, mns, ids)
 		if err != nil {
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
 			return schemeOp{}, false
 		}
@@ -1017,7 +1018,7 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 	ids := []docid.ID{did}
 	sts, err := g.confirmedStatus(ctx, o, mns, ids)
 	if err != nil {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _id is unlocked (%v)", err)})
 		return
 	}
@@ -1025,7 +1026,7 @@ func (g *Guard) schemeInsert(ctx context.Context, v *verdict, req *proxy.Request
 		h := sts[0].Holder
 		v.named = append(v.named, ids...)
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked, ids: ids, holder: &h,
-			detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", ids[0].String(), r.Scheme.Type, describeHolder(h))})
+			detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", ids[0].String(), r.Scheme.Type, refuse.DescribeHolder(h))})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -64,7 +65,7 @@ func lockCollName(s policy.Scheme) string {
 func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
 	o, ok := g.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
 	if !ok {
-		v.add(r, w, reasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
+		v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 		return schemeOp{}, false
 	}
 	op := schemeOp{rule: r, write: w, step: st, owner: o}
@@ -76,7 +77,7 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 	store := g.opts.Store
 	held, _, err := store.Holds(ctx, o, w.NS.String(), ids, 0)
 	if err != nil {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
 		return schemeOp{}, false
 	}
@@ -95,7 +96,7 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 		case errors.Is(err, lockstore.ErrInvalidLease):
 			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("it refreshes the lock record %s of %s to an end lockgate cannot mirror (%v); %s", ids[0].String(), w.NS, err, schemeAdvice(r.Scheme)))
 		case err != nil:
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot renew the scheme lock (%v), so the write is refused (fail closed)", err)})
 		}
 	}
@@ -170,7 +171,7 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		return g.decide(req, pol, v, start)
 	}
 	unavailable := func(err error) proxy.Decision {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable, ids: ids,
 			detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
 		return g.decide(req, pol, v, start)
 	}
@@ -437,9 +438,9 @@ func (g *Guard) bindAid(ctx context.Context, v *verdict, op schemeOp, lease time
 	case errors.As(err, &held):
 		h := held.Holder
 		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, holder: &h,
-			detail: fmt.Sprintf("under the lockCollection locking scheme of %s the %s %s belongs to another client (%s); insert records with your own %s", w.NS, r.Scheme.AidPath, aid.String(), describeHolder(h), r.Scheme.AidPath)})
+			detail: fmt.Sprintf("under the lockCollection locking scheme of %s the %s %s belongs to another client (%s); insert records with your own %s", w.NS, r.Scheme.AidPath, aid.String(), refuse.DescribeHolder(h), r.Scheme.AidPath)})
 	default:
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 			detail: fmt.Sprintf("the lock store cannot bind the record's %s (%v), so the write is refused (fail closed)", r.Scheme.AidPath, err)})
 	}
 	return false
@@ -621,7 +622,7 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 		return g.decide(req, pol, v, start)
 	}
 	unavailable := func(err error) proxy.Decision {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable, ids: ids,
+		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable, ids: ids,
 			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
 		return g.decide(req, pol, v, start)
 	}
@@ -641,7 +642,7 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 		}
 		if sts[0].Held {
 			h := sts[0].Holder
-			return notHolder(&h, fmt.Sprintf("the lock record %s belongs to another holder (%s)", id.String(), describeHolder(h)))
+			return notHolder(&h, fmt.Sprintf("the lock record %s belongs to another holder (%s)", id.String(), refuse.DescribeHolder(h)))
 		}
 		if h := g.testScheme; h != nil && h.beforeRead != nil {
 			h.beforeRead(w.NS.String(), id)
@@ -746,7 +747,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 		ids := []docid.ID{id}
 		held, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
 		if err != nil {
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonUnavailable,
+			v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
 				detail: fmt.Sprintf("the lock store cannot confirm the scheme locks (%v), so the write is refused (fail closed)", err)})
 			return g.decide(req, pol, v, start)
 		}

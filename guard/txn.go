@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/inflight"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
@@ -53,9 +55,9 @@ type txnStore interface {
 func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o lockstore.Owner, inserts needs) {
 	var rec []lockstore.TxnNeed
 	if f := v.flight; f != nil {
-		for _, l := range f.locks {
-			if g.ruleOf(v, l.ns).Mode == policy.Enforce {
-				rec = append(rec, lockstore.TxnNeed{NS: l.ns, Bind: o.Bind, Held: l.ids})
+		for _, l := range f.Locks {
+			if g.ruleOf(v, l.NS).Mode == policy.Enforce {
+				rec = append(rec, lockstore.TxnNeed{NS: l.NS, Bind: o.Bind, Held: l.IDs})
 			}
 		}
 	}
@@ -69,7 +71,7 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 	}
 	fail := func(detail string) {
 		ns := rec[0].NS
-		v.violations = append(v.violations, violation{rule: g.ruleOf(v, ns), write: firstWrite(v.writes, ns), reason: reasonUnavailable, detail: detail})
+		v.violations = append(v.violations, violation{rule: g.ruleOf(v, ns), write: firstWrite(v.writes, ns), reason: refuse.ReasonUnavailable, detail: detail})
 	}
 	n, ok := req.Command.Body.Lookup("txnNumber").AsInt64OK()
 	if !ok {
@@ -142,56 +144,56 @@ func (g *Guard) endTransaction(ctx context.Context, req *proxy.Request) proxy.De
 	}
 	o := g.owner(req, session, "")
 	o.Bind = recorded[0].Bind
-	var held, unlocked nsLocks
+	var held, unlocked inflight.Locks
 	for _, x := range recorded {
 		if x.Bind != o.Bind {
 			return g.refuseCommit(req, ts, key, n, "its writes were made under more than one owner binding, which one commit cannot hold")
 		}
-		held.add(x.NS, x.Held)
-		unlocked.add(x.NS, x.Unlocked)
+		held.Add(x.NS, x.Held)
+		unlocked.Add(x.NS, x.Unlocked)
 	}
 	// The insert check first: it needs no lease.
 	for _, l := range unlocked {
-		if len(l.ids) == 0 {
+		if len(l.IDs) == 0 {
 			continue
 		}
-		sts, err := g.confirmedStatus(ctx, o, l.ns, l.ids)
+		sts, err := g.confirmedStatus(ctx, o, l.NS, l.IDs)
 		if err != nil {
-			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("the lock store cannot confirm that the _ids it inserts into %s are unlocked (%v)", l.ns, err))
+			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("the lock store cannot confirm that the _ids it inserts into %s are unlocked (%v)", l.NS, err))
 		}
 		for _, st := range sts {
 			if st.Held && !st.HeldByYou {
-				return g.refuseCommit(req, ts, key, n, fmt.Sprintf("another session has locked _id %s, which it inserts into %s", st.ID, l.ns))
+				return g.refuseCommit(req, ts, key, n, fmt.Sprintf("another session has locked _id %s, which it inserts into %s", st.ID, l.NS))
 			}
 		}
 	}
 	// Guarded: a force-release of one of the locks through this proxy
 	// from now on refuses the commit at its launch (launchAt).
-	plan := &flightPlan{owner: o, guarded: true, forceSeq: g.flights.forceSeq.Load()}
+	plan := &flightPlan{Flight: inflight.Flight{Owner: o}, guarded: true, forceSeq: g.flights.ForceSeq()}
 	for _, l := range held {
-		if len(l.ids) == 0 {
+		if len(l.IDs) == 0 {
 			continue
 		}
-		plan.margin = max(plan.margin, g.ruleFor(pol.Lookup(l.ns), req).LeaseMargin)
+		plan.margin = max(plan.margin, g.ruleFor(pol.Lookup(l.NS), req).LeaseMargin)
 	}
 	for _, l := range held {
-		if len(l.ids) == 0 {
+		if len(l.IDs) == 0 {
 			continue
 		}
-		left, ok, err := g.leaseLeft(ctx, o, l.ns, l.ids, plan.margin)
+		left, ok, err := g.leaseLeft(ctx, o, l.NS, l.IDs, plan.margin)
 		switch {
 		case err != nil:
-			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("the lock store cannot confirm the locks its writes on %s needed (%v)", l.ns, err))
+			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("the lock store cannot confirm the locks its writes on %s needed (%v)", l.NS, err))
 		case !ok:
-			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("this session no longer holds, with at least the policy's margin of %s (policy.leaseMarginMS) of lease, every lock its writes on %s needed", lockstore.FormatMS(plan.margin), l.ns))
+			return g.refuseCommit(req, ts, key, n, fmt.Sprintf("this session no longer holds, with at least the policy's margin of %s (policy.leaseMarginMS) of lease, every lock its writes on %s needed", lockstore.FormatMS(plan.margin), l.NS))
 		}
 		end := time.Now().Add(left)
 		if plan.end.IsZero() || end.Before(plan.end) {
-			plan.end, plan.left = end, left
+			plan.end, plan.Left = end, left
 		}
-		plan.locks.add(l.ns, l.ids)
+		plan.Locks.Add(l.NS, l.IDs)
 	}
-	if len(plan.locks) == 0 {
+	if len(plan.Locks) == 0 {
 		// Inserts only: checked now, as a plain insert is when sent.
 		return proxy.Decision{Action: proxy.Forward, OnReply: end}
 	}
@@ -232,9 +234,9 @@ func (g *Guard) leaseLeft(ctx context.Context, o lockstore.Owner, ns string, ids
 	return left, err == nil && len(missing) == 0, err
 }
 
-func commitRefusal(why string) *cmdError {
-	return &cmdError{code: mongoerr.LockBusy, reason: reasonCommitNotCovered,
-		msg: "lockgate: commitTransaction refused: " + why + "; the transaction was aborted and nothing of it was written: acquire the locks again and redo the transaction"}
+func commitRefusal(why string) *refuse.Error {
+	return &refuse.Error{Code: mongoerr.LockBusy, Reason: reasonCommitNotCovered,
+		Msg: "lockgate: commitTransaction refused: " + why + "; the transaction was aborted and nothing of it was written: acquire the locks again and redo the transaction"}
 }
 
 // refuseCommit sends abortTransaction upstream in the commit's place, in
@@ -248,7 +250,7 @@ func (g *Guard) refuseCommit(req *proxy.Request, ts txnStore, key []byte, n int6
 	if !ok || req.Command.MoreToCome {
 		// No OP_MSG to put the abort in: the server times the
 		// transaction out.
-		return proxy.Decision{Action: proxy.Reply, Reply: e.document()}
+		return proxy.Decision{Action: proxy.Reply, Reply: e.Document()}
 	}
 	b := bsoncore.NewDocumentBuilder().AppendInt32("abortTransaction", 1)
 	for _, k := range []string{"lsid", "txnNumber", "autocommit", "writeConcern", "$clusterTime"} {
@@ -258,7 +260,7 @@ func (g *Guard) refuseCommit(req *proxy.Request, ts txnStore, key []byte, n int6
 	}
 	b.AppendString("$db", "admin")
 	abort := wire.AppendMsg(nil, m.Header().RequestID, 0, 0, b.Build())
-	return proxy.Decision{Action: proxy.Rewrite, Message: abort, OnReply: &txnEnd{g: g, ts: ts, key: key, txn: n, reply: e.document()}}
+	return proxy.Decision{Action: proxy.Rewrite, Message: abort, OnReply: &txnEnd{g: g, ts: ts, key: key, txn: n, reply: e.Document()}}
 }
 
 // txnEnd forgets a transaction's record once the server answered its
@@ -286,3 +288,15 @@ func (h *txnEnd) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Doc
 	return h.reply
 }
 func (*txnEnd) Abandon() {}
+
+// inTransaction reports whether a command runs inside a multi-document
+// transaction (autocommit: false), where the server refuses a maxTimeMS of
+// its own statements; the commit is checked instead.
+func inTransaction(cmd *wire.Command) bool {
+	v, ok := cmd.Lookup("autocommit")
+	if !ok {
+		return false
+	}
+	b, ok := v.BooleanOK()
+	return ok && !b
+}

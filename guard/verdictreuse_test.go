@@ -21,14 +21,14 @@ import (
 // decideWrite decides updateOne({_id: id}) in lsid's session on c's
 // connection and returns its flight, not landed: a request whose reply has
 // not arrived yet.
-func (c *connTest) decideWrite(lsid bsoncore.Document, id int32) *flight {
+func (c *connTest) decideWrite(lsid bsoncore.Document, id int32) *flightPlan {
 	c.t.Helper()
 	_, f := c.decideWriteMsg(lsid, id)
 	return f
 }
 
 // decideWriteMsg is decideWrite returning the decision too.
-func (c *connTest) decideWriteMsg(lsid bsoncore.Document, id int32) (proxy.Decision, *flight) {
+func (c *connTest) decideWriteMsg(lsid bsoncore.Document, id int32) (proxy.Decision, *flightPlan) {
 	c.t.Helper()
 	stmt := bsoncore.NewDocumentBuilder().
 		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", id).Build()).
@@ -44,7 +44,7 @@ func (c *connTest) decideWriteMsg(lsid bsoncore.Document, id int32) (proxy.Decis
 		c.t.Fatal(err)
 	}
 	d := c.g.Intercept(context.Background(), &proxy.Request{Message: msg, Command: cmd, Client: c.client})
-	f, ok := d.OnReply.(*flight)
+	f, ok := d.OnReply.(*flightPlan)
 	if !ok || (d.Action != proxy.Forward && d.Action != proxy.Rewrite) || d.LateReply != proxy.LateReplier(f) {
 		c.t.Fatalf("write of %d: %+v, want a flight that is also the late reply", id, d)
 	}
@@ -71,8 +71,8 @@ func TestOverlappingWritesNeverShareAVerdict(t *testing.T) {
 	for _, id := range []int32{7, 8, 9, 10} {
 		c.lockCmd(cmdAcquire, a, id)
 	}
-	locks := func(f *flight) []docid.ID { return f.plan.locks.get("db.locked") }
-	holds := func(f *flight, id int32) {
+	locks := func(f *flightPlan) []docid.ID { return f.Locks.Get("db.locked") }
+	holds := func(f *flightPlan, id int32) {
 		t.Helper()
 		if ids := locks(f); len(ids) != 1 || !ids[0].Equal(lockstoretest.ID(id)) {
 			t.Fatalf("a flight of the write of %d holds %v", id, ids)
@@ -131,7 +131,7 @@ func TestOverlappingWritesNeverShareAVerdict(t *testing.T) {
 		t.Fatal("an abandoned write no longer covers its lock")
 	}
 	ff.Reply(context.Background(), nil)
-	fe.land() // as its timer will
+	fe.Reply(context.Background(), nil) // lands it, as its timer would
 }
 
 // TestRewrittenMessageBufferNotReusedUntilHandedBack: the connection's
@@ -175,7 +175,7 @@ func TestRewrittenMessageBufferNotReusedUntilHandedBack(t *testing.T) {
 	for _, d := range []proxy.Decision{d2, d3, d4} {
 		d.MessageDone.ReleaseMessage(d.Message)
 	}
-	for _, f := range []*flight{f2, f3, f4} {
+	for _, f := range []*flightPlan{f2, f3, f4} {
 		f.Reply(context.Background(), nil)
 	}
 }
@@ -192,7 +192,7 @@ func TestLateReplyOfALegacyWrite(t *testing.T) {
 	c := newConnTest(t)
 	c.g.SetPolicy(pol)
 	_, f := c.decideWriteMsg(lsidOf(3), 7) // holds nothing: an implicit lock
-	if f.plan.implicit == nil {
+	if f.implicit == nil {
 		t.Fatal("the legacy write took no implicit lock")
 	}
 	late := bson.Raw(f.LateReply()).String()

@@ -1,4 +1,4 @@
-package guard
+package lockcmd
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/authority"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
-	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
@@ -20,26 +21,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// Lock command names, as the lockgate_lock_commands_total label values
-// (metrics.go). What each command does and accepts is its entry in the
-// command table (wire.RoleLock, wire.LockOp, Args): the proxy answers them
-// and never forwards them.
-const (
-	cmdAcquire = "acquireLock"
-	cmdRenew   = "renewLock"
-	cmdRelease = "releaseLock"
-	cmdStatus  = "lockStatus"
-)
-
 // releaseAllCost is what a releaseLock without ids counts against its
 // connection's share (throttle.go): it queries the lock collection by
 // owner, which servers without an index for it (FerretDB) answer by
 // scanning every record.
 const releaseAllCost = 200
-
-// DefaultMaxLockIDs bounds the ids of one lock command when Options do
-// not: each costs a round trip to the lock store.
-const DefaultMaxLockIDs = 1000
 
 // genericFields are the arguments drivers attach to every command; a lock
 // command accepts and ignores them.
@@ -64,19 +50,19 @@ type lockArgs struct {
 	bind    string
 }
 
-func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
+func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *refuse.Error) {
 	spec := cmd.Spec()
 	a := &lockArgs{name: cmd.Name, op: spec.Lock}
 	elems, err := cmd.Body.Elements()
 	if err != nil {
-		return nil, badArg(mongoerr.FailedToParse, "%s: %v", cmd.Name, err)
+		return nil, refuse.BadArg(mongoerr.FailedToParse, "%s: %v", cmd.Name, err)
 	}
 	coll, ok := elems[0].Value().StringValueOK()
 	if !ok {
-		return nil, badArg(mongoerr.TypeMismatch, "%s: the value of %s must be the collection name as a string, got %s", cmd.Name, cmd.Name, elems[0].Value().Type)
+		return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: the value of %s must be the collection name as a string, got %s", cmd.Name, cmd.Name, elems[0].Value().Type)
 	}
 	if coll == "" || strings.HasPrefix(coll, "$") || strings.ContainsRune(coll, 0) {
-		return nil, badArg(mongoerr.BadValue, "%s: invalid collection name %q", cmd.Name, coll)
+		return nil, refuse.BadArg(mongoerr.BadValue, "%s: invalid collection name %q", cmd.Name, coll)
 	}
 	a.ns, a.coll = cmd.DB+"."+coll, coll
 	for _, e := range elems[1:] {
@@ -85,41 +71,41 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 			continue
 		}
 		if !slices.Contains(spec.Args, key) {
-			return nil, badArg(mongoerr.IDLUnknownField, "%s: unknown field %q (allowed: %s)", cmd.Name, key, strings.Join(spec.Args, ", "))
+			return nil, refuse.BadArg(mongoerr.IDLUnknownField, "%s: unknown field %q (allowed: %s)", cmd.Name, key, strings.Join(spec.Args, ", "))
 		}
 		v := e.Value()
 		switch key {
 		case "ids":
 			arr, ok := v.ArrayOK()
 			if !ok {
-				return nil, badArg(mongoerr.TypeMismatch, "%s: ids must be an array of _id values, got %s", cmd.Name, v.Type)
+				return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: ids must be an array of _id values, got %s", cmd.Name, v.Type)
 			}
 			vals, err := arr.Values()
 			if err != nil {
-				return nil, badArg(mongoerr.FailedToParse, "%s: ids: %v", cmd.Name, err)
+				return nil, refuse.BadArg(mongoerr.FailedToParse, "%s: ids: %v", cmd.Name, err)
 			}
 			if len(vals) == 0 {
-				return nil, badArg(mongoerr.BadValue, "%s: ids is empty: name at least one _id", cmd.Name)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: ids is empty: name at least one _id", cmd.Name)
 			}
 			if len(vals) > maxIDs {
-				return nil, badArg(mongoerr.BadValue, "%s: %d ids, at most %d per command (limits.maxLockIDs): lock in smaller batches", cmd.Name, len(vals), maxIDs)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: %d ids, at most %d per command (limits.maxLockIDs): lock in smaller batches", cmd.Name, len(vals), maxIDs)
 			}
 			a.hasIDs = true
 			// Copies: they outlive the request's buffer.
 			if a.ids, err = docid.Copy(vals); err != nil {
-				return nil, badArg(mongoerr.BadValue, "%s: ids: %v", cmd.Name, err)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: ids: %v", cmd.Name, err)
 			}
 		case "leaseMS", "waitMS":
 			ms, ok := millis(v)
 			if !ok {
-				return nil, badArg(mongoerr.TypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, docid.Format(bson.RawValue{Type: v.Type, Value: v.Data}))
+				return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, docid.Format(bson.RawValue{Type: v.Type, Value: v.Data}))
 			}
 			if ms < 0 {
-				return nil, badArg(mongoerr.BadValue, "%s: %s must not be negative, got %d", cmd.Name, key, ms)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: %s must not be negative, got %d", cmd.Name, key, ms)
 			}
 			if key == "leaseMS" {
 				if ms == 0 {
-					return nil, badArg(mongoerr.BadValue, "%s: leaseMS must be positive; omit it for the default lease", cmd.Name)
+					return nil, refuse.BadArg(mongoerr.BadValue, "%s: leaseMS must be positive; omit it for the default lease", cmd.Name)
 				}
 				a.lease = time.Duration(ms) * time.Millisecond
 			} else {
@@ -128,7 +114,7 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 		case "error":
 			s, ok := v.StringValueOK()
 			if !ok {
-				return nil, badArg(mongoerr.TypeMismatch, "%s: error must be a string, got %s", cmd.Name, v.Type)
+				return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: error must be a string, got %s", cmd.Name, v.Type)
 			}
 			if len(s) > 1024 {
 				s = s[:1024]
@@ -137,16 +123,16 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *cmdError) {
 		case "bind":
 			s, ok := v.StringValueOK()
 			if !ok {
-				return nil, badArg(mongoerr.TypeMismatch, "%s: bind must be a string, got %s", cmd.Name, v.Type)
+				return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: bind must be a string, got %s", cmd.Name, v.Type)
 			}
 			if s == "" || len(s) > 256 {
-				return nil, badArg(mongoerr.BadValue, "%s: bind must be a non-empty string of at most 256 bytes", cmd.Name)
+				return nil, refuse.BadArg(mongoerr.BadValue, "%s: bind must be a non-empty string of at most 256 bytes", cmd.Name)
 			}
 			a.bind = s
 		}
 	}
 	if !a.hasIDs && a.op != wire.LockRelease {
-		return nil, badArg(mongoerr.BadValue, "%s: missing ids: name the _id values to lock, e.g. {%s: %q, ids: [1, 2]}", cmd.Name, cmd.Name, coll)
+		return nil, refuse.BadArg(mongoerr.BadValue, "%s: missing ids: name the _id values to lock, e.g. {%s: %q, ids: [1, 2]}", cmd.Name, cmd.Name, coll)
 	}
 	return a, nil
 }
@@ -168,22 +154,31 @@ func millis(v bsoncore.Value) (int64, bool) {
 	return 0, false
 }
 
-// lockCommandStage answers the lock commands (acquireLock, releaseLock,
-// renewLock, lockStatus) itself; they never reach the upstream.
-type lockCommandStage struct{ g *Guard }
+// Stage answers the lock commands (acquireLock, releaseLock, renewLock,
+// lockStatus) itself; they never reach the upstream. It is a proxy.Stage.
+type Stage struct{ cfg Config }
 
-func (s lockCommandStage) Decide(ctx context.Context, req *proxy.Request) (proxy.Decision, bool) {
+// New returns the stage.
+func New(cfg Config) *Stage {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	return &Stage{cfg: cfg}
+}
+
+// Decide implements proxy.Stage.
+func (s *Stage) Decide(ctx context.Context, req *proxy.Request) (proxy.Decision, bool) {
 	if req.Command == nil || req.Command.Role() != wire.RoleLock {
 		return proxy.Decision{}, false
 	}
-	return proxy.Decision{Action: proxy.Reply, Reply: s.g.lockCommand(ctx, req)}, true
+	return proxy.Decision{Action: proxy.Reply, Reply: s.lockCommand(ctx, req)}, true
 }
 
 // lockCommand runs one lock command and returns the reply body.
-func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Document {
+func (s *Stage) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Document {
 	cmd := req.Command
 	start := time.Now()
-	a, cerr := parseLockCommand(cmd, g.opts.MaxLockIDs)
+	a, cerr := parseLockCommand(cmd, s.cfg.MaxLockIDs)
 	// One connection's lock commands cannot take the lock store from the
 	// others: they wait for their ids' share, and for a delay once they
 	// keep being malformed (throttle.go).
@@ -194,28 +189,30 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 			nids = releaseAllCost
 		}
 	}
-	if !g.throttle.beforeLockCommand(ctx, req.Client.ID, nids) {
-		return (&cmdError{code: mongoerr.LockBusy, reason: reasonInternal, msg: "lockgate: " + cmd.Name + ": the connection closed"}).document()
+	if !s.cfg.Admit(ctx, req.Client.ID, nids) {
+		return (&refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonInternal, Msg: "lockgate: " + cmd.Name + ": the connection closed"}).Document()
 	}
-	defer func() { g.throttle.lockCommandDone(req.Client.ID, cerr != nil && cerr.reason == reasonBadArgument) }()
+	defer func() {
+		s.cfg.Done(req.Client.ID, cerr != nil && cerr.Reason == refuse.ReasonBadArgument)
+	}()
 	var session []byte
 	if cerr == nil {
-		session, cerr = g.lockCommandMayRun(ctx, req, a)
+		session, cerr = s.lockCommandMayRun(ctx, req, a)
 	}
 	if cerr == nil {
 		var reply bsoncore.Document
-		if reply, cerr = g.runLockCommand(ctx, req, a, g.owner(req, session, a.bind), session); cerr == nil {
-			g.metrics.lockCommand(cmd.Name, "ok", time.Since(start))
-			return withWarnings(reply, g.namespaceHints(ctx, cmd, a))
+		if reply, cerr = s.runLockCommand(ctx, req, a, s.cfg.Owner(req, session, a.bind), session); cerr == nil {
+			s.cfg.Observe(cmd.Name, "ok", time.Since(start))
+			return withWarnings(reply, s.namespaceHints(ctx, cmd, a))
 		}
 	}
-	g.metrics.lockCommand(cmd.Name, cerr.reason, time.Since(start))
-	if a != nil && cerr.ns == "" {
-		cerr.ns = a.ns
+	s.cfg.Observe(cmd.Name, cerr.Reason, time.Since(start))
+	if a != nil && cerr.NS == "" {
+		cerr.NS = a.ns
 	}
-	g.log.Debug("lock command refused", zap.String("command", cmd.Name), zap.Uint64("conn", req.Client.ID),
-		zap.String("reason", cerr.reason), zap.String("error", cerr.msg))
-	return cerr.document()
+	s.cfg.Log.Debug("lock command refused", zap.String("command", cmd.Name), zap.Uint64("conn", req.Client.ID),
+		zap.String("reason", cerr.Reason), zap.String("error", cerr.Msg))
+	return cerr.Document()
 }
 
 // lockCommandMayRun checks, in order, what a lock command needs before it
@@ -223,65 +220,65 @@ func (g *Guard) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 // requires one, a logical session, the caller's own write privilege for
 // acquireLock, and its turn on the connection for releases and renewals.
 // It returns the session id.
-func (g *Guard) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lockArgs) ([]byte, *cmdError) {
+func (s *Stage) lockCommandMayRun(ctx context.Context, req *proxy.Request, a *lockArgs) ([]byte, *refuse.Error) {
 	cmd := req.Command
-	if g.opts.AuthRequired != nil && req.Client.User() == "" && g.opts.AuthRequired() {
-		return nil, &cmdError{code: mongoerr.Unauthorized, reason: reasonUnauthenticated,
-			msg: "lockgate: " + cmd.Name + " refused: the database requires authentication and this connection has not authenticated; " +
+	if req.Client.User() == "" && s.cfg.Authority.Required() {
+		return nil, &refuse.Error{Code: mongoerr.Unauthorized, Reason: refuse.ReasonUnauthenticated,
+			Msg: "lockgate: " + cmd.Name + " refused: the database requires authentication and this connection has not authenticated; " +
 				"lock commands carry the caller's own authority, so authenticate first"}
 	}
 	session, ok := cmd.SessionID()
 	if !ok && cmd.Body.Lookup("lsid").Type != 0 {
 		// Present but not {id: <UUID>}: the server's TypeMismatch.
-		return nil, badArg(mongoerr.TypeMismatch, "%s: lsid must be a document {id: <UUID>}, got %s", cmd.Name, describeLSID(cmd.Body.Lookup("lsid")))
+		return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: lsid must be a document {id: <UUID>}, got %s", cmd.Name, describeLSID(cmd.Body.Lookup("lsid")))
 	}
 	if !ok {
-		return nil, &cmdError{code: mongoerr.BadValue, reason: reasonNoSession,
-			msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
+		return nil, &refuse.Error{Code: mongoerr.BadValue, Reason: refuse.ReasonNoSession,
+			Msg: "lockgate: " + cmd.Name + " needs a logical session: run it in an explicit session (startSession) and pass the same session to your writes"}
 	}
-	if e := g.mayLock(ctx, req, a); e != nil {
+	if e := s.mayLock(ctx, req, a); e != nil {
 		return nil, e
 	}
-	if e := g.refuseMissingCollection(ctx, a); e != nil {
+	if e := s.refuseMissingCollection(ctx, a); e != nil {
 		return nil, e
 	}
-	if e := g.inOrder(ctx, req); e != nil {
+	if e := s.inOrder(ctx, req); e != nil {
 		return nil, e
 	}
 	return session, nil
 }
 
-func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *cmdError) {
+func (s *Stage) runLockCommand(ctx context.Context, req *proxy.Request, a *lockArgs, o lockstore.Owner, lsid []byte) (bsoncore.Document, *refuse.Error) {
 	switch a.op {
 	case wire.LockAcquire:
 		wait := a.wait
-		if wait > g.opts.MaxWait {
-			return nil, badArg(mongoerr.BadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), g.opts.MaxWait.Milliseconds())
+		if wait > s.cfg.MaxWait {
+			return nil, refuse.BadArg(mongoerr.BadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), s.cfg.MaxWait.Milliseconds())
 		}
-		locks, err := g.opts.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
+		locks, err := s.cfg.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
 		if err != nil {
-			return nil, g.storeError(ctx, req, a, err)
+			return nil, s.storeError(ctx, req, a, err)
 		}
-		if e := g.fenceAcquired(ctx, a, o, locks); e != nil {
+		if e := s.cfg.Fence(ctx, a.ns, o, locks); e != nil {
 			return nil, e
 		}
 		return locksReply(locks, lsid, o), nil
 	case wire.LockRenew:
-		locks, err := g.opts.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
+		locks, err := s.cfg.Store.Renew(ctx, o, a.ns, a.ids, a.lease)
 		if err != nil {
-			return nil, g.storeError(ctx, req, a, err)
+			return nil, s.storeError(ctx, req, a, err)
 		}
 		return locksReply(locks, lsid, o), nil
 	case wire.LockRelease:
 		var n int
 		var err error
 		if a.hasIDs {
-			n, err = g.opts.Store.Release(ctx, o, a.ns, a.ids, a.errText)
+			n, err = s.cfg.Store.Release(ctx, o, a.ns, a.ids, a.errText)
 		} else {
-			n, err = g.opts.Store.ReleaseAll(ctx, o, a.ns, a.errText)
+			n, err = s.cfg.Store.ReleaseAll(ctx, o, a.ns, a.errText)
 		}
 		if err != nil {
-			return nil, g.storeError(ctx, req, a, err)
+			return nil, s.storeError(ctx, req, a, err)
 		}
 		idx, d := bsoncore.AppendDocumentStart(nil)
 		d = bsoncore.AppendDoubleElement(d, "ok", 1)
@@ -289,9 +286,9 @@ func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockA
 		d, _ = bsoncore.AppendDocumentEnd(d, idx)
 		return d, nil
 	default: // lockStatus
-		sts, err := g.opts.Store.Status(ctx, o, a.ns, a.ids)
+		sts, err := s.cfg.Store.Status(ctx, o, a.ns, a.ids)
 		if err != nil {
-			return nil, g.storeError(ctx, req, a, err)
+			return nil, s.storeError(ctx, req, a, err)
 		}
 		return statusReply(sts), nil
 	}
@@ -301,16 +298,16 @@ func (g *Guard) runLockCommand(ctx context.Context, req *proxy.Request, a *lockA
 // caller may see other holders is asked only on this refusal path, and for
 // every lock this session does not hold alike, so that the question itself
 // tells nothing.
-func (g *Guard) storeError(ctx context.Context, req *proxy.Request, a *lockArgs, err error) *cmdError {
+func (s *Stage) storeError(ctx context.Context, req *proxy.Request, a *lockArgs, err error) *refuse.Error {
 	var held *lockstore.HeldError
 	var notHolder *lockstore.NotHolderError
 	shown := true
 	if errors.As(err, &held) || errors.As(err, &notHolder) {
-		shown = g.mayDisclose(ctx, req, a.ns)
+		shown = s.cfg.Authority.MayDisclose(ctx, req, a.ns)
 	}
-	e := fromStore(a.name, a.ns, err, shown)
-	if held != nil && shown && !held.Timeout && ownApplication(req.Client, held.Holder) {
-		e.msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: %s", a.ns, held.ID.String(), describeHolder(held.Holder), ownAppAdvice)
+	e := refuse.FromStore(a.name, a.ns, err, shown)
+	if held != nil && shown && !held.Timeout && refuse.OwnApplication(req.Client, held.Holder) {
+		e.Msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: %s", a.ns, held.ID.String(), refuse.DescribeHolder(held.Holder), refuse.OwnAppAdvice)
 	}
 	return e
 }
@@ -372,7 +369,7 @@ func statusReply(sts []lockstore.Status) bsoncore.Document {
 		d = bsoncore.AppendBooleanElement(d, "held", st.Held)
 		d = bsoncore.AppendBooleanElement(d, "heldByYou", st.HeldByYou)
 		if st.Held {
-			d = bsoncore.AppendDocumentElement(d, "holder", holderDocument(st.Holder))
+			d = bsoncore.AppendDocumentElement(d, "holder", refuse.HolderDocument(st.Holder))
 			d = bsoncore.AppendDateTimeElement(d, "expiresAt", st.ExpiresAt.UnixMilli())
 		} else {
 			d = bsoncore.AppendNullElement(d, "holder")
@@ -400,16 +397,16 @@ func statusReply(sts []lockstore.Status) bsoncore.Document {
 // database shop, "shop.orders" names shop.shop.orders), and, for
 // acquireLock, a collection that does not exist, where a typo would
 // otherwise show only as the next write's refusal.
-func (g *Guard) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockArgs) []string {
+func (s *Stage) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockArgs) []string {
 	var hints []string
 	if rest, ok := strings.CutPrefix(a.coll, cmd.DB+"."); ok && rest != "" {
 		hints = append(hints, fmt.Sprintf("the collection %q begins with the database name, so this names %s; "+
 			"to name %s.%s, run {%s: %q} on database %s", a.coll, a.ns, cmd.DB, rest, cmd.Name, rest, cmd.DB))
 	}
 	if a.op == wire.LockAcquire {
-		if c, ok := g.opts.Resolver.(collectionChecker); ok {
+		if c, ok := s.cfg.Collections, s.cfg.Collections != nil; ok {
 			if exists, err := c.CollectionExists(ctx, a.ns); err == nil && !exists {
-				if f, ok := g.opts.Resolver.(caseTwinFinder); ok {
+				if f, ok := s.cfg.Twins, s.cfg.Twins != nil; ok {
 					if twin, ok := f.CaseTwin(ctx, a.ns); ok {
 						hints = append(hints, fmt.Sprintf("the collection %s does not exist, %s does: names differ only by case, "+
 							"and MongoDB's are case-sensitive, so this lock covers no write to %s", a.ns, twin, twin))
@@ -422,12 +419,6 @@ func (g *Guard) namespaceHints(ctx context.Context, cmd *wire.Command, a *lockAr
 		}
 	}
 	return hints
-}
-
-// collectionChecker is implemented by resolvers that can tell whether a
-// collection exists (MongoResolver does, from its cached listCollections).
-type collectionChecker interface {
-	CollectionExists(ctx context.Context, ns string) (bool, error)
 }
 
 // withWarnings appends {warnings: [...]} to a reply document.
@@ -453,76 +444,26 @@ func withWarnings(reply bsoncore.Document, warnings []string) bsoncore.Document 
 // still running when the lock is someone else's. The wait is bounded by
 // OrderTimeout; past it the command is refused and the lock stays as it
 // was, still covering the writes in flight.
-func (g *Guard) inOrder(ctx context.Context, req *proxy.Request) *cmdError {
+func (s *Stage) inOrder(ctx context.Context, req *proxy.Request) *refuse.Error {
 	op := req.Command.Spec().Lock
 	if op != wire.LockRelease && op != wire.LockRenew {
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.OrderTimeout)
 	defer cancel()
 	err := req.WaitAnswered(wctx)
 	if err == nil && op == wire.LockRelease {
 		// And the session's writes on its other connections.
 		if session, ok := req.Command.SessionID(); ok {
-			err = g.flights.waitSession(wctx, g.owners.session(req.Client.User(), session))
+			err = s.cfg.Flights.WaitSession(wctx, s.cfg.SessionKey(req.Client.User(), session))
 		}
 	}
 	if err != nil {
-		return &cmdError{code: mongoerr.LockFailed, reason: reasonInFlight,
-			msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection, or this session's writes on its other connections, were still running after %v; "+
-				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, g.opts.OrderTimeout)}
+		return &refuse.Error{Code: mongoerr.LockFailed, Reason: refuse.ReasonInFlight,
+			Msg: fmt.Sprintf("lockgate: %s refused: requests sent before it on this connection, or this session's writes on its other connections, were still running after %v; "+
+				"the locks stay as they were so that those writes remain covered; retry once they are answered", req.Command.Name, s.cfg.OrderTimeout)}
 	}
 	return nil
-}
-
-// Privileges the upstream is asked about, on the caller's own connection.
-const (
-	privWrite = "update"
-	privRead  = "find"
-)
-
-// authRequired reports whether the upstream requires authentication, and
-// so decides what each caller may do.
-func (g *Guard) authRequired() bool {
-	return g.opts.AuthRequired != nil && g.opts.AuthRequired()
-}
-
-// upstreamAllows asks the upstream whether req's caller may write (privWrite)
-// or read (privRead) ns: on the caller's own connection, so with the
-// caller's own authentication, it sends an update or a find that provably
-// matches nothing ({_id: {$in: []}}) and reads the verdict. The answer is
-// remembered per connection and namespace until the connection's user
-// changes. This is the one place where lockgate learns a caller's
-// privileges: locking, lock status, resolution and refusal detail all
-// ask here.
-func (g *Guard) upstreamAllows(ctx context.Context, req *proxy.Request, priv, ns string) (bool, error) {
-	key := priv + " " + ns
-	if allowed, known := req.Client.Verdict(key); known {
-		return allowed, nil
-	}
-	db, coll := namespace.Of(ns).Parts()
-	none := bsoncore.NewDocumentBuilder().AppendDocument("_id",
-		bsoncore.NewDocumentBuilder().AppendArray("$in", bsoncore.NewArrayBuilder().Build()).Build()).Build()
-	b := bsoncore.NewDocumentBuilder()
-	if priv == privWrite {
-		b.AppendString("update", coll).
-			AppendArray("updates", bsoncore.NewArrayBuilder().AppendDocument(bsoncore.NewDocumentBuilder().
-				AppendDocument("q", none).
-				AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$set",
-					bsoncore.NewDocumentBuilder().AppendInt32("lockgateAuthorizationProbe", 1).Build()).Build()).
-				Build()).Build())
-	} else {
-		b.AppendString("find", coll).AppendDocument("filter", none).
-			AppendInt32("limit", 1).AppendBoolean("singleBatch", true)
-	}
-	reply, err := req.Ask(ctx, b.AppendString("$db", db).Build())
-	if err != nil {
-		return false, err
-	}
-	code, _ := reply.Lookup("code").AsInt64OK()
-	allowed := code != int64(mongoerr.Unauthorized) && code != int64(mongoerr.AuthenticationFailed)
-	req.Client.SetVerdict(key, allowed)
-	return allowed, nil
 }
 
 // mayLock: you may lock only what you may write, and see the locks of a
@@ -531,44 +472,28 @@ func (g *Guard) upstreamAllows(ctx context.Context, req *proxy.Request, priv, ns
 // the namespace, and lockStatus its read privilege (lockStatus names
 // holders and their last errors, which a caller who may not read the
 // namespace has no business seeing).
-func (g *Guard) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *cmdError {
-	var priv, verb, rule string
+func (s *Stage) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *refuse.Error {
+	var priv authority.Privilege
+	var verb, rule string
 	switch a.op {
 	case wire.LockAcquire:
-		priv, verb, rule = privWrite, "write", "you may lock only what you may write"
+		priv, verb, rule = authority.Write, "write", "you may lock only what you may write"
 	case wire.LockStatus:
-		priv, verb, rule = privRead, "read", "you may see the locks of only what you may read"
+		priv, verb, rule = authority.Read, "read", "you may see the locks of only what you may read"
 	}
-	if priv == "" || !g.authRequired() {
+	if priv == "" || !s.cfg.Authority.Required() {
 		return nil
 	}
-	allowed, err := g.upstreamAllows(ctx, req, priv, a.ns)
+	allowed, err := s.cfg.Authority.Allows(ctx, req, priv, a.ns)
 	if err != nil {
-		return &cmdError{code: mongoerr.LockBusy, reason: reasonUnavailable, ns: a.ns,
-			msg: fmt.Sprintf("lockgate: %s: could not ask the database whether this connection may %s %s (%v); nothing was done", a.name, verb, a.ns, err)}
+		return &refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonUnavailable, NS: a.ns,
+			Msg: fmt.Sprintf("lockgate: %s: could not ask the database whether this connection may %s %s (%v); nothing was done", a.name, verb, a.ns, err)}
 	}
 	if !allowed {
-		return &cmdError{code: mongoerr.Unauthorized, reason: reasonUnauthorized, ns: a.ns,
-			msg: fmt.Sprintf("lockgate: %s refused: this connection's user may not %s %s, and %s", a.name, verb, a.ns, rule)}
+		return &refuse.Error{Code: mongoerr.Unauthorized, Reason: refuse.ReasonUnauthorized, NS: a.ns,
+			Msg: fmt.Sprintf("lockgate: %s refused: this connection's user may not %s %s, and %s", a.name, verb, a.ns, rule)}
 	}
 	return nil
-}
-
-// mayDisclose reports whether refusals to req's caller may name the other
-// holders of ns's locks and tell "held by another" from "not locked": on a
-// deployment without authentication, always (anyone may read anything);
-// where the upstream requires it, only to an authenticated caller who may
-// read ns, the gate of lockStatus. A verdict the upstream could not give
-// counts as no: the minimal refusal is still a correct one.
-func (g *Guard) mayDisclose(ctx context.Context, req *proxy.Request, ns string) bool {
-	if !g.authRequired() {
-		return true
-	}
-	if req == nil || req.Client == nil || req.Client.User() == "" {
-		return false
-	}
-	allowed, err := g.upstreamAllows(ctx, req, privRead, ns)
-	return err == nil && allowed
 }
 
 // describeLSID names what a malformed lsid is, for the error message.
@@ -585,4 +510,11 @@ func describeLSID(v bsoncore.Value) string {
 		return "a document without id"
 	}
 	return "an id of type " + id.Type.String()
+}
+
+func arrayKey(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return fmt.Sprint(i)
 }

@@ -1,11 +1,12 @@
-package guard
+package boundary
 
 import (
 	"testing"
 
 	"go.mongodb.org/mongo-driver/bson"
+	"go.uber.org/zap"
 
-	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 )
@@ -17,7 +18,7 @@ import (
 // its source in from) are refused on the lock store's database. The
 // classifier already read them so; the boundary's walk did not.
 func TestBoundarySeesDatabaseWideWrites(t *testing.T) {
-	g := New(Options{Store: memstore.New(memstore.Config{}), Reserved: ReservedFor("lockgate", "locks")})
+	stage := New(ReservedFor("lockgate", "locks"), func() *policy.Policy { return nil }, zap.NewNop(), nil)
 	for _, tc := range []struct {
 		name string
 		body bson.D
@@ -42,7 +43,7 @@ func TestBoundarySeesDatabaseWideWrites(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e, what := g.boundaryRefusal(&proxy.Request{Message: msg, Command: cmd}, nil); e == nil || what != "lock_store" {
+			if e, what := stage.refusal(&proxy.Request{Message: msg, Command: cmd}, nil); e == nil || what != "lock_store" {
 				t.Errorf("not refused at the lock store's boundary (%v, %q)", e, what)
 			}
 		})

@@ -1,0 +1,436 @@
+// Package inflight tracks the enforced writes a proxy forwarded and has
+// not seen answered (docs/ENFORCEMENT.md, "Writes in flight"): it keeps
+// their locks from lapsing (renewing them), lets a release of their
+// session or an operator's force-release of their lock wait for them, and
+// refuses the launch of a lock holder's write whose lock a force-release
+// may have freed since it was checked. It is its own unit, below the
+// enforcement stage that launches writes and the lock commands and
+// sessions that wait for them; it knows nothing of policies or verdicts,
+// only owners, lock ids and leases.
+package inflight
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+)
+
+// Locks are lock ids by namespace: a slice, as a write's locks are in
+// one namespace or very few.
+type Locks []NSIDs
+
+// NSIDs are the ids of the locks in one namespace.
+type NSIDs struct {
+	NS  string
+	IDs []docid.ID
+}
+
+// Add appends ids to ns's; they are shared until appended to.
+func (l *Locks) Add(ns string, ids []docid.ID) {
+	for i := range *l {
+		if (*l)[i].NS == ns {
+			(*l)[i].IDs = append((*l)[i].IDs, ids...)
+			return
+		}
+	}
+	*l = append(*l, NSIDs{NS: ns, IDs: slices.Clip(ids)})
+}
+
+// Get returns the ids of ns.
+func (l Locks) Get(ns string) []docid.ID {
+	ids, _ := l.Lookup(ns)
+	return ids
+}
+
+// Lookup returns the ids of ns, and whether ns is among l.
+func (l Locks) Lookup(ns string) ([]docid.ID, bool) {
+	for _, x := range l {
+		if x.NS == ns {
+			return x.IDs, true
+		}
+	}
+	return nil, false
+}
+
+// Renewer renews locks: the lock store's Renew.
+type Renewer interface {
+	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
+}
+
+// Config is what a Tracker needs from outside.
+type Config struct {
+	// Store renews the locks of writes still unanswered.
+	Store Renewer
+	// MaxInFlight bounds how long a write's locks are renewed after it
+	// left.
+	MaxInFlight time.Duration
+	Log         *zap.Logger
+	// Renewals counts renewals (lockgate_inflight_renewals_total, owned
+	// by the guard's metrics).
+	Renewals prometheus.Counter
+	// Now is the clock of flight starts and renewal bounds; nil means
+	// time.Now. The timers that fire renewals are the runtime's.
+	Now func() time.Time
+}
+
+// Tracker knows, per lock owner session, the enforced writes this proxy
+// forwarded and has not yet seen answered (or, abandoned, that the
+// database may still be running). It is safe for concurrent use.
+type Tracker struct {
+	cfg       Config
+	mu        sync.Mutex
+	bySession map[string]*sessionFlights
+	// renewals is one timer for the first renewal of every flight, armed
+	// for the earliest one due (at armed; zero when idle): a timer per
+	// write would cost each write an allocation and two operations on
+	// the runtime's timer heap, for a renewal that almost never happens.
+	renewals *time.Timer
+	armed    time.Time
+	// forceSeq counts the starts and ends of force-releases (changed
+	// under mu, read without it by lock checks); forced are those under
+	// way or that a write still taking implicit locks may have met, and
+	// the last keepForced ended ones, for lock holders' writes checked
+	// before they ended (forcedSinceLocked); forgotten is the latest end
+	// among those forgotten since. taking counts the writes taking
+	// implicit locks by the forceSeq they started at (Took).
+	forceSeq  atomic.Uint64
+	forced    []*forcedKey
+	forgotten uint64
+	taking    map[uint64]int
+}
+
+type sessionFlights struct {
+	// key is the session's owner key as a string, the map's key: kept
+	// while the session is idle, so that its next write allocates none.
+	key string
+	// all is a slice: a session has one write in flight, or very few.
+	all []*Flight
+	// idle, made by the first waiter (most flights have none), is closed
+	// when all becomes empty.
+	idle chan struct{}
+	one  [1]*Flight // all's room for the usual one
+}
+
+// maxIdleSessions bounds the idle sessions the tracker keeps: past it,
+// the next new session drops them all (a session writes again soon, or
+// never).
+const maxIdleSessions = 1 << 12
+
+// New returns a Tracker.
+func New(cfg Config) *Tracker {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Renewals == nil {
+		cfg.Renewals = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
+	}
+	return &Tracker{cfg: cfg, bySession: map[string]*sessionFlights{}}
+}
+
+// Lander hears of a flight's landing: answered by its reply or not, and
+// reusable when nothing but the flight pointed into what launched it (no
+// timer of an abandoned flight, no renewal started), so that the caller
+// may take back what it lent the flight.
+type Lander interface {
+	Landed(answered, reusable bool)
+}
+
+// Flight is one enforced write in flight; it is the request's ReplyHook.
+// The caller fills Owner, Locks and Left and launches it (Launch); a
+// Flight is launched once. It is a value so that the caller may keep it
+// inside what it already allocated for the write.
+type Flight struct {
+	Owner lockstore.Owner
+	Locks Locks
+	// Left is the lease left at the check, for renewals.
+	Left time.Duration
+
+	t      *Tracker
+	lander Lander
+	// sf is the session's entry in the tracker, which stays in its map
+	// while the flight is in it (only idle entries are dropped).
+	sf      *sessionFlights
+	start   time.Time
+	maxTime time.Duration // the maxTimeMS it carries, 0 if none
+	next    proxy.ReplyHook
+	// due is when the first renewal is due, zero once it was started
+	// (guarded by the tracker's mu).
+	due      time.Time
+	mu       sync.Mutex
+	done     bool
+	timer    *time.Timer
+	renewals int
+}
+
+// ForceSeq is read before a lock holder's lock check, and passed to
+// Launch: the launch is refused if a force-release of one of its locks
+// was under way at any moment since.
+func (t *Tracker) ForceSeq() uint64 { return t.forceSeq.Load() }
+
+// Launch registers f as in flight from now, which must not be later than
+// the write leaves, carrying maxTime (0 if none) and chaining next, the
+// hook already on the request; l hears of its landing. It reports false,
+// launching nothing, for a guarded write (a lock holder's) whose locks an
+// operator's force-release may have freed since forceSeq.
+func (t *Tracker) Launch(f *Flight, l Lander, guarded bool, forceSeq uint64, now time.Time, maxTime time.Duration, next proxy.ReplyHook) bool {
+	f.t, f.lander, f.start, f.maxTime, f.next = t, l, now, maxTime, next
+	t.mu.Lock()
+	if guarded && t.forcedSinceLocked(f.Locks, forceSeq) {
+		t.mu.Unlock()
+		return false
+	}
+	sf := t.sessionLocked(f.Owner.Session)
+	f.sf = sf
+	sf.all = append(sf.all, f)
+	// Renew once half of what was left at the check has passed without a
+	// reply; most writes are answered long before.
+	f.due = f.start.Add(max(f.Left/2, 10*time.Millisecond))
+	t.armLocked(f.due)
+	t.mu.Unlock()
+	return true
+}
+
+// sessionLocked is the session's entry, made if need be; t.mu is held.
+func (t *Tracker) sessionLocked(session []byte) *sessionFlights {
+	sf := t.bySession[string(session)]
+	if sf == nil {
+		if len(t.bySession) >= maxIdleSessions {
+			t.dropIdleLocked()
+		}
+		sf = &sessionFlights{key: string(session)}
+		sf.all = sf.one[:0]
+		t.bySession[sf.key] = sf
+	}
+	return sf
+}
+
+// armLocked makes sure the renewal timer fires by due; t.mu is held.
+func (t *Tracker) armLocked(due time.Time) {
+	if !t.armed.IsZero() && !due.Before(t.armed) {
+		return
+	}
+	t.armed = due
+	if t.renewals == nil {
+		t.renewals = time.AfterFunc(due.Sub(t.cfg.Now()), t.renewDue)
+		return
+	}
+	t.renewals.Reset(due.Sub(t.cfg.Now()))
+}
+
+// renewDue starts the first renewal of every flight now due, each in its
+// own goroutine as a timer of its own would, and re-arms the timer for the
+// next one.
+func (t *Tracker) renewDue() {
+	var due []*Flight
+	t.mu.Lock()
+	now := t.cfg.Now()
+	t.armed = time.Time{}
+	var next time.Time
+	for _, sf := range t.bySession {
+		for _, f := range sf.all {
+			switch {
+			case f.due.IsZero():
+			case !f.due.After(now):
+				f.due = time.Time{}
+				due = append(due, f)
+			case next.IsZero() || f.due.Before(next):
+				next = f.due
+			}
+		}
+	}
+	if !next.IsZero() {
+		t.armLocked(next)
+	}
+	t.mu.Unlock()
+	for _, f := range due {
+		go f.renew()
+	}
+}
+
+// NeedsBody tells the proxy that a flight without a chained hook only
+// needs to know that the reply arrived (no decoding on the hot path).
+func (f *Flight) NeedsBody() bool { return f.next != nil }
+
+// Reply implements proxy.ReplyHook.
+func (f *Flight) Reply(ctx context.Context, body bsoncore.Document) bsoncore.Document {
+	var out bsoncore.Document
+	if f.next != nil {
+		out = f.next.Reply(ctx, body)
+	}
+	f.landed(true)
+	return out
+}
+
+// Abandon implements proxy.ReplyHook: no reply will come (the connection
+// closed, or the write was unacknowledged), but the database may still be
+// running it, for at most its maxTimeMS; the locks stay covered until then.
+func (f *Flight) Abandon() {
+	if f.next != nil {
+		f.next.Abandon()
+	}
+	wait := f.maxTime
+	if wait <= 0 {
+		wait = f.Left
+	}
+	time.AfterFunc(max(wait-f.t.cfg.Now().Sub(f.start), 0), f.land)
+}
+
+// land ends the flight.
+func (f *Flight) land() { f.landed(false) }
+
+// landed ends the flight; by its reply (answered) or not. The lander may
+// take back what it lent only when the flight landed by its reply and
+// nothing else can reach it any more: a flight that was abandoned may
+// still have a timer that lands it again, and one whose renewal started
+// may still be renewing.
+func (f *Flight) landed(answered bool) {
+	f.mu.Lock()
+	if f.done {
+		f.mu.Unlock()
+		return
+	}
+	f.done = true
+	quiet := f.timer == nil && f.renewals == 0
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.mu.Unlock()
+	unrenewed := f.t.remove(f)
+	if f.lander != nil {
+		f.lander.Landed(answered, quiet && unrenewed)
+	}
+}
+
+// remove forgets a flight that landed. It reports whether its first
+// renewal was never started: after remove none can be.
+func (t *Tracker) remove(f *Flight) (unrenewed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unrenewed = !f.due.IsZero()
+	sf := f.sf
+	if sf == nil {
+		return unrenewed
+	}
+	if i := slices.Index(sf.all, f); i >= 0 {
+		last := len(sf.all) - 1
+		sf.all[i], sf.all[last] = sf.all[last], nil
+		sf.all = sf.all[:last]
+	}
+	if len(sf.all) == 0 && sf.idle != nil {
+		close(sf.idle)
+		sf.idle = nil // the next waiter waits for the next idle time
+	}
+	return unrenewed
+}
+
+// dropIdleLocked forgets the sessions with no write in flight; t.mu is
+// held.
+func (t *Tracker) dropIdleLocked() {
+	for k, sf := range t.bySession {
+		if len(sf.all) == 0 {
+			delete(t.bySession, k)
+		}
+	}
+}
+
+// renew keeps the locks of a write still in flight from lapsing, bounded:
+// never past MaxInFlight since the write left.
+func (f *Flight) renew() {
+	cfg := &f.t.cfg
+	f.mu.Lock()
+	if f.done || cfg.Now().Sub(f.start) > cfg.MaxInFlight {
+		f.mu.Unlock()
+		return
+	}
+	f.renewals++
+	f.mu.Unlock()
+	lease := min(max(f.Left, time.Second), cfg.MaxInFlight)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, l := range f.Locks {
+		ns := l.NS
+		if _, err := cfg.Store.Renew(ctx, f.Owner, ns, l.IDs, lease); err != nil {
+			// Released by an operator, or the store is unreachable: the
+			// write goes on under its maxTimeMS (and the fence, if any).
+			cfg.Log.Info("could not renew the locks of a write still in flight", zap.String("ns", ns), zap.Error(err))
+			return
+		}
+	}
+	cfg.Renewals.Inc()
+	f.mu.Lock()
+	if !f.done {
+		f.timer = time.AfterFunc(lease/2, f.renew)
+	}
+	f.mu.Unlock()
+}
+
+// idleLocked returns the channel closed when the session has no write in
+// flight left, made on first use; t.mu is held.
+func (sf *sessionFlights) idleLocked() chan struct{} {
+	if sf.idle == nil {
+		sf.idle = make(chan struct{})
+	}
+	return sf.idle
+}
+
+// WaitSession blocks until the session's enforced writes in flight on this
+// proxy are answered, or ctx ends: what a release of the session's locks
+// waits for.
+func (t *Tracker) WaitSession(ctx context.Context, session []byte) error {
+	for {
+		t.mu.Lock()
+		sf := t.bySession[string(session)]
+		if sf == nil || len(sf.all) == 0 {
+			t.mu.Unlock()
+			return nil
+		}
+		idle := sf.idleLocked()
+		t.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitKey blocks until no write in flight on this proxy holds the lock on
+// (ns, id), or ctx ends: what an operator's force-release waits for.
+func (t *Tracker) WaitKey(ctx context.Context, ns string, id docid.ID) error {
+	for {
+		var idle chan struct{}
+		t.mu.Lock()
+	find:
+		for _, sf := range t.bySession {
+			for _, f := range sf.all {
+				for _, fid := range f.Locks.Get(ns) {
+					if fid.Equal(id) {
+						idle = sf.idleLocked()
+						break find
+					}
+				}
+			}
+		}
+		t.mu.Unlock()
+		if idle == nil {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
