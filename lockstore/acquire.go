@@ -504,47 +504,102 @@ func (s *Store) head(ctx context.Context, rid string) (*gen, error) {
 	return s.byID(ctx, s.coll, rid)
 }
 
-// maxBehind bounds how many generations newest reads past a head
-// document; a head further behind is an error, so that callers fail
-// closed.
-const maxBehind = confirmWindow * confirmRounds
+// maxProbes bounds the claim reads of one newest call. Its search
+// covers twice as many generations with each read until it finds a
+// missing one, so a key that gains generations while it reads (each
+// needs a claim and a head write) is overtaken within a few reads; the
+// bound only stops a store that answers wrongly. Past it newest fails,
+// so that callers fail closed.
+const maxProbes = 64
 
 // newest returns head h, unless the claims hold a later generation of its
-// key: then the latest of those. The head write is not conditional (see
-// writeHead), so the writer of an older generation can replace a newer
-// head after it and leave the head showing a hold that has ended since:
-// a holder's renewal overtaken by its own release and another owner's
-// acquire would then be "held" by the holder that released. Claims are
-// never replaced, so the claim after h tells: one exact _id read where h
-// names a holder whose lease may not have ended (a free or ended head
-// that lags can only make a reader say "not held").
+// key: then the newest of those, as it stood at some moment during the
+// call. The head write is not conditional (see writeHead), so the writer
+// of an older generation can replace a newer head after it and leave the
+// head showing a hold that has ended since: a holder's renewal overtaken
+// by its own release and another owner's acquire would then be "held" by
+// the holder that released. Claims are never replaced, so they tell;
+// only where h names a holder whose lease may not have ended (a free or
+// ended head that lags can only make a reader say "not held").
+//
+// A key's claims after h are one run of generations: each is inserted
+// only once the one before it exists, and compaction deletes the oldest
+// first. The newest is found by exact _id reads (the only reads FerretDB
+// answers from an index), one when nothing follows h: the distance
+// ahead doubles while claims are found, then halves between the newest
+// found and the first missing. A generation whose claim existed while
+// the one after it did not was the newest at that moment; nothing in the
+// generations jumped over changes the answer (tombstones aside, see
+// probe). A key whose generations keep coming is therefore never chased
+// one claim at a time.
 func (s *Store) newest(ctx context.Context, rid string, h *gen) (*gen, error) {
 	now, unc := s.clock.Now()
 	if h.Owner == nil || !h.ExpiresAt.After(now.Add(-unc)) {
 		return h, nil
 	}
-	for range maxBehind {
-		next, err := s.claim(ctx, rid, h.Seq+1)
+	lo, cur := h.Seq, h // the newest generation found, and its state
+	var hi int64        // a generation found missing, 0 until one is
+	step := int64(1)
+	for probes := 0; hi != lo+1; probes++ {
+		if probes == maxProbes {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, errHeadBehind)
+		}
+		q := lo + step
+		if hi != 0 {
+			q = lo + (hi-lo)/2
+		}
+		g, gap, err := s.probe(ctx, rid, q, lo, cur)
 		if err != nil {
 			return nil, err
 		}
-		if next == nil {
-			return h, nil
-		}
-		if next.Kind == kindGC {
-			if skip := afterTombstone(h, next, s.cfg.CleanupAfter); skip != nil {
-				// A tombstone of the key's previous life: h is newer.
-				h = skip
-				continue
+		switch {
+		case g != nil:
+			lo, cur = q, g
+			if hi == 0 {
+				step *= 2
 			}
+		case gap != 0:
+			hi = gap
+		default:
+			hi = q
 		}
-		h = next
 	}
-	return nil, fmt.Errorf("%w: %w", ErrUnavailable, errHeadBehind)
+	return cur, nil
+}
+
+// probe reads generation q of rid for newest, which knows generation lo
+// (state cur, lo < q) to exist. It returns q's state, or nil when q has no
+// claim. A tombstone (CollectHeads) is the one claim that can stand apart
+// from the key's run of claims: a relic of the key's previous life, ahead
+// of a new life that has not reached it. It counts only if the claim
+// before it exists (one more read unless that is lo); if not, that
+// missing generation is returned as gap. A tombstone after the key's own
+// state is stepped over as a writer would (afterTombstone).
+func (s *Store) probe(ctx context.Context, rid string, q, lo int64, cur *gen) (g *gen, gap int64, err error) {
+	g, err = s.claim(ctx, rid, q)
+	if err != nil || g == nil || g.Kind != kindGC {
+		return g, 0, err
+	}
+	prev := cur
+	if q-1 != lo {
+		if prev, err = s.claim(ctx, rid, q-1); err != nil {
+			return nil, 0, err
+		}
+		if prev == nil {
+			return nil, q - 1, nil
+		}
+	}
+	if skip := afterTombstone(prev, g, s.cfg.CleanupAfter); skip != nil {
+		return skip, 0, nil
+	}
+	return g, 0, nil
 }
 
 // claim reads the claim of generation seq of rid; nil if there is none.
 func (s *Store) claim(ctx context.Context, rid string, seq int64) (*gen, error) {
+	if s.testHookClaim != nil {
+		s.testHookClaim(rid, seq)
+	}
 	return s.byID(ctx, s.claims, genID(rid, seq))
 }
 
