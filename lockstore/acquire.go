@@ -508,9 +508,10 @@ func (s *Store) head(ctx context.Context, rid string) (*gen, error) {
 // covers twice as many generations with each read until it finds a
 // missing one, so a key that gains generations while it reads (each
 // needs a claim and a head write) is overtaken within a few reads; the
-// bound only stops a store that answers wrongly. Past it newest fails,
-// so that callers fail closed.
-const maxProbes = 64
+// bound only stops a store that answers wrongly (and keeps the step far
+// from overflowing: 2^47 generations ahead at most). Past it newest
+// fails, so that callers fail closed.
+const maxProbes = 48
 
 // newest returns head h, unless the claims hold a later generation of its
 // key: then the newest of those, as it stood at some moment during the
