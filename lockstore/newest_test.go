@@ -196,7 +196,7 @@ func TestClaimReadsPushdown(t *testing.T) {
 // collection of 5000 claims (100 generations of 50 keys), what a busy
 // store keeps for CleanupAfter:
 //
-//	go test ./lockstore -run '^$' -bench BenchmarkClaimReads -benchtime 200x
+//	go test ./lockstore -run '^$' -bench BenchmarkClaimReads -benchtime 20x
 //
 // Compare the sub-benchmarks with each other, not across machines.
 func BenchmarkClaimReads(b *testing.B) {
