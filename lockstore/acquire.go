@@ -653,7 +653,7 @@ func (s *Store) heads(ctx context.Context, rids []string) (map[string]*gen, erro
 
 // perKeyReads is how many keys a read of the claims after their heads
 // reads by exact _id each (newestClaim), rather than with one $in: FerretDB
-// answers $in by scanning the claims, which on 5000 claims costs some 60
+// answers $in by scanning the claims, which on 5000 claims costs 60-110
 // exact reads (BenchmarkClaimReads).
 const perKeyReads = 16
 
