@@ -3,23 +3,18 @@ package lockstore
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
-// confirmWindow and confirmRounds bound ConfirmedStatus's roll forward:
-// each round reads the next confirmWindow claims of every key in one round
-// trip. A head further behind its claims than that is not expected; it is
-// reported as an error, so that callers fail closed.
-const (
-	confirmWindow = 8
-	confirmRounds = 4
-)
+// confirmWindow is how many claims after each head ConfirmedStatus reads
+// in its first round trip when it reads them together (more than
+// perKeyReads keys); a key with that many goes on by newestClaim's search.
+const confirmWindow = 8
 
-// errHeadBehind says that a head record is further behind its claims than
-// ConfirmedStatus reads.
+// errHeadBehind says that newestClaim's search did not end within
+// maxProbes reads, which only a store answering wrongly makes it do.
 var errHeadBehind = errors.New("a lock record's head is too far behind its claims")
 
 // ConfirmedStatus is Status for callers that would let a write through on
@@ -35,54 +30,77 @@ func (s *Store) ConfirmedStatus(ctx context.Context, owner Owner, ns string, ids
 }
 
 // rollForward replaces each head in latest (by rid) with the newest claim
-// after it, reading confirmWindow claims of every key per round trip.
+// after it (newestClaim), as newest does but whatever the head shows. For
+// many keys it first reads confirmWindow claims of every key in one round
+// trip, and walks each key's run of claims from its head: a tombstone of
+// the key's previous life ahead of its new one is not its state
+// (afterTombstone), and a claim after a missing one is not in the run.
 func (s *Store) rollForward(ctx context.Context, rids []string, latest map[string]*gen) error {
-	pending := map[string]bool{}
-	for _, rid := range rids {
-		pending[rid] = true
-	}
-	for round := 0; len(pending) > 0; round++ {
-		if round == confirmRounds {
-			return fmt.Errorf("%w: %w", ErrUnavailable, errHeadBehind)
-		}
-		want := make([]string, 0, len(pending)*confirmWindow)
-		for rid := range pending {
-			var seq int64
-			if h := latest[rid]; h != nil {
-				seq = h.Seq
-			}
-			for i := int64(1); i <= confirmWindow; i++ {
-				want = append(want, genID(rid, seq+i))
-			}
-		}
-		var gens []gen
-		err := s.rt(ctx, opFind, func(ctx context.Context) error {
-			cur, err := s.claims.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: want}}}})
+	if len(rids) <= perKeyReads {
+		for _, rid := range rids {
+			g, err := s.newestClaim(ctx, rid, latest[rid])
 			if err != nil {
 				return err
 			}
-			return cur.All(ctx, &gens)
-		})
+			if g != nil {
+				latest[rid] = g
+			}
+		}
+		return nil
+	}
+	want := make([]string, 0, len(rids)*confirmWindow)
+	for _, rid := range rids {
+		var seq int64
+		if h := latest[rid]; h != nil {
+			seq = h.Seq
+		}
+		for i := int64(1); i <= confirmWindow; i++ {
+			want = append(want, genID(rid, seq+i))
+		}
+	}
+	var gens []gen
+	err := s.rt(ctx, opFind, func(ctx context.Context) error {
+		cur, err := s.claims.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: want}}}})
 		if err != nil {
-			return s.storeErr(ctx, opFind, err)
+			return err
 		}
-		found := map[string]int{}
-		for i := range gens {
-			g := &gens[i]
-			if !pending[g.Key] {
-				continue
-			}
-			found[g.Key]++
-			if h := latest[g.Key]; h == nil || g.Seq > h.Seq {
-				latest[g.Key] = g
+		return cur.All(ctx, &gens)
+	})
+	if err != nil {
+		return s.storeErr(ctx, opFind, err)
+	}
+	byID := make(map[string]*gen, len(gens))
+	for i := range gens {
+		byID[gens[i].ID] = &gens[i]
+	}
+	for _, rid := range rids {
+		cur := latest[rid]
+		var seq int64
+		if cur != nil {
+			seq = cur.Seq
+		}
+		full := true
+		for i := int64(1); i <= confirmWindow && full; i++ {
+			g := byID[genID(rid, seq+i)]
+			switch {
+			case g == nil:
+				full = false
+			case g.Kind == kindGC:
+				if skip := afterTombstone(cur, g, s.cfg.CleanupAfter); skip != nil {
+					g = skip
+				}
+				cur = g
+			default:
+				cur = g
 			}
 		}
-		// A key whose window was not full has no claim after its newest:
-		// it is current. A full window may have more behind it.
-		for rid := range pending {
-			if found[rid] < confirmWindow {
-				delete(pending, rid)
+		if full {
+			if cur, err = s.newestClaim(ctx, rid, cur); err != nil {
+				return err
 			}
+		}
+		if cur != nil {
+			latest[rid] = cur
 		}
 	}
 	return nil

@@ -80,7 +80,16 @@
 // may not have ended therefore also reads the claim after it (one lookup
 // by exact `_id`) and goes on to the newest claim if there is one (`heads`,
 // `newest`): Holds, Status, List and the background confirmation never
-// answer from a moved-back head (`TestHeadMovedBackHoldsNobody`). Writers
+// answer from a moved-back head (`TestHeadMovedBackHoldsNobody`). The
+// newest claim is searched for with exact `_id` reads, the only ones
+// FerretDB answers from an index (`$in` and ranges scan the claims): the
+// distance ahead doubles while claims are found, then halves between the
+// newest found and the first missing one, so a key that gains generations
+// as fast as a reader reads them is overtaken in a few reads, and the
+// answer is a generation that was the newest at some moment during the
+// read (`TestHeadBehindAKeyThatKeepsChanging`). A tombstone of the key's
+// previous life ahead of its new one counts only where the claim before
+// it exists (`TestTombstoneNearAMovedBackHead`). Writers
 // decide on the head as read: the claims refuse whatever a stale head
 // would wrongly allow.
 // A head that shows no holder, or an ended hold, is not checked: it can

@@ -194,6 +194,8 @@ type Store struct {
 	// testHookHead, when set, runs after a generation's claim was
 	// inserted and before its head document is written.
 	testHookHead func(g *gen)
+	// testHookClaim, when set, runs before every read of one claim.
+	testHookClaim func(rid string, seq int64)
 }
 
 // Open connects to the lock store. It fails only for an invalid
