@@ -301,6 +301,7 @@ func staleScenario(t *testing.T, fence, partition, secondOnOther bool) staleResu
 // database, its proxy renews the lock, so the second session gets X only
 // after the update is answered, and writes last.
 func TestInFlightWriteKeepsItsLock(t *testing.T) {
+	t.Parallel()
 	r := staleScenario(t, false, false, false)
 	if r.final != "current holder" {
 		t.Errorf("X = %q (second holder waited %v): the first holder's write landed after the lock had passed on", r.final, r.secondWaits)
@@ -318,13 +319,16 @@ func TestInFlightWriteKeepsItsLock(t *testing.T) {
 // fence the database refuses it and the first client gets the fenced-out
 // error.
 func TestFenceStaleHolderPastLease(t *testing.T) {
+	t.Parallel()
 	t.Run("without fence", func(t *testing.T) {
+		t.Parallel()
 		r := staleScenario(t, false, true, true)
 		if r.final != "stale holder" {
 			t.Fatalf("without the fence the delayed write should land over the new holder's (the window the fence closes); X = %q, reply %v", r.final, r.reply)
 		}
 	})
 	t.Run("with fence", func(t *testing.T) {
+		t.Parallel()
 		r := staleScenario(t, true, true, true)
 		if r.final != "current holder" {
 			t.Errorf("X = %q: the stale holder's write landed over the current holder's", r.final)

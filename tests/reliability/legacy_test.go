@@ -57,6 +57,7 @@ type legacyReport struct {
 //     (held_by_other, naming the editor) while an editor holds the lock;
 //   - refuse: every legacy write is refused, as before.
 func TestLegacyWriterAndEditorAcrossProxies(t *testing.T) {
+	t.Parallel()
 	if err := exec.Command("/usr/bin/python3", "-c", "import pymongo").Run(); err != nil {
 		t.Fatalf("/usr/bin/python3 cannot import pymongo (%v): run `apt-get install -y python3-pymongo`", err)
 	}
@@ -68,6 +69,7 @@ func TestLegacyWriterAndEditorAcrossProxies(t *testing.T) {
 	)
 	for _, mode := range []config.UnlockedWriters{config.UnlockedWait, config.UnlockedRefuseIfLocked, config.UnlockedRefuse} {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			ctx := testCtx(t, 3*time.Minute)
 			lockColl, collName := uniq("locks"), uniq("legacy")
 			ns := relDB + "." + collName
