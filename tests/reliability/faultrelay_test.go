@@ -189,10 +189,12 @@ func (r *faultRelay) accept() {
 				}
 				if marked && r.dropMk.Load() {
 					// The write reached the server; its reply never
-					// reaches lockgate. The server side stays open a
-					// moment so that the server runs what it received.
+					// reaches lockgate. The server side stays open until
+					// the server has answered it (the other pump reads
+					// the reply and drops it), so that the server runs
+					// what it received.
 					c.Close()
-					time.Sleep(2 * time.Second)
+					r.awaitAnswer(id, int32(binary.LittleEndian.Uint32(msg[4:8])), dropAnswerWithin)
 					return
 				}
 			}
@@ -249,6 +251,31 @@ func (r *faultRelay) closed(conn int64) {
 			delete(r.flights, k)
 			r.unknown++
 			r.settleLocked()
+		}
+	}
+}
+
+// dropAnswerWithin bounds how long a dropped connection's server side
+// stays open for the server to answer the marked message it received; a
+// server that has not answered by then is not going to.
+const dropAnswerWithin = 30 * time.Second
+
+// awaitAnswer waits until the server has answered the marked message
+// requestID of connection conn, or its connection closed, or d passed.
+func (r *faultRelay) awaitAnswer(conn int64, requestID int32, d time.Duration) {
+	deadline := time.After(d)
+	k := [2]int64{conn, int64(requestID)}
+	for {
+		r.flightMu.Lock()
+		pending, ch := r.flights[k], r.settled
+		r.flightMu.Unlock()
+		if !pending {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return
 		}
 	}
 }
