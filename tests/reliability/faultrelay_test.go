@@ -48,6 +48,9 @@ type faultRelay struct {
 	flights  map[[2]int64]bool
 	unknown  int
 	settled  chan struct{}
+	// done is closed when the relay closes: a message held for its delay
+	// is dropped then, instead of keeping the test's cleanup waiting.
+	done chan struct{}
 }
 
 func newFaultRelay(t testing.TB, target string, marker string, delay time.Duration) *faultRelay {
@@ -57,11 +60,12 @@ func newFaultRelay(t testing.TB, target string, marker string, delay time.Durati
 		t.Fatal(err)
 	}
 	r := &faultRelay{target: target, ln: ln, marker: []byte(marker), delay: delay, heal: make(chan struct{}),
-		flights: map[[2]int64]bool{}, settled: make(chan struct{})}
+		flights: map[[2]int64]bool{}, settled: make(chan struct{}), done: make(chan struct{})}
 	r.wg.Add(1)
 	go r.accept()
 	t.Cleanup(func() {
 		ln.Close()
+		close(r.done)
 		r.Stall(false)
 		r.CutAll()
 		r.wg.Wait()
@@ -175,7 +179,12 @@ func (r *faultRelay) accept() {
 					if r.onMarked != nil {
 						r.onMarked()
 					}
-					time.Sleep(r.delay)
+					// The injected fault: a server busy for delay.
+					select {
+					case <-time.After(r.delay):
+					case <-r.done:
+						return
+					}
 				}
 				r.waitHealed()
 				if marked && len(msg) >= 16 {
@@ -275,6 +284,8 @@ func (r *faultRelay) awaitAnswer(conn int64, requestID int32, d time.Duration) {
 		select {
 		case <-ch:
 		case <-deadline:
+			return
+		case <-r.done:
 			return
 		}
 	}

@@ -300,8 +300,10 @@ func staleScenario(t *testing.T, fence, partition, secondOnOther bool) staleResu
 // TestInFlightWriteKeepsItsLock: while the checked update waits at the
 // database, its proxy renews the lock, so the second session gets X only
 // after the update is answered, and writes last.
+//
+// Not parallel: it renews a 400 ms lease while the write is in flight,
+// and beside the parallel tests (load 13) a renewal came too late once.
 func TestInFlightWriteKeepsItsLock(t *testing.T) {
-	t.Parallel()
 	r := staleScenario(t, false, false, false)
 	if r.final != "current holder" {
 		t.Errorf("X = %q (second holder waited %v): the first holder's write landed after the lock had passed on", r.final, r.secondWaits)

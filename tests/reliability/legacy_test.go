@@ -205,6 +205,7 @@ func TestLegacyWriterAndEditorAcrossProxies(t *testing.T) {
 // the lock once the implicit lease (1.5 s here) has run out: nothing is
 // left behind by the dead proxy.
 func TestKilledProxyFreesImplicitLocksByLease(t *testing.T) {
+	t.Parallel()
 	coll := uniq("legacykill")
 	ns := relDB + "." + coll
 	locks := uniq("locks")
@@ -216,9 +217,8 @@ func TestKilledProxyFreesImplicitLocksByLease(t *testing.T) {
 		default:
 		}
 	}
-	t.Setenv(envChildStoreURI, upstream.URI())
-	t.Setenv(envChildUnlocked, string(config.UnlockedWait))
-	child := startChildGateway(t, "mongodb://"+relay.Addr()+"/", locks, ns)
+	child := startChildGateway(t, "mongodb://"+relay.Addr()+"/", locks, ns,
+		envChildStoreURI+"="+upstream.URI(), envChildUnlocked+"="+string(config.UnlockedWait))
 	cfg := gatewayConfig(upstream.URI(), locks, ns)
 	cfg.Policy.Namespaces[0].UnlockedWriters = config.UnlockedWait
 	survivor := startGateway(t, cfg)

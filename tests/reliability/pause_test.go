@@ -43,12 +43,14 @@ func childStaleConfig(cfg *config.Config) {
 // write; with it the database refuses it and the stale client gets the
 // fenced-out error once its proxy runs again.
 func TestPausedProxy(t *testing.T) {
+	t.Parallel()
 	for _, fence := range []bool{false, true} {
 		name := "without fence"
 		if fence {
 			name = "with fence"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			coll := uniq("paused")
 			ns := "fence." + coll
 			locks := uniq("locks")
@@ -67,13 +69,11 @@ func TestPausedProxy(t *testing.T) {
 				default:
 				}
 			}
-			t.Setenv(envChildStoreURI, upstream.URI())
+			env := []string{envChildStoreURI + "=" + upstream.URI(), envChildFence + "="}
 			if fence {
-				t.Setenv(envChildFence, "1")
-			} else {
-				t.Setenv(envChildFence, "")
+				env[1] += "1"
 			}
-			child := startChildGateway(t, "mongodb://"+relay.Addr()+"/", locks, ns)
+			child := startChildGateway(t, "mongodb://"+relay.Addr()+"/", locks, ns, env...)
 			cfg2 := fencedConfig(upstream.URI(), ns, fence)
 			cfg2.Lockstore.Collection = locks
 			g2 := startGateway(t, cfg2)
