@@ -43,14 +43,12 @@ func childStaleConfig(cfg *config.Config) {
 // write; with it the database refuses it and the stale client gets the
 // fenced-out error once its proxy runs again.
 func TestPausedProxy(t *testing.T) {
-	t.Parallel()
 	for _, fence := range []bool{false, true} {
 		name := "without fence"
 		if fence {
 			name = "with fence"
 		}
 		t.Run(name, func(t *testing.T) {
-			t.Parallel()
 			coll := uniq("paused")
 			ns := "fence." + coll
 			locks := uniq("locks")
