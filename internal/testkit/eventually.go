@@ -15,13 +15,23 @@ const pollEvery = 10 * time.Millisecond
 // order of events.
 func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Within(d, cond) {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+}
+
+// Within is Eventually for a test that reports the failure itself (with
+// what it read, or after stopping its workers): it reports whether cond
+// held within d.
+func Within(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+			return false
 		}
 		<-tick.C
 	}
+	return true
 }

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -130,4 +131,33 @@ func TestRelayCutAndRestore(t *testing.T) {
 		t.Fatalf("after Restore: %v", err)
 	}
 	c.Close()
+}
+
+// Within reports whether the condition came to hold in time, without
+// ending the test either way.
+func TestWithin(t *testing.T) {
+	n := 0
+	if !Within(5*time.Second, func() bool { n++; return n == 3 }) {
+		t.Errorf("Within gave up on a condition that held at the third look")
+	}
+	if Within(30*time.Millisecond, func() bool { return false }) {
+		t.Errorf("Within reported a condition that never held")
+	}
+}
+
+// DefaultParallel sets -parallel only when the command line did not.
+func TestDefaultParallel(t *testing.T) {
+	f := flag.Lookup("test.parallel")
+	was := f.Value.String()
+	t.Cleanup(func() { flag.Set("test.parallel", was) })
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	DefaultParallel(7)
+	want := "7"
+	if explicit {
+		want = was
+	}
+	if got := f.Value.String(); got != want {
+		t.Errorf("-parallel = %s after DefaultParallel(7), want %s (set on the command line: %v)", got, want, explicit)
+	}
 }

@@ -32,12 +32,15 @@ type childGateway struct {
 }
 
 // startChildGateway starts the child and waits for it to print its
-// address. The child is killed at the end of the test if still alive.
-func startChildGateway(t *testing.T, uri, lockColl, enforceNS string) *childGateway {
+// address. The child is killed at the end of the test if still alive. env
+// ("KEY=value") adds to the child's environment: given to the child, not
+// set in this process, so that tests with children of their own can run
+// in parallel.
+func startChildGateway(t *testing.T, uri, lockColl, enforceNS string, env ...string) *childGateway {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
-		envChildUpstream+"="+uri, envChildLockColl+"="+lockColl, envChildEnforceNS+"="+enforceNS)
+	cmd.Env = append(append(os.Environ(),
+		envChildUpstream+"="+uri, envChildLockColl+"="+lockColl, envChildEnforceNS+"="+enforceNS), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

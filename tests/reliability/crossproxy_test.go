@@ -20,6 +20,7 @@ import (
 // Before the fix P1 answered from a cache it trusted for a second and
 // forwarded S's write over B's in every round (5 of 5).
 func TestReleaseThroughAnotherLockgate(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t, 2*time.Minute)
 	lockColl, collName := uniq("locks"), uniq("xproxy")
 	ns := relDB + "." + collName

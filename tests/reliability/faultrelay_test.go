@@ -48,6 +48,9 @@ type faultRelay struct {
 	flights  map[[2]int64]bool
 	unknown  int
 	settled  chan struct{}
+	// done is closed when the relay closes: a message held for its delay
+	// is dropped then, instead of keeping the test's cleanup waiting.
+	done chan struct{}
 }
 
 func newFaultRelay(t testing.TB, target string, marker string, delay time.Duration) *faultRelay {
@@ -57,11 +60,12 @@ func newFaultRelay(t testing.TB, target string, marker string, delay time.Durati
 		t.Fatal(err)
 	}
 	r := &faultRelay{target: target, ln: ln, marker: []byte(marker), delay: delay, heal: make(chan struct{}),
-		flights: map[[2]int64]bool{}, settled: make(chan struct{})}
+		flights: map[[2]int64]bool{}, settled: make(chan struct{}), done: make(chan struct{})}
 	r.wg.Add(1)
 	go r.accept()
 	t.Cleanup(func() {
 		ln.Close()
+		close(r.done)
 		r.Stall(false)
 		r.CutAll()
 		r.wg.Wait()
@@ -175,7 +179,12 @@ func (r *faultRelay) accept() {
 					if r.onMarked != nil {
 						r.onMarked()
 					}
-					time.Sleep(r.delay)
+					// The injected fault: a server busy for delay.
+					select {
+					case <-time.After(r.delay):
+					case <-r.done:
+						return
+					}
 				}
 				r.waitHealed()
 				if marked && len(msg) >= 16 {
@@ -189,10 +198,12 @@ func (r *faultRelay) accept() {
 				}
 				if marked && r.dropMk.Load() {
 					// The write reached the server; its reply never
-					// reaches lockgate. The server side stays open a
-					// moment so that the server runs what it received.
+					// reaches lockgate. The server side stays open until
+					// the server has answered it (the other pump reads
+					// the reply and drops it), so that the server runs
+					// what it received.
 					c.Close()
-					time.Sleep(2 * time.Second)
+					r.awaitAnswer(id, int32(binary.LittleEndian.Uint32(msg[4:8])), dropAnswerWithin)
 					return
 				}
 			}
@@ -249,6 +260,33 @@ func (r *faultRelay) closed(conn int64) {
 			delete(r.flights, k)
 			r.unknown++
 			r.settleLocked()
+		}
+	}
+}
+
+// dropAnswerWithin bounds how long a dropped connection's server side
+// stays open for the server to answer the marked message it received; a
+// server that has not answered by then is not going to.
+const dropAnswerWithin = 30 * time.Second
+
+// awaitAnswer waits until the server has answered the marked message
+// requestID of connection conn, or its connection closed, or d passed.
+func (r *faultRelay) awaitAnswer(conn int64, requestID int32, d time.Duration) {
+	deadline := time.After(d)
+	k := [2]int64{conn, int64(requestID)}
+	for {
+		r.flightMu.Lock()
+		pending, ch := r.flights[k], r.settled
+		r.flightMu.Unlock()
+		if !pending {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return
+		case <-r.done:
+			return
 		}
 	}
 }

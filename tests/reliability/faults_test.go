@@ -142,8 +142,10 @@ func runFaultWorkload(t *testing.T, fence bool, d time.Duration) (*faultTally, i
 // must lose at most one increment per thousand acknowledged, or one (the 60 s run
 // lost 1 in 5829; the unfenced one about 19%).
 func TestFaultWorkload(t *testing.T) {
+	t.Parallel()
 	d := faultSeconds()
 	t.Run("without fence", func(t *testing.T) {
+		t.Parallel()
 		tally, sum := runFaultWorkload(t, false, d)
 		t.Logf("without fence, %v: %d increments acknowledged, counters sum to %d (%d lost), %d refused by the proxy, %d other errors",
 			d, tally.acked.Load(), sum, tally.acked.Load()-sum, tally.refused.Load(), tally.otherErrs.Load())
@@ -152,6 +154,7 @@ func TestFaultWorkload(t *testing.T) {
 		}
 	})
 	t.Run("with fence", func(t *testing.T) {
+		t.Parallel()
 		tally, sum := runFaultWorkload(t, true, d)
 		acked := tally.acked.Load()
 		t.Logf("with fence, %v: %d increments acknowledged, counters sum to %d (%d lost), %d fenced out, %d refused by the proxy, %d other errors",

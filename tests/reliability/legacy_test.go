@@ -57,6 +57,7 @@ type legacyReport struct {
 //     (held_by_other, naming the editor) while an editor holds the lock;
 //   - refuse: every legacy write is refused, as before.
 func TestLegacyWriterAndEditorAcrossProxies(t *testing.T) {
+	t.Parallel()
 	if err := exec.Command("/usr/bin/python3", "-c", "import pymongo").Run(); err != nil {
 		t.Fatalf("/usr/bin/python3 cannot import pymongo (%v): run `apt-get install -y python3-pymongo`", err)
 	}
@@ -68,6 +69,7 @@ func TestLegacyWriterAndEditorAcrossProxies(t *testing.T) {
 	)
 	for _, mode := range []config.UnlockedWriters{config.UnlockedWait, config.UnlockedRefuseIfLocked, config.UnlockedRefuse} {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			ctx := testCtx(t, 3*time.Minute)
 			lockColl, collName := uniq("locks"), uniq("legacy")
 			ns := relDB + "." + collName
@@ -203,6 +205,7 @@ func TestLegacyWriterAndEditorAcrossProxies(t *testing.T) {
 // the lock once the implicit lease (1.5 s here) has run out: nothing is
 // left behind by the dead proxy.
 func TestKilledProxyFreesImplicitLocksByLease(t *testing.T) {
+	t.Parallel()
 	coll := uniq("legacykill")
 	ns := relDB + "." + coll
 	locks := uniq("locks")
@@ -214,9 +217,8 @@ func TestKilledProxyFreesImplicitLocksByLease(t *testing.T) {
 		default:
 		}
 	}
-	t.Setenv(envChildStoreURI, upstream.URI())
-	t.Setenv(envChildUnlocked, string(config.UnlockedWait))
-	child := startChildGateway(t, "mongodb://"+relay.Addr()+"/", locks, ns)
+	child := startChildGateway(t, "mongodb://"+relay.Addr()+"/", locks, ns,
+		envChildStoreURI+"="+upstream.URI(), envChildUnlocked+"="+string(config.UnlockedWait))
 	cfg := gatewayConfig(upstream.URI(), locks, ns)
 	cfg.Policy.Namespaces[0].UnlockedWriters = config.UnlockedWait
 	survivor := startGateway(t, cfg)

@@ -36,6 +36,7 @@ import (
 // Short form (CI): seeds 1 and 2, 80 steps. Long form:
 // LOCKGATE_LEGACY_MODEL_SEEDS=N (seeds 1..N), LOCKGATE_LEGACY_MODEL_STEPS.
 func TestLegacyModel(t *testing.T) {
+	t.Parallel()
 	seeds, steps := 2, 80
 	for env, v := range map[string]*int{"LOCKGATE_LEGACY_MODEL_SEEDS": &seeds, "LOCKGATE_LEGACY_MODEL_STEPS": &steps} {
 		if s := os.Getenv(env); s != "" {
@@ -49,6 +50,7 @@ func TestLegacyModel(t *testing.T) {
 	for _, mode := range []config.UnlockedWriters{config.UnlockedRefuseIfLocked, config.UnlockedWait} {
 		for seed := range uint64(seeds) {
 			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed+1), func(t *testing.T) {
+				t.Parallel()
 				newLegacyModel(t, mode, seed+1).run(steps)
 			})
 		}

@@ -76,6 +76,7 @@ func lostUpdateSizes() (workers, perWorker, counters int) {
 //     really races, so the exact sum of the first leg is the product's
 //     doing and not the scheduler's luck.
 func TestLostUpdates(t *testing.T) {
+	t.Parallel()
 	workers, perWorker, counters := lostUpdateSizes()
 	want := int64(workers * perWorker)
 	ctx := testCtx(t, 3*time.Minute)

@@ -56,8 +56,17 @@ func TestMain(m *testing.M) {
 		os.Exit(runChildGateway(uri, os.Getenv(envChildLockColl), os.Getenv(envChildEnforceNS)))
 	}
 	flag.Parse()
+	testkit.DefaultParallel(parallelCases)
 	os.Exit(testkit.RunMain(m, startUpstream))
 }
+
+// parallelCases is how many of the package's parallel tests (t.Parallel)
+// run at once unless -parallel says otherwise: more than go's default of
+// one per CPU, since they mostly wait (for leases to run out, for a
+// relay's injected delay, for a child process). The tests that count the
+// process's goroutines or memory, or set environment variables for a
+// child gateway, are not parallel: go runs the parallel ones after them.
+const parallelCases = 4
 
 // startUpstream starts the shared upstream, its SQLite files on tmpfs.
 func startUpstream() (func() error, error) {

@@ -61,6 +61,7 @@ func markerRelay(t *testing.T, target string, delay time.Duration) string {
 						return
 					}
 					if bytes.Contains(msg, []byte(slowMarker)) {
+						// The injected fault: a server busy for delay.
 						time.Sleep(delay)
 					}
 					if _, err := up.Write(msg); err != nil {

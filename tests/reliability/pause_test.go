@@ -67,13 +67,11 @@ func TestPausedProxy(t *testing.T) {
 				default:
 				}
 			}
-			t.Setenv(envChildStoreURI, upstream.URI())
+			env := []string{envChildStoreURI + "=" + upstream.URI(), envChildFence + "="}
 			if fence {
-				t.Setenv(envChildFence, "1")
-			} else {
-				t.Setenv(envChildFence, "")
+				env[1] += "1"
 			}
-			child := startChildGateway(t, "mongodb://"+relay.Addr()+"/", locks, ns)
+			child := startChildGateway(t, "mongodb://"+relay.Addr()+"/", locks, ns, env...)
 			cfg2 := fencedConfig(upstream.URI(), ns, fence)
 			cfg2.Lockstore.Collection = locks
 			g2 := startGateway(t, cfg2)

@@ -387,6 +387,22 @@ func lockgateGoroutines() (ours, ferret int) {
 	return ours, ferret
 }
 
+// settleGoroutines waits until the process's goroutine counts (lockgate's
+// and FerretDB's) read the same twice in a row, one poll apart: the
+// goroutines of connections just opened or closed have started or ended,
+// so that a memory sample taken next sees them. It is how the soak orders
+// its memory samples after the connections they measure.
+func settleGoroutines(t *testing.T, what string) {
+	t.Helper()
+	var last [2]int
+	testkit.Eventually(t, 10*time.Second, "the goroutine counts to settle "+what, func() bool {
+		o, f := lockgateGoroutines()
+		same := last == [2]int{o, f}
+		last = [2]int{o, f}
+		return same
+	})
+}
+
 // TestSoak500Connections is item 5 of issue 5. It measures the memory an
 // idle connection costs lockgate (500 idle connections through lockgate
 // minus 500 idle connections straight to FerretDB, which runs in this
@@ -436,23 +452,32 @@ func TestSoak500Connections(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "lockgate_client_connections 0 after the warm-up", func() bool {
 		return g.metric(t, "lockgate_client_connections", nil) == 0
 	})
-	time.Sleep(200 * time.Millisecond)
+	settleGoroutines(t, "after the warm-up")
 	base := sampleMem()
-	baseOurs, _ := lockgateGoroutines()
+	baseOurs, ferret0 := lockgateGoroutines()
 
-	// Idle cost: direct first, then through lockgate.
+	// Idle cost: direct first, then through lockgate. FerretDB serves each
+	// connection with goroutines of its own: the direct connections are
+	// measured once it serves them all, and the baseline again once it has
+	// let them all go.
 	dconns := openIdle(t, upstream.Addr(), conns)
-	time.Sleep(200 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("FerretDB to serve the %d direct connections", conns), func() bool {
+		_, f := lockgateGoroutines()
+		return f >= ferret0+conns
+	})
 	withDirect := sampleMem()
 	closeAll(dconns)
-	time.Sleep(500 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("FerretDB to let the %d direct connections go", conns), func() bool {
+		_, f := lockgateGoroutines()
+		return f <= ferret0+goroutineSlack
+	})
 	base2 := sampleMem()
 	pconns := openIdle(t, g.Addr, conns)
 	defer func() { closeAll(pconns) }()
 	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("lockgate_client_connections = %d", conns), func() bool {
 		return g.metric(t, "lockgate_client_connections", nil) == float64(conns)
 	})
-	time.Sleep(200 * time.Millisecond)
+	settleGoroutines(t, fmt.Sprintf("with %d idle proxied connections", conns))
 	withProxy := sampleMem()
 	idleOurs, _ := lockgateGoroutines()
 	directPer := (float64(withDirect.heapStack) - float64(base.heapStack)) / float64(conns)
@@ -499,23 +524,19 @@ func TestSoak500Connections(t *testing.T) {
 			return g.metric(t, "lockgate_client_connections", nil) == 0
 		})
 		var ours, ferret int
-		settle := time.Now().Add(30 * time.Second)
-		for {
-			debug.FreeOSMemory()
-			retained[round] = sampleMem()
+		back := testkit.Within(30*time.Second, func() bool {
 			ours, ferret = lockgateGoroutines()
-			if ours <= baseOurs+goroutineSlack || time.Now().After(settle) {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return ours <= baseOurs+goroutineSlack
+		})
+		debug.FreeOSMemory()
+		retained[round] = sampleMem()
 		a := retained[round]
 		if dir := os.Getenv("LOCKGATE_SOAK_HEAPPROFILE_DIR"); dir != "" {
 			writeHeapProfile(t, fmt.Sprintf("%s/soak_heap_round%d.pb.gz", dir, round+1))
 		}
 		t.Logf("round %d, after disconnect: %d goroutines outside FerretDB (baseline %d); FerretDB still serves %d goroutines for the connections lockgate's lock-store and resolver pools keep; HeapInuse+StackInuse %.1f MiB (cold baseline %.1f), RSS %.1f MiB (baseline %.1f)",
 			round+1, ours, baseOurs, ferret, mib(a.heapStack), mib(base2.heapStack), mib(a.rss), mib(base2.rss))
-		if ours > baseOurs+goroutineSlack {
+		if !back {
 			t.Errorf("round %d: goroutines did not return to the baseline: %d, baseline %d; live goroutines by creator:\n%s", round+1, ours, baseOurs, goroutineSummary())
 		}
 	}

@@ -18,6 +18,7 @@ import (
 // while the upstream is down gets an error that says so, through the Go
 // driver's own error, instead of only a reset connection (issue 9).
 func TestUpstreamDownTellsTheDriver(t *testing.T) {
+	t.Parallel()
 	dir, err := os.MkdirTemp(tmpfsDir(), "lockgate-down-")
 	if err != nil {
 		t.Fatal(err)
@@ -33,6 +34,10 @@ func TestUpstreamDownTellsTheDriver(t *testing.T) {
 	// that well inside the driver's server selection timeout below, so the
 	// driver hears lockgate's answer in either case.
 	cfg.Upstream.DialTimeout = config.Duration(time.Second)
+	// The lock store stays on the package's upstream, which stays up: on
+	// the stopped one, the gateway's stop waited out its lock store's
+	// time-out to deregister (10 s), which is not what this test is about.
+	cfg.Lockstore.URI = upstream.URI()
 	g := startGateway(t, cfg)
 	srv.Close()
 

@@ -8,6 +8,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
+
+	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/lockstore"
 )
 
 // BenchmarkWakeAcrossLockgates measures, through two real lockgates
@@ -28,8 +31,10 @@ func BenchmarkWakeAcrossLockgates(b *testing.B) {
 			lockColl, coll := uniq("locks"), uniq("wake")
 			ns := relDB + "." + coll
 			var uris [2]string
+			var storeDB string
 			for i := range uris {
 				cfg := gatewayConfig(upstream.URI(), lockColl, ns)
+				storeDB = cfg.Lockstore.Database
 				if wake {
 					cfg.Lockstore.WakeListen = "127.0.0.1:0"
 				}
@@ -48,8 +53,7 @@ func BenchmarkWakeAcrossLockgates(b *testing.B) {
 			hdb, hctx := sessionOn(uris[0], "holder")
 			wdb, wctx := sessionOn(uris[1], "waiter")
 			if wake {
-				// Both must have read the other's address (heartbeat 1 s).
-				time.Sleep(2500 * time.Millisecond)
+				awaitWakePeers(b, connect(b, upstream.URI(), "wake-peers").Database(storeDB).Collection(lockColl+lockstore.WakeSuffix))
 			}
 			cmd := func(db *mongo.Database, c context.Context, d bson.D) {
 				if err := db.RunCommand(c, d).Err(); err != nil {
@@ -67,7 +71,11 @@ func BenchmarkWakeAcrossLockgates(b *testing.B) {
 					}
 					got <- time.Now()
 				}()
-				time.Sleep(100 * time.Millisecond) // the holder's work; the waiter is queued by then
+				// The holder's work, the time the benchmark's holder holds
+				// the lock: a workload's pacing, not an order of events
+				// (a waiter not yet queued at the release would only
+				// make that sample shorter).
+				time.Sleep(100 * time.Millisecond)
 				cmd(hdb, hctx, bson.D{{"releaseLock", coll}})
 				released := time.Now()
 				samples = append(samples, (<-got).Sub(released))
@@ -79,4 +87,37 @@ func BenchmarkWakeAcrossLockgates(b *testing.B) {
 			b.ReportMetric(float64(samples[len(samples)*9/10].Microseconds())/1000, "p90-ms")
 		})
 	}
+}
+
+// awaitWakePeers waits until the two lockgates of the benchmark have each
+// read the other's wake-up address: each advertises itself in wake (the
+// lock store's _wake collection) on every heartbeat, stamped with the time
+// it wrote it, and reads the others' right after. Once both are there, a
+// heartbeat stamped later by each has read the other.
+func awaitWakePeers(b *testing.B, wake *mongo.Collection) {
+	b.Helper()
+	ctx := testCtx(b, 30*time.Second)
+	stamps := func() []time.Time {
+		cur, err := wake.Find(ctx, bson.D{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var docs []struct {
+			At time.Time `bson:"at"`
+		}
+		if err := cur.All(ctx, &docs); err != nil {
+			b.Fatal(err)
+		}
+		var at []time.Time
+		for _, d := range docs {
+			at = append(at, d.At)
+		}
+		return at
+	}
+	testkit.Eventually(b, 20*time.Second, "both lockgates to advertise their wake-up address", func() bool { return len(stamps()) == 2 })
+	both := time.Now()
+	testkit.Eventually(b, 20*time.Second, "both lockgates to read the other's address", func() bool {
+		at := stamps()
+		return len(at) == 2 && at[0].After(both) && at[1].After(both)
+	})
 }

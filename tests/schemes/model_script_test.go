@@ -58,6 +58,7 @@ func (m *model) runScript(path string) {
 			if err != nil {
 				m.t.Fatalf("script line %q: %v", line, err)
 			}
+			// The script's clock step: time passing is the step.
 			time.Sleep(time.Duration(ms) * time.Millisecond)
 		case (fields[0] == "F1" || fields[0] == "F2") && len(fields) >= 2:
 			f := m.f[fields[0][1]-'1']

@@ -377,7 +377,7 @@ func (m *model) absent() int32 {
 }
 
 // tick lets time pass up to the nearest expiry of a document's lock or a
-// mirror (within a few leases), polling the clock: abandoned locks must
+// mirror (within a few leases), on the real clock: abandoned locks must
 // expire for takeovers to happen within a short run.
 func (m *model) tick(e *entry) {
 	now := time.Now()
@@ -400,9 +400,10 @@ func (m *model) tick(e *entry) {
 	}
 	until := next.Add(modelSlack)
 	e.desc = fmt.Sprintf("clock: waits %dms for an expiry", until.Sub(now).Milliseconds())
-	for deadline := time.Now().Add(4 * modelLease); time.Now().Before(until) && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The model's clock step: time passing is what this step is (a lease
+	// running out on the real clock the databases and lockgate read), so
+	// it waits on real time, never for an event, bounded by a few leases.
+	time.Sleep(min(time.Until(until), 4*modelLease))
 }
 
 // slack is modelSlack plus the time since the state was read.

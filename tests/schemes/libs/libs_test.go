@@ -258,11 +258,9 @@ func TestLibTakeover(t *testing.T) {
 }
 
 func libTakeover(t *testing.T, d libDriver, lib string) {
-	var got, direct map[string]any
+	var got map[string]any
 	runLib(t, d, &got, lib, "takeover", proxyURI, directURI, "lib_"+lib, itoa(d.base))
 	t.Logf("through lockgate: %v", got)
-	runLib(t, d, &direct, lib, "takeover", directURI, directURI, "libdirect_"+lib, itoa(d.base))
-	t.Logf("direct: %v", direct)
 	const refused = "refused/46"
 	var want map[string]any
 	switch lib {
@@ -270,6 +268,14 @@ func libTakeover(t *testing.T, d libDriver, lib string) {
 		want = map[string]any{"a_lock": "locked", "b_lock_early": "LockException", "b_lock_after_lease": "locked",
 			"a_release_after_takeover": "LockException", "b_release": "released", "c_lock_new": "locked",
 			"c_release_new": "released", "new_value": 6, "final": 7}
+		// The same run straight at the database, which only MongoLocks
+		// is compared with (the others' runs through lockgate are refused
+		// where the database would let the vanished holder through, which
+		// want says): the other libraries' direct runs were only logged,
+		// and waited out their leases for nothing.
+		var direct map[string]any
+		runLib(t, d, &direct, lib, "takeover", directURI, directURI, "libdirect_"+lib, itoa(d.base))
+		t.Logf("direct: %v", direct)
 		if fmt.Sprint(got) != fmt.Sprint(direct) {
 			t.Errorf("through lockgate %v, straight at the database %v", got, direct)
 		}
