@@ -628,27 +628,60 @@ func (s *Store) byID(ctx context.Context, c *mongo.Collection, id string) (*gen,
 	return &g, nil
 }
 
-// heads reads the head documents of rids (one round trip), each replaced
-// by the newest generation after it where it names a holder (newest, one
-// more round trip then): what Holds, Status, List and the background
-// confirmation answer from.
+// heads reads the head documents of rids (readHeads), each replaced by
+// the newest generation after it where it names a holder (newestAll):
+// what Holds, Status, List and the background confirmation answer from.
 func (s *Store) heads(ctx context.Context, rids []string) (map[string]*gen, error) {
-	if len(rids) == 1 {
-		h, err := s.head(ctx, rids[0])
-		if err == nil && h != nil {
-			h, err = s.newest(ctx, rids[0], h)
-		}
-		if err != nil || h == nil {
-			return map[string]*gen{}, err
-		}
-		return map[string]*gen{rids[0]: h}, nil
+	hs, err := s.readHeads(ctx, rids)
+	if err != nil {
+		return nil, err
 	}
+	return hs, s.newestAll(ctx, hs)
+}
+
+// readHeads reads the head documents of rids, keyed by record id (a key
+// without one is absent): by exact _id for up to perKeyReads keys, else
+// with one $in. FerretDB answers only an exact _id filter from the index
+// and scans every head document for a $in (BenchmarkHeadReads).
+func (s *Store) readHeads(ctx context.Context, rids []string) (map[string]*gen, error) {
+	if len(rids) <= perKeyReads {
+		return s.headsByID(ctx, rids)
+	}
+	return s.headsIn(ctx, rids)
+}
+
+// headsIn reads the head documents of rids with one $in.
+func (s *Store) headsIn(ctx context.Context, rids []string) (map[string]*gen, error) {
 	gens, err := s.findGens(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: rids}}}}, nil)
 	if err != nil {
 		return nil, err
 	}
-	hs := headsOf(gens)
-	return hs, s.newestAll(ctx, hs)
+	return headsOf(gens), nil
+}
+
+// headsByID reads the head documents of rids one exact _id read after
+// another. It answers what headsIn does: each key's head as it stood at
+// some moment during the call. A $in promises no more: MongoDB gives no
+// snapshot across the documents of one find (it may yield between them),
+// and nothing here needs one, since no write changes two keys' heads at
+// once and newestAll goes on to read each live key's claims afterwards
+// anyway. The reads are sequential: they are a few milliseconds each, and
+// the store shares its connection pool with the proxied traffic.
+func (s *Store) headsByID(ctx context.Context, rids []string) (map[string]*gen, error) {
+	out := make(map[string]*gen, len(rids))
+	for _, rid := range rids {
+		if _, done := out[rid]; done {
+			continue
+		}
+		h, err := s.head(ctx, rid)
+		if err != nil {
+			return nil, err
+		}
+		if h != nil {
+			out[h.Key] = h
+		}
+	}
+	return out, nil
 }
 
 // perKeyReads is how many keys a read of the claims after their heads
