@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,11 +111,11 @@ func TestHeadsBothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(byID, in) {
-		t.Fatalf("heads by _id and by $in differ:\n%v\n%v", byID, in)
+		t.Fatalf("heads by _id and by $in differ:\n%s\n%s", showHeads(byID), showHeads(in))
 	}
 	// Present: held, freed, forced, again, back; never and gone have none.
 	if len(byID) != 5 {
-		t.Fatalf("%d heads, want 5: %v", len(byID), byID)
+		t.Fatalf("%d heads, want 5: %s", len(byID), showHeads(byID))
 	}
 	if err := s.newestAll(ctx, byID); err != nil {
 		t.Fatal(err)
@@ -122,11 +124,11 @@ func TestHeadsBothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(byID, in) {
-		t.Fatalf("newest heads by _id and by $in differ:\n%v\n%v", byID, in)
+		t.Fatalf("newest heads by _id and by $in differ:\n%s\n%s", showHeads(byID), showHeads(in))
 	}
 	all, err := s.heads(ctx, rids)
 	if err != nil || !reflect.DeepEqual(all, byID) {
-		t.Fatalf("heads = %v, %v; want %v", all, err, byID)
+		t.Fatalf("heads = %s, %v; want %s", showHeads(all), err, showHeads(byID))
 	}
 	for name, owner := range map[string]Owner{"held": a, "again": b, "back": b} {
 		if h := byID[ks(t, ns, ids(t, name))]; h == nil || !h.ownedBy(owner) {
@@ -138,6 +140,25 @@ func TestHeadsBothWays(t *testing.T) {
 			t.Errorf("%s: head %+v, want free", name, h)
 		}
 	}
+}
+
+// showHeads prints hs in key order, each head's generation, kind and
+// holder's app.
+func showHeads(hs map[string]*gen) string {
+	var out []string
+	for rid, h := range hs {
+		if h == nil {
+			out = append(out, rid+": nil")
+			continue
+		}
+		app := "-"
+		if h.Owner != nil {
+			app = h.OwnerApp
+		}
+		out = append(out, fmt.Sprintf("%s: %d %s %s", rid, h.Seq, h.Kind, app))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 // headsConcurrent is headsByID with up to par reads at a time, for
