@@ -689,8 +689,8 @@ func (s *Store) headsByID(ctx context.Context, rids []string) (map[string]*gen, 
 // read of the claims after them (newestAll), reads by exact _id each
 // rather than with one $in: FerretDB answers $in by scanning the
 // collection, which on 5000 claims costs 60-110 exact reads
-// (BenchmarkClaimReads) and on 5000 heads about 25 (BenchmarkHeadReads:
-// 16 exact reads took 0.6 times a $in, 64 took 2.2 times).
+// (BenchmarkClaimReads) and on 5000 heads 25-50 (BenchmarkHeadReads: 16
+// exact reads took 0.5-0.6 times a $in, 64 took 1.9-2.2 times).
 const perKeyReads = 16
 
 // newestAll is newest for every head in hs: by exact reads for a few keys,

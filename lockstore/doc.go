@@ -241,7 +241,7 @@
 //     release, status and `Holds` of up to 16 ids) uses only `_id` lookups
 //     and inserts: the heads of up to `perKeyReads` (16) keys, and the
 //     claims after them, are read one exact `_id` at a time, which beside
-//     5,000 head documents is cheaper than one `$in` up to about 25 keys
+//     5,000 head documents is cheaper than one `$in` up to about 30 keys
 //     (`BenchmarkHeadReads`); more keys are read with one `$in`.
 //     Release-all, the ended-session sweep and the admin list scan.
 //     Measured with 1,000-3,900 other records in the lock collection, even
