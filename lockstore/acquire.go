@@ -628,33 +628,69 @@ func (s *Store) byID(ctx context.Context, c *mongo.Collection, id string) (*gen,
 	return &g, nil
 }
 
-// heads reads the head documents of rids (one round trip), each replaced
-// by the newest generation after it where it names a holder (newest, one
-// more round trip then): what Holds, Status, List and the background
-// confirmation answer from.
+// heads reads the head documents of rids (readHeads), each replaced by
+// the newest generation after it where it names a holder (newestAll):
+// what Holds, Status, List and the background confirmation answer from.
 func (s *Store) heads(ctx context.Context, rids []string) (map[string]*gen, error) {
-	if len(rids) == 1 {
-		h, err := s.head(ctx, rids[0])
-		if err == nil && h != nil {
-			h, err = s.newest(ctx, rids[0], h)
-		}
-		if err != nil || h == nil {
-			return map[string]*gen{}, err
-		}
-		return map[string]*gen{rids[0]: h}, nil
+	hs, err := s.readHeads(ctx, rids)
+	if err != nil {
+		return nil, err
 	}
+	return hs, s.newestAll(ctx, hs)
+}
+
+// readHeads reads the head documents of rids, keyed by record id (a key
+// without one is absent): by exact _id for up to perKeyReads keys, else
+// with one $in. FerretDB answers only an exact _id filter from the index
+// and scans every head document for a $in (BenchmarkHeadReads).
+func (s *Store) readHeads(ctx context.Context, rids []string) (map[string]*gen, error) {
+	if len(rids) <= perKeyReads {
+		return s.headsByID(ctx, rids)
+	}
+	return s.headsIn(ctx, rids)
+}
+
+// headsIn reads the head documents of rids with one $in.
+func (s *Store) headsIn(ctx context.Context, rids []string) (map[string]*gen, error) {
 	gens, err := s.findGens(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: rids}}}}, nil)
 	if err != nil {
 		return nil, err
 	}
-	hs := headsOf(gens)
-	return hs, s.newestAll(ctx, hs)
+	return headsOf(gens), nil
 }
 
-// perKeyReads is how many keys a read of the claims after their heads
-// reads by exact _id each (newestClaim), rather than with one $in: FerretDB
-// answers $in by scanning the claims, which on 5000 claims costs 60-110
-// exact reads (BenchmarkClaimReads).
+// headsByID reads the head documents of rids one exact _id read after
+// another. It answers what headsIn does: each key's head as it stood at
+// some moment during the call. A $in promises no more: MongoDB gives no
+// snapshot across the documents of one find (it may yield between them;
+// FerretDB on SQLite happens to read one statement's snapshot), and
+// nothing here needs one, since no write changes two keys' heads at once
+// and newestAll goes on to read each live key's claims afterwards anyway. The reads go one after another: four at a time gained nothing
+// steady on a 2-core machine (BenchmarkHeadReads, exact4), and the store
+// may share its client's connection pool with the proxied traffic.
+func (s *Store) headsByID(ctx context.Context, rids []string) (map[string]*gen, error) {
+	out := make(map[string]*gen, len(rids))
+	for _, rid := range rids {
+		if _, done := out[rid]; done {
+			continue
+		}
+		h, err := s.head(ctx, rid)
+		if err != nil {
+			return nil, err
+		}
+		if h != nil {
+			out[h.Key] = h
+		}
+	}
+	return out, nil
+}
+
+// perKeyReads is how many keys a read of their heads (readHeads), and a
+// read of the claims after them (newestAll), reads by exact _id each
+// rather than with one $in: FerretDB answers $in by scanning the
+// collection, which on 5000 claims costs 60-110 exact reads
+// (BenchmarkClaimReads) and on 5000 heads 25-50 (BenchmarkHeadReads: 16
+// exact reads took 0.5-0.6 times a $in, 64 took 1.9-2.2 times).
 const perKeyReads = 16
 
 // newestAll is newest for every head in hs: by exact reads for a few keys,

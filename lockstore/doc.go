@@ -235,10 +235,15 @@
 //     indexes, no `Decimal128` storage (a decimal `_id` is canonicalised
 //     correctly but cannot be stored, so locking one fails with
 //     `ErrUnavailable` there; MongoDB is fine).
-//   - Only an exact `_id` filter is answered from an index; everything else
-//     scans. The store's hot path (acquire, renew, release, single-id status
-//     and `Holds`) uses only `_id` lookups and inserts; release-all,
-//     multi-id status, the ended-session sweep and the admin list scan.
+//   - Only an exact `_id` filter is answered from an index; everything else,
+//     `$in` included, scans (`TestClaimReadsPushdown`,
+//     `TestHeadReadsPushdown`). The store's hot path (acquire, renew,
+//     release, status and `Holds` of up to 16 ids) uses only `_id` lookups
+//     and inserts: the heads of up to `perKeyReads` (16) keys, and the
+//     claims after them, are read one exact `_id` at a time, which beside
+//     5,000 head documents is cheaper than one `$in` up to about 30 keys
+//     (`BenchmarkHeadReads`); more keys are read with one `$in`.
+//     Release-all, the ended-session sweep and the admin list scan.
 //     Measured with 1,000-3,900 other records in the lock collection, even
 //     an `_id` lookup there took 90 ms instead of 0.4 ms, so on FerretDB
 //     every operation slows down with the collection's size: deleting idle
