@@ -209,8 +209,10 @@ func (s *Store) releaseEach(ctx context.Context, rids []string, release func(con
 }
 
 // Status describes the locks on ids, in the order of the distinct ids,
-// from the database (one round trip). A lock whose lease has ended is
-// reported as not held.
+// from the database: their heads (heads: one read per id up to
+// perKeyReads ids, one $in above), then the newest claim of each head
+// that names a holder. A lock whose lease has ended is reported as not
+// held.
 func (s *Store) Status(ctx context.Context, owner Owner, ns string, ids []docid.ID) ([]Status, error) {
 	return s.status(ctx, owner, ns, ids, false)
 }
