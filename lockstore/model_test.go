@@ -1,0 +1,436 @@
+package lockstore
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo/options"
+
+	"github.com/lockgate/lockgate/docid"
+)
+
+// The model test drives two Stores on one collection through random
+// sequences of lock operations on a few keys, with an injected clock, the
+// janitor run by hand and head documents moved back by hand, and checks
+// every answer against a model of who holds what. It is what says that
+// the readers' search from a head to the newest claim (newest,
+// newestClaim, rollForward) stays sound whatever mixture of changes,
+// compaction, tombstones and late head writes it meets.
+//
+//	LOCKGATE_MODEL_SEED=n   replays one run (its seed is logged)
+//	LOCKGATE_MODEL_STEPS=n  steps per run (default modelSteps)
+
+// modelSteps keeps the CI run within a few seconds.
+const modelSteps = 120
+
+// modelMaxLate is how far (server time) behind its generation a late head
+// write may land: its writer's claim insert and head write are two round
+// trips of at most OpTimeout each.
+const modelMaxLate = 10 * time.Second
+
+// mHold is one hold as the model sees it.
+type mHold struct {
+	owner int
+	token int64
+	exp   time.Time
+}
+
+// mKey is the model of one lock key.
+type mKey struct {
+	id  docid.ID
+	rid string
+	h   *mHold // nil: free (or never held)
+	// moved says that a head document was moved back since the last
+	// change written through a Store: readers and writers may then fail
+	// closed (not held, busy, not the holder), never the other way.
+	moved     bool
+	lastToken int64 // the highest token granted, across holders
+}
+
+type model struct {
+	t      *testing.T
+	rng    *rand.Rand
+	clock  *fakeClock
+	cfg    Config
+	stores []*Store
+	owners []Owner
+	keys   []*mKey
+	pad    []docid.ID // never locked: make batch reads take the $in path
+	ns     string
+	step   int
+	// lenient counts answers that were wrong for the holder but allowed
+	// because a head was moved back (fail closed), by kind.
+	lenient map[string]int
+}
+
+func modelSeed(t *testing.T) int64 {
+	if v := os.Getenv("LOCKGATE_MODEL_SEED"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("LOCKGATE_MODEL_SEED: %v", err)
+		}
+		return n
+	}
+	return time.Now().UnixNano()
+}
+
+func modelStepCount(t *testing.T) int {
+	if v := os.Getenv("LOCKGATE_MODEL_STEPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("LOCKGATE_MODEL_STEPS: %q", v)
+		}
+		return n
+	}
+	return modelSteps
+}
+
+// TestModelHeadsAndClaims is the randomized model test of the lock
+// store's reading of head documents and claims (see the top of this file).
+func TestModelHeadsAndClaims(t *testing.T) {
+	seed := modelSeed(t)
+	t.Logf("seed %d (replay: LOCKGATE_MODEL_SEED=%d)", seed, seed)
+	m := newModel(t, seed)
+	n := modelStepCount(t)
+	for m.step = 1; m.step <= n && !t.Failed(); m.step++ {
+		m.randomStep()
+		m.check()
+	}
+	if t.Failed() {
+		t.Logf("failed at step %d; replay with LOCKGATE_MODEL_SEED=%d", m.step-1, seed)
+	}
+	t.Logf("%d steps; fail-closed answers allowed by a moved-back head: %v", n, m.lenient)
+}
+
+func newModel(t *testing.T, seed int64) *model {
+	cfg := testConfig(t)
+	cfg.OpTimeout = 5 * time.Second
+	cfg.CleanupAfter = time.Minute
+	cfg.CleanupInterval = -1 // the model runs the janitor
+	cfg.MaxLease = cfg.CleanupAfter
+	cfg.DefaultLease = 5 * time.Second
+	cfg.TakeoverGrace = 2 * time.Second
+	cfg.CacheTrust = 20 * time.Millisecond // short quiesce waits, cache still used
+	cfg.NewcomerHorizon = noMemoryLocks
+	cfg.MinPoll, cfg.MaxPoll = time.Millisecond, 5*time.Millisecond
+	clock := newFakeClock()
+	m := &model{t: t, rng: rand.New(rand.NewSource(seed)), clock: clock, cfg: cfg, ns: "db.c", lenient: map[string]int{}}
+	m.stores = []*Store{openStore(t, cfg, WithClock(clock)), openStore(t, cfg, WithClock(clock))}
+	m.owners = []Owner{newOwner("a"), newOwner("b"), newOwner("c")}
+	for i := range 3 {
+		id := rv(t, fmt.Sprintf("k%d", i))
+		m.keys = append(m.keys, &mKey{id: id, rid: ks(t, m.ns, []docid.ID{id})})
+	}
+	for i := range perKeyReads + 2 {
+		m.pad = append(m.pad, rv(t, i))
+	}
+	return m
+}
+
+func (m *model) now() time.Time { n, _ := m.clock.Now(); return n }
+
+func (m *model) failf(format string, args ...any) {
+	m.t.Helper()
+	m.t.Errorf("step %d: "+format, append([]any{m.step}, args...)...)
+}
+
+// allow records an answer that fails closed for a holder where a head was
+// moved back; without one it is a failure.
+func (m *model) allow(k *mKey, kind, format string, args ...any) {
+	m.t.Helper()
+	if k.moved {
+		m.lenient[kind]++
+		return
+	}
+	m.failf(kind+": "+format, args...)
+}
+
+// liveHolder is the owner whose hold of k has not ended, or -1.
+func (m *model) liveHolder(k *mKey) int {
+	if k.h != nil && k.h.exp.After(m.now()) {
+		return k.h.owner
+	}
+	return -1
+}
+
+func (m *model) randomStep() {
+	s := m.stores[m.rng.Intn(len(m.stores))]
+	o := m.rng.Intn(len(m.owners))
+	k := m.keys[m.rng.Intn(len(m.keys))]
+	switch r := m.rng.Intn(100); {
+	case r < 25:
+		m.acquire(s, o, k, 0)
+	case r < 30:
+		m.acquire(s, o, k, 20*time.Millisecond)
+	case r < 42:
+		m.renew(s, o, k)
+	case r < 54:
+		m.release(s, o, k)
+	case r < 57:
+		m.releaseAll(s, o)
+	case r < 60:
+		m.forceRelease(s, k)
+	case r < 75:
+		m.clock.Advance(time.Duration(m.rng.Int63n(int64(4 * time.Second))))
+	case r < 78:
+		m.janitor(s)
+	case r < 95:
+		m.moveHeadBack(k)
+	default:
+		s.refreshCache(bg)
+	}
+}
+
+func (m *model) lease() time.Duration {
+	if m.rng.Intn(4) == 0 {
+		return m.cfg.MaxLease
+	}
+	return time.Duration(1+m.rng.Intn(8)) * time.Second
+}
+
+func (m *model) grant(k *mKey, o int, l Lock, reentrant bool) {
+	if reentrant {
+		if l.Token != k.h.token {
+			m.failf("re-entrant acquire of %s by %d changed the token %d -> %d", k.rid, o, k.h.token, l.Token)
+		}
+	} else if l.Token <= k.lastToken {
+		m.failf("%s granted to %d with token %d, not above %d granted before", k.rid, o, l.Token, k.lastToken)
+	}
+	k.lastToken = max(k.lastToken, l.Token)
+	k.h = &mHold{owner: o, token: l.Token, exp: l.ExpiresAt}
+	k.moved = false
+}
+
+func (m *model) acquire(s *Store, o int, k *mKey, wait time.Duration) {
+	now := m.now()
+	// Who may keep others out: a holder until TakeoverGrace after its lease.
+	blocker := -1
+	if k.h != nil && k.h.exp.Add(m.cfg.TakeoverGrace).After(now) {
+		blocker = k.h.owner
+	}
+	locks, err := s.Acquire(bg, m.owners[o], m.ns, []docid.ID{k.id}, m.lease(), wait)
+	switch {
+	case err == nil:
+		if blocker != -1 && blocker != o {
+			m.failf("%s granted to %d while %d holds it (lease to %s, now %s)", k.rid, o, blocker, k.h.exp, now)
+		}
+		m.grant(k, o, locks[0], blocker == o)
+	case errors.Is(err, ErrBusy) || errors.Is(err, ErrTimeout):
+		if blocker == -1 || blocker == o {
+			m.allow(k, "acquire refused", "acquire of %s by %d (model holder %d): %v", k.rid, o, blocker, err)
+		}
+	default:
+		m.allow(k, "acquire error", "acquire of %s by %d: %v", k.rid, o, err)
+	}
+}
+
+func (m *model) renew(s *Store, o int, k *mKey) {
+	live := m.liveHolder(k) == o
+	locks, err := s.Renew(bg, m.owners[o], m.ns, []docid.ID{k.id}, m.lease())
+	var nh *NotHolderError
+	switch {
+	case err == nil:
+		if !live {
+			m.failf("renewal of %s by %d, which does not hold it (model %+v)", k.rid, o, k.h)
+			return
+		}
+		if locks[0].Token != k.h.token {
+			m.failf("renewal of %s changed the token %d -> %d", k.rid, k.h.token, locks[0].Token)
+		}
+		k.h.exp = locks[0].ExpiresAt
+		k.moved = false
+	case errors.As(err, &nh):
+		if live {
+			m.allow(k, "holder's renewal refused", "renewal of %s by its holder %d: %v", k.rid, o, err)
+		}
+	default:
+		if live {
+			m.allow(k, "holder's renewal failed", "renewal of %s by its holder %d: %v", k.rid, o, err)
+		}
+	}
+}
+
+func (m *model) release(s *Store, o int, k *mKey) {
+	holds := k.h != nil && k.h.owner == o
+	n, err := s.Release(bg, m.owners[o], m.ns, []docid.ID{k.id}, "")
+	switch {
+	case err != nil:
+		if !errors.Is(err, errContended) && !errors.Is(err, ErrBusy) {
+			// The outcome is unknown: nothing the model can go on from.
+			m.t.Fatalf("step %d: release of %s by %d: %v", m.step, k.rid, o, err)
+		}
+		if holds {
+			m.allow(k, "holder's release failed", "release of %s by %d: %v", k.rid, o, err)
+		}
+	case n == 1:
+		if !holds {
+			m.failf("release of %s by %d, which does not hold it (model %+v)", k.rid, o, k.h)
+		}
+		k.h, k.moved = nil, false
+	case holds:
+		m.allow(k, "holder's release did nothing", "release of %s by its holder %d freed nothing", k.rid, o)
+	}
+}
+
+// releaseAll runs only where no key of o's has a moved-back head: which
+// keys a partial release-all freed is more than the model can tell.
+func (m *model) releaseAll(s *Store, o int) {
+	want := 0
+	for _, k := range m.keys {
+		if k.h != nil && k.h.owner == o {
+			if k.moved {
+				return
+			}
+			want++
+		}
+	}
+	n, err := s.ReleaseAll(bg, m.owners[o], m.ns, "")
+	if err != nil || n != want {
+		m.failf("release-all of %d: %d, %v; the model says %d", o, n, err, want)
+		return
+	}
+	for _, k := range m.keys {
+		if k.h != nil && k.h.owner == o {
+			k.h, k.moved = nil, false
+		}
+	}
+}
+
+func (m *model) forceRelease(s *Store, k *mKey) {
+	_, err := s.ForceRelease(bg, m.ns, k.id, "model")
+	if err != nil {
+		if !errors.Is(err, errContended) && !errors.Is(err, ErrBusy) {
+			m.t.Fatalf("step %d: force-release of %s: %v", m.step, k.rid, err)
+		}
+		m.allow(k, "force-release failed", "force-release of %s: %v", k.rid, err)
+		return
+	}
+	if k.h != nil || k.lastToken != 0 {
+		k.lastToken++ // the force-release's own token
+	}
+	k.h, k.moved = nil, false
+}
+
+// janitor moves the clock by about CleanupAfter and runs compaction and
+// the deletion of idle keys, as the background janitor would.
+func (m *model) janitor(s *Store) {
+	m.clock.Advance(m.cfg.CleanupAfter - 5*time.Second + time.Duration(m.rng.Int63n(int64(20*time.Second))))
+	if _, err := s.Cleanup(bg); err != nil {
+		m.t.Fatalf("step %d: cleanup: %v", m.step, err)
+	}
+	if _, err := s.CollectHeads(bg); err != nil {
+		m.t.Fatalf("step %d: collect heads: %v", m.step, err)
+	}
+}
+
+// moveHeadBack writes the head document of k as a late head write would:
+// one of its claims whose writer may still be writing (younger than
+// modelMaxLate), not a tombstone (the janitor writes no head).
+func (m *model) moveHeadBack(k *mKey) {
+	st := m.stores[0]
+	var cands []gen
+	cur, err := st.claims.Find(bg, bson.D{{Key: "key", Value: k.rid}, {Key: "kind", Value: bson.D{{Key: "$ne", Value: kindGC}}},
+		{Key: "at", Value: bson.D{{Key: "$gt", Value: m.now().Add(-modelMaxLate)}}}})
+	if err == nil {
+		err = cur.All(bg, &cands)
+	}
+	if err != nil {
+		m.t.Fatalf("step %d: claims of %s: %v", m.step, k.rid, err)
+	}
+	if len(cands) == 0 {
+		return
+	}
+	g := cands[m.rng.Intn(len(cands))]
+	if _, err := st.coll.ReplaceOne(bg, bson.D{{Key: "_id", Value: k.rid}}, g.asHead(), options.Replace().SetUpsert(true)); err != nil {
+		m.t.Fatalf("step %d: head of %s: %v", m.step, k.rid, err)
+	}
+	k.moved = true
+}
+
+// check asks every Store what it knows of every key and compares.
+func (m *model) check() {
+	m.t.Helper()
+	all := make([]docid.ID, 0, len(m.keys)+len(m.pad))
+	for _, k := range m.keys {
+		all = append(all, k.id)
+	}
+	all = append(all, m.pad...)
+	neutral := newOwner("x")
+	for si, s := range m.stores {
+		for _, k := range m.keys {
+			live := m.liveHolder(k)
+			for o := range m.owners {
+				ok, _, err := s.Holds(bg, m.owners[o], m.ns, []docid.ID{k.id}, 0)
+				switch {
+				case ok && o != live:
+					m.failf("s%d: Holds(%d, %s) true; model holder %d (%+v)", si+1, o, k.rid, live, k.h)
+				case !ok && o == live:
+					m.allow(k, "Holds false for the holder", "s%d: Holds(%d, %s) false, %v", si+1, o, k.rid, err)
+				case err != nil:
+					m.failf("s%d: Holds(%d, %s): %v", si+1, o, k.rid, err)
+				}
+			}
+			m.checkStatus(si, k, live, false, []docid.ID{k.id}, neutral)
+			m.checkStatus(si, k, live, true, []docid.ID{k.id}, neutral)
+		}
+		m.checkStatusAll(si, all, neutral, false)
+		m.checkStatusAll(si, all, neutral, true)
+	}
+}
+
+func (m *model) checkStatus(si int, k *mKey, live int, confirmed bool, idv []docid.ID, x Owner) {
+	m.t.Helper()
+	sts, err := m.status(si, confirmed, idv, x)
+	if err != nil {
+		m.failf("s%d: status (confirmed %v) of %s: %v", si+1, confirmed, k.rid, err)
+		return
+	}
+	m.compare(si, k, live, confirmed, sts[0])
+}
+
+func (m *model) checkStatusAll(si int, all []docid.ID, x Owner, confirmed bool) {
+	m.t.Helper()
+	sts, err := m.status(si, confirmed, all, x)
+	if err != nil || len(sts) != len(all) {
+		m.failf("s%d: status (confirmed %v) of %d keys: %d, %v", si+1, confirmed, len(all), len(sts), err)
+		return
+	}
+	for i, k := range m.keys {
+		m.compare(si, k, m.liveHolder(k), confirmed, sts[i])
+	}
+	for i := len(m.keys); i < len(all); i++ {
+		if sts[i].Held {
+			m.failf("s%d: padding key %v held", si+1, sts[i].ID)
+		}
+	}
+}
+
+func (m *model) status(si int, confirmed bool, idv []docid.ID, x Owner) ([]Status, error) {
+	if confirmed {
+		return m.stores[si].ConfirmedStatus(bg, x, m.ns, idv)
+	}
+	return m.stores[si].Status(bg, x, m.ns, idv)
+}
+
+// compare checks one Status against the model: held only by the live
+// holder; not held where the model has one only if a head was moved back,
+// and never for ConfirmedStatus (the insert check lets a write through on
+// "not held").
+func (m *model) compare(si int, k *mKey, live int, confirmed bool, st Status) {
+	m.t.Helper()
+	switch {
+	case st.Held && (live == -1 || st.Holder.SessionPrefix != SessionPrefix(m.owners[live].Session)):
+		m.failf("s%d: status (confirmed %v) of %s shows holder %s token %d; model holder %d (%+v)",
+			si+1, confirmed, k.rid, st.Holder.SessionPrefix, st.Token, live, k.h)
+	case !st.Held && live != -1 && confirmed:
+		m.failf("s%d: confirmed status of %s not held; model holder %d (%+v)", si+1, k.rid, live, k.h)
+	case !st.Held && live != -1:
+		m.allow(k, "status not held", "s%d: status of %s not held; model holder %d", si+1, k.rid, live)
+	}
+}
