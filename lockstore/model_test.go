@@ -337,6 +337,11 @@ func (m *model) janitor(s *Store) {
 		}
 	}
 	m.clock.Advance(m.cfg.CleanupAfter - 5*time.Second + time.Duration(m.rng.Int63n(int64(20*time.Second))))
+	// The caches age in local time, which the fake clock does not move:
+	// in a real minute they would no longer be built on (guess).
+	for _, st := range m.stores {
+		st.cache.staleAll()
+	}
 	if _, err := s.Cleanup(bg); err != nil {
 		m.t.Fatalf("step %d: cleanup: %v", m.step, err)
 	}
