@@ -183,8 +183,10 @@ func (m *model) randomStep() {
 		m.clock.Advance(time.Duration(m.rng.Int63n(int64(4 * time.Second))))
 	case r < 78:
 		m.janitor(s)
-	case r < 95:
+	case r < 90:
 		m.moveHeadBack(k)
+	case r < 95:
+		m.plantRelic(k)
 	default:
 		s.refreshCache(bg)
 	}
@@ -372,6 +374,38 @@ func (m *model) moveHeadBack(k *mKey) {
 		m.t.Fatalf("step %d: head of %s: %v", m.step, k.rid, err)
 	}
 	k.moved = true
+}
+
+// plantRelic puts a tombstone of a previous life of k (CollectHeads'
+// relic) some generations ahead of its newest claim, as the janitor
+// leaves one when it buries a key that is then started afresh: older
+// than the current life's first claim, which must still exist to say so.
+func (m *model) plantRelic(k *mKey) {
+	st := m.stores[0]
+	var cs []gen
+	cur, err := st.claims.Find(bg, bson.D{{Key: "key", Value: k.rid}})
+	if err == nil {
+		err = cur.All(bg, &cs)
+	}
+	if err != nil {
+		m.t.Fatalf("step %d: claims of %s: %v", m.step, k.rid, err)
+	}
+	var first *gen
+	var top int64
+	for i := range cs {
+		if cs[i].Seq == 1 && cs[i].Kind != kindGC {
+			first = &cs[i]
+		}
+		top = max(top, cs[i].Seq)
+	}
+	if first == nil {
+		return
+	}
+	seq := top + 1 + m.rng.Int63n(12)
+	relic := &gen{ID: genID(k.rid, seq), Key: k.rid, Seq: seq, NS: m.ns, Kind: kindGC, At: first.At.Add(-time.Millisecond)}
+	if _, err := st.insert(bg, opCleanup, relic); err != nil {
+		m.t.Fatalf("step %d: relic of %s: %v", m.step, k.rid, err)
+	}
 }
 
 // check asks every Store what it knows of every key and compares.
