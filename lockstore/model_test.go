@@ -51,6 +51,7 @@ type mKey struct {
 	// closed (not held, busy, not the holder), never the other way.
 	moved     bool
 	lastToken int64 // the highest token granted, across holders
+	saved     *gen  // the head before it was moved back (nil: none)
 }
 
 type model struct {
@@ -171,21 +172,21 @@ func (m *model) randomStep() {
 		m.acquire(s, o, k, 0)
 	case r < 30:
 		m.acquire(s, o, k, 20*time.Millisecond)
-	case r < 42:
+	case r < 40:
 		m.renew(s, o, k)
-	case r < 54:
+	case r < 52:
 		m.release(s, o, k)
-	case r < 57:
+	case r < 55:
 		m.releaseAll(s, o)
-	case r < 60:
+	case r < 58:
 		m.forceRelease(s, k)
-	case r < 75:
+	case r < 70:
 		m.clock.Advance(time.Duration(m.rng.Int63n(int64(4 * time.Second))))
-	case r < 78:
+	case r < 76:
 		m.janitor(s)
-	case r < 90:
+	case r < 88:
 		m.moveHeadBack(k)
-	case r < 95:
+	case r < 96:
 		m.plantRelic(k)
 	default:
 		s.refreshCache(bg)
@@ -328,14 +329,21 @@ func (m *model) forceRelease(s *Store, k *mKey) {
 // A head moved back and left so until compaction deletes the claims after
 // it misleads writers: they build on it and grant its successor's token
 // again (TestStaleHeadAfterCompaction). Until that is fixed the janitor
-// runs only while no head is moved back, unless
-// LOCKGATE_MODEL_STALE_JANITOR=1.
+// first puts moved-back heads back as the last change wrote them (the
+// late writes were less late), unless LOCKGATE_MODEL_STALE_JANITOR=1.
 func (m *model) janitor(s *Store) {
 	if os.Getenv("LOCKGATE_MODEL_STALE_JANITOR") != "1" {
 		for _, k := range m.keys {
-			if k.moved {
-				return
+			switch {
+			case !k.moved:
+			case k.saved != nil:
+				m.writeHead(k, *k.saved)
+			default:
+				if _, err := m.stores[0].coll.DeleteOne(bg, bson.D{{Key: "_id", Value: k.rid}}); err != nil {
+					m.t.Fatalf("step %d: head of %s: %v", m.step, k.rid, err)
+				}
 			}
+			k.moved, k.saved = false, nil
 		}
 	}
 	m.clock.Advance(m.cfg.CleanupAfter - 5*time.Second + time.Duration(m.rng.Int63n(int64(20*time.Second))))
@@ -369,11 +377,22 @@ func (m *model) moveHeadBack(k *mKey) {
 	if len(cands) == 0 {
 		return
 	}
-	g := cands[m.rng.Intn(len(cands))]
-	if _, err := st.coll.ReplaceOne(bg, bson.D{{Key: "_id", Value: k.rid}}, g.asHead(), options.Replace().SetUpsert(true)); err != nil {
+	if !k.moved {
+		// The head the last change wrote, for the janitor to put back.
+		h, err := st.head(bg, k.rid)
+		if err != nil {
+			m.t.Fatalf("step %d: head of %s: %v", m.step, k.rid, err)
+		}
+		k.saved = h
+	}
+	m.writeHead(k, cands[m.rng.Intn(len(cands))])
+	k.moved = true
+}
+
+func (m *model) writeHead(k *mKey, g gen) {
+	if _, err := m.stores[0].coll.ReplaceOne(bg, bson.D{{Key: "_id", Value: k.rid}}, g.asHead(), options.Replace().SetUpsert(true)); err != nil {
 		m.t.Fatalf("step %d: head of %s: %v", m.step, k.rid, err)
 	}
-	k.moved = true
 }
 
 // plantRelic puts a tombstone of a previous life of k (CollectHeads'
@@ -393,7 +412,10 @@ func (m *model) plantRelic(k *mKey) {
 	var first *gen
 	var top int64
 	for i := range cs {
-		if cs[i].Seq == 1 && cs[i].Kind != kindGC {
+		if cs[i].Kind == kindGC {
+			return // one relic at a time: an older one is compacted first
+		}
+		if cs[i].Seq == 1 {
 			first = &cs[i]
 		}
 		top = max(top, cs[i].Seq)
@@ -401,11 +423,12 @@ func (m *model) plantRelic(k *mKey) {
 	if first == nil {
 		return
 	}
-	seq := top + 1 + m.rng.Int63n(12)
+	seq := top + 1 + m.rng.Int63n(6)
 	relic := &gen{ID: genID(k.rid, seq), Key: k.rid, Seq: seq, NS: m.ns, Kind: kindGC, At: first.At.Add(-time.Millisecond)}
 	if _, err := st.insert(bg, opCleanup, relic); err != nil {
 		m.t.Fatalf("step %d: relic of %s: %v", m.step, k.rid, err)
 	}
+	m.t.Logf("step %d: relic of %s at %d, newest claim %d, model %+v", m.step, k.rid, seq, top, k.h)
 }
 
 // check asks every Store what it knows of every key and compares.
