@@ -557,3 +557,54 @@ func TestStaleHeadAfterCompaction(t *testing.T) {
 		t.Errorf("c was granted token %d after b's %d", ct, bt)
 	}
 }
+
+// TestStaleFreeHeadBuried is the janitor's side of the same gap: b's
+// hold (renewed 4 s after a's release, lease CleanupAfter) is live, but
+// the head document was moved back to a's release by a late write, and
+// the claims between them are compacted first. CollectHeads takes the
+// stale free head for an idle key, its tombstone lands on a compacted
+// generation, and the head is deleted: ConfirmedStatus then says "not
+// held" and c is granted the key b holds. Known and not fixed yet; it
+// runs with LOCKGATE_KNOWN_BUGS=1.
+func TestStaleFreeHeadBuried(t *testing.T) {
+	if os.Getenv("LOCKGATE_KNOWN_BUGS") != "1" {
+		t.Skip("known bug: a moved-back free head is buried under a live hold (LOCKGATE_KNOWN_BUGS=1 runs it)")
+	}
+	cfg := testConfig(t)
+	cfg.CleanupAfter, cfg.MaxLease, cfg.OpTimeout = time.Minute, time.Minute, 5*time.Second
+	cfg.CleanupInterval = -1
+	clock := newFakeClock()
+	s := openStore(t, cfg, WithClock(clock))
+	a, b, c := newOwner("a"), newOwner("b"), newOwner("c")
+	const ns = "db.c"
+	key := ids(t, "k")
+	rid := ks(t, ns, key)
+	mustAcquire(t, s, a, ns, key, 5*time.Second, 0)
+	if n, err := s.Release(bg, a, ns, key, ""); n != 1 || err != nil {
+		t.Fatalf("a's release: %d %v", n, err)
+	}
+	released, err := s.claim(bg, rid, 2)
+	if err != nil || released == nil {
+		t.Fatalf("a's release claim: %+v %v", released, err)
+	}
+	mustAcquire(t, s, b, ns, key, 5*time.Second, 0)
+	clock.Advance(4 * time.Second)
+	if _, err := s.Renew(bg, b, ns, key, cfg.MaxLease); err != nil {
+		t.Fatal(err)
+	}
+	// a's release's head write lands last, 4 s late.
+	if err := s.writeHead(bg, opRelease, released); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(cfg.CleanupAfter - 2*time.Second) // b's lease has 2 s left
+	s.cache.remove(rid)
+	if _, err := s.CollectHeads(bg); err != nil {
+		t.Fatal(err)
+	}
+	if sts, err := s.ConfirmedStatus(bg, c, ns, key); err != nil || !sts[0].Held {
+		t.Errorf("ConfirmedStatus: %+v %v; b holds the key", sts, err)
+	}
+	if _, err := s.Acquire(bg, c, ns, key, 5*time.Second, 0); err == nil {
+		t.Error("c was granted the key b holds")
+	}
+}
