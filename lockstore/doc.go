@@ -93,12 +93,14 @@
 // decide on the head as read: the claims refuse whatever a stale head
 // would wrongly allow.
 // A head that shows no holder, or an ended hold, is not checked: it can
-// only make a reader say "not held". One exception remains: a head moved
-// back behind a claim that compaction has deleted already (older than
-// `CleanupAfter`) is not noticed; its hold must then have been granted
-// with a lease longer than `CleanupAfter` to still count, which keeping
-// `maxLeaseMS` no longer than `cleanupAfter` (both 10 min by default)
-// rules out.
+// only make a reader say "not held". Compaction keeps the claims after a
+// key's head (compactClaims): a head moved back behind them stays
+// noticeable until a writer moves it past them. Without that, a stale
+// head read as current handed out a token again, or, free, let a second
+// owner take a key held under a younger claim
+// (`TestStaleHeadAfterCompaction`, `TestStaleFreeHeadAfterCompaction`).
+// Where the server has TTL indexes (MongoDB), the claims' TTL index
+// deletes claims by age whatever the heads say, and that gap stays.
 //
 // Claims are **compacted**: the janitor (every `CleanupInterval`) deletes
 // claims older than `CleanupAfter` (default 10 min, at least 1 min and 12 x

@@ -2,9 +2,11 @@ package lockstore
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
 )
@@ -46,15 +48,11 @@ func (s *Store) CollectHeads(ctx context.Context) (int, error) {
 	// claim of a key whose head is older than the horizon goes with them,
 	// so a key started afresh never meets a claim of its previous life
 	// but the tombstone.
-	err := s.rt(ctx, opCleanup, func(ctx context.Context) error {
-		_, err := s.claims.DeleteMany(ctx, bson.D{{Key: "at", Value: bson.D{{Key: "$lt", Value: horizon}}}})
-		return err
-	})
-	if err != nil {
-		return 0, s.storeErr(ctx, opCleanup, err)
+	if _, err := s.compactClaims(ctx, horizon); err != nil {
+		return 0, err
 	}
 	var idle []gen
-	err = s.rt(ctx, opCleanup, func(ctx context.Context) error {
+	err := s.rt(ctx, opCleanup, func(ctx context.Context) error {
 		cur, err := s.coll.Find(ctx, bson.D{{Key: "head", Value: true}, {Key: "owner", Value: nil}, {Key: "at", Value: bson.D{{Key: "$lt", Value: horizon}}}},
 			options.Find().SetLimit(maxCollectPerPass))
 		if err != nil {
@@ -110,4 +108,81 @@ func afterTombstone(h, t *gen, cleanupAfter time.Duration) *gen {
 		return &skip
 	}
 	return nil
+}
+
+// compactClaims deletes the claims older than horizon, but not those of a
+// generation after their key's head document. A head is replaced by _id
+// alone, so a late head write (a renewal or release overtaken by newer
+// generations) can leave the head behind its claims; readers go on from
+// it to the newest claim (newest), which they can do only while the claim
+// right after the head exists. Compaction must not delete it: with it
+// gone, the stale head read as current gave its token out again, or let a
+// second owner take a lock held under a later claim
+// (TestStaleHeadAfterCompaction, TestStaleFreeHeadAfterCompaction). Those
+// claims stay until a writer moves the head past them; the key's head is
+// not collected meanwhile (its tombstone's insert meets the claim). A
+// head read after the claims were listed can only be newer, which keeps
+// more; a late head write that lands meanwhile names a generation whose
+// claims are seconds old, not older than horizon.
+func (s *Store) compactClaims(ctx context.Context, horizon time.Time) (int64, error) {
+	old := bson.D{{Key: "at", Value: bson.D{{Key: "$lt", Value: horizon}}}}
+	var claims []struct {
+		ID  string `bson:"_id"`
+		Key string `bson:"key"`
+		Seq int64  `bson:"seq"`
+	}
+	err := s.rt(ctx, opCleanup, func(ctx context.Context) error {
+		cur, err := s.claims.Find(ctx, old, options.Find().SetProjection(bson.D{{Key: "key", Value: 1}, {Key: "seq", Value: 1}}))
+		if err != nil {
+			return err
+		}
+		return cur.All(ctx, &claims)
+	})
+	if err != nil {
+		return 0, s.storeErr(ctx, opCleanup, err)
+	}
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	newest := make(map[string]int64, len(claims))
+	for _, c := range claims {
+		if c.Seq > newest[c.Key] {
+			newest[c.Key] = c.Seq
+		}
+	}
+	rids := make([]string, 0, len(newest))
+	for rid := range newest {
+		rids = append(rids, rid)
+	}
+	// Only the keys whose old claims may run past their head: a head at
+	// or after a key's newest old claim leaves nothing to keep.
+	hs := make(map[string]*gen, len(rids))
+	for start := 0; start < len(rids); start += 1000 {
+		batch, err := s.readHeads(ctx, rids[start:min(start+1000, len(rids))])
+		if err != nil {
+			return 0, err
+		}
+		maps.Copy(hs, batch)
+	}
+	var keep []string
+	for _, c := range claims {
+		if h := hs[c.Key]; h != nil && c.Seq > h.Seq {
+			keep = append(keep, c.ID)
+		}
+	}
+	filter := old
+	if len(keep) > 0 {
+		filter = bson.D{old[0], {Key: "_id", Value: bson.D{{Key: "$nin", Value: keep}}}}
+		s.log.Info("compaction keeps claims after their key's head (a head moved back by a late write)", zap.Int("claims", len(keep)))
+	}
+	var res *mongo.DeleteResult
+	err = s.rt(ctx, opCleanup, func(ctx context.Context) error {
+		var err error
+		res, err = s.claims.DeleteMany(ctx, filter)
+		return err
+	})
+	if err != nil {
+		return 0, s.storeErr(ctx, opCleanup, err)
+	}
+	return res.DeletedCount, nil
 }

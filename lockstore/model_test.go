@@ -327,13 +327,15 @@ func (m *model) forceRelease(s *Store, k *mKey) {
 // janitor moves the clock by about CleanupAfter and runs compaction and
 // the deletion of idle keys, as the background janitor would.
 //
-// A head moved back and left so until compaction deletes the claims after
-// it misleads writers: they build on it and grant its successor's token
-// again (TestStaleHeadAfterCompaction, TestStaleFreeHeadAfterCompaction). Until that is fixed the janitor
-// first puts moved-back heads back as the last change wrote them (the
-// late writes were less late), unless LOCKGATE_MODEL_STALE_JANITOR=1.
+// It runs over moved-back heads as they are: compaction keeps the claims
+// after a key's head (compactClaims). Before it did, a head moved back and
+// left so until compaction deleted the claims after it misled writers
+// (TestStaleHeadAfterCompaction, TestStaleFreeHeadAfterCompaction).
+// LOCKGATE_MODEL_REPAIR_JANITOR=1 has the janitor first put moved-back
+// heads back as the last change wrote them, the workaround the model used
+// while that was so.
 func (m *model) janitor(s *Store) {
-	if os.Getenv("LOCKGATE_MODEL_STALE_JANITOR") != "1" {
+	if os.Getenv("LOCKGATE_MODEL_REPAIR_JANITOR") == "1" {
 		for _, k := range m.keys {
 			switch {
 			case !k.moved:
@@ -523,12 +525,9 @@ func (m *model) compare(si int, k *mKey, live int, confirmed bool, st Status) {
 // showed the head stale. The next acquirer builds on the stale head, takes
 // a's ended hold over with a's token + 1 and inserts a generation whose
 // claim is gone: b's token is handed out a second time (docs/LOCKS.md:
-// tokens strictly increase per key). Known and not fixed yet; it runs
-// with LOCKGATE_KNOWN_BUGS=1.
+// tokens strictly increase per key). Compaction now keeps the claims
+// after a key's head (compactClaims).
 func TestStaleHeadAfterCompaction(t *testing.T) {
-	if os.Getenv("LOCKGATE_KNOWN_BUGS") != "1" {
-		t.Skip("known bug: a moved-back head outlives the claims after it (LOCKGATE_KNOWN_BUGS=1 runs it)")
-	}
 	cfg := testConfig(t)
 	cfg.CleanupAfter, cfg.MaxLease, cfg.OpTimeout = time.Minute, time.Minute, 5*time.Second
 	cfg.CleanupInterval = -1
@@ -588,12 +587,9 @@ func TestStaleHeadAfterCompaction(t *testing.T) {
 // free head, inserts the compacted generation: c is granted the key b
 // holds. (docs say a head moved back behind a compacted claim matters
 // only for a hold longer than CleanupAfter; b's, not the head's, is the
-// one that counts.) Known and not fixed yet; it runs with
-// LOCKGATE_KNOWN_BUGS=1.
+// one that counts.) Compaction now keeps the claims after a key's head
+// (compactClaims).
 func TestStaleFreeHeadAfterCompaction(t *testing.T) {
-	if os.Getenv("LOCKGATE_KNOWN_BUGS") != "1" {
-		t.Skip("known bug: compaction under a moved-back free head hides a live hold (LOCKGATE_KNOWN_BUGS=1 runs it)")
-	}
 	cfg := testConfig(t)
 	cfg.CleanupAfter, cfg.MaxLease, cfg.OpTimeout = time.Minute, time.Minute, 5*time.Second
 	cfg.CleanupInterval = -1

@@ -11,7 +11,6 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
 )
@@ -504,17 +503,12 @@ func (s *Store) Cleanup(ctx context.Context) (int, error) {
 	}
 	now, unc := s.clock.Now()
 	horizon := now.Add(-unc - s.cfg.CleanupAfter)
-	var res *mongo.DeleteResult
-	err := s.rt(ctx, opCleanup, func(ctx context.Context) error {
-		var err error
-		res, err = s.claims.DeleteMany(ctx, bson.D{{Key: "at", Value: bson.D{{Key: "$lt", Value: horizon}}}})
-		return err
-	})
+	n, err := s.compactClaims(ctx, horizon)
 	if err != nil {
-		return 0, s.storeErr(ctx, opCleanup, err)
+		return 0, err
 	}
-	s.m.cleaned.Add(float64(res.DeletedCount))
-	return int(res.DeletedCount), nil
+	s.m.cleaned.Add(float64(n))
+	return int(n), nil
 }
 
 func (s *Store) debug(op, ns string, owner Owner, fields ...zap.Field) {
