@@ -665,9 +665,10 @@ func (s *Store) headsIn(ctx context.Context, rids []string) (map[string]*gen, er
 // snapshot across the documents of one find (it may yield between them;
 // FerretDB on SQLite happens to read one statement's snapshot), and
 // nothing here needs one, since no write changes two keys' heads at once
-// and newestAll goes on to read each live key's claims afterwards anyway. The reads go one after another: four at a time gained nothing
-// steady on a 2-core machine (BenchmarkHeadReads, exact4), and the store
-// may share its client's connection pool with the proxied traffic.
+// and newestAll goes on to read each live key's claims afterwards anyway.
+// The reads go one after another: four at a time gained nothing steady on
+// a 2-core machine (BenchmarkHeadReads, exact4), and the store may share
+// its client's connection pool with the proxied traffic.
 func (s *Store) headsByID(ctx context.Context, rids []string) (map[string]*gen, error) {
 	out := make(map[string]*gen, len(rids))
 	for _, rid := range rids {
