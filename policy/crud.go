@@ -156,7 +156,7 @@ func deleteLimit(v bsoncore.Value) (multi bool, err error) {
 	if v.Type == 0 {
 		return false, fmt.Errorf("limit is missing")
 	}
-	n, ok := integral(v)
+	n, ok := wire.Integral(v)
 	if !ok || (n != 0 && n != 1) {
 		return false, fmt.Errorf("limit must be 0 or 1, got %v", v)
 	}
@@ -271,7 +271,7 @@ func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []namespace
 	default:
 		w.Kind = KindDelete
 	}
-	n, ok := integral(v)
+	n, ok := wire.Integral(v)
 	if !ok || n < 0 || n >= int64(len(nss)) {
 		return Write{}, refuse(NSAll, "bulkWrite ops[%d]: nsInfo index %v is not an index into the %d nsInfo entries", i, v, len(nss))
 	}

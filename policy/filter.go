@@ -513,21 +513,3 @@ func truthy(v bsoncore.Value, name string) (bool, error) {
 		return false, fmt.Errorf("%s is a %v, not a boolean", name, v.Type)
 	}
 }
-
-// integral returns the value of an int32, an int64 or an integral double.
-func integral(v bsoncore.Value) (int64, bool) {
-	switch v.Type {
-	case bson.TypeInt32:
-		return int64(v.Int32()), true
-	case bson.TypeInt64:
-		return v.Int64(), true
-	case bson.TypeDouble:
-		f := v.Double()
-		if f != math.Trunc(f) || math.IsInf(f, 0) || math.Abs(f) > 1<<53 {
-			return 0, false
-		}
-		return int64(f), true
-	default:
-		return 0, false
-	}
-}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // maxDepth matches the server's default nesting limit; it also bounds the
@@ -169,4 +171,24 @@ func docSize(b []byte) (int, error) {
 		return 0, fmt.Errorf("document length %d out of bounds (%d left)", n, len(b))
 	}
 	return n, nil
+}
+
+// Integral returns the value of an int32, an int64 or a double that holds
+// a whole number exactly (at most 2^53 away from zero): how the server
+// reads a count or a number of milliseconds that a driver may send as any
+// numeric type.
+func Integral(v bsoncore.Value) (int64, bool) {
+	switch v.Type {
+	case bson.TypeInt32:
+		return int64(v.Int32()), true
+	case bson.TypeInt64:
+		return v.Int64(), true
+	case bson.TypeDouble:
+		f := v.Double()
+		if f != math.Trunc(f) || math.IsInf(f, 0) || math.Abs(f) > 1<<53 {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	return 0, false
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -96,7 +95,7 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *refuse.Error) 
 				return nil, refuse.BadArg(mongoerr.BadValue, "%s: ids: %v", cmd.Name, err)
 			}
 		case "leaseMS", "waitMS":
-			ms, ok := millis(v)
+			ms, ok := wire.Integral(v)
 			if !ok {
 				return nil, refuse.BadArg(mongoerr.TypeMismatch, "%s: %s must be a whole number of milliseconds, got %s", cmd.Name, key, docid.Format(bson.RawValue{Type: v.Type, Value: v.Data}))
 			}
@@ -135,23 +134,6 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *refuse.Error) 
 		return nil, refuse.BadArg(mongoerr.BadValue, "%s: missing ids: name the _id values to lock, e.g. {%s: %q, ids: [1, 2]}", cmd.Name, cmd.Name, coll)
 	}
 	return a, nil
-}
-
-// millis reads a whole number of milliseconds from any numeric BSON type.
-func millis(v bsoncore.Value) (int64, bool) {
-	switch v.Type {
-	case bson.TypeInt32:
-		return int64(v.Int32()), true
-	case bson.TypeInt64:
-		return v.Int64(), true
-	case bson.TypeDouble:
-		f := v.Double()
-		if f != math.Trunc(f) || math.IsInf(f, 0) || math.Abs(f) > 1<<53 {
-			return 0, false
-		}
-		return int64(f), true
-	}
-	return 0, false
 }
 
 // Stage answers the lock commands (acquireLock, releaseLock, renewLock,
