@@ -153,12 +153,18 @@ func TestUpstreamRestartMidTraffic(t *testing.T) {
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
-				switch p {
-				case 0:
+				switch {
+				case p == 0:
 					okBefore[w].Add(1)
-				case 2:
+				case startPhase == 2 && p == 2:
+					// Begun after FerretDB had stopped and ended before
+					// it was started again: no database could have
+					// acknowledged it. (An operation begun before the
+					// stop may have been acknowledged before it, the
+					// phase read here after a pause of this goroutine;
+					// CI saw one so counted once.)
 					okWhileDown.Add(1)
-				case 3:
+				case p == 3:
 					okAfter[w].Add(1)
 				}
 			}
