@@ -28,27 +28,15 @@ func TestHeadMovedBackHoldsNobody(t *testing.T) {
 			key := ids(t, "k")
 			mustAcquire(t, s[0], a, ns, key, time.Minute, 0)
 
-			paused, gate := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			s[0].testHookHead = func(g *gen) {
-				if g.Kind == kindRenew && g.Via == s[0].via {
-					once.Do(func() { close(paused) })
-					<-gate
-				}
-			}
-			renewed := make(chan error, 1)
-			go func() {
+			landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
 				_, err := s[0].Renew(bg, a, ns, key, time.Minute)
-				renewed <- err
-			}()
-			<-paused
-			s[0].testHookHead = nil
+				return err
+			})
 			if n, err := s[c.release].Release(bg, a, ns, key, ""); n != 1 || err != nil {
 				t.Fatalf("a's release: %d %v", n, err)
 			}
 			mustAcquire(t, s[1], b, ns, key, time.Minute, 0)
-			close(gate)
-			if err := <-renewed; err != nil {
+			if err := landRenewal(); err != nil {
 				t.Logf("the overtaken renewal: %v", err)
 			}
 
@@ -71,5 +59,28 @@ func TestHeadMovedBackHoldsNobody(t *testing.T) {
 				t.Error("c acquired the key b holds")
 			}
 		})
+	}
+}
+
+// holdHeadWrite runs write, whose head write of the given kind through s
+// is held until the returned land is called: land lets it go and returns
+// write's error. The head write lands after whatever the test does
+// meanwhile, as a late write would.
+func holdHeadWrite(s *Store, kind string, write func() error) (land func() error) {
+	paused, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.testHookHead = func(g *gen) {
+		if g.Kind == kind && g.Via == s.via {
+			once.Do(func() { close(paused) })
+			<-gate
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- write() }()
+	<-paused
+	s.testHookHead = nil
+	return func() error {
+		close(gate)
+		return <-done
 	}
 }

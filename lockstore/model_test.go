@@ -6,7 +6,6 @@ import (
 	"math/rand"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -528,38 +527,21 @@ func (m *model) compare(si int, k *mKey, live int, confirmed bool, st Status) {
 // tokens strictly increase per key). Compaction now keeps the claims
 // after a key's head (compactClaims).
 func TestStaleHeadAfterCompaction(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.CleanupAfter, cfg.MaxLease, cfg.OpTimeout = time.Minute, time.Minute, 5*time.Second
-	cfg.CleanupInterval = -1
-	cfg.NewcomerHorizon = noMemoryLocks
-	clock := newFakeClock()
-	s := []*Store{openStore(t, cfg, WithClock(clock)), openStore(t, cfg, WithClock(clock))}
+	cfg, clock, s := compactionStores(t)
 	a, b, c := newOwner("a"), newOwner("b"), newOwner("c")
 	const ns = "db.c"
 	key := ids(t, "k")
 	mustAcquire(t, s[0], a, ns, key, 5*time.Second, 0)
 
-	paused, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	s[0].testHookHead = func(g *gen) {
-		if g.Kind == kindRenew && g.Via == s[0].via {
-			once.Do(func() { close(paused) })
-			<-gate
-		}
-	}
-	renewed := make(chan error, 1)
-	go func() {
+	landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
 		_, err := s[0].Renew(bg, a, ns, key, 5*time.Second)
-		renewed <- err
-	}()
-	<-paused
-	s[0].testHookHead = nil
+		return err
+	})
 	if n, err := s[1].Release(bg, a, ns, key, ""); n != 1 || err != nil {
 		t.Fatalf("a's release: %d %v", n, err)
 	}
 	bt := mustAcquire(t, s[1], b, ns, key, 5*time.Second, 0)[0].Token
-	close(gate)
-	if err := <-renewed; err != nil {
+	if err := landRenewal(); err != nil {
 		t.Logf("the overtaken renewal: %v", err)
 	}
 
@@ -590,40 +572,23 @@ func TestStaleHeadAfterCompaction(t *testing.T) {
 // one that counts.) Compaction now keeps the claims after a key's head
 // (compactClaims).
 func TestStaleFreeHeadAfterCompaction(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.CleanupAfter, cfg.MaxLease, cfg.OpTimeout = time.Minute, time.Minute, 5*time.Second
-	cfg.CleanupInterval = -1
-	cfg.NewcomerHorizon = noMemoryLocks
-	clock := newFakeClock()
-	s := []*Store{openStore(t, cfg, WithClock(clock)), openStore(t, cfg, WithClock(clock))}
+	cfg, clock, s := compactionStores(t)
 	a, b, c := newOwner("a"), newOwner("b"), newOwner("c")
 	const ns = "db.c"
 	key := ids(t, "k")
 	mustAcquire(t, s[0], a, ns, key, time.Second, 0)
 	clock.Advance(2 * time.Second) // a's lease has ended
 
-	paused, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	s[0].testHookHead = func(g *gen) {
-		if g.Kind == kindRelease && g.Via == s[0].via {
-			once.Do(func() { close(paused) })
-			<-gate
-		}
-	}
-	released := make(chan error, 1)
-	go func() {
+	landRelease := holdHeadWrite(s[0], kindRelease, func() error {
 		_, err := s[0].Release(bg, a, ns, key, "")
-		released <- err
-	}()
-	<-paused
-	s[0].testHookHead = nil
+		return err
+	})
 	mustAcquire(t, s[1], b, ns, key, 5*time.Second, 0)
 	clock.Advance(4 * time.Second)
 	if _, err := s[1].Renew(bg, b, ns, key, cfg.MaxLease); err != nil {
 		t.Fatal(err)
 	}
-	close(gate)
-	if err := <-released; err != nil {
+	if err := landRelease(); err != nil {
 		t.Logf("the overtaken release: %v", err)
 	}
 
@@ -640,4 +605,16 @@ func TestStaleFreeHeadAfterCompaction(t *testing.T) {
 	if _, err := s[1].Acquire(bg, c, ns, key, 5*time.Second, 0); err == nil {
 		t.Error("c was granted the key b holds")
 	}
+}
+
+// compactionStores opens two stores on one collection and one fake clock,
+// with CleanupAfter and MaxLease a minute and no background janitor: the
+// tests move the clock and compact by hand.
+func compactionStores(t *testing.T) (Config, *fakeClock, []*Store) {
+	cfg := testConfig(t)
+	cfg.CleanupAfter, cfg.MaxLease, cfg.OpTimeout = time.Minute, time.Minute, 5*time.Second
+	cfg.CleanupInterval = -1
+	cfg.NewcomerHorizon = noMemoryLocks
+	clock := newFakeClock()
+	return cfg, clock, []*Store{openStore(t, cfg, WithClock(clock)), openStore(t, cfg, WithClock(clock))}
 }
