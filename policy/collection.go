@@ -1,12 +1,9 @@
 package policy
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/lockgate/lockgate/namespace"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // Collection writes: commands that replace, rename, drop or fill whole
@@ -171,7 +168,12 @@ func classifyCopyDB(c *command) ([]Write, error) {
 // elsewhere, so any document key "$out"/"$merge" at any depth counts.
 func classifyAggregate(c *command) ([]Write, error) {
 	if c.agg.usable(c) {
-		return c.agg.ws, c.agg.err
+		if c.agg.err != nil {
+			// A refusal stands alone, as below: the writes found
+			// before it are not all the request's.
+			return nil, c.agg.err
+		}
+		return c.agg.ws, nil
 	}
 	// Documents reads the body array or a kind-1 section alike, and
 	// refuses two pipelines.
@@ -187,135 +189,6 @@ func classifyAggregate(c *command) ([]Write, error) {
 		return nil, a.err
 	}
 	return a.ws, nil
-}
-
-// aggScan finds the writes of an aggregation pipeline: every $out and
-// $merge at any depth (in $facet, in sub-pipelines, anywhere a stage
-// could hide one), each targeting a namespace of db, the command's
-// database. The first target that cannot be read ends the scan (err).
-type aggScan struct {
-	db  string
-	ws  []Write
-	err error
-	// The walk's scan (walkPipeline): wanted for an aggregate; walked
-	// once it scanned the body's first pipeline, clean when that was an
-	// array of documents read to its end, as Documents reads it.
-	wanted, walked, clean bool
-}
-
-// doc scans one document (a stage, or a value inside one).
-func (a *aggScan) doc(d []byte) {
-	it := iterate(d)
-	for a.err == nil {
-		k, v, ok := it.next()
-		if !ok {
-			break
-		}
-		a.field(k, v)
-	}
-	if it.bad && a.err == nil {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
-	}
-}
-
-// field scans one field k with value v of a document of the pipeline.
-func (a *aggScan) field(k []byte, v bsoncore.Value) {
-	switch string(k) {
-	case "$out":
-		ns, err := outTarget(a.db, v)
-		if err != nil {
-			a.err = refuse(NSAll, "aggregate $out: %v", err)
-			return
-		}
-		a.ws = append(a.ws, collWrite(ns, WhatOut))
-	case "$merge":
-		ns, err := mergeTarget(a.db, v)
-		if err != nil {
-			a.err = refuse(NSAll, "aggregate $merge: %v", err)
-			return
-		}
-		a.ws = append(a.ws, collWrite(ns, WhatMerge))
-	}
-	if v.Type == bson.TypeEmbeddedDocument || v.Type == bson.TypeArray {
-		a.doc(v.Data)
-	}
-}
-
-// usable reports whether the walk's scan is what classifyAggregate's own
-// would find: the walk read the whole body, which names one pipeline,
-// the one scanned, and no document sequence does.
-func (a *aggScan) usable(c *command) bool {
-	if !a.wanted || !a.walked || !a.clean || !c.complete {
-		return false
-	}
-	for i := range c.found[:c.nfound] {
-		if f := &c.found[i]; f.field == "pipeline" && f.n != 1 {
-			return false
-		}
-	}
-	for _, s := range c.Sequences {
-		if s.Identifier == "pipeline" {
-			return false
-		}
-	}
-	return true
-}
-
-// outTarget: "$out": "coll" or {db, coll} (db defaults to the command's).
-func outTarget(db string, v bsoncore.Value) (string, error) {
-	if s, ok := v.StringValueOK(); ok {
-		if s == "" {
-			return "", fmt.Errorf("empty collection name")
-		}
-		return db + "." + s, nil
-	}
-	return dbCollTarget(db, v, "db", "coll")
-}
-
-// dbCollTarget reads {<dbKey>: "db", <collKey>: "coll"}.
-func dbCollTarget(db string, v bsoncore.Value, dbKey, collKey string) (string, error) {
-	d, ok := v.DocumentOK()
-	if !ok {
-		return "", fmt.Errorf("target is a %v, neither a string nor a document", v.Type)
-	}
-	f, err := fieldsOf(d, dbKey, collKey)
-	if err != nil {
-		return "", err
-	}
-	if f[0].Type != 0 {
-		s, ok := f[0].StringValueOK()
-		if !ok || s == "" {
-			return "", fmt.Errorf("%s is not a non-empty string", dbKey)
-		}
-		db = s
-	}
-	s, ok := f[1].StringValueOK()
-	if !ok || s == "" {
-		return "", fmt.Errorf("%s is not a non-empty string", collKey)
-	}
-	return db + "." + s, nil
-}
-
-// mergeTarget: "$merge": "coll" or {into: "coll" | {db, coll}, ...}.
-func mergeTarget(db string, v bsoncore.Value) (string, error) {
-	if s, ok := v.StringValueOK(); ok {
-		if s == "" {
-			return "", fmt.Errorf("empty collection name")
-		}
-		return db + "." + s, nil
-	}
-	d, ok := v.DocumentOK()
-	if !ok {
-		return "", fmt.Errorf("$merge is a %v, neither a string nor a document", v.Type)
-	}
-	f, err := fieldsOf(d, "into")
-	if err != nil {
-		return "", err
-	}
-	if f[0].Type == 0 {
-		return "", fmt.Errorf("no into")
-	}
-	return outTarget(db, f[0])
 }
 
 // classifyMapReduce: out is a collection name (replace), {inline: 1} (no
