@@ -20,8 +20,10 @@ func classifyCollectionCommand(c *command) ([]Write, error) {
 // classifyFullNamespaceCommand: {cloneCollection: "db.coll", from: host}
 // and {cleanupOrphaned: "db.coll"} (run on admin) name a full namespace.
 func classifyFullNamespaceCommand(c *command) ([]Write, error) {
-	if s, ok := firstValue(c.Body).StringValueOK(); ok && strings.Contains(s, ".") {
-		return []Write{collWrite(s, c.Name)}, nil
+	if s, ok := firstValue(c.Body).StringValueOK(); ok {
+		if n, ok := namespace.Split(s); ok {
+			return []Write{collWrite(n, c.Name)}, nil
+		}
 	}
 	return nil, refuse(DBNamespace(c.DB), "%s: namespace is not <db>.<collection>", c.Name)
 }
@@ -79,15 +81,16 @@ func classifyRename(c *command) ([]Write, error) {
 	keys := c.Spec().FullNamespaces // source, target
 	f, err := fieldsOf(c.Body, keys...)
 	if err != nil {
-		return nil, refuse(NSAll, "%s: %v", c.Name, err)
+		return nil, refuse(anyNS(), "%s: %v", c.Name, err)
 	}
 	var ws []Write
 	for i, v := range f[:2] {
 		s, ok := v.StringValueOK()
-		if _, valid := namespace.Parse(s); !ok || !valid {
-			return nil, refuse(NSAll, "%s: %s is not a <db>.<collection> string", c.Name, keys[i])
+		n, valid := namespace.Parse(s)
+		if !ok || !valid {
+			return nil, refuse(anyNS(), "%s: %s is not a <db>.<collection> string", c.Name, keys[i])
 		}
-		ws = append(ws, collWrite(s, WhatRenameCollection))
+		ws = append(ws, collWrite(n, WhatRenameCollection))
 	}
 	return ws, nil
 }
@@ -101,7 +104,7 @@ func classifyCloneAsCapped(c *command) ([]Write, error) {
 	if !ok || s == "" {
 		return nil, refuse(DBNamespace(c.DB), "cloneCollectionAsCapped: toCollection is not a non-empty string")
 	}
-	return []Write{collWrite(c.DB+"."+s, WhatCloneCollectionAsCapped)}, nil
+	return []Write{collWrite(namespace.New(c.DB, s), WhatCloneCollectionAsCapped)}, nil
 }
 
 // classifyCollMod: collMod writes no document itself, except when it makes
@@ -153,11 +156,11 @@ func classifyCreateIndexes(c *command) ([]Write, error) {
 func classifyCopyDB(c *command) ([]Write, error) {
 	f, err := fieldsOf(c.Body, "todb")
 	if err != nil {
-		return nil, refuse(NSAll, "copydb: %v", err)
+		return nil, refuse(anyNS(), "copydb: %v", err)
 	}
 	s, ok := f[0].StringValueOK()
 	if !ok || s == "" {
-		return nil, refuse(NSAll, "copydb: todb is not a non-empty string")
+		return nil, refuse(anyNS(), "copydb: todb is not a non-empty string")
 	}
 	return []Write{collWrite(DBNamespace(s), WhatCopyDB)}, nil
 }
@@ -208,7 +211,7 @@ func classifyMapReduce(c *command) ([]Write, error) {
 		if s == "" {
 			return nil, refuse(ns, "%s: empty out collection", c.Name)
 		}
-		return []Write{collWrite(c.DB+"."+s, WhatMapReduce)}, nil
+		return []Write{collWrite(namespace.New(c.DB, s), WhatMapReduce)}, nil
 	}
 	d, ok := v.DocumentOK()
 	if !ok {
@@ -216,13 +219,13 @@ func classifyMapReduce(c *command) ([]Write, error) {
 	}
 	g, err := fieldsOf(d, "replace", "merge", "reduce", "db", "inline")
 	if err != nil {
-		return nil, refuse(NSAll, "%s out: %v", c.Name, err)
+		return nil, refuse(anyNS(), "%s out: %v", c.Name, err)
 	}
 	db := c.DB
 	if g[3].Type != 0 {
 		s, ok := g[3].StringValueOK()
 		if !ok || s == "" {
-			return nil, refuse(NSAll, "%s: out.db is not a non-empty string", c.Name)
+			return nil, refuse(anyNS(), "%s: out.db is not a non-empty string", c.Name)
 		}
 		db = s
 	}
@@ -235,7 +238,7 @@ func classifyMapReduce(c *command) ([]Write, error) {
 		if !ok || s == "" {
 			return nil, refuse(DBNamespace(db), "%s: out.%s is not a non-empty string", c.Name, mode)
 		}
-		ws = append(ws, collWrite(db+"."+s, WhatMapReduce))
+		ws = append(ws, collWrite(namespace.New(db, s), WhatMapReduce))
 	}
 	if ws == nil && g[4].Type == 0 {
 		return nil, refuse(DBNamespace(db), "%s: out names no output mode", c.Name)
@@ -252,34 +255,34 @@ func classifyMapReduce(c *command) ([]Write, error) {
 func classifyApplyOps(c *command) ([]Write, error) {
 	ops, err := c.Documents(c.Name)
 	if err != nil {
-		return nil, refuse(NSAll, "%v", err)
+		return nil, refuse(anyNS(), "%v", err)
 	}
 	if ops == nil {
-		return nil, refuse(NSAll, "%s is not an array of documents", c.Name)
+		return nil, refuse(anyNS(), "%s is not an array of documents", c.Name)
 	}
 	var ws []Write
-	seen := map[string]bool{}
-	add := func(ns string) {
-		if !seen[ns] {
-			seen[ns] = true
-			ws = append(ws, collWrite(ns, WhatApplyOps))
+	seen := map[namespace.Namespace]bool{}
+	add := func(n namespace.Namespace) {
+		if !seen[n] {
+			seen[n] = true
+			ws = append(ws, collWrite(n, WhatApplyOps))
 		}
 	}
 	for _, op := range ops {
 		f, err := fieldsOf(op, "op", "ns", "ui")
 		if err != nil {
-			add(NSAll)
+			add(anyNS())
 			continue
 		}
 		kind, _ := f[0].StringValueOK()
-		ns, nsOK := f[1].StringValueOK()
-		n, valid := namespace.Parse(ns)
+		s, nsOK := f[1].StringValueOK()
+		n, valid := namespace.Parse(s)
 		switch {
 		case kind == "n" && f[2].Type == 0:
 		case (kind == "i" || kind == "u" || kind == "d") && f[2].Type == 0 && nsOK && valid && !strings.HasPrefix(n.Collection(), "$cmd"):
-			add(ns)
+			add(n)
 		default:
-			add(NSAll)
+			add(anyNS())
 		}
 	}
 	return ws, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -79,7 +80,7 @@ func (w walker) pipeline(db string, v bsoncore.Value, a *aggScan) {
 		}
 	}
 	if it.bad && a.on() {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+		a.err = refuse(anyNS(), "aggregate: unreadable pipeline")
 	}
 }
 
@@ -99,7 +100,7 @@ func (w walker) stageDoc(db string, stage bsoncore.Document, a *aggScan) {
 		}
 	}
 	if it.bad && a.on() {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+		a.err = refuse(anyNS(), "aggregate: unreadable pipeline")
 	}
 }
 
@@ -203,7 +204,7 @@ func (w walker) lookup(db string, spec bsoncore.Document, a *aggScan) {
 		}
 	}
 	if it.bad && a.on() {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+		a.err = refuse(anyNS(), "aggregate: unreadable pipeline")
 	}
 	// A field given twice is read as its last value by the server's own
 	// parsers of these stages, as its first by Lookup: either could be
@@ -248,7 +249,7 @@ func (w walker) unionWith(db string, spec bsoncore.Document, a *aggScan) {
 		}
 	}
 	if it.bad && a.on() {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+		a.err = refuse(anyNS(), "aggregate: unreadable pipeline")
 	}
 	if pipe.twice || it.bad {
 		w.unknown()
@@ -278,8 +279,8 @@ func (w walker) outStage(db string, spec bsoncore.Document, a *aggScan) {
 	r := readNS(spec, a)
 	w.dbColl(db, r)
 	if at.on {
-		ns, err := r.target(a.db)
-		a.wrote(at, ns, err, WhatOut)
+		n, err := r.target(a.db)
+		a.wrote(at, n, err, WhatOut)
 	}
 }
 
@@ -308,7 +309,7 @@ func (w walker) merge(db string, spec bsoncore.Document, a *aggScan) {
 		}
 	}
 	if it.bad && a.on() {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+		a.err = refuse(anyNS(), "aggregate: unreadable pipeline")
 	}
 	switch {
 	case into.twice || it.bad:
@@ -324,7 +325,7 @@ func (w walker) merge(db string, spec bsoncore.Document, a *aggScan) {
 		return
 	}
 	// mergeTarget's reading, from what the walk read.
-	var ns string
+	var n namespace.Namespace
 	var err error
 	switch {
 	case into.twice:
@@ -334,11 +335,11 @@ func (w walker) merge(db string, spec bsoncore.Document, a *aggScan) {
 	case into.v.Type == 0:
 		err = errors.New("no into")
 	case into.v.Type == bson.TypeEmbeddedDocument:
-		ns, err = intoNS.target(a.db)
+		n, err = intoNS.target(a.db)
 	default:
-		ns, err = outTarget(a.db, into.v)
+		n, err = outTarget(a.db, into.v)
 	}
-	a.wrote(at, ns, err, WhatMerge)
+	a.wrote(at, n, err, WhatMerge)
 }
 
 // changeStream walks a $changeStream's spec. One over the whole
@@ -362,7 +363,7 @@ func (w walker) changeStream(spec bsoncore.Document, a *aggScan) {
 		}
 	}
 	if it.bad && a.on() {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+		a.err = refuse(anyNS(), "aggregate: unreadable pipeline")
 	}
 	if all.twice || it.bad || !isFalse(all.v) {
 		w.unknown()
@@ -383,7 +384,7 @@ func (w walker) facet(db string, facets bsoncore.Document, a *aggScan) {
 		w.pipeline(db, p, a)
 	}
 	if it.bad && a.on() {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+		a.err = refuse(anyNS(), "aggregate: unreadable pipeline")
 	}
 }
 
@@ -437,14 +438,14 @@ func readNS(d bsoncore.Document, a *aggScan) (r nsFields) {
 			r.err = errUnreadable
 		}
 		if a.on() {
-			a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+			a.err = refuse(anyNS(), "aggregate: unreadable pipeline")
 		}
 	}
 	return r
 }
 
 // target is dbCollTarget's reading of r.
-func (r nsFields) target(db string) (string, error) {
+func (r nsFields) target(db string) (namespace.Namespace, error) {
 	return nsTarget(db, r.f[0], r.f[1], r.err)
 }
 
@@ -507,7 +508,7 @@ func (a *aggScan) doc(d []byte) {
 		a.field(k, v)
 	}
 	if it.bad && a.err == nil {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
+		a.err = refuse(anyNS(), "aggregate: unreadable pipeline")
 	}
 }
 
@@ -524,19 +525,19 @@ func (a *aggScan) field(k []byte, v bsoncore.Value) {
 func (a *aggScan) head(k []byte, v bsoncore.Value) bool {
 	switch string(k) {
 	case "$out":
-		ns, err := outTarget(a.db, v)
+		n, err := outTarget(a.db, v)
 		if err != nil {
-			a.err = refuse(NSAll, "aggregate $out: %v", err)
+			a.err = refuse(anyNS(), "aggregate $out: %v", err)
 			return false
 		}
-		a.ws = append(a.ws, collWrite(ns, WhatOut))
+		a.ws = append(a.ws, collWrite(n, WhatOut))
 	case "$merge":
-		ns, err := mergeTarget(a.db, v)
+		n, err := mergeTarget(a.db, v)
 		if err != nil {
-			a.err = refuse(NSAll, "aggregate $merge: %v", err)
+			a.err = refuse(anyNS(), "aggregate $merge: %v", err)
 			return false
 		}
-		a.ws = append(a.ws, collWrite(ns, WhatMerge))
+		a.ws = append(a.ws, collWrite(n, WhatMerge))
 	}
 	return true
 }
@@ -580,14 +581,14 @@ func (a *aggScan) settle(at mark, n int, later error) {
 	}
 }
 
-// wrote records a $out's or $merge's own write, ns or the refusal err, at
-// at, before what the scan found inside its spec.
-func (a *aggScan) wrote(at mark, ns string, err error, what string) {
+// wrote records a $out's or $merge's own write, on n or the refusal err,
+// at at, before what the scan found inside its spec.
+func (a *aggScan) wrote(at mark, n namespace.Namespace, err error, what string) {
 	if err != nil {
-		a.err = refuse(NSAll, "aggregate %s: %v", what, err)
+		a.err = refuse(anyNS(), "aggregate %s: %v", what, err)
 		return
 	}
-	a.ws = append(a.ws, collWrite(ns, what))
+	a.ws = append(a.ws, collWrite(n, what))
 	a.settle(at, len(a.ws)-1, a.err)
 }
 
@@ -612,21 +613,21 @@ func (a *aggScan) usable(c *command) bool {
 }
 
 // outTarget: "$out": "coll" or {db, coll} (db defaults to the command's).
-func outTarget(db string, v bsoncore.Value) (string, error) {
+func outTarget(db string, v bsoncore.Value) (namespace.Namespace, error) {
 	if s, ok := v.StringValueOK(); ok {
 		if s == "" {
-			return "", fmt.Errorf("empty collection name")
+			return namespace.Namespace{}, fmt.Errorf("empty collection name")
 		}
-		return db + "." + s, nil
+		return namespace.New(db, s), nil
 	}
 	return dbCollTarget(db, v)
 }
 
 // dbCollTarget reads {db: "db", coll: "coll"}.
-func dbCollTarget(db string, v bsoncore.Value) (string, error) {
+func dbCollTarget(db string, v bsoncore.Value) (namespace.Namespace, error) {
 	d, ok := v.DocumentOK()
 	if !ok {
-		return "", fmt.Errorf("target is a %v, neither a string nor a document", v.Type)
+		return namespace.Namespace{}, fmt.Errorf("target is a %v, neither a string nor a document", v.Type)
 	}
 	f, err := fieldsOf(d, "db", "coll")
 	return nsTarget(db, f[0], f[1], err)
@@ -634,42 +635,42 @@ func dbCollTarget(db string, v bsoncore.Value) (string, error) {
 
 // nsTarget is the namespace of {db, coll} read as fieldsOf read it (err),
 // its db defaulting to db.
-func nsTarget(db string, fdb, fcoll bsoncore.Value, err error) (string, error) {
+func nsTarget(db string, fdb, fcoll bsoncore.Value, err error) (namespace.Namespace, error) {
 	if err != nil {
-		return "", err
+		return namespace.Namespace{}, err
 	}
 	if fdb.Type != 0 {
 		s, ok := fdb.StringValueOK()
 		if !ok || s == "" {
-			return "", fmt.Errorf("db is not a non-empty string")
+			return namespace.Namespace{}, fmt.Errorf("db is not a non-empty string")
 		}
 		db = s
 	}
 	s, ok := fcoll.StringValueOK()
 	if !ok || s == "" {
-		return "", fmt.Errorf("coll is not a non-empty string")
+		return namespace.Namespace{}, fmt.Errorf("coll is not a non-empty string")
 	}
-	return db + "." + s, nil
+	return namespace.New(db, s), nil
 }
 
 // mergeTarget: "$merge": "coll" or {into: "coll" | {db, coll}, ...}.
-func mergeTarget(db string, v bsoncore.Value) (string, error) {
+func mergeTarget(db string, v bsoncore.Value) (namespace.Namespace, error) {
 	if s, ok := v.StringValueOK(); ok {
 		if s == "" {
-			return "", fmt.Errorf("empty collection name")
+			return namespace.Namespace{}, fmt.Errorf("empty collection name")
 		}
-		return db + "." + s, nil
+		return namespace.New(db, s), nil
 	}
 	d, ok := v.DocumentOK()
 	if !ok {
-		return "", fmt.Errorf("$merge is a %v, neither a string nor a document", v.Type)
+		return namespace.Namespace{}, fmt.Errorf("$merge is a %v, neither a string nor a document", v.Type)
 	}
 	f, err := fieldsOf(d, "into")
 	if err != nil {
-		return "", err
+		return namespace.Namespace{}, err
 	}
 	if f[0].Type == 0 {
-		return "", fmt.Errorf("no into")
+		return namespace.Namespace{}, fmt.Errorf("no into")
 	}
 	return outTarget(db, f[0])
 }

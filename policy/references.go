@@ -92,7 +92,7 @@ func (w walker) command(db string, body bsoncore.Document, first string, top *co
 		own := namespace.New(db, s)
 		w.p.add(own, Named)
 		if top != nil && first != "" && !own.IsUnknown() {
-			top.own = own.String()
+			top.own = own
 		}
 		if n, ok := namespace.Parse(s); ok {
 			w.p.add(n, Named)
