@@ -21,10 +21,11 @@ import (
 //
 // Both readings must come out as they would apart (FuzzPlanOnePass holds
 // them to it): the walk's references in its own order, the scan's writes
-// and first refusal in document order. Where the walk needs a field
-// before the fields that precede it (a $lookup's pipeline runs on the
-// database its from names, which may come later), the scan of that field
-// is placed where the document has it (mark).
+// and first refusal in document order. Where the walk reads a field
+// later than fields that follow it (a $lookup's pipeline runs on the
+// database its from names, which may come after it; an $out's own write
+// is known once its whole spec is read), what the scan finds there is
+// placed where the document has it (mark).
 
 // walkPipeline is pipeline for an aggregate's own pipeline, read once for
 // the walk and the classifier's scan a. It reports whether the pipeline
