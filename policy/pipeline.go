@@ -128,16 +128,16 @@ func (w walker) stage(db string, k []byte, sv bsoncore.Value, a *aggScan) {
 			w.outStage(db, spec, a)
 			return
 		}
-		if s, ok := sv.StringValueOK(); ok {
-			w.visit(db, s)
+		if w.namedTarget(db, sv, a, WhatOut) {
+			return
 		}
 	case "$merge":
 		if isDoc {
 			w.merge(db, spec, a)
 			return
 		}
-		if s, ok := sv.StringValueOK(); ok {
-			w.visit(db, s)
+		if w.namedTarget(db, sv, a, WhatMerge) {
+			return
 		}
 	case "$changeStream":
 		if isDoc {
@@ -155,6 +155,23 @@ func (w walker) stage(db string, k []byte, sv bsoncore.Value, a *aggScan) {
 	if a.on() {
 		a.field(k, sv)
 	}
+}
+
+// namedTarget walks a $out or $merge whose spec sv names a collection of
+// db as a string, and has the scan write what there, on the walk's
+// namespace, when it is the scan's target too. It reports whether the
+// scan is done with the field.
+func (w walker) namedTarget(db string, sv bsoncore.Value, a *aggScan, what string) bool {
+	s, ok := sv.StringValueOK()
+	if !ok {
+		return false
+	}
+	n := w.visit(db, s)
+	if !a.on() || !a.same(db, s) {
+		return false
+	}
+	a.ws = append(a.ws, collWrite(n, what))
+	return true
 }
 
 // once is a spec field the walk reads: its first value, and whether the
@@ -293,6 +310,7 @@ func (w walker) merge(db string, spec bsoncore.Document, a *aggScan) {
 	at := a.mark()
 	var into once
 	var intoNS nsFields
+	var named namespace.Namespace // into as the walk named it, a string
 	it := iterate(spec)
 	for {
 		k, v, ok := it.next()
@@ -319,7 +337,10 @@ func (w walker) merge(db string, spec bsoncore.Document, a *aggScan) {
 		w.dbColl(db, intoNS)
 	default:
 		if s, ok := into.v.StringValueOK(); ok {
-			w.visit(db, s)
+			named = w.visit(db, s)
+			if !a.same(db, s) {
+				named = namespace.Namespace{}
+			}
 		}
 	}
 	if !at.on {
@@ -337,6 +358,8 @@ func (w walker) merge(db string, spec bsoncore.Document, a *aggScan) {
 		err = errors.New("no into")
 	case into.v.Type == bson.TypeEmbeddedDocument:
 		n, err = intoNS.target(a.db)
+	case !named.IsZero():
+		n = named
 	default:
 		n, err = outTarget(a.db, into.v)
 	}
@@ -497,6 +520,12 @@ type aggScan struct {
 
 // on reports whether a scans and has not ended.
 func (a *aggScan) on() bool { return a != nil && a.err == nil }
+
+// same reports whether the target that outTarget reads from collection
+// coll, run on db, is the namespace the walk named for it (db is the
+// command's, which a sub-pipeline's need not be), so that the scan takes
+// the walk's instead of reading and building it again.
+func (a *aggScan) same(db, coll string) bool { return a != nil && db == a.db && coll != "" }
 
 // doc scans one document (a stage, or a value inside one).
 func (a *aggScan) doc(d []byte) {

@@ -25,6 +25,7 @@ func pipelineCases(t testing.TB) map[string][]byte {
 		"lookup pipeline first":          {{{"$lookup", D{{"pipeline", sub}, {"from", "o"}, {"as", "x"}}}}},
 		"lookup from db coll":            {{{"$lookup", D{{"from", D{{"db", "other"}, {"coll", "o"}}}, {"pipeline", A{D{{"$lookup", D{{"from", "deep"}, {"pipeline", A{D{{"$out", "z"}}}}}}}}}}}}},
 		"lookup pipeline before db":      {{{"$lookup", D{{"pipeline", A{D{{"$unionWith", "u"}}, D{{"$out", "p"}}}}, {"from", D{{"coll", "o"}, {"db", "other"}}}}}}},
+		"lookup from db merges":          {{{"$lookup", D{{"from", D{{"db", "other"}, {"coll", "o"}}}, {"pipeline", A{D{{"$merge", D{{"into", "m"}}}}, D{{"$merge", "m2"}}, D{{"$out", ""}}}}}}}},
 		"lookup from twice":              {{{"$lookup", D{{"from", "a"}, {"pipeline", sub}, {"from", "b"}}}}},
 		"lookup from doc twice":          {{{"$lookup", D{{"from", D{{"db", "d"}, {"coll", "c"}}}, {"pipeline", sub}, {"from", D{{"coll", D{{"$out", "f"}}}}}}}}},
 		"lookup pipeline twice":          {{{"$lookup", D{{"from", "o"}, {"pipeline", sub}, {"pipeline", A{D{{"$out", "p2"}}}}}}}},

@@ -68,7 +68,12 @@ func walkReferences(p *Plan, cmd *wire.Command) {
 // walker records what it walks into its plan.
 type walker struct{ p *Plan }
 
-func (w walker) visit(db, coll string) { w.p.add(namespace.New(db, coll), Named) }
+// visit records collection coll of db, and returns its namespace.
+func (w walker) visit(db, coll string) namespace.Namespace {
+	n := namespace.New(db, coll)
+	w.p.add(n, Named)
+	return n
+}
 
 func (w walker) unknown() { w.p.add(namespace.Unknown(), Named) }
 
