@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/guard/reqplan"
+	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -322,7 +323,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		g.fenceInserts(ctx, v, o, hasSession)
 	}
 	if hasSession {
-		v.inTxn = inTransaction(req.Command)
+		v.inTxn = txn.In(req.Command)
 	}
 	if v.inTxn && !v.enforcedViolation() {
 		g.recordTxn(ctx, req, v, o, inserts)

@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -213,7 +214,7 @@ func (g *Guard) schemeEnforce(ctx context.Context, req *proxy.Request, pol *poli
 		}
 	}
 	if len(ops) > 0 && ops[0].step.Kind == policy.StepAcquire && ops[0].rule.Scheme.Type != config.SchemeLockCollection &&
-		req.Command != nil && inTransaction(req.Command) {
+		req.Command != nil && txn.In(req.Command) {
 		// lockgate reads the document back to see whether the acquire
 		// took the lock, and a transaction's writes are invisible to
 		// that read until the commit.
