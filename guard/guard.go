@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/lockcmd"
+	"github.com/lockgate/lockgate/guard/scheme"
 	"github.com/lockgate/lockgate/guard/sessions"
 	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
@@ -190,8 +191,9 @@ type Guard struct {
 	// txns is the transaction check (package txn), built once from the
 	// guard's parts (txn.go).
 	txns *txn.Check
-	// schemes serialises scheme lock acquires per key (scheme.go).
-	schemes schemeKeys
+	// schemes enforce the locking schemes (package scheme), built once
+	// from the guard's parts (scheme.go).
+	schemes *scheme.Schemes
 
 	// testImplicit, when set (tests only), sees each write's implicit
 	// locks being taken (implicit.go).
@@ -199,9 +201,6 @@ type Guard struct {
 	// testCommitChecked, when set (tests only), runs when a commit's
 	// locks were checked, before it is launched (txn.Config.Checked).
 	testCommitChecked func()
-	// testScheme, when set (tests only), sees scheme steps between their
-	// reads and their lock store calls (schemelockcoll.go).
-	testScheme *schemeTestHooks
 
 	// boundary is the first stage (package boundary), built once from the
 	// guard's options.
@@ -270,6 +269,7 @@ func New(opts Options) *Guard {
 	g.authority = authority.New(opts.AuthRequired)
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.txns = g.newTxnCheck()
+	g.schemes = g.newSchemes()
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
 	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)
