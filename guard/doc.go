@@ -15,11 +15,13 @@
 // The guard is a chain of stages (Guard.Stages, docs/ARCHITECTURE.md):
 // the boundary (package guard/boundary), the lock commands (package
 // guard/lockcmd), the sessions (package guard/sessions, with the
-// transaction check in txn.go) and enforcement (enforce.go and the files
-// it names). The stage packages, and the units below them (guard/authority
-// for what a caller may do, guard/inflight for the writes in flight,
-// guard/fence for the document fence's reply check,
-// guard/refuse for refusals, guard/reqplan for the request's plan), are
+// transaction check, package guard/txn) and enforcement (enforce.go and
+// the files it names, with the locking schemes, package guard/scheme).
+// The stage packages, and the units below them (guard/authority for what
+// a caller may do, guard/inflight for the writes in flight, guard/fence
+// for the document fence's reply check, guard/txn for the transaction
+// check, guard/scheme for the locking schemes, guard/refuse for
+// refusals, guard/reqplan for the request's plan), are
 // built from explicit dependencies and import nothing of this package;
 // this package builds them in New.
 //

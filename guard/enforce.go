@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/guard/reqplan"
+	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -32,10 +33,10 @@ import (
 const (
 	reasonNotLocked          = "not_locked"
 	reasonHeldByOther        = "held_by_other"
-	reasonInsertLocked       = "insert_locked"
-	reasonCollectionWrite    = "collection_write"
-	reasonUnclassifiable     = "unclassifiable"
-	reasonTooManyCandidates  = "too_many_candidates"
+	reasonInsertLocked       = refuse.ReasonInsertLocked
+	reasonCollectionWrite    = refuse.ReasonCollectionWrite
+	reasonUnclassifiable     = refuse.ReasonUnclassifiable
+	reasonTooManyCandidates  = refuse.ReasonTooManyCandidates
 	reasonResolveFailed      = "resolve_failed"
 	reasonUnverifiableUpsert = "unverifiable_upsert"
 	// reasonUnverified: audit only; not resolved, so not known either way.
@@ -102,9 +103,6 @@ type verdict struct {
 	// resolveSpent is the time its enforced resolutions ran, charged to
 	// the caller if it is refused (refused.go).
 	resolveSpent time.Duration
-	// stale are the violations of holders whose scheme lock was taken
-	// over (scheme.go).
-	stale []int
 	// auditDone: the write's allow record is durable already (a scheme
 	// step's, committed before lockgate ran it: commitSchemeStep).
 	auditDone bool
@@ -229,7 +227,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			}
 		}
 	}
-	if d, ok := g.schemeEnforce(ctx, req, pol, writes, rules, start); ok {
+	if d, ok := g.schemes.Enforce(ctx, req, pol, writes, rules, start); ok {
 		return d
 	}
 
@@ -322,7 +320,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		g.fenceInserts(ctx, v, o, hasSession)
 	}
 	if hasSession {
-		v.inTxn = inTransaction(req.Command)
+		v.inTxn = txn.In(req.Command)
 	}
 	if v.inTxn && !v.enforcedViolation() {
 		g.recordTxn(ctx, req, v, o, inserts)

@@ -48,7 +48,7 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 	// A code written as a number, in a reply built or a reply read.
 	bare := regexp.MustCompile(`(?:"code",\s*|[Cc]ode:\s*|[Cc]ode\s*[!=]=\s*|HasErrorCode\(|mongoerr\.New\()\d+\b`)
 	scanned := 0
-	for _, pkg := range []string{"../proxy", "../gateway", "../guard", "../guard/refuse", "../guard/boundary", "../guard/reqplan", "../guard/inflight", "../guard/sessions", "../guard/authority", "../guard/lockcmd", "../guard/fence", "../wire", "../upstream", "../lockstore", "../policy", "../admin", "../cmd/proxy", "../client/lockgate", "../audittrail", "../bench", "../bench/cmd/lockgate-bench", "../cmd/devstack", "../cmd/lockgate-devstack", "../docid", "../namespace", "../config"} {
+	for _, pkg := range []string{"../proxy", "../gateway", "../guard", "../guard/refuse", "../guard/boundary", "../guard/reqplan", "../guard/inflight", "../guard/sessions", "../guard/authority", "../guard/lockcmd", "../guard/fence", "../guard/txn", "../guard/scheme", "../wire", "../upstream", "../lockstore", "../policy", "../admin", "../cmd/proxy", "../client/lockgate", "../audittrail", "../bench", "../bench/cmd/lockgate-bench", "../cmd/devstack", "../cmd/lockgate-devstack", "../docid", "../namespace", "../config"} {
 		files, _ := filepath.Glob(filepath.Join(pkg, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {

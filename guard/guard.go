@@ -12,7 +12,9 @@ import (
 	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/lockcmd"
+	"github.com/lockgate/lockgate/guard/scheme"
 	"github.com/lockgate/lockgate/guard/sessions"
+	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -67,7 +69,7 @@ var (
 	_ confirmer           = (*lockstore.Store)(nil)
 	_ lockTeller          = (*lockstore.Store)(nil)
 	_ elsewhereFinder     = (*lockstore.Store)(nil)
-	_ txnStore            = (*lockstore.Store)(nil)
+	_ txn.Store           = (*lockstore.Store)(nil)
 	_ fence.DB            = (*MongoResolver)(nil)
 	_ lockcmd.Collections = (*MongoResolver)(nil)
 	_ lockcmd.CaseTwins   = (*MongoResolver)(nil)
@@ -186,18 +188,19 @@ type Guard struct {
 
 	// flights are the enforced writes forwarded and not yet answered.
 	flights *inflight.Tracker
-	// schemes serialises scheme lock acquires per key (scheme.go).
-	schemes schemeKeys
+	// txns is the transaction check (package txn), built once from the
+	// guard's parts (txn.go).
+	txns *txn.Check
+	// schemes enforce the locking schemes (package scheme), built once
+	// from the guard's parts (scheme.go).
+	schemes *scheme.Schemes
 
 	// testImplicit, when set (tests only), sees each write's implicit
 	// locks being taken (implicit.go).
 	testImplicit *implicitTestHooks
 	// testCommitChecked, when set (tests only), runs when a commit's
-	// locks were checked, before it is launched (txn.go).
+	// locks were checked, before it is launched (txn.Config.Checked).
 	testCommitChecked func()
-	// testScheme, when set (tests only), sees scheme steps between their
-	// reads and their lock store calls (schemelockcoll.go).
-	testScheme *schemeTestHooks
 
 	// boundary is the first stage (package boundary), built once from the
 	// guard's options.
@@ -265,6 +268,8 @@ func New(opts Options) *Guard {
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.authority = authority.New(opts.AuthRequired)
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
+	g.txns = g.newTxnCheck()
+	g.schemes = g.newSchemes()
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
 	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)
@@ -280,7 +285,7 @@ func New(opts Options) *Guard {
 	}
 	g.lockCommands = lockcmd.New(lc)
 	g.sessions = sessions.New(sessions.Config{Store: opts.Store, Flights: g.flights, SessionKey: g.owners.session,
-		Admit: g.throttle.beforeLockCommand, EndTransaction: g.endTransaction, EndSessionsSupported: opts.EndSessionsSupported,
+		Admit: g.throttle.beforeLockCommand, EndTransaction: g.txns.End, EndSessionsSupported: opts.EndSessionsSupported,
 		OrderTimeout: opts.OrderTimeout, Log: g.log, Ended: g.metrics.sessionsEnded})
 	g.chain = proxy.Chain(g.Stages())
 	return g
@@ -300,7 +305,7 @@ func (g *Guard) Intercept(ctx context.Context, req *proxy.Request) proxy.Decisio
 //     first, so that no later stage ever sees such a request;
 //   - lock commands (package lockcmd): acquireLock, releaseLock, renewLock,
 //     lockStatus, answered by the proxy itself;
-//   - sessions (package sessions; the transaction check in txn.go):
+//   - sessions (package sessions; the transaction check, package txn):
 //     endSessions releases the ended sessions' locks, commit and abort
 //     decide a transaction's writes;
 //   - enforcement (enforce.go): every other request, decided by the

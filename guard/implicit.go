@@ -14,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -154,7 +155,7 @@ func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owne
 // refused as today whatever the lock store says (takeImplicit's reasons).
 func implicitAsToday(v *verdict) bool {
 	return v.enforcedViolation() || len(v.checked) > 0 || v.flight != nil ||
-		(v.req.Command != nil && inTransaction(v.req.Command)) ||
+		(v.req.Command != nil && txn.In(v.req.Command)) ||
 		v.req.Command == nil || v.req.Command.MoreToCome
 }
 
@@ -188,7 +189,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		// The session holds the locks of another statement: a lock-aware
 		// writer, whose missing locks are its own mistake to be told of.
 		return asToday()
-	case v.req.Command != nil && inTransaction(v.req.Command):
+	case v.req.Command != nil && txn.In(v.req.Command):
 		// A transaction's statements are answered long before it commits:
 		// locks released at their answer would not cover the commit.
 		return asToday()

@@ -281,6 +281,7 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 		s.remember(rid, h)
 	}
 	quiesced := int64(-1) // the generation after which quiesce waited
+	searched := false     // whether a refusal was checked against the claims
 	for range maxRaces {
 		now, unc := s.clock.Now()
 		next, serr := step(h, now, unc)
@@ -294,6 +295,25 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 					return nil, nil, err
 				}
 				if fresh != nil && (h == nil || fresh.Seq > h.Seq) {
+					h = fresh
+					s.remember(rid, h)
+					continue
+				}
+			}
+			if !searched {
+				// The head document may lag behind the claims (a late head
+				// write moves it back): a refusal stands only on the
+				// newest claim, or a holder's renewal or release would be
+				// refused, and an acquire kept waiting, on a hold that has
+				// ended. One read when nothing follows h, as newest.
+				searched = true
+				fresh, err := s.newestClaim(ctx, rid, h)
+				if err != nil {
+					return nil, nil, err
+				}
+				// A tombstone there (the key collected) leaves the refusal
+				// as it is: a collected key is free, and fails closed.
+				if fresh != nil && fresh.Kind != kindGC && (h == nil || fresh.Seq > h.Seq) {
 					h = fresh
 					s.remember(rid, h)
 					continue
@@ -377,6 +397,14 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 				return nil, nil, err
 			}
 			if won != nil { // nil: compacted meanwhile, only after CleanupAfter
+				// The head lags behind the claims: go on from the newest
+				// claim, not from one generation after another (a head
+				// far behind would use up maxRaces on duplicates).
+				if won.Kind != kindGC {
+					if won, err = s.newestClaim(ctx, rid, won); err != nil {
+						return nil, nil, err
+					}
+				}
 				fresh = won
 			}
 		}
@@ -765,6 +793,7 @@ func (s *Store) findGens(ctx context.Context, filter bson.D, opts *options.FindO
 // owner does not hold it.
 func (s *Store) extend(ctx context.Context, owner Owner, k lockKey, lease time.Duration, op string) (l Lock, ok bool, why string, err error) {
 	step := func(h *gen, now time.Time, unc time.Duration) (*gen, error) {
+		why = "" // the step runs again on a fresher state: only its last reason counts
 		switch {
 		case h == nil:
 			why = "it was never taken"

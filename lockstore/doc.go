@@ -91,7 +91,14 @@
 // previous life ahead of its new one counts only where the claim before
 // it exists (`TestTombstoneNearAMovedBackHead`). Writers
 // decide on the head as read: the claims refuse whatever a stale head
-// would wrongly allow.
+// would wrongly allow. What a stale head would wrongly refuse, a writer
+// checks: a refusal (a holder's renewal or release on a head that shows
+// the key released or held by another, an acquire on a hold that has
+// ended) stands only after the same search finds nothing newer, and a
+// writer whose claim meets a duplicate goes on from the newest claim, not
+// one generation at a time (`TestHolderRenewsOverAMovedBackFreeHead`,
+// `TestAcquireOverAHeadBehindARelease`,
+// `TestForceReleaseOverAHeadFarBehind`).
 // A head that shows no holder, or an ended hold, is not checked: it can
 // only make a reader say "not held". Compaction keeps the claims after a
 // key's head (compactClaims): a head moved back behind them stays

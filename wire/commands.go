@@ -76,9 +76,9 @@ const (
 	RoleRelay          Role = iota // relayed; policy may still refuse it
 	RoleHandshake                  // relayed; the reply is rewritten (proxy/hello.go)
 	RoleAuth                       // relayed; the reply decides the connection's identity (proxy/auth.go)
-	RoleLock                       // answered by the proxy, never relayed (guard/lockcmd.go)
+	RoleLock                       // answered by the proxy, never relayed (guard/lockcmd)
 	RoleEndSessions                // releases the sessions' locks, then relayed or answered (guard)
-	RoleEndTransaction             // settles the transaction's locks (guard/txn.go)
+	RoleEndTransaction             // settles the transaction's locks (guard/txn)
 )
 
 // AuthStep is what an authentication command (RoleAuth) is to the
@@ -94,7 +94,7 @@ const (
 	AuthLogout            // logout
 )
 
-// LockOp is what a lock command (RoleLock) does (guard/lockcmd.go).
+// LockOp is what a lock command (RoleLock) does (guard/lockcmd).
 type LockOp uint8
 
 // The lock operations.

@@ -51,6 +51,15 @@ const (
 	// ReasonNoCollection: acquireLock in a collection that does not exist,
 	// under refuseLocksOnMissingCollection.
 	ReasonNoCollection = "no_collection"
+	// Enforcement's and the schemes': a write whose target cannot be told
+	// (ReasonUnclassifiable), a collection-wide write
+	// (ReasonCollectionWrite), a filter matching more than maxCandidates
+	// (ReasonTooManyCandidates), an insert of a locked _id
+	// (ReasonInsertLocked).
+	ReasonUnclassifiable    = "unclassifiable"
+	ReasonCollectionWrite   = "collection_write"
+	ReasonTooManyCandidates = "too_many_candidates"
+	ReasonInsertLocked      = "insert_locked"
 )
 
 // maxReplyIDs bounds the ids a refusal lists.

@@ -1,10 +1,14 @@
-package guard
+package scheme
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/refuse"
@@ -14,9 +18,6 @@ import (
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
-	"go.uber.org/zap"
 )
 
 // A lockCollection record is a small state machine whose state is the
@@ -62,8 +63,8 @@ func lockCollName(s policy.Scheme) string {
 // scheme (st is not StepOther): an acquire or a release is returned as
 // the one operation the proxy runs itself; a refresh is checked here and
 // forwarded.
-func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
-	o, ok := g.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
+func (sc *Schemes) lockCollPlan(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
+	o, ok := sc.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 		return schemeOp{}, false
@@ -74,15 +75,15 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 	}
 	// A refresh: the holder's alone, renewing the mirror to the record's
 	// new end before the database moves it.
-	store := g.opts.Store
+	store := sc.cfg.Store
 	held, _, err := store.Holds(ctx, o, w.NS.String(), ids, 0)
 	if err != nil {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
-			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
+		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
+			Detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
 		return schemeOp{}, false
 	}
 	if !held {
-		v.add(r, w, reasonSchemeNotHolder, ids, fmt.Sprintf("under the lockCollection locking scheme of %s this client does not hold the lock record %s (or its lease of %s ran out); %s", w.NS, ids[0].String(), lockstore.FormatMS(r.Scheme.Lease), schemeAdvice(r.Scheme)))
+		v.add(r, w, ReasonNotHolder, ids, fmt.Sprintf("under the lockCollection locking scheme of %s this client does not hold the lock record %s (or its lease of %s ran out); %s", w.NS, ids[0].String(), lockstore.FormatMS(r.Scheme.Lease), schemeAdvice(r.Scheme)))
 		return schemeOp{}, false
 	}
 	v.check(w.NS.String(), ids)
@@ -90,14 +91,14 @@ func (g *Guard) lockCollPlan(ctx context.Context, v *verdict, req *proxy.Request
 		lease := recordLease(r.Scheme, st)
 		_, err = store.Renew(ctx, o, w.NS.String(), ids, lease)
 		if err == nil {
-			g.renewAid(ctx, req, op, lease)
+			sc.renewAid(ctx, req, op, lease)
 		}
 		switch {
 		case errors.Is(err, lockstore.ErrInvalidLease):
-			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("it refreshes the lock record %s of %s to an end lockgate cannot mirror (%v); %s", ids[0].String(), w.NS, err, schemeAdvice(r.Scheme)))
+			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("it refreshes the lock record %s of %s to an end lockgate cannot mirror (%v); %s", ids[0].String(), w.NS, err, schemeAdvice(r.Scheme)))
 		case err != nil:
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
-				detail: fmt.Sprintf("the lock store cannot renew the scheme lock (%v), so the write is refused (fail closed)", err)})
+			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
+				Detail: fmt.Sprintf("the lock store cannot renew the scheme lock (%v), so the write is refused (fail closed)", err)})
 		}
 	}
 	return schemeOp{}, false
@@ -128,14 +129,14 @@ func recordLease(s policy.Scheme, st policy.Step) time.Duration {
 // lockCollRun runs an acquire or a release of lock records on the
 // client's own upstream connection, deciding from the mirror and the
 // record as the database has it, and answers with the database's reply.
-func (g *Guard) lockCollRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+func (sc *Schemes) lockCollRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, start time.Time) proxy.Decision {
 	switch {
 	case op.step.ReleaseAll:
-		return g.lockCollReleaseAll(ctx, req, pol, v, op, start)
+		return sc.lockCollReleaseAll(ctx, req, pol, v, op, start)
 	case op.step.Kind == policy.StepAcquire:
-		return g.lockCollAcquire(ctx, req, pol, v, op, start)
+		return sc.lockCollAcquire(ctx, req, pol, v, op, start)
 	default:
-		return g.lockCollRelease(ctx, req, pol, v, op, start)
+		return sc.lockCollRelease(ctx, req, pol, v, op, start)
 	}
 }
 
@@ -146,18 +147,18 @@ func (g *Guard) lockCollRun(ctx context.Context, req *proxy.Request, pol *policy
 // TTL index would have removed it; then the acquire runs, an upsert
 // forwarded so that it can only insert. The mirror stays only if the
 // database shows the record inserted.
-func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, st, r := op.write, op.step, op.rule
 	s := r.Scheme
 	id, err := idCopy(st.ID)
 	if err != nil {
-		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the lock's _id cannot be a document's _id (%v)", err))
-		return g.decide(req, pol, v, start)
+		v.add(r, w, refuse.ReasonUnclassifiable, nil, fmt.Sprintf("the lock's _id cannot be a document's _id (%v)", err))
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	ids := []docid.ID{id}
-	unlock := g.schemes.lock(docid.KeyOf(w.NS, id))
+	unlock := sc.keys.lock(docid.KeyOf(w.NS, id))
 	defer unlock()
-	store := g.opts.Store
+	store := sc.cfg.Store
 	// Audit forwards every write unchanged: no insert-only condition, no
 	// removal of abandoned records; the decisions and the mirror are the
 	// same.
@@ -167,13 +168,13 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		body, err = insertOnly(body, w)
 	}
 	if err != nil {
-		v.add(r, w, reasonUnclassifiable, ids, fmt.Sprintf("the proxy cannot run its lockCollection step on its own (%v)", err))
-		return g.decide(req, pol, v, start)
+		v.add(r, w, refuse.ReasonUnclassifiable, ids, fmt.Sprintf("the proxy cannot run its lockCollection step on its own (%v)", err))
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	unavailable := func(err error) proxy.Decision {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable, ids: ids,
-			detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
-		return g.decide(req, pol, v, start)
+		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable, IDs: ids,
+			Detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	if s.ExpiresPath != "" && !st.Expires.After(time.Now()) {
 		// A TTL index would delete it at once: a lock of nothing. (A ts
@@ -181,8 +182,8 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		// the write reached lockgate, by as long as the write waited; but
 		// such a record is abandoned by the scheme's own rule once it
 		// lands, so it keeps no mirror, below.)
-		v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is already past, so it would lock nothing: a TTL index deletes it at once; %s", s.ExpiresPath, schemeAdvice(s)))
-		return g.decide(req, pol, v, start)
+		v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("its record's %s is already past, so it would lock nothing: a TTL index deletes it at once; %s", s.ExpiresPath, schemeAdvice(s)))
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	lease := recordLease(s, st)
 	// A ts already older than the lease: the record is abandoned as soon
@@ -201,34 +202,34 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		return unavailable(err)
 	}
 	if mine {
-		return g.lockCollBusy(ctx, req, pol, v, op, nil, start)
+		return sc.lockCollBusy(ctx, req, pol, v, op, nil, start)
 	}
-	if st.Holder.Type != 0 && !g.bindAid(ctx, v, op, lease) {
-		return g.decide(req, pol, v, start)
+	if st.Holder.Type != 0 && !sc.bindAid(ctx, v, op, lease) {
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, lease, 0); err != nil {
 		switch {
 		case errors.Is(err, lockstore.ErrBusy):
-			return g.lockCollBusy(ctx, req, pol, v, op, nil, start)
+			return sc.lockCollBusy(ctx, req, pol, v, op, nil, start)
 		case errors.Is(err, lockstore.ErrInvalidLease):
-			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("its record's %s is further ahead than lockgate can mirror a lock (%v); %s", s.TsPath+s.ExpiresPath, err, schemeAdvice(s)))
-			return g.decide(req, pol, v, start)
+			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("its record's %s is further ahead than lockgate can mirror a lock (%v); %s", s.TsPath+s.ExpiresPath, err, schemeAdvice(s)))
+			return sc.cfg.Decide(req, pol, v, start)
 		}
 		return unavailable(err)
 	}
 	drop := func() {
 		if _, err := store.Release(ctx, op.owner, w.NS.String(), ids, ""); err != nil {
-			g.log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
+			sc.cfg.Log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 		}
 	}
-	rec, failed, err := g.findRecord(ctx, req, w.NS.String(), st.ID, nil)
+	rec, failed, err := sc.findRecord(ctx, req, w.NS.String(), st.ID, nil)
 	if err != nil {
 		drop()
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 	}
 	if failed != nil {
 		drop()
-		g.record(req, pol, v, nil, time.Since(start))
+		sc.cfg.Record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Reply, Reply: failed}
 	}
 	if rec != nil {
@@ -236,24 +237,24 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 		switch {
 		case !ok:
 			drop()
-			v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("the lock record %s of %s has no %s date, so nobody can tell when it ends and no TTL index frees it; remove it by hand", id.String(), w.NS, s.TsPath+s.ExpiresPath))
-			return g.decide(req, pol, v, start)
+			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("the lock record %s of %s has no %s date, so nobody can tell when it ends and no TTL index frees it; remove it by hand", id.String(), w.NS, s.TsPath+s.ExpiresPath))
+			return sc.cfg.Decide(req, pol, v, start)
 		case end.After(time.Now()):
 			drop()
-			if why := g.adopt(ctx, req, w.NS.String(), s, id, end); why != "" {
-				v.add(r, w, reasonSchemeNotFollowed, ids, fmt.Sprintf("the lock record %s of %s %s", id.String(), w.NS, why))
-				return g.decide(req, pol, v, start)
+			if why := sc.adopt(ctx, req, w.NS.String(), s, id, end); why != "" {
+				v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("the lock record %s of %s %s", id.String(), w.NS, why))
+				return sc.cfg.Decide(req, pol, v, start)
 			}
-			return g.lockCollBusy(ctx, req, pol, v, op, rec, start)
+			return sc.lockCollBusy(ctx, req, pol, v, op, rec, start)
 		}
 		// Abandoned: remove it as the TTL monitor would, only as read.
 		if enforce {
-			if failed, err := g.removeRecord(ctx, req, w.NS.String(), s, rec); err != nil || failed != nil {
+			if failed, err := sc.removeRecord(ctx, req, w.NS.String(), s, rec); err != nil || failed != nil {
 				drop()
 				if err != nil {
 					return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 				}
-				g.record(req, pol, v, nil, time.Since(start))
+				sc.cfg.Record(req, pol, v, nil, time.Since(start))
 				return proxy.Decision{Action: proxy.Reply, Reply: failed}
 			}
 		}
@@ -268,17 +269,17 @@ func (g *Guard) lockCollAcquire(ctx context.Context, req *proxy.Request, pol *po
 	} else {
 		drop()
 	}
-	g.record(req, pol, v, nil, time.Since(start))
+	sc.cfg.Record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
 }
 
 // lockCollBusy answers an acquire of a record that exists with the
 // database's own answer (recordExists); a findAndModify gets the record
 // (rec, read now if nil). Audited namespaces forward the write.
-func (g *Guard) lockCollBusy(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, rec bsoncore.Document, start time.Time) proxy.Decision {
+func (sc *Schemes) lockCollBusy(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, rec bsoncore.Document, start time.Time) proxy.Decision {
 	w, r := op.write, op.rule
 	if r.Mode != policy.Enforce {
-		g.record(req, pol, v, nil, time.Since(start))
+		sc.cfg.Record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Forward}
 	}
 	if w.Kind == policy.KindFindAndModify && rec == nil {
@@ -286,32 +287,32 @@ func (g *Guard) lockCollBusy(ctx context.Context, req *proxy.Request, pol *polic
 		if req.Command != nil {
 			fields, _ = req.Command.Body.Lookup("fields").DocumentOK()
 		}
-		got, failed, err := g.findRecord(ctx, req, w.NS.String(), op.step.ID, fields)
+		got, failed, err := sc.findRecord(ctx, req, w.NS.String(), op.step.ID, fields)
 		switch {
 		case err != nil:
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 		case failed != nil:
-			g.record(req, pol, v, nil, time.Since(start))
+			sc.cfg.Record(req, pol, v, nil, time.Since(start))
 			return proxy.Decision{Action: proxy.Reply, Reply: failed}
 		case got == nil:
 			// Held, but its record is not there (yet, or any more: the
 			// holder's acquire or release is in flight). The database's
 			// answer to an upsert racing another's insert of the same
 			// _id is DuplicateKey, which callers handle as busy.
-			g.record(req, pol, v, nil, time.Since(start))
+			sc.cfg.Record(req, pol, v, nil, time.Since(start))
 			return proxy.Decision{Action: proxy.Reply, Reply: noMatch(w, op.step, true)}
 		}
 		rec = got
 	}
-	g.record(req, pol, v, nil, time.Since(start))
+	sc.cfg.Record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: recordExists(w, op.step, rec)}
 }
 
 // findRecord reads one lock record by _id on the client's connection
 // (with its authority), projected by fields if given. failed is the
 // database's error reply.
-func (g *Guard) findRecord(ctx context.Context, req *proxy.Request, ns string, id bsoncore.Value, fields bsoncore.Document) (rec, failed bsoncore.Document, err error) {
-	recs, failed, err := g.findRecords(ctx, req, ns, bsoncore.NewDocumentBuilder().AppendValue("_id", id).Build(), fields, 1)
+func (sc *Schemes) findRecord(ctx context.Context, req *proxy.Request, ns string, id bsoncore.Value, fields bsoncore.Document) (rec, failed bsoncore.Document, err error) {
+	recs, failed, err := sc.findRecords(ctx, req, ns, bsoncore.NewDocumentBuilder().AppendValue("_id", id).Build(), fields, 1)
 	if err != nil || failed != nil || len(recs) == 0 {
 		return nil, failed, err
 	}
@@ -319,7 +320,7 @@ func (g *Guard) findRecord(ctx context.Context, req *proxy.Request, ns string, i
 }
 
 // findRecords reads up to limit lock records matching filter.
-func (g *Guard) findRecords(ctx context.Context, req *proxy.Request, ns string, filter, projection bsoncore.Document, limit int) (recs []bsoncore.Document, failed bsoncore.Document, err error) {
+func (sc *Schemes) findRecords(ctx context.Context, req *proxy.Request, ns string, filter, projection bsoncore.Document, limit int) (recs []bsoncore.Document, failed bsoncore.Document, err error) {
 	db, coll := namespace.Of(ns).Parts()
 	b := bsoncore.NewDocumentBuilder().AppendString("find", coll).AppendDocument("filter", filter)
 	if projection != nil {
@@ -345,7 +346,7 @@ func (g *Guard) findRecords(ctx context.Context, req *proxy.Request, ns string, 
 
 // removeRecord deletes an abandoned record as it was read (same _id,
 // same time field), as the TTL monitor would.
-func (g *Guard) removeRecord(ctx context.Context, req *proxy.Request, ns string, s policy.Scheme, rec bsoncore.Document) (failed bsoncore.Document, err error) {
+func (sc *Schemes) removeRecord(ctx context.Context, req *proxy.Request, ns string, s policy.Scheme, rec bsoncore.Document) (failed bsoncore.Document, err error) {
 	db, coll := namespace.Of(ns).Parts()
 	field := s.TsPath + s.ExpiresPath
 	q := bsoncore.NewDocumentBuilder().AppendValue("_id", rec.Lookup("_id")).AppendValue(field, rec.Lookup(field)).Build()
@@ -369,9 +370,9 @@ func (g *Guard) removeRecord(ctx context.Context, req *proxy.Request, ns string,
 // adoptedOwner holds the mirrors of live records lockgate did not see
 // inserted: no client is it, so nobody writes under such a record until
 // it ends.
-func (g *Guard) adoptedOwner(ns string) lockstore.Owner {
+func (sc *Schemes) adoptedOwner(ns string) lockstore.Owner {
 	return lockstore.Owner{App: "(a record found in the lock collection)",
-		Session: g.owners.session("", []byte("lockgate scheme adopted record v1\x00"+ns))}
+		Session: sc.cfg.SessionKey("", []byte("lockgate scheme adopted record v1\x00"+ns))}
 }
 
 // adopt mirrors a live record nobody holds until its end; why says why
@@ -381,13 +382,13 @@ func (g *Guard) adoptedOwner(ns string) lockstore.Owner {
 // deleted record's end. So the adoption stands only if the record is
 // still there as read once the adoption holds the mirror, from when on
 // nobody inserts or deletes it through lockgate.
-func (g *Guard) adopt(ctx context.Context, req *proxy.Request, ns string, s policy.Scheme, id docid.ID, end time.Time) string {
-	if h := g.testScheme; h != nil && h.beforeAdopt != nil {
-		h.beforeAdopt(ns, id)
+func (sc *Schemes) adopt(ctx context.Context, req *proxy.Request, ns string, s policy.Scheme, id docid.ID, end time.Time) string {
+	if h := sc.Test; h != nil && h.BeforeAdopt != nil {
+		h.BeforeAdopt(ns, id)
 	}
-	o := g.adoptedOwner(ns)
+	o := sc.adoptedOwner(ns)
 	ids := []docid.ID{id}
-	_, err := g.opts.Store.Acquire(ctx, o, ns, ids, time.Until(end), 0)
+	_, err := sc.cfg.Store.Acquire(ctx, o, ns, ids, time.Until(end), 0)
 	switch {
 	case errors.Is(err, lockstore.ErrBusy):
 		// Someone holds it already, which is as strict.
@@ -397,7 +398,7 @@ func (g *Guard) adopt(ctx context.Context, req *proxy.Request, ns string, s poli
 	case err != nil:
 		return fmt.Sprintf("cannot be mirrored (%v)", err)
 	}
-	rec, failed, err := g.findRecord(ctx, req, ns, id.Core(), nil)
+	rec, failed, err := sc.findRecord(ctx, req, ns, id.Core(), nil)
 	if err == nil && failed == nil && rec != nil {
 		if now, ok := s.RecordExpiry(rec); ok && now.Equal(end) {
 			return ""
@@ -405,8 +406,8 @@ func (g *Guard) adopt(ctx context.Context, req *proxy.Request, ns string, s poli
 	}
 	// Gone or changed since it was read (or unreadable now): nothing is
 	// adopted; the next write that finds a live record adopts that one.
-	if _, err := g.opts.Store.Release(ctx, o, ns, ids, ""); err != nil {
-		g.log.Warn("releasing the mirror of a lock record that was gone when adopted failed; it expires with the record's end",
+	if _, err := sc.cfg.Store.Release(ctx, o, ns, ids, ""); err != nil {
+		sc.cfg.Log.Warn("releasing the mirror of a lock record that was gone when adopted failed; it expires with the record's end",
 			zap.String("ns", ns), zap.Error(err))
 	}
 	return ""
@@ -423,34 +424,34 @@ func aidNS(ns string, s policy.Scheme) string { return ns + "#" + s.AidPath }
 // stand in that client's release of all its records). The binding is
 // taken before the record, atomically, so two clients racing with one
 // holder id cannot both pass.
-func (g *Guard) bindAid(ctx context.Context, v *verdict, op schemeOp, lease time.Duration) bool {
+func (sc *Schemes) bindAid(ctx context.Context, v *Verdict, op schemeOp, lease time.Duration) bool {
 	w, r := op.write, op.rule
 	aid, err := idCopy(op.step.Holder)
 	if err != nil {
-		v.add(r, w, reasonSchemeNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
+		v.add(r, w, ReasonNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
 		return false
 	}
-	err = g.extendAid(ctx, op.owner, aidNS(w.NS.String(), r.Scheme), aid, lease)
+	err = sc.extendAid(ctx, op.owner, aidNS(w.NS.String(), r.Scheme), aid, lease)
 	var held *lockstore.HeldError
 	switch {
 	case err == nil:
 		return true
 	case errors.As(err, &held):
 		h := held.Holder
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, holder: &h,
-			detail: fmt.Sprintf("under the lockCollection locking scheme of %s the %s %s belongs to another client (%s); insert records with your own %s", w.NS, r.Scheme.AidPath, aid.String(), refuse.DescribeHolder(h), r.Scheme.AidPath)})
+		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotHolder, Holder: &h,
+			Detail: fmt.Sprintf("under the lockCollection locking scheme of %s the %s %s belongs to another client (%s); insert records with your own %s", w.NS, r.Scheme.AidPath, aid.String(), refuse.DescribeHolder(h), r.Scheme.AidPath)})
 	default:
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
-			detail: fmt.Sprintf("the lock store cannot bind the record's %s (%v), so the write is refused (fail closed)", r.Scheme.AidPath, err)})
+		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
+			Detail: fmt.Sprintf("the lock store cannot bind the record's %s (%v), so the write is refused (fail closed)", r.Scheme.AidPath, err)})
 	}
 	return false
 }
 
 // renewAid extends the binding of the refreshed record's holder id to
 // its client, so that it lasts as long as the client keeps the record.
-func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, lease time.Duration) {
+func (sc *Schemes) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, lease time.Duration) {
 	proj := bsoncore.NewDocumentBuilder().AppendInt32(op.rule.Scheme.AidPath, 1).Build()
-	rec, _, err := g.findRecord(ctx, req, op.write.NS.String(), op.step.ID, proj)
+	rec, _, err := sc.findRecord(ctx, req, op.write.NS.String(), op.step.ID, proj)
 	if err != nil || rec == nil {
 		return
 	}
@@ -460,7 +461,7 @@ func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, l
 	}
 	if id, err := idCopy(aid); err == nil {
 		// Busy: another client's binding from after this client's ended.
-		g.extendAid(ctx, op.owner, aidNS(op.write.NS.String(), op.rule.Scheme), id, lease)
+		sc.extendAid(ctx, op.owner, aidNS(op.write.NS.String(), op.rule.Scheme), id, lease)
 	}
 }
 
@@ -469,14 +470,14 @@ func (g *Guard) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, l
 // shorter), and written only when less than a lease is left (Holds
 // answers from the cache), so that repeated acquires cost no lock store
 // write and a binding is never shortened.
-func (g *Guard) extendAid(ctx context.Context, owner lockstore.Owner, bns string, aid docid.ID, lease time.Duration) error {
+func (sc *Schemes) extendAid(ctx context.Context, owner lockstore.Owner, bns string, aid docid.ID, lease time.Duration) error {
 	ids := []docid.ID{aid}
-	if mine, _, err := g.opts.Store.Holds(ctx, owner, bns, ids, lease); err == nil && mine {
+	if mine, _, err := sc.cfg.Store.Holds(ctx, owner, bns, ids, lease); err == nil && mine {
 		return nil
 	}
-	_, err := g.opts.Store.Acquire(ctx, owner, bns, ids, 2*lease, 0)
+	_, err := sc.cfg.Store.Acquire(ctx, owner, bns, ids, 2*lease, 0)
 	if errors.Is(err, lockstore.ErrInvalidLease) {
-		_, err = g.opts.Store.Acquire(ctx, owner, bns, ids, lease, 0)
+		_, err = sc.cfg.Store.Acquire(ctx, owner, bns, ids, lease, 0)
 	}
 	return err
 }
@@ -604,39 +605,39 @@ func rewriteFilter(body bsoncore.Document, w policy.Write, f func(bsoncore.Docum
 // (what a TTL index deletes), under a mirror taken for the delete; a live
 // record of another, or one lockgate did not see inserted (adopted), is
 // refused. The mirror is dropped only if the record is gone afterwards.
-func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, st, r := op.write, op.step, op.rule
 	s := r.Scheme
 	id, err := idCopy(st.ID)
 	if err != nil {
-		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the lock's _id cannot be a document's _id (%v)", err))
-		return g.decide(req, pol, v, start)
+		v.add(r, w, refuse.ReasonUnclassifiable, nil, fmt.Sprintf("the lock's _id cannot be a document's _id (%v)", err))
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	ids := []docid.ID{id}
-	unlock := g.schemes.lock(docid.KeyOf(w.NS, id))
+	unlock := sc.keys.lock(docid.KeyOf(w.NS, id))
 	defer unlock()
-	store := g.opts.Store
+	store := sc.cfg.Store
 	body, err := statementBody(req.Command, w)
 	if err != nil {
-		v.add(r, w, reasonUnclassifiable, ids, fmt.Sprintf("the proxy cannot run its lockCollection step on its own (%v)", err))
-		return g.decide(req, pol, v, start)
+		v.add(r, w, refuse.ReasonUnclassifiable, ids, fmt.Sprintf("the proxy cannot run its lockCollection step on its own (%v)", err))
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	unavailable := func(err error) proxy.Decision {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable, ids: ids,
-			detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
-		return g.decide(req, pol, v, start)
+		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable, IDs: ids,
+			Detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	notHolder := func(h *lockstore.Holder, why string) proxy.Decision {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonSchemeNotHolder, ids: ids, holder: h,
-			detail: fmt.Sprintf("under the lockCollection locking scheme of %s %s; %s", w.NS, why, schemeAdvice(s))})
-		return g.decide(req, pol, v, start)
+		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotHolder, IDs: ids, Holder: h,
+			Detail: fmt.Sprintf("under the lockCollection locking scheme of %s %s; %s", w.NS, why, schemeAdvice(s))})
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	held, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
 	if err != nil {
 		return unavailable(err)
 	}
 	if !held {
-		sts, err := g.confirmedStatus(ctx, op.owner, w.NS.String(), ids)
+		sts, err := sc.cfg.Confirmed(ctx, op.owner, w.NS.String(), ids)
 		if err != nil || len(sts) != 1 {
 			return unavailable(err)
 		}
@@ -644,22 +645,22 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 			h := sts[0].Holder
 			return notHolder(&h, fmt.Sprintf("the lock record %s belongs to another holder (%s)", id.String(), refuse.DescribeHolder(h)))
 		}
-		if h := g.testScheme; h != nil && h.beforeRead != nil {
-			h.beforeRead(w.NS.String(), id)
+		if h := sc.Test; h != nil && h.BeforeRead != nil {
+			h.BeforeRead(w.NS.String(), id)
 		}
-		rec, failed, err := g.findRecord(ctx, req, w.NS.String(), st.ID, nil)
+		rec, failed, err := sc.findRecord(ctx, req, w.NS.String(), st.ID, nil)
 		switch {
 		case err != nil:
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
 		case failed != nil:
-			g.record(req, pol, v, nil, time.Since(start))
+			sc.cfg.Record(req, pol, v, nil, time.Since(start))
 			return proxy.Decision{Action: proxy.Reply, Reply: failed}
 		}
 		if rec != nil {
 			end, ok := s.RecordExpiry(rec)
 			if !ok || end.After(time.Now()) {
 				if ok {
-					g.adopt(ctx, req, w.NS.String(), s, id, end)
+					sc.adopt(ctx, req, w.NS.String(), s, id, end)
 				}
 				return notHolder(nil, fmt.Sprintf("the lock record %s is live and this client did not insert it (through lockgate)", id.String()))
 			}
@@ -683,16 +684,16 @@ func (g *Guard) lockCollRelease(ctx context.Context, req *proxy.Request, pol *po
 	gone := deletedCount(reply, w) > 0
 	if !gone {
 		// Nothing deleted: frees the mirror only if there is no record.
-		rec, failed, err := g.findRecord(ctx, req, w.NS.String(), st.ID, bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build())
+		rec, failed, err := sc.findRecord(ctx, req, w.NS.String(), st.ID, bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build())
 		gone = err == nil && failed == nil && rec == nil
 	}
 	if gone {
 		if _, err := store.Release(ctx, op.owner, w.NS.String(), ids, ""); err != nil {
-			g.log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
+			sc.cfg.Log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 		}
 	}
 	v.check(w.NS.String(), ids)
-	g.record(req, pol, v, nil, time.Since(start))
+	sc.cfg.Record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
 }
 
@@ -718,22 +719,22 @@ func deletedCount(reply bsoncore.Document, w policy.Write) int64 {
 // not see inserted, are left alone: they neither block the release nor
 // are deleted. Afterwards, the mirror of each pinned record that is gone
 // is released, and only those: a deleteOne deletes one.
-func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, op schemeOp, start time.Time) proxy.Decision {
+func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, r := op.write, op.rule
 	s := r.Scheme
-	store := g.opts.Store
+	store := sc.cfg.Store
 	field := s.TsPath + s.ExpiresPath
 	proj := bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).AppendInt32(field, 1).Build()
-	recs, failed, err := g.findRecords(ctx, req, w.NS.String(), w.Filter, proj, r.MaxCandidates+1)
+	recs, failed, err := sc.findRecords(ctx, req, w.NS.String(), w.Filter, proj, r.MaxCandidates+1)
 	switch {
 	case err != nil:
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme release-all: " + err.Error()}
 	case failed != nil:
-		g.record(req, pol, v, nil, time.Since(start))
+		sc.cfg.Record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Reply, Reply: failed}
 	case len(recs) > r.MaxCandidates:
-		v.add(r, w, reasonTooManyCandidates, nil, fmt.Sprintf("it deletes more than %d lock records (the policy's maxCandidates); delete them by _id", r.MaxCandidates))
-		return g.decide(req, pol, v, start)
+		v.add(r, w, refuse.ReasonTooManyCandidates, nil, fmt.Sprintf("it deletes more than %d lock records (the policy's maxCandidates); delete them by _id", r.MaxCandidates))
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	var freed []docid.ID // mirrors to release once their record is gone
 	var taken []docid.ID // of those, the ones taken for this delete
@@ -747,9 +748,9 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 		ids := []docid.ID{id}
 		held, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
 		if err != nil {
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
-				detail: fmt.Sprintf("the lock store cannot confirm the scheme locks (%v), so the write is refused (fail closed)", err)})
-			return g.decide(req, pol, v, start)
+			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
+				Detail: fmt.Sprintf("the lock store cannot confirm the scheme locks (%v), so the write is refused (fail closed)", err)})
+			return sc.cfg.Decide(req, pol, v, start)
 		}
 		if !held {
 			end, ok := s.RecordExpiry(rec)
@@ -757,7 +758,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 				continue
 			}
 			if end.After(time.Now()) {
-				g.adopt(ctx, req, w.NS.String(), s, id, end)
+				sc.adopt(ctx, req, w.NS.String(), s, id, end)
 				continue
 			}
 			if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, short, 0); err != nil {
@@ -774,9 +775,9 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 		body, err = bodyOf(pinned, w)
 	}
 	if err != nil {
-		g.releaseMirrors(ctx, op, taken)
-		v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy could not restrict it to the verified lock records (%v)", err))
-		return g.decide(req, pol, v, start)
+		sc.releaseMirrors(ctx, op, taken)
+		v.add(r, w, refuse.ReasonUnclassifiable, nil, fmt.Sprintf("the proxy could not restrict it to the verified lock records (%v)", err))
+		return sc.cfg.Decide(req, pol, v, start)
 	}
 	reply, err := req.Ask(ctx, body)
 	if err != nil {
@@ -789,7 +790,7 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 			ab.AppendValue(p)
 		}
 		in := bsoncore.NewDocumentBuilder().AppendArray("$in", ab.Build()).Build()
-		left, failed, err := g.findRecords(ctx, req, w.NS.String(), bsoncore.NewDocumentBuilder().AppendDocument("_id", in).Build(),
+		left, failed, err := sc.findRecords(ctx, req, w.NS.String(), bsoncore.NewDocumentBuilder().AppendDocument("_id", in).Build(),
 			bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build(), len(pins)+1)
 		if err == nil && failed == nil {
 			var gone []docid.ID
@@ -798,11 +799,11 @@ func (g *Guard) lockCollReleaseAll(ctx context.Context, req *proxy.Request, pol 
 					gone = append(gone, id)
 				}
 			}
-			g.releaseMirrors(ctx, op, gone)
+			sc.releaseMirrors(ctx, op, gone)
 		}
 	}
 	v.check(w.NS.String(), freed)
-	g.record(req, pol, v, nil, time.Since(start))
+	sc.cfg.Record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
 }
 
@@ -815,12 +816,12 @@ func containsID(recs []bsoncore.Document, id docid.ID) bool {
 	return false
 }
 
-func (g *Guard) releaseMirrors(ctx context.Context, op schemeOp, ids []docid.ID) {
+func (sc *Schemes) releaseMirrors(ctx context.Context, op schemeOp, ids []docid.ID) {
 	if len(ids) == 0 {
 		return
 	}
-	if _, err := g.opts.Store.Release(ctx, op.owner, op.write.NS.String(), ids, ""); err != nil {
-		g.log.Warn("scheme lock release failed; they expire with their lease", zap.String("ns", op.write.NS.String()), zap.Error(err))
+	if _, err := sc.cfg.Store.Release(ctx, op.owner, op.write.NS.String(), ids, ""); err != nil {
+		sc.cfg.Log.Warn("scheme lock release failed; they expire with their lease", zap.String("ns", op.write.NS.String()), zap.Error(err))
 	}
 }
 
@@ -892,13 +893,4 @@ func number(v bsoncore.Value) (float64, bool) {
 		return v.Double(), true
 	}
 	return 0, false
-}
-
-// schemeTestHooks let tests run another client's step inside a window.
-type schemeTestHooks struct {
-	// beforeRead runs when a release from a non-holder, having found the
-	// lock free, is about to read its record.
-	beforeRead func(ns string, id docid.ID)
-	// beforeAdopt runs after a live record was read, before it is adopted.
-	beforeAdopt func(ns string, id docid.ID)
 }

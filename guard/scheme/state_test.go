@@ -1,8 +1,9 @@
-package guard
+package scheme
 
 import (
 	"context"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,14 +11,18 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
+
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 
 // TestLockOf: the lock a document shows, and why one cannot be mirrored.
 func TestLockOf(t *testing.T) {
@@ -69,7 +74,6 @@ func TestLockOf(t *testing.T) {
 // docsReader answers LockFields from a list of documents, one per read
 // (the last one again once they run out).
 type docsReader struct {
-	Resolver
 	docs []bson.D
 	n    int
 }
@@ -102,7 +106,8 @@ func TestSchemeAdoptRacingRelease(t *testing.T) {
 		{"still held", live, true},
 	} {
 		store := memstore.New(memstore.Config{})
-		g := New(Options{Store: store, Resolver: &docsReader{docs: []bson.D{live, c.again}}, Reserved: ReservedFor("lockgate", "locks")})
+		g := New(Config{Store: store, Reader: &docsReader{docs: []bson.D{live, c.again}}, Log: zap.NewNop(),
+			SessionKey: func(user string, b []byte) []byte { return append([]byte(user+"\x00"), b...) }})
 		req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000", RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}}
 		id := lockstoretest.ID(1)
 		ctx := context.Background()

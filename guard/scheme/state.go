@@ -1,4 +1,4 @@
-package guard
+package scheme
 
 import (
 	"bytes"
@@ -9,53 +9,25 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
-	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/mongo/options"
-	"go.mongodb.org/mongo-driver/mongo/readpref"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
-	"go.uber.org/zap"
 )
 
-// schemeReader reads the lock fields of one document with the proxy's own
-// authority (MongoResolver implements it): the state a scheme decision
+// Reader reads the lock fields of one document with the proxy's own
+// authority (guard.MongoResolver implements it): the state a scheme decision
 // starts from when the mirror holds nothing, and what the database shows
 // after an acquire or release.
-type schemeReader interface {
+type Reader interface {
 	// LockFields returns the fields top of document id in ns (only them),
 	// and whether the document exists.
 	LockFields(ctx context.Context, ns string, id docid.ID, top []string) (bsoncore.Document, bool, error)
-}
-
-var _ schemeReader = (*MongoResolver)(nil)
-
-// LockFields implements schemeReader with one find on the primary.
-func (r *MongoResolver) LockFields(ctx context.Context, ns string, id docid.ID, top []string) (bsoncore.Document, bool, error) {
-	db, coll := namespace.Of(ns).Parts()
-	proj := bson.D{{Key: "_id", Value: 1}}
-	for _, f := range top {
-		proj = append(proj, bson.E{Key: f, Value: 1})
-	}
-	cur, err := r.client.Database(db).RunCommandCursor(ctx, bson.D{
-		{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
-		{Key: "projection", Value: proj}, {Key: "limit", Value: int64(1)}, {Key: "singleBatch", Value: true},
-	}, options.RunCmd().SetReadPreference(readpref.Primary()))
-	if err != nil {
-		return nil, false, fmt.Errorf("reading the lock fields of %s: %w", ns, err)
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	if !cur.Next(ctx) {
-		if err := cur.Err(); err != nil {
-			return nil, false, fmt.Errorf("reading the lock fields of %s: %w", ns, err)
-		}
-		return nil, false, nil
-	}
-	return bsoncore.Document(append([]byte(nil), cur.Current...)), true, nil
 }
 
 // docLock is the lock a document shows.
@@ -78,9 +50,9 @@ func (d docLock) live(now time.Time) bool {
 }
 
 // readDocLock reads the lock document id of ns shows under scheme s.
-func (g *Guard) readDocLock(ctx context.Context, s policy.Scheme, ns string, id docid.ID) (docLock, error) {
-	rd, ok := g.opts.Resolver.(schemeReader)
-	if !ok {
+func (sc *Schemes) readDocLock(ctx context.Context, s policy.Scheme, ns string, id docid.ID) (docLock, error) {
+	rd := sc.cfg.Reader
+	if rd == nil {
 		return docLock{}, errors.New("the proxy has no client of its own to read the document's lock with")
 	}
 	doc, found, err := rd.LockFields(ctx, ns, id, s.ReadPaths())
@@ -146,25 +118,25 @@ func lockOf(s policy.Scheme, doc bsoncore.Document) docLock {
 
 func pathOf(p string) []string { return strings.Split(p, ".") }
 
-// errUnmirrorable: the document shows a lock lockgate cannot mirror.
-type errUnmirrorable struct{ why string }
+// unmirrorableError: the document shows a lock lockgate cannot mirror.
+type unmirrorableError struct{ why string }
 
-func (e *errUnmirrorable) Error() string { return e.why }
+func (e *unmirrorableError) Error() string { return e.why }
 
 // schemeAdopt makes the mirror at least as strict as document lock d: a
 // live lock the document shows is taken into the mirror for its holder
 // until the document's own end. Someone else holding the mirror already is
 // no error (the mirror is the stricter then). A lock that cannot be
-// mirrored is an *errUnmirrorable.
-func (g *Guard) schemeAdopt(ctx context.Context, req *proxy.Request, r policy.Rule, ns string, id docid.ID, d docLock) error {
+// mirrored is an *unmirrorableError.
+func (sc *Schemes) schemeAdopt(ctx context.Context, req *proxy.Request, r policy.Rule, ns string, id docid.ID, d docLock) error {
 	now := time.Now()
 	if !d.live(now) || r.Scheme.Type == config.SchemeFlag {
 		return nil
 	}
 	if d.bad != "" {
-		return &errUnmirrorable{why: "the document's lock cannot be mirrored: " + d.bad}
+		return &unmirrorableError{why: "the document's lock cannot be mirrored: " + d.bad}
 	}
-	o, _ := g.schemeOwner(req, ns, r.Scheme, d.holder)
+	o, _ := sc.schemeOwner(req, ns, r.Scheme, d.holder)
 	// Whoever took the lock, it was not this request's client.
 	o.App, o.Client, o.User = "(lock adopted from the document)", "", ""
 	mns, ids := r.Scheme.MirrorNS(ns), []docid.ID{id}
@@ -174,55 +146,55 @@ func (g *Guard) schemeAdopt(ctx context.Context, req *proxy.Request, r policy.Ru
 	// that two lockgates changed, and so make its release wait for the
 	// other's cache (lockstore quiesce, a second): every acquire that met
 	// a held lock through the other proxy would slow the holder's release.
-	sts, err := g.opts.Store.Status(ctx, o, mns, ids)
+	sts, err := sc.cfg.Store.Status(ctx, o, mns, ids)
 	if err != nil {
 		return err
 	}
 	if len(sts) == 1 && sts[0].Held {
 		return nil
 	}
-	_, err = g.opts.Store.Acquire(ctx, o, mns, ids, d.ends.Sub(now), 0)
+	_, err = sc.cfg.Store.Acquire(ctx, o, mns, ids, d.ends.Sub(now), 0)
 	switch {
 	case err == nil:
 		// The holder may have released between the read and the
 		// adoption (through another proxy, whose release found no
 		// mirror of ours to drop): read again, and keep the mirror only
 		// for a lock the document still shows. A failed read keeps it.
-		again, err := g.readDocLock(ctx, r.Scheme, ns, id)
+		again, err := sc.readDocLock(ctx, r.Scheme, ns, id)
 		if err == nil && !(sameHolder(again.holder, d.holder) && again.live(time.Now())) {
-			if _, err := g.opts.Store.Release(ctx, o, mns, ids, ""); err != nil {
-				g.log.Warn("dropping a scheme lock adopted from a released document failed; it expires with its lease", zap.String("ns", ns), zap.Error(err))
+			if _, err := sc.cfg.Store.Release(ctx, o, mns, ids, ""); err != nil {
+				sc.cfg.Log.Warn("dropping a scheme lock adopted from a released document failed; it expires with its lease", zap.String("ns", ns), zap.Error(err))
 			}
 		}
 		return nil
 	case errors.Is(err, lockstore.ErrBusy):
 		return nil
 	case errors.Is(err, lockstore.ErrInvalidLease):
-		return &errUnmirrorable{why: fmt.Sprintf("the document's lock ends at %s, later than lockstore.maxLeaseMS allows", d.ends.UTC().Format(time.RFC3339))}
+		return &unmirrorableError{why: fmt.Sprintf("the document's lock ends at %s, later than lockstore.maxLeaseMS allows", d.ends.UTC().Format(time.RFC3339))}
 	}
 	return err
 }
 
-// schemeHolding is what this proxy keeps of a lockDocument lock it saw
+// holding is what this proxy keeps of a lockDocument lock it saw
 // taken: the client identity that took it and the holder value, so that
 // the writes of that client which name no holder (Tharga.MongoDB's
 // abandon by _id) can be bound to the lock.
-type schemeHolding struct {
+type holding struct {
 	session []byte
 	bind    string
 	holder  bsoncore.Value
 	token   int64
 }
 
-// holdings is the proxy's memory of schemeHolding, by mirror key; it
+// holdings is the proxy's memory of holding, by mirror key; it
 // forgets the oldest first, and a forgotten lock's holder must then name
 // its holder value.
-func (s *schemeKeys) holdings() *lru.Cache[docid.Key, schemeHolding] {
-	s.memoOnce.Do(func() { s.memo, _ = lru.New[docid.Key, schemeHolding](1 << 16) })
+func (s *mirrorKeys) holdings() *lru.Cache[docid.Key, holding] {
+	s.memoOnce.Do(func() { s.memo, _ = lru.New[docid.Key, holding](1 << 16) })
 	return s.memo
 }
 
 // sameIdentity reports whether h was taken by client identity o.
-func (h schemeHolding) sameIdentity(o lockstore.Owner) bool {
+func (h holding) sameIdentity(o lockstore.Owner) bool {
 	return bytes.Equal(h.session, o.Session) && h.bind == o.Bind
 }
