@@ -764,8 +764,8 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error, start time.Time) proxy.Decision {
 	ns := "*"
 	var ce *policy.ClassifyError
-	if errors.As(err, &ce) && ce.NS != "" {
-		ns = ce.NS
+	if errors.As(err, &ce) && !ce.NS.IsZero() {
+		ns = ce.NS.String()
 	} else if req.Command != nil {
 		ns = req.Command.DB + ".*"
 	}

@@ -40,19 +40,24 @@ func (k Kind) String() string {
 	}
 }
 
-// Namespace conventions of Write.NS and ClassifyError.NS, beside "db.coll":
+// Namespace conventions of Write.NS and ClassifyError.NS, beside a
+// collection:
 //
-//   - "db.*" means every namespace of database db (dropDatabase, an applyOps
-//     command op, an $out whose collection is unknown but whose db is);
-//   - "*" (NSAll) means any namespace of any database (an applyOps op that
-//     names its collection by UUID, a bulkWrite that cannot be read).
+//   - DBNamespace(db), collection "*" ("db.*"), means every namespace of
+//     database db (dropDatabase, an applyOps command op, an $out whose
+//     collection is unknown but whose db is);
+//   - namespace.Unknown() ("*") means any namespace of any database (an
+//     applyOps op that names its collection by UUID, a bulkWrite that
+//     cannot be read).
 //
 // The engine must treat "db.*" as touching every protected namespace of db,
 // and "*" as touching every protected namespace.
-const NSAll = "*"
 
 // DBNamespace returns "db.*", the namespace that stands for the whole db.
-func DBNamespace(db string) string { return db + ".*" }
+func DBNamespace(db string) namespace.Namespace { return namespace.New(db, "*") }
+
+// anyNS is namespace.Unknown(), any namespace of any database.
+func anyNS() namespace.Namespace { return namespace.Unknown() }
 
 // Statement lists, the values of Write.List besides the command fields.
 const (
@@ -123,8 +128,8 @@ const (
 // into the message's bytes and share their lifetime; strings are copies.
 type Write struct {
 	// NS is the namespace it writes to; for collection writes that reach
-	// further, the collection "*" of the database (its String is "db.*")
-	// or namespace.Of(NSAll) (IsUnknown, "*").
+	// further, DBNamespace (its String is "db.*") or namespace.Unknown()
+	// (its String is "*").
 	NS   namespace.Namespace
 	Kind Kind
 	// List is where the statement sits: "updates", "deletes", "documents",
@@ -162,18 +167,19 @@ type Write struct {
 func (w Write) InBulkWrite() bool { return w.bulk }
 
 // ClassifyError says that a message is, or may be, a write that cannot be
-// classified with certainty. NS is the best known namespace: "db.coll",
-// "db.*" when only the database is known, "*" when not even that is.
+// classified with certainty. NS is the best known namespace: the
+// collection, DBNamespace ("db.*") when only the database is known,
+// namespace.Unknown() ("*") when not even that is.
 type ClassifyError struct {
-	NS     string
+	NS     namespace.Namespace
 	Reason string
 }
 
 func (e *ClassifyError) Error() string {
-	return "cannot classify write on " + e.NS + ": " + e.Reason
+	return "cannot classify write on " + e.NS.String() + ": " + e.Reason
 }
 
-func refuse(ns, format string, args ...any) error {
+func refuse(ns namespace.Namespace, format string, args ...any) error {
 	return &ClassifyError{NS: ns, Reason: fmt.Sprintf(format, args...)}
 }
 
@@ -221,7 +227,7 @@ func classify(msg wire.Message, c *command) ([]Write, error) {
 	switch m := msg.(type) {
 	case *wire.OpCompressed:
 		if m.Inner == nil {
-			return nil, refuse(NSAll, "OP_COMPRESSED without an inner message")
+			return nil, refuse(anyNS(), "OP_COMPRESSED without an inner message")
 		}
 		return classify(m.Inner, c)
 	case *wire.OpUpdate:
@@ -234,7 +240,7 @@ func classify(msg wire.Message, c *command) ([]Write, error) {
 		if c == nil {
 			cmd, err := wire.CommandOf(msg)
 			if err != nil {
-				return nil, refuse(NSAll, "unreadable command: %v", err)
+				return nil, refuse(anyNS(), "unreadable command: %v", err)
 			}
 			if cmd == nil {
 				return nil, nil // a plain OP_QUERY: a read
@@ -248,7 +254,7 @@ func classify(msg wire.Message, c *command) ([]Write, error) {
 		// OP_REPLY, OP_RESERVED and opcodes the codec does not know: none
 		// is a request the proxy can judge, whatever the connection layer
 		// does with it.
-		return nil, refuse(NSAll, "opcode %v is not a request lockgate can read", msg.Header().OpCode)
+		return nil, refuse(anyNS(), "opcode %v is not a request lockgate can read", msg.Header().OpCode)
 	}
 }
 
@@ -265,14 +271,14 @@ func classifyCommand(c *command) ([]Write, error) {
 		// "UPDATE"; an upstream that folds case would run it, on any
 		// namespace the body names.
 		if k := wire.WriteCommandFolding(c.Name); k != nil {
-			return nil, refuse(NSAll, "command %q differs from the write command %q only by case", c.Name, k.Name)
+			return nil, refuse(anyNS(), "command %q differs from the write command %q only by case", c.Name, k.Name)
 		}
 		// Where it writes is as unknown as whether it does: a collection
 		// may be named in any field, not only as the first value, and a
 		// command on admin may name any database (as bulkWrite does).
 		ns := DBNamespace(c.DB)
 		if c.DB == "admin" {
-			ns = NSAll
+			ns = anyNS()
 		}
 		return nil, refuse(ns, "command %q is not one lockgate knows (wire/commands.go), so it cannot tell whether or where it writes", c.Name)
 	}
@@ -344,7 +350,7 @@ func classifyDatabaseCommand(c *command) ([]Write, error) {
 
 // classifyEval: eval and $eval ran JavaScript that could write anywhere.
 func classifyEval(*command) ([]Write, error) {
-	return []Write{collWrite(NSAll, WhatEval)}, nil
+	return []Write{collWrite(anyNS(), WhatEval)}, nil
 }
 
 // classifyExplain: explain never executes an update, delete, insert,
@@ -365,7 +371,7 @@ func classifyExplain(c *command) ([]Write, error) {
 	if spec := wire.LookupCommand(name); spec == nil || !spec.ExplainRuns {
 		if spec == nil {
 			if w := wire.WriteCommandFolding(name); w != nil && w.ExplainRuns {
-				return nil, refuse(NSAll, "explained command %q differs from a write command only by case", name)
+				return nil, refuse(anyNS(), "explained command %q differs from a write command only by case", name)
 			}
 		}
 		return nil, nil
@@ -396,13 +402,13 @@ func asciiFoldEqual(a, b string) bool {
 	return true
 }
 
-func collWrite(ns, what string) Write {
-	return Write{NS: namespace.Of(ns), Kind: KindCollectionWrite, List: ListCommand, What: what}
+func collWrite(ns namespace.Namespace, what string) Write {
+	return Write{NS: ns, Kind: KindCollectionWrite, List: ListCommand, What: what}
 }
 
 // commandNS is the best known namespace of a command: db.coll when the
 // first value is a non-empty string, db.* otherwise.
-func commandNS(c *command) string {
+func commandNS(c *command) namespace.Namespace {
 	if c.Collection != "" {
 		return c.ownNS()
 	}
@@ -411,10 +417,10 @@ func commandNS(c *command) string {
 
 // collectionNS returns db.coll for commands whose first value must name a
 // collection.
-func collectionNS(c *command) (string, error) {
+func collectionNS(c *command) (namespace.Namespace, error) {
 	if c.Collection == "" {
 		v := firstValue(c.Body)
-		return "", refuse(DBNamespace(c.DB), "%s: the collection is a %v, not a non-empty string", c.Name, v.Type)
+		return namespace.Namespace{}, refuse(DBNamespace(c.DB), "%s: the collection is a %v, not a non-empty string", c.Name, v.Type)
 	}
 	return c.ownNS(), nil
 }

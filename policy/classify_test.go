@@ -147,9 +147,18 @@ func clDocOrNil(t testing.TB, v any) bsoncore.Document {
 	return clDoc(t, v)
 }
 
+// wantNS is the namespace a test names: "*" is any namespace
+// (namespace.Unknown), "db.*" a whole database (DBNamespace).
+func wantNS(s string) namespace.Namespace {
+	if s == namespace.Any {
+		return namespace.Unknown()
+	}
+	return namespace.Of(s)
+}
+
 func (w want) write(t testing.TB) Write {
 	return Write{
-		NS: namespace.Of(w.NS), Kind: w.Kind, List: w.List, Index: w.Index, FilterKey: w.FilterKey,
+		NS: wantNS(w.NS), Kind: w.Kind, List: w.List, Index: w.Index, FilterKey: w.FilterKey,
 		Filter: clDocOrNil(t, w.Filter), Update: clVal(t, w.Update),
 		Multi: w.Multi, Upsert: w.Upsert, Remove: w.Remove,
 		Collation: clDocOrNil(t, w.Collation), Hint: clVal(t, w.Hint), Sort: clDocOrNil(t, w.Sort),
@@ -557,8 +566,8 @@ func TestClassify(t *testing.T) {
 				if !errors.As(err, &ce) {
 					t.Fatalf("got writes %d, err %v; want a *ClassifyError", len(got), err)
 				}
-				if ce.NS != tc.errNS || !strings.Contains(ce.Reason, tc.errText) {
-					t.Fatalf("got ClassifyError{NS: %q, Reason: %q}, want NS %q and a reason containing %q", ce.NS, ce.Reason, tc.errNS, tc.errText)
+				if ce.NS != wantNS(tc.errNS) || !strings.Contains(ce.Reason, tc.errText) {
+					t.Fatalf("got ClassifyError{NS: %#v, Reason: %q}, want NS %q and a reason containing %q", ce.NS, ce.Reason, tc.errNS, tc.errText)
 				}
 				if got != nil {
 					t.Fatalf("an error came with %d writes", len(got))
@@ -616,7 +625,7 @@ func TestKindString(t *testing.T) {
 }
 
 func TestClassifyErrorMessage(t *testing.T) {
-	err := error(&ClassifyError{NS: "db.c", Reason: "r"})
+	err := error(&ClassifyError{NS: namespace.New("db", "c"), Reason: "r"})
 	if got := err.Error(); got != "cannot classify write on db.c: r" {
 		t.Fatalf("Error() = %q", got)
 	}

@@ -1,12 +1,9 @@
 package policy
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/lockgate/lockgate/namespace"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // Collection writes: commands that replace, rename, drop or fill whole
@@ -23,8 +20,10 @@ func classifyCollectionCommand(c *command) ([]Write, error) {
 // classifyFullNamespaceCommand: {cloneCollection: "db.coll", from: host}
 // and {cleanupOrphaned: "db.coll"} (run on admin) name a full namespace.
 func classifyFullNamespaceCommand(c *command) ([]Write, error) {
-	if s, ok := firstValue(c.Body).StringValueOK(); ok && strings.Contains(s, ".") {
-		return []Write{collWrite(s, c.Name)}, nil
+	if s, ok := firstValue(c.Body).StringValueOK(); ok {
+		if n, ok := namespace.Split(s); ok {
+			return []Write{collWrite(n, c.Name)}, nil
+		}
 	}
 	return nil, refuse(DBNamespace(c.DB), "%s: namespace is not <db>.<collection>", c.Name)
 }
@@ -82,15 +81,16 @@ func classifyRename(c *command) ([]Write, error) {
 	keys := c.Spec().FullNamespaces // source, target
 	f, err := fieldsOf(c.Body, keys...)
 	if err != nil {
-		return nil, refuse(NSAll, "%s: %v", c.Name, err)
+		return nil, refuse(anyNS(), "%s: %v", c.Name, err)
 	}
 	var ws []Write
 	for i, v := range f[:2] {
 		s, ok := v.StringValueOK()
-		if _, valid := namespace.Parse(s); !ok || !valid {
-			return nil, refuse(NSAll, "%s: %s is not a <db>.<collection> string", c.Name, keys[i])
+		n, valid := namespace.Parse(s)
+		if !ok || !valid {
+			return nil, refuse(anyNS(), "%s: %s is not a <db>.<collection> string", c.Name, keys[i])
 		}
-		ws = append(ws, collWrite(s, WhatRenameCollection))
+		ws = append(ws, collWrite(n, WhatRenameCollection))
 	}
 	return ws, nil
 }
@@ -104,7 +104,7 @@ func classifyCloneAsCapped(c *command) ([]Write, error) {
 	if !ok || s == "" {
 		return nil, refuse(DBNamespace(c.DB), "cloneCollectionAsCapped: toCollection is not a non-empty string")
 	}
-	return []Write{collWrite(c.DB+"."+s, WhatCloneCollectionAsCapped)}, nil
+	return []Write{collWrite(namespace.New(c.DB, s), WhatCloneCollectionAsCapped)}, nil
 }
 
 // classifyCollMod: collMod writes no document itself, except when it makes
@@ -156,11 +156,11 @@ func classifyCreateIndexes(c *command) ([]Write, error) {
 func classifyCopyDB(c *command) ([]Write, error) {
 	f, err := fieldsOf(c.Body, "todb")
 	if err != nil {
-		return nil, refuse(NSAll, "copydb: %v", err)
+		return nil, refuse(anyNS(), "copydb: %v", err)
 	}
 	s, ok := f[0].StringValueOK()
 	if !ok || s == "" {
-		return nil, refuse(NSAll, "copydb: todb is not a non-empty string")
+		return nil, refuse(anyNS(), "copydb: todb is not a non-empty string")
 	}
 	return []Write{collWrite(DBNamespace(s), WhatCopyDB)}, nil
 }
@@ -171,7 +171,12 @@ func classifyCopyDB(c *command) ([]Write, error) {
 // elsewhere, so any document key "$out"/"$merge" at any depth counts.
 func classifyAggregate(c *command) ([]Write, error) {
 	if c.agg.usable(c) {
-		return c.agg.ws, c.agg.err
+		if c.agg.err != nil {
+			// A refusal stands alone, as below: the writes found
+			// before it are not all the request's.
+			return nil, c.agg.err
+		}
+		return c.agg.ws, nil
 	}
 	// Documents reads the body array or a kind-1 section alike, and
 	// refuses two pipelines.
@@ -187,135 +192,6 @@ func classifyAggregate(c *command) ([]Write, error) {
 		return nil, a.err
 	}
 	return a.ws, nil
-}
-
-// aggScan finds the writes of an aggregation pipeline: every $out and
-// $merge at any depth (in $facet, in sub-pipelines, anywhere a stage
-// could hide one), each targeting a namespace of db, the command's
-// database. The first target that cannot be read ends the scan (err).
-type aggScan struct {
-	db  string
-	ws  []Write
-	err error
-	// The walk's scan (walkPipeline): wanted for an aggregate; walked
-	// once it scanned the body's first pipeline, clean when that was an
-	// array of documents read to its end, as Documents reads it.
-	wanted, walked, clean bool
-}
-
-// doc scans one document (a stage, or a value inside one).
-func (a *aggScan) doc(d []byte) {
-	it := iterate(d)
-	for a.err == nil {
-		k, v, ok := it.next()
-		if !ok {
-			break
-		}
-		a.field(k, v)
-	}
-	if it.bad && a.err == nil {
-		a.err = refuse(NSAll, "aggregate: unreadable pipeline")
-	}
-}
-
-// field scans one field k with value v of a document of the pipeline.
-func (a *aggScan) field(k []byte, v bsoncore.Value) {
-	switch string(k) {
-	case "$out":
-		ns, err := outTarget(a.db, v)
-		if err != nil {
-			a.err = refuse(NSAll, "aggregate $out: %v", err)
-			return
-		}
-		a.ws = append(a.ws, collWrite(ns, WhatOut))
-	case "$merge":
-		ns, err := mergeTarget(a.db, v)
-		if err != nil {
-			a.err = refuse(NSAll, "aggregate $merge: %v", err)
-			return
-		}
-		a.ws = append(a.ws, collWrite(ns, WhatMerge))
-	}
-	if v.Type == bson.TypeEmbeddedDocument || v.Type == bson.TypeArray {
-		a.doc(v.Data)
-	}
-}
-
-// usable reports whether the walk's scan is what classifyAggregate's own
-// would find: the walk read the whole body, which names one pipeline,
-// the one scanned, and no document sequence does.
-func (a *aggScan) usable(c *command) bool {
-	if !a.wanted || !a.walked || !a.clean || !c.complete {
-		return false
-	}
-	for i := range c.found[:c.nfound] {
-		if f := &c.found[i]; f.field == "pipeline" && f.n != 1 {
-			return false
-		}
-	}
-	for _, s := range c.Sequences {
-		if s.Identifier == "pipeline" {
-			return false
-		}
-	}
-	return true
-}
-
-// outTarget: "$out": "coll" or {db, coll} (db defaults to the command's).
-func outTarget(db string, v bsoncore.Value) (string, error) {
-	if s, ok := v.StringValueOK(); ok {
-		if s == "" {
-			return "", fmt.Errorf("empty collection name")
-		}
-		return db + "." + s, nil
-	}
-	return dbCollTarget(db, v, "db", "coll")
-}
-
-// dbCollTarget reads {<dbKey>: "db", <collKey>: "coll"}.
-func dbCollTarget(db string, v bsoncore.Value, dbKey, collKey string) (string, error) {
-	d, ok := v.DocumentOK()
-	if !ok {
-		return "", fmt.Errorf("target is a %v, neither a string nor a document", v.Type)
-	}
-	f, err := fieldsOf(d, dbKey, collKey)
-	if err != nil {
-		return "", err
-	}
-	if f[0].Type != 0 {
-		s, ok := f[0].StringValueOK()
-		if !ok || s == "" {
-			return "", fmt.Errorf("%s is not a non-empty string", dbKey)
-		}
-		db = s
-	}
-	s, ok := f[1].StringValueOK()
-	if !ok || s == "" {
-		return "", fmt.Errorf("%s is not a non-empty string", collKey)
-	}
-	return db + "." + s, nil
-}
-
-// mergeTarget: "$merge": "coll" or {into: "coll" | {db, coll}, ...}.
-func mergeTarget(db string, v bsoncore.Value) (string, error) {
-	if s, ok := v.StringValueOK(); ok {
-		if s == "" {
-			return "", fmt.Errorf("empty collection name")
-		}
-		return db + "." + s, nil
-	}
-	d, ok := v.DocumentOK()
-	if !ok {
-		return "", fmt.Errorf("$merge is a %v, neither a string nor a document", v.Type)
-	}
-	f, err := fieldsOf(d, "into")
-	if err != nil {
-		return "", err
-	}
-	if f[0].Type == 0 {
-		return "", fmt.Errorf("no into")
-	}
-	return outTarget(db, f[0])
 }
 
 // classifyMapReduce: out is a collection name (replace), {inline: 1} (no
@@ -335,7 +211,7 @@ func classifyMapReduce(c *command) ([]Write, error) {
 		if s == "" {
 			return nil, refuse(ns, "%s: empty out collection", c.Name)
 		}
-		return []Write{collWrite(c.DB+"."+s, WhatMapReduce)}, nil
+		return []Write{collWrite(namespace.New(c.DB, s), WhatMapReduce)}, nil
 	}
 	d, ok := v.DocumentOK()
 	if !ok {
@@ -343,13 +219,13 @@ func classifyMapReduce(c *command) ([]Write, error) {
 	}
 	g, err := fieldsOf(d, "replace", "merge", "reduce", "db", "inline")
 	if err != nil {
-		return nil, refuse(NSAll, "%s out: %v", c.Name, err)
+		return nil, refuse(anyNS(), "%s out: %v", c.Name, err)
 	}
 	db := c.DB
 	if g[3].Type != 0 {
 		s, ok := g[3].StringValueOK()
 		if !ok || s == "" {
-			return nil, refuse(NSAll, "%s: out.db is not a non-empty string", c.Name)
+			return nil, refuse(anyNS(), "%s: out.db is not a non-empty string", c.Name)
 		}
 		db = s
 	}
@@ -362,7 +238,7 @@ func classifyMapReduce(c *command) ([]Write, error) {
 		if !ok || s == "" {
 			return nil, refuse(DBNamespace(db), "%s: out.%s is not a non-empty string", c.Name, mode)
 		}
-		ws = append(ws, collWrite(db+"."+s, WhatMapReduce))
+		ws = append(ws, collWrite(namespace.New(db, s), WhatMapReduce))
 	}
 	if ws == nil && g[4].Type == 0 {
 		return nil, refuse(DBNamespace(db), "%s: out names no output mode", c.Name)
@@ -379,34 +255,34 @@ func classifyMapReduce(c *command) ([]Write, error) {
 func classifyApplyOps(c *command) ([]Write, error) {
 	ops, err := c.Documents(c.Name)
 	if err != nil {
-		return nil, refuse(NSAll, "%v", err)
+		return nil, refuse(anyNS(), "%v", err)
 	}
 	if ops == nil {
-		return nil, refuse(NSAll, "%s is not an array of documents", c.Name)
+		return nil, refuse(anyNS(), "%s is not an array of documents", c.Name)
 	}
 	var ws []Write
-	seen := map[string]bool{}
-	add := func(ns string) {
-		if !seen[ns] {
-			seen[ns] = true
-			ws = append(ws, collWrite(ns, WhatApplyOps))
+	seen := map[namespace.Namespace]bool{}
+	add := func(n namespace.Namespace) {
+		if !seen[n] {
+			seen[n] = true
+			ws = append(ws, collWrite(n, WhatApplyOps))
 		}
 	}
 	for _, op := range ops {
 		f, err := fieldsOf(op, "op", "ns", "ui")
 		if err != nil {
-			add(NSAll)
+			add(anyNS())
 			continue
 		}
 		kind, _ := f[0].StringValueOK()
-		ns, nsOK := f[1].StringValueOK()
-		n, valid := namespace.Parse(ns)
+		s, nsOK := f[1].StringValueOK()
+		n, valid := namespace.Parse(s)
 		switch {
 		case kind == "n" && f[2].Type == 0:
 		case (kind == "i" || kind == "u" || kind == "d") && f[2].Type == 0 && nsOK && valid && !strings.HasPrefix(n.Collection(), "$cmd"):
-			add(ns)
+			add(n)
 		default:
-			add(NSAll)
+			add(anyNS())
 		}
 	}
 	return ws, nil

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -12,9 +13,9 @@ import (
 // walk (Classify, an explained command) finds both itself.
 type command struct {
 	*wire.Command
-	// own is "db.coll", the command's own collection, when the walk made
-	// it; "" otherwise.
-	own string
+	// own is the command's own collection when the walk made it; zero
+	// otherwise.
+	own namespace.Namespace
 	// found are the body fields the form's reader reads as statement
 	// lists (Documents), as the walk saw them; complete says that the
 	// walk read the whole body, so that a field not seen is absent.
@@ -87,10 +88,11 @@ func (c *command) Documents(field string) ([]bsoncore.Document, error) {
 	return c.Command.Documents(field)
 }
 
-// ownNS is "db.coll" of a command whose first value names a collection.
-func (c *command) ownNS() string {
-	if c.own != "" {
+// ownNS is the namespace of a command whose first value names a
+// collection.
+func (c *command) ownNS() namespace.Namespace {
+	if !c.own.IsZero() {
 		return c.own
 	}
-	return c.DB + "." + c.Collection
+	return namespace.New(c.DB, c.Collection)
 }

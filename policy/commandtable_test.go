@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 )
@@ -45,14 +46,14 @@ func TestCommandTableClassification(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		body bson.D
-		ns   string
+		ns   namespace.Namespace
 	}{
 		// The first value does not bound it: a field may name the target.
-		{bson.D{{Key: "rewriteDocuments", Value: "scratch"}, {Key: "into", Value: "orders"}, {Key: "$db", Value: "shop"}}, "shop.*"},
-		{bson.D{{Key: "rewriteDocuments", Value: 1}, {Key: "$db", Value: "shop"}}, "shop.*"},
+		{bson.D{{Key: "rewriteDocuments", Value: "scratch"}, {Key: "into", Value: "orders"}, {Key: "$db", Value: "shop"}}, DBNamespace("shop")},
+		{bson.D{{Key: "rewriteDocuments", Value: 1}, {Key: "$db", Value: "shop"}}, DBNamespace("shop")},
 		// On admin it may name any database.
-		{bson.D{{Key: "rewriteDocuments", Value: 1}, {Key: "ns", Value: "shop.orders"}, {Key: "$db", Value: "admin"}}, NSAll},
-		{bson.D{{Key: "Delete", Value: "orders"}, {Key: "$db", Value: "shop"}}, NSAll},
+		{bson.D{{Key: "rewriteDocuments", Value: 1}, {Key: "ns", Value: "shop.orders"}, {Key: "$db", Value: "admin"}}, namespace.Unknown()},
+		{bson.D{{Key: "Delete", Value: "orders"}, {Key: "$db", Value: "shop"}}, namespace.Unknown()},
 	} {
 		_, err := clClassify(t, clMsgRaw(t, 0, tc.body))
 		var ce *ClassifyError
@@ -73,7 +74,7 @@ func TestCommandTableClassification(t *testing.T) {
 	} {
 		ws, err := Classify(clParse(t, tc.raw), nil)
 		var ce *ClassifyError
-		if got := errors.As(err, &ce) && ce.NS == NSAll; got != tc.refuse || len(ws) != 0 {
+		if got := errors.As(err, &ce) && ce.NS == namespace.Unknown(); got != tc.refuse || len(ws) != 0 {
 			t.Errorf("opcode %v: writes %d, error %v; want refused %v", clParse(t, tc.raw).Header().OpCode, len(ws), err, tc.refuse)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 // Document writes: insert, update, delete, findAndModify and bulkWrite.
 
-func statements(c *command, ns, field string) ([]bsoncore.Document, error) {
+func statements(c *command, ns namespace.Namespace, field string) ([]bsoncore.Document, error) {
 	docs, err := c.Documents(field)
 	if err != nil {
 		return nil, refuse(ns, "%v", err)
@@ -32,9 +32,8 @@ func classifyInsert(c *command) ([]Write, error) {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
-	n := namespace.Of(ns)
 	for i, d := range docs {
-		ws[i] = Write{NS: n, Kind: KindInsert, List: list, Index: i, Doc: d}
+		ws[i] = Write{NS: ns, Kind: KindInsert, List: list, Index: i, Doc: d}
 	}
 	return withIndexInserts(ws, ns), nil
 }
@@ -51,9 +50,8 @@ func classifyUpdate(c *command) ([]Write, error) {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
-	n := namespace.Of(ns)
 	for i, d := range docs {
-		w := Write{NS: n, Kind: KindUpdate, List: list, Index: i, FilterKey: k.Filter}
+		w := Write{NS: ns, Kind: KindUpdate, List: list, Index: i, FilterKey: k.Filter}
 		if err := readUpdate(&w, d, k, list, ns); err != nil {
 			return nil, err
 		}
@@ -64,7 +62,7 @@ func classifyUpdate(c *command) ([]Write, error) {
 
 // readUpdate fills w from an update statement whose fields k names.
 // Errors name errNS.
-func readUpdate(w *Write, d bsoncore.Document, k wire.StatementKeys, list, errNS string) error {
+func readUpdate(w *Write, d bsoncore.Document, k wire.StatementKeys, list string, errNS namespace.Namespace) error {
 	f, err := fieldsOf(d, k.Filter, k.Update, k.Multi, k.Upsert, "collation", "hint", "sort", "upsertSupplied")
 	if err != nil {
 		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
@@ -114,9 +112,8 @@ func classifyDelete(c *command) ([]Write, error) {
 		return nil, err
 	}
 	ws := make([]Write, len(docs))
-	n := namespace.Of(ns)
 	for i, d := range docs {
-		w := Write{NS: n, Kind: KindDelete, List: list, Index: i, FilterKey: k.Filter}
+		w := Write{NS: ns, Kind: KindDelete, List: list, Index: i, FilterKey: k.Filter}
 		f, err := fieldsOf(d, k.Filter, k.Limit, "collation", "hint")
 		if err == nil {
 			w.Filter, err = requiredDoc(f[0], k.Filter)
@@ -169,7 +166,7 @@ func classifyFindAndModify(c *command) ([]Write, error) {
 		return nil, err
 	}
 	k := c.Spec().Statement
-	w := Write{NS: namespace.Of(ns), Kind: KindFindAndModify, List: ListFindAndModify, FilterKey: k.Filter}
+	w := Write{NS: ns, Kind: KindFindAndModify, List: ListFindAndModify, FilterKey: k.Filter}
 	f, err := fieldsOf(c.Body, k.Filter, k.Update, k.Remove, k.Upsert, "collation", "hint", "sort", "upsertSupplied")
 	if err == nil {
 		err = noUpsertSupplied(f[7])
@@ -210,7 +207,7 @@ var emptyDoc = bsoncore.Document{5, 0, 0, 0, 0}
 
 func classifyBulkWrite(c *command) ([]Write, error) {
 	spec := c.Spec()
-	infos, err := statements(c, NSAll, spec.Namespaces)
+	infos, err := statements(c, anyNS(), spec.Namespaces)
 	if err != nil {
 		return nil, err
 	}
@@ -218,19 +215,19 @@ func classifyBulkWrite(c *command) ([]Write, error) {
 	for i, d := range infos {
 		f, err := fieldsOf(d, spec.NamespaceKey)
 		if err != nil {
-			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: %v", i, err)
+			return nil, refuse(anyNS(), "bulkWrite nsInfo[%d]: %v", i, err)
 		}
 		s, ok := f[0].StringValueOK()
 		if !ok {
-			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: ns is a %v, not a string", i, f[0].Type)
+			return nil, refuse(anyNS(), "bulkWrite nsInfo[%d]: ns is a %v, not a string", i, f[0].Type)
 		}
 		n, ok := namespace.Parse(s)
 		if !ok {
-			return nil, refuse(NSAll, "bulkWrite nsInfo[%d]: ns %q is not <db>.<collection>", i, s)
+			return nil, refuse(anyNS(), "bulkWrite nsInfo[%d]: ns %q is not <db>.<collection>", i, s)
 		}
 		nss[i] = n
 	}
-	ops, err := statements(c, NSAll, spec.Statements)
+	ops, err := statements(c, anyNS(), spec.Statements)
 	if err != nil {
 		return nil, err
 	}
@@ -255,12 +252,12 @@ func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []namespace
 	it := iterate(op)
 	key, v, ok := it.next()
 	if !ok {
-		return Write{}, refuse(NSAll, "bulkWrite ops[%d] is empty or unreadable", i)
+		return Write{}, refuse(anyNS(), "bulkWrite ops[%d] is empty or unreadable", i)
 	}
 	var w Write
 	kind := spec.Op(string(key))
 	if kind == nil {
-		return Write{}, refuse(NSAll, "bulkWrite ops[%d]: unknown op type %q", i, key)
+		return Write{}, refuse(anyNS(), "bulkWrite ops[%d]: unknown op type %q", i, key)
 	}
 	keys := kind.Keys
 	switch kind.Writes {
@@ -273,7 +270,7 @@ func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []namespace
 	}
 	n, ok := wire.Integral(v)
 	if !ok || n < 0 || n >= int64(len(nss)) {
-		return Write{}, refuse(NSAll, "bulkWrite ops[%d]: nsInfo index %v is not an index into the %d nsInfo entries", i, v, len(nss))
+		return Write{}, refuse(anyNS(), "bulkWrite ops[%d]: nsInfo index %v is not an index into the %d nsInfo entries", i, v, len(nss))
 	}
 	w.NS, w.List, w.Index, w.bulk = nss[n], spec.Statements, i, true
 	for {
@@ -282,11 +279,11 @@ func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []namespace
 			break
 		}
 		if spec.Op(string(k)) != nil {
-			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: op types %q and %q in one op", i, key, k)
+			return Write{}, refuse(anyNS(), "bulkWrite ops[%d]: op types %q and %q in one op", i, key, k)
 		}
 	}
 	if it.bad {
-		return Write{}, refuse(NSAll, "bulkWrite ops[%d] is unreadable", i)
+		return Write{}, refuse(anyNS(), "bulkWrite ops[%d] is unreadable", i)
 	}
 	switch w.Kind {
 	case KindInsert:
@@ -295,11 +292,11 @@ func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []namespace
 			w.Doc, err = requiredDoc(f[0], keys.Document)
 		}
 		if err != nil {
-			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: %v", i, err)
+			return Write{}, refuse(anyNS(), "bulkWrite ops[%d]: %v", i, err)
 		}
 	case KindUpdate:
 		w.FilterKey = keys.Filter
-		if err := readUpdate(&w, op, keys, spec.Statements, NSAll); err != nil {
+		if err := readUpdate(&w, op, keys, spec.Statements, anyNS()); err != nil {
 			return Write{}, err
 		}
 	case KindDelete:
@@ -315,7 +312,7 @@ func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []namespace
 			err = readOptions(&w, f[2], f[3], bsoncore.Value{})
 		}
 		if err != nil {
-			return Write{}, refuse(NSAll, "bulkWrite ops[%d]: %v", i, err)
+			return Write{}, refuse(anyNS(), "bulkWrite ops[%d]: %v", i, err)
 		}
 	}
 	return w, nil

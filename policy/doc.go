@@ -4,9 +4,11 @@
 //
 // Rules (policy.go) are compiled from the configuration into an immutable
 // Policy; a reload replaces it whole. NewPlan (plan.go) walks a request
-// once into its Plan: every namespace it names (references.go) or writes,
-// the aggregation stages it runs, and its writes; every stage of the
-// guard reads that one plan. Classification (classify.go and its
+// once into its Plan: every namespace it names (references.go; an
+// aggregation pipeline's stages in pipeline.go, where the classifier's
+// scan for $out and $merge rides the same reading) or writes, the
+// aggregation stages it runs, and its writes; every stage of the guard
+// reads that one plan. Classification (classify.go and its
 // companions) is pure: Classify turns a decoded message into Writes, with
 // the documents each can touch where the filter pins them (PinnedIDs,
 // UpsertID, InsertID), and EditMessage (edit.go), the one statement editor,

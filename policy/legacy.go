@@ -9,25 +9,25 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
-// legacyNS checks the fullCollectionName of a legacy write.
-func legacyNS(op, ns string) error {
+// legacyNS reads the fullCollectionName of a legacy write.
+func legacyNS(op, ns string) (namespace.Namespace, error) {
 	n, ok := namespace.Parse(ns)
-	db, coll := n.Parts()
 	if !ok {
-		return refuse(NSAll, "%s on namespace %q that is not <db>.<collection>", op, ns)
+		return n, refuse(anyNS(), "%s on namespace %q that is not <db>.<collection>", op, ns)
 	}
-	if coll == "$cmd" || strings.HasPrefix(coll, "$cmd.") {
-		return refuse(DBNamespace(db), "%s on command namespace %q", op, ns)
+	if coll := n.Collection(); coll == "$cmd" || strings.HasPrefix(coll, "$cmd.") {
+		return n, refuse(DBNamespace(n.DB()), "%s on command namespace %q", op, ns)
 	}
-	return nil
+	return n, nil
 }
 
 func classifyLegacyUpdate(m *wire.OpUpdate) ([]Write, error) {
-	if err := legacyNS("OP_UPDATE", m.FullCollectionName); err != nil {
+	n, err := legacyNS("OP_UPDATE", m.FullCollectionName)
+	if err != nil {
 		return nil, err
 	}
 	return []Write{{
-		NS:     namespace.Of(m.FullCollectionName),
+		NS:     n,
 		Kind:   KindUpdate,
 		List:   ListLegacy,
 		Filter: m.Selector,
@@ -38,11 +38,12 @@ func classifyLegacyUpdate(m *wire.OpUpdate) ([]Write, error) {
 }
 
 func classifyLegacyDelete(m *wire.OpDelete) ([]Write, error) {
-	if err := legacyNS("OP_DELETE", m.FullCollectionName); err != nil {
+	n, err := legacyNS("OP_DELETE", m.FullCollectionName)
+	if err != nil {
 		return nil, err
 	}
 	return []Write{{
-		NS:     namespace.Of(m.FullCollectionName),
+		NS:     n,
 		Kind:   KindDelete,
 		List:   ListLegacy,
 		Filter: m.Selector,
@@ -51,23 +52,23 @@ func classifyLegacyDelete(m *wire.OpDelete) ([]Write, error) {
 }
 
 func classifyLegacyInsert(m *wire.OpInsert) ([]Write, error) {
-	if err := legacyNS("OP_INSERT", m.FullCollectionName); err != nil {
+	n, err := legacyNS("OP_INSERT", m.FullCollectionName)
+	if err != nil {
 		return nil, err
 	}
 	ws := make([]Write, len(m.Documents))
 	for i, d := range m.Documents {
-		ws[i] = Write{NS: namespace.Of(m.FullCollectionName), Kind: KindInsert, List: ListLegacy, Index: i, Doc: d}
+		ws[i] = Write{NS: n, Kind: KindInsert, List: ListLegacy, Index: i, Doc: d}
 	}
-	return withIndexInserts(ws, m.FullCollectionName), nil
+	return withIndexInserts(ws, n), nil
 }
 
 // withIndexInserts adds a collection write on the whole db to inserts into
 // "<db>.system.indexes": servers before 4.2 created the index described by
 // the document (a TTL index deletes documents).
-func withIndexInserts(ws []Write, ns string) []Write {
-	db, coll := namespace.Of(ns).Parts()
-	if coll != "system.indexes" || len(ws) == 0 {
+func withIndexInserts(ws []Write, n namespace.Namespace) []Write {
+	if n.Collection() != "system.indexes" || len(ws) == 0 {
 		return ws
 	}
-	return append(ws, collWrite(DBNamespace(db), WhatCreateIndexes))
+	return append(ws, collWrite(DBNamespace(n.DB()), WhatCreateIndexes))
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // planCorpus is every message the policy tests build: the classification
-// cases, the command table with a collection name as first value, and
-// generated write commands (the edit generator's).
+// cases, the command table with a collection name as first value,
+// generated write commands (the edit generator's) and aggregates whose
+// stage specs nest (pipelineCases).
 func planCorpus(t testing.TB) map[string][]byte {
 	c := map[string][]byte{}
 	for _, tc := range classifyCases() {
@@ -23,6 +24,9 @@ func planCorpus(t testing.TB) map[string][]byte {
 	for seed := int64(0); seed < 200; seed++ {
 		r := newRand(seed)
 		c["generated/"+strconv.FormatInt(seed, 10)] = genEditCase(t, r, true).raw
+	}
+	for name, raw := range pipelineCases(t) {
+		c[name] = raw
 	}
 	return c
 }

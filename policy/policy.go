@@ -237,20 +237,26 @@ func (p *Policy) Rules() (rules []Rule, fallback Rule) {
 
 // Lookup returns the rule for a namespace "db.coll": an exact rule, else
 // the rule of its database, else the default. A namespace "db.*" (a write
-// that touches a whole database) gets the strictest rule of that database.
+// that touches a whole database) gets the strictest rule of that database,
+// "*" the strictest of all.
+//
+// It takes the namespace's text (Namespace.String of a Write's NS), which
+// is also the key of its rules; callers holding a lock store record's
+// namespace pass that as it is.
 func (p *Policy) Lookup(ns string) Rule {
-	if len(p.lockRules) > 0 {
-		if r, ok := p.lockSide(ns); ok {
+	n, dotted := namespace.Split(ns)
+	if len(p.lockRules) > 0 && dotted {
+		if r, ok := p.lockSide(n); ok {
 			return r
 		}
 	}
 	if r, ok := p.exact[ns]; ok {
 		return r
 	}
-	if ns == "*" {
+	if ns == namespace.Any {
 		return p.strictestIn("")
 	}
-	db, coll := namespace.Of(ns).Parts()
+	db, coll := n.Parts()
 	if base, ok := strings.CutPrefix(coll, "system.buckets."); ok {
 		// A time-series collection keeps its documents in its buckets
 		// collection; writing there directly writes the protected data.

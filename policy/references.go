@@ -57,7 +57,7 @@ func walkReferences(p *Plan, cmd *wire.Command) {
 			}
 			v := bsoncore.Value{Type: bson.TypeArray, Data: arr.Build()}
 			if s.Identifier == "pipeline" {
-				w.pipeline(cmd.DB, v)
+				w.pipeline(cmd.DB, v, nil)
 			} else {
 				w.applyOps(v)
 			}
@@ -68,7 +68,12 @@ func walkReferences(p *Plan, cmd *wire.Command) {
 // walker records what it walks into its plan.
 type walker struct{ p *Plan }
 
-func (w walker) visit(db, coll string) { w.p.add(namespace.New(db, coll), Named) }
+// visit records collection coll of db, and returns its namespace.
+func (w walker) visit(db, coll string) namespace.Namespace {
+	n := namespace.New(db, coll)
+	w.p.add(n, Named)
+	return n
+}
 
 func (w walker) unknown() { w.p.add(namespace.Unknown(), Named) }
 
@@ -92,7 +97,7 @@ func (w walker) command(db string, body bsoncore.Document, first string, top *co
 		own := namespace.New(db, s)
 		w.p.add(own, Named)
 		if top != nil && first != "" && !own.IsUnknown() {
-			top.own = own.String()
+			top.own = own
 		}
 		if n, ok := namespace.Parse(s); ok {
 			w.p.add(n, Named)
@@ -138,7 +143,7 @@ func (w walker) command(db string, body bsoncore.Document, first string, top *co
 func (w walker) field(db string, k []byte, v bsoncore.Value, first bool) {
 	switch string(k) {
 	case "pipeline":
-		w.pipeline(db, v)
+		w.pipeline(db, v, nil)
 	case "to":
 		w.fullNS(v)
 	case "viewOn", "collection", "toCollection":
@@ -181,180 +186,6 @@ func wholeDatabase(spec *wire.CommandSpec, s string) bool {
 		return false
 	}
 	return spec.Writes == wire.WritesDatabase || (spec.Writes == wire.WritesInsert && s == "system.indexes")
-}
-
-// pipeline walks the stages of an aggregation pipeline run on db.
-func (w walker) pipeline(db string, v bsoncore.Value) {
-	eachDocument(v, func(stage bsoncore.Document) bool {
-		it := iterate(stage)
-		k, sv, ok := it.next()
-		if ok {
-			w.p.stages = append(w.p.stages, stageName(k))
-			w.stage(db, k, sv)
-		}
-		return false
-	})
-}
-
-// walkPipeline is pipeline for an aggregate's own pipeline, which reads
-// each stage once for both: its name and references for the walk, and
-// every field, at any depth, for the classifier's scan a (aggScan). It
-// reports whether the pipeline is an array of documents read to its end,
-// as the classifier's Documents reads it (else the classifier reads it
-// itself, and refuses it).
-func (w walker) walkPipeline(db string, v bsoncore.Value, a *aggScan) (clean bool) {
-	if v.Type != bson.TypeArray || len(v.Data) < 5 {
-		w.pipeline(db, v)
-		return false
-	}
-	clean = true
-	it := iterate(v.Data)
-	for {
-		_, e, ok := it.next()
-		if !ok {
-			break
-		}
-		stage, ok := e.DocumentOK()
-		if !ok {
-			clean = false
-			continue
-		}
-		sit := iterate(stage)
-		for first := true; ; first = false {
-			k, sv, ok := sit.next()
-			if !ok {
-				break
-			}
-			if first {
-				w.p.stages = append(w.p.stages, stageName(k))
-				w.stage(db, k, sv)
-			}
-			if a.err != nil {
-				break
-			}
-			a.field(k, sv)
-		}
-		if sit.bad && a.err == nil {
-			a.err = refuse(NSAll, "aggregate: unreadable pipeline")
-		}
-	}
-	return clean && !it.bad
-}
-
-// stage walks one stage, named k with spec sv, of a pipeline run on db.
-func (w walker) stage(db string, k []byte, sv bsoncore.Value) {
-	switch string(k) {
-	case "$lookup", "$graphLookup":
-		spec, ok := sv.DocumentOK()
-		if !ok {
-			return
-		}
-		// A field given twice is read as its last value by the server's
-		// own parsers of these stages, as its first by Lookup: either
-		// could be the lock store.
-		f, err := fieldsOf(spec, "from", "pipeline")
-		if err != nil {
-			w.unknown()
-			return
-		}
-		target := db
-		if s, ok := f[0].StringValueOK(); ok {
-			w.visit(db, s)
-		} else if d, ok := f[0].DocumentOK(); ok {
-			target = w.dbColl(db, d, "coll")
-		}
-		w.pipeline(target, f[1])
-	case "$unionWith":
-		if s, ok := sv.StringValueOK(); ok {
-			w.visit(db, s)
-			return
-		}
-		spec, ok := sv.DocumentOK()
-		if !ok {
-			return
-		}
-		f, err := fieldsOf(spec, "pipeline")
-		if err != nil {
-			w.unknown()
-			return
-		}
-		w.pipeline(w.dbColl(db, spec, "coll"), f[0])
-	case "$out":
-		if s, ok := sv.StringValueOK(); ok {
-			w.visit(db, s)
-		} else if spec, ok := sv.DocumentOK(); ok {
-			w.dbColl(db, spec, "coll")
-		}
-	case "$merge":
-		if s, ok := sv.StringValueOK(); ok {
-			w.visit(db, s)
-			return
-		}
-		spec, ok := sv.DocumentOK()
-		if !ok {
-			return
-		}
-		f, err := fieldsOf(spec, "into")
-		if err != nil {
-			w.unknown()
-			return
-		}
-		if s, ok := f[0].StringValueOK(); ok {
-			w.visit(db, s)
-		} else if d, ok := f[0].DocumentOK(); ok {
-			w.dbColl(db, d, "coll")
-		}
-	case "$changeStream":
-		// A change stream over the whole deployment reads the changes of
-		// every namespace, documents included (fullDocument), so it names
-		// them all. One on a database or a collection is the command's own
-		// namespace, visited already.
-		if spec, ok := sv.DocumentOK(); ok {
-			f, err := fieldsOf(spec, "allChangesForCluster")
-			if err != nil || !isFalse(f[0]) {
-				w.unknown()
-			}
-		}
-	case "$facet":
-		facets, ok := sv.DocumentOK()
-		if !ok {
-			return
-		}
-		fit := iterate(facets)
-		for {
-			_, p, ok := fit.next()
-			if !ok {
-				return
-			}
-			w.pipeline(db, p)
-		}
-	}
-}
-
-// isFalse reports whether an optional flag is absent or false, as the
-// server would read it; a value of another type counts as set, since a
-// looser server might read it as true.
-func isFalse(v bsoncore.Value) bool {
-	set, err := truthy(v, "")
-	return err == nil && !set
-}
-
-// dbColl visits {db: <db>, <collKey>: <coll>}, the db defaulting to db,
-// and returns the database the reference is in. A field given twice is
-// unknown: servers differ on which of the two they read.
-func (w walker) dbColl(db string, d bsoncore.Document, collKey string) string {
-	f, err := fieldsOf(d, "db", collKey)
-	if err != nil {
-		w.unknown()
-		return db
-	}
-	if s, ok := f[0].StringValueOK(); ok {
-		db = s
-	}
-	if s, ok := f[1].StringValueOK(); ok {
-		w.visit(db, s)
-	}
-	return db
 }
 
 // out walks mapReduce's out: a collection name, or {replace|merge|

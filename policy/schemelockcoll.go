@@ -78,14 +78,10 @@ func (s Scheme) RecordExpiry(rec bsoncore.Document) (time.Time, bool) {
 	return time.UnixMilli(v.DateTime()).Add(lease), true
 }
 
-// lockSide returns the rule of a lock collection namespace, if ns is the
+// lockSide returns the rule of a lock collection namespace, if n is the
 // lock collection of a lockCollection rule.
-func (p *Policy) lockSide(ns string) (Rule, bool) {
-	n, ok := namespace.Split(ns)
+func (p *Policy) lockSide(n namespace.Namespace) (Rule, bool) {
 	db, coll := n.Parts()
-	if !ok {
-		return Rule{}, false
-	}
 	for _, r := range p.lockRules {
 		rdb, rcoll := namespace.Of(r.Match).Parts()
 		if rdb != db {
