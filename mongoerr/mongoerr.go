@@ -30,6 +30,7 @@ const (
 	AuthenticationFailed Code = 18
 	LockTimeout          Code = 24
 	NamespaceNotFound    Code = 26
+	IndexNotFound        Code = 27
 	LockBusy             Code = 46
 	MaxTimeMSExpired     Code = 50
 	CommandNotFound      Code = 59
@@ -58,6 +59,8 @@ func (c Code) Name() string {
 		return "LockTimeout"
 	case NamespaceNotFound:
 		return "NamespaceNotFound"
+	case IndexNotFound:
+		return "IndexNotFound"
 	case LockBusy:
 		return "LockBusy"
 	case MaxTimeMSExpired:
@@ -87,8 +90,8 @@ func (c Code) Retryable() bool {
 }
 
 // Answered lists the codes lockgate answers with itself, each with a row
-// in docs/ERRORS.md. The others (AuthenticationFailed, MaxTimeMSExpired,
-// CommandNotFound) are only read in a server's replies.
+// in docs/ERRORS.md. The others (AuthenticationFailed, IndexNotFound,
+// MaxTimeMSExpired, CommandNotFound) are only read in a server's replies.
 func Answered() []Code {
 	return []Code{BadValue, HostUnreachable, FailedToParse, Unauthorized, TypeMismatch, LockTimeout,
 		NamespaceNotFound, LockBusy, LockFailed, DuplicateKey, IDLUnknownField}
