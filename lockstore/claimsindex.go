@@ -79,20 +79,27 @@ func (s *Store) ensureClaimsIndex(ctx context.Context) error {
 			s.log.Error(s.ttlAdvice(ix.Name, fmt.Sprintf("this instance could not drop it (%v)", err)), zap.String("index", ix.Name), zap.Error(err))
 		}
 	}
-	s.m.claimsTTL.Set(float64(left))
-	if atLeft {
-		return nil // a plain index of the same key would only be refused
-	}
-	err = s.rt(ctx, opIndex, func(ctx context.Context) error {
-		_, err := s.claims.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: claimsAtKey})
-		return err
-	})
-	if err != nil {
-		if isUnreachable(err) {
+	if !atLeft { // else a plain index of the same key would only be refused
+		err := s.rt(ctx, opIndex, func(ctx context.Context) error {
+			_, err := s.claims.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: claimsAtKey})
+			return err
+		})
+		var ce mongo.CommandError
+		switch {
+		case err == nil:
+		case isUnreachable(err):
 			return s.storeErr(ctx, opIndex, err)
+		case errors.As(err, &ce) && ce.Code == int32(mongoerr.IndexOptionsConflict):
+			// at_1 is there with other options: a TTL index that the
+			// listing missed, or that an older lockgate starting
+			// meanwhile made again between the drop and this create.
+			left++
+			s.log.Error(s.ttlAdvice("at_1", fmt.Sprintf("creating the plain index in its place was refused (%v)", err)), zap.String("index", "at_1"), zap.Error(err))
+		default:
+			s.log.Warn("creating lock index failed; continuing without it", zap.Error(err))
 		}
-		s.log.Warn("creating lock index failed; continuing without it", zap.Error(err))
 	}
+	s.m.claimsTTL.Set(float64(left))
 	return nil
 }
 
@@ -106,7 +113,7 @@ func (s *Store) ttlAdvice(name, why string) string {
 }
 
 // claimsIndexes lists the claims' indexes; none when the collection does
-// not exist yet.
+// not exist yet (the driver answers NamespaceNotFound so).
 func (s *Store) claimsIndexes(ctx context.Context) ([]indexSpec, error) {
 	var specs []indexSpec
 	err := s.rt(ctx, opIndex, func(ctx context.Context) error {
@@ -116,9 +123,5 @@ func (s *Store) claimsIndexes(ctx context.Context) ([]indexSpec, error) {
 		}
 		return cur.All(ctx, &specs)
 	})
-	var ce mongo.CommandError
-	if errors.As(err, &ce) && ce.Code == int32(mongoerr.NamespaceNotFound) {
-		return nil, nil
-	}
 	return specs, err
 }

@@ -107,6 +107,8 @@ func isAtKey(keys bson.Raw) bool {
 type upgradedMongo struct {
 	claims      string
 	dropRefusal *mongoerr.Error
+	// createRefusal (nil: ok) answers createIndexes on the claims.
+	createRefusal *mongoerr.Error
 
 	mu   sync.Mutex
 	cmds []bson.Raw
@@ -167,6 +169,11 @@ func (u *upgradedMongo) start(t *testing.T) string {
 				return s.Reply(req, u.dropRefusal.Document())
 			}
 			return s.Reply(req, doc(bson.D{{Key: "nIndexesWas", Value: int32(2)}, {Key: "ok", Value: 1.0}}))
+		case "createindexes":
+			if cmd.Collection == u.claims && u.createRefusal != nil {
+				return s.Reply(req, u.createRefusal.Document())
+			}
+			return s.Reply(req, doc(bson.D{{Key: "ok", Value: 1.0}}))
 		case "find", "aggregate", "listcollections":
 			return s.Reply(req, cursor(ns, bson.A{}))
 		case "distinct":
@@ -268,5 +275,22 @@ func TestClaimsTTLIndexDropRefused(t *testing.T) {
 	}
 	if err := s.Ping(context.Background()); err != nil {
 		t.Errorf("ping: %v", err)
+	}
+}
+
+// TestClaimsTTLIndexMadeAgainMeanwhile: between the drop and the plain
+// create, an older lockgate starting on the same store can make its TTL
+// index again; the refused create (an index of that name with other
+// options) is reported like a refused drop.
+func TestClaimsTTLIndexMadeAgainMeanwhile(t *testing.T) {
+	u := &upgradedMongo{createRefusal: mongoerr.New(mongoerr.IndexOptionsConflict, "An existing index has the same name as the requested index. Requested index: { v: 2, key: { at: 1 }, name: \"at_1\" }")}
+	s, logs := openUpgraded(t, u)
+
+	errs := logs.FilterLevelExact(zapcore.ErrorLevel).All()
+	if len(errs) != 1 || !strings.Contains(errs[0].Message, `db.`+u.claims+`.dropIndex("at_1")`) {
+		t.Fatalf("want one Error log saying what to run; got %v", logs.All())
+	}
+	if n := testutil.ToFloat64(s.m.claimsTTL); n != 1 {
+		t.Errorf("lockgate_lockstore_claims_ttl_indexes = %v, want 1", n)
 	}
 }

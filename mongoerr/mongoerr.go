@@ -34,6 +34,7 @@ const (
 	LockBusy             Code = 46
 	MaxTimeMSExpired     Code = 50
 	CommandNotFound      Code = 59
+	IndexOptionsConflict Code = 85
 	LockFailed           Code = 107
 	DuplicateKey         Code = 11000
 	IDLUnknownField      Code = 40415
@@ -67,6 +68,8 @@ func (c Code) Name() string {
 		return "MaxTimeMSExpired"
 	case CommandNotFound:
 		return "CommandNotFound"
+	case IndexOptionsConflict:
+		return "IndexOptionsConflict"
 	case LockFailed:
 		return "LockFailed"
 	case DuplicateKey:
@@ -91,7 +94,8 @@ func (c Code) Retryable() bool {
 
 // Answered lists the codes lockgate answers with itself, each with a row
 // in docs/ERRORS.md. The others (AuthenticationFailed, IndexNotFound,
-// MaxTimeMSExpired, CommandNotFound) are only read in a server's replies.
+// MaxTimeMSExpired, CommandNotFound, IndexOptionsConflict) are only read
+// in a server's replies.
 func Answered() []Code {
 	return []Code{BadValue, HostUnreachable, FailedToParse, Unauthorized, TypeMismatch, LockTimeout,
 		NamespaceNotFound, LockBusy, LockFailed, DuplicateKey, IDLUnknownField}
