@@ -158,9 +158,11 @@
 // command that ends the gap (`db.<claims>.dropIndex("at_1")`, in the lock
 // store's database) and why, and sets the gauge
 // `lockgate_lockstore_claims_ttl_indexes`; a TTL index on other keys of
-// the claims is reported the same way and never dropped
+// the claims is reported the same way and never dropped, and so is a
+// plain create refused because `at_1` is there with other options (an
+// older lockgate starting between the drop and the create made it again)
 // (`TestClaimsTTLIndexDroppedAtStart`, `TestClaimsTTLIndexDropRefused`,
-// `TestClaimsIndexIsNeverTTL`).
+// `TestClaimsTTLIndexMadeAgainMeanwhile`, `TestClaimsIndexIsNeverTTL`).
 //
 // # Operations
 //
