@@ -69,9 +69,11 @@ func (s *Store) ensureClaimsIndex(ctx context.Context) error {
 		})
 		var ce mongo.CommandError
 		switch {
-		case err == nil, errors.As(err, &ce) && ce.Code == int32(mongoerr.IndexNotFound): // another instance dropped it first
+		case err == nil:
 			s.log.Info("dropped the TTL index an older lockgate made on the claims; the janitor alone compacts them now",
 				zap.String("collection", s.cfg.Database+"."+s.claims.Name()), zap.String("index", ix.Name))
+		case errors.As(err, &ce) && ce.Code == int32(mongoerr.IndexNotFound):
+			s.log.Info("another lockgate dropped the claims' TTL index first", zap.String("index", ix.Name))
 		case isUnreachable(err):
 			return s.storeErr(ctx, opIndex, err)
 		default:
