@@ -106,8 +106,9 @@
 // head read as current handed out a token again, or, free, let a second
 // owner take a key held under a younger claim
 // (`TestStaleHeadAfterCompaction`, `TestStaleFreeHeadAfterCompaction`).
-// Where the server has TTL indexes (MongoDB), the claims' TTL index
-// deletes claims by age whatever the heads say, and that gap stays.
+// So the janitor alone deletes claims, on every server: the claims never
+// have a TTL index, which would delete them by age whatever the heads say
+// (see Indexes below).
 //
 // Claims are **compacted**: the janitor (every `CleanupInterval`) deletes
 // claims older than `CleanupAfter` (default 10 min, at least 1 min and 12 x
@@ -145,11 +146,23 @@
 // generation), `shared` (the hold was changed through more than one store;
 // see "Cache and Holds").
 // Indexes: `{owner:1, ns:1}` (endSessions, release-all) and `{expiresAt:1}`
-// (the admin list) on the lock collection, `{at:1}` (compaction) on the claims
-// collection; where the server has TTL indexes, that one is a TTL index
-// (`expireAfterSeconds` = `CleanupAfter`), pure garbage collection doing what
-// the janitor does. Head documents have no TTL: deleting them would reset
-// tokens. (FerretDB refuses TTL indexes; the janitor alone compacts there.)
+// (the admin list) on the lock collection, a plain `{at:1}` (compaction)
+// on the claims collection, never a TTL index there nor on the heads
+// (deleting heads would reset tokens). Versions before this one made the
+// claims' `at_1` a TTL index (`expireAfterSeconds` = `CleanupAfter`)
+// where the server allows one (MongoDB; FerretDB refuses them). At start
+// the store lists the claims' indexes, drops an index on exactly `{at:1}`
+// that has `expireAfterSeconds` (by name, logged at Info) and makes the
+// plain one (claimsindex.go). If the drop is refused (a user without
+// `dropIndex`), the store starts all the same, logs at Error level the
+// command that ends the gap (`db.<claims>.dropIndex("at_1")`, in the lock
+// store's database) and why, and sets the gauge
+// `lockgate_lockstore_claims_ttl_indexes`; a TTL index on other keys of
+// the claims is reported the same way and never dropped, and so is a
+// plain create refused because `at_1` is there with other options (an
+// older lockgate starting between the drop and the create made it again)
+// (`TestClaimsTTLIndexDroppedAtStart`, `TestClaimsTTLIndexDropRefused`,
+// `TestClaimsTTLIndexMadeAgainMeanwhile`, `TestClaimsIndexIsNeverTTL`).
 //
 // # Operations
 //

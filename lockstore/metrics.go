@@ -53,6 +53,9 @@ type Metrics struct {
 	handoffs     prometheus.Counter
 	quiesces     prometheus.Counter
 	memoryLocks  *prometheus.CounterVec
+	// claimsTTL counts the TTL indexes on the claims that stayed at
+	// start (claimsindex.go).
+	claimsTTL prometheus.Gauge
 }
 
 // NewMetrics creates unregistered collectors.
@@ -101,6 +104,10 @@ func NewMetrics() *Metrics {
 			Name: "lockgate_implicit_memory_locks_total",
 			Help: "Implicit locks of legacy writes by where they were held: memory (this instance alone on the lock store, no round trip) or store (the memory lock was not possible).",
 		}, []string{"where"})),
+		claimsTTL: metricset.Add(&s, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lockgate_lockstore_claims_ttl_indexes",
+			Help: "TTL indexes on the lock store's claims collection that this instance found at start and could not drop: each deletes claims by age, which can hand out a fencing token twice; the Error log says what to run.",
+		})),
 	}
 	m.Set = s
 	m.memoryLocks.WithLabelValues("memory")

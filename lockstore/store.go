@@ -431,20 +431,7 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 			s.log.Warn("creating lock index failed; continuing without it", zap.Error(err))
 		}
 	}
-	// Claims expire by themselves where the server has TTL indexes (only
-	// garbage collection: the janitor does the same); FerretDB refuses them,
-	// then a plain index serves the janitor.
-	ttl := mongo.IndexModel{
-		Keys:    bson.D{{Key: "at", Value: 1}},
-		Options: options.Index().SetExpireAfterSeconds(int32(s.cfg.CleanupAfter / time.Second)),
-	}
-	if err := create(s.claims, ttl); err != nil {
-		s.log.Info("TTL index on claims not available; the janitor alone compacts", zap.Error(err))
-		if err := create(s.claims, mongo.IndexModel{Keys: bson.D{{Key: "at", Value: 1}}}); err != nil {
-			s.log.Warn("creating lock index failed; continuing without it", zap.Error(err))
-		}
-	}
-	return nil
+	return s.ensureClaimsIndex(ctx)
 }
 
 // isUnreachable tells a failure to talk to the server from a server's

@@ -30,9 +30,11 @@ const (
 	AuthenticationFailed Code = 18
 	LockTimeout          Code = 24
 	NamespaceNotFound    Code = 26
+	IndexNotFound        Code = 27
 	LockBusy             Code = 46
 	MaxTimeMSExpired     Code = 50
 	CommandNotFound      Code = 59
+	IndexOptionsConflict Code = 85
 	LockFailed           Code = 107
 	DuplicateKey         Code = 11000
 	IDLUnknownField      Code = 40415
@@ -58,12 +60,16 @@ func (c Code) Name() string {
 		return "LockTimeout"
 	case NamespaceNotFound:
 		return "NamespaceNotFound"
+	case IndexNotFound:
+		return "IndexNotFound"
 	case LockBusy:
 		return "LockBusy"
 	case MaxTimeMSExpired:
 		return "MaxTimeMSExpired"
 	case CommandNotFound:
 		return "CommandNotFound"
+	case IndexOptionsConflict:
+		return "IndexOptionsConflict"
 	case LockFailed:
 		return "LockFailed"
 	case DuplicateKey:
@@ -87,8 +93,9 @@ func (c Code) Retryable() bool {
 }
 
 // Answered lists the codes lockgate answers with itself, each with a row
-// in docs/ERRORS.md. The others (AuthenticationFailed, MaxTimeMSExpired,
-// CommandNotFound) are only read in a server's replies.
+// in docs/ERRORS.md. The others (AuthenticationFailed, IndexNotFound,
+// MaxTimeMSExpired, CommandNotFound, IndexOptionsConflict) are only read
+// in a server's replies.
 func Answered() []Code {
 	return []Code{BadValue, HostUnreachable, FailedToParse, Unauthorized, TypeMismatch, LockTimeout,
 		NamespaceNotFound, LockBusy, LockFailed, DuplicateKey, IDLUnknownField}

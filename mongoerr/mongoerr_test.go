@@ -8,7 +8,7 @@ import (
 )
 
 func TestEveryAnsweredCodeIsNamedAndNoRefusalIsRetried(t *testing.T) {
-	for _, c := range append(Answered(), AuthenticationFailed, MaxTimeMSExpired, CommandNotFound) {
+	for _, c := range append(Answered(), AuthenticationFailed, IndexNotFound, MaxTimeMSExpired, CommandNotFound, IndexOptionsConflict) {
 		if c.Name() == "" {
 			t.Errorf("code %d has no name", int32(c))
 		}
