@@ -490,13 +490,15 @@ func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin tim
 }
 
 // Cleanup compacts the collection and returns how many claims it deleted:
-// every claim older than Config.CleanupAfter. Head documents are never
-// deleted, so a key's token can never be reset. Claims are only needed
-// while a change is in flight (they are the compare-and-swap) and while a
-// head document lags behind them; both last milliseconds unless a store
-// operation takes longer than CleanupAfter, which Config forbids (at least
-// 12 x OpTimeout). The background janitor calls it every
-// Config.CleanupInterval.
+// the claims older than Config.CleanupAfter, but those of a generation
+// after their key's head document (compactClaims: a head moved back by a
+// late write is noticed only through them). Head documents are never
+// deleted, so a key's token can never be reset. Claims are otherwise only
+// needed while a change is in flight (they are the compare-and-swap),
+// which lasts milliseconds unless a store operation takes longer than
+// CleanupAfter, which Config forbids (at least 12 x OpTimeout). The
+// background janitor calls it every Config.CleanupInterval; it is the
+// only compaction (no TTL index on the claims: claimsindex.go).
 func (s *Store) Cleanup(ctx context.Context) (int, error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, err
