@@ -15,6 +15,7 @@ import (
 // for the old holder, however recently it confirmed the lock. Before
 // quiesce it answered from its cache for up to CacheTrust.
 func TestCacheIsNeverWrongAcrossStores(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	cfg.CacheTrust = 400 * time.Millisecond // the same on both, as the code fixes it
