@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,14 +32,7 @@ const parallelTests = 4
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
-	if !explicit {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallelTests)); err != nil {
-			fmt.Fprintln(os.Stderr, "test.parallel:", err)
-			os.Exit(2)
-		}
-	}
+	testkit.DefaultParallel(parallelTests)
 	os.Exit(testkit.RunMain(m, func() (func() error, error) {
 		// SQLite on tmpfs when there is one: the tests measure the lock
 		// store, not fsync.
