@@ -66,6 +66,9 @@ func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 // TestANewStoreWaitsBeforeItsFirstGrant: a Store that starts while another
 // is live grants nothing until the other's last "alone" view has aged out,
 // and a lone Store grants at once.
+//
+// Not run beside the other tests: the lone store's grant must come
+// within CacheTrust.
 func TestANewStoreWaitsBeforeItsFirstGrant(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks

@@ -709,6 +709,7 @@ func TestLocalWaitersFIFO(t *testing.T) {
 	}
 }
 
+// Not run beside the other tests: it bounds how long the wait took.
 func TestWaitTimeout(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
@@ -741,6 +742,7 @@ func TestWaitTimeout(t *testing.T) {
 	}
 }
 
+// Not run beside the other tests: it bounds how late the waiter woke.
 func TestWaitForLeaseEnd(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
@@ -835,6 +837,7 @@ func TestDuplicateKeyRaceIsBusy(t *testing.T) {
 	}
 }
 
+// Not run beside the other tests: it bounds how soon the failure came.
 func TestUnavailable(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
