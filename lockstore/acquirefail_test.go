@@ -17,6 +17,7 @@ import (
 // two-key acquire are covered: the first (rolled back as a key the
 // attempt took) and the one whose write failed.
 func TestFailedAcquireLeavesNoHolder(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	s := openStore(t, cfg)
 	for _, what := range []string{"head", "claim"} {

@@ -17,6 +17,7 @@ import (
 // acquires of held ids do not count again; a release makes room; other
 // sessions are not affected.
 func TestMaxLocksPerSession(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.MaxLocksPerSession = 5
 	s := openStore(t, cfg)
@@ -65,6 +66,7 @@ func TestMaxLocksPerSession(t *testing.T) {
 // holds), and one background query by owner serves every session ended
 // meanwhile.
 func TestReleaseSessionCostsTheSessionsLocks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const sessions = 20
 	cost := func(junk int) (releases, finds float64, took time.Duration) {
@@ -137,6 +139,7 @@ func TestReleaseSessionCostsTheSessionsLocks(t *testing.T) {
 // through another proxy is still released by endSessions here, by the
 // background sweep.
 func TestReleaseSessionFindsLocksOfOtherInstances(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks

@@ -15,6 +15,7 @@ import (
 // records: a first acquire whose head was not written yet, and the head of
 // a newer holder moved back by a delayed writer of an older change.
 func TestConfirmedStatusSeesPastALaggingHead(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	a, b, other := newOwner("a"), newOwner("b"), newOwner("other")
 	ns := "db.c"

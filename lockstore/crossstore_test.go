@@ -15,6 +15,7 @@ import (
 // for the old holder, however recently it confirmed the lock. Before
 // quiesce it answered from its cache for up to CacheTrust.
 func TestCacheIsNeverWrongAcrossStores(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	cfg.CacheTrust = 400 * time.Millisecond // the same on both, as the code fixes it
@@ -98,6 +99,9 @@ func TestCacheIsNeverWrongAcrossStores(t *testing.T) {
 // taken through a store is confirmed in the background, so its holder's
 // checks are answered without a round trip long after the trust period,
 // however rarely the lock is written.
+//
+// Not run beside the other tests: a confirmation round slowed by their
+// load can land between its two checks.
 func TestOwnLockAnsweredFromMemoryForTheLease(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.CacheTrust = 100 * time.Millisecond

@@ -12,6 +12,7 @@ import (
 // the scan (the audit trail's expire record), once: not for a released
 // or renewed lock, and not again when the lock is later taken over.
 func TestExpiryScanReportsLeasesNobodyTookOver(t *testing.T) {
+	t.Parallel()
 	clk := newFakeClock()
 	var mu sync.Mutex
 	var got []Expiry

@@ -10,6 +10,7 @@ import (
 // new owner only after the grace, and HeldTokens reports tokens and the
 // lease left.
 func TestTakeoverGrace(t *testing.T) {
+	t.Parallel()
 	clk := newFakeClock()
 	cfg := testConfig(t)
 	cfg.TakeoverGrace = 2 * time.Second

@@ -13,6 +13,7 @@ import (
 // key (the store's only compare-and-swap), a sorted find returns the
 // highest generation of a key, $in finds, and deletes by _id.
 func TestUpstreamOperations(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	ctx := context.Background()
 	for _, seq := range []int64{1, 2, 3} {

@@ -113,6 +113,7 @@ func roundTrips(s *Store) float64 {
 // so the waiter holds it when the release returns, without a round trip of
 // its own.
 func TestReleaseHandsOverToLocalWaiter(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, handoffConfig(t))
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "h")
@@ -163,6 +164,7 @@ func TestReleaseHandsOverToLocalWaiter(t *testing.T) {
 // lock over. The claim decides: the other instance holds it, the release
 // frees nothing, the waiter is not granted and keeps waiting.
 func TestHandoffLosesToTakeoverThroughAnotherStore(t *testing.T) {
+	t.Parallel()
 	cfg := handoffConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	clk := newFakeClock()
@@ -211,6 +213,7 @@ func TestHandoffLosesToTakeoverThroughAnotherStore(t *testing.T) {
 // lease ended (nobody took it over) hands it over like any release, with
 // a fresh lease for the waiter.
 func TestHandoffOfExpiredLease(t *testing.T) {
+	t.Parallel()
 	clk := newFakeClock()
 	s := openStore(t, handoffConfig(t), WithClock(clk))
 	a, b := newOwner("a"), newOwner("b")
@@ -236,6 +239,7 @@ func TestHandoffOfExpiredLease(t *testing.T) {
 // learns the outcome and releases the lock again: nobody is left holding a
 // lock that no client will ever release.
 func TestHandoffToWaiterWhoseCallerLeft(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, handoffConfig(t))
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "gone")
@@ -274,6 +278,7 @@ func TestHandoffToWaiterWhoseCallerLeft(t *testing.T) {
 // being written. The waiter is told the truth: it holds the lock (like an
 // attempt of its own that was under way at the deadline).
 func TestHandoffToWaiterWhoseWaitElapsed(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, handoffConfig(t))
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "late")
@@ -299,6 +304,7 @@ func TestHandoffToWaiterWhoseWaitElapsed(t *testing.T) {
 // TestNoHandoffToWaiterNotIdle: only an idle waiter for one key, whose
 // caller is still there, is handed a key.
 func TestNoHandoffToWaiterNotIdle(t *testing.T) {
+	t.Parallel()
 	wq := newWaitQueues()
 	ctx, cancel := context.WithCancel(bg)
 	single := func() *waiter {
@@ -345,6 +351,7 @@ func TestNoHandoffToWaiterNotIdle(t *testing.T) {
 // TestNoHandoffWithinOneSession: a release by the waiter's own session
 // (another binding, or endSessions) only frees the key.
 func TestNoHandoffWithinOneSession(t *testing.T) {
+	t.Parallel()
 	o := newOwner("a")
 	x := newWaiter([]string{"k"})
 	x.want = &handoffWant{owner: Owner{Session: o.Session, Bind: "other"}, lease: time.Minute}

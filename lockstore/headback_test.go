@@ -15,27 +15,29 @@ import (
 // store answered Holds(a) true and showed a as the holder, for a's whole
 // renewed lease (through the same store, from its cache too).
 func TestHeadMovedBackHoldsNobody(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		release int // the store a releases through: 0 (s1, the renewing one) or 1 (s2)
 	}{{"release through another store", 1}, {"release through the same store", 0}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // each case on a collection of its own
 			cfg := testConfig(t)
 			cfg.CacheTrust = time.Second // the code's own value: a's renewal is trusted for it
 			s := []*Store{openStore(t, cfg), openStore(t, cfg), openStore(t, cfg)}
 			a, b := newOwner("a"), newOwner("b")
 			const ns = "db.c"
 			key := ids(t, "k")
-			mustAcquire(t, s[0], a, ns, key, time.Minute, 0)
+			mustAcquire(t, s[0], a, ns, key, holdLease, 0)
 
 			landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
-				_, err := s[0].Renew(bg, a, ns, key, time.Minute)
+				_, err := s[0].Renew(bg, a, ns, key, holdLease)
 				return err
 			})
 			if n, err := s[c.release].Release(bg, a, ns, key, ""); n != 1 || err != nil {
 				t.Fatalf("a's release: %d %v", n, err)
 			}
-			mustAcquire(t, s[1], b, ns, key, time.Minute, 0)
+			mustAcquire(t, s[1], b, ns, key, holdLease, 0)
 			if err := landRenewal(); err != nil {
 				t.Logf("the overtaken renewal: %v", err)
 			}

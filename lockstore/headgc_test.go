@@ -12,6 +12,7 @@ import (
 // key locked again afterwards starts above every token it handed out
 // before; a new life of the key steps over the janitor's tombstone.
 func TestIdleHeadsAreCollected(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := newFakeClock()
 	cfg := testConfig(t)
@@ -90,6 +91,7 @@ func TestIdleHeadsAreCollected(t *testing.T) {
 // before the janitor buried it (its next generation is the tombstone)
 // takes the key as new instead of going on from the buried state.
 func TestWriterOnABuriedHeadStartsAfresh(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := newFakeClock()
 	cfg := testConfig(t)

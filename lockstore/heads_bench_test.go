@@ -18,6 +18,7 @@ import (
 // read being one, and reads by exact _id below perKeyReads keys because
 // a $in is not (FerretDB v1.24 on SQLite scans every head document).
 func TestHeadReadsPushdown(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	for _, rid := range []string{"db.c/01", "db.c/02"} {
 		if err := s.writeHead(bg, opAcquire, &gen{ID: genID(rid, 1), Key: rid, Seq: 1, NS: "db.c"}); err != nil {
@@ -50,6 +51,7 @@ func TestHeadReadsPushdown(t *testing.T) {
 // no head), locked again after that, and a head moved back behind its
 // claims; with a key named twice.
 func TestHeadsBothWays(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := newFakeClock()
 	cfg := testConfig(t)

@@ -11,6 +11,7 @@ import (
 // another; the very next check after the change sees it, and a lock held
 // gets the same token as HeldTokens gives.
 func TestHeldTokensIntoSeesEveryChange(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	cfg.CacheTrust = 2 * time.Second // a release through the other store waits this long (quiesce)

@@ -16,6 +16,7 @@ import (
 // next refresh. A mark older than the refresh's sending is the refresh's
 // to confirm or drop.
 func TestHeldNamespacesKeepMarksARefreshMissed(t *testing.T) {
+	t.Parallel()
 	h := heldNamespaces{trust: time.Hour}
 	t0 := time.Now()
 	h.set(map[string]bool{}, t0)
@@ -48,6 +49,7 @@ func TestHeldNamespacesKeepMarksARefreshMissed(t *testing.T) {
 // through. What this Store granted it knows from the generations it
 // wrote, whatever the head documents say.
 func TestInsertCheckSurvivesAHeadMovedBack(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	const ns = "db.headback"
 	s := openStore(t, cfg)
@@ -86,6 +88,7 @@ func TestInsertCheckSurvivesAHeadMovedBack(t *testing.T) {
 // forgotten, so a long-running lockgate's view does not grow with every
 // key it ever locked (whether or not memory locks are in use).
 func TestGrantViewKeepsOnlyWhatMayBeHeld(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	const ns = "db.viewsize"
 	size := func() (int, int) {

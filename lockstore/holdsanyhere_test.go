@@ -9,6 +9,7 @@ import (
 // this Store until its release; a lock it took through another Store is
 // not seen (the guard confirms that guess by the implicit acquire).
 func TestHoldsAnyHere(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	s1, s2 := openStore(t, cfg), openStore(t, cfg)

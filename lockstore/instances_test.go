@@ -19,6 +19,10 @@ func lastRead(s *Store) time.Time {
 // another Store in that time ("lock, then create") was not seen and an
 // insert of the locked _id went through. Two Stores on one lock database:
 // neither may answer "no lock here" while the other can grant one unseen.
+//
+// Not run beside the other tests: s1 trusts its view again only once a
+// read of the registry less than CacheTrust old found it alone, which the
+// other tests' load kept from happening for 10 s.
 func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
@@ -62,6 +66,9 @@ func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 // TestANewStoreWaitsBeforeItsFirstGrant: a Store that starts while another
 // is live grants nothing until the other's last "alone" view has aged out,
 // and a lone Store grants at once.
+//
+// Not run beside the other tests: the lone store's grant must come
+// within CacheTrust.
 func TestANewStoreWaitsBeforeItsFirstGrant(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks

@@ -14,6 +14,7 @@ func key(t *testing.T, v any) string {
 }
 
 func TestRecordIDLongKeyHashed(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 1000)
 	a, b := key(t, long), key(t, long+"y")
 	if len(a) > 100 || a == b {
@@ -25,6 +26,7 @@ func TestRecordIDLongKeyHashed(t *testing.T) {
 }
 
 func TestKeysDedupAndOrder(t *testing.T) {
+	t.Parallel()
 	ks, err := keys("db.c", ids(t, int32(3), 1.0, int64(1), "a"))
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // and 1.0 are one), and record ids are the documented namespace/hex form
 // at every length, short and hashed.
 func TestKeysIndexed(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 100)
 	ids := []docid.ID{rv(t, int32(1)), rv(t, "a"), rv(t, int64(1)), rv(t, 1.0), rv(t, long), rv(t, "a"),
 		rv(t, primitive.NewObjectID()), rv(t, strings.Repeat("y", 300))}

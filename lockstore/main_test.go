@@ -3,6 +3,7 @@ package lockstore
 import (
 	"context"
 	"crypto/rand"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -22,7 +23,16 @@ import (
 // upstreamURI is the embedded FerretDB shared by the package's tests.
 var upstreamURI string
 
+// parallelTests is how many tests of the package run at once unless
+// -parallel says otherwise. The tests spend most of their time waiting on
+// real time (a second Store's first grant waits CacheTrust or
+// NewcomerHorizon, waits and polls run out), not on the CPU: go's default
+// of one test per CPU left a 2-core machine mostly idle through them.
+const parallelTests = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	testkit.DefaultParallel(parallelTests)
 	os.Exit(testkit.RunMain(m, func() (func() error, error) {
 		// SQLite on tmpfs when there is one: the tests measure the lock
 		// store, not fsync.
@@ -58,13 +68,23 @@ var collSeq atomic.Int64
 // (memlock_test.go) keep the default horizon.
 const noMemoryLocks = -1
 
-// testConfig returns a config on a collection of its own.
+// holdLease is the lease of a hold that a test checks the answers about:
+// the longest a Store grants by default, so that a loaded run (tests run
+// several at a time) never sees the hold end under its checks, which a
+// minute's lease did under -race at a load of 18.
+const holdLease = DefaultMaxLease
+
+// testConfig returns a config on a collection of its own, in a database of
+// its own: FerretDB keeps each database in one SQLite file, which takes one
+// writer at a time, so tests running at once (t.Parallel) on one database
+// wait on each other's writes.
 func testConfig(t testing.TB) Config {
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	seq := collSeq.Add(1)
 	return Config{
 		URI:          upstreamURI,
-		Database:     "lockgate_test",
-		Collection:   fmt.Sprintf("locks_%s_%d", name, collSeq.Add(1)),
+		Database:     fmt.Sprintf("lockstore_%d", seq),
+		Collection:   fmt.Sprintf("locks_%s_%d", name, seq),
 		OpTimeout:    20 * time.Second, // FerretDB under -race can be slow
 		CleanupAfter: 5 * time.Minute,
 	}

@@ -41,6 +41,7 @@ func memoryReady(t *testing.T, s *Store, ns string) {
 // newcomer waiting only CacheTrust (NewcomerHorizon off on the newcomer)
 // it grants about a second in, inside the write's budget.
 func TestNewcomerGrantsOnlyAfterMemoryLockWrites(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		stop func(t *testing.T, s *Store) // how the holder's lockgate ends
@@ -58,6 +59,7 @@ func TestNewcomerGrantsOnlyAfterMemoryLockWrites(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case on a collection of its own
 			cfg := testConfig(t)
 			const ns = "db.c"
 			s1 := openStore(t, cfg)
@@ -84,6 +86,7 @@ func TestNewcomerGrantsOnlyAfterMemoryLockWrites(t *testing.T) {
 // taken while an acquire through this Store is in flight in the namespace
 // or a lock is held there.
 func TestAcquireSeesMemoryLocks(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	const ns = "db.c"
 	s := openStore(t, cfg)
@@ -154,6 +157,7 @@ func TestAcquireSeesMemoryLocks(t *testing.T) {
 // TestMemoryLocksAreShown (attack c): lockStatus, the insert check and
 // /locks see a memory lock, as implicit.
 func TestMemoryLocksAreShown(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	const ns = "db.c"
 	s := openStore(t, cfg)
@@ -202,6 +206,7 @@ func TestMemoryLocksAreShown(t *testing.T) {
 // the first Store's acquires for as long as its write may run, and the
 // second grants nothing before then (TestNewcomerGrantsOnlyAfterMemoryLockWrites).
 func TestNoMemoryLocksBesideAnotherStore(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	const ns = "db.c"
 	s1 := openStore(t, cfg)
@@ -258,6 +263,7 @@ func TestNoMemoryLocksBesideAnotherStore(t *testing.T) {
 // locks are decided on reads the claims, where the insert check's view of
 // the heads sees nothing.
 func TestGrantViewReadsClaimsNotHeads(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	const ns = "db.lag"
 	seed := openStore(t, cfg)
@@ -288,6 +294,7 @@ func TestGrantViewReadsClaimsNotHeads(t *testing.T) {
 // after they were written, even the newest of a key whose lease is longer;
 // its head record still shows the lock, and no memory lock is taken there.
 func TestGrantViewReadsHeadsToo(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	const ns = "db.long"
 	seed := openStore(t, cfg)
@@ -314,6 +321,7 @@ func TestGrantViewReadsHeadsToo(t *testing.T) {
 // is left alone: a token already there is not raised for a lock that was
 // never in the store.
 func TestForceReleaseWaitsForAMemoryLock(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	const ns = "db.c"
 	s := openStore(t, cfg)

@@ -24,10 +24,21 @@ import (
 // compaction, tombstones and late head writes it meets.
 //
 //	LOCKGATE_MODEL_SEED=n   replays one run (its seed is logged)
-//	LOCKGATE_MODEL_STEPS=n  steps per run (default modelSteps)
+//	LOCKGATE_MODEL_STEPS=n  steps per run (default modelSteps, modelStepsRace
+//	                        under the race detector)
 
 // modelSteps keeps the CI run within a few seconds.
 const modelSteps = 120
+
+// modelStepsRace is the default under the race detector, which also
+// instruments the embedded FerretDB: 120 steps took most of the package's
+// race run (274 s of 472 s on a loaded machine). The package runs without
+// the detector too (scripts/test.sh), with modelSteps, and that run is the
+// one that explores the sequences and that the mutations were tried
+// against (docs/TESTING.md). Under the detector the steps give it the
+// store's concurrency to watch (two Stores' background loops, the cache
+// refresh beside the checks), which every step reaches.
+const modelStepsRace = 30
 
 // modelMaxLate is how far (server time) behind its generation a late head
 // write may land: its writer's claim insert and head write are two round
@@ -89,12 +100,16 @@ func modelStepCount(t *testing.T) int {
 		}
 		return n
 	}
+	if raceEnabled {
+		return modelStepsRace
+	}
 	return modelSteps
 }
 
 // TestModelHeadsAndClaims is the randomized model test of the lock
 // store's reading of head documents and claims (see the top of this file).
 func TestModelHeadsAndClaims(t *testing.T) {
+	t.Parallel()
 	seed := modelSeed(t)
 	t.Logf("seed %d (replay: LOCKGATE_MODEL_SEED=%d)", seed, seed)
 	m := newModel(t, seed)
@@ -527,6 +542,7 @@ func (m *model) compare(si int, k *mKey, live int, confirmed bool, st Status) {
 // tokens strictly increase per key). Compaction now keeps the claims
 // after a key's head (compactClaims).
 func TestStaleHeadAfterCompaction(t *testing.T) {
+	t.Parallel()
 	cfg, clock, s := compactionStores(t)
 	a, b, c := newOwner("a"), newOwner("b"), newOwner("c")
 	const ns = "db.c"
@@ -572,6 +588,7 @@ func TestStaleHeadAfterCompaction(t *testing.T) {
 // one that counts.) Compaction now keeps the claims after a key's head
 // (compactClaims).
 func TestStaleFreeHeadAfterCompaction(t *testing.T) {
+	t.Parallel()
 	cfg, clock, s := compactionStores(t)
 	a, b, c := newOwner("a"), newOwner("b"), newOwner("c")
 	const ns = "db.c"

@@ -17,7 +17,7 @@ func movedBackKey(t *testing.T, cfg Config, a, b Owner, ns string, renewals int)
 	t.Helper()
 	s := openStore(t, cfg)
 	key := ids(t, "k")
-	mustAcquire(t, s, a, ns, key, time.Minute, 0)
+	mustAcquire(t, s, a, ns, key, holdLease, 0)
 	rid := ks(t, ns, key)
 	first, err := s.claim(bg, rid, 1)
 	if err != nil || first == nil {
@@ -26,9 +26,9 @@ func movedBackKey(t *testing.T, cfg Config, a, b Owner, ns string, renewals int)
 	if n, err := s.Release(bg, a, ns, key, ""); n != 1 || err != nil {
 		t.Fatalf("a's release: %d %v", n, err)
 	}
-	mustAcquire(t, s, b, ns, key, time.Minute, 0)
+	mustAcquire(t, s, b, ns, key, holdLease, 0)
 	for range renewals {
-		if _, err := s.Renew(bg, b, ns, key, time.Minute); err != nil {
+		if _, err := s.Renew(bg, b, ns, key, holdLease); err != nil {
 			t.Fatalf("b's renewal: %v", err)
 		}
 	}
@@ -81,6 +81,7 @@ func manyKeys() []any {
 // after 32) every answer failed closed with "a lock record's head is too
 // far behind its claims": b was refused its own lock.
 func TestHeadFarBehindItsClaims(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	a, b := newOwner("a"), newOwner("b")
 	const ns = "db.c"
@@ -101,6 +102,7 @@ func TestHeadFarBehindItsClaims(t *testing.T) {
 // (what CI saw in guard TestImplicitLocksNoDeadlock: a legacy write
 // refused under -race).
 func TestHeadBehindAKeyThatKeepsChanging(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	a, b := newOwner("a"), newOwner("b")
 	const ns = "db.c"
@@ -112,7 +114,7 @@ func TestHeadBehindAKeyThatKeepsChanging(t *testing.T) {
 			return
 		}
 		reads++
-		if _, err := s1.Renew(bg, b, ns, ids(t, "k"), time.Minute); err != nil {
+		if _, err := s1.Renew(bg, b, ns, ids(t, "k"), holdLease); err != nil {
 			t.Errorf("b's renewal: %v", err)
 		}
 	}
@@ -128,11 +130,13 @@ func TestHeadBehindAKeyThatKeepsChanging(t *testing.T) {
 // claim, not take the tombstone for the key's state ("not held"). The
 // search jumps over generations, so it can read the tombstone first.
 func TestTombstoneNearAMovedBackHead(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		at   int64 // the tombstone's generation; b's newest claim is 5
 	}{{"apart from the claims", 8}, {"right after the newest claim", 6}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // each case on a collection of its own
 			cfg := testConfig(t)
 			a, b := newOwner("a"), newOwner("b")
 			const ns = "db.c"
@@ -155,6 +159,7 @@ func TestTombstoneNearAMovedBackHead(t *testing.T) {
 // SQLite scans the collection for them), which is why newest does not
 // use them.
 func TestClaimReadsPushdown(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	rid := "db.c/01"
 	for seq := int64(1); seq <= 3; seq++ {
@@ -250,6 +255,7 @@ func BenchmarkClaimReads(b *testing.B) {
 // insert through on "not held", must report the new holder, not take the
 // tombstone ahead of the new life for the key's state.
 func TestConfirmedStatusOverARelicTombstone(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	s := openStore(t, cfg)
 	const ns = "db.c"
@@ -261,7 +267,7 @@ func TestConfirmedStatusOverARelicTombstone(t *testing.T) {
 		t.Fatalf("tombstone: %v %v", ok, err)
 	}
 	a := newOwner("a")
-	mustAcquire(t, s, a, ns, key, time.Minute, 0)
+	mustAcquire(t, s, a, ns, key, holdLease, 0)
 	for _, st := range []*Store{s, openStore(t, cfg)} {
 		for _, which := range [][]any{{"k"}, manyKeys()} {
 			sts, err := st.ConfirmedStatus(bg, newOwner("x"), ns, ids(t, which...))

@@ -47,6 +47,7 @@ func heldErr(t *testing.T, err error, sentinel error) *HeldError {
 }
 
 func TestContention(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("appA"), newOwner("appB")
 	l := mustAcquire(t, s, a, "shop.orders", ids(t, int32(1)), time.Minute, 0)
@@ -73,6 +74,7 @@ func TestContention(t *testing.T) {
 }
 
 func TestReentrant(t *testing.T) {
+	t.Parallel()
 	clk := newFakeClock()
 	s := openStore(t, testConfig(t), WithClock(clk))
 	a := newOwner("a")
@@ -99,6 +101,7 @@ func TestReentrant(t *testing.T) {
 }
 
 func TestMongoIDEquality(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
 	mustAcquire(t, s, a, "db.c", ids(t, int32(1)), time.Minute, 0)
@@ -122,6 +125,7 @@ func TestMongoIDEquality(t *testing.T) {
 }
 
 func TestInvalidArguments(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	a := newOwner("a")
 	one := ids(t, int32(1))
@@ -159,6 +163,7 @@ func TestInvalidArguments(t *testing.T) {
 }
 
 func TestMultiIDAllOrNothing(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
 	ns := "db.c"
@@ -199,6 +204,7 @@ func TestMultiIDAllOrNothing(t *testing.T) {
 }
 
 func TestCanonicalOrder(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	s1 := openStore(t, cfg)
@@ -270,6 +276,7 @@ func TestCanonicalOrder(t *testing.T) {
 }
 
 func TestTokensMonotonic(t *testing.T) {
+	t.Parallel()
 	clk := newFakeClock()
 	cfg := testConfig(t)
 	cfg.OpTimeout = 5 * time.Second
@@ -347,6 +354,7 @@ func TestTokensMonotonic(t *testing.T) {
 }
 
 func TestLeaseExpiry(t *testing.T) {
+	t.Parallel()
 	clk := newFakeClock()
 	var expiries []Expiry // the hook runs on the acquiring goroutine
 	s := openStore(t, testConfig(t), WithClock(clk), WithExpiryHook(func(e Expiry) { expiries = append(expiries, e) }))
@@ -396,6 +404,7 @@ func TestLeaseExpiry(t *testing.T) {
 }
 
 func TestRenew(t *testing.T) {
+	t.Parallel()
 	clk := newFakeClock()
 	s := openStore(t, testConfig(t), WithClock(clk))
 	a, b := newOwner("a"), newOwner("b")
@@ -425,6 +434,7 @@ func TestRenew(t *testing.T) {
 }
 
 func TestReleaseByNonOwner(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "x")
@@ -442,6 +452,7 @@ func TestReleaseByNonOwner(t *testing.T) {
 }
 
 func TestLastErrorForNextHolder(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "job")
@@ -469,6 +480,7 @@ func TestLastErrorForNextHolder(t *testing.T) {
 }
 
 func TestReleaseAllAndSession(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
 	mustAcquire(t, s, a, "db.c", ids(t, int32(1), int32(2)), time.Minute, 0)
@@ -496,6 +508,7 @@ func TestReleaseAllAndSession(t *testing.T) {
 }
 
 func TestListAndForceRelease(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
 	mustAcquire(t, s, a, "db.c", ids(t, int32(1), "two"), time.Minute, 0)
@@ -540,6 +553,7 @@ func TestListAndForceRelease(t *testing.T) {
 }
 
 func TestHolds(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	cfg.CacheTrust = time.Hour
@@ -593,6 +607,8 @@ func TestHolds(t *testing.T) {
 	}
 }
 
+// Not run beside the other tests: it bounds the handoff's p50, which
+// their load would decide.
 func TestLocalWaiterHandoff(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
@@ -651,6 +667,7 @@ func ks(t *testing.T, ns string, id []docid.ID) string {
 }
 
 func TestLocalWaitersFIFO(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.MinPoll, cfg.MaxPoll = time.Millisecond, 5*time.Millisecond // polling must not reorder
 	s := openStore(t, cfg)
@@ -692,6 +709,7 @@ func TestLocalWaitersFIFO(t *testing.T) {
 	}
 }
 
+// Not run beside the other tests: it bounds how long the wait took.
 func TestWaitTimeout(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
@@ -724,6 +742,7 @@ func TestWaitTimeout(t *testing.T) {
 	}
 }
 
+// Not run beside the other tests: it bounds how late the waiter woke.
 func TestWaitForLeaseEnd(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	a, b := newOwner("a"), newOwner("b")
@@ -748,6 +767,7 @@ func TestWaitForLeaseEnd(t *testing.T) {
 }
 
 func TestTwoStores(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	s1, s2 := openStore(t, cfg), openStore(t, cfg)
@@ -785,6 +805,7 @@ func TestTwoStores(t *testing.T) {
 }
 
 func TestDuplicateKeyRaceIsBusy(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	s1, s2 := openStore(t, cfg), openStore(t, cfg)
@@ -816,6 +837,7 @@ func TestDuplicateKeyRaceIsBusy(t *testing.T) {
 	}
 }
 
+// Not run beside the other tests: it bounds how soon the failure came.
 func TestUnavailable(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -854,6 +876,7 @@ func TestUnavailable(t *testing.T) {
 // (which instruments the embedded FerretDB too). LOCKGATE_STRESS_CYCLES
 // sets another count: 200 is the soak form (docs/TESTING.md).
 func TestNoDoubleGrant(t *testing.T) {
+	t.Parallel()
 	workers, cycles := 50, 20
 	if raceEnabled {
 		cycles = 2
@@ -922,6 +945,7 @@ func TestNoDoubleGrant(t *testing.T) {
 }
 
 func TestMetricsCollector(t *testing.T) {
+	t.Parallel()
 	m := NewMetrics()
 	s := openStore(t, testConfig(t), WithMetrics(m))
 	mustAcquire(t, s, newOwner("a"), "db.c", ids(t, int32(1)), 0, 0)

@@ -18,10 +18,11 @@ import (
 // transaction, a statement recorded again through the other (whose guess
 // of the next slot is now stale) is found, not left past a hole.
 func TestTxnRecordsAcrossInstances(t *testing.T) {
-	coll := fmt.Sprintf("locks_txn_%d", contractSeq.Add(1))
+	t.Parallel()
+	coll, db := fmt.Sprintf("locks_txn_%d", contractSeq.Add(1)), testDB()
 	open := func() *lockstore.Store {
 		s, err := lockstore.Open(context.Background(), lockstore.Config{
-			URI: lockstore.EmbeddedURI(), Database: "lockgate_test", Collection: coll, OpTimeout: 20 * time.Second,
+			URI: lockstore.EmbeddedURI(), Database: db, Collection: coll, OpTimeout: 20 * time.Second,
 			// No implicit locks here: the second store waits CacheTrust
 			// before its first grant, not the memory locks' horizon.
 			NewcomerHorizon: -1,
@@ -77,9 +78,10 @@ func TestTxnRecordsAcrossInstances(t *testing.T) {
 // the janitor once older than TxnRetention on the lock store's clock, and
 // not before.
 func TestTxnRecordsExpire(t *testing.T) {
+	t.Parallel()
 	clock := lockstoretest.NewClock()
 	s, err := lockstore.Open(context.Background(), lockstore.Config{
-		URI: lockstore.EmbeddedURI(), Database: "lockgate_test", Collection: fmt.Sprintf("locks_txn_%d", contractSeq.Add(1)), OpTimeout: 20 * time.Second,
+		URI: lockstore.EmbeddedURI(), Database: testDB(), Collection: fmt.Sprintf("locks_txn_%d", contractSeq.Add(1)), OpTimeout: 20 * time.Second,
 	}, lockstore.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 )
 
 func TestBackoffBoundsAndJitter(t *testing.T) {
+	t.Parallel()
 	b := newBackoff(5*time.Millisecond, 250*time.Millisecond)
 	ceil := 5 * time.Millisecond
 	distinct := map[time.Duration]bool{}
@@ -47,6 +48,7 @@ func TestBackoffBoundsAndJitter(t *testing.T) {
 }
 
 func TestServerClockEstimate(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	local := time.Unix(1000, 0)
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return local }
@@ -89,6 +91,7 @@ func TestServerClockEstimate(t *testing.T) {
 }
 
 func TestWaitQueueFIFO(t *testing.T) {
+	t.Parallel()
 	wq := newWaitQueues()
 	a := newWaiter([]string{"k1", "k2"})
 	b := newWaiter([]string{"k2"})
@@ -130,6 +133,7 @@ func TestWaitQueueFIFO(t *testing.T) {
 }
 
 func TestChangeStreamCandidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		h    helloReply
 		want bool
@@ -182,6 +186,7 @@ func (f *fakeStream) ResumeToken() bson.Raw       { return nil }
 // opened and waiters poll; a failing stream leaves polling on; a working
 // (fake) stream is used and its events wake the head waiter.
 func TestWaitModeSelection(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	if s.streamActive.Load() {
 		t.Fatal("FerretDB has no change streams; the store must poll")
@@ -214,6 +219,7 @@ func TestWaitModeSelection(t *testing.T) {
 }
 
 func TestErrorsAndMessages(t *testing.T) {
+	t.Parallel()
 	he := &HeldError{NS: "shop.orders", ID: rv(t, int32(7)), Holder: Holder{
 		App: "billing", SessionPrefix: "1a2b3c4d", ExpiresAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 	}}

@@ -13,6 +13,7 @@ import (
 // 10: the console shows waiters, not only their count); none once they
 // are gone.
 func TestWaitersListsQueuedAcquires(t *testing.T) {
+	t.Parallel()
 	s := openStore(t, testConfig(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -17,6 +17,7 @@ func poked(w *waiter) bool {
 // "squat" is released; fairness per key stays first come, first served
 // among the waiters that can proceed.
 func TestWaiterThatCannotProceedYields(t *testing.T) {
+	t.Parallel()
 	wq := newWaitQueues()
 	a := newWaiter([]string{"4", "squat"})
 	wq.join(a, 1000)
@@ -58,6 +59,7 @@ func TestWaiterThatCannotProceedYields(t *testing.T) {
 // TestWaitersPerLockAreBounded: one client cannot queue unbounded work on
 // a key (issue 12); a waiter beyond the bound is refused and queues nothing.
 func TestWaitersPerLockAreBounded(t *testing.T) {
+	t.Parallel()
 	wq := newWaitQueues()
 	for i := 0; i < 3; i++ {
 		if !wq.join(newWaiter([]string{"k"}), 3) {

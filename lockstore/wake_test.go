@@ -47,12 +47,14 @@ func (w *waker) interested(rid string) bool {
 // because the release's datagram woke it; without datagrams the same wait
 // runs out.
 func TestWakeAcrossStores(t *testing.T) {
+	t.Parallel()
 	for _, wake := range []bool{false, true} {
 		name := "poll only"
 		if wake {
 			name = "datagram"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each case on a pair of Stores of its own
 			s1, s2 := wakePair(t, wake, time.Minute, time.Minute)
 			ctx := context.Background()
 			a, b := newOwner("holder"), newOwner("waiter")
