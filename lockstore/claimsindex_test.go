@@ -28,6 +28,7 @@ import (
 // says, the gap compactClaims closes (TestStaleHeadAfterCompaction).
 // FerretDB refuses TTL indexes, so the request is what tells.
 func TestClaimsIndexIsNeverTTL(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	claims := cfg.Collection + ClaimsSuffix
 	var mu sync.Mutex
@@ -208,6 +209,7 @@ func openUpgraded(t *testing.T, u *upgradedMongo) (*Store, *observer.ObservedLog
 // that made the claims' {at: 1} index a TTL index has it dropped at start
 // and replaced by a plain one, in that order.
 func TestClaimsTTLIndexDroppedAtStart(t *testing.T) {
+	t.Parallel()
 	u := &upgradedMongo{}
 	s, logs := openUpgraded(t, u)
 
@@ -250,6 +252,7 @@ func TestClaimsTTLIndexDroppedAtStart(t *testing.T) {
 // index still gets a working store, and an Error that tells the operator
 // what to run and why.
 func TestClaimsTTLIndexDropRefused(t *testing.T) {
+	t.Parallel()
 	u := &upgradedMongo{dropRefusal: mongoerr.New(mongoerr.Unauthorized, "not authorized on lockgate_test to execute command { dropIndexes }")}
 	s, logs := openUpgraded(t, u)
 
@@ -283,6 +286,7 @@ func TestClaimsTTLIndexDropRefused(t *testing.T) {
 // index again; the refused create (an index of that name with other
 // options) is reported like a refused drop.
 func TestClaimsTTLIndexMadeAgainMeanwhile(t *testing.T) {
+	t.Parallel()
 	u := &upgradedMongo{createRefusal: mongoerr.New(mongoerr.IndexOptionsConflict, "An existing index has the same name as the requested index. Requested index: { v: 2, key: { at: 1 }, name: \"at_1\" }")}
 	s, logs := openUpgraded(t, u)
 

@@ -21,18 +21,19 @@ import (
 // released") when it was run again on the fresher head, and the holder's
 // renewal was refused.
 func TestRenewAfterCachedReleaseElsewhere(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	a, b := openStore(t, cfg), openStore(t, cfg)
 	o := newOwner("app")
 	const ns = "db.c"
 	key := ids(t, "k")
-	mustAcquire(t, a, o, ns, key, time.Minute, 0)
+	mustAcquire(t, a, o, ns, key, holdLease, 0)
 	if n, err := a.Release(bg, o, ns, key, ""); n != 1 || err != nil {
 		t.Fatalf("release through A: %d %v", n, err)
 	}
-	mustAcquire(t, b, o, ns, key, time.Minute, 0)
-	locks, err := a.Renew(bg, o, ns, key, time.Minute)
+	mustAcquire(t, b, o, ns, key, holdLease, 0)
+	locks, err := a.Renew(bg, o, ns, key, holdLease)
 	if err != nil || len(locks) != 1 {
 		t.Fatalf("the holder's renewal through A: %v %v", locks, err)
 	}
@@ -46,18 +47,19 @@ func TestRenewAfterCachedReleaseElsewhere(t *testing.T) {
 // b's acquire must not be refused by a hold the claims say has ended.
 // Before, it was refused (held by a) until a's lease ran out.
 func TestAcquireOverAHeadBehindARelease(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	s := []*Store{openStore(t, cfg), openStore(t, cfg)}
 	a, b := newOwner("a"), newOwner("b")
 	key := ids(t, "k")
-	mustAcquire(t, s[0], a, "db.c", key, time.Minute, 0)
+	mustAcquire(t, s[0], a, "db.c", key, holdLease, 0)
 	land := holdHeadWrite(s[0], kindRelease, func() error {
 		_, err := s[0].Release(bg, a, "db.c", key, "")
 		return err
 	})
 	defer func() { _ = land() }()
-	if _, err := s[1].Acquire(bg, b, "db.c", key, time.Minute, 0); err != nil {
+	if _, err := s[1].Acquire(bg, b, "db.c", key, holdLease, 0); err != nil {
 		t.Fatalf("b's acquire after a's release: %v", err)
 	}
 }
@@ -85,7 +87,7 @@ func movedBackFree(t *testing.T) (s []*Store, b Owner) {
 		return err
 	})
 	clock.Advance(10 * time.Second)
-	mustAcquire(t, s[1], b, "db.c", key, time.Minute, 0)
+	mustAcquire(t, s[1], b, "db.c", key, holdLease, 0)
 	if err := land(); err != nil {
 		t.Fatalf("a's release: %v", err)
 	}
@@ -102,8 +104,9 @@ func movedBackFree(t *testing.T) (s []*Store, b Owner) {
 // reads the head. Before, the renewal was refused ("it was released")
 // although b held the key.
 func TestHolderRenewsOverAMovedBackFreeHead(t *testing.T) {
+	t.Parallel()
 	s, b := movedBackFree(t)
-	locks, err := s[2].Renew(bg, b, "db.c", ids(t, "k"), time.Minute)
+	locks, err := s[2].Renew(bg, b, "db.c", ids(t, "k"), holdLease)
 	if err != nil || len(locks) != 1 {
 		t.Fatalf("b's renewal: %v %v", locks, err)
 	}
@@ -113,11 +116,12 @@ func TestHolderRenewsOverAMovedBackFreeHead(t *testing.T) {
 // which freed nothing before and left the key held until its lease ran
 // out.
 func TestHolderReleasesOverAMovedBackFreeHead(t *testing.T) {
+	t.Parallel()
 	s, b := movedBackFree(t)
 	if n, err := s[2].Release(bg, b, "db.c", ids(t, "k"), ""); n != 1 || err != nil {
 		t.Fatalf("b's release: %d %v", n, err)
 	}
-	if _, err := s[1].Acquire(bg, newOwner("c"), "db.c", ids(t, "k"), time.Minute, 0); err != nil {
+	if _, err := s[1].Acquire(bg, newOwner("c"), "db.c", ids(t, "k"), holdLease, 0); err != nil {
 		t.Fatalf("acquire after b's release: %v", err)
 	}
 }
@@ -129,19 +133,20 @@ func TestHolderReleasesOverAMovedBackFreeHead(t *testing.T) {
 // generation at a time, met a duplicate each time and gave up after
 // maxRaces with "lock key changed too often during the call".
 func TestForceReleaseOverAHeadFarBehind(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.NewcomerHorizon = noMemoryLocks
 	s := []*Store{openStore(t, cfg), openStore(t, cfg), openStore(t, cfg)}
 	a := newOwner("a")
 	key := ids(t, "k")
-	mustAcquire(t, s[0], a, "db.c", key, time.Minute, 0)
+	mustAcquire(t, s[0], a, "db.c", key, holdLease, 0)
 	land := holdHeadWrite(s[0], kindRenew, func() error {
-		_, err := s[0].Renew(bg, a, "db.c", key, time.Minute)
+		_, err := s[0].Renew(bg, a, "db.c", key, holdLease)
 		return err
 	})
 	const ahead = 20
 	for range ahead {
-		if _, err := s[1].Renew(bg, a, "db.c", key, time.Minute); err != nil {
+		if _, err := s[1].Renew(bg, a, "db.c", key, holdLease); err != nil {
 			t.Fatalf("renewal through s2: %v", err)
 		}
 	}
@@ -163,7 +168,7 @@ func TestForceReleaseOverAHeadFarBehind(t *testing.T) {
 	if err != nil {
 		t.Fatalf("force-release over a head %d behind: %v (%+v)", ahead, err, res)
 	}
-	if _, err := s[1].Acquire(bg, newOwner("c"), "db.c", key, time.Minute, 0); err != nil {
+	if _, err := s[1].Acquire(bg, newOwner("c"), "db.c", key, holdLease, 0); err != nil {
 		var held *HeldError
 		if errors.As(err, &held) {
 			t.Fatalf("the key is still held after the force-release: %v", err)
