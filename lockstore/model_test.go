@@ -156,8 +156,9 @@ func (m *model) failf(format string, args ...any) {
 	m.t.Errorf("step %d: "+format, append([]any{m.step}, args...)...)
 }
 
-// allow records an answer that fails closed for a holder where a head was
-// moved back; without one it is a failure.
+// allow records a reader's answer that fails closed for a holder where a
+// head was moved back; without one it is a failure. Writers have no such
+// allowance: they search the claims before they refuse (transition).
 func (m *model) allow(k *mKey, kind, format string, args ...any) {
 	m.t.Helper()
 	if k.moved {
@@ -244,10 +245,10 @@ func (m *model) acquire(s *Store, o int, k *mKey, wait time.Duration) {
 		m.grant(k, o, locks[0], blocker == o)
 	case errors.Is(err, ErrBusy) || errors.Is(err, ErrTimeout):
 		if blocker == -1 || blocker == o {
-			m.allow(k, "acquire refused", "acquire of %s by %d (model holder %d): %v", k.rid, o, blocker, err)
+			m.failf("acquire refused: "+"acquire of %s by %d (model holder %d): %v", k.rid, o, blocker, err)
 		}
 	default:
-		m.allow(k, "acquire error", "acquire of %s by %d: %v", k.rid, o, err)
+		m.failf("acquire error: "+"acquire of %s by %d: %v", k.rid, o, err)
 	}
 }
 
@@ -268,11 +269,11 @@ func (m *model) renew(s *Store, o int, k *mKey) {
 		k.moved = false
 	case errors.As(err, &nh):
 		if live {
-			m.allow(k, "holder's renewal refused", "renewal of %s by its holder %d: %v", k.rid, o, err)
+			m.failf("holder's renewal refused: "+"renewal of %s by its holder %d: %v", k.rid, o, err)
 		}
 	default:
 		if live {
-			m.allow(k, "holder's renewal failed", "renewal of %s by its holder %d: %v", k.rid, o, err)
+			m.failf("holder's renewal failed: "+"renewal of %s by its holder %d: %v", k.rid, o, err)
 		}
 	}
 }
@@ -287,7 +288,7 @@ func (m *model) release(s *Store, o int, k *mKey) {
 			m.t.Fatalf("step %d: release of %s by %d: %v", m.step, k.rid, o, err)
 		}
 		if holds {
-			m.allow(k, "holder's release failed", "release of %s by %d: %v", k.rid, o, err)
+			m.failf("holder's release failed: "+"release of %s by %d: %v", k.rid, o, err)
 		}
 	case n == 1:
 		if !holds {
@@ -295,7 +296,7 @@ func (m *model) release(s *Store, o int, k *mKey) {
 		}
 		k.h, k.moved = nil, false
 	case holds:
-		m.allow(k, "holder's release did nothing", "release of %s by its holder %d freed nothing", k.rid, o)
+		m.failf("holder's release did nothing: "+"release of %s by its holder %d freed nothing", k.rid, o)
 	}
 }
 
@@ -329,7 +330,7 @@ func (m *model) forceRelease(s *Store, k *mKey) {
 		if !errors.Is(err, errContended) && !errors.Is(err, ErrBusy) {
 			m.t.Fatalf("step %d: force-release of %s: %v", m.step, k.rid, err)
 		}
-		m.allow(k, "force-release failed", "force-release of %s: %v", k.rid, err)
+		m.failf("force-release failed: "+"force-release of %s: %v", k.rid, err)
 		return
 	}
 	if k.h != nil || k.lastToken != 0 {
