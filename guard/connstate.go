@@ -35,6 +35,9 @@ type connState struct {
 	// under lately (allowCounter).
 	allows    [4]allowSeries
 	nextAllow int
+	// rules are the rules the connection wrote under lately (ruleRef).
+	rules    [4]ruleMemo
+	nextRule int
 	// line is the buffer the connection's decision lines are written
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).
