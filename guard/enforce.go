@@ -115,6 +115,9 @@ type verdict struct {
 	// home is the connection the verdict came from (newVerdict), which
 	// its flight may give it back to.
 	home *connState
+	// flights is the write's session's entry in the flight tracker, as
+	// the connection kept it (writeOwner), for its flight's launch.
+	flights *inflight.Session
 	// Room for the usual write of one statement in one namespace, so
 	// that the verdict of a single write is one allocation, not four.
 	flightBuf  flightPlan
@@ -912,7 +915,9 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 			}
 		}
 	}
-	return g.owner(req, session, bind), true
+	o, flights := g.ownerAndFlights(req, session, bind)
+	v.flights = flights
+	return o, true
 }
 
 func firstWrite(ws []policy.Write, ns string) policy.Write {
