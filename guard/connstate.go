@@ -44,6 +44,9 @@ type connState struct {
 	line, idScratch []byte
 	// owner is the connection's latest session's owner key (sessionKey).
 	owner ownerMemo
+	// held is the lock store's memo of the connection's latest lock
+	// check (heldFromMemo).
+	held lockstore.HeldMemo
 	// ts is the text of the second of the connection's latest line.
 	ts tsCache
 	// spare is a verdict no flight or request points into any more,

@@ -30,7 +30,10 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 	var left time.Duration
 	var missing []docid.ID
 	var err error
-	if ti, ok := ts.(tokenIntoStore); ok {
+	if left, tokens, ok = g.heldFromMemo(ts, v, r, o, ns, ids); ok {
+		// Answered from the connection's memo: the store is unchanged
+		// since it answered the same check.
+	} else if ti, ok := ts.(tokenIntoStore); ok {
 		tokens = v.tokenBuf[:0]
 		if len(ids) > len(v.tokenBuf) {
 			tokens = make([]int64, 0, len(ids))
@@ -54,4 +57,32 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 		p.tokens[docid.KeyOf(namespace.Of(ns), id)] = tokens[i]
 	}
 	return true, nil, nil
+}
+
+// heldMemoStore answers a connection's repeated check of one lock from the
+// connection's memo while the store is unchanged since it filled it
+// (lockstore.HeldMemo): no key built, no shared mutex, no map.
+type heldMemoStore interface {
+	HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns string, id docid.ID, margin time.Duration) (time.Duration, int64, bool)
+}
+
+// heldFromMemo is the check of one id answered through the connection's
+// memo of its latest check; false: ask the store as usual.
+func (g *Guard) heldFromMemo(ts tokenStore, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (time.Duration, []int64, bool) {
+	ms, ok := ts.(heldMemoStore)
+	if !ok || len(ids) != 1 || v.req == nil {
+		return 0, nil, false
+	}
+	st := connStateOf(v.req)
+	if st == nil {
+		return 0, nil, false
+	}
+	left, token, ok := ms.HeldTokenMemo(&st.held, o, ns, ids[0], r.LeaseMargin)
+	st.mu.Unlock()
+	if !ok {
+		return 0, nil, false
+	}
+	tokens := v.tokenBuf[:1]
+	tokens[0] = token
+	return left, tokens, true
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 )
