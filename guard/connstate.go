@@ -134,6 +134,30 @@ type idMemo struct {
 	ids []docid.ID // len 1, capacity 1: an append copies
 	// text is the id as the decision line shows it, made on first use.
 	text string
+	// field is the decision line's ,"ids":"<text>", made on first use
+	// (idField) when the id is one appendIDField writes.
+	field []byte
+}
+
+// idField is the decision line's ids field of ids, encoded once per
+// connection, when ids is the memo's own slice (the usual one-id write)
+// of an id appendIDField writes; nil otherwise. st is locked.
+func (st *connState) idField(ids []docid.ID) []byte {
+	for i := range st.ids {
+		m := &st.ids[i]
+		if len(m.ids) != 1 || &m.ids[0] != &ids[0] {
+			continue
+		}
+		if m.field == nil {
+			f, _, ok := appendIDField(nil, nil, "ids", ids[0])
+			if !ok || len(f) > maxKeptLine {
+				return nil
+			}
+			m.field = f
+		}
+		return m.field
+	}
+	return nil
 }
 
 // idText is idList(ids) for the decision line, from the memo when ids is
