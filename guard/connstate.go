@@ -134,14 +134,19 @@ type idMemo struct {
 	ids []docid.ID // len 1, capacity 1: an append copies
 	// text is the id as the decision line shows it, made on first use.
 	text string
-	// field is the decision line's ,"ids":"<text>", made on first use
-	// (idField) when the id is one appendIDField writes.
+	// field is the decision line's ,"ids":"<text>", made on its second
+	// line (idField) when the id is one appendIDField writes; lined
+	// counts the lines before.
 	field []byte
+	lined int
 }
 
 // idField is the decision line's ids field of ids, encoded once per
 // connection, when ids is the memo's own slice (the usual one-id write)
-// of an id appendIDField writes; nil otherwise. st is locked.
+// of an id appendIDField writes and the memo's second line or later; nil
+// otherwise. An id written once (a client cycling through more ids than
+// the memo holds) costs no allocation for a field never used again.
+// st is locked.
 func (st *connState) idField(ids []docid.ID) []byte {
 	for i := range st.ids {
 		m := &st.ids[i]
@@ -149,6 +154,9 @@ func (st *connState) idField(ids []docid.ID) []byte {
 			continue
 		}
 		if m.field == nil {
+			if m.lined++; m.lined < 2 {
+				return nil
+			}
 			f, _, ok := appendIDField(nil, nil, "ids", ids[0])
 			if !ok || len(f) > maxKeptLine {
 				return nil
