@@ -44,9 +44,11 @@ type connState struct {
 	line, idScratch []byte
 	// owner is the connection's latest session's owner key (sessionKey).
 	owner ownerMemo
-	// held is the lock store's memo of the connection's latest lock
-	// check (heldFromMemo).
-	held lockstore.HeldMemo
+	// held are the lock store's memos of the connection's latest lock
+	// checks, one per document, replaced in turn (heldFromMemo): a
+	// client writes a few documents over and over.
+	held     [4]lockstore.HeldMemo
+	nextHeld int
 	// ts is the text of the second of the connection's latest line.
 	ts tsCache
 	// spare is a verdict no flight or request points into any more,

@@ -56,3 +56,32 @@ func TestHeldMemoNeverStale(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldMemoPerDocument: the memos of a connection's few documents
+// (one each) answer their own document only: releasing one through the
+// store refuses its next write and leaves the other's allowed.
+func TestHeldMemoPerDocument(t *testing.T) {
+	c := newConnTest(t)
+	a := lsidOf(1)
+	c.lockCmd(cmdAcquire, a, 7)
+	c.lockCmd(cmdAcquire, a, 8)
+	for range 3 {
+		for _, id := range []int32{7, 8} {
+			if !c.write(a, id) {
+				t.Fatalf("the holder's write of %d was refused", id)
+			}
+		}
+	}
+	f := c.decideWrite(a, 7)
+	o := f.Owner
+	f.Reply(context.Background(), nil)
+	if n, err := c.store.Release(context.Background(), o, "db.locked", lockstoretest.IDs(int32(7)), ""); n != 1 || err != nil {
+		t.Fatalf("release: %d %v", n, err)
+	}
+	if !c.write(a, 8) {
+		t.Fatal("the write of the document still locked was refused")
+	}
+	if c.write(a, 7) {
+		t.Fatal("the write of the released document was let through")
+	}
+}

@@ -67,7 +67,8 @@ type heldMemoStore interface {
 }
 
 // heldFromMemo is the check of one id answered through the connection's
-// memo of its latest check; false: ask the store as usual.
+// memo of its latest check of that document, else through the one it
+// replaces next; false: ask the store as usual.
 func (g *Guard) heldFromMemo(ts tokenStore, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (time.Duration, []int64, bool) {
 	ms, ok := ts.(heldMemoStore)
 	if !ok || len(ids) != 1 || v.req == nil {
@@ -77,7 +78,17 @@ func (g *Guard) heldFromMemo(ts tokenStore, v *verdict, r *policy.Rule, o lockst
 	if st == nil {
 		return 0, nil, false
 	}
-	left, token, ok := ms.HeldTokenMemo(&st.held, o, ns, ids[0], r.LeaseMargin)
+	m := &st.held[st.nextHeld]
+	for i := range st.held {
+		if st.held[i].Of(ns, ids[0]) {
+			m = &st.held[i]
+			break
+		}
+	}
+	if m == &st.held[st.nextHeld] {
+		st.nextHeld = (st.nextHeld + 1) % len(st.held)
+	}
+	left, token, ok := ms.HeldTokenMemo(m, o, ns, ids[0], r.LeaseMargin)
 	st.mu.Unlock()
 	if !ok {
 		return 0, nil, false

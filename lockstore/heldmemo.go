@@ -46,6 +46,12 @@ func (m *HeldMemo) Match(store any, gen uint64, owner Owner, ns, key string) (ex
 	return m.expires, m.token, m.confirmed, true
 }
 
+// Of reports whether m was filled for the lock on (ns, id), whoever
+// holds it: which of a caller's memos to hand the store.
+func (m *HeldMemo) Of(ns string, id docid.ID) bool {
+	return m.store != nil && m.key == id.Key() && m.ns == ns
+}
+
 // HeldTokenMemo answers HeldTokensInto for one id from m, when the store
 // is still at the generation m was filled at and the lease it recorded
 // surely outlasts margin (and, for the cache, its trust): it returns the
