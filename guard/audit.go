@@ -200,9 +200,13 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	if ids, ok := v.checked.Lookup(w.NS.String()); ok {
 		var done bool
 		if len(ids) == 1 && st != nil {
-			b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
-			if cap(st.idScratch) > maxKeptLine {
-				st.idScratch = nil // a huge _id's text is not kept
+			if f := st.idField(ids); f != nil {
+				b, done = append(b, f...), true
+			} else {
+				b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
+				if cap(st.idScratch) > maxKeptLine {
+					st.idScratch = nil // a huge _id's text is not kept
+				}
 			}
 		}
 		switch {

@@ -35,12 +35,20 @@ type connState struct {
 	// under lately (allowCounter).
 	allows    [4]allowSeries
 	nextAllow int
+	// rules are the rules the connection wrote under lately (ruleRef).
+	rules    [4]ruleMemo
+	nextRule int
 	// line is the buffer the connection's decision lines are written
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).
 	line, idScratch []byte
 	// owner is the connection's latest session's owner key (sessionKey).
 	owner ownerMemo
+	// held are the lock store's memos of the connection's latest lock
+	// checks, one per document, replaced in turn (heldFromMemo): a
+	// client writes a few documents over and over.
+	held     [4]lockstore.HeldMemo
+	nextHeld int
 	// ts is the text of the second of the connection's latest line.
 	ts tsCache
 	// spare is a verdict no flight or request points into any more,
@@ -128,6 +136,38 @@ type idMemo struct {
 	ids []docid.ID // len 1, capacity 1: an append copies
 	// text is the id as the decision line shows it, made on first use.
 	text string
+	// field is the decision line's ,"ids":"<text>", made on its second
+	// line (idField) when the id is one appendIDField writes; lined
+	// counts the lines before.
+	field []byte
+	lined int
+}
+
+// idField is the decision line's ids field of ids, encoded once per
+// connection, when ids is the memo's own slice (the usual one-id write)
+// of an id appendIDField writes and the memo's second line or later; nil
+// otherwise. An id written once (a client cycling through more ids than
+// the memo holds) costs no allocation for a field never used again.
+// st is locked.
+func (st *connState) idField(ids []docid.ID) []byte {
+	for i := range st.ids {
+		m := &st.ids[i]
+		if len(m.ids) != 1 || &m.ids[0] != &ids[0] {
+			continue
+		}
+		if m.field == nil {
+			if m.lined++; m.lined < 2 {
+				return nil
+			}
+			f, _, ok := appendIDField(nil, nil, "ids", ids[0])
+			if !ok || len(f) > maxKeptLine {
+				return nil
+			}
+			m.field = f
+		}
+		return m.field
+	}
+	return nil
 }
 
 // idText is idList(ids) for the decision line, from the memo when ids is

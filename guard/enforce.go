@@ -72,7 +72,8 @@ type violation struct {
 type verdict struct {
 	writes []policy.Write
 	// rules are the writes' rules for the client, when enforce looked
-	// them up (else nil).
+	// them up (else nil); shared with the connection's memo (ruleRef) or
+	// the verdict's own, never written to.
 	rules      []policy.Rule
 	violations []violation
 	pins       []policy.Pin
@@ -112,11 +113,13 @@ type verdict struct {
 	// home is the connection the verdict came from (newVerdict), which
 	// its flight may give it back to.
 	home *connState
+	// flights is the write's session's entry in the flight tracker, as
+	// the connection kept it (writeOwner), for its flight's launch.
+	flights *inflight.Session
 	// Room for the usual write of one statement in one namespace, so
 	// that the verdict of a single write is one allocation, not four.
 	flightBuf  flightPlan
 	tokenBuf   [1]int64
-	ruleBuf    [1]policy.Rule
 	checkedBuf [1]inflight.NSIDs
 	needBuf    [1]nsNeed
 	pinBuf     [1]bsoncore.Value // a statement's pin, read by targets
@@ -177,25 +180,27 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	var v *verdict
 	off := 0
 	for i, w := range writes {
-		r := g.ruleFor(pol.Lookup(w.NS.String()), req)
-		if r.Mode == policy.Off {
+		// The connection's own copy of the rule, shared, not copied
+		// (ruleRef): the usual write of one namespace points at it.
+		rr := g.ruleRef(pol, req, w.NS.String())
+		if rr[0].Mode == policy.Off {
 			off++
 		}
 		if rules == nil {
-			if r.Mode == policy.Off {
+			if rr[0].Mode == policy.Off {
 				continue
 			}
 			v = newVerdict(req, start)
-			if len(writes) <= len(v.ruleBuf) {
-				rules = v.ruleBuf[:i:len(v.ruleBuf)]
-			} else {
-				rules = make([]policy.Rule, i, len(writes))
+			if len(writes) == 1 {
+				rules = rr
+				continue
 			}
+			rules = make([]policy.Rule, i, len(writes))
 			for j := range rules {
-				rules[j] = g.ruleFor(pol.Lookup(writes[j].NS.String()), req)
+				rules[j] = g.ruleRef(pol, req, writes[j].NS.String())[0]
 			}
 		}
-		rules = append(rules, r)
+		rules = append(rules, rr[0])
 	}
 	if rules == nil {
 		return proxy.Decision{Action: proxy.Forward}
@@ -908,7 +913,9 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 			}
 		}
 	}
-	return g.owner(req, session, bind), true
+	o, flights := g.ownerAndFlights(req, session, bind)
+	v.flights = flights
+	return o, true
 }
 
 func firstWrite(ws []policy.Write, ns string) policy.Write {

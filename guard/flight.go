@@ -79,6 +79,7 @@ func (v *verdict) flightLocksSince(o lockstore.Owner, r *policy.Rule, ns string,
 		// allocation); the flight keeps the verdict until it lands.
 		v.flight = &v.flightBuf
 		v.flight.Owner, v.flight.end, v.flight.Left = o, end, left
+		v.flight.Session = v.flights // checked against o by the launch
 		v.flight.Locks = v.flight.lockBuf[:0]
 	}
 	f := v.flight
@@ -206,6 +207,9 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		}
 		g.log.Info("refused a write whose lock an operator force-released after it was checked", zap.String("ns", v.writes[0].NS.String()))
 		return proxy.Decision{Action: proxy.Reply, Reply: g.forcedRefusal(req, pol, v)}
+	}
+	if p.Session != v.flights {
+		keepFlights(req, p.Owner.Session, p.Session) // for the session's next write
 	}
 	d.Deadline = p.end.Add(-p.margin)
 	d.LateReply, d.OnReply = p, p

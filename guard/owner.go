@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"hash"
 	"sync"
 
+	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -106,13 +108,22 @@ func (k *ownerKeys) bind(v string) string {
 // logical session, plus the hashed binding when the caller asked for one.
 // Neither the session id nor the bind value reaches the lock store.
 func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
+	o, _ := g.ownerAndFlights(req, session, bind)
+	return o
+}
+
+// ownerAndFlights is owner, with the owner session's entry in the flight
+// tracker that the connection kept from its last write in that session,
+// if any (Flight.Session).
+func (g *Guard) ownerAndFlights(req *proxy.Request, session []byte, bind string) (lockstore.Owner, *inflight.Session) {
+	key, flights := g.sessionKey(req, session)
 	return lockstore.Owner{
-		Session: g.sessionKey(req, session),
+		Session: key,
 		App:     req.Client.AppName(),
 		Client:  req.Client.Addr,
 		User:    req.Client.User(),
 		Bind:    g.owners.bind(bind),
-	}
+	}, flights
 }
 
 // sessionKey is g.owners.session for req's user and lsid, remembered by
@@ -120,20 +131,22 @@ func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore
 // one session at a time, and the shared map behind g.owners takes a lock
 // every connection contends for. The key is a function of the guard's
 // secret, the user and the lsid alone, so the memo can never be stale.
-func (g *Guard) sessionKey(req *proxy.Request, lsid []byte) []byte {
+// The connection keeps the session's flight tracker entry beside it
+// (keepFlights), returned too.
+func (g *Guard) sessionKey(req *proxy.Request, lsid []byte) ([]byte, *inflight.Session) {
 	user := req.Client.User()
 	if len(lsid) != 16 {
-		return g.owners.session(user, lsid)
+		return g.owners.session(user, lsid), nil
 	}
 	st := connStateOf(req)
 	if st == nil {
-		return g.owners.session(user, lsid)
+		return g.owners.session(user, lsid), nil
 	}
 	m := &st.owner
 	if m.keys == g.owners && m.key != nil && m.user == user && m.lsid == [16]byte(lsid) {
-		key := m.key
+		key, flights := m.key, m.flights
 		st.mu.Unlock()
-		return key
+		return key, flights
 	}
 	st.mu.Unlock()
 	key := g.owners.session(user, lsid)
@@ -141,14 +154,27 @@ func (g *Guard) sessionKey(req *proxy.Request, lsid []byte) []byte {
 		st.owner = ownerMemo{keys: g.owners, user: user, lsid: [16]byte(lsid), key: key}
 		st.mu.Unlock()
 	}
-	return key
+	return key, nil
+}
+
+// keepFlights remembers the flight tracker's entry of the owner session
+// key beside the connection's owner memo, when that is still the key.
+func keepFlights(req *proxy.Request, key []byte, flights *inflight.Session) {
+	if st := connStateOf(req); st != nil {
+		if m := &st.owner; m.key != nil && bytes.Equal(m.key, key) {
+			m.flights = flights
+		}
+		st.mu.Unlock()
+	}
 }
 
 // ownerMemo is a connection's latest session and its owner key
-// (sessionKey), with the owner keys that made it.
+// (sessionKey), with the owner keys that made it, and the session's
+// entry in the flight tracker once a write of it was launched.
 type ownerMemo struct {
-	keys *ownerKeys
-	user string
-	lsid [16]byte
-	key  []byte
+	keys    *ownerKeys
+	user    string
+	lsid    [16]byte
+	key     []byte
+	flights *inflight.Session
 }

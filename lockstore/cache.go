@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,7 +29,10 @@ type holdEntry struct {
 // confirmed. A change through another Store either comes after that or
 // waits for it (Store.quiesce). Safe for concurrent use.
 type holdCache struct {
-	mu   sync.Mutex
+	mu sync.Mutex
+	// gen counts the changes to m (under mu), so that a caller's memo of
+	// an entry (HeldMemo) is trusted only while none was made.
+	gen  atomic.Uint64
 	m    map[string]holdEntry
 	own  int
 	held prometheus.Gauge
@@ -68,6 +72,7 @@ func (c *holdCache) putLocked(rid string, e holdEntry) {
 	if e.g.Owner == nil {
 		e.own = false
 	}
+	c.gen.Add(1)
 	c.m[rid] = e
 	if e.own {
 		c.own++
@@ -87,6 +92,7 @@ func (c *holdCache) removeLocked(rid string) {
 		if old.own {
 			c.own--
 		}
+		c.gen.Add(1)
 		delete(c.m, rid)
 	}
 }
@@ -152,6 +158,7 @@ func ownGens(es []holdEntry, via string) []*gen {
 func (c *holdCache) staleAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gen.Add(1)
 	for rid, e := range c.m {
 		e.verified, e.confirmed = time.Time{}, time.Time{}
 		c.m[rid] = e
@@ -180,6 +187,7 @@ func (c *holdCache) confirm(rid string, seen *gen, at time.Time) {
 	defer c.mu.Unlock()
 	if cur, ok := c.m[rid]; ok && cur.g == seen && at.After(cur.confirmed) {
 		cur.confirmed, cur.verified = at, at
+		c.gen.Add(1)
 		c.m[rid] = cur
 	}
 }

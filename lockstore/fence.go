@@ -70,6 +70,12 @@ func (s *Store) HeldTokensInto(ctx context.Context, owner Owner, ns string, ids 
 // whose lease surely outlasts margin, confirmed within CacheTrust. false
 // means "ask the long way", never "not held".
 func (s *Store) heldCached(owner Owner, ns string, id docid.ID, margin time.Duration, token *int64) (time.Duration, bool) {
+	return s.heldCachedMemo(owner, ns, id, margin, token, nil)
+}
+
+// heldCachedMemo is heldCached, filling memo (when not nil) with what it
+// answered from and the cache's generation it read it at.
+func (s *Store) heldCachedMemo(owner Owner, ns string, id docid.ID, margin time.Duration, token *int64, memo *HeldMemo) (time.Duration, bool) {
 	key := id.Key()
 	if ns == "" || len(key) > maxPlainKey || strings.IndexByte(ns, 0) >= 0 {
 		return 0, false
@@ -83,6 +89,7 @@ func (s *Store) heldCached(owner Owner, ns string, id docid.ID, margin time.Dura
 	}
 	s.cache.mu.Lock()
 	e, ok := s.cache.m[string(rid)]
+	gen := s.cache.gen.Load() // changed under mu only: e's
 	s.cache.mu.Unlock()
 	if !ok {
 		return 0, false
@@ -93,6 +100,9 @@ func (s *Store) heldCached(owner Owner, ns string, id docid.ID, margin time.Dura
 		return 0, false
 	}
 	*token = e.g.Token
+	if memo != nil {
+		memo.Fill(s, gen, owner, ns, key, e.g.ExpiresAt, e.g.Token, e.confirmed)
+	}
 	return e.g.ExpiresAt.Add(-unc).Sub(now), true
 }
 

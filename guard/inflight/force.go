@@ -45,6 +45,7 @@ type forcedKey struct {
 func (t *Tracker) Forcing(ns string, id docid.ID) (done func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.forcing.Add(1)
 	t.forceSeq.Add(1)
 	e := &forcedKey{ns: ns, id: id}
 	t.forced = append(t.forced, e)
@@ -52,6 +53,7 @@ func (t *Tracker) Forcing(ns string, id docid.ID) (done func()) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		e.end = t.forceSeq.Add(1)
+		t.forcing.Add(-1)
 		t.pruneForcedLocked()
 	}
 }
@@ -110,10 +112,13 @@ func (t *Tracker) Took(pending **Flight, owner lockstore.Owner, ns string, ids [
 		f = &Flight{Owner: owner}
 		sf := t.sessionLocked(owner.Session)
 		f.sf = sf
-		sf.all = append(sf.all, f)
+		sf.add(f) // not dropped: t.mu is held
 		*pending = f
 	}
+	// WaitKey reads a flight's locks under its session's mutex.
+	f.sf.mu.Lock()
 	f.Locks.Add(ns, slices.Clone(ids))
+	f.sf.mu.Unlock()
 	return true
 }
 

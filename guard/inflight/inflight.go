@@ -85,16 +85,27 @@ type Config struct {
 // Tracker knows, per lock owner session, the enforced writes this proxy
 // forwarded and has not yet seen answered (or, abandoned, that the
 // database may still be running). It is safe for concurrent use.
+//
+// A write's launch and landing take only its session's mutex, given the
+// session's entry (Flight.Session, kept by a caller that writes in one
+// session again): the tracker's own mutex, which every connection would
+// contend for, is taken for a session's first write, to arm the renewal
+// timer earlier, and for what force-releases, renewals and waits need.
+// Lock order: the tracker's mu, then a session's.
 type Tracker struct {
 	cfg       Config
 	mu        sync.Mutex
-	bySession map[string]*sessionFlights
+	bySession map[string]*Session
 	// renewals is one timer for the first renewal of every flight, armed
 	// for the earliest one due (at armed; zero when idle): a timer per
 	// write would cost each write an allocation and two operations on
 	// the runtime's timer heap, for a renewal that almost never happens.
+	// armedAt is armed as nanoseconds since epoch (rounded up to 1), or
+	// 0 when idle, for launches to read without mu: changed under mu.
 	renewals *time.Timer
 	armed    time.Time
+	armedAt  atomic.Int64
+	epoch    time.Time
 	// forceSeq counts the starts and ends of force-releases (changed
 	// under mu, read without it by lock checks); forced are those under
 	// way or that a write still taking implicit locks may have met, and
@@ -103,21 +114,30 @@ type Tracker struct {
 	// among those forgotten since. taking counts the writes taking
 	// implicit locks by the forceSeq they started at (Took).
 	forceSeq  atomic.Uint64
+	forcing   atomic.Int64 // force-releases under way (changed under mu)
 	forced    []*forcedKey
 	forgotten uint64
 	taking    map[uint64]int
 }
 
-type sessionFlights struct {
+// Session is a lock owner session's entry in the tracker: its writes in
+// flight. A caller may keep it for the session's next write
+// (Flight.Session); the tracker drops idle entries past a bound, and a
+// launch given a dropped one finds the session's current entry instead.
+type Session struct {
 	// key is the session's owner key as a string, the map's key: kept
 	// while the session is idle, so that its next write allocates none.
 	key string
+	t   *Tracker
+	mu  sync.Mutex
 	// all is a slice: a session has one write in flight, or very few.
 	all []*Flight
 	// idle, made by the first waiter (most flights have none), is closed
 	// when all becomes empty.
 	idle chan struct{}
 	one  [1]*Flight // all's room for the usual one
+	// dropped: no longer in the tracker's map (dropIdleLocked).
+	dropped bool
 }
 
 // maxIdleSessions bounds the idle sessions the tracker keeps: past it,
@@ -136,7 +156,7 @@ func New(cfg Config) *Tracker {
 	if cfg.Renewals == nil {
 		cfg.Renewals = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
 	}
-	return &Tracker{cfg: cfg, bySession: map[string]*sessionFlights{}}
+	return &Tracker{cfg: cfg, bySession: map[string]*Session{}, epoch: cfg.Now()}
 }
 
 // Lander hears of a flight's landing: answered by its reply or not, and
@@ -156,17 +176,21 @@ type Flight struct {
 	Locks Locks
 	// Left is the lease left at the check, for renewals.
 	Left time.Duration
+	// Session, if set, is the entry of Owner.Session that an earlier
+	// Launch left here, which saves the look-up in the tracker's map
+	// under its mutex; Launch sets it to the entry it used.
+	Session *Session
 
 	t      *Tracker
 	lander Lander
 	// sf is the session's entry in the tracker, which stays in its map
 	// while the flight is in it (only idle entries are dropped).
-	sf      *sessionFlights
+	sf      *Session
 	start   time.Time
 	maxTime time.Duration // the maxTimeMS it carries, 0 if none
 	next    proxy.ReplyHook
 	// due is when the first renewal is due, zero once it was started
-	// (guarded by the tracker's mu).
+	// (guarded by sf.mu).
 	due      time.Time
 	mu       sync.Mutex
 	done     bool
@@ -186,30 +210,72 @@ func (t *Tracker) ForceSeq() uint64 { return t.forceSeq.Load() }
 // operator's force-release may have freed since forceSeq.
 func (t *Tracker) Launch(f *Flight, l Lander, guarded bool, forceSeq uint64, now time.Time, maxTime time.Duration, next proxy.ReplyHook) bool {
 	f.t, f.lander, f.start, f.maxTime, f.next = t, l, now, maxTime, next
-	t.mu.Lock()
-	if guarded && t.forcedSinceLocked(f.Locks, forceSeq) {
-		t.mu.Unlock()
-		return false
-	}
-	sf := t.sessionLocked(f.Owner.Session)
-	f.sf = sf
-	sf.all = append(sf.all, f)
 	// Renew once half of what was left at the check has passed without a
 	// reply; most writes are answered long before.
 	f.due = f.start.Add(max(f.Left/2, 10*time.Millisecond))
-	t.armLocked(f.due)
-	t.mu.Unlock()
+	sf := f.Session
+	if sf == nil || sf.t != t || sf.key != string(f.Owner.Session) || !sf.add(f) {
+		t.mu.Lock()
+		sf = t.sessionLocked(f.Owner.Session)
+		sf.add(f) // not dropped: t.mu is held
+		t.mu.Unlock()
+	}
+	f.sf, f.Session = sf, sf
+	// The flight is in its session before the force-releases are looked
+	// at: a force-release counts itself (Forcing) before it looks for
+	// flights (WaitKey), so either it finds this one and waits for it, or
+	// this launch finds the force-release. With none begun or under way
+	// since forceSeq, none can concern the write.
+	if guarded && (t.forceSeq.Load() != forceSeq || t.forcing.Load() != 0) {
+		t.mu.Lock()
+		forced := t.forcedSinceLocked(f.Locks, forceSeq)
+		t.mu.Unlock()
+		if forced {
+			f.mu.Lock()
+			f.done = true // no renewal may start for it now
+			f.mu.Unlock()
+			t.remove(f)
+			f.sf = nil
+			return false
+		}
+	}
+	// The renewal timer fires by armedAt, and then finds this flight in
+	// its session (which renewDue reads after clearing armedAt): only a
+	// flight due earlier, or an idle timer, needs the tracker's mutex.
+	if a, d := t.armedAt.Load(), f.due.Sub(t.epoch); a == 0 || d <= 0 || int64(d) < a {
+		t.mu.Lock()
+		t.armLocked(f.due)
+		t.mu.Unlock()
+	}
 	return true
 }
 
+// add puts f in the session, unless it was dropped from the tracker.
+func (sf *Session) add(f *Flight) bool {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if sf.dropped {
+		return false
+	}
+	sf.all = append(sf.all, f)
+	return true
+}
+
+// sinceEpoch is due as armedAt holds it: rounded up to 1 (a due before
+// the epoch is read as later than it is, which only makes a launch that
+// is due after it take the mutex), never 0.
+func (t *Tracker) sinceEpoch(due time.Time) int64 {
+	return max(int64(due.Sub(t.epoch)), 1)
+}
+
 // sessionLocked is the session's entry, made if need be; t.mu is held.
-func (t *Tracker) sessionLocked(session []byte) *sessionFlights {
+func (t *Tracker) sessionLocked(session []byte) *Session {
 	sf := t.bySession[string(session)]
 	if sf == nil {
 		if len(t.bySession) >= maxIdleSessions {
 			t.dropIdleLocked()
 		}
-		sf = &sessionFlights{key: string(session)}
+		sf = &Session{key: string(session), t: t}
 		sf.all = sf.one[:0]
 		t.bySession[sf.key] = sf
 	}
@@ -222,6 +288,7 @@ func (t *Tracker) armLocked(due time.Time) {
 		return
 	}
 	t.armed = due
+	t.armedAt.Store(t.sinceEpoch(due))
 	if t.renewals == nil {
 		t.renewals = time.AfterFunc(due.Sub(t.cfg.Now()), t.renewDue)
 		return
@@ -237,8 +304,10 @@ func (t *Tracker) renewDue() {
 	t.mu.Lock()
 	now := t.cfg.Now()
 	t.armed = time.Time{}
+	t.armedAt.Store(0) // before the sessions are read: see Launch
 	var next time.Time
 	for _, sf := range t.bySession {
+		sf.mu.Lock()
 		for _, f := range sf.all {
 			switch {
 			case f.due.IsZero():
@@ -249,6 +318,7 @@ func (t *Tracker) renewDue() {
 				next = f.due
 			}
 		}
+		sf.mu.Unlock()
 	}
 	if !next.IsZero() {
 		t.armLocked(next)
@@ -316,13 +386,13 @@ func (f *Flight) landed(answered bool) {
 // remove forgets a flight that landed. It reports whether its first
 // renewal was never started: after remove none can be.
 func (t *Tracker) remove(f *Flight) (unrenewed bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unrenewed = !f.due.IsZero()
 	sf := f.sf
 	if sf == nil {
-		return unrenewed
+		return !f.due.IsZero()
 	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	unrenewed = !f.due.IsZero()
 	if i := slices.Index(sf.all, f); i >= 0 {
 		last := len(sf.all) - 1
 		sf.all[i], sf.all[last] = sf.all[last], nil
@@ -339,9 +409,12 @@ func (t *Tracker) remove(f *Flight) (unrenewed bool) {
 // held.
 func (t *Tracker) dropIdleLocked() {
 	for k, sf := range t.bySession {
+		sf.mu.Lock()
 		if len(sf.all) == 0 {
+			sf.dropped = true
 			delete(t.bySession, k)
 		}
+		sf.mu.Unlock()
 	}
 }
 
@@ -377,8 +450,8 @@ func (f *Flight) renew() {
 }
 
 // idleLocked returns the channel closed when the session has no write in
-// flight left, made on first use; t.mu is held.
-func (sf *sessionFlights) idleLocked() chan struct{} {
+// flight left, made on first use; sf.mu is held.
+func (sf *Session) idleLocked() chan struct{} {
 	if sf.idle == nil {
 		sf.idle = make(chan struct{})
 	}
@@ -392,12 +465,18 @@ func (t *Tracker) WaitSession(ctx context.Context, session []byte) error {
 	for {
 		t.mu.Lock()
 		sf := t.bySession[string(session)]
-		if sf == nil || len(sf.all) == 0 {
-			t.mu.Unlock()
+		var idle chan struct{}
+		if sf != nil {
+			sf.mu.Lock()
+			if len(sf.all) > 0 {
+				idle = sf.idleLocked()
+			}
+			sf.mu.Unlock()
+		}
+		t.mu.Unlock()
+		if idle == nil {
 			return nil
 		}
-		idle := sf.idleLocked()
-		t.mu.Unlock()
 		select {
 		case <-idle:
 		case <-ctx.Done():
@@ -412,15 +491,9 @@ func (t *Tracker) WaitKey(ctx context.Context, ns string, id docid.ID) error {
 	for {
 		var idle chan struct{}
 		t.mu.Lock()
-	find:
 		for _, sf := range t.bySession {
-			for _, f := range sf.all {
-				for _, fid := range f.Locks.Get(ns) {
-					if fid.Equal(id) {
-						idle = sf.idleLocked()
-						break find
-					}
-				}
+			if idle = sf.idleIfHolds(ns, id); idle != nil {
+				break
 			}
 		}
 		t.mu.Unlock()
@@ -433,4 +506,19 @@ func (t *Tracker) WaitKey(ctx context.Context, ns string, id docid.ID) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// idleIfHolds is the session's idle channel if one of its writes in flight
+// holds the lock on (ns, id), else nil.
+func (sf *Session) idleIfHolds(ns string, id docid.ID) chan struct{} {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	for _, f := range sf.all {
+		for _, fid := range f.Locks.Get(ns) {
+			if fid.Equal(id) {
+				return sf.idleLocked()
+			}
+		}
+	}
+	return nil
 }

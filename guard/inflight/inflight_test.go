@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 )
 
 func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
@@ -56,8 +58,11 @@ func TestFlightsOfOneSession(t *testing.T) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	for _, sf := range tr.bySession {
-		if len(sf.all) != 0 || sf.idle != nil {
-			t.Fatalf("%d flights still tracked (idle channel %v)", len(sf.all), sf.idle != nil)
+		sf.mu.Lock()
+		n, idle := len(sf.all), sf.idle != nil
+		sf.mu.Unlock()
+		if n != 0 || idle {
+			t.Fatalf("%d flights still tracked (idle channel %v)", n, idle)
 		}
 	}
 }
@@ -83,4 +88,89 @@ func TestIdleSessionsBounded(t *testing.T) {
 	if err := tr.WaitSession(ctx, []byte(fmt.Sprintf("%016d", maxIdleSessions+9))); err != nil {
 		t.Fatalf("a release waited for an idle session: %v", err)
 	}
+}
+
+// TestKeptSessionEntry: a write launched with its session's entry kept
+// from an earlier one (Flight.Session, no look-up under the tracker's
+// mutex) is in flight for releases and force-releases like any other,
+// and an entry the tracker dropped while idle is not used: a flight put
+// there would be invisible to them.
+func TestKeptSessionEntry(t *testing.T) {
+	tr := New(Config{})
+	owner := lockstore.Owner{Session: []byte("0123456789abcdef")}
+	id := lockstoretest.ID(int32(7))
+	launch := func(kept *Session) *Flight {
+		f := &Flight{Owner: owner, Left: time.Minute, Session: kept, Locks: Locks{{NS: "db.c", IDs: []docid.ID{id}}}}
+		if !tr.Launch(f, nil, true, tr.ForceSeq(), time.Now(), 0, nil) {
+			t.Fatal("launch refused")
+		}
+		if f.Session == nil {
+			t.Fatal("the launch left no session entry to keep")
+		}
+		return f
+	}
+	waits := func() (session, key bool) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // asks, does not wait
+		return tr.WaitSession(ctx, owner.Session) != nil, tr.WaitKey(ctx, "db.c", id) != nil
+	}
+	first := launch(nil)
+	kept := first.Session
+	first.Reply(context.Background(), nil)
+	if s, k := waits(); s || k {
+		t.Fatalf("waits for a landed write: session %v, key %v", s, k)
+	}
+	second := launch(kept)
+	if second.Session != kept {
+		t.Fatal("the kept entry was not used")
+	}
+	if s, k := waits(); !s || !k {
+		t.Fatalf("a write launched with the kept entry is not waited for: session %v, key %v", s, k)
+	}
+	second.Reply(context.Background(), nil)
+	// Enough other sessions that the next new one drops every idle
+	// entry, the kept one included.
+	for i := range maxIdleSessions + 1 {
+		f := &Flight{Owner: lockstore.Owner{Session: []byte(fmt.Sprintf("%016d", i))}, Left: time.Minute}
+		tr.Launch(f, nil, false, 0, time.Now(), 0, nil)
+		f.Reply(context.Background(), nil)
+	}
+	kept.mu.Lock()
+	dropped := kept.dropped
+	kept.mu.Unlock()
+	if !dropped {
+		t.Fatal("the kept entry was not dropped; the test needs it dropped")
+	}
+	third := launch(kept)
+	if s, k := waits(); !s || !k {
+		t.Fatalf("a write launched with a dropped entry is not waited for: session %v, key %v", s, k)
+	}
+	third.Reply(context.Background(), nil)
+}
+
+// TestLaunchMeetsForceReleaseUnderWay: a lock holder's write checked while
+// a force-release of its lock was already under way (its sequence number
+// read after the force-release began) is refused at its launch, though no
+// force-release began since.
+func TestLaunchMeetsForceReleaseUnderWay(t *testing.T) {
+	tr := New(Config{})
+	owner := lockstore.Owner{Session: []byte("0123456789abcdef")}
+	id := lockstoretest.ID(int32(7))
+	done := tr.Forcing("db.c", id)
+	seq := tr.ForceSeq()
+	f := &Flight{Owner: owner, Left: time.Minute, Locks: Locks{{NS: "db.c", IDs: []docid.ID{id}}}}
+	if tr.Launch(f, nil, true, seq, time.Now(), 0, nil) {
+		t.Fatal("a write launched under a lock whose force-release is under way")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := tr.WaitKey(ctx, "db.c", id); err != nil {
+		t.Fatal("the refused write is still in flight")
+	}
+	done()
+	g := &Flight{Owner: owner, Left: time.Minute, Locks: Locks{{NS: "db.c", IDs: []docid.ID{id}}}}
+	if !tr.Launch(g, nil, true, tr.ForceSeq(), time.Now(), 0, nil) {
+		t.Fatal("a write checked after the force-release ended was refused")
+	}
+	g.Reply(context.Background(), nil)
 }

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -40,6 +41,9 @@ type Store struct {
 
 	mu   sync.Mutex
 	recs map[docid.Key]*record
+	// gen counts the changes to recs and fail (under mu), for callers'
+	// memos (HeldTokenMemo).
+	gen atomic.Uint64
 	// changed is closed, and replaced, whenever a lock is freed: it wakes
 	// the waiters, as lockstore's wait queues do on one instance.
 	changed chan struct{}
@@ -86,6 +90,7 @@ func (s *Store) SetUnavailable(cause error) {
 	if cause != nil {
 		cause = fmt.Errorf("%w: memstore: %w", lockstore.ErrUnavailable, cause)
 	}
+	s.gen.Add(1)
 	s.fail = cause
 }
 
@@ -243,6 +248,7 @@ func (s *Store) tryAll(owner lockstore.Owner, ns string, ks []key, lease time.Du
 		o := owner
 		o.Session = append([]byte(nil), owner.Session...)
 		r.owner, r.expires, r.updated = &o, exp, now
+		s.gen.Add(1)
 		out[i] = lockstore.Lock{ID: k.id, Token: r.token, ExpiresAt: exp, LastError: r.lastError}
 	}
 	return out, s.changed, nil
@@ -275,6 +281,7 @@ func (s *Store) Renew(_ context.Context, owner lockstore.Owner, ns string, ids [
 		switch {
 		case r != nil && ownedBy(r, owner) && heldAt(r, now):
 			r.expires, r.updated = now.Add(lease).Truncate(time.Millisecond), now
+			s.gen.Add(1)
 			out = append(out, lockstore.Lock{ID: k.id, Token: r.token, ExpiresAt: r.expires, LastError: r.lastError})
 			continue
 		case r == nil:
@@ -322,6 +329,7 @@ func (s *Store) Release(_ context.Context, owner lockstore.Owner, ns string, ids
 func (s *Store) freeLocked(r *record, errText string) {
 	now, _ := s.cfg.Clock.Now()
 	r.owner, r.expires, r.acquired, r.updated = nil, time.Time{}, time.Time{}, now
+	s.gen.Add(1)
 	r.lastError = errText
 }
 
@@ -478,4 +486,34 @@ func (s *Store) HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns st
 	}
 	tokens[0] = r.token
 	return r.expires.Add(-unc).Sub(now), nil, nil
+}
+
+// HeldTokenMemo is lockstore.Store.HeldTokenMemo: HeldTokensInto for one
+// id answered from the caller's memo m while the store is unchanged since
+// it was filled, else from the store (filling m); false means "ask
+// HeldTokensInto", never "not held".
+func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns string, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
+	if len(owner.Session) == 0 || id.IsZero() || ns == "" || strings.IndexByte(ns, 0) >= 0 {
+		return 0, 0, false
+	}
+	if expires, token, _, ok := m.Match(s, s.gen.Load(), owner, ns, id.Key()); ok {
+		now, unc := s.cfg.Clock.Now()
+		if expires.After(now.Add(unc + margin)) {
+			return expires.Add(-unc).Sub(now), token, true
+		}
+		return 0, 0, false
+	}
+	rid := docid.KeyOf(namespace.Of(ns), id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return 0, 0, false
+	}
+	now, unc := s.cfg.Clock.Now()
+	r := s.recs[rid]
+	if r == nil || !ownedBy(r, owner) || !r.expires.After(now.Add(unc+margin)) {
+		return 0, 0, false
+	}
+	m.Fill(s, s.gen.Load(), owner, ns, id.Key(), r.expires, r.token, time.Time{})
+	return r.expires.Add(-unc).Sub(now), r.token, true
 }
