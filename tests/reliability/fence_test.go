@@ -305,7 +305,8 @@ func staleScenario(t *testing.T, fence, partition, secondOnOther bool) staleResu
 // proxy: their 400 ms leases are renewed (or must still be live when the
 // update is decided) while a relay holds traffic, and beside the parallel
 // tests, at load 13 to 19, a renewal came too late or the update was not
-// decided within 5 s.
+// decided within 5 s. (TestFenceStaleHolderPastLease's two cases run
+// beside each other only.)
 func TestInFlightWriteKeepsItsLock(t *testing.T) {
 	r := staleScenario(t, false, false, false)
 	if r.final != "current holder" {
