@@ -7,7 +7,6 @@
 package schemes
 
 import (
-	"flag"
 	"os"
 	"testing"
 	"time"
@@ -97,18 +96,7 @@ func rules() []config.NamespaceRule {
 	}
 }
 
-// TestMain lets every workload and takeover case start at once
-// (testkit.DefaultParallel, unless -parallel says otherwise), so that the
-// four takeovers, mostly their scripts waiting out leases, wait together.
-// The workloads still run one per CPU, go's default (testkit.CPUSlots;
-// the others wait for a slot): their workers spin through lock calls, and
-// more of them beside each other would only stretch each worker's hold
-// towards its lease.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	testkit.DefaultParallel(2 * len(schemeNames))
-	os.Exit(testkit.RunMain(m, setup))
-}
+func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, setup)) }
 
 // setup starts the embedded upstream and the two gateways in front of it.
 func setup() (func() error, error) {

@@ -101,11 +101,9 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // scripts' start and their waits for locks, not CPU.
 func TestSchemeWorkload(t *testing.T) {
 	t.Parallel()
-	slots := testkit.CPUSlots()
 	for _, scheme := range schemeNames {
 		t.Run(scheme, func(t *testing.T) {
 			t.Parallel()
-			slots.Take(t)
 			for _, d := range drivers {
 				t.Run(d.name, func(t *testing.T) {
 					need(t, d)
