@@ -83,11 +83,17 @@ var (
 // TestCompatibility runs each real client's script directly against the
 // upstream and through the proxy and requires the same output after
 // normaliseCompat.
+//
+// The clients run beside each other, each through a gateway of its own
+// (whose unknown-command count is its client's alone) in its own
+// database: most of their time is their runtimes starting.
 func TestCompatibility(t *testing.T) {
-	g := startGateway(t, upstream.URI())
+	t.Parallel()
 	for _, cl := range compatClients() {
 		t.Run(cl.name, func(t *testing.T) {
+			t.Parallel()
 			testkit.RequireTool(t, cl.name, cl.check())
+			g := startGateway(t, upstream.URI())
 			ctx := testCtx(t, 3*time.Minute)
 			db := "compat_" + cl.name
 			direct := runCompat(t, ctx, cl, g.Direct, db)

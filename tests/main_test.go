@@ -30,6 +30,10 @@ var verboseProxyLogs = flag.Bool("proxylogs", false, "log the gateways' zap outp
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The parallel tests (the compatibility clients, the upstream
+	// restart) mostly wait for child processes and deadlines: all four at
+	// once, unless -parallel says otherwise.
+	testkit.DefaultParallel(4)
 	os.Exit(testkit.RunMain(m, embedded.Shared(&upstream, embedded.Options{Addr: "127.0.0.1:0"})))
 }
 

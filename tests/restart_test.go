@@ -18,7 +18,11 @@ import (
 // success), and once the upstream is back on the same address and data
 // directory, the same proxy and the same driver client must serve again
 // without being restarted, with the data written before still there.
+//
+// Parallel: its upstream is its own, and most of its time is the writes
+// waiting out their 3 s deadlines while the upstream is down.
 func TestUpstreamRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: dir})
 	if err != nil {

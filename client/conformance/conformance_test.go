@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,15 @@ func startStack(t *testing.T, db string) stack {
 	cfg.Lockstore.URI = r.URI()
 	cfg.Policy.Namespaces = []config.NamespaceRule{{Match: db + ".*", Mode: config.ModeEnforce}}
 	g := gatewaytest.Start(t, cfg, nil)
+	// Registered after the gateway's stop, so it runs before it: a lock
+	// store left cut would make the stop wait out the store's time-outs
+	// (its deregistration and disconnect, about 10 s), which tests nothing.
+	var cut atomic.Bool
+	t.Cleanup(func() {
+		if cut.Load() {
+			r.Restore(t)
+		}
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +61,7 @@ func startStack(t *testing.T, db string) stack {
 			return
 		}
 		r.Cut()
+		cut.Store(true)
 		fmt.Fprintln(w, "cut")
 	})}
 	go srv.Serve(ln)
@@ -85,7 +96,11 @@ func runScenarios(t *testing.T, st stack, db string, env []string, name string, 
 	return res
 }
 
+// The helpers' tests run beside each other, each with its own gateway,
+// relay and database: most of their time is waiting (renewals through
+// three leases, the lock-wait time-outs), not CPU.
 func TestPythonHelper(t *testing.T) {
+	t.Parallel()
 	testkit.RequireTool(t, "pymongo", testkit.Pymongo())
 	const db = "kit_py"
 	st := startStack(t, db)
@@ -113,6 +128,7 @@ func TestPythonHelper(t *testing.T) {
 }
 
 func TestNodeHelper(t *testing.T) {
+	t.Parallel()
 	modules, _ := filepath.Abs("../../tests/compat/node/node_modules")
 	testkit.RequireTool(t, "the Node.js driver", testkit.NodeModule(modules, "mongodb"))
 	const db = "kit_node"

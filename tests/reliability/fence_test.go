@@ -305,7 +305,8 @@ func staleScenario(t *testing.T, fence, partition, secondOnOther bool) staleResu
 // proxy: their 400 ms leases are renewed (or must still be live when the
 // update is decided) while a relay holds traffic, and beside the parallel
 // tests, at load 13 to 19, a renewal came too late or the update was not
-// decided within 5 s.
+// decided within 5 s. (TestFenceStaleHolderPastLease's two cases run
+// beside each other only.)
 func TestInFlightWriteKeepsItsLock(t *testing.T) {
 	r := staleScenario(t, false, false, false)
 	if r.final != "current holder" {
@@ -323,14 +324,21 @@ func TestInFlightWriteKeepsItsLock(t *testing.T) {
 // over the current holder's (shown, so that the test can fail); with the
 // fence the database refuses it and the first client gets the fenced-out
 // error.
+//
+// Its two cases run beside each other (and beside nothing else: the test
+// itself is not parallel), each with its own relays, gateways and
+// collection: most of their time is the relay's 4 s delay, and with the
+// lock store cut off no renewal has to come in time.
 func TestFenceStaleHolderPastLease(t *testing.T) {
 	t.Run("without fence", func(t *testing.T) {
+		t.Parallel()
 		r := staleScenario(t, false, true, true)
 		if r.final != "stale holder" {
 			t.Fatalf("without the fence the delayed write should land over the new holder's (the window the fence closes); X = %q, reply %v", r.final, r.reply)
 		}
 	})
 	t.Run("with fence", func(t *testing.T) {
+		t.Parallel()
 		r := staleScenario(t, true, true, true)
 		if r.final != "current holder" {
 			t.Errorf("X = %q: the stale holder's write landed over the current holder's", r.final)

@@ -2,11 +2,13 @@ package reliability
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testkit"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 )
@@ -34,14 +36,26 @@ func TestFenceOnAPoisonedField(t *testing.T) {
 	viaCurrent := connect(t, current.URI, "current-holder")
 	direct := connect(t, upstream.URI(), "direct").Database(relDB).Collection(collName)
 
-	acquire := func(sctx context.Context, c *mongo.Client, id int) int64 {
+	acquire := func(t *testing.T, sctx context.Context, c *mongo.Client, id int) int64 {
 		t.Helper()
 		var r struct {
 			Locks []struct {
 				Token int64 `bson:"token"`
 			} `bson:"locks"`
 		}
-		if err := c.Database(relDB).RunCommand(sctx, bson.D{{Key: "acquireLock", Value: collName}, {Key: "ids", Value: bson.A{id}}, {Key: "leaseMS", Value: 60000}}).Decode(&r); err != nil || len(r.Locks) != 1 {
+		var err error
+		// The two lock stores each take a first lock's token from their
+		// own estimate of the server's clock: under load the later
+		// acquire, through the other store, can come out a little lower,
+		// and its stamp is then refused ("another holder's stamp") with
+		// the locks released, for the client to retry, as this does. The
+		// test needs the later holder's token to be the newer.
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("acquireLock %d", id), func() bool {
+			r.Locks = nil
+			err = c.Database(relDB).RunCommand(sctx, bson.D{{Key: "acquireLock", Value: collName}, {Key: "ids", Value: bson.A{id}}, {Key: "leaseMS", Value: 60000}}).Decode(&r)
+			return err == nil || !strings.Contains(err.Error(), "another holder's stamp")
+		})
+		if err != nil || len(r.Locks) != 1 {
 			t.Fatalf("acquireLock %d: %+v %v", id, r, err)
 		}
 		return r.Locks[0].Token
@@ -100,13 +114,13 @@ func TestFenceOnAPoisonedField(t *testing.T) {
 			defer sb.EndSession(ctx)
 			actx, bctx := mongo.NewSessionContext(ctx, sa), mongo.NewSessionContext(ctx, sb)
 
-			staleToken := acquire(actx, viaStale, id)
+			staleToken := acquire(t, actx, viaStale, id)
 			if c.after != nil {
 				if _, err := direct.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: fenceField, Value: c.after(staleToken)}}}}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			currentToken := acquire(bctx, viaCurrent, id)
+			currentToken := acquire(t, bctx, viaCurrent, id)
 			if currentToken <= staleToken {
 				t.Fatalf("the later lock has token %d, not above the stale holder's %d", currentToken, staleToken)
 			}

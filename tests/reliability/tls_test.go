@@ -162,7 +162,12 @@ func startTLSFerretDB(t *testing.T, pki testPKI) string {
 // with TLS and does CRUD, a locked write and a refused unlocked write. A
 // plain-TCP client is refused by lockgate, and a plain-TCP connection to
 // FerretDB's TLS port gets no answer, so both legs really are TLS.
+//
+// Parallel: its FerretDB, gateway and collection are its own, it counts no
+// goroutines and waits for no lease; most of its time is two servers
+// starting.
 func TestTLSBothWays(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	upAddr := startTLSFerretDB(t, pki)
 	q := url.Values{"tls": {"true"}, "tlsCAFile": {pki.CAFile}}

@@ -7,6 +7,7 @@
 package schemes
 
 import (
+	"flag"
 	"os"
 	"testing"
 	"time"
@@ -96,7 +97,16 @@ func rules() []config.NamespaceRule {
 	}
 }
 
-func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, setup)) }
+// TestMain lets the four schemes' takeover cases, mostly waits for
+// leases, run at once (testkit.DefaultParallel, unless -parallel says
+// otherwise); TestSchemeTakeover is not parallel itself, so no workload
+// runs beside them. The workloads, CPU, stay one per CPU, go's default
+// (testkit.CPUSlots).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	testkit.DefaultParallel(len(schemeNames))
+	os.Exit(testkit.RunMain(m, setup))
+}
 
 // setup starts the embedded upstream and the two gateways in front of it.
 func setup() (func() error, error) {

@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // The common locking libraries whose own flows libs.py and libs.js
@@ -154,9 +155,11 @@ func libWant(lib string, base int) map[string]int64 {
 // flow runs straight at the database. The control (straight at the
 // database, with the rogue) shows the rogue's writes landing.
 func TestLibWorkload(t *testing.T) {
+	slots := testkit.CPUSlots()
 	for _, lib := range libNames {
 		t.Run(lib, func(t *testing.T) {
 			t.Parallel()
+			slots.Take(t)
 			for _, d := range libDrivers() {
 				t.Run(d.name, func(t *testing.T) {
 					needLib(t, d, lib)
