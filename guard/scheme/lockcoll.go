@@ -670,10 +670,13 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 		// the mirror is short, and a delete that reaches the database
 		// after it lapsed (a loaded machine) would otherwise remove a
 		// record acquired in between (TestNonHolderDeleteAfterItsMirrorLapsed).
-		body, err = asRead(body, w, s, rec)
-		if err != nil {
-			v.add(r, w, refuse.ReasonUnclassifiable, ids, fmt.Sprintf("the proxy could not restrict it to the lock record as read (%v)", err))
-			return sc.cfg.Decide(req, pol, v, start)
+		// Audit forwards the write unchanged, as for an acquire.
+		if r.Mode == policy.Enforce {
+			body, err = asRead(body, w, s, rec)
+			if err != nil {
+				v.add(r, w, refuse.ReasonUnclassifiable, ids, fmt.Sprintf("the proxy could not restrict it to the lock record as read (%v)", err))
+				return sc.cfg.Decide(req, pol, v, start)
+			}
 		}
 		short := max(r.LeaseMargin, 100*time.Millisecond)
 		if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, short, 0); err != nil {
