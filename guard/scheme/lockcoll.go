@@ -560,11 +560,11 @@ func rewriteFilter(body bsoncore.Document, w policy.Write, f func(bsoncore.Docum
 			}
 			out = bsoncore.AppendDocumentElement(out, e.Key(), nq)
 			done = true
-		case w.Kind == policy.KindUpdate && e.Key() == w.List:
+		case (w.Kind == policy.KindUpdate || w.Kind == policy.KindDelete) && e.Key() == w.List:
 			arr, ok := e.Value().ArrayOK()
 			vals, _ := arr.Values()
 			if !ok || len(vals) != 1 {
-				return nil, errors.New("not a one-statement update")
+				return nil, errors.New("not a one-statement write")
 			}
 			stmt, _ := vals[0].DocumentOK()
 			se, err := stmt.Elements()
@@ -579,7 +579,7 @@ func rewriteFilter(body bsoncore.Document, w policy.Write, f func(bsoncore.Docum
 				}
 				q, ok := x.Value().DocumentOK()
 				if !ok {
-					return nil, errors.New("update filter is not a document")
+					return nil, errors.New("filter is not a document")
 				}
 				nq, err := f(q)
 				if err != nil {
@@ -666,13 +666,27 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 			}
 		}
 		// Abandoned or absent: removed under a mirror taken for this
-		// delete, so that no acquire runs meanwhile.
+		// delete, so that no acquire runs meanwhile, and only as read:
+		// the mirror is short, and a delete that reaches the database
+		// after it lapsed (a loaded machine) would otherwise remove a
+		// record acquired in between (TestNonHolderDeleteAfterItsMirrorLapsed).
+		// Audit forwards the write unchanged, as for an acquire.
+		if r.Mode == policy.Enforce {
+			body, err = asRead(body, w, s, rec)
+			if err != nil {
+				v.add(r, w, refuse.ReasonUnclassifiable, ids, fmt.Sprintf("the proxy could not restrict it to the lock record as read (%v)", err))
+				return sc.cfg.Decide(req, pol, v, start)
+			}
+		}
 		short := max(r.LeaseMargin, 100*time.Millisecond)
 		if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, short, 0); err != nil {
 			if errors.Is(err, lockstore.ErrBusy) {
 				return notHolder(nil, fmt.Sprintf("the lock record %s has just been taken by another holder", id.String()))
 			}
 			return unavailable(err)
+		}
+		if h := sc.Test; h != nil && h.BeforeDelete != nil {
+			h.BeforeDelete(w.NS.String(), id)
 		}
 	}
 	reply, err := req.Ask(ctx, body)
@@ -695,6 +709,24 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 	v.check(w.NS.String(), ids)
 	sc.cfg.Record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
+}
+
+// asRead narrows a non-holder's delete of one record (body, with its one
+// statement) to the record as it was read, as removeRecord deletes: the
+// same time field (rec), or, where there was no record (rec nil), none.
+func asRead(body bsoncore.Document, w policy.Write, s policy.Scheme, rec bsoncore.Document) (bsoncore.Document, error) {
+	var pin bsoncore.Document
+	if rec == nil {
+		pin = bsoncore.NewDocumentBuilder().AppendDocument("_id", bsoncore.NewDocumentBuilder().
+			AppendBoolean("$exists", false).Build()).Build()
+	} else {
+		field := s.TsPath + s.ExpiresPath
+		pin = bsoncore.NewDocumentBuilder().AppendValue(field, rec.Lookup(field)).Build()
+	}
+	return rewriteFilter(body, w, func(f bsoncore.Document) (bsoncore.Document, error) {
+		both := bsoncore.NewArrayBuilder().AppendDocument(f).AppendDocument(pin).Build()
+		return bsoncore.NewDocumentBuilder().AppendArray("$and", both).Build(), nil
+	})
 }
 
 // deletedCount is how many documents a delete or findAndModify remove

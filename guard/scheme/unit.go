@@ -158,6 +158,10 @@ type TestHooks struct {
 	BeforeRead func(ns string, id docid.ID)
 	// BeforeAdopt runs after a live record was read, before it is adopted.
 	BeforeAdopt func(ns string, id docid.ID)
+	// BeforeDelete runs when a release from a non-holder has taken the
+	// mirror of an abandoned or absent record for its delete, before the
+	// delete is sent.
+	BeforeDelete func(ns string, id docid.ID)
 }
 
 // idCopy is the ID of one value of a request's buffer, with its own copy

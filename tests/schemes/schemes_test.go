@@ -27,6 +27,14 @@ type workResult struct {
 	RogueRefused []string         `json:"rogueRefused"`
 	Outcomes     []string         `json:"outcomes"`
 	Errors       []string         `json:"errors"`
+
+	// RogueTakeovers is the age (ms, at the reply) of each lock record
+	// the rogue deleted that was past its lease: abandoned, which the
+	// scheme lets anyone delete (a worker slowed past its lease by a
+	// loaded machine leaves one). RogueStolen: the age of each it deleted
+	// within its lease, counted in RogueLanded.
+	RogueTakeovers []int64 `json:"rogueTakeovers"`
+	RogueStolen    []int64 `json:"rogueStolen"`
 }
 
 // A client that runs the schemes' flows: the same script in each.
@@ -147,7 +155,7 @@ func workload(t *testing.T, d driver, scheme string) {
 		t.Errorf("through lockgate, documents %v, want %d (a rogue delete landed?)", proxied.Counters, len(want))
 	}
 	if proxied.RogueLanded["update"]+proxied.RogueLanded["delete"] != 0 {
-		t.Errorf("through lockgate, rogue writes landed: %v", proxied.RogueLanded)
+		t.Errorf("through lockgate, rogue writes landed: %v (ages in ms of the live lock records deleted: %v)", proxied.RogueLanded, proxied.RogueStolen)
 	}
 	if !slices.Equal(proxied.RogueRefused, []string{"46/LockBusy"}) {
 		t.Errorf("through lockgate, rogue refusals %v, want only 46/LockBusy", proxied.RogueRefused)

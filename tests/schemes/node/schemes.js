@@ -214,6 +214,10 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
 
   const landed = { update: 0, delete: 0 };
   const refused = new Set();
+  // The age in ms (at the reply) of each lock record the rogue deleted:
+  // abandoned ones, and live ones (stolen).
+  const takeovers = [];
+  const stolen = [];
   const rogueLoop = async () => {
     const rc = new MongoClient(uris[0], { appName: 'scheme-rogue', retryWrites: false });
     const rcoll = rc.db(db).collection(cname);
@@ -224,7 +228,21 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
       i++;
       try {
         if (scheme === 'lockCollection' && i % 5 === 1) {
-          if ((await rlocks.deleteOne({ _id: id })).deletedCount) landed.delete++;
+          // Steal a lock: delete someone's record. The scheme lets anyone
+          // delete an abandoned one (ts older than the lease: what a TTL
+          // index deletes), which a worker slowed past its lease by a
+          // loaded machine leaves: the deleted record comes back, and one
+          // whose lease had not ended by the reply was stolen.
+          const rec = await rlocks.findOneAndDelete({ _id: id });
+          if (rec) {
+            const age = Date.now() - rec.ts.getTime();
+            if (age < LEASE_MS) {
+              landed.delete++;
+              stolen.push(age);
+            } else {
+              takeovers.push(age);
+            }
+          }
         } else if (scheme === 'lockCollection' && i % 5 === 2) {
           if ((await rlocks.updateOne({ _id: id }, { $set: { ts: new Date() } })).modifiedCount) landed.update++;
         } else if (i % 5 === 0) {
@@ -253,7 +271,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
   const counters = {};
   for (const d of await dc.db(db).collection(cname).find({}, { sort: { _id: 1 } }).toArray()) counters[String(d._id)] = d.n;
   console.log(JSON.stringify({
-    counters, rogueLanded: landed, rogueRefused: [...refused].sort(), outcomes: [...seen].sort(), errors: errors.slice(0, 5),
+    counters, rogueLanded: landed, rogueTakeovers: takeovers, rogueStolen: stolen, rogueRefused: [...refused].sort(), outcomes: [...seen].sort(), errors: errors.slice(0, 5),
   }));
   for (const c of clients) await c.close();
   await dc.close();

@@ -254,6 +254,9 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
 
     landed = {"update": 0, "delete": 0}
     refused = set()
+    # The age in ms (at the reply) of each lock record the rogue deleted:
+    # abandoned ones, and live ones (stolen).
+    takeovers, stolen = [], []
 
     def rogue_loop():
         rc = pymongo.MongoClient(uris[0], appname="scheme-rogue", retryWrites=False)
@@ -265,9 +268,21 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
             i += 1
             try:
                 if scheme == "lockCollection" and i % 5 == 1:
-                    # Steal a lock: delete someone's record.
-                    if rlocks.delete_one({"_id": _id}).deleted_count:
-                        landed["delete"] += 1
+                    # Steal a lock: delete someone's record. The scheme
+                    # lets anyone delete an abandoned one (ts older than
+                    # the lease: what a TTL index deletes), which a worker
+                    # slowed past its lease by a loaded machine leaves:
+                    # the deleted record comes back, and one whose lease
+                    # had not ended by the reply was stolen.
+                    rec = rlocks.find_one_and_delete({"_id": _id})
+                    if rec is not None:
+                        age = now() - rec["ts"]
+                        age_ms = int(age.total_seconds() * 1000)
+                        if age < datetime.timedelta(seconds=LEASE_S):
+                            landed["delete"] += 1
+                            stolen.append(age_ms)
+                        else:
+                            takeovers.append(age_ms)
                 elif scheme == "lockCollection" and i % 5 == 2:
                     # Refresh a lock one does not hold.
                     if rlocks.update_one({"_id": _id}, {"$set": {"ts": now()}}).modified_count:
@@ -298,7 +313,7 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
     if rt:
         rt.join()
     counters = {str(d["_id"]): d.get("n") for d in dc[db][cname].find({}, sort=[("_id", 1)])}
-    print(json.dumps({"counters": counters, "rogueLanded": landed, "rogueRefused": sorted(refused),
+    print(json.dumps({"counters": counters, "rogueLanded": landed, "rogueTakeovers": takeovers, "rogueStolen": stolen, "rogueRefused": sorted(refused),
                       "outcomes": sorted(seen), "errors": errors[:5]}))
     for c in clients:
         c.close()
