@@ -42,36 +42,7 @@ func TestHeldTokensIntoSeesEveryChange(t *testing.T) {
 		}
 		return tok[0], true
 	}
-	for _, c := range []struct {
-		name   string
-		change func(t *testing.T, id string)
-	}{
-		{"release through the same store", func(t *testing.T, id string) {
-			if n, err := s1.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
-				t.Fatalf("release: %d %v", n, err)
-			}
-		}},
-		{"release through another store", func(t *testing.T, id string) {
-			if n, err := s2.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
-				t.Fatalf("release through s2: %d %v", n, err)
-			}
-		}},
-		{"force release through the same store", func(t *testing.T, id string) {
-			if _, err := s1.ForceRelease(bg, ns, rv(t, id), "test"); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"force release through another store", func(t *testing.T, id string) {
-			if _, err := s2.ForceRelease(bg, ns, rv(t, id), "test"); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"session released", func(t *testing.T, id string) {
-			if _, err := s1.ReleaseSession(bg, a.Session); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	} {
+	for _, c := range holdEnders(s1, s2, a, ns) {
 		t.Run(c.name, func(t *testing.T) {
 			id := c.name
 			mustAcquire(t, s1, a, ns, ids(t, id), time.Minute, 0)
@@ -107,5 +78,44 @@ func TestHeldTokensIntoSeesEveryChange(t *testing.T) {
 	var tok [1]int64
 	if _, missing, err := s1.HeldTokensInto(bg, a, ns, ids(t, "short"), 5*time.Second, tok[:]); err != nil || len(missing) != 1 {
 		t.Fatalf("a lease shorter than the margin was answered held: %v %v", missing, err)
+	}
+}
+
+// holdEnder is one way a hold ends, run on the key whose id is given.
+type holdEnder struct {
+	name   string
+	change func(t *testing.T, id string)
+}
+
+// holdEnders are the ways a's hold, taken through s1, ends: released or
+// force-released through s1 or through s2, or its session ended. A
+// cached answer must notice each.
+func holdEnders(s1, s2 *Store, a Owner, ns string) []holdEnder {
+	return []holdEnder{
+		{"release through the same store", func(t *testing.T, id string) {
+			if n, err := s1.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
+				t.Fatalf("release: %d %v", n, err)
+			}
+		}},
+		{"release through another store", func(t *testing.T, id string) {
+			if n, err := s2.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
+				t.Fatalf("release through s2: %d %v", n, err)
+			}
+		}},
+		{"force release through the same store", func(t *testing.T, id string) {
+			if _, err := s1.ForceRelease(bg, ns, rv(t, id), "test"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"force release through another store", func(t *testing.T, id string) {
+			if _, err := s2.ForceRelease(bg, ns, rv(t, id), "test"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"session released", func(t *testing.T, id string) {
+			if _, err := s1.ReleaseSession(bg, a.Session); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 }

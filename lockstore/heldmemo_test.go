@@ -35,36 +35,7 @@ func TestHeldMemoSeesEveryChange(t *testing.T) {
 		}
 		return tok, ok
 	}
-	for _, c := range []struct {
-		name   string
-		change func(t *testing.T, id string)
-	}{
-		{"release through the same store", func(t *testing.T, id string) {
-			if n, err := s1.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
-				t.Fatalf("release: %d %v", n, err)
-			}
-		}},
-		{"release through another store", func(t *testing.T, id string) {
-			if n, err := s2.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
-				t.Fatalf("release through s2: %d %v", n, err)
-			}
-		}},
-		{"force release through the same store", func(t *testing.T, id string) {
-			if _, err := s1.ForceRelease(bg, ns, rv(t, id), "test"); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"force release through another store", func(t *testing.T, id string) {
-			if _, err := s2.ForceRelease(bg, ns, rv(t, id), "test"); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"session released", func(t *testing.T, id string) {
-			if _, err := s1.ReleaseSession(bg, a.Session); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	} {
+	for _, c := range holdEnders(s1, s2, a, ns) {
 		t.Run(c.name, func(t *testing.T) {
 			id := c.name
 			mustAcquire(t, s1, a, ns, ids(t, id), time.Minute, 0)
