@@ -632,9 +632,35 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 			Detail: fmt.Sprintf("under the lockCollection locking scheme of %s %s; %s", w.NS, why, schemeAdvice(s))})
 		return sc.cfg.Decide(req, pol, v, start)
 	}
+	enforce := r.Mode == policy.Enforce
+	// The holder's delete is pinned to its record as read before the
+	// mirror is checked: a mirror that is this client's after the read
+	// was this client's all along, so nobody else's acquire ran in
+	// between and the record read is the one this client keeps. Sent by
+	// _id alone, a delete that reaches the database after the lease ran
+	// out (a loaded machine, a late release) removed the record a
+	// successor had taken over meanwhile (TestHolderDeleteAfterItsLeaseEnded).
+	var own bsoncore.Document
+	if enforce {
+		var failed bsoncore.Document
+		own, failed, err = sc.findRecord(ctx, req, w.NS.String(), st.ID, nil)
+		switch {
+		case err != nil:
+			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
+		case failed != nil:
+			sc.cfg.Record(req, pol, v, nil, time.Since(start))
+			return proxy.Decision{Action: proxy.Reply, Reply: failed}
+		}
+	}
 	held, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
 	if err != nil {
 		return unavailable(err)
+	}
+	if held && enforce {
+		if body, err = asRead(body, w, s, own); err != nil {
+			v.add(r, w, refuse.ReasonUnclassifiable, ids, fmt.Sprintf("the proxy could not restrict it to the lock record as read (%v)", err))
+			return sc.cfg.Decide(req, pol, v, start)
+		}
 	}
 	if !held {
 		sts, err := sc.cfg.Confirmed(ctx, op.owner, w.NS.String(), ids)
@@ -671,7 +697,7 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 		// after it lapsed (a loaded machine) would otherwise remove a
 		// record acquired in between (TestNonHolderDeleteAfterItsMirrorLapsed).
 		// Audit forwards the write unchanged, as for an acquire.
-		if r.Mode == policy.Enforce {
+		if enforce {
 			body, err = asRead(body, w, s, rec)
 			if err != nil {
 				v.add(r, w, refuse.ReasonUnclassifiable, ids, fmt.Sprintf("the proxy could not restrict it to the lock record as read (%v)", err))
@@ -685,9 +711,9 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 			}
 			return unavailable(err)
 		}
-		if h := sc.Test; h != nil && h.BeforeDelete != nil {
-			h.BeforeDelete(w.NS.String(), id)
-		}
+	}
+	if h := sc.Test; h != nil && h.BeforeDelete != nil {
+		h.BeforeDelete(w.NS.String(), id)
 	}
 	reply, err := req.Ask(ctx, body)
 	if err != nil {
@@ -711,20 +737,37 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
 }
 
-// asRead narrows a non-holder's delete of one record (body, with its one
-// statement) to the record as it was read, as removeRecord deletes: the
-// same time field (rec), or, where there was no record (rec nil), none.
+// asRead narrows a delete of one record (body, with its one statement)
+// to the record as it was read, as removeRecord deletes: the same time
+// field (rec), or, where there was no record (rec nil), none.
 func asRead(body bsoncore.Document, w policy.Write, s policy.Scheme, rec bsoncore.Document) (bsoncore.Document, error) {
 	var pin bsoncore.Document
 	if rec == nil {
 		pin = bsoncore.NewDocumentBuilder().AppendDocument("_id", bsoncore.NewDocumentBuilder().
 			AppendBoolean("$exists", false).Build()).Build()
 	} else {
-		field := s.TsPath + s.ExpiresPath
-		pin = bsoncore.NewDocumentBuilder().AppendValue(field, rec.Lookup(field)).Build()
+		pin = timeAsRead(s, rec)
 	}
+	return andFilter(body, w, pin)
+}
+
+// timeAsRead is the condition that a record's time field is what rec
+// shows: the same value, or absent where rec has none. A successor's
+// record has another: it was written after this one's end.
+func timeAsRead(s policy.Scheme, rec bsoncore.Document) bsoncore.Document {
+	field := s.TsPath + s.ExpiresPath
+	v, err := rec.LookupErr(field)
+	if err != nil {
+		return bsoncore.NewDocumentBuilder().AppendDocument(field, bsoncore.NewDocumentBuilder().
+			AppendBoolean("$exists", false).Build()).Build()
+	}
+	return bsoncore.NewDocumentBuilder().AppendValue(field, v).Build()
+}
+
+// andFilter ANDs cond into the filter of body's one statement.
+func andFilter(body bsoncore.Document, w policy.Write, cond bsoncore.Document) (bsoncore.Document, error) {
 	return rewriteFilter(body, w, func(f bsoncore.Document) (bsoncore.Document, error) {
-		both := bsoncore.NewArrayBuilder().AppendDocument(f).AppendDocument(pin).Build()
+		both := bsoncore.NewArrayBuilder().AppendDocument(f).AppendDocument(cond).Build()
 		return bsoncore.NewDocumentBuilder().AppendArray("$and", both).Build(), nil
 	})
 }
@@ -771,6 +814,12 @@ func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, p
 	var freed []docid.ID // mirrors to release once their record is gone
 	var taken []docid.ID // of those, the ones taken for this delete
 	var pins []bsoncore.Value
+	// Each pinned record as read ({_id, time field}): the records were
+	// read before their mirrors were checked or taken, so a record whose
+	// mirror this client holds afterwards is the one read, and a late
+	// delete (its lease or the delete's short mirror run out) leaves a
+	// successor's record alone, as lockCollRelease does.
+	asRead := bsoncore.NewArrayBuilder()
 	short := max(r.LeaseMargin, 100*time.Millisecond)
 	for _, rec := range recs {
 		id, err := idCopy(rec.Lookup("_id"))
@@ -800,16 +849,27 @@ func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, p
 		}
 		freed = append(freed, id)
 		pins = append(pins, id.Core())
+		one := timeAsRead(s, rec)
+		asRead.AppendDocument(bsoncore.NewDocumentBuilder().AppendValue("_id", id.Core()).
+			AppendValue(field, one.Index(0).Value()).Build())
 	}
 	pinned, _, err := policy.EditMessage(req.Message, req.Command, policy.Edit{Pins: []policy.Pin{{List: w.List, Index: w.Index, IDs: pins}}})
 	var body bsoncore.Document
 	if err == nil {
 		body, err = bodyOf(pinned, w)
 	}
+	if err == nil && len(pins) > 0 && r.Mode == policy.Enforce {
+		body, err = andFilter(body, w, bsoncore.NewDocumentBuilder().AppendArray("$or", asRead.Build()).Build())
+	}
 	if err != nil {
 		sc.releaseMirrors(ctx, op, taken)
 		v.add(r, w, refuse.ReasonUnclassifiable, nil, fmt.Sprintf("the proxy could not restrict it to the verified lock records (%v)", err))
 		return sc.cfg.Decide(req, pol, v, start)
+	}
+	if h := sc.Test; h != nil && h.BeforeDelete != nil {
+		for _, id := range freed {
+			h.BeforeDelete(w.NS.String(), id)
+		}
 	}
 	reply, err := req.Ask(ctx, body)
 	if err != nil {

@@ -158,9 +158,9 @@ type TestHooks struct {
 	BeforeRead func(ns string, id docid.ID)
 	// BeforeAdopt runs after a live record was read, before it is adopted.
 	BeforeAdopt func(ns string, id docid.ID)
-	// BeforeDelete runs when a release from a non-holder has taken the
-	// mirror of an abandoned or absent record for its delete, before the
-	// delete is sent.
+	// BeforeDelete runs when a release has decided to delete record id
+	// (the holder's, or, from a non-holder, an abandoned or absent one
+	// under a mirror taken for the delete), before the delete is sent.
 	BeforeDelete func(ns string, id docid.ID)
 }
 
