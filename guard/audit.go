@@ -126,6 +126,9 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		if m := v.implicitMode(); m != "" {
 			fields = append(fields, zap.String("implicit", m))
 		}
+		if v.lockState != "" && x == nil {
+			fields = append(fields, zap.String("lockState", v.lockState))
+		}
 		if x != nil {
 			fields = append(fields, zap.String("reason", reason), zap.String("detail", x.detail))
 			if len(x.ids) > 0 {
@@ -220,6 +223,9 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	if m := v.implicitMode(); m != "" {
 		b = appendField(b, "implicit", m)
 	}
+	if v.lockState != "" && x == nil {
+		b = appendField(b, "lockState", v.lockState)
+	}
 	if x != nil {
 		b = appendField(b, "reason", x.reason)
 		b = appendField(b, "detail", x.detail)
@@ -298,6 +304,8 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		}
 	} else if m := v.implicitMode(); m != "" {
 		ev.Detail = implicitDetail(m)
+	} else if v.lockState != "" {
+		ev.Detail = "scheme lock state: " + v.lockState
 	}
 	if v.fence != nil && x == nil && len(ev.IDs) > 0 {
 		// A fenced write ran under these tokens (fence.go).

@@ -107,6 +107,9 @@ type verdict struct {
 	// auditDone: the write's allow record is durable already (a scheme
 	// step's, committed before lockgate ran it: commitSchemeStep).
 	auditDone bool
+	// lockState: the scheme lock's state an allowed scheme write was
+	// decided from (scheme.Verdict.LockState), for the line and trail.
+	lockState string
 	// now is the time enforce started, or the last resolution ended:
 	// never later than any lock check's answer (flightLocks).
 	now time.Time

@@ -59,7 +59,7 @@ func (g *Guard) newSchemes() *scheme.Schemes {
 // verdictOf is the schemes' verdict as enforcement's: the fields a
 // scheme decision sets, the rest zero as for any verdict made for it.
 func verdictOf(v *scheme.Verdict) *verdict {
-	gv := &verdict{req: v.Req, writes: v.Writes, checked: v.Checked, named: v.Named, auditDone: v.AuditDone}
+	gv := &verdict{req: v.Req, writes: v.Writes, checked: v.Checked, named: v.Named, auditDone: v.AuditDone, lockState: v.LockState}
 	if len(v.Violations) > 0 {
 		gv.violations = make([]violation, len(v.Violations))
 		for i := range v.Violations {

@@ -87,6 +87,7 @@ func (sc *Schemes) lockCollPlan(ctx context.Context, v *Verdict, req *proxy.Requ
 		return schemeOp{}, false
 	}
 	v.check(w.NS.String(), ids)
+	v.state(StateHeld)
 	if st.Renew {
 		lease := recordLease(r.Scheme, st)
 		_, err = store.Renew(ctx, o, w.NS.String(), ids, lease)
@@ -248,6 +249,7 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 			return sc.lockCollBusy(ctx, req, pol, v, op, rec, start)
 		}
 		// Abandoned: remove it as the TTL monitor would, only as read.
+		v.state(StateTakeover)
 		if enforce {
 			if failed, err := sc.removeRecord(ctx, req, w.NS.String(), s, rec); err != nil || failed != nil {
 				drop()
@@ -258,6 +260,9 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 				return proxy.Decision{Action: proxy.Reply, Reply: failed}
 			}
 		}
+	}
+	if rec == nil {
+		v.state(StateFree)
 	}
 	reply, err := req.Ask(ctx, body)
 	if err != nil {
@@ -278,6 +283,7 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 // (rec, read now if nil). Audited namespaces forward the write.
 func (sc *Schemes) lockCollBusy(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, rec bsoncore.Document, start time.Time) proxy.Decision {
 	w, r := op.write, op.rule
+	v.state(StateBusy)
 	if r.Mode != policy.Enforce {
 		sc.cfg.Record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Forward}
@@ -656,6 +662,9 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 	if err != nil {
 		return unavailable(err)
 	}
+	if held {
+		v.state(StateHeld)
+	}
 	if held && enforce {
 		if body, err = asRead(body, w, s, own); err != nil {
 			v.add(r, w, refuse.ReasonUnclassifiable, ids, fmt.Sprintf("the proxy could not restrict it to the lock record as read (%v)", err))
@@ -697,6 +706,11 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 		// after it lapsed (a loaded machine) would otherwise remove a
 		// record acquired in between (TestNonHolderDeleteAfterItsMirrorLapsed).
 		// Audit forwards the write unchanged, as for an acquire.
+		if rec == nil {
+			v.state(StateAbsent)
+		} else {
+			v.state(StateAbandoned)
+		}
 		if enforce {
 			body, err = asRead(body, w, s, rec)
 			if err != nil {
@@ -846,6 +860,9 @@ func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, p
 				continue // someone holds it: not this client's to delete
 			}
 			taken = append(taken, id)
+			v.state(StateAbandoned)
+		} else {
+			v.state(StateHeld)
 		}
 		freed = append(freed, id)
 		pins = append(pins, id.Core())

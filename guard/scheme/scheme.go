@@ -295,6 +295,7 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 			}
 		}
 		v.check(w.NS.String(), ids)
+		v.state(StateHeld)
 		return o, true, true
 	}
 	sts, err := store.Status(ctx, o, mns, ids)
@@ -330,8 +331,10 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 			if !sc.schemeRenew(ctx, v, r, w, o, ids, lease) {
 				return o, false, false
 			}
+			v.state(StateHeld)
 			return o, true, true
 		} else if !r.Scheme.IdentityHolder() {
+			v.state(StateHeld)
 			return o, true, true
 		}
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotHolder, IDs: ids,
@@ -404,6 +407,11 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 		switch {
 		case err == nil:
 			*temps = append(*temps, schemeTemp{owner: o, ns: mns, ids: ids})
+			if r.Scheme.IdentityHolder() {
+				v.state(StateAbandoned)
+			} else {
+				v.state(StateExpired)
+			}
 			return o, true, true
 		case errors.Is(err, lockstore.ErrInvalidLease):
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotFollowed, IDs: ids,
@@ -562,10 +570,12 @@ func (sc *Schemes) schemeAcquire(ctx context.Context, req *proxy.Request, v *Ver
 			return acquireResult{busy: true}
 		}
 	}
+	var prev docLock // the lock the document showed: an expired one is taken over
 	if docScheme && r.Scheme.Type != config.SchemeFlag {
 		// A live lock the document shows and no mirror holds is the
 		// state: adopted, it makes this acquire "busy".
 		d, err := sc.readDocLock(ctx, r.Scheme, w.NS.String(), id)
+		prev = d
 		if err == nil {
 			err = sc.schemeAdopt(ctx, req, r, w.NS.String(), id, d)
 		}
@@ -592,6 +602,11 @@ func (sc *Schemes) schemeAcquire(ctx context.Context, req *proxy.Request, v *Ver
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable, IDs: ids,
 			Detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
 		return acquireResult{refused: true}
+	}
+	if prev.holder.Type != 0 {
+		v.state(StateTakeover)
+	} else {
+		v.state(StateFree)
 	}
 	reply, err := req.Ask(ctx, body)
 	if err != nil {
@@ -764,6 +779,7 @@ func (sc *Schemes) schemeIdentityWrite(ctx context.Context, v *Verdict, req *pro
 			}
 			st.Holder = h.holder
 			v.check(w.NS.String(), ids)
+			v.state(StateHeld)
 			return schemeOp{rule: r, write: w, step: st, owner: o, holder: h.holder, clause: r.Scheme.HolderCondition(h.holder)}, true
 		}
 	}
@@ -780,6 +796,7 @@ func (sc *Schemes) schemeIdentityWrite(ctx context.Context, v *Verdict, req *pro
 // for findAndModify, DuplicateKey where the upsert would have collided
 // with the holder's document. Audited namespaces forward the write.
 func (sc *Schemes) schemeBusy(req *proxy.Request, pol *policy.Policy, v *Verdict, r policy.Rule, w policy.Write, st policy.Step, start time.Time) proxy.Decision {
+	v.state(StateBusy)
 	if r.Mode != policy.Enforce {
 		sc.cfg.Record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Forward}

@@ -15,6 +15,7 @@ package scheme
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -80,6 +81,47 @@ type Verdict struct {
 	Named []docid.ID
 	// AuditDone: the write's allow record is durable already (CommitStep).
 	AuditDone bool
+	// LockState is the state of the scheme lock an allowed write was
+	// decided from (the State values, comma-separated where a command's
+	// writes found several), for the decision line and the audit trail:
+	// an operator tells a takeover from a theft by it.
+	LockState string
+}
+
+// The states a scheme lock was in when a write was allowed (or answered
+// busy by lockgate itself).
+const (
+	// StateHeld: the caller holds the lock (its write, renewal, release).
+	StateHeld = "held"
+	// StateFree: an acquire of a lock nobody held, of a document or lock
+	// record that showed none.
+	StateFree = "free"
+	// StateTakeover: an acquire of a lock whose previous holder's lock
+	// had expired (the document still showing it, or a lock record
+	// lockgate removed as abandoned).
+	StateTakeover = "takeover"
+	// StateExpired: the write of a holder the document still names,
+	// whose lock expired and was not taken over.
+	StateExpired = "expired"
+	// StateAbandoned: the recovery of a lock nobody holds any more (a
+	// flag cleared, an abandoned lock record deleted) by anyone.
+	StateAbandoned = "abandoned"
+	// StateAbsent: a delete of a lock record that is not there.
+	StateAbsent = "absent"
+	// StateBusy: an acquire of a lock another holder has, answered with
+	// the scheme's own "busy" by lockgate.
+	StateBusy = "busy"
+)
+
+// state records that a write was decided from lock state s.
+func (v *Verdict) state(s string) {
+	switch {
+	case v.LockState == "":
+		v.LockState = s
+	case v.LockState == s, strings.HasPrefix(v.LockState, s+","), strings.HasSuffix(v.LockState, ","+s), strings.Contains(v.LockState, ","+s+","):
+	default:
+		v.LockState += "," + s
+	}
 }
 
 // add records a violation.
