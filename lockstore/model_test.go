@@ -300,15 +300,15 @@ func (m *model) release(s *Store, o int, k *mKey) {
 	}
 }
 
-// releaseAll runs only where no key of o's has a moved-back head: which
-// keys a partial release-all freed is more than the model can tell.
+// releaseAll frees every key o holds, those whose head document was
+// moved back to another hold included: the store finds them from o's
+// claims as well as from the heads that name o. (It used to find them
+// from the heads alone, and the model skipped release-all where o held a
+// key with a moved-back head.)
 func (m *model) releaseAll(s *Store, o int) {
 	want := 0
 	for _, k := range m.keys {
 		if k.h != nil && k.h.owner == o {
-			if k.moved {
-				return
-			}
 			want++
 		}
 	}

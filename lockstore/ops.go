@@ -108,7 +108,56 @@ func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns string, errText 
 	if err != nil {
 		return 0, err
 	}
+	// A head document can have been moved back to another owner's hold
+	// while the owner's own claim after it is the key's newest (a late
+	// head write, doc.go): the heads that name the owner miss that key,
+	// and it stayed held until its lease ended. The owner's claims name
+	// it: compaction keeps every claim after a key's head, so a newest
+	// claim a head lags behind is always there. On FerretDB this is a
+	// scan of the claims (it answers only exact _id filters from an
+	// index), of at most CleanupAfter's worth of changes; release-all is
+	// rare. Keys the owner no longer holds are read and left alone by
+	// releaseOne, as for the heads' own.
+	claimed, err := s.claimKeysOf(ctx, bson.D{
+		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns},
+	})
+	if err != nil {
+		return 0, err
+	}
+	seen := make(map[string]bool, len(rids))
+	for _, rid := range rids {
+		seen[rid] = true
+	}
+	for _, rid := range claimed {
+		if !seen[rid] {
+			rids = append(rids, rid)
+		}
+	}
 	return s.release(ctx, owner, ns, rids, errText)
+}
+
+// claimKeysOf returns the distinct keys of the claims matching filter.
+func (s *Store) claimKeysOf(ctx context.Context, filter bson.D) ([]string, error) {
+	var gens []gen
+	err := s.rt(ctx, opFind, func(ctx context.Context) error {
+		cur, err := s.claims.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "key", Value: 1}}))
+		if err != nil {
+			return err
+		}
+		return cur.All(ctx, &gens)
+	})
+	if err != nil {
+		return nil, s.storeErr(ctx, opFind, err)
+	}
+	seen := make(map[string]bool, len(gens))
+	var rids []string
+	for _, g := range gens {
+		if !seen[g.Key] {
+			seen[g.Key] = true
+			rids = append(rids, g.Key)
+		}
+	}
+	return rids, nil
 }
 
 func (s *Store) release(ctx context.Context, owner Owner, ns string, rids []string, errText string) (int, error) {

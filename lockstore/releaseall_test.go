@@ -1,0 +1,55 @@
+package lockstore
+
+import (
+	"testing"
+	"time"
+)
+
+// TestReleaseAllOverAMovedBackHead: a holder's renewal whose head write is
+// overtaken by its own release and another owner's acquire lands last, so
+// that the key's head document shows the renewed hold of a while the
+// claims say the key is b's. b's release of all its locks in the
+// namespace must free it, through any store: it found its keys from the
+// head documents that name b alone, so it freed nothing and the key stayed
+// b's until b's lease ended (here a minute; liveness, not safety).
+func TestReleaseAllOverAMovedBackHead(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		through int // the store b releases all through
+	}{{"through the store b acquired through", 1}, {"through a store that never saw b", 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig(t)
+			s := []*Store{openStore(t, cfg), openStore(t, cfg), openStore(t, cfg)}
+			a, b, other := newOwner("a"), newOwner("b"), newOwner("c")
+			const ns = "db.c"
+			key := ids(t, "k")
+			mustAcquire(t, s[0], a, ns, key, holdLease, 0)
+			mustAcquire(t, s[1], b, ns, ids(t, "also b's"), time.Minute, 0)
+			landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
+				_, err := s[0].Renew(bg, a, ns, key, holdLease)
+				return err
+			})
+			if n, err := s[1].Release(bg, a, ns, key, ""); n != 1 || err != nil {
+				t.Fatalf("a's release: %d %v", n, err)
+			}
+			mustAcquire(t, s[1], b, ns, key, time.Minute, 0)
+			if err := landRenewal(); err != nil {
+				t.Logf("the overtaken renewal: %v", err)
+			}
+			h, err := s[0].head(bg, ks(t, ns, key))
+			if err != nil || h == nil || h.Kind != kindRenew {
+				t.Fatalf("the head is %+v (%v), want a's renewal moved back over b's acquire: the test no longer reaches the case", h, err)
+			}
+
+			n, err := s[c.through].ReleaseAll(bg, b, ns, "")
+			if err != nil || n != 2 {
+				t.Errorf("b's release-all freed %d (%v), want 2: the key whose head shows a's renewal stayed b's", n, err)
+			}
+			if _, err := s[2].Acquire(bg, other, ns, key, time.Minute, 0); err != nil {
+				t.Errorf("after b's release-all the key is still held: %v", err)
+			}
+		})
+	}
+}
