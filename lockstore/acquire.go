@@ -23,6 +23,9 @@ const streamPollCap = 2 * time.Second
 type lockKey struct {
 	rid string   // record _id: namespace + canonical key
 	id  docid.ID // the caller's _id
+	// floor, when above 0, is a token a grant to a new holder must pass
+	// (AcquireAbove).
+	floor int64
 }
 
 // keys validates ns and returns the distinct keys of ids in request order
@@ -73,6 +76,22 @@ func (s *Store) lease(d time.Duration) (time.Duration, error) {
 // held. Duplicate ids (as MongoDB compares them) count once. The returned
 // locks follow the order of the distinct ids.
 func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]Lock, error) {
+	return s.acquire(ctx, owner, ns, ids, nil, lease, wait)
+}
+
+// AcquireAbove is Acquire for a caller that knows a token the lock may
+// have to pass: floors[i] for ids[i] (0: none), such as the fence stamp a
+// fenced document carries, which another lock store (a lockgate with a
+// lock store of its own) may have written. A grant to a new holder gets
+// a token above its floor; a re-entrant acquire keeps its token.
+func (s *Store) AcquireAbove(ctx context.Context, owner Owner, ns string, ids []docid.ID, floors []int64, lease, wait time.Duration) ([]Lock, error) {
+	if len(floors) != len(ids) {
+		return nil, fmt.Errorf("%w: %d floors for %d ids", ErrInvalidArgument, len(floors), len(ids))
+	}
+	return s.acquire(ctx, owner, ns, ids, floors, lease, wait)
+}
+
+func (s *Store) acquire(ctx context.Context, owner Owner, ns string, ids []docid.ID, floors []int64, lease, wait time.Duration) ([]Lock, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
@@ -83,9 +102,16 @@ func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []docid
 	if wait < 0 {
 		return nil, fmt.Errorf("%w: negative wait %s", ErrInvalidArgument, FormatMS(wait))
 	}
-	ks, err := keys(ns, ids)
+	ks, idx, err := keysIndexed(ns, ids, floors != nil)
 	if err != nil {
 		return nil, err
+	}
+	for i, f := range floors {
+		k := 0
+		if idx != nil {
+			k = idx[i]
+		}
+		ks[k].floor = max(ks[k].floor, f)
 	}
 	if err := s.ready(ctx); err != nil {
 		s.m.acquisitions.WithLabelValues(resultError).Inc()
@@ -220,6 +246,7 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 			n = h.next(kindAcquire, now)
 			n.Token = h.Token + 1
 		}
+		n.Token = aboveFloor(n.Token, k.floor, now, unc)
 		n.Kind = kindAcquire
 		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = sessionBinary(owner.Session), owner.Bind, owner.App, owner.Client, owner.User
 		n.Implicit = owner.Implicit
@@ -248,6 +275,24 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 		}
 	}
 	return Lock{ID: k.id, Token: g.Token, ExpiresAt: g.ExpiresAt, LastError: g.LastError}, !reentrant, nil
+}
+
+// floorAhead bounds how far above the server's time a floor may be and
+// still be taken for a token some lock store handed out: a first token is
+// the server clock in nanoseconds, and each grant adds one, so a key
+// would need billions of grants to get an hour ahead. A stamp further
+// ahead was written by hand (or by a writer the fence does not cover),
+// and tokens built on it would have nowhere left to grow: it is no floor,
+// and the caller's stamp fails as it would have.
+const floorAhead = time.Hour
+
+// aboveFloor is token, raised above floor where floor is a token some
+// store could have handed out by now.
+func aboveFloor(token, floor int64, now time.Time, unc time.Duration) int64 {
+	if floor < token || floor > now.Add(unc+floorAhead).UnixNano() {
+		return token
+	}
+	return floor + 1
 }
 
 // maxRaces bounds how often one operation retries a key whose head keeps

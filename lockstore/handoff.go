@@ -59,7 +59,7 @@ func handoffStep(release stepFunc, x *waiter) stepFunc {
 			return n, err
 		}
 		n.Kind = kindHandoff
-		n.Token = h.Token + 1
+		n.Token = aboveFloor(h.Token+1, w.key.floor, now, unc)
 		n.Owner, n.Bind, n.OwnerApp, n.OwnerClient, n.OwnerUser = sessionBinary(w.owner.Session), w.owner.Bind, w.owner.App, w.owner.Client, w.owner.User
 		n.Implicit = w.owner.Implicit
 		n.AcquiredAt, n.ExpiresAt = now, now.Add(w.lease).Truncate(time.Millisecond)
