@@ -274,7 +274,7 @@ func New(opts Options) *Guard {
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
 	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)
 	lc := lockcmd.Config{Store: opts.Store, Owner: g.owner, SessionKey: g.owners.session, Authority: g.authority,
-		Admit: g.throttle.beforeLockCommand, Done: g.throttle.lockCommandDone, Flights: g.flights, Fence: g.fenceAcquired,
+		Admit: g.throttle.beforeLockCommand, Done: g.throttle.lockCommandDone, Flights: g.flights, Fence: g.fenceAcquired, FenceFloors: g.fenceFloors,
 		Policy: g.Policy, Observe: g.metrics.lockCommand, Log: g.log,
 		MaxWait: opts.MaxWait, MaxLockIDs: opts.MaxLockIDs, OrderTimeout: opts.OrderTimeout}
 	if c, ok := opts.Resolver.(lockcmd.Collections); ok {

@@ -24,7 +24,7 @@ type lockKey struct {
 	rid string   // record _id: namespace + canonical key
 	id  docid.ID // the caller's _id
 	// floor, when above 0, is a token a grant to a new holder must pass
-	// (AcquireAbove).
+	// (WithTokenFloors).
 	floor int64
 }
 
@@ -75,23 +75,14 @@ func (s *Store) lease(d time.Duration) (time.Duration, error) {
 // have gaps but never go back) and the ones the owner already held stay
 // held. Duplicate ids (as MongoDB compares them) count once. The returned
 // locks follow the order of the distinct ids.
+//
+// A context made by WithTokenFloors gives each id a token its grant must
+// pass.
 func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]Lock, error) {
-	return s.acquire(ctx, owner, ns, ids, nil, lease, wait)
-}
-
-// AcquireAbove is Acquire for a caller that knows a token the lock may
-// have to pass: floors[i] for ids[i] (0: none), such as the fence stamp a
-// fenced document carries, which another lock store (a lockgate with a
-// lock store of its own) may have written. A grant to a new holder gets
-// a token above its floor; a re-entrant acquire keeps its token.
-func (s *Store) AcquireAbove(ctx context.Context, owner Owner, ns string, ids []docid.ID, floors []int64, lease, wait time.Duration) ([]Lock, error) {
-	if len(floors) != len(ids) {
-		return nil, fmt.Errorf("%w: %d floors for %d ids", ErrInvalidArgument, len(floors), len(ids))
+	floors, _ := ctx.Value(floorsKey{}).([]int64)
+	if floors != nil && len(floors) != len(ids) {
+		return nil, fmt.Errorf("%w: %d token floors for %d ids", ErrInvalidArgument, len(floors), len(ids))
 	}
-	return s.acquire(ctx, owner, ns, ids, floors, lease, wait)
-}
-
-func (s *Store) acquire(ctx context.Context, owner Owner, ns string, ids []docid.ID, floors []int64, lease, wait time.Duration) ([]Lock, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
@@ -275,6 +266,21 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 		}
 	}
 	return Lock{ID: k.id, Token: g.Token, ExpiresAt: g.ExpiresAt, LastError: g.LastError}, !reentrant, nil
+}
+
+type floorsKey struct{}
+
+// WithTokenFloors is ctx for an Acquire whose locks may have to pass a
+// token the caller knows of: floors[i] for the acquire's ids[i] (0:
+// none), such as the fence stamp a fenced document carries, which
+// another lock store (a lockgate with a lock store of its own, or one
+// whose clock estimate is ahead) may have written. A grant to a new
+// holder, a first token included, then gets a token above its floor; a
+// re-entrant acquire keeps its token. The floors ride on the context,
+// not on a method of their own, so that every wrapper of the store's
+// Acquire (the audit trail's) sees the acquire as it is.
+func WithTokenFloors(ctx context.Context, floors []int64) context.Context {
+	return context.WithValue(ctx, floorsKey{}, floors)
 }
 
 // floorAhead bounds how far above the server's time a floor may be and

@@ -15,8 +15,8 @@ import (
 // its token is below the stamp the earlier holder's acquire wrote, and the
 // later holder's stamp is refused: fail closed, but the legitimate holder
 // is refused until its token passes the stamp (by one per retry: millions
-// of retries for a millisecond of estimate error). AcquireAbove takes the
-// stamp the caller read as a floor: a grant to a new holder gets a token
+// of retries for a millisecond of estimate error). WithTokenFloors gives the
+// acquire the stamp the caller read as a floor: a grant to a new holder gets a token
 // above it. The clocks are injected, 5 ms apart; nothing sleeps.
 func TestFirstTokensOfTwoStoresOverAStamp(t *testing.T) {
 	t.Parallel()
@@ -50,7 +50,7 @@ func TestFirstTokensOfTwoStoresOverAStamp(t *testing.T) {
 
 	c := newOwner("c")
 	// A first life on the other key, a next generation on the first.
-	got, err := sb.AcquireAbove(bg, c, ns, key, []int64{stamp, first[1].Token}, time.Minute, 0)
+	got, err := sb.Acquire(WithTokenFloors(bg, []int64{stamp, first[1].Token}), c, ns, key, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestFirstTokensOfTwoStoresOverAStamp(t *testing.T) {
 		}
 	}
 	// Re-entrant: the holder's token stays.
-	again, err := sb.AcquireAbove(bg, c, ns, key[:1], []int64{got[0].Token + 10}, time.Minute, 0)
+	again, err := sb.Acquire(WithTokenFloors(bg, []int64{got[0].Token + 10}), c, ns, key[:1], time.Minute, 0)
 	if err != nil || again[0].Token != got[0].Token {
 		t.Errorf("re-entrant acquire over a higher stamp: %+v %v, want the token %d kept", again, err, got[0].Token)
 	}
@@ -78,11 +78,11 @@ func TestFirstTokensOfTwoStoresOverAStamp(t *testing.T) {
 	// the caller's stamp fails, as before.
 	e := newOwner("e")
 	far := ids(t, "far")
-	l, err := sb.AcquireAbove(bg, e, ns, far, []int64{1 << 62}, time.Minute, 0)
+	l, err := sb.Acquire(WithTokenFloors(bg, []int64{1 << 62}), e, ns, far, time.Minute, 0)
 	if err != nil || l[0].Token >= 1<<62 {
 		t.Errorf("a grant over an implausible stamp: %+v %v, want the clock's token", l, err)
 	}
-	if _, err := sb.AcquireAbove(bg, e, ns, far, nil, time.Minute, 0); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := sb.Acquire(WithTokenFloors(bg, []int64{1, 2}), e, ns, far, time.Minute, 0); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("floors that do not match the ids: %v", err)
 	}
 }

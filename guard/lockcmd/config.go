@@ -66,6 +66,11 @@ type Config struct {
 	// documents where ns's rule fences them (the guard's fence); a
 	// refusal releases them again.
 	Fence func(ctx context.Context, ns string, o lockstore.Owner, locks []lockstore.Lock) *refuse.Error
+	// FenceFloors, when set, is the fence stamp each of ids carries in
+	// ns where ns's rule fences them (nil where none is known): the
+	// acquire's tokens must pass them (lockstore.WithTokenFloors), or a
+	// stamp another lock store wrote refuses the new holder's stamp.
+	FenceFloors func(ctx context.Context, ns string, ids []docid.ID) []int64
 	// Policy returns the policy in force (refuseLocksOnMissingCollection).
 	Policy func() *policy.Policy
 	// Collections and Twins, when set, give the hints and the refusal of

@@ -237,7 +237,13 @@ func (s *Stage) runLockCommand(ctx context.Context, req *proxy.Request, a *lockA
 		if wait > s.cfg.MaxWait {
 			return nil, refuse.BadArg(mongoerr.BadValue, "acquireLock: waitMS %d is over the limit of %d", wait.Milliseconds(), s.cfg.MaxWait.Milliseconds())
 		}
-		locks, err := s.cfg.Store.Acquire(ctx, o, a.ns, a.ids, a.lease, wait)
+		actx := ctx
+		if s.cfg.FenceFloors != nil {
+			if floors := s.cfg.FenceFloors(ctx, a.ns, a.ids); floors != nil {
+				actx = lockstore.WithTokenFloors(ctx, floors)
+			}
+		}
+		locks, err := s.cfg.Store.Acquire(actx, o, a.ns, a.ids, a.lease, wait)
 		if err != nil {
 			return nil, s.storeError(ctx, req, a, err)
 		}
