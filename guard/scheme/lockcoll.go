@@ -64,7 +64,7 @@ func lockCollName(s policy.Scheme) string {
 // the one operation the proxy runs itself; a refresh is checked here and
 // forwarded.
 func (sc *Schemes) lockCollPlan(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
-	o, ok := sc.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
+	o, ok := sc.owner(req, w.NS.String(), r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 		return schemeOp{}, false
@@ -83,7 +83,7 @@ func (sc *Schemes) lockCollPlan(ctx context.Context, v *Verdict, req *proxy.Requ
 		return schemeOp{}, false
 	}
 	if !held {
-		v.add(r, w, ReasonNotHolder, ids, fmt.Sprintf("under the lockCollection locking scheme of %s this client does not hold the lock record %s (or its lease of %s ran out); %s", w.NS, ids[0].String(), lockstore.FormatMS(r.Scheme.Lease), schemeAdvice(r.Scheme)))
+		v.add(r, w, ReasonNotHolder, ids, fmt.Sprintf("under the lockCollection locking scheme of %s this client does not hold the lock record %s (or its lease of %s ran out); %s", w.NS, ids[0].String(), lockstore.FormatMS(r.Scheme.Lease), advice(r.Scheme)))
 		return schemeOp{}, false
 	}
 	v.check(w.NS.String(), ids)
@@ -96,7 +96,7 @@ func (sc *Schemes) lockCollPlan(ctx context.Context, v *Verdict, req *proxy.Requ
 		}
 		switch {
 		case errors.Is(err, lockstore.ErrInvalidLease):
-			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("it refreshes the lock record %s of %s to an end lockgate cannot mirror (%v); %s", ids[0].String(), w.NS, err, schemeAdvice(r.Scheme)))
+			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("it refreshes the lock record %s of %s to an end lockgate cannot mirror (%v); %s", ids[0].String(), w.NS, err, advice(r.Scheme)))
 		case err != nil:
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 				Detail: fmt.Sprintf("the lock store cannot renew the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -183,7 +183,7 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 		// the write reached lockgate, by as long as the write waited; but
 		// such a record is abandoned by the scheme's own rule once it
 		// lands, so it keeps no mirror, below.)
-		v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("its record's %s is already past, so it would lock nothing: a TTL index deletes it at once; %s", s.ExpiresPath, schemeAdvice(s)))
+		v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("its record's %s is already past, so it would lock nothing: a TTL index deletes it at once; %s", s.ExpiresPath, advice(s)))
 		return sc.cfg.Decide(req, pol, v, start)
 	}
 	lease := recordLease(s, st)
@@ -213,7 +213,7 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 		case errors.Is(err, lockstore.ErrBusy):
 			return sc.lockCollBusy(ctx, req, pol, v, op, nil, start)
 		case errors.Is(err, lockstore.ErrInvalidLease):
-			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("its record's %s is further ahead than lockgate can mirror a lock (%v); %s", s.TsPath+s.ExpiresPath, err, schemeAdvice(s)))
+			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("its record's %s is further ahead than lockgate can mirror a lock (%v); %s", s.TsPath+s.ExpiresPath, err, advice(s)))
 			return sc.cfg.Decide(req, pol, v, start)
 		}
 		return unavailable(err)
@@ -635,7 +635,7 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 	}
 	notHolder := func(h *lockstore.Holder, why string) proxy.Decision {
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotHolder, IDs: ids, Holder: h,
-			Detail: fmt.Sprintf("under the lockCollection locking scheme of %s %s; %s", w.NS, why, schemeAdvice(s))})
+			Detail: fmt.Sprintf("under the lockCollection locking scheme of %s %s; %s", w.NS, why, advice(s))})
 		return sc.cfg.Decide(req, pol, v, start)
 	}
 	enforce := r.Mode == policy.Enforce

@@ -116,7 +116,7 @@ func (sc *Schemes) Enforce(ctx context.Context, req *proxy.Request, pol *policy.
 	}
 	v := &Verdict{Req: req}
 	var ops []schemeOp
-	// temps are the mirrors taken for one write in flight (schemeHolder);
+	// temps are the mirrors taken for one write in flight (checkHolder);
 	// a command refused after all must not leave them behind.
 	var temps []schemeTemp
 	defer func() {
@@ -162,9 +162,9 @@ func (sc *Schemes) Enforce(ctx context.Context, req *proxy.Request, pol *policy.
 		}
 		switch st.Kind {
 		case policy.StepInsert:
-			sc.schemeInsert(ctx, v, req, r, w)
+			sc.insert(ctx, v, req, r, w)
 		case policy.StepOther:
-			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("it does not follow the %s locking scheme of %s: %s; %s", r.Scheme.Type, w.NS, st.Why, schemeAdvice(r.Scheme)))
+			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("it does not follow the %s locking scheme of %s: %s; %s", r.Scheme.Type, w.NS, st.Why, advice(r.Scheme)))
 		case policy.StepAcquire:
 			if sc.ownHolding(req, r, w, st, ids) {
 				// The lock's own client setting the lock it holds again
@@ -172,12 +172,12 @@ func (sc *Schemes) Enforce(ctx context.Context, req *proxy.Request, pol *policy.
 				// exception attached) by _id alone: its write, not an
 				// acquire.
 				st.Kind, st.ByIdentity, st.Renew = policy.StepHolder, true, true
-				if op, ok := sc.schemeIdentityWrite(ctx, v, req, r, w, st, ids, &temps); ok {
+				if op, ok := sc.identityWrite(ctx, v, req, r, w, st, ids, &temps); ok {
 					ops = append(ops, op)
 				}
 				continue
 			}
-			o, ok := sc.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
+			o, ok := sc.owner(req, w.NS.String(), r.Scheme, st.Holder)
 			if !ok {
 				v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 				continue
@@ -185,7 +185,7 @@ func (sc *Schemes) Enforce(ctx context.Context, req *proxy.Request, pol *policy.
 			ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
 		case policy.StepHolder:
 			if st.ReleaseAll {
-				o, ok := sc.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
+				o, ok := sc.owner(req, w.NS.String(), r.Scheme, st.Holder)
 				if !ok {
 					v.add(r, w, refuse.ReasonNoSession, nil, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 					continue
@@ -194,12 +194,12 @@ func (sc *Schemes) Enforce(ctx context.Context, req *proxy.Request, pol *policy.
 				continue
 			}
 			if st.ByIdentity {
-				if op, ok := sc.schemeIdentityWrite(ctx, v, req, r, w, st, ids, &temps); ok {
+				if op, ok := sc.identityWrite(ctx, v, req, r, w, st, ids, &temps); ok {
 					ops = append(ops, op)
 				}
 				continue
 			}
-			o, mirrored, ok := sc.schemeHolder(ctx, v, req, r, w, st, ids, &temps)
+			o, mirrored, ok := sc.checkHolder(ctx, v, req, r, w, st, ids, &temps)
 			if ok && mirrored && st.Ends {
 				ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o, holder: st.Holder})
 			}
@@ -229,21 +229,21 @@ func (sc *Schemes) Enforce(ctx context.Context, req *proxy.Request, pol *policy.
 	if len(ops) == 0 || v.enforcedViolation() {
 		return sc.cfg.Decide(req, pol, v, start), true
 	}
-	return sc.schemeRun(ctx, req, pol, v, ops[0], start), true
+	return sc.run(ctx, req, pol, v, ops[0], start), true
 }
 
-// schemeHolder checks a holder's write: who holds the scheme lock must be
+// checkHolder checks a holder's write: who holds the scheme lock must be
 // the writer. For holderFields and lockDocument the holder value is in the
 // write's filter, so the write itself matches nothing unless the document
 // still names that holder; the mirror lock only has to be nobody else's.
 // A flag write carries no holder value: the mirror is the only check.
 // mirrored reports whether the writer holds the mirror lock (a release
 // must then drop it).
-func (sc *Schemes) schemeHolder(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (o lockstore.Owner, mirrored, ok bool) {
-	return sc.schemeHolderFrom(ctx, v, req, r, w, st, ids, temps, true)
+func (sc *Schemes) checkHolder(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (o lockstore.Owner, mirrored, ok bool) {
+	return sc.checkHolderFrom(ctx, v, req, r, w, st, ids, temps, true)
 }
 
-// schemeTemp is a mirror schemeHolder took for one write in flight.
+// schemeTemp is a mirror checkHolder took for one write in flight.
 type schemeTemp struct {
 	owner lockstore.Owner
 	ns    string
@@ -260,11 +260,11 @@ func (sc *Schemes) dropTemps(ctx context.Context, temps []schemeTemp) {
 	}
 }
 
-// schemeHolderFrom is schemeHolder; read says whether a mirror nobody
+// checkHolderFrom is checkHolder; read says whether a mirror nobody
 // holds is to be checked against the document first (once: after the
 // document's lock is adopted the mirror is the state).
-func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp, read bool) (o lockstore.Owner, mirrored, ok bool) {
-	o, ok = sc.schemeOwner(req, w.NS.String(), r.Scheme, st.Holder)
+func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp, read bool) (o lockstore.Owner, mirrored, ok bool) {
+	o, ok = sc.owner(req, w.NS.String(), r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 		return o, false, false
@@ -280,7 +280,7 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 	if err != nil {
 		return unavailable(err)
 	}
-	lease := schemeLease(r.Scheme, st)
+	lease := mirrorLease(r.Scheme, st)
 	if held {
 		renew := st.Renew
 		if r.Scheme.Type == config.SchemeFlag && !st.Ends {
@@ -290,7 +290,7 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 			renew = !half
 		}
 		if renew && !st.Ends {
-			if !sc.schemeRenew(ctx, v, r, w, o, ids, lease) {
+			if !sc.renew(ctx, v, r, w, o, ids, lease) {
 				return o, false, false
 			}
 		}
@@ -317,7 +317,7 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 			v.Stale = append(v.Stale, len(v.Violations))
 		}
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotHolder, IDs: ids, Holder: &h,
-			Detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, ids[0].String(), refuse.DescribeHolder(h), schemeAdvice(r.Scheme))})
+			Detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s belongs to another holder (%s); %s", r.Scheme.Type, w.NS, ids[0].String(), refuse.DescribeHolder(h), advice(r.Scheme))})
 		return o, false, false
 	case s.HeldByYou:
 		// Less than the margin left. A flag's holder keeps its lock by
@@ -328,7 +328,7 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 		// in their own filter, so they may go on until the mirror ends;
 		// a lockCollection data write has no such check.
 		if r.Scheme.Type == config.SchemeFlag || st.Renew {
-			if !sc.schemeRenew(ctx, v, r, w, o, ids, lease) {
+			if !sc.renew(ctx, v, r, w, o, ids, lease) {
 				return o, false, false
 			}
 			v.state(StateHeld)
@@ -338,7 +338,7 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 			return o, true, true
 		}
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotHolder, IDs: ids,
-			Detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %s (policy.leaseMarginMS) left; %s", r.Scheme.Type, w.NS, ids[0].String(), lockstore.FormatMS(r.LeaseMargin), schemeAdvice(r.Scheme))})
+			Detail: fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s has less than the policy's margin of %s (policy.leaseMarginMS) left; %s", r.Scheme.Type, w.NS, ids[0].String(), lockstore.FormatMS(r.LeaseMargin), advice(r.Scheme))})
 		return o, false, false
 	}
 	// The mirror holds nothing. The document may still show a live lock
@@ -349,7 +349,7 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 		if err != nil {
 			return unavailable(err)
 		}
-		if err := sc.schemeAdopt(ctx, req, r, w.NS.String(), ids[0], d); err != nil {
+		if err := sc.adoptDocLock(ctx, req, r, w.NS.String(), ids[0], d); err != nil {
 			var un *unmirrorableError
 			if !errors.As(err, &un) {
 				return unavailable(err)
@@ -362,7 +362,7 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 			// The holder itself, of a lock the database checks in the
 			// write's own filter: on, under a mirror for the write.
 		} else if d.live(time.Now()) {
-			return sc.schemeHolderFrom(ctx, v, req, r, w, st, ids, temps, false)
+			return sc.checkHolderFrom(ctx, v, req, r, w, st, ids, temps, false)
 		}
 		if !sameHolder(d.holder, st.Holder) {
 			// The document names another holder, or none: the write
@@ -370,7 +370,7 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 			// that would keep a free document busy.
 			v.Stale = append(v.Stale, len(v.Violations))
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotHolder, IDs: ids,
-				Detail: fmt.Sprintf("under the %s locking scheme of %s the document _id %s is not locked by the holder this write names; %s", r.Scheme.Type, w.NS, ids[0].String(), schemeAdvice(r.Scheme))})
+				Detail: fmt.Sprintf("under the %s locking scheme of %s the document _id %s is not locked by the holder this write names; %s", r.Scheme.Type, w.NS, ids[0].String(), advice(r.Scheme))})
 			return o, false, false
 		}
 	}
@@ -415,14 +415,14 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 			return o, true, true
 		case errors.Is(err, lockstore.ErrInvalidLease):
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotFollowed, IDs: ids,
-				Detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %s, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, lockstore.FormatMS(short), schemeAdvice(r.Scheme))})
+				Detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %s, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, lockstore.FormatMS(short), advice(r.Scheme))})
 		case errors.Is(err, lockstore.ErrBusy):
 			if !r.Scheme.IdentityHolder() {
 				// Taken over: the database's answer is "nothing matched".
 				v.Stale = append(v.Stale, len(v.Violations))
 			}
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotHolder, IDs: ids,
-				Detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has just been taken by another holder; %s", r.Scheme.Type, w.NS, ids[0].String(), schemeAdvice(r.Scheme))})
+				Detail: fmt.Sprintf("under the %s locking scheme of %s the lock on _id %s has just been taken by another holder; %s", r.Scheme.Type, w.NS, ids[0].String(), advice(r.Scheme))})
 		default:
 			return unavailable(err)
 		}
@@ -433,22 +433,22 @@ func (sc *Schemes) schemeHolderFrom(ctx context.Context, v *Verdict, req *proxy.
 		why = fmt.Sprintf("nobody holds the lock on _id %s, and a write that clears its flag must set it to false and change nothing else", ids[0].String())
 	}
 	v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotHolder, IDs: ids,
-		Detail: fmt.Sprintf("under the %s locking scheme of %s %s; %s", r.Scheme.Type, w.NS, why, schemeAdvice(r.Scheme))})
+		Detail: fmt.Sprintf("under the %s locking scheme of %s %s; %s", r.Scheme.Type, w.NS, why, advice(r.Scheme))})
 	return o, false, false
 }
 
-// schemeRenew moves the end of o's mirror of ids to lease from now, for a
+// renew moves the end of o's mirror of ids to lease from now, for a
 // write that moves the lock's own time; a renewal the lock store refuses
 // refuses the write, which would leave the document's lock outliving its
 // mirror.
-func (sc *Schemes) schemeRenew(ctx context.Context, v *Verdict, r policy.Rule, w policy.Write, o lockstore.Owner, ids []docid.ID, lease time.Duration) bool {
+func (sc *Schemes) renew(ctx context.Context, v *Verdict, r policy.Rule, w policy.Write, o lockstore.Owner, ids []docid.ID, lease time.Duration) bool {
 	_, err := sc.cfg.Store.Renew(ctx, o, r.Scheme.MirrorNS(w.NS.String()), ids, lease)
 	switch {
 	case err == nil:
 		return true
 	case errors.Is(err, lockstore.ErrInvalidLease):
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: ReasonNotFollowed, IDs: ids,
-			Detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %s, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, lockstore.FormatMS(lease), schemeAdvice(r.Scheme))})
+			Detail: fmt.Sprintf("under the %s locking scheme of %s the lock it sets would last %s, longer than lockstore.maxLeaseMS allows; %s", r.Scheme.Type, w.NS, lockstore.FormatMS(lease), advice(r.Scheme))})
 	default:
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 			Detail: fmt.Sprintf("the lock store cannot renew the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -461,13 +461,13 @@ func sameHolder(a, b bsoncore.Value) bool {
 	return a.Type == b.Type && bytes.Equal(a.Data, b.Data)
 }
 
-// schemeRun runs an acquire, or a release of a mirrored lock, or a
+// run runs an acquire, or a release of a mirrored lock, or a
 // lockDocument write that names no holder, on the client's own upstream
 // connection and answers with the upstream's reply: the application sees
 // exactly what the database said, and the mirror follows what the
 // database shows it did (the document's lock fields read back), never a
 // modified count alone.
-func (sc *Schemes) schemeRun(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, start time.Time) proxy.Decision {
+func (sc *Schemes) run(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, st, r := op.write, op.step, op.rule
 	if x := sc.cfg.CommitStep(req, pol, v, r, w); x != nil {
 		v.Violations = append(v.Violations, *x)
@@ -477,7 +477,7 @@ func (sc *Schemes) schemeRun(ctx context.Context, req *proxy.Request, pol *polic
 		return sc.lockCollRun(ctx, req, pol, v, op, start)
 	}
 	if st.Pick {
-		return sc.schemePick(ctx, req, pol, v, op, start)
+		return sc.pick(ctx, req, pol, v, op, start)
 	}
 	id, err := idCopy(st.ID)
 	if err != nil {
@@ -522,12 +522,12 @@ func (sc *Schemes) schemeRun(ctx context.Context, req *proxy.Request, pol *polic
 		sc.cfg.Record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Reply, Reply: reply}
 	}
-	res := sc.schemeAcquire(ctx, req, v, op, id, body)
+	res := sc.acquireOne(ctx, req, v, op, id, body)
 	switch {
 	case res.final != nil:
 		return *res.final
 	case res.busy:
-		return sc.schemeBusy(req, pol, v, r, w, st, start)
+		return sc.busy(req, pol, v, r, w, st, start)
 	case res.refused:
 		return sc.cfg.Decide(req, pol, v, start)
 	}
@@ -546,10 +546,10 @@ type acquireResult struct {
 	final         *proxy.Decision
 }
 
-// schemeAcquire runs acquire op of the document id, body being its
+// acquireOne runs acquire op of the document id, body being its
 // statement as it is to be sent: the mirror first, then the statement on
 // the client's connection, then the document read back.
-func (sc *Schemes) schemeAcquire(ctx context.Context, req *proxy.Request, v *Verdict, op schemeOp, id docid.ID, body bsoncore.Document) acquireResult {
+func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdict, op schemeOp, id docid.ID, body bsoncore.Document) acquireResult {
 	w, st, r := op.write, op.step, op.rule
 	ids := []docid.ID{id}
 	mns := r.Scheme.MirrorNS(w.NS.String())
@@ -577,7 +577,7 @@ func (sc *Schemes) schemeAcquire(ctx context.Context, req *proxy.Request, v *Ver
 		d, err := sc.readDocLock(ctx, r.Scheme, w.NS.String(), id)
 		prev = d
 		if err == nil {
-			err = sc.schemeAdopt(ctx, req, r, w.NS.String(), id, d)
+			err = sc.adoptDocLock(ctx, req, r, w.NS.String(), id, d)
 		}
 		var un *unmirrorableError
 		switch {
@@ -590,13 +590,13 @@ func (sc *Schemes) schemeAcquire(ctx context.Context, req *proxy.Request, v *Ver
 			return acquireResult{refused: true}
 		}
 	}
-	locks, err := store.Acquire(ctx, op.owner, mns, ids, schemeLease(r.Scheme, st), 0)
+	locks, err := store.Acquire(ctx, op.owner, mns, ids, mirrorLease(r.Scheme, st), 0)
 	if err != nil {
 		switch {
 		case errors.Is(err, lockstore.ErrBusy):
 			return acquireResult{busy: true}
 		case errors.Is(err, lockstore.ErrInvalidLease):
-			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s the lock it takes would last %s, longer than lockstore.maxLeaseMS allows; nothing was written", r.Scheme.Type, w.NS, lockstore.FormatMS(schemeLease(r.Scheme, st))))
+			v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("under the %s locking scheme of %s the lock it takes would last %s, longer than lockstore.maxLeaseMS allows; nothing was written", r.Scheme.Type, w.NS, lockstore.FormatMS(mirrorLease(r.Scheme, st))))
 			return acquireResult{refused: true}
 		}
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable, IDs: ids,
@@ -629,7 +629,7 @@ func (sc *Schemes) schemeAcquire(ctx context.Context, req *proxy.Request, v *Ver
 		}
 	} else {
 		if r.Scheme.Type == config.SchemeLockDocument && len(locks) == 1 {
-			c := sc.schemeClient(req)
+			c := sc.client(req)
 			sc.keys.holdings().Add(docid.KeyOf(namespace.Of(mns), id), holding{session: c.Session, bind: c.Bind,
 				holder: bsoncore.Value{Type: st.Holder.Type, Data: append([]byte(nil), st.Holder.Data...)}, token: locks[0].Token})
 		}
@@ -638,14 +638,14 @@ func (sc *Schemes) schemeAcquire(ctx context.Context, req *proxy.Request, v *Ver
 	return acquireResult{reply: reply, taken: taken}
 }
 
-// schemePick runs a findOneAndUpdate acquire whose filter names several
+// pick runs a findOneAndUpdate acquire whose filter names several
 // documents (Tharga.MongoDB's PickForUpdateAsync(filter)) as the database
 // would, one free document at a time: the documents the filter matches
 // are found (as for any write that does not pin _id), and the statement
 // is run pinned to each in turn, under its mirror and the free-or-expired
 // condition, until one is taken. Nothing taken answers "no document", as
 // the database does when none is free.
-func (sc *Schemes) schemePick(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, start time.Time) proxy.Decision {
+func (sc *Schemes) pick(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, op schemeOp, start time.Time) proxy.Decision {
 	w, r := op.write, op.rule
 	if sc.cfg.Resolve == nil {
 		v.add(r, w, ReasonNotFollowed, nil, "it takes a lock on one of the documents its filter matches, and this proxy cannot look them up; name the _id")
@@ -683,7 +683,7 @@ func (sc *Schemes) schemePick(ctx context.Context, req *proxy.Request, pol *poli
 		one := op
 		one.step.ID, one.step.Pick = id.Core(), false
 		unlock := sc.keys.lock(docid.KeyOf(namespace.Of(mns), id))
-		res := sc.schemeAcquire(ctx, req, v, one, id, body)
+		res := sc.acquireOne(ctx, req, v, one, id, body)
 		unlock()
 		switch {
 		case res.final != nil:
@@ -732,7 +732,7 @@ func (sc *Schemes) released(ctx context.Context, r policy.Rule, w policy.Write, 
 	return !sameHolder(d.holder, holder)
 }
 
-// schemeIdentityWrite checks a lockDocument write that names no holder
+// identityWrite checks a lockDocument write that names no holder
 // value: it is the holder's only from the client identity this proxy saw
 // take the lock that the mirror still holds. It is then run by the proxy
 // with that holder value added to its filter, so that the database
@@ -742,7 +742,7 @@ func (sc *Schemes) released(ctx context.Context, r policy.Rule, w policy.Write, 
 // lock expired, no mirror: Tharga.MongoDB's ReleaseOneAsync of a lock left
 // in its error state) is the recovery of an abandoned lock, allowed from
 // anyone as for holderFields, bound to the expired holder's value.
-func (sc *Schemes) schemeIdentityWrite(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (schemeOp, bool) {
+func (sc *Schemes) identityWrite(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (schemeOp, bool) {
 	mns := r.Scheme.MirrorNS(w.NS.String())
 	if st.Ends && !st.Touches {
 		d, err := sc.readDocLock(ctx, r.Scheme, w.NS.String(), ids[0])
@@ -754,7 +754,7 @@ func (sc *Schemes) schemeIdentityWrite(ctx context.Context, v *Verdict, req *pro
 		if d.holder.Type != 0 && d.bad == "" && !d.live(time.Now()) {
 			rec := st
 			rec.Holder, rec.ByIdentity = d.holder, false
-			o, mirrored, ok := sc.schemeHolder(ctx, v, req, r, w, rec, ids, temps)
+			o, mirrored, ok := sc.checkHolder(ctx, v, req, r, w, rec, ids, temps)
 			if !ok {
 				return schemeOp{}, false
 			}
@@ -764,9 +764,9 @@ func (sc *Schemes) schemeIdentityWrite(ctx context.Context, v *Verdict, req *pro
 		}
 	}
 	h, known := sc.keys.holdings().Get(docid.KeyOf(namespace.Of(mns), ids[0]))
-	known = known && h.sameIdentity(sc.schemeClient(req))
+	known = known && h.sameIdentity(sc.client(req))
 	if known {
-		o, _ := sc.schemeOwner(req, w.NS.String(), r.Scheme, h.holder)
+		o, _ := sc.owner(req, w.NS.String(), r.Scheme, h.holder)
 		sts, err := sc.cfg.Store.Status(ctx, o, mns, ids)
 		if err != nil {
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
@@ -774,7 +774,7 @@ func (sc *Schemes) schemeIdentityWrite(ctx context.Context, v *Verdict, req *pro
 			return schemeOp{}, false
 		}
 		if len(sts) == 1 && sts[0].HeldByYou && sts[0].Token == h.token {
-			if st.Renew && !st.Ends && !sc.schemeRenew(ctx, v, r, w, o, ids, schemeLease(r.Scheme, st)) {
+			if st.Renew && !st.Ends && !sc.renew(ctx, v, r, w, o, ids, mirrorLease(r.Scheme, st)) {
 				return schemeOp{}, false
 			}
 			st.Holder = h.holder
@@ -784,18 +784,18 @@ func (sc *Schemes) schemeIdentityWrite(ctx context.Context, v *Verdict, req *pro
 		}
 	}
 	if !known {
-		v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("it does not follow the %s locking scheme of %s: it names no holder (%s: <holder> in its filter), and this client did not take the lock on _id %s through this proxy; %s", r.Scheme.Type, w.NS, r.Scheme.HolderPath, ids[0].String(), schemeAdvice(r.Scheme)))
+		v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("it does not follow the %s locking scheme of %s: it names no holder (%s: <holder> in its filter), and this client did not take the lock on _id %s through this proxy; %s", r.Scheme.Type, w.NS, r.Scheme.HolderPath, ids[0].String(), advice(r.Scheme)))
 		return schemeOp{}, false
 	}
-	v.add(r, w, ReasonNotHolder, ids, fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s, which this write does not name, is no longer held; %s", r.Scheme.Type, w.NS, ids[0].String(), schemeAdvice(r.Scheme)))
+	v.add(r, w, ReasonNotHolder, ids, fmt.Sprintf("under the %s locking scheme of %s this client's lock on _id %s, which this write does not name, is no longer held; %s", r.Scheme.Type, w.NS, ids[0].String(), advice(r.Scheme)))
 	return schemeOp{}, false
 }
 
-// schemeBusy answers an acquire of a lock someone else holds with the
+// busy answers an acquire of a lock someone else holds with the
 // scheme's own failure signal: "not modified" for an update, no document
 // for findAndModify, DuplicateKey where the upsert would have collided
 // with the holder's document. Audited namespaces forward the write.
-func (sc *Schemes) schemeBusy(req *proxy.Request, pol *policy.Policy, v *Verdict, r policy.Rule, w policy.Write, st policy.Step, start time.Time) proxy.Decision {
+func (sc *Schemes) busy(req *proxy.Request, pol *policy.Policy, v *Verdict, r policy.Rule, w policy.Write, st policy.Step, start time.Time) proxy.Decision {
 	v.state(StateBusy)
 	if r.Mode != policy.Enforce {
 		sc.cfg.Record(req, pol, v, nil, time.Since(start))
@@ -905,11 +905,11 @@ func statementBody(cmd *wire.Command, w policy.Write) (bsoncore.Document, error)
 	return b, err
 }
 
-// schemeOwner is the mirror lock's owner. holderFields and lockDocument:
+// owner is the mirror lock's owner. holderFields and lockDocument:
 // the holder value itself (keyed, per namespace), so that whoever names it
 // is the holder, as in the scheme. flag: the client identity the rule
 // names.
-func (sc *Schemes) schemeOwner(req *proxy.Request, ns string, s policy.Scheme, holder bsoncore.Value) (lockstore.Owner, bool) {
+func (sc *Schemes) owner(req *proxy.Request, ns string, s policy.Scheme, holder bsoncore.Value) (lockstore.Owner, bool) {
 	c := req.Client
 	o := lockstore.Owner{App: c.AppName(), Client: c.Addr, User: c.User()}
 	if !s.IdentityHolder() {
@@ -927,12 +927,12 @@ func (sc *Schemes) schemeOwner(req *proxy.Request, ns string, s policy.Scheme, h
 		}
 		return sc.cfg.Owner(req, sid, ""), true
 	}
-	return sc.schemeClient(req), true
+	return sc.client(req), true
 }
 
-// schemeClient is the client identity of a request (holder: client): its
+// client is the client identity of a request (holder: client): its
 // application name, host and user, through this proxy.
-func (sc *Schemes) schemeClient(req *proxy.Request) lockstore.Owner {
+func (sc *Schemes) client(req *proxy.Request) lockstore.Owner {
 	c := req.Client
 	o := lockstore.Owner{App: c.AppName(), Client: c.Addr, User: c.User()}
 	host := c.Addr
@@ -948,10 +948,10 @@ func (sc *Schemes) schemeClient(req *proxy.Request) lockstore.Owner {
 	return o
 }
 
-// schemeLease is how long the mirror lives after an acquire or renew: as
+// mirrorLease is how long the mirror lives after an acquire or renew: as
 // long as the document's lock will, by the proxy's clock; a lock that
 // ends at once gets a mirror that lasts only for the write.
-func schemeLease(s policy.Scheme, st policy.Step) time.Duration {
+func mirrorLease(s policy.Scheme, st policy.Step) time.Duration {
 	end, ok := lockEnd(s, st)
 	if !ok {
 		return s.Lease
@@ -976,8 +976,8 @@ func lockEnd(s policy.Scheme, st policy.Step) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// schemeAdvice says how a writer follows the scheme.
-func schemeAdvice(s policy.Scheme) string {
+// advice says how a writer follows the scheme.
+func advice(s policy.Scheme) string {
 	switch s.Type {
 	case config.SchemeHolderFields:
 		return fmt.Sprintf("take the lock with findOneAndUpdate({_id, $or: [{%[1]s: null}, {%[2]s older than the lease}]}, {$set: {%[1]s: <your id>, %[2]s: now}}, upsert), name %[1]s: <your id> in the filter of every write, and release by setting %[1]s to null", s.HolderPath, s.TimePath)
@@ -991,11 +991,11 @@ func schemeAdvice(s policy.Scheme) string {
 	return "follow the namespace's locking scheme"
 }
 
-// schemeInsert refuses, under inserts: requireUnlocked, an insert of an
+// insert refuses, under inserts: requireUnlocked, an insert of an
 // _id whose scheme lock someone else holds (lock, then create): as for
 // lockgate's own locks, with no lock store read where no lock is held in
 // the namespace.
-func (sc *Schemes) schemeInsert(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write) {
+func (sc *Schemes) insert(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write) {
 	if r.Inserts != policy.InsertsRequireUnlocked {
 		return
 	}
@@ -1016,7 +1016,7 @@ func (sc *Schemes) schemeInsert(ctx context.Context, v *Verdict, req *proxy.Requ
 	}
 	var o lockstore.Owner
 	if r.Scheme.IdentityHolder() {
-		o, _ = sc.schemeOwner(req, w.NS.String(), r.Scheme, bsoncore.Value{})
+		o, _ = sc.owner(req, w.NS.String(), r.Scheme, bsoncore.Value{})
 	}
 	if o.Session == nil {
 		o.Session = make([]byte, 16) // nobody: a holder-field insert names no holder
@@ -1047,5 +1047,5 @@ func (sc *Schemes) ownHolding(req *proxy.Request, r policy.Rule, w policy.Write,
 		return false
 	}
 	h, known := sc.keys.holdings().Get(docid.KeyOf(namespace.Of(r.Scheme.MirrorNS(w.NS.String())), ids[0]))
-	return known && h.sameIdentity(sc.schemeClient(req)) && (st.Kind != policy.StepAcquire || sameHolder(h.holder, st.Holder))
+	return known && h.sameIdentity(sc.client(req)) && (st.Kind != policy.StepAcquire || sameHolder(h.holder, st.Holder))
 }

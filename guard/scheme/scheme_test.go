@@ -84,7 +84,7 @@ func TestHolderWriteDecidedByTheMirror(t *testing.T) {
 		sc := newUnit(store, &d)
 		req := holderWrite(t, "me")
 		holder := bsoncore.Value{Type: bson.TypeString, Data: bsoncore.AppendString(nil, c.holds)}
-		o, _ := sc.schemeOwner(req, "shop.hf", r.Scheme, holder)
+		o, _ := sc.owner(req, "shop.hf", r.Scheme, holder)
 		if _, err := store.Acquire(ctx, o, r.Scheme.MirrorNS("shop.hf"), []docid.ID{lockstoretest.ID(1)}, time.Minute, 0); err != nil {
 			t.Fatal(err)
 		}

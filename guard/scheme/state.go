@@ -123,12 +123,12 @@ type unmirrorableError struct{ why string }
 
 func (e *unmirrorableError) Error() string { return e.why }
 
-// schemeAdopt makes the mirror at least as strict as document lock d: a
+// adoptDocLock makes the mirror at least as strict as document lock d: a
 // live lock the document shows is taken into the mirror for its holder
 // until the document's own end. Someone else holding the mirror already is
 // no error (the mirror is the stricter then). A lock that cannot be
 // mirrored is an *unmirrorableError.
-func (sc *Schemes) schemeAdopt(ctx context.Context, req *proxy.Request, r policy.Rule, ns string, id docid.ID, d docLock) error {
+func (sc *Schemes) adoptDocLock(ctx context.Context, req *proxy.Request, r policy.Rule, ns string, id docid.ID, d docLock) error {
 	now := time.Now()
 	if !d.live(now) || r.Scheme.Type == config.SchemeFlag {
 		return nil
@@ -136,7 +136,7 @@ func (sc *Schemes) schemeAdopt(ctx context.Context, req *proxy.Request, r policy
 	if d.bad != "" {
 		return &unmirrorableError{why: "the document's lock cannot be mirrored: " + d.bad}
 	}
-	o, _ := sc.schemeOwner(req, ns, r.Scheme, d.holder)
+	o, _ := sc.owner(req, ns, r.Scheme, d.holder)
 	// Whoever took the lock, it was not this request's client.
 	o.App, o.Client, o.User = "(lock adopted from the document)", "", ""
 	mns, ids := r.Scheme.MirrorNS(ns), []docid.ID{id}

@@ -115,10 +115,10 @@ func TestSchemeAdoptRacingRelease(t *testing.T) {
 		if err != nil || !d.live(time.Now()) {
 			t.Fatalf("%s: first read %+v, %v", c.name, d, err)
 		}
-		if err := g.schemeAdopt(ctx, req, r, "shop.ld", id, d); err != nil {
+		if err := g.adoptDocLock(ctx, req, r, "shop.ld", id, d); err != nil {
 			t.Fatalf("%s: adopt: %v", c.name, err)
 		}
-		o, _ := g.schemeOwner(req, "shop.ld", r.Scheme, d.holder)
+		o, _ := g.owner(req, "shop.ld", r.Scheme, d.holder)
 		sts, err := store.Status(ctx, o, "shop.ld", []docid.ID{id})
 		if err != nil || len(sts) != 1 || sts[0].Held != c.held {
 			t.Errorf("%s: mirror %+v, %v; want held %v", c.name, sts, err, c.held)
