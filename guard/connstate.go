@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,14 +37,13 @@ type connState struct {
 	allows    [4]allowSeries
 	nextAllow int
 	// rules are the rules the connection wrote under lately (ruleRef).
-	rules    [4]ruleMemo
-	nextRule int
+	rules enforce.Rules
 	// line is the buffer the connection's decision lines are written
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).
 	line, idScratch []byte
 	// owner is the connection's latest session's owner key (sessionKey).
-	owner ownerMemo
+	owner enforce.OwnerMemo
 	// held are the lock store's memos of the connection's latest lock
 	// checks, one per document, replaced in turn (heldFromMemo): a
 	// client writes a few documents over and over.

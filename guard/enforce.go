@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/authority"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/guard/reqplan"
@@ -898,21 +899,7 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 		return lockstore.Owner{}, false
 	}
 	v.lsid = session // for the audit line
-	bind := ""
-	if c, ok := req.Command.Lookup("comment"); ok {
-		switch c.Type {
-		case bson.TypeString:
-			if b, ok := strings.CutPrefix(c.StringValue(), "lockgate:"); ok {
-				bind = b
-			}
-		case bson.TypeEmbeddedDocument:
-			if d, ok := c.DocumentOK(); ok {
-				if b, ok := d.Lookup("lockgate").StringValueOK(); ok {
-					bind = b
-				}
-			}
-		}
-	}
+	bind := enforce.Binding(req.Command)
 	o, flights := g.ownerAndFlights(req, session, bind)
 	v.flights = flights
 	return o, true

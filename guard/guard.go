@@ -9,6 +9,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/boundary"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/lockcmd"
@@ -182,7 +183,7 @@ type Guard struct {
 	// (refused.go).
 	refused *refusedBudget
 
-	owners *ownerKeys
+	owners ownerKeys
 	// authority answers what a caller may do (package authority).
 	authority *authority.Authority
 
@@ -264,7 +265,7 @@ func New(opts Options) *Guard {
 		opts.ImplicitLease = 30 * time.Second
 	}
 	g := &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
-		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
+		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: ownerKeys{enforce.NewOwnerKeys(opts.OwnerSecret)},
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.authority = authority.New(opts.AuthRequired)
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})

@@ -1,4 +1,4 @@
-package guard
+package enforce
 
 import (
 	"bytes"
@@ -11,17 +11,17 @@ import (
 // per (user, lsid), the memory stays bounded, and concurrent writers share
 // the cache safely (run with -race).
 func TestOwnerKeyCache(t *testing.T) {
-	k := newOwnerKeys([]byte("0123456789abcdef0123456789abcdef"))
+	k := NewOwnerKeys([]byte("0123456789abcdef0123456789abcdef"))
 	lsid := func(i int) []byte { return []byte(fmt.Sprintf("%016d", i)) }
 	for i := range 3 {
 		for _, user := range []string{"", "alice", "bob"} {
-			first := k.session(user, lsid(i))
-			if again := k.session(user, lsid(i)); !bytes.Equal(first, again) || !bytes.Equal(first, k.derive(user, lsid(i))) {
+			first := k.Session(user, lsid(i))
+			if again := k.Session(user, lsid(i)); !bytes.Equal(first, again) || !bytes.Equal(first, k.derive(user, lsid(i))) {
 				t.Fatalf("user %q lsid %d: remembered key differs from the derived one", user, i)
 			}
 		}
 	}
-	if bytes.Equal(k.session("alice", lsid(1)), k.session("bob", lsid(1))) {
+	if bytes.Equal(k.Session("alice", lsid(1)), k.Session("bob", lsid(1))) {
 		t.Fatal("two users share an owner key for one lsid")
 	}
 	var wg sync.WaitGroup
@@ -30,7 +30,7 @@ func TestOwnerKeyCache(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range maxKnownOwners/2 + 100 {
-				if got := k.session("u", lsid(w*maxKnownOwners+i)); len(got) != 16 {
+				if got := k.Session("u", lsid(w*maxKnownOwners+i)); len(got) != 16 {
 					t.Errorf("key of %d bytes", len(got))
 					return
 				}
