@@ -47,8 +47,7 @@ type connState struct {
 	// held are the lock store's memos of the connection's latest lock
 	// checks, one per document, replaced in turn (heldFromMemo): a
 	// client writes a few documents over and over.
-	held     [4]lockstore.HeldMemo
-	nextHeld int
+	held enforce.HeldMemos
 	// ts is the text of the second of the connection's latest line.
 	ts tsCache
 	// spare is a verdict no flight or request points into any more,

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,9 +21,6 @@ import (
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -593,7 +588,7 @@ func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o
 	// that not even the asking depends on the answer.
 	if len(shown) > 0 {
 		disclose := g.authority.MayDisclose(ctx, v.req, ns)
-		if sts, err := g.opts.Store.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
+		if sts, err := g.locks.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
 			st := sts[0]
 			switch {
 			case st.Held && !st.HeldByYou && disclose:
@@ -625,99 +620,15 @@ func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o
 			} else {
 				x.detail += fmt.Sprintf(" (_id %s is %s)", shown[0], refuse.DescribeHolder(*x.holder))
 			}
-		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
-			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", alt, typeName(alt))
-		} else if other, ok := g.heldInDoubledNamespace(ctx, o, ns, shown); ok {
+		} else if alt, ok := g.locks.HeldAsOtherType(ctx, o, ns, shown); ok {
+			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", alt, enforce.TypeName(alt))
+		} else if other, ok := g.locks.HeldInDoubledNamespace(ctx, o, ns, shown); ok {
 			x.detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
-		} else if why, ok := g.heldInOtherNamespace(ctx, o, ns, shown); ok {
+		} else if why, ok := g.locks.HeldInOtherNamespace(ctx, o, ns, shown); ok {
 			x.detail += why
 		}
 	}
 	v.violations = append(v.violations, x)
-}
-
-// heldAsOtherType finds, on the refusal path only, a lock the session holds
-// on one of ids written as another type: "1" for 1, or 1 for "1", the usual
-// way a lock that "was taken" still does not cover a write.
-func (g *Guard) heldAsOtherType(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (docid.ID, bool) {
-	var alts []docid.ID
-	alt := func(t bsontype.Type, b []byte) {
-		if id, err := docid.New(bson.RawValue{Type: t, Value: b}); err == nil {
-			alts = append(alts, id)
-		}
-	}
-	for _, id := range ids {
-		if len(alts) >= 10 {
-			break
-		}
-		raw := id.Raw()
-		switch id.Type() {
-		case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-			if f, ok := raw.DoubleOK(); ok && f != math.Trunc(f) {
-				continue // 1.5 has no string twin worth suggesting
-			}
-			if n, ok := raw.AsInt64OK(); ok {
-				alt(bson.TypeString, bsoncore.AppendString(nil, strconv.FormatInt(n, 10)))
-			}
-		case bson.TypeString:
-			if n, err := strconv.ParseInt(raw.StringValue(), 10, 64); err == nil {
-				alt(bson.TypeInt64, bsoncore.AppendInt64(nil, n))
-			} else if oid, err := primitive.ObjectIDFromHex(raw.StringValue()); err == nil {
-				alt(bson.TypeObjectID, bsoncore.AppendObjectID(nil, oid))
-			}
-		case bson.TypeObjectID:
-			// The other usual mix-up: the ObjectId's hex text.
-			alt(bson.TypeString, bsoncore.AppendString(nil, raw.ObjectID().Hex()))
-		}
-	}
-	if len(alts) == 0 {
-		return docid.ID{}, false
-	}
-	sts, err := g.opts.Store.Status(ctx, o, ns, alts)
-	if err != nil {
-		return docid.ID{}, false
-	}
-	for i, st := range sts {
-		if st.HeldByYou && i < len(alts) {
-			return alts[i], true
-		}
-	}
-	return docid.ID{}, false
-}
-
-// heldInDoubledNamespace checks, on the refusal path only, the usual
-// namespace mistake: acquireLock: "shop.orders" run on database shop locks
-// shop.shop.orders. It reports that namespace when the session holds one
-// of ids there.
-func (g *Guard) heldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (string, bool) {
-	n, ok := namespace.Split(ns)
-	if !ok || len(ids) == 0 {
-		return "", false
-	}
-	other := n.DB() + "." + ns
-	sts, err := g.opts.Store.Status(ctx, o, other, ids[:min(len(ids), 10)])
-	if err != nil {
-		return "", false
-	}
-	for _, st := range sts {
-		if st.HeldByYou {
-			return other, true
-		}
-	}
-	return "", false
-}
-
-// typeName names v's type with its article, as a refusal says it.
-func typeName(v docid.ID) string {
-	switch v.Type() {
-	case bson.TypeString:
-		return "a string"
-	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
-		return "a number"
-	case bson.TypeObjectID:
-		return "an ObjectId"
-	}
-	return "a " + v.Type().String()
 }
 
 func documents(n int) string {
@@ -727,15 +638,9 @@ func documents(n int) string {
 	return fmt.Sprintf("%d documents", n)
 }
 
-// confirmedStatus is the lock store's Status for decisions where "not
-// held" lets a write through: it must not trust a head record that lags
-// behind its claims (lockstore.Store.ConfirmedStatus). A store without the
-// distinction (the in-memory one) answers Status.
+// confirmedStatus is enforce.Locks.ConfirmedStatus, for the units given it.
 func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
-	if c, ok := g.opts.Store.(confirmer); ok {
-		return c.ConfirmedStatus(ctx, o, ns, ids)
-	}
-	return g.opts.Store.Status(ctx, o, ns, ids)
+	return g.locks.ConfirmedStatus(ctx, o, ns, ids)
 }
 
 // checkInsertable refuses inserts of _ids another session has locked.
@@ -743,7 +648,7 @@ func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, 
 	w := firstWrite(v.writes, ns)
 	// Where no lock is held in the namespace at all, no _id of it can be
 	// locked: most inserts need no round trip.
-	if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(ns) {
+	if !g.locks.MayHoldLocks(ns) {
 		g.metrics.insertChecks.WithLabelValues("skipped").Inc()
 		return
 	}

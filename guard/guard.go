@@ -35,45 +35,30 @@ type LockStore interface {
 	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 }
 
-// The lock store's optional capabilities, which the guard finds by type
-// assertion; lockstore.Store has them all.
+// The lock store's optional capabilities (package enforce), by the names
+// the guard's other files use.
 type (
-	// confirmer: Status that does not trust a head record lagging behind
-	// its claims.
-	confirmer interface {
-		ConfirmedStatus(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
-	}
-	// lockTeller: whether any lock may be held in a namespace, which
-	// spares most inserts a round trip.
-	lockTeller interface {
-		MayHoldLocks(ns string) bool
-	}
-	// tokenStore: HeldTokens, the lock check with the fencing tokens and
-	// the lease left (lockcheck.go, the fence, a transaction's commit).
-	tokenStore interface {
-		HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
-	}
-	// tokenIntoStore: HeldTokens into the caller's slice (lockstore.Store
-	// and memstore have it): the usual write's lock check allocates
-	// nothing.
-	tokenIntoStore interface {
-		HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
-	}
+	confirmer      = enforce.Confirmer
+	lockTeller     = enforce.LockTeller
+	tokenStore     = enforce.TokenStore
+	tokenIntoStore = enforce.TokenIntoStore
 )
 
 // A capability whose signature drifted from the store's would not fail
 // anywhere: its type assertion would quietly turn it off. These make it
 // fail to compile instead.
 var (
-	_ LockStore           = (*lockstore.Store)(nil)
-	_ tokenStore          = (*lockstore.Store)(nil)
-	_ confirmer           = (*lockstore.Store)(nil)
-	_ lockTeller          = (*lockstore.Store)(nil)
-	_ elsewhereFinder     = (*lockstore.Store)(nil)
-	_ txn.Store           = (*lockstore.Store)(nil)
-	_ fence.DB            = (*MongoResolver)(nil)
-	_ lockcmd.Collections = (*MongoResolver)(nil)
-	_ lockcmd.CaseTwins   = (*MongoResolver)(nil)
+	_ LockStore               = (*lockstore.Store)(nil)
+	_ tokenStore              = (*lockstore.Store)(nil)
+	_ confirmer               = (*lockstore.Store)(nil)
+	_ lockTeller              = (*lockstore.Store)(nil)
+	_ enforce.ElsewhereFinder = (*lockstore.Store)(nil)
+	_ enforce.MemoStore       = (*lockstore.Store)(nil)
+	_ tokenIntoStore          = (*lockstore.Store)(nil)
+	_ txn.Store               = (*lockstore.Store)(nil)
+	_ fence.DB                = (*MongoResolver)(nil)
+	_ lockcmd.Collections     = (*MongoResolver)(nil)
+	_ lockcmd.CaseTwins       = (*MongoResolver)(nil)
 )
 
 // Reserved names the lock store's namespaces, which the boundary seals
@@ -184,6 +169,8 @@ type Guard struct {
 	refused *refusedBudget
 
 	owners ownerKeys
+	// locks is enforcement's lock check over opts.Store (package enforce).
+	locks *enforce.Locks
 	// authority answers what a caller may do (package authority).
 	authority *authority.Authority
 
@@ -268,6 +255,7 @@ func New(opts Options) *Guard {
 		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: ownerKeys{enforce.NewOwnerKeys(opts.OwnerSecret)},
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.authority = authority.New(opts.AuthRequired)
+	g.locks = enforce.NewLocks(opts.Store)
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.txns = g.newTxnCheck()
 	g.schemes = g.newSchemes()
