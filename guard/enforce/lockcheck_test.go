@@ -1,0 +1,184 @@
+package enforce
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/memstore"
+)
+
+func id(t *testing.T, v any) docid.ID {
+	t.Helper()
+	d, err := docid.Of(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func ownerOf(b byte) lockstore.Owner {
+	return lockstore.Owner{Session: bytes.Repeat([]byte{b}, 16)}
+}
+
+func acquire(t *testing.T, s *memstore.Store, o lockstore.Owner, ns string, ids ...docid.ID) []lockstore.Lock {
+	t.Helper()
+	locks, err := s.Acquire(context.Background(), o, ns, ids, 30*time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return locks
+}
+
+// plainStore is a lock store with no optional capability: no tokens, no
+// memo, no confirmed status.
+type plainStore struct{ s *memstore.Store }
+
+func (p plainStore) Status(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
+	return p.s.Status(ctx, o, ns, ids)
+}
+
+func (p plainStore) Holds(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
+	return p.s.Holds(ctx, o, ns, ids, margin)
+}
+
+// TestLockCheck: held locks are reported with their lease and tokens;
+// a lock held by another session, none at all, or one with less than
+// the margin left is missing; a fenced write on a store that reports no
+// tokens fails closed.
+func TestLockCheck(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.Config{})
+	l := NewLocks(s)
+	a, b := ownerOf(1), ownerOf(2)
+	const ns = "shop.orders"
+	locks := acquire(t, s, a, ns, id(t, 7), id(t, 9))
+	acquire(t, s, b, ns, id(t, 8))
+
+	var buf [1]int64
+	h, err := l.Check(ctx, a, ns, []docid.ID{id(t, 7)}, time.Second, false, buf[:0])
+	if err != nil || len(h.Missing) > 0 || !h.Measured {
+		t.Fatalf("held: %+v, %v", h, err)
+	}
+	if h.Left <= 0 || h.Left > 30*time.Second || h.Tokens[0] != locks[0].Token {
+		t.Fatalf("held: lease left %s, token %d (lock's %d)", h.Left, h.Tokens[0], locks[0].Token)
+	}
+	if &h.Tokens[0] != &buf[0] {
+		t.Error("the token of the one id was not written into the buffer given")
+	}
+	h, err = l.Check(ctx, a, ns, []docid.ID{id(t, 7), id(t, 9)}, time.Second, true, buf[:0])
+	if err != nil || len(h.Missing) > 0 || len(h.Tokens) != 2 || h.Tokens[1] != locks[1].Token {
+		t.Fatalf("two held: %+v, %v", h, err)
+	}
+
+	for name, c := range map[string]struct {
+		ids    []docid.ID
+		margin time.Duration
+	}{
+		"held by another": {[]docid.ID{id(t, 8)}, time.Second},
+		"not locked":      {[]docid.ID{id(t, 10)}, time.Second},
+		"one of two":      {[]docid.ID{id(t, 7), id(t, 10)}, time.Second},
+		"within margin":   {[]docid.ID{id(t, 7)}, time.Minute},
+	} {
+		h, err := l.Check(ctx, a, ns, c.ids, c.margin, false, buf[:0])
+		if err != nil || len(h.Missing) == 0 || h.Measured {
+			t.Errorf("%s: %+v, %v: want missing", name, h, err)
+		}
+	}
+
+	p := NewLocks(plainStore{s})
+	if p.Measures() {
+		t.Fatal("a store without tokens measures")
+	}
+	if _, err := p.Check(ctx, a, ns, []docid.ID{id(t, 7)}, time.Second, true, buf[:0]); !errors.Is(err, ErrNoTokens) || !errors.Is(err, lockstore.ErrUnavailable) {
+		t.Fatalf("fenced, no tokens: %v", err)
+	}
+	if h, err := p.Check(ctx, a, ns, []docid.ID{id(t, 7)}, time.Second, false, buf[:0]); err != nil || len(h.Missing) > 0 || h.Measured {
+		t.Fatalf("unfenced on a plain store: %+v, %v", h, err)
+	}
+	if h, _ := p.Check(ctx, a, ns, []docid.ID{id(t, 8)}, time.Second, false, buf[:0]); len(h.Missing) != 1 {
+		t.Fatalf("held by another on a plain store: %+v", h)
+	}
+}
+
+// TestLockCheckMemo: a connection's memo answers its repeated check of a
+// held lock, and never for a lock released since, nor for another
+// owner, document or a margin the lease no longer covers.
+func TestLockCheckMemo(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.Config{})
+	l := NewLocks(s)
+	a, b := ownerOf(1), ownerOf(2)
+	const ns = "shop.orders"
+	seven := id(t, 7)
+	acquire(t, s, a, ns, seven)
+	var m HeldMemos
+	var buf [1]int64
+	for i := range 3 {
+		if h, ok := m.Check(l, a, ns, seven, time.Second, buf[:]); !ok || !h.Measured || h.Left <= 0 {
+			t.Fatalf("check %d of a held lock: %+v, %v", i, h, ok)
+		}
+	}
+	if _, ok := m.Check(l, b, ns, seven, time.Second, buf[:]); ok {
+		t.Fatal("the memo answered for another owner")
+	}
+	if _, ok := m.Check(l, a, ns, id(t, 8), time.Second, buf[:]); ok {
+		t.Fatal("the memo answered for another document")
+	}
+	if _, ok := m.Check(l, a, ns, seven, time.Minute, buf[:]); ok {
+		t.Fatal("the memo answered for a margin the lease does not cover")
+	}
+	if _, err := s.Release(ctx, a, ns, []docid.ID{seven}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Check(l, a, ns, seven, time.Second, buf[:]); ok {
+		t.Fatal("the memo answered for a released lock")
+	}
+	if h, err := l.Check(ctx, a, ns, []docid.ID{seven}, time.Second, false, buf[:0]); err != nil || len(h.Missing) != 1 {
+		t.Fatalf("after the release: %+v, %v", h, err)
+	}
+	if _, ok := new(HeldMemos).Check(NewLocks(plainStore{s}), a, ns, seven, time.Second, buf[:]); ok {
+		t.Fatal("a store without memos answered from one")
+	}
+}
+
+// TestLockHeldElsewhere: on the refusal path, a lock the session holds on
+// the same value as another type, or in the doubled namespace, is found.
+func TestLockHeldElsewhere(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.Config{})
+	l := NewLocks(s)
+	a := ownerOf(1)
+	const ns = "shop.orders"
+	acquire(t, s, a, ns, id(t, "7"), id(t, int64(12)))
+	acquire(t, s, a, "shop.shop.orders", id(t, 9))
+
+	for _, c := range []struct {
+		asked any
+		want  docid.ID
+		found bool
+	}{
+		{int32(7), id(t, "7"), true},
+		{"12", id(t, int64(12)), true},
+		{7.5, docid.ID{}, false},
+		{int32(8), docid.ID{}, false},
+	} {
+		got, ok := l.HeldAsOtherType(ctx, a, ns, []docid.ID{id(t, c.asked)})
+		if ok != c.found || (ok && !got.Equal(c.want)) {
+			t.Errorf("asked %v: %v %v, want %v %v", c.asked, got, ok, c.want, c.found)
+		}
+	}
+	if got, ok := l.HeldInDoubledNamespace(ctx, a, ns, []docid.ID{id(t, 9)}); !ok || got != "shop.shop.orders" {
+		t.Errorf("doubled namespace: %q %v", got, ok)
+	}
+	if _, ok := l.HeldInDoubledNamespace(ctx, a, ns, []docid.ID{id(t, 10)}); ok {
+		t.Error("doubled namespace found for an id not locked there")
+	}
+	if got := TypeName(id(t, "x")) + "/" + TypeName(id(t, int32(1))) + "/" + TypeName(id(t, true)); got != "a string/a number/a boolean" {
+		t.Errorf("type names %q", got)
+	}
+}
