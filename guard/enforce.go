@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,31 +23,27 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
-// Refusal reasons of enforcement, in the detail document, the decision log
-// and the metrics.
+// Refusal reasons and decisions of enforcement (package enforce), by the
+// names the guard's other files use.
 const (
-	reasonNotLocked          = "not_locked"
-	reasonHeldByOther        = "held_by_other"
-	reasonInsertLocked       = refuse.ReasonInsertLocked
-	reasonCollectionWrite    = refuse.ReasonCollectionWrite
-	reasonUnclassifiable     = refuse.ReasonUnclassifiable
-	reasonTooManyCandidates  = refuse.ReasonTooManyCandidates
-	reasonResolveFailed      = "resolve_failed"
-	reasonUnverifiableUpsert = "unverifiable_upsert"
-	// reasonUnverified: audit only; not resolved, so not known either way.
-	reasonUnverified = "unverified"
-	// reasonCappedInsert: an insert into a capped collection may evict.
-	reasonCappedInsert = "capped_insert"
+	reasonNotLocked          = enforce.ReasonNotLocked
+	reasonHeldByOther        = enforce.ReasonHeldByOther
+	reasonInsertLocked       = enforce.ReasonInsertLocked
+	reasonCollectionWrite    = enforce.ReasonCollectionWrite
+	reasonUnclassifiable     = enforce.ReasonUnclassifiable
+	reasonTooManyCandidates  = enforce.ReasonTooManyCandidates
+	reasonResolveFailed      = enforce.ReasonResolveFailed
+	reasonUnverifiableUpsert = enforce.ReasonUnverifiableUpsert
+	reasonUnverified         = enforce.ReasonUnverified
+	reasonCappedInsert       = enforce.ReasonCappedInsert
+
+	decisionAllow       = enforce.DecisionAllow
+	decisionReject      = enforce.DecisionReject
+	decisionWouldReject = enforce.DecisionWouldReject
 )
 
-// Decisions.
-const (
-	decisionAllow       = "allow"
-	decisionReject      = "reject"
-	decisionWouldReject = "would_reject" // audit mode
-)
-
-// violation is one reason a write may not proceed.
+// violation is one reason a write may not proceed: enforce.Violation as
+// the verdict keeps it (public returns it as that).
 type violation struct {
 	rule   policy.Rule
 	write  policy.Write
@@ -736,60 +731,23 @@ func (g *Guard) shownTo(req *proxy.Request, x violation) violation {
 	if g.authority.MayDisclose(ctx, req, x.write.NS.String()) {
 		return x
 	}
-	who := refuse.DescribeHolder(*x.holder)
-	x.holder = nil
-	if x.reason == reasonHeldByOther {
-		// "Held by another" itself answers whether the id is locked.
-		x.reason = reasonNotLocked
-		x.detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(x.ids))
-		return x
-	}
-	x.detail = strings.ReplaceAll(x.detail, " ("+who+")", "")
-	x.detail = strings.ReplaceAll(x.detail, who, refuse.HeldByAnother)
-	return x
+	return violationOfPublic(enforce.Undisclosed(x.public()))
 }
 
-// refusal renders an enforced violation as the command's error.
-func refusal(req *proxy.Request, x violation) *refuse.Error {
-	name := "write"
-	if req.Command != nil {
-		name = req.Command.Name
-	} else {
-		name = req.Message.Header().OpCode.String()
-	}
-	advice := "nothing was written: acquire the lock with acquireLock in the same session, then retry"
-	switch x.reason {
-	case refuse.ReasonNoSession:
-		advice = "run the write in an explicit session (startSession) that holds the lock"
-	case refuse.ReasonUnauthenticated:
-		advice = "nothing was written: authenticate, acquire the lock with acquireLock, then retry in the same session"
-	case reasonHeldByOther:
-		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
-		if x.holder != nil && refuse.OwnApplication(req.Client, *x.holder) {
-			advice = refuse.OwnAppAdvice
-		}
-	case reasonCollectionWrite:
-		advice = "ask an operator to allow collection writes for this namespace (allowCollectionWrites)"
-	case reasonCappedInsert:
-		advice = "ask an operator to allow capped inserts for this namespace (allowCappedInserts) if evictions are acceptable; nothing was written"
-	case reasonTooManyCandidates, reasonUnverifiableUpsert:
-		advice = "lock the documents and name their _id values in the filter"
-	case refuse.ReasonUnavailable, reasonResolveFailed:
-		advice = "retry when the lock store and the database are reachable; nothing was written"
-	case reasonUnclassifiable, reasonInsertLocked, reasonSchemeNotFollowed, reasonSchemeNotHolder:
-		advice = "nothing was written"
-	}
-	if x.advice != "" {
-		advice = x.advice
-	}
-	return &refuse.Error{
-		Code:   cmp.Or(x.code, mongoerr.LockBusy),
-		Reason: x.reason,
-		NS:     x.write.NS.String(),
-		IDs:    x.ids,
-		Holder: x.holder,
-		Msg:    fmt.Sprintf("lockgate: %s on %s refused: %s; %s", name, x.write.NS, x.detail, advice),
-	}
+// refusal renders an enforced violation as the command's error
+// (enforce.Refusal).
+func refusal(req *proxy.Request, x violation) *refuse.Error { return enforce.Refusal(req, x.public()) }
+
+// public is x as package enforce has it.
+func (x *violation) public() enforce.Violation {
+	return enforce.Violation{Rule: x.rule, Write: x.write, Reason: x.reason, IDs: x.ids, Holder: x.holder,
+		Detail: x.detail, Advice: x.advice, Code: x.code}
+}
+
+// violationOfPublic is the verdict's copy of x.
+func violationOfPublic(x enforce.Violation) violation {
+	return violation{rule: x.Rule, write: x.Write, reason: x.Reason, ids: x.IDs, holder: x.Holder,
+		detail: x.Detail, advice: x.Advice, code: x.Code}
 }
 
 // writeOwner is the lock owner a write acts as: its session, and the
