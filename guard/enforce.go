@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
-	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
@@ -290,7 +289,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	// command is refused.
 	if len(deferred) > 0 {
 		if v.enforcedViolation() {
-			g.metrics.resolves.WithLabelValues("skipped").Add(float64(len(deferred)))
+			g.targeting.Skipped(len(deferred))
 		} else {
 			var resolved needs
 			for _, i := range deferred {
@@ -329,28 +328,14 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 }
 
 // cappedInsertRefused records a violation for an insert, or an upsert that
-// may insert, into a capped collection: the server evicts the oldest
-// documents to make room, locked ones included, without naming them, so
-// no lock check can cover it. Rules opt in with allowCappedInserts.
+// may insert, into a capped collection (enforce.Targets.Capped).
 func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Rule, w policy.Write) bool {
-	if r.AllowCappedInserts {
+	reason, detail := g.targeting.Capped(ctx, &r, w)
+	if reason == "" {
 		return false
 	}
-	if g.opts.Resolver == nil {
-		// Cannot be told, so it could evict: fail closed.
-		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection cannot be read here, and an insert there could evict locked documents", w.NS))
-		return true
-	}
-	capped, err := g.opts.Resolver.Capped(ctx, w.NS.String())
-	switch {
-	case err != nil:
-		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection could not be read (%v), and an insert there could evict locked documents", w.NS, err))
-		return true
-	case capped:
-		v.add(r, w, reasonCappedInsert, nil, fmt.Sprintf("%s is a capped collection: an insert may evict its oldest documents, locked ones included, which no lock can prevent; the policy does not allow inserts there (allowCappedInserts is false)", w.NS))
-		return true
-	}
-	return false
+	v.add(r, w, reason, nil, detail)
+	return true
 }
 
 // checkNeeds checks the locks each namespace's writes need, skipping
@@ -413,124 +398,39 @@ func (v *verdict) blocked(ns string) bool {
 	return false
 }
 
-// targets returns the ids whose locks write w needs: the ids its filter
-// pins, or the documents it currently matches (then the statement is
-// pinned to them), plus the _id an upsert would insert. Without resolve,
-// a write whose documents would have to be resolved is reported as later
-// (true) instead.
+// targets returns the ids whose locks write w needs (enforce.Targets.Of)
+// and records on v what it found: the ids the request names, the pin of
+// a resolved statement, the resolution's time, the violation that stops
+// the write. later: w must be resolved, and resolve was false.
 func (g *Guard) targets(ctx context.Context, v *verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
-	var ids []docid.ID
-	// No more pins are read than the rule lets a write touch: a filter
-	// naming 50,000 ids costs no more than one naming maxCandidates + 1.
-	pinned, hasString, ok, over := policy.PinnedIDsInto(v.pinBuf[:0], w.Filter, r.MaxCandidates)
-	if over {
-		v.add(*r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
-		return nil, false, false
-	}
-	if ok && hasString {
-		ok = g.exactStrings(ctx, w)
-	}
-	if !ok && !resolve && g.opts.Resolver != nil {
-		return nil, false, true
-	}
-	switch {
-	case ok:
-		var err error
-		if ids, err = pinnedIDs(v.req, pinned); err != nil {
-			v.add(*r, w, reasonUnclassifiable, nil, fmt.Sprintf("its filter pins a value that cannot be a document's _id (%v)", err))
-			return nil, false, false
-		}
+	x := g.targeting.Of(ctx, v.req, r, w, resolve, len(v.violations) > 0 && v.blocked(w.NS.String()), v.pinBuf[:0])
+	if x.Pinned != nil {
 		if v.named == nil {
-			v.named = slices.Clip(ids) // shared until appended to
+			v.named = slices.Clip(x.Pinned) // shared until appended to
 		} else {
-			v.named = append(v.named, ids...)
+			v.named = append(v.named, x.Pinned...)
 		}
-	case g.opts.Resolver == nil:
-		v.add(*r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
-		return nil, false, false
-	case r.Mode == policy.Enforce && v.blocked(w.NS.String()):
-		// Refused already: what the filter matches cannot change that.
-		g.metrics.resolves.WithLabelValues("skipped").Inc()
-		return nil, false, false
-	case r.Mode == policy.Enforce && g.resolveCooling(v.req) > 0:
-		g.metrics.resolves.WithLabelValues("skipped").Inc()
-		g.tarpit(ctx, v.req)
-		v.add(*r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %s more; lock the documents and name their _id values in the filter", lockstore.FormatMS(g.resolveCooling(v.req).Round(time.Second))))
-		v.violations[len(v.violations)-1].advice = "nothing was written"
-		return nil, false, false
-	case r.Mode == policy.Enforce && g.refusedWait(v.req) > 0:
-		wait := g.refusedWait(v.req)
-		g.metrics.resolves.WithLabelValues("skipped").Inc()
-		g.holdRefusal(ctx, wait)
-		v.add(*r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %s more; lock the documents and name their _id values in the filter", callerKind(v.req), lockstore.FormatMS(max(wait, 100*time.Millisecond).Round(100*time.Millisecond))))
-		v.violations[len(v.violations)-1].advice = "nothing was written"
-		return nil, false, false
-	default:
-		limit := r.MaxCandidates
-		if e := g.mayRead(ctx, v.req, w.NS.String()); e != "" {
-			v.add(*r, w, reasonResolveFailed, nil, e)
-			return nil, false, false
-		}
-		cands, spent, err := g.resolve(ctx, g.resolveSlotsFor(v.req), *r, w, limit+1)
+	}
+	if x.HasUpserted {
+		v.named = append(v.named, x.Upserted)
+	}
+	if x.Resolved {
 		v.now = time.Time{} // read again after the resolution (flightLocks)
-		if r.Mode == policy.Enforce {
-			v.resolveSpent += spent
-		}
-		g.resolveOutcome(v.req, *r, err)
-		if errors.Is(err, errResolveSkipped) {
-			// Audit only, and every slot busy: the write goes through
-			// either way, so it does not queue behind enforced ones.
-			v.add(*r, w, reasonUnverified, nil, "the documents it can touch were not resolved: every resolver slot was busy, and an audited write does not wait for one")
-			return nil, false, false
-		}
-		if err != nil {
-			detail, advice := fmt.Sprintf("the documents it can touch could not be resolved: %v", err), ""
-			if errors.Is(err, context.DeadlineExceeded) || isMaxTimeExpired(err) {
-				detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %s (limits.resolveTimeoutMS); lock the documents and name their _id values in the filter", lockstore.FormatMS(g.opts.ResolveTimeout))
-				advice = "nothing was written"
-			}
-			v.add(*r, w, reasonResolveFailed, nil, detail)
-			v.violations[len(v.violations)-1].advice = advice
-			return nil, false, false
-		}
-		if len(cands) > limit {
-			v.add(*r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow the filter, for example to a list of _id values", limit))
-			return nil, false, false
-		}
-		ids = cands
-		if r.Mode == policy.Enforce {
-			v.pins = append(v.pins, policy.Pin{List: w.List, Index: w.Index, IDs: docid.Cores(cands)})
-		}
+		v.resolveSpent += x.Spent
 	}
-	if w.Upsert {
-		id, found, certain := policy.UpsertID(w)
-		if !certain {
-			v.add(*r, w, reasonUnverifiableUpsert, nil, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
-			return nil, false, false
-		}
-		if found {
-			// A value that cannot be an _id names no lock, and the
-			// database refuses to insert it.
-			if did, err := idCopy(id); err == nil {
-				ids = append(ids, did)
-				v.named = append(v.named, did)
-			}
-		}
+	if x.Pins {
+		v.pins = append(v.pins, x.Pin)
 	}
-	return ids, true, false
+	if x.Reason != "" {
+		v.add(*r, w, x.Reason, nil, x.Detail)
+		v.violations[len(v.violations)-1].advice = x.Advice
+	}
+	return x.IDs, x.OK, x.Later
 }
 
-// exactStrings reports whether string _id values compare exactly for w:
-// a non-simple collation can make "abc" match "ABC".
+// exactStrings is enforce.Targets.ExactStrings, for the units given it.
 func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
-	if w.Collation != nil {
-		return collationSimple(w.Collation)
-	}
-	if g.opts.Resolver == nil {
-		return false
-	}
-	simple, err := g.opts.Resolver.SimpleCollation(ctx, w.NS.String())
-	return err == nil && simple
+	return g.targeting.ExactStrings(ctx, w)
 }
 
 // checkHeld verifies that o holds every id in ns with the rule's margin.
@@ -777,15 +677,8 @@ func firstWrite(ws []policy.Write, ns string) policy.Write {
 	return policy.Write{NS: namespace.Of(ns)}
 }
 
-// idCopy is the ID of one value of a request's buffer, with its own
-// copy of the bytes.
-func idCopy(v bsoncore.Value) (docid.ID, error) {
-	ids, err := docid.Copy([]bsoncore.Value{v})
-	if err != nil {
-		return docid.ID{}, err
-	}
-	return ids[0], nil
-}
+// idCopy is enforce.IDCopy.
+func idCopy(v bsoncore.Value) (docid.ID, error) { return enforce.IDCopy(v) }
 
 // idList renders ids for a log line.
 func idList(ids []docid.ID) string {
@@ -806,72 +699,18 @@ func idList(ids []docid.ID) string {
 	return b.String()
 }
 
-// mayRead: the resolver reads with the proxy's own credentials, so where
-// the upstream enforces authorization it first asks, on the caller's own
-// connection, whether the caller may read ns itself (a find that provably
-// matches nothing). A caller who may not is refused before anything is
-// resolved: resolution must reveal nothing the caller could not find out
-// with its own authority (authority.Allows). It returns the refusal's
-// detail, or "".
+// mayRead is enforce.Targets.MayRead, for the units given it.
 func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) string {
-	if req == nil || !g.authority.Required() {
-		return ""
-	}
-	allowed, err := g.authority.Allows(ctx, req, authority.Read, ns)
-	if err != nil {
-		return fmt.Sprintf("its filter names no _id, and whether this connection may read %s could not be asked (%v)", ns, err)
-	}
-	if !allowed {
-		return fmt.Sprintf("its filter names no _id, and this connection's user may not read %s, so the documents it matches cannot be looked up on its behalf; name the _id values", ns)
-	}
-	return ""
+	return g.targeting.MayRead(ctx, req, ns)
 }
 
 // errResolveSkipped: an audited write found no free resolver slot.
-var errResolveSkipped = errors.New("resolution skipped")
+var errResolveSkipped = enforce.ErrResolveSkipped
 
-// resolve runs one resolution within the guard's bounds: at most
-// MaxResolves at once, first come first served, the wait for a slot and the
-// query together within ResolveTimeout. An enforced write waits for a slot;
-// an audited one only takes a free slot, since nothing it could learn
-// changes what is forwarded.
-func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) (_ []docid.ID, spent time.Duration, _ error) {
-	ctx, cancel := context.WithTimeout(ctx, g.opts.ResolveTimeout)
-	defer cancel()
-	if r.Mode == policy.Enforce {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			g.metrics.resolves.WithLabelValues("timeout").Inc()
-			return nil, 0, ctx.Err()
-		}
-	} else {
-		select {
-		case slots <- struct{}{}:
-		default:
-			g.metrics.resolves.WithLabelValues("skipped").Inc()
-			return nil, 0, errResolveSkipped
-		}
-	}
-	defer func() { <-slots }()
-	start := time.Now()
-	ids, err := g.opts.Resolver.Candidates(ctx, w.NS.String(), w.Filter, w.Collation, w.Hint, limit)
-	spent = time.Since(start)
-	g.metrics.resolveSeconds.Observe(spent.Seconds())
-	switch {
-	case err == nil:
-		g.metrics.resolves.WithLabelValues("ok").Inc()
-	case errors.Is(err, context.DeadlineExceeded) || isMaxTimeExpired(err):
-		g.metrics.resolves.WithLabelValues("timeout").Inc()
-	default:
-		g.metrics.resolves.WithLabelValues("error").Inc()
-	}
-	return ids, spent, err
+// resolve is enforce.Targets.Resolve, for the units given it.
+func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) ([]docid.ID, time.Duration, error) {
+	return g.targeting.Resolve(ctx, slots, r, w, limit)
 }
 
-// isMaxTimeExpired reports MongoDB's MaxTimeMSExpired (50), the server's
-// side of the resolution deadline.
-func isMaxTimeExpired(err error) bool {
-	var se interface{ HasErrorCode(int) bool }
-	return errors.As(err, &se) && se.HasErrorCode(int(mongoerr.MaxTimeMSExpired))
-}
+// isMaxTimeExpired is enforce.IsMaxTimeExpired.
+func isMaxTimeExpired(err error) bool { return enforce.IsMaxTimeExpired(err) }

@@ -169,8 +169,10 @@ type Guard struct {
 	refused *refusedBudget
 
 	owners ownerKeys
-	// locks is enforcement's lock check over opts.Store (package enforce).
-	locks *enforce.Locks
+	// locks is enforcement's lock check over opts.Store, and targeting
+	// finds the documents of a write (package enforce).
+	locks     *enforce.Locks
+	targeting *enforce.Targets
 	// authority answers what a caller may do (package authority).
 	authority *authority.Authority
 
@@ -256,6 +258,9 @@ func New(opts Options) *Guard {
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.authority = authority.New(opts.AuthRequired)
 	g.locks = enforce.NewLocks(opts.Store)
+	g.targeting = enforce.NewTargets(enforce.TargetsConfig{Resolver: opts.Resolver, ResolveTimeout: opts.ResolveTimeout,
+		Authority: g.authority, Throttle: throttleHooks{g}, PinnedIDs: pinnedIDs,
+		Resolves: g.metrics.resolves, Seconds: g.metrics.resolveSeconds})
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.txns = g.newTxnCheck()
 	g.schemes = g.newSchemes()
