@@ -462,75 +462,18 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r *policy.Rule, o loc
 }
 
 // refuseMissing refuses a write of ns whose session does not hold the
-// locks on missing, saying what it can about them.
+// locks on missing (enforce.Locks.Missing), showing only the ids the
+// request named.
 func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids, missing []docid.ID) {
-	w := firstWrite(v.writes, ns)
-	// Only the ids the request named are shown; the others are counted.
 	var shown []docid.ID
 	for _, id := range missing {
 		if v.isNamed(id) {
 			shown = append(shown, id)
 		}
 	}
-	hidden := len(missing) - len(shown)
-	x := violation{rule: *r, write: w, reason: reasonNotLocked, ids: shown}
-	// One more round trip, on the refusal path only, to say who holds it:
-	// for a named id only, as the holder of another document is none of
-	// the caller's business, and only to a caller who may read the
-	// namespace (authority.MayDisclose). To any other, a lock held by another
-	// session and no lock at all are the same refusal, down to the hints
-	// below; and whether it may see is asked before the lock store is, so
-	// that not even the asking depends on the answer.
-	if len(shown) > 0 {
-		disclose := g.authority.MayDisclose(ctx, v.req, ns)
-		if sts, err := g.locks.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
-			st := sts[0]
-			switch {
-			case st.Held && !st.HeldByYou && disclose:
-				x.reason, x.holder = reasonHeldByOther, &st.Holder
-			case st.HeldByYou:
-				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %s (policy.leaseMarginMS) left; renew it with renewLock", refuse.IDsString(shown), lockstore.FormatMS(r.LeaseMargin))
-			case st.ForceReleased && disclose && len(shown) == 1:
-				// Said to the former holder as renewLock says it: its
-				// work was cut off on purpose, not by a bug of its own.
-				x.detail = fmt.Sprintf("this session does not hold the lock on %s: an operator force-released it at %s", refuse.IDsString(shown), st.UpdatedAt.UTC().Format(time.RFC3339))
-				if st.ForceReason != "" {
-					x.detail += fmt.Sprintf(" (reason: %q)", st.ForceReason)
-				}
-			}
-		}
-	}
-	if x.detail == "" {
-		switch {
-		case hidden == 0:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(shown))
-		case len(shown) == 0:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s its filter matches", documents(hidden))
-		default:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s, nor on %s more that its filter matches", refuse.IDsString(shown), documents(hidden))
-		}
-		if x.holder != nil {
-			if len(shown) == 1 {
-				x.detail += " (" + refuse.DescribeHolder(*x.holder) + ")"
-			} else {
-				x.detail += fmt.Sprintf(" (_id %s is %s)", shown[0], refuse.DescribeHolder(*x.holder))
-			}
-		} else if alt, ok := g.locks.HeldAsOtherType(ctx, o, ns, shown); ok {
-			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", alt, enforce.TypeName(alt))
-		} else if other, ok := g.locks.HeldInDoubledNamespace(ctx, o, ns, shown); ok {
-			x.detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
-		} else if why, ok := g.locks.HeldInOtherNamespace(ctx, o, ns, shown); ok {
-			x.detail += why
-		}
-	}
-	v.violations = append(v.violations, x)
-}
-
-func documents(n int) string {
-	if n == 1 {
-		return "1 document"
-	}
-	return fmt.Sprintf("%d documents", n)
+	disclose := len(shown) > 0 && g.authority.MayDisclose(ctx, v.req, ns)
+	x := g.locks.Missing(ctx, o, r, firstWrite(v.writes, ns), shown, len(missing)-len(shown), disclose)
+	v.violations = append(v.violations, violationOfPublic(x))
 }
 
 // confirmedStatus is enforce.Locks.ConfirmedStatus, for the units given it.
@@ -538,30 +481,17 @@ func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns strin
 	return g.locks.ConfirmedStatus(ctx, o, ns, ids)
 }
 
-// checkInsertable refuses inserts of _ids another session has locked.
+// checkInsertable refuses inserts of _ids another session has locked
+// (enforce.Locks.Insertable).
 func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
-	w := firstWrite(v.writes, ns)
-	// Where no lock is held in the namespace at all, no _id of it can be
-	// locked: most inserts need no round trip.
-	if !g.locks.MayHoldLocks(ns) {
+	x, checked := g.locks.Insertable(ctx, o, &r, firstWrite(v.writes, ns), ids)
+	if !checked {
 		g.metrics.insertChecks.WithLabelValues("skipped").Inc()
 		return
 	}
 	g.metrics.insertChecks.WithLabelValues("checked").Inc()
-	sts, err := g.confirmedStatus(ctx, o, ns, ids)
-	if err != nil {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
-			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)})
-		return
-	}
-	for _, st := range sts {
-		if st.Held && !st.HeldByYou {
-			h := st.Holder
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked,
-				ids: []docid.ID{st.ID}, holder: &h,
-				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, refuse.DescribeHolder(h))})
-			return
-		}
+	if x != nil {
+		v.violations = append(v.violations, violationOfPublic(*x))
 	}
 }
 

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/namespace"
+	"github.com/lockgate/lockgate/policy"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/bson/primitive"
@@ -286,4 +288,94 @@ func TypeName(v docid.ID) string {
 		return "an ObjectId"
 	}
 	return "a " + v.Type().String()
+}
+
+// Missing is the refusal of write w of ns, whose session o does not hold
+// the locks it needs, saying what it can about them: shown are the
+// missing ids the request named itself (the only ones a refusal shows),
+// hidden the count of the others. disclose: the caller may read ns
+// (authority.MayDisclose), asked before the lock store is, so that not
+// even the asking depends on the answer; to any other caller a lock held
+// by another session and no lock at all are the same refusal, down to
+// the hints.
+func (l *Locks) Missing(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, shown []docid.ID, hidden int, disclose bool) Violation {
+	ns := w.NS.String()
+	x := Violation{Rule: *r, Write: w, Reason: ReasonNotLocked, IDs: shown}
+	// One more round trip, on the refusal path only, to say who holds it:
+	// for a named id only, as the holder of another document is none of
+	// the caller's business.
+	if len(shown) > 0 {
+		if sts, err := l.store.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
+			st := sts[0]
+			switch {
+			case st.Held && !st.HeldByYou && disclose:
+				x.Reason, x.Holder = ReasonHeldByOther, &st.Holder
+			case st.HeldByYou:
+				x.Detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %s (policy.leaseMarginMS) left; renew it with renewLock", refuse.IDsString(shown), lockstore.FormatMS(r.LeaseMargin))
+			case st.ForceReleased && disclose && len(shown) == 1:
+				// Said to the former holder as renewLock says it: its
+				// work was cut off on purpose, not by a bug of its own.
+				x.Detail = fmt.Sprintf("this session does not hold the lock on %s: an operator force-released it at %s", refuse.IDsString(shown), st.UpdatedAt.UTC().Format(time.RFC3339))
+				if st.ForceReason != "" {
+					x.Detail += fmt.Sprintf(" (reason: %q)", st.ForceReason)
+				}
+			}
+		}
+	}
+	if x.Detail != "" {
+		return x
+	}
+	switch {
+	case hidden == 0:
+		x.Detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(shown))
+	case len(shown) == 0:
+		x.Detail = fmt.Sprintf("this session does not hold the lock on %s its filter matches", documents(hidden))
+	default:
+		x.Detail = fmt.Sprintf("this session does not hold the lock on %s, nor on %s more that its filter matches", refuse.IDsString(shown), documents(hidden))
+	}
+	if x.Holder != nil {
+		if len(shown) == 1 {
+			x.Detail += " (" + refuse.DescribeHolder(*x.Holder) + ")"
+		} else {
+			x.Detail += fmt.Sprintf(" (_id %s is %s)", shown[0], refuse.DescribeHolder(*x.Holder))
+		}
+	} else if alt, ok := l.HeldAsOtherType(ctx, o, ns, shown); ok {
+		x.Detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", alt, TypeName(alt))
+	} else if other, ok := l.HeldInDoubledNamespace(ctx, o, ns, shown); ok {
+		x.Detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
+	} else if why, ok := l.HeldInOtherNamespace(ctx, o, ns, shown); ok {
+		x.Detail += why
+	}
+	return x
+}
+
+func documents(n int) string {
+	if n == 1 {
+		return "1 document"
+	}
+	return fmt.Sprintf("%d documents", n)
+}
+
+// Insertable refuses an insert into ns of ids another session has
+// locked (nil: it may go), and fails closed when the store cannot tell.
+// checked: the store was asked; where no lock may be held in ns at all,
+// no _id of it can be locked, and most inserts need no round trip.
+func (l *Locks) Insertable(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) (_ *Violation, checked bool) {
+	ns := w.NS.String()
+	if !l.MayHoldLocks(ns) {
+		return nil, false
+	}
+	sts, err := l.ConfirmedStatus(ctx, o, ns, ids)
+	if err != nil {
+		return &Violation{Rule: *r, Write: w, Reason: refuse.ReasonUnavailable,
+			Detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)}, true
+	}
+	for _, st := range sts {
+		if st.Held && !st.HeldByYou {
+			h := st.Holder
+			return &Violation{Rule: *r, Write: w, Reason: ReasonInsertLocked, IDs: []docid.ID{st.ID}, Holder: &h,
+				Detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, refuse.DescribeHolder(h))}, true
+		}
+	}
+	return nil, true
 }

@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
+	"github.com/lockgate/lockgate/policy"
+	"go.mongodb.org/mongo-driver/bson"
 )
 
 func id(t *testing.T, v any) docid.ID {
@@ -180,5 +185,71 @@ func TestLockHeldElsewhere(t *testing.T) {
 	}
 	if got := TypeName(id(t, "x")) + "/" + TypeName(id(t, int32(1))) + "/" + TypeName(id(t, true)); got != "a string/a number/a boolean" {
 		t.Errorf("type names %q", got)
+	}
+}
+
+// TestMissingRefusal: a write whose session lacks a lock is refused as
+// not locked, naming only the ids the request named; the holder is named
+// only to a caller who may see it; a lock held with too little lease
+// left, and one held as another type, are said so.
+func TestMissingRefusal(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.Config{})
+	l := NewLocks(s)
+	a, b := ownerOf(1), ownerOf(2)
+	const ns = "shop.orders"
+	w := policy.Write{NS: namespace.Of(ns)}
+	r := &policy.Rule{Mode: policy.Enforce, LeaseMargin: time.Minute}
+	acquire(t, s, b, ns, id(t, 8))
+	acquire(t, s, a, ns, id(t, 9), id(t, "12"))
+
+	x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 8)}, 0, true)
+	if x.Reason != ReasonHeldByOther || x.Holder == nil || !strings.Contains(x.Detail, "held by") {
+		t.Errorf("held by another, disclosed: %+v", x)
+	}
+	x = l.Missing(ctx, a, r, w, []docid.ID{id(t, 8)}, 0, false)
+	if x.Reason != ReasonNotLocked || x.Holder != nil || x.Detail != "this session does not hold the lock on _id 8" {
+		t.Errorf("held by another, not disclosed: %+v", x)
+	}
+	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 10)}, 0, true); x.Reason != ReasonNotLocked || x.Detail != "this session does not hold the lock on _id 10" {
+		t.Errorf("not locked: %+v", x)
+	}
+	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 9)}, 0, true); !strings.Contains(x.Detail, "less than the policy's margin of 60000 ms") {
+		t.Errorf("within margin: %+v", x)
+	}
+	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, int32(12))}, 0, true); !strings.Contains(x.Detail, `it holds the lock on _id "12", a string`) {
+		t.Errorf("another type: %+v", x)
+	}
+	x = l.Missing(ctx, a, r, w, nil, 2, true)
+	if len(x.IDs) != 0 || x.Detail != "this session does not hold the lock on 2 documents its filter matches" {
+		t.Errorf("only hidden ids: %+v", x)
+	}
+	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 10)}, 1, true); x.Detail != "this session does not hold the lock on _id 10, nor on 1 document more that its filter matches" {
+		t.Errorf("shown and hidden: %+v", x)
+	}
+	if e := Refusal(request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}}), x); e.Code != mongoerr.LockBusy {
+		t.Errorf("refusal code %v", e.Code)
+	}
+}
+
+// TestInsertable: an insert of an _id another session has locked is
+// refused, naming it and its holder; the session's own lock and a free
+// _id let it through.
+func TestInsertable(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.Config{})
+	l := NewLocks(s)
+	a, b := ownerOf(1), ownerOf(2)
+	const ns = "shop.orders"
+	w := policy.Write{NS: namespace.Of(ns), Kind: policy.KindInsert}
+	r := &policy.Rule{Mode: policy.Enforce}
+	acquire(t, s, b, ns, id(t, 8))
+	acquire(t, s, a, ns, id(t, 9))
+	x, checked := l.Insertable(ctx, a, r, w, []docid.ID{id(t, 7), id(t, 8)})
+	if !checked || x == nil || x.Reason != ReasonInsertLocked || x.Holder == nil || len(x.IDs) != 1 || !x.IDs[0].Equal(id(t, 8)) {
+		t.Fatalf("locked by another: %+v %v", x, checked)
+	}
+	if x, _ := l.Insertable(ctx, a, r, w, []docid.ID{id(t, 7), id(t, 9)}); x != nil {
+		t.Fatalf("own and free ids: %+v", x)
 	}
 }
