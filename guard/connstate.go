@@ -2,6 +2,8 @@ package guard
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -309,4 +311,23 @@ func appendLineHead(b []byte, client, app, user string, lsid []byte, ns, command
 	b = appendField(b, "ns", ns)
 	b = appendField(b, "command", command)
 	return appendField(b, "mode", mode)
+}
+
+// idList renders ids for a log line.
+func idList(ids []docid.ID) string {
+	if len(ids) == 1 {
+		return ids[0].String() // the usual write: no copy
+	}
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		if i == 20 {
+			fmt.Fprintf(&b, "... (%d in all)", len(ids))
+			break
+		}
+		b.WriteString(id.String())
+	}
+	return b.String()
 }
