@@ -21,13 +21,14 @@
 // guard/scheme). This package keeps each request's verdict (verdict.go),
 // which the audit line, the fence, the launch and the transaction check
 // read.
+//
 // The stage packages, and the units below them (guard/enforce for
-// enforcement, guard/authority for what
-// a caller may do, guard/inflight for the writes in flight, guard/fence
-// for the document fence's reply check, guard/txn for the transaction
-// check, guard/scheme for the locking schemes, guard/refuse for
-// refusals, guard/reqplan for the request's plan), are
-// built from explicit dependencies and import nothing of this package;
+// enforcement, guard/authority for what a caller may do, guard/inflight
+// for the writes in flight, guard/fence for the document fence's reply
+// check, guard/txn for the transaction check, guard/scheme for the
+// locking schemes, guard/refuse for refusals, guard/reqplan for the
+// request's plan), are built from explicit dependencies and import
+// nothing of this package;
 // this package builds them in New.
 //
 // Every decision on an audited or enforced namespace is counted, and logged
