@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
 func id(t *testing.T, v any) docid.ID {
@@ -220,6 +221,24 @@ func TestMissingRefusal(t *testing.T) {
 	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, int32(12))}, 0, true); !strings.Contains(x.Detail, `it holds the lock on _id "12", a string`) {
 		t.Errorf("another type: %+v", x)
 	}
+	// The usual mix-ups, named (moved here from guard's
+	// TestRefusalNamesTheOtherTypeLock and
+	// TestRefusalNamesTheDoubledNamespace, which ran them through
+	// FerretDB): an ObjectId locked as its hex text and the reverse, and
+	// acquireLock: "shop.orders" run on database shop.
+	oid, hex := primitive.NewObjectID(), primitive.NewObjectID()
+	acquire(t, s, a, ns, id(t, oid.Hex()), id(t, hex))
+	acquire(t, s, a, "shop.shop.orders", id(t, 30))
+	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, oid)}, 0, true); !strings.Contains(x.Detail, `it holds the lock on _id "`+oid.Hex()+`", a string`) {
+		t.Errorf("ObjectId locked as its text: %+v", x.Detail)
+	}
+	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, hex.Hex())}, 0, true); !strings.Contains(x.Detail, "an ObjectId: an _id of another type is another document") {
+		t.Errorf("text locked as its ObjectId: %+v", x.Detail)
+	}
+	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 30)}, 0, true); !strings.Contains(x.Detail, "it holds the lock in shop.shop.orders instead") {
+		t.Errorf("doubled namespace: %+v", x.Detail)
+	}
+
 	x = l.Missing(ctx, a, r, w, nil, 2, true)
 	if len(x.IDs) != 0 || x.Detail != "this session does not hold the lock on 2 documents its filter matches" {
 		t.Errorf("only hidden ids: %+v", x)
