@@ -2,10 +2,13 @@ package guard
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,19 +39,17 @@ type connState struct {
 	allows    [4]allowSeries
 	nextAllow int
 	// rules are the rules the connection wrote under lately (ruleRef).
-	rules    [4]ruleMemo
-	nextRule int
+	rules enforce.Rules
 	// line is the buffer the connection's decision lines are written
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).
 	line, idScratch []byte
 	// owner is the connection's latest session's owner key (sessionKey).
-	owner ownerMemo
+	owner enforce.OwnerMemo
 	// held are the lock store's memos of the connection's latest lock
 	// checks, one per document, replaced in turn (heldFromMemo): a
 	// client writes a few documents over and over.
-	held     [4]lockstore.HeldMemo
-	nextHeld int
+	held enforce.HeldMemos
 	// ts is the text of the second of the connection's latest line.
 	ts tsCache
 	// spare is a verdict no flight or request points into any more,
@@ -310,4 +311,23 @@ func appendLineHead(b []byte, client, app, user string, lsid []byte, ns, command
 	b = appendField(b, "ns", ns)
 	b = appendField(b, "command", command)
 	return appendField(b, "mode", mode)
+}
+
+// idList renders ids for a log line.
+func idList(ids []docid.ID) string {
+	if len(ids) == 1 {
+		return ids[0].String() // the usual write: no copy
+	}
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		if i == 20 {
+			fmt.Fprintf(&b, "... (%d in all)", len(ids))
+			break
+		}
+		b.WriteString(id.String())
+	}
+	return b.String()
 }

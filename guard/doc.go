@@ -15,14 +15,20 @@
 // The guard is a chain of stages (Guard.Stages, docs/ARCHITECTURE.md):
 // the boundary (package guard/boundary), the lock commands (package
 // guard/lockcmd), the sessions (package guard/sessions, with the
-// transaction check, package guard/txn) and enforcement (enforce.go and
-// the files it names, with the locking schemes, package guard/scheme).
-// The stage packages, and the units below them (guard/authority for what
-// a caller may do, guard/inflight for the writes in flight, guard/fence
-// for the document fence's reply check, guard/txn for the transaction
-// check, guard/scheme for the locking schemes, guard/refuse for
-// refusals, guard/reqplan for the request's plan), are
-// built from explicit dependencies and import nothing of this package;
+// transaction check, package guard/txn) and enforcement (enforce.go, with
+// its unit, package guard/enforce: the rule, the owner, the targets, the
+// lock check and the refusal; and the locking schemes, package
+// guard/scheme). This package keeps each request's verdict (verdict.go),
+// which the audit line, the fence, the launch and the transaction check
+// read.
+//
+// The stage packages, and the units below them (guard/enforce for
+// enforcement, guard/authority for what a caller may do, guard/inflight
+// for the writes in flight, guard/fence for the document fence's reply
+// check, guard/txn for the transaction check, guard/scheme for the
+// locking schemes, guard/refuse for refusals, guard/reqplan for the
+// request's plan), are built from explicit dependencies and import
+// nothing of this package;
 // this package builds them in New.
 //
 // Every decision on an audited or enforced namespace is counted, and logged

@@ -1,158 +1,23 @@
 package guard
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
-	"github.com/lockgate/lockgate/guard/authority"
-	"github.com/lockgate/lockgate/guard/inflight"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/guard/reqplan"
 	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
-	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
-
-// Refusal reasons of enforcement, in the detail document, the decision log
-// and the metrics.
-const (
-	reasonNotLocked          = "not_locked"
-	reasonHeldByOther        = "held_by_other"
-	reasonInsertLocked       = refuse.ReasonInsertLocked
-	reasonCollectionWrite    = refuse.ReasonCollectionWrite
-	reasonUnclassifiable     = refuse.ReasonUnclassifiable
-	reasonTooManyCandidates  = refuse.ReasonTooManyCandidates
-	reasonResolveFailed      = "resolve_failed"
-	reasonUnverifiableUpsert = "unverifiable_upsert"
-	// reasonUnverified: audit only; not resolved, so not known either way.
-	reasonUnverified = "unverified"
-	// reasonCappedInsert: an insert into a capped collection may evict.
-	reasonCappedInsert = "capped_insert"
-)
-
-// Decisions.
-const (
-	decisionAllow       = "allow"
-	decisionReject      = "reject"
-	decisionWouldReject = "would_reject" // audit mode
-)
-
-// violation is one reason a write may not proceed.
-type violation struct {
-	rule   policy.Rule
-	write  policy.Write
-	reason string
-	ids    []docid.ID
-	holder *lockstore.Holder
-	detail string // what a person should know, without the advice
-	// advice, when set, replaces the reason's usual advice: a detail
-	// that already says what to do needs no other.
-	advice string
-	// code, when set, replaces LockBusy (an implicit lock's wait that ran
-	// out is a LockTimeout, as acquireLock's is).
-	code mongoerr.Code
-}
-
-// verdict collects what enforcement found for one message.
-type verdict struct {
-	writes []policy.Write
-	// rules are the writes' rules for the client, when enforce looked
-	// them up (else nil); shared with the connection's memo (ruleRef) or
-	// the verdict's own, never written to.
-	rules      []policy.Rule
-	violations []violation
-	pins       []policy.Pin
-	checked    inflight.Locks // the ids whose locks were verified
-	// req is the request decided, for asking the upstream on its
-	// connection.
-	req *proxy.Request
-	// lsid is the request's session id once enforce has read it.
-	lsid []byte
-	// named are the ids the request itself names (filters that pin _id,
-	// upserted and inserted ids): the only ids a refusal may show. Ids
-	// found by resolving a filter stay secret, or a refusal would tell
-	// the client which documents match any filter it likes.
-	named []docid.ID
-	// namedKeys indexes named[:namedIndexed] (isNamed).
-	namedKeys    map[string]struct{}
-	namedIndexed int
-	// fence: the statements of fenced namespaces and their tokens.
-	fence *fencePlan
-	// flight: the locks an allowed enforced write holds while in flight.
-	flight *flightPlan
-	// implicit: the writes of a session that holds none of their locks,
-	// under rules that take implicit locks for them (implicit.go).
-	implicit *implicitPlan
-	// inTxn: the write is a statement of a transaction (autocommit:
-	// false), whose commit is checked as well (txn.go).
-	inTxn bool
-	// resolveSpent is the time its enforced resolutions ran, charged to
-	// the caller if it is refused (refused.go).
-	resolveSpent time.Duration
-	// auditDone: the write's allow record is durable already (a scheme
-	// step's, committed before lockgate ran it: commitSchemeStep).
-	auditDone bool
-	// lockState: the scheme lock's state an allowed scheme write was
-	// decided from (scheme.Verdict.LockState), for the line and trail.
-	lockState string
-	// now is the time enforce started, or the last resolution ended:
-	// never later than any lock check's answer (flightLocks).
-	now time.Time
-	// home is the connection the verdict came from (newVerdict), which
-	// its flight may give it back to.
-	home *connState
-	// flights is the write's session's entry in the flight tracker, as
-	// the connection kept it (writeOwner), for its flight's launch.
-	flights *inflight.Session
-	// Room for the usual write of one statement in one namespace, so
-	// that the verdict of a single write is one allocation, not four.
-	flightBuf  flightPlan
-	tokenBuf   [1]int64
-	checkedBuf [1]inflight.NSIDs
-	needBuf    [1]nsNeed
-	pinBuf     [1]bsoncore.Value // a statement's pin, read by targets
-}
-
-// check records ids as verified in ns, for the audit line.
-func (v *verdict) check(ns string, ids []docid.ID) { v.checked.Add(ns, ids) }
-
-// isNamed reports whether the request itself named id. A refusal asks it
-// of every missing id: past a few named ids they are indexed, or a write
-// naming n ids would cost n² comparisons to refuse.
-func (v *verdict) isNamed(id docid.ID) bool {
-	if len(v.named) <= 16 {
-		for _, n := range v.named {
-			if n.Equal(id) {
-				return true
-			}
-		}
-		return false
-	}
-	if v.namedKeys == nil {
-		v.namedKeys = make(map[string]struct{}, len(v.named))
-	}
-	for _, n := range v.named[v.namedIndexed:] {
-		v.namedKeys[n.Key()] = struct{}{}
-	}
-	v.namedIndexed = len(v.named)
-	_, ok := v.namedKeys[id.Key()]
-	return ok
-}
 
 // enforcementStage decides every request the stages before it passed,
 // by the policy's rule for each namespace it writes; it settles them all.
@@ -302,7 +167,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	// command is refused.
 	if len(deferred) > 0 {
 		if v.enforcedViolation() {
-			g.metrics.resolves.WithLabelValues("skipped").Add(float64(len(deferred)))
+			g.targeting.Skipped(len(deferred))
 		} else {
 			var resolved needs
 			for _, i := range deferred {
@@ -341,28 +206,14 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 }
 
 // cappedInsertRefused records a violation for an insert, or an upsert that
-// may insert, into a capped collection: the server evicts the oldest
-// documents to make room, locked ones included, without naming them, so
-// no lock check can cover it. Rules opt in with allowCappedInserts.
+// may insert, into a capped collection (enforce.Targets.Capped).
 func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Rule, w policy.Write) bool {
-	if r.AllowCappedInserts {
+	reason, detail := g.targeting.Capped(ctx, &r, w)
+	if reason == "" {
 		return false
 	}
-	if g.opts.Resolver == nil {
-		// Cannot be told, so it could evict: fail closed.
-		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection cannot be read here, and an insert there could evict locked documents", w.NS))
-		return true
-	}
-	capped, err := g.opts.Resolver.Capped(ctx, w.NS.String())
-	switch {
-	case err != nil:
-		v.add(r, w, reasonResolveFailed, nil, fmt.Sprintf("whether %s is a capped collection could not be read (%v), and an insert there could evict locked documents", w.NS, err))
-		return true
-	case capped:
-		v.add(r, w, reasonCappedInsert, nil, fmt.Sprintf("%s is a capped collection: an insert may evict its oldest documents, locked ones included, which no lock can prevent; the policy does not allow inserts there (allowCappedInserts is false)", w.NS))
-		return true
-	}
-	return false
+	v.add(r, w, reason, nil, detail)
+	return true
 }
 
 // checkNeeds checks the locks each namespace's writes need, skipping
@@ -375,174 +226,39 @@ func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, n
 	}
 }
 
-// needs are the locks a command's writes need, by namespace in the order
-// first written: a slice, as a command writes one namespace or very few.
-type needs []nsNeed
-
-type nsNeed struct {
-	ns string
-	// r is the rule of the namespace's last write: a pointer into the
-	// verdict's rules, which outlive every need (a rule is too large to
-	// copy on every call).
-	r   *policy.Rule
-	ids []docid.ID
-}
-
-func (n *needs) add(ns string, r *policy.Rule, ids ...docid.ID) {
-	for i := range *n {
-		if (*n)[i].ns == ns {
-			(*n)[i].r = r
-			(*n)[i].ids = append((*n)[i].ids, ids...)
-			return
-		}
-	}
-	*n = append(*n, nsNeed{ns: ns, r: r, ids: slices.Clip(ids)})
-}
-
-// enforcedViolation reports whether the command is refused already.
-func (v *verdict) enforcedViolation() bool {
-	for _, x := range v.violations {
-		if x.rule.Mode == policy.Enforce {
-			return true
-		}
-	}
-	return false
-}
-
-// add records a violation.
-func (v *verdict) add(r policy.Rule, w policy.Write, reason string, ids []docid.ID, detail string) {
-	v.violations = append(v.violations, violation{rule: r, write: w, reason: reason, ids: ids, detail: detail})
-}
-
-// blocked reports whether ns already has a violation, so that no lock
-// store round trip is spent on a command that is refused anyway.
-func (v *verdict) blocked(ns string) bool {
-	for _, x := range v.violations {
-		if x.write.NS.String() == ns && x.rule.Mode == policy.Enforce {
-			return true
-		}
-	}
-	return false
-}
-
-// targets returns the ids whose locks write w needs: the ids its filter
-// pins, or the documents it currently matches (then the statement is
-// pinned to them), plus the _id an upsert would insert. Without resolve,
-// a write whose documents would have to be resolved is reported as later
-// (true) instead.
+// targets returns the ids whose locks write w needs (enforce.Targets.Of)
+// and records on v what it found: the ids the request names, the pin of
+// a resolved statement, the resolution's time, the violation that stops
+// the write. later: w must be resolved, and resolve was false.
 func (g *Guard) targets(ctx context.Context, v *verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
-	var ids []docid.ID
-	// No more pins are read than the rule lets a write touch: a filter
-	// naming 50,000 ids costs no more than one naming maxCandidates + 1.
-	pinned, hasString, ok, over := policy.PinnedIDsInto(v.pinBuf[:0], w.Filter, r.MaxCandidates)
-	if over {
-		v.add(*r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
-		return nil, false, false
-	}
-	if ok && hasString {
-		ok = g.exactStrings(ctx, w)
-	}
-	if !ok && !resolve && g.opts.Resolver != nil {
-		return nil, false, true
-	}
-	switch {
-	case ok:
-		var err error
-		if ids, err = pinnedIDs(v.req, pinned); err != nil {
-			v.add(*r, w, reasonUnclassifiable, nil, fmt.Sprintf("its filter pins a value that cannot be a document's _id (%v)", err))
-			return nil, false, false
-		}
+	x := g.targeting.Of(ctx, v.req, r, w, resolve, len(v.violations) > 0 && v.blocked(w.NS.String()), v.pinBuf[:0])
+	if x.Pinned != nil {
 		if v.named == nil {
-			v.named = slices.Clip(ids) // shared until appended to
+			v.named = slices.Clip(x.Pinned) // shared until appended to
 		} else {
-			v.named = append(v.named, ids...)
+			v.named = append(v.named, x.Pinned...)
 		}
-	case g.opts.Resolver == nil:
-		v.add(*r, w, reasonResolveFailed, nil, "the filter does not name _id values and no resolver is configured")
-		return nil, false, false
-	case r.Mode == policy.Enforce && v.blocked(w.NS.String()):
-		// Refused already: what the filter matches cannot change that.
-		g.metrics.resolves.WithLabelValues("skipped").Inc()
-		return nil, false, false
-	case r.Mode == policy.Enforce && g.resolveCooling(v.req) > 0:
-		g.metrics.resolves.WithLabelValues("skipped").Inc()
-		g.tarpit(ctx, v.req)
-		v.add(*r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %s more; lock the documents and name their _id values in the filter", lockstore.FormatMS(g.resolveCooling(v.req).Round(time.Second))))
-		v.violations[len(v.violations)-1].advice = "nothing was written"
-		return nil, false, false
-	case r.Mode == policy.Enforce && g.refusedWait(v.req) > 0:
-		wait := g.refusedWait(v.req)
-		g.metrics.resolves.WithLabelValues("skipped").Inc()
-		g.holdRefusal(ctx, wait)
-		v.add(*r, w, reasonResolveFailed, nil, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %s more; lock the documents and name their _id values in the filter", callerKind(v.req), lockstore.FormatMS(max(wait, 100*time.Millisecond).Round(100*time.Millisecond))))
-		v.violations[len(v.violations)-1].advice = "nothing was written"
-		return nil, false, false
-	default:
-		limit := r.MaxCandidates
-		if e := g.mayRead(ctx, v.req, w.NS.String()); e != "" {
-			v.add(*r, w, reasonResolveFailed, nil, e)
-			return nil, false, false
-		}
-		cands, spent, err := g.resolve(ctx, g.resolveSlotsFor(v.req), *r, w, limit+1)
+	}
+	if x.HasUpserted {
+		v.named = append(v.named, x.Upserted)
+	}
+	if x.Resolved {
 		v.now = time.Time{} // read again after the resolution (flightLocks)
-		if r.Mode == policy.Enforce {
-			v.resolveSpent += spent
-		}
-		g.resolveOutcome(v.req, *r, err)
-		if errors.Is(err, errResolveSkipped) {
-			// Audit only, and every slot busy: the write goes through
-			// either way, so it does not queue behind enforced ones.
-			v.add(*r, w, reasonUnverified, nil, "the documents it can touch were not resolved: every resolver slot was busy, and an audited write does not wait for one")
-			return nil, false, false
-		}
-		if err != nil {
-			detail, advice := fmt.Sprintf("the documents it can touch could not be resolved: %v", err), ""
-			if errors.Is(err, context.DeadlineExceeded) || isMaxTimeExpired(err) {
-				detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %s (limits.resolveTimeoutMS); lock the documents and name their _id values in the filter", lockstore.FormatMS(g.opts.ResolveTimeout))
-				advice = "nothing was written"
-			}
-			v.add(*r, w, reasonResolveFailed, nil, detail)
-			v.violations[len(v.violations)-1].advice = advice
-			return nil, false, false
-		}
-		if len(cands) > limit {
-			v.add(*r, w, reasonTooManyCandidates, nil, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow the filter, for example to a list of _id values", limit))
-			return nil, false, false
-		}
-		ids = cands
-		if r.Mode == policy.Enforce {
-			v.pins = append(v.pins, policy.Pin{List: w.List, Index: w.Index, IDs: docid.Cores(cands)})
-		}
+		v.resolveSpent += x.Spent
 	}
-	if w.Upsert {
-		id, found, certain := policy.UpsertID(w)
-		if !certain {
-			v.add(*r, w, reasonUnverifiableUpsert, nil, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
-			return nil, false, false
-		}
-		if found {
-			// A value that cannot be an _id names no lock, and the
-			// database refuses to insert it.
-			if did, err := idCopy(id); err == nil {
-				ids = append(ids, did)
-				v.named = append(v.named, did)
-			}
-		}
+	if x.Pins {
+		v.pins = append(v.pins, x.Pin)
 	}
-	return ids, true, false
+	if x.Reason != "" {
+		v.add(*r, w, x.Reason, nil, x.Detail)
+		v.violations[len(v.violations)-1].advice = x.Advice
+	}
+	return x.IDs, x.OK, x.Later
 }
 
-// exactStrings reports whether string _id values compare exactly for w:
-// a non-simple collation can make "abc" match "ABC".
+// exactStrings is enforce.Targets.ExactStrings, for the units given it.
 func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
-	if w.Collation != nil {
-		return collationSimple(w.Collation)
-	}
-	if g.opts.Resolver == nil {
-		return false
-	}
-	simple, err := g.opts.Resolver.SimpleCollation(ctx, w.NS.String())
-	return err == nil && simple
+	return g.targeting.ExactStrings(ctx, w)
 }
 
 // checkHeld verifies that o holds every id in ns with the rule's margin.
@@ -574,196 +290,36 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r *policy.Rule, o loc
 }
 
 // refuseMissing refuses a write of ns whose session does not hold the
-// locks on missing, saying what it can about them.
+// locks on missing (enforce.Locks.Missing), showing only the ids the
+// request named.
 func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids, missing []docid.ID) {
-	w := firstWrite(v.writes, ns)
-	// Only the ids the request named are shown; the others are counted.
 	var shown []docid.ID
 	for _, id := range missing {
 		if v.isNamed(id) {
 			shown = append(shown, id)
 		}
 	}
-	hidden := len(missing) - len(shown)
-	x := violation{rule: *r, write: w, reason: reasonNotLocked, ids: shown}
-	// One more round trip, on the refusal path only, to say who holds it:
-	// for a named id only, as the holder of another document is none of
-	// the caller's business, and only to a caller who may read the
-	// namespace (authority.MayDisclose). To any other, a lock held by another
-	// session and no lock at all are the same refusal, down to the hints
-	// below; and whether it may see is asked before the lock store is, so
-	// that not even the asking depends on the answer.
-	if len(shown) > 0 {
-		disclose := g.authority.MayDisclose(ctx, v.req, ns)
-		if sts, err := g.opts.Store.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
-			st := sts[0]
-			switch {
-			case st.Held && !st.HeldByYou && disclose:
-				x.reason, x.holder = reasonHeldByOther, &st.Holder
-			case st.HeldByYou:
-				x.detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %s (policy.leaseMarginMS) left; renew it with renewLock", refuse.IDsString(shown), lockstore.FormatMS(r.LeaseMargin))
-			case st.ForceReleased && disclose && len(shown) == 1:
-				// Said to the former holder as renewLock says it: its
-				// work was cut off on purpose, not by a bug of its own.
-				x.detail = fmt.Sprintf("this session does not hold the lock on %s: an operator force-released it at %s", refuse.IDsString(shown), st.UpdatedAt.UTC().Format(time.RFC3339))
-				if st.ForceReason != "" {
-					x.detail += fmt.Sprintf(" (reason: %q)", st.ForceReason)
-				}
-			}
-		}
-	}
-	if x.detail == "" {
-		switch {
-		case hidden == 0:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(shown))
-		case len(shown) == 0:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s its filter matches", documents(hidden))
-		default:
-			x.detail = fmt.Sprintf("this session does not hold the lock on %s, nor on %s more that its filter matches", refuse.IDsString(shown), documents(hidden))
-		}
-		if x.holder != nil {
-			if len(shown) == 1 {
-				x.detail += " (" + refuse.DescribeHolder(*x.holder) + ")"
-			} else {
-				x.detail += fmt.Sprintf(" (_id %s is %s)", shown[0], refuse.DescribeHolder(*x.holder))
-			}
-		} else if alt, ok := g.heldAsOtherType(ctx, o, ns, shown); ok {
-			x.detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", alt, typeName(alt))
-		} else if other, ok := g.heldInDoubledNamespace(ctx, o, ns, shown); ok {
-			x.detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
-		} else if why, ok := g.heldInOtherNamespace(ctx, o, ns, shown); ok {
-			x.detail += why
-		}
-	}
-	v.violations = append(v.violations, x)
+	disclose := len(shown) > 0 && g.authority.MayDisclose(ctx, v.req, ns)
+	x := g.locks.Missing(ctx, o, r, firstWrite(v.writes, ns), shown, len(missing)-len(shown), disclose)
+	v.violations = append(v.violations, violationOfPublic(x))
 }
 
-// heldAsOtherType finds, on the refusal path only, a lock the session holds
-// on one of ids written as another type: "1" for 1, or 1 for "1", the usual
-// way a lock that "was taken" still does not cover a write.
-func (g *Guard) heldAsOtherType(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (docid.ID, bool) {
-	var alts []docid.ID
-	alt := func(t bsontype.Type, b []byte) {
-		if id, err := docid.New(bson.RawValue{Type: t, Value: b}); err == nil {
-			alts = append(alts, id)
-		}
-	}
-	for _, id := range ids {
-		if len(alts) >= 10 {
-			break
-		}
-		raw := id.Raw()
-		switch id.Type() {
-		case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-			if f, ok := raw.DoubleOK(); ok && f != math.Trunc(f) {
-				continue // 1.5 has no string twin worth suggesting
-			}
-			if n, ok := raw.AsInt64OK(); ok {
-				alt(bson.TypeString, bsoncore.AppendString(nil, strconv.FormatInt(n, 10)))
-			}
-		case bson.TypeString:
-			if n, err := strconv.ParseInt(raw.StringValue(), 10, 64); err == nil {
-				alt(bson.TypeInt64, bsoncore.AppendInt64(nil, n))
-			} else if oid, err := primitive.ObjectIDFromHex(raw.StringValue()); err == nil {
-				alt(bson.TypeObjectID, bsoncore.AppendObjectID(nil, oid))
-			}
-		case bson.TypeObjectID:
-			// The other usual mix-up: the ObjectId's hex text.
-			alt(bson.TypeString, bsoncore.AppendString(nil, raw.ObjectID().Hex()))
-		}
-	}
-	if len(alts) == 0 {
-		return docid.ID{}, false
-	}
-	sts, err := g.opts.Store.Status(ctx, o, ns, alts)
-	if err != nil {
-		return docid.ID{}, false
-	}
-	for i, st := range sts {
-		if st.HeldByYou && i < len(alts) {
-			return alts[i], true
-		}
-	}
-	return docid.ID{}, false
-}
-
-// heldInDoubledNamespace checks, on the refusal path only, the usual
-// namespace mistake: acquireLock: "shop.orders" run on database shop locks
-// shop.shop.orders. It reports that namespace when the session holds one
-// of ids there.
-func (g *Guard) heldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (string, bool) {
-	n, ok := namespace.Split(ns)
-	if !ok || len(ids) == 0 {
-		return "", false
-	}
-	other := n.DB() + "." + ns
-	sts, err := g.opts.Store.Status(ctx, o, other, ids[:min(len(ids), 10)])
-	if err != nil {
-		return "", false
-	}
-	for _, st := range sts {
-		if st.HeldByYou {
-			return other, true
-		}
-	}
-	return "", false
-}
-
-// typeName names v's type with its article, as a refusal says it.
-func typeName(v docid.ID) string {
-	switch v.Type() {
-	case bson.TypeString:
-		return "a string"
-	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
-		return "a number"
-	case bson.TypeObjectID:
-		return "an ObjectId"
-	}
-	return "a " + v.Type().String()
-}
-
-func documents(n int) string {
-	if n == 1 {
-		return "1 document"
-	}
-	return fmt.Sprintf("%d documents", n)
-}
-
-// confirmedStatus is the lock store's Status for decisions where "not
-// held" lets a write through: it must not trust a head record that lags
-// behind its claims (lockstore.Store.ConfirmedStatus). A store without the
-// distinction (the in-memory one) answers Status.
+// confirmedStatus is enforce.Locks.ConfirmedStatus, for the units given it.
 func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
-	if c, ok := g.opts.Store.(confirmer); ok {
-		return c.ConfirmedStatus(ctx, o, ns, ids)
-	}
-	return g.opts.Store.Status(ctx, o, ns, ids)
+	return g.locks.ConfirmedStatus(ctx, o, ns, ids)
 }
 
-// checkInsertable refuses inserts of _ids another session has locked.
+// checkInsertable refuses inserts of _ids another session has locked
+// (enforce.Locks.Insertable).
 func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
-	w := firstWrite(v.writes, ns)
-	// Where no lock is held in the namespace at all, no _id of it can be
-	// locked: most inserts need no round trip.
-	if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(ns) {
+	x, checked := g.locks.Insertable(ctx, o, &r, firstWrite(v.writes, ns), ids)
+	if !checked {
 		g.metrics.insertChecks.WithLabelValues("skipped").Inc()
 		return
 	}
 	g.metrics.insertChecks.WithLabelValues("checked").Inc()
-	sts, err := g.confirmedStatus(ctx, o, ns, ids)
-	if err != nil {
-		v.violations = append(v.violations, violation{rule: r, write: w, reason: refuse.ReasonUnavailable,
-			detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)})
-		return
-	}
-	for _, st := range sts {
-		if st.Held && !st.HeldByYou {
-			h := st.Holder
-			v.violations = append(v.violations, violation{rule: r, write: w, reason: reasonInsertLocked,
-				ids: []docid.ID{st.ID}, holder: &h,
-				detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, refuse.DescribeHolder(h))})
-			return
-		}
+	if x != nil {
+		v.violations = append(v.violations, violationOfPublic(*x))
 	}
 }
 
@@ -833,61 +389,12 @@ func (g *Guard) shownTo(req *proxy.Request, x violation) violation {
 	if g.authority.MayDisclose(ctx, req, x.write.NS.String()) {
 		return x
 	}
-	who := refuse.DescribeHolder(*x.holder)
-	x.holder = nil
-	if x.reason == reasonHeldByOther {
-		// "Held by another" itself answers whether the id is locked.
-		x.reason = reasonNotLocked
-		x.detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(x.ids))
-		return x
-	}
-	x.detail = strings.ReplaceAll(x.detail, " ("+who+")", "")
-	x.detail = strings.ReplaceAll(x.detail, who, refuse.HeldByAnother)
-	return x
+	return violationOfPublic(enforce.Undisclosed(x.public()))
 }
 
-// refusal renders an enforced violation as the command's error.
-func refusal(req *proxy.Request, x violation) *refuse.Error {
-	name := "write"
-	if req.Command != nil {
-		name = req.Command.Name
-	} else {
-		name = req.Message.Header().OpCode.String()
-	}
-	advice := "nothing was written: acquire the lock with acquireLock in the same session, then retry"
-	switch x.reason {
-	case refuse.ReasonNoSession:
-		advice = "run the write in an explicit session (startSession) that holds the lock"
-	case refuse.ReasonUnauthenticated:
-		advice = "nothing was written: authenticate, acquire the lock with acquireLock, then retry in the same session"
-	case reasonHeldByOther:
-		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
-		if x.holder != nil && refuse.OwnApplication(req.Client, *x.holder) {
-			advice = refuse.OwnAppAdvice
-		}
-	case reasonCollectionWrite:
-		advice = "ask an operator to allow collection writes for this namespace (allowCollectionWrites)"
-	case reasonCappedInsert:
-		advice = "ask an operator to allow capped inserts for this namespace (allowCappedInserts) if evictions are acceptable; nothing was written"
-	case reasonTooManyCandidates, reasonUnverifiableUpsert:
-		advice = "lock the documents and name their _id values in the filter"
-	case refuse.ReasonUnavailable, reasonResolveFailed:
-		advice = "retry when the lock store and the database are reachable; nothing was written"
-	case reasonUnclassifiable, reasonInsertLocked, reasonSchemeNotFollowed, reasonSchemeNotHolder:
-		advice = "nothing was written"
-	}
-	if x.advice != "" {
-		advice = x.advice
-	}
-	return &refuse.Error{
-		Code:   cmp.Or(x.code, mongoerr.LockBusy),
-		Reason: x.reason,
-		NS:     x.write.NS.String(),
-		IDs:    x.ids,
-		Holder: x.holder,
-		Msg:    fmt.Sprintf("lockgate: %s on %s refused: %s; %s", name, x.write.NS, x.detail, advice),
-	}
-}
+// refusal renders an enforced violation as the command's error
+// (enforce.Refusal).
+func refusal(req *proxy.Request, x violation) *refuse.Error { return enforce.Refusal(req, x.public()) }
 
 // writeOwner is the lock owner a write acts as: its session, and the
 // binding it names, if any, in its comment: "lockgate:<bind>" (a string,
@@ -901,130 +408,27 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 		return lockstore.Owner{}, false
 	}
 	v.lsid = session // for the audit line
-	bind := ""
-	if c, ok := req.Command.Lookup("comment"); ok {
-		switch c.Type {
-		case bson.TypeString:
-			if b, ok := strings.CutPrefix(c.StringValue(), "lockgate:"); ok {
-				bind = b
-			}
-		case bson.TypeEmbeddedDocument:
-			if d, ok := c.DocumentOK(); ok {
-				if b, ok := d.Lookup("lockgate").StringValueOK(); ok {
-					bind = b
-				}
-			}
-		}
-	}
+	bind := enforce.Binding(req.Command)
 	o, flights := g.ownerAndFlights(req, session, bind)
 	v.flights = flights
 	return o, true
 }
 
-func firstWrite(ws []policy.Write, ns string) policy.Write {
-	for _, w := range ws {
-		if w.NS.String() == ns {
-			return w
-		}
-	}
-	return policy.Write{NS: namespace.Of(ns)}
-}
+// idCopy is enforce.IDCopy.
+func idCopy(v bsoncore.Value) (docid.ID, error) { return enforce.IDCopy(v) }
 
-// idCopy is the ID of one value of a request's buffer, with its own
-// copy of the bytes.
-func idCopy(v bsoncore.Value) (docid.ID, error) {
-	ids, err := docid.Copy([]bsoncore.Value{v})
-	if err != nil {
-		return docid.ID{}, err
-	}
-	return ids[0], nil
-}
-
-// idList renders ids for a log line.
-func idList(ids []docid.ID) string {
-	if len(ids) == 1 {
-		return ids[0].String() // the usual write: no copy
-	}
-	var b strings.Builder
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		if i == 20 {
-			fmt.Fprintf(&b, "... (%d in all)", len(ids))
-			break
-		}
-		b.WriteString(id.String())
-	}
-	return b.String()
-}
-
-// mayRead: the resolver reads with the proxy's own credentials, so where
-// the upstream enforces authorization it first asks, on the caller's own
-// connection, whether the caller may read ns itself (a find that provably
-// matches nothing). A caller who may not is refused before anything is
-// resolved: resolution must reveal nothing the caller could not find out
-// with its own authority (authority.Allows). It returns the refusal's
-// detail, or "".
+// mayRead is enforce.Targets.MayRead, for the units given it.
 func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) string {
-	if req == nil || !g.authority.Required() {
-		return ""
-	}
-	allowed, err := g.authority.Allows(ctx, req, authority.Read, ns)
-	if err != nil {
-		return fmt.Sprintf("its filter names no _id, and whether this connection may read %s could not be asked (%v)", ns, err)
-	}
-	if !allowed {
-		return fmt.Sprintf("its filter names no _id, and this connection's user may not read %s, so the documents it matches cannot be looked up on its behalf; name the _id values", ns)
-	}
-	return ""
+	return g.targeting.MayRead(ctx, req, ns)
 }
 
 // errResolveSkipped: an audited write found no free resolver slot.
-var errResolveSkipped = errors.New("resolution skipped")
+var errResolveSkipped = enforce.ErrResolveSkipped
 
-// resolve runs one resolution within the guard's bounds: at most
-// MaxResolves at once, first come first served, the wait for a slot and the
-// query together within ResolveTimeout. An enforced write waits for a slot;
-// an audited one only takes a free slot, since nothing it could learn
-// changes what is forwarded.
-func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) (_ []docid.ID, spent time.Duration, _ error) {
-	ctx, cancel := context.WithTimeout(ctx, g.opts.ResolveTimeout)
-	defer cancel()
-	if r.Mode == policy.Enforce {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			g.metrics.resolves.WithLabelValues("timeout").Inc()
-			return nil, 0, ctx.Err()
-		}
-	} else {
-		select {
-		case slots <- struct{}{}:
-		default:
-			g.metrics.resolves.WithLabelValues("skipped").Inc()
-			return nil, 0, errResolveSkipped
-		}
-	}
-	defer func() { <-slots }()
-	start := time.Now()
-	ids, err := g.opts.Resolver.Candidates(ctx, w.NS.String(), w.Filter, w.Collation, w.Hint, limit)
-	spent = time.Since(start)
-	g.metrics.resolveSeconds.Observe(spent.Seconds())
-	switch {
-	case err == nil:
-		g.metrics.resolves.WithLabelValues("ok").Inc()
-	case errors.Is(err, context.DeadlineExceeded) || isMaxTimeExpired(err):
-		g.metrics.resolves.WithLabelValues("timeout").Inc()
-	default:
-		g.metrics.resolves.WithLabelValues("error").Inc()
-	}
-	return ids, spent, err
+// resolve is enforce.Targets.Resolve, for the units given it.
+func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) ([]docid.ID, time.Duration, error) {
+	return g.targeting.Resolve(ctx, slots, r, w, limit)
 }
 
-// isMaxTimeExpired reports MongoDB's MaxTimeMSExpired (50), the server's
-// side of the resolution deadline.
-func isMaxTimeExpired(err error) bool {
-	var se interface{ HasErrorCode(int) bool }
-	return errors.As(err, &se) && se.HasErrorCode(int(mongoerr.MaxTimeMSExpired))
-}
+// isMaxTimeExpired is enforce.IsMaxTimeExpired.
+func isMaxTimeExpired(err error) bool { return enforce.IsMaxTimeExpired(err) }

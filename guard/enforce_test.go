@@ -15,7 +15,6 @@ import (
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/writeconcern"
@@ -347,32 +346,6 @@ func TestBindRequiresTheToken(t *testing.T) {
 	}
 }
 
-// TestRefusalNamesTheOtherTypeLock: a session that locked "1" (a string)
-// and writes _id 1 (a number) is refused, and the refusal says that it
-// holds the lock on the string, since an _id of another type is another
-// document (issue 9: "refused although I locked").
-func TestRefusalNamesTheOtherTypeLock(t *testing.T) {
-	coll, pol := protected(t, 2)
-	st := startStackWith(t, stackOptions{policy: pol})
-	c := connect(t, st.uri, "typed")
-	s := session(t, c)
-	acquire(t, c, s, coll, "1")
-	_, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
-	lockBusy(t, err, `it holds the lock on _id "1", a string`)
-
-	// The other usual mix-up: an ObjectId locked as its hex text, and
-	// the reverse.
-	oid, hex := primitive.NewObjectID(), primitive.NewObjectID()
-	if _, err := c.Database("shop").Collection(coll).InsertMany(context.Background(), []any{bson.D{{"_id", oid}}, bson.D{{"_id", hex.Hex()}}}); err != nil {
-		t.Fatal(err)
-	}
-	acquire(t, c, s, coll, oid.Hex(), hex)
-	_, err = c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", oid}}, bson.D{{"$set", bson.D{{"x", 1}}}})
-	lockBusy(t, err, `it holds the lock on _id "`+oid.Hex()+`", a string`)
-	_, err = c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", hex.Hex()}}, bson.D{{"$set", bson.D{{"x", 1}}}})
-	lockBusy(t, err, "an ObjectId: an _id of another type is another document")
-}
-
 // TestRefusalNamesTheOtherNamespaceLock: a session that locked _id 1 in
 // another namespace (acquireLock run on mongosh's default database "test")
 // is refused in shop, and the refusal says where its lock is (issue 9). A
@@ -398,17 +371,4 @@ func TestRefusalNamesTheOtherNamespaceLock(t *testing.T) {
 	if se := lockBusy(t, err, "does not hold the lock on _id 2"); strings.Contains(se.Error(), "instead") {
 		t.Errorf("the refusal points at another session's lock: %v", se)
 	}
-}
-
-// TestRefusalNamesTheDoubledNamespace: acquireLock: "shop.<coll>" run on
-// database shop locks shop.shop.<coll>; the write's refusal says where the
-// session's lock is (issue 9).
-func TestRefusalNamesTheDoubledNamespace(t *testing.T) {
-	coll, pol := protected(t, 1)
-	st := startStackWith(t, stackOptions{policy: pol})
-	c := connect(t, st.uri, "doubled")
-	s := session(t, c)
-	acquire(t, c, s, "shop."+coll, 1)
-	_, err := c.Database("shop").Collection(coll).UpdateOne(inSession(s), bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"x", 1}}}})
-	lockBusy(t, err, "it holds the lock in shop.shop."+coll+" instead")
 }

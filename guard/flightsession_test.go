@@ -14,7 +14,7 @@ func TestKeptFlightEntryStillWaitedFor(t *testing.T) {
 	a := lsidOf(1)
 	c.lockCmd(cmdAcquire, a, 7)
 	c.decideWrite(a, 7).Reply(context.Background(), nil)
-	kept := c.client.Local().(*connState).owner.flights
+	kept := c.client.Local().(*connState).owner.Flights()
 	if kept == nil {
 		t.Fatal("the connection kept no flight entry after its first write")
 	}

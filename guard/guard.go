@@ -9,6 +9,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/boundary"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/lockcmd"
@@ -34,45 +35,30 @@ type LockStore interface {
 	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 }
 
-// The lock store's optional capabilities, which the guard finds by type
-// assertion; lockstore.Store has them all.
+// The lock store's optional capabilities (package enforce), by the names
+// the guard's other files use.
 type (
-	// confirmer: Status that does not trust a head record lagging behind
-	// its claims.
-	confirmer interface {
-		ConfirmedStatus(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
-	}
-	// lockTeller: whether any lock may be held in a namespace, which
-	// spares most inserts a round trip.
-	lockTeller interface {
-		MayHoldLocks(ns string) bool
-	}
-	// tokenStore: HeldTokens, the lock check with the fencing tokens and
-	// the lease left (lockcheck.go, the fence, a transaction's commit).
-	tokenStore interface {
-		HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
-	}
-	// tokenIntoStore: HeldTokens into the caller's slice (lockstore.Store
-	// and memstore have it): the usual write's lock check allocates
-	// nothing.
-	tokenIntoStore interface {
-		HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
-	}
+	confirmer      = enforce.Confirmer
+	lockTeller     = enforce.LockTeller
+	tokenStore     = enforce.TokenStore
+	tokenIntoStore = enforce.TokenIntoStore
 )
 
 // A capability whose signature drifted from the store's would not fail
 // anywhere: its type assertion would quietly turn it off. These make it
 // fail to compile instead.
 var (
-	_ LockStore           = (*lockstore.Store)(nil)
-	_ tokenStore          = (*lockstore.Store)(nil)
-	_ confirmer           = (*lockstore.Store)(nil)
-	_ lockTeller          = (*lockstore.Store)(nil)
-	_ elsewhereFinder     = (*lockstore.Store)(nil)
-	_ txn.Store           = (*lockstore.Store)(nil)
-	_ fence.DB            = (*MongoResolver)(nil)
-	_ lockcmd.Collections = (*MongoResolver)(nil)
-	_ lockcmd.CaseTwins   = (*MongoResolver)(nil)
+	_ LockStore               = (*lockstore.Store)(nil)
+	_ tokenStore              = (*lockstore.Store)(nil)
+	_ confirmer               = (*lockstore.Store)(nil)
+	_ lockTeller              = (*lockstore.Store)(nil)
+	_ enforce.ElsewhereFinder = (*lockstore.Store)(nil)
+	_ enforce.MemoStore       = (*lockstore.Store)(nil)
+	_ tokenIntoStore          = (*lockstore.Store)(nil)
+	_ txn.Store               = (*lockstore.Store)(nil)
+	_ fence.DB                = (*MongoResolver)(nil)
+	_ lockcmd.Collections     = (*MongoResolver)(nil)
+	_ lockcmd.CaseTwins       = (*MongoResolver)(nil)
 )
 
 // Reserved names the lock store's namespaces, which the boundary seals
@@ -182,7 +168,11 @@ type Guard struct {
 	// (refused.go).
 	refused *refusedBudget
 
-	owners *ownerKeys
+	owners ownerKeys
+	// locks is enforcement's lock check over opts.Store, and targeting
+	// finds the documents of a write (package enforce).
+	locks     *enforce.Locks
+	targeting *enforce.Targets
 	// authority answers what a caller may do (package authority).
 	authority *authority.Authority
 
@@ -264,9 +254,13 @@ func New(opts Options) *Guard {
 		opts.ImplicitLease = 30 * time.Second
 	}
 	g := &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
-		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: newOwnerKeys(opts.OwnerSecret),
+		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: ownerKeys{enforce.NewOwnerKeys(opts.OwnerSecret)},
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.authority = authority.New(opts.AuthRequired)
+	g.locks = enforce.NewLocks(opts.Store)
+	g.targeting = enforce.NewTargets(enforce.TargetsConfig{Resolver: opts.Resolver, ResolveTimeout: opts.ResolveTimeout,
+		Authority: g.authority, Throttle: throttleHooks{g}, PinnedIDs: pinnedIDs,
+		Resolves: g.metrics.resolves, Seconds: g.metrics.resolveSeconds})
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.txns = g.newTxnCheck()
 	g.schemes = g.newSchemes()

@@ -134,7 +134,7 @@ func TestConnectionOwnerMemoNeverStale(t *testing.T) {
 		}
 		lsid := lsids[(i/2)%len(lsids)]
 		got, _ := g.sessionKey(req, lsid)
-		if want := g.owners.derive("", lsid); !bytes.Equal(got, want) {
+		if want := g.owners.Session("", lsid); !bytes.Equal(got, want) {
 			t.Fatalf("step %d: key %x, want %x", i, got, want)
 		}
 	}

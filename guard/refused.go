@@ -192,10 +192,17 @@ func (g *Guard) holdRefusal(ctx context.Context, d time.Duration) {
 	}
 }
 
-// callerKind says in a refusal whose budget ran out.
-func callerKind(req *proxy.Request) string {
-	if req != nil && req.Client != nil && req.Client.User() != "" {
-		return "user"
-	}
-	return "client address"
+// throttleHooks are the guard's throttle and refused-writes budget as
+// enforcement's targets unit asks them (enforce.Throttle).
+type throttleHooks struct{ g *Guard }
+
+func (h throttleHooks) Cooling(req *proxy.Request) time.Duration       { return h.g.resolveCooling(req) }
+func (h throttleHooks) Tarpit(ctx context.Context, req *proxy.Request) { h.g.tarpit(ctx, req) }
+func (h throttleHooks) RefusedWait(req *proxy.Request) time.Duration   { return h.g.refusedWait(req) }
+func (h throttleHooks) HoldRefusal(ctx context.Context, d time.Duration) {
+	h.g.holdRefusal(ctx, d)
+}
+func (h throttleHooks) Slots(req *proxy.Request) chan struct{} { return h.g.resolveSlotsFor(req) }
+func (h throttleHooks) Outcome(req *proxy.Request, r policy.Rule, err error) {
+	h.g.resolveOutcome(req, r, err)
 }

@@ -7,6 +7,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -15,20 +16,8 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
-// Resolver finds which documents a filter matches, for writes whose filter
-// does not pin _id. It queries the deployment with the proxy's own client,
-// never over the client's connection.
-type Resolver interface {
-	// Candidates returns the _id of every document that filter matches in
-	// ns under collation and hint, at most limit of them.
-	Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error)
-	// SimpleCollation reports whether the collection's default collation
-	// compares strings byte for byte, so that a string _id pins exactly.
-	SimpleCollation(ctx context.Context, ns string) (bool, error)
-	// Capped reports whether ns is a capped collection, whose inserts may
-	// evict documents.
-	Capped(ctx context.Context, ns string) (bool, error)
-}
+// Resolver finds which documents a filter matches (enforce.Resolver).
+type Resolver = enforce.Resolver
 
 // MongoResolver is the Resolver over a driver client to the upstream
 // deployment. Reads go to the primary, which the writes go to as well.
@@ -153,13 +142,6 @@ func (r *MongoResolver) CollectionExists(ctx context.Context, ns string) (bool, 
 		return false, err
 	}
 	return e.exists, nil
-}
-
-// collationSimple reports whether an explicit collation document is the
-// simple (binary) one.
-func collationSimple(c bsoncore.Document) bool {
-	locale, ok := c.Lookup("locale").StringValueOK()
-	return ok && locale == "simple"
 }
 
 // Capped reports whether ns is a capped collection, from the same cached

@@ -1,0 +1,124 @@
+package enforce
+
+import (
+	"cmp"
+	"fmt"
+	"strings"
+
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/guard/scheme"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+)
+
+// Refusal reasons of enforcement, in the detail document, the decision log
+// and the metrics.
+const (
+	ReasonNotLocked          = "not_locked"
+	ReasonHeldByOther        = "held_by_other"
+	ReasonInsertLocked       = refuse.ReasonInsertLocked
+	ReasonCollectionWrite    = refuse.ReasonCollectionWrite
+	ReasonUnclassifiable     = refuse.ReasonUnclassifiable
+	ReasonTooManyCandidates  = refuse.ReasonTooManyCandidates
+	ReasonResolveFailed      = "resolve_failed"
+	ReasonUnverifiableUpsert = "unverifiable_upsert"
+	// ReasonUnverified: audit only; not resolved, so not known either way.
+	ReasonUnverified = "unverified"
+	// ReasonCappedInsert: an insert into a capped collection may evict.
+	ReasonCappedInsert = "capped_insert"
+)
+
+// Decisions, as the decision log and the metrics name them.
+const (
+	DecisionAllow       = "allow"
+	DecisionReject      = "reject"
+	DecisionWouldReject = "would_reject" // audit mode
+)
+
+// Violation is one reason a write may not proceed: refused where its
+// rule enforces, logged where it audits.
+type Violation struct {
+	Rule   policy.Rule
+	Write  policy.Write
+	Reason string
+	IDs    []docid.ID
+	Holder *lockstore.Holder
+	Detail string // what a person should know, without the advice
+	// Advice, when set, replaces the reason's usual advice: a detail
+	// that already says what to do needs no other.
+	Advice string
+	// Code, when set, replaces LockBusy (an implicit lock's wait that ran
+	// out is a LockTimeout, as acquireLock's is).
+	Code mongoerr.Code
+}
+
+// CommandName is the request's command as a refusal names it: the
+// command, or the legacy opcode.
+func CommandName(req *proxy.Request) string {
+	if req.Command != nil {
+		return req.Command.Name
+	}
+	return req.Message.Header().OpCode.String()
+}
+
+// Refusal renders an enforced violation as the command's error: LockBusy
+// unless the violation names its code, and a message that says what was
+// refused, why, and what to do.
+func Refusal(req *proxy.Request, x Violation) *refuse.Error {
+	advice := "nothing was written: acquire the lock with acquireLock in the same session, then retry"
+	switch x.Reason {
+	case refuse.ReasonNoSession:
+		advice = "run the write in an explicit session (startSession) that holds the lock"
+	case refuse.ReasonUnauthenticated:
+		advice = "nothing was written: authenticate, acquire the lock with acquireLock, then retry in the same session"
+	case ReasonHeldByOther:
+		advice = "wait for the holder to release it (acquireLock with waitMS), then retry in the session that holds it"
+		if x.Holder != nil && refuse.OwnApplication(req.Client, *x.Holder) {
+			advice = refuse.OwnAppAdvice
+		}
+	case ReasonCollectionWrite:
+		advice = "ask an operator to allow collection writes for this namespace (allowCollectionWrites)"
+	case ReasonCappedInsert:
+		advice = "ask an operator to allow capped inserts for this namespace (allowCappedInserts) if evictions are acceptable; nothing was written"
+	case ReasonTooManyCandidates, ReasonUnverifiableUpsert:
+		advice = "lock the documents and name their _id values in the filter"
+	case refuse.ReasonUnavailable, ReasonResolveFailed:
+		advice = "retry when the lock store and the database are reachable; nothing was written"
+	case ReasonUnclassifiable, ReasonInsertLocked, scheme.ReasonNotFollowed, scheme.ReasonNotHolder:
+		advice = "nothing was written"
+	}
+	if x.Advice != "" {
+		advice = x.Advice
+	}
+	return &refuse.Error{
+		Code:   cmp.Or(x.Code, mongoerr.LockBusy),
+		Reason: x.Reason,
+		NS:     x.Write.NS.String(),
+		IDs:    x.IDs,
+		Holder: x.Holder,
+		Msg:    fmt.Sprintf("lockgate: %s on %s refused: %s; %s", CommandName(req), x.Write.NS, x.Detail, advice),
+	}
+}
+
+// Undisclosed is x as a caller who may not read its namespace sees it:
+// without the holder, in the detail document and in the message. "Held
+// by another" itself answers whether the id is locked, so it becomes
+// "not locked".
+func Undisclosed(x Violation) Violation {
+	if x.Holder == nil {
+		return x
+	}
+	who := refuse.DescribeHolder(*x.Holder)
+	x.Holder = nil
+	if x.Reason == ReasonHeldByOther {
+		x.Reason = ReasonNotLocked
+		x.Detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(x.IDs))
+		return x
+	}
+	x.Detail = strings.ReplaceAll(x.Detail, " ("+who+")", "")
+	x.Detail = strings.ReplaceAll(x.Detail, who, refuse.HeldByAnother)
+	return x
+}

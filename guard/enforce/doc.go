@@ -1,0 +1,19 @@
+// Package enforce is enforcement's own unit: for a write the stages
+// before it passed, the rule that applies to its client (rule.go), the
+// lock owner it acts as (owner.go), the documents whose locks it needs
+// (targets.go), whether its session holds them (lockcheck.go) and how a
+// refusal reads (decide.go).
+//
+// It is built from explicit dependencies (the lock store's interfaces, a
+// Resolver, the metrics it counts into, funcs for what the guard decides
+// around it) and imports nothing of package guard: the guard assembles it
+// and keeps the per-request record (its verdict) that the audit line, the
+// fence, the launch and the transaction check read. Everything here is
+// safe for concurrent use unless a type says it is a connection's own
+// (Rules, OwnerMemo, HeldMemos: kept in the guard's per-connection state,
+// under its lock).
+//
+// It must never let a write through on an error: a lock store or a
+// resolver that cannot answer is a refusal (fail closed), and a refusal
+// never names a document the request did not name itself.
+package enforce

@@ -1,0 +1,381 @@
+package enforce
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
+	"github.com/lockgate/lockgate/policy"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/bsontype"
+	"go.mongodb.org/mongo-driver/bson/primitive"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// Store is what the lock check needs of every lock store.
+type Store interface {
+	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
+	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
+}
+
+// The lock store's optional capabilities, found once by NewLocks;
+// lockstore.Store has them all.
+type (
+	// Confirmer: Status that does not trust a head record lagging behind
+	// its claims.
+	Confirmer interface {
+		ConfirmedStatus(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
+	}
+	// LockTeller: whether any lock may be held in a namespace, which
+	// spares most inserts a round trip.
+	LockTeller interface {
+		MayHoldLocks(ns string) bool
+	}
+	// TokenStore: HeldTokens, the lock check with the fencing tokens and
+	// the lease left (the fence, the flight, a transaction's commit).
+	TokenStore interface {
+		HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
+	}
+	// TokenIntoStore: HeldTokens into the caller's slice: the usual
+	// write's lock check allocates nothing.
+	TokenIntoStore interface {
+		HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
+	}
+	// MemoStore answers a connection's repeated check of one lock from
+	// the connection's memo while the store is unchanged since it filled
+	// it (lockstore.HeldMemo): no key built, no shared mutex, no map.
+	MemoStore interface {
+		HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns string, id docid.ID, margin time.Duration) (time.Duration, int64, bool)
+	}
+	// ElsewhereFinder finds a session's lock on the same _id in another
+	// namespace.
+	ElsewhereFinder interface {
+		HeldElsewhere(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) (string, docid.ID, bool, error)
+	}
+)
+
+// ErrNoTokens: a fenced rule's write cannot be checked on a lock store
+// that reports no fencing tokens (fail closed).
+var ErrNoTokens = fmt.Errorf("%w: this lock store cannot report fencing tokens", lockstore.ErrUnavailable)
+
+// Locks is enforcement's lock check over one lock store, its optional
+// capabilities found once (a type assertion per write is not free).
+// Safe for concurrent use.
+type Locks struct {
+	store     Store
+	tokens    TokenStore
+	into      TokenIntoStore
+	memo      MemoStore
+	confirm   Confirmer
+	teller    LockTeller
+	elsewhere ElsewhereFinder
+}
+
+// NewLocks returns the lock check over s.
+func NewLocks(s Store) *Locks {
+	l := &Locks{store: s}
+	l.tokens, _ = s.(TokenStore)
+	l.into, _ = s.(TokenIntoStore)
+	l.memo, _ = s.(MemoStore)
+	l.confirm, _ = s.(Confirmer)
+	l.teller, _ = s.(LockTeller)
+	l.elsewhere, _ = s.(ElsewhereFinder)
+	return l
+}
+
+// Measures reports whether the store reports the lease left and the
+// fencing tokens of the locks it checks (Held.Measured).
+func (l *Locks) Measures() bool { return l.tokens != nil }
+
+// Held is what a lock check found.
+type Held struct {
+	// Missing are the ids not held with the margin left; none: all are.
+	Missing []docid.ID
+	// Measured: Left and Tokens are known (Locks.Measures), once all are
+	// held.
+	Measured bool
+	// Left is the lease all of them surely have left, past the margin.
+	Left time.Duration
+	// Tokens are their fencing tokens, in the order of the ids.
+	Tokens []int64
+}
+
+// Check checks that o holds every id of ns with margin left. A fenced
+// write needs the tokens, so a store that cannot report them fails it
+// (ErrNoTokens). The tokens go into buf when it is large enough.
+func (l *Locks) Check(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, fenced bool, buf []int64) (Held, error) {
+	if l.tokens == nil {
+		if fenced {
+			return Held{}, ErrNoTokens
+		}
+		_, missing, err := l.store.Holds(ctx, o, ns, ids, margin)
+		return Held{Missing: missing}, err
+	}
+	if l.into != nil {
+		tokens := buf[:0]
+		if len(ids) > cap(buf) {
+			tokens = make([]int64, 0, len(ids))
+		}
+		tokens = tokens[:len(ids)]
+		left, missing, err := l.into.HeldTokensInto(ctx, o, ns, ids, margin, tokens)
+		return Held{Missing: missing, Measured: err == nil && len(missing) == 0, Left: left, Tokens: tokens}, err
+	}
+	tokens, left, missing, err := l.tokens.HeldTokens(ctx, o, ns, ids, margin)
+	return Held{Missing: missing, Measured: err == nil && len(missing) == 0, Left: left, Tokens: tokens}, err
+}
+
+// HeldMemos are a connection's memos of its latest lock checks, one per
+// document, replaced in turn: a client writes a few documents over and
+// over. The zero value is empty; it is the connection's own (not safe
+// for concurrent use).
+type HeldMemos struct {
+	m    [4]lockstore.HeldMemo
+	next int
+}
+
+// Check is l.Check of the one id, answered from the memo of its latest
+// check, else through the memo it replaces next (filled for the next
+// check when the store answers); false: ask l.Check. The token goes into
+// buf, which must have room for one.
+func (m *HeldMemos) Check(l *Locks, o lockstore.Owner, ns string, id docid.ID, margin time.Duration, buf []int64) (Held, bool) {
+	if l.memo == nil {
+		return Held{}, false
+	}
+	slot := &m.m[m.next]
+	for i := range m.m {
+		if m.m[i].Of(ns, id) {
+			slot = &m.m[i]
+			break
+		}
+	}
+	if slot == &m.m[m.next] {
+		m.next = (m.next + 1) % len(m.m)
+	}
+	left, token, ok := l.memo.HeldTokenMemo(slot, o, ns, id, margin)
+	if !ok {
+		return Held{}, false
+	}
+	tokens := buf[:1]
+	tokens[0] = token
+	return Held{Measured: true, Left: left, Tokens: tokens}, true
+}
+
+// MayHoldLocks reports whether any lock may be held in ns: true unless
+// the store can tell that none is.
+func (l *Locks) MayHoldLocks(ns string) bool { return l.teller == nil || l.teller.MayHoldLocks(ns) }
+
+// ConfirmedStatus is the lock store's Status for decisions where "not
+// held" lets a write through: it must not trust a head record that lags
+// behind its claims (lockstore.Store.ConfirmedStatus). A store without the
+// distinction (the in-memory one) answers Status.
+func (l *Locks) ConfirmedStatus(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
+	if l.confirm != nil {
+		return l.confirm.ConfirmedStatus(ctx, o, ns, ids)
+	}
+	return l.store.Status(ctx, o, ns, ids)
+}
+
+// Status is the store's Status.
+func (l *Locks) Status(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
+	return l.store.Status(ctx, o, ns, ids)
+}
+
+// The explanations below run on the refusal path only: each says why a
+// lock the caller believes it took does not cover the write, naming only
+// ids the request named (the caller passes those alone).
+
+// HeldAsOtherType finds a lock o holds on one of ids written as another
+// type: "1" for 1, or 1 for "1", the usual way a lock that "was taken"
+// still does not cover a write.
+func (l *Locks) HeldAsOtherType(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (docid.ID, bool) {
+	var alts []docid.ID
+	alt := func(t bsontype.Type, b []byte) {
+		if id, err := docid.New(bson.RawValue{Type: t, Value: b}); err == nil {
+			alts = append(alts, id)
+		}
+	}
+	for _, id := range ids {
+		if len(alts) >= 10 {
+			break
+		}
+		raw := id.Raw()
+		switch id.Type() {
+		case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+			if f, ok := raw.DoubleOK(); ok && f != math.Trunc(f) {
+				continue // 1.5 has no string twin worth suggesting
+			}
+			if n, ok := raw.AsInt64OK(); ok {
+				alt(bson.TypeString, bsoncore.AppendString(nil, strconv.FormatInt(n, 10)))
+			}
+		case bson.TypeString:
+			if n, err := strconv.ParseInt(raw.StringValue(), 10, 64); err == nil {
+				alt(bson.TypeInt64, bsoncore.AppendInt64(nil, n))
+			} else if oid, err := primitive.ObjectIDFromHex(raw.StringValue()); err == nil {
+				alt(bson.TypeObjectID, bsoncore.AppendObjectID(nil, oid))
+			}
+		case bson.TypeObjectID:
+			// The other usual mix-up: the ObjectId's hex text.
+			alt(bson.TypeString, bsoncore.AppendString(nil, raw.ObjectID().Hex()))
+		}
+	}
+	if len(alts) == 0 {
+		return docid.ID{}, false
+	}
+	sts, err := l.store.Status(ctx, o, ns, alts)
+	if err != nil {
+		return docid.ID{}, false
+	}
+	for i, st := range sts {
+		if st.HeldByYou && i < len(alts) {
+			return alts[i], true
+		}
+	}
+	return docid.ID{}, false
+}
+
+// HeldInDoubledNamespace checks the usual namespace mistake: acquireLock:
+// "shop.orders" run on database shop locks shop.shop.orders. It reports
+// that namespace when o holds one of ids there.
+func (l *Locks) HeldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (string, bool) {
+	n, ok := namespace.Split(ns)
+	if !ok || len(ids) == 0 {
+		return "", false
+	}
+	other := n.DB() + "." + ns
+	sts, err := l.store.Status(ctx, o, other, ids[:min(len(ids), 10)])
+	if err != nil {
+		return "", false
+	}
+	for _, st := range sts {
+		if st.HeldByYou {
+			return other, true
+		}
+	}
+	return "", false
+}
+
+// HeldInOtherNamespace explains a lock taken in the wrong namespace: most
+// often acquireLock run on another database than the write (mongosh
+// starts on "test"), or on a misspelt collection. It returns the text to
+// append to the refusal, naming a namespace o itself locked in.
+func (l *Locks) HeldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (string, bool) {
+	if l.elsewhere == nil || len(ids) == 0 {
+		return "", false
+	}
+	other, id, ok, err := l.elsewhere.HeldElsewhere(ctx, o, ns, ids[:min(len(ids), 10)])
+	if err != nil || !ok {
+		return "", false
+	}
+	db, coll := namespace.Of(ns).Parts()
+	return fmt.Sprintf(" (it holds the lock on _id %s in %s instead: a lock covers only the namespace it was taken in; run {acquireLock: %q} on database %s)",
+		id.String(), other, coll, db), true
+}
+
+// TypeName names v's type with its article, as a refusal says it.
+func TypeName(v docid.ID) string {
+	switch v.Type() {
+	case bson.TypeString:
+		return "a string"
+	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
+		return "a number"
+	case bson.TypeObjectID:
+		return "an ObjectId"
+	}
+	return "a " + v.Type().String()
+}
+
+// Missing is the refusal of write w of ns, whose session o does not hold
+// the locks it needs, saying what it can about them: shown are the
+// missing ids the request named itself (the only ones a refusal shows),
+// hidden the count of the others. disclose: the caller may read ns
+// (authority.MayDisclose), asked before the lock store is, so that not
+// even the asking depends on the answer; to any other caller a lock held
+// by another session and no lock at all are the same refusal, down to
+// the hints.
+func (l *Locks) Missing(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, shown []docid.ID, hidden int, disclose bool) Violation {
+	ns := w.NS.String()
+	x := Violation{Rule: *r, Write: w, Reason: ReasonNotLocked, IDs: shown}
+	// One more round trip, on the refusal path only, to say who holds it:
+	// for a named id only, as the holder of another document is none of
+	// the caller's business.
+	if len(shown) > 0 {
+		if sts, err := l.store.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
+			st := sts[0]
+			switch {
+			case st.Held && !st.HeldByYou && disclose:
+				x.Reason, x.Holder = ReasonHeldByOther, &st.Holder
+			case st.HeldByYou:
+				x.Detail = fmt.Sprintf("this session's lock on %s has less than the policy's margin of %s (policy.leaseMarginMS) left; renew it with renewLock", refuse.IDsString(shown), lockstore.FormatMS(r.LeaseMargin))
+			case st.ForceReleased && disclose && len(shown) == 1:
+				// Said to the former holder as renewLock says it: its
+				// work was cut off on purpose, not by a bug of its own.
+				x.Detail = fmt.Sprintf("this session does not hold the lock on %s: an operator force-released it at %s", refuse.IDsString(shown), st.UpdatedAt.UTC().Format(time.RFC3339))
+				if st.ForceReason != "" {
+					x.Detail += fmt.Sprintf(" (reason: %q)", st.ForceReason)
+				}
+			}
+		}
+	}
+	if x.Detail != "" {
+		return x
+	}
+	switch {
+	case hidden == 0:
+		x.Detail = fmt.Sprintf("this session does not hold the lock on %s", refuse.IDsString(shown))
+	case len(shown) == 0:
+		x.Detail = fmt.Sprintf("this session does not hold the lock on %s its filter matches", documents(hidden))
+	default:
+		x.Detail = fmt.Sprintf("this session does not hold the lock on %s, nor on %s more that its filter matches", refuse.IDsString(shown), documents(hidden))
+	}
+	if x.Holder != nil {
+		if len(shown) == 1 {
+			x.Detail += " (" + refuse.DescribeHolder(*x.Holder) + ")"
+		} else {
+			x.Detail += fmt.Sprintf(" (_id %s is %s)", shown[0], refuse.DescribeHolder(*x.Holder))
+		}
+	} else if alt, ok := l.HeldAsOtherType(ctx, o, ns, shown); ok {
+		x.Detail += fmt.Sprintf(" (it holds the lock on _id %s, %s: an _id of another type is another document)", alt, TypeName(alt))
+	} else if other, ok := l.HeldInDoubledNamespace(ctx, o, ns, shown); ok {
+		x.Detail += fmt.Sprintf(" (it holds the lock in %s instead: acquireLock takes the collection name alone, run on its database)", other)
+	} else if why, ok := l.HeldInOtherNamespace(ctx, o, ns, shown); ok {
+		x.Detail += why
+	}
+	return x
+}
+
+func documents(n int) string {
+	if n == 1 {
+		return "1 document"
+	}
+	return fmt.Sprintf("%d documents", n)
+}
+
+// Insertable refuses an insert into ns of ids another session has
+// locked (nil: it may go), and fails closed when the store cannot tell.
+// checked: the store was asked; where no lock may be held in ns at all,
+// no _id of it can be locked, and most inserts need no round trip.
+func (l *Locks) Insertable(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) (_ *Violation, checked bool) {
+	ns := w.NS.String()
+	if !l.MayHoldLocks(ns) {
+		return nil, false
+	}
+	sts, err := l.ConfirmedStatus(ctx, o, ns, ids)
+	if err != nil {
+		return &Violation{Rule: *r, Write: w, Reason: refuse.ReasonUnavailable,
+			Detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)}, true
+	}
+	for _, st := range sts {
+		if st.Held && !st.HeldByYou {
+			h := st.Holder
+			return &Violation{Rule: *r, Write: w, Reason: ReasonInsertLocked, IDs: []docid.ID{st.ID}, Holder: &h,
+				Detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, refuse.DescribeHolder(h))}, true
+		}
+	}
+	return nil, true
+}

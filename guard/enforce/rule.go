@@ -1,0 +1,65 @@
+package enforce
+
+import (
+	"net"
+
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+)
+
+// ForClient is rule r as it applies to client c (a rule may be narrowed
+// to some clients, config.Clients).
+func ForClient(r policy.Rule, c *proxy.ClientInfo) policy.Rule {
+	if r.Clients == nil {
+		return r
+	}
+	var ip net.IP
+	if a, ok := c.RemoteAddr.(*net.TCPAddr); ok {
+		ip = a.IP
+	} else if h, _, err := net.SplitHostPort(c.Addr); err == nil {
+		ip = net.ParseIP(h)
+	}
+	return r.ForClient(c.AppName(), c.User(), ip)
+}
+
+// Rules is a connection's memo of the rules it wrote under lately, as
+// they apply to its client. The zero value is ready; it is the
+// connection's own (not safe for concurrent use).
+type Rules struct {
+	memo [4]ruleMemo
+	next int
+}
+
+// Ref is ForClient(pol.Lookup(ns), c) as a slice of one rule that nobody
+// writes to: the connection's own copy, made once per policy, namespace
+// and client identity, so that a write's verdict points at its rule
+// instead of copying 328 bytes of it (and, while the collector marks,
+// paying a write barrier for each of its pointers) on every write.
+// Callers must not modify the rule.
+func (m *Rules) Ref(pol *policy.Policy, c *proxy.ClientInfo, ns string) []policy.Rule {
+	var app, user, addr string
+	if c != nil {
+		app, user, addr = c.AppName(), c.User(), c.Addr
+	}
+	for i := range m.memo {
+		e := &m.memo[i]
+		if e.pol == pol && e.rule != nil && e.ns == ns && e.app == app && e.user == user && e.addr == addr {
+			return e.rule[:]
+		}
+	}
+	r := &[1]policy.Rule{ForClient(pol.Lookup(ns), c)}
+	m.memo[m.next] = ruleMemo{pol: pol, ns: ns, app: app, user: user, addr: addr, rule: r}
+	m.next = (m.next + 1) % len(m.memo)
+	return r[:]
+}
+
+// ruleMemo is a rule a connection wrote under lately: what ForClient
+// depends on (the policy, the namespace, the client's application, user
+// and address) and the rule, never changed once made. A new policy, a
+// re-authentication or another namespace makes a new one; verdicts still
+// pointing at the one it replaces keep it alive.
+type ruleMemo struct {
+	pol                 *policy.Policy
+	ns, app, user, addr string
+	rule                *[1]policy.Rule
+}

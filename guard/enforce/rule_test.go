@@ -1,0 +1,72 @@
+package enforce
+
+import (
+	"testing"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+)
+
+func compile(t *testing.T, p config.Policy) *policy.Policy {
+	t.Helper()
+	pol, err := policy.Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
+}
+
+// TestRuleChoice: the rule of a write is its namespace's as it applies to
+// the client (a rule narrowed to some networks is the other clients'
+// mode elsewhere), and the connection's memo gives the same copy back
+// only for the same policy, namespace and client.
+func TestRuleChoice(t *testing.T) {
+	enforced := compile(t, config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "db.locked", Mode: config.ModeEnforce}}})
+	narrowed := compile(t, config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "db.locked", Mode: config.ModeEnforce,
+		Clients: &config.Clients{Networks: []string{"10.0.0.0/8"}}, OtherClients: config.ModeOff}}})
+	inside := &proxy.ClientInfo{ID: 1, Addr: "10.1.2.3:5000"}
+	outside := &proxy.ClientInfo{ID: 2, Addr: "127.0.0.1:5000"}
+
+	for _, s := range []struct {
+		pol  *policy.Policy
+		c    *proxy.ClientInfo
+		ns   string
+		want policy.Mode
+	}{
+		{enforced, outside, "db.locked", policy.Enforce},
+		{enforced, outside, "db.free", policy.Off},
+		{narrowed, inside, "db.locked", policy.Enforce},
+		{narrowed, outside, "db.locked", policy.Off},
+	} {
+		if got := ForClient(s.pol.Lookup(s.ns), s.c).Mode; got != s.want {
+			t.Errorf("%s from %s: mode %s, want %s", s.ns, s.c.Addr, got, s.want)
+		}
+		var m Rules
+		first := m.Ref(s.pol, s.c, s.ns)
+		if got := first[0].Mode; got != s.want {
+			t.Errorf("%s from %s through the memo: mode %s, want %s", s.ns, s.c.Addr, got, s.want)
+		}
+		if again := m.Ref(s.pol, s.c, s.ns); &again[0] != &first[0] {
+			t.Errorf("%s from %s: the memo made the rule again", s.ns, s.c.Addr)
+		}
+	}
+
+	// One connection's memo: a reload, another namespace or another
+	// address is another rule, never the one remembered.
+	var m Rules
+	c := &proxy.ClientInfo{ID: 3, Addr: "10.1.2.3:5000"}
+	if got := m.Ref(narrowed, c, "db.locked")[0].Mode; got != policy.Enforce {
+		t.Fatalf("inside: %s", got)
+	}
+	c.Addr = "127.0.0.1:5000"
+	if got := m.Ref(narrowed, c, "db.locked")[0].Mode; got != policy.Off {
+		t.Fatalf("the memo kept the rule of the client's former address: %s", got)
+	}
+	if got := m.Ref(enforced, c, "db.locked")[0].Mode; got != policy.Enforce {
+		t.Fatalf("the memo kept the rule of the former policy: %s", got)
+	}
+	if got := m.Ref(enforced, c, "db.free")[0].Mode; got != policy.Off {
+		t.Fatalf("the memo kept the rule of another namespace: %s", got)
+	}
+}
