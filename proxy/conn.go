@@ -79,7 +79,12 @@ type conn struct {
 	asks  map[int32]chan []byte
 	nAsks atomic.Int32
 	// hooks see the replies to some forwarded requests first, by
-	// requestID (under mu; nHooks for the hot path).
+	// requestID (under mu; nHooks, how many there are, for the hot path).
+	// A client waits for each reply before its next request, so the
+	// usual hook is alone: it is kept in hook (for request hookID) and
+	// the map holds the others, only ever used while hook is set.
+	hook   ReplyHook
+	hookID int32
 	hooks  map[int32]ReplyHook
 	nHooks atomic.Int32
 
