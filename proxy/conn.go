@@ -79,7 +79,12 @@ type conn struct {
 	asks  map[int32]chan []byte
 	nAsks atomic.Int32
 	// hooks see the replies to some forwarded requests first, by
-	// requestID (under mu; nHooks for the hot path).
+	// requestID (under mu; nHooks, how many there are, for the hot path).
+	// A client waits for each reply before its next request, so the
+	// usual hook is alone: it is kept in hook (for request hookID) and
+	// the map holds the others, only ever used while hook is set.
+	hook   ReplyHook
+	hookID int32
 	hooks  map[int32]ReplyHook
 	nHooks atomic.Int32
 
@@ -364,7 +369,9 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 			return false
 		}
 	}
-	if !d.Deadline.IsZero() && (d.Action == Forward || d.Action == Rewrite) && time.Now().After(d.Deadline) {
+	// time.Until reads the monotonic clock alone where the deadline has
+	// it (the guard's do): one clock reading per enforced write, not two.
+	if !d.Deadline.IsZero() && (d.Action == Forward || d.Action == Rewrite) && time.Until(d.Deadline) < 0 {
 		var late bsoncore.Document
 		if d.LateReply != nil {
 			late = d.LateReply.LateReply()

@@ -44,37 +44,73 @@ func (c *conn) addHook(id int32, h ReplyHook) {
 		h.Abandon()
 		return
 	}
-	if c.hooks == nil {
-		c.hooks = map[int32]ReplyHook{}
+	var old ReplyHook
+	switch {
+	case c.hook == nil:
+		// The map is empty whenever the slot is (takeHook).
+		c.hook, c.hookID = h, id
+	case c.hookID == id:
+		old, c.hook = c.hook, h
+	default:
+		if c.hooks == nil {
+			c.hooks = map[int32]ReplyHook{}
+		}
+		old = c.hooks[id]
+		c.hooks[id] = h
 	}
-	if old, dup := c.hooks[id]; dup {
+	c.nHooks.Store(c.hookCount())
+	c.mu.Unlock()
+	if old != nil {
 		old.Abandon() // a client reusing a requestID: the first is lost
 	}
-	c.hooks[id] = h
-	c.nHooks.Store(int32(len(c.hooks)))
-	c.mu.Unlock()
+}
+
+// hookCount is how many hooks wait; c.mu is held.
+func (c *conn) hookCount() int32 {
+	if c.hook == nil {
+		return 0
+	}
+	return 1 + int32(len(c.hooks))
 }
 
 // takeHook removes and returns the hook for responseTo.
 func (c *conn) takeHook(responseTo int32) ReplyHook {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h, ok := c.hooks[responseTo]
-	if !ok {
+	var h ReplyHook
+	switch {
+	case c.hook == nil:
 		return nil
+	case c.hookID == responseTo:
+		h, c.hook = c.hook, nil
+		// The slot stays taken while the map holds any: one of them
+		// moves into it.
+		for id, next := range c.hooks {
+			c.hook, c.hookID = next, id
+			delete(c.hooks, id)
+			break
+		}
+	default:
+		var ok bool
+		if h, ok = c.hooks[responseTo]; !ok {
+			return nil
+		}
+		delete(c.hooks, responseTo)
 	}
-	delete(c.hooks, responseTo)
-	c.nHooks.Store(int32(len(c.hooks)))
+	c.nHooks.Store(c.hookCount())
 	return h
 }
 
 // abandonHooks tells every remaining hook that no reply will come.
 func (c *conn) abandonHooks() {
 	c.mu.Lock()
-	hs := c.hooks
-	c.hooks = nil
+	h, hs := c.hook, c.hooks
+	c.hook, c.hooks = nil, nil
 	c.nHooks.Store(0)
 	c.mu.Unlock()
+	if h != nil {
+		h.Abandon()
+	}
 	for _, h := range hs {
 		h.Abandon()
 	}
