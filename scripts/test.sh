@@ -4,10 +4,10 @@
 # npm, it installs the real clients the compatibility suites drive
 # (pymongo from Debian's packages, the Node.js driver and mongosh from npm),
 # then runs: gofmt, the module downloads, go vet (in CI also once from
-# empty Go caches), then beside each other go test ./..., the race
-# detector on the packages with concurrency followed by the Go client
-# helper's race test, and a fuzz smoke run of every fuzz target, then
-# alone a short hostile-client load test and a smoke run of the
+# empty Go caches), then beside each other go test ./... and, one after
+# the other, the race detector on the packages with concurrency, the Go
+# client helper's race test and a fuzz smoke run of every fuzz target,
+# then alone a short hostile-client load test and a smoke run of the
 # enforced-write and audit benchmarks, the packaging and monitoring
 # checks. Every failure ends with a "==== FAILED: <step>" line that names
 # the step.
@@ -227,11 +227,11 @@ PLAIN_TIMEOUT="${PLAIN_TIMEOUT:-20m}"
 # shortest of them frees.
 PLAIN_FIRST="tests/reliability tests/schemes tests/schemes/libs"
 
-# go test ./..., the race step (then the client helper's race test) and
-# the fuzz smoke run beside each other (beside), go's default packages at
+# go test ./... runs beside one stream of the race step, the client
+# helper's race test and the fuzz smoke (beside), go's default packages at
 # a time each. Most of go test ./...'s time is its three longest packages
 # waiting (leases running out, child processes), which leaves CPU to the
-# others. Two schedules of this kind were tried before and not kept
+# other stream. Two schedules of this kind were tried before and not kept
 # (docs/TESTING.md): beside the whole race step, go test ./... ran guard
 # and lockstore twice at once, and on a loaded machine their lock store
 # calls timed out; four packages at a time passed only with the leases of
@@ -285,14 +285,19 @@ step_client_race() {
 	LOCKGATE_TEST_FERRETDB=$FERRETDB_BIN go test -count=1 -race ./client/lockgate
 }
 
-# The race step and, after it, the client helper's race test: one stream
-# beside go test ./..., so that at most two packages run under the
-# detector at a time.
-step_race_then_client() {
+# The race step, the client helper's race test and the fuzz smoke, one
+# after the other: one stream beside go test ./..., so that at most two
+# packages run under the detector at a time and the fuzzer's two workers,
+# which use all the CPU they get, do not start beside the race step and
+# the sub-second leases of tests/reliability's first tests.
+step_race_client_fuzz() {
 	step_race
 	echo
-	echo "--- client helpers: go test -race ./client/lockgate"
+	echo "==== client helpers: go test -race ./client/lockgate"
 	step_client_race
+	echo
+	echo "==== fuzz smoke ($FUZZ_EXECS executions per target)"
+	step_fuzz
 }
 
 section "the race steps' upstream: go build ./testserver/ferretdb"
@@ -309,8 +314,7 @@ go build -o "$FERRETDB_BIN" ./testserver/ferretdb
 
 beside \
 	"go test ./... (but the race-only packages: $RACE_ONLY)" step_plain \
-	"go test -race (packages with concurrency), then go test -race ./client/lockgate" step_race_then_client \
-	"fuzz smoke ($FUZZ_EXECS executions per target)" step_fuzz
+	"go test -race (packages with concurrency), then go test -race ./client/lockgate, then the fuzz smoke" step_race_client_fuzz
 
 section "hostile load test (short form)"
 # Well-behaved lock-write-release clients alone, then beside 1000 idle
