@@ -169,7 +169,8 @@ func startChild(bin string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "-addr", opts.Addr, "-dir", abs)
-	// Without ChildEnv the child runs FerretDB in its own process.
+	// The child runs FerretDB in itself (StartInProcess); without ChildEnv
+	// in its environment, nothing it might start would spawn another.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, ChildEnv+"=") {
 			cmd.Env = append(cmd.Env, kv)
