@@ -291,13 +291,17 @@ step_client_race() {
 # which use all the CPU they get, do not start beside the race step and
 # the sub-second leases of tests/reliability's first tests.
 step_race_client_fuzz() {
+	local start=$SECONDS
 	step_race
-	echo
+	printf '==== ok: go test -race (packages with concurrency) (%ds)\n\n' "$((SECONDS - start))"
+	start=$SECONDS
 	echo "==== client helpers: go test -race ./client/lockgate"
 	step_client_race
-	echo
+	printf '==== ok: client helpers: go test -race ./client/lockgate (%ds)\n\n' "$((SECONDS - start))"
+	start=$SECONDS
 	echo "==== fuzz smoke ($FUZZ_EXECS executions per target)"
 	step_fuzz
+	printf '==== ok: fuzz smoke (%ds)\n' "$((SECONDS - start))"
 }
 
 section "the race steps' upstream: go build ./testserver/ferretdb"
