@@ -114,15 +114,20 @@ func TestOwnLockAnsweredFromMemoryForTheLease(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, "three background confirmations of the lock", func() bool {
 		return time.Since(taken) >= 3*cfg.CacheTrust && finds() >= f0+3
 	})
-	before := finds()
-	if ok, _, err := s.Holds(bg, a, "db.c", ids(t, "own"), 0); !ok || err != nil {
-		t.Fatalf("holds: %v %v", ok, err)
-	}
-	if after := finds(); after != before {
-		// A confirmation may have run meanwhile; then ask once more.
-		before = after
-		if ok, _, _ := s.Holds(bg, a, "db.c", ids(t, "own"), 0); !ok || finds() != before {
-			t.Fatalf("the holder's check past the trust period read the store (%v finds)", finds()-before)
+	// A background confirmation may land between a check and the count
+	// after it (under the race detector on a loaded machine, twice in a
+	// row was seen); a holder's check that reads the store does so every
+	// time, so one check of five without a find is what the cache must
+	// give.
+	var extra float64
+	for range 5 {
+		before := finds()
+		if ok, _, err := s.Holds(bg, a, "db.c", ids(t, "own"), 0); !ok || err != nil {
+			t.Fatalf("holds: %v %v", ok, err)
+		}
+		if extra = finds() - before; extra == 0 {
+			return
 		}
 	}
+	t.Fatalf("each of five holder's checks past the trust period read the store (the last: %v finds)", extra)
 }

@@ -4,12 +4,13 @@
 # npm, it installs the real clients the compatibility suites drive
 # (pymongo from Debian's packages, the Node.js driver and mongosh from npm),
 # then runs: gofmt, the module downloads, go vet (in CI also once from
-# empty Go caches), go test ./..., then beside each other the race detector
-# on the packages with concurrency, a fuzz smoke run of every fuzz target
-# and the Go client helper's race test, then alone a short hostile-client
-# load test and a smoke run of the enforced-write and audit benchmarks
-# load test, the packaging and monitoring checks. Every failure ends with
-# a "==== FAILED: <step>" line that names the step.
+# empty Go caches), then beside each other go test ./... and, one after
+# the other, the race detector on the packages with concurrency, the Go
+# client helper's race test and a fuzz smoke run of every fuzz target,
+# then alone a short hostile-client load test and a smoke run of the
+# enforced-write and audit benchmarks, the packaging and monitoring
+# checks. Every failure ends with a "==== FAILED: <step>" line that names
+# the step.
 #
 # With CI set (CI does), a missing client runtime fails the compatibility
 # suites instead of skipping them. Installing needs root (or sudo) the first
@@ -22,8 +23,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 NODE_COMPAT=tests/compat/node
 # Executions per fuzz target in the smoke run. A count, not a duration: Go
 # 1.26's fuzzer can end a short timed run with "context deadline exceeded"
-# (golang/go#75804). The long runs are in docs/RELIABILITY.md.
-FUZZ_EXECS="${FUZZ_EXECS:-20000}"
+# (golang/go#75804). The long runs are in docs/RELIABILITY.md. 5,000 new
+# inputs per target, on top of its seed corpus (and any corpus the
+# machine's fuzz cache kept), which every run replays first: at 20,000
+# the 13 targets took about 83 s of CPU, a third of it guard's
+# FuzzIntercept (docs/TESTING.md, seventh round).
+FUZZ_EXECS="${FUZZ_EXECS:-5000}"
 
 start_all=$SECONDS
 current=""
@@ -208,36 +213,49 @@ run_vet || fail "go vet reported the findings above"
 # (docs/TESTING.md). A package that scales its tests down under the
 # detector (raceEnabled, a race build tag) must also run without it, which
 # step_plain enforces.
-RACE_PKGS="./proxy ./upstream ./lockstore ./guard/... ./gateway ./audittrail ./tests ./tests/enforcement"
+RACE_PKGS="./lockstore ./guard/... ./tests ./proxy ./upstream ./gateway ./audittrail ./tests/enforcement"
 RACE_ONLY="proxy upstream gateway audittrail tests/enforcement client/lockgate"
 # A package's time-out in go test ./...: under load, with its leases
 # scaled (docs/TESTING.md), tests/schemes took 555 s of go's default of
 # 10 minutes; twice that still ends a hung package.
 PLAIN_TIMEOUT="${PLAIN_TIMEOUT:-20m}"
+# The packages go test ./... starts first: go runs packages in the order
+# given, and these three take the longest (mostly waiting for leases and
+# child processes, about 110 to 130 s each on a quiet machine). Last in
+# go list's order, they ran two at a time after everything else, the
+# third alone at the end; first, the other packages fill the slot the
+# shortest of them frees. tests/reliability comes third: its soak's
+# memory check and its sub-second leases are the most sensitive to load,
+# and started first it ran beside the race step's lockstore and guard
+# (its soak failed that way once, docs/TESTING.md).
+PLAIN_FIRST="tests/schemes tests/schemes/libs tests/reliability"
 
-# go test ./... runs alone, go's default packages at a time; the race
-# step, the fuzz smoke and the client helper's race test then run beside
-# each other (beside): the race step's time is mostly its packages
-# waiting (leases running out, servers starting), which leaves CPU to the
-# fuzzer. go test ./... beside a race step was tried twice and is not
-# done (docs/TESTING.md): beside the whole race step it ran guard and
-# lockstore twice at once, and on a loaded machine their lock store calls
-# timed out; four packages at a time beside the race-only packages saved
-# about a minute on a loaded machine, but passed only with the leases of
-# tests/schemes scaled for the script's own load, which a quiet machine's
-# load average at the start does not give. Each step's output is printed
-# whole when it ends.
+# go test ./... runs beside one stream of the race step, the client
+# helper's race test and the fuzz smoke (beside), go's default packages at
+# a time each. Most of go test ./...'s time is its three longest packages
+# waiting (leases running out, child processes), which leaves CPU to the
+# other stream. Two schedules of this kind were tried before and not kept
+# (docs/TESTING.md): beside the whole race step, go test ./... ran guard
+# and lockstore twice at once, and on a loaded machine their lock store
+# calls timed out; four packages at a time passed only with the leases of
+# tests/schemes scaled for the script's own load. What changed since: the
+# race step's FerretDB runs outside the detector (testserver/ferretdb),
+# which took most of its CPU away, and the two runs take their packages
+# in opposite orders (PLAIN_FIRST, RACE_PKGS), so that guard and
+# lockstore run under the detector while go test ./... runs its three
+# waiting suites. Each step's output is printed whole when it ends.
 step_plain() {
 	for pkg in $RACE_ONLY; do
 		if grep -lE 'raceEnabled|go:build.*race' "$pkg"/*_test.go >/dev/null 2>&1; then
 			fail "$pkg scales its tests under -race; it must run in \"go test ./...\" too (remove it from RACE_ONLY)"
 		fi
 	done
-	local module plain
+	local module plain first
 	module=$(go list -m)
-	plain=$(go list ./... | grep -vxF -f <(for pkg in $RACE_ONLY; do echo "$module/$pkg"; done))
+	first=$(for pkg in $PLAIN_FIRST; do echo "$module/$pkg"; done)
+	plain=$(go list ./... | grep -vxF -f <(for pkg in $RACE_ONLY; do echo "$module/$pkg"; done) | grep -vxF -f <(echo "$first"))
 	# shellcheck disable=SC2086 # one argument per package
-	go test -count=1 -timeout "$PLAIN_TIMEOUT" $plain
+	go test -count=1 -timeout "$PLAIN_TIMEOUT" $first $plain
 }
 
 # The integration suites run here too: the proxy under the race detector
@@ -246,7 +264,7 @@ step_plain() {
 # lock store's own time-outs, not lockgate, decide the outcome.
 step_race() {
 	# shellcheck disable=SC2086 # one argument per package
-	go test -count=1 -race $RACE_PKGS
+	LOCKGATE_TEST_FERRETDB=$FERRETDB_BIN go test -count=1 -race $RACE_PKGS
 }
 
 # Every fuzz target of every package, found with go test -list, so a new
@@ -267,16 +285,43 @@ step_fuzz() {
 # the same session; the race detector checks that they never share the
 # driver's Session value.
 step_client_race() {
-	go test -count=1 -race ./client/lockgate
+	LOCKGATE_TEST_FERRETDB=$FERRETDB_BIN go test -count=1 -race ./client/lockgate
 }
 
-section "go test ./... (but the race-only packages: $RACE_ONLY)"
-step_plain
+# The race step, the client helper's race test and the fuzz smoke, one
+# after the other: one stream beside go test ./..., so that at most two
+# packages run under the detector at a time and the fuzzer's two workers,
+# which use all the CPU they get, do not start beside the race step and
+# the sub-second leases of tests/reliability's first tests.
+step_race_client_fuzz() {
+	local start=$SECONDS
+	step_race
+	printf '==== ok: go test -race (packages with concurrency) (%ds)\n\n' "$((SECONDS - start))"
+	start=$SECONDS
+	echo "==== client helpers: go test -race ./client/lockgate"
+	step_client_race
+	printf '==== ok: client helpers: go test -race ./client/lockgate (%ds)\n\n' "$((SECONDS - start))"
+	start=$SECONDS
+	echo "==== fuzz smoke ($FUZZ_EXECS executions per target)"
+	step_fuzz
+	printf '==== ok: fuzz smoke (%ds)\n' "$((SECONDS - start))"
+}
+
+section "the race steps' upstream: go build ./testserver/ferretdb"
+# The race steps' embedded FerretDB runs in a process of its own, built
+# without the detector (LOCKGATE_TEST_FERRETDB, testserver/embedded): in
+# the test binary the detector instrumented FerretDB and SQLite too, which
+# are not lockgate's code and were most of the race step's CPU. lockgate's
+# code is instrumented as before; it talks to its upstream over TCP either
+# way. go test ./... keeps FerretDB in the test process.
+ferretdb_dir=$(mktemp -d)
+trap 'rm -rf "$ferretdb_dir"' EXIT
+FERRETDB_BIN=$ferretdb_dir/ferretdb
+go build -o "$FERRETDB_BIN" ./testserver/ferretdb
 
 beside \
-	"go test -race (packages with concurrency)" step_race \
-	"fuzz smoke ($FUZZ_EXECS executions per target)" step_fuzz \
-	"client helpers: go test -race ./client/lockgate" step_client_race
+	"go test ./... (but the race-only packages: $RACE_ONLY)" step_plain \
+	"go test -race (packages with concurrency), then go test -race ./client/lockgate, then the fuzz smoke" step_race_client_fuzz
 
 section "hostile load test (short form)"
 # Well-behaved lock-write-release clients alone, then beside 1000 idle

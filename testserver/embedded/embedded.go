@@ -7,6 +7,7 @@
 package embedded
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -41,6 +43,10 @@ type Server struct {
 	tempDir bool
 	cancel  context.CancelFunc
 	done    chan error
+	// stdin and kill are a child process's (startChild): closing stdin
+	// stops it, kill ends it if it does not stop in time.
+	stdin io.WriteCloser
+	kill  func()
 }
 
 // Shared is the setup of a test package whose tests share one server
@@ -57,8 +63,28 @@ func Shared(srv **Server, opts Options) func() (func() error, error) {
 	}
 }
 
-// Start starts FerretDB and returns once it accepts connections.
+// ChildEnv names a binary of testserver/ferretdb. When it is set and
+// opts.Logger is nil, Start runs FerretDB in a child process of that
+// binary instead of in the current process. scripts/test.sh sets it for
+// the race step: a test binary built with -race would otherwise run
+// FerretDB and SQLite under the detector too, which is most of that
+// step's CPU and tests none of lockgate's code (the proxy and its
+// upstream talk over TCP either way, as in production).
+const ChildEnv = "LOCKGATE_TEST_FERRETDB"
+
+// Start starts FerretDB and returns once it accepts connections: in a
+// child process when ChildEnv names its binary and opts.Logger is nil,
+// in the current process otherwise.
 func Start(opts Options) (*Server, error) {
+	if bin := os.Getenv(ChildEnv); bin != "" && opts.Logger == nil {
+		return startChild(bin, opts)
+	}
+	return StartInProcess(opts)
+}
+
+// StartInProcess starts FerretDB in the current process and returns once
+// it accepts connections.
+func StartInProcess(opts Options) (*Server, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:0"
 	}
@@ -66,17 +92,7 @@ func Start(opts Options) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Server{dir: opts.Dir}
-	if s.dir == "" {
-		d, err := os.MkdirTemp("", "lockgate-ferretdb-")
-		if err != nil {
-			return nil, err
-		}
-		s.dir, s.tempDir = d, true
-	} else if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return nil, err
-	}
-	abs, err := filepath.Abs(s.dir)
+	s, abs, err := newServer(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +136,84 @@ func Start(opts Options) (*Server, error) {
 	}
 }
 
+// newServer makes the Server's data directory: opts.Dir, or a temporary
+// one that Close removes. abs is its absolute path.
+func newServer(opts Options) (s *Server, abs string, err error) {
+	s = &Server{dir: opts.Dir}
+	if s.dir == "" {
+		d, err := os.MkdirTemp("", "lockgate-ferretdb-")
+		if err != nil {
+			return nil, "", err
+		}
+		s.dir, s.tempDir = d, true
+	} else if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	abs, err = filepath.Abs(s.dir)
+	if err != nil {
+		s.cleanup()
+		return nil, "", err
+	}
+	return s, abs, nil
+}
+
+// startChild runs bin (testserver/ferretdb) on the Server's directory and
+// returns once it printed its connection string. The child stops when its
+// stdin closes: at Close, or when this process ends in any way.
+func startChild(bin string, opts Options) (*Server, error) {
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	s, abs, err := newServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-addr", opts.Addr, "-dir", abs)
+	// The child runs FerretDB in itself (StartInProcess); without ChildEnv
+	// in its environment, nothing it might start would spawn another.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, ChildEnv+"=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		s.cleanup()
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		s.cleanup()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		s.cleanup()
+		return nil, fmt.Errorf("embedded upstream %s: %w", bin, err)
+	}
+	s.stdin = stdin
+	s.done = make(chan error, 1)
+	line, readErr := bufio.NewReader(stdout).ReadString('\n')
+	uri, ok := strings.CutPrefix(strings.TrimSpace(line), "uri ")
+	if readErr != nil || !ok {
+		stdin.Close()
+		err := cmd.Wait()
+		s.cleanup()
+		return nil, fmt.Errorf("embedded upstream %s did not start (%v, %v, %q)", bin, readErr, err, line)
+	}
+	pu, err := url.Parse(uri)
+	if err != nil {
+		stdin.Close()
+		_ = cmd.Wait()
+		s.cleanup()
+		return nil, fmt.Errorf("embedded upstream %s: connection string %q: %w", bin, uri, err)
+	}
+	s.uri, s.addr = uri, pu.Host
+	go func() { s.done <- cmd.Wait() }()
+	s.kill = func() { _ = cmd.Process.Kill() }
+	return s, nil
+}
+
 // URI is the upstream's connection string.
 func (s *Server) URI() string { return s.uri }
 
@@ -131,10 +225,18 @@ func (s *Server) Dir() string { return s.dir }
 
 // Close stops FerretDB, waits for it, and removes a temporary data directory.
 func (s *Server) Close() error {
-	s.cancel()
+	if s.stdin != nil {
+		s.stdin.Close()
+	} else {
+		s.cancel()
+	}
 	select {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
+		if s.kill != nil {
+			s.kill()
+			<-s.done
+		}
 	}
 	s.cleanup()
 	return nil
