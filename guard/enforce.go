@@ -73,18 +73,18 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if rules == nil {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	v.checked = v.checkedBuf[:0]
+	v.Checked = v.CheckedBuf[:0]
 	switch {
 	case off == 0:
-		v.writes, v.rules = writes, rules
+		v.Writes, v.Rules = writes, rules
 	case off < len(writes):
 		for i, w := range writes {
 			if rules[i].Mode != policy.Off {
-				v.writes, v.rules = append(v.writes, w), append(v.rules, rules[i])
+				v.Writes, v.Rules = append(v.Writes, w), append(v.Rules, rules[i])
 			}
 		}
 	}
-	if len(v.writes) == 0 {
+	if len(v.Writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
 	// Where the database requires authentication, a connection that has
@@ -93,9 +93,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	// depends on one: an insert of a locked _id would otherwise be refused
 	// here and one of a free _id by the database, telling which is locked.
 	if g.authority.Required() && req.Client.User() == "" {
-		for i, w := range v.writes {
-			if v.rules[i].Mode == policy.Enforce {
-				v.add(v.rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
+		for i, w := range v.Writes {
+			if v.Rules[i].Mode == policy.Enforce {
+				v.Add(v.Rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
 				return g.decide(req, pol, v, start)
 			}
 		}
@@ -116,7 +116,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		switch w.Kind {
 		case policy.KindCollectionWrite:
 			if !r.AllowCollectionWrites {
-				v.add(*r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
+				v.Add(*r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 		case policy.KindInsert:
 			v.fenceWrite(r, w, nil)
@@ -127,7 +127,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				id, found, certain := policy.InsertID(w)
 				switch {
 				case !certain:
-					v.add(*r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
+					v.Add(*r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
 				case found:
 					// A value that cannot be an _id names no lock, and
 					// the database refuses the insert itself.
@@ -142,7 +142,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 			}
 		default:
 			if !hasSession && !r.Implicit() {
-				v.add(*r, w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				v.Add(*r, w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 				continue
 			}
 			if w.Upsert && g.cappedInsertRefused(ctx, v, *r, w) {
@@ -166,7 +166,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	// they match is the expensive part, and pointless once anything in the
 	// command is refused.
 	if len(deferred) > 0 {
-		if v.enforcedViolation() {
+		if v.EnforcedViolation() {
 			g.targeting.Skipped(len(deferred))
 		} else {
 			var resolved needs
@@ -183,19 +183,19 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if v.implicit != nil {
 		// Taking implicit locks can wait for them: their lease left is
 		// counted from after the wait (flightLocks reads the clock).
-		v.now = time.Time{}
+		v.Now = time.Time{}
 	}
 	inserts = g.takeImplicit(ctx, v, o, inserts)
 	for _, n := range inserts {
 		g.checkInsertable(ctx, v, *n.r, o, n.ns, n.ids)
 	}
-	if !v.enforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
+	if !v.EnforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
 		g.fenceInserts(ctx, v, o, hasSession)
 	}
 	if hasSession {
-		v.inTxn = txn.In(req.Command)
+		v.InTxn = txn.In(req.Command)
 	}
-	if v.inTxn && !v.enforcedViolation() {
+	if v.InTxn && !v.EnforcedViolation() {
 		g.recordTxn(ctx, req, v, o, inserts)
 	}
 	g.settleResolutions(v)
@@ -212,7 +212,7 @@ func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Ru
 	if reason == "" {
 		return false
 	}
-	v.add(r, w, reason, nil, detail)
+	v.Add(r, w, reason, nil, detail)
 	return true
 }
 
@@ -220,7 +220,7 @@ func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Ru
 // namespaces already refused.
 func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, need needs) {
 	for i := range need {
-		if n := &need[i]; len(n.ids) > 0 && !v.blocked(n.ns) {
+		if n := &need[i]; len(n.ids) > 0 && !v.Blocked(n.ns) {
 			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
 		}
 	}
@@ -231,27 +231,27 @@ func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, n
 // a resolved statement, the resolution's time, the violation that stops
 // the write. later: w must be resolved, and resolve was false.
 func (g *Guard) targets(ctx context.Context, v *verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
-	x := g.targeting.Of(ctx, v.req, r, w, resolve, len(v.violations) > 0 && v.blocked(w.NS.String()), v.pinBuf[:0])
+	x := g.targeting.Of(ctx, v.Req, r, w, resolve, len(v.Violations) > 0 && v.Blocked(w.NS.String()), v.PinBuf[:0])
 	if x.Pinned != nil {
-		if v.named == nil {
-			v.named = slices.Clip(x.Pinned) // shared until appended to
+		if v.Named == nil {
+			v.Named = slices.Clip(x.Pinned) // shared until appended to
 		} else {
-			v.named = append(v.named, x.Pinned...)
+			v.Named = append(v.Named, x.Pinned...)
 		}
 	}
 	if x.HasUpserted {
-		v.named = append(v.named, x.Upserted)
+		v.Named = append(v.Named, x.Upserted)
 	}
 	if x.Resolved {
-		v.now = time.Time{} // read again after the resolution (flightLocks)
-		v.resolveSpent += x.Spent
+		v.Now = time.Time{} // read again after the resolution (flightLocks)
+		v.ResolveSpent += x.Spent
 	}
 	if x.Pins {
-		v.pins = append(v.pins, x.Pin)
+		v.Pins = append(v.Pins, x.Pin)
 	}
 	if x.Reason != "" {
-		v.add(*r, w, x.Reason, nil, x.Detail)
-		v.violations[len(v.violations)-1].advice = x.Advice
+		v.Add(*r, w, x.Reason, nil, x.Detail)
+		v.Violations[len(v.Violations)-1].Advice = x.Advice
 	}
 	return x.IDs, x.OK, x.Later
 }
@@ -274,13 +274,13 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r *policy.Rule, o loc
 	}
 	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
 	if err != nil {
-		w := firstWrite(v.writes, ns)
-		v.violations = append(v.violations, violation{rule: *r, write: w, reason: refuse.ReasonUnavailable,
-			detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
+		w := v.FirstWrite(ns)
+		v.Violations = append(v.Violations, enforce.Violation{Rule: *r, Write: w, Reason: refuse.ReasonUnavailable,
+			Detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
 		return
 	}
 	if ok {
-		v.check(ns, ids)
+		v.Check(ns, ids)
 		return
 	}
 	if v.deferToImplicit(r, ns, ids, missing) {
@@ -295,13 +295,13 @@ func (g *Guard) checkHeld(ctx context.Context, v *verdict, r *policy.Rule, o loc
 func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids, missing []docid.ID) {
 	var shown []docid.ID
 	for _, id := range missing {
-		if v.isNamed(id) {
+		if v.IsNamed(id) {
 			shown = append(shown, id)
 		}
 	}
-	disclose := len(shown) > 0 && g.authority.MayDisclose(ctx, v.req, ns)
-	x := g.locks.Missing(ctx, o, r, firstWrite(v.writes, ns), shown, len(missing)-len(shown), disclose)
-	v.violations = append(v.violations, violationOfPublic(x))
+	disclose := len(shown) > 0 && g.authority.MayDisclose(ctx, v.Req, ns)
+	x := g.locks.Missing(ctx, o, r, v.FirstWrite(ns), shown, len(missing)-len(shown), disclose)
+	v.Violations = append(v.Violations, x)
 }
 
 // confirmedStatus is enforce.Locks.ConfirmedStatus, for the units given it.
@@ -312,14 +312,14 @@ func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns strin
 // checkInsertable refuses inserts of _ids another session has locked
 // (enforce.Locks.Insertable).
 func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
-	x, checked := g.locks.Insertable(ctx, o, &r, firstWrite(v.writes, ns), ids)
+	x, checked := g.locks.Insertable(ctx, o, &r, v.FirstWrite(ns), ids)
 	if !checked {
 		g.metrics.insertChecks.WithLabelValues("skipped").Inc()
 		return
 	}
 	g.metrics.insertChecks.WithLabelValues("checked").Inc()
 	if x != nil {
-		v.violations = append(v.violations, violationOfPublic(*x))
+		v.Violations = append(v.Violations, *x)
 	}
 }
 
@@ -339,19 +339,13 @@ func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error
 	}
 	v := &verdict{}
 	w := policy.Write{NS: namespace.Of(ns)}
-	v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
+	v.Add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
 	return g.decide(req, pol, v, start)
 }
 
 // decide turns a verdict into the proxy's action, and logs and counts it.
 func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start time.Time) proxy.Decision {
-	var enforced *violation
-	for i := range v.violations {
-		if v.violations[i].rule.Mode == policy.Enforce {
-			enforced = &v.violations[i]
-			break
-		}
-	}
+	enforced := v.Enforced()
 	// The clock is read on its monotonic side alone (one read, not two):
 	// the decision's end is its start plus what it took.
 	took := time.Since(start)
@@ -366,9 +360,9 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 	}
 	if v.fence != nil {
 		d, fences := g.fenceDecision(req, v)
-		return g.launchDecision(req, pol, v, d, policy.Edit{Pins: v.pins, Fences: fences}, now)
+		return g.launchDecision(req, pol, v, d, policy.Edit{Pins: v.Pins, Fences: fences}, now)
 	}
-	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward}, policy.Edit{Pins: v.pins}, now)
+	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward}, policy.Edit{Pins: v.Pins}, now)
 }
 
 // shownTo is x as req's caller may see it: a violation that names another
@@ -380,21 +374,21 @@ func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start
 // context of its own (the locking schemes decide too), so the question,
 // when the connection's verdict is not yet known, is bounded by
 // OrderTimeout; the connection's end cancels it as well (Request.Ask).
-func (g *Guard) shownTo(req *proxy.Request, x violation) violation {
-	if x.holder == nil || !g.authority.Required() {
+func (g *Guard) shownTo(req *proxy.Request, x enforce.Violation) enforce.Violation {
+	if x.Holder == nil || !g.authority.Required() {
 		return x
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.OrderTimeout)
 	defer cancel()
-	if g.authority.MayDisclose(ctx, req, x.write.NS.String()) {
+	if g.authority.MayDisclose(ctx, req, x.Write.NS.String()) {
 		return x
 	}
-	return violationOfPublic(enforce.Undisclosed(x.public()))
+	return enforce.Undisclosed(x)
 }
 
 // refusal renders an enforced violation as the command's error
 // (enforce.Refusal).
-func refusal(req *proxy.Request, x violation) *refuse.Error { return enforce.Refusal(req, x.public()) }
+func refusal(req *proxy.Request, x enforce.Violation) *refuse.Error { return enforce.Refusal(req, x) }
 
 // writeOwner is the lock owner a write acts as: its session, and the
 // binding it names, if any, in its comment: "lockgate:<bind>" (a string,
@@ -407,10 +401,10 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 	if !ok {
 		return lockstore.Owner{}, false
 	}
-	v.lsid = session // for the audit line
+	v.LSID = session // for the audit line
 	bind := enforce.Binding(req.Command)
 	o, flights := g.ownerAndFlights(req, session, bind)
-	v.flights = flights
+	v.Flights = flights
 	return o, true
 }
 

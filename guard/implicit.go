@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
@@ -145,7 +146,7 @@ func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owne
 	u := p.unchecked
 	p.unchecked, p.noGuess = nil, true
 	for _, n := range u {
-		if !v.blocked(n.ns) {
+		if !v.Blocked(n.ns) {
 			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
 		}
 	}
@@ -154,9 +155,9 @@ func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owne
 // implicitAsToday reports whether the writes left to implicit locks are
 // refused as today whatever the lock store says (takeImplicit's reasons).
 func implicitAsToday(v *verdict) bool {
-	return v.enforcedViolation() || len(v.checked) > 0 || v.flight != nil ||
-		(v.req.Command != nil && txn.In(v.req.Command)) ||
-		v.req.Command == nil || v.req.Command.MoreToCome
+	return v.EnforcedViolation() || len(v.Checked) > 0 || v.flight != nil ||
+		(v.Req.Command != nil && txn.In(v.Req.Command)) ||
+		v.Req.Command == nil || v.Req.Command.MoreToCome
 }
 
 // takeImplicit decides the writes left to implicit locks, after every
@@ -172,7 +173,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	}
 	asToday := func() needs {
 		for _, n := range p.needs {
-			if !v.blocked(n.ns) {
+			if !v.Blocked(n.ns) {
 				g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
 			}
 		}
@@ -183,17 +184,17 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		return inserts
 	}
 	switch {
-	case v.enforcedViolation():
+	case v.EnforcedViolation():
 		return asToday()
-	case len(v.checked) > 0 || v.flight != nil:
+	case len(v.Checked) > 0 || v.flight != nil:
 		// The session holds the locks of another statement: a lock-aware
 		// writer, whose missing locks are its own mistake to be told of.
 		return asToday()
-	case v.req.Command != nil && txn.In(v.req.Command):
+	case v.Req.Command != nil && txn.In(v.Req.Command):
 		// A transaction's statements are answered long before it commits:
 		// locks released at their answer would not cover the commit.
 		return asToday()
-	case v.req.Command == nil || v.req.Command.MoreToCome:
+	case v.Req.Command == nil || v.Req.Command.MoreToCome:
 		// No answer will say when it landed (w: 0, legacy opcodes): its
 		// locks would have to stay for all of its maxTimeMS, and block
 		// everyone else's work on those documents for that long.
@@ -225,7 +226,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			wait = max(wait, n.r.UnlockedWait)
 		}
 	}
-	p.owner = g.implicitOwner(v.req, o)
+	p.owner = g.implicitOwner(v.Req, o)
 	start := time.Now()
 	deadline := start.Add(wait)
 	// Every namespace's locks are taken before any is recorded for the
@@ -311,9 +312,9 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		p.taken.Add(n.ns, ids)
 		if !g.flights.Took(&p.pending, p.owner, n.ns, ids, taking) {
 			g.releaseImplicit(p)
-			v.violations = append(v.violations, violation{rule: *n.r, write: firstWrite(v.writes, n.ns), reason: reasonNotLocked,
-				detail: "this session holds no lock, and an operator force-released the lock on a document of this write while lockgate was taking it for the write, so the write is refused",
-				advice: "nothing was written: retry"})
+			v.Violations = append(v.Violations, enforce.Violation{Rule: *n.r, Write: v.FirstWrite(n.ns), Reason: reasonNotLocked,
+				Detail: "this session holds no lock, and an operator force-released the lock on a document of this write while lockgate was taking it for the write, so the write is refused",
+				Advice: "nothing was written: retry"})
 			g.metrics.implicit(p.mode, "error", time.Since(start))
 			return inserts
 		}
@@ -333,13 +334,13 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			ids[i] = l.ID
 		}
 		v.flightLocks(p.owner, n.r, n.ns, ids, leaseLeft)
-		v.check(n.ns, ids)
+		v.Check(n.ns, ids)
 		if fenced(*n.r) {
 			if err := g.fenceImplicit(ctx, v, n, locks); err != nil {
 				g.releaseImplicit(p)
-				w := firstWrite(v.writes, n.ns)
-				v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: reasonFenceStamp,
-					detail: fmt.Sprintf("the fencing token of its implicit lock could not be stamped into the documents (%v)", err)})
+				w := v.FirstWrite(n.ns)
+				v.Violations = append(v.Violations, enforce.Violation{Rule: *n.r, Write: w, Reason: reasonFenceStamp,
+					Detail: fmt.Sprintf("the fencing token of its implicit lock could not be stamped into the documents (%v)", err)})
 				return inserts
 			}
 		}
@@ -415,11 +416,11 @@ func (g *Guard) implicitOwner(req *proxy.Request, o lockstore.Owner) lockstore.O
 // lock store's failure. Only an _id the request named is shown, with its
 // holder; of a document found by resolving a filter, neither.
 func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o lockstore.Owner, err error) {
-	w := firstWrite(v.writes, n.ns)
+	w := v.FirstWrite(n.ns)
 	var he *lockstore.HeldError
 	if !errors.As(err, &he) {
-		v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: refuse.ReasonUnavailable,
-			detail: fmt.Sprintf("the lock store could not take the implicit locks of this session's write, which holds none (%v), so the write is refused (fail closed)", err)})
+		v.Violations = append(v.Violations, enforce.Violation{Rule: *n.r, Write: w, Reason: refuse.ReasonUnavailable,
+			Detail: fmt.Sprintf("the lock store could not take the implicit locks of this session's write, which holds none (%v), so the write is refused (fail closed)", err)})
 		return
 	}
 	if len(o.Session) > 0 && he.Holder.SessionPrefix == lockstore.SessionPrefix(o.Session) {
@@ -428,25 +429,25 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o loc
 		g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
 		return
 	}
-	x := violation{rule: *n.r, write: w, reason: reasonHeldByOther}
+	x := enforce.Violation{Rule: *n.r, Write: w, Reason: reasonHeldByOther}
 	what := "a document its filter matches"
-	if v.isNamed(he.ID) {
-		x.ids, x.holder = []docid.ID{he.ID}, &he.Holder
+	if v.IsNamed(he.ID) {
+		x.IDs, x.Holder = []docid.ID{he.ID}, &he.Holder
 		what = "_id " + he.ID.String()
 	}
 	holder := ""
-	if x.holder != nil {
+	if x.Holder != nil {
 		holder = " (" + refuse.DescribeHolder(he.Holder) + ")"
 	}
 	if he.Timeout {
-		x.reason, x.code = reasonImplicitTimeout, mongoerr.LockTimeout
-		x.detail = fmt.Sprintf("this session holds no lock, and %s was still locked by another session%s after %s (unlockedWaitMS)", what, holder, lockstore.FormatMS(n.r.UnlockedWait))
-		x.advice = "nothing was written: retry later"
+		x.Reason, x.Code = reasonImplicitTimeout, mongoerr.LockTimeout
+		x.Detail = fmt.Sprintf("this session holds no lock, and %s was still locked by another session%s after %s (unlockedWaitMS)", what, holder, lockstore.FormatMS(n.r.UnlockedWait))
+		x.Advice = "nothing was written: retry later"
 	} else {
-		x.detail = fmt.Sprintf("this session holds no lock, and %s is locked by another session%s (unlockedWriters: refuseIfLocked)", what, holder)
-		x.advice = "nothing was written: retry once the holder has released it"
+		x.Detail = fmt.Sprintf("this session holds no lock, and %s is locked by another session%s (unlockedWriters: refuseIfLocked)", what, holder)
+		x.Advice = "nothing was written: retry once the holder has released it"
 	}
-	v.violations = append(v.violations, x)
+	v.Violations = append(v.Violations, x)
 }
 
 // fenceImplicit stamps the tokens of a write's implicit locks into the

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
@@ -58,15 +59,15 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 		}
 	}
 	if x := g.txns.Record(ctx, req, o.Session, rec); x != nil {
-		v.violations = append(v.violations, violation{rule: g.ruleOf(v, x.NS), write: firstWrite(v.writes, x.NS), reason: x.Reason, detail: x.Detail, advice: x.Advice})
+		v.Violations = append(v.Violations, enforce.Violation{Rule: g.ruleOf(v, x.NS), Write: v.FirstWrite(x.NS), Reason: x.Reason, Detail: x.Detail, Advice: x.Advice})
 	}
 }
 
 // ruleOf is the rule enforce applied to ns in v.
 func (g *Guard) ruleOf(v *verdict, ns string) policy.Rule {
-	for i, w := range v.writes {
-		if w.NS.String() == ns && i < len(v.rules) {
-			return v.rules[i]
+	for i, w := range v.Writes {
+		if w.NS.String() == ns && i < len(v.Rules) {
+			return v.Rules[i]
 		}
 	}
 	return policy.Rule{}
