@@ -96,7 +96,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		for i, w := range v.Writes {
 			if v.Rules[i].Mode == policy.Enforce {
 				v.Add(v.Rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
-				return g.decide(req, pol, v, start)
+				return g.decider.Decide(req, pol, v, &v.Verdict, start)
 			}
 		}
 	}
@@ -200,9 +200,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	}
 	g.settleResolutions(v)
 	if v.implicit != nil {
-		return g.settleImplicit(v, g.decide(req, pol, v, start))
+		return g.settleImplicit(v, g.decider.Decide(req, pol, v, &v.Verdict, start))
 	}
-	return g.decide(req, pol, v, start)
+	return g.decider.Decide(req, pol, v, &v.Verdict, start)
 }
 
 // cappedInsertRefused records a violation for an insert, or an upsert that
@@ -340,24 +340,12 @@ func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error
 	v := &verdict{}
 	w := policy.Write{NS: namespace.Of(ns)}
 	v.Add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
-	return g.decide(req, pol, v, start)
+	return g.decider.Decide(req, pol, v, &v.Verdict, start)
 }
 
-// decide turns a verdict into the proxy's action, and logs and counts it.
-func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start time.Time) proxy.Decision {
-	enforced := v.Enforced()
-	// The clock is read on its monotonic side alone (one read, not two):
-	// the decision's end is its start plus what it took.
-	took := time.Since(start)
-	if x := g.recordAt(req, pol, v, enforced, took, start.Add(took)); x != nil && enforced == nil {
-		enforced = x // its audit record could not be made durable
-	}
-	// The lease left is measured after the line: its sink can block (a
-	// full pipe), and a required audit record is waited for.
-	now := start.Add(time.Since(start))
-	if enforced != nil {
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).Document()}
-	}
+// allowed is an allowed write's decision (enforce.Decider.Launch): its
+// pins and fences, and its flight.
+func (g *Guard) allowed(req *proxy.Request, pol *policy.Policy, v *verdict, now time.Time) proxy.Decision {
 	if v.fence != nil {
 		d, fences := g.fenceDecision(req, v)
 		return g.launchDecision(req, pol, v, d, policy.Edit{Pins: v.Pins, Fences: fences}, now)

@@ -173,6 +173,9 @@ type Guard struct {
 	// finds the documents of a write (package enforce).
 	locks     *enforce.Locks
 	targeting *enforce.Targets
+	// decider turns a verdict into the proxy's action (package enforce),
+	// with the audit record, the refusal's disclosure and the launch.
+	decider *enforce.Decider[*verdict]
 	// authority answers what a caller may do (package authority).
 	authority *authority.Authority
 
@@ -263,6 +266,7 @@ func New(opts Options) *Guard {
 		Resolves: g.metrics.resolves, Seconds: g.metrics.resolveSeconds})
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.txns = g.newTxnCheck()
+	g.decider = &enforce.Decider[*verdict]{Record: g.recordAt, Shown: g.shownTo, Launch: g.allowed}
 	g.schemes = g.newSchemes()
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
