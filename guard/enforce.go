@@ -106,8 +106,8 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 
 	o, hasSession := g.writeOwner(req, v)
 	var deferred []int // writes whose documents must be resolved first
-	need := needs(v.needBuf[:0])
-	var inserts needs
+	need := enforce.Needs(v.needBuf[:0])
+	var inserts enforce.Needs
 	for i, w := range writes {
 		r := &rules[i] // by pointer: a rule is too large to copy on every call
 		if r.Mode == policy.Off {
@@ -133,9 +133,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 					// the database refuses the insert itself.
 					if did, err := idCopy(id); err == nil {
 						if r.Implicit() {
-							v.implicitPlan().inserts.add(w.NS.String(), r, did)
+							v.implicitPlan().inserts.Add(w.NS.String(), r, did)
 						} else {
-							inserts.add(w.NS.String(), r, did)
+							inserts.Add(w.NS.String(), r, did)
 						}
 					}
 				}
@@ -157,10 +157,10 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 				continue
 			}
 			v.fenceWrite(r, w, ids)
-			need.add(w.NS.String(), r, ids...)
+			need.Add(w.NS.String(), r, ids...)
 		}
 	}
-	g.checkNeeds(ctx, v, o, need)
+	g.checker.Needs(ctx, v, &v.Verdict, o, need)
 	// Statements whose filter names no _id are resolved last, and only
 	// while the command can still be allowed: a query for the documents
 	// they match is the expensive part, and pointless once anything in the
@@ -169,15 +169,15 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		if v.EnforcedViolation() {
 			g.targeting.Skipped(len(deferred))
 		} else {
-			var resolved needs
+			var resolved enforce.Needs
 			for _, i := range deferred {
 				ids, ok, _ := g.targets(ctx, v, &rules[i], writes[i], true)
 				if ok {
 					v.fenceWrite(&rules[i], writes[i], ids)
-					resolved.add(writes[i].NS.String(), &rules[i], ids...)
+					resolved.Add(writes[i].NS.String(), &rules[i], ids...)
 				}
 			}
-			g.checkNeeds(ctx, v, o, resolved)
+			g.checker.Needs(ctx, v, &v.Verdict, o, resolved)
 		}
 	}
 	if v.implicit != nil {
@@ -187,7 +187,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	}
 	inserts = g.takeImplicit(ctx, v, o, inserts)
 	for _, n := range inserts {
-		g.checkInsertable(ctx, v, *n.r, o, n.ns, n.ids)
+		g.checkInsertable(ctx, v, *n.Rule, o, n.NS, n.IDs)
 	}
 	if !v.EnforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
 		g.fenceInserts(ctx, v, o, hasSession)
@@ -214,16 +214,6 @@ func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Ru
 	}
 	v.Add(r, w, reason, nil, detail)
 	return true
-}
-
-// checkNeeds checks the locks each namespace's writes need, skipping
-// namespaces already refused.
-func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, need needs) {
-	for i := range need {
-		if n := &need[i]; len(n.ids) > 0 && !v.Blocked(n.ns) {
-			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
-		}
-	}
 }
 
 // targets returns the ids whose locks write w needs (enforce.Targets.Of)
@@ -259,49 +249,6 @@ func (g *Guard) targets(ctx context.Context, v *verdict, r *policy.Rule, w polic
 // exactStrings is enforce.Targets.ExactStrings, for the units given it.
 func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
 	return g.targeting.ExactStrings(ctx, w)
-}
-
-// checkHeld verifies that o holds every id in ns with the rule's margin.
-func (g *Guard) checkHeld(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
-	if len(o.Session) == 0 {
-		// No session: it holds nothing (only rules with implicit locks
-		// get here without one).
-		v.deferToImplicit(r, ns, ids, ids)
-		return
-	}
-	if g.skipHeldCheck(v, r, o, ns, ids) {
-		return
-	}
-	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
-	if err != nil {
-		w := v.FirstWrite(ns)
-		v.Violations = append(v.Violations, enforce.Violation{Rule: *r, Write: w, Reason: refuse.ReasonUnavailable,
-			Detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
-		return
-	}
-	if ok {
-		v.Check(ns, ids)
-		return
-	}
-	if v.deferToImplicit(r, ns, ids, missing) {
-		return
-	}
-	g.refuseMissing(ctx, v, r, o, ns, ids, missing)
-}
-
-// refuseMissing refuses a write of ns whose session does not hold the
-// locks on missing (enforce.Locks.Missing), showing only the ids the
-// request named.
-func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids, missing []docid.ID) {
-	var shown []docid.ID
-	for _, id := range missing {
-		if v.IsNamed(id) {
-			shown = append(shown, id)
-		}
-	}
-	disclose := len(shown) > 0 && g.authority.MayDisclose(ctx, v.Req, ns)
-	x := g.locks.Missing(ctx, o, r, v.FirstWrite(ns), shown, len(missing)-len(shown), disclose)
-	v.Violations = append(v.Violations, x)
 }
 
 // confirmedStatus is enforce.Locks.ConfirmedStatus, for the units given it.
@@ -357,7 +304,7 @@ func (g *Guard) allowed(req *proxy.Request, pol *policy.Policy, v *verdict, now 
 // holder (a lock held by another session, a locked insert, a scheme lock
 // taken by someone else) loses the holder, in the detail document and in
 // the message, unless the caller may read the namespace (authority.MayDisclose).
-// checkHeld already leaves the holder out where it must; this is the one
+// enforce.Checker already leaves the holder out where it must; this is the one
 // gate every refusal passes, whichever check made it. The decision has no
 // context of its own (the locking schemes decide too), so the question,
 // when the connection's verdict is not yet known, is bounded by

@@ -176,6 +176,9 @@ type Guard struct {
 	// decider turns a verdict into the proxy's action (package enforce),
 	// with the audit record, the refusal's disclosure and the launch.
 	decider *enforce.Decider[*verdict]
+	// checker checks the locks a write needs (package enforce), with the
+	// implicit locks, the flight and the fence's share of the check.
+	checker *enforce.Checker[*verdict]
 	// authority answers what a caller may do (package authority).
 	authority *authority.Authority
 
@@ -266,6 +269,8 @@ func New(opts Options) *Guard {
 		Resolves: g.metrics.resolves, Seconds: g.metrics.resolveSeconds})
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.txns = g.newTxnCheck()
+	g.checker = &enforce.Checker[*verdict]{Locks: g.locks, Skip: g.skipHeldCheck, Defer: (*verdict).deferToImplicit,
+		Held: g.holds, MayDisclose: g.authority.MayDisclose}
 	g.decider = &enforce.Decider[*verdict]{Record: g.recordAt, Shown: g.shownTo, Launch: g.allowed}
 	g.schemes = g.newSchemes()
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }

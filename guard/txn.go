@@ -44,7 +44,7 @@ func (g *Guard) newTxnCheck() *txn.Check {
 // far will need: the locks of its enforced writes, and the _ids it inserts
 // where inserts require them unlocked. It runs before the statement is
 // forwarded; a statement whose needs cannot be stored is refused.
-func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o lockstore.Owner, inserts needs) {
+func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o lockstore.Owner, inserts enforce.Needs) {
 	var rec []lockstore.TxnNeed
 	if f := v.flight; f != nil {
 		for _, l := range f.Locks {
@@ -54,8 +54,8 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 		}
 	}
 	for _, n := range inserts {
-		if n.r.Mode == policy.Enforce && len(n.ids) > 0 {
-			rec = append(rec, lockstore.TxnNeed{NS: n.ns, Bind: o.Bind, Unlocked: n.ids})
+		if n.Rule.Mode == policy.Enforce && len(n.IDs) > 0 {
+			rec = append(rec, lockstore.TxnNeed{NS: n.NS, Bind: o.Bind, Unlocked: n.IDs})
 		}
 	}
 	if x := g.txns.Record(ctx, req, o.Session, rec); x != nil {

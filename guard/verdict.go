@@ -1,11 +1,7 @@
 package guard
 
 import (
-	"slices"
-
-	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/enforce"
-	"github.com/lockgate/lockgate/policy"
 )
 
 // The verdict: enforcement's (enforce.Verdict), which the audit line, the
@@ -49,29 +45,5 @@ type verdict struct {
 	// Room for the usual write's flight and lock needs (see
 	// enforce.Verdict's buffers).
 	flightBuf flightPlan
-	needBuf   [1]nsNeed
-}
-
-// needs are the locks a command's writes need, by namespace in the order
-// first written: a slice, as a command writes one namespace or very few.
-type needs []nsNeed
-
-type nsNeed struct {
-	ns string
-	// r is the rule of the namespace's last write: a pointer into the
-	// verdict's rules, which outlive every need (a rule is too large to
-	// copy on every call).
-	r   *policy.Rule
-	ids []docid.ID
-}
-
-func (n *needs) add(ns string, r *policy.Rule, ids ...docid.ID) {
-	for i := range *n {
-		if (*n)[i].ns == ns {
-			(*n)[i].r = r
-			(*n)[i].ids = append((*n)[i].ids, ids...)
-			return
-		}
-	}
-	*n = append(*n, nsNeed{ns: ns, r: r, ids: slices.Clip(ids)})
+	needBuf   [1]enforce.Need
 }
