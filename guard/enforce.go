@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -41,145 +40,28 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if len(writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	// The rule of each write, looked up once for the decision and the
-	// audit line; nothing is allocated for a command that writes only
-	// where nothing is protected.
-	var rules []policy.Rule
-	var v *verdict
-	off := 0
-	for i, w := range writes {
-		// The connection's own copy of the rule, shared, not copied
-		// (ruleRef): the usual write of one namespace points at it.
-		rr := g.ruleRef(pol, req, w.NS.String())
-		if rr[0].Mode == policy.Off {
-			off++
-		}
-		if rules == nil {
-			if rr[0].Mode == policy.Off {
-				continue
-			}
-			v = newVerdict(req, start)
-			if len(writes) == 1 {
-				rules = rr
-				continue
-			}
-			rules = make([]policy.Rule, i, len(writes))
-			for j := range rules {
-				rules[j] = g.ruleRef(pol, req, writes[j].NS.String())[0]
-			}
-		}
-		rules = append(rules, rr[0])
-	}
-	if rules == nil {
-		return proxy.Decision{Action: proxy.Forward}
-	}
-	v.Checked = v.CheckedBuf[:0]
-	switch {
-	case off == 0:
-		v.Writes, v.Rules = writes, rules
-	case off < len(writes):
-		for i, w := range writes {
-			if rules[i].Mode != policy.Off {
-				v.Writes, v.Rules = append(v.Writes, w), append(v.Rules, rules[i])
-			}
-		}
-	}
-	if len(v.Writes) == 0 {
-		return proxy.Decision{Action: proxy.Forward}
-	}
-	// Where the database requires authentication, a connection that has
-	// not authenticated may write nothing and holds no lock. Its enforced
-	// writes are refused before any lock is looked at, so that no answer
-	// depends on one: an insert of a locked _id would otherwise be refused
-	// here and one of a free _id by the database, telling which is locked.
-	if g.authority.Required() && req.Client.User() == "" {
-		for i, w := range v.Writes {
-			if v.Rules[i].Mode == policy.Enforce {
-				v.Add(v.Rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
-				return g.decider.Decide(req, pol, v, &v.Verdict, start)
-			}
-		}
-	}
-	if d, ok := g.schemes.Enforce(ctx, req, pol, writes, rules, start); ok {
-		return d
-	}
+	return g.walk.Run(ctx, req, pol, writes, start)
+}
 
-	o, hasSession := g.writeOwner(req, v)
-	var deferred []int // writes whose documents must be resolved first
-	need := enforce.Needs(v.needBuf[:0])
-	var inserts enforce.Needs
-	for i, w := range writes {
-		r := &rules[i] // by pointer: a rule is too large to copy on every call
-		if r.Mode == policy.Off {
-			continue
-		}
-		switch w.Kind {
-		case policy.KindCollectionWrite:
-			if !r.AllowCollectionWrites {
-				v.Add(*r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
-			}
-		case policy.KindInsert:
-			v.fenceWrite(r, w, nil)
-			if g.cappedInsertRefused(ctx, v, *r, w) {
-				continue
-			}
-			if r.Inserts == policy.InsertsRequireUnlocked {
-				id, found, certain := policy.InsertID(w)
-				switch {
-				case !certain:
-					v.Add(*r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
-				case found:
-					// A value that cannot be an _id names no lock, and
-					// the database refuses the insert itself.
-					if did, err := idCopy(id); err == nil {
-						if r.Implicit() {
-							v.implicitPlan().inserts.Add(w.NS.String(), r, did)
-						} else {
-							inserts.Add(w.NS.String(), r, did)
-						}
-					}
-				}
-			}
-		default:
-			if !hasSession && !r.Implicit() {
-				v.Add(*r, w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
-				continue
-			}
-			if w.Upsert && g.cappedInsertRefused(ctx, v, *r, w) {
-				continue
-			}
-			ids, ok, later := g.targets(ctx, v, r, w, false)
-			if later {
-				deferred = append(deferred, i)
-				continue
-			}
-			if !ok {
-				continue
-			}
-			v.fenceWrite(r, w, ids)
-			need.Add(w.NS.String(), r, ids...)
-		}
-	}
-	g.checker.Needs(ctx, v, &v.Verdict, o, need)
-	// Statements whose filter names no _id are resolved last, and only
-	// while the command can still be allowed: a query for the documents
-	// they match is the expensive part, and pointless once anything in the
-	// command is refused.
-	if len(deferred) > 0 {
-		if v.EnforcedViolation() {
-			g.targeting.Skipped(len(deferred))
-		} else {
-			var resolved enforce.Needs
-			for _, i := range deferred {
-				ids, ok, _ := g.targets(ctx, v, &rules[i], writes[i], true)
-				if ok {
-					v.fenceWrite(&rules[i], writes[i], ids)
-					resolved.Add(writes[i].NS.String(), &rules[i], ids...)
-				}
-			}
-			g.checker.Needs(ctx, v, &v.Verdict, o, resolved)
-		}
-	}
+// newWalk builds enforcement's walk over a request's writes from the
+// guard's parts.
+func (g *Guard) newWalk() *enforce.Walk[*verdict] {
+	return &enforce.Walk[*verdict]{Targets: g.targeting, Checker: g.checker, AuthRequired: g.authority.Required,
+		Rules: g.ruleRef,
+		New: func(req *proxy.Request, start time.Time) (*verdict, *enforce.Verdict) {
+			v := newVerdict(req, start)
+			return v, &v.Verdict
+		},
+		Schemes: g.schemes.Enforce, Owner: g.writeOwner, Fence: (*verdict).fenceWrite,
+		ImplicitInsert: func(v *verdict, ns string, r *policy.Rule, id docid.ID) { v.implicitPlan().inserts.Add(ns, r, id) },
+		Finish:         g.finish, Decide: g.decide}
+}
+
+// finish decides a write whose locks enforcement checked
+// (enforce.Walk.Finish): the implicit locks are taken, the inserts
+// checked, the fence's inserts stamped and a transaction's statement
+// recorded before the decision.
+func (g *Guard) finish(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, o lockstore.Owner, hasSession bool, inserts enforce.Needs, start time.Time) proxy.Decision {
 	if v.implicit != nil {
 		// Taking implicit locks can wait for them: their lease left is
 		// counted from after the wait (flightLocks reads the clock).
@@ -200,50 +82,14 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	}
 	g.settleResolutions(v)
 	if v.implicit != nil {
-		return g.settleImplicit(v, g.decider.Decide(req, pol, v, &v.Verdict, start))
+		return g.settleImplicit(v, g.decide(req, pol, v, start))
 	}
+	return g.decide(req, pol, v, start)
+}
+
+// decide is enforce.Decider.Decide for the guard's verdict.
+func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start time.Time) proxy.Decision {
 	return g.decider.Decide(req, pol, v, &v.Verdict, start)
-}
-
-// cappedInsertRefused records a violation for an insert, or an upsert that
-// may insert, into a capped collection (enforce.Targets.Capped).
-func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Rule, w policy.Write) bool {
-	reason, detail := g.targeting.Capped(ctx, &r, w)
-	if reason == "" {
-		return false
-	}
-	v.Add(r, w, reason, nil, detail)
-	return true
-}
-
-// targets returns the ids whose locks write w needs (enforce.Targets.Of)
-// and records on v what it found: the ids the request names, the pin of
-// a resolved statement, the resolution's time, the violation that stops
-// the write. later: w must be resolved, and resolve was false.
-func (g *Guard) targets(ctx context.Context, v *verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
-	x := g.targeting.Of(ctx, v.Req, r, w, resolve, len(v.Violations) > 0 && v.Blocked(w.NS.String()), v.PinBuf[:0])
-	if x.Pinned != nil {
-		if v.Named == nil {
-			v.Named = slices.Clip(x.Pinned) // shared until appended to
-		} else {
-			v.Named = append(v.Named, x.Pinned...)
-		}
-	}
-	if x.HasUpserted {
-		v.Named = append(v.Named, x.Upserted)
-	}
-	if x.Resolved {
-		v.Now = time.Time{} // read again after the resolution (flightLocks)
-		v.ResolveSpent += x.Spent
-	}
-	if x.Pins {
-		v.Pins = append(v.Pins, x.Pin)
-	}
-	if x.Reason != "" {
-		v.Add(*r, w, x.Reason, nil, x.Detail)
-		v.Violations[len(v.Violations)-1].Advice = x.Advice
-	}
-	return x.IDs, x.OK, x.Later
 }
 
 // exactStrings is enforce.Targets.ExactStrings, for the units given it.
@@ -287,7 +133,7 @@ func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error
 	v := &verdict{}
 	w := policy.Write{NS: namespace.Of(ns)}
 	v.Add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
-	return g.decider.Decide(req, pol, v, &v.Verdict, start)
+	return g.decide(req, pol, v, start)
 }
 
 // allowed is an allowed write's decision (enforce.Decider.Launch): its

@@ -179,6 +179,9 @@ type Guard struct {
 	// checker checks the locks a write needs (package enforce), with the
 	// implicit locks, the flight and the fence's share of the check.
 	checker *enforce.Checker[*verdict]
+	// walk is enforcement's walk over a request's writes (package
+	// enforce), with what acts on an allowed write around it.
+	walk *enforce.Walk[*verdict]
 	// authority answers what a caller may do (package authority).
 	authority *authority.Authority
 
@@ -273,6 +276,7 @@ func New(opts Options) *Guard {
 		Held: g.holds, MayDisclose: g.authority.MayDisclose}
 	g.decider = &enforce.Decider[*verdict]{Record: g.recordAt, Shown: g.shownTo, Launch: g.allowed}
 	g.schemes = g.newSchemes()
+	g.walk = g.newWalk()
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
 	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)

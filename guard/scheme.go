@@ -25,8 +25,7 @@ const (
 func (g *Guard) newSchemes() *scheme.Schemes {
 	cfg := scheme.Config{Store: g.opts.Store, SessionKey: g.owners.session, Bind: g.owners.bind, Owner: g.owner,
 		Decide: func(req *proxy.Request, pol *policy.Policy, v *scheme.Verdict, start time.Time) proxy.Decision {
-			gv := verdictOf(v)
-			return g.decider.Decide(req, pol, gv, &gv.Verdict, start)
+			return g.decide(req, pol, verdictOf(v), start)
 		},
 		Record: func(req *proxy.Request, pol *policy.Policy, v *scheme.Verdict, x *scheme.Violation, took time.Duration) {
 			var enforced *enforce.Violation

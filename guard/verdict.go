@@ -42,8 +42,6 @@ type verdict struct {
 	// home is the connection the verdict came from (newVerdict), which
 	// its flight may give it back to.
 	home *connState
-	// Room for the usual write's flight and lock needs (see
-	// enforce.Verdict's buffers).
+	// Room for the usual write's flight (see enforce.Verdict's buffers).
 	flightBuf flightPlan
-	needBuf   [1]enforce.Need
 }

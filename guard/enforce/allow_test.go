@@ -25,26 +25,23 @@ type decision struct {
 	checked map[string][]docid.ID
 }
 
-// decideWrites runs the lock check and the decision over a write of
-// o's whose statements pin ids, one statement per element of stmts, as
-// the guard's walk hands them on: the record and the launch are fakes
-// that note what they were given.
+// decideWrites runs enforcement's walk, lock check and decision over an
+// update of o's with one statement per element of stmts, each pinning
+// its ids by _id, as the guard runs them: the rule, the owner, the
+// record and the launch are fakes, the last two noting what they were
+// given.
 func decideWrites(t *testing.T, s Store, o lockstore.Owner, stmts []stmt) (proxy.Decision, decision) {
 	t.Helper()
 	req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
-	v := &Verdict{Req: req, Now: time.Now()}
-	v.Checked = v.CheckedBuf[:0]
-	var need Needs
+	rules := map[string]policy.Rule{}
+	var writes []policy.Write
 	for _, st := range stmts {
-		v.Writes = append(v.Writes, policy.Write{NS: namespace.Of(st.ns), Kind: policy.KindUpdate, What: "update"})
-		v.Rules = append(v.Rules, policy.Rule{Mode: st.mode})
-	}
-	for i, st := range stmts {
-		v.Named = append(v.Named, st.ids...)
-		need.Add(st.ns, &v.Rules[i], st.ids...)
+		w := update(t, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: st.ids}}}})
+		w.NS = namespace.Of(st.ns)
+		writes = append(writes, w)
+		rules[st.ns] = policy.Rule{Mode: st.mode, MaxCandidates: 10}
 	}
 	var seen decision
-	c := &Checker[*Verdict]{Locks: NewLocks(s)}
 	d := &Decider[*Verdict]{
 		Record: func(_ *proxy.Request, _ *policy.Policy, v *Verdict, enforced *Violation, _ time.Duration, _ time.Time) *Violation {
 			seen.recorded, seen.enforced, seen.violations = true, enforced, v.Violations
@@ -59,18 +56,30 @@ func decideWrites(t *testing.T, s Store, o lockstore.Owner, stmts []stmt) (proxy
 			return proxy.Decision{Action: proxy.Forward}
 		},
 	}
-	ctx := context.Background()
-	c.Needs(ctx, v, v, o, need)
-	return d.Decide(req, &policy.Policy{}, v, v, time.Now()), seen
+	decide := func(req *proxy.Request, pol *policy.Policy, v *Verdict, start time.Time) proxy.Decision {
+		return d.Decide(req, pol, v, v, start)
+	}
+	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
+		Rules: func(_ *policy.Policy, _ *proxy.Request, ns string) []policy.Rule { return []policy.Rule{rules[ns]} },
+		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
+			v := &Verdict{Req: req, Now: start}
+			return v, v
+		},
+		Owner: func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return o, true },
+		Finish: func(_ context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, _ lockstore.Owner, _ bool, _ Needs, start time.Time) proxy.Decision {
+			return decide(req, pol, v, start)
+		},
+		Decide: decide}
+	return k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now()), seen
 }
 
 type stmt struct {
 	ns   string
 	mode policy.Mode
-	ids  []docid.ID
+	ids  bson.A // the _ids its filter pins
 }
 
-// TestAllow: enforcement's lock check and decision, on a lock store in
+// TestAllow: enforcement's walk, lock check and decision, on a lock store in
 // memory: a pinned write whose session holds the lock is launched and
 // its id recorded as checked; one whose session does not is refused
 // with LockBusy and never launched; under audit the same write is
@@ -86,7 +95,7 @@ func TestAllow(t *testing.T) {
 	acquire(t, s, a, invoices, seven)
 
 	t.Run("held", func(t *testing.T) {
-		d, seen := decideWrites(t, s, a, []stmt{{orders, policy.Enforce, []docid.ID{seven}}})
+		d, seen := decideWrites(t, s, a, []stmt{{orders, policy.Enforce, bson.A{7}}})
 		if d.Action != proxy.Forward || !seen.launched {
 			t.Fatalf("a write whose lock its session holds: action %v, launched %v; want forwarded and launched", d.Action, seen.launched)
 		}
@@ -99,7 +108,7 @@ func TestAllow(t *testing.T) {
 	})
 
 	t.Run("not held", func(t *testing.T) {
-		d, seen := decideWrites(t, s, a, []stmt{{orders, policy.Enforce, []docid.ID{eight}}})
+		d, seen := decideWrites(t, s, a, []stmt{{orders, policy.Enforce, bson.A{8}}})
 		if d.Action != proxy.Reply || seen.launched {
 			t.Fatalf("a write of a document another session locked: action %v, launched %v; want refused, not launched", d.Action, seen.launched)
 		}
@@ -112,7 +121,7 @@ func TestAllow(t *testing.T) {
 	})
 
 	t.Run("audit", func(t *testing.T) {
-		d, seen := decideWrites(t, s, a, []stmt{{orders, policy.Audit, []docid.ID{eight}}})
+		d, seen := decideWrites(t, s, a, []stmt{{orders, policy.Audit, bson.A{8}}})
 		if d.Action != proxy.Forward || !seen.launched {
 			t.Fatalf("an audited write of a document it does not hold: action %v, launched %v; want forwarded", d.Action, seen.launched)
 		}
@@ -123,9 +132,9 @@ func TestAllow(t *testing.T) {
 
 	t.Run("one statement of several", func(t *testing.T) {
 		d, seen := decideWrites(t, s, a, []stmt{
-			{invoices, policy.Enforce, []docid.ID{seven}},
-			{orders, policy.Enforce, []docid.ID{eight}},
-			{orders, policy.Enforce, []docid.ID{seven}},
+			{invoices, policy.Enforce, bson.A{7}},
+			{orders, policy.Enforce, bson.A{8}},
+			{orders, policy.Enforce, bson.A{7}},
 		})
 		if d.Action != proxy.Reply || seen.launched {
 			t.Fatalf("a command one of whose statements writes another session's document: action %v, launched %v; want refused as a whole", d.Action, seen.launched)

@@ -63,6 +63,7 @@ type Verdict struct {
 	TokenBuf   [1]int64
 	CheckedBuf [1]inflight.NSIDs
 	PinBuf     [1]bsoncore.Value // a statement's pin, read by Targets.Of
+	NeedBuf    [1]Need
 }
 
 // Check records ids as verified in ns, for the audit line.
