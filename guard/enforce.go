@@ -15,7 +15,6 @@ import (
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // enforcementStage decides every request the stages before it passed,
@@ -188,9 +187,6 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 	v.Flights = flights
 	return o, true
 }
-
-// idCopy is enforce.IDCopy.
-func idCopy(v bsoncore.Value) (docid.ID, error) { return enforce.IDCopy(v) }
 
 // mayRead is enforce.Targets.MayRead, for the units given it.
 func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) string {

@@ -105,10 +105,10 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 		if !found || !certain {
 			continue
 		}
-		if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(s.w.NS.String()) {
+		if h, ok := g.opts.Store.(enforce.LockTeller); ok && !h.MayHoldLocks(s.w.NS.String()) {
 			continue
 		}
-		rid, err := idCopy(id)
+		rid, err := enforce.IDCopy(id)
 		if err != nil {
 			continue // no lock can be held on it; the database refuses it
 		}

@@ -35,26 +35,17 @@ type LockStore interface {
 	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 }
 
-// The lock store's optional capabilities (package enforce), by the names
-// the guard's other files use.
-type (
-	confirmer      = enforce.Confirmer
-	lockTeller     = enforce.LockTeller
-	tokenStore     = enforce.TokenStore
-	tokenIntoStore = enforce.TokenIntoStore
-)
-
 // A capability whose signature drifted from the store's would not fail
 // anywhere: its type assertion would quietly turn it off. These make it
 // fail to compile instead.
 var (
 	_ LockStore               = (*lockstore.Store)(nil)
-	_ tokenStore              = (*lockstore.Store)(nil)
-	_ confirmer               = (*lockstore.Store)(nil)
-	_ lockTeller              = (*lockstore.Store)(nil)
+	_ enforce.TokenStore      = (*lockstore.Store)(nil)
+	_ enforce.Confirmer       = (*lockstore.Store)(nil)
+	_ enforce.LockTeller      = (*lockstore.Store)(nil)
 	_ enforce.ElsewhereFinder = (*lockstore.Store)(nil)
 	_ enforce.MemoStore       = (*lockstore.Store)(nil)
-	_ tokenIntoStore          = (*lockstore.Store)(nil)
+	_ enforce.TokenIntoStore  = (*lockstore.Store)(nil)
 	_ txn.Store               = (*lockstore.Store)(nil)
 	_ fence.DB                = (*MongoResolver)(nil)
 	_ lockcmd.Collections     = (*MongoResolver)(nil)

@@ -481,7 +481,7 @@ func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n enforce.Need, l
 		if !found || !certain {
 			continue
 		}
-		did, err := idCopy(id)
+		did, err := enforce.IDCopy(id)
 		if err != nil {
 			continue
 		}

@@ -88,7 +88,7 @@ func (g *Guard) launchCommit(c *txn.Commit, maxTime time.Duration, next proxy.Re
 // leaseLeft reports whether owner holds ids with more than margin left,
 // and how much lease is surely left.
 func (g *Guard) leaseLeft(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (time.Duration, bool, error) {
-	ts, ok := g.opts.Store.(tokenStore)
+	ts, ok := g.opts.Store.(enforce.TokenStore)
 	if !ok {
 		held, _, err := g.opts.Store.Holds(ctx, o, ns, ids, margin)
 		return margin + time.Millisecond, held, err

@@ -19,8 +19,6 @@ const (
 	reasonTooManyCandidates  = enforce.ReasonTooManyCandidates
 	reasonResolveFailed      = enforce.ReasonResolveFailed
 	reasonUnverifiableUpsert = enforce.ReasonUnverifiableUpsert
-	reasonUnverified         = enforce.ReasonUnverified
-	reasonCappedInsert       = enforce.ReasonCappedInsert
 
 	decisionAllow       = enforce.DecisionAllow
 	decisionReject      = enforce.DecisionReject
