@@ -2,17 +2,13 @@ package guard
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/guard/reqplan"
-	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
-	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -45,45 +41,34 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 // newWalk builds enforcement's walk over a request's writes from the
 // guard's parts.
 func (g *Guard) newWalk() *enforce.Walk[*verdict] {
-	return &enforce.Walk[*verdict]{Targets: g.targeting, Checker: g.checker, AuthRequired: g.authority.Required,
-		Rules: g.ruleRef,
+	return &enforce.Walk[*verdict]{Targets: g.targeting, Checker: g.checker, Decider: g.decider,
+		AuthRequired: g.authority.Required, Rules: g.ruleRef,
 		New: func(req *proxy.Request, start time.Time) (*verdict, *enforce.Verdict) {
 			v := newVerdict(req, start)
 			return v, &v.Verdict
 		},
 		Schemes: g.schemes.Enforce, Owner: g.writeOwner, Fence: (*verdict).fenceWrite,
 		ImplicitInsert: func(v *verdict, ns string, r *policy.Rule, id docid.ID) { v.implicitPlan().inserts.Add(ns, r, id) },
-		Finish:         g.finish, Decide: g.decide}
-}
-
-// finish decides a write whose locks enforcement checked
-// (enforce.Walk.Finish): the implicit locks are taken, the inserts
-// checked, the fence's inserts stamped and a transaction's statement
-// recorded before the decision.
-func (g *Guard) finish(ctx context.Context, req *proxy.Request, pol *policy.Policy, v *verdict, o lockstore.Owner, hasSession bool, inserts enforce.Needs, start time.Time) proxy.Decision {
-	if v.implicit != nil {
-		// Taking implicit locks can wait for them: their lease left is
-		// counted from after the wait (flightLocks reads the clock).
-		v.Now = time.Time{}
-	}
-	inserts = g.takeImplicit(ctx, v, o, inserts)
-	for _, n := range inserts {
-		g.checkInsertable(ctx, v, *n.Rule, o, n.NS, n.IDs)
-	}
-	if !v.EnforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
-		g.fenceInserts(ctx, v, o, hasSession)
-	}
-	if hasSession {
-		v.InTxn = txn.In(req.Command)
-	}
-	if v.InTxn && !v.EnforcedViolation() {
-		g.recordTxn(ctx, req, v, o, inserts)
-	}
-	g.settleResolutions(v)
-	if v.implicit != nil {
-		return g.settleImplicit(v, g.decide(req, pol, v, start))
-	}
-	return g.decide(req, pol, v, start)
+		Implicit: func(ctx context.Context, v *verdict, o lockstore.Owner, inserts enforce.Needs) enforce.Needs {
+			if v.implicit != nil {
+				// Taking implicit locks can wait for them: their lease
+				// left is counted from after the wait (flightLocks reads
+				// the clock).
+				v.Now = time.Time{}
+			}
+			return g.takeImplicit(ctx, v, o, inserts)
+		},
+		Checked: func(ctx context.Context, v *verdict, o lockstore.Owner, hasSession bool) {
+			if !v.EnforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
+				g.fenceInserts(ctx, v, o, hasSession)
+			}
+		},
+		Txn: g.recordTxn,
+		Settle: func(v *verdict) bool {
+			g.settleResolutions(v)
+			return v.implicit != nil
+		},
+		Decided: g.settleImplicit}
 }
 
 // decide is enforce.Decider.Decide for the guard's verdict.
@@ -101,38 +86,11 @@ func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns strin
 	return g.locks.ConfirmedStatus(ctx, o, ns, ids)
 }
 
-// checkInsertable refuses inserts of _ids another session has locked
-// (enforce.Locks.Insertable).
-func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
-	x, checked := g.locks.Insertable(ctx, o, &r, v.FirstWrite(ns), ids)
-	if !checked {
-		g.metrics.insertChecks.WithLabelValues("skipped").Inc()
-		return
-	}
-	g.metrics.insertChecks.WithLabelValues("checked").Inc()
-	if x != nil {
-		v.Violations = append(v.Violations, *x)
-	}
-}
-
-// unclassifiable handles a message that may write but cannot be read with
-// certainty: refused where its namespace is enforced.
+// unclassifiable decides a message that may write but cannot be read
+// with certainty (enforce.Walk.Unclassifiable).
 func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error, start time.Time) proxy.Decision {
-	ns := "*"
-	var ce *policy.ClassifyError
-	if errors.As(err, &ce) && !ce.NS.IsZero() {
-		ns = ce.NS.String()
-	} else if req.Command != nil {
-		ns = req.Command.DB + ".*"
-	}
-	r := pol.Lookup(ns)
-	if r.Mode == policy.Off {
-		return proxy.Decision{Action: proxy.Forward}
-	}
 	v := &verdict{}
-	w := policy.Write{NS: namespace.Of(ns)}
-	v.Add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
-	return g.decide(req, pol, v, start)
+	return g.walk.Unclassifiable(req, pol, v, &v.Verdict, err, start)
 }
 
 // allowed is an allowed write's decision (enforce.Decider.Launch): its

@@ -56,20 +56,14 @@ func decideWrites(t *testing.T, s Store, o lockstore.Owner, stmts []stmt) (proxy
 			return proxy.Decision{Action: proxy.Forward}
 		},
 	}
-	decide := func(req *proxy.Request, pol *policy.Policy, v *Verdict, start time.Time) proxy.Decision {
-		return d.Decide(req, pol, v, v, start)
-	}
 	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
 		Rules: func(_ *policy.Policy, _ *proxy.Request, ns string) []policy.Rule { return []policy.Rule{rules[ns]} },
 		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
 			v := &Verdict{Req: req, Now: start}
 			return v, v
 		},
-		Owner: func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return o, true },
-		Finish: func(_ context.Context, req *proxy.Request, pol *policy.Policy, v *Verdict, _ lockstore.Owner, _ bool, _ Needs, start time.Time) proxy.Decision {
-			return decide(req, pol, v, start)
-		},
-		Decide: decide}
+		Owner:   func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return o, true },
+		Decider: d}
 	return k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now()), seen
 }
 

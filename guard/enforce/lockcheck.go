@@ -14,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/bson/primitive"
@@ -427,6 +428,25 @@ type Checker[V any] struct {
 	// MayDisclose reports whether req's caller may be told who holds a
 	// lock of ns; nil: never.
 	MayDisclose func(ctx context.Context, req *proxy.Request, ns string) bool
+	// InsertChecks counts the checks of inserted ids by outcome
+	// (checked, skipped); nil: none.
+	InsertChecks *prometheus.CounterVec
+}
+
+// Insertable refuses inserts of ids into ns that another session has
+// locked (Locks.Insertable).
+func (c *Checker[V]) Insertable(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
+	x, checked := c.Locks.Insertable(ctx, o, r, base.FirstWrite(ns), ids)
+	if c.InsertChecks != nil {
+		if !checked {
+			c.InsertChecks.WithLabelValues("skipped").Inc()
+		} else {
+			c.InsertChecks.WithLabelValues("checked").Inc()
+		}
+	}
+	if x != nil {
+		base.Violations = append(base.Violations, *x)
+	}
 }
 
 // Needs checks the locks each namespace's writes need, skipping

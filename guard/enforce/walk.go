@@ -2,13 +2,16 @@ package enforce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -44,11 +47,24 @@ type Walk[V any] struct {
 	// ImplicitInsert takes an insert of id under a rule with implicit
 	// locks from the walk.
 	ImplicitInsert func(v V, ns string, r *policy.Rule, id docid.ID)
-	// Finish decides the write once its locks are checked: inserts are
-	// the inserted ids whose locks another session must not hold.
-	Finish func(ctx context.Context, req *proxy.Request, pol *policy.Policy, v V, o lockstore.Owner, hasSession bool, inserts Needs, start time.Time) proxy.Decision
-	// Decide decides a write refused before any lock is looked at.
-	Decide func(req *proxy.Request, pol *policy.Policy, v V, start time.Time) proxy.Decision
+	// Implicit takes the implicit locks of the writes left to them, once
+	// every lock is checked, and returns the inserts whose locks are
+	// still to be checked; nil: none are taken.
+	Implicit func(ctx context.Context, v V, o lockstore.Owner, inserts Needs) Needs
+	// Checked runs once the locks are checked, before a transaction's
+	// statement is recorded (the fence's inserts); nil: nothing does.
+	Checked func(ctx context.Context, v V, o lockstore.Owner, hasSession bool)
+	// Txn records what an allowed statement of a transaction needs at its
+	// commit; nil: statements of transactions are not recorded.
+	Txn func(ctx context.Context, req *proxy.Request, v V, o lockstore.Owner, inserts Needs)
+	// Settle runs before the decision (the resolution time charged or
+	// credited) and reports whether Decided is to see it: Decided, given
+	// the decision, returns the one made (the implicit locks released
+	// unless launched). Asked before the decision, as a launched write's
+	// verdict is its flight's. nil: nothing.
+	Settle  func(v V) bool
+	Decided func(v V, d proxy.Decision) proxy.Decision
+	Decider *Decider[V]
 }
 
 // Run decides writes, the writes of req, under pol, from start.
@@ -109,7 +125,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 		for i, w := range b.Writes {
 			if b.Rules[i].Mode == policy.Enforce {
 				b.Add(b.Rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
-				return k.Decide(req, pol, v, start)
+				return k.Decider.Decide(req, pol, v, b, start)
 			}
 		}
 	}
@@ -195,7 +211,46 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 			k.Checker.Needs(ctx, v, b, o, resolved)
 		}
 	}
-	return k.Finish(ctx, req, pol, v, o, hasSession, inserts, start)
+	if k.Implicit != nil {
+		inserts = k.Implicit(ctx, v, o, inserts)
+	}
+	for _, n := range inserts {
+		k.Checker.Insertable(ctx, b, n.Rule, o, n.NS, n.IDs)
+	}
+	if k.Checked != nil {
+		k.Checked(ctx, v, o, hasSession)
+	}
+	if hasSession {
+		b.InTxn = txn.In(req.Command)
+	}
+	if b.InTxn && !b.EnforcedViolation() && k.Txn != nil {
+		k.Txn(ctx, req, v, o, inserts)
+	}
+	after := k.Settle != nil && k.Settle(v)
+	d := k.Decider.Decide(req, pol, v, b, start)
+	if after {
+		d = k.Decided(v, d)
+	}
+	return d
+}
+
+// Unclassifiable decides a write that cannot be read with certainty
+// (err), into v: refused where its namespace (else its database, else
+// everything) is enforced.
+func (k *Walk[V]) Unclassifiable(req *proxy.Request, pol *policy.Policy, v V, b *Verdict, err error, start time.Time) proxy.Decision {
+	ns := "*"
+	var ce *policy.ClassifyError
+	if errors.As(err, &ce) && !ce.NS.IsZero() {
+		ns = ce.NS.String()
+	} else if req.Command != nil {
+		ns = req.Command.DB + ".*"
+	}
+	r := pol.Lookup(ns)
+	if r.Mode == policy.Off {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	b.Add(r, policy.Write{NS: namespace.Of(ns)}, ReasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
+	return k.Decider.Decide(req, pol, v, b, start)
 }
 
 func (k *Walk[V]) fence(v V, r *policy.Rule, w policy.Write, ids []docid.ID) {
