@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
@@ -24,24 +25,24 @@ import (
 // requires its audit record (auditRequired, audit.mode required), record
 // waits until the record is durable, and returns the violation that
 // refuses the write when it cannot be (fail closed); nil otherwise.
-func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration) (unaudited *violation) {
+func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *enforce.Violation, took time.Duration) (unaudited *enforce.Violation) {
 	return g.recordAt(req, pol, v, enforced, took, time.Time{})
 }
 
 // recordAt is record with the decision's end read by the caller: the
 // decision lines' time, zero to read it when they are written.
-func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *violation, took time.Duration, now time.Time) (unaudited *violation) {
+func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *enforce.Violation, took time.Duration, now time.Time) (unaudited *enforce.Violation) {
 	g.metrics.decisionSeconds.Observe(took.Seconds())
 	var seenBuf [4]string
 	seen := seenBuf[:0] // namespaces logged; a message writes very few
-	logNS := func(w *policy.Write, r *policy.Rule, x *violation) {
+	logNS := func(w *policy.Write, r *policy.Rule, x *enforce.Violation) {
 		if slices.Contains(seen, w.NS.String()) {
 			return
 		}
 		seen = append(seen, w.NS.String())
 		decision, reason := decisionAllow, ""
 		if x != nil {
-			reason = x.reason
+			reason = x.Reason
 			decision = decisionWouldReject
 			if enforced != nil {
 				decision = decisionReject
@@ -50,7 +51,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		if t := g.opts.Trail; t != nil {
 			ev := g.trailEvent(req, pol, v, w, r, x, decision, now)
 			switch {
-			case x == nil && v.auditDone:
+			case x == nil && v.AuditDone:
 				// Its allow record was made durable before the step ran.
 			case x != nil || enforced != nil || unaudited != nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired):
 				t.Append(ev)
@@ -58,7 +59,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 				if x = g.commitRecord(t, ev, *w, *r); x != nil {
 					// Refused for want of a record: the counters, the
 					// log line and (if it can take one) the trail say so.
-					unaudited, decision, reason = x, decisionReject, x.reason
+					unaudited, decision, reason = x, decisionReject, x.Reason
 					t.Append(g.trailEvent(req, pol, v, w, r, x, decision, now))
 				}
 			}
@@ -116,7 +117,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			zap.String("decision", decision),
 			zap.String("policyVersion", pol.Version()),
 			zap.Duration("took", took))
-		if ids, ok := v.checked.Lookup(w.NS.String()); ok {
+		if ids, ok := v.Checked.Lookup(w.NS.String()); ok {
 			if st != nil {
 				fields = append(fields, zap.String("ids", st.idText(ids)))
 			} else {
@@ -126,13 +127,13 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		if m := v.implicitMode(); m != "" {
 			fields = append(fields, zap.String("implicit", m))
 		}
-		if v.lockState != "" && x == nil {
-			fields = append(fields, zap.String("lockState", v.lockState))
+		if v.LockState != "" && x == nil {
+			fields = append(fields, zap.String("lockState", v.LockState))
 		}
 		if x != nil {
-			fields = append(fields, zap.String("reason", reason), zap.String("detail", x.detail))
-			if len(x.ids) > 0 {
-				fields = append(fields, zap.String("ids", idList(x.ids)))
+			fields = append(fields, zap.String("reason", reason), zap.String("detail", x.Detail))
+			if len(x.IDs) > 0 {
+				fields = append(fields, zap.String("ids", idList(x.IDs)))
 			}
 		}
 		ce.Write(fields...)
@@ -142,16 +143,16 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		*fp = fields[:0]
 		g.auditFields.Put(fp)
 	}
-	for i := range v.violations {
-		x := &v.violations[i]
-		logNS(&x.write, &x.rule, x)
+	for i := range v.Violations {
+		x := &v.Violations[i]
+		logNS(&x.Write, &x.Rule, x)
 	}
-	for i := range v.writes {
-		if len(v.rules) == len(v.writes) {
-			logNS(&v.writes[i], &v.rules[i], nil) // the rule enforce looked up
+	for i := range v.Writes {
+		if len(v.Rules) == len(v.Writes) {
+			logNS(&v.Writes[i], &v.Rules[i], nil) // the rule enforce looked up
 		} else {
-			r := g.ruleFor(pol.Lookup(v.writes[i].NS.String()), req)
-			logNS(&v.writes[i], &r, nil)
+			r := g.ruleFor(pol.Lookup(v.Writes[i].NS.String()), req)
+			logNS(&v.Writes[i], &r, nil)
 		}
 	}
 	return unaudited
@@ -163,8 +164,8 @@ func lineCommand(req *proxy.Request, v *verdict) (command string, lsid []byte) {
 	if req.Command == nil {
 		return req.Message.Header().OpCode.String(), nil
 	}
-	if v.lsid != nil {
-		return req.Command.Name, v.lsid
+	if v.LSID != nil {
+		return req.Command.Name, v.LSID
 	}
 	if sid, ok := req.Command.SessionID(); ok {
 		return req.Command.Name, sid
@@ -175,7 +176,7 @@ func lineCommand(req *proxy.Request, v *verdict) (command string, lsid []byte) {
 // appendLine writes the decision line of one namespace through the
 // guard's LineSink: the fields record gives zap, in the same order, from
 // the connection's pre-encoded head when st (locked) is set.
-func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x *violation, decision string, took time.Duration, now time.Time) {
+func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x *enforce.Violation, decision string, took time.Duration, now time.Time) {
 	if now.IsZero() {
 		now = time.Now()
 	}
@@ -200,7 +201,7 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
 	b = appendDuration(append(b, `,"took":"`...), took)
 	b = append(b, '"')
-	if ids, ok := v.checked.Lookup(w.NS.String()); ok {
+	if ids, ok := v.Checked.Lookup(w.NS.String()); ok {
 		var done bool
 		if len(ids) == 1 && st != nil {
 			if f := st.idField(ids); f != nil {
@@ -223,14 +224,14 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	if m := v.implicitMode(); m != "" {
 		b = appendField(b, "implicit", m)
 	}
-	if v.lockState != "" && x == nil {
-		b = appendField(b, "lockState", v.lockState)
+	if v.LockState != "" && x == nil {
+		b = appendField(b, "lockState", v.LockState)
 	}
 	if x != nil {
-		b = appendField(b, "reason", x.reason)
-		b = appendField(b, "detail", x.detail)
-		if len(x.ids) > 0 {
-			b = appendField(b, "ids", idList(x.ids))
+		b = appendField(b, "reason", x.Reason)
+		b = appendField(b, "detail", x.Detail)
+		if len(x.IDs) > 0 {
+			b = appendField(b, "ids", idList(x.IDs))
 		}
 	}
 	b = g.lines.write(b, now)
@@ -265,7 +266,7 @@ const auditCommitTimeout = 5 * time.Second
 // path); at is the decision's end, zero to read the clock; the one lookup is the holder tag, which the lock store's
 // records and the lock view show too, so that one holder's locks and
 // writes can be followed together.
-func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x *violation, decision string, at time.Time) audittrail.Event {
+func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x *enforce.Violation, decision string, at time.Time) audittrail.Event {
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -281,31 +282,31 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		switch {
 		case v.flight != nil:
 			ev.HolderTag = audittrail.TagOf(v.flight.Owner.Session)
-		case v.lsid != nil:
-			ev.HolderTag = audittrail.TagOf(g.owners.session(ev.User, v.lsid))
+		case v.LSID != nil:
+			ev.HolderTag = audittrail.TagOf(g.owners.session(ev.User, v.LSID))
 		default:
 			if sid, ok := req.Command.SessionID(); ok {
 				ev.HolderTag = audittrail.TagOf(g.owners.session(ev.User, sid))
 			}
 		}
 	}
-	if ids, ok := v.checked.Lookup(w.NS.String()); ok {
+	if ids, ok := v.Checked.Lookup(w.NS.String()); ok {
 		ev.IDs = ids
-	} else if len(v.writes) == 1 {
-		ev.IDs = v.named // one namespace: the ids the request names are its
+	} else if len(v.Writes) == 1 {
+		ev.IDs = v.Named // one namespace: the ids the request names are its
 	}
 	if len(ev.IDs) == 0 {
-		ev.IDs = insertedIDs(v.writes, w.NS.String()) // inserts that needed no lock check
+		ev.IDs = insertedIDs(v.Writes, w.NS.String()) // inserts that needed no lock check
 	}
 	if x != nil {
-		ev.Reason, ev.Detail = x.reason, x.detail
-		if len(x.ids) > 0 {
-			ev.IDs = x.ids
+		ev.Reason, ev.Detail = x.Reason, x.Detail
+		if len(x.IDs) > 0 {
+			ev.IDs = x.IDs
 		}
 	} else if m := v.implicitMode(); m != "" {
 		ev.Detail = implicitDetail(m)
-	} else if v.lockState != "" {
-		ev.Detail = "scheme lock state: " + v.lockState
+	} else if v.LockState != "" {
+		ev.Detail = "scheme lock state: " + v.LockState
 	}
 	if v.fence != nil && x == nil && len(ev.IDs) > 0 {
 		// A fenced write ran under these tokens (fence.go).
@@ -354,16 +355,16 @@ func trailVerdict(decision string) string {
 
 // commitRecord waits until ev is durable; when it cannot be, it returns
 // the violation that refuses the write.
-func (g *Guard) commitRecord(t AuditTrail, ev audittrail.Event, w policy.Write, r policy.Rule) *violation {
+func (g *Guard) commitRecord(t AuditTrail, ev audittrail.Event, w policy.Write, r policy.Rule) *enforce.Violation {
 	ctx, cancel := context.WithTimeout(context.Background(), auditCommitTimeout)
 	defer cancel()
 	err := t.Commit(ctx, ev)
 	if err == nil {
 		return nil
 	}
-	return &violation{rule: r, write: w, reason: reasonAuditUnavailable, ids: ev.IDs,
-		detail: fmt.Sprintf("its rule requires an audit record and the audit trail cannot take it (%v)", err),
-		advice: "retry when the audit trail is writable again (lockgate_audit_sink_errors_total, the log of component audit); nothing was written"}
+	return &enforce.Violation{Rule: r, Write: w, Reason: reasonAuditUnavailable, IDs: ev.IDs,
+		Detail: fmt.Sprintf("its rule requires an audit record and the audit trail cannot take it (%v)", err),
+		Advice: "retry when the audit trail is writable again (lockgate_audit_sink_errors_total, the log of component audit); nothing was written"}
 }
 
 // commitSchemeStep makes durable, before lockgate runs a scheme step
@@ -372,7 +373,7 @@ func (g *Guard) commitRecord(t AuditTrail, ev audittrail.Event, w policy.Write, 
 // step's statement reaches the database only after its record. It
 // returns the violation that refuses the write when the trail cannot take
 // the record; nothing has been sent or taken then.
-func (g *Guard) commitSchemeStep(req *proxy.Request, pol *policy.Policy, v *verdict, r policy.Rule, w policy.Write) *violation {
+func (g *Guard) commitSchemeStep(req *proxy.Request, pol *policy.Policy, v *verdict, r policy.Rule, w policy.Write) *enforce.Violation {
 	t := g.opts.Trail
 	if t == nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired) {
 		return nil
@@ -380,7 +381,7 @@ func (g *Guard) commitSchemeStep(req *proxy.Request, pol *policy.Policy, v *verd
 	if x := g.commitRecord(t, g.trailEvent(req, pol, v, &w, &r, nil, decisionAllow, time.Time{}), w, r); x != nil {
 		return x
 	}
-	v.auditDone = true
+	v.AuditDone = true
 	return nil
 }
 

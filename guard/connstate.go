@@ -83,7 +83,7 @@ func (st *connState) ReleaseMessage(b []byte) {
 func newVerdict(req *proxy.Request, start time.Time) *verdict {
 	st := connStateOf(req)
 	if st == nil {
-		return &verdict{req: req, now: start}
+		return &verdict{Verdict: enforce.Verdict{Req: req, Now: start}}
 	}
 	v := st.spare
 	st.spare = nil
@@ -91,7 +91,7 @@ func newVerdict(req *proxy.Request, start time.Time) *verdict {
 	if v == nil {
 		v = &verdict{}
 	}
-	v.req, v.now, v.home = req, start, st
+	v.Req, v.Now, v.home = req, start, st
 	return v
 }
 

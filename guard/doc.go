@@ -16,11 +16,13 @@
 // the boundary (package guard/boundary), the lock commands (package
 // guard/lockcmd), the sessions (package guard/sessions, with the
 // transaction check, package guard/txn) and enforcement (enforce.go, with
-// its unit, package guard/enforce: the rule, the owner, the targets, the
-// lock check and the refusal; and the locking schemes, package
-// guard/scheme). This package keeps each request's verdict (verdict.go),
-// which the audit line, the fence, the launch and the transaction check
-// read.
+// its unit, package guard/enforce: the walk over a request's writes, the
+// rule, the owner, the targets, the lock check, the verdict and the
+// decision; and the locking schemes, package guard/scheme). This package
+// assembles enforcement's walk with what acts around it (the implicit
+// locks, the fence, the launch, the audit record, the transaction's
+// record) and keeps, per connection, the verdict (verdict.go:
+// enforce.Verdict with the fence, flight and implicit plans).
 //
 // The stage packages, and the units below them (guard/enforce for
 // enforcement, guard/authority for what a caller may do, guard/inflight

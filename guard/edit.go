@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -54,27 +55,27 @@ var errTooLarge = errors.New("edited message too large")
 
 // editViolation explains why an allowed write could not be edited, naming
 // the edit that could not be made.
-func (g *Guard) editViolation(pol *policy.Policy, v *verdict, ed policy.Edit, err error) violation {
-	w := v.writes[0]
+func (g *Guard) editViolation(pol *policy.Policy, v *verdict, ed policy.Edit, err error) enforce.Violation {
+	w := v.Writes[0]
 	if len(ed.Fences) > 0 {
 		w = v.fence.stmts[0].w
 	}
-	x := violation{write: w, rule: pol.Lookup(w.NS.String()), reason: reasonUnclassifiable}
+	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS.String()), Reason: reasonUnclassifiable}
 	switch {
 	case errors.Is(err, errTooLarge) && len(ed.Fences) > 0:
-		x.reason = reasonTooManyCandidates
-		x.detail = fmt.Sprintf("fenced, it would exceed the %d-byte message limit; write fewer documents per command", g.opts.MaxMessageSize)
+		x.Reason = reasonTooManyCandidates
+		x.Detail = fmt.Sprintf("fenced, it would exceed the %d-byte message limit; write fewer documents per command", g.opts.MaxMessageSize)
 	case errors.Is(err, errTooLarge):
-		x.reason = reasonTooManyCandidates
-		x.detail = fmt.Sprintf("restricted to its %d verified documents it would exceed the %d-byte message limit; narrow the filter", len(ed.Pins[0].IDs), g.opts.MaxMessageSize)
+		x.Reason = reasonTooManyCandidates
+		x.Detail = fmt.Sprintf("restricted to its %d verified documents it would exceed the %d-byte message limit; narrow the filter", len(ed.Pins[0].IDs), g.opts.MaxMessageSize)
 	case errors.Is(err, policy.ErrFenceField):
-		x.reason, x.detail = reasonFenceField, err.Error()
+		x.Reason, x.Detail = reasonFenceField, err.Error()
 	case len(ed.Fences) > 0:
-		x.detail = fmt.Sprintf("the proxy could not restrict it to the current lock holder's documents (%v)", err)
+		x.Detail = fmt.Sprintf("the proxy could not restrict it to the current lock holder's documents (%v)", err)
 	case len(ed.Pins) > 0:
-		x.detail = fmt.Sprintf("the proxy could not restrict it to the verified documents (%v)", err)
+		x.Detail = fmt.Sprintf("the proxy could not restrict it to the verified documents (%v)", err)
 	default:
-		x.detail = fmt.Sprintf("the proxy could not bound its running time by the lease (%v)", err)
+		x.Detail = fmt.Sprintf("the proxy could not bound its running time by the lease (%v)", err)
 	}
 	return x
 }

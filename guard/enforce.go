@@ -2,21 +2,15 @@ package guard
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/guard/reqplan"
-	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
-	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // enforcementStage decides every request the stages before it passed,
@@ -41,219 +35,45 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if len(writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	// The rule of each write, looked up once for the decision and the
-	// audit line; nothing is allocated for a command that writes only
-	// where nothing is protected.
-	var rules []policy.Rule
-	var v *verdict
-	off := 0
-	for i, w := range writes {
-		// The connection's own copy of the rule, shared, not copied
-		// (ruleRef): the usual write of one namespace points at it.
-		rr := g.ruleRef(pol, req, w.NS.String())
-		if rr[0].Mode == policy.Off {
-			off++
-		}
-		if rules == nil {
-			if rr[0].Mode == policy.Off {
-				continue
-			}
-			v = newVerdict(req, start)
-			if len(writes) == 1 {
-				rules = rr
-				continue
-			}
-			rules = make([]policy.Rule, i, len(writes))
-			for j := range rules {
-				rules[j] = g.ruleRef(pol, req, writes[j].NS.String())[0]
-			}
-		}
-		rules = append(rules, rr[0])
-	}
-	if rules == nil {
-		return proxy.Decision{Action: proxy.Forward}
-	}
-	v.checked = v.checkedBuf[:0]
-	switch {
-	case off == 0:
-		v.writes, v.rules = writes, rules
-	case off < len(writes):
-		for i, w := range writes {
-			if rules[i].Mode != policy.Off {
-				v.writes, v.rules = append(v.writes, w), append(v.rules, rules[i])
-			}
-		}
-	}
-	if len(v.writes) == 0 {
-		return proxy.Decision{Action: proxy.Forward}
-	}
-	// Where the database requires authentication, a connection that has
-	// not authenticated may write nothing and holds no lock. Its enforced
-	// writes are refused before any lock is looked at, so that no answer
-	// depends on one: an insert of a locked _id would otherwise be refused
-	// here and one of a free _id by the database, telling which is locked.
-	if g.authority.Required() && req.Client.User() == "" {
-		for i, w := range v.writes {
-			if v.rules[i].Mode == policy.Enforce {
-				v.add(v.rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
-				return g.decide(req, pol, v, start)
-			}
-		}
-	}
-	if d, ok := g.schemes.Enforce(ctx, req, pol, writes, rules, start); ok {
-		return d
-	}
-
-	o, hasSession := g.writeOwner(req, v)
-	var deferred []int // writes whose documents must be resolved first
-	need := needs(v.needBuf[:0])
-	var inserts needs
-	for i, w := range writes {
-		r := &rules[i] // by pointer: a rule is too large to copy on every call
-		if r.Mode == policy.Off {
-			continue
-		}
-		switch w.Kind {
-		case policy.KindCollectionWrite:
-			if !r.AllowCollectionWrites {
-				v.add(*r, w, reasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
-			}
-		case policy.KindInsert:
-			v.fenceWrite(r, w, nil)
-			if g.cappedInsertRefused(ctx, v, *r, w) {
-				continue
-			}
-			if r.Inserts == policy.InsertsRequireUnlocked {
-				id, found, certain := policy.InsertID(w)
-				switch {
-				case !certain:
-					v.add(*r, w, reasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
-				case found:
-					// A value that cannot be an _id names no lock, and
-					// the database refuses the insert itself.
-					if did, err := idCopy(id); err == nil {
-						if r.Implicit() {
-							v.implicitPlan().inserts.add(w.NS.String(), r, did)
-						} else {
-							inserts.add(w.NS.String(), r, did)
-						}
-					}
-				}
-			}
-		default:
-			if !hasSession && !r.Implicit() {
-				v.add(*r, w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
-				continue
-			}
-			if w.Upsert && g.cappedInsertRefused(ctx, v, *r, w) {
-				continue
-			}
-			ids, ok, later := g.targets(ctx, v, r, w, false)
-			if later {
-				deferred = append(deferred, i)
-				continue
-			}
-			if !ok {
-				continue
-			}
-			v.fenceWrite(r, w, ids)
-			need.add(w.NS.String(), r, ids...)
-		}
-	}
-	g.checkNeeds(ctx, v, o, need)
-	// Statements whose filter names no _id are resolved last, and only
-	// while the command can still be allowed: a query for the documents
-	// they match is the expensive part, and pointless once anything in the
-	// command is refused.
-	if len(deferred) > 0 {
-		if v.enforcedViolation() {
-			g.targeting.Skipped(len(deferred))
-		} else {
-			var resolved needs
-			for _, i := range deferred {
-				ids, ok, _ := g.targets(ctx, v, &rules[i], writes[i], true)
-				if ok {
-					v.fenceWrite(&rules[i], writes[i], ids)
-					resolved.add(writes[i].NS.String(), &rules[i], ids...)
-				}
-			}
-			g.checkNeeds(ctx, v, o, resolved)
-		}
-	}
-	if v.implicit != nil {
-		// Taking implicit locks can wait for them: their lease left is
-		// counted from after the wait (flightLocks reads the clock).
-		v.now = time.Time{}
-	}
-	inserts = g.takeImplicit(ctx, v, o, inserts)
-	for _, n := range inserts {
-		g.checkInsertable(ctx, v, *n.r, o, n.ns, n.ids)
-	}
-	if !v.enforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
-		g.fenceInserts(ctx, v, o, hasSession)
-	}
-	if hasSession {
-		v.inTxn = txn.In(req.Command)
-	}
-	if v.inTxn && !v.enforcedViolation() {
-		g.recordTxn(ctx, req, v, o, inserts)
-	}
-	g.settleResolutions(v)
-	if v.implicit != nil {
-		return g.settleImplicit(v, g.decide(req, pol, v, start))
-	}
-	return g.decide(req, pol, v, start)
+	return g.walk.Run(ctx, req, pol, writes, start)
 }
 
-// cappedInsertRefused records a violation for an insert, or an upsert that
-// may insert, into a capped collection (enforce.Targets.Capped).
-func (g *Guard) cappedInsertRefused(ctx context.Context, v *verdict, r policy.Rule, w policy.Write) bool {
-	reason, detail := g.targeting.Capped(ctx, &r, w)
-	if reason == "" {
-		return false
-	}
-	v.add(r, w, reason, nil, detail)
-	return true
+// newWalk builds enforcement's walk over a request's writes from the
+// guard's parts.
+func (g *Guard) newWalk() *enforce.Walk[*verdict] {
+	return &enforce.Walk[*verdict]{Targets: g.targeting, Checker: g.checker, Decider: g.decider,
+		AuthRequired: g.authority.Required, Rules: g.ruleRef,
+		New: func(req *proxy.Request, start time.Time) (*verdict, *enforce.Verdict) {
+			v := newVerdict(req, start)
+			return v, &v.Verdict
+		},
+		Schemes: g.schemes.Enforce, Owner: g.writeOwner, Fence: (*verdict).fenceWrite,
+		ImplicitInsert: func(v *verdict, ns string, r *policy.Rule, id docid.ID) { v.implicitPlan().inserts.Add(ns, r, id) },
+		Implicit: func(ctx context.Context, v *verdict, o lockstore.Owner, inserts enforce.Needs) enforce.Needs {
+			if v.implicit != nil {
+				// Taking implicit locks can wait for them: their lease
+				// left is counted from after the wait (flightLocks reads
+				// the clock).
+				v.Now = time.Time{}
+			}
+			return g.takeImplicit(ctx, v, o, inserts)
+		},
+		Checked: func(ctx context.Context, v *verdict, o lockstore.Owner, hasSession bool) {
+			if !v.EnforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
+				g.fenceInserts(ctx, v, o, hasSession)
+			}
+		},
+		Txn: g.recordTxn,
+		Settle: func(v *verdict) bool {
+			g.settleResolutions(v)
+			return v.implicit != nil
+		},
+		Decided: g.settleImplicit}
 }
 
-// checkNeeds checks the locks each namespace's writes need, skipping
-// namespaces already refused.
-func (g *Guard) checkNeeds(ctx context.Context, v *verdict, o lockstore.Owner, need needs) {
-	for i := range need {
-		if n := &need[i]; len(n.ids) > 0 && !v.blocked(n.ns) {
-			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
-		}
-	}
-}
-
-// targets returns the ids whose locks write w needs (enforce.Targets.Of)
-// and records on v what it found: the ids the request names, the pin of
-// a resolved statement, the resolution's time, the violation that stops
-// the write. later: w must be resolved, and resolve was false.
-func (g *Guard) targets(ctx context.Context, v *verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
-	x := g.targeting.Of(ctx, v.req, r, w, resolve, len(v.violations) > 0 && v.blocked(w.NS.String()), v.pinBuf[:0])
-	if x.Pinned != nil {
-		if v.named == nil {
-			v.named = slices.Clip(x.Pinned) // shared until appended to
-		} else {
-			v.named = append(v.named, x.Pinned...)
-		}
-	}
-	if x.HasUpserted {
-		v.named = append(v.named, x.Upserted)
-	}
-	if x.Resolved {
-		v.now = time.Time{} // read again after the resolution (flightLocks)
-		v.resolveSpent += x.Spent
-	}
-	if x.Pins {
-		v.pins = append(v.pins, x.Pin)
-	}
-	if x.Reason != "" {
-		v.add(*r, w, x.Reason, nil, x.Detail)
-		v.violations[len(v.violations)-1].advice = x.Advice
-	}
-	return x.IDs, x.OK, x.Later
+// decide is enforce.Decider.Decide for the guard's verdict.
+func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start time.Time) proxy.Decision {
+	return g.decider.Decide(req, pol, v, &v.Verdict, start)
 }
 
 // exactStrings is enforce.Targets.ExactStrings, for the units given it.
@@ -261,140 +81,52 @@ func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
 	return g.targeting.ExactStrings(ctx, w)
 }
 
-// checkHeld verifies that o holds every id in ns with the rule's margin.
-func (g *Guard) checkHeld(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
-	if len(o.Session) == 0 {
-		// No session: it holds nothing (only rules with implicit locks
-		// get here without one).
-		v.deferToImplicit(r, ns, ids, ids)
-		return
-	}
-	if g.skipHeldCheck(v, r, o, ns, ids) {
-		return
-	}
-	ok, missing, err := g.holds(ctx, v, r, o, ns, ids)
-	if err != nil {
-		w := firstWrite(v.writes, ns)
-		v.violations = append(v.violations, violation{rule: *r, write: w, reason: refuse.ReasonUnavailable,
-			detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
-		return
-	}
-	if ok {
-		v.check(ns, ids)
-		return
-	}
-	if v.deferToImplicit(r, ns, ids, missing) {
-		return
-	}
-	g.refuseMissing(ctx, v, r, o, ns, ids, missing)
-}
-
-// refuseMissing refuses a write of ns whose session does not hold the
-// locks on missing (enforce.Locks.Missing), showing only the ids the
-// request named.
-func (g *Guard) refuseMissing(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids, missing []docid.ID) {
-	var shown []docid.ID
-	for _, id := range missing {
-		if v.isNamed(id) {
-			shown = append(shown, id)
-		}
-	}
-	disclose := len(shown) > 0 && g.authority.MayDisclose(ctx, v.req, ns)
-	x := g.locks.Missing(ctx, o, r, firstWrite(v.writes, ns), shown, len(missing)-len(shown), disclose)
-	v.violations = append(v.violations, violationOfPublic(x))
-}
-
 // confirmedStatus is enforce.Locks.ConfirmedStatus, for the units given it.
 func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
 	return g.locks.ConfirmedStatus(ctx, o, ns, ids)
 }
 
-// checkInsertable refuses inserts of _ids another session has locked
-// (enforce.Locks.Insertable).
-func (g *Guard) checkInsertable(ctx context.Context, v *verdict, r policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
-	x, checked := g.locks.Insertable(ctx, o, &r, firstWrite(v.writes, ns), ids)
-	if !checked {
-		g.metrics.insertChecks.WithLabelValues("skipped").Inc()
-		return
-	}
-	g.metrics.insertChecks.WithLabelValues("checked").Inc()
-	if x != nil {
-		v.violations = append(v.violations, violationOfPublic(*x))
-	}
-}
-
-// unclassifiable handles a message that may write but cannot be read with
-// certainty: refused where its namespace is enforced.
+// unclassifiable decides a message that may write but cannot be read
+// with certainty (enforce.Walk.Unclassifiable).
 func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error, start time.Time) proxy.Decision {
-	ns := "*"
-	var ce *policy.ClassifyError
-	if errors.As(err, &ce) && !ce.NS.IsZero() {
-		ns = ce.NS.String()
-	} else if req.Command != nil {
-		ns = req.Command.DB + ".*"
-	}
-	r := pol.Lookup(ns)
-	if r.Mode == policy.Off {
-		return proxy.Decision{Action: proxy.Forward}
-	}
 	v := &verdict{}
-	w := policy.Write{NS: namespace.Of(ns)}
-	v.add(r, w, reasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
-	return g.decide(req, pol, v, start)
+	return g.walk.Unclassifiable(req, pol, v, &v.Verdict, err, start)
 }
 
-// decide turns a verdict into the proxy's action, and logs and counts it.
-func (g *Guard) decide(req *proxy.Request, pol *policy.Policy, v *verdict, start time.Time) proxy.Decision {
-	var enforced *violation
-	for i := range v.violations {
-		if v.violations[i].rule.Mode == policy.Enforce {
-			enforced = &v.violations[i]
-			break
-		}
-	}
-	// The clock is read on its monotonic side alone (one read, not two):
-	// the decision's end is its start plus what it took.
-	took := time.Since(start)
-	if x := g.recordAt(req, pol, v, enforced, took, start.Add(took)); x != nil && enforced == nil {
-		enforced = x // its audit record could not be made durable
-	}
-	// The lease left is measured after the line: its sink can block (a
-	// full pipe), and a required audit record is waited for.
-	now := start.Add(time.Since(start))
-	if enforced != nil {
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.shownTo(req, *enforced)).Document()}
-	}
+// allowed is an allowed write's decision (enforce.Decider.Launch): its
+// pins and fences, and its flight.
+func (g *Guard) allowed(req *proxy.Request, pol *policy.Policy, v *verdict, now time.Time) proxy.Decision {
 	if v.fence != nil {
 		d, fences := g.fenceDecision(req, v)
-		return g.launchDecision(req, pol, v, d, policy.Edit{Pins: v.pins, Fences: fences}, now)
+		return g.launchDecision(req, pol, v, d, policy.Edit{Pins: v.Pins, Fences: fences}, now)
 	}
-	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward}, policy.Edit{Pins: v.pins}, now)
+	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward}, policy.Edit{Pins: v.Pins}, now)
 }
 
 // shownTo is x as req's caller may see it: a violation that names another
 // holder (a lock held by another session, a locked insert, a scheme lock
 // taken by someone else) loses the holder, in the detail document and in
 // the message, unless the caller may read the namespace (authority.MayDisclose).
-// checkHeld already leaves the holder out where it must; this is the one
+// enforce.Checker already leaves the holder out where it must; this is the one
 // gate every refusal passes, whichever check made it. The decision has no
 // context of its own (the locking schemes decide too), so the question,
 // when the connection's verdict is not yet known, is bounded by
 // OrderTimeout; the connection's end cancels it as well (Request.Ask).
-func (g *Guard) shownTo(req *proxy.Request, x violation) violation {
-	if x.holder == nil || !g.authority.Required() {
+func (g *Guard) shownTo(req *proxy.Request, x enforce.Violation) enforce.Violation {
+	if x.Holder == nil || !g.authority.Required() {
 		return x
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.OrderTimeout)
 	defer cancel()
-	if g.authority.MayDisclose(ctx, req, x.write.NS.String()) {
+	if g.authority.MayDisclose(ctx, req, x.Write.NS.String()) {
 		return x
 	}
-	return violationOfPublic(enforce.Undisclosed(x.public()))
+	return enforce.Undisclosed(x)
 }
 
 // refusal renders an enforced violation as the command's error
 // (enforce.Refusal).
-func refusal(req *proxy.Request, x violation) *refuse.Error { return enforce.Refusal(req, x.public()) }
+func refusal(req *proxy.Request, x enforce.Violation) *refuse.Error { return enforce.Refusal(req, x) }
 
 // writeOwner is the lock owner a write acts as: its session, and the
 // binding it names, if any, in its comment: "lockgate:<bind>" (a string,
@@ -407,15 +139,12 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 	if !ok {
 		return lockstore.Owner{}, false
 	}
-	v.lsid = session // for the audit line
+	v.LSID = session // for the audit line
 	bind := enforce.Binding(req.Command)
 	o, flights := g.ownerAndFlights(req, session, bind)
-	v.flights = flights
+	v.Flights = flights
 	return o, true
 }
-
-// idCopy is enforce.IDCopy.
-func idCopy(v bsoncore.Value) (docid.ID, error) { return enforce.IDCopy(v) }
 
 // mayRead is enforce.Targets.MayRead, for the units given it.
 func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) string {

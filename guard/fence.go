@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
@@ -72,10 +73,10 @@ func (v *verdict) fenceWrite(r *policy.Rule, w policy.Write, ids []docid.ID) {
 	}
 	switch {
 	case w.InBulkWrite():
-		v.add(*r, w, reasonFenceUnsupported, nil, "bulkWrite cannot be fenced yet; send update, delete and insert commands (drivers' collection-level bulk writes do)")
+		v.Add(*r, w, reasonFenceUnsupported, nil, "bulkWrite cannot be fenced yet; send update, delete and insert commands (drivers' collection-level bulk writes do)")
 		return
 	case w.List == policy.ListLegacy:
-		v.add(*r, w, reasonFenceUnsupported, nil, "legacy write opcodes cannot be fenced; use the insert command")
+		v.Add(*r, w, reasonFenceUnsupported, nil, "legacy write opcodes cannot be fenced; use the insert command")
 		return
 	}
 	p := v.fencePlan()
@@ -104,17 +105,17 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 		if !found || !certain {
 			continue
 		}
-		if h, ok := g.opts.Store.(lockTeller); ok && !h.MayHoldLocks(s.w.NS.String()) {
+		if h, ok := g.opts.Store.(enforce.LockTeller); ok && !h.MayHoldLocks(s.w.NS.String()) {
 			continue
 		}
-		rid, err := idCopy(id)
+		rid, err := enforce.IDCopy(id)
 		if err != nil {
 			continue // no lock can be held on it; the database refuses it
 		}
 		sts, err := g.opts.Store.Status(ctx, o, s.w.NS.String(), []docid.ID{rid})
 		if err != nil {
-			v.violations = append(v.violations, violation{rule: s.r, write: s.w, reason: refuse.ReasonUnavailable,
-				detail: fmt.Sprintf("the lock store cannot tell whether this session holds the inserted _id's lock, whose token the fenced document must carry (%v)", err)})
+			v.Violations = append(v.Violations, enforce.Violation{Rule: s.r, Write: s.w, Reason: refuse.ReasonUnavailable,
+				Detail: fmt.Sprintf("the lock store cannot tell whether this session holds the inserted _id's lock, whose token the fenced document must carry (%v)", err)})
 			return
 		}
 		if len(sts) == 1 && sts[0].HeldByYou {
@@ -146,12 +147,12 @@ func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, [
 		for _, id := range dedupIDs(s.ids) {
 			t, ok := v.fence.token(s.w.NS.String(), id)
 			if !ok {
-				x := violation{write: s.w, rule: s.r, reason: reasonUnclassifiable, detail: "the proxy lost track of a fencing token it had checked"}
+				x := enforce.Violation{Write: s.w, Rule: s.r, Reason: reasonUnclassifiable, Detail: "the proxy lost track of a fencing token it had checked"}
 				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).Document()}, nil
 			}
 			f.IDs = append(f.IDs, id.Core())
 			f.Tokens = append(f.Tokens, t)
-			c.IDs, c.Tokens, c.Named = append(c.IDs, id), append(c.Tokens, t), append(c.Named, v.isNamed(id))
+			c.IDs, c.Tokens, c.Named = append(c.IDs, id), append(c.Tokens, t), append(c.Named, v.IsNamed(id))
 		}
 		fences, checks = append(fences, f), append(checks, c)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
@@ -70,16 +71,16 @@ func (v *verdict) flightLocks(o lockstore.Owner, r *policy.Rule, ns string, ids 
 // checked after the tracker's forceSeq read seq: the first check's seq is
 // the earliest, and so covers those that follow.
 func (v *verdict) flightLocksSince(o lockstore.Owner, r *policy.Rule, ns string, ids []docid.ID, left time.Duration, guarded bool, seq uint64) {
-	if v.now.IsZero() {
-		v.now = time.Now()
+	if v.Now.IsZero() {
+		v.Now = time.Now()
 	}
-	end := v.now.Add(left)
+	end := v.Now.Add(left)
 	if v.flight == nil {
 		// The usual write's plan lives in its verdict (already one
 		// allocation); the flight keeps the verdict until it lands.
 		v.flight = &v.flightBuf
 		v.flight.Owner, v.flight.end, v.flight.Left = o, end, left
-		v.flight.Session = v.flights // checked against o by the launch
+		v.flight.Session = v.Flights // checked against o by the launch
 		v.flight.Locks = v.flight.lockBuf[:0]
 	}
 	f := v.flight
@@ -117,18 +118,18 @@ func (g *Guard) launchAt(p *flightPlan, now time.Time, maxTime time.Duration, ne
 // built from the request, so the proxy calls it while the request is its
 // own, before the flight lands.
 func (f *flightPlan) LateReply() bsoncore.Document {
-	w := f.v.writes[0]
-	x := violation{write: w, rule: f.pol.Lookup(w.NS.String()), reason: reasonNotLocked,
-		detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(f.margin))}
+	w := f.v.Writes[0]
+	x := enforce.Violation{Write: w, Rule: f.pol.Lookup(w.NS.String()), Reason: reasonNotLocked,
+		Detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(f.margin))}
 	if f.implicit != nil {
 		// A writer that holds no lock has nothing to renew: its implicit
 		// lock's lease ran out while lockgate waited (for the lock, the
 		// lock store or the audit trail).
-		x.detail = fmt.Sprintf("this session holds no lock, and the implicit lock lockgate took for this write had less than the policy's margin of %s (policy.leaseMarginMS) of its lease left when the write was about to leave for the database", lockstore.FormatMS(f.margin))
-		x.advice = "nothing was written: retry"
+		x.Detail = fmt.Sprintf("this session holds no lock, and the implicit lock lockgate took for this write had less than the policy's margin of %s (policy.leaseMarginMS) of its lease left when the write was about to leave for the database", lockstore.FormatMS(f.margin))
+		x.Advice = "nothing was written: retry"
 	}
-	f.g.trailRefusedAtLaunch(f.v.req, f.pol, f.v, &x)
-	return refusal(f.v.req, x).Document()
+	f.g.trailRefusedAtLaunch(f.v.Req, f.pol, f.v, &x)
+	return refusal(f.v.Req, x).Document()
 }
 
 // Landed implements inflight.Lander: the write's implicit locks are
@@ -189,14 +190,14 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		}
 		return proxy.Decision{Action: proxy.Reply, Reply: p.LateReply()}
 	}
-	if req.Command != nil && !v.inTxn {
+	if req.Command != nil && !v.InTxn {
 		ed.MaxTimeMS = max(budget.Milliseconds(), 1)
 	}
 	d, maxTime, ok := g.edit(req, pol, v, d, ed)
 	if !ok {
 		return d
 	}
-	if p == &v.flightBuf && d.OnReply == nil && v.implicit == nil && v.fence == nil && !v.inTxn {
+	if p == &v.flightBuf && d.OnReply == nil && v.implicit == nil && v.fence == nil && !v.InTxn {
 		// Nothing but the flight points into the verdict: it may go
 		// back to the connection when the flight lands.
 		p.home = v.home
@@ -205,10 +206,10 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		if d.OnReply != nil {
 			d.OnReply.Abandon()
 		}
-		g.log.Info("refused a write whose lock an operator force-released after it was checked", zap.String("ns", v.writes[0].NS.String()))
+		g.log.Info("refused a write whose lock an operator force-released after it was checked", zap.String("ns", v.Writes[0].NS.String()))
 		return proxy.Decision{Action: proxy.Reply, Reply: g.forcedRefusal(req, pol, v)}
 	}
-	if p.Session != v.flights {
+	if p.Session != v.Flights {
 		keepFlights(req, p.Owner.Session, p.Session) // for the session's next write
 	}
 	d.Deadline = p.end.Add(-p.margin)
@@ -224,10 +225,10 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 // forcedRefusal is the refusal of a lock holder's write whose lock an
 // operator force-released between its check and its launch.
 func (g *Guard) forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict) bsoncore.Document {
-	w := v.writes[0]
-	x := violation{write: w, rule: pol.Lookup(w.NS.String()), reason: reasonNotLocked,
-		detail: "an operator force-released the lock on a document of this write while lockgate was checking it (after this session's lock was verified, before the write left for the database), so the write is refused",
-		advice: "nothing was written; the lock may be another session's by now: acquireLock it again before retrying"}
+	w := v.Writes[0]
+	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS.String()), Reason: reasonNotLocked,
+		Detail: "an operator force-released the lock on a document of this write while lockgate was checking it (after this session's lock was verified, before the write left for the database), so the write is refused",
+		Advice: "nothing was written; the lock may be another session's by now: acquireLock it again before retrying"}
 	g.trailRefusedAtLaunch(req, pol, v, &x)
 	return refusal(req, x).Document()
 }
@@ -237,8 +238,8 @@ func (g *Guard) forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict
 // refused before it left for the database: its lease ran short, or an
 // operator force-released its lock meanwhile. The trail then shows the
 // allow record followed by this one, not an allowed write that never ran.
-func (g *Guard) trailRefusedAtLaunch(req *proxy.Request, pol *policy.Policy, v *verdict, x *violation) {
+func (g *Guard) trailRefusedAtLaunch(req *proxy.Request, pol *policy.Policy, v *verdict, x *enforce.Violation) {
 	if t := g.opts.Trail; t != nil {
-		t.Append(g.trailEvent(req, pol, v, &x.write, &x.rule, x, decisionReject, time.Time{}))
+		t.Append(g.trailEvent(req, pol, v, &x.Write, &x.Rule, x, decisionReject, time.Time{}))
 	}
 }

@@ -35,26 +35,17 @@ type LockStore interface {
 	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 }
 
-// The lock store's optional capabilities (package enforce), by the names
-// the guard's other files use.
-type (
-	confirmer      = enforce.Confirmer
-	lockTeller     = enforce.LockTeller
-	tokenStore     = enforce.TokenStore
-	tokenIntoStore = enforce.TokenIntoStore
-)
-
 // A capability whose signature drifted from the store's would not fail
 // anywhere: its type assertion would quietly turn it off. These make it
 // fail to compile instead.
 var (
 	_ LockStore               = (*lockstore.Store)(nil)
-	_ tokenStore              = (*lockstore.Store)(nil)
-	_ confirmer               = (*lockstore.Store)(nil)
-	_ lockTeller              = (*lockstore.Store)(nil)
+	_ enforce.TokenStore      = (*lockstore.Store)(nil)
+	_ enforce.Confirmer       = (*lockstore.Store)(nil)
+	_ enforce.LockTeller      = (*lockstore.Store)(nil)
 	_ enforce.ElsewhereFinder = (*lockstore.Store)(nil)
 	_ enforce.MemoStore       = (*lockstore.Store)(nil)
-	_ tokenIntoStore          = (*lockstore.Store)(nil)
+	_ enforce.TokenIntoStore  = (*lockstore.Store)(nil)
 	_ txn.Store               = (*lockstore.Store)(nil)
 	_ fence.DB                = (*MongoResolver)(nil)
 	_ lockcmd.Collections     = (*MongoResolver)(nil)
@@ -173,6 +164,15 @@ type Guard struct {
 	// finds the documents of a write (package enforce).
 	locks     *enforce.Locks
 	targeting *enforce.Targets
+	// decider turns a verdict into the proxy's action (package enforce),
+	// with the audit record, the refusal's disclosure and the launch.
+	decider *enforce.Decider[*verdict]
+	// checker checks the locks a write needs (package enforce), with the
+	// implicit locks, the flight and the fence's share of the check.
+	checker *enforce.Checker[*verdict]
+	// walk is enforcement's walk over a request's writes (package
+	// enforce), with what acts on an allowed write around it.
+	walk *enforce.Walk[*verdict]
 	// authority answers what a caller may do (package authority).
 	authority *authority.Authority
 
@@ -263,7 +263,11 @@ func New(opts Options) *Guard {
 		Resolves: g.metrics.resolves, Seconds: g.metrics.resolveSeconds})
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.txns = g.newTxnCheck()
+	g.checker = &enforce.Checker[*verdict]{Locks: g.locks, Skip: g.skipHeldCheck, Defer: (*verdict).deferToImplicit,
+		Held: g.holds, MayDisclose: g.authority.MayDisclose, InsertChecks: g.metrics.insertChecks}
+	g.decider = &enforce.Decider[*verdict]{Record: g.recordAt, Shown: g.shownTo, Launch: g.allowed}
 	g.schemes = g.newSchemes()
+	g.walk = g.newWalk()
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
 	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/fence"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/refuse"
@@ -49,13 +50,13 @@ const (
 // the implicit locks it holds.
 type implicitPlan struct {
 	// needs are the ids per namespace of writes whose session holds none
-	// of them (checkHeld found every one missing).
-	needs needs
+	// of them (the lock check, enforce.Checker, found every one missing).
+	needs enforce.Needs
 	// unchecked are the checks skipped on the guess that the session
-	// holds no lock (skipHeldCheck), one per checkHeld call: the implicit
+	// holds no lock (skipHeldCheck), one per lock check: the implicit
 	// acquire confirms the guess, or they are checked as today
 	// (checkUnchecked). noGuess: they were, so no more are skipped.
-	unchecked []nsNeed
+	unchecked []enforce.Need
 	noGuess   bool
 	// busyNS is the namespace whose keys the guess's acquire found held:
 	// under wait, the next attempt queues for them at once rather than
@@ -63,7 +64,7 @@ type implicitPlan struct {
 	// of the waiters it just met).
 	busyNS string
 	// inserts are the inserted _ids of rules with implicit locks.
-	inserts needs
+	inserts enforce.Needs
 	// owner is the implicit locks' owner, once taken.
 	owner lockstore.Owner
 	// taken are the locks held, by namespace; launched: the write's flight
@@ -104,7 +105,7 @@ func (v *verdict) deferToImplicit(r *policy.Rule, ns string, ids, missing []doci
 			}
 		}
 	}
-	v.implicitPlan().needs.add(ns, r, ids...)
+	v.implicitPlan().needs.Add(ns, r, ids...)
 	return true
 }
 
@@ -133,11 +134,11 @@ func (g *Guard) skipHeldCheck(v *verdict, r *policy.Rule, o lockstore.Owner, ns 
 		return false
 	}
 	p := v.implicitPlan()
-	p.unchecked = append(p.unchecked, nsNeed{ns: ns, r: r, ids: ids})
+	p.unchecked = append(p.unchecked, enforce.Need{NS: ns, Rule: r, IDs: ids})
 	return true
 }
 
-// checkUnchecked makes the checks skipHeldCheck skipped, as checkHeld
+// checkUnchecked makes the checks skipHeldCheck skipped, as the lock check
 // makes them: the session's locks are held (the write is a lock holder's),
 // missing (left to implicit locks after all), or some of each (refused).
 func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owner) {
@@ -145,8 +146,8 @@ func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owne
 	u := p.unchecked
 	p.unchecked, p.noGuess = nil, true
 	for _, n := range u {
-		if !v.blocked(n.ns) {
-			g.checkHeld(ctx, v, n.r, o, n.ns, n.ids)
+		if !v.Blocked(n.NS) {
+			g.checker.Check(ctx, v, &v.Verdict, n.Rule, o, n.NS, n.IDs)
 		}
 	}
 }
@@ -154,15 +155,15 @@ func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owne
 // implicitAsToday reports whether the writes left to implicit locks are
 // refused as today whatever the lock store says (takeImplicit's reasons).
 func implicitAsToday(v *verdict) bool {
-	return v.enforcedViolation() || len(v.checked) > 0 || v.flight != nil ||
-		(v.req.Command != nil && txn.In(v.req.Command)) ||
-		v.req.Command == nil || v.req.Command.MoreToCome
+	return v.EnforcedViolation() || len(v.Checked) > 0 || v.flight != nil ||
+		(v.Req.Command != nil && txn.In(v.Req.Command)) ||
+		v.Req.Command == nil || v.Req.Command.MoreToCome
 }
 
 // takeImplicit decides the writes left to implicit locks, after every
-// statement was checked: it takes the locks, or refuses as checkHeld would
+// statement was checked: it takes the locks, or refuses as the lock check would
 // have. It returns the inserts still to be checked as today.
-func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner, inserts needs) needs {
+func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner, inserts enforce.Needs) enforce.Needs {
 	p := v.implicit
 	if p == nil {
 		return inserts
@@ -170,30 +171,30 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	if len(p.unchecked) > 0 && implicitAsToday(v) {
 		g.checkUnchecked(ctx, v, o)
 	}
-	asToday := func() needs {
+	asToday := func() enforce.Needs {
 		for _, n := range p.needs {
-			if !v.blocked(n.ns) {
-				g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
+			if !v.Blocked(n.NS) {
+				g.checker.Refuse(ctx, &v.Verdict, n.Rule, o, n.NS, n.IDs)
 			}
 		}
 		for _, n := range p.inserts {
-			inserts.add(n.ns, n.r, n.ids...)
+			inserts.Add(n.NS, n.Rule, n.IDs...)
 		}
 		p.needs, p.inserts = nil, nil
 		return inserts
 	}
 	switch {
-	case v.enforcedViolation():
+	case v.EnforcedViolation():
 		return asToday()
-	case len(v.checked) > 0 || v.flight != nil:
+	case len(v.Checked) > 0 || v.flight != nil:
 		// The session holds the locks of another statement: a lock-aware
 		// writer, whose missing locks are its own mistake to be told of.
 		return asToday()
-	case v.req.Command != nil && txn.In(v.req.Command):
+	case v.Req.Command != nil && txn.In(v.Req.Command):
 		// A transaction's statements are answered long before it commits:
 		// locks released at their answer would not cover the commit.
 		return asToday()
-	case v.req.Command == nil || v.req.Command.MoreToCome:
+	case v.Req.Command == nil || v.Req.Command.MoreToCome:
 		// No answer will say when it landed (w: 0, legacy opcodes): its
 		// locks would have to stay for all of its maxTimeMS, and block
 		// everyone else's work on those documents for that long.
@@ -204,10 +205,10 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	all := slices.Clone(p.needs)
 	guessed := len(p.unchecked) > 0
 	for _, n := range p.unchecked {
-		all.add(n.ns, n.r, n.ids...)
+		all.Add(n.NS, n.Rule, n.IDs...)
 	}
 	for _, n := range p.inserts {
-		all.add(n.ns, n.r, n.ids...)
+		all.Add(n.NS, n.Rule, n.IDs...)
 	}
 	if len(all) == 0 {
 		return inserts
@@ -216,23 +217,23 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	// two implicit writers, or an implicit writer and acquireLock, never
 	// wait for each other in a cycle (each namespace's ids are taken in
 	// key order by the store, all or nothing).
-	slices.SortFunc(all, func(a, b nsNeed) int { return strings.Compare(a.ns+"/", b.ns+"/") })
+	slices.SortFunc(all, func(a, b enforce.Need) int { return strings.Compare(a.NS+"/", b.NS+"/") })
 	p.mode = config.UnlockedRefuseIfLocked
 	var wait time.Duration
 	for _, n := range all {
-		if n.r.Unlocked == config.UnlockedWait {
+		if n.Rule.Unlocked == config.UnlockedWait {
 			p.mode = config.UnlockedWait
-			wait = max(wait, n.r.UnlockedWait)
+			wait = max(wait, n.Rule.UnlockedWait)
 		}
 	}
-	p.owner = g.implicitOwner(v.req, o)
+	p.owner = g.implicitOwner(v.Req, o)
 	start := time.Now()
 	deadline := start.Add(wait)
 	// Every namespace's locks are taken before any is recorded for the
 	// write, so that a guess proved wrong leaves nothing to undo but the
 	// locks.
 	type takenNS struct {
-		n     nsNeed
+		n     enforce.Need
 		locks []lockstore.Lock
 		t0    time.Time
 		// memory: the locks are held in the lock store's memory, and the
@@ -252,27 +253,27 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		var budget time.Duration
 		taking := g.flights.StartTaking()
 		switch {
-		case p.mode == config.UnlockedWait && n.ns == p.busyNS:
+		case p.mode == config.UnlockedWait && n.NS == p.busyNS:
 			err = lockstore.ErrBusy
 		case g.testImplicit != nil && g.testImplicit.naive:
-			_, _ = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
-			locks, err = g.naiveImplicit(ctx, p.owner, n.ns, n.ids)
+			_, _ = g.opts.Store.Acquire(ctx, p.owner, n.NS, n.IDs, g.opts.ImplicitLease, 0)
+			locks, err = g.naiveImplicit(ctx, p.owner, n.NS, n.IDs)
 		default:
-			if ml, ok := g.opts.Store.(memoryLocker); ok && !fenced(*n.r) && !g.noMemoryLocks() {
+			if ml, ok := g.opts.Store.(memoryLocker); ok && !fenced(*n.Rule) && !g.noMemoryLocks() {
 				// Alone on the lock store, an uncontended write's locks
 				// need no round trip (lockstore/memlock.go); a fenced
 				// rule needs the store's tokens.
-				locks, budget, inMemory = ml.AcquireInMemory(p.owner, n.ns, n.ids)
-				if inMemory && budget-n.r.LeaseMargin < minMemoryWrite {
+				locks, budget, inMemory = ml.AcquireInMemory(p.owner, n.NS, n.IDs)
+				if inMemory && budget-n.Rule.LeaseMargin < minMemoryWrite {
 					// The rule's lease margin would leave the write too
 					// little time (launchDecision subtracts it): store
 					// locks, with their lease, serve it better.
-					g.releaseMemory(p.owner, n.ns, n.ids)
+					g.releaseMemory(p.owner, n.NS, n.IDs)
 					locks, inMemory = nil, false
 				}
 			}
 			if !inMemory {
-				locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, 0)
+				locks, err = g.opts.Store.Acquire(ctx, p.owner, n.NS, n.IDs, g.opts.ImplicitLease, 0)
 			}
 		}
 		if err != nil && guessed && !(g.testImplicit != nil && g.testImplicit.trustGuess) {
@@ -285,7 +286,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			// checks find to be a lock holder's is not implicit.
 			p.mode, p.waited = "", false
 			if errors.Is(err, lockstore.ErrBusy) {
-				p.busyNS = n.ns
+				p.busyNS = n.NS
 			}
 			g.checkUnchecked(ctx, v, o)
 			return g.takeImplicit(ctx, v, o, inserts)
@@ -293,9 +294,9 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		if p.mode == config.UnlockedWait && errors.Is(err, lockstore.ErrBusy) {
 			p.waited = true
 			if h := g.testImplicit; h != nil && h.waiting != nil {
-				h.waiting(n.ns)
+				h.waiting(n.NS)
 			}
-			locks, err = g.opts.Store.Acquire(ctx, p.owner, n.ns, n.ids, g.opts.ImplicitLease, max(time.Until(deadline), time.Millisecond))
+			locks, err = g.opts.Store.Acquire(ctx, p.owner, n.NS, n.IDs, g.opts.ImplicitLease, max(time.Until(deadline), time.Millisecond))
 		}
 		if err != nil {
 			g.flights.StopTaking(taking)
@@ -308,12 +309,12 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		for i, l := range locks {
 			ids[i] = l.ID
 		}
-		p.taken.Add(n.ns, ids)
-		if !g.flights.Took(&p.pending, p.owner, n.ns, ids, taking) {
+		p.taken.Add(n.NS, ids)
+		if !g.flights.Took(&p.pending, p.owner, n.NS, ids, taking) {
 			g.releaseImplicit(p)
-			v.violations = append(v.violations, violation{rule: *n.r, write: firstWrite(v.writes, n.ns), reason: reasonNotLocked,
-				detail: "this session holds no lock, and an operator force-released the lock on a document of this write while lockgate was taking it for the write, so the write is refused",
-				advice: "nothing was written: retry"})
+			v.Violations = append(v.Violations, enforce.Violation{Rule: *n.Rule, Write: v.FirstWrite(n.NS), Reason: reasonNotLocked,
+				Detail: "this session holds no lock, and an operator force-released the lock on a document of this write while lockgate was taking it for the write, so the write is refused",
+				Advice: "nothing was written: retry"})
 			g.metrics.implicit(p.mode, "error", time.Since(start))
 			return inserts
 		}
@@ -332,14 +333,14 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		for i, l := range locks {
 			ids[i] = l.ID
 		}
-		v.flightLocks(p.owner, n.r, n.ns, ids, leaseLeft)
-		v.check(n.ns, ids)
-		if fenced(*n.r) {
+		v.flightLocks(p.owner, n.Rule, n.NS, ids, leaseLeft)
+		v.Check(n.NS, ids)
+		if fenced(*n.Rule) {
 			if err := g.fenceImplicit(ctx, v, n, locks); err != nil {
 				g.releaseImplicit(p)
-				w := firstWrite(v.writes, n.ns)
-				v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: reasonFenceStamp,
-					detail: fmt.Sprintf("the fencing token of its implicit lock could not be stamped into the documents (%v)", err)})
+				w := v.FirstWrite(n.NS)
+				v.Violations = append(v.Violations, enforce.Violation{Rule: *n.Rule, Write: w, Reason: reasonFenceStamp,
+					Detail: fmt.Sprintf("the fencing token of its implicit lock could not be stamped into the documents (%v)", err)})
 				return inserts
 			}
 		}
@@ -414,46 +415,46 @@ func (g *Guard) implicitOwner(req *proxy.Request, o lockstore.Owner) lockstore.O
 // held (refuseIfLocked), still held after unlockedWaitMS (wait), or the
 // lock store's failure. Only an _id the request named is shown, with its
 // holder; of a document found by resolving a filter, neither.
-func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n nsNeed, o lockstore.Owner, err error) {
-	w := firstWrite(v.writes, n.ns)
+func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n enforce.Need, o lockstore.Owner, err error) {
+	w := v.FirstWrite(n.NS)
 	var he *lockstore.HeldError
 	if !errors.As(err, &he) {
-		v.violations = append(v.violations, violation{rule: *n.r, write: w, reason: refuse.ReasonUnavailable,
-			detail: fmt.Sprintf("the lock store could not take the implicit locks of this session's write, which holds none (%v), so the write is refused (fail closed)", err)})
+		v.Violations = append(v.Violations, enforce.Violation{Rule: *n.Rule, Write: w, Reason: refuse.ReasonUnavailable,
+			Detail: fmt.Sprintf("the lock store could not take the implicit locks of this session's write, which holds none (%v), so the write is refused (fail closed)", err)})
 		return
 	}
 	if len(o.Session) > 0 && he.Holder.SessionPrefix == lockstore.SessionPrefix(o.Session) {
 		// Its own lock, with too little lease left: the write is a lock
 		// holder's after all, and is told so as today.
-		g.refuseMissing(ctx, v, n.r, o, n.ns, n.ids, n.ids)
+		g.checker.Refuse(ctx, &v.Verdict, n.Rule, o, n.NS, n.IDs)
 		return
 	}
-	x := violation{rule: *n.r, write: w, reason: reasonHeldByOther}
+	x := enforce.Violation{Rule: *n.Rule, Write: w, Reason: reasonHeldByOther}
 	what := "a document its filter matches"
-	if v.isNamed(he.ID) {
-		x.ids, x.holder = []docid.ID{he.ID}, &he.Holder
+	if v.IsNamed(he.ID) {
+		x.IDs, x.Holder = []docid.ID{he.ID}, &he.Holder
 		what = "_id " + he.ID.String()
 	}
 	holder := ""
-	if x.holder != nil {
+	if x.Holder != nil {
 		holder = " (" + refuse.DescribeHolder(he.Holder) + ")"
 	}
 	if he.Timeout {
-		x.reason, x.code = reasonImplicitTimeout, mongoerr.LockTimeout
-		x.detail = fmt.Sprintf("this session holds no lock, and %s was still locked by another session%s after %s (unlockedWaitMS)", what, holder, lockstore.FormatMS(n.r.UnlockedWait))
-		x.advice = "nothing was written: retry later"
+		x.Reason, x.Code = reasonImplicitTimeout, mongoerr.LockTimeout
+		x.Detail = fmt.Sprintf("this session holds no lock, and %s was still locked by another session%s after %s (unlockedWaitMS)", what, holder, lockstore.FormatMS(n.Rule.UnlockedWait))
+		x.Advice = "nothing was written: retry later"
 	} else {
-		x.detail = fmt.Sprintf("this session holds no lock, and %s is locked by another session%s (unlockedWriters: refuseIfLocked)", what, holder)
-		x.advice = "nothing was written: retry once the holder has released it"
+		x.Detail = fmt.Sprintf("this session holds no lock, and %s is locked by another session%s (unlockedWriters: refuseIfLocked)", what, holder)
+		x.Advice = "nothing was written: retry once the holder has released it"
 	}
-	v.violations = append(v.violations, x)
+	v.Violations = append(v.Violations, x)
 }
 
 // fenceImplicit stamps the tokens of a write's implicit locks into the
 // documents of a fenced namespace, as acquireLock does, and gives them to
 // the fence plan, so that the write applies only where the stamp is its
 // own and a stale holder's late write is refused by the database.
-func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n nsNeed, locks []lockstore.Lock) error {
+func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n enforce.Need, locks []lockstore.Lock) error {
 	ids := make([]docid.ID, len(locks))
 	tokens := make([]int64, len(locks))
 	for i, l := range locks {
@@ -463,28 +464,28 @@ func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n nsNeed, locks [
 	if !ok {
 		return errors.New("no client to stamp documents with")
 	}
-	if err := db.StampFence(ctx, n.ns, n.r.FenceField, ids, tokens); err != nil {
+	if err := db.StampFence(ctx, n.NS, n.Rule.FenceField, ids, tokens); err != nil {
 		return err
 	}
 	fp := v.fencePlan()
 	for i, id := range ids {
-		fp.tokens[docid.KeyOf(namespace.Of(n.ns), id)] = tokens[i]
+		fp.tokens[docid.KeyOf(namespace.Of(n.NS), id)] = tokens[i]
 	}
 	// Inserts of this namespace carry their implicit lock's token.
 	for i := range fp.stmts {
 		s := &fp.stmts[i]
-		if s.w.Kind != policy.KindInsert || s.w.NS.String() != n.ns {
+		if s.w.Kind != policy.KindInsert || s.w.NS.String() != n.NS {
 			continue
 		}
 		id, found, certain := policy.InsertID(s.w)
 		if !found || !certain {
 			continue
 		}
-		did, err := idCopy(id)
+		did, err := enforce.IDCopy(id)
 		if err != nil {
 			continue
 		}
-		if t, ok := fp.token(n.ns, did); ok {
+		if t, ok := fp.token(n.NS, did); ok {
 			s.insertID, s.insertToken = did, []int64{t}
 		}
 	}

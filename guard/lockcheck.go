@@ -22,7 +22,7 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 	h, ok := g.heldFromMemo(v, r, o, ns, ids)
 	if !ok {
 		var err error
-		if h, err = g.locks.Check(ctx, o, ns, ids, r.LeaseMargin, fenced(*r), v.tokenBuf[:0]); err != nil || len(h.Missing) > 0 {
+		if h, err = g.locks.Check(ctx, o, ns, ids, r.LeaseMargin, fenced(*r), v.TokenBuf[:0]); err != nil || len(h.Missing) > 0 {
 			return false, h.Missing, err
 		}
 	}
@@ -45,14 +45,14 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 // heldFromMemo is the check of one id answered through the connection's
 // memos (enforce.HeldMemos); false: ask the store as usual.
 func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (enforce.Held, bool) {
-	if len(ids) != 1 || v.req == nil || !g.locks.Measures() {
+	if len(ids) != 1 || v.Req == nil || !g.locks.Measures() {
 		return enforce.Held{}, false
 	}
-	st := connStateOf(v.req)
+	st := connStateOf(v.Req)
 	if st == nil {
 		return enforce.Held{}, false
 	}
-	h, ok := st.held.Check(g.locks, o, ns, ids[0], r.LeaseMargin, v.tokenBuf[:])
+	h, ok := st.held.Check(g.locks, o, ns, ids[0], r.LeaseMargin, v.TokenBuf[:])
 	st.mu.Unlock()
 	return h, ok
 }

@@ -157,22 +157,22 @@ func (r *refusedBudget) credit(caller string, spent time.Duration) {
 // because the lock store could not answer is the proxy's trouble, not the
 // caller's, and is not charged.
 func (g *Guard) settleResolutions(v *verdict) {
-	if v.resolveSpent <= 0 {
+	if v.ResolveSpent <= 0 {
 		return
 	}
-	c := resolveCaller(v.req)
+	c := resolveCaller(v.Req)
 	if c == "" {
 		return
 	}
-	for _, x := range v.violations {
-		if x.rule.Mode == policy.Enforce {
-			if x.reason != refuse.ReasonUnavailable {
-				g.refused.charge(c, v.resolveSpent)
+	for _, x := range v.Violations {
+		if x.Rule.Mode == policy.Enforce {
+			if x.Reason != refuse.ReasonUnavailable {
+				g.refused.charge(c, v.ResolveSpent)
 			}
 			return
 		}
 	}
-	g.refused.credit(c, v.resolveSpent)
+	g.refused.credit(c, v.ResolveSpent)
 }
 
 // holdRefusal holds back a refusal made without a resolution for up to

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/scheme"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -27,7 +28,7 @@ func (g *Guard) newSchemes() *scheme.Schemes {
 			return g.decide(req, pol, verdictOf(v), start)
 		},
 		Record: func(req *proxy.Request, pol *policy.Policy, v *scheme.Verdict, x *scheme.Violation, took time.Duration) {
-			var enforced *violation
+			var enforced *enforce.Violation
 			if x != nil {
 				y := violationOf(x)
 				enforced = &y
@@ -37,12 +38,12 @@ func (g *Guard) newSchemes() *scheme.Schemes {
 		CommitStep: func(req *proxy.Request, pol *policy.Policy, v *scheme.Verdict, r policy.Rule, w policy.Write) *scheme.Violation {
 			gv := verdictOf(v)
 			x := g.commitSchemeStep(req, pol, gv, r, w)
-			v.AuditDone = gv.auditDone
+			v.AuditDone = gv.AuditDone
 			if x == nil {
 				return nil
 			}
-			return &scheme.Violation{Rule: x.rule, Write: x.write, Reason: x.reason, IDs: x.ids, Holder: x.holder,
-				Detail: x.detail, Advice: x.advice, Code: x.code}
+			return &scheme.Violation{Rule: x.Rule, Write: x.Write, Reason: x.Reason, IDs: x.IDs, Holder: x.Holder,
+				Detail: x.Detail, Advice: x.Advice, Code: x.Code}
 		},
 		Confirmed: g.confirmedStatus, ExactStrings: g.exactStrings, MayRead: g.mayRead, Log: g.log}
 	if rd, ok := g.opts.Resolver.(scheme.Reader); ok {
@@ -59,17 +60,17 @@ func (g *Guard) newSchemes() *scheme.Schemes {
 // verdictOf is the schemes' verdict as enforcement's: the fields a
 // scheme decision sets, the rest zero as for any verdict made for it.
 func verdictOf(v *scheme.Verdict) *verdict {
-	gv := &verdict{req: v.Req, writes: v.Writes, checked: v.Checked, named: v.Named, auditDone: v.AuditDone, lockState: v.LockState}
+	gv := &verdict{Verdict: enforce.Verdict{Req: v.Req, Writes: v.Writes, Checked: v.Checked, Named: v.Named, AuditDone: v.AuditDone, LockState: v.LockState}}
 	if len(v.Violations) > 0 {
-		gv.violations = make([]violation, len(v.Violations))
+		gv.Violations = make([]enforce.Violation, len(v.Violations))
 		for i := range v.Violations {
-			gv.violations[i] = violationOf(&v.Violations[i])
+			gv.Violations[i] = violationOf(&v.Violations[i])
 		}
 	}
 	return gv
 }
 
-func violationOf(x *scheme.Violation) violation {
-	return violation{rule: x.Rule, write: x.Write, reason: x.Reason, ids: x.IDs, holder: x.Holder,
-		detail: x.Detail, advice: x.Advice, code: x.Code}
+func violationOf(x *scheme.Violation) enforce.Violation {
+	return enforce.Violation{Rule: x.Rule, Write: x.Write, Reason: x.Reason, IDs: x.IDs, Holder: x.Holder,
+		Detail: x.Detail, Advice: x.Advice, Code: x.Code}
 }

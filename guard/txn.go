@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
@@ -43,7 +44,7 @@ func (g *Guard) newTxnCheck() *txn.Check {
 // far will need: the locks of its enforced writes, and the _ids it inserts
 // where inserts require them unlocked. It runs before the statement is
 // forwarded; a statement whose needs cannot be stored is refused.
-func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o lockstore.Owner, inserts needs) {
+func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o lockstore.Owner, inserts enforce.Needs) {
 	var rec []lockstore.TxnNeed
 	if f := v.flight; f != nil {
 		for _, l := range f.Locks {
@@ -53,20 +54,20 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 		}
 	}
 	for _, n := range inserts {
-		if n.r.Mode == policy.Enforce && len(n.ids) > 0 {
-			rec = append(rec, lockstore.TxnNeed{NS: n.ns, Bind: o.Bind, Unlocked: n.ids})
+		if n.Rule.Mode == policy.Enforce && len(n.IDs) > 0 {
+			rec = append(rec, lockstore.TxnNeed{NS: n.NS, Bind: o.Bind, Unlocked: n.IDs})
 		}
 	}
 	if x := g.txns.Record(ctx, req, o.Session, rec); x != nil {
-		v.violations = append(v.violations, violation{rule: g.ruleOf(v, x.NS), write: firstWrite(v.writes, x.NS), reason: x.Reason, detail: x.Detail, advice: x.Advice})
+		v.Violations = append(v.Violations, enforce.Violation{Rule: g.ruleOf(v, x.NS), Write: v.FirstWrite(x.NS), Reason: x.Reason, Detail: x.Detail, Advice: x.Advice})
 	}
 }
 
 // ruleOf is the rule enforce applied to ns in v.
 func (g *Guard) ruleOf(v *verdict, ns string) policy.Rule {
-	for i, w := range v.writes {
-		if w.NS.String() == ns && i < len(v.rules) {
-			return v.rules[i]
+	for i, w := range v.Writes {
+		if w.NS.String() == ns && i < len(v.Rules) {
+			return v.Rules[i]
 		}
 	}
 	return policy.Rule{}
@@ -87,7 +88,7 @@ func (g *Guard) launchCommit(c *txn.Commit, maxTime time.Duration, next proxy.Re
 // leaseLeft reports whether owner holds ids with more than margin left,
 // and how much lease is surely left.
 func (g *Guard) leaseLeft(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (time.Duration, bool, error) {
-	ts, ok := g.opts.Store.(tokenStore)
+	ts, ok := g.opts.Store.(enforce.TokenStore)
 	if !ok {
 		held, _, err := g.opts.Store.Holds(ctx, o, ns, ids, margin)
 		return margin + time.Millisecond, held, err

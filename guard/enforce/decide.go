@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/refuse"
@@ -121,4 +122,44 @@ func Undisclosed(x Violation) Violation {
 	x.Detail = strings.ReplaceAll(x.Detail, " ("+who+")", "")
 	x.Detail = strings.ReplaceAll(x.Detail, who, refuse.HeldByAnother)
 	return x
+}
+
+// Decider turns a verdict into the proxy's action: a refusal of its
+// first enforced violation, or the allowed write's launch. V is the
+// verdict as the caller keeps it (enforce's Verdict with the plans of
+// what acts on an allowed write), handed back to its funcs untouched.
+// Its funcs are set once and the Decider shared.
+type Decider[V any] struct {
+	// Record logs and counts the decision at now, and makes its audit
+	// record durable where the rule requires one; a violation back: it
+	// could not, and the write, unless refused already, is refused by it.
+	Record func(req *proxy.Request, pol *policy.Policy, v V, enforced *Violation, took time.Duration, now time.Time) *Violation
+	// Shown is a refusal as req's caller may see it (Undisclosed, unless
+	// it may read the namespace); nil: as it is.
+	Shown func(req *proxy.Request, x Violation) Violation
+	// Launch is an allowed write's decision (its edit and its flight),
+	// now being the time its lease left is counted from.
+	Launch func(req *proxy.Request, pol *policy.Policy, v V, now time.Time) proxy.Decision
+}
+
+// Decide decides v, whose enforcement verdict is base, started at start.
+func (d *Decider[V]) Decide(req *proxy.Request, pol *policy.Policy, v V, base *Verdict, start time.Time) proxy.Decision {
+	enforced := base.Enforced()
+	// The clock is read on its monotonic side alone (one read, not two):
+	// the decision's end is its start plus what it took.
+	took := time.Since(start)
+	if x := d.Record(req, pol, v, enforced, took, start.Add(took)); x != nil && enforced == nil {
+		enforced = x // its audit record could not be made durable
+	}
+	// The lease left is measured after the record: its sink can block (a
+	// full pipe), and a required audit record is waited for.
+	now := start.Add(time.Since(start))
+	if enforced != nil {
+		x := *enforced
+		if d.Shown != nil {
+			x = d.Shown(req, x)
+		}
+		return proxy.Decision{Action: proxy.Reply, Reply: Refusal(req, x).Document()}
+	}
+	return d.Launch(req, pol, v, now)
 }

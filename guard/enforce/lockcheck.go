@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/bson/primitive"
@@ -378,4 +381,132 @@ func (l *Locks) Insertable(ctx context.Context, o lockstore.Owner, r *policy.Rul
 		}
 	}
 	return nil, true
+}
+
+// Needs are the locks a command's writes need, by namespace in the order
+// first written: a slice, as a command writes one namespace or very few.
+type Needs []Need
+
+// Need is the locks the writes of one namespace need.
+type Need struct {
+	NS string
+	// Rule is the rule of the namespace's last write: a pointer into the
+	// verdict's rules, which outlive every need (a rule is too large to
+	// copy on every call).
+	Rule *policy.Rule
+	IDs  []docid.ID
+}
+
+// Add adds ids, written under r, to ns's need.
+func (n *Needs) Add(ns string, r *policy.Rule, ids ...docid.ID) {
+	for i := range *n {
+		if (*n)[i].NS == ns {
+			(*n)[i].Rule = r
+			(*n)[i].IDs = append((*n)[i].IDs, ids...)
+			return
+		}
+	}
+	*n = append(*n, Need{NS: ns, Rule: r, IDs: slices.Clip(ids)})
+}
+
+// Checker checks that a write's session holds the locks its writes need,
+// and records on the verdict what it found: the ids it verified, or the
+// violation that refuses the write. V is the verdict as the caller keeps
+// it, handed back to its funcs untouched. Its funcs are set once and the
+// Checker shared.
+type Checker[V any] struct {
+	Locks *Locks
+	// Skip reports whether the check of ids is left to another (the
+	// implicit locks' acquire, which reads the same keys); nil: never.
+	Skip func(v V, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) bool
+	// Defer reports whether a write whose session lacks missing (of ids)
+	// is left to implicit locks rather than refused; nil: never.
+	Defer func(v V, r *policy.Rule, ns string, ids, missing []docid.ID) bool
+	// Held checks the locks and records what the write's flight and
+	// fence need of them; nil: Locks.Check alone, unfenced.
+	Held func(ctx context.Context, v V, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (ok bool, missing []docid.ID, err error)
+	// MayDisclose reports whether req's caller may be told who holds a
+	// lock of ns; nil: never.
+	MayDisclose func(ctx context.Context, req *proxy.Request, ns string) bool
+	// InsertChecks counts the checks of inserted ids by outcome
+	// (checked, skipped); nil: none.
+	InsertChecks *prometheus.CounterVec
+}
+
+// Insertable refuses inserts of ids into ns that another session has
+// locked (Locks.Insertable).
+func (c *Checker[V]) Insertable(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
+	x, checked := c.Locks.Insertable(ctx, o, r, base.FirstWrite(ns), ids)
+	if c.InsertChecks != nil {
+		if !checked {
+			c.InsertChecks.WithLabelValues("skipped").Inc()
+		} else {
+			c.InsertChecks.WithLabelValues("checked").Inc()
+		}
+	}
+	if x != nil {
+		base.Violations = append(base.Violations, *x)
+	}
+}
+
+// Needs checks the locks each namespace's writes need, skipping
+// namespaces already refused.
+func (c *Checker[V]) Needs(ctx context.Context, v V, base *Verdict, o lockstore.Owner, need Needs) {
+	for i := range need {
+		if n := &need[i]; len(n.IDs) > 0 && !base.Blocked(n.NS) {
+			c.Check(ctx, v, base, n.Rule, o, n.NS, n.IDs)
+		}
+	}
+}
+
+// Check verifies that o holds every id in ns with the rule's margin: the
+// ids are verified, left to implicit locks, or the write is refused.
+func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
+	if len(o.Session) == 0 {
+		// No session: it holds nothing (only rules with implicit locks
+		// get here without one).
+		if c.Defer != nil {
+			c.Defer(v, r, ns, ids, ids)
+		}
+		return
+	}
+	if c.Skip != nil && c.Skip(v, r, o, ns, ids) {
+		return
+	}
+	var ok bool
+	var missing []docid.ID
+	var err error
+	if c.Held != nil {
+		ok, missing, err = c.Held(ctx, v, r, o, ns, ids)
+	} else {
+		var h Held
+		h, err = c.Locks.Check(ctx, o, ns, ids, r.LeaseMargin, false, base.TokenBuf[:0])
+		ok, missing = err == nil && len(h.Missing) == 0, h.Missing
+	}
+	if err != nil {
+		base.Violations = append(base.Violations, Violation{Rule: *r, Write: base.FirstWrite(ns), Reason: refuse.ReasonUnavailable,
+			Detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
+		return
+	}
+	if ok {
+		base.Check(ns, ids)
+		return
+	}
+	if c.Defer != nil && c.Defer(v, r, ns, ids, missing) {
+		return
+	}
+	c.Refuse(ctx, base, r, o, ns, missing)
+}
+
+// Refuse refuses a write of ns whose session does not hold the locks on
+// missing (Locks.Missing), showing only the ids the request named.
+func (c *Checker[V]) Refuse(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns string, missing []docid.ID) {
+	var shown []docid.ID
+	for _, id := range missing {
+		if base.IsNamed(id) {
+			shown = append(shown, id)
+		}
+	}
+	disclose := len(shown) > 0 && c.MayDisclose != nil && c.MayDisclose(ctx, base.Req, ns)
+	base.Violations = append(base.Violations, c.Locks.Missing(ctx, o, r, base.FirstWrite(ns), shown, len(missing)-len(shown), disclose))
 }

@@ -1,0 +1,139 @@
+package enforce
+
+import (
+	"time"
+
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/inflight"
+	"github.com/lockgate/lockgate/namespace"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+)
+
+// Verdict is what enforcement found for one message: the writes it
+// decided, the violations that stop them, the locks it verified and the
+// ids the request named. The audit line, the fence, the launch, the
+// implicit locks and the transaction check read it after the decision.
+// It belongs to one request at a time: the guard keeps one spare per
+// connection and hands it to the connection's next write.
+type Verdict struct {
+	Writes []policy.Write
+	// Rules are the writes' rules for the client, when enforcement looked
+	// them up (else nil); shared with the connection's memo (Rules.Ref)
+	// or the verdict's own, never written to.
+	Rules      []policy.Rule
+	Violations []Violation
+	Pins       []policy.Pin
+	Checked    inflight.Locks // the ids whose locks were verified
+	// Req is the request decided, for asking the upstream on its
+	// connection.
+	Req *proxy.Request
+	// LSID is the request's session id once enforcement has read it.
+	LSID []byte
+	// Named are the ids the request itself names (filters that pin _id,
+	// upserted and inserted ids): the only ids a refusal may show. Ids
+	// found by resolving a filter stay secret, or a refusal would tell
+	// the client which documents match any filter it likes.
+	Named []docid.ID
+	// namedKeys indexes Named[:namedIndexed] (IsNamed).
+	namedKeys    map[string]struct{}
+	namedIndexed int
+	// InTxn: the write is a statement of a transaction (autocommit:
+	// false), whose commit is checked as well.
+	InTxn bool
+	// ResolveSpent is the time its enforced resolutions ran, charged to
+	// the caller if it is refused.
+	ResolveSpent time.Duration
+	// AuditDone: the write's allow record is durable already (a scheme
+	// step's, committed before lockgate ran it).
+	AuditDone bool
+	// LockState: the scheme lock's state an allowed scheme write was
+	// decided from (scheme.Verdict.LockState), for the line and trail.
+	LockState string
+	// Now is the time enforcement started, or the last resolution
+	// ended: never later than any lock check's answer. Zero: read the
+	// clock again.
+	Now time.Time
+	// Flights is the write's session's entry in the flight tracker, as
+	// the connection kept it, for its flight's launch.
+	Flights *inflight.Session
+	// Room for the usual write of one statement in one namespace, so
+	// that the verdict of a single write is one allocation, not four.
+	TokenBuf   [1]int64
+	CheckedBuf [1]inflight.NSIDs
+	PinBuf     [1]bsoncore.Value // a statement's pin, read by Targets.Of
+	NeedBuf    [1]Need
+}
+
+// Check records ids as verified in ns, for the audit line.
+func (v *Verdict) Check(ns string, ids []docid.ID) { v.Checked.Add(ns, ids) }
+
+// IsNamed reports whether the request itself named id. A refusal asks it
+// of every missing id: past a few named ids they are indexed, or a write
+// naming n ids would cost n² comparisons to refuse.
+func (v *Verdict) IsNamed(id docid.ID) bool {
+	if len(v.Named) <= 16 {
+		for _, n := range v.Named {
+			if n.Equal(id) {
+				return true
+			}
+		}
+		return false
+	}
+	if v.namedKeys == nil {
+		v.namedKeys = make(map[string]struct{}, len(v.Named))
+	}
+	for _, n := range v.Named[v.namedIndexed:] {
+		v.namedKeys[n.Key()] = struct{}{}
+	}
+	v.namedIndexed = len(v.Named)
+	_, ok := v.namedKeys[id.Key()]
+	return ok
+}
+
+// EnforcedViolation reports whether the command is refused already.
+func (v *Verdict) EnforcedViolation() bool {
+	for _, x := range v.Violations {
+		if x.Rule.Mode == policy.Enforce {
+			return true
+		}
+	}
+	return false
+}
+
+// Enforced is the first violation that refuses the command, or nil.
+func (v *Verdict) Enforced() *Violation {
+	for i := range v.Violations {
+		if v.Violations[i].Rule.Mode == policy.Enforce {
+			return &v.Violations[i]
+		}
+	}
+	return nil
+}
+
+// Add records a violation.
+func (v *Verdict) Add(r policy.Rule, w policy.Write, reason string, ids []docid.ID, detail string) {
+	v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: reason, IDs: ids, Detail: detail})
+}
+
+// Blocked reports whether ns already has a violation, so that no lock
+// store round trip is spent on a command that is refused anyway.
+func (v *Verdict) Blocked(ns string) bool {
+	for _, x := range v.Violations {
+		if x.Write.NS.String() == ns && x.Rule.Mode == policy.Enforce {
+			return true
+		}
+	}
+	return false
+}
+
+// FirstWrite is the verdict's first write of ns, or a write of ns alone.
+func (v *Verdict) FirstWrite(ns string) policy.Write {
+	for _, w := range v.Writes {
+		if w.NS.String() == ns {
+			return w
+		}
+	}
+	return policy.Write{NS: namespace.Of(ns)}
+}

@@ -1,0 +1,301 @@
+package enforce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/guard/txn"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+)
+
+// Walk is enforcement's walk over the writes of one request: the rule of
+// each, the refusals no lock is needed for, the documents each statement
+// needs locked (resolving filters that name no _id last, and only while
+// the command can still be allowed), and the lock check of them. What
+// acts on an allowed write around it (the fence, the implicit locks, the
+// transaction's record) and the decision are funcs the guard sets; V is
+// its verdict, handed back to them untouched. Its funcs are set once and
+// the Walk shared.
+type Walk[V any] struct {
+	Targets *Targets
+	Checker *Checker[V]
+	// AuthRequired reports whether the database requires authentication
+	// (it may learn so later), so that a connection that has not
+	// authenticated holds no lock; nil: it does not.
+	AuthRequired func() bool
+	// Rules is the rule of ns for req's client: the connection's own
+	// copy, shared, not copied (Rules.Ref).
+	Rules func(pol *policy.Policy, req *proxy.Request, ns string) []policy.Rule
+	// New returns a verdict for req, started at start, and its
+	// enforcement part.
+	New func(req *proxy.Request, start time.Time) (V, *Verdict)
+	// Schemes decides writes under a locking scheme; false: none is.
+	Schemes func(ctx context.Context, req *proxy.Request, pol *policy.Policy, writes []policy.Write, rules []policy.Rule, start time.Time) (proxy.Decision, bool)
+	// Owner is the lock owner req acts as, which it records on v; false:
+	// req carries no session.
+	Owner func(req *proxy.Request, v V) (lockstore.Owner, bool)
+	// Fence notes w and the ids it targets for the fence; nil: none.
+	Fence func(v V, r *policy.Rule, w policy.Write, ids []docid.ID)
+	// ImplicitInsert takes an insert of id under a rule with implicit
+	// locks from the walk.
+	ImplicitInsert func(v V, ns string, r *policy.Rule, id docid.ID)
+	// Implicit takes the implicit locks of the writes left to them, once
+	// every lock is checked, and returns the inserts whose locks are
+	// still to be checked; nil: none are taken.
+	Implicit func(ctx context.Context, v V, o lockstore.Owner, inserts Needs) Needs
+	// Checked runs once the locks are checked, before a transaction's
+	// statement is recorded (the fence's inserts); nil: nothing does.
+	Checked func(ctx context.Context, v V, o lockstore.Owner, hasSession bool)
+	// Txn records what an allowed statement of a transaction needs at its
+	// commit; nil: statements of transactions are not recorded.
+	Txn func(ctx context.Context, req *proxy.Request, v V, o lockstore.Owner, inserts Needs)
+	// Settle runs before the decision (the resolution time charged or
+	// credited) and reports whether Decided is to see it: Decided, given
+	// the decision, returns the one made (the implicit locks released
+	// unless launched). Asked before the decision, as a launched write's
+	// verdict is its flight's. nil: nothing.
+	Settle  func(v V) bool
+	Decided func(v V, d proxy.Decision) proxy.Decision
+	Decider *Decider[V]
+}
+
+// Run decides writes, the writes of req, under pol, from start.
+func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Policy, writes []policy.Write, start time.Time) proxy.Decision {
+	// The rule of each write, looked up once for the decision and the
+	// audit line; nothing is allocated for a command that writes only
+	// where nothing is protected.
+	var rules []policy.Rule
+	var v V
+	var b *Verdict
+	off := 0
+	for i, w := range writes {
+		// The usual write of one namespace points at the connection's
+		// copy of its rule.
+		rr := k.Rules(pol, req, w.NS.String())
+		if rr[0].Mode == policy.Off {
+			off++
+		}
+		if rules == nil {
+			if rr[0].Mode == policy.Off {
+				continue
+			}
+			v, b = k.New(req, start)
+			if len(writes) == 1 {
+				rules = rr
+				continue
+			}
+			rules = make([]policy.Rule, i, len(writes))
+			for j := range rules {
+				rules[j] = k.Rules(pol, req, writes[j].NS.String())[0]
+			}
+		}
+		rules = append(rules, rr[0])
+	}
+	if rules == nil {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	b.Checked = b.CheckedBuf[:0]
+	switch {
+	case off == 0:
+		b.Writes, b.Rules = writes, rules
+	case off < len(writes):
+		for i, w := range writes {
+			if rules[i].Mode != policy.Off {
+				b.Writes, b.Rules = append(b.Writes, w), append(b.Rules, rules[i])
+			}
+		}
+	}
+	if len(b.Writes) == 0 {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	// Where the database requires authentication, a connection that has
+	// not authenticated may write nothing and holds no lock. Its enforced
+	// writes are refused before any lock is looked at, so that no answer
+	// depends on one: an insert of a locked _id would otherwise be refused
+	// here and one of a free _id by the database, telling which is locked.
+	if k.AuthRequired != nil && k.AuthRequired() && req.Client.User() == "" {
+		for i, w := range b.Writes {
+			if b.Rules[i].Mode == policy.Enforce {
+				b.Add(b.Rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
+				return k.Decider.Decide(req, pol, v, b, start)
+			}
+		}
+	}
+	if k.Schemes != nil {
+		if d, ok := k.Schemes(ctx, req, pol, writes, rules, start); ok {
+			return d
+		}
+	}
+
+	o, hasSession := k.Owner(req, v)
+	var deferred []int // writes whose documents must be resolved first
+	need := Needs(b.NeedBuf[:0])
+	var inserts Needs
+	for i, w := range writes {
+		r := &rules[i] // by pointer: a rule is too large to copy on every call
+		if r.Mode == policy.Off {
+			continue
+		}
+		switch w.Kind {
+		case policy.KindCollectionWrite:
+			if !r.AllowCollectionWrites {
+				b.Add(*r, w, ReasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
+			}
+		case policy.KindInsert:
+			k.fence(v, r, w, nil)
+			if k.cappedInsertRefused(ctx, b, r, w) {
+				continue
+			}
+			if r.Inserts == policy.InsertsRequireUnlocked {
+				id, found, certain := policy.InsertID(w)
+				switch {
+				case !certain:
+					b.Add(*r, w, ReasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
+				case found:
+					// A value that cannot be an _id names no lock, and
+					// the database refuses the insert itself.
+					if did, err := IDCopy(id); err == nil {
+						if r.Implicit() {
+							k.ImplicitInsert(v, w.NS.String(), r, did)
+						} else {
+							inserts.Add(w.NS.String(), r, did)
+						}
+					}
+				}
+			}
+		default:
+			if !hasSession && !r.Implicit() {
+				b.Add(*r, w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				continue
+			}
+			if w.Upsert && k.cappedInsertRefused(ctx, b, r, w) {
+				continue
+			}
+			ids, ok, later := k.targets(ctx, b, r, w, false)
+			if later {
+				deferred = append(deferred, i)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			k.fence(v, r, w, ids)
+			need.Add(w.NS.String(), r, ids...)
+		}
+	}
+	k.Checker.Needs(ctx, v, b, o, need)
+	// Statements whose filter names no _id are resolved last, and only
+	// while the command can still be allowed: a query for the documents
+	// they match is the expensive part, and pointless once anything in the
+	// command is refused.
+	if len(deferred) > 0 {
+		if b.EnforcedViolation() {
+			k.Targets.Skipped(len(deferred))
+		} else {
+			var resolved Needs
+			for _, i := range deferred {
+				ids, ok, _ := k.targets(ctx, b, &rules[i], writes[i], true)
+				if ok {
+					k.fence(v, &rules[i], writes[i], ids)
+					resolved.Add(writes[i].NS.String(), &rules[i], ids...)
+				}
+			}
+			k.Checker.Needs(ctx, v, b, o, resolved)
+		}
+	}
+	if k.Implicit != nil {
+		inserts = k.Implicit(ctx, v, o, inserts)
+	}
+	for _, n := range inserts {
+		k.Checker.Insertable(ctx, b, n.Rule, o, n.NS, n.IDs)
+	}
+	if k.Checked != nil {
+		k.Checked(ctx, v, o, hasSession)
+	}
+	if hasSession {
+		b.InTxn = txn.In(req.Command)
+	}
+	if b.InTxn && !b.EnforcedViolation() && k.Txn != nil {
+		k.Txn(ctx, req, v, o, inserts)
+	}
+	after := k.Settle != nil && k.Settle(v)
+	d := k.Decider.Decide(req, pol, v, b, start)
+	if after {
+		d = k.Decided(v, d)
+	}
+	return d
+}
+
+// Unclassifiable decides a write that cannot be read with certainty
+// (err), into v: refused where its namespace (else its database, else
+// everything) is enforced.
+func (k *Walk[V]) Unclassifiable(req *proxy.Request, pol *policy.Policy, v V, b *Verdict, err error, start time.Time) proxy.Decision {
+	ns := "*"
+	var ce *policy.ClassifyError
+	if errors.As(err, &ce) && !ce.NS.IsZero() {
+		ns = ce.NS.String()
+	} else if req.Command != nil {
+		ns = req.Command.DB + ".*"
+	}
+	r := pol.Lookup(ns)
+	if r.Mode == policy.Off {
+		return proxy.Decision{Action: proxy.Forward}
+	}
+	b.Add(r, policy.Write{NS: namespace.Of(ns)}, ReasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
+	return k.Decider.Decide(req, pol, v, b, start)
+}
+
+func (k *Walk[V]) fence(v V, r *policy.Rule, w policy.Write, ids []docid.ID) {
+	if k.Fence != nil {
+		k.Fence(v, r, w, ids)
+	}
+}
+
+// cappedInsertRefused records a violation for an insert, or an upsert
+// that may insert, into a capped collection (Targets.Capped).
+func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy.Rule, w policy.Write) bool {
+	reason, detail := k.Targets.Capped(ctx, r, w)
+	if reason == "" {
+		return false
+	}
+	b.Add(*r, w, reason, nil, detail)
+	return true
+}
+
+// targets returns the ids whose locks write w needs (Targets.Of) and
+// records on b what it found: the ids the request names, the pin of a
+// resolved statement, the resolution's time, the violation that stops
+// the write. later: w must be resolved, and resolve was false.
+func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
+	x := k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS.String()), b.PinBuf[:0])
+	if x.Pinned != nil {
+		if b.Named == nil {
+			b.Named = slices.Clip(x.Pinned) // shared until appended to
+		} else {
+			b.Named = append(b.Named, x.Pinned...)
+		}
+	}
+	if x.HasUpserted {
+		b.Named = append(b.Named, x.Upserted)
+	}
+	if x.Resolved {
+		b.Now = time.Time{} // read again after the resolution
+		b.ResolveSpent += x.Spent
+	}
+	if x.Pins {
+		b.Pins = append(b.Pins, x.Pin)
+	}
+	if x.Reason != "" {
+		b.Add(*r, w, x.Reason, nil, x.Detail)
+		b.Violations[len(b.Violations)-1].Advice = x.Advice
+	}
+	return x.IDs, x.OK, x.Later
+}
