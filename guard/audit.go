@@ -40,12 +40,12 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			return
 		}
 		seen = append(seen, w.NS.String())
-		decision, reason := decisionAllow, ""
+		decision, reason := enforce.DecisionAllow, ""
 		if x != nil {
 			reason = x.Reason
-			decision = decisionWouldReject
+			decision = enforce.DecisionWouldReject
 			if enforced != nil {
-				decision = decisionReject
+				decision = enforce.DecisionReject
 			}
 		}
 		if t := g.opts.Trail; t != nil {
@@ -59,7 +59,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 				if x = g.commitRecord(t, ev, *w, *r); x != nil {
 					// Refused for want of a record: the counters, the
 					// log line and (if it can take one) the trail say so.
-					unaudited, decision, reason = x, decisionReject, x.Reason
+					unaudited, decision, reason = x, enforce.DecisionReject, x.Reason
 					t.Append(g.trailEvent(req, pol, v, w, r, x, decision, now))
 				}
 			}
@@ -68,7 +68,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		if st != nil {
 			defer st.mu.Unlock()
 		}
-		if st != nil && decision == decisionAllow {
+		if st != nil && decision == enforce.DecisionAllow {
 			// The usual decision's series, looked up once per rule
 			// and connection: the labels' hash costs more than the add.
 			st.allowCounter(g.metrics.decisions, r.Match).Inc()
@@ -193,7 +193,7 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	}
 	// The keys, and the decision, need no escaping: appended as they are.
 	switch decision {
-	case decisionAllow:
+	case enforce.DecisionAllow:
 		b = append(b, `,"decision":"allow"`...)
 	default:
 		b = appendField(b, "decision", decision)
@@ -283,10 +283,10 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		case v.flight != nil:
 			ev.HolderTag = audittrail.TagOf(v.flight.Owner.Session)
 		case v.LSID != nil:
-			ev.HolderTag = audittrail.TagOf(g.owners.session(ev.User, v.LSID))
+			ev.HolderTag = audittrail.TagOf(g.owners.Session(ev.User, v.LSID))
 		default:
 			if sid, ok := req.Command.SessionID(); ok {
-				ev.HolderTag = audittrail.TagOf(g.owners.session(ev.User, sid))
+				ev.HolderTag = audittrail.TagOf(g.owners.Session(ev.User, sid))
 			}
 		}
 	}
@@ -343,11 +343,11 @@ func insertedIDs(writes []policy.Write, ns string) []docid.ID {
 // trailVerdict is a decision of the decision log as the trail names it.
 func trailVerdict(decision string) string {
 	switch decision {
-	case decisionAllow:
+	case enforce.DecisionAllow:
 		return audittrail.VerdictAllow
-	case decisionReject:
+	case enforce.DecisionReject:
 		return audittrail.VerdictReject
-	case decisionWouldReject:
+	case enforce.DecisionWouldReject:
 		return audittrail.VerdictWouldReject
 	}
 	return ""
@@ -378,7 +378,7 @@ func (g *Guard) commitSchemeStep(req *proxy.Request, pol *policy.Policy, v *verd
 	if t == nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired) {
 		return nil
 	}
-	if x := g.commitRecord(t, g.trailEvent(req, pol, v, &w, &r, nil, decisionAllow, time.Time{}), w, r); x != nil {
+	if x := g.commitRecord(t, g.trailEvent(req, pol, v, &w, &r, nil, enforce.DecisionAllow, time.Time{}), w, r); x != nil {
 		return x
 	}
 	v.AuditDone = true
@@ -398,7 +398,7 @@ func metricReason(r string) string {
 
 // metricReasons are the refusal reasons lockgate_decisions_total names;
 // any other is counted as "other".
-var metricReasons = []string{reasonNotLocked, reasonHeldByOther, reasonInsertLocked, reasonCollectionWrite,
-	reasonUnclassifiable, reasonTooManyCandidates, reasonResolveFailed,
-	reasonUnverifiableUpsert, refuse.ReasonNoSession, refuse.ReasonUnavailable,
+var metricReasons = []string{enforce.ReasonNotLocked, enforce.ReasonHeldByOther, enforce.ReasonInsertLocked, enforce.ReasonCollectionWrite,
+	enforce.ReasonUnclassifiable, enforce.ReasonTooManyCandidates, enforce.ReasonResolveFailed,
+	enforce.ReasonUnverifiableUpsert, refuse.ReasonNoSession, refuse.ReasonUnavailable,
 	reasonSchemeNotFollowed, reasonSchemeNotHolder, reasonAuditUnavailable, reasonImplicitTimeout, "other"}

@@ -122,7 +122,7 @@ func (st *connState) allowCounter(vec *prometheus.CounterVec, match string) prom
 			return a.c
 		}
 	}
-	c := vec.WithLabelValues(match, decisionAllow, metricReason(""))
+	c := vec.WithLabelValues(match, enforce.DecisionAllow, metricReason(""))
 	st.allows[st.nextAllow] = allowSeries{vec: vec, match: match, c: c}
 	st.nextAllow = (st.nextAllow + 1) % len(st.allows)
 	return c

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
@@ -145,7 +146,7 @@ func TestConnMemoSeesEveryLockChange(t *testing.T) {
 	if !c.write(b, 7) {
 		t.Fatal("the holder's write was refused")
 	}
-	if _, err := c.store.ReleaseSession(context.Background(), c.g.owners.session("", bytes.Repeat([]byte{2}, 16))); err != nil {
+	if _, err := c.store.ReleaseSession(context.Background(), c.g.owners.Session("", bytes.Repeat([]byte{2}, 16))); err != nil {
 		t.Fatal(err)
 	}
 	if c.write(b, 7) {
@@ -174,10 +175,10 @@ func TestDecisionLineUnchangedByPrefix(t *testing.T) {
 	c.write(a, 8) // and field by field
 	st.mu.Unlock()
 	// Counted alike: the connection's cached allow series and the lookup.
-	if n := testutil.ToFloat64(c.g.metrics.decisions.WithLabelValues("db.locked", decisionAllow, "none")); n != 3 {
+	if n := testutil.ToFloat64(c.g.metrics.decisions.WithLabelValues("db.locked", enforce.DecisionAllow, "none")); n != 3 {
 		t.Fatalf("%v allowed writes counted, want 3", n)
 	}
-	if n := testutil.ToFloat64(c.g.metrics.decisions.WithLabelValues("db.locked", decisionReject, reasonNotLocked)); n != 2 {
+	if n := testutil.ToFloat64(c.g.metrics.decisions.WithLabelValues("db.locked", enforce.DecisionReject, enforce.ReasonNotLocked)); n != 2 {
 		t.Fatalf("%v refused writes counted, want 2", n)
 	}
 	lines := strings.Split(strings.TrimSpace(c.log.String()), "\n")

@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
 )
@@ -155,7 +156,7 @@ func TestRefusalsShowHoldersOnlyToReaders(t *testing.T) {
 		t.Fatal("dave could not authenticate")
 	}
 	r := dave.do(update(1, "dave-session-001"))
-	if d, _ := r["lockgate"].(bson.M); fmt.Sprint(r["code"]) != "46" || d == nil || d["reason"] != reasonHeldByOther ||
+	if d, _ := r["lockgate"].(bson.M); fmt.Sprint(r["code"]) != "46" || d == nil || d["reason"] != enforce.ReasonHeldByOther ||
 		fmt.Sprint(d["holder"].(bson.M)["user"]) != "alice@admin" || !strings.Contains(fmt.Sprint(r["errmsg"]), "alice-billing") {
 		t.Errorf("dave's write of alice's _id 1: %v, want held_by_other naming alice and her application", r)
 	}

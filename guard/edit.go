@@ -60,13 +60,13 @@ func (g *Guard) editViolation(pol *policy.Policy, v *verdict, ed policy.Edit, er
 	if len(ed.Fences) > 0 {
 		w = v.fence.stmts[0].w
 	}
-	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS.String()), Reason: reasonUnclassifiable}
+	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS.String()), Reason: enforce.ReasonUnclassifiable}
 	switch {
 	case errors.Is(err, errTooLarge) && len(ed.Fences) > 0:
-		x.Reason = reasonTooManyCandidates
+		x.Reason = enforce.ReasonTooManyCandidates
 		x.Detail = fmt.Sprintf("fenced, it would exceed the %d-byte message limit; write fewer documents per command", g.opts.MaxMessageSize)
 	case errors.Is(err, errTooLarge):
-		x.Reason = reasonTooManyCandidates
+		x.Reason = enforce.ReasonTooManyCandidates
 		x.Detail = fmt.Sprintf("restricted to its %d verified documents it would exceed the %d-byte message limit; narrow the filter", len(ed.Pins[0].IDs), g.opts.MaxMessageSize)
 	case errors.Is(err, policy.ErrFenceField):
 		x.Reason, x.Detail = reasonFenceField, err.Error()

@@ -151,13 +151,7 @@ func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) stri
 	return g.targeting.MayRead(ctx, req, ns)
 }
 
-// errResolveSkipped: an audited write found no free resolver slot.
-var errResolveSkipped = enforce.ErrResolveSkipped
-
 // resolve is enforce.Targets.Resolve, for the units given it.
 func (g *Guard) resolve(ctx context.Context, slots chan struct{}, r policy.Rule, w policy.Write, limit int) ([]docid.ID, time.Duration, error) {
 	return g.targeting.Resolve(ctx, slots, r, w, limit)
 }
-
-// isMaxTimeExpired is enforce.IsMaxTimeExpired.
-func isMaxTimeExpired(err error) bool { return enforce.IsMaxTimeExpired(err) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -267,7 +268,7 @@ func TestAuditForwardsAndCounts(t *testing.T) {
 		t.Fatalf("audited write not applied: qty %v", got)
 	}
 	rule := "shop." + audited
-	if n := testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionWouldReject, reasonNotLocked)); n != 1 {
+	if n := testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, enforce.DecisionWouldReject, enforce.ReasonNotLocked)); n != 1 {
 		t.Fatalf("would_reject count = %v, want 1", n)
 	}
 	// Reads and unprotected namespaces pass untouched.
@@ -312,7 +313,7 @@ func TestLimitsAndUnacknowledged(t *testing.T) {
 	// The refusal is decided before anything is forwarded, so once it is
 	// counted the write can no longer land: wait for the count, then look.
 	// (Drivers send no lsid with w:0 writes: the reason is no_session.)
-	refused := st.metrics.decisions.WithLabelValues("shop."+coll, decisionReject, refuse.ReasonNoSession)
+	refused := st.metrics.decisions.WithLabelValues("shop."+coll, enforce.DecisionReject, refuse.ReasonNoSession)
 	before := testutil.ToFloat64(refused)
 	w0 := connect(t, st.uri, "fire-and-forget")
 	coll0 := w0.Database("shop").Collection(coll, options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))

@@ -147,7 +147,7 @@ func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, [
 		for _, id := range dedupIDs(s.ids) {
 			t, ok := v.fence.token(s.w.NS.String(), id)
 			if !ok {
-				x := enforce.Violation{Write: s.w, Rule: s.r, Reason: reasonUnclassifiable, Detail: "the proxy lost track of a fencing token it had checked"}
+				x := enforce.Violation{Write: s.w, Rule: s.r, Reason: enforce.ReasonUnclassifiable, Detail: "the proxy lost track of a fencing token it had checked"}
 				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).Document()}, nil
 			}
 			f.IDs = append(f.IDs, id.Core())

@@ -119,7 +119,7 @@ func (g *Guard) launchAt(p *flightPlan, now time.Time, maxTime time.Duration, ne
 // own, before the flight lands.
 func (f *flightPlan) LateReply() bsoncore.Document {
 	w := f.v.Writes[0]
-	x := enforce.Violation{Write: w, Rule: f.pol.Lookup(w.NS.String()), Reason: reasonNotLocked,
+	x := enforce.Violation{Write: w, Rule: f.pol.Lookup(w.NS.String()), Reason: enforce.ReasonNotLocked,
 		Detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(f.margin))}
 	if f.implicit != nil {
 		// A writer that holds no lock has nothing to renew: its implicit
@@ -226,7 +226,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 // operator force-released between its check and its launch.
 func (g *Guard) forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict) bsoncore.Document {
 	w := v.Writes[0]
-	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS.String()), Reason: reasonNotLocked,
+	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS.String()), Reason: enforce.ReasonNotLocked,
 		Detail: "an operator force-released the lock on a document of this write while lockgate was checking it (after this session's lock was verified, before the write left for the database), so the write is refused",
 		Advice: "nothing was written; the lock may be another session's by now: acquireLock it again before retrying"}
 	g.trailRefusedAtLaunch(req, pol, v, &x)
@@ -240,6 +240,6 @@ func (g *Guard) forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict
 // allow record followed by this one, not an allowed write that never ran.
 func (g *Guard) trailRefusedAtLaunch(req *proxy.Request, pol *policy.Policy, v *verdict, x *enforce.Violation) {
 	if t := g.opts.Trail; t != nil {
-		t.Append(g.trailEvent(req, pol, v, &x.Write, &x.Rule, x, decisionReject, time.Time{}))
+		t.Append(g.trailEvent(req, pol, v, &x.Write, &x.Rule, x, enforce.DecisionReject, time.Time{}))
 	}
 }

@@ -159,7 +159,7 @@ type Guard struct {
 	// (refused.go).
 	refused *refusedBudget
 
-	owners ownerKeys
+	owners *enforce.OwnerKeys
 	// locks is enforcement's lock check over opts.Store, and targeting
 	// finds the documents of a write (package enforce).
 	locks     *enforce.Locks
@@ -254,7 +254,7 @@ func New(opts Options) *Guard {
 		opts.ImplicitLease = 30 * time.Second
 	}
 	g := &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
-		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: ownerKeys{enforce.NewOwnerKeys(opts.OwnerSecret)},
+		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: enforce.NewOwnerKeys(opts.OwnerSecret),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.authority = authority.New(opts.AuthRequired)
 	g.locks = enforce.NewLocks(opts.Store)
@@ -271,7 +271,7 @@ func New(opts Options) *Guard {
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }
 	g.lines = newLineWriter(opts.DecisionSink, g.audit.Name())
 	g.boundary = boundary.New(opts.Reserved, g.Policy, g.log, g.metrics.reservedRefusals)
-	lc := lockcmd.Config{Store: opts.Store, Owner: g.owner, SessionKey: g.owners.session, Authority: g.authority,
+	lc := lockcmd.Config{Store: opts.Store, Owner: g.owner, SessionKey: g.owners.Session, Authority: g.authority,
 		Admit: g.throttle.beforeLockCommand, Done: g.throttle.lockCommandDone, Flights: g.flights, Fence: g.fenceAcquired, FenceFloors: g.fenceFloors,
 		Policy: g.Policy, Observe: g.metrics.lockCommand, Log: g.log,
 		MaxWait: opts.MaxWait, MaxLockIDs: opts.MaxLockIDs, OrderTimeout: opts.OrderTimeout}
@@ -282,7 +282,7 @@ func New(opts Options) *Guard {
 		lc.Twins = c
 	}
 	g.lockCommands = lockcmd.New(lc)
-	g.sessions = sessions.New(sessions.Config{Store: opts.Store, Flights: g.flights, SessionKey: g.owners.session,
+	g.sessions = sessions.New(sessions.Config{Store: opts.Store, Flights: g.flights, SessionKey: g.owners.Session,
 		Admit: g.throttle.beforeLockCommand, EndTransaction: g.txns.End, EndSessionsSupported: opts.EndSessionsSupported,
 		OrderTimeout: opts.OrderTimeout, Log: g.log, Ended: g.metrics.sessionsEnded})
 	g.chain = proxy.Chain(g.Stages())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -113,7 +114,7 @@ func TestForceReleaseDuringAHoldersCheckedWriteRefusesIt(t *testing.T) {
 	if aerr == nil || doc["by"] != "bob" {
 		t.Fatalf("the former holder's write, checked before the force-release and let go after another session took the lock: %v, document %v; want it refused and the new holder's write standing", aerr, doc)
 	}
-	refusedFor(t, aerr, reasonNotLocked)
+	refusedFor(t, aerr, enforce.ReasonNotLocked)
 	if !strings.Contains(aerr.Error(), "an operator force-released the lock") {
 		t.Fatalf("refusal %q, want it to say that an operator force-released the lock while the write was being checked", aerr)
 	}
@@ -121,7 +122,7 @@ func TestForceReleaseDuringAHoldersCheckedWriteRefusesIt(t *testing.T) {
 	// force-release, and then her write's refusal: evidence must not say
 	// that a write which never reached the database was allowed and
 	// leave it at that.
-	if got := tr.verdicts(ns); len(got) < 2 || got[len(got)-1] != audittrail.VerdictReject+" "+reasonNotLocked {
+	if got := tr.verdicts(ns); len(got) < 2 || got[len(got)-1] != audittrail.VerdictReject+" "+enforce.ReasonNotLocked {
 		t.Fatalf("the trail's records on %s: %q; want the refusal at launch last", ns, got)
 	}
 	if n, bound := st.guard.flights.Remembered(); n > bound {

@@ -312,7 +312,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		p.taken.Add(n.NS, ids)
 		if !g.flights.Took(&p.pending, p.owner, n.NS, ids, taking) {
 			g.releaseImplicit(p)
-			v.Violations = append(v.Violations, enforce.Violation{Rule: *n.Rule, Write: v.FirstWrite(n.NS), Reason: reasonNotLocked,
+			v.Violations = append(v.Violations, enforce.Violation{Rule: *n.Rule, Write: v.FirstWrite(n.NS), Reason: enforce.ReasonNotLocked,
 				Detail: "this session holds no lock, and an operator force-released the lock on a document of this write while lockgate was taking it for the write, so the write is refused",
 				Advice: "nothing was written: retry"})
 			g.metrics.implicit(p.mode, "error", time.Since(start))
@@ -429,7 +429,7 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n enforce.Need,
 		g.checker.Refuse(ctx, &v.Verdict, n.Rule, o, n.NS, n.IDs)
 		return
 	}
-	x := enforce.Violation{Rule: *n.Rule, Write: w, Reason: reasonHeldByOther}
+	x := enforce.Violation{Rule: *n.Rule, Write: w, Reason: enforce.ReasonHeldByOther}
 	what := "a document its filter matches"
 	if v.IsNamed(he.ID) {
 		x.IDs, x.Holder = []docid.ID{he.ID}, &he.Holder

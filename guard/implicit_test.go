@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
@@ -414,11 +415,11 @@ func TestUnacknowledgedWriteTakesNoImplicitLock(t *testing.T) {
 	// Once the proxy has decided it (either way), look.
 	rule := "shop." + coll
 	refused := func() float64 {
-		return testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionReject, refuse.ReasonNoSession)) +
-			testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionReject, reasonNotLocked))
+		return testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, enforce.DecisionReject, refuse.ReasonNoSession)) +
+			testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, enforce.DecisionReject, enforce.ReasonNotLocked))
 	}
 	decided := func() float64 {
-		return refused() + testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, decisionAllow, metricReason("")))
+		return refused() + testutil.ToFloat64(st.metrics.decisions.WithLabelValues(rule, enforce.DecisionAllow, metricReason("")))
 	}
 	testkit.Eventually(t, 10*time.Second, "the unacknowledged write to be decided", func() bool { return decided() > 0 })
 	if n := refused(); n != 1 {

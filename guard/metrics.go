@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/metricset"
 	"github.com/lockgate/lockgate/policy"
@@ -161,13 +162,13 @@ func (m *Metrics) knownDecisions(p *policy.Policy) {
 			var refusal string
 			switch mode {
 			case policy.Enforce:
-				refusal = decisionReject
+				refusal = enforce.DecisionReject
 			case policy.Audit:
-				refusal = decisionWouldReject
+				refusal = enforce.DecisionWouldReject
 			default:
 				continue
 			}
-			m.decisions.WithLabelValues(r.Match, decisionAllow, metricReason(""))
+			m.decisions.WithLabelValues(r.Match, enforce.DecisionAllow, metricReason(""))
 			for _, reason := range metricReasons {
 				m.decisions.WithLabelValues(r.Match, refusal, reason)
 			}

@@ -10,13 +10,6 @@ import (
 // MinOwnerSecret is the shortest owner secret accepted, in bytes.
 const MinOwnerSecret = enforce.MinOwnerSecret
 
-// ownerKeys are the guard's enforce.OwnerKeys under the names the
-// guard's other files call them by.
-type ownerKeys struct{ *enforce.OwnerKeys }
-
-func (k ownerKeys) session(user string, lsid []byte) []byte { return k.Session(user, lsid) }
-func (k ownerKeys) bind(v string) string                    { return k.Bind(v) }
-
 // owner builds the lock owner of a request (enforce.OwnerKeys.Owner), for
 // the stage packages that are given it.
 func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
@@ -45,14 +38,14 @@ func (g *Guard) sessionKey(req *proxy.Request, lsid []byte) ([]byte, *inflight.S
 	if st == nil {
 		return g.owners.Session(user, lsid), nil
 	}
-	if key, flights, ok := st.owner.Get(g.owners.OwnerKeys, user, lsid); ok {
+	if key, flights, ok := st.owner.Get(g.owners, user, lsid); ok {
 		st.mu.Unlock()
 		return key, flights
 	}
 	st.mu.Unlock()
 	key := g.owners.Session(user, lsid)
 	if st := connStateOf(req); st != nil {
-		st.owner.Set(g.owners.OwnerKeys, user, lsid, key)
+		st.owner.Set(g.owners, user, lsid, key)
 		st.mu.Unlock()
 	}
 	return key, nil

@@ -23,7 +23,7 @@ const (
 
 // newSchemes builds the schemes from the guard's parts.
 func (g *Guard) newSchemes() *scheme.Schemes {
-	cfg := scheme.Config{Store: g.opts.Store, SessionKey: g.owners.session, Bind: g.owners.bind, Owner: g.owner,
+	cfg := scheme.Config{Store: g.opts.Store, SessionKey: g.owners.Session, Bind: g.owners.Bind, Owner: g.owner,
 		Decide: func(req *proxy.Request, pol *policy.Policy, v *scheme.Verdict, start time.Time) proxy.Decision {
 			return g.decide(req, pol, verdictOf(v), start)
 		},

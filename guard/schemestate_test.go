@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/enforce"
 )
 
 // TestSchemeDecisionSaysTheLockState: an allowed scheme write's decision
@@ -83,7 +84,7 @@ func TestSchemeDecisionSaysTheLockState(t *testing.T) {
 	for _, e := range logs.FilterMessage("decision").All() {
 		m := e.ContextMap()
 		got = append(got, fmt.Sprint(m["lockState"]))
-		if m["decision"] != decisionAllow {
+		if m["decision"] != enforce.DecisionAllow {
 			t.Errorf("decision line %v: want allow", m)
 		}
 	}

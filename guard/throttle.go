@@ -8,6 +8,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -159,10 +160,10 @@ func (g *Guard) resolveCooling(req *proxy.Request) time.Duration {
 // resolveOutcome feeds an enforced write's resolution to its connection's
 // cool-down.
 func (g *Guard) resolveOutcome(req *proxy.Request, r policy.Rule, err error) {
-	if req == nil || req.Client == nil || r.Mode != policy.Enforce || errors.Is(err, errResolveSkipped) {
+	if req == nil || req.Client == nil || r.Mode != policy.Enforce || errors.Is(err, enforce.ErrResolveSkipped) {
 		return
 	}
-	timedOut := errors.Is(err, context.DeadlineExceeded) || isMaxTimeExpired(err)
+	timedOut := errors.Is(err, context.DeadlineExceeded) || enforce.IsMaxTimeExpired(err)
 	g.throttle.resolveDone(req.Client.ID, timedOut, g.opts.ResolveTimeout)
 }
 

@@ -19,14 +19,14 @@ import (
 
 // newTxnCheck builds the transaction check from the guard's parts.
 func (g *Guard) newTxnCheck() *txn.Check {
-	cfg := txn.Config{Policy: g.Policy, SessionKey: g.owners.session, Owner: g.owner,
+	cfg := txn.Config{Policy: g.Policy, SessionKey: g.owners.Session, Owner: g.owner,
 		LeaseMargin: func(req *proxy.Request, pol *policy.Policy, ns string) time.Duration {
 			return g.ruleFor(pol.Lookup(ns), req).LeaseMargin
 		},
 		Confirmed: g.confirmedStatus, LeaseLeft: g.leaseLeft, ForceSeq: g.flights.ForceSeq,
 		Launch: g.launchCommit,
 		Refused: func() {
-			g.metrics.decisions.WithLabelValues("transaction", decisionReject, txn.ReasonCommitNotCovered).Inc()
+			g.metrics.decisions.WithLabelValues("transaction", enforce.DecisionReject, txn.ReasonCommitNotCovered).Inc()
 		},
 		Checked: func() {
 			if h := g.testCommitChecked; h != nil {

@@ -4,27 +4,6 @@ import (
 	"github.com/lockgate/lockgate/guard/enforce"
 )
 
-// The verdict: enforcement's (enforce.Verdict), which the audit line, the
-// fence, the launch, the implicit locks and the transaction check read
-// after it, with the plans of the units that act on an allowed write.
-
-// Refusal reasons and decisions of enforcement (package enforce), by the
-// names the guard's other files use.
-const (
-	reasonNotLocked          = enforce.ReasonNotLocked
-	reasonHeldByOther        = enforce.ReasonHeldByOther
-	reasonInsertLocked       = enforce.ReasonInsertLocked
-	reasonCollectionWrite    = enforce.ReasonCollectionWrite
-	reasonUnclassifiable     = enforce.ReasonUnclassifiable
-	reasonTooManyCandidates  = enforce.ReasonTooManyCandidates
-	reasonResolveFailed      = enforce.ReasonResolveFailed
-	reasonUnverifiableUpsert = enforce.ReasonUnverifiableUpsert
-
-	decisionAllow       = enforce.DecisionAllow
-	decisionReject      = enforce.DecisionReject
-	decisionWouldReject = enforce.DecisionWouldReject
-)
-
 // verdict is enforcement's verdict (enforce.Verdict) with the plans of
 // the units that act on an allowed write: the fence, the flight and the
 // implicit locks.
