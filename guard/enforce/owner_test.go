@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/proxy"
-	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -90,19 +89,7 @@ func TestOwnerDerivation(t *testing.T) {
 		if s.comment != nil {
 			body = append(body, bson.E{Key: "comment", Value: s.comment})
 		}
-		raw, err := bson.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, raw), wire.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd, err := wire.CommandOf(msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := Binding(cmd); got != s.want {
+		if got := Binding(request(t, body).Command); got != s.want {
 			t.Errorf("comment %v: binding %q, want %q", s.comment, got, s.want)
 		}
 	}
