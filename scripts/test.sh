@@ -229,12 +229,6 @@ PLAIN_TIMEOUT="${PLAIN_TIMEOUT:-20m}"
 # and started first it ran beside the race step's lockstore and guard
 # (its soak failed that way once, docs/TESTING.md).
 PLAIN_FIRST="tests/schemes tests/schemes/libs tests/reliability"
-# Packages go test ./... runs at a time. go's default is one per CPU, but
-# its three waiting suites (PLAIN_FIRST) mostly wait, so with two slots
-# they held both for most of the run with the CPU half idle; a third slot
-# lets the rest of the packages run beside them (on a quiet 2-core
-# machine, docs/TESTING.md: go test ./... from 322 s to QQQ s).
-PLAIN_P="${PLAIN_P:-3}"
 
 # go test ./... runs beside one stream of the race step, the client
 # helper's race test and the fuzz smoke (beside), go's default packages at
@@ -261,7 +255,7 @@ step_plain() {
 	first=$(for pkg in $PLAIN_FIRST; do echo "$module/$pkg"; done)
 	plain=$(go list ./... | grep -vxF -f <(for pkg in $RACE_ONLY; do echo "$module/$pkg"; done) | grep -vxF -f <(echo "$first"))
 	# shellcheck disable=SC2086 # one argument per package
-	go test -count=1 -p "$PLAIN_P" -timeout "$PLAIN_TIMEOUT" $first $plain
+	go test -count=1 -timeout "$PLAIN_TIMEOUT" $first $plain
 }
 
 # The integration suites run here too: the proxy under the race detector
