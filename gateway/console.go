@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/admin"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 )
 
@@ -107,7 +108,7 @@ func mountConsole(adm *admin.Server, store *lockstore.Store, pol func() *policy.
 			}
 			l.LocalWaiter = len(l.WaiterList)
 			if p != nil {
-				l.Mirror = mirrorOf(p, st.NS)
+				l.Mirror = mirrorOf(p, namespace.Of(st.NS))
 			}
 			locks[i] = l
 		}
@@ -132,9 +133,9 @@ func mountConsole(adm *admin.Server, store *lockstore.Store, pol func() *policy.
 // mirrorOf tells whether the locks of ns mirror a scheme's locks: the rule
 // for ns has a scheme whose mirror lives in ns itself (for lockCollection,
 // the lock collection's namespace, not the data's).
-func mirrorOf(p *policy.Policy, ns string) *consoleMirror {
+func mirrorOf(p *policy.Policy, ns namespace.Namespace) *consoleMirror {
 	r := p.Lookup(ns)
-	if !r.Scheme.Active() || r.Scheme.MirrorNS(ns) != ns {
+	if !r.Scheme.Active() || r.Scheme.MirrorNS(ns).String() != ns.String() {
 		return nil
 	}
 	return &consoleMirror{Rule: r.Match, Scheme: string(r.Scheme.Type)}

@@ -151,7 +151,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		if len(v.Rules) == len(v.Writes) {
 			logNS(&v.Writes[i], &v.Rules[i], nil) // the rule enforce looked up
 		} else {
-			r := g.ruleFor(pol.Lookup(v.Writes[i].NS.String()), req)
+			r := g.ruleFor(pol.Lookup(v.Writes[i].NS), req)
 			logNS(&v.Writes[i], &r, nil)
 		}
 	}

@@ -60,7 +60,7 @@ func (g *Guard) editViolation(pol *policy.Policy, v *verdict, ed policy.Edit, er
 	if len(ed.Fences) > 0 {
 		w = v.fence.stmts[0].w
 	}
-	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS.String()), Reason: enforce.ReasonUnclassifiable}
+	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS), Reason: enforce.ReasonUnclassifiable}
 	switch {
 	case errors.Is(err, errTooLarge) && len(ed.Fences) > 0:
 		x.Reason = enforce.ReasonTooManyCandidates

@@ -193,7 +193,7 @@ func (g *Guard) fenceAcquired(ctx context.Context, ns string, o lockstore.Owner,
 	if pol == nil || len(locks) == 0 {
 		return nil
 	}
-	r := pol.Lookup(ns)
+	r := pol.Lookup(namespace.Of(ns))
 	if !fenced(r) {
 		return nil
 	}

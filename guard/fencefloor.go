@@ -5,6 +5,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/fence"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // fenceFloors reads the fence stamps of the documents an acquireLock in
@@ -22,7 +23,7 @@ func (g *Guard) fenceFloors(ctx context.Context, ns string, ids []docid.ID) []in
 	if pol == nil {
 		return nil
 	}
-	r := pol.Lookup(ns)
+	r := pol.Lookup(namespace.Of(ns))
 	if !fenced(r) {
 		return nil
 	}

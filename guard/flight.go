@@ -119,7 +119,7 @@ func (g *Guard) launchAt(p *flightPlan, now time.Time, maxTime time.Duration, ne
 // own, before the flight lands.
 func (f *flightPlan) LateReply() bsoncore.Document {
 	w := f.v.Writes[0]
-	x := enforce.Violation{Write: w, Rule: f.pol.Lookup(w.NS.String()), Reason: enforce.ReasonNotLocked,
+	x := enforce.Violation{Write: w, Rule: f.pol.Lookup(w.NS), Reason: enforce.ReasonNotLocked,
 		Detail: fmt.Sprintf("this session's lock had less than the policy's margin of %s (policy.leaseMarginMS) of lease left when the write was about to leave for the database; renew it with renewLock", lockstore.FormatMS(f.margin))}
 	if f.implicit != nil {
 		// A writer that holds no lock has nothing to renew: its implicit
@@ -226,7 +226,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 // operator force-released between its check and its launch.
 func (g *Guard) forcedRefusal(req *proxy.Request, pol *policy.Policy, v *verdict) bsoncore.Document {
 	w := v.Writes[0]
-	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS.String()), Reason: enforce.ReasonNotLocked,
+	x := enforce.Violation{Write: w, Rule: pol.Lookup(w.NS), Reason: enforce.ReasonNotLocked,
 		Detail: "an operator force-released the lock on a document of this write while lockgate was checking it (after this session's lock was verified, before the write left for the database), so the write is refused",
 		Advice: "nothing was written; the lock may be another session's by now: acquireLock it again before retrying"}
 	g.trailRefusedAtLaunch(req, pol, v, &x)

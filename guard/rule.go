@@ -2,13 +2,14 @@ package guard
 
 import (
 	"github.com/lockgate/lockgate/guard/enforce"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
 
 // ruleRef is the rule of ns for req's client, from the connection's memo
 // (enforce.Rules.Ref); callers must not modify it.
-func (g *Guard) ruleRef(pol *policy.Policy, req *proxy.Request, ns string) []policy.Rule {
+func (g *Guard) ruleRef(pol *policy.Policy, req *proxy.Request, ns namespace.Namespace) []policy.Rule {
 	st := connStateOf(req)
 	if st == nil {
 		return []policy.Rule{enforce.ForClient(pol.Lookup(ns), req.Client)}

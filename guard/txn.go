@@ -9,6 +9,7 @@ import (
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -21,7 +22,7 @@ import (
 func (g *Guard) newTxnCheck() *txn.Check {
 	cfg := txn.Config{Policy: g.Policy, SessionKey: g.owners.Session, Owner: g.owner,
 		LeaseMargin: func(req *proxy.Request, pol *policy.Policy, ns string) time.Duration {
-			return g.ruleFor(pol.Lookup(ns), req).LeaseMargin
+			return g.ruleFor(pol.Lookup(namespace.Of(ns)), req).LeaseMargin
 		},
 		Confirmed: g.confirmedStatus, LeaseLeft: g.leaseLeft, ForceSeq: g.flights.ForceSeq,
 		Launch: g.launchCommit,

@@ -240,12 +240,11 @@ func (p *Policy) Rules() (rules []Rule, fallback Rule) {
 // that touches a whole database) gets the strictest rule of that database,
 // "*" the strictest of all.
 //
-// It takes the namespace's text (Namespace.String of a Write's NS), which
-// is also the key of its rules; callers holding a lock store record's
-// namespace pass that as it is.
-func (p *Policy) Lookup(ns string) Rule {
-	n, dotted := namespace.Split(ns)
-	if len(p.lockRules) > 0 && dotted {
+// Rules are keyed by the namespace's text (String), which a lookup reads
+// without building it.
+func (p *Policy) Lookup(n namespace.Namespace) Rule {
+	ns := n.String()
+	if len(p.lockRules) > 0 && strings.IndexByte(ns, '.') >= 0 {
 		if r, ok := p.lockSide(n); ok {
 			return r
 		}

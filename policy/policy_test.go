@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 func compile(t *testing.T, def Mode, rules ...config.NamespaceRule) *Policy {
@@ -41,18 +42,18 @@ func TestLookupMostSpecificWins(t *testing.T) {
 		{"shop.system.buckets.orders", "shop.orders", Enforce},
 	}
 	for _, tc := range cases {
-		r := p.Lookup(tc.ns)
+		r := p.Lookup(namespace.Of(tc.ns))
 		if r.Match != tc.match || r.Mode != tc.mode {
 			t.Errorf("Lookup(%q) = %s/%s, want %s/%s", tc.ns, r.Match, r.Mode, tc.match, tc.mode)
 		}
 	}
-	if got := p.Lookup("shop.orders").MaxCandidates; got != 3 {
+	if got := p.Lookup(namespace.Of("shop.orders")).MaxCandidates; got != 3 {
 		t.Errorf("rule maxCandidates = %d, want 3", got)
 	}
-	if got := p.Lookup("shop.items").MaxCandidates; got != 10 {
+	if got := p.Lookup(namespace.Of("shop.items")).MaxCandidates; got != 10 {
 		t.Errorf("policy maxCandidates = %d, want 10", got)
 	}
-	if p.Lookup("shop.items").Inserts != InsertsRequireUnlocked {
+	if p.Lookup(namespace.Of("shop.items")).Inserts != InsertsRequireUnlocked {
 		t.Errorf("inserts default to requireUnlocked (issue 16: an intruder's insert of a locked _id)")
 	}
 	if p.AllOff() {
@@ -62,15 +63,15 @@ func TestLookupMostSpecificWins(t *testing.T) {
 
 func TestStrictDefaultCoversUnknownDatabases(t *testing.T) {
 	p := compile(t, Enforce, config.NamespaceRule{Match: "logs.*", Mode: Off})
-	if r := p.Lookup("anything.x"); r.Mode != Enforce {
+	if r := p.Lookup(namespace.Of("anything.x")); r.Mode != Enforce {
 		t.Errorf("default enforce not applied: %v", r)
 	}
-	if r := p.Lookup("logs.x"); r.Mode != Off {
+	if r := p.Lookup(namespace.Of("logs.x")); r.Mode != Off {
 		t.Errorf("logs.* off not applied: %v", r)
 	}
 	// dropDatabase on logs: the fallback is stricter than logs.*, and is
 	// kept, so a database-wide write fails closed.
-	if r := p.Lookup("logs.*"); r.Mode != Enforce {
+	if r := p.Lookup(namespace.Of("logs.*")); r.Mode != Enforce {
 		t.Errorf("logs.* database-wide = %v", r.Mode)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -50,7 +51,7 @@ type Scheme struct {
 // MirrorNS is the namespace of the mirror lock of a write on ns: the lock
 // collection's for lockCollection (a record covers the document of the
 // same _id in every collection it serves), ns itself otherwise.
-func (s Scheme) MirrorNS(ns string) string {
+func (s Scheme) MirrorNS(ns namespace.Namespace) namespace.Namespace {
 	if s.Type == config.SchemeLockCollection && !s.LockSide {
 		return s.LockNS(ns)
 	}

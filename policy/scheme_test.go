@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
@@ -111,13 +112,13 @@ func TestLockCollectionScheme(t *testing.T) {
 		{"work.a.lock", "work.*", true, "work.a.lock"},
 		{"work.a", "work.*", false, "work.a.lock"},
 	} {
-		r := p.Lookup(c.ns)
-		if r.Match != c.match || r.Scheme.LockSide != c.side || (r.Scheme.Active() && r.Scheme.MirrorNS(c.ns) != c.mirror) {
-			t.Errorf("Lookup(%s) = %s side %v mirror %s, want %s side %v mirror %s", c.ns, r.Match, r.Scheme.LockSide, r.Scheme.MirrorNS(c.ns), c.match, c.side, c.mirror)
+		r := p.Lookup(namespace.Of(c.ns))
+		if r.Match != c.match || r.Scheme.LockSide != c.side || (r.Scheme.Active() && r.Scheme.MirrorNS(namespace.Of(c.ns)).String() != c.mirror) {
+			t.Errorf("Lookup(%s) = %s side %v mirror %s, want %s side %v mirror %s", c.ns, r.Match, r.Scheme.LockSide, r.Scheme.MirrorNS(namespace.Of(c.ns)), c.match, c.side, c.mirror)
 		}
 	}
-	data := p.Lookup("shop.items").Scheme
-	side := p.Lookup("shop.items.lock").Scheme
+	data := p.Lookup(namespace.Of("shop.items")).Scheme
+	side := p.Lookup(namespace.Of("shop.items.lock")).Scheme
 	upd := func(filter D, update any) Write {
 		return Write{Kind: KindUpdate, Filter: clDoc(t, filter), Update: clVal(t, update)}
 	}

@@ -11,12 +11,12 @@ import (
 )
 
 // LockNS is the lock collection's namespace for data namespace ns.
-func (s Scheme) LockNS(ns string) string {
-	db, coll := namespace.Of(ns).Parts()
+func (s Scheme) LockNS(ns namespace.Namespace) namespace.Namespace {
+	db, coll := ns.Parts()
 	if s.LockColl != "" {
-		return db + "." + s.LockColl
+		return namespace.New(db, s.LockColl)
 	}
-	return db + "." + coll + ".lock"
+	return namespace.New(db, coll+".lock")
 }
 
 // recordTemplate splits the recordId template around its {_id}; both are

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 )
@@ -23,8 +24,8 @@ func TestLockCollectionSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, ccData := p.Lookup("cc.w.lock").Scheme, p.Lookup("cc.w").Scheme
-	aj, ajData := p.Lookup("aj.resourceLocks").Scheme, p.Lookup("aj.items").Scheme
+	cc, ccData := p.Lookup(namespace.Of("cc.w.lock")).Scheme, p.Lookup(namespace.Of("cc.w")).Scheme
+	aj, ajData := p.Lookup(namespace.Of("aj.resourceLocks")).Scheme, p.Lookup(namespace.Of("aj.items")).Scheme
 	if !cc.LockSide || !aj.LockSide || ajData.LockSide {
 		t.Fatalf("lock sides: %+v %+v %+v", cc, aj, ajData)
 	}

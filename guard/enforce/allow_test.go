@@ -57,7 +57,9 @@ func decideWrites(t *testing.T, s Store, o lockstore.Owner, stmts []stmt) (proxy
 		},
 	}
 	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
-		Rules: func(_ *policy.Policy, _ *proxy.Request, ns string) []policy.Rule { return []policy.Rule{rules[ns]} },
+		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
+			return []policy.Rule{rules[ns.String()]}
+		},
 		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
 			v := &Verdict{Req: req, Now: start}
 			return v, v

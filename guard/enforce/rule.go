@@ -3,6 +3,7 @@ package enforce
 import (
 	"net"
 
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -36,7 +37,7 @@ type Rules struct {
 // instead of copying 328 bytes of it (and, while the collector marks,
 // paying a write barrier for each of its pointers) on every write.
 // Callers must not modify the rule.
-func (m *Rules) Ref(pol *policy.Policy, c *proxy.ClientInfo, ns string) []policy.Rule {
+func (m *Rules) Ref(pol *policy.Policy, c *proxy.ClientInfo, ns namespace.Namespace) []policy.Rule {
 	var app, user, addr string
 	if c != nil {
 		app, user, addr = c.AppName(), c.User(), c.Addr
@@ -59,7 +60,8 @@ func (m *Rules) Ref(pol *policy.Policy, c *proxy.ClientInfo, ns string) []policy
 // re-authentication or another namespace makes a new one; verdicts still
 // pointing at the one it replaces keep it alive.
 type ruleMemo struct {
-	pol                 *policy.Policy
-	ns, app, user, addr string
-	rule                *[1]policy.Rule
+	pol             *policy.Policy
+	ns              namespace.Namespace
+	app, user, addr string
+	rule            *[1]policy.Rule
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -39,15 +40,15 @@ func TestRuleChoice(t *testing.T) {
 		{narrowed, inside, "db.locked", policy.Enforce},
 		{narrowed, outside, "db.locked", policy.Off},
 	} {
-		if got := ForClient(s.pol.Lookup(s.ns), s.c).Mode; got != s.want {
+		if got := ForClient(s.pol.Lookup(namespace.Of(s.ns)), s.c).Mode; got != s.want {
 			t.Errorf("%s from %s: mode %s, want %s", s.ns, s.c.Addr, got, s.want)
 		}
 		var m Rules
-		first := m.Ref(s.pol, s.c, s.ns)
+		first := m.Ref(s.pol, s.c, namespace.Of(s.ns))
 		if got := first[0].Mode; got != s.want {
 			t.Errorf("%s from %s through the memo: mode %s, want %s", s.ns, s.c.Addr, got, s.want)
 		}
-		if again := m.Ref(s.pol, s.c, s.ns); &again[0] != &first[0] {
+		if again := m.Ref(s.pol, s.c, namespace.Of(s.ns)); &again[0] != &first[0] {
 			t.Errorf("%s from %s: the memo made the rule again", s.ns, s.c.Addr)
 		}
 	}
@@ -56,17 +57,17 @@ func TestRuleChoice(t *testing.T) {
 	// address is another rule, never the one remembered.
 	var m Rules
 	c := &proxy.ClientInfo{ID: 3, Addr: "10.1.2.3:5000"}
-	if got := m.Ref(narrowed, c, "db.locked")[0].Mode; got != policy.Enforce {
+	if got := m.Ref(narrowed, c, namespace.Of("db.locked"))[0].Mode; got != policy.Enforce {
 		t.Fatalf("inside: %s", got)
 	}
 	c.Addr = "127.0.0.1:5000"
-	if got := m.Ref(narrowed, c, "db.locked")[0].Mode; got != policy.Off {
+	if got := m.Ref(narrowed, c, namespace.Of("db.locked"))[0].Mode; got != policy.Off {
 		t.Fatalf("the memo kept the rule of the client's former address: %s", got)
 	}
-	if got := m.Ref(enforced, c, "db.locked")[0].Mode; got != policy.Enforce {
+	if got := m.Ref(enforced, c, namespace.Of("db.locked"))[0].Mode; got != policy.Enforce {
 		t.Fatalf("the memo kept the rule of the former policy: %s", got)
 	}
-	if got := m.Ref(enforced, c, "db.free")[0].Mode; got != policy.Off {
+	if got := m.Ref(enforced, c, namespace.Of("db.free"))[0].Mode; got != policy.Off {
 		t.Fatalf("the memo kept the rule of another namespace: %s", got)
 	}
 }

@@ -33,7 +33,7 @@ type Walk[V any] struct {
 	AuthRequired func() bool
 	// Rules is the rule of ns for req's client: the connection's own
 	// copy, shared, not copied (Rules.Ref).
-	Rules func(pol *policy.Policy, req *proxy.Request, ns string) []policy.Rule
+	Rules func(pol *policy.Policy, req *proxy.Request, ns namespace.Namespace) []policy.Rule
 	// New returns a verdict for req, started at start, and its
 	// enforcement part.
 	New func(req *proxy.Request, start time.Time) (V, *Verdict)
@@ -79,7 +79,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 	for i, w := range writes {
 		// The usual write of one namespace points at the connection's
 		// copy of its rule.
-		rr := k.Rules(pol, req, w.NS.String())
+		rr := k.Rules(pol, req, w.NS)
 		if rr[0].Mode == policy.Off {
 			off++
 		}
@@ -94,7 +94,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 			}
 			rules = make([]policy.Rule, i, len(writes))
 			for j := range rules {
-				rules[j] = k.Rules(pol, req, writes[j].NS.String())[0]
+				rules[j] = k.Rules(pol, req, writes[j].NS)[0]
 			}
 		}
 		rules = append(rules, rr[0])
@@ -238,18 +238,18 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 // (err), into v: refused where its namespace (else its database, else
 // everything) is enforced.
 func (k *Walk[V]) Unclassifiable(req *proxy.Request, pol *policy.Policy, v V, b *Verdict, err error, start time.Time) proxy.Decision {
-	ns := "*"
+	ns := namespace.Unknown()
 	var ce *policy.ClassifyError
 	if errors.As(err, &ce) && !ce.NS.IsZero() {
-		ns = ce.NS.String()
+		ns = ce.NS
 	} else if req.Command != nil {
-		ns = req.Command.DB + ".*"
+		ns = policy.DBNamespace(req.Command.DB)
 	}
 	r := pol.Lookup(ns)
 	if r.Mode == policy.Off {
 		return proxy.Decision{Action: proxy.Forward}
 	}
-	b.Add(r, policy.Write{NS: namespace.Of(ns)}, ReasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
+	b.Add(r, policy.Write{NS: ns}, ReasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
 	return k.Decider.Decide(req, pol, v, b, start)
 }
 

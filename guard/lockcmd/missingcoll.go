@@ -6,6 +6,7 @@ import (
 
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -25,7 +26,7 @@ func (s *Stage) refuseMissingCollection(ctx context.Context, a *lockArgs) *refus
 	if pol == nil {
 		return nil
 	}
-	rule := pol.Lookup(a.ns)
+	rule := pol.Lookup(namespace.Of(a.ns))
 	if !rule.RefuseLocksOnMissingCollection {
 		return nil
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
-	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -270,13 +269,13 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 		return o, false, false
 	}
 	store := sc.cfg.Store
-	mns := r.Scheme.MirrorNS(w.NS.String())
+	mns := r.Scheme.MirrorNS(w.NS)
 	unavailable := func(err error) (lockstore.Owner, bool, bool) {
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 			Detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
 		return o, false, false
 	}
-	held, _, err := store.Holds(ctx, o, mns, ids, r.LeaseMargin)
+	held, _, err := store.Holds(ctx, o, mns.String(), ids, r.LeaseMargin)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -286,7 +285,7 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 		if r.Scheme.Type == config.SchemeFlag && !st.Ends {
 			// A flag has no lease of its own: the holder's writes keep
 			// the mirror alive, renewed once half of it is gone.
-			half, _, _ := store.Holds(ctx, o, mns, ids, r.Scheme.Lease/2)
+			half, _, _ := store.Holds(ctx, o, mns.String(), ids, r.Scheme.Lease/2)
 			renew = !half
 		}
 		if renew && !st.Ends {
@@ -298,7 +297,7 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 		v.state(StateHeld)
 		return o, true, true
 	}
-	sts, err := store.Status(ctx, o, mns, ids)
+	sts, err := store.Status(ctx, o, mns.String(), ids)
 	if err == nil && len(sts) != 1 {
 		err = fmt.Errorf("%d statuses for one lock", len(sts))
 	}
@@ -403,10 +402,10 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 			// as long.
 			short = lease
 		}
-		_, err := store.Acquire(ctx, o, mns, ids, short, 0)
+		_, err := store.Acquire(ctx, o, mns.String(), ids, short, 0)
 		switch {
 		case err == nil:
-			*temps = append(*temps, schemeTemp{owner: o, ns: mns, ids: ids})
+			*temps = append(*temps, schemeTemp{owner: o, ns: mns.String(), ids: ids})
 			if r.Scheme.IdentityHolder() {
 				v.state(StateAbandoned)
 			} else {
@@ -442,7 +441,7 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 // refuses the write, which would leave the document's lock outliving its
 // mirror.
 func (sc *Schemes) renew(ctx context.Context, v *Verdict, r policy.Rule, w policy.Write, o lockstore.Owner, ids []docid.ID, lease time.Duration) bool {
-	_, err := sc.cfg.Store.Renew(ctx, o, r.Scheme.MirrorNS(w.NS.String()), ids, lease)
+	_, err := sc.cfg.Store.Renew(ctx, o, r.Scheme.MirrorNS(w.NS).String(), ids, lease)
 	switch {
 	case err == nil:
 		return true
@@ -486,8 +485,8 @@ func (sc *Schemes) run(ctx context.Context, req *proxy.Request, pol *policy.Poli
 		return sc.cfg.Decide(req, pol, v, start)
 	}
 	ids := []docid.ID{id}
-	mns := r.Scheme.MirrorNS(w.NS.String())
-	unlock := sc.keys.lock(docid.KeyOf(namespace.Of(mns), id))
+	mns := r.Scheme.MirrorNS(w.NS)
+	unlock := sc.keys.lock(docid.KeyOf(mns, id))
 	defer unlock()
 	store := sc.cfg.Store
 	body, err := statementBody(req.Command, w)
@@ -513,10 +512,10 @@ func (sc *Schemes) run(ctx context.Context, req *proxy.Request, pol *policy.Poli
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
 		}
 		if st.Ends && (!docScheme || sc.released(ctx, r, w, id, op.holder)) {
-			if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
+			if _, err := store.Release(ctx, op.owner, mns.String(), ids, ""); err != nil {
 				sc.cfg.Log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 			}
-			sc.keys.holdings().Remove(docid.KeyOf(namespace.Of(mns), id))
+			sc.keys.holdings().Remove(docid.KeyOf(mns, id))
 		}
 		v.check(w.NS.String(), ids)
 		sc.cfg.Record(req, pol, v, nil, time.Since(start))
@@ -552,7 +551,7 @@ type acquireResult struct {
 func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdict, op schemeOp, id docid.ID, body bsoncore.Document) acquireResult {
 	w, st, r := op.write, op.step, op.rule
 	ids := []docid.ID{id}
-	mns := r.Scheme.MirrorNS(w.NS.String())
+	mns := r.Scheme.MirrorNS(w.NS)
 	store := sc.cfg.Store
 	docScheme := r.Scheme.Type != config.SchemeLockCollection
 	if r.Scheme.IdentityHolder() {
@@ -560,7 +559,7 @@ func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdic
 		// say "not modified", and must, though it might not (its
 		// test-and-set is not atomic everywhere). Likewise a second
 		// lock record from the holder of the first.
-		mine, _, err := store.Holds(ctx, op.owner, mns, ids, 0)
+		mine, _, err := store.Holds(ctx, op.owner, mns.String(), ids, 0)
 		if err != nil {
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable, IDs: ids,
 				Detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
@@ -590,7 +589,7 @@ func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdic
 			return acquireResult{refused: true}
 		}
 	}
-	locks, err := store.Acquire(ctx, op.owner, mns, ids, mirrorLease(r.Scheme, st), 0)
+	locks, err := store.Acquire(ctx, op.owner, mns.String(), ids, mirrorLease(r.Scheme, st), 0)
 	if err != nil {
 		switch {
 		case errors.Is(err, lockstore.ErrBusy):
@@ -624,13 +623,13 @@ func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdic
 		taken = false
 	}
 	if !taken {
-		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
+		if _, err := store.Release(ctx, op.owner, mns.String(), ids, ""); err != nil {
 			sc.cfg.Log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 		}
 	} else {
 		if r.Scheme.Type == config.SchemeLockDocument && len(locks) == 1 {
 			c := sc.client(req)
-			sc.keys.holdings().Add(docid.KeyOf(namespace.Of(mns), id), holding{session: c.Session, bind: c.Bind,
+			sc.keys.holdings().Add(docid.KeyOf(mns, id), holding{session: c.Session, bind: c.Bind,
 				holder: bsoncore.Value{Type: st.Holder.Type, Data: append([]byte(nil), st.Holder.Data...)}, token: locks[0].Token})
 		}
 		v.check(w.NS.String(), ids)
@@ -673,7 +672,7 @@ func (sc *Schemes) pick(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		v.add(r, w, refuse.ReasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot run its %s step on its own (%v)", r.Scheme.Type, err))
 		return sc.cfg.Decide(req, pol, v, start)
 	}
-	mns := r.Scheme.MirrorNS(w.NS.String())
+	mns := r.Scheme.MirrorNS(w.NS)
 	for _, id := range cands {
 		body, err := policy.JoinFilter(base, w, bsoncore.NewDocumentBuilder().AppendValue("_id", id.Core()).Build())
 		if err != nil {
@@ -682,7 +681,7 @@ func (sc *Schemes) pick(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		}
 		one := op
 		one.step.ID, one.step.Pick = id.Core(), false
-		unlock := sc.keys.lock(docid.KeyOf(namespace.Of(mns), id))
+		unlock := sc.keys.lock(docid.KeyOf(mns, id))
 		res := sc.acquireOne(ctx, req, v, one, id, body)
 		unlock()
 		switch {
@@ -743,7 +742,7 @@ func (sc *Schemes) released(ctx context.Context, r policy.Rule, w policy.Write, 
 // in its error state) is the recovery of an abandoned lock, allowed from
 // anyone as for holderFields, bound to the expired holder's value.
 func (sc *Schemes) identityWrite(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (schemeOp, bool) {
-	mns := r.Scheme.MirrorNS(w.NS.String())
+	mns := r.Scheme.MirrorNS(w.NS)
 	if st.Ends && !st.Touches {
 		d, err := sc.readDocLock(ctx, r.Scheme, w.NS.String(), ids[0])
 		if err != nil {
@@ -763,11 +762,11 @@ func (sc *Schemes) identityWrite(ctx context.Context, v *Verdict, req *proxy.Req
 			}
 		}
 	}
-	h, known := sc.keys.holdings().Get(docid.KeyOf(namespace.Of(mns), ids[0]))
+	h, known := sc.keys.holdings().Get(docid.KeyOf(mns, ids[0]))
 	known = known && h.sameIdentity(sc.client(req))
 	if known {
 		o, _ := sc.owner(req, w.NS.String(), r.Scheme, h.holder)
-		sts, err := sc.cfg.Store.Status(ctx, o, mns, ids)
+		sts, err := sc.cfg.Store.Status(ctx, o, mns.String(), ids)
 		if err != nil {
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 				Detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -1010,8 +1009,8 @@ func (sc *Schemes) insert(ctx context.Context, v *Verdict, req *proxy.Request, r
 	if id, found = r.Scheme.MirrorID(id); !found {
 		return // no lock record can name it
 	}
-	mns := r.Scheme.MirrorNS(w.NS.String())
-	if h, ok := sc.cfg.Store.(interface{ MayHoldLocks(ns string) bool }); ok && !h.MayHoldLocks(mns) {
+	mns := r.Scheme.MirrorNS(w.NS)
+	if h, ok := sc.cfg.Store.(interface{ MayHoldLocks(ns string) bool }); ok && !h.MayHoldLocks(mns.String()) {
 		return
 	}
 	var o lockstore.Owner
@@ -1026,7 +1025,7 @@ func (sc *Schemes) insert(ctx context.Context, v *Verdict, req *proxy.Request, r
 		return // no lock can be held on it; the database refuses it
 	}
 	ids := []docid.ID{did}
-	sts, err := sc.cfg.Confirmed(ctx, o, mns, ids)
+	sts, err := sc.cfg.Confirmed(ctx, o, mns.String(), ids)
 	if err != nil {
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 			Detail: fmt.Sprintf("the lock store cannot confirm that the inserted _id is unlocked (%v)", err)})
@@ -1046,6 +1045,6 @@ func (sc *Schemes) ownHolding(req *proxy.Request, r policy.Rule, w policy.Write,
 	if r.Scheme.Type != config.SchemeLockDocument || len(ids) != 1 {
 		return false
 	}
-	h, known := sc.keys.holdings().Get(docid.KeyOf(namespace.Of(r.Scheme.MirrorNS(w.NS.String())), ids[0]))
+	h, known := sc.keys.holdings().Get(docid.KeyOf(r.Scheme.MirrorNS(w.NS), ids[0]))
 	return known && h.sameIdentity(sc.client(req)) && (st.Kind != policy.StepAcquire || sameHolder(h.holder, st.Holder))
 }

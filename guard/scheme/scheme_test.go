@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -70,7 +71,7 @@ func TestHolderWriteDecidedByTheMirror(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := pol.Lookup("shop.hf")
+	r := pol.Lookup(namespace.Of("shop.hf"))
 	ctx := context.Background()
 	for _, c := range []struct {
 		name, holds string
@@ -85,7 +86,7 @@ func TestHolderWriteDecidedByTheMirror(t *testing.T) {
 		req := holderWrite(t, "me")
 		holder := bsoncore.Value{Type: bson.TypeString, Data: bsoncore.AppendString(nil, c.holds)}
 		o, _ := sc.owner(req, "shop.hf", r.Scheme, holder)
-		if _, err := store.Acquire(ctx, o, r.Scheme.MirrorNS("shop.hf"), []docid.ID{lockstoretest.ID(1)}, time.Minute, 0); err != nil {
+		if _, err := store.Acquire(ctx, o, r.Scheme.MirrorNS(namespace.Of("shop.hf")).String(), []docid.ID{lockstoretest.ID(1)}, time.Minute, 0); err != nil {
 			t.Fatal(err)
 		}
 		writes, err := policy.NewPlan(req.Message, req.Command).Writes()

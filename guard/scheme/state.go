@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -139,21 +140,21 @@ func (sc *Schemes) adoptDocLock(ctx context.Context, req *proxy.Request, r polic
 	o, _ := sc.owner(req, ns, r.Scheme, d.holder)
 	// Whoever took the lock, it was not this request's client.
 	o.App, o.Client, o.User = "(lock adopted from the document)", "", ""
-	mns, ids := r.Scheme.MirrorNS(ns), []docid.ID{id}
+	mns, ids := r.Scheme.MirrorNS(namespace.Of(ns)), []docid.ID{id}
 	// A mirror held already, by this holder or another, is at least as
 	// strict: nothing to adopt. Taking the holder's own mirror again
 	// through this proxy would succeed (re-entrant), make the hold one
 	// that two lockgates changed, and so make its release wait for the
 	// other's cache (lockstore quiesce, a second): every acquire that met
 	// a held lock through the other proxy would slow the holder's release.
-	sts, err := sc.cfg.Store.Status(ctx, o, mns, ids)
+	sts, err := sc.cfg.Store.Status(ctx, o, mns.String(), ids)
 	if err != nil {
 		return err
 	}
 	if len(sts) == 1 && sts[0].Held {
 		return nil
 	}
-	_, err = sc.cfg.Store.Acquire(ctx, o, mns, ids, d.ends.Sub(now), 0)
+	_, err = sc.cfg.Store.Acquire(ctx, o, mns.String(), ids, d.ends.Sub(now), 0)
 	switch {
 	case err == nil:
 		// The holder may have released between the read and the
@@ -162,7 +163,7 @@ func (sc *Schemes) adoptDocLock(ctx context.Context, req *proxy.Request, r polic
 		// for a lock the document still shows. A failed read keeps it.
 		again, err := sc.readDocLock(ctx, r.Scheme, ns, id)
 		if err == nil && !(sameHolder(again.holder, d.holder) && again.live(time.Now())) {
-			if _, err := sc.cfg.Store.Release(ctx, o, mns, ids, ""); err != nil {
+			if _, err := sc.cfg.Store.Release(ctx, o, mns.String(), ids, ""); err != nil {
 				sc.cfg.Log.Warn("dropping a scheme lock adopted from a released document failed; it expires with its lease", zap.String("ns", ns), zap.Error(err))
 			}
 		}

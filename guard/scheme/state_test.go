@@ -18,6 +18,7 @@ import (
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -31,7 +32,7 @@ func TestLockOf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p.Lookup("a.b").Scheme
+		return p.Lookup(namespace.Of("a.b")).Scheme
 	}
 	hf := scheme(&config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 60000})
 	hfDotted := scheme(&config.Scheme{Type: config.SchemeHolderFields, LeaseMS: 60000, Field: "lock.id", TimeField: "lock.at"})
@@ -95,7 +96,7 @@ func TestSchemeAdoptRacingRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := pol.Lookup("shop.ld")
+	r := pol.Lookup(namespace.Of("shop.ld"))
 	live := bson.D{{"Lock", bson.D{{"actor", "k"}, {"expiresAt", primitive.NewDateTimeFromTime(time.Now().Add(time.Minute))}}}}
 	for _, c := range []struct {
 		name  string

@@ -19,6 +19,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -98,7 +99,7 @@ func newRig(t *testing.T, withRecords bool) *rig {
 			return lockstore.Owner{Session: sessionKey("", id), Bind: bind}
 		},
 		LeaseMargin: func(_ *proxy.Request, pol *policy.Policy, ns string) time.Duration {
-			return pol.Lookup(ns).LeaseMargin
+			return pol.Lookup(namespace.Of(ns)).LeaseMargin
 		},
 		Confirmed: func(_ context.Context, _ lockstore.Owner, _ string, ids []docid.ID) ([]lockstore.Status, error) {
 			var out []lockstore.Status
