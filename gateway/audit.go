@@ -19,6 +19,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -149,8 +150,8 @@ type auditedStore struct {
 	trail *audittrail.Trail
 }
 
-func (s *auditedStore) record(op string, o lockstore.Owner, ns string, ids []docid.ID, locks []lockstore.Lock, n int, err error) {
-	ev := audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: op, NS: ns, IDs: ids,
+func (s *auditedStore) record(op string, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, locks []lockstore.Lock, n int, err error) {
+	ev := audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: op, NS: ns.String(), IDs: ids,
 		App: o.App, User: o.User, Client: o.Client, Holder: lockstore.SessionPrefix(o.Session), Verdict: audittrail.VerdictOK}
 	if len(locks) > 0 {
 		ev.IDs = make([]docid.ID, len(locks))
@@ -168,25 +169,25 @@ func (s *auditedStore) record(op string, o lockstore.Owner, ns string, ids []doc
 	s.trail.Append(ev)
 }
 
-func (s *auditedStore) Acquire(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error) {
+func (s *auditedStore) Acquire(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error) {
 	locks, err := s.Store.Acquire(ctx, o, ns, ids, lease, wait)
 	s.record("acquire", o, ns, ids, locks, -1, err)
 	return locks, err
 }
 
-func (s *auditedStore) Renew(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error) {
+func (s *auditedStore) Renew(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error) {
 	locks, err := s.Store.Renew(ctx, o, ns, ids, lease)
 	s.record("renew", o, ns, ids, locks, -1, err)
 	return locks, err
 }
 
-func (s *auditedStore) Release(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error) {
+func (s *auditedStore) Release(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, errText string) (int, error) {
 	n, err := s.Store.Release(ctx, o, ns, ids, errText)
 	s.record("release", o, ns, ids, nil, n, err)
 	return n, err
 }
 
-func (s *auditedStore) ReleaseAll(ctx context.Context, o lockstore.Owner, ns string, errText string) (int, error) {
+func (s *auditedStore) ReleaseAll(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, errText string) (int, error) {
 	n, err := s.Store.ReleaseAll(ctx, o, ns, errText)
 	s.record("releaseAll", o, ns, nil, nil, n, err)
 	return n, err
@@ -195,7 +196,7 @@ func (s *auditedStore) ReleaseAll(ctx context.Context, o lockstore.Owner, ns str
 func (s *auditedStore) ReleaseSession(ctx context.Context, session []byte) (int, error) {
 	n, err := s.Store.ReleaseSession(ctx, session)
 	if n > 0 || err != nil {
-		s.record("releaseSession", lockstore.Owner{Session: session}, "", nil, nil, n, err)
+		s.record("releaseSession", lockstore.Owner{Session: session}, namespace.Namespace{}, nil, nil, n, err)
 	}
 	return n, err
 }
@@ -204,14 +205,14 @@ func (s *auditedStore) ReleaseSession(ctx context.Context, session []byte) (int,
 // one. The record names the holder the lock was taken from (its app,
 // user and tag, so that it shows in that holder's history) and, in its
 // detail, the operator's address and reason.
-func (a *assembly) forceReleases() func(ns string, id docid.ID, reason, remote string, before lockstore.Status) {
+func (a *assembly) forceReleases() func(ns namespace.Namespace, id docid.ID, reason, remote string, before lockstore.Status) {
 	trail := a.trail
 	if trail == nil {
 		return nil
 	}
-	return func(ns string, id docid.ID, reason, remote string, before lockstore.Status) {
+	return func(ns namespace.Namespace, id docid.ID, reason, remote string, before lockstore.Status) {
 		h := before.Holder
-		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: "forceRelease", NS: ns,
+		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: time.Now(), Op: "forceRelease", NS: ns.String(),
 			IDs: []docid.ID{id}, Tokens: []int64{before.Token}, Verdict: audittrail.VerdictOK,
 			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix,
 			Detail: fmt.Sprintf("force-released by the operator at %s: %s", remote, reason)})
@@ -235,7 +236,7 @@ func (a *assembly) expiries() func(lockstore.Expiry) {
 			detail = fmt.Sprintf("the lease ended at %s without a release or a renewal (found by this lockgate's expiry scan; not taken over)",
 				h.ExpiresAt.UTC().Format(time.RFC3339Nano))
 		}
-		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: e.At, Op: "expire", NS: e.NS,
+		trail.Append(audittrail.Event{Kind: audittrail.KindLock, Time: e.At, Op: "expire", NS: e.NS.String(),
 			IDs: []docid.ID{e.ID}, Tokens: []int64{h.Token}, Verdict: audittrail.VerdictOK,
 			App: h.App, User: h.User, Client: h.Client, Holder: h.SessionPrefix, Detail: detail})
 	}

@@ -108,7 +108,7 @@ func mountConsole(adm *admin.Server, store *lockstore.Store, pol func() *policy.
 			}
 			l.LocalWaiter = len(l.WaiterList)
 			if p != nil {
-				l.Mirror = mirrorOf(p, namespace.Of(st.NS))
+				l.Mirror = mirrorOf(p, st.NS)
 			}
 			locks[i] = l
 		}

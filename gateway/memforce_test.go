@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -53,7 +54,7 @@ func TestForceReleaseOfAMemoryLock(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "the lone lockgate holds an implicit lock in memory", func() bool {
 		taken = time.Now()
 		var ok bool
-		_, budget, ok = gw.store.AcquireInMemory(owner, "shop.orders", []docid.ID{id})
+		_, budget, ok = gw.store.AcquireInMemory(owner, namespace.Of("shop.orders"), []docid.ID{id})
 		return ok
 	})
 	// The lock's write may land until then, at the earliest.

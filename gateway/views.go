@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.uber.org/zap"
@@ -56,7 +57,7 @@ type holderView struct {
 
 func viewOf(st lockstore.Status) lockView {
 	v := lockView{
-		NS: st.NS, ID: extJSON(st.ID.Raw()), Held: st.Held, Token: st.Token, LastError: st.LastError,
+		NS: st.NS.String(), ID: extJSON(st.ID.Raw()), Held: st.Held, Token: st.Token, LastError: st.LastError,
 	}
 	if st.ID.IsZero() {
 		v.ID = "<invalid>" // a damaged record's id, which is no _id
@@ -109,15 +110,19 @@ func extJSONText(v bson.RawValue, canonical bool) (string, bool) {
 //
 // forced, when set, is told of every lock an operator force-released (the
 // audit trail records it).
-func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, beginForce func(context.Context, string, docid.ID) (func(), error),
-	forced func(ns string, id docid.ID, reason, remote string, before lockstore.Status)) {
+func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Policy, warnings func() []string, token string, log *zap.Logger, beginForce func(context.Context, namespace.Namespace, docid.ID) (func(), error),
+	forced func(ns namespace.Namespace, id docid.ID, reason, remote string, before lockstore.Status)) {
 	adm.Handle("/locks", admin.JSON(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		limit, err := queryLimit(q.Get("limit"))
 		if err != nil {
 			return nil, err
 		}
-		sts, err := store.List(r.Context(), lockstore.ListOptions{NS: q.Get("ns"), Limit: limit, IncludeFree: q.Get("all") == "1"})
+		ns, err := queryNS(q.Get("ns"))
+		if err != nil {
+			return nil, err
+		}
+		sts, err := store.List(r.Context(), lockstore.ListOptions{NS: ns, Limit: limit, IncludeFree: q.Get("all") == "1"})
 		if err != nil {
 			return nil, err
 		}
@@ -160,6 +165,11 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 				"error": `want {"namespace": "db.coll", "id": <_id as extended JSON>, "reason": "why"}, or "key": <the lock's key from GET /locks> instead of "id"`})
 			return
 		}
+		ns, ok := namespace.Parse(req.NS)
+		if !ok {
+			admin.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("namespace: want \"db.coll\", got %q", req.NS)})
+			return
+		}
 		// A key is extended JSON in a string, so that no client's JSON
 		// parser comes between the lock listed and the lock released.
 		if req.Key != nil {
@@ -180,7 +190,7 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 			return
 		}
 		if beginForce != nil {
-			done, err := beginForce(r.Context(), req.NS, id)
+			done, err := beginForce(r.Context(), ns, id)
 			defer done()
 			if err != nil {
 				admin.WriteJSON(w, http.StatusConflict, map[string]string{"error": "a write this proxy forwarded (or is about to forward) under the lock is still unanswered; the lock stays: retry"})
@@ -191,9 +201,9 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 		defer cancel()
 		var before lockstore.Status
 		if pinned {
-			before, err = store.ForceReleaseOf(ctx, req.NS, id, token, req.Reason)
+			before, err = store.ForceReleaseOf(ctx, ns, id, token, req.Reason)
 		} else {
-			before, err = store.ForceRelease(ctx, req.NS, id, req.Reason)
+			before, err = store.ForceRelease(ctx, ns, id, req.Reason)
 		}
 		if errors.Is(err, lockstore.ErrChangedHands) {
 			admin.WriteJSON(w, http.StatusConflict, map[string]any{"released": false, "error": err.Error()})
@@ -212,19 +222,19 @@ func mountViews(adm *admin.Server, store *lockstore.Store, pol func() *policy.Po
 		if !before.Held {
 			// Nothing was released: say so, and point at the likely
 			// mistake, an _id of another type than the lock's.
-			msg := fmt.Sprintf("no lock is held on _id %s in %s; nothing was released", id, req.NS)
-			if alt, ok := heldAsOtherType(ctx, store, req.NS, id); ok {
+			msg := fmt.Sprintf("no lock is held on _id %s in %s; nothing was released", id, ns)
+			if alt, ok := heldAsOtherType(ctx, store, ns, id); ok {
 				msg += fmt.Sprintf("; a lock is held on _id %s, of another type: send the id with its type in extended JSON (e.g. {\"$numberInt\": \"42\"} or \"42\")", alt)
 			}
 			admin.WriteJSON(w, http.StatusNotFound, map[string]any{"released": false, "error": msg})
 			return
 		}
-		log.Warn("operator force-released a lock", zap.String("ns", req.NS), zap.String("id", id.String()),
+		log.Warn("operator force-released a lock", zap.String("ns", ns.String()), zap.String("id", id.String()),
 			zap.String("reason", req.Reason), zap.String("remote", r.RemoteAddr),
 			zap.Bool("wasHeld", before.Held), zap.String("holderApp", before.Holder.App),
 			zap.String("holder", before.Holder.SessionPrefix))
 		if forced != nil {
-			forced(req.NS, id, req.Reason, r.RemoteAddr, before)
+			forced(ns, id, req.Reason, r.RemoteAddr, before)
 		}
 		admin.WriteJSON(w, http.StatusOK, map[string]any{"released": before.Held, "before": viewOf(before)})
 	}))
@@ -250,7 +260,7 @@ func parseToken(raw json.RawMessage) (token int64, pinned bool, err error) {
 
 // heldAsOtherType finds a held lock in ns whose _id is id written as
 // another type ("42" for 42, or 42 for "42").
-func heldAsOtherType(ctx context.Context, store *lockstore.Store, ns string, id docid.ID) (docid.ID, bool) {
+func heldAsOtherType(ctx context.Context, store *lockstore.Store, ns namespace.Namespace, id docid.ID) (docid.ID, bool) {
 	sts, err := store.List(ctx, lockstore.ListOptions{NS: ns, Limit: 10000})
 	if err != nil {
 		return docid.ID{}, false
@@ -353,6 +363,18 @@ func viewOfRule(r policy.Rule) ruleView {
 // queryLimit reads /locks?limit=N: empty means the store's default; any
 // other value must be a positive whole number, or the request fails with a
 // message instead of silently showing something else.
+// queryNS reads the namespace filter of a view: none ("") for all.
+func queryNS(s string) (namespace.Namespace, error) {
+	if s == "" {
+		return namespace.Namespace{}, nil
+	}
+	n, ok := namespace.Parse(s)
+	if !ok {
+		return namespace.Namespace{}, admin.BadRequest(fmt.Errorf("ns=%q: want \"db.coll\"", s))
+	}
+	return n, nil
+}
+
 func queryLimit(s string) (int, error) {
 	if s == "" {
 		return 0, nil

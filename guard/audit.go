@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -117,7 +118,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			zap.String("decision", decision),
 			zap.String("policyVersion", pol.Version()),
 			zap.Duration("took", took))
-		if ids, ok := v.Checked.Lookup(w.NS.String()); ok {
+		if ids, ok := v.Checked.Lookup(w.NS); ok {
 			if st != nil {
 				fields = append(fields, zap.String("ids", st.idText(ids)))
 			} else {
@@ -201,7 +202,7 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
 	b = appendDuration(append(b, `,"took":"`...), took)
 	b = append(b, '"')
-	if ids, ok := v.Checked.Lookup(w.NS.String()); ok {
+	if ids, ok := v.Checked.Lookup(w.NS); ok {
 		var done bool
 		if len(ids) == 1 && st != nil {
 			if f := st.idField(ids); f != nil {
@@ -290,13 +291,13 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 			}
 		}
 	}
-	if ids, ok := v.Checked.Lookup(w.NS.String()); ok {
+	if ids, ok := v.Checked.Lookup(w.NS); ok {
 		ev.IDs = ids
 	} else if len(v.Writes) == 1 {
 		ev.IDs = v.Named // one namespace: the ids the request names are its
 	}
 	if len(ev.IDs) == 0 {
-		ev.IDs = insertedIDs(v.Writes, w.NS.String()) // inserts that needed no lock check
+		ev.IDs = insertedIDs(v.Writes, w.NS) // inserts that needed no lock check
 	}
 	if x != nil {
 		ev.Reason, ev.Detail = x.Reason, x.Detail
@@ -312,7 +313,7 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 		// A fenced write ran under these tokens (fence.go).
 		ev.Tokens = make([]int64, len(ev.IDs))
 		for i, id := range ev.IDs {
-			ev.Tokens[i], _ = v.fence.token(w.NS.String(), id)
+			ev.Tokens[i], _ = v.fence.token(w.NS, id)
 		}
 	}
 	return ev
@@ -320,10 +321,10 @@ func (g *Guard) trailEvent(req *proxy.Request, pol *policy.Policy, v *verdict, w
 
 // insertedIDs are the _id values of the documents the message inserts
 // into ns, copied: the message's buffer is not the trail's to keep.
-func insertedIDs(writes []policy.Write, ns string) []docid.ID {
+func insertedIDs(writes []policy.Write, ns namespace.Namespace) []docid.ID {
 	var vals []bsoncore.Value
 	for i := range writes {
-		if writes[i].NS.String() != ns || writes[i].Doc == nil {
+		if writes[i].NS.String() != ns.String() || writes[i].Doc == nil {
 			continue
 		}
 		if id, err := writes[i].Doc.LookupErr("_id"); err == nil {

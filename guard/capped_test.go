@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestCappedCollectionsLoseNoLockedDocument is issue 16 through the proxy
@@ -131,7 +132,7 @@ func TestInsertOfALockedIDIsRefusedByDefault(t *testing.T) {
 
 	// Nothing locked in the namespace yet: once the store has looked,
 	// inserts are decided without a round trip.
-	testkit.Eventually(t, 10*time.Second, "the store to know nothing is locked there", func() bool { return !st.store.MayHoldLocks("shop." + coll) })
+	testkit.Eventually(t, 10*time.Second, "the store to know nothing is locked there", func() bool { return !st.store.MayHoldLocks(namespace.Of("shop." + coll)) })
 	if _, err := intruder.Database("shop").Collection(coll).InsertOne(inSession(is), bson.D{{"_id", 50}}); err != nil {
 		t.Fatalf("insert into a namespace where nothing is locked: %v", err)
 	}
@@ -140,7 +141,7 @@ func TestInsertOfALockedIDIsRefusedByDefault(t *testing.T) {
 	}
 
 	acquire(t, holder, hs, coll, 7) // a document that does not exist yet
-	if !st.store.MayHoldLocks("shop." + coll) {
+	if !st.store.MayHoldLocks(namespace.Of("shop." + coll)) {
 		t.Fatal("a lock taken through the store does not mark its namespace at once")
 	}
 	_, err := intruder.Database("shop").Collection(coll).InsertOne(inSession(is), bson.D{{"_id", 7}, {"by", "intruder"}})

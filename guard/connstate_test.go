@@ -18,6 +18,7 @@ import (
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -233,7 +234,7 @@ func TestNextWriteSeesEveryLockChangeThroughTheProxy(t *testing.T) {
 	}
 	lock(a, "acquireLock")
 	warm(a)
-	if _, err := s.store.ForceRelease(context.Background(), "shop.orders", lockstoretest.ID(int32(9)), "test"); err != nil {
+	if _, err := s.store.ForceRelease(context.Background(), namespace.Of("shop.orders"), lockstoretest.ID(int32(9)), "test"); err != nil {
 		t.Fatal(err)
 	}
 	if write(a) == nil {

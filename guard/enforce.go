@@ -9,6 +9,7 @@ import (
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/guard/reqplan"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -48,7 +49,9 @@ func (g *Guard) newWalk() *enforce.Walk[*verdict] {
 			return v, &v.Verdict
 		},
 		Schemes: g.schemes.Enforce, Owner: g.writeOwner, Fence: (*verdict).fenceWrite,
-		ImplicitInsert: func(v *verdict, ns string, r *policy.Rule, id docid.ID) { v.implicitPlan().inserts.Add(ns, r, id) },
+		ImplicitInsert: func(v *verdict, ns namespace.Namespace, r *policy.Rule, id docid.ID) {
+			v.implicitPlan().inserts.Add(ns, r, id)
+		},
 		Implicit: func(ctx context.Context, v *verdict, o lockstore.Owner, inserts enforce.Needs) enforce.Needs {
 			if v.implicit != nil {
 				// Taking implicit locks can wait for them: their lease
@@ -82,7 +85,7 @@ func (g *Guard) exactStrings(ctx context.Context, w policy.Write) bool {
 }
 
 // confirmedStatus is enforce.Locks.ConfirmedStatus, for the units given it.
-func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
+func (g *Guard) confirmedStatus(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
 	return g.locks.ConfirmedStatus(ctx, o, ns, ids)
 }
 
@@ -118,7 +121,7 @@ func (g *Guard) shownTo(req *proxy.Request, x enforce.Violation) enforce.Violati
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.OrderTimeout)
 	defer cancel()
-	if g.authority.MayDisclose(ctx, req, x.Write.NS.String()) {
+	if g.authority.MayDisclose(ctx, req, x.Write.NS) {
 		return x
 	}
 	return enforce.Undisclosed(x)
@@ -147,7 +150,7 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 }
 
 // mayRead is enforce.Targets.MayRead, for the units given it.
-func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns string) string {
+func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns namespace.Namespace) string {
 	return g.targeting.MayRead(ctx, req, ns)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -217,7 +218,7 @@ type racingResolver struct {
 	coll *mongo.Collection
 }
 
-func (r racingResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
+func (r racingResolver) Candidates(ctx context.Context, ns namespace.Namespace, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
 	ids, err := r.Resolver.Candidates(ctx, ns, filter, collation, hint, limit)
 	if err == nil {
 		_, err = r.coll.InsertOne(ctx, bson.D{{"_id", "late"}, {"status", "open"}})

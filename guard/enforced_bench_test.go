@@ -17,6 +17,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -93,7 +94,7 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 			if d := g.Intercept(ctx, &proxy.Request{Message: amsg, Command: acmd, Client: client}); d.Action != proxy.Reply || !ok(d.Reply) {
 				b.Fatalf("acquireLock: %+v %s", d, d.Reply)
 			}
-			if st, _ := store.Status(ctx, lockstore.Owner{}, "bench.locked", lockstoretest.IDs(int32(7))); len(st) != 1 || !st[0].Held {
+			if st, _ := store.Status(ctx, lockstore.Owner{}, namespace.Of("bench.locked"), lockstoretest.IDs(int32(7))); len(st) != 1 || !st[0].Held {
 				b.Fatal("the lock is not held", st)
 			}
 			reqs := make([]*proxy.Request, leg.ids)

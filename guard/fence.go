@@ -83,8 +83,8 @@ func (v *verdict) fenceWrite(r *policy.Rule, w policy.Write, ids []docid.ID) {
 	p.stmts = append(p.stmts, fenceStmt{r: *r, w: w, ids: ids})
 }
 
-func (p *fencePlan) token(ns string, id docid.ID) (int64, bool) {
-	t, ok := p.tokens[docid.KeyOf(namespace.Of(ns), id)]
+func (p *fencePlan) token(ns namespace.Namespace, id docid.ID) (int64, bool) {
+	t, ok := p.tokens[docid.KeyOf(ns, id)]
 	return t, ok
 }
 
@@ -105,14 +105,14 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 		if !found || !certain {
 			continue
 		}
-		if h, ok := g.opts.Store.(enforce.LockTeller); ok && !h.MayHoldLocks(s.w.NS.String()) {
+		if h, ok := g.opts.Store.(enforce.LockTeller); ok && !h.MayHoldLocks(s.w.NS) {
 			continue
 		}
 		rid, err := enforce.IDCopy(id)
 		if err != nil {
 			continue // no lock can be held on it; the database refuses it
 		}
-		sts, err := g.opts.Store.Status(ctx, o, s.w.NS.String(), []docid.ID{rid})
+		sts, err := g.opts.Store.Status(ctx, o, s.w.NS, []docid.ID{rid})
 		if err != nil {
 			v.Violations = append(v.Violations, enforce.Violation{Rule: s.r, Write: s.w, Reason: refuse.ReasonUnavailable,
 				Detail: fmt.Sprintf("the lock store cannot tell whether this session holds the inserted _id's lock, whose token the fenced document must carry (%v)", err)})
@@ -143,9 +143,9 @@ func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, [
 			fences = append(fences, f)
 			continue
 		}
-		c := fence.Check{Index: s.w.Index, Multi: s.w.Multi, NS: s.w.NS.String(), Field: s.r.FenceField}
+		c := fence.Check{Index: s.w.Index, Multi: s.w.Multi, NS: s.w.NS, Field: s.r.FenceField}
 		for _, id := range dedupIDs(s.ids) {
-			t, ok := v.fence.token(s.w.NS.String(), id)
+			t, ok := v.fence.token(s.w.NS, id)
 			if !ok {
 				x := enforce.Violation{Write: s.w, Rule: s.r, Reason: enforce.ReasonUnclassifiable, Detail: "the proxy lost track of a fencing token it had checked"}
 				return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, x).Document()}, nil
@@ -188,12 +188,12 @@ func dedupIDs(ids []docid.ID) []docid.ID {
 // documents of a fenced namespace. A lock whose documents cannot be
 // stamped would let the previous holder's late writes through, so on
 // failure the locks are released again and acquireLock fails.
-func (g *Guard) fenceAcquired(ctx context.Context, ns string, o lockstore.Owner, locks []lockstore.Lock) *refuse.Error {
+func (g *Guard) fenceAcquired(ctx context.Context, ns namespace.Namespace, o lockstore.Owner, locks []lockstore.Lock) *refuse.Error {
 	pol := g.policy.Load()
 	if pol == nil || len(locks) == 0 {
 		return nil
 	}
-	r := pol.Lookup(namespace.Of(ns))
+	r := pol.Lookup(ns)
 	if !fenced(r) {
 		return nil
 	}
@@ -216,8 +216,8 @@ func (g *Guard) fenceAcquired(ctx context.Context, ns string, o lockstore.Owner,
 	defer cancel()
 	if _, rerr := g.opts.Store.Release(rctx, o, ns, ids, "lockgate: stamping the fencing token failed"); rerr != nil {
 		g.log.Warn("fence: releasing locks whose documents could not be stamped failed; they expire with their lease",
-			zap.String("ns", ns), zap.Error(rerr))
+			zap.String("ns", ns.String()), zap.Error(rerr))
 	}
-	return &refuse.Error{Code: mongoerr.LockBusy, Reason: reasonFenceStamp, NS: ns,
+	return &refuse.Error{Code: mongoerr.LockBusy, Reason: reasonFenceStamp, NS: ns.String(),
 		Msg: fmt.Sprintf("lockgate: acquireLock on %s: the fencing token could not be stamped into the documents (%v); the locks were released again: retry", ns, err)}
 }

@@ -30,8 +30,8 @@ import (
 // token: otherwise (a value the repair cannot match, a newer holder's
 // token, or an older one written over the stamp where the upstream's
 // updates are not atomic) the stamp failed and so does acquireLock.
-func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []docid.ID, tokens []int64) error {
-	db, coll := namespace.Of(ns).Parts()
+func (r *MongoResolver) StampFence(ctx context.Context, ns namespace.Namespace, field string, ids []docid.ID, tokens []int64) error {
+	db, coll := ns.Parts()
 	notAToken := bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: field, Value: bson.D{{Key: "$type", Value: "array"}}}},
 		bson.D{{Key: field, Value: bson.D{{Key: "$exists", Value: true}, {Key: "$ne", Value: nil}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}}},
@@ -79,8 +79,8 @@ func (r *MongoResolver) StampFence(ctx context.Context, ns, field string, ids []
 }
 
 // FenceStamps implements fence.DB with one find on the primary.
-func (r *MongoResolver) FenceStamps(ctx context.Context, ns, field string, ids []docid.ID) ([]bson.RawValue, []bool, error) {
-	db, coll := namespace.Of(ns).Parts()
+func (r *MongoResolver) FenceStamps(ctx context.Context, ns namespace.Namespace, field string, ids []docid.ID) ([]bson.RawValue, []bool, error) {
+	db, coll := ns.Parts()
 	in := make(bson.A, len(ids))
 	for i, id := range ids {
 		in[i] = id

@@ -18,12 +18,12 @@ import (
 // ("another holder's stamp"), for a retry that moved the token up by one.
 // nil when the namespace is not fenced or the stamps cannot be read: the
 // stamp after the acquire decides then, as before.
-func (g *Guard) fenceFloors(ctx context.Context, ns string, ids []docid.ID) []int64 {
+func (g *Guard) fenceFloors(ctx context.Context, ns namespace.Namespace, ids []docid.ID) []int64 {
 	pol := g.policy.Load()
 	if pol == nil {
 		return nil
 	}
-	r := pol.Lookup(namespace.Of(ns))
+	r := pol.Lookup(ns)
 	if !fenced(r) {
 		return nil
 	}

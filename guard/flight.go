@@ -9,6 +9,7 @@ import (
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -63,14 +64,14 @@ type flightPlan struct {
 // (by the resolver's cached collation or capped checks at most; v.now is
 // cleared after anything that can wait longer: a resolution, implicit
 // locks).
-func (v *verdict) flightLocks(o lockstore.Owner, r *policy.Rule, ns string, ids []docid.ID, left time.Duration) {
+func (v *verdict) flightLocks(o lockstore.Owner, r *policy.Rule, ns namespace.Namespace, ids []docid.ID, left time.Duration) {
 	v.flightLocksSince(o, r, ns, ids, left, false, 0)
 }
 
 // flightLocksSince is flightLocks for a lock holder's locks when guarded,
 // checked after the tracker's forceSeq read seq: the first check's seq is
 // the earliest, and so covers those that follow.
-func (v *verdict) flightLocksSince(o lockstore.Owner, r *policy.Rule, ns string, ids []docid.ID, left time.Duration, guarded bool, seq uint64) {
+func (v *verdict) flightLocksSince(o lockstore.Owner, r *policy.Rule, ns namespace.Namespace, ids []docid.ID, left time.Duration, guarded bool, seq uint64) {
 	if v.Now.IsZero() {
 		v.Now = time.Now()
 	}
@@ -148,7 +149,7 @@ func (f *flightPlan) Landed(answered, reusable bool) {
 // this proxy forwarded under the lock on (ns, id) is still unanswered. An
 // operator's force-release calls it first, so that it does not free a lock
 // under a write that is still running.
-func (g *Guard) WaitWritesOn(ctx context.Context, ns string, id docid.ID) error {
+func (g *Guard) WaitWritesOn(ctx context.Context, ns namespace.Namespace, id docid.ID) error {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.OrderTimeout)
 	defer cancel()
 	return g.flights.WaitKey(ctx, ns, id)
@@ -160,7 +161,7 @@ func (g *Guard) WaitWritesOn(ctx context.Context, ns string, id docid.ID) error 
 // under a lock the force-release frees, then waits as WaitWritesOn. done
 // must be called once the lock store's force-release has returned (also
 // after an error).
-func (g *Guard) BeginForceRelease(ctx context.Context, ns string, id docid.ID) (done func(), err error) {
+func (g *Guard) BeginForceRelease(ctx context.Context, ns namespace.Namespace, id docid.ID) (done func(), err error) {
 	done = g.flights.Forcing(ns, id)
 	return done, g.WaitWritesOn(ctx, ns, id)
 }

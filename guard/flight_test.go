@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -42,19 +43,19 @@ func (s *leaseStore) EndTxn(ctx context.Context, session []byte, txn int64) erro
 	return s.txns.EndTxn(ctx, session, txn)
 }
 
-func (s *leaseStore) HeldTokens(_ context.Context, _ lockstore.Owner, _ string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
+func (s *leaseStore) HeldTokens(_ context.Context, _ lockstore.Owner, _ namespace.Namespace, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
 	if s.left <= margin {
 		return nil, 0, ids, nil
 	}
 	return make([]int64, len(ids)), s.left, nil, nil
 }
 
-func (s *leaseStore) Renew(context.Context, lockstore.Owner, string, []docid.ID, time.Duration) ([]lockstore.Lock, error) {
+func (s *leaseStore) Renew(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, time.Duration) ([]lockstore.Lock, error) {
 	s.renews.Add(1)
 	return nil, nil
 }
 
-func (s *leaseStore) Release(context.Context, lockstore.Owner, string, []docid.ID, string) (int, error) {
+func (s *leaseStore) Release(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, string) (int, error) {
 	s.release.Add(1)
 	return 1, nil
 }
@@ -192,17 +193,17 @@ func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
 	}
 	one := lockstoretest.ID(int64(1)) // NumberLong(1) is _id 1
 	two := lockstoretest.ID(int32(2))
-	if err := g.WaitWritesOn(context.Background(), "shop.orders", two); err != nil {
+	if err := g.WaitWritesOn(context.Background(), namespace.Of("shop.orders"), two); err != nil {
 		t.Errorf("a lock with no write in flight waited: %v", err)
 	}
-	if err := g.WaitWritesOn(context.Background(), "shop.orders", one); err == nil {
+	if err := g.WaitWritesOn(context.Background(), namespace.Of("shop.orders"), one); err == nil {
 		t.Error("force-release did not wait for the write in flight under the lock")
 	}
 	go func() {
 		testkit.Eventually(t, 10*time.Second, "the force-release to wait for the flight", func() bool { return parked("guard/inflight.(*Tracker).WaitKey") })
 		d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
 	}()
-	if err := g.WaitWritesOn(context.Background(), "shop.orders", one); err != nil {
+	if err := g.WaitWritesOn(context.Background(), namespace.Of("shop.orders"), one); err != nil {
 		t.Errorf("after the reply: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -20,25 +21,25 @@ import (
 // the fuzz target exercises parsing and decisions, not storage.
 type unavailableStore struct{}
 
-func (unavailableStore) Acquire(context.Context, lockstore.Owner, string, []docid.ID, time.Duration, time.Duration) ([]lockstore.Lock, error) {
+func (unavailableStore) Acquire(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, time.Duration, time.Duration) ([]lockstore.Lock, error) {
 	return nil, lockstore.ErrUnavailable
 }
-func (unavailableStore) Renew(context.Context, lockstore.Owner, string, []docid.ID, time.Duration) ([]lockstore.Lock, error) {
+func (unavailableStore) Renew(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, time.Duration) ([]lockstore.Lock, error) {
 	return nil, lockstore.ErrUnavailable
 }
-func (unavailableStore) Release(context.Context, lockstore.Owner, string, []docid.ID, string) (int, error) {
+func (unavailableStore) Release(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, string) (int, error) {
 	return 0, lockstore.ErrUnavailable
 }
-func (unavailableStore) ReleaseAll(context.Context, lockstore.Owner, string, string) (int, error) {
+func (unavailableStore) ReleaseAll(context.Context, lockstore.Owner, namespace.Namespace, string) (int, error) {
 	return 0, lockstore.ErrUnavailable
 }
 func (unavailableStore) ReleaseSession(context.Context, []byte) (int, error) {
 	return 0, lockstore.ErrUnavailable
 }
-func (unavailableStore) Status(context.Context, lockstore.Owner, string, []docid.ID) ([]lockstore.Status, error) {
+func (unavailableStore) Status(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID) ([]lockstore.Status, error) {
 	return nil, lockstore.ErrUnavailable
 }
-func (unavailableStore) Holds(context.Context, lockstore.Owner, string, []docid.ID, time.Duration) (bool, []docid.ID, error) {
+func (unavailableStore) Holds(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, time.Duration) (bool, []docid.ID, error) {
 	return false, nil, lockstore.ErrUnavailable
 }
 

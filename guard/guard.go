@@ -17,6 +17,7 @@ import (
 	"github.com/lockgate/lockgate/guard/sessions"
 	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -26,13 +27,13 @@ import (
 // LockStore is what the guard needs of the lock store; *lockstore.Store
 // implements it.
 type LockStore interface {
-	Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
-	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
-	Release(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error)
-	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns string, errText string) (int, error)
+	Acquire(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
+	Renew(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
+	Release(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, errText string) (int, error)
+	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, errText string) (int, error)
 	ReleaseSession(ctx context.Context, session []byte) (int, error)
-	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
-	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
+	Status(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error)
+	Holds(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 }
 
 // A capability whose signature drifted from the store's would not fail

@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/testserver/embedded"
@@ -400,7 +401,7 @@ func TestWaiterOnSameProxyGetsTheLockOnRelease(t *testing.T) {
 		done <- result{time.Now(), err}
 	}()
 	j1, _ := docid.Of("j1")
-	testkit.Eventually(t, 10*time.Second, "the waiter to queue", func() bool { return st.store.Waiting("shop.jobs", j1) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the waiter to queue", func() bool { return st.store.Waiting(namespace.Of("shop.jobs"), j1) == 1 })
 	released := time.Now()
 	if _, err := run(t, c, holder, bson.D{{"releaseLock", "jobs"}, {"ids", bson.A{"j1"}}}); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestHeldMemoNeverStale: a connection's memo of its latest lock check
@@ -20,7 +21,7 @@ func TestHeldMemoNeverStale(t *testing.T) {
 		change func(c *connTest, o lockstore.Owner)
 	}{
 		{"release", func(c *connTest, o lockstore.Owner) {
-			if n, err := c.store.Release(context.Background(), o, "db.locked", lockstoretest.IDs(int32(7)), ""); n != 1 || err != nil {
+			if n, err := c.store.Release(context.Background(), o, namespace.Of("db.locked"), lockstoretest.IDs(int32(7)), ""); n != 1 || err != nil {
 				c.t.Fatalf("release: %d %v", n, err)
 			}
 		}},
@@ -75,7 +76,7 @@ func TestHeldMemoPerDocument(t *testing.T) {
 	f := c.decideWrite(a, 7)
 	o := f.Owner
 	f.Reply(context.Background(), nil)
-	if n, err := c.store.Release(context.Background(), o, "db.locked", lockstoretest.IDs(int32(7)), ""); n != 1 || err != nil {
+	if n, err := c.store.Release(context.Background(), o, namespace.Of("db.locked"), lockstoretest.IDs(int32(7)), ""); n != 1 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if !c.write(a, 8) {

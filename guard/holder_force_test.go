@@ -10,6 +10,7 @@ import (
 	"github.com/lockgate/lockgate/audittrail"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/enforce"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -89,12 +90,12 @@ func TestForceReleaseDuringAHoldersCheckedWriteRefusesIt(t *testing.T) {
 	}()
 	<-tr.paused // alice's write passed its check; its record is not durable yet
 
-	forced, err := st.guard.BeginForceRelease(context.Background(), ns, id)
+	forced, err := st.guard.BeginForceRelease(context.Background(), namespace.Of(ns), id)
 	if err != nil {
 		forced()
 		t.Fatalf("BeginForceRelease: %v (no write of the lock is in flight yet)", err)
 	}
-	if _, err := st.store.ForceRelease(context.Background(), ns, id, "stuck"); err != nil {
+	if _, err := st.store.ForceRelease(context.Background(), namespace.Of(ns), id, "stuck"); err != nil {
 		forced()
 		t.Fatalf("the store's ForceRelease: %v", err)
 	}

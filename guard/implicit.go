@@ -93,7 +93,7 @@ func (v *verdict) implicitPlan() *implicitPlan {
 // o does not hold every lock of, is left to implicit locks: the rule allows
 // them and the session holds none of ids. A session that holds some is
 // refused as today, lest explicit and implicit locks mix in one write.
-func (v *verdict) deferToImplicit(r *policy.Rule, ns string, ids, missing []docid.ID) bool {
+func (v *verdict) deferToImplicit(r *policy.Rule, ns namespace.Namespace, ids, missing []docid.ID) bool {
 	if !r.Implicit() {
 		return false
 	}
@@ -125,7 +125,7 @@ type sessionLocks interface {
 // session included; one that fails has the skipped checks made as today
 // before anything is decided (takeImplicit), so a lock-aware session whose
 // locks were taken through another lockgate is answered exactly as before.
-func (g *Guard) skipHeldCheck(v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) bool {
+func (g *Guard) skipHeldCheck(v *verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) bool {
 	if !r.Implicit() || len(o.Session) == 0 || (v.implicit != nil && v.implicit.noGuess) {
 		return false
 	}
@@ -217,7 +217,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 	// two implicit writers, or an implicit writer and acquireLock, never
 	// wait for each other in a cycle (each namespace's ids are taken in
 	// key order by the store, all or nothing).
-	slices.SortFunc(all, func(a, b enforce.Need) int { return strings.Compare(a.NS+"/", b.NS+"/") })
+	slices.SortFunc(all, func(a, b enforce.Need) int { return strings.Compare(a.NS.String()+"/", b.NS.String()+"/") })
 	p.mode = config.UnlockedRefuseIfLocked
 	var wait time.Duration
 	for _, n := range all {
@@ -253,7 +253,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		var budget time.Duration
 		taking := g.flights.StartTaking()
 		switch {
-		case p.mode == config.UnlockedWait && n.NS == p.busyNS:
+		case p.mode == config.UnlockedWait && n.NS.String() == p.busyNS:
 			err = lockstore.ErrBusy
 		case g.testImplicit != nil && g.testImplicit.naive:
 			_, _ = g.opts.Store.Acquire(ctx, p.owner, n.NS, n.IDs, g.opts.ImplicitLease, 0)
@@ -286,7 +286,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			// checks find to be a lock holder's is not implicit.
 			p.mode, p.waited = "", false
 			if errors.Is(err, lockstore.ErrBusy) {
-				p.busyNS = n.NS
+				p.busyNS = n.NS.String()
 			}
 			g.checkUnchecked(ctx, v, o)
 			return g.takeImplicit(ctx, v, o, inserts)
@@ -365,16 +365,16 @@ const minMemoryWrite = 250 * time.Millisecond
 
 // releaseMemory gives back memory locks that will not be used (no round
 // trip: the store holds them in memory).
-func (g *Guard) releaseMemory(o lockstore.Owner, ns string, ids []docid.ID) {
+func (g *Guard) releaseMemory(o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) {
 	if _, err := g.opts.Store.Release(context.Background(), o, ns, ids, ""); err != nil {
-		g.log.Warn("giving back unused memory locks failed; they end with their budget", zap.String("ns", ns), zap.Error(err))
+		g.log.Warn("giving back unused memory locks failed; they end with their budget", zap.String("ns", ns.String()), zap.Error(err))
 	}
 }
 
 // memoryLocker holds implicit locks in the lock store's memory when that
 // is sound (lockstore.Store, while it is alone on its lock store).
 type memoryLocker interface {
-	AcquireInMemory(owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Lock, time.Duration, bool)
+	AcquireInMemory(owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Lock, time.Duration, bool)
 }
 
 var _ memoryLocker = (*lockstore.Store)(nil)
@@ -469,12 +469,12 @@ func (g *Guard) fenceImplicit(ctx context.Context, v *verdict, n enforce.Need, l
 	}
 	fp := v.fencePlan()
 	for i, id := range ids {
-		fp.tokens[docid.KeyOf(namespace.Of(n.NS), id)] = tokens[i]
+		fp.tokens[docid.KeyOf(n.NS, id)] = tokens[i]
 	}
 	// Inserts of this namespace carry their implicit lock's token.
 	for i := range fp.stmts {
 		s := &fp.stmts[i]
-		if s.w.Kind != policy.KindInsert || s.w.NS.String() != n.NS {
+		if s.w.Kind != policy.KindInsert || s.w.NS.String() != n.NS.String() {
 			continue
 		}
 		id, found, certain := policy.InsertID(s.w)
@@ -510,7 +510,7 @@ func (g *Guard) releaseImplicit(p *implicitPlan) {
 	defer cancel()
 	for _, l := range p.taken {
 		if _, err := g.opts.Store.Release(ctx, p.owner, l.NS, l.IDs, ""); err != nil {
-			g.log.Warn("releasing a write's implicit locks failed; they expire with their lease", zap.String("ns", l.NS), zap.Error(err))
+			g.log.Warn("releasing a write's implicit locks failed; they expire with their lease", zap.String("ns", l.NS.String()), zap.Error(err))
 		}
 	}
 	p.taken = nil
@@ -529,7 +529,7 @@ func (g *Guard) settleImplicit(v *verdict, d proxy.Decision) proxy.Decision {
 // implicitTestHooks let tests see and change how implicit locks are taken.
 type implicitTestHooks struct {
 	// waiting runs when a write starts queueing for its implicit locks.
-	waiting func(ns string)
+	waiting func(ns namespace.Namespace)
 	// taken runs once they are held, just before the write is decided.
 	taken func(owner lockstore.Owner)
 	// naive replaces taking the locks by a check that nobody holds them
@@ -549,7 +549,7 @@ func (g *Guard) noMemoryLocks() bool { return g.testImplicit != nil && g.testImp
 
 // naiveImplicit is implicitTestHooks.naive's check: the locks are taken
 // and given back at once, which only tells that nobody held them.
-func (g *Guard) naiveImplicit(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Lock, error) {
+func (g *Guard) naiveImplicit(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Lock, error) {
 	if _, err := g.opts.Store.Release(ctx, o, ns, ids, ""); err != nil {
 		return nil, err
 	}

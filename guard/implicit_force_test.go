@@ -10,6 +10,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -55,11 +56,11 @@ func TestForceReleaseWaitsForATakenImplicitLock(t *testing.T) {
 			<-paused
 
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			forced, err := st.guard.BeginForceRelease(ctx, ns, id)
+			forced, err := st.guard.BeginForceRelease(ctx, namespace.Of(ns), id)
 			cancel()
 			if err == nil {
 				// What the admin API does next, and what follows.
-				_, ferr := st.store.ForceRelease(context.Background(), ns, id, "stuck")
+				_, ferr := st.store.ForceRelease(context.Background(), namespace.Of(ns), id, "stuck")
 				forced()
 				_, aerr := run(t, alice, sa, bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}})
 				release()
@@ -73,7 +74,7 @@ func TestForceReleaseWaitsForATakenImplicitLock(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatalf("the legacy write: %v", err)
 			}
-			if err := st.guard.WaitWritesOn(context.Background(), ns, id); err != nil {
+			if err := st.guard.WaitWritesOn(context.Background(), namespace.Of(ns), id); err != nil {
 				t.Fatalf("WaitWritesOn once the write was answered: %v", err)
 			}
 		})
@@ -96,7 +97,7 @@ func TestImplicitLockTakenDuringAForceReleaseIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	legacy := connect(t, st.uri, "legacy-batch").Database("shop").Collection(coll)
-	forced, err := st.guard.BeginForceRelease(context.Background(), ns, id)
+	forced, err := st.guard.BeginForceRelease(context.Background(), namespace.Of(ns), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/bson"
 )
@@ -60,7 +61,7 @@ func TestMemoryImplicitLockIsALock(t *testing.T) {
 	ac := alice.Database("shop").Collection(coll)
 	sa := session(t, alice)
 
-	testkit.Eventually(t, 10*time.Second, "the lone lockgate knows no lock is held in the namespace", func() bool { return !st.store.MayHoldLocks(ns) })
+	testkit.Eventually(t, 10*time.Second, "the lone lockgate knows no lock is held in the namespace", func() bool { return !st.store.MayHoldLocks(namespace.Of(ns)) })
 	var once sync.Once
 	paused, resume := make(chan struct{}), make(chan struct{})
 	var resumed sync.Once
@@ -69,7 +70,7 @@ func TestMemoryImplicitLockIsALock(t *testing.T) {
 	waiting := make(chan string, 4)
 	st.guard.testImplicit = &implicitTestHooks{
 		taken:   func(lockstore.Owner) { once.Do(func() { close(paused); <-resume }) },
-		waiting: func(ns string) { waiting <- ns },
+		waiting: func(ns namespace.Namespace) { waiting <- ns.String() },
 	}
 	inc := func(done chan<- error) {
 		_, err := legacy.Database("shop").Collection(coll).UpdateOne(context.Background(),
@@ -93,7 +94,7 @@ func TestMemoryImplicitLockIsALock(t *testing.T) {
 		_, err := run(t, alice, sa, bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}, {"waitMS", 20000}, {"leaseMS", 20000}})
 		acquired <- err
 	}()
-	testkit.Eventually(t, 10*time.Second, "acquireLock queues behind the implicit lock", func() bool { return st.store.Waiting(ns, id) == 1 })
+	testkit.Eventually(t, 10*time.Second, "acquireLock queues behind the implicit lock", func() bool { return st.store.Waiting(namespace.Of(ns), id) == 1 })
 	select {
 	case err := <-acquired:
 		t.Fatalf("acquireLock returned while the legacy write held the key: %v", err)
@@ -101,7 +102,7 @@ func TestMemoryImplicitLockIsALock(t *testing.T) {
 	}
 	go inc(done2)
 	<-waiting
-	testkit.Eventually(t, 10*time.Second, "the second legacy write queues after acquireLock", func() bool { return st.store.Waiting(ns, id) == 2 })
+	testkit.Eventually(t, 10*time.Second, "the second legacy write queues after acquireLock", func() bool { return st.store.Waiting(namespace.Of(ns), id) == 2 })
 	select {
 	case err := <-acquired:
 		t.Fatalf("acquireLock returned while the legacy write held the key: %v", err)
@@ -157,7 +158,7 @@ func TestTwoLockgatesTakeNoMemoryLocks(t *testing.T) {
 			t.Fatalf("legacy write of %d: %v", id, err)
 		}
 	}
-	testkit.Eventually(t, 10*time.Second, "the lone lockgate knows no lock is held in the namespace", func() bool { return !a.store.MayHoldLocks("shop." + coll) })
+	testkit.Eventually(t, 10*time.Second, "the lone lockgate knows no lock is held in the namespace", func() bool { return !a.store.MayHoldLocks(namespace.Of("shop." + coll)) })
 	before := qtyOf(t, coll, 1) + qtyOf(t, coll, 2)
 	inc(a, 1)
 	if n := memoryLocksTaken(t, ma); n != 1 {

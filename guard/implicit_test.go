@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -174,7 +175,7 @@ func TestWaitQueuesBehindTheHolder(t *testing.T) {
 	ac := alice.Database("shop").Collection(coll)
 	lc := legacy.Database("shop").Collection(coll)
 	waiting := make(chan string, 4)
-	st.guard.testImplicit = &implicitTestHooks{waiting: func(ns string) { waiting <- ns }}
+	st.guard.testImplicit = &implicitTestHooks{waiting: func(ns namespace.Namespace) { waiting <- ns.String() }}
 
 	sa := session(t, alice)
 	acquire(t, alice, sa, coll, 1)
@@ -359,7 +360,7 @@ func TestImplicitLocksNoDeadlock(t *testing.T) {
 	sa := session(t, alice)
 	acquire(t, alice, sa, coll, 2)
 	waiting := make(chan string, 1)
-	st.guard.testImplicit = &implicitTestHooks{waiting: func(ns string) { waiting <- ns }}
+	st.guard.testImplicit = &implicitTestHooks{waiting: func(ns namespace.Namespace) { waiting <- ns.String() }}
 	done := make(chan error, 1)
 	go func() {
 		_, err := a.UpdateMany(context.Background(), bson.D{{"_id", bson.D{{"$in", bson.A{1, 2}}}}}, bson.D{{"$inc", bson.D{{"qty", 1}}}})

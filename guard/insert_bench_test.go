@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 	"go.uber.org/zap"
 )
 
@@ -69,7 +70,7 @@ func BenchmarkEnforcedInsert(b *testing.B) {
 					b.Fatal(err)
 				}
 			} else if !leg.second {
-				testkit.Eventually(b, 10*time.Second, "the store to see that nothing is locked here", func() bool { return !st.store.MayHoldLocks("shop." + coll) })
+				testkit.Eventually(b, 10*time.Second, "the store to see that nothing is locked here", func() bool { return !st.store.MayHoldLocks(namespace.Of("shop." + coll)) })
 			}
 			before := testutil.ToFloat64(st.metrics.insertChecks.WithLabelValues("checked"))
 			opts := options.InsertOne()

@@ -15,7 +15,7 @@ import (
 // what the write's flight needs (the owner, the locks, the lease they
 // surely have left, measured now) and, for a fenced rule, their tokens
 // for the rewrite.
-func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (bool, []docid.ID, error) {
+func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (bool, []docid.ID, error) {
 	// Read before the store answers: a force-release under way since is
 	// seen at the launch (launchAt).
 	seq := g.flights.ForceSeq()
@@ -37,14 +37,14 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 	}
 	p := v.fencePlan()
 	for i, id := range ids {
-		p.tokens[docid.KeyOf(namespace.Of(ns), id)] = h.Tokens[i]
+		p.tokens[docid.KeyOf(ns, id)] = h.Tokens[i]
 	}
 	return true, nil, nil
 }
 
 // heldFromMemo is the check of one id answered through the connection's
 // memos (enforce.HeldMemos); false: ask the store as usual.
-func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (enforce.Held, bool) {
+func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (enforce.Held, bool) {
 	if len(ids) != 1 || v.Req == nil || !g.locks.Measures() {
 		return enforce.Held{}, false
 	}

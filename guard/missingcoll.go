@@ -12,8 +12,8 @@ import (
 // name differs from ns's only by case ("Orders" for "orders"): MongoDB's
 // names are case-sensitive, so a lock on the one covers no write to the
 // other. Only the hint path of a lock command on a missing collection asks.
-func (r *MongoResolver) CaseTwin(ctx context.Context, ns string) (string, bool) {
-	db, coll := namespace.Of(ns).Parts()
+func (r *MongoResolver) CaseTwin(ctx context.Context, ns namespace.Namespace) (string, bool) {
+	db, coll := ns.Parts()
 	names, err := r.client.Database(db).ListCollectionNames(ctx, bson.D{})
 	if err != nil {
 		return "", false

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestLeaseErrorsSpeakMilliseconds: lock commands take milliseconds, and
@@ -118,7 +119,7 @@ func TestForceReleaseExplainedToTheNextWrite(t *testing.T) {
 	if _, err := run(t, c, sess, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{9}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.store.ForceRelease(context.Background(), "shop.orders", lockstoretest.ID(int32(9)), "stuck batch job"); err != nil {
+	if _, err := s.store.ForceRelease(context.Background(), namespace.Of("shop.orders"), lockstoretest.ID(int32(9)), "stuck batch job"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := run(t, c, sess, bson.D{{Key: "update", Value: "orders"}, {Key: "updates", Value: bson.A{bson.D{

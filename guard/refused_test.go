@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -81,7 +82,7 @@ type delayResolver struct {
 	calls *atomic.Int64
 }
 
-func (r delayResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
+func (r delayResolver) Candidates(ctx context.Context, ns namespace.Namespace, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
 	r.calls.Add(1)
 	select {
 	case <-time.After(r.d):

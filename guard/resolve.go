@@ -47,8 +47,8 @@ func NewResolver(client *mongo.Client) *MongoResolver {
 }
 
 // Candidates implements Resolver.
-func (r *MongoResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
-	db, coll := namespace.Of(ns).Parts()
+func (r *MongoResolver) Candidates(ctx context.Context, ns namespace.Namespace, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
+	db, coll := ns.Parts()
 	cmd := bson.D{
 		{Key: "find", Value: coll},
 		{Key: "filter", Value: bson.Raw(filter)},
@@ -94,8 +94,8 @@ func (r *MongoResolver) Candidates(ctx context.Context, ns string, filter, colla
 }
 
 // SimpleCollation implements Resolver.
-func (r *MongoResolver) SimpleCollation(ctx context.Context, ns string) (bool, error) {
-	if e, ok := r.collations.Get(ns); ok && r.now().Sub(e.at) < collationTTL {
+func (r *MongoResolver) SimpleCollation(ctx context.Context, ns namespace.Namespace) (bool, error) {
+	if e, ok := r.collations.Get(ns.String()); ok && r.now().Sub(e.at) < collationTTL {
 		return e.simple, nil
 	}
 	e, err := r.readCollection(ctx, ns)
@@ -103,8 +103,8 @@ func (r *MongoResolver) SimpleCollation(ctx context.Context, ns string) (bool, e
 }
 
 // readCollection reads ns's listCollections entry and caches it.
-func (r *MongoResolver) readCollection(ctx context.Context, ns string) (collationEntry, error) {
-	db, coll := namespace.Of(ns).Parts()
+func (r *MongoResolver) readCollection(ctx context.Context, ns namespace.Namespace) (collationEntry, error) {
+	db, coll := ns.Parts()
 	specs, err := r.client.Database(db).ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
 	if err != nil {
 		return collationEntry{}, fmt.Errorf("reading the collation of %s: %w", ns, err)
@@ -124,7 +124,7 @@ func (r *MongoResolver) readCollection(ctx context.Context, ns string) (collatio
 		}
 	}
 	e := collationEntry{simple: simple, exists: exists, capped: capped, at: r.now()}
-	r.collations.Add(ns, e)
+	r.collations.Add(ns.String(), e)
 	return e, nil
 }
 
@@ -133,8 +133,8 @@ func (r *MongoResolver) readCollection(ctx context.Context, ns string) (collatio
 // again: a collection appears with its first insert, typically just
 // before its first lock, and a stale absence would warn about a
 // collection that is there.
-func (r *MongoResolver) CollectionExists(ctx context.Context, ns string) (bool, error) {
-	if e, ok := r.collations.Get(ns); ok && e.exists && r.now().Sub(e.at) < collationTTL {
+func (r *MongoResolver) CollectionExists(ctx context.Context, ns namespace.Namespace) (bool, error) {
+	if e, ok := r.collations.Get(ns.String()); ok && e.exists && r.now().Sub(e.at) < collationTTL {
 		return true, nil
 	}
 	e, err := r.readCollection(ctx, ns)
@@ -147,17 +147,17 @@ func (r *MongoResolver) CollectionExists(ctx context.Context, ns string) (bool, 
 // Capped reports whether ns is a capped collection, from the same cached
 // listCollections. A collection converted to capped is seen within the
 // cache's 30 s.
-func (r *MongoResolver) Capped(ctx context.Context, ns string) (bool, error) {
+func (r *MongoResolver) Capped(ctx context.Context, ns namespace.Namespace) (bool, error) {
 	if _, err := r.SimpleCollation(ctx, ns); err != nil {
 		return false, err
 	}
-	e, ok := r.collations.Get(ns)
+	e, ok := r.collations.Get(ns.String())
 	if !ok {
 		// Evicted in between: ask again rather than guess.
 		if _, err := r.SimpleCollation(ctx, ns); err != nil {
 			return false, err
 		}
-		e, _ = r.collations.Get(ns)
+		e, _ = r.collations.Get(ns.String())
 	}
 	return e.capped, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -23,7 +24,7 @@ type stallingResolver struct {
 	stalled chan struct{} // receives once per stalled resolution
 }
 
-func (r stallingResolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
+func (r stallingResolver) Candidates(ctx context.Context, ns namespace.Namespace, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
 	r.calls.Add(1)
 	if _, err := filter.LookupErr("slow"); err == nil {
 		r.stalled <- struct{}{}

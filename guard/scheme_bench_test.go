@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -20,7 +21,7 @@ import (
 // for a lock taken through the same proxy (its cache), without the store.
 type heldStore struct{ unavailableStore }
 
-func (heldStore) Holds(context.Context, lockstore.Owner, string, []docid.ID, time.Duration) (bool, []docid.ID, error) {
+func (heldStore) Holds(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, time.Duration) (bool, []docid.ID, error) {
 	return true, nil, nil
 }
 
@@ -29,7 +30,9 @@ func (heldStore) Holds(context.Context, lockstore.Owner, string, []docid.ID, tim
 // values (LockId: "g") then name one holder.
 type simpleResolver struct{ Resolver }
 
-func (simpleResolver) SimpleCollation(context.Context, string) (bool, error) { return true, nil }
+func (simpleResolver) SimpleCollation(context.Context, namespace.Namespace) (bool, error) {
+	return true, nil
+}
 
 // BenchmarkSchemeHolderWrite is the guard's decision for a holder's
 // _id-pinned update under each scheme, against the same decision under

@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/scheme"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestAdoptionOfARecordReleasedMeanwhile: a write from a non-holder finds
@@ -43,14 +44,14 @@ func TestAdoptionOfARecordReleasedMeanwhile(t *testing.T) {
 	// the holder releases it before the rogue's proxy adopts what it read.
 	var steps atomic.Int32
 	s1.guard.schemes.Test = &scheme.TestHooks{
-		BeforeRead: func(ns string, id docid.ID) {
+		BeforeRead: func(ns namespace.Namespace, id docid.ID) {
 			if steps.CompareAndSwap(0, 1) {
 				if _, err := holder.InsertOne(ctx, bson.D{{"_id", "lock_1"}, {"ExpireAt", time.Now().Add(time.Minute)}}); err != nil {
 					t.Errorf("the holder's acquire: %v", err)
 				}
 			}
 		},
-		BeforeAdopt: func(ns string, id docid.ID) {
+		BeforeAdopt: func(ns namespace.Namespace, id docid.ID) {
 			if steps.CompareAndSwap(1, 2) {
 				if r, err := holder.DeleteOne(ctx, bson.D{{"_id", "lock_1"}}); err != nil || r.DeletedCount != 1 {
 					t.Errorf("the holder's release: %v, %+v", err, r)

@@ -17,8 +17,8 @@ import (
 var _ scheme.Reader = (*MongoResolver)(nil)
 
 // LockFields implements scheme.Reader with one find on the primary.
-func (r *MongoResolver) LockFields(ctx context.Context, ns string, id docid.ID, top []string) (bsoncore.Document, bool, error) {
-	db, coll := namespace.Of(ns).Parts()
+func (r *MongoResolver) LockFields(ctx context.Context, ns namespace.Namespace, id docid.ID, top []string) (bsoncore.Document, bool, error) {
+	db, coll := ns.Parts()
 	proj := bson.D{{Key: "_id", Value: 1}}
 	for _, f := range top {
 		proj = append(proj, bson.E{Key: f, Value: 1})

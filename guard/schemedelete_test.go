@@ -14,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/scheme"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestNonHolderDeleteAfterItsMirrorLapsed: anyone may delete a lock
@@ -50,7 +51,7 @@ func TestNonHolderDeleteAfterItsMirrorLapsed(t *testing.T) {
 	}
 	var current, windows atomic.Int32
 	s1.guard.schemes.Test = &scheme.TestHooks{
-		BeforeDelete: func(ns string, id docid.ID) {
+		BeforeDelete: func(ns namespace.Namespace, id docid.ID) {
 			id32 := current.Load()
 			acquired := testkit.Within(30*time.Second, func() bool {
 				_, err := holder.InsertOne(ctx, bson.D{{"_id", id32}, {"ts", time.Now()}, {"aid", "H"}})

@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/scheme"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestHolderDeleteAfterItsLeaseEnded: a holder's release of its lock
@@ -54,7 +55,7 @@ func TestHolderDeleteAfterItsLeaseEnded(t *testing.T) {
 	var successor atomic.Pointer[func() error]
 	var windows atomic.Int32
 	s1.guard.schemes.Test = &scheme.TestHooks{
-		BeforeDelete: func(ns string, id docid.ID) {
+		BeforeDelete: func(ns namespace.Namespace, id docid.ID) {
 			f := successor.Load()
 			if f == nil {
 				return

@@ -21,8 +21,8 @@ import (
 // newTxnCheck builds the transaction check from the guard's parts.
 func (g *Guard) newTxnCheck() *txn.Check {
 	cfg := txn.Config{Policy: g.Policy, SessionKey: g.owners.Session, Owner: g.owner,
-		LeaseMargin: func(req *proxy.Request, pol *policy.Policy, ns string) time.Duration {
-			return g.ruleFor(pol.Lookup(namespace.Of(ns)), req).LeaseMargin
+		LeaseMargin: func(req *proxy.Request, pol *policy.Policy, ns namespace.Namespace) time.Duration {
+			return g.ruleFor(pol.Lookup(ns), req).LeaseMargin
 		},
 		Confirmed: g.confirmedStatus, LeaseLeft: g.leaseLeft, ForceSeq: g.flights.ForceSeq,
 		Launch: g.launchCommit,
@@ -65,9 +65,9 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 }
 
 // ruleOf is the rule enforce applied to ns in v.
-func (g *Guard) ruleOf(v *verdict, ns string) policy.Rule {
+func (g *Guard) ruleOf(v *verdict, ns namespace.Namespace) policy.Rule {
 	for i, w := range v.Writes {
-		if w.NS.String() == ns && i < len(v.Rules) {
+		if w.NS.String() == ns.String() && i < len(v.Rules) {
 			return v.Rules[i]
 		}
 	}
@@ -88,7 +88,7 @@ func (g *Guard) launchCommit(c *txn.Commit, maxTime time.Duration, next proxy.Re
 
 // leaseLeft reports whether owner holds ids with more than margin left,
 // and how much lease is surely left.
-func (g *Guard) leaseLeft(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (time.Duration, bool, error) {
+func (g *Guard) leaseLeft(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (time.Duration, bool, error) {
 	ts, ok := g.opts.Store.(enforce.TokenStore)
 	if !ok {
 		held, _, err := g.opts.Store.Holds(ctx, o, ns, ids, margin)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/testserver/scripted"
 	"github.com/lockgate/lockgate/wire"
@@ -261,9 +262,9 @@ func TestForceReleaseDuringACommitsCheckRefusesIt(t *testing.T) {
 	var once sync.Once
 	st.guard.testCommitChecked = func() {
 		once.Do(func() {
-			forced, err := st.guard.BeginForceRelease(context.Background(), "shop.orders", id)
+			forced, err := st.guard.BeginForceRelease(context.Background(), namespace.Of("shop.orders"), id)
 			if err == nil {
-				_, err = st.store.ForceRelease(context.Background(), "shop.orders", id, "stuck")
+				_, err = st.store.ForceRelease(context.Background(), namespace.Of("shop.orders"), id, "stuck")
 			}
 			forced()
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 
 	"github.com/lockgate/lockgate/docid"
@@ -56,7 +57,7 @@ func (c *connTest) decideWriteMsg(lsid bsoncore.Document, id int32) (proxy.Decis
 func (c *connTest) inFlight(id int32) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // asks, does not wait
-	return c.g.WaitWritesOn(ctx, "db.locked", lockstoretest.ID(id)) != nil
+	return c.g.WaitWritesOn(ctx, namespace.Of("db.locked"), lockstoretest.ID(id)) != nil
 }
 
 // TestOverlappingWritesNeverShareAVerdict: a connection's verdict goes
@@ -71,7 +72,7 @@ func TestOverlappingWritesNeverShareAVerdict(t *testing.T) {
 	for _, id := range []int32{7, 8, 9, 10} {
 		c.lockCmd(cmdAcquire, a, id)
 	}
-	locks := func(f *flightPlan) []docid.ID { return f.Locks.Get("db.locked") }
+	locks := func(f *flightPlan) []docid.ID { return f.Locks.Get(namespace.Of("db.locked")) }
 	holds := func(f *flightPlan, id int32) {
 		t.Helper()
 		if ids := locks(f); len(ids) != 1 || !ids[0].Equal(lockstoretest.ID(id)) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
@@ -30,7 +31,7 @@ type lockKey struct {
 
 // keys validates ns and returns the distinct keys of ids in request order
 // (the first spelling of an id wins: [1, 1.0] is one key).
-func keys(ns string, ids []docid.ID) ([]lockKey, error) {
+func keys(ns namespace.Namespace, ids []docid.ID) ([]lockKey, error) {
 	ks, _, err := keysIndexed(ns, ids, false)
 	return ks, err
 }
@@ -78,7 +79,7 @@ func (s *Store) lease(d time.Duration) (time.Duration, error) {
 //
 // A context made by WithTokenFloors gives each id a token its grant must
 // pass.
-func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]Lock, error) {
+func (s *Store) Acquire(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID, lease, wait time.Duration) ([]Lock, error) {
 	floors, _ := ctx.Value(floorsKey{}).([]int64)
 	if floors != nil && len(floors) != len(ids) {
 		return nil, fmt.Errorf("%w: %d token floors for %d ids", ErrInvalidArgument, len(floors), len(ids))
@@ -132,7 +133,7 @@ func (s *Store) Acquire(ctx context.Context, owner Owner, ns string, ids []docid
 	}
 	s.m.acquisitions.WithLabelValues(result).Inc()
 	if ce := s.log.Check(zap.DebugLevel, "acquire"); ce != nil {
-		ce.Write(zap.String("ns", ns), zap.Int("ids", len(ks)), zap.String("holder", SessionPrefix(owner.Session)),
+		ce.Write(zap.String("ns", ns.String()), zap.Int("ids", len(ks)), zap.String("holder", SessionPrefix(owner.Session)),
 			zap.String("app", owner.App), zap.Duration("lease", lease), zap.Duration("wait", wait),
 			zap.String("result", result), zap.Duration("took", time.Since(start)), zap.Error(err))
 	}
@@ -182,7 +183,7 @@ func (s *Store) HoldsAnyHere(session []byte) bool {
 
 // acquireAll makes one all-or-nothing attempt in canonical order. self is
 // the calling waiter, not woken by its own rollback.
-func (s *Store) acquireAll(ctx context.Context, owner Owner, ns string, ordered []lockKey, lease time.Duration, self *waiter) (map[string]Lock, error) {
+func (s *Store) acquireAll(ctx context.Context, owner Owner, ns namespace.Namespace, ordered []lockKey, lease time.Duration, self *waiter) (map[string]Lock, error) {
 	if err := s.startAcquire(ns, ordered); err != nil {
 		return nil, err // a key is held in memory (memlock.go)
 	}
@@ -205,7 +206,7 @@ func (s *Store) acquireAll(ctx context.Context, owner Owner, ns string, ordered 
 
 // tryOne takes one key or reports who holds it. isNew is false when the
 // owner already held it (re-entrant: same token, lease extended).
-func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, lease time.Duration) (l Lock, isNew bool, err error) {
+func (s *Store) tryOne(ctx context.Context, owner Owner, ns namespace.Namespace, k lockKey, lease time.Duration) (l Lock, isNew bool, err error) {
 	if s.testHookTry != nil {
 		s.testHookTry(k.rid)
 	}
@@ -227,7 +228,7 @@ func (s *Store) tryOne(ctx context.Context, owner Owner, ns string, k lockKey, l
 		// Free, or expired for certain whatever this instance's clock error.
 		var n *gen
 		if h == nil {
-			n = &gen{ID: genID(k.rid, 1), Key: k.rid, Seq: 1, NS: ns, Value: k.id.Raw(), At: now,
+			n = &gen{ID: genID(k.rid, 1), Key: k.rid, Seq: 1, NS: ns.String(), Value: k.id.Raw(), At: now,
 				Token: now.UnixNano()} // see docs/LOCKS.md, "Fencing tokens"
 		} else {
 			takeover = h.Owner != nil
@@ -468,7 +469,7 @@ func (s *Store) transition(ctx context.Context, op, rid string, step stepFunc) (
 		h = fresh
 	}
 	if h != nil && h.Owner != nil {
-		return nil, h, &HeldError{NS: h.NS, ID: h.lockedID(), Holder: h.holder()}
+		return nil, h, &HeldError{NS: namespace.Of(h.NS), ID: h.lockedID(), Holder: h.holder()}
 	}
 	return nil, h, fmt.Errorf("%w: %w", ErrUnavailable, errContended)
 }
@@ -963,7 +964,7 @@ func (s *Store) rollback(ctx context.Context, owner Owner, rids []string, self *
 // by local releases (FIFO, see waitQueues), by the blocking holder's lease
 // end, by change-stream events where available, and by a jittered
 // exponential backoff poll for releases through other instances.
-func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered []lockKey, lease, wait time.Duration) (map[string]Lock, error) {
+func (s *Store) acquireWait(ctx context.Context, owner Owner, ns namespace.Namespace, ordered []lockKey, lease, wait time.Duration) (map[string]Lock, error) {
 	rids := make([]string, len(ordered))
 	for i, k := range ordered {
 		rids[i] = k.rid
@@ -971,7 +972,7 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 	w := newWaiter(rids)
 	w.who = waiterOf(owner, s.clock)
 	if len(ordered) == 1 {
-		w.want = &handoffWant{ctx: ctx, owner: owner, ns: ns, key: ordered[0], lease: lease}
+		w.want = &handoffWant{ctx: ctx, owner: owner, ns: ns.String(), key: ordered[0], lease: lease}
 	}
 	if !s.wq.join(w, s.cfg.MaxWaiters) {
 		return nil, fmt.Errorf("%w: %d acquires already wait for one of these locks on this lockgate; retry later", ErrTooManyWaiters, s.cfg.MaxWaiters)
@@ -1058,7 +1059,7 @@ func (s *Store) acquireWait(ctx context.Context, owner Owner, ns string, ordered
 
 // timeoutErr builds the ErrTimeout error, reading the holder if this call
 // never got to try (it waited behind other local waiters).
-func (s *Store) timeoutErr(ctx context.Context, ns string, ordered []lockKey, last *HeldError) error {
+func (s *Store) timeoutErr(ctx context.Context, ns namespace.Namespace, ordered []lockKey, last *HeldError) error {
 	he := &HeldError{NS: ns, ID: ordered[0].id, Timeout: true}
 	if last != nil {
 		he.ID, he.Holder = last.ID, last.Holder

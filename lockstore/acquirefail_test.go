@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestFailedAcquireLeavesNoHolder: an acquire whose grant was written but
@@ -26,7 +28,7 @@ func TestFailedAcquireLeavesNoHolder(t *testing.T) {
 				ns := "db.fail_" + what + string(rune('0'+failing))
 				legacy := newOwner("legacy-batch")
 				legacy.Implicit = "update"
-				want := recordID(ns, rv(t, failing).Key())
+				want := recordID(namespace.Of(ns), rv(t, failing).Key())
 				var fired atomic.Bool
 				s.testHookWrote = func(w string, g *gen) error {
 					if w == what && g.Key == want && g.ownedBy(legacy) && fired.CompareAndSwap(false, true) {
@@ -34,12 +36,12 @@ func TestFailedAcquireLeavesNoHolder(t *testing.T) {
 					}
 					return nil
 				}
-				_, err := s.Acquire(bg, legacy, ns, ids(t, 1, 2), time.Minute, 0)
+				_, err := s.Acquire(bg, legacy, namespace.Of(ns), ids(t, 1, 2), time.Minute, 0)
 				s.testHookWrote = nil
 				if !fired.Load() || !errors.Is(err, ErrUnavailable) {
 					t.Fatalf("acquire with a failed %s write: %v (fired %v), want ErrUnavailable", what, err, fired.Load())
 				}
-				sts, err := s.ConfirmedStatus(bg, newOwner("x"), ns, ids(t, 1, 2))
+				sts, err := s.ConfirmedStatus(bg, newOwner("x"), namespace.Of(ns), ids(t, 1, 2))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -48,7 +50,7 @@ func TestFailedAcquireLeavesNoHolder(t *testing.T) {
 						t.Errorf("ConfirmedStatus of _id %s after the failed acquire: held by %+v, want free", st.ID, st.Holder)
 					}
 				}
-				if _, err := s.Acquire(bg, newOwner("editor"), ns, ids(t, 1, 2), time.Minute, 0); err != nil {
+				if _, err := s.Acquire(bg, newOwner("editor"), namespace.Of(ns), ids(t, 1, 2), time.Minute, 0); err != nil {
 					t.Fatalf("acquire after a failed acquire of the same keys: %v, want granted (nobody holds them)", err)
 				}
 			})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // BenchmarkAcquireRelease measures an uncontended acquire+release of one
@@ -18,10 +19,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := s.Acquire(bg, o, "db.bench", id, time.Minute, 0); err != nil {
+		if _, err := s.Acquire(bg, o, namespace.Of("db.bench"), id, time.Minute, 0); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.Release(bg, o, "db.bench", id, ""); err != nil {
+		if _, err := s.Release(bg, o, namespace.Of("db.bench"), id, ""); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -35,13 +36,13 @@ func BenchmarkHoldsCached(b *testing.B) {
 	s := openStore(b, cfg)
 	o := newOwner("bench")
 	id := []docid.ID{rv(b, "bench")}
-	if _, err := s.Acquire(bg, o, "db.bench", id, 10*time.Minute, 0); err != nil {
+	if _, err := s.Acquire(bg, o, namespace.Of("db.bench"), id, 10*time.Minute, 0); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if ok, _, err := s.Holds(bg, o, "db.bench", id, time.Second); !ok || err != nil {
+		if ok, _, err := s.Holds(bg, o, namespace.Of("db.bench"), id, time.Second); !ok || err != nil {
 			b.Fatal(ok, err)
 		}
 	}
@@ -55,13 +56,13 @@ func BenchmarkHeldTokensCached(b *testing.B) {
 	s := openStore(b, cfg)
 	o := newOwner("bench")
 	id := []docid.ID{rv(b, "bench")}
-	if _, err := s.Acquire(bg, o, "db.bench", id, 10*time.Minute, 0); err != nil {
+	if _, err := s.Acquire(bg, o, namespace.Of("db.bench"), id, 10*time.Minute, 0); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if tokens, _, missing, err := s.HeldTokens(bg, o, "db.bench", id, time.Second); len(tokens) != 1 || len(missing) > 0 || err != nil {
+		if tokens, _, missing, err := s.HeldTokens(bg, o, namespace.Of("db.bench"), id, time.Second); len(tokens) != 1 || len(missing) > 0 || err != nil {
 			b.Fatal(tokens, missing, err)
 		}
 	}
@@ -75,14 +76,14 @@ func BenchmarkHeldTokensIntoCached(b *testing.B) {
 	s := openStore(b, cfg)
 	o := newOwner("bench")
 	id := []docid.ID{rv(b, "bench")}
-	if _, err := s.Acquire(bg, o, "db.bench", id, 10*time.Minute, 0); err != nil {
+	if _, err := s.Acquire(bg, o, namespace.Of("db.bench"), id, 10*time.Minute, 0); err != nil {
 		b.Fatal(err)
 	}
 	var tokens [1]int64
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, missing, err := s.HeldTokensInto(bg, o, "db.bench", id, time.Second, tokens[:]); len(missing) > 0 || err != nil {
+		if _, missing, err := s.HeldTokensInto(bg, o, namespace.Of("db.bench"), id, time.Second, tokens[:]); len(missing) > 0 || err != nil {
 			b.Fatal(missing, err)
 		}
 	}

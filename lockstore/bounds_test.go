@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -23,35 +24,35 @@ func TestMaxLocksPerSession(t *testing.T) {
 	s := openStore(t, cfg)
 	ctx := context.Background()
 	o, other := newOwner("greedy"), newOwner("other")
-	if _, err := s.Acquire(ctx, o, "db.c", ids(t, 1, 2, 3), 0, 0); err != nil {
+	if _, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, 1, 2, 3), 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, o, "db.d", ids(t, 4, 5), 0, 0); err != nil {
+	if _, err := s.Acquire(ctx, o, namespace.Of("db.d"), ids(t, 4, 5), 0, 0); err != nil {
 		t.Fatalf("up to the limit, across namespaces: %v", err)
 	}
-	_, err := s.Acquire(ctx, o, "db.c", ids(t, 6), 0, 0)
+	_, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, 6), 0, 0)
 	if !errors.Is(err, ErrTooManyLocks) {
 		t.Fatalf("sixth lock: %v, want ErrTooManyLocks", err)
 	}
-	if st, _ := s.Status(ctx, o, "db.c", ids(t, 6)); st[0].Held {
+	if st, _ := s.Status(ctx, o, namespace.Of("db.c"), ids(t, 6)); st[0].Held {
 		t.Error("the refused acquire took the lock")
 	}
-	if _, err := s.Acquire(ctx, o, "db.c", ids(t, 1, 2), 0, 0); err != nil {
+	if _, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, 1, 2), 0, 0); err != nil {
 		t.Errorf("re-entrant acquire of held ids at the limit: %v", err)
 	}
-	if _, err := s.Acquire(ctx, other, "db.c", ids(t, 6, 7, 8, 9, 10), 0, 0); err != nil {
+	if _, err := s.Acquire(ctx, other, namespace.Of("db.c"), ids(t, 6, 7, 8, 9, 10), 0, 0); err != nil {
 		t.Errorf("another session: %v", err)
 	}
-	if n, err := s.Release(ctx, o, "db.c", ids(t, 1, 2), ""); err != nil || n != 2 {
+	if n, err := s.Release(ctx, o, namespace.Of("db.c"), ids(t, 1, 2), ""); err != nil || n != 2 {
 		t.Fatalf("release = %d, %v", n, err)
 	}
-	if _, err := s.Acquire(ctx, o, "db.c", ids(t, 11, 12), 0, 0); err != nil {
+	if _, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, 11, 12), 0, 0); err != nil {
 		t.Errorf("after releasing two: %v", err)
 	}
 	if n, err := s.ReleaseSession(ctx, o.Session); err != nil || n != 5 {
 		t.Fatalf("ReleaseSession = %d, %v, want 5", n, err)
 	}
-	if _, err := s.Acquire(ctx, o, "db.c", ids(t, 1, 2, 3, 4, 5), 0, 0); err != nil {
+	if _, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, 1, 2, 3, 4, 5), 0, 0); err != nil {
 		t.Errorf("after the session ended: %v", err)
 	}
 }
@@ -79,7 +80,7 @@ func TestReleaseSessionCostsTheSessionsLocks(t *testing.T) {
 			docs := make([]any, 0, junk)
 			for i := range junk {
 				o := newOwner("junk")
-				g := &gen{Key: recordID("db.junk", fmt.Sprint(i)), Seq: 1, NS: "db.junk", Kind: kindAcquire,
+				g := &gen{Key: recordID(namespace.Of("db.junk"), fmt.Sprint(i)), Seq: 1, NS: "db.junk", Kind: kindAcquire,
 					Owner: sessionBinary(o.Session), Token: 1, AcquiredAt: now, ExpiresAt: now.Add(time.Hour), At: now}
 				if i%2 == 0 {
 					g.Owner, g.ExpiresAt = nil, freeExpiry // released ones too
@@ -98,7 +99,7 @@ func TestReleaseSessionCostsTheSessionsLocks(t *testing.T) {
 		// and the count measured the machine, not the store's size.
 		for i := range sessions {
 			o := newOwner("victim")
-			if _, err := s.Acquire(ctx, o, "db.c", ids(t, i), 0, 0); err != nil {
+			if _, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, i), 0, 0); err != nil {
 				t.Fatal(err)
 			}
 			rel0, find0 := rts(opRelease), rts(opFind)
@@ -145,14 +146,14 @@ func TestReleaseSessionFindsLocksOfOtherInstances(t *testing.T) {
 	cfg.NewcomerHorizon = noMemoryLocks
 	a, b := openStore(t, cfg), openStore(t, cfg)
 	o := newOwner("roamer")
-	if _, err := a.Acquire(ctx, o, "db.c", ids(t, 1, 2), time.Minute, 0); err != nil {
+	if _, err := a.Acquire(ctx, o, namespace.Of("db.c"), ids(t, 1, 2), time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.ReleaseSession(ctx, o.Session); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 10*time.Second, "the locks taken through the other instance to be released", func() bool {
-		st, err := b.Status(ctx, newOwner("x"), "db.c", ids(t, 1, 2))
+		st, err := b.Status(ctx, newOwner("x"), namespace.Of("db.c"), ids(t, 1, 2))
 		if err != nil {
 			t.Fatal(err)
 		}

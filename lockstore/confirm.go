@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -25,7 +26,7 @@ var errHeadBehind = errors.New("a lock record's head is too far behind its claim
 // newer one. A lagging head reads as not held. ConfirmedStatus also reads
 // the claims after each head (one more round trip) and reports the newest
 // generation, so it errs towards "held" like the claims do.
-func (s *Store) ConfirmedStatus(ctx context.Context, owner Owner, ns string, ids []docid.ID) ([]Status, error) {
+func (s *Store) ConfirmedStatus(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID) ([]Status, error) {
 	return s.status(ctx, owner, ns, ids, true)
 }
 

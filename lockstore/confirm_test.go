@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 )
@@ -23,7 +24,7 @@ func TestConfirmedStatusSeesPastALaggingHead(t *testing.T) {
 	// A first acquire whose head document is not there yet.
 	first := ids(t, "first")
 	mustAcquire(t, s, a, ns, first, time.Minute, 0)
-	k, err := keys(ns, first)
+	k, err := keys(namespace.Of(ns), first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,11 +38,11 @@ func TestConfirmedStatusSeesPastALaggingHead(t *testing.T) {
 	// generation 2 puts its head back.
 	moved := ids(t, "moved")
 	mustAcquire(t, s, a, ns, moved, time.Minute, 0)
-	if n, err := s.Release(bg, a, ns, moved, ""); n != 1 || err != nil {
+	if n, err := s.Release(bg, a, namespace.Of(ns), moved, ""); n != 1 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	mustAcquire(t, s, b, ns, moved, time.Minute, 0)
-	k, err = keys(ns, moved)
+	k, err = keys(namespace.Of(ns), moved)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,10 +59,10 @@ func TestConfirmedStatusSeesPastALaggingHead(t *testing.T) {
 	// A key that is free in both reads stays free, and a caller's own lock
 	// is its own.
 	free := ids(t, "never-locked")
-	if sts, err := s.ConfirmedStatus(bg, other, ns, free); err != nil || sts[0].Held {
+	if sts, err := s.ConfirmedStatus(bg, other, namespace.Of(ns), free); err != nil || sts[0].Held {
 		t.Fatalf("a never-locked key: %+v %v", sts, err)
 	}
-	if sts, err := s.ConfirmedStatus(bg, b, ns, moved); err != nil || !sts[0].HeldByYou {
+	if sts, err := s.ConfirmedStatus(bg, b, namespace.Of(ns), moved); err != nil || !sts[0].HeldByYou {
 		t.Fatalf("b's own lock: %+v %v", sts, err)
 	}
 }
@@ -70,14 +71,14 @@ func TestConfirmedStatusSeesPastALaggingHead(t *testing.T) {
 // shows it held by app.
 func lagging(t *testing.T, s *Store, o Owner, ns string, id []docid.ID, app string) {
 	t.Helper()
-	st, err := s.Status(bg, o, ns, id)
+	st, err := s.Status(bg, o, namespace.Of(ns), id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st[0].Held {
 		t.Fatalf("the simulated lag did not take: Status already sees the holder %+v", st[0])
 	}
-	sts, err := s.ConfirmedStatus(bg, o, ns, id)
+	sts, err := s.ConfirmedStatus(bg, o, namespace.Of(ns), id)
 	if err != nil {
 		t.Fatal(err)
 	}

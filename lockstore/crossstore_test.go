@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -26,7 +27,7 @@ func TestCacheIsNeverWrongAcrossStores(t *testing.T) {
 
 	held := func(s *Store, o Owner, v any) bool {
 		t.Helper()
-		ok, _, err := s.Holds(bg, o, ns, ids(t, v), 0)
+		ok, _, err := s.Holds(bg, o, namespace.Of(ns), ids(t, v), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,25 +39,25 @@ func TestCacheIsNeverWrongAcrossStores(t *testing.T) {
 		change func(t *testing.T, id string)
 	}{
 		{"release through the other store", "r", func(t *testing.T, id string) {
-			if n, err := s2.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
+			if n, err := s2.Release(bg, a, namespace.Of(ns), ids(t, id), ""); n != 1 || err != nil {
 				t.Fatalf("release through s2: %d %v", n, err)
 			}
 		}},
 		{"release of every lock through the other store", "all", func(t *testing.T, id string) {
-			if n, err := s2.ReleaseAll(bg, a, ns, ""); n != 1 || err != nil {
+			if n, err := s2.ReleaseAll(bg, a, namespace.Of(ns), ""); n != 1 || err != nil {
 				t.Fatalf("release all through s2: %d %v", n, err)
 			}
 		}},
 		{"force release through the other store", "force", func(t *testing.T, id string) {
-			if _, err := s2.ForceRelease(bg, ns, rv(t, id), "test"); err != nil {
+			if _, err := s2.ForceRelease(bg, namespace.Of(ns), rv(t, id), "test"); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"renew through the other store, release through the first", "renew", func(t *testing.T, id string) {
-			if _, err := s2.Renew(bg, a, ns, ids(t, id), time.Minute); err != nil {
+			if _, err := s2.Renew(bg, a, namespace.Of(ns), ids(t, id), time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			if n, err := s1.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
+			if n, err := s1.Release(bg, a, namespace.Of(ns), ids(t, id), ""); n != 1 || err != nil {
 				t.Fatalf("release through s1: %d %v", n, err)
 			}
 		}},
@@ -87,7 +88,7 @@ func TestCacheIsNeverWrongAcrossStores(t *testing.T) {
 	if !held(s1, a, "foreign") {
 		t.Fatal("a lock taken through s2 is not honoured on s1")
 	}
-	if n, err := s2.Release(bg, a, ns, ids(t, "foreign"), ""); n != 1 || err != nil {
+	if n, err := s2.Release(bg, a, namespace.Of(ns), ids(t, "foreign"), ""); n != 1 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if held(s1, a, "foreign") {
@@ -122,7 +123,7 @@ func TestOwnLockAnsweredFromMemoryForTheLease(t *testing.T) {
 	var extra float64
 	for range 5 {
 		before := finds()
-		if ok, _, err := s.Holds(bg, a, "db.c", ids(t, "own"), 0); !ok || err != nil {
+		if ok, _, err := s.Holds(bg, a, namespace.Of("db.c"), ids(t, "own"), 0); !ok || err != nil {
 			t.Fatalf("holds: %v %v", ok, err)
 		}
 		if extra = finds() - before; extra == 0 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 )
@@ -20,7 +21,7 @@ const maxElsewhere = 1000
 // database shop), so it runs on the refusal path only. It reads at most
 // maxElsewhere of the owner's held locks, through the (owner, ns) index,
 // and confirms a match on its head record.
-func (s *Store) HeldElsewhere(ctx context.Context, owner Owner, ns string, ids []docid.ID) (string, docid.ID, bool, error) {
+func (s *Store) HeldElsewhere(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID) (string, docid.ID, bool, error) {
 	if err := checkOwner(owner); err != nil {
 		return "", docid.ID{}, false, err
 	}
@@ -32,7 +33,7 @@ func (s *Store) HeldElsewhere(ctx context.Context, owner Owner, ns string, ids [
 	// so the same _id has the same suffix in every namespace.
 	want := make(map[string]docid.ID, len(ks))
 	for _, k := range ks {
-		want[strings.TrimPrefix(k.rid, ns+keySeparator)] = k.id
+		want[strings.TrimPrefix(k.rid, ns.String()+keySeparator)] = k.id
 	}
 	if err := s.ready(ctx); err != nil {
 		return "", docid.ID{}, false, err
@@ -49,7 +50,7 @@ func (s *Store) HeldElsewhere(ctx context.Context, owner Owner, ns string, ids [
 	var rids []string
 	found := map[string]docid.ID{}
 	for _, g := range gens {
-		if g.NS == ns {
+		if g.NS == ns.String() {
 			continue
 		}
 		if id, ok := want[strings.TrimPrefix(g.Key, g.NS+keySeparator)]; ok {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // Sentinel errors. Test with errors.Is; the proxy maps them to MongoDB error
@@ -70,7 +71,7 @@ type Holder struct {
 // HeldError reports that a lock is held by someone else. errors.Is matches
 // ErrBusy, or ErrTimeout when Timeout is set.
 type HeldError struct {
-	NS      string
+	NS      namespace.Namespace
 	ID      docid.ID
 	Holder  Holder
 	Timeout bool
@@ -113,7 +114,7 @@ func (e *HeldError) Is(target error) bool {
 // answered would let that write land inside the next holder's work.
 // errors.Is matches ErrHeldInMemory.
 type MemoryHeldError struct {
-	NS     string
+	NS     namespace.Namespace
 	ID     docid.ID
 	Holder Holder // ExpiresAt: by when its write has surely ended
 }
@@ -135,7 +136,7 @@ func (e *MemoryHeldError) Is(target error) bool { return target == ErrHeldInMemo
 // key's current one: Now is the key's state (Held false when it is free).
 // errors.Is matches ErrChangedHands.
 type ChangedHandsError struct {
-	NS   string
+	NS   namespace.Namespace
 	ID   docid.ID
 	Want int64
 	Now  Status
@@ -159,7 +160,7 @@ func (e *ChangedHandsError) Is(target error) bool { return target == ErrChangedH
 // NotHolderError lists the ids that the owner does not hold. errors.Is
 // matches ErrNotHolder.
 type NotHolderError struct {
-	NS  string
+	NS  namespace.Namespace
 	IDs []docid.ID
 	// Why says, per id where known, what happened to the lock: "an
 	// operator force-released it (reason: ...)", "its lease ended at

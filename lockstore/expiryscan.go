@@ -40,7 +40,9 @@ type notedExpiry struct {
 	end   time.Time
 }
 
-func expiryKey(ns string, id docid.ID) docid.Key { return docid.KeyOf(namespace.Of(ns), id) }
+func expiryKey(ns namespace.Namespace, id docid.ID) docid.Key {
+	return docid.KeyOf(ns, id)
+}
 
 // add keeps the ended own leases of ended for the next scan.
 func (e *expiryScan) add(ended []*gen) {
@@ -134,8 +136,8 @@ func (s *Store) scanExpiries(ctx context.Context, low time.Time) {
 				continue // released, renewed, taken over or deleted since
 			}
 			id := h.lockedID()
-			s.expScan.note(expiryKey(h.NS, id), h.Token, h.ExpiresAt)
-			s.onExpire(Expiry{NS: h.NS, ID: id, Former: h.holder(), At: h.ExpiresAt, Scanned: true})
+			s.expScan.note(expiryKey(namespace.Of(h.NS), id), h.Token, h.ExpiresAt)
+			s.onExpire(Expiry{NS: namespace.Of(h.NS), ID: id, Former: h.holder(), At: h.ExpiresAt, Scanned: true})
 		}
 	}
 }

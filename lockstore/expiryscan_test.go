@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // A lease that runs out with nobody taking the lock over is reported by
@@ -31,11 +32,11 @@ func TestExpiryScanReportsLeasesNobodyTookOver(t *testing.T) {
 	expiring, released, renewed := ids(t, int32(1)), ids(t, int32(2)), ids(t, int32(3))
 	la := mustAcquire(t, s, a, "db.c", expiring, 10*time.Second, 0)
 	mustAcquire(t, s, c, "db.c", released, 10*time.Second, 0)
-	if n, err := s.Release(bg, c, "db.c", released, "done"); n != 1 || err != nil {
+	if n, err := s.Release(bg, c, namespace.Of("db.c"), released, "done"); n != 1 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	mustAcquire(t, s, d, "db.c", renewed, 10*time.Second, 0)
-	if _, err := s.Renew(bg, d, "db.c", renewed, 10*time.Minute); err != nil {
+	if _, err := s.Renew(bg, d, namespace.Of("db.c"), renewed, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(10*time.Second + s.cfg.OpTimeout + time.Second)
@@ -52,7 +53,7 @@ func TestExpiryScanReportsLeasesNobodyTookOver(t *testing.T) {
 		t.Fatalf("expiries reported: %+v, want the one of id 1", r)
 	}
 	e := r[0]
-	if !e.Scanned || e.NS != "db.c" || !e.ID.Equal(expiring[0]) || e.Former.App != "a" || e.Former.Token != la[0].Token ||
+	if !e.Scanned || e.NS.String() != "db.c" || !e.ID.Equal(expiring[0]) || e.Former.App != "a" || e.Former.Token != la[0].Token ||
 		e.Former.SessionPrefix != SessionPrefix(a.Session) || !e.At.Equal(la[0].ExpiresAt) || e.Token != 0 {
 		t.Fatalf("expiry %+v; want the scanned end of %+v", e, la[0])
 	}

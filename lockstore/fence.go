@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // HeldTokens is Holds for enforcement that needs more than yes or no:
@@ -15,7 +16,7 @@ import (
 // store server's clock (its uncertainty subtracted); otherwise no tokens
 // and the ids not held. Like Holds it answers from the cache where it can
 // and fails closed.
-func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
+func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, 0, nil, err
 	}
@@ -51,7 +52,7 @@ func (s *Store) HeldTokens(ctx context.Context, owner Owner, ns string, ids []do
 // vouch for, the usual enforced write, is answered without an allocation:
 // its record id is built on the stack and looked up as it is. Anything
 // else takes HeldTokens' path, and so the same answers.
-func (s *Store) HeldTokensInto(ctx context.Context, owner Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error) {
+func (s *Store) HeldTokensInto(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error) {
 	if len(ids) == 1 && len(tokens) == 1 && s.cfg.CacheTrust > 0 && len(owner.Session) > 0 && !ids[0].IsZero() {
 		if left, ok := s.heldCached(owner, ns, ids[0], margin, &tokens[0]); ok {
 			return left, nil, nil
@@ -69,19 +70,19 @@ func (s *Store) HeldTokensInto(ctx context.Context, owner Owner, ns string, ids 
 // same trust rule as holds: a generation this Store wrote, owned by owner,
 // whose lease surely outlasts margin, confirmed within CacheTrust. false
 // means "ask the long way", never "not held".
-func (s *Store) heldCached(owner Owner, ns string, id docid.ID, margin time.Duration, token *int64) (time.Duration, bool) {
+func (s *Store) heldCached(owner Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, token *int64) (time.Duration, bool) {
 	return s.heldCachedMemo(owner, ns, id, margin, token, nil)
 }
 
 // heldCachedMemo is heldCached, filling memo (when not nil) with what it
 // answered from and the cache's generation it read it at.
-func (s *Store) heldCachedMemo(owner Owner, ns string, id docid.ID, margin time.Duration, token *int64, memo *HeldMemo) (time.Duration, bool) {
+func (s *Store) heldCachedMemo(owner Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, token *int64, memo *HeldMemo) (time.Duration, bool) {
 	key := id.Key()
-	if ns == "" || len(key) > maxPlainKey || strings.IndexByte(ns, 0) >= 0 {
+	if ns.IsZero() || len(key) > maxPlainKey || strings.IndexByte(ns.String(), 0) >= 0 {
 		return 0, false
 	}
 	var buf [192]byte
-	rid := append(buf[:0], ns...)
+	rid := append(buf[:0], ns.String()...)
 	rid = append(rid, keySeparator...)
 	const digits = "0123456789abcdef" // as recordID spells it
 	for i := 0; i < len(key); i++ {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -32,7 +33,7 @@ func startWaiter(t *testing.T, ctx context.Context, s *Store, o Owner, ns string
 	t.Helper()
 	done := make(chan acquireResult, 1)
 	go func() {
-		ls, err := s.Acquire(ctx, o, ns, id, lease, wait)
+		ls, err := s.Acquire(ctx, o, namespace.Of(ns), id, lease, wait)
 		done <- acquireResult{ls, err}
 	}()
 	rid := ks(t, ns, id)
@@ -122,7 +123,7 @@ func TestReleaseHandsOverToLocalWaiter(t *testing.T) {
 	w, done := startWaiter(t, bg, s, b, "db.c", id, 30*time.Second, 20*time.Second)
 
 	before := roundTrips(s)
-	if n, err := s.Release(bg, a, "db.c", id, "boom"); err != nil || n != 1 {
+	if n, err := s.Release(bg, a, namespace.Of("db.c"), id, "boom"); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if st := stateOf(s, w); st != stateGranted {
@@ -145,16 +146,16 @@ func TestReleaseHandsOverToLocalWaiter(t *testing.T) {
 		h.ExpiresAt.Sub(now) < 20*time.Second {
 		t.Fatalf("head after the handoff: %+v", h)
 	}
-	if ok, _, _ := s.Holds(bg, b, "db.c", id, 0); !ok {
+	if ok, _, _ := s.Holds(bg, b, namespace.Of("db.c"), id, 0); !ok {
 		t.Fatal("the waiter does not hold the lock")
 	}
-	if ok, _, _ := s.Holds(bg, a, "db.c", id, 0); ok {
+	if ok, _, _ := s.Holds(bg, a, namespace.Of("db.c"), id, 0); ok {
 		t.Fatal("the releaser still holds the lock")
 	}
 	if got := testutil.ToFloat64(s.m.handoffs); got != 1 {
 		t.Fatalf("handoffs metric %v", got)
 	}
-	if _, err := s.Acquire(bg, newOwner("c"), "db.c", id, time.Minute, 0); !errors.Is(err, ErrBusy) {
+	if _, err := s.Acquire(bg, newOwner("c"), namespace.Of("db.c"), id, time.Minute, 0); !errors.Is(err, ErrBusy) {
 		t.Fatalf("a third owner: %v, want busy", err)
 	}
 }
@@ -182,7 +183,7 @@ func TestHandoffLosesToTakeoverThroughAnotherStore(t *testing.T) {
 		clk.Advance(2*time.Minute + s1.cfg.TakeoverGrace)
 		lc = mustAcquire(t, s2, c, "db.c", id, time.Minute, 0)
 	}
-	n, err := s1.Release(bg, a, "db.c", id, "")
+	n, err := s1.Release(bg, a, namespace.Of("db.c"), id, "")
 	s1.testHookHandoff = nil
 	if err != nil || n != 0 {
 		t.Fatalf("release after the takeover: %d %v, want 0 freed", n, err)
@@ -197,7 +198,7 @@ func TestHandoffLosesToTakeoverThroughAnotherStore(t *testing.T) {
 	if !h.ownedBy(c) || h.Kind != kindAcquire || h.Token != lc[0].Token {
 		t.Fatalf("head: %+v, want c's acquire", h)
 	}
-	if ok, _, _ := s1.Holds(bg, b, "db.c", id, 0); ok {
+	if ok, _, _ := s1.Holds(bg, b, namespace.Of("db.c"), id, 0); ok {
 		t.Fatal("the waiter holds the lock the other instance took")
 	}
 	cancel()
@@ -221,7 +222,7 @@ func TestHandoffOfExpiredLease(t *testing.T) {
 	la := mustAcquire(t, s, a, "db.c", id, time.Minute, 0)
 	_, done := startWaiter(t, bg, s, b, "db.c", id, 30*time.Second, time.Minute)
 	clk.Advance(2*time.Minute + s.cfg.TakeoverGrace)
-	if n, err := s.Release(bg, a, "db.c", id, ""); err != nil || n != 1 {
+	if n, err := s.Release(bg, a, namespace.Of("db.c"), id, ""); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	r := result(t, done)
@@ -255,7 +256,7 @@ func TestHandoffToWaiterWhoseCallerLeft(t *testing.T) {
 		// for its outcome.
 		awaitEvent(t, waits, "the waiter to give up during the handoff")
 	}
-	if n, err := s.Release(bg, a, "db.c", id, ""); err != nil || n != 1 {
+	if n, err := s.Release(bg, a, namespace.Of("db.c"), id, ""); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	s.testHookHandoff = nil
@@ -290,12 +291,12 @@ func TestHandoffToWaiterWhoseWaitElapsed(t *testing.T) {
 	waits := handoffAwaited(s)
 	_, done := startWaiter(t, bg, s, b, "db.c", id, time.Minute, wait)
 	s.testHookHandoff = func(string) { awaitEvent(t, waits, "the waiter's wait to end during the handoff") }
-	if n, err := s.Release(bg, a, "db.c", id, ""); err != nil || n != 1 {
+	if n, err := s.Release(bg, a, namespace.Of("db.c"), id, ""); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	s.testHookHandoff = nil
 	r := result(t, done)
-	held, _, _ := s.Holds(bg, b, "db.c", id, 0)
+	held, _, _ := s.Holds(bg, b, namespace.Of("db.c"), id, 0)
 	if r.err != nil || !held {
 		t.Fatalf("waiter: %v %v, holds %v: the answer and the store disagree", r.locks, r.err, held)
 	}

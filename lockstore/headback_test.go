@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestHeadMovedBackHoldsNobody: a holder's renewal whose head write is
@@ -31,10 +33,10 @@ func TestHeadMovedBackHoldsNobody(t *testing.T) {
 			mustAcquire(t, s[0], a, ns, key, holdLease, 0)
 
 			landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
-				_, err := s[0].Renew(bg, a, ns, key, holdLease)
+				_, err := s[0].Renew(bg, a, namespace.Of(ns), key, holdLease)
 				return err
 			})
-			if n, err := s[c.release].Release(bg, a, ns, key, ""); n != 1 || err != nil {
+			if n, err := s[c.release].Release(bg, a, namespace.Of(ns), key, ""); n != 1 || err != nil {
 				t.Fatalf("a's release: %d %v", n, err)
 			}
 			mustAcquire(t, s[1], b, ns, key, holdLease, 0)
@@ -43,12 +45,12 @@ func TestHeadMovedBackHoldsNobody(t *testing.T) {
 			}
 
 			for i, st := range s {
-				if ok, _, err := st.Holds(bg, a, ns, key, 0); ok || err != nil {
+				if ok, _, err := st.Holds(bg, a, namespace.Of(ns), key, 0); ok || err != nil {
 					t.Errorf("s%d: Holds(a) = %v, %v after a released and b acquired", i+1, ok, err)
 				}
 				// One key, and two (the heads are read together).
 				for _, which := range [][]any{{"k"}, {"k", "other"}} {
-					sts, err := st.Status(bg, b, ns, ids(t, which...))
+					sts, err := st.Status(bg, b, namespace.Of(ns), ids(t, which...))
 					if err != nil || len(sts) != len(which) {
 						t.Fatalf("s%d: status: %v %v", i+1, sts, err)
 					}
@@ -57,7 +59,7 @@ func TestHeadMovedBackHoldsNobody(t *testing.T) {
 					}
 				}
 			}
-			if _, err := s[2].Acquire(bg, newOwner("c"), ns, key, time.Minute, 0); err == nil {
+			if _, err := s[2].Acquire(bg, newOwner("c"), namespace.Of(ns), key, time.Minute, 0); err == nil {
 				t.Error("c acquired the key b holds")
 			}
 		})

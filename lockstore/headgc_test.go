@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestIdleHeadsAreCollected: issue 12, case 4 ("head records are never
@@ -22,24 +24,24 @@ func TestIdleHeadsAreCollected(t *testing.T) {
 	tick := func() { clk.Advance(time.Millisecond) }
 
 	// Key "idle": acquired, released, then left alone.
-	first, err := s.Acquire(ctx, o, "db.c", ids(t, "idle"), time.Minute, 0)
+	first, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, "idle"), time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tick()
-	if _, err := s.Release(ctx, o, "db.c", ids(t, "idle"), ""); err != nil {
+	if _, err := s.Release(ctx, o, namespace.Of("db.c"), ids(t, "idle"), ""); err != nil {
 		t.Fatal(err)
 	}
 	tick()
-	if _, err := s.Acquire(ctx, o, "db.c", ids(t, "held"), 10*time.Minute, 0); err != nil {
+	if _, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, "held"), 10*time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(cfg.CleanupAfter + time.Minute)
-	if _, err := s.Acquire(ctx, o, "db.c", ids(t, "young"), time.Minute, 0); err != nil {
+	if _, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, "young"), time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	tick()
-	if _, err := s.Release(ctx, o, "db.c", ids(t, "young"), ""); err != nil {
+	if _, err := s.Release(ctx, o, namespace.Of("db.c"), ids(t, "young"), ""); err != nil {
 		t.Fatal(err)
 	}
 
@@ -47,7 +49,7 @@ func TestIdleHeadsAreCollected(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("CollectHeads = %d, %v, want 1 (the idle key only)", n, err)
 	}
-	ks, _ := keys("db.c", ids(t, "idle", "held", "young"))
+	ks, _ := keys(namespace.Of("db.c"), ids(t, "idle", "held", "young"))
 	for i, want := range []bool{false, true, true} {
 		h, err := s.head(ctx, ks[i].rid)
 		if err != nil {
@@ -68,7 +70,7 @@ func TestIdleHeadsAreCollected(t *testing.T) {
 	var last int64
 	for i := range 4 {
 		tick()
-		l, err := s.Acquire(ctx, o2, "db.c", ids(t, "idle"), time.Minute, 0)
+		l, err := s.Acquire(ctx, o2, namespace.Of("db.c"), ids(t, "idle"), time.Minute, 0)
 		if err != nil {
 			t.Fatalf("cycle %d: acquire after collection: %v", i, err)
 		}
@@ -77,7 +79,7 @@ func TestIdleHeadsAreCollected(t *testing.T) {
 		}
 		last = l[0].Token
 		tick()
-		if n, err := s.Release(ctx, o2, "db.c", ids(t, "idle"), ""); err != nil || n != 1 {
+		if n, err := s.Release(ctx, o2, namespace.Of("db.c"), ids(t, "idle"), ""); err != nil || n != 1 {
 			t.Fatalf("cycle %d: release = %d, %v", i, n, err)
 		}
 	}
@@ -98,15 +100,15 @@ func TestWriterOnABuriedHeadStartsAfresh(t *testing.T) {
 	cfg.CleanupInterval = -1
 	s := openStore(t, cfg, WithClock(clk))
 	o := newOwner("stale")
-	first, err := s.Acquire(ctx, o, "db.c", ids(t, "k"), time.Minute, 0)
+	first, err := s.Acquire(ctx, o, namespace.Of("db.c"), ids(t, "k"), time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Millisecond)
-	if _, err := s.Release(ctx, o, "db.c", ids(t, "k"), ""); err != nil {
+	if _, err := s.Release(ctx, o, namespace.Of("db.c"), ids(t, "k"), ""); err != nil {
 		t.Fatal(err)
 	}
-	ks, _ := keys("db.c", ids(t, "k"))
+	ks, _ := keys(namespace.Of("db.c"), ids(t, "k"))
 	stale, err := s.head(ctx, ks[0].rid)
 	if err != nil || stale == nil {
 		t.Fatal(stale, err)
@@ -119,7 +121,7 @@ func TestWriterOnABuriedHeadStartsAfresh(t *testing.T) {
 	s.cache.put(ks[0].rid, holdEntry{g: stale, verified: time.Now()})
 	clk.Advance(time.Millisecond)
 	o2 := newOwner("late")
-	l, err := s.Acquire(ctx, o2, "db.c", ids(t, "k"), time.Minute, 0)
+	l, err := s.Acquire(ctx, o2, namespace.Of("db.c"), ids(t, "k"), time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

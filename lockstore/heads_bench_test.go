@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -64,7 +65,7 @@ func TestHeadsBothWays(t *testing.T) {
 	// Collected: released, left idle for CleanupAfter, buried.
 	mustAcquire(t, s, a, ns, ids(t, "gone", "again"), time.Minute, 0)
 	tick()
-	if n, err := s.Release(ctx, a, ns, ids(t, "gone", "again"), ""); n != 2 || err != nil {
+	if n, err := s.Release(ctx, a, namespace.Of(ns), ids(t, "gone", "again"), ""); n != 2 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	clk.Advance(cfg.CleanupAfter + time.Minute)
@@ -76,10 +77,10 @@ func TestHeadsBothWays(t *testing.T) {
 	tick()
 	mustAcquire(t, s, a, ns, ids(t, "held", "freed", "forced"), time.Minute, 0)
 	tick()
-	if n, err := s.Release(ctx, a, ns, ids(t, "freed"), ""); n != 1 || err != nil {
+	if n, err := s.Release(ctx, a, namespace.Of(ns), ids(t, "freed"), ""); n != 1 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
-	if _, err := s.ForceRelease(ctx, ns, rv(t, "forced"), "test"); err != nil {
+	if _, err := s.ForceRelease(ctx, namespace.Of(ns), rv(t, "forced"), "test"); err != nil {
 		t.Fatal(err)
 	}
 	// Moved back: a's first hold written over b's later ones.
@@ -90,7 +91,7 @@ func TestHeadsBothWays(t *testing.T) {
 		t.Fatalf("a's claim: %+v %v", first, err)
 	}
 	tick()
-	if n, err := s.Release(ctx, a, ns, ids(t, "back"), ""); n != 1 || err != nil {
+	if n, err := s.Release(ctx, a, namespace.Of(ns), ids(t, "back"), ""); n != 1 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	tick()

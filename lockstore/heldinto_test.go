@@ -3,6 +3,8 @@ package lockstore
 import (
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestHeldTokensIntoSeesEveryChange: the allocation-free cache answer for
@@ -22,8 +24,8 @@ func TestHeldTokensIntoSeesEveryChange(t *testing.T) {
 	held := func(s *Store, o Owner, id string) (int64, bool) {
 		t.Helper()
 		var tok [1]int64
-		cached, fast := s.heldCached(o, ns, rv(t, id), time.Second, &tok[0])
-		left, missing, err := s.HeldTokensInto(bg, o, ns, ids(t, id), time.Second, tok[:])
+		cached, fast := s.heldCached(o, namespace.Of(ns), rv(t, id), time.Second, &tok[0])
+		left, missing, err := s.HeldTokensInto(bg, o, namespace.Of(ns), ids(t, id), time.Second, tok[:])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +38,7 @@ func TestHeldTokensIntoSeesEveryChange(t *testing.T) {
 		if left <= time.Second {
 			t.Fatalf("held with %s left", left)
 		}
-		want, _, _, err := s.HeldTokens(bg, o, ns, ids(t, id), time.Second)
+		want, _, _, err := s.HeldTokens(bg, o, namespace.Of(ns), ids(t, id), time.Second)
 		if err != nil || len(want) != 1 || want[0] != tok[0] {
 			t.Fatalf("token %d, HeldTokens says %v (%v)", tok[0], want, err)
 		}
@@ -47,7 +49,7 @@ func TestHeldTokensIntoSeesEveryChange(t *testing.T) {
 			id := c.name
 			mustAcquire(t, s1, a, ns, ids(t, id), time.Minute, 0)
 			var fresh int64
-			if _, fast := s1.heldCached(a, ns, rv(t, id), time.Second, &fresh); !fast {
+			if _, fast := s1.heldCached(a, namespace.Of(ns), rv(t, id), time.Second, &fresh); !fast {
 				t.Fatal("a lock just taken through this store is not answered from its cache")
 			}
 			tok, ok := held(s1, a, id)
@@ -76,7 +78,7 @@ func TestHeldTokensIntoSeesEveryChange(t *testing.T) {
 	// the lease left is "not held".
 	mustAcquire(t, s1, a, ns, ids(t, "short"), 2*time.Second, 0)
 	var tok [1]int64
-	if _, missing, err := s1.HeldTokensInto(bg, a, ns, ids(t, "short"), 5*time.Second, tok[:]); err != nil || len(missing) != 1 {
+	if _, missing, err := s1.HeldTokensInto(bg, a, namespace.Of(ns), ids(t, "short"), 5*time.Second, tok[:]); err != nil || len(missing) != 1 {
 		t.Fatalf("a lease shorter than the margin was answered held: %v %v", missing, err)
 	}
 }
@@ -93,22 +95,22 @@ type holdEnder struct {
 func holdEnders(s1, s2 *Store, a Owner, ns string) []holdEnder {
 	return []holdEnder{
 		{"release through the same store", func(t *testing.T, id string) {
-			if n, err := s1.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
+			if n, err := s1.Release(bg, a, namespace.Of(ns), ids(t, id), ""); n != 1 || err != nil {
 				t.Fatalf("release: %d %v", n, err)
 			}
 		}},
 		{"release through another store", func(t *testing.T, id string) {
-			if n, err := s2.Release(bg, a, ns, ids(t, id), ""); n != 1 || err != nil {
+			if n, err := s2.Release(bg, a, namespace.Of(ns), ids(t, id), ""); n != 1 || err != nil {
 				t.Fatalf("release through s2: %d %v", n, err)
 			}
 		}},
 		{"force release through the same store", func(t *testing.T, id string) {
-			if _, err := s1.ForceRelease(bg, ns, rv(t, id), "test"); err != nil {
+			if _, err := s1.ForceRelease(bg, namespace.Of(ns), rv(t, id), "test"); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"force release through another store", func(t *testing.T, id string) {
-			if _, err := s2.ForceRelease(bg, ns, rv(t, id), "test"); err != nil {
+			if _, err := s2.ForceRelease(bg, namespace.Of(ns), rv(t, id), "test"); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // HeldMemo is a caller's memo of one lock check that a store answered
@@ -22,7 +23,8 @@ type HeldMemo struct {
 	gen       uint64
 	session   []byte // the owner key, shared: owner keys are never modified
 	bind      string
-	ns, key   string
+	ns        namespace.Namespace
+	key       string
 	expires   time.Time // the lease's end, on the store's clock
 	token     int64
 	confirmed time.Time // local; zero where the store keeps no such time
@@ -31,14 +33,14 @@ type HeldMemo struct {
 // Fill records a lock check that store, at generation gen, answered from
 // memory: owner holds (ns, the id of key) until expires with token, and
 // the store's memory of it was confirmed at local time confirmed.
-func (m *HeldMemo) Fill(store any, gen uint64, owner Owner, ns, key string, expires time.Time, token int64, confirmed time.Time) {
+func (m *HeldMemo) Fill(store any, gen uint64, owner Owner, ns namespace.Namespace, key string, expires time.Time, token int64, confirmed time.Time) {
 	*m = HeldMemo{store: store, gen: gen, session: owner.Session, bind: owner.Bind, ns: ns, key: key,
 		expires: expires, token: token, confirmed: confirmed}
 }
 
 // Match returns what Fill recorded when it was filled by store at
 // generation gen for the same owner, namespace and id key; false else.
-func (m *HeldMemo) Match(store any, gen uint64, owner Owner, ns, key string) (expires time.Time, token int64, confirmed time.Time, ok bool) {
+func (m *HeldMemo) Match(store any, gen uint64, owner Owner, ns namespace.Namespace, key string) (expires time.Time, token int64, confirmed time.Time, ok bool) {
 	if m.store != store || m.gen != gen || m.ns != ns || m.key != key || m.bind != owner.Bind ||
 		string(m.session) != string(owner.Session) {
 		return time.Time{}, 0, time.Time{}, false
@@ -48,7 +50,7 @@ func (m *HeldMemo) Match(store any, gen uint64, owner Owner, ns, key string) (ex
 
 // Of reports whether m was filled for the lock on (ns, id), whoever
 // holds it: which of a caller's memos to hand the store.
-func (m *HeldMemo) Of(ns string, id docid.ID) bool {
+func (m *HeldMemo) Of(ns namespace.Namespace, id docid.ID) bool {
 	return m.store != nil && m.key == id.Key() && m.ns == ns
 }
 
@@ -58,7 +60,7 @@ func (m *HeldMemo) Of(ns string, id docid.ID) bool {
 // lease left and the token. Otherwise it answers from the cache as
 // HeldTokensInto would and fills m; false means "ask HeldTokensInto",
 // never "not held".
-func (s *Store) HeldTokenMemo(m *HeldMemo, owner Owner, ns string, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
+func (s *Store) HeldTokenMemo(m *HeldMemo, owner Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
 	if s.cfg.CacheTrust <= 0 || len(owner.Session) == 0 || id.IsZero() {
 		return 0, 0, false
 	}

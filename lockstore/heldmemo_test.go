@@ -3,6 +3,8 @@ package lockstore
 import (
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestHeldMemoSeesEveryChange: a caller's memo of a cached lock check
@@ -24,9 +26,9 @@ func TestHeldMemoSeesEveryChange(t *testing.T) {
 	// cache's own (heldCached).
 	memoHeld := func(o Owner, id string) (int64, bool) {
 		t.Helper()
-		left, tok, ok := s1.HeldTokenMemo(&memo, o, ns, rv(t, id), time.Second)
+		left, tok, ok := s1.HeldTokenMemo(&memo, o, namespace.Of(ns), rv(t, id), time.Second)
 		var ctok int64
-		_, cached := s1.heldCached(o, ns, rv(t, id), time.Second, &ctok)
+		_, cached := s1.heldCached(o, namespace.Of(ns), rv(t, id), time.Second, &ctok)
 		if ok != cached || (ok && tok != ctok) {
 			t.Fatalf("the memo answers held %v (token %d), the cache %v (token %d)", ok, tok, cached, ctok)
 		}

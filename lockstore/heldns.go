@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -59,13 +60,13 @@ func (h *heldNamespaces) set(ns map[string]bool, at time.Time) {
 	h.ns, h.at = ns, at
 }
 
-func (h *heldNamespaces) mayHold(ns string, now time.Time) bool {
+func (h *heldNamespaces) mayHold(ns namespace.Namespace, now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ns == nil || h.trust <= 0 || now.Sub(h.at) > h.trust {
 		return true
 	}
-	return h.ns[ns]
+	return h.ns[ns.String()]
 }
 
 // MayHoldLocks reports whether a lock may be held in ns. false means: no
@@ -78,7 +79,7 @@ func (h *heldNamespaces) mayHold(ns string, now time.Time) bool {
 // there by its generations (the refresh reads head documents, which can
 // lag or go back: grantView.ownMayHold). Inserts use it to skip the
 // per-_id check.
-func (s *Store) MayHoldLocks(ns string) bool {
+func (s *Store) MayHoldLocks(ns namespace.Namespace) bool {
 	now := time.Now()
 	return !s.alone(now) || s.heldNS.mayHold(ns, now) || s.memHeldIn(ns) || s.gview.ownMayHold(ns)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -20,18 +21,18 @@ func TestHeldNamespacesKeepMarksARefreshMissed(t *testing.T) {
 	h := heldNamespaces{trust: time.Hour}
 	t0 := time.Now()
 	h.set(map[string]bool{}, t0)
-	if h.mayHold("shop.orders", t0) {
+	if h.mayHold(namespace.Of("shop.orders"), t0) {
 		t.Fatal("an empty fresh view says a lock may be held")
 	}
 	sent := t0.Add(time.Millisecond)                  // the refresh's query leaves
 	h.mark("shop.orders", sent.Add(time.Millisecond)) // a grant lands meanwhile
 	h.set(map[string]bool{}, sent)                    // the answer: it ran before the grant
-	if !h.mayHold("shop.orders", sent.Add(2*time.Millisecond)) {
+	if !h.mayHold(namespace.Of("shop.orders"), sent.Add(2*time.Millisecond)) {
 		t.Fatal("a refresh sent before a grant landed erased the grant's mark: an insert into the locked namespace skips its check")
 	}
 	// A refresh sent after the mark decides: the lock was released.
 	h.set(map[string]bool{}, sent.Add(3*time.Millisecond))
-	if h.mayHold("shop.orders", sent.Add(4*time.Millisecond)) {
+	if h.mayHold(namespace.Of("shop.orders"), sent.Add(4*time.Millisecond)) {
 		t.Fatal("a mark outlived a refresh sent after it")
 	}
 	if len(h.marked) != 0 {
@@ -53,17 +54,17 @@ func TestInsertCheckSurvivesAHeadMovedBack(t *testing.T) {
 	cfg := testConfig(t)
 	const ns = "db.headback"
 	s := openStore(t, cfg)
-	testkit.Eventually(t, 10*time.Second, "a lone store trusts its view of the held namespaces", func() bool { return !s.MayHoldLocks(ns) })
+	testkit.Eventually(t, 10*time.Second, "a lone store trusts its view of the held namespaces", func() bool { return !s.MayHoldLocks(namespace.Of(ns)) })
 
 	id := ids(t, 7)
-	ks, err := keys(ns, id)
+	ks, err := keys(namespace.Of(ns), id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rid := ks[0].rid
 	a := newOwner("a")
 	mustAcquire(t, s, a, ns, id, time.Minute, 0)
-	if _, err := s.Release(bg, a, ns, id, ""); err != nil {
+	if _, err := s.Release(bg, a, namespace.Of(ns), id, ""); err != nil {
 		t.Fatal(err)
 	}
 	// The head as the release wrote it: what a slow writer of that
@@ -77,7 +78,7 @@ func TestInsertCheckSurvivesAHeadMovedBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.refreshHeldNamespaces(bg)
-	if !s.MayHoldLocks(ns) {
+	if !s.MayHoldLocks(namespace.Of(ns)) {
 		t.Fatal("with the key's head moved back to free, the insert check answers that no lock may be held where b holds one")
 	}
 }
@@ -99,10 +100,10 @@ func TestGrantViewKeepsOnlyWhatMayBeHeld(t *testing.T) {
 	o := newOwner("a")
 	id := ids(t, 1, 2, 3, 4, 5)
 	mustAcquire(t, s, o, ns, id, time.Minute, 0)
-	if n, live := size(); n != 5 || live != 5 || !s.gview.ownMayHold(ns) {
+	if n, live := size(); n != 5 || live != 5 || !s.gview.ownMayHold(namespace.Of(ns)) {
 		t.Fatalf("after granting 5 keys the view holds %d keys, %d live in %s", n, live, ns)
 	}
-	if _, err := s.Release(bg, o, ns, id[:3], ""); err != nil {
+	if _, err := s.Release(bg, o, namespace.Of(ns), id[:3], ""); err != nil {
 		t.Fatal(err)
 	}
 	if n, live := size(); n != 2 || live != 2 {
@@ -110,7 +111,7 @@ func TestGrantViewKeepsOnlyWhatMayBeHeld(t *testing.T) {
 	}
 	now, _ := s.clock.Now()
 	s.gview.prune(now.Add(2 * time.Minute)) // as if both leases had ended
-	if n, live := size(); n != 0 || live != 0 || s.gview.ownMayHold(ns) {
+	if n, live := size(); n != 0 || live != 0 || s.gview.ownMayHold(namespace.Of(ns)) {
 		t.Fatalf("after the leases ended the view holds %d keys, %d live", n, live)
 	}
 }

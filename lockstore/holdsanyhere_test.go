@@ -3,6 +3,8 @@ package lockstore
 import (
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestHoldsAnyHere: a session holds a lock here from its acquire through
@@ -24,7 +26,7 @@ func TestHoldsAnyHere(t *testing.T) {
 	if s2.HoldsAnyHere(a.Session) {
 		t.Fatal("the other Store knows of a lock it never saw taken")
 	}
-	if _, err := s1.Release(bg, a, "db.c", ids(t, 1), ""); err != nil {
+	if _, err := s1.Release(bg, a, namespace.Of("db.c"), ids(t, 1), ""); err != nil {
 		t.Fatal(err)
 	}
 	if s1.HoldsAnyHere(a.Session) {

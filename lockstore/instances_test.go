@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 func lastRead(s *Store) time.Time {
@@ -30,13 +31,13 @@ func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 	s1 := openStore(t, cfg)
 	// Alone, a Store answers from its view once it has read it: the fast
 	// path that the fix must keep where it is sound.
-	testkit.Eventually(t, 10*time.Second, "a lone store trusts its view of the held namespaces", func() bool { return !s1.MayHoldLocks(ns) })
+	testkit.Eventually(t, 10*time.Second, "a lone store trusts its view of the held namespaces", func() bool { return !s1.MayHoldLocks(namespace.Of(ns)) })
 
 	s2 := openStore(t, cfg)
 	// s1 may have read the registry before s2 announced itself: the lock
 	// s2 grants first must not be invisible to s1's check.
 	mustAcquire(t, s2, newOwner("creator"), ns, ids(t, 7), time.Minute, 0)
-	if !s1.MayHoldLocks(ns) {
+	if !s1.MayHoldLocks(namespace.Of(ns)) {
 		t.Fatal("s1 answers that no lock may be held in the namespace right after s2 granted one there")
 	}
 
@@ -47,11 +48,11 @@ func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "both stores read the registry after both were up", func() bool {
 		return lastRead(s1).After(bothUp) && lastRead(s2).After(bothUp)
 	})
-	if !s1.MayHoldLocks(other) || !s2.MayHoldLocks(other) {
+	if !s1.MayHoldLocks(namespace.Of(other)) || !s2.MayHoldLocks(namespace.Of(other)) {
 		t.Fatal("with two stores live, a store answered from its view that no lock may be held")
 	}
 	mustAcquire(t, s2, newOwner("creator"), other, ids(t, 1), time.Minute, 0)
-	if !s1.MayHoldLocks(other) {
+	if !s1.MayHoldLocks(namespace.Of(other)) {
 		t.Fatal("s1 does not see a lock s2 granted in a namespace it saw empty")
 	}
 
@@ -60,7 +61,7 @@ func TestInsertCheckSeesALockTakenThroughAnotherStore(t *testing.T) {
 	if err := s2.Close(bg); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, "s1 trusts its view again after s2 closed", func() bool { return !s1.MayHoldLocks("db.third") })
+	testkit.Eventually(t, 10*time.Second, "s1 trusts its view again after s2 closed", func() bool { return !s1.MayHoldLocks(namespace.Of("db.third")) })
 }
 
 // TestANewStoreWaitsBeforeItsFirstGrant: a Store that starts while another

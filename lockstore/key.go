@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // maxPlainKey is the longest canonical key kept readable (hex) in a record
@@ -21,7 +22,8 @@ const (
 // recordID is the _id of the lock record of (ns, canonical key). The hex part
 // never contains the separator, so the last "/" splits the two parts
 // unambiguously and the mapping is injective.
-func recordID(ns string, key string) string {
+func recordID(n namespace.Namespace, key string) string {
+	ns := n.String()
 	if len(key) > maxPlainKey {
 		sum := sha256.Sum256([]byte(key))
 		return ns + keySeparator + hashKeyPrefix + hex.EncodeToString(sum[:])
@@ -43,8 +45,8 @@ func recordID(ns string, key string) string {
 // validated) plus, when index is set and there are several ids, the index
 // of each id's key (nil: id i is key i); each distinct id's record id is
 // made once.
-func keysIndexed(ns string, ids []docid.ID, index bool) ([]lockKey, []int, error) {
-	if ns == "" || strings.IndexByte(ns, 0) >= 0 {
+func keysIndexed(ns namespace.Namespace, ids []docid.ID, index bool) ([]lockKey, []int, error) {
+	if ns.IsZero() || strings.IndexByte(ns.String(), 0) >= 0 {
 		return nil, nil, fmt.Errorf("%w: bad namespace %q", ErrInvalidArgument, ns)
 	}
 	if len(ids) == 0 {

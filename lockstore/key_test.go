@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
 func key(t *testing.T, v any) string {
 	t.Helper()
-	return recordID("db.c", rv(t, v).Key())
+	return recordID(namespace.Of("db.c"), rv(t, v).Key())
 }
 
 func TestRecordIDLongKeyHashed(t *testing.T) {
@@ -27,7 +28,7 @@ func TestRecordIDLongKeyHashed(t *testing.T) {
 
 func TestKeysDedupAndOrder(t *testing.T) {
 	t.Parallel()
-	ks, err := keys("db.c", ids(t, int32(3), 1.0, int64(1), "a"))
+	ks, err := keys(namespace.Of("db.c"), ids(t, int32(3), 1.0, int64(1), "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,10 +44,10 @@ func TestKeysDedupAndOrder(t *testing.T) {
 			t.Fatalf("not sorted: %v", ord)
 		}
 	}
-	if _, err := keys("db.c", nil); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := keys(namespace.Of("db.c"), nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("no ids: %v", err)
 	}
-	if _, err := keys("", ids(t, 1)); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := keys(namespace.Of(""), ids(t, 1)); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("no ns: %v", err)
 	}
 }

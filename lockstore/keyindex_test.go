@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
@@ -27,11 +28,11 @@ func TestKeysIndexed(t *testing.T) {
 					in = append(in[:len(in):len(in)], ids[:n]...)
 				}
 			}
-			want, err := keys("db.c", in)
+			want, err := keys(namespace.Of("db.c"), in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, idx, err := keysIndexed("db.c", in, true)
+			got, idx, err := keysIndexed(namespace.Of("db.c"), in, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,20 +61,20 @@ func TestKeysIndexed(t *testing.T) {
 		ck := id.Key()
 		want := "db.c" + keySeparator + hex.EncodeToString([]byte(ck))
 		if len(ck) > maxPlainKey {
-			want = recordID("db.c", ck) // hashed: checked by the key tests
+			want = recordID(namespace.Of("db.c"), ck) // hashed: checked by the key tests
 			if !strings.HasPrefix(want, "db.c"+keySeparator+hashKeyPrefix) {
 				t.Errorf("long key %q is not hashed", want)
 			}
 			continue
 		}
-		if got := recordID("db.c", ck); got != want {
+		if got := recordID(namespace.Of("db.c"), ck); got != want {
 			t.Errorf("recordID %q, want %q", got, want)
 		}
 	}
-	if _, _, err := keysIndexed("db.c", nil, true); err == nil {
+	if _, _, err := keysIndexed(namespace.Of("db.c"), nil, true); err == nil {
 		t.Error("no ids accepted")
 	}
-	if _, _, err := keysIndexed("db.c", []docid.ID{{}}, true); !errors.Is(err, ErrInvalidID) {
+	if _, _, err := keysIndexed(namespace.Of("db.c"), []docid.ID{{}}, true); !errors.Is(err, ErrInvalidID) {
 		t.Errorf("the zero ID: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
@@ -126,7 +127,7 @@ func (s *Store) memHolder(l *memLock) Holder {
 // otherwise ok is false and nothing is taken: the caller takes store locks
 // as usual. budget is how long from now the write under these locks must
 // have ended (its maxTimeMS is capped at it). The locks carry no token.
-func (s *Store) AcquireInMemory(owner Owner, ns string, ids []docid.ID) (locks []Lock, budget time.Duration, ok bool) {
+func (s *Store) AcquireInMemory(owner Owner, ns namespace.Namespace, ids []docid.ID) (locks []Lock, budget time.Duration, ok bool) {
 	if owner.Implicit == "" || len(owner.Session) == 0 || !s.memoryEnabled() || !s.setupDone.Load() || s.closed.Load() {
 		return nil, 0, false
 	}
@@ -141,7 +142,7 @@ func (s *Store) AcquireInMemory(owner Owner, ns string, ids []docid.ID) (locks [
 	// Both views: the claims decide every grant, but the janitor deletes
 	// claims CleanupAfter after they were written, even the newest of a
 	// key whose lease is longer; its head record still shows it.
-	if !alone || s.mem.acquiring[ns] > 0 || s.gview.mayHold(ns, s.aloneFrom(), s.clock) || s.heldNS.mayHold(ns, now) {
+	if !alone || s.mem.acquiring[ns.String()] > 0 || s.gview.mayHold(ns, s.aloneFrom(), s.clock) || s.heldNS.mayHold(ns, now) {
 		s.m.memoryLocks.WithLabelValues("store").Inc()
 		return nil, 0, false
 	}
@@ -164,7 +165,7 @@ func (s *Store) AcquireInMemory(owner Owner, ns string, ids []docid.ID) (locks [
 	exp := snow.Add(budget).Truncate(time.Millisecond)
 	locks = make([]Lock, len(ks))
 	for i, k := range ks {
-		s.mem.held[k.rid] = &memLock{owner: owner, ns: ns, id: k.id, since: snow, end: end}
+		s.mem.held[k.rid] = &memLock{owner: owner, ns: ns.String(), id: k.id, since: snow, end: end}
 		locks[i] = Lock{ID: k.id, ExpiresAt: exp}
 	}
 	if end.After(s.mem.last) {
@@ -216,7 +217,7 @@ func (s *Store) renewMemory(owner Owner, ks []lockKey) (out []Lock, rest []lockK
 // startAcquire registers an acquire attempt of keys in ns, unless one of
 // them is memory-locked (then the *HeldError names its holder). doneAcquire
 // must follow a nil error.
-func (s *Store) startAcquire(ns string, ordered []lockKey) error {
+func (s *Store) startAcquire(ns namespace.Namespace, ordered []lockKey) error {
 	now := time.Now()
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
@@ -228,15 +229,15 @@ func (s *Store) startAcquire(ns string, ordered []lockKey) error {
 	if s.mem.acquiring == nil {
 		s.mem.acquiring = map[string]int{}
 	}
-	s.mem.acquiring[ns]++
+	s.mem.acquiring[ns.String()]++
 	return nil
 }
 
-func (s *Store) doneAcquire(ns string) {
+func (s *Store) doneAcquire(ns namespace.Namespace) {
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
-	if s.mem.acquiring[ns]--; s.mem.acquiring[ns] <= 0 {
-		delete(s.mem.acquiring, ns)
+	if s.mem.acquiring[ns.String()]--; s.mem.acquiring[ns.String()] <= 0 {
+		delete(s.mem.acquiring, ns.String())
 	}
 }
 
@@ -262,13 +263,13 @@ func (s *Store) memStatus(owner *Owner, ks []lockKey, sts []Status) {
 
 // memList returns the memory locks in ns ("" for all) as statuses, with
 // their record ids.
-func (s *Store) memList(ns string) (rids []string, sts []Status) {
+func (s *Store) memList(ns namespace.Namespace) (rids []string, sts []Status) {
 	now := time.Now()
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
 	for rid := range s.mem.held {
 		l := s.mem.liveLocked(rid, now)
-		if l == nil || (ns != "" && l.ns != ns) {
+		if l == nil || (!ns.IsZero() && l.ns != ns.String()) {
 			continue
 		}
 		rids = append(rids, rid)
@@ -277,7 +278,7 @@ func (s *Store) memList(ns string) (rids []string, sts []Status) {
 	for _, rid := range rids {
 		l := s.mem.held[rid]
 		h := s.memHolder(l)
-		sts = append(sts, Status{NS: l.ns, ID: l.id, Held: true, Holder: h, Since: l.since, ExpiresAt: h.ExpiresAt, UpdatedAt: l.since})
+		sts = append(sts, Status{NS: namespace.Of(l.ns), ID: l.id, Held: true, Holder: h, Since: l.since, ExpiresAt: h.ExpiresAt, UpdatedAt: l.since})
 	}
 	return rids, sts
 }
@@ -292,7 +293,7 @@ func (s *Store) memList(ns string) (rids []string, sts []Status) {
 // store lock's writes in flight. The lock store is left alone: it holds
 // nothing on a key held in memory, and whoever takes the key after the
 // memory lock ended is not the holder the operator meant to free.
-func (s *Store) forceMemory(ctx context.Context, ns string, k lockKey, reason string) (st Status, held bool, err error) {
+func (s *Store) forceMemory(ctx context.Context, ns namespace.Namespace, k lockKey, reason string) (st Status, held bool, err error) {
 	s.mem.mu.Lock()
 	l := s.mem.liveLocked(k.rid, time.Now())
 	if l == nil {
@@ -323,14 +324,14 @@ func (s *Store) forceMemory(ctx context.Context, ns string, k lockKey, reason st
 		return st, true, &MemoryHeldError{NS: ns, ID: k.id, Holder: h}
 	}
 	s.log.Warn("force release of a memory lock: waited for its write to end",
-		zap.String("ns", ns), zap.Stringer("id", k.id), zap.String("reason", reason),
+		zap.String("ns", ns.String()), zap.Stringer("id", k.id), zap.String("reason", reason),
 		zap.String("holderApp", h.App), zap.String("holder", h.SessionPrefix), zap.String("command", h.Implicit))
 	return st, true, nil
 }
 
 // memStatusOf is the status of a key held in memory; held is false when
 // it is not.
-func (s *Store) memStatusOf(ns string, k lockKey) (st Status, held bool) {
+func (s *Store) memStatusOf(ns namespace.Namespace, k lockKey) (st Status, held bool) {
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
 	l := s.mem.liveLocked(k.rid, time.Now())
@@ -342,12 +343,12 @@ func (s *Store) memStatusOf(ns string, k lockKey) (st Status, held bool) {
 }
 
 // memHeldIn tells whether a memory lock is held in ns.
-func (s *Store) memHeldIn(ns string) bool {
+func (s *Store) memHeldIn(ns namespace.Namespace) bool {
 	now := time.Now()
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
 	for rid, l := range s.mem.held {
-		if s.mem.liveLocked(rid, now) != nil && l.ns == ns {
+		if s.mem.liveLocked(rid, now) != nil && l.ns == ns.String() {
 			return true
 		}
 	}
@@ -444,10 +445,10 @@ func (v *grantView) prune(floor time.Time) {
 // failed head write leaves behind their claims: the insert check must not
 // rely on them alone (MayHoldLocks). Errs towards "may hold" until prune
 // has seen a lease end.
-func (v *grantView) ownMayHold(ns string) bool {
+func (v *grantView) ownMayHold(ns namespace.Namespace) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.live[ns] > 0
+	return v.live[ns.String()] > 0
 }
 
 // writing marks a generation about to be inserted; written reports its
@@ -492,7 +493,7 @@ func maxTime(a, b time.Time) time.Time {
 // now in the alone period that began at local time from: true unless the
 // claims were read since then and neither they nor this Store's own
 // generations show a lock that may be held there.
-func (v *grantView) mayHold(ns string, from time.Time, c Clock) bool {
+func (v *grantView) mayHold(ns namespace.Namespace, from time.Time, c Clock) bool {
 	now, unc := c.Now()
 	floor := now.Add(-unc)
 	v.mu.Lock()
@@ -500,7 +501,7 @@ func (v *grantView) mayHold(ns string, from time.Time, c Clock) bool {
 	if v.scanned.IsZero() || from.IsZero() || v.scanned.Before(from) {
 		return true
 	}
-	if t, ok := v.scanNS[ns]; ok && t.After(floor) {
+	if t, ok := v.scanNS[ns.String()]; ok && t.After(floor) {
 		return true
 	}
 	for rid, k := range v.keys {
@@ -509,7 +510,7 @@ func (v *grantView) mayHold(ns string, from time.Time, c Clock) bool {
 			v.dropLocked(rid, k) // nothing left to remember
 			continue
 		}
-		if k.ns == ns {
+		if k.ns == ns.String() {
 			return true
 		}
 	}

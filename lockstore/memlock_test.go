@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 func implicitOwner(cmd string) Owner {
@@ -25,10 +26,10 @@ func memoryReady(t *testing.T, s *Store, ns string) {
 	t.Helper()
 	probe := implicitOwner("probe")
 	testkit.Eventually(t, 15*time.Second, "the lone store takes memory locks", func() bool {
-		_, _, ok := s.AcquireInMemory(probe, ns, ids(t, "probe"))
+		_, _, ok := s.AcquireInMemory(probe, namespace.Of(ns), ids(t, "probe"))
 		return ok
 	})
-	if n, err := s.Release(bg, probe, ns, ids(t, "probe"), ""); err != nil || n != 1 {
+	if n, err := s.Release(bg, probe, namespace.Of(ns), ids(t, "probe"), ""); err != nil || n != 1 {
 		t.Fatalf("releasing the probe memory lock: %d, %v", n, err)
 	}
 }
@@ -64,7 +65,7 @@ func TestNewcomerGrantsOnlyAfterMemoryLockWrites(t *testing.T) {
 			const ns = "db.c"
 			s1 := openStore(t, cfg)
 			memoryReady(t, s1, ns)
-			_, budget, ok := s1.AcquireInMemory(implicitOwner("update"), ns, ids(t, 1))
+			_, budget, ok := s1.AcquireInMemory(implicitOwner("update"), namespace.Of(ns), ids(t, 1))
 			if !ok {
 				t.Fatal("no memory lock while alone")
 			}
@@ -92,10 +93,10 @@ func TestAcquireSeesMemoryLocks(t *testing.T) {
 	s := openStore(t, cfg)
 	memoryReady(t, s, ns)
 	legacy := implicitOwner("update")
-	if _, _, ok := s.AcquireInMemory(legacy, ns, ids(t, 1)); !ok {
+	if _, _, ok := s.AcquireInMemory(legacy, namespace.Of(ns), ids(t, 1)); !ok {
 		t.Fatal("no memory lock while alone")
 	}
-	_, err := s.Acquire(bg, newOwner("editor"), ns, ids(t, 1), time.Minute, 0)
+	_, err := s.Acquire(bg, newOwner("editor"), namespace.Of(ns), ids(t, 1), time.Minute, 0)
 	var he *HeldError
 	if !errors.As(err, &he) || !errors.Is(err, ErrBusy) || he.Holder.Implicit != "update" {
 		t.Fatalf("acquireLock of a memory-locked key: %v, want busy naming the implicit holder", err)
@@ -104,26 +105,26 @@ func TestAcquireSeesMemoryLocks(t *testing.T) {
 	editor := newOwner("editor")
 	got := make(chan error, 1)
 	go func() {
-		_, err := s.Acquire(bg, editor, ns, ids(t, 1), time.Minute, 20*time.Second)
+		_, err := s.Acquire(bg, editor, namespace.Of(ns), ids(t, 1), time.Minute, 20*time.Second)
 		got <- err
 	}()
-	rid := recordID(ns, rv(t, 1).Key())
+	rid := recordID(namespace.Of(ns), rv(t, 1).Key())
 	testkit.Eventually(t, 10*time.Second, "the editor queues for the key", func() bool { return s.wq.waiting(rid) == 1 })
 	select {
 	case err := <-got:
 		t.Fatalf("the editor's acquire returned while the memory lock is held: %v", err)
 	default:
 	}
-	if n, err := s.Release(bg, legacy, ns, ids(t, 1), ""); err != nil || n != 1 {
+	if n, err := s.Release(bg, legacy, namespace.Of(ns), ids(t, 1), ""); err != nil || n != 1 {
 		t.Fatalf("release of the memory lock: %d, %v", n, err)
 	}
-	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), ns, ids(t, 1)); ok {
+	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), namespace.Of(ns), ids(t, 1)); ok {
 		t.Fatal("a second legacy write took the key in memory ahead of the queued editor")
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("the queued editor was not granted the key at the memory lock's release: %v", err)
 	}
-	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), ns, ids(t, 2)); ok {
+	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), namespace.Of(ns), ids(t, 2)); ok {
 		t.Fatal("a memory lock was taken in a namespace where the editor holds a lock")
 	}
 
@@ -137,11 +138,11 @@ func TestAcquireSeesMemoryLocks(t *testing.T) {
 		<-proceed
 	}
 	go func() {
-		_, err := s.Acquire(bg, newOwner("editor2"), ns2, ids(t, 5), time.Minute, 0)
+		_, err := s.Acquire(bg, newOwner("editor2"), namespace.Of(ns2), ids(t, 5), time.Minute, 0)
 		got <- err
 	}()
 	<-inTry
-	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), ns2, ids(t, 5)); ok {
+	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), namespace.Of(ns2), ids(t, 5)); ok {
 		t.Fatal("a memory lock was taken on a key whose acquire is in flight")
 	}
 	close(proceed)
@@ -149,7 +150,7 @@ func TestAcquireSeesMemoryLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.testHookTry = nil
-	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), ns2, ids(t, 5)); ok {
+	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), namespace.Of(ns2), ids(t, 5)); ok {
 		t.Fatal("a memory lock was taken on a key held in the store")
 	}
 }
@@ -162,17 +163,17 @@ func TestMemoryLocksAreShown(t *testing.T) {
 	const ns = "db.c"
 	s := openStore(t, cfg)
 	memoryReady(t, s, ns)
-	testkit.Eventually(t, 10*time.Second, "the insert check trusts its view", func() bool { return !s.MayHoldLocks(ns) })
+	testkit.Eventually(t, 10*time.Second, "the insert check trusts its view", func() bool { return !s.MayHoldLocks(namespace.Of(ns)) })
 	legacy := implicitOwner("update")
-	if _, _, ok := s.AcquireInMemory(legacy, ns, ids(t, 9)); !ok {
+	if _, _, ok := s.AcquireInMemory(legacy, namespace.Of(ns), ids(t, 9)); !ok {
 		t.Fatal("no memory lock while alone")
 	}
-	if !s.MayHoldLocks(ns) {
+	if !s.MayHoldLocks(namespace.Of(ns)) {
 		t.Fatal("the insert check answers that no lock may be held where a memory lock is")
 	}
 	for name, status := range map[string]func() ([]Status, error){
-		"Status":          func() ([]Status, error) { return s.Status(bg, newOwner("x"), ns, ids(t, 9)) },
-		"ConfirmedStatus": func() ([]Status, error) { return s.ConfirmedStatus(bg, newOwner("x"), ns, ids(t, 9)) },
+		"Status":          func() ([]Status, error) { return s.Status(bg, newOwner("x"), namespace.Of(ns), ids(t, 9)) },
+		"ConfirmedStatus": func() ([]Status, error) { return s.ConfirmedStatus(bg, newOwner("x"), namespace.Of(ns), ids(t, 9)) },
 	} {
 		sts, err := status()
 		if err != nil {
@@ -182,21 +183,21 @@ func TestMemoryLocksAreShown(t *testing.T) {
 			t.Fatalf("%s of a memory-locked key: %+v", name, sts[0])
 		}
 	}
-	sts, err := s.Status(bg, legacy, ns, ids(t, 9))
+	sts, err := s.Status(bg, legacy, namespace.Of(ns), ids(t, 9))
 	if err != nil || !sts[0].HeldByYou {
 		t.Fatalf("Status for the memory lock's owner: %+v, %v", sts, err)
 	}
-	list, err := s.List(bg, ListOptions{NS: ns})
+	list, err := s.List(bg, ListOptions{NS: namespace.Of(ns)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(list) != 1 || !list[0].ID.Equal(rv(t, 9)) || list[0].Holder.Implicit != "update" {
 		t.Fatalf("List shows %+v, want the memory lock", list)
 	}
-	if _, err := s.Release(bg, legacy, ns, ids(t, 9), ""); err != nil {
+	if _, err := s.Release(bg, legacy, namespace.Of(ns), ids(t, 9), ""); err != nil {
 		t.Fatal(err)
 	}
-	if list, _ := s.List(bg, ListOptions{NS: ns}); len(list) != 0 {
+	if list, _ := s.List(bg, ListOptions{NS: namespace.Of(ns)}); len(list) != 0 {
 		t.Fatalf("List after the release: %+v", list)
 	}
 }
@@ -212,7 +213,7 @@ func TestNoMemoryLocksBesideAnotherStore(t *testing.T) {
 	s1 := openStore(t, cfg)
 	memoryReady(t, s1, ns)
 	legacy := implicitOwner("update")
-	_, budget, ok := s1.AcquireInMemory(legacy, ns, ids(t, 1))
+	_, budget, ok := s1.AcquireInMemory(legacy, namespace.Of(ns), ids(t, 1))
 	if !ok {
 		t.Fatal("no memory lock while alone")
 	}
@@ -227,17 +228,17 @@ func TestNoMemoryLocksBesideAnotherStore(t *testing.T) {
 		opened <- s2
 	}()
 	testkit.Eventually(t, 10*time.Second, "s1 sees s2 registered", func() bool { return !s1.alone(time.Now()) })
-	if _, _, ok := s1.AcquireInMemory(implicitOwner("update"), ns, ids(t, 2)); ok {
+	if _, _, ok := s1.AcquireInMemory(implicitOwner("update"), namespace.Of(ns), ids(t, 2)); ok {
 		t.Fatal("s1 took a memory lock with s2 registered")
 	}
-	_, err := s1.Acquire(bg, newOwner("editor"), ns, ids(t, 1), time.Minute, 0)
+	_, err := s1.Acquire(bg, newOwner("editor"), namespace.Of(ns), ids(t, 1), time.Minute, 0)
 	switch {
 	case time.Now().After(writeEnd):
 		t.Log("the memory lock's budget ran out before s1 saw s2 (a loaded machine): its exclusion was not checked")
 	case !errors.Is(err, ErrBusy):
 		t.Fatalf("an acquire through s1 of its memory-locked key: %v, want busy", err)
 	}
-	if _, err := s1.Release(bg, legacy, ns, ids(t, 1), ""); err != nil {
+	if _, err := s1.Release(bg, legacy, namespace.Of(ns), ids(t, 1), ""); err != nil {
 		t.Fatal(err)
 	}
 	s2 := <-opened
@@ -250,7 +251,7 @@ func TestNoMemoryLocksBesideAnotherStore(t *testing.T) {
 		return lastRead(s1).After(both) && lastRead(s2).After(both)
 	})
 	for _, s := range []*Store{s1, s2} {
-		if _, _, ok := s.AcquireInMemory(implicitOwner("update"), ns, ids(t, 3)); ok {
+		if _, _, ok := s.AcquireInMemory(implicitOwner("update"), namespace.Of(ns), ids(t, 3)); ok {
 			t.Fatal("a memory lock was taken with two stores live")
 		}
 	}
@@ -268,7 +269,7 @@ func TestGrantViewReadsClaimsNotHeads(t *testing.T) {
 	const ns = "db.lag"
 	seed := openStore(t, cfg)
 	held := mustAcquire(t, seed, newOwner("editor"), ns, ids(t, 3), time.Minute, 0)
-	rid := recordID(ns, rv(t, 3).Key())
+	rid := recordID(namespace.Of(ns), rv(t, 3).Key())
 	// The head goes back to the free generation before the grant.
 	var h gen
 	if err := seed.coll.FindOne(bg, bson.D{{Key: "_id", Value: rid}}).Decode(&h); err != nil {
@@ -284,8 +285,8 @@ func TestGrantViewReadsClaimsNotHeads(t *testing.T) {
 
 	s := openStore(t, cfg)
 	memoryReady(t, s, "db.other")
-	testkit.Eventually(t, 10*time.Second, "the heads view shows the namespace free", func() bool { return !s.heldNS.mayHold(ns, time.Now()) })
-	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), ns, []docid.ID{held[0].ID}); ok {
+	testkit.Eventually(t, 10*time.Second, "the heads view shows the namespace free", func() bool { return !s.heldNS.mayHold(namespace.Of(ns), time.Now()) })
+	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), namespace.Of(ns), []docid.ID{held[0].ID}); ok {
 		t.Fatal("a memory lock was taken on a key whose claim says it is held")
 	}
 }
@@ -307,7 +308,7 @@ func TestGrantViewReadsHeadsToo(t *testing.T) {
 	}
 	s := openStore(t, cfg)
 	memoryReady(t, s, "db.other")
-	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), ns, ids(t, 4)); ok {
+	if _, _, ok := s.AcquireInMemory(implicitOwner("update"), namespace.Of(ns), ids(t, 4)); ok {
 		t.Fatal("a memory lock was taken on a key whose head record shows it held (its claim compacted)")
 	}
 }
@@ -328,31 +329,31 @@ func TestForceReleaseWaitsForAMemoryLock(t *testing.T) {
 	// A store lock on the key before: its head keeps token 1.
 	editor := newOwner("editor")
 	first := mustAcquire(t, s, editor, ns, ids(t, 2), time.Minute, 0)[0].Token
-	if _, err := s.Release(bg, editor, ns, ids(t, 2), ""); err != nil {
+	if _, err := s.Release(bg, editor, namespace.Of(ns), ids(t, 2), ""); err != nil {
 		t.Fatal(err)
 	}
 	memoryReady(t, s, ns)
 	legacy := implicitOwner("update")
-	if _, _, ok := s.AcquireInMemory(legacy, ns, ids(t, 1)); !ok {
+	if _, _, ok := s.AcquireInMemory(legacy, namespace.Of(ns), ids(t, 1)); !ok {
 		t.Fatal("no memory lock while alone")
 	}
 
 	short, cancel := context.WithTimeout(bg, 50*time.Millisecond)
-	_, err := s.ForceRelease(short, ns, rv(t, 1), "stuck")
+	_, err := s.ForceRelease(short, namespace.Of(ns), rv(t, 1), "stuck")
 	cancel()
 	var me *MemoryHeldError
 	if !errors.As(err, &me) || !errors.Is(err, ErrHeldInMemory) || me.Holder.Implicit != "update" || !strings.Contains(err.Error(), "at the latest at") {
 		t.Fatalf("force-release given less time than the memory lock has: %v, want ErrHeldInMemory saying when it ends", err)
 	}
-	if sts, err := s.Status(bg, newOwner("x"), ns, ids(t, 1)); err != nil || !sts[0].Held {
+	if sts, err := s.Status(bg, newOwner("x"), namespace.Of(ns), ids(t, 1)); err != nil || !sts[0].Held {
 		t.Fatalf("Status after a force-release that gave up: %+v, %v, want still held", sts, err)
 	}
-	if n, err := s.Release(bg, legacy, ns, ids(t, 1), ""); err != nil || n != 1 {
+	if n, err := s.Release(bg, legacy, namespace.Of(ns), ids(t, 1), ""); err != nil || n != 1 {
 		t.Fatalf("release of the memory lock after a force-release gave up: %d, %v", n, err)
 	}
 
 	// The second force-release, of another key, waits for its lock.
-	if _, _, ok := s.AcquireInMemory(legacy, ns, ids(t, 2)); !ok {
+	if _, _, ok := s.AcquireInMemory(legacy, namespace.Of(ns), ids(t, 2)); !ok {
 		t.Fatal("no memory lock while alone")
 	}
 	type result struct {
@@ -361,10 +362,10 @@ func TestForceReleaseWaitsForAMemoryLock(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		st, err := s.ForceRelease(bg, ns, rv(t, 2), "stuck")
+		st, err := s.ForceRelease(bg, namespace.Of(ns), rv(t, 2), "stuck")
 		got <- result{st, err}
 	}()
-	rid := recordID(ns, rv(t, 2).Key())
+	rid := recordID(namespace.Of(ns), rv(t, 2).Key())
 	testkit.Eventually(t, 10*time.Second, "the force-release waits for the memory lock", func() bool {
 		s.mem.mu.Lock()
 		defer s.mem.mu.Unlock()
@@ -376,18 +377,18 @@ func TestForceReleaseWaitsForAMemoryLock(t *testing.T) {
 		t.Fatalf("the force-release answered while the memory lock's write may still land: %+v, %v", r.st, r.err)
 	default:
 	}
-	if _, err := s.Acquire(bg, newOwner("other"), ns, ids(t, 2), time.Minute, 0); !errors.Is(err, ErrBusy) {
+	if _, err := s.Acquire(bg, newOwner("other"), namespace.Of(ns), ids(t, 2), time.Minute, 0); !errors.Is(err, ErrBusy) {
 		t.Fatalf("acquire during the force-release: %v, want busy", err)
 	}
 	// The write is answered: the guard releases its lock.
-	if n, err := s.Release(bg, legacy, ns, ids(t, 2), ""); err != nil || n != 1 {
+	if n, err := s.Release(bg, legacy, namespace.Of(ns), ids(t, 2), ""); err != nil || n != 1 {
 		t.Fatalf("release of the memory lock: %d, %v", n, err)
 	}
 	r := <-got
 	if r.err != nil || !r.st.Held || r.st.Holder.Implicit != "update" || r.st.Holder.App != "legacy" {
 		t.Fatalf("force-release of a memory lock: %+v, %v, want the holder it waited for", r.st, r.err)
 	}
-	if list, err := s.List(bg, ListOptions{NS: ns}); err != nil || len(list) != 0 {
+	if list, err := s.List(bg, ListOptions{NS: namespace.Of(ns)}); err != nil || len(list) != 0 {
 		t.Fatalf("List after the force-release: %+v, %v", list, err)
 	}
 	locks := mustAcquire(t, s, newOwner("next"), ns, ids(t, 2), time.Minute, 0)

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // The model test drives two Stores on one collection through random
@@ -236,7 +237,7 @@ func (m *model) acquire(s *Store, o int, k *mKey, wait time.Duration) {
 	if k.h != nil && k.h.exp.Add(m.cfg.TakeoverGrace).After(now) {
 		blocker = k.h.owner
 	}
-	locks, err := s.Acquire(bg, m.owners[o], m.ns, []docid.ID{k.id}, m.lease(), wait)
+	locks, err := s.Acquire(bg, m.owners[o], namespace.Of(m.ns), []docid.ID{k.id}, m.lease(), wait)
 	switch {
 	case err == nil:
 		if blocker != -1 && blocker != o {
@@ -254,7 +255,7 @@ func (m *model) acquire(s *Store, o int, k *mKey, wait time.Duration) {
 
 func (m *model) renew(s *Store, o int, k *mKey) {
 	live := m.liveHolder(k) == o
-	locks, err := s.Renew(bg, m.owners[o], m.ns, []docid.ID{k.id}, m.lease())
+	locks, err := s.Renew(bg, m.owners[o], namespace.Of(m.ns), []docid.ID{k.id}, m.lease())
 	var nh *NotHolderError
 	switch {
 	case err == nil:
@@ -280,7 +281,7 @@ func (m *model) renew(s *Store, o int, k *mKey) {
 
 func (m *model) release(s *Store, o int, k *mKey) {
 	holds := k.h != nil && k.h.owner == o
-	n, err := s.Release(bg, m.owners[o], m.ns, []docid.ID{k.id}, "")
+	n, err := s.Release(bg, m.owners[o], namespace.Of(m.ns), []docid.ID{k.id}, "")
 	switch {
 	case err != nil:
 		if !errors.Is(err, errContended) && !errors.Is(err, ErrBusy) {
@@ -312,7 +313,7 @@ func (m *model) releaseAll(s *Store, o int) {
 			want++
 		}
 	}
-	n, err := s.ReleaseAll(bg, m.owners[o], m.ns, "")
+	n, err := s.ReleaseAll(bg, m.owners[o], namespace.Of(m.ns), "")
 	if err != nil || n != want {
 		m.failf("release-all of %d: %d, %v; the model says %d", o, n, err, want)
 		return
@@ -325,7 +326,7 @@ func (m *model) releaseAll(s *Store, o int) {
 }
 
 func (m *model) forceRelease(s *Store, k *mKey) {
-	_, err := s.ForceRelease(bg, m.ns, k.id, "model")
+	_, err := s.ForceRelease(bg, namespace.Of(m.ns), k.id, "model")
 	if err != nil {
 		if !errors.Is(err, errContended) && !errors.Is(err, ErrBusy) {
 			m.t.Fatalf("step %d: force-release of %s: %v", m.step, k.rid, err)
@@ -463,7 +464,7 @@ func (m *model) check() {
 		for _, k := range m.keys {
 			live := m.liveHolder(k)
 			for o := range m.owners {
-				ok, _, err := s.Holds(bg, m.owners[o], m.ns, []docid.ID{k.id}, 0)
+				ok, _, err := s.Holds(bg, m.owners[o], namespace.Of(m.ns), []docid.ID{k.id}, 0)
 				switch {
 				case ok && o != live:
 					m.failf("s%d: Holds(%d, %s) true; model holder %d (%+v)", si+1, o, k.rid, live, k.h)
@@ -510,9 +511,9 @@ func (m *model) checkStatusAll(si int, all []docid.ID, x Owner, confirmed bool) 
 
 func (m *model) status(si int, confirmed bool, idv []docid.ID, x Owner) ([]Status, error) {
 	if confirmed {
-		return m.stores[si].ConfirmedStatus(bg, x, m.ns, idv)
+		return m.stores[si].ConfirmedStatus(bg, x, namespace.Of(m.ns), idv)
 	}
-	return m.stores[si].Status(bg, x, m.ns, idv)
+	return m.stores[si].Status(bg, x, namespace.Of(m.ns), idv)
 }
 
 // compare checks one Status against the model: held only by the live
@@ -551,10 +552,10 @@ func TestStaleHeadAfterCompaction(t *testing.T) {
 	mustAcquire(t, s[0], a, ns, key, 5*time.Second, 0)
 
 	landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
-		_, err := s[0].Renew(bg, a, ns, key, 5*time.Second)
+		_, err := s[0].Renew(bg, a, namespace.Of(ns), key, 5*time.Second)
 		return err
 	})
-	if n, err := s[1].Release(bg, a, ns, key, ""); n != 1 || err != nil {
+	if n, err := s[1].Release(bg, a, namespace.Of(ns), key, ""); n != 1 || err != nil {
 		t.Fatalf("a's release: %d %v", n, err)
 	}
 	bt := mustAcquire(t, s[1], b, ns, key, 5*time.Second, 0)[0].Token
@@ -598,12 +599,12 @@ func TestStaleFreeHeadAfterCompaction(t *testing.T) {
 	clock.Advance(2 * time.Second) // a's lease has ended
 
 	landRelease := holdHeadWrite(s[0], kindRelease, func() error {
-		_, err := s[0].Release(bg, a, ns, key, "")
+		_, err := s[0].Release(bg, a, namespace.Of(ns), key, "")
 		return err
 	})
 	mustAcquire(t, s[1], b, ns, key, 5*time.Second, 0)
 	clock.Advance(4 * time.Second)
-	if _, err := s[1].Renew(bg, b, ns, key, cfg.MaxLease); err != nil {
+	if _, err := s[1].Renew(bg, b, namespace.Of(ns), key, cfg.MaxLease); err != nil {
 		t.Fatal(err)
 	}
 	if err := landRelease(); err != nil {
@@ -617,10 +618,10 @@ func TestStaleFreeHeadAfterCompaction(t *testing.T) {
 	if _, err := s[1].Cleanup(bg); err != nil {
 		t.Fatal(err)
 	}
-	if sts, err := s[1].ConfirmedStatus(bg, c, ns, key); err != nil || !sts[0].Held {
+	if sts, err := s[1].ConfirmedStatus(bg, c, namespace.Of(ns), key); err != nil || !sts[0].Held {
 		t.Errorf("ConfirmedStatus: held %v, %v; b holds the key", len(sts) == 1 && sts[0].Held, err)
 	}
-	if _, err := s[1].Acquire(bg, c, ns, key, 5*time.Second, 0); err == nil {
+	if _, err := s[1].Acquire(bg, c, namespace.Of(ns), key, 5*time.Second, 0); err == nil {
 		t.Error("c was granted the key b holds")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 )
@@ -23,12 +24,12 @@ func movedBackKey(t *testing.T, cfg Config, a, b Owner, ns string, renewals int)
 	if err != nil || first == nil {
 		t.Fatalf("a's claim: %+v %v", first, err)
 	}
-	if n, err := s.Release(bg, a, ns, key, ""); n != 1 || err != nil {
+	if n, err := s.Release(bg, a, namespace.Of(ns), key, ""); n != 1 || err != nil {
 		t.Fatalf("a's release: %d %v", n, err)
 	}
 	mustAcquire(t, s, b, ns, key, holdLease, 0)
 	for range renewals {
-		if _, err := s.Renew(bg, b, ns, key, holdLease); err != nil {
+		if _, err := s.Renew(bg, b, namespace.Of(ns), key, holdLease); err != nil {
 			t.Fatalf("b's renewal: %v", err)
 		}
 	}
@@ -43,16 +44,16 @@ func movedBackKey(t *testing.T, cfg Config, a, b Owner, ns string, renewals int)
 // holds and a does not.
 func wantHeldByB(t *testing.T, st *Store, a, b Owner, ns string) {
 	t.Helper()
-	if ok, _, err := st.Holds(bg, a, ns, ids(t, "k"), 0); ok || err != nil {
+	if ok, _, err := st.Holds(bg, a, namespace.Of(ns), ids(t, "k"), 0); ok || err != nil {
 		t.Errorf("Holds(a) = %v, %v; a released", ok, err)
 	}
-	if ok, _, err := st.Holds(bg, b, ns, ids(t, "k"), 0); !ok || err != nil {
+	if ok, _, err := st.Holds(bg, b, namespace.Of(ns), ids(t, "k"), 0); !ok || err != nil {
 		t.Errorf("Holds(b) = %v, %v; b holds it", ok, err)
 	}
 	// One key, two (the heads are read together: newestAll), and more
 	// than perKeyReads (the claims after them read together first).
 	for _, which := range [][]any{{"k"}, {"k", "other"}, manyKeys()} {
-		sts, err := st.Status(bg, b, ns, ids(t, which...))
+		sts, err := st.Status(bg, b, namespace.Of(ns), ids(t, which...))
 		if err != nil || len(sts) != len(which) {
 			t.Errorf("status of %d keys: %v %v", len(which), sts, err)
 			continue
@@ -60,7 +61,7 @@ func wantHeldByB(t *testing.T, st *Store, a, b Owner, ns string) {
 		if !sts[0].Held || !sts[0].HeldByYou {
 			t.Errorf("status of %d keys shows %+v, want held by b", len(which), sts[0].Holder)
 		}
-		if sts, err = st.ConfirmedStatus(bg, b, ns, ids(t, which...)); err != nil || len(sts) != len(which) || !sts[0].HeldByYou {
+		if sts, err = st.ConfirmedStatus(bg, b, namespace.Of(ns), ids(t, which...)); err != nil || len(sts) != len(which) || !sts[0].HeldByYou {
 			t.Errorf("confirmed status of %d keys: %+v %v, want held by b", len(which), sts, err)
 		}
 	}
@@ -114,7 +115,7 @@ func TestHeadBehindAKeyThatKeepsChanging(t *testing.T) {
 			return
 		}
 		reads++
-		if _, err := s1.Renew(bg, b, ns, ids(t, "k"), holdLease); err != nil {
+		if _, err := s1.Renew(bg, b, namespace.Of(ns), ids(t, "k"), holdLease); err != nil {
 			t.Errorf("b's renewal: %v", err)
 		}
 	}
@@ -270,7 +271,7 @@ func TestConfirmedStatusOverARelicTombstone(t *testing.T) {
 	mustAcquire(t, s, a, ns, key, holdLease, 0)
 	for _, st := range []*Store{s, openStore(t, cfg)} {
 		for _, which := range [][]any{{"k"}, manyKeys()} {
-			sts, err := st.ConfirmedStatus(bg, newOwner("x"), ns, ids(t, which...))
+			sts, err := st.ConfirmedStatus(bg, newOwner("x"), namespace.Of(ns), ids(t, which...))
 			if err != nil || len(sts) != len(which) || !sts[0].Held {
 				t.Errorf("ConfirmedStatus of %d keys: %+v %v, want k held by a", len(which), sts, err)
 			}

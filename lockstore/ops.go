@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.uber.org/zap"
@@ -20,7 +21,7 @@ import (
 // owner does not hold (never held, released, expired, taken over) are
 // reported in a *NotHolderError (ErrNotHolder) while the others are
 // renewed and returned.
-func (s *Store) Renew(ctx context.Context, owner Owner, ns string, ids []docid.ID, lease time.Duration) ([]Lock, error) {
+func (s *Store) Renew(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID, lease time.Duration) ([]Lock, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
@@ -65,7 +66,7 @@ func (s *Store) Renew(ctx context.Context, owner Owner, ns string, ids []docid.I
 // not hold are not an error, they just do not count. A non-empty errText is
 // kept on each freed key as lastError for the next holder (Status shows
 // it); an empty one clears it. Tokens are kept.
-func (s *Store) Release(ctx context.Context, owner Owner, ns string, ids []docid.ID, errText string) (int, error) {
+func (s *Store) Release(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID, errText string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
@@ -92,18 +93,18 @@ func (s *Store) Release(ctx context.Context, owner Owner, ns string, ids []docid
 
 // ReleaseAll frees every lock owner holds in namespace ns (releaseLock
 // without ids), like Release.
-func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns string, errText string) (int, error) {
+func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns namespace.Namespace, errText string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
-	if ns == "" {
+	if ns.IsZero() {
 		return 0, fmt.Errorf("%w: no namespace", ErrInvalidArgument)
 	}
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
 	rids, err := s.keysOf(ctx, bson.D{
-		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns}, {Key: "head", Value: true},
+		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns.String()}, {Key: "head", Value: true},
 	})
 	if err != nil {
 		return 0, err
@@ -119,7 +120,7 @@ func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns string, errText 
 	// rare. Keys the owner no longer holds are read and left alone by
 	// releaseOne, as for the heads' own.
 	claimed, err := s.claimKeysOf(ctx, bson.D{
-		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns},
+		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns.String()},
 	})
 	if err != nil {
 		return 0, err
@@ -160,7 +161,7 @@ func (s *Store) claimKeysOf(ctx context.Context, filter bson.D) ([]string, error
 	return rids, nil
 }
 
-func (s *Store) release(ctx context.Context, owner Owner, ns string, rids []string, errText string) (int, error) {
+func (s *Store) release(ctx context.Context, owner Owner, ns namespace.Namespace, rids []string, errText string) (int, error) {
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
@@ -261,11 +262,11 @@ func (s *Store) releaseEach(ctx context.Context, rids []string, release func(con
 // perKeyReads ids, one $in above), then the newest claim of each head
 // that names a holder. A lock whose lease has ended is reported as not
 // held.
-func (s *Store) Status(ctx context.Context, owner Owner, ns string, ids []docid.ID) ([]Status, error) {
+func (s *Store) Status(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID) ([]Status, error) {
 	return s.status(ctx, owner, ns, ids, false)
 }
 
-func (s *Store) status(ctx context.Context, owner Owner, ns string, ids []docid.ID, confirm bool) ([]Status, error) {
+func (s *Store) status(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID, confirm bool) ([]Status, error) {
 	ks, err := keys(ns, ids)
 	if err != nil {
 		return nil, err
@@ -302,7 +303,7 @@ func (s *Store) status(ctx context.Context, owner Owner, ns string, ids []docid.
 
 // status renders a head generation; owner (optional) sets HeldByYou.
 func (g *gen) status(now time.Time, owner *Owner) Status {
-	st := Status{NS: g.NS, ID: g.lockedID(), Token: g.Token, LastError: g.LastError, UpdatedAt: g.At}
+	st := Status{NS: namespace.Of(g.NS), ID: g.lockedID(), Token: g.Token, LastError: g.LastError, UpdatedAt: g.At}
 	if g.heldAt(now) {
 		st.Held = true
 		st.Holder = g.holder()
@@ -327,8 +328,8 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Status, error) {
 	}
 	now, _ := s.clock.Now()
 	filter := bson.D{{Key: "head", Value: true}}
-	if opts.NS != "" {
-		filter = append(filter, bson.E{Key: "ns", Value: opts.NS})
+	if !opts.NS.IsZero() {
+		filter = append(filter, bson.E{Key: "ns", Value: opts.NS.String()})
 	}
 	if !opts.IncludeFree {
 		filter = append(filter, bson.E{Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now}}})
@@ -381,7 +382,7 @@ func (s *Store) List(ctx context.Context, opts ListOptions) ([]Status, error) {
 // ForceRelease waits, bounded by ctx, until its write has surely ended,
 // and returns the state before; past ctx it fails with a
 // *MemoryHeldError (ErrHeldInMemory) and nothing changes.
-func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason string) (Status, error) {
+func (s *Store) ForceRelease(ctx context.Context, ns namespace.Namespace, id docid.ID, reason string) (Status, error) {
 	return s.forceRelease(ctx, ns, id, reason, nil)
 }
 
@@ -392,11 +393,11 @@ func (s *Store) ForceRelease(ctx context.Context, ns string, id docid.ID, reason
 // (ErrChangedHands) and nothing changes: the new holder is not the one the
 // operator chose to free. The comparison is made on the generation the
 // release is written after, so no change can slip in between.
-func (s *Store) ForceReleaseOf(ctx context.Context, ns string, id docid.ID, token int64, reason string) (Status, error) {
+func (s *Store) ForceReleaseOf(ctx context.Context, ns namespace.Namespace, id docid.ID, token int64, reason string) (Status, error) {
 	return s.forceRelease(ctx, ns, id, reason, &token)
 }
 
-func (s *Store) forceRelease(ctx context.Context, ns string, id docid.ID, reason string, want *int64) (Status, error) {
+func (s *Store) forceRelease(ctx context.Context, ns namespace.Namespace, id docid.ID, reason string, want *int64) (Status, error) {
 	ks, err := keys(ns, []docid.ID{id})
 	if err != nil {
 		return Status{}, err
@@ -443,7 +444,7 @@ func (s *Store) forceRelease(ctx context.Context, ns string, id docid.ID, reason
 	}
 	now, _ := s.clock.Now()
 	if g == nil {
-		s.log.Warn("force release: no such lock", zap.String("ns", ns), zap.Stringer("id", id), zap.String("reason", reason))
+		s.log.Warn("force release: no such lock", zap.String("ns", ns.String()), zap.Stringer("id", id), zap.String("reason", reason))
 		return Status{NS: ns, ID: id}, nil
 	}
 	s.wq.notify(k.rid)
@@ -453,7 +454,7 @@ func (s *Store) forceRelease(ctx context.Context, ns string, id docid.ID, reason
 	st := before.status(now, nil)
 	st.ID = id
 	s.log.Warn("force release",
-		zap.String("ns", ns), zap.Stringer("id", id), zap.String("reason", reason),
+		zap.String("ns", ns.String()), zap.Stringer("id", id), zap.String("reason", reason),
 		zap.Bool("wasHeld", st.Held), zap.String("holderApp", st.Holder.App),
 		zap.String("holder", st.Holder.SessionPrefix),
 		zap.Int64("oldToken", before.Token), zap.Int64("newToken", g.Token))
@@ -466,7 +467,7 @@ func (s *Store) forceRelease(ctx context.Context, ns string, id docid.ID, reason
 // confirmed within Config.CacheTrust, and reads the database (one round
 // trip) for the rest, so a lock taken or changed through another instance
 // is honoured. It fails closed: on error the answer is false.
-func (s *Store) Holds(ctx context.Context, owner Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
+func (s *Store) Holds(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
 	if err := checkOwner(owner); err != nil {
 		return false, nil, err
 	}
@@ -562,9 +563,9 @@ func (s *Store) Cleanup(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-func (s *Store) debug(op, ns string, owner Owner, fields ...zap.Field) {
+func (s *Store) debug(op string, ns namespace.Namespace, owner Owner, fields ...zap.Field) {
 	if ce := s.log.Check(zap.DebugLevel, op); ce != nil {
-		ce.Write(append([]zap.Field{zap.String("ns", ns), zap.String("holder", SessionPrefix(owner.Session)),
+		ce.Write(append([]zap.Field{zap.String("ns", ns.String()), zap.String("holder", SessionPrefix(owner.Session)),
 			zap.String("app", owner.App)}, fields...)...)
 	}
 }

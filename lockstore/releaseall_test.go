@@ -3,6 +3,8 @@ package lockstore
 import (
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestReleaseAllOverAMovedBackHead: a holder's renewal whose head write is
@@ -28,10 +30,10 @@ func TestReleaseAllOverAMovedBackHead(t *testing.T) {
 			mustAcquire(t, s[0], a, ns, key, holdLease, 0)
 			mustAcquire(t, s[1], b, ns, ids(t, "also b's"), time.Minute, 0)
 			landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
-				_, err := s[0].Renew(bg, a, ns, key, holdLease)
+				_, err := s[0].Renew(bg, a, namespace.Of(ns), key, holdLease)
 				return err
 			})
-			if n, err := s[1].Release(bg, a, ns, key, ""); n != 1 || err != nil {
+			if n, err := s[1].Release(bg, a, namespace.Of(ns), key, ""); n != 1 || err != nil {
 				t.Fatalf("a's release: %d %v", n, err)
 			}
 			mustAcquire(t, s[1], b, ns, key, time.Minute, 0)
@@ -43,11 +45,11 @@ func TestReleaseAllOverAMovedBackHead(t *testing.T) {
 				t.Fatalf("the head is %+v (%v), want a's renewal moved back over b's acquire: the test no longer reaches the case", h, err)
 			}
 
-			n, err := s[c.through].ReleaseAll(bg, b, ns, "")
+			n, err := s[c.through].ReleaseAll(bg, b, namespace.Of(ns), "")
 			if err != nil || n != 2 {
 				t.Errorf("b's release-all freed %d (%v), want 2: the key whose head shows a's renewal stayed b's", n, err)
 			}
-			if _, err := s[2].Acquire(bg, other, ns, key, time.Minute, 0); err != nil {
+			if _, err := s[2].Acquire(bg, other, namespace.Of(ns), key, time.Minute, 0); err != nil {
 				t.Errorf("after b's release-all the key is still held: %v", err)
 			}
 		})

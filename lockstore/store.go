@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -57,7 +58,7 @@ type Lock struct {
 
 // Status describes one lock record, for lockStatus and the admin view.
 type Status struct {
-	NS        string
+	NS        namespace.Namespace
 	ID        docid.ID  // the _id as first locked (List) or as asked (Status)
 	Held      bool      // held by someone with an unexpired lease
 	HeldByYou bool      // held by the owner passed to Status
@@ -76,9 +77,9 @@ type Status struct {
 
 // ListOptions filter List.
 type ListOptions struct {
-	NS          string // only this namespace; "" for all
-	IncludeFree bool   // also list records that nobody holds
-	Limit       int    // at most this many; 0 means 1000
+	NS          namespace.Namespace // only this namespace; "" for all
+	IncludeFree bool                // also list records that nobody holds
+	Limit       int                 // at most this many; 0 means 1000
 }
 
 // Option configures Open.
@@ -101,7 +102,7 @@ func WithClock(c Clock) Option { return func(s *Store) { s.clock = c } }
 // (Scanned; expiryscan.go). Its holder's late release of it is a
 // release.
 type Expiry struct {
-	NS string
+	NS namespace.Namespace
 	ID docid.ID
 	// Former is the holder whose lease ended (its token, lease end, app,
 	// user, client and tag).

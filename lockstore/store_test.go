@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
@@ -24,7 +25,7 @@ var bg = context.Background()
 
 func mustAcquire(t *testing.T, s *Store, o Owner, ns string, idv []docid.ID, lease, wait time.Duration) []Lock {
 	t.Helper()
-	locks, err := s.Acquire(bg, o, ns, idv, lease, wait)
+	locks, err := s.Acquire(bg, o, namespace.Of(ns), idv, lease, wait)
 	if err != nil {
 		t.Fatalf("acquire by %s: %v", o.App, err)
 	}
@@ -54,7 +55,7 @@ func TestContention(t *testing.T) {
 	if l[0].Token <= 0 || l[0].ExpiresAt.IsZero() {
 		t.Fatalf("bad lock %+v", l[0])
 	}
-	_, err := s.Acquire(bg, b, "shop.orders", ids(t, int32(1)), time.Minute, 0)
+	_, err := s.Acquire(bg, b, namespace.Of("shop.orders"), ids(t, int32(1)), time.Minute, 0)
 	he := heldErr(t, err, ErrBusy)
 	if he.Holder.App != "appA" || he.Holder.SessionPrefix != SessionPrefix(a.Session) || !he.Holder.ExpiresAt.Equal(l[0].ExpiresAt) {
 		t.Fatalf("holder %+v, want appA %s until %v", he.Holder, SessionPrefix(a.Session), l[0].ExpiresAt)
@@ -96,7 +97,7 @@ func TestReentrant(t *testing.T) {
 	// A different binding of the same session is another owner.
 	strict := a
 	strict.Bind = "conn-2"
-	_, err := s.Acquire(bg, strict, "db.c", ids(t, "x"), time.Second, 0)
+	_, err := s.Acquire(bg, strict, namespace.Of("db.c"), ids(t, "x"), time.Second, 0)
 	heldErr(t, err, ErrBusy)
 }
 
@@ -107,7 +108,7 @@ func TestMongoIDEquality(t *testing.T) {
 	mustAcquire(t, s, a, "db.c", ids(t, int32(1)), time.Minute, 0)
 	// (Decimal128 is covered by the key tests: FerretDB v1 cannot store it.)
 	for _, same := range []any{int64(1), 1.0} {
-		_, err := s.Acquire(bg, b, "db.c", ids(t, same), time.Minute, 0)
+		_, err := s.Acquire(bg, b, namespace.Of("db.c"), ids(t, same), time.Minute, 0)
 		heldErr(t, err, ErrBusy)
 	}
 	mustAcquire(t, s, b, "db.c", ids(t, "1"), time.Minute, 0)
@@ -115,11 +116,11 @@ func TestMongoIDEquality(t *testing.T) {
 	ba := bson.D{{Key: "b", Value: int32(2)}, {Key: "a", Value: int32(1)}}
 	mustAcquire(t, s, a, "db.c", ids(t, ab), time.Minute, 0)
 	mustAcquire(t, s, b, "db.c", ids(t, ba), time.Minute, 0) // field order matters
-	_, err := s.Acquire(bg, b, "db.c", ids(t, bson.D{{Key: "a", Value: 1.0}, {Key: "b", Value: int64(2)}}), time.Minute, 0)
+	_, err := s.Acquire(bg, b, namespace.Of("db.c"), ids(t, bson.D{{Key: "a", Value: 1.0}, {Key: "b", Value: int64(2)}}), time.Minute, 0)
 	heldErr(t, err, ErrBusy)
 	// An array cannot even become an id (docid.TestInvalid); the zero ID
 	// stands for one that slipped through.
-	if _, err := s.Acquire(bg, a, "db.c", []docid.ID{{}}, time.Minute, 0); !errors.Is(err, ErrInvalidID) {
+	if _, err := s.Acquire(bg, a, namespace.Of("db.c"), []docid.ID{{}}, time.Minute, 0); !errors.Is(err, ErrInvalidID) {
 		t.Fatalf("the zero ID: %v, want ErrInvalidID", err)
 	}
 }
@@ -145,12 +146,12 @@ func TestInvalidArguments(t *testing.T) {
 		"negative wait":  {a, "db.c", one, 0, -time.Second, ErrInvalidArgument},
 		"zero id":        {a, "db.c", []docid.ID{{}}, 0, 0, ErrInvalidID},
 	} {
-		if _, err := s.Acquire(bg, tc.o, tc.ns, tc.ids, tc.lease, tc.wait); !errors.Is(err, tc.want) {
+		if _, err := s.Acquire(bg, tc.o, namespace.Of(tc.ns), tc.ids, tc.lease, tc.wait); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
 	}
 	// Nothing was taken.
-	st, err := s.Status(bg, a, "db.c", one)
+	st, err := s.Status(bg, a, namespace.Of("db.c"), one)
 	if err != nil || st[0].Held {
 		t.Fatalf("invalid calls took a lock: %+v %v", st, err)
 	}
@@ -169,18 +170,18 @@ func TestMultiIDAllOrNothing(t *testing.T) {
 	ns := "db.c"
 	// Tokens before: lock and release 1, 3 once so they have records.
 	pre := mustAcquire(t, s, a, ns, ids(t, int32(1), int32(3)), time.Minute, 0)
-	if n, err := s.Release(bg, a, ns, ids(t, int32(1), int32(3)), ""); err != nil || n != 2 {
+	if n, err := s.Release(bg, a, namespace.Of(ns), ids(t, int32(1), int32(3)), ""); err != nil || n != 2 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	mustAcquire(t, s, b, ns, ids(t, int32(2)), time.Minute, 0)
 	mustAcquire(t, s, a, ns, ids(t, int32(0)), time.Minute, 0) // already held by a
 
-	_, err := s.Acquire(bg, a, ns, ids(t, int32(3), int32(2), int32(1), int32(0)), time.Minute, 0)
+	_, err := s.Acquire(bg, a, namespace.Of(ns), ids(t, int32(3), int32(2), int32(1), int32(0)), time.Minute, 0)
 	he := heldErr(t, err, ErrBusy)
 	if he.Holder.App != "b" {
 		t.Fatalf("blocking holder %+v, want b", he.Holder)
 	}
-	st, err := s.Status(bg, a, ns, ids(t, int32(0), int32(1), int32(2), int32(3)))
+	st, err := s.Status(bg, a, namespace.Of(ns), ids(t, int32(0), int32(1), int32(2), int32(3)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,11 +241,11 @@ func TestCanonicalOrder(t *testing.T) {
 			if r > 0 {
 				<-other
 			}
-			if _, err := s.Acquire(bg, o, "db.o", order, time.Minute, time.Minute); err != nil {
+			if _, err := s.Acquire(bg, o, namespace.Of("db.o"), order, time.Minute, time.Minute); err != nil {
 				done <- err
 				return
 			}
-			if _, err := s.Release(bg, o, "db.o", order, ""); err != nil {
+			if _, err := s.Release(bg, o, namespace.Of("db.o"), order, ""); err != nil {
 				done <- err
 				return
 			}
@@ -295,21 +296,21 @@ func TestTokensMonotonic(t *testing.T) {
 	}
 	for i := range 3 {
 		check("a", mustAcquire(t, s, a, "db.c", id, time.Minute, 0)[0].Token)
-		if _, err := s.Release(bg, a, "db.c", id, ""); err != nil {
+		if _, err := s.Release(bg, a, namespace.Of("db.c"), id, ""); err != nil {
 			t.Fatal(err)
 		}
 		check("b", mustAcquire(t, s, b, "db.c", id, time.Minute, 0)[0].Token)
 		if i == 1 {
 			// Force release raises the token.
-			st, err := s.ForceRelease(bg, "db.c", id[0], "test")
+			st, err := s.ForceRelease(bg, namespace.Of("db.c"), id[0], "test")
 			if err != nil || !st.Held || st.Holder.App != "b" {
 				t.Fatalf("force release: %+v %v", st, err)
 			}
-			cur, _ := s.Status(bg, a, "db.c", id)
+			cur, _ := s.Status(bg, a, namespace.Of("db.c"), id)
 			check("force", cur[0].Token)
 			continue
 		}
-		if _, err := s.Release(bg, b, "db.c", id, ""); err != nil {
+		if _, err := s.Release(bg, b, namespace.Of("db.c"), id, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -337,7 +338,7 @@ func TestTokensMonotonic(t *testing.T) {
 		t.Fatalf("cleaned metric %v", got)
 	}
 	check("after cleanup", mustAcquire(t, s, a, "db.c", id, time.Minute, 0)[0].Token)
-	if _, err := s.Release(bg, a, "db.c", id, ""); err != nil {
+	if _, err := s.Release(bg, a, namespace.Of("db.c"), id, ""); err != nil {
 		t.Fatal(err)
 	}
 	// Even if an operator deletes everything, a new history starts above
@@ -362,20 +363,20 @@ func TestLeaseExpiry(t *testing.T) {
 	id := ids(t, int32(9))
 	la := mustAcquire(t, s, a, "db.c", id, 10*time.Second, 0)
 	clk.Advance(9 * time.Second)
-	if _, err := s.Acquire(bg, b, "db.c", id, time.Second, 0); !errors.Is(err, ErrBusy) {
+	if _, err := s.Acquire(bg, b, namespace.Of("db.c"), id, time.Second, 0); !errors.Is(err, ErrBusy) {
 		t.Fatalf("before expiry: %v", err)
 	}
-	if ok, _, err := s.Holds(bg, a, "db.c", id, 0); !ok || err != nil {
+	if ok, _, err := s.Holds(bg, a, namespace.Of("db.c"), id, 0); !ok || err != nil {
 		t.Fatalf("holder should hold before expiry: %v", err)
 	}
-	if ok, _, _ := s.Holds(bg, a, "db.c", id, 2*time.Second); ok {
+	if ok, _, _ := s.Holds(bg, a, namespace.Of("db.c"), id, 2*time.Second); ok {
 		t.Fatal("Holds must honour the margin")
 	}
 	clk.Advance(time.Second + time.Millisecond)
-	if ok, _, _ := s.Holds(bg, a, "db.c", id, 0); ok {
+	if ok, _, _ := s.Holds(bg, a, namespace.Of("db.c"), id, 0); ok {
 		t.Fatal("expired lock reported as held")
 	}
-	st, _ := s.Status(bg, a, "db.c", id)
+	st, _ := s.Status(bg, a, namespace.Of("db.c"), id)
 	if st[0].Held {
 		t.Fatal("status shows an expired lock as held")
 	}
@@ -391,14 +392,14 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Fatalf("expiries reported: %+v, want one", expiries)
 	}
 	e := expiries[0]
-	if e.NS != "db.c" || !e.ID.Equal(id[0]) || e.Former.Token != la[0].Token || e.Former.App != "a" ||
+	if e.NS.String() != "db.c" || !e.ID.Equal(id[0]) || e.Former.Token != la[0].Token || e.Former.App != "a" ||
 		e.Former.SessionPrefix != SessionPrefix(a.Session) || e.Token != lb[0].Token || !e.Former.ExpiresAt.Equal(la[0].ExpiresAt) {
 		t.Fatalf("expiry %+v; want the lease of %+v taken over with token %d", e, la[0], lb[0].Token)
 	}
-	if _, err := s.Renew(bg, a, "db.c", id, time.Second); !errors.Is(err, ErrNotHolder) {
+	if _, err := s.Renew(bg, a, namespace.Of("db.c"), id, time.Second); !errors.Is(err, ErrNotHolder) {
 		t.Fatalf("renew by the expired holder: %v", err)
 	}
-	if n, err := s.Release(bg, a, "db.c", id, "late"); n != 0 || err != nil {
+	if n, err := s.Release(bg, a, namespace.Of("db.c"), id, "late"); n != 0 || err != nil {
 		t.Fatalf("release by the expired holder: %d %v", n, err)
 	}
 }
@@ -411,22 +412,22 @@ func TestRenew(t *testing.T) {
 	id := ids(t, "r")
 	l := mustAcquire(t, s, a, "db.c", id, time.Second, 0)
 	clk.Advance(800 * time.Millisecond)
-	r, err := s.Renew(bg, a, "db.c", id, 10*time.Second)
+	r, err := s.Renew(bg, a, namespace.Of("db.c"), id, 10*time.Second)
 	if err != nil || len(r) != 1 || r[0].Token != l[0].Token {
 		t.Fatalf("renew: %+v %v", r, err)
 	}
 	clk.Advance(5 * time.Second)
-	if _, err := s.Acquire(bg, b, "db.c", id, time.Second, 0); !errors.Is(err, ErrBusy) {
+	if _, err := s.Acquire(bg, b, namespace.Of("db.c"), id, time.Second, 0); !errors.Is(err, ErrBusy) {
 		t.Fatalf("renewed lock taken: %v", err)
 	}
-	if _, err := s.Renew(bg, b, "db.c", id, time.Second); !errors.Is(err, ErrNotHolder) {
+	if _, err := s.Renew(bg, b, namespace.Of("db.c"), id, time.Second); !errors.Is(err, ErrNotHolder) {
 		t.Fatalf("renew by non-holder: %v", err)
 	}
-	if _, err := s.Renew(bg, a, "db.c", id, time.Hour); !errors.Is(err, ErrInvalidLease) {
+	if _, err := s.Renew(bg, a, namespace.Of("db.c"), id, time.Hour); !errors.Is(err, ErrInvalidLease) {
 		t.Fatalf("renew over max lease: %v", err)
 	}
 	// Partial: one held, one not.
-	got, err := s.Renew(bg, a, "db.c", ids(t, "r", "other"), time.Second)
+	got, err := s.Renew(bg, a, namespace.Of("db.c"), ids(t, "r", "other"), time.Second)
 	var nh *NotHolderError
 	if !errors.As(err, &nh) || len(nh.IDs) != 1 || len(got) != 1 {
 		t.Fatalf("partial renew: %+v %v", got, err)
@@ -439,14 +440,14 @@ func TestReleaseByNonOwner(t *testing.T) {
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "x")
 	mustAcquire(t, s, a, "db.c", id, time.Minute, 0)
-	if n, err := s.Release(bg, b, "db.c", id, "nope"); n != 0 || err != nil {
+	if n, err := s.Release(bg, b, namespace.Of("db.c"), id, "nope"); n != 0 || err != nil {
 		t.Fatalf("release by non-owner: %d %v", n, err)
 	}
-	st, _ := s.Status(bg, b, "db.c", id)
+	st, _ := s.Status(bg, b, namespace.Of("db.c"), id)
 	if !st[0].Held || st[0].HeldByYou || st[0].LastError != "" {
 		t.Fatalf("non-owner release changed the record: %+v", st[0])
 	}
-	if n, err := s.Release(bg, b, "db.c", ids(t, "never-locked"), ""); n != 0 || err != nil {
+	if n, err := s.Release(bg, b, namespace.Of("db.c"), ids(t, "never-locked"), ""); n != 0 || err != nil {
 		t.Fatalf("release of an unknown key: %d %v", n, err)
 	}
 }
@@ -457,10 +458,10 @@ func TestLastErrorForNextHolder(t *testing.T) {
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "job")
 	mustAcquire(t, s, a, "db.c", id, time.Minute, 0)
-	if n, err := s.Release(bg, a, "db.c", id, "disk full"); n != 1 || err != nil {
+	if n, err := s.Release(bg, a, namespace.Of("db.c"), id, "disk full"); n != 1 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
-	st, _ := s.Status(bg, b, "db.c", id)
+	st, _ := s.Status(bg, b, namespace.Of("db.c"), id)
 	if st[0].LastError != "disk full" || st[0].Held {
 		t.Fatalf("status after failed release: %+v", st[0])
 	}
@@ -468,13 +469,13 @@ func TestLastErrorForNextHolder(t *testing.T) {
 	if l[0].LastError != "disk full" {
 		t.Fatalf("next holder sees lastError %q", l[0].LastError)
 	}
-	if st, _ := s.Status(bg, b, "db.c", id); st[0].LastError != "disk full" || !st[0].HeldByYou {
+	if st, _ := s.Status(bg, b, namespace.Of("db.c"), id); st[0].LastError != "disk full" || !st[0].HeldByYou {
 		t.Fatalf("status while the next holder works: %+v", st[0])
 	}
-	if _, err := s.Release(bg, b, "db.c", id, ""); err != nil {
+	if _, err := s.Release(bg, b, namespace.Of("db.c"), id, ""); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := s.Status(bg, b, "db.c", id); st[0].LastError != "" {
+	if st, _ := s.Status(bg, b, namespace.Of("db.c"), id); st[0].LastError != "" {
 		t.Fatalf("a clean release should clear lastError: %+v", st[0])
 	}
 }
@@ -486,7 +487,7 @@ func TestReleaseAllAndSession(t *testing.T) {
 	mustAcquire(t, s, a, "db.c", ids(t, int32(1), int32(2)), time.Minute, 0)
 	mustAcquire(t, s, a, "db.d", ids(t, int32(1)), time.Minute, 0)
 	mustAcquire(t, s, b, "db.c", ids(t, int32(3)), time.Minute, 0)
-	if n, err := s.ReleaseAll(bg, a, "db.d", ""); n != 1 || err != nil {
+	if n, err := s.ReleaseAll(bg, a, namespace.Of("db.d"), ""); n != 1 || err != nil {
 		t.Fatalf("release all in db.d: %d %v", n, err)
 	}
 	mustAcquire(t, s, a, "db.d", ids(t, int32(1)), time.Minute, 0)
@@ -496,7 +497,7 @@ func TestReleaseAllAndSession(t *testing.T) {
 	}
 	mustAcquire(t, s, b, "db.c", ids(t, int32(1), int32(2)), time.Minute, 0)
 	mustAcquire(t, s, b, "db.d", ids(t, int32(1)), time.Minute, 0)
-	if ok, _, _ := s.Holds(bg, a, "db.c", ids(t, int32(1)), 0); ok {
+	if ok, _, _ := s.Holds(bg, a, namespace.Of("db.c"), ids(t, int32(1)), 0); ok {
 		t.Fatal("released session still holds")
 	}
 	if n, _ := s.ReleaseSession(bg, a.Session); n != 0 {
@@ -513,7 +514,7 @@ func TestListAndForceRelease(t *testing.T) {
 	a, b := newOwner("a"), newOwner("b")
 	mustAcquire(t, s, a, "db.c", ids(t, int32(1), "two"), time.Minute, 0)
 	mustAcquire(t, s, b, "db.d", ids(t, int32(1)), time.Minute, 0)
-	if _, err := s.Release(bg, b, "db.d", ids(t, int32(1)), "x"); err != nil {
+	if _, err := s.Release(bg, b, namespace.Of("db.d"), ids(t, int32(1)), "x"); err != nil {
 		t.Fatal(err)
 	}
 	all, err := s.List(bg, ListOptions{})
@@ -521,7 +522,7 @@ func TestListAndForceRelease(t *testing.T) {
 		t.Fatalf("list: %d %v, want 2 held", len(all), err)
 	}
 	for _, st := range all {
-		if !st.Held || st.Holder.App != "a" || st.Since.IsZero() || st.Token == 0 || st.NS != "db.c" {
+		if !st.Held || st.Holder.App != "a" || st.Since.IsZero() || st.Token == 0 || st.NS.String() != "db.c" {
 			t.Fatalf("list entry %+v", st)
 		}
 	}
@@ -529,25 +530,25 @@ func TestListAndForceRelease(t *testing.T) {
 	if len(withFree) != 3 {
 		t.Fatalf("list with free: %d", len(withFree))
 	}
-	if only, _ := s.List(bg, ListOptions{NS: "db.d", IncludeFree: true}); len(only) != 1 || only[0].LastError != "x" {
+	if only, _ := s.List(bg, ListOptions{NS: namespace.Of("db.d"), IncludeFree: true}); len(only) != 1 || only[0].LastError != "x" {
 		t.Fatalf("list ns: %+v", only)
 	}
-	before, _ := s.Status(bg, a, "db.c", ids(t, "two"))
-	st, err := s.ForceRelease(bg, "db.c", rv(t, "two"), "stuck job")
+	before, _ := s.Status(bg, a, namespace.Of("db.c"), ids(t, "two"))
+	st, err := s.ForceRelease(bg, namespace.Of("db.c"), rv(t, "two"), "stuck job")
 	if err != nil || !st.Held || st.Holder.App != "a" {
 		t.Fatalf("force: %+v %v", st, err)
 	}
-	after, _ := s.Status(bg, a, "db.c", ids(t, "two"))
+	after, _ := s.Status(bg, a, namespace.Of("db.c"), ids(t, "two"))
 	if after[0].Held || after[0].Token != before[0].Token+1 {
 		t.Fatalf("after force: %+v (token before %d)", after[0], before[0].Token)
 	}
-	if ok, _, _ := s.Holds(bg, a, "db.c", ids(t, "two"), 0); ok {
+	if ok, _, _ := s.Holds(bg, a, namespace.Of("db.c"), ids(t, "two"), 0); ok {
 		t.Fatal("force release through this store must invalidate the cache")
 	}
-	if n, _ := s.Release(bg, a, "db.c", ids(t, "two"), ""); n != 0 {
+	if n, _ := s.Release(bg, a, namespace.Of("db.c"), ids(t, "two"), ""); n != 0 {
 		t.Fatal("the old holder released a force-released lock")
 	}
-	if st, err := s.ForceRelease(bg, "db.c", rv(t, "nothing"), "r"); err != nil || st.Held {
+	if st, err := s.ForceRelease(bg, namespace.Of("db.c"), rv(t, "nothing"), "r"); err != nil || st.Held {
 		t.Fatalf("force of unknown key: %+v %v", st, err)
 	}
 }
@@ -567,7 +568,7 @@ func TestHolds(t *testing.T) {
 		return testutil.ToFloat64(s.m.roundTrips.WithLabelValues(opFind, "ok"))
 	}
 	f0 := finds(s1)
-	ok, missing, err := s1.Holds(bg, a, "db.c", ids(t, int32(1), 2.0), time.Second)
+	ok, missing, err := s1.Holds(bg, a, namespace.Of("db.c"), ids(t, int32(1), 2.0), time.Second)
 	if !ok || len(missing) != 0 || err != nil {
 		t.Fatalf("holds from cache: %v %v %v", ok, missing, err)
 	}
@@ -576,7 +577,7 @@ func TestHolds(t *testing.T) {
 	}
 	// From the database: a lock taken through another instance is honoured.
 	f0 = finds(s2)
-	if ok, _, err := s2.Holds(bg, a, "db.c", ids(t, int32(1)), time.Second); !ok || err != nil {
+	if ok, _, err := s2.Holds(bg, a, namespace.Of("db.c"), ids(t, int32(1)), time.Second); !ok || err != nil {
 		t.Fatalf("holds through the other store: %v %v", ok, err)
 	}
 	// The head, and the claim after it: a head can be moved back to a
@@ -584,25 +585,25 @@ func TestHolds(t *testing.T) {
 	if finds(s2) != f0+2 {
 		t.Fatalf("Holds for a foreign lock read the database %v times, want twice (its head and the claim after it)", finds(s2)-f0)
 	}
-	ok, missing, _ = s1.Holds(bg, a, "db.c", ids(t, int32(1), int32(3)), 0)
+	ok, missing, _ = s1.Holds(bg, a, namespace.Of("db.c"), ids(t, int32(1), int32(3)), 0)
 	if ok || len(missing) != 1 || missing[0].Raw().Int32() != 3 {
 		t.Fatalf("holds with one missing: %v %v", ok, missing)
 	}
-	if ok, _, _ := s1.Holds(bg, b, "db.c", ids(t, int32(1)), 0); ok {
+	if ok, _, _ := s1.Holds(bg, b, namespace.Of("db.c"), ids(t, int32(1)), 0); ok {
 		t.Fatal("another session holds a's lock")
 	}
 	// A force release through another instance waits until this
 	// instance's cache can no longer trust the lock (TestCacheIsNeverWrongAcrossStores),
 	// here as long as s1's trust: s1 refuses once it returns.
 	s1.cfg.CacheTrust, s2.cfg.CacheTrust = 50*time.Millisecond, 50*time.Millisecond
-	if _, err := s2.ForceRelease(bg, "db.c", rv(t, int32(2)), "test"); err != nil {
+	if _, err := s2.ForceRelease(bg, namespace.Of("db.c"), rv(t, int32(2)), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, _ := s1.Holds(bg, a, "db.c", ids(t, int32(2)), 0); ok {
+	if ok, _, _ := s1.Holds(bg, a, namespace.Of("db.c"), ids(t, int32(2)), 0); ok {
 		t.Fatal("a force release elsewhere must be seen once it returned")
 	}
 	s1.cfg.CacheTrust = -1
-	if ok, _, _ := s1.Holds(bg, a, "db.c", ids(t, int32(1)), 0); !ok {
+	if ok, _, _ := s1.Holds(bg, a, namespace.Of("db.c"), ids(t, int32(1)), 0); !ok {
 		t.Fatal("with the cache disabled, the lock is read")
 	}
 }
@@ -620,12 +621,12 @@ func TestLocalWaiterHandoff(t *testing.T) {
 		got := make(chan time.Time, 1)
 		errc := make(chan error, 1)
 		go func() {
-			_, err := s.Acquire(bg, b, "db.c", id, time.Minute, 10*time.Second)
+			_, err := s.Acquire(bg, b, namespace.Of("db.c"), id, time.Minute, 10*time.Second)
 			got <- time.Now()
 			errc <- err
 		}()
 		testkit.Eventually(t, 10*time.Second, "the waiter to try and block", func() bool { return blocked(s, ks(t, "db.c", id)) })
-		if _, err := s.Release(bg, a, "db.c", id, ""); err != nil {
+		if _, err := s.Release(bg, a, namespace.Of("db.c"), id, ""); err != nil {
 			t.Fatal(err)
 		}
 		released := time.Now()
@@ -634,7 +635,7 @@ func TestLocalWaiterHandoff(t *testing.T) {
 			t.Fatal(err)
 		}
 		lat = append(lat, at.Sub(released))
-		if _, err := s.Release(bg, b, "db.c", id, ""); err != nil {
+		if _, err := s.Release(bg, b, namespace.Of("db.c"), id, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -659,7 +660,7 @@ func blocked(s *Store, rid string) bool {
 
 // ks is the record id of a single id.
 func ks(t *testing.T, ns string, id []docid.ID) string {
-	k, err := keys(ns, id)
+	k, err := keys(namespace.Of(ns), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,18 +685,18 @@ func TestLocalWaitersFIFO(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.Acquire(bg, owners[i], "db.c", id, time.Minute, 20*time.Second); err != nil {
+			if _, err := s.Acquire(bg, owners[i], namespace.Of("db.c"), id, time.Minute, 20*time.Second); err != nil {
 				t.Error(err)
 				return
 			}
 			order <- i
-			if _, err := s.Release(bg, owners[i], "db.c", id, ""); err != nil {
+			if _, err := s.Release(bg, owners[i], namespace.Of("db.c"), id, ""); err != nil {
 				t.Error(err)
 			}
 		}()
 		testkit.Eventually(t, 10*time.Second, "the waiter to queue", func() bool { return s.wq.waiting(rid) == i+1 })
 	}
-	if _, err := s.Release(bg, holder, "db.c", id, ""); err != nil {
+	if _, err := s.Release(bg, holder, namespace.Of("db.c"), id, ""); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -716,7 +717,7 @@ func TestWaitTimeout(t *testing.T) {
 	id := ids(t, "t")
 	mustAcquire(t, s, a, "db.c", id, time.Minute, 0)
 	start := time.Now()
-	_, err := s.Acquire(bg, b, "db.c", id, time.Minute, 150*time.Millisecond)
+	_, err := s.Acquire(bg, b, namespace.Of("db.c"), id, time.Minute, 150*time.Millisecond)
 	took := time.Since(start)
 	he := heldErr(t, err, ErrTimeout)
 	if errors.Is(err, ErrBusy) {
@@ -737,7 +738,7 @@ func TestWaitTimeout(t *testing.T) {
 	// Context cancellation ends a wait too.
 	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
 	defer cancel()
-	if _, err := s.Acquire(ctx, b, "db.c", id, time.Minute, time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.Acquire(ctx, b, namespace.Of("db.c"), id, time.Minute, time.Minute); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cancelled wait: %v", err)
 	}
 }
@@ -774,7 +775,7 @@ func TestTwoStores(t *testing.T) {
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "shared")
 	mustAcquire(t, s1, a, "db.c", id, time.Minute, 0)
-	_, err := s2.Acquire(bg, b, "db.c", id, time.Minute, 0)
+	_, err := s2.Acquire(bg, b, namespace.Of("db.c"), id, time.Minute, 0)
 	if he := heldErr(t, err, ErrBusy); he.Holder.App != "a" {
 		t.Fatalf("holder through the other store: %+v", he.Holder)
 	}
@@ -784,13 +785,13 @@ func TestTwoStores(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		_, err := s2.Acquire(bg, b, "db.c", id, time.Minute, 10*time.Second)
+		_, err := s2.Acquire(bg, b, namespace.Of("db.c"), id, time.Minute, 10*time.Second)
 		done <- res{time.Now(), err}
 	}()
 	// Released once the waiter has tried and blocked: from then on only
 	// its poll, never above the cap, can find the lock free.
 	testkit.Eventually(t, 10*time.Second, "the waiter to try and block", func() bool { return blocked(s2, ks(t, "db.c", id)) })
-	if _, err := s1.Release(bg, a, "db.c", id, ""); err != nil {
+	if _, err := s1.Release(bg, a, namespace.Of("db.c"), id, ""); err != nil {
 		t.Fatal(err)
 	}
 	released := time.Now()
@@ -819,7 +820,7 @@ func TestDuplicateKeyRaceIsBusy(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				_, err := s.Acquire(bg, newOwner("r"), "db.race", id, time.Minute, 0)
+				_, err := s.Acquire(bg, newOwner("r"), namespace.Of("db.race"), id, time.Minute, 0)
 				switch {
 				case err == nil:
 					wins.Add(1)
@@ -852,11 +853,11 @@ func TestUnavailable(t *testing.T) {
 	}
 	defer s.Close(bg)
 	a := newOwner("a")
-	_, err = s.Acquire(bg, a, "db.c", ids(t, int32(1)), 0, 0)
+	_, err = s.Acquire(bg, a, namespace.Of("db.c"), ids(t, int32(1)), 0, 0)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("acquire: %v, want ErrUnavailable", err)
 	}
-	if ok, _, err := s.Holds(bg, a, "db.c", ids(t, int32(1)), 0); ok || !errors.Is(err, ErrUnavailable) {
+	if ok, _, err := s.Holds(bg, a, namespace.Of("db.c"), ids(t, int32(1)), 0); ok || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("holds must fail closed: %v %v", ok, err)
 	}
 	if err := s.Ping(bg); !errors.Is(err, ErrUnavailable) {
@@ -910,7 +911,7 @@ func TestNoDoubleGrant(t *testing.T) {
 				}
 				k := (w*7 + c*3) % nkeys
 				id := []docid.ID{rv(t, int32(k))}
-				l, err := s.Acquire(bg, o, "db.stress", id, time.Minute, 90*time.Second)
+				l, err := s.Acquire(bg, o, namespace.Of("db.stress"), id, time.Minute, 90*time.Second)
 				if err != nil {
 					t.Errorf("worker %d cycle %d: %v", w, c, err)
 					failed.Store(true)
@@ -927,7 +928,7 @@ func TestNoDoubleGrant(t *testing.T) {
 				lastToken[k] = l[0].Token
 				grants.Add(1)
 				holders[k].Add(-1)
-				if n, err := s.Release(bg, o, "db.stress", id, ""); err != nil || n != 1 {
+				if n, err := s.Release(bg, o, namespace.Of("db.stress"), id, ""); err != nil || n != 1 {
 					t.Errorf("release: %d %v", n, err)
 					failed.Store(true)
 					return

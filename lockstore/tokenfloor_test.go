@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestFirstTokensOfTwoStoresOverAStamp: a new key's first fencing token is
@@ -27,7 +29,7 @@ func TestFirstTokensOfTwoStoresOverAStamp(t *testing.T) {
 	const ns = "db.c"
 	key := ids(t, 7, "other")
 
-	first, err := sa.Acquire(bg, newOwner("a"), ns, key, time.Minute, 0)
+	first, err := sa.Acquire(bg, newOwner("a"), namespace.Of(ns), key, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,20 +39,20 @@ func TestFirstTokensOfTwoStoresOverAStamp(t *testing.T) {
 
 	// Without a floor the later grant comes out below the stamp.
 	b := newOwner("b")
-	plain, err := sb.Acquire(bg, b, ns, key[:1], time.Minute, 0)
+	plain, err := sb.Acquire(bg, b, namespace.Of(ns), key[:1], time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if plain[0].Token > stamp {
 		t.Fatalf("the later plain grant has token %d above the stamp %d: the clocks no longer make the case", plain[0].Token, stamp)
 	}
-	if _, err := sb.Release(bg, b, ns, key[:1], ""); err != nil {
+	if _, err := sb.Release(bg, b, namespace.Of(ns), key[:1], ""); err != nil {
 		t.Fatal(err)
 	}
 
 	c := newOwner("c")
 	// A first life on the other key, a next generation on the first.
-	got, err := sb.Acquire(WithTokenFloors(bg, []int64{stamp, first[1].Token}), c, ns, key, time.Minute, 0)
+	got, err := sb.Acquire(WithTokenFloors(bg, []int64{stamp, first[1].Token}), c, namespace.Of(ns), key, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,15 +63,15 @@ func TestFirstTokensOfTwoStoresOverAStamp(t *testing.T) {
 		}
 	}
 	// Re-entrant: the holder's token stays.
-	again, err := sb.Acquire(WithTokenFloors(bg, []int64{got[0].Token + 10}), c, ns, key[:1], time.Minute, 0)
+	again, err := sb.Acquire(WithTokenFloors(bg, []int64{got[0].Token + 10}), c, namespace.Of(ns), key[:1], time.Minute, 0)
 	if err != nil || again[0].Token != got[0].Token {
 		t.Errorf("re-entrant acquire over a higher stamp: %+v %v, want the token %d kept", again, err, got[0].Token)
 	}
 	// The next grant goes on from the raised token.
-	if _, err := sb.Release(bg, c, ns, key, ""); err != nil {
+	if _, err := sb.Release(bg, c, namespace.Of(ns), key, ""); err != nil {
 		t.Fatal(err)
 	}
-	next, err := sb.Acquire(bg, newOwner("d"), ns, key[:1], time.Minute, 0)
+	next, err := sb.Acquire(bg, newOwner("d"), namespace.Of(ns), key[:1], time.Minute, 0)
 	if err != nil || next[0].Token <= got[0].Token {
 		t.Errorf("the next grant: %+v %v, want a token above %d", next, err, got[0].Token)
 	}
@@ -78,11 +80,11 @@ func TestFirstTokensOfTwoStoresOverAStamp(t *testing.T) {
 	// the caller's stamp fails, as before.
 	e := newOwner("e")
 	far := ids(t, "far")
-	l, err := sb.Acquire(WithTokenFloors(bg, []int64{1 << 62}), e, ns, far, time.Minute, 0)
+	l, err := sb.Acquire(WithTokenFloors(bg, []int64{1 << 62}), e, namespace.Of(ns), far, time.Minute, 0)
 	if err != nil || l[0].Token >= 1<<62 {
 		t.Errorf("a grant over an implausible stamp: %+v %v, want the clock's token", l, err)
 	}
-	if _, err := sb.Acquire(WithTokenFloors(bg, []int64{1, 2}), e, ns, far, time.Minute, 0); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := sb.Acquire(WithTokenFloors(bg, []int64{1, 2}), e, namespace.Of(ns), far, time.Minute, 0); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("floors that do not match the ids: %v", err)
 	}
 }

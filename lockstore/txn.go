@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -31,7 +32,7 @@ const TxnRetention = time.Hour
 // the locks the committing session must still hold, and the inserted
 // _ids no other session may hold.
 type TxnNeed struct {
-	NS       string
+	NS       namespace.Namespace
 	Bind     string
 	Held     []docid.ID
 	Unlocked []docid.ID
@@ -173,7 +174,7 @@ func (s *Store) RecordTxn(ctx context.Context, session []byte, txn int64, needs 
 	now, _ := s.clock.Now()
 	d := txnDoc{Session: primitive.Binary{Data: session}, Txn: txn, At: now}
 	for _, n := range needs {
-		d.Needs = append(d.Needs, txnNeedDoc{NS: n.NS, Bind: n.Bind, Held: rawIDs(n.Held), Unlocked: rawIDs(n.Unlocked)})
+		d.Needs = append(d.Needs, txnNeedDoc{NS: n.NS.String(), Bind: n.Bind, Held: rawIDs(n.Held), Unlocked: rawIDs(n.Unlocked)})
 	}
 	key := txnSlotID(session, txn, 0)
 	for k := s.txnSlots.guess(key); k < maxTxnSlots; k++ {
@@ -261,7 +262,7 @@ func (s *Store) BeginCommit(ctx context.Context, session []byte, txn int64) ([]T
 			if err != nil {
 				return nil, fmt.Errorf("lockstore: transaction record: %w", err)
 			}
-			out = append(out, TxnNeed{NS: n.NS, Bind: n.Bind, Held: held, Unlocked: unlocked})
+			out = append(out, TxnNeed{NS: namespace.Of(n.NS), Bind: n.Bind, Held: held, Unlocked: unlocked})
 		}
 	}
 	return out, nil

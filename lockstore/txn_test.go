@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestTxnRecordsAcrossInstances: two proxies' stores on one collection.
@@ -37,7 +38,7 @@ func TestTxnRecordsAcrossInstances(t *testing.T) {
 	a, b := open(), open()
 	session := lockstoretest.NewOwner("x").Session
 	rec := func(s *lockstore.Store, id int) error {
-		return s.RecordTxn(ctx, session, 5, []lockstore.TxnNeed{{NS: "shop.orders", Held: lockstoretest.IDs(id)}})
+		return s.RecordTxn(ctx, session, 5, []lockstore.TxnNeed{{NS: namespace.Of("shop.orders"), Held: lockstoretest.IDs(id)}})
 	}
 	must := func(err error) {
 		t.Helper()
@@ -89,7 +90,7 @@ func TestTxnRecordsExpire(t *testing.T) {
 	t.Cleanup(func() { s.Close(context.Background()) })
 	ctx := context.Background()
 	session := lockstoretest.NewOwner("x").Session
-	need := []lockstore.TxnNeed{{NS: "shop.orders", Held: lockstoretest.IDs(1)}}
+	need := []lockstore.TxnNeed{{NS: namespace.Of("shop.orders"), Held: lockstoretest.IDs(1)}}
 	for _, n := range []int64{1, 2} {
 		if err := s.RecordTxn(ctx, session, n, need); err != nil {
 			t.Fatal(err)

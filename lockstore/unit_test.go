@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 )
 
@@ -220,7 +221,7 @@ func TestWaitModeSelection(t *testing.T) {
 
 func TestErrorsAndMessages(t *testing.T) {
 	t.Parallel()
-	he := &HeldError{NS: "shop.orders", ID: rv(t, int32(7)), Holder: Holder{
+	he := &HeldError{NS: namespace.Of("shop.orders"), ID: rv(t, int32(7)), Holder: Holder{
 		App: "billing", SessionPrefix: "1a2b3c4d", ExpiresAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 	}}
 	if !errors.Is(he, ErrBusy) || errors.Is(he, ErrTimeout) {

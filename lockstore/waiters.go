@@ -4,12 +4,13 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // Waiting reports how many Acquire calls on this Store are queued for the
 // lock on (ns, id): the waiters an operator console shows next to a held
 // lock. Waiters on other lockgate instances are not counted.
-func (s *Store) Waiting(ns string, id docid.ID) int {
+func (s *Store) Waiting(ns namespace.Namespace, id docid.ID) int {
 	if id.IsZero() {
 		return 0
 	}
@@ -35,7 +36,7 @@ func waiterOf(o Owner, c Clock) Waiter {
 // Waiters lists the Acquire calls on this Store queued for the lock on
 // (ns, id), in arrival order: a read-only copy for the operator console.
 // Waiters on other lockgate instances are not listed.
-func (s *Store) Waiters(ns string, id docid.ID) []Waiter {
+func (s *Store) Waiters(ns namespace.Namespace, id docid.ID) []Waiter {
 	if id.IsZero() {
 		return nil
 	}

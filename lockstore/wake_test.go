@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // wakePair opens two Stores on one lock collection; with wake, each
@@ -59,7 +60,7 @@ func TestWakeAcrossStores(t *testing.T) {
 			ctx := context.Background()
 			a, b := newOwner("holder"), newOwner("waiter")
 			key := ids(t, "k")
-			if _, err := s1.Acquire(ctx, a, "db.c", key, 5*time.Minute, 0); err != nil {
+			if _, err := s1.Acquire(ctx, a, namespace.Of("db.c"), key, 5*time.Minute, 0); err != nil {
 				t.Fatal(err)
 			}
 			wait := 3 * time.Second
@@ -68,16 +69,16 @@ func TestWakeAcrossStores(t *testing.T) {
 			}
 			got := make(chan error, 1)
 			go func() {
-				_, err := s2.Acquire(ctx, b, "db.c", key, time.Minute, wait)
+				_, err := s2.Acquire(ctx, b, namespace.Of("db.c"), key, time.Minute, wait)
 				got <- err
 			}()
-			rid := recordID("db.c", key[0].Key())
+			rid := recordID(namespace.Of("db.c"), key[0].Key())
 			if wake {
 				testkit.Eventually(t, 20*time.Second, "the waiter to register its interest", func() bool { return s1.wake.Load().interested(rid) })
 			} else {
 				testkit.Eventually(t, 20*time.Second, "the waiter to find the key held", func() bool { return s2.wq.blockedWaiter(rid) })
 			}
-			if _, err := s1.Release(ctx, a, "db.c", key, ""); err != nil {
+			if _, err := s1.Release(ctx, a, namespace.Of("db.c"), key, ""); err != nil {
 				t.Fatal(err)
 			}
 			err := <-got
@@ -109,17 +110,17 @@ func BenchmarkWakeAcrossStores(b *testing.B) {
 			ctx := context.Background()
 			a, w := newOwner("holder"), newOwner("waiter")
 			id := ids(b, "bench")
-			rid := recordID("db.c", id[0].Key())
+			rid := recordID(namespace.Of("db.c"), id[0].Key())
 			samples := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for range b.N {
-				if _, err := s1.Acquire(ctx, a, "db.c", id, time.Minute, 5*time.Second); err != nil {
+				if _, err := s1.Acquire(ctx, a, namespace.Of("db.c"), id, time.Minute, 5*time.Second); err != nil {
 					b.Fatal(err)
 				}
 				got := make(chan time.Time, 1)
 				errs := make(chan error, 1)
 				go func() {
-					_, err := s2.Acquire(ctx, w, "db.c", id, time.Minute, 10*time.Second)
+					_, err := s2.Acquire(ctx, w, namespace.Of("db.c"), id, time.Minute, 10*time.Second)
 					got <- time.Now()
 					errs <- err
 				}()
@@ -134,7 +135,7 @@ func BenchmarkWakeAcrossStores(b *testing.B) {
 				// A hold of 100 ms, so that the poll has backed off as it
 				// does under a real holder's read-modify-write.
 				time.Sleep(100 * time.Millisecond)
-				if _, err := s1.Release(ctx, a, "db.c", id, ""); err != nil {
+				if _, err := s1.Release(ctx, a, namespace.Of("db.c"), id, ""); err != nil {
 					b.Fatal(err)
 				}
 				released := time.Now()
@@ -143,7 +144,7 @@ func BenchmarkWakeAcrossStores(b *testing.B) {
 					b.Fatal(err)
 				}
 				samples = append(samples, at.Sub(released))
-				if _, err := s2.Release(ctx, w, "db.c", id, ""); err != nil {
+				if _, err := s2.Release(ctx, w, namespace.Of("db.c"), id, ""); err != nil {
 					b.Fatal(err)
 				}
 			}

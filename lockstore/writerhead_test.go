@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // The tests in this file are about a writer (renew, release,
@@ -29,15 +31,15 @@ func TestRenewAfterCachedReleaseElsewhere(t *testing.T) {
 	const ns = "db.c"
 	key := ids(t, "k")
 	mustAcquire(t, a, o, ns, key, holdLease, 0)
-	if n, err := a.Release(bg, o, ns, key, ""); n != 1 || err != nil {
+	if n, err := a.Release(bg, o, namespace.Of(ns), key, ""); n != 1 || err != nil {
 		t.Fatalf("release through A: %d %v", n, err)
 	}
 	mustAcquire(t, b, o, ns, key, holdLease, 0)
-	locks, err := a.Renew(bg, o, ns, key, holdLease)
+	locks, err := a.Renew(bg, o, namespace.Of(ns), key, holdLease)
 	if err != nil || len(locks) != 1 {
 		t.Fatalf("the holder's renewal through A: %v %v", locks, err)
 	}
-	if n, err := a.Release(bg, o, ns, key, ""); n != 1 || err != nil {
+	if n, err := a.Release(bg, o, namespace.Of(ns), key, ""); n != 1 || err != nil {
 		t.Fatalf("the holder's release through A: %d %v", n, err)
 	}
 }
@@ -55,11 +57,11 @@ func TestAcquireOverAHeadBehindARelease(t *testing.T) {
 	key := ids(t, "k")
 	mustAcquire(t, s[0], a, "db.c", key, holdLease, 0)
 	land := holdHeadWrite(s[0], kindRelease, func() error {
-		_, err := s[0].Release(bg, a, "db.c", key, "")
+		_, err := s[0].Release(bg, a, namespace.Of("db.c"), key, "")
 		return err
 	})
 	defer func() { _ = land() }()
-	if _, err := s[1].Acquire(bg, b, "db.c", key, holdLease, 0); err != nil {
+	if _, err := s[1].Acquire(bg, b, namespace.Of("db.c"), key, holdLease, 0); err != nil {
 		t.Fatalf("b's acquire after a's release: %v", err)
 	}
 }
@@ -80,7 +82,7 @@ func movedBackFree(t *testing.T) (s []*Store, b Owner) {
 	key := ids(t, "k")
 	mustAcquire(t, s[0], a, "db.c", key, 5*time.Second, 0)
 	land := holdHeadWrite(s[0], kindRelease, func() error {
-		n, err := s[0].Release(bg, a, "db.c", key, "")
+		n, err := s[0].Release(bg, a, namespace.Of("db.c"), key, "")
 		if err == nil && n != 1 {
 			t.Errorf("a's release freed %d", n)
 		}
@@ -106,7 +108,7 @@ func movedBackFree(t *testing.T) (s []*Store, b Owner) {
 func TestHolderRenewsOverAMovedBackFreeHead(t *testing.T) {
 	t.Parallel()
 	s, b := movedBackFree(t)
-	locks, err := s[2].Renew(bg, b, "db.c", ids(t, "k"), holdLease)
+	locks, err := s[2].Renew(bg, b, namespace.Of("db.c"), ids(t, "k"), holdLease)
 	if err != nil || len(locks) != 1 {
 		t.Fatalf("b's renewal: %v %v", locks, err)
 	}
@@ -118,10 +120,10 @@ func TestHolderRenewsOverAMovedBackFreeHead(t *testing.T) {
 func TestHolderReleasesOverAMovedBackFreeHead(t *testing.T) {
 	t.Parallel()
 	s, b := movedBackFree(t)
-	if n, err := s[2].Release(bg, b, "db.c", ids(t, "k"), ""); n != 1 || err != nil {
+	if n, err := s[2].Release(bg, b, namespace.Of("db.c"), ids(t, "k"), ""); n != 1 || err != nil {
 		t.Fatalf("b's release: %d %v", n, err)
 	}
-	if _, err := s[1].Acquire(bg, newOwner("c"), "db.c", ids(t, "k"), holdLease, 0); err != nil {
+	if _, err := s[1].Acquire(bg, newOwner("c"), namespace.Of("db.c"), ids(t, "k"), holdLease, 0); err != nil {
 		t.Fatalf("acquire after b's release: %v", err)
 	}
 }
@@ -141,12 +143,12 @@ func TestForceReleaseOverAHeadFarBehind(t *testing.T) {
 	key := ids(t, "k")
 	mustAcquire(t, s[0], a, "db.c", key, holdLease, 0)
 	land := holdHeadWrite(s[0], kindRenew, func() error {
-		_, err := s[0].Renew(bg, a, "db.c", key, holdLease)
+		_, err := s[0].Renew(bg, a, namespace.Of("db.c"), key, holdLease)
 		return err
 	})
 	const ahead = 20
 	for range ahead {
-		if _, err := s[1].Renew(bg, a, "db.c", key, holdLease); err != nil {
+		if _, err := s[1].Renew(bg, a, namespace.Of("db.c"), key, holdLease); err != nil {
 			t.Fatalf("renewal through s2: %v", err)
 		}
 	}
@@ -164,11 +166,11 @@ func TestForceReleaseOverAHeadFarBehind(t *testing.T) {
 		t.Fatalf("set-up: head at %d, newest claim %+v (%v); want %d behind", h.Seq, n, err, ahead)
 	}
 
-	res, err := s[2].ForceRelease(bg, "db.c", key[0], "test")
+	res, err := s[2].ForceRelease(bg, namespace.Of("db.c"), key[0], "test")
 	if err != nil {
 		t.Fatalf("force-release over a head %d behind: %v (%+v)", ahead, err, res)
 	}
-	if _, err := s[1].Acquire(bg, newOwner("c"), "db.c", key, holdLease, 0); err != nil {
+	if _, err := s[1].Acquire(bg, newOwner("c"), namespace.Of("db.c"), key, holdLease, 0); err != nil {
 		var held *HeldError
 		if errors.As(err, &held) {
 			t.Fatalf("the key is still held after the force-release: %v", err)

@@ -51,12 +51,12 @@ func (a *Authority) Required() bool {
 // changes. This is the one place where lockgate learns a caller's
 // privileges: locking, lock status, resolution and refusal detail all
 // ask here.
-func (a *Authority) Allows(ctx context.Context, req *proxy.Request, priv Privilege, ns string) (bool, error) {
-	key := string(priv) + " " + ns
+func (a *Authority) Allows(ctx context.Context, req *proxy.Request, priv Privilege, ns namespace.Namespace) (bool, error) {
+	key := string(priv) + " " + ns.String()
 	if allowed, known := req.Client.Verdict(key); known {
 		return allowed, nil
 	}
-	db, coll := namespace.Of(ns).Parts()
+	db, coll := ns.Parts()
 	none := bsoncore.NewDocumentBuilder().AppendDocument("_id",
 		bsoncore.NewDocumentBuilder().AppendArray("$in", bsoncore.NewArrayBuilder().Build()).Build()).Build()
 	b := bsoncore.NewDocumentBuilder()
@@ -87,7 +87,7 @@ func (a *Authority) Allows(ctx context.Context, req *proxy.Request, priv Privile
 // where the upstream requires it, only to an authenticated caller who may
 // read ns, the gate of lockStatus. A verdict the upstream could not give
 // counts as no: the minimal refusal is still a correct one.
-func (a *Authority) MayDisclose(ctx context.Context, req *proxy.Request, ns string) bool {
+func (a *Authority) MayDisclose(ctx context.Context, req *proxy.Request, ns namespace.Namespace) bool {
 	if !a.Required() {
 		return true
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/proxy"
 )
 
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 func TestAuthorityWithoutAnUpstream(t *testing.T) {
 	ctx := context.Background()
 	req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1}}
-	if open := New(nil); open.Required() || !open.MayDisclose(ctx, req, "shop.orders") {
+	if open := New(nil); open.Required() || !open.MayDisclose(ctx, req, namespace.Of("shop.orders")) {
 		t.Error("an upstream without authentication: holders must be shown to anyone")
 	}
 	required := true
@@ -28,17 +29,17 @@ func TestAuthorityWithoutAnUpstream(t *testing.T) {
 	if !a.Required() {
 		t.Fatal("Required() = false, want true")
 	}
-	if a.MayDisclose(ctx, req, "shop.orders") {
+	if a.MayDisclose(ctx, req, namespace.Of("shop.orders")) {
 		t.Error("holders shown to an unauthenticated caller where authentication is required")
 	}
-	if allowed, err := a.Allows(ctx, req, Write, "shop.orders"); !errors.Is(err, proxy.ErrNoUpstream) || allowed {
+	if allowed, err := a.Allows(ctx, req, Write, namespace.Of("shop.orders")); !errors.Is(err, proxy.ErrNoUpstream) || allowed {
 		t.Errorf("Allows without a connection = %v, %v; want false and the error", allowed, err)
 	}
 	req.Client.SetVerdict(string(Write)+" shop.orders", true)
-	if allowed, err := a.Allows(ctx, req, Write, "shop.orders"); err != nil || !allowed {
+	if allowed, err := a.Allows(ctx, req, Write, namespace.Of("shop.orders")); err != nil || !allowed {
 		t.Errorf("Allows with the verdict remembered = %v, %v; want true without asking", allowed, err)
 	}
-	if allowed, err := a.Allows(ctx, req, Read, "shop.orders"); err == nil || allowed {
+	if allowed, err := a.Allows(ctx, req, Read, namespace.Of("shop.orders")); err == nil || allowed {
 		t.Errorf("Allows(Read) after a Write verdict = %v, %v; the privileges must be remembered apart", allowed, err)
 	}
 }

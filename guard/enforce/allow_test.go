@@ -47,7 +47,7 @@ func decideWrites(t *testing.T, s Store, o lockstore.Owner, stmts []stmt) (proxy
 			seen.recorded, seen.enforced, seen.violations = true, enforced, v.Violations
 			seen.checked = map[string][]docid.ID{}
 			for _, x := range v.Checked {
-				seen.checked[x.NS] = x.IDs
+				seen.checked[x.NS.String()] = x.IDs
 			}
 			return nil
 		},

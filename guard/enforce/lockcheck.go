@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -23,8 +24,8 @@ import (
 
 // Store is what the lock check needs of every lock store.
 type Store interface {
-	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
-	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
+	Status(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error)
+	Holds(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 }
 
 // The lock store's optional capabilities, found once by NewLocks;
@@ -33,33 +34,33 @@ type (
 	// Confirmer: Status that does not trust a head record lagging behind
 	// its claims.
 	Confirmer interface {
-		ConfirmedStatus(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
+		ConfirmedStatus(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error)
 	}
 	// LockTeller: whether any lock may be held in a namespace, which
 	// spares most inserts a round trip.
 	LockTeller interface {
-		MayHoldLocks(ns string) bool
+		MayHoldLocks(ns namespace.Namespace) bool
 	}
 	// TokenStore: HeldTokens, the lock check with the fencing tokens and
 	// the lease left (the fence, the flight, a transaction's commit).
 	TokenStore interface {
-		HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
+		HeldTokens(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
 	}
 	// TokenIntoStore: HeldTokens into the caller's slice: the usual
 	// write's lock check allocates nothing.
 	TokenIntoStore interface {
-		HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
+		HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
 	}
 	// MemoStore answers a connection's repeated check of one lock from
 	// the connection's memo while the store is unchanged since it filled
 	// it (lockstore.HeldMemo): no key built, no shared mutex, no map.
 	MemoStore interface {
-		HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns string, id docid.ID, margin time.Duration) (time.Duration, int64, bool)
+		HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool)
 	}
 	// ElsewhereFinder finds a session's lock on the same _id in another
 	// namespace.
 	ElsewhereFinder interface {
-		HeldElsewhere(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) (string, docid.ID, bool, error)
+		HeldElsewhere(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (string, docid.ID, bool, error)
 	}
 )
 
@@ -112,7 +113,7 @@ type Held struct {
 // Check checks that o holds every id of ns with margin left. A fenced
 // write needs the tokens, so a store that cannot report them fails it
 // (ErrNoTokens). The tokens go into buf when it is large enough.
-func (l *Locks) Check(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, fenced bool, buf []int64) (Held, error) {
+func (l *Locks) Check(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration, fenced bool, buf []int64) (Held, error) {
 	if l.tokens == nil {
 		if fenced {
 			return Held{}, ErrNoTokens
@@ -146,7 +147,7 @@ type HeldMemos struct {
 // check, else through the memo it replaces next (filled for the next
 // check when the store answers); false: ask l.Check. The token goes into
 // buf, which must have room for one.
-func (m *HeldMemos) Check(l *Locks, o lockstore.Owner, ns string, id docid.ID, margin time.Duration, buf []int64) (Held, bool) {
+func (m *HeldMemos) Check(l *Locks, o lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, buf []int64) (Held, bool) {
 	if l.memo == nil {
 		return Held{}, false
 	}
@@ -171,13 +172,15 @@ func (m *HeldMemos) Check(l *Locks, o lockstore.Owner, ns string, id docid.ID, m
 
 // MayHoldLocks reports whether any lock may be held in ns: true unless
 // the store can tell that none is.
-func (l *Locks) MayHoldLocks(ns string) bool { return l.teller == nil || l.teller.MayHoldLocks(ns) }
+func (l *Locks) MayHoldLocks(ns namespace.Namespace) bool {
+	return l.teller == nil || l.teller.MayHoldLocks(ns)
+}
 
 // ConfirmedStatus is the lock store's Status for decisions where "not
 // held" lets a write through: it must not trust a head record that lags
 // behind its claims (lockstore.Store.ConfirmedStatus). A store without the
 // distinction (the in-memory one) answers Status.
-func (l *Locks) ConfirmedStatus(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
+func (l *Locks) ConfirmedStatus(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
 	if l.confirm != nil {
 		return l.confirm.ConfirmedStatus(ctx, o, ns, ids)
 	}
@@ -185,7 +188,7 @@ func (l *Locks) ConfirmedStatus(ctx context.Context, o lockstore.Owner, ns strin
 }
 
 // Status is the store's Status.
-func (l *Locks) Status(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
+func (l *Locks) Status(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
 	return l.store.Status(ctx, o, ns, ids)
 }
 
@@ -196,7 +199,7 @@ func (l *Locks) Status(ctx context.Context, o lockstore.Owner, ns string, ids []
 // HeldAsOtherType finds a lock o holds on one of ids written as another
 // type: "1" for 1, or 1 for "1", the usual way a lock that "was taken"
 // still does not cover a write.
-func (l *Locks) HeldAsOtherType(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (docid.ID, bool) {
+func (l *Locks) HeldAsOtherType(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (docid.ID, bool) {
 	var alts []docid.ID
 	alt := func(t bsontype.Type, b []byte) {
 		if id, err := docid.New(bson.RawValue{Type: t, Value: b}); err == nil {
@@ -245,19 +248,18 @@ func (l *Locks) HeldAsOtherType(ctx context.Context, o lockstore.Owner, ns strin
 // HeldInDoubledNamespace checks the usual namespace mistake: acquireLock:
 // "shop.orders" run on database shop locks shop.shop.orders. It reports
 // that namespace when o holds one of ids there.
-func (l *Locks) HeldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (string, bool) {
-	n, ok := namespace.Split(ns)
-	if !ok || len(ids) == 0 {
+func (l *Locks) HeldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (string, bool) {
+	if strings.IndexByte(ns.String(), '.') < 0 || len(ids) == 0 {
 		return "", false
 	}
-	other := n.DB() + "." + ns
+	other := namespace.New(ns.DB(), ns.String())
 	sts, err := l.store.Status(ctx, o, other, ids[:min(len(ids), 10)])
 	if err != nil {
 		return "", false
 	}
 	for _, st := range sts {
 		if st.HeldByYou {
-			return other, true
+			return other.String(), true
 		}
 	}
 	return "", false
@@ -267,7 +269,7 @@ func (l *Locks) HeldInDoubledNamespace(ctx context.Context, o lockstore.Owner, n
 // often acquireLock run on another database than the write (mongosh
 // starts on "test"), or on a misspelt collection. It returns the text to
 // append to the refusal, naming a namespace o itself locked in.
-func (l *Locks) HeldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) (string, bool) {
+func (l *Locks) HeldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (string, bool) {
 	if l.elsewhere == nil || len(ids) == 0 {
 		return "", false
 	}
@@ -275,7 +277,7 @@ func (l *Locks) HeldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns 
 	if err != nil || !ok {
 		return "", false
 	}
-	db, coll := namespace.Of(ns).Parts()
+	db, coll := ns.Parts()
 	return fmt.Sprintf(" (it holds the lock on _id %s in %s instead: a lock covers only the namespace it was taken in; run {acquireLock: %q} on database %s)",
 		id.String(), other, coll, db), true
 }
@@ -302,7 +304,7 @@ func TypeName(v docid.ID) string {
 // by another session and no lock at all are the same refusal, down to
 // the hints.
 func (l *Locks) Missing(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, shown []docid.ID, hidden int, disclose bool) Violation {
-	ns := w.NS.String()
+	ns := w.NS
 	x := Violation{Rule: *r, Write: w, Reason: ReasonNotLocked, IDs: shown}
 	// One more round trip, on the refusal path only, to say who holds it:
 	// for a named id only, as the holder of another document is none of
@@ -364,7 +366,7 @@ func documents(n int) string {
 // checked: the store was asked; where no lock may be held in ns at all,
 // no _id of it can be locked, and most inserts need no round trip.
 func (l *Locks) Insertable(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) (_ *Violation, checked bool) {
-	ns := w.NS.String()
+	ns := w.NS
 	if !l.MayHoldLocks(ns) {
 		return nil, false
 	}
@@ -389,7 +391,7 @@ type Needs []Need
 
 // Need is the locks the writes of one namespace need.
 type Need struct {
-	NS string
+	NS namespace.Namespace
 	// Rule is the rule of the namespace's last write: a pointer into the
 	// verdict's rules, which outlive every need (a rule is too large to
 	// copy on every call).
@@ -398,9 +400,9 @@ type Need struct {
 }
 
 // Add adds ids, written under r, to ns's need.
-func (n *Needs) Add(ns string, r *policy.Rule, ids ...docid.ID) {
+func (n *Needs) Add(ns namespace.Namespace, r *policy.Rule, ids ...docid.ID) {
 	for i := range *n {
-		if (*n)[i].NS == ns {
+		if (*n)[i].NS.String() == ns.String() {
 			(*n)[i].Rule = r
 			(*n)[i].IDs = append((*n)[i].IDs, ids...)
 			return
@@ -418,16 +420,16 @@ type Checker[V any] struct {
 	Locks *Locks
 	// Skip reports whether the check of ids is left to another (the
 	// implicit locks' acquire, which reads the same keys); nil: never.
-	Skip func(v V, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) bool
+	Skip func(v V, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) bool
 	// Defer reports whether a write whose session lacks missing (of ids)
 	// is left to implicit locks rather than refused; nil: never.
-	Defer func(v V, r *policy.Rule, ns string, ids, missing []docid.ID) bool
+	Defer func(v V, r *policy.Rule, ns namespace.Namespace, ids, missing []docid.ID) bool
 	// Held checks the locks and records what the write's flight and
 	// fence need of them; nil: Locks.Check alone, unfenced.
-	Held func(ctx context.Context, v V, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) (ok bool, missing []docid.ID, err error)
+	Held func(ctx context.Context, v V, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (ok bool, missing []docid.ID, err error)
 	// MayDisclose reports whether req's caller may be told who holds a
 	// lock of ns; nil: never.
-	MayDisclose func(ctx context.Context, req *proxy.Request, ns string) bool
+	MayDisclose func(ctx context.Context, req *proxy.Request, ns namespace.Namespace) bool
 	// InsertChecks counts the checks of inserted ids by outcome
 	// (checked, skipped); nil: none.
 	InsertChecks *prometheus.CounterVec
@@ -435,7 +437,7 @@ type Checker[V any] struct {
 
 // Insertable refuses inserts of ids into ns that another session has
 // locked (Locks.Insertable).
-func (c *Checker[V]) Insertable(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
+func (c *Checker[V]) Insertable(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) {
 	x, checked := c.Locks.Insertable(ctx, o, r, base.FirstWrite(ns), ids)
 	if c.InsertChecks != nil {
 		if !checked {
@@ -461,7 +463,7 @@ func (c *Checker[V]) Needs(ctx context.Context, v V, base *Verdict, o lockstore.
 
 // Check verifies that o holds every id in ns with the rule's margin: the
 // ids are verified, left to implicit locks, or the write is refused.
-func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
+func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) {
 	if len(o.Session) == 0 {
 		// No session: it holds nothing (only rules with implicit locks
 		// get here without one).
@@ -500,7 +502,7 @@ func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Ru
 
 // Refuse refuses a write of ns whose session does not hold the locks on
 // missing (Locks.Missing), showing only the ids the request named.
-func (c *Checker[V]) Refuse(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns string, missing []docid.ID) {
+func (c *Checker[V]) Refuse(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, missing []docid.ID) {
 	var shown []docid.ID
 	for _, id := range missing {
 		if base.IsNamed(id) {

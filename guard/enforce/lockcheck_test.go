@@ -33,7 +33,7 @@ func ownerOf(b byte) lockstore.Owner {
 
 func acquire(t *testing.T, s *memstore.Store, o lockstore.Owner, ns string, ids ...docid.ID) []lockstore.Lock {
 	t.Helper()
-	locks, err := s.Acquire(context.Background(), o, ns, ids, 30*time.Second, 0)
+	locks, err := s.Acquire(context.Background(), o, namespace.Of(ns), ids, 30*time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,11 +44,11 @@ func acquire(t *testing.T, s *memstore.Store, o lockstore.Owner, ns string, ids 
 // memo, no confirmed status.
 type plainStore struct{ s *memstore.Store }
 
-func (p plainStore) Status(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
+func (p plainStore) Status(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
 	return p.s.Status(ctx, o, ns, ids)
 }
 
-func (p plainStore) Holds(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
+func (p plainStore) Holds(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
 	return p.s.Holds(ctx, o, ns, ids, margin)
 }
 
@@ -66,7 +66,7 @@ func TestLockCheck(t *testing.T) {
 	acquire(t, s, b, ns, id(t, 8))
 
 	var buf [1]int64
-	h, err := l.Check(ctx, a, ns, []docid.ID{id(t, 7)}, time.Second, false, buf[:0])
+	h, err := l.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, false, buf[:0])
 	if err != nil || len(h.Missing) > 0 || !h.Measured {
 		t.Fatalf("held: %+v, %v", h, err)
 	}
@@ -76,7 +76,7 @@ func TestLockCheck(t *testing.T) {
 	if &h.Tokens[0] != &buf[0] {
 		t.Error("the token of the one id was not written into the buffer given")
 	}
-	h, err = l.Check(ctx, a, ns, []docid.ID{id(t, 7), id(t, 9)}, time.Second, true, buf[:0])
+	h, err = l.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 7), id(t, 9)}, time.Second, true, buf[:0])
 	if err != nil || len(h.Missing) > 0 || len(h.Tokens) != 2 || h.Tokens[1] != locks[1].Token {
 		t.Fatalf("two held: %+v, %v", h, err)
 	}
@@ -90,7 +90,7 @@ func TestLockCheck(t *testing.T) {
 		"one of two":      {[]docid.ID{id(t, 7), id(t, 10)}, time.Second},
 		"within margin":   {[]docid.ID{id(t, 7)}, time.Minute},
 	} {
-		h, err := l.Check(ctx, a, ns, c.ids, c.margin, false, buf[:0])
+		h, err := l.Check(ctx, a, namespace.Of(ns), c.ids, c.margin, false, buf[:0])
 		if err != nil || len(h.Missing) == 0 || h.Measured {
 			t.Errorf("%s: %+v, %v: want missing", name, h, err)
 		}
@@ -100,13 +100,13 @@ func TestLockCheck(t *testing.T) {
 	if p.Measures() {
 		t.Fatal("a store without tokens measures")
 	}
-	if _, err := p.Check(ctx, a, ns, []docid.ID{id(t, 7)}, time.Second, true, buf[:0]); !errors.Is(err, ErrNoTokens) || !errors.Is(err, lockstore.ErrUnavailable) {
+	if _, err := p.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, true, buf[:0]); !errors.Is(err, ErrNoTokens) || !errors.Is(err, lockstore.ErrUnavailable) {
 		t.Fatalf("fenced, no tokens: %v", err)
 	}
-	if h, err := p.Check(ctx, a, ns, []docid.ID{id(t, 7)}, time.Second, false, buf[:0]); err != nil || len(h.Missing) > 0 || h.Measured {
+	if h, err := p.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, false, buf[:0]); err != nil || len(h.Missing) > 0 || h.Measured {
 		t.Fatalf("unfenced on a plain store: %+v, %v", h, err)
 	}
-	if h, _ := p.Check(ctx, a, ns, []docid.ID{id(t, 8)}, time.Second, false, buf[:0]); len(h.Missing) != 1 {
+	if h, _ := p.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 8)}, time.Second, false, buf[:0]); len(h.Missing) != 1 {
 		t.Fatalf("held by another on a plain store: %+v", h)
 	}
 }
@@ -125,29 +125,29 @@ func TestLockCheckMemo(t *testing.T) {
 	var m HeldMemos
 	var buf [1]int64
 	for i := range 3 {
-		if h, ok := m.Check(l, a, ns, seven, time.Second, buf[:]); !ok || !h.Measured || h.Left <= 0 {
+		if h, ok := m.Check(l, a, namespace.Of(ns), seven, time.Second, buf[:]); !ok || !h.Measured || h.Left <= 0 {
 			t.Fatalf("check %d of a held lock: %+v, %v", i, h, ok)
 		}
 	}
-	if _, ok := m.Check(l, b, ns, seven, time.Second, buf[:]); ok {
+	if _, ok := m.Check(l, b, namespace.Of(ns), seven, time.Second, buf[:]); ok {
 		t.Fatal("the memo answered for another owner")
 	}
-	if _, ok := m.Check(l, a, ns, id(t, 8), time.Second, buf[:]); ok {
+	if _, ok := m.Check(l, a, namespace.Of(ns), id(t, 8), time.Second, buf[:]); ok {
 		t.Fatal("the memo answered for another document")
 	}
-	if _, ok := m.Check(l, a, ns, seven, time.Minute, buf[:]); ok {
+	if _, ok := m.Check(l, a, namespace.Of(ns), seven, time.Minute, buf[:]); ok {
 		t.Fatal("the memo answered for a margin the lease does not cover")
 	}
-	if _, err := s.Release(ctx, a, ns, []docid.ID{seven}, ""); err != nil {
+	if _, err := s.Release(ctx, a, namespace.Of(ns), []docid.ID{seven}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.Check(l, a, ns, seven, time.Second, buf[:]); ok {
+	if _, ok := m.Check(l, a, namespace.Of(ns), seven, time.Second, buf[:]); ok {
 		t.Fatal("the memo answered for a released lock")
 	}
-	if h, err := l.Check(ctx, a, ns, []docid.ID{seven}, time.Second, false, buf[:0]); err != nil || len(h.Missing) != 1 {
+	if h, err := l.Check(ctx, a, namespace.Of(ns), []docid.ID{seven}, time.Second, false, buf[:0]); err != nil || len(h.Missing) != 1 {
 		t.Fatalf("after the release: %+v, %v", h, err)
 	}
-	if _, ok := new(HeldMemos).Check(NewLocks(plainStore{s}), a, ns, seven, time.Second, buf[:]); ok {
+	if _, ok := new(HeldMemos).Check(NewLocks(plainStore{s}), a, namespace.Of(ns), seven, time.Second, buf[:]); ok {
 		t.Fatal("a store without memos answered from one")
 	}
 }
@@ -173,15 +173,15 @@ func TestLockHeldElsewhere(t *testing.T) {
 		{7.5, docid.ID{}, false},
 		{int32(8), docid.ID{}, false},
 	} {
-		got, ok := l.HeldAsOtherType(ctx, a, ns, []docid.ID{id(t, c.asked)})
+		got, ok := l.HeldAsOtherType(ctx, a, namespace.Of(ns), []docid.ID{id(t, c.asked)})
 		if ok != c.found || (ok && !got.Equal(c.want)) {
 			t.Errorf("asked %v: %v %v, want %v %v", c.asked, got, ok, c.want, c.found)
 		}
 	}
-	if got, ok := l.HeldInDoubledNamespace(ctx, a, ns, []docid.ID{id(t, 9)}); !ok || got != "shop.shop.orders" {
+	if got, ok := l.HeldInDoubledNamespace(ctx, a, namespace.Of(ns), []docid.ID{id(t, 9)}); !ok || got != "shop.shop.orders" {
 		t.Errorf("doubled namespace: %q %v", got, ok)
 	}
-	if _, ok := l.HeldInDoubledNamespace(ctx, a, ns, []docid.ID{id(t, 10)}); ok {
+	if _, ok := l.HeldInDoubledNamespace(ctx, a, namespace.Of(ns), []docid.ID{id(t, 10)}); ok {
 		t.Error("doubled namespace found for an id not locked there")
 	}
 	if got := TypeName(id(t, "x")) + "/" + TypeName(id(t, int32(1))) + "/" + TypeName(id(t, true)); got != "a string/a number/a boolean" {

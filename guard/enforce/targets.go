@@ -10,6 +10,7 @@ import (
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,13 +23,13 @@ import (
 type Resolver interface {
 	// Candidates returns the _id of every document that filter matches in
 	// ns under collation and hint, at most limit of them.
-	Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error)
+	Candidates(ctx context.Context, ns namespace.Namespace, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error)
 	// SimpleCollation reports whether the collection's default collation
 	// compares strings byte for byte, so that a string _id pins exactly.
-	SimpleCollation(ctx context.Context, ns string) (bool, error)
+	SimpleCollation(ctx context.Context, ns namespace.Namespace) (bool, error)
 	// Capped reports whether ns is a capped collection, whose inserts may
 	// evict documents.
-	Capped(ctx context.Context, ns string) (bool, error)
+	Capped(ctx context.Context, ns namespace.Namespace) (bool, error)
 }
 
 // Throttle holds back the callers whose writes without a pinned _id cost
@@ -172,7 +173,7 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 		return x
 	default:
 		limit := r.MaxCandidates
-		if e := t.MayRead(ctx, req, w.NS.String()); e != "" {
+		if e := t.MayRead(ctx, req, w.NS); e != "" {
 			x.stop(ReasonResolveFailed, e)
 			return x
 		}
@@ -237,7 +238,7 @@ func (t *Targets) Capped(ctx context.Context, r *policy.Rule, w policy.Write) (r
 		// Cannot be told, so it could evict: fail closed.
 		return ReasonResolveFailed, fmt.Sprintf("whether %s is a capped collection cannot be read here, and an insert there could evict locked documents", w.NS)
 	}
-	capped, err := t.cfg.Resolver.Capped(ctx, w.NS.String())
+	capped, err := t.cfg.Resolver.Capped(ctx, w.NS)
 	switch {
 	case err != nil:
 		return ReasonResolveFailed, fmt.Sprintf("whether %s is a capped collection could not be read (%v), and an insert there could evict locked documents", w.NS, err)
@@ -256,7 +257,7 @@ func (t *Targets) ExactStrings(ctx context.Context, w policy.Write) bool {
 	if t.cfg.Resolver == nil {
 		return false
 	}
-	simple, err := t.cfg.Resolver.SimpleCollation(ctx, w.NS.String())
+	simple, err := t.cfg.Resolver.SimpleCollation(ctx, w.NS)
 	return err == nil && simple
 }
 
@@ -274,7 +275,7 @@ func CollationSimple(c bsoncore.Document) bool {
 // resolved: resolution must reveal nothing the caller could not find out
 // with its own authority (authority.Allows). It returns the refusal's
 // detail, or "".
-func (t *Targets) MayRead(ctx context.Context, req *proxy.Request, ns string) string {
+func (t *Targets) MayRead(ctx context.Context, req *proxy.Request, ns namespace.Namespace) string {
 	if req == nil || t.cfg.Authority == nil || !t.cfg.Authority.Required() {
 		return ""
 	}
@@ -316,7 +317,7 @@ func (t *Targets) Resolve(ctx context.Context, slots chan struct{}, r policy.Rul
 	}
 	defer func() { <-slots }()
 	start := time.Now()
-	ids, err := t.cfg.Resolver.Candidates(ctx, w.NS.String(), w.Filter, w.Collation, w.Hint, limit)
+	ids, err := t.cfg.Resolver.Candidates(ctx, w.NS, w.Filter, w.Collation, w.Hint, limit)
 	spent = time.Since(start)
 	t.cfg.Seconds.Observe(spent.Seconds())
 	switch {

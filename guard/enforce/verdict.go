@@ -67,7 +67,7 @@ type Verdict struct {
 }
 
 // Check records ids as verified in ns, for the audit line.
-func (v *Verdict) Check(ns string, ids []docid.ID) { v.Checked.Add(ns, ids) }
+func (v *Verdict) Check(ns namespace.Namespace, ids []docid.ID) { v.Checked.Add(ns, ids) }
 
 // IsNamed reports whether the request itself named id. A refusal asks it
 // of every missing id: past a few named ids they are indexed, or a write
@@ -119,9 +119,9 @@ func (v *Verdict) Add(r policy.Rule, w policy.Write, reason string, ids []docid.
 
 // Blocked reports whether ns already has a violation, so that no lock
 // store round trip is spent on a command that is refused anyway.
-func (v *Verdict) Blocked(ns string) bool {
+func (v *Verdict) Blocked(ns namespace.Namespace) bool {
 	for _, x := range v.Violations {
-		if x.Write.NS.String() == ns && x.Rule.Mode == policy.Enforce {
+		if x.Write.NS.String() == ns.String() && x.Rule.Mode == policy.Enforce {
 			return true
 		}
 	}
@@ -129,11 +129,11 @@ func (v *Verdict) Blocked(ns string) bool {
 }
 
 // FirstWrite is the verdict's first write of ns, or a write of ns alone.
-func (v *Verdict) FirstWrite(ns string) policy.Write {
+func (v *Verdict) FirstWrite(ns namespace.Namespace) policy.Write {
 	for _, w := range v.Writes {
-		if w.NS.String() == ns {
+		if w.NS.String() == ns.String() {
 			return w
 		}
 	}
-	return policy.Write{NS: namespace.Of(ns)}
+	return policy.Write{NS: ns}
 }

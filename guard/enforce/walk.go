@@ -46,7 +46,7 @@ type Walk[V any] struct {
 	Fence func(v V, r *policy.Rule, w policy.Write, ids []docid.ID)
 	// ImplicitInsert takes an insert of id under a rule with implicit
 	// locks from the walk.
-	ImplicitInsert func(v V, ns string, r *policy.Rule, id docid.ID)
+	ImplicitInsert func(v V, ns namespace.Namespace, r *policy.Rule, id docid.ID)
 	// Implicit takes the implicit locks of the writes left to them, once
 	// every lock is checked, and returns the inserts whose locks are
 	// still to be checked; nil: none are taken.
@@ -164,9 +164,9 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 					// the database refuses the insert itself.
 					if did, err := IDCopy(id); err == nil {
 						if r.Implicit() {
-							k.ImplicitInsert(v, w.NS.String(), r, did)
+							k.ImplicitInsert(v, w.NS, r, did)
 						} else {
-							inserts.Add(w.NS.String(), r, did)
+							inserts.Add(w.NS, r, did)
 						}
 					}
 				}
@@ -188,7 +188,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 				continue
 			}
 			k.fence(v, r, w, ids)
-			need.Add(w.NS.String(), r, ids...)
+			need.Add(w.NS, r, ids...)
 		}
 	}
 	k.Checker.Needs(ctx, v, b, o, need)
@@ -205,7 +205,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 				ids, ok, _ := k.targets(ctx, b, &rules[i], writes[i], true)
 				if ok {
 					k.fence(v, &rules[i], writes[i], ids)
-					resolved.Add(writes[i].NS.String(), &rules[i], ids...)
+					resolved.Add(writes[i].NS, &rules[i], ids...)
 				}
 			}
 			k.Checker.Needs(ctx, v, b, o, resolved)
@@ -275,7 +275,7 @@ func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy
 // resolved statement, the resolution's time, the violation that stops
 // the write. later: w must be resolved, and resolve was false.
 func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
-	x := k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS.String()), b.PinBuf[:0])
+	x := k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS), b.PinBuf[:0])
 	if x.Pinned != nil {
 		if b.Named == nil {
 			b.Named = slices.Clip(x.Pinned) // shared until appended to

@@ -35,18 +35,18 @@ const ReasonFencedOut = "fenced_out"
 type DB interface {
 	// StampFence raises field to tokens[i] in the document ids[i] of ns,
 	// where it exists, never lowering it ($max).
-	StampFence(ctx context.Context, ns, field string, ids []docid.ID, tokens []int64) error
+	StampFence(ctx context.Context, ns namespace.Namespace, field string, ids []docid.ID, tokens []int64) error
 	// FenceStamps reads field of the documents ids of ns: for each id, the
 	// stamp (zero Type when the field is absent) and whether the document
 	// exists.
-	FenceStamps(ctx context.Context, ns, field string, ids []docid.ID) (stamps []bson.RawValue, exists []bool, err error)
+	FenceStamps(ctx context.Context, ns namespace.Namespace, field string, ids []docid.ID) (stamps []bson.RawValue, exists []bool, err error)
 }
 
 // Check is what the reply hook knows of one fenced statement.
 type Check struct {
 	Index  int // the statement's index in its command
 	Multi  bool
-	NS     string
+	NS     namespace.Namespace
 	Field  string // the fence field
 	IDs    []docid.ID
 	Tokens []int64 // the writer's token on IDs[i]
@@ -174,7 +174,7 @@ func (h *Hook) findAndModify(ctx context.Context, body bsoncore.Document) bsonco
 		return nil
 	}
 	h.FencedOut.Inc()
-	e := &refuse.Error{Code: mongoerr.LockBusy, Reason: ReasonFencedOut, NS: h.Checks[0].NS, Msg: msg}
+	e := &refuse.Error{Code: mongoerr.LockBusy, Reason: ReasonFencedOut, NS: h.Checks[0].NS.String(), Msg: msg}
 	return e.Document()
 }
 
@@ -182,12 +182,12 @@ func (h *Hook) findAndModify(ctx context.Context, body bsoncore.Document) bsonco
 // message of each fenced-out statement.
 func (h *Hook) fencedOut(ctx context.Context) map[int]string {
 	out := map[int]string{}
-	byNS := map[string][]docid.ID{}
+	byNS := map[namespace.Namespace][]docid.ID{}
 	for _, c := range h.Checks {
 		byNS[c.NS] = append(byNS[c.NS], c.IDs...)
 	}
 	stamps := map[docid.Key]bson.RawValue{} // stamp of an existing document
-	read := map[string]bool{}
+	read := map[namespace.Namespace]bool{}
 	for ns, ids := range byNS {
 		if len(ids) == 0 {
 			continue
@@ -196,13 +196,13 @@ func (h *Hook) fencedOut(ctx context.Context) map[int]string {
 		if err != nil {
 			// The write was refused or matched nothing; which one cannot
 			// be told. The reply goes through as the database sent it.
-			h.Log.Warn("fence: cannot read the stamps after a short reply", zap.String("ns", ns), zap.Error(err))
+			h.Log.Warn("fence: cannot read the stamps after a short reply", zap.String("ns", ns.String()), zap.Error(err))
 			continue
 		}
 		read[ns] = true
 		for j, id := range ids {
 			if exists[j] {
-				stamps[docid.KeyOf(namespace.Of(ns), id)] = st[j]
+				stamps[docid.KeyOf(ns, id)] = st[j]
 			}
 		}
 	}
@@ -211,7 +211,7 @@ func (h *Hook) fencedOut(ctx context.Context) map[int]string {
 			continue
 		}
 		for i, id := range c.IDs {
-			s, ok := stamps[docid.KeyOf(namespace.Of(c.NS), id)]
+			s, ok := stamps[docid.KeyOf(c.NS, id)]
 			if !ok || s.Type == 0 || s.Type == bson.TypeNull {
 				continue // gone, or never stamped: not fenced out
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/testkit"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
@@ -22,9 +23,11 @@ func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
 // stampsDB holds the stamp of each document by id.
 type stampsDB map[int32]int64
 
-func (db stampsDB) StampFence(context.Context, string, string, []docid.ID, []int64) error { return nil }
+func (db stampsDB) StampFence(context.Context, namespace.Namespace, string, []docid.ID, []int64) error {
+	return nil
+}
 
-func (db stampsDB) FenceStamps(_ context.Context, _, _ string, ids []docid.ID) ([]bson.RawValue, []bool, error) {
+func (db stampsDB) FenceStamps(_ context.Context, _ namespace.Namespace, _ string, ids []docid.ID) ([]bson.RawValue, []bool, error) {
 	stamps, exists := make([]bson.RawValue, len(ids)), make([]bool, len(ids))
 	for i, id := range ids {
 		for k, t := range db {
@@ -59,7 +62,7 @@ func TestHookTellsFencedOutFromNoMatch(t *testing.T) {
 	out := prometheus.NewCounter(prometheus.CounterOpts{Name: "fenced_out"})
 	hook := func(db DB) *Hook {
 		return &Hook{DB: db, Command: "update", Log: zap.NewNop(), FencedOut: out, Checks: []Check{
-			{Index: 0, NS: "shop.orders", Field: "_fence", IDs: []docid.ID{id(t, 7)}, Tokens: []int64{5}, Named: []bool{true}},
+			{Index: 0, NS: namespace.Of("shop.orders"), Field: "_fence", IDs: []docid.ID{id(t, 7)}, Tokens: []int64{5}, Named: []bool{true}},
 		}}
 	}
 	ctx := context.Background()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -13,9 +14,9 @@ import (
 // ResolverAPI is guard.Resolver, restated so that this package does not
 // import guard.
 type ResolverAPI interface {
-	Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error)
-	SimpleCollation(ctx context.Context, ns string) (bool, error)
-	Capped(ctx context.Context, ns string) (bool, error)
+	Candidates(ctx context.Context, ns namespace.Namespace, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error)
+	SimpleCollation(ctx context.Context, ns namespace.Namespace) (bool, error)
+	Capped(ctx context.Context, ns namespace.Namespace) (bool, error)
 }
 
 // ResolverFixture is one resolver under test and the means to give it
@@ -61,7 +62,7 @@ func RunResolverContract(t *testing.T, open func(t *testing.T) ResolverFixture) 
 			ns := f.DB + ".orders"
 			f.Insert(t, ns, docs...)
 			filter, _ := bson.Marshal(c.filter)
-			got, err := f.Resolver.Candidates(context.Background(), ns, filter, nil, bsoncore.Value{}, 100)
+			got, err := f.Resolver.Candidates(context.Background(), namespace.Of(ns), filter, nil, bsoncore.Value{}, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +74,7 @@ func RunResolverContract(t *testing.T, open func(t *testing.T) ResolverFixture) 
 		ns := f.DB + ".orders"
 		f.Insert(t, ns, docs...)
 		filter, _ := bson.Marshal(bson.D{{Key: "status", Value: "open"}})
-		got, err := f.Resolver.Candidates(context.Background(), ns, filter, nil, bsoncore.Value{}, 2)
+		got, err := f.Resolver.Candidates(context.Background(), namespace.Of(ns), filter, nil, bsoncore.Value{}, 2)
 		if err != nil || len(got) != 2 {
 			t.Fatalf("limit 2 of 4 matches: %v %v", got, err)
 		}
@@ -81,7 +82,7 @@ func RunResolverContract(t *testing.T, open func(t *testing.T) ResolverFixture) 
 	t.Run("Candidates/missing collection", func(t *testing.T) {
 		f := open(t)
 		filter, _ := bson.Marshal(bson.D{})
-		got, err := f.Resolver.Candidates(context.Background(), f.DB+".nothing", filter, nil, bsoncore.Value{}, 10)
+		got, err := f.Resolver.Candidates(context.Background(), namespace.New(f.DB, "nothing"), filter, nil, bsoncore.Value{}, 10)
 		if err != nil || len(got) != 0 {
 			t.Fatalf("%v %v, want no candidates and no error", got, err)
 		}
@@ -91,7 +92,7 @@ func RunResolverContract(t *testing.T, open func(t *testing.T) ResolverFixture) 
 		ns := f.DB + ".orders"
 		f.Insert(t, ns, docs[0])
 		for _, n := range []string{ns, f.DB + ".nothing"} {
-			if ok, err := f.Resolver.SimpleCollation(context.Background(), n); err != nil || !ok {
+			if ok, err := f.Resolver.SimpleCollation(context.Background(), namespace.Of(n)); err != nil || !ok {
 				t.Fatalf("%s: %v %v, want simple", n, ok, err)
 			}
 		}
@@ -102,7 +103,7 @@ func RunResolverContract(t *testing.T, open func(t *testing.T) ResolverFixture) 
 		f.Insert(t, plain, docs[0])
 		f.CreateCapped(t, capped)
 		for n, want := range map[string]bool{plain: false, capped: true, f.DB + ".nothing": false} {
-			if got, err := f.Resolver.Capped(context.Background(), n); err != nil || got != want {
+			if got, err := f.Resolver.Capped(context.Background(), namespace.Of(n)); err != nil || got != want {
 				t.Fatalf("%s: capped %v (%v), want %v", n, got, err, want)
 			}
 		}

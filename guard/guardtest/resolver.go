@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
@@ -83,7 +84,7 @@ func (r *Resolver) CreateCapped(ns string) {
 }
 
 // SetCollation gives ns a default collation of locale.
-func (r *Resolver) SetCollation(ns, locale string) {
+func (r *Resolver) SetCollation(ns string, locale string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.coll(ns).collation = locale
@@ -104,7 +105,7 @@ func (r *Resolver) Calls() int {
 }
 
 // Candidates implements guard.Resolver.
-func (r *Resolver) Candidates(ctx context.Context, ns string, filter, collation bsoncore.Document, _ bsoncore.Value, limit int) ([]docid.ID, error) {
+func (r *Resolver) Candidates(ctx context.Context, ns namespace.Namespace, filter, collation bsoncore.Document, _ bsoncore.Value, limit int) ([]docid.ID, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
@@ -120,7 +121,7 @@ func (r *Resolver) Candidates(ctx context.Context, ns string, filter, collation 
 		}
 	}
 	var out []docid.ID
-	c := r.colls[ns]
+	c := r.colls[ns.String()]
 	if c == nil {
 		return nil, nil
 	}
@@ -145,36 +146,36 @@ func (r *Resolver) Candidates(ctx context.Context, ns string, filter, collation 
 }
 
 // SimpleCollation implements guard.Resolver.
-func (r *Resolver) SimpleCollation(_ context.Context, ns string) (bool, error) {
+func (r *Resolver) SimpleCollation(_ context.Context, ns namespace.Namespace) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail != nil {
 		return false, r.fail
 	}
-	c := r.colls[ns]
+	c := r.colls[ns.String()]
 	return c == nil || c.collation == "" || c.collation == "simple", nil
 }
 
 // Capped implements guard.Resolver.
-func (r *Resolver) Capped(_ context.Context, ns string) (bool, error) {
+func (r *Resolver) Capped(_ context.Context, ns namespace.Namespace) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail != nil {
 		return false, r.fail
 	}
-	c := r.colls[ns]
+	c := r.colls[ns.String()]
 	return c != nil && c.capped, nil
 }
 
 // CollectionExists reports whether ns has been created (the guard uses it
 // to warn about locks on a collection that does not exist).
-func (r *Resolver) CollectionExists(_ context.Context, ns string) (bool, error) {
+func (r *Resolver) CollectionExists(_ context.Context, ns namespace.Namespace) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fail != nil {
 		return false, r.fail
 	}
-	return r.colls[ns] != nil, nil
+	return r.colls[ns.String()] != nil, nil
 }
 
 // matches evaluates filter against doc.

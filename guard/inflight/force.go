@@ -5,6 +5,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // An operator's force-release and a lock holder's write meet the same way
@@ -35,14 +36,14 @@ const keepForced = 64
 
 // forcedKey is a force-release under way (end 0) or ended at seq end.
 type forcedKey struct {
-	ns  string
+	ns  namespace.Namespace
 	id  docid.ID
 	end uint64
 }
 
 // Forcing records a force-release of (ns, id) as under way; the returned
 // func records its end.
-func (t *Tracker) Forcing(ns string, id docid.ID) (done func()) {
+func (t *Tracker) Forcing(ns namespace.Namespace, id docid.ID) (done func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.forcing.Add(1)
@@ -93,12 +94,12 @@ func (t *Tracker) stopTakingLocked(seq uint64) {
 // tracker. It reports false, recording nothing, when a force-release of
 // one of them was under way at any moment since seq: the lock may have
 // been freed after it was granted.
-func (t *Tracker) Took(pending **Flight, owner lockstore.Owner, ns string, ids []docid.ID, seq uint64) bool {
+func (t *Tracker) Took(pending **Flight, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, seq uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.stopTakingLocked(seq)
 	for _, e := range t.forced {
-		if e.ns != ns || (e.end != 0 && e.end <= seq) {
+		if e.ns.String() != ns.String() || (e.end != 0 && e.end <= seq) {
 			continue
 		}
 		for _, id := range ids {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // TestForcedKeysStayBounded: the tracker remembers the ended
@@ -22,10 +23,10 @@ func TestForcedKeysStayBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locks := Locks{{NS: "shop.orders", IDs: []docid.ID{one}}}
+	locks := Locks{{NS: namespace.Of("shop.orders"), IDs: []docid.ID{one}}}
 	early := tr.ForceSeq()
 	for range 3 * keepForced {
-		tr.Forcing("shop.orders", two)()
+		tr.Forcing(namespace.Of("shop.orders"), two)()
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -40,7 +41,7 @@ func TestForcedKeysStayBounded(t *testing.T) {
 	}
 	recent := tr.ForceSeq()
 	tr.mu.Unlock()
-	tr.Forcing("shop.orders", two)()
+	tr.Forcing(namespace.Of("shop.orders"), two)()
 	tr.mu.Lock()
 	if tr.forcedSinceLocked(locks, recent) {
 		t.Error("a force-release of another document refused the write")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -30,14 +31,14 @@ type Locks []NSIDs
 
 // NSIDs are the ids of the locks in one namespace.
 type NSIDs struct {
-	NS  string
+	NS  namespace.Namespace
 	IDs []docid.ID
 }
 
 // Add appends ids to ns's; they are shared until appended to.
-func (l *Locks) Add(ns string, ids []docid.ID) {
+func (l *Locks) Add(ns namespace.Namespace, ids []docid.ID) {
 	for i := range *l {
-		if (*l)[i].NS == ns {
+		if (*l)[i].NS.String() == ns.String() {
 			(*l)[i].IDs = append((*l)[i].IDs, ids...)
 			return
 		}
@@ -46,15 +47,15 @@ func (l *Locks) Add(ns string, ids []docid.ID) {
 }
 
 // Get returns the ids of ns.
-func (l Locks) Get(ns string) []docid.ID {
+func (l Locks) Get(ns namespace.Namespace) []docid.ID {
 	ids, _ := l.Lookup(ns)
 	return ids
 }
 
 // Lookup returns the ids of ns, and whether ns is among l.
-func (l Locks) Lookup(ns string) ([]docid.ID, bool) {
+func (l Locks) Lookup(ns namespace.Namespace) ([]docid.ID, bool) {
 	for _, x := range l {
-		if x.NS == ns {
+		if x.NS.String() == ns.String() {
 			return x.IDs, true
 		}
 	}
@@ -63,7 +64,7 @@ func (l Locks) Lookup(ns string) ([]docid.ID, bool) {
 
 // Renewer renews locks: the lock store's Renew.
 type Renewer interface {
-	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
+	Renew(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
 }
 
 // Config is what a Tracker needs from outside.
@@ -437,7 +438,7 @@ func (f *Flight) renew() {
 		if _, err := cfg.Store.Renew(ctx, f.Owner, ns, l.IDs, lease); err != nil {
 			// Released by an operator, or the store is unreachable: the
 			// write goes on under its maxTimeMS (and the fence, if any).
-			cfg.Log.Info("could not renew the locks of a write still in flight", zap.String("ns", ns), zap.Error(err))
+			cfg.Log.Info("could not renew the locks of a write still in flight", zap.String("ns", ns.String()), zap.Error(err))
 			return
 		}
 	}
@@ -487,7 +488,7 @@ func (t *Tracker) WaitSession(ctx context.Context, session []byte) error {
 
 // WaitKey blocks until no write in flight on this proxy holds the lock on
 // (ns, id), or ctx ends: what an operator's force-release waits for.
-func (t *Tracker) WaitKey(ctx context.Context, ns string, id docid.ID) error {
+func (t *Tracker) WaitKey(ctx context.Context, ns namespace.Namespace, id docid.ID) error {
 	for {
 		var idle chan struct{}
 		t.mu.Lock()
@@ -510,7 +511,7 @@ func (t *Tracker) WaitKey(ctx context.Context, ns string, id docid.ID) error {
 
 // idleIfHolds is the session's idle channel if one of its writes in flight
 // holds the lock on (ns, id), else nil.
-func (sf *Session) idleIfHolds(ns string, id docid.ID) chan struct{} {
+func (sf *Session) idleIfHolds(ns namespace.Namespace, id docid.ID) chan struct{} {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	for _, f := range sf.all {

@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
@@ -100,7 +101,7 @@ func TestKeptSessionEntry(t *testing.T) {
 	owner := lockstore.Owner{Session: []byte("0123456789abcdef")}
 	id := lockstoretest.ID(int32(7))
 	launch := func(kept *Session) *Flight {
-		f := &Flight{Owner: owner, Left: time.Minute, Session: kept, Locks: Locks{{NS: "db.c", IDs: []docid.ID{id}}}}
+		f := &Flight{Owner: owner, Left: time.Minute, Session: kept, Locks: Locks{{NS: namespace.Of("db.c"), IDs: []docid.ID{id}}}}
 		if !tr.Launch(f, nil, true, tr.ForceSeq(), time.Now(), 0, nil) {
 			t.Fatal("launch refused")
 		}
@@ -112,7 +113,7 @@ func TestKeptSessionEntry(t *testing.T) {
 	waits := func() (session, key bool) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // asks, does not wait
-		return tr.WaitSession(ctx, owner.Session) != nil, tr.WaitKey(ctx, "db.c", id) != nil
+		return tr.WaitSession(ctx, owner.Session) != nil, tr.WaitKey(ctx, namespace.Of("db.c"), id) != nil
 	}
 	first := launch(nil)
 	kept := first.Session
@@ -156,19 +157,19 @@ func TestLaunchMeetsForceReleaseUnderWay(t *testing.T) {
 	tr := New(Config{})
 	owner := lockstore.Owner{Session: []byte("0123456789abcdef")}
 	id := lockstoretest.ID(int32(7))
-	done := tr.Forcing("db.c", id)
+	done := tr.Forcing(namespace.Of("db.c"), id)
 	seq := tr.ForceSeq()
-	f := &Flight{Owner: owner, Left: time.Minute, Locks: Locks{{NS: "db.c", IDs: []docid.ID{id}}}}
+	f := &Flight{Owner: owner, Left: time.Minute, Locks: Locks{{NS: namespace.Of("db.c"), IDs: []docid.ID{id}}}}
 	if tr.Launch(f, nil, true, seq, time.Now(), 0, nil) {
 		t.Fatal("a write launched under a lock whose force-release is under way")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := tr.WaitKey(ctx, "db.c", id); err != nil {
+	if err := tr.WaitKey(ctx, namespace.Of("db.c"), id); err != nil {
 		t.Fatal("the refused write is still in flight")
 	}
 	done()
-	g := &Flight{Owner: owner, Left: time.Minute, Locks: Locks{{NS: "db.c", IDs: []docid.ID{id}}}}
+	g := &Flight{Owner: owner, Left: time.Minute, Locks: Locks{{NS: namespace.Of("db.c"), IDs: []docid.ID{id}}}}
 	if !tr.Launch(g, nil, true, tr.ForceSeq(), time.Now(), 0, nil) {
 		t.Fatal("a write checked after the force-release ended was refused")
 	}

@@ -17,29 +17,30 @@ import (
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
 
 // Store is what the lock commands need of the lock store.
 type Store interface {
-	Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
-	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
-	Release(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error)
-	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns string, errText string) (int, error)
-	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
+	Acquire(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
+	Renew(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
+	Release(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, errText string) (int, error)
+	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, errText string) (int, error)
+	Status(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error)
 }
 
 // Collections tells whether a collection exists (the guard's
 // MongoResolver does, from its cached listCollections).
 type Collections interface {
-	CollectionExists(ctx context.Context, ns string) (bool, error)
+	CollectionExists(ctx context.Context, ns namespace.Namespace) (bool, error)
 }
 
 // CaseTwins finds an existing collection whose name differs from a
 // missing one only by case.
 type CaseTwins interface {
-	CaseTwin(ctx context.Context, ns string) (string, bool)
+	CaseTwin(ctx context.Context, ns namespace.Namespace) (string, bool)
 }
 
 // Config is what the stage needs from outside.
@@ -65,12 +66,12 @@ type Config struct {
 	// Fence stamps the tokens of locks just acquired in ns into their
 	// documents where ns's rule fences them (the guard's fence); a
 	// refusal releases them again.
-	Fence func(ctx context.Context, ns string, o lockstore.Owner, locks []lockstore.Lock) *refuse.Error
+	Fence func(ctx context.Context, ns namespace.Namespace, o lockstore.Owner, locks []lockstore.Lock) *refuse.Error
 	// FenceFloors, when set, is the fence stamp each of ids carries in
 	// ns where ns's rule fences them (nil where none is known): the
 	// acquire's tokens must pass them (lockstore.WithTokenFloors), or a
 	// stamp another lock store wrote refuses the new holder's stamp.
-	FenceFloors func(ctx context.Context, ns string, ids []docid.ID) []int64
+	FenceFloors func(ctx context.Context, ns namespace.Namespace, ids []docid.ID) []int64
 	// Policy returns the policy in force (refuseLocksOnMissingCollection).
 	Policy func() *policy.Policy
 	// Collections and Twins, when set, give the hints and the refusal of

@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
@@ -39,7 +40,7 @@ var genericFields = map[string]bool{
 type lockArgs struct {
 	name    string
 	op      wire.LockOp
-	ns      string
+	ns      namespace.Namespace
 	coll    string     // the collection as given, for hints
 	ids     []docid.ID // copies: they outlive the request's buffer
 	hasIDs  bool
@@ -63,7 +64,7 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *refuse.Error) 
 	if coll == "" || strings.HasPrefix(coll, "$") || strings.ContainsRune(coll, 0) {
 		return nil, refuse.BadArg(mongoerr.BadValue, "%s: invalid collection name %q", cmd.Name, coll)
 	}
-	a.ns, a.coll = cmd.DB+"."+coll, coll
+	a.ns, a.coll = namespace.New(cmd.DB, coll), coll
 	for _, e := range elems[1:] {
 		key := e.Key()
 		if genericFields[key] {
@@ -190,7 +191,7 @@ func (s *Stage) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	}
 	s.cfg.Observe(cmd.Name, cerr.Reason, time.Since(start))
 	if a != nil && cerr.NS == "" {
-		cerr.NS = a.ns
+		cerr.NS = a.ns.String()
 	}
 	s.cfg.Log.Debug("lock command refused", zap.String("command", cmd.Name), zap.Uint64("conn", req.Client.ID),
 		zap.String("reason", cerr.Reason), zap.String("error", cerr.Msg))
@@ -293,7 +294,7 @@ func (s *Stage) storeError(ctx context.Context, req *proxy.Request, a *lockArgs,
 	if errors.As(err, &held) || errors.As(err, &notHolder) {
 		shown = s.cfg.Authority.MayDisclose(ctx, req, a.ns)
 	}
-	e := refuse.FromStore(a.name, a.ns, err, shown)
+	e := refuse.FromStore(a.name, a.ns.String(), err, shown)
 	if held != nil && shown && !held.Timeout && refuse.OwnApplication(req.Client, held.Holder) {
 		e.Msg = fmt.Sprintf("lockgate: the lock on %s _id %s is %s; no lock was taken: %s", a.ns, held.ID.String(), refuse.DescribeHolder(held.Holder), refuse.OwnAppAdvice)
 	}
@@ -474,11 +475,11 @@ func (s *Stage) mayLock(ctx context.Context, req *proxy.Request, a *lockArgs) *r
 	}
 	allowed, err := s.cfg.Authority.Allows(ctx, req, priv, a.ns)
 	if err != nil {
-		return &refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonUnavailable, NS: a.ns,
+		return &refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonUnavailable, NS: a.ns.String(),
 			Msg: fmt.Sprintf("lockgate: %s: could not ask the database whether this connection may %s %s (%v); nothing was done", a.name, verb, a.ns, err)}
 	}
 	if !allowed {
-		return &refuse.Error{Code: mongoerr.Unauthorized, Reason: refuse.ReasonUnauthorized, NS: a.ns,
+		return &refuse.Error{Code: mongoerr.Unauthorized, Reason: refuse.ReasonUnauthorized, NS: a.ns.String(),
 			Msg: fmt.Sprintf("lockgate: %s refused: this connection's user may not %s %s, and %s", a.name, verb, a.ns, rule)}
 	}
 	return nil

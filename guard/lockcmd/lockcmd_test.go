@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -41,10 +42,12 @@ func stage(t *testing.T, required bool) (*Stage, *[]string) {
 		Admit:      func(context.Context, uint64, int) bool { return true },
 		Done:       func(uint64, bool) {},
 		Flights:    noFlights{},
-		Fence:      func(context.Context, string, lockstore.Owner, []lockstore.Lock) *refuse.Error { return nil },
-		Policy:     func() *policy.Policy { return nil },
-		Observe:    func(command, result string, _ time.Duration) { results = append(results, command+" "+result) },
-		MaxWait:    time.Second, MaxLockIDs: 10, OrderTimeout: time.Second,
+		Fence: func(context.Context, namespace.Namespace, lockstore.Owner, []lockstore.Lock) *refuse.Error {
+			return nil
+		},
+		Policy:  func() *policy.Policy { return nil },
+		Observe: func(command, result string, _ time.Duration) { results = append(results, command+" "+result) },
+		MaxWait: time.Second, MaxLockIDs: 10, OrderTimeout: time.Second,
 	}), &results
 }
 

@@ -6,7 +6,6 @@ import (
 
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/mongoerr"
-	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
 )
 
@@ -26,7 +25,7 @@ func (s *Stage) refuseMissingCollection(ctx context.Context, a *lockArgs) *refus
 	if pol == nil {
 		return nil
 	}
-	rule := pol.Lookup(namespace.Of(a.ns))
+	rule := pol.Lookup(a.ns)
 	if !rule.RefuseLocksOnMissingCollection {
 		return nil
 	}
@@ -36,7 +35,7 @@ func (s *Stage) refuseMissingCollection(ctx context.Context, a *lockArgs) *refus
 	if exists, err := s.cfg.Collections.CollectionExists(ctx, a.ns); err != nil || exists {
 		return nil
 	}
-	return &refuse.Error{Code: mongoerr.NamespaceNotFound, Reason: refuse.ReasonNoCollection, NS: a.ns,
+	return &refuse.Error{Code: mongoerr.NamespaceNotFound, Reason: refuse.ReasonNoCollection, NS: a.ns.String(),
 		Msg: fmt.Sprintf("lockgate: acquireLock refused: the collection %s does not exist, and the policy rule %q refuses locks in missing collections "+
 			"(refuseLocksOnMissingCollection); check the database and collection name, or create the collection first", a.ns, rule.Match)}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 func TestMain(m *testing.M) { os.Exit(testkit.RunMain(m, nil)) }
@@ -28,7 +29,7 @@ func TestLeaseEndNeverPrintsZeroTime(t *testing.T) {
 	if s := leaseEnd(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)); s != "until 2030-01-02T03:04:05Z" {
 		t.Errorf("leaseEnd of a real lease = %q", s)
 	}
-	he := &lockstore.HeldError{NS: "a.b", ID: lockstoretest.ID(int32(1)), Timeout: true}
+	he := &lockstore.HeldError{NS: namespace.Of("a.b"), ID: lockstoretest.ID(int32(1)), Timeout: true}
 	if s := he.Error(); strings.Contains(s, "1970") || strings.Contains(s, "0001") {
 		t.Errorf("HeldError without a lease: %q", s)
 	}

@@ -64,7 +64,7 @@ func lockCollName(s policy.Scheme) string {
 // the one operation the proxy runs itself; a refresh is checked here and
 // forwarded.
 func (sc *Schemes) lockCollPlan(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID) (schemeOp, bool) {
-	o, ok := sc.owner(req, w.NS.String(), r.Scheme, st.Holder)
+	o, ok := sc.owner(req, w.NS, r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 		return schemeOp{}, false
@@ -76,7 +76,7 @@ func (sc *Schemes) lockCollPlan(ctx context.Context, v *Verdict, req *proxy.Requ
 	// A refresh: the holder's alone, renewing the mirror to the record's
 	// new end before the database moves it.
 	store := sc.cfg.Store
-	held, _, err := store.Holds(ctx, o, w.NS.String(), ids, 0)
+	held, _, err := store.Holds(ctx, o, w.NS, ids, 0)
 	if err != nil {
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 			Detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -86,11 +86,11 @@ func (sc *Schemes) lockCollPlan(ctx context.Context, v *Verdict, req *proxy.Requ
 		v.add(r, w, ReasonNotHolder, ids, fmt.Sprintf("under the lockCollection locking scheme of %s this client does not hold the lock record %s (or its lease of %s ran out); %s", w.NS, ids[0].String(), lockstore.FormatMS(r.Scheme.Lease), advice(r.Scheme)))
 		return schemeOp{}, false
 	}
-	v.check(w.NS.String(), ids)
+	v.check(w.NS, ids)
 	v.state(StateHeld)
 	if st.Renew {
 		lease := recordLease(r.Scheme, st)
-		_, err = store.Renew(ctx, o, w.NS.String(), ids, lease)
+		_, err = store.Renew(ctx, o, w.NS, ids, lease)
 		if err == nil {
 			sc.renewAid(ctx, req, op, lease)
 		}
@@ -198,7 +198,7 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 	}
 	// A second record from the holder of the first: the database says
 	// DuplicateKey, and must, though its test-and-set may not be atomic.
-	mine, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
+	mine, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -208,7 +208,7 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 	if st.Holder.Type != 0 && !sc.bindAid(ctx, v, op, lease) {
 		return sc.cfg.Decide(req, pol, v, start)
 	}
-	if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, lease, 0); err != nil {
+	if _, err := store.Acquire(ctx, op.owner, w.NS, ids, lease, 0); err != nil {
 		switch {
 		case errors.Is(err, lockstore.ErrBusy):
 			return sc.lockCollBusy(ctx, req, pol, v, op, nil, start)
@@ -219,11 +219,11 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 		return unavailable(err)
 	}
 	drop := func() {
-		if _, err := store.Release(ctx, op.owner, w.NS.String(), ids, ""); err != nil {
+		if _, err := store.Release(ctx, op.owner, w.NS, ids, ""); err != nil {
 			sc.cfg.Log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 		}
 	}
-	rec, failed, err := sc.findRecord(ctx, req, w.NS.String(), st.ID, nil)
+	rec, failed, err := sc.findRecord(ctx, req, w.NS, st.ID, nil)
 	if err != nil {
 		drop()
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
@@ -242,7 +242,7 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 			return sc.cfg.Decide(req, pol, v, start)
 		case end.After(time.Now()):
 			drop()
-			if why := sc.adopt(ctx, req, w.NS.String(), s, id, end); why != "" {
+			if why := sc.adopt(ctx, req, w.NS, s, id, end); why != "" {
 				v.add(r, w, ReasonNotFollowed, ids, fmt.Sprintf("the lock record %s of %s %s", id.String(), w.NS, why))
 				return sc.cfg.Decide(req, pol, v, start)
 			}
@@ -251,7 +251,7 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 		// Abandoned: remove it as the TTL monitor would, only as read.
 		v.state(StateTakeover)
 		if enforce {
-			if failed, err := sc.removeRecord(ctx, req, w.NS.String(), s, rec); err != nil || failed != nil {
+			if failed, err := sc.removeRecord(ctx, req, w.NS, s, rec); err != nil || failed != nil {
 				drop()
 				if err != nil {
 					return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
@@ -270,7 +270,7 @@ func (sc *Schemes) lockCollAcquire(ctx context.Context, req *proxy.Request, pol 
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
 	}
 	if inserted(reply, w, st.ID) && !deadOnArrival {
-		v.check(w.NS.String(), ids)
+		v.check(w.NS, ids)
 	} else {
 		drop()
 	}
@@ -293,7 +293,7 @@ func (sc *Schemes) lockCollBusy(ctx context.Context, req *proxy.Request, pol *po
 		if req.Command != nil {
 			fields, _ = req.Command.Body.Lookup("fields").DocumentOK()
 		}
-		got, failed, err := sc.findRecord(ctx, req, w.NS.String(), op.step.ID, fields)
+		got, failed, err := sc.findRecord(ctx, req, w.NS, op.step.ID, fields)
 		switch {
 		case err != nil:
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme acquire: " + err.Error()}
@@ -317,7 +317,7 @@ func (sc *Schemes) lockCollBusy(ctx context.Context, req *proxy.Request, pol *po
 // findRecord reads one lock record by _id on the client's connection
 // (with its authority), projected by fields if given. failed is the
 // database's error reply.
-func (sc *Schemes) findRecord(ctx context.Context, req *proxy.Request, ns string, id bsoncore.Value, fields bsoncore.Document) (rec, failed bsoncore.Document, err error) {
+func (sc *Schemes) findRecord(ctx context.Context, req *proxy.Request, ns namespace.Namespace, id bsoncore.Value, fields bsoncore.Document) (rec, failed bsoncore.Document, err error) {
 	recs, failed, err := sc.findRecords(ctx, req, ns, bsoncore.NewDocumentBuilder().AppendValue("_id", id).Build(), fields, 1)
 	if err != nil || failed != nil || len(recs) == 0 {
 		return nil, failed, err
@@ -326,8 +326,8 @@ func (sc *Schemes) findRecord(ctx context.Context, req *proxy.Request, ns string
 }
 
 // findRecords reads up to limit lock records matching filter.
-func (sc *Schemes) findRecords(ctx context.Context, req *proxy.Request, ns string, filter, projection bsoncore.Document, limit int) (recs []bsoncore.Document, failed bsoncore.Document, err error) {
-	db, coll := namespace.Of(ns).Parts()
+func (sc *Schemes) findRecords(ctx context.Context, req *proxy.Request, ns namespace.Namespace, filter, projection bsoncore.Document, limit int) (recs []bsoncore.Document, failed bsoncore.Document, err error) {
+	db, coll := ns.Parts()
 	b := bsoncore.NewDocumentBuilder().AppendString("find", coll).AppendDocument("filter", filter)
 	if projection != nil {
 		b = b.AppendDocument("projection", projection)
@@ -352,8 +352,8 @@ func (sc *Schemes) findRecords(ctx context.Context, req *proxy.Request, ns strin
 
 // removeRecord deletes an abandoned record as it was read (same _id,
 // same time field), as the TTL monitor would.
-func (sc *Schemes) removeRecord(ctx context.Context, req *proxy.Request, ns string, s policy.Scheme, rec bsoncore.Document) (failed bsoncore.Document, err error) {
-	db, coll := namespace.Of(ns).Parts()
+func (sc *Schemes) removeRecord(ctx context.Context, req *proxy.Request, ns namespace.Namespace, s policy.Scheme, rec bsoncore.Document) (failed bsoncore.Document, err error) {
+	db, coll := ns.Parts()
 	field := s.TsPath + s.ExpiresPath
 	q := bsoncore.NewDocumentBuilder().AppendValue("_id", rec.Lookup("_id")).AppendValue(field, rec.Lookup(field)).Build()
 	del := bsoncore.NewDocumentBuilder().AppendString("delete", coll).
@@ -376,9 +376,9 @@ func (sc *Schemes) removeRecord(ctx context.Context, req *proxy.Request, ns stri
 // adoptedOwner holds the mirrors of live records lockgate did not see
 // inserted: no client is it, so nobody writes under such a record until
 // it ends.
-func (sc *Schemes) adoptedOwner(ns string) lockstore.Owner {
+func (sc *Schemes) adoptedOwner(ns namespace.Namespace) lockstore.Owner {
 	return lockstore.Owner{App: "(a record found in the lock collection)",
-		Session: sc.cfg.SessionKey("", []byte("lockgate scheme adopted record v1\x00"+ns))}
+		Session: sc.cfg.SessionKey("", []byte("lockgate scheme adopted record v1\x00"+ns.String()))}
 }
 
 // adopt mirrors a live record nobody holds until its end; why says why
@@ -388,7 +388,7 @@ func (sc *Schemes) adoptedOwner(ns string) lockstore.Owner {
 // deleted record's end. So the adoption stands only if the record is
 // still there as read once the adoption holds the mirror, from when on
 // nobody inserts or deletes it through lockgate.
-func (sc *Schemes) adopt(ctx context.Context, req *proxy.Request, ns string, s policy.Scheme, id docid.ID, end time.Time) string {
+func (sc *Schemes) adopt(ctx context.Context, req *proxy.Request, ns namespace.Namespace, s policy.Scheme, id docid.ID, end time.Time) string {
 	if h := sc.Test; h != nil && h.BeforeAdopt != nil {
 		h.BeforeAdopt(ns, id)
 	}
@@ -414,14 +414,16 @@ func (sc *Schemes) adopt(ctx context.Context, req *proxy.Request, ns string, s p
 	// adopted; the next write that finds a live record adopts that one.
 	if _, err := sc.cfg.Store.Release(ctx, o, ns, ids, ""); err != nil {
 		sc.cfg.Log.Warn("releasing the mirror of a lock record that was gone when adopted failed; it expires with the record's end",
-			zap.String("ns", ns), zap.Error(err))
+			zap.String("ns", ns.String()), zap.Error(err))
 	}
 	return ""
 }
 
 // aidNS is where the binding of holder ids to clients lives: a lock per
 // holder id value, owned by the client that inserted a record with it.
-func aidNS(ns string, s policy.Scheme) string { return ns + "#" + s.AidPath }
+func aidNS(ns namespace.Namespace, s policy.Scheme) namespace.Namespace {
+	return namespace.Of(ns.String() + "#" + s.AidPath)
+}
 
 // bindAid binds the acquire's holder id to its client for the record's
 // lease (re-entrant: each acquire or refresh carrying it extends it), or
@@ -437,7 +439,7 @@ func (sc *Schemes) bindAid(ctx context.Context, v *Verdict, op schemeOp, lease t
 		v.add(r, w, ReasonNotFollowed, nil, fmt.Sprintf("its record's %s cannot be bound to a client (%v); use a string", r.Scheme.AidPath, err))
 		return false
 	}
-	err = sc.extendAid(ctx, op.owner, aidNS(w.NS.String(), r.Scheme), aid, lease)
+	err = sc.extendAid(ctx, op.owner, aidNS(w.NS, r.Scheme), aid, lease)
 	var held *lockstore.HeldError
 	switch {
 	case err == nil:
@@ -457,7 +459,7 @@ func (sc *Schemes) bindAid(ctx context.Context, v *Verdict, op schemeOp, lease t
 // its client, so that it lasts as long as the client keeps the record.
 func (sc *Schemes) renewAid(ctx context.Context, req *proxy.Request, op schemeOp, lease time.Duration) {
 	proj := bsoncore.NewDocumentBuilder().AppendInt32(op.rule.Scheme.AidPath, 1).Build()
-	rec, _, err := sc.findRecord(ctx, req, op.write.NS.String(), op.step.ID, proj)
+	rec, _, err := sc.findRecord(ctx, req, op.write.NS, op.step.ID, proj)
 	if err != nil || rec == nil {
 		return
 	}
@@ -467,7 +469,7 @@ func (sc *Schemes) renewAid(ctx context.Context, req *proxy.Request, op schemeOp
 	}
 	if id, err := idCopy(aid); err == nil {
 		// Busy: another client's binding from after this client's ended.
-		sc.extendAid(ctx, op.owner, aidNS(op.write.NS.String(), op.rule.Scheme), id, lease)
+		sc.extendAid(ctx, op.owner, aidNS(op.write.NS, op.rule.Scheme), id, lease)
 	}
 }
 
@@ -476,7 +478,7 @@ func (sc *Schemes) renewAid(ctx context.Context, req *proxy.Request, op schemeOp
 // shorter), and written only when less than a lease is left (Holds
 // answers from the cache), so that repeated acquires cost no lock store
 // write and a binding is never shortened.
-func (sc *Schemes) extendAid(ctx context.Context, owner lockstore.Owner, bns string, aid docid.ID, lease time.Duration) error {
+func (sc *Schemes) extendAid(ctx context.Context, owner lockstore.Owner, bns namespace.Namespace, aid docid.ID, lease time.Duration) error {
 	ids := []docid.ID{aid}
 	if mine, _, err := sc.cfg.Store.Holds(ctx, owner, bns, ids, lease); err == nil && mine {
 		return nil
@@ -649,7 +651,7 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 	var own bsoncore.Document
 	if enforce {
 		var failed bsoncore.Document
-		own, failed, err = sc.findRecord(ctx, req, w.NS.String(), st.ID, nil)
+		own, failed, err = sc.findRecord(ctx, req, w.NS, st.ID, nil)
 		switch {
 		case err != nil:
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
@@ -658,7 +660,7 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 			return proxy.Decision{Action: proxy.Reply, Reply: failed}
 		}
 	}
-	held, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
+	held, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -672,7 +674,7 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 		}
 	}
 	if !held {
-		sts, err := sc.cfg.Confirmed(ctx, op.owner, w.NS.String(), ids)
+		sts, err := sc.cfg.Confirmed(ctx, op.owner, w.NS, ids)
 		if err != nil || len(sts) != 1 {
 			return unavailable(err)
 		}
@@ -681,9 +683,9 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 			return notHolder(&h, fmt.Sprintf("the lock record %s belongs to another holder (%s)", id.String(), refuse.DescribeHolder(h)))
 		}
 		if h := sc.Test; h != nil && h.BeforeRead != nil {
-			h.BeforeRead(w.NS.String(), id)
+			h.BeforeRead(w.NS, id)
 		}
-		rec, failed, err := sc.findRecord(ctx, req, w.NS.String(), st.ID, nil)
+		rec, failed, err := sc.findRecord(ctx, req, w.NS, st.ID, nil)
 		switch {
 		case err != nil:
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
@@ -695,7 +697,7 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 			end, ok := s.RecordExpiry(rec)
 			if !ok || end.After(time.Now()) {
 				if ok {
-					sc.adopt(ctx, req, w.NS.String(), s, id, end)
+					sc.adopt(ctx, req, w.NS, s, id, end)
 				}
 				return notHolder(nil, fmt.Sprintf("the lock record %s is live and this client did not insert it (through lockgate)", id.String()))
 			}
@@ -719,7 +721,7 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 			}
 		}
 		short := max(r.LeaseMargin, 100*time.Millisecond)
-		if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, short, 0); err != nil {
+		if _, err := store.Acquire(ctx, op.owner, w.NS, ids, short, 0); err != nil {
 			if errors.Is(err, lockstore.ErrBusy) {
 				return notHolder(nil, fmt.Sprintf("the lock record %s has just been taken by another holder", id.String()))
 			}
@@ -727,7 +729,7 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 		}
 	}
 	if h := sc.Test; h != nil && h.BeforeDelete != nil {
-		h.BeforeDelete(w.NS.String(), id)
+		h.BeforeDelete(w.NS, id)
 	}
 	reply, err := req.Ask(ctx, body)
 	if err != nil {
@@ -738,15 +740,15 @@ func (sc *Schemes) lockCollRelease(ctx context.Context, req *proxy.Request, pol 
 	gone := deletedCount(reply, w) > 0
 	if !gone {
 		// Nothing deleted: frees the mirror only if there is no record.
-		rec, failed, err := sc.findRecord(ctx, req, w.NS.String(), st.ID, bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build())
+		rec, failed, err := sc.findRecord(ctx, req, w.NS, st.ID, bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build())
 		gone = err == nil && failed == nil && rec == nil
 	}
 	if gone {
-		if _, err := store.Release(ctx, op.owner, w.NS.String(), ids, ""); err != nil {
+		if _, err := store.Release(ctx, op.owner, w.NS, ids, ""); err != nil {
 			sc.cfg.Log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 		}
 	}
-	v.check(w.NS.String(), ids)
+	v.check(w.NS, ids)
 	sc.cfg.Record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
 }
@@ -814,7 +816,7 @@ func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, p
 	store := sc.cfg.Store
 	field := s.TsPath + s.ExpiresPath
 	proj := bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).AppendInt32(field, 1).Build()
-	recs, failed, err := sc.findRecords(ctx, req, w.NS.String(), w.Filter, proj, r.MaxCandidates+1)
+	recs, failed, err := sc.findRecords(ctx, req, w.NS, w.Filter, proj, r.MaxCandidates+1)
 	switch {
 	case err != nil:
 		return proxy.Decision{Action: proxy.Close, Reason: "scheme release-all: " + err.Error()}
@@ -841,7 +843,7 @@ func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, p
 			continue // no lock can be held on it
 		}
 		ids := []docid.ID{id}
-		held, _, err := store.Holds(ctx, op.owner, w.NS.String(), ids, 0)
+		held, _, err := store.Holds(ctx, op.owner, w.NS, ids, 0)
 		if err != nil {
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 				Detail: fmt.Sprintf("the lock store cannot confirm the scheme locks (%v), so the write is refused (fail closed)", err)})
@@ -853,10 +855,10 @@ func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, p
 				continue
 			}
 			if end.After(time.Now()) {
-				sc.adopt(ctx, req, w.NS.String(), s, id, end)
+				sc.adopt(ctx, req, w.NS, s, id, end)
 				continue
 			}
-			if _, err := store.Acquire(ctx, op.owner, w.NS.String(), ids, short, 0); err != nil {
+			if _, err := store.Acquire(ctx, op.owner, w.NS, ids, short, 0); err != nil {
 				continue // someone holds it: not this client's to delete
 			}
 			taken = append(taken, id)
@@ -885,7 +887,7 @@ func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, p
 	}
 	if h := sc.Test; h != nil && h.BeforeDelete != nil {
 		for _, id := range freed {
-			h.BeforeDelete(w.NS.String(), id)
+			h.BeforeDelete(w.NS, id)
 		}
 	}
 	reply, err := req.Ask(ctx, body)
@@ -899,7 +901,7 @@ func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, p
 			ab.AppendValue(p)
 		}
 		in := bsoncore.NewDocumentBuilder().AppendArray("$in", ab.Build()).Build()
-		left, failed, err := sc.findRecords(ctx, req, w.NS.String(), bsoncore.NewDocumentBuilder().AppendDocument("_id", in).Build(),
+		left, failed, err := sc.findRecords(ctx, req, w.NS, bsoncore.NewDocumentBuilder().AppendDocument("_id", in).Build(),
 			bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build(), len(pins)+1)
 		if err == nil && failed == nil {
 			var gone []docid.ID
@@ -911,7 +913,7 @@ func (sc *Schemes) lockCollReleaseAll(ctx context.Context, req *proxy.Request, p
 			sc.releaseMirrors(ctx, op, gone)
 		}
 	}
-	v.check(w.NS.String(), freed)
+	v.check(w.NS, freed)
 	sc.cfg.Record(req, pol, v, nil, time.Since(start))
 	return proxy.Decision{Action: proxy.Reply, Reply: reply}
 }
@@ -929,7 +931,7 @@ func (sc *Schemes) releaseMirrors(ctx context.Context, op schemeOp, ids []docid.
 	if len(ids) == 0 {
 		return
 	}
-	if _, err := sc.cfg.Store.Release(ctx, op.owner, op.write.NS.String(), ids, ""); err != nil {
+	if _, err := sc.cfg.Store.Release(ctx, op.owner, op.write.NS, ids, ""); err != nil {
 		sc.cfg.Log.Warn("scheme lock release failed; they expire with their lease", zap.String("ns", op.write.NS.String()), zap.Error(err))
 	}
 }

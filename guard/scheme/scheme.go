@@ -22,6 +22,7 @@ import (
 	"github.com/lockgate/lockgate/guard/txn"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -176,7 +177,7 @@ func (sc *Schemes) Enforce(ctx context.Context, req *proxy.Request, pol *policy.
 				}
 				continue
 			}
-			o, ok := sc.owner(req, w.NS.String(), r.Scheme, st.Holder)
+			o, ok := sc.owner(req, w.NS, r.Scheme, st.Holder)
 			if !ok {
 				v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 				continue
@@ -184,7 +185,7 @@ func (sc *Schemes) Enforce(ctx context.Context, req *proxy.Request, pol *policy.
 			ops = append(ops, schemeOp{rule: r, write: w, step: st, owner: o})
 		case policy.StepHolder:
 			if st.ReleaseAll {
-				o, ok := sc.owner(req, w.NS.String(), r.Scheme, st.Holder)
+				o, ok := sc.owner(req, w.NS, r.Scheme, st.Holder)
 				if !ok {
 					v.add(r, w, refuse.ReasonNoSession, nil, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 					continue
@@ -245,7 +246,7 @@ func (sc *Schemes) checkHolder(ctx context.Context, v *Verdict, req *proxy.Reque
 // schemeTemp is a mirror checkHolder took for one write in flight.
 type schemeTemp struct {
 	owner lockstore.Owner
-	ns    string
+	ns    namespace.Namespace
 	ids   []docid.ID
 }
 
@@ -254,7 +255,7 @@ type schemeTemp struct {
 func (sc *Schemes) dropTemps(ctx context.Context, temps []schemeTemp) {
 	for _, t := range temps {
 		if _, err := sc.cfg.Store.Release(ctx, t.owner, t.ns, t.ids, ""); err != nil {
-			sc.cfg.Log.Warn("releasing the scheme lock of a refused write failed; it expires with its lease", zap.String("ns", t.ns), zap.Error(err))
+			sc.cfg.Log.Warn("releasing the scheme lock of a refused write failed; it expires with its lease", zap.String("ns", t.ns.String()), zap.Error(err))
 		}
 	}
 }
@@ -263,7 +264,7 @@ func (sc *Schemes) dropTemps(ctx context.Context, temps []schemeTemp) {
 // holds is to be checked against the document first (once: after the
 // document's lock is adopted the mirror is the state).
 func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp, read bool) (o lockstore.Owner, mirrored, ok bool) {
-	o, ok = sc.owner(req, w.NS.String(), r.Scheme, st.Holder)
+	o, ok = sc.owner(req, w.NS, r.Scheme, st.Holder)
 	if !ok {
 		v.add(r, w, refuse.ReasonNoSession, ids, "the scheme's holder is the logical session (holder: session), and the command carries none; run it in an explicit session")
 		return o, false, false
@@ -275,7 +276,7 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 			Detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
 		return o, false, false
 	}
-	held, _, err := store.Holds(ctx, o, mns.String(), ids, r.LeaseMargin)
+	held, _, err := store.Holds(ctx, o, mns, ids, r.LeaseMargin)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -285,7 +286,7 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 		if r.Scheme.Type == config.SchemeFlag && !st.Ends {
 			// A flag has no lease of its own: the holder's writes keep
 			// the mirror alive, renewed once half of it is gone.
-			half, _, _ := store.Holds(ctx, o, mns.String(), ids, r.Scheme.Lease/2)
+			half, _, _ := store.Holds(ctx, o, mns, ids, r.Scheme.Lease/2)
 			renew = !half
 		}
 		if renew && !st.Ends {
@@ -293,11 +294,11 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 				return o, false, false
 			}
 		}
-		v.check(w.NS.String(), ids)
+		v.check(w.NS, ids)
 		v.state(StateHeld)
 		return o, true, true
 	}
-	sts, err := store.Status(ctx, o, mns.String(), ids)
+	sts, err := store.Status(ctx, o, mns, ids)
 	if err == nil && len(sts) != 1 {
 		err = fmt.Errorf("%d statuses for one lock", len(sts))
 	}
@@ -344,11 +345,11 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 	// (taken before lockgate ran, or outliving its mirror): that lock is
 	// the state, adopted into the mirror before anything is decided.
 	if read && !r.Scheme.IdentityHolder() {
-		d, err := sc.readDocLock(ctx, r.Scheme, w.NS.String(), ids[0])
+		d, err := sc.readDocLock(ctx, r.Scheme, w.NS, ids[0])
 		if err != nil {
 			return unavailable(err)
 		}
-		if err := sc.adoptDocLock(ctx, req, r, w.NS.String(), ids[0], d); err != nil {
+		if err := sc.adoptDocLock(ctx, req, r, w.NS, ids[0], d); err != nil {
 			var un *unmirrorableError
 			if !errors.As(err, &un) {
 				return unavailable(err)
@@ -402,10 +403,10 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 			// as long.
 			short = lease
 		}
-		_, err := store.Acquire(ctx, o, mns.String(), ids, short, 0)
+		_, err := store.Acquire(ctx, o, mns, ids, short, 0)
 		switch {
 		case err == nil:
-			*temps = append(*temps, schemeTemp{owner: o, ns: mns.String(), ids: ids})
+			*temps = append(*temps, schemeTemp{owner: o, ns: mns, ids: ids})
 			if r.Scheme.IdentityHolder() {
 				v.state(StateAbandoned)
 			} else {
@@ -441,7 +442,7 @@ func (sc *Schemes) checkHolderFrom(ctx context.Context, v *Verdict, req *proxy.R
 // refuses the write, which would leave the document's lock outliving its
 // mirror.
 func (sc *Schemes) renew(ctx context.Context, v *Verdict, r policy.Rule, w policy.Write, o lockstore.Owner, ids []docid.ID, lease time.Duration) bool {
-	_, err := sc.cfg.Store.Renew(ctx, o, r.Scheme.MirrorNS(w.NS).String(), ids, lease)
+	_, err := sc.cfg.Store.Renew(ctx, o, r.Scheme.MirrorNS(w.NS), ids, lease)
 	switch {
 	case err == nil:
 		return true
@@ -512,12 +513,12 @@ func (sc *Schemes) run(ctx context.Context, req *proxy.Request, pol *policy.Poli
 			return proxy.Decision{Action: proxy.Close, Reason: "scheme release: " + err.Error()}
 		}
 		if st.Ends && (!docScheme || sc.released(ctx, r, w, id, op.holder)) {
-			if _, err := store.Release(ctx, op.owner, mns.String(), ids, ""); err != nil {
+			if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
 				sc.cfg.Log.Warn("scheme lock release failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 			}
 			sc.keys.holdings().Remove(docid.KeyOf(mns, id))
 		}
-		v.check(w.NS.String(), ids)
+		v.check(w.NS, ids)
 		sc.cfg.Record(req, pol, v, nil, time.Since(start))
 		return proxy.Decision{Action: proxy.Reply, Reply: reply}
 	}
@@ -559,7 +560,7 @@ func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdic
 		// say "not modified", and must, though it might not (its
 		// test-and-set is not atomic everywhere). Likewise a second
 		// lock record from the holder of the first.
-		mine, _, err := store.Holds(ctx, op.owner, mns.String(), ids, 0)
+		mine, _, err := store.Holds(ctx, op.owner, mns, ids, 0)
 		if err != nil {
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable, IDs: ids,
 				Detail: fmt.Sprintf("the lock store cannot take the scheme lock (%v); nothing was written", err)})
@@ -573,10 +574,10 @@ func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdic
 	if docScheme && r.Scheme.Type != config.SchemeFlag {
 		// A live lock the document shows and no mirror holds is the
 		// state: adopted, it makes this acquire "busy".
-		d, err := sc.readDocLock(ctx, r.Scheme, w.NS.String(), id)
+		d, err := sc.readDocLock(ctx, r.Scheme, w.NS, id)
 		prev = d
 		if err == nil {
-			err = sc.adoptDocLock(ctx, req, r, w.NS.String(), id, d)
+			err = sc.adoptDocLock(ctx, req, r, w.NS, id, d)
 		}
 		var un *unmirrorableError
 		switch {
@@ -589,7 +590,7 @@ func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdic
 			return acquireResult{refused: true}
 		}
 	}
-	locks, err := store.Acquire(ctx, op.owner, mns.String(), ids, mirrorLease(r.Scheme, st), 0)
+	locks, err := store.Acquire(ctx, op.owner, mns, ids, mirrorLease(r.Scheme, st), 0)
 	if err != nil {
 		switch {
 		case errors.Is(err, lockstore.ErrBusy):
@@ -623,7 +624,7 @@ func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdic
 		taken = false
 	}
 	if !taken {
-		if _, err := store.Release(ctx, op.owner, mns.String(), ids, ""); err != nil {
+		if _, err := store.Release(ctx, op.owner, mns, ids, ""); err != nil {
 			sc.cfg.Log.Warn("scheme lock release after a failed acquire failed; it expires with its lease", zap.String("ns", w.NS.String()), zap.Error(err))
 		}
 	} else {
@@ -632,7 +633,7 @@ func (sc *Schemes) acquireOne(ctx context.Context, req *proxy.Request, v *Verdic
 			sc.keys.holdings().Add(docid.KeyOf(mns, id), holding{session: c.Session, bind: c.Bind,
 				holder: bsoncore.Value{Type: st.Holder.Type, Data: append([]byte(nil), st.Holder.Data...)}, token: locks[0].Token})
 		}
-		v.check(w.NS.String(), ids)
+		v.check(w.NS, ids)
 	}
 	return acquireResult{reply: reply, taken: taken}
 }
@@ -650,7 +651,7 @@ func (sc *Schemes) pick(ctx context.Context, req *proxy.Request, pol *policy.Pol
 		v.add(r, w, ReasonNotFollowed, nil, "it takes a lock on one of the documents its filter matches, and this proxy cannot look them up; name the _id")
 		return sc.cfg.Decide(req, pol, v, start)
 	}
-	if why := sc.cfg.MayRead(ctx, req, w.NS.String()); why != "" {
+	if why := sc.cfg.MayRead(ctx, req, w.NS); why != "" {
 		v.add(r, w, ReasonNotFollowed, nil, why)
 		return sc.cfg.Decide(req, pol, v, start)
 	}
@@ -705,7 +706,7 @@ func (sc *Schemes) taken(ctx context.Context, r policy.Rule, w policy.Write, id 
 	if r.Scheme.Type == config.SchemeFlag && !replied {
 		return false
 	}
-	d, err := sc.readDocLock(ctx, r.Scheme, w.NS.String(), id)
+	d, err := sc.readDocLock(ctx, r.Scheme, w.NS, id)
 	if err != nil {
 		sc.cfg.Log.Warn("reading back a scheme acquire failed; the mirror stays until its lease ends", zap.String("ns", w.NS.String()), zap.Error(err))
 		return true
@@ -720,7 +721,7 @@ func (sc *Schemes) taken(ctx context.Context, r policy.Rule, w policy.Write, id 
 // document is gone or no longer shows the holder (flag: the flag set). A
 // failed read keeps the mirror.
 func (sc *Schemes) released(ctx context.Context, r policy.Rule, w policy.Write, id docid.ID, holder bsoncore.Value) bool {
-	d, err := sc.readDocLock(ctx, r.Scheme, w.NS.String(), id)
+	d, err := sc.readDocLock(ctx, r.Scheme, w.NS, id)
 	if err != nil {
 		sc.cfg.Log.Warn("reading back a scheme release failed; the mirror stays until its lease ends", zap.String("ns", w.NS.String()), zap.Error(err))
 		return false
@@ -744,7 +745,7 @@ func (sc *Schemes) released(ctx context.Context, r policy.Rule, w policy.Write, 
 func (sc *Schemes) identityWrite(ctx context.Context, v *Verdict, req *proxy.Request, r policy.Rule, w policy.Write, st policy.Step, ids []docid.ID, temps *[]schemeTemp) (schemeOp, bool) {
 	mns := r.Scheme.MirrorNS(w.NS)
 	if st.Ends && !st.Touches {
-		d, err := sc.readDocLock(ctx, r.Scheme, w.NS.String(), ids[0])
+		d, err := sc.readDocLock(ctx, r.Scheme, w.NS, ids[0])
 		if err != nil {
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 				Detail: fmt.Sprintf("the proxy cannot read the document's lock (%v), so the write is refused (fail closed)", err)})
@@ -765,8 +766,8 @@ func (sc *Schemes) identityWrite(ctx context.Context, v *Verdict, req *proxy.Req
 	h, known := sc.keys.holdings().Get(docid.KeyOf(mns, ids[0]))
 	known = known && h.sameIdentity(sc.client(req))
 	if known {
-		o, _ := sc.owner(req, w.NS.String(), r.Scheme, h.holder)
-		sts, err := sc.cfg.Store.Status(ctx, o, mns.String(), ids)
+		o, _ := sc.owner(req, w.NS, r.Scheme, h.holder)
+		sts, err := sc.cfg.Store.Status(ctx, o, mns, ids)
 		if err != nil {
 			v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 				Detail: fmt.Sprintf("the lock store cannot confirm the scheme lock (%v), so the write is refused (fail closed)", err)})
@@ -777,7 +778,7 @@ func (sc *Schemes) identityWrite(ctx context.Context, v *Verdict, req *proxy.Req
 				return schemeOp{}, false
 			}
 			st.Holder = h.holder
-			v.check(w.NS.String(), ids)
+			v.check(w.NS, ids)
 			v.state(StateHeld)
 			return schemeOp{rule: r, write: w, step: st, owner: o, holder: h.holder, clause: r.Scheme.HolderCondition(h.holder)}, true
 		}
@@ -908,11 +909,11 @@ func statementBody(cmd *wire.Command, w policy.Write) (bsoncore.Document, error)
 // the holder value itself (keyed, per namespace), so that whoever names it
 // is the holder, as in the scheme. flag: the client identity the rule
 // names.
-func (sc *Schemes) owner(req *proxy.Request, ns string, s policy.Scheme, holder bsoncore.Value) (lockstore.Owner, bool) {
+func (sc *Schemes) owner(req *proxy.Request, ns namespace.Namespace, s policy.Scheme, holder bsoncore.Value) (lockstore.Owner, bool) {
 	c := req.Client
 	o := lockstore.Owner{App: c.AppName(), Client: c.Addr, User: c.User()}
 	if !s.IdentityHolder() {
-		key := append([]byte("lockgate scheme holder v1\x00"+ns+"\x00"), byte(holder.Type))
+		key := append([]byte("lockgate scheme holder v1\x00"+ns.String()+"\x00"), byte(holder.Type))
 		o.Session = sc.cfg.SessionKey("", append(key, holder.Data...))
 		return o, true
 	}
@@ -1010,12 +1011,14 @@ func (sc *Schemes) insert(ctx context.Context, v *Verdict, req *proxy.Request, r
 		return // no lock record can name it
 	}
 	mns := r.Scheme.MirrorNS(w.NS)
-	if h, ok := sc.cfg.Store.(interface{ MayHoldLocks(ns string) bool }); ok && !h.MayHoldLocks(mns.String()) {
+	if h, ok := sc.cfg.Store.(interface {
+		MayHoldLocks(ns namespace.Namespace) bool
+	}); ok && !h.MayHoldLocks(mns) {
 		return
 	}
 	var o lockstore.Owner
 	if r.Scheme.IdentityHolder() {
-		o, _ = sc.owner(req, w.NS.String(), r.Scheme, bsoncore.Value{})
+		o, _ = sc.owner(req, w.NS, r.Scheme, bsoncore.Value{})
 	}
 	if o.Session == nil {
 		o.Session = make([]byte, 16) // nobody: a holder-field insert names no holder
@@ -1025,7 +1028,7 @@ func (sc *Schemes) insert(ctx context.Context, v *Verdict, req *proxy.Request, r
 		return // no lock can be held on it; the database refuses it
 	}
 	ids := []docid.ID{did}
-	sts, err := sc.cfg.Confirmed(ctx, o, mns.String(), ids)
+	sts, err := sc.cfg.Confirmed(ctx, o, mns, ids)
 	if err != nil {
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonUnavailable,
 			Detail: fmt.Sprintf("the lock store cannot confirm that the inserted _id is unlocked (%v)", err)})

@@ -85,8 +85,8 @@ func TestHolderWriteDecidedByTheMirror(t *testing.T) {
 		sc := newUnit(store, &d)
 		req := holderWrite(t, "me")
 		holder := bsoncore.Value{Type: bson.TypeString, Data: bsoncore.AppendString(nil, c.holds)}
-		o, _ := sc.owner(req, "shop.hf", r.Scheme, holder)
-		if _, err := store.Acquire(ctx, o, r.Scheme.MirrorNS(namespace.Of("shop.hf")).String(), []docid.ID{lockstoretest.ID(1)}, time.Minute, 0); err != nil {
+		o, _ := sc.owner(req, namespace.Of("shop.hf"), r.Scheme, holder)
+		if _, err := store.Acquire(ctx, o, namespace.Of(r.Scheme.MirrorNS(namespace.Of("shop.hf")).String()), []docid.ID{lockstoretest.ID(1)}, time.Minute, 0); err != nil {
 			t.Fatal(err)
 		}
 		writes, err := policy.NewPlan(req.Message, req.Command).Writes()

@@ -28,7 +28,7 @@ import (
 type Reader interface {
 	// LockFields returns the fields top of document id in ns (only them),
 	// and whether the document exists.
-	LockFields(ctx context.Context, ns string, id docid.ID, top []string) (bsoncore.Document, bool, error)
+	LockFields(ctx context.Context, ns namespace.Namespace, id docid.ID, top []string) (bsoncore.Document, bool, error)
 }
 
 // docLock is the lock a document shows.
@@ -51,7 +51,7 @@ func (d docLock) live(now time.Time) bool {
 }
 
 // readDocLock reads the lock document id of ns shows under scheme s.
-func (sc *Schemes) readDocLock(ctx context.Context, s policy.Scheme, ns string, id docid.ID) (docLock, error) {
+func (sc *Schemes) readDocLock(ctx context.Context, s policy.Scheme, ns namespace.Namespace, id docid.ID) (docLock, error) {
 	rd := sc.cfg.Reader
 	if rd == nil {
 		return docLock{}, errors.New("the proxy has no client of its own to read the document's lock with")
@@ -129,7 +129,7 @@ func (e *unmirrorableError) Error() string { return e.why }
 // until the document's own end. Someone else holding the mirror already is
 // no error (the mirror is the stricter then). A lock that cannot be
 // mirrored is an *unmirrorableError.
-func (sc *Schemes) adoptDocLock(ctx context.Context, req *proxy.Request, r policy.Rule, ns string, id docid.ID, d docLock) error {
+func (sc *Schemes) adoptDocLock(ctx context.Context, req *proxy.Request, r policy.Rule, ns namespace.Namespace, id docid.ID, d docLock) error {
 	now := time.Now()
 	if !d.live(now) || r.Scheme.Type == config.SchemeFlag {
 		return nil
@@ -140,21 +140,21 @@ func (sc *Schemes) adoptDocLock(ctx context.Context, req *proxy.Request, r polic
 	o, _ := sc.owner(req, ns, r.Scheme, d.holder)
 	// Whoever took the lock, it was not this request's client.
 	o.App, o.Client, o.User = "(lock adopted from the document)", "", ""
-	mns, ids := r.Scheme.MirrorNS(namespace.Of(ns)), []docid.ID{id}
+	mns, ids := r.Scheme.MirrorNS(ns), []docid.ID{id}
 	// A mirror held already, by this holder or another, is at least as
 	// strict: nothing to adopt. Taking the holder's own mirror again
 	// through this proxy would succeed (re-entrant), make the hold one
 	// that two lockgates changed, and so make its release wait for the
 	// other's cache (lockstore quiesce, a second): every acquire that met
 	// a held lock through the other proxy would slow the holder's release.
-	sts, err := sc.cfg.Store.Status(ctx, o, mns.String(), ids)
+	sts, err := sc.cfg.Store.Status(ctx, o, mns, ids)
 	if err != nil {
 		return err
 	}
 	if len(sts) == 1 && sts[0].Held {
 		return nil
 	}
-	_, err = sc.cfg.Store.Acquire(ctx, o, mns.String(), ids, d.ends.Sub(now), 0)
+	_, err = sc.cfg.Store.Acquire(ctx, o, mns, ids, d.ends.Sub(now), 0)
 	switch {
 	case err == nil:
 		// The holder may have released between the read and the
@@ -163,8 +163,8 @@ func (sc *Schemes) adoptDocLock(ctx context.Context, req *proxy.Request, r polic
 		// for a lock the document still shows. A failed read keeps it.
 		again, err := sc.readDocLock(ctx, r.Scheme, ns, id)
 		if err == nil && !(sameHolder(again.holder, d.holder) && again.live(time.Now())) {
-			if _, err := sc.cfg.Store.Release(ctx, o, mns.String(), ids, ""); err != nil {
-				sc.cfg.Log.Warn("dropping a scheme lock adopted from a released document failed; it expires with its lease", zap.String("ns", ns), zap.Error(err))
+			if _, err := sc.cfg.Store.Release(ctx, o, mns, ids, ""); err != nil {
+				sc.cfg.Log.Warn("dropping a scheme lock adopted from a released document failed; it expires with its lease", zap.String("ns", ns.String()), zap.Error(err))
 			}
 		}
 		return nil

@@ -79,7 +79,7 @@ type docsReader struct {
 	n    int
 }
 
-func (r *docsReader) LockFields(context.Context, string, docid.ID, []string) (bsoncore.Document, bool, error) {
+func (r *docsReader) LockFields(context.Context, namespace.Namespace, docid.ID, []string) (bsoncore.Document, bool, error) {
 	d := r.docs[min(r.n, len(r.docs)-1)]
 	r.n++
 	raw, err := bson.Marshal(d)
@@ -112,15 +112,15 @@ func TestSchemeAdoptRacingRelease(t *testing.T) {
 		req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000", RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}}
 		id := lockstoretest.ID(1)
 		ctx := context.Background()
-		d, err := g.readDocLock(ctx, r.Scheme, "shop.ld", id)
+		d, err := g.readDocLock(ctx, r.Scheme, namespace.Of("shop.ld"), id)
 		if err != nil || !d.live(time.Now()) {
 			t.Fatalf("%s: first read %+v, %v", c.name, d, err)
 		}
-		if err := g.adoptDocLock(ctx, req, r, "shop.ld", id, d); err != nil {
+		if err := g.adoptDocLock(ctx, req, r, namespace.Of("shop.ld"), id, d); err != nil {
 			t.Fatalf("%s: adopt: %v", c.name, err)
 		}
-		o, _ := g.owner(req, "shop.ld", r.Scheme, d.holder)
-		sts, err := store.Status(ctx, o, "shop.ld", []docid.ID{id})
+		o, _ := g.owner(req, namespace.Of("shop.ld"), r.Scheme, d.holder)
+		sts, err := store.Status(ctx, o, namespace.Of("shop.ld"), []docid.ID{id})
 		if err != nil || len(sts) != 1 || sts[0].Held != c.held {
 			t.Errorf("%s: mirror %+v, %v; want held %v", c.name, sts, err, c.held)
 		}

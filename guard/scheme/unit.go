@@ -25,6 +25,7 @@ import (
 	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 )
@@ -43,11 +44,11 @@ const (
 // live (guard.LockStore has it). A store that also tells whether any lock
 // may be held in a namespace (MayHoldLocks) spares inserts a read.
 type Store interface {
-	Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
-	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
-	Release(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error)
-	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
-	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
+	Acquire(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
+	Renew(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
+	Release(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, errText string) (int, error)
+	Status(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error)
+	Holds(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
 }
 
 // Violation is one reason a write under a scheme may not proceed; the
@@ -130,7 +131,7 @@ func (v *Verdict) add(r policy.Rule, w policy.Write, reason string, ids []docid.
 }
 
 // check records ids as verified in ns.
-func (v *Verdict) check(ns string, ids []docid.ID) { v.Checked.Add(ns, ids) }
+func (v *Verdict) check(ns namespace.Namespace, ids []docid.ID) { v.Checked.Add(ns, ids) }
 
 // enforcedViolation reports whether the command is refused already.
 func (v *Verdict) enforcedViolation() bool {
@@ -169,12 +170,12 @@ type Config struct {
 	CommitStep func(req *proxy.Request, pol *policy.Policy, v *Verdict, r policy.Rule, w policy.Write) *Violation
 	// Confirmed is the lock store's status not trusting a head that lags
 	// behind its claims.
-	Confirmed func(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
+	Confirmed func(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error)
 	// ExactStrings reports whether string values compare exactly for w
 	// (the simple collation).
 	ExactStrings func(ctx context.Context, w policy.Write) bool
 	// MayRead is why the caller may not read ns ("" when it may).
-	MayRead func(ctx context.Context, req *proxy.Request, ns string) string
+	MayRead func(ctx context.Context, req *proxy.Request, ns namespace.Namespace) string
 	// Resolve finds the documents w's filter matches, up to limit, within
 	// enforcement's bounds; nil when there is no resolver.
 	Resolve func(ctx context.Context, r policy.Rule, w policy.Write, limit int) ([]docid.ID, time.Duration, error)
@@ -197,13 +198,13 @@ func New(cfg Config) *Schemes { return &Schemes{cfg: cfg} }
 type TestHooks struct {
 	// BeforeRead runs when a release from a non-holder, having found the
 	// lock free, is about to read its record.
-	BeforeRead func(ns string, id docid.ID)
+	BeforeRead func(ns namespace.Namespace, id docid.ID)
 	// BeforeAdopt runs after a live record was read, before it is adopted.
-	BeforeAdopt func(ns string, id docid.ID)
+	BeforeAdopt func(ns namespace.Namespace, id docid.ID)
 	// BeforeDelete runs when a release has decided to delete record id
 	// (the holder's, or, from a non-holder, an abandoned or absent one
 	// under a mirror taken for the delete), before the delete is sent.
-	BeforeDelete func(ns string, id docid.ID)
+	BeforeDelete func(ns namespace.Namespace, id docid.ID)
 }
 
 // idCopy is the ID of one value of a request's buffer, with its own copy

@@ -36,6 +36,7 @@ import (
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/mongoerr"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -83,13 +84,13 @@ type Config struct {
 	// Owner is the lock owner of the request's session under bind.
 	Owner func(req *proxy.Request, lsid []byte, bind string) lockstore.Owner
 	// LeaseMargin is the margin of the rule that applies to ns for req.
-	LeaseMargin func(req *proxy.Request, pol *policy.Policy, ns string) time.Duration
+	LeaseMargin func(req *proxy.Request, pol *policy.Policy, ns namespace.Namespace) time.Duration
 	// Confirmed is the lock store's status of ids, not trusting a head
 	// that lags behind its claims.
-	Confirmed func(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
+	Confirmed func(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error)
 	// LeaseLeft reports whether o holds ids with more than margin left,
 	// and how much lease is surely left.
-	LeaseLeft func(ctx context.Context, o lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (time.Duration, bool, error)
+	LeaseLeft func(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (time.Duration, bool, error)
 	// ForceSeq is the in-flight tracker's force-release sequence.
 	ForceSeq func() uint64
 	// Launch launches a covered commit as a write in flight, with next
@@ -126,7 +127,7 @@ func In(cmd *wire.Command) bool {
 // Refusal is why a transaction statement cannot be allowed: its commit
 // could not be checked. NS is the namespace of the need it names.
 type Refusal struct {
-	NS                     string
+	NS                     namespace.Namespace
 	Reason, Detail, Advice string
 }
 

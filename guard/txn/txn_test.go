@@ -98,17 +98,17 @@ func newRig(t *testing.T, withRecords bool) *rig {
 		Owner: func(_ *proxy.Request, id []byte, bind string) lockstore.Owner {
 			return lockstore.Owner{Session: sessionKey("", id), Bind: bind}
 		},
-		LeaseMargin: func(_ *proxy.Request, pol *policy.Policy, ns string) time.Duration {
-			return pol.Lookup(namespace.Of(ns)).LeaseMargin
+		LeaseMargin: func(_ *proxy.Request, pol *policy.Policy, ns namespace.Namespace) time.Duration {
+			return pol.Lookup(ns).LeaseMargin
 		},
-		Confirmed: func(_ context.Context, _ lockstore.Owner, _ string, ids []docid.ID) ([]lockstore.Status, error) {
+		Confirmed: func(_ context.Context, _ lockstore.Owner, _ namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
 			var out []lockstore.Status
 			for _, id := range ids {
 				out = append(out, lockstore.Status{ID: id, Held: r.lockedBy})
 			}
 			return out, nil
 		},
-		LeaseLeft: func(context.Context, lockstore.Owner, string, []docid.ID, time.Duration) (time.Duration, bool, error) {
+		LeaseLeft: func(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, time.Duration) (time.Duration, bool, error) {
 			return r.left, r.left > 0, nil
 		},
 		ForceSeq: func() uint64 { return 3 },
@@ -133,7 +133,7 @@ func newRig(t *testing.T, withRecords bool) *rig {
 func (r *rig) record(t *testing.T, n int64, held, unlocked []docid.ID) *Refusal {
 	t.Helper()
 	return r.check.Record(context.Background(), request(t, "update", n), r.key,
-		[]lockstore.TxnNeed{{NS: "shop.orders", Held: held, Unlocked: unlocked}})
+		[]lockstore.TxnNeed{{NS: namespace.Of("shop.orders"), Held: held, Unlocked: unlocked}})
 }
 
 // wantAborted: the commit is not forwarded; abortTransaction of the same
@@ -179,7 +179,7 @@ func TestCoveredCommitIsLaunched(t *testing.T) {
 		t.Fatalf("launched %d commits, want 1 (decision %+v)", len(r.launched), d)
 	}
 	c := r.launched[0]
-	if len(c.Locks) != 1 || c.Locks[0].NS != "shop.orders" || len(c.Locks[0].IDs) != 2 || c.Margin != 100*time.Millisecond || c.ForceSeq != 3 {
+	if len(c.Locks) != 1 || c.Locks[0].NS.String() != "shop.orders" || len(c.Locks[0].IDs) != 2 || c.Margin != 100*time.Millisecond || c.ForceSeq != 3 {
 		t.Errorf("commit launched as %+v", c)
 	}
 	if d.Action != proxy.Rewrite || d.Deadline.IsZero() || d.LateReply == nil {
@@ -239,7 +239,7 @@ func TestStatementAfterTheCommitBeganIsRefused(t *testing.T) {
 	}
 	d = r.check.End(context.Background(), request(t, "commitTransaction", 1))
 	x := r.record(t, 1, ids(t, 2), nil)
-	if x == nil || x.Reason != ReasonCommitNotCovered || x.NS != "shop.orders" {
+	if x == nil || x.Reason != ReasonCommitNotCovered || x.NS.String() != "shop.orders" {
 		t.Fatalf("statement after the commit began: %+v, want refused", x)
 	}
 	d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 0).Build())
@@ -269,7 +269,7 @@ func TestWithoutTransactionRecordsEverythingFailsClosed(t *testing.T) {
 // TestStatementWithoutTxnNumberIsRefused: its commit could not be found.
 func TestStatementWithoutTxnNumberIsRefused(t *testing.T) {
 	r := newRig(t, true)
-	x := r.check.Record(context.Background(), request(t, "update", -1), r.key, []lockstore.TxnNeed{{NS: "shop.orders", Held: ids(t, 1)}})
+	x := r.check.Record(context.Background(), request(t, "update", -1), r.key, []lockstore.TxnNeed{{NS: namespace.Of("shop.orders"), Held: ids(t, 1)}})
 	if x == nil || x.Reason != refuse.ReasonUnavailable || !strings.Contains(x.Detail, "without a txnNumber") {
 		t.Errorf("%+v, want refused", x)
 	}

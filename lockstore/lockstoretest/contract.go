@@ -17,19 +17,20 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // Store is what the contract exercises: guard.LockStore plus the fencing
 // tokens the document fence reads.
 type Store interface {
-	Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
-	Renew(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
-	Release(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error)
-	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns string, errText string) (int, error)
+	Acquire(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error)
+	Renew(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error)
+	Release(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, errText string) (int, error)
+	ReleaseAll(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, errText string) (int, error)
 	ReleaseSession(ctx context.Context, session []byte) (int, error)
-	Status(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error)
-	Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
-	HeldTokens(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
+	Status(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error)
+	Holds(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error)
+	HeldTokens(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error)
 	RecordTxn(ctx context.Context, session []byte, txn int64, needs []lockstore.TxnNeed) error
 	BeginCommit(ctx context.Context, session []byte, txn int64) ([]lockstore.TxnNeed, error)
 	EndTxn(ctx context.Context, session []byte, txn int64) error
@@ -130,7 +131,7 @@ func IDs(vs ...any) []docid.ID {
 
 func mustAcquire(t *testing.T, s Store, o lockstore.Owner, space string, ids []docid.ID, lease time.Duration) []lockstore.Lock {
 	t.Helper()
-	ls, err := s.Acquire(context.Background(), o, space, ids, lease, 0)
+	ls, err := s.Acquire(context.Background(), o, namespace.Of(space), ids, lease, 0)
 	if err != nil {
 		t.Fatalf("acquire %v: %v", ids, err)
 	}
@@ -139,7 +140,7 @@ func mustAcquire(t *testing.T, s Store, o lockstore.Owner, space string, ids []d
 
 func holds(t *testing.T, s Store, o lockstore.Owner, ids []docid.ID, margin time.Duration) bool {
 	t.Helper()
-	ok, _, err := s.Holds(context.Background(), o, ns, ids, margin)
+	ok, _, err := s.Holds(context.Background(), o, namespace.Of(ns), ids, margin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func holds(t *testing.T, s Store, o lockstore.Owner, ids []docid.ID, margin time
 
 func status(t *testing.T, s Store, o lockstore.Owner, id docid.ID) lockstore.Status {
 	t.Helper()
-	sts, err := s.Status(context.Background(), o, ns, []docid.ID{id})
+	sts, err := s.Status(context.Background(), o, namespace.Of(ns), []docid.ID{id})
 	if err != nil || len(sts) != 1 {
 		t.Fatalf("status: %v %v", sts, err)
 	}
@@ -158,7 +159,7 @@ func status(t *testing.T, s Store, o lockstore.Owner, id docid.ID) lockstore.Sta
 func allOrNothing(t *testing.T, s Store, _ *Clock) {
 	a, b := NewOwner("a"), NewOwner("b")
 	mustAcquire(t, s, a, ns, IDs(2), 0)
-	_, err := s.Acquire(context.Background(), b, ns, IDs(1, 2, 3), 0, 0)
+	_, err := s.Acquire(context.Background(), b, namespace.Of(ns), IDs(1, 2, 3), 0, 0)
 	var he *lockstore.HeldError
 	if !errors.Is(err, lockstore.ErrBusy) || !errors.As(err, &he) || !he.ID.Equal(ID(2)) {
 		t.Fatalf("acquire over a held id: %v, want ErrBusy on _id 2", err)
@@ -198,7 +199,7 @@ func reentrant(t *testing.T, s Store, clock *Clock) {
 func busy(t *testing.T, s Store, _ *Clock) {
 	a, b := NewOwner("billing"), NewOwner("b")
 	l := mustAcquire(t, s, a, ns, IDs(7), 0)[0]
-	_, err := s.Acquire(context.Background(), b, ns, IDs(7), 0, 0)
+	_, err := s.Acquire(context.Background(), b, namespace.Of(ns), IDs(7), 0, 0)
 	var he *lockstore.HeldError
 	if !errors.As(err, &he) || !errors.Is(err, lockstore.ErrBusy) || errors.Is(err, lockstore.ErrTimeout) {
 		t.Fatalf("got %v, want a *HeldError matching ErrBusy", err)
@@ -223,7 +224,7 @@ func oneKeyPerValue(t *testing.T, s Store, _ *Clock) {
 		t.Fatalf("1, 1.0 and NumberLong(1) are one key; got %d locks", len(ls))
 	}
 	for _, id := range []docid.ID{ID(int64(1)), ID(1.0)} {
-		if _, err := s.Acquire(context.Background(), b, ns, []docid.ID{id}, 0, 0); !errors.Is(err, lockstore.ErrBusy) {
+		if _, err := s.Acquire(context.Background(), b, namespace.Of(ns), []docid.ID{id}, 0, 0); !errors.Is(err, lockstore.ErrBusy) {
 			t.Fatalf("acquire %v: %v, want ErrBusy", id, err)
 		}
 	}
@@ -245,10 +246,10 @@ func binding(t *testing.T, s Store, _ *Clock) {
 	if holds(t, s, unbound, IDs(1), 0) {
 		t.Fatal("the session without the binding holds a bound lock")
 	}
-	if _, err := s.Acquire(context.Background(), unbound, ns, IDs(1), 0, 0); !errors.Is(err, lockstore.ErrBusy) {
+	if _, err := s.Acquire(context.Background(), unbound, namespace.Of(ns), IDs(1), 0, 0); !errors.Is(err, lockstore.ErrBusy) {
 		t.Fatalf("acquire without the binding: %v, want ErrBusy", err)
 	}
-	if n, err := s.Release(context.Background(), unbound, ns, IDs(1), ""); err != nil || n != 0 {
+	if n, err := s.Release(context.Background(), unbound, namespace.Of(ns), IDs(1), ""); err != nil || n != 0 {
 		t.Fatalf("release without the binding freed %d (%v)", n, err)
 	}
 	if !holds(t, s, bound, IDs(1), 0) {
@@ -265,11 +266,11 @@ func waitWoken(t *testing.T, s Store, _ *Clock) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		ls, err := s.Acquire(context.Background(), b, ns, IDs(1), 0, 20*time.Second)
+		ls, err := s.Acquire(context.Background(), b, namespace.Of(ns), IDs(1), 0, 20*time.Second)
 		done <- result{ls, err}
 	}()
 	// Released whether or not b is queued yet: either way b must get it.
-	if n, err := s.Release(context.Background(), a, ns, IDs(1), ""); err != nil || n != 1 {
+	if n, err := s.Release(context.Background(), a, namespace.Of(ns), IDs(1), ""); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	select {
@@ -292,7 +293,7 @@ func waitTimeout(t *testing.T, s Store, _ *Clock) {
 	a, b := NewOwner("a"), NewOwner("b")
 	mustAcquire(t, s, a, ns, IDs(1), 0)
 	start := time.Now()
-	_, err := s.Acquire(context.Background(), b, ns, IDs(1), 0, 50*time.Millisecond)
+	_, err := s.Acquire(context.Background(), b, namespace.Of(ns), IDs(1), 0, 50*time.Millisecond)
 	var he *lockstore.HeldError
 	if !errors.Is(err, lockstore.ErrTimeout) || !errors.As(err, &he) || !he.Timeout {
 		t.Fatalf("got %v, want a *HeldError matching ErrTimeout", err)
@@ -310,7 +311,7 @@ func waitCancelled(t *testing.T, s Store, _ *Clock) {
 	mustAcquire(t, s, a, ns, IDs(1), 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := s.Acquire(ctx, b, ns, IDs(1), 0, 20*time.Second)
+	_, err := s.Acquire(ctx, b, namespace.Of(ns), IDs(1), 0, 20*time.Second)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, lockstore.ErrTimeout) || errors.Is(err, lockstore.ErrUnavailable) {
 		t.Fatalf("a waiter whose context ended: %v, want the context's error alone", err)
 	}
@@ -323,7 +324,7 @@ func renew(t *testing.T, s Store, clock *Clock) {
 	a, b := NewOwner("a"), NewOwner("b")
 	l := mustAcquire(t, s, a, ns, IDs(1, 2), 2*time.Second)
 	clock.Advance(1500 * time.Millisecond)
-	r, err := s.Renew(context.Background(), a, ns, IDs(1), 10*time.Second)
+	r, err := s.Renew(context.Background(), a, namespace.Of(ns), IDs(1), 10*time.Second)
 	if err != nil || len(r) != 1 || r[0].Token != l[0].Token {
 		t.Fatalf("renew: %+v %v", r, err)
 	}
@@ -331,13 +332,13 @@ func renew(t *testing.T, s Store, clock *Clock) {
 	if !r[0].ExpiresAt.Equal(now.Add(10 * time.Second)) {
 		t.Fatalf("renewed lease ends %v, want %v", r[0].ExpiresAt, now.Add(10*time.Second))
 	}
-	_, err = s.Renew(context.Background(), b, ns, IDs(1), time.Second)
+	_, err = s.Renew(context.Background(), b, namespace.Of(ns), IDs(1), time.Second)
 	var nh *lockstore.NotHolderError
 	if !errors.Is(err, lockstore.ErrNotHolder) || !errors.As(err, &nh) || len(nh.IDs) != 1 {
 		t.Fatalf("renew by another session: %v, want ErrNotHolder", err)
 	}
 	clock.Advance(time.Second) // _id 2's lease has ended, _id 1's not
-	r, err = s.Renew(context.Background(), a, ns, IDs(1, 2), time.Second)
+	r, err = s.Renew(context.Background(), a, namespace.Of(ns), IDs(1, 2), time.Second)
 	if !errors.As(err, &nh) || len(nh.IDs) != 1 || !nh.IDs[0].Equal(ID(2)) {
 		t.Fatalf("renew of an expired lock: %v, want ErrNotHolder for _id 2", err)
 	}
@@ -349,13 +350,13 @@ func renew(t *testing.T, s Store, clock *Clock) {
 func release(t *testing.T, s Store, _ *Clock) {
 	a, b := NewOwner("a"), NewOwner("b")
 	l := mustAcquire(t, s, a, ns, IDs(1), 0)[0]
-	if n, err := s.Release(context.Background(), b, ns, IDs(1), ""); err != nil || n != 0 {
+	if n, err := s.Release(context.Background(), b, namespace.Of(ns), IDs(1), ""); err != nil || n != 0 {
 		t.Fatalf("release by another session: %d %v", n, err)
 	}
 	if !holds(t, s, a, IDs(1), 0) {
 		t.Fatal("another session's release freed the lock")
 	}
-	if n, err := s.Release(context.Background(), a, ns, IDs(1, 99), "disk full"); err != nil || n != 1 {
+	if n, err := s.Release(context.Background(), a, namespace.Of(ns), IDs(1, 99), "disk full"); err != nil || n != 1 {
 		t.Fatalf("release: %d %v, want 1 (an id not held does not count)", n, err)
 	}
 	st := status(t, s, a, ID(1))
@@ -369,7 +370,7 @@ func release(t *testing.T, s Store, _ *Clock) {
 	if next.Token <= l.Token || next.LastError != "disk full" {
 		t.Fatalf("next holder: %+v, want a token above %d and the last error", next, l.Token)
 	}
-	if n, _ := s.Release(context.Background(), b, ns, IDs(1), ""); n != 1 {
+	if n, _ := s.Release(context.Background(), b, namespace.Of(ns), IDs(1), ""); n != 1 {
 		t.Fatal("clean release")
 	}
 	if st := status(t, s, b, ID(1)); st.LastError != "" {
@@ -382,13 +383,13 @@ func releaseAll(t *testing.T, s Store, _ *Clock) {
 	mustAcquire(t, s, a, ns, IDs(1, 2), 0)
 	mustAcquire(t, s, a, "shop.other", IDs(1), 0)
 	mustAcquire(t, s, b, ns, IDs(3), 0)
-	if n, err := s.ReleaseAll(context.Background(), a, ns, ""); err != nil || n != 2 {
+	if n, err := s.ReleaseAll(context.Background(), a, namespace.Of(ns), ""); err != nil || n != 2 {
 		t.Fatalf("release all: %d %v, want 2", n, err)
 	}
 	if holds(t, s, a, IDs(1), 0) || holds(t, s, a, IDs(2), 0) {
 		t.Fatal("release all left a lock of the namespace")
 	}
-	if ok, _, _ := s.Holds(context.Background(), a, "shop.other", IDs(1), 0); !ok {
+	if ok, _, _ := s.Holds(context.Background(), a, namespace.Of("shop.other"), IDs(1), 0); !ok {
 		t.Fatal("release all freed a lock of another namespace")
 	}
 	if !holds(t, s, b, IDs(3), 0) {
@@ -409,7 +410,7 @@ func tokens(t *testing.T, s Store, clock *Clock) {
 		last = l.Token
 		// Free by release and by lease end in turn.
 		if i%2 == 0 {
-			if _, err := s.Release(context.Background(), o, ns, []docid.ID{l.ID}, ""); err != nil {
+			if _, err := s.Release(context.Background(), o, namespace.Of(ns), []docid.ID{l.ID}, ""); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -425,7 +426,7 @@ func leaseExpiry(t *testing.T, s Store, clock *Clock) {
 	if !holds(t, s, a, IDs(1), 0) {
 		t.Fatal("lock lost within its lease")
 	}
-	if _, err := s.Acquire(context.Background(), b, ns, IDs(1), 0, 0); !errors.Is(err, lockstore.ErrBusy) {
+	if _, err := s.Acquire(context.Background(), b, namespace.Of(ns), IDs(1), 0, 0); !errors.Is(err, lockstore.ErrBusy) {
 		t.Fatalf("taken within the lease: %v", err)
 	}
 	clock.Advance(1500 * time.Millisecond)
@@ -439,7 +440,7 @@ func leaseExpiry(t *testing.T, s Store, clock *Clock) {
 	if got.Token <= l.Token {
 		t.Fatalf("takeover token %d not above %d", got.Token, l.Token)
 	}
-	if n, _ := s.Release(context.Background(), a, ns, IDs(1), ""); n != 0 {
+	if n, _ := s.Release(context.Background(), a, namespace.Of(ns), IDs(1), ""); n != 0 {
 		t.Fatal("the old holder released the new holder's lock")
 	}
 }
@@ -451,11 +452,11 @@ func holdsMargin(t *testing.T, s Store, clock *Clock) {
 	if !holds(t, s, a, IDs(1, 2), 2*time.Second) {
 		t.Fatal("3s left, margin 2s: not held")
 	}
-	ok, missing, err := s.Holds(context.Background(), a, ns, IDs(1, 2, 3), 4*time.Second)
+	ok, missing, err := s.Holds(context.Background(), a, namespace.Of(ns), IDs(1, 2, 3), 4*time.Second)
 	if err != nil || ok || len(missing) != 3 {
 		t.Fatalf("3s left, margin 4s: %v %v %v, want not held, all three missing", ok, missing, err)
 	}
-	ok, missing, err = s.Holds(context.Background(), a, ns, IDs(1, 3), 0)
+	ok, missing, err = s.Holds(context.Background(), a, namespace.Of(ns), IDs(1, 3), 0)
 	if err != nil || ok || len(missing) != 1 || !missing[0].Equal(ID(3)) {
 		t.Fatalf("an id never locked: %v %v %v, want _id 3 missing", ok, missing, err)
 	}
@@ -466,7 +467,7 @@ func heldTokens(t *testing.T, s Store, clock *Clock) {
 	ls := mustAcquire(t, s, a, ns, IDs(1, 2), 5*time.Second)
 	clock.Advance(time.Second)
 	mustAcquire(t, s, a, ns, IDs(2), 8*time.Second) // re-entrant: ends later
-	toks, left, missing, err := s.HeldTokens(context.Background(), a, ns, IDs(2, 1), time.Second)
+	toks, left, missing, err := s.HeldTokens(context.Background(), a, namespace.Of(ns), IDs(2, 1), time.Second)
 	if err != nil || len(missing) != 0 || len(toks) != 2 {
 		t.Fatalf("held tokens: %v %v %v", toks, missing, err)
 	}
@@ -476,7 +477,7 @@ func heldTokens(t *testing.T, s Store, clock *Clock) {
 	if left != 4*time.Second {
 		t.Fatalf("lease left %v, want 4s (the earliest-ending lock)", left)
 	}
-	toks, _, missing, err = s.HeldTokens(context.Background(), a, ns, IDs(1, 2), 5*time.Second)
+	toks, _, missing, err = s.HeldTokens(context.Background(), a, namespace.Of(ns), IDs(1, 2), 5*time.Second)
 	if err != nil || toks != nil || len(missing) != 1 || !missing[0].Equal(ID(1)) {
 		t.Fatalf("short of the margin: tokens %v missing %v %v, want none and _id 1", toks, missing, err)
 	}
@@ -496,7 +497,7 @@ func releaseSession(t *testing.T, s Store, _ *Clock) {
 	if holds(t, s, a, IDs(1), 0) {
 		t.Fatal("the ended session still holds a lock")
 	}
-	if ok, _, _ := s.Holds(context.Background(), bound, "shop.other", IDs(1), 0); ok {
+	if ok, _, _ := s.Holds(context.Background(), bound, namespace.Of("shop.other"), IDs(1), 0); ok {
 		t.Fatal("the ended session's bound lock is still held")
 	}
 	if !holds(t, s, c, IDs(3), 0) {
@@ -513,14 +514,14 @@ func invalid(t *testing.T, s Store, _ *Clock) {
 		err  error
 		want error
 	}{
-		{"no session", second(s.Acquire(ctx, lockstore.Owner{}, ns, IDs(1), 0, 0)), lockstore.ErrInvalidArgument},
-		{"no ids", second(s.Acquire(ctx, a, ns, nil, 0, 0)), lockstore.ErrInvalidArgument},
-		{"no namespace", second(s.Acquire(ctx, a, "", IDs(1), 0, 0)), lockstore.ErrInvalidArgument},
-		{"negative wait", second(s.Acquire(ctx, a, ns, IDs(1), 0, -time.Second)), lockstore.ErrInvalidArgument},
-		{"lease over the maximum", second(s.Acquire(ctx, a, ns, IDs(1), MaxLease+time.Second, 0)), lockstore.ErrInvalidLease},
-		{"negative lease", second(s.Renew(ctx, a, ns, IDs(1), -time.Second)), lockstore.ErrInvalidLease},
-		{"the zero _id", second(s.Acquire(ctx, a, ns, []docid.ID{{}}, 0, 0)), lockstore.ErrInvalidID},
-		{"holds without a session", third(s.Holds(ctx, lockstore.Owner{}, ns, IDs(1), 0)), lockstore.ErrInvalidArgument},
+		{"no session", second(s.Acquire(ctx, lockstore.Owner{}, namespace.Of(ns), IDs(1), 0, 0)), lockstore.ErrInvalidArgument},
+		{"no ids", second(s.Acquire(ctx, a, namespace.Of(ns), nil, 0, 0)), lockstore.ErrInvalidArgument},
+		{"no namespace", second(s.Acquire(ctx, a, namespace.Of(""), IDs(1), 0, 0)), lockstore.ErrInvalidArgument},
+		{"negative wait", second(s.Acquire(ctx, a, namespace.Of(ns), IDs(1), 0, -time.Second)), lockstore.ErrInvalidArgument},
+		{"lease over the maximum", second(s.Acquire(ctx, a, namespace.Of(ns), IDs(1), MaxLease+time.Second, 0)), lockstore.ErrInvalidLease},
+		{"negative lease", second(s.Renew(ctx, a, namespace.Of(ns), IDs(1), -time.Second)), lockstore.ErrInvalidLease},
+		{"the zero _id", second(s.Acquire(ctx, a, namespace.Of(ns), []docid.ID{{}}, 0, 0)), lockstore.ErrInvalidID},
+		{"holds without a session", third(s.Holds(ctx, lockstore.Owner{}, namespace.Of(ns), IDs(1), 0)), lockstore.ErrInvalidArgument},
 		{"release session without one", second(s.ReleaseSession(ctx, nil)), lockstore.ErrInvalidArgument},
 	} {
 		if !errors.Is(c.err, c.want) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 )
 
 // txnRecords: what a transaction's statements recorded is returned whole
@@ -35,7 +36,7 @@ func txnRecords(t *testing.T, s Store, _ *Clock) {
 		}
 		out := map[string]string{}
 		for _, x := range needs {
-			k := x.NS + "/" + x.Bind
+			k := x.NS.String() + "/" + x.Bind
 			for _, id := range x.Held {
 				out[k] += "held " + id.Key() + ";"
 			}
@@ -45,10 +46,10 @@ func txnRecords(t *testing.T, s Store, _ *Clock) {
 		}
 		return out
 	}
-	mustRecord(a, 1, lockstore.TxnNeed{NS: ns, Held: IDs(1, "x")})
-	mustRecord(a, 1, lockstore.TxnNeed{NS: "shop.items", Bind: "k", Unlocked: IDs(int64(7))})
-	mustRecord(a, 2, lockstore.TxnNeed{NS: ns, Held: IDs(2)})
-	mustRecord(b, 1, lockstore.TxnNeed{NS: ns, Held: IDs(3)})
+	mustRecord(a, 1, lockstore.TxnNeed{NS: namespace.Of(ns), Held: IDs(1, "x")})
+	mustRecord(a, 1, lockstore.TxnNeed{NS: namespace.Of("shop.items"), Bind: "k", Unlocked: IDs(int64(7))})
+	mustRecord(a, 2, lockstore.TxnNeed{NS: namespace.Of(ns), Held: IDs(2)})
+	mustRecord(b, 1, lockstore.TxnNeed{NS: namespace.Of(ns), Held: IDs(3)})
 
 	want1 := map[string]string{
 		ns + "/":       "held " + ID(1).Key() + ";held " + ID("x").Key() + ";",
@@ -68,7 +69,7 @@ func txnRecords(t *testing.T, s Store, _ *Clock) {
 	if g := commit(a, 1); !same(g, want1) {
 		t.Errorf("transaction 1 of a: %v, want %v", g, want1)
 	}
-	if err := record(a, 1, lockstore.TxnNeed{NS: ns, Held: IDs(4)}); !errors.Is(err, lockstore.ErrTxnCommitting) {
+	if err := record(a, 1, lockstore.TxnNeed{NS: namespace.Of(ns), Held: IDs(4)}); !errors.Is(err, lockstore.ErrTxnCommitting) {
 		t.Errorf("a statement after the commit began: %v, want ErrTxnCommitting", err)
 	}
 	if g := commit(a, 1); !same(g, want1) {
@@ -77,7 +78,7 @@ func txnRecords(t *testing.T, s Store, _ *Clock) {
 	if g := commit(b, 2); len(g) != 0 {
 		t.Errorf("a transaction never recorded: %v, want nothing", g)
 	}
-	if err := record(b, 2, lockstore.TxnNeed{NS: ns, Held: IDs(5)}); !errors.Is(err, lockstore.ErrTxnCommitting) {
+	if err := record(b, 2, lockstore.TxnNeed{NS: namespace.Of(ns), Held: IDs(5)}); !errors.Is(err, lockstore.ErrTxnCommitting) {
 		t.Errorf("a statement after the commit of a transaction that recorded nothing began: %v, want ErrTxnCommitting", err)
 	}
 	if err := s.EndTxn(ctx, a, 2); err != nil {
@@ -94,8 +95,8 @@ func txnRecords(t *testing.T, s Store, _ *Clock) {
 	}
 	// Recorded again (its number used again, as another router may):
 	// found, from the first statement on.
-	mustRecord(a, 1, lockstore.TxnNeed{NS: ns, Held: IDs(9)})
-	mustRecord(a, 1, lockstore.TxnNeed{NS: ns, Held: IDs(10)})
+	mustRecord(a, 1, lockstore.TxnNeed{NS: namespace.Of(ns), Held: IDs(9)})
+	mustRecord(a, 1, lockstore.TxnNeed{NS: namespace.Of(ns), Held: IDs(10)})
 	if g := commit(a, 1); g[ns+"/"] != "held "+ID(9).Key()+";held "+ID(10).Key()+";" {
 		t.Errorf("transaction 1 recorded again: %v", g)
 	}

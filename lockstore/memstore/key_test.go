@@ -7,6 +7,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
@@ -33,17 +34,17 @@ func TestKeysOfTwoNamespacesNeverMeet(t *testing.T) {
 	}
 	a := lockstore.Owner{Session: []byte("a"), App: "a"}
 	b := lockstore.Owner{Session: []byte("b"), App: "b"}
-	if _, err := s.Acquire(ctx, a, "db.coll/#abcdefgh", []docid.ID{seven}, 0, 0); err != nil {
+	if _, err := s.Acquire(ctx, a, namespace.Of("db.coll/#abcdefgh"), []docid.ID{seven}, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	sts, err := s.Status(ctx, a, "db.coll", []docid.ID{other})
+	sts, err := s.Status(ctx, a, namespace.Of("db.coll"), []docid.ID{other})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sts[0].Held {
 		t.Errorf("%s in db.coll is held, after a lock on 7 in db.coll/#abcdefgh only", other)
 	}
-	if _, err := s.Acquire(ctx, b, "db.coll", []docid.ID{other}, 0, 0); err != nil {
+	if _, err := s.Acquire(ctx, b, namespace.Of("db.coll"), []docid.ID{other}, 0, 0); err != nil {
 		t.Errorf("the lock on %s in db.coll is taken by a lock in another namespace: %v", other, err)
 	}
 }

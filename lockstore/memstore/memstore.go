@@ -102,8 +102,8 @@ type key struct {
 // keys validates like lockstore: a namespace, at least one id, none the
 // zero ID; duplicates (as MongoDB compares _id) count once, the first
 // spelling wins.
-func keys(ns string, ids []docid.ID) ([]key, error) {
-	if ns == "" || strings.IndexByte(ns, 0) >= 0 {
+func keys(ns namespace.Namespace, ids []docid.ID) ([]key, error) {
+	if ns.IsZero() || strings.IndexByte(ns.String(), 0) >= 0 {
 		return nil, fmt.Errorf("%w: bad namespace %q", lockstore.ErrInvalidArgument, ns)
 	}
 	if len(ids) == 0 {
@@ -111,7 +111,7 @@ func keys(ns string, ids []docid.ID) ([]key, error) {
 	}
 	out := make([]key, 0, len(ids))
 	seen := make(map[docid.Key]bool, len(ids))
-	n := namespace.Of(ns)
+	n := ns
 	for _, id := range ids {
 		if id.IsZero() {
 			return nil, fmt.Errorf("%w: missing _id value", lockstore.ErrInvalidID)
@@ -167,7 +167,7 @@ func (s *Store) notifyLocked() {
 }
 
 // Acquire implements lockstore.Store.Acquire.
-func (s *Store) Acquire(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error) {
+func (s *Store) Acquire(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease, wait time.Duration) ([]lockstore.Lock, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
@@ -214,7 +214,7 @@ func (s *Store) Acquire(ctx context.Context, owner lockstore.Owner, ns string, i
 
 // tryAll takes every key or none, and returns the channel that signals
 // the next release.
-func (s *Store) tryAll(owner lockstore.Owner, ns string, ks []key, lease time.Duration) ([]lockstore.Lock, <-chan struct{}, error) {
+func (s *Store) tryAll(owner lockstore.Owner, ns namespace.Namespace, ks []key, lease time.Duration) ([]lockstore.Lock, <-chan struct{}, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -236,7 +236,7 @@ func (s *Store) tryAll(owner lockstore.Owner, ns string, ks []key, lease time.Du
 		case r == nil:
 			// As lockstore: a new key starts at the server clock in
 			// nanoseconds, above any token of an earlier life of the key.
-			r = &record{ns: ns, id: k.id, token: now.UnixNano()}
+			r = &record{ns: ns.String(), id: k.id, token: now.UnixNano()}
 			s.recs[k.rid] = r
 			r.acquired = now
 		case r.owner != nil && r.expires.After(now.Add(-unc)):
@@ -255,7 +255,7 @@ func (s *Store) tryAll(owner lockstore.Owner, ns string, ks []key, lease time.Du
 }
 
 // Renew implements lockstore.Store.Renew.
-func (s *Store) Renew(_ context.Context, owner lockstore.Owner, ns string, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error) {
+func (s *Store) Renew(_ context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, lease time.Duration) ([]lockstore.Lock, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, err
 	}
@@ -300,7 +300,7 @@ func (s *Store) Renew(_ context.Context, owner lockstore.Owner, ns string, ids [
 }
 
 // Release implements lockstore.Store.Release.
-func (s *Store) Release(_ context.Context, owner lockstore.Owner, ns string, ids []docid.ID, errText string) (int, error) {
+func (s *Store) Release(_ context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, errText string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
@@ -334,11 +334,11 @@ func (s *Store) freeLocked(r *record, errText string) {
 }
 
 // ReleaseAll implements lockstore.Store.ReleaseAll.
-func (s *Store) ReleaseAll(_ context.Context, owner lockstore.Owner, ns string, errText string) (int, error) {
+func (s *Store) ReleaseAll(_ context.Context, owner lockstore.Owner, ns namespace.Namespace, errText string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
-	if ns == "" {
+	if ns.IsZero() {
 		return 0, fmt.Errorf("%w: no namespace", lockstore.ErrInvalidArgument)
 	}
 	s.mu.Lock()
@@ -348,7 +348,7 @@ func (s *Store) ReleaseAll(_ context.Context, owner lockstore.Owner, ns string, 
 	}
 	n := 0
 	for _, r := range s.recs {
-		if r.ns == ns && ownedBy(r, owner) {
+		if r.ns == ns.String() && ownedBy(r, owner) {
 			s.freeLocked(r, errText)
 			n++
 		}
@@ -384,7 +384,7 @@ func (s *Store) ReleaseSession(_ context.Context, session []byte) (int, error) {
 }
 
 // Status implements lockstore.Store.Status.
-func (s *Store) Status(_ context.Context, owner lockstore.Owner, ns string, ids []docid.ID) ([]lockstore.Status, error) {
+func (s *Store) Status(_ context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
 	ks, err := keys(ns, ids)
 	if err != nil {
 		return nil, err
@@ -414,7 +414,7 @@ func (s *Store) Status(_ context.Context, owner lockstore.Owner, ns string, ids 
 
 // Holds implements lockstore.Store.Holds: fail closed, margin measured on
 // the clock.
-func (s *Store) Holds(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
+func (s *Store) Holds(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
 	_, _, missing, err := s.HeldTokens(ctx, owner, ns, ids, margin)
 	if err != nil {
 		return false, nil, err
@@ -423,7 +423,7 @@ func (s *Store) Holds(ctx context.Context, owner lockstore.Owner, ns string, ids
 }
 
 // HeldTokens implements lockstore.Store.HeldTokens.
-func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
+func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, 0, nil, err
 	}
@@ -457,15 +457,15 @@ func (s *Store) HeldTokens(_ context.Context, owner lockstore.Owner, ns string, 
 	}
 	out := make([]int64, len(ids))
 	for i, id := range ids {
-		out[i] = byKey[docid.KeyOf(namespace.Of(ns), id)]
+		out[i] = byKey[docid.KeyOf(ns, id)]
 	}
 	return out, earliest.Sub(now), nil, nil
 }
 
 // HeldTokensInto implements HeldTokens writing into tokens (len(ids)
 // long); one id, the usual write, is answered without an allocation.
-func (s *Store) HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns string, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error) {
-	if len(ids) != 1 || len(tokens) != 1 || ns == "" || strings.IndexByte(ns, 0) >= 0 || ids[0].IsZero() || len(owner.Session) == 0 {
+func (s *Store) HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error) {
+	if len(ids) != 1 || len(tokens) != 1 || ns.IsZero() || strings.IndexByte(ns.String(), 0) >= 0 || ids[0].IsZero() || len(owner.Session) == 0 {
 		toks, left, missing, err := s.HeldTokens(ctx, owner, ns, ids, margin)
 		if err != nil || len(missing) > 0 {
 			return 0, missing, err
@@ -473,7 +473,7 @@ func (s *Store) HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns st
 		copy(tokens, toks)
 		return left, nil, nil
 	}
-	rid := docid.KeyOf(namespace.Of(ns), ids[0])
+	rid := docid.KeyOf(ns, ids[0])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -492,8 +492,8 @@ func (s *Store) HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns st
 // id answered from the caller's memo m while the store is unchanged since
 // it was filled, else from the store (filling m); false means "ask
 // HeldTokensInto", never "not held".
-func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns string, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
-	if len(owner.Session) == 0 || id.IsZero() || ns == "" || strings.IndexByte(ns, 0) >= 0 {
+func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
+	if len(owner.Session) == 0 || id.IsZero() || ns.IsZero() || strings.IndexByte(ns.String(), 0) >= 0 {
 		return 0, 0, false
 	}
 	if expires, token, _, ok := m.Match(s, s.gen.Load(), owner, ns, id.Key()); ok {
@@ -503,7 +503,7 @@ func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns s
 		}
 		return 0, 0, false
 	}
-	rid := docid.KeyOf(namespace.Of(ns), id)
+	rid := docid.KeyOf(ns, id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
