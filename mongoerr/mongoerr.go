@@ -34,6 +34,7 @@ const (
 	LockBusy             Code = 46
 	MaxTimeMSExpired     Code = 50
 	CommandNotFound      Code = 59
+	InvalidNamespace     Code = 73
 	IndexOptionsConflict Code = 85
 	LockFailed           Code = 107
 	DuplicateKey         Code = 11000
@@ -68,6 +69,8 @@ func (c Code) Name() string {
 		return "MaxTimeMSExpired"
 	case CommandNotFound:
 		return "CommandNotFound"
+	case InvalidNamespace:
+		return "InvalidNamespace"
 	case IndexOptionsConflict:
 		return "IndexOptionsConflict"
 	case LockFailed:
@@ -98,7 +101,7 @@ func (c Code) Retryable() bool {
 // in a server's replies.
 func Answered() []Code {
 	return []Code{BadValue, HostUnreachable, FailedToParse, Unauthorized, TypeMismatch, LockTimeout,
-		NamespaceNotFound, LockBusy, LockFailed, DuplicateKey, IDLUnknownField}
+		NamespaceNotFound, InvalidNamespace, LockBusy, LockFailed, DuplicateKey, IDLUnknownField}
 }
 
 // Error is a command error: what the server answers a failed command with,

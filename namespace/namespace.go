@@ -102,3 +102,14 @@ func (n Namespace) String() string {
 	}
 	return n.s
 }
+
+// maxDatabase is the server's bound on a database name's length (bytes).
+const maxDatabase = 63
+
+// ValidDatabase reports whether the server accepts db as a database name:
+// non-empty, at most 63 bytes, none of / \ . space " $ and NUL. A name
+// it refuses names no data, so a lock taken under it would cover no
+// write.
+func ValidDatabase(db string) bool {
+	return db != "" && len(db) <= maxDatabase && !strings.ContainsAny(db, "/\\. \"$\x00")
+}

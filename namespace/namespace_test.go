@@ -1,6 +1,9 @@
 package namespace
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSplitAtTheFirstDot(t *testing.T) {
 	for _, tc := range []struct {
@@ -75,5 +78,17 @@ func TestStringAllocatesNothing(t *testing.T) {
 	var s, db, coll string
 	if a := testing.AllocsPerRun(100, func() { s, db, coll = n.String(), n.DB(), n.Collection() }); a != 0 || s != "shop.orders" || db != "shop" || coll != "orders" {
 		t.Errorf("String, DB and Collection allocate %v times", a)
+	}
+}
+
+func TestValidDatabase(t *testing.T) {
+	for db, want := range map[string]bool{
+		"shop": true, "a-b_c": true, strings.Repeat("d", 63): true,
+		"": false, "sh.op": false, "sh$op": false, "sh op": false, `sh\op`: false,
+		"sh/op": false, `sh"op`: false, "sh\x00op": false, strings.Repeat("d", 64): false,
+	} {
+		if got := ValidDatabase(db); got != want {
+			t.Errorf("ValidDatabase(%q) = %v, want %v", db, got, want)
+		}
 	}
 }

@@ -95,6 +95,7 @@ type Policy struct {
 	// lockRules are the rules under a lockCollection scheme, whose lock
 	// collections Lookup recognises (scheme.go).
 	lockRules []Rule
+	lockNS    []namespace.Namespace // lockRules[i]'s match, read once
 }
 
 // Compile checks and compiles the policy part of a configuration. The
@@ -185,6 +186,7 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 		p.rules = append(p.rules, r)
 		if r.Scheme.Type == config.SchemeLockCollection {
 			p.lockRules = append(p.lockRules, r)
+			p.lockNS = append(p.lockNS, n)
 		}
 	}
 	p.allOff = p.fallback.Mode == Off

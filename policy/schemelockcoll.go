@@ -82,8 +82,8 @@ func (s Scheme) RecordExpiry(rec bsoncore.Document) (time.Time, bool) {
 // lock collection of a lockCollection rule.
 func (p *Policy) lockSide(n namespace.Namespace) (Rule, bool) {
 	db, coll := n.Parts()
-	for _, r := range p.lockRules {
-		rdb, rcoll := namespace.Of(r.Match).Parts()
+	for i, r := range p.lockRules {
+		rdb, rcoll := p.lockNS[i].Parts()
 		if rdb != db {
 			continue
 		}

@@ -64,6 +64,9 @@ func parseLockCommand(cmd *wire.Command, maxIDs int) (*lockArgs, *refuse.Error) 
 	if coll == "" || strings.HasPrefix(coll, "$") || strings.ContainsRune(coll, 0) {
 		return nil, refuse.BadArg(mongoerr.BadValue, "%s: invalid collection name %q", cmd.Name, coll)
 	}
+	if !namespace.ValidDatabase(cmd.DB) {
+		return nil, refuse.BadArg(mongoerr.InvalidNamespace, "%s: invalid database name %q", cmd.Name, cmd.DB)
+	}
 	a.ns, a.coll = namespace.New(cmd.DB, coll), coll
 	for _, e := range elems[1:] {
 		key := e.Key()

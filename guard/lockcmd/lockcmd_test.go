@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/lockstoretest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
@@ -161,5 +164,35 @@ func TestLockCommandRefusals(t *testing.T) {
 	s, _ = stage(t, true)
 	if r := decide(t, s, lockRequest(t, "acquireLock", 1, ids(7))); reason(r) != refuse.ReasonUnauthenticated {
 		t.Errorf("acquire before authentication: %v, want %s", r, refuse.ReasonUnauthenticated)
+	}
+}
+
+// TestLockCommandOnAnInvalidDatabase: a lock command whose $db no
+// database can be named (MongoDB refuses such names) is refused with
+// InvalidNamespace, and takes no lock on the namespace it would spell.
+func TestLockCommandOnAnInvalidDatabase(t *testing.T) {
+	s, _ := stage(t, false)
+	for _, db := range []string{"sh.op", "sh$op", "sh op", `sh\op`, "sh/op", `sh"op`, strings.Repeat("d", 64)} {
+		req := lockRequest(t, "acquireLock", 1, ids(7))
+		b := bsoncore.NewDocumentBuilder().AppendString("acquireLock", "orders")
+		ids(7)(b)
+		b.AppendDocument("lsid", bsoncore.NewDocumentBuilder().AppendBinary("id", 4, bytes.Repeat([]byte{1}, 16)).Build())
+		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, b.AppendString("$db", db).Build()), wire.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.Command, err = wire.CommandOf(msg); err != nil {
+			t.Fatal(err)
+		}
+		req.Message = msg
+		r := decide(t, s, req)
+		if code, _ := r.Lookup("code").AsInt64OK(); mongoerr.Code(code) != mongoerr.InvalidNamespace || reason(r) != refuse.ReasonBadArgument {
+			t.Errorf("acquireLock on database %q: %v, want InvalidNamespace", db, r)
+		}
+		o := lockstore.Owner{Session: append([]byte("k"), bytes.Repeat([]byte{1}, 16)...)}
+		sts, err := s.cfg.Store.Status(context.Background(), o, namespace.New(db, "orders"), []docid.ID{lockstoretest.ID(7)})
+		if err != nil || len(sts) != 1 || sts[0].Held {
+			t.Errorf("acquireLock on database %q took the lock: %v %v", db, sts, err)
+		}
 	}
 }
