@@ -66,7 +66,7 @@ func TestMain(m *testing.M) {
 // relay's injected delay, for a child process). The tests that count the
 // process's goroutines or memory, or set environment variables for a
 // child gateway, are not parallel: go runs the parallel ones after them.
-const parallelCases = 4
+const parallelCases = 6
 
 // startUpstream starts the shared upstream, its SQLite files on tmpfs.
 func startUpstream() (func() error, error) {

@@ -49,6 +49,7 @@ func TestPausedProxy(t *testing.T) {
 			name = "with fence"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			coll := uniq("paused")
 			ns := "fence." + coll
 			locks := uniq("locks")
