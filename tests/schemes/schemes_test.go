@@ -112,25 +112,20 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // drivers of one scheme run one after the other. They take their slots
 // longest first (workloadOrder): taken in whatever order go resumed them,
 // lockDocument's, about half the phase, often started last and ran alone
-// at the end.
+// at the end (twoproxies.Turns).
 func TestSchemeWorkload(t *testing.T) {
 	t.Parallel()
-	slots := testkit.CPUSlots()
-	// turn[i] is closed once the scheme before workloadOrder[i] holds its
-	// slot.
-	turn := make([]chan struct{}, len(workloadOrder)+1)
-	for i := range turn {
-		turn[i] = make(chan struct{})
+	if !slices.Equal(slices.Sorted(slices.Values(workloadOrder)), slices.Sorted(slices.Values(schemeNames))) {
+		t.Fatalf("workloadOrder %v is not schemeNames %v", workloadOrder, schemeNames)
 	}
-	close(turn[0])
+	slots := testkit.CPUSlots()
+	turns := twoproxies.NewTurns(len(workloadOrder))
 	for i, scheme := range workloadOrder {
 		ran := false
 		t.Run(scheme, func(t *testing.T) {
 			ran = true
 			t.Parallel()
-			<-turn[i]
-			slots.Take(t)
-			close(turn[i+1])
+			turns.Take(t, i, slots)
 			for _, d := range drivers {
 				t.Run(d.name, func(t *testing.T) {
 					need(t, d)
@@ -140,7 +135,7 @@ func TestSchemeWorkload(t *testing.T) {
 		})
 		if !ran {
 			// Left out by -run: its turn passes to the next.
-			go func() { <-turn[i]; close(turn[i+1]) }()
+			turns.Pass(i)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"testing"
 
 	"go.uber.org/zap"
 
@@ -140,4 +141,37 @@ func RunScript(ctx context.Context, leaseMS int64, argv []string, args ...string
 		return nil, fmt.Errorf("%s %v: %w\n%s", argv[len(argv)-1], args, err, stderr.String())
 	}
 	return out, nil
+}
+
+// Turns make parallel cases take their CPU slots in a fixed order, the
+// longest case first: go resumes parallel cases in no set order, and a
+// long case that took its slot last ran alone at the end. Turn i is taken
+// once the case before it holds its slot.
+type Turns []chan struct{}
+
+// NewTurns is n turns, the first open.
+func NewTurns(n int) Turns {
+	tu := make(Turns, n+1)
+	for i := range tu {
+		tu[i] = make(chan struct{})
+	}
+	close(tu[0])
+	return tu
+}
+
+// Take waits for turn i, takes a slot of slots until t ends, and passes
+// the turn on. Call it after t.Parallel.
+func (tu Turns) Take(t testing.TB, i int, slots testkit.Slots) {
+	<-tu[i]
+	slots.Take(t)
+	close(tu[i+1])
+}
+
+// Pass passes turn i on once it comes, for a case that does not run
+// (left out by -run).
+func (tu Turns) Pass(i int) {
+	go func() {
+		<-tu[i]
+		close(tu[i+1])
+	}()
 }
