@@ -226,10 +226,10 @@ func (c formCase) body() bson.D {
 // expectation is what the model says of a case.
 type expectation struct {
 	allowed bool
-	reasons []string             // the enforced causes, any of which may refuse it
-	checked map[string][]int     // enforced namespace -> the _ids its lock check must verify, when allowed
-	audited bool                 // an audited statement has a cause of its own
-	named   map[string]bool      // "ns/_id" the request names itself
+	reasons []string         // the enforced causes, any of which may refuse it
+	checked map[string][]int // enforced namespace -> the _ids its lock check must verify, when allowed
+	audited bool             // an audited statement has a cause of its own
+	named   map[string]bool  // "ns/_id" the request names itself
 	targets map[string]map[int]bool
 }
 
