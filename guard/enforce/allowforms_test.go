@@ -229,8 +229,9 @@ type expectation struct {
 	reasons []string         // the enforced causes, any of which may refuse it
 	checked map[string][]int // enforced namespace -> the _ids its lock check must verify, when allowed
 	audited bool             // an audited statement has a cause of its own
-	named   map[string]bool  // "ns/_id" the request names itself
-	targets map[string]map[int]bool
+	// resolves: a statement of a protected namespace has a filter that
+	// pins no _id; none else is looked up.
+	resolves bool
 }
 
 // expect is the model.
@@ -243,6 +244,9 @@ func (c formCase) expect() expectation {
 		}
 		var cause string
 		var targets []int
+		if s.op != opInsert && (s.filter == byMatch || s.filter == byMatchAll) {
+			e.resolves = true
+		}
 		switch {
 		case s.op == opInsert:
 			if c.locks[s.ns][s.ids[0]] == 2 {
@@ -293,7 +297,7 @@ func (c formCase) expect() expectation {
 // decideCase runs enforcement's walk, lock check and decision over c's
 // command as the plan reads it, on a lock store in memory in c's lock
 // states and the in-memory resolver over the fixture.
-func decideCase(t *testing.T, c formCase) (proxy.Decision, decision, *proxy.Request) {
+func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolutions int) {
 	t.Helper()
 	s := memstore.New(memstore.Config{})
 	a, b := ownerOf(1), ownerOf(2)
@@ -348,14 +352,18 @@ func decideCase(t *testing.T, c formCase) (proxy.Decision, decision, *proxy.Requ
 		},
 		Owner:   func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return a, true },
 		Decider: d}
-	return k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now()), seen, req
+	dec := k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now())
+	return dec, seen, f.res.Calls()
 }
 
 // checkCase decides c and holds the decision to the model.
 func checkCase(t *testing.T, c formCase) {
 	t.Helper()
 	want := c.expect()
-	dec, seen, _ := decideCase(t, c)
+	dec, seen, resolutions := decideCase(t, c)
+	if resolutions > 0 && !want.resolves {
+		t.Fatalf("%s\n%d lookups of the documents a filter matches, where every filter pins its _ids", c, resolutions)
+	}
 	if want.allowed {
 		if dec.Action != proxy.Forward || (!seen.launched && seen.recorded) {
 			t.Fatalf("%s\nrefused (%+v), want allowed: every target of its enforced statements is held", c, seen.enforced)
@@ -512,6 +520,64 @@ func TestAllowEveryForm(t *testing.T) {
 			if tally[cmd.String()+o] < 20 {
 				t.Errorf("only %d cases of %s%s: the generator no longer covers it", tally[cmd.String()+o], cmd, o)
 			}
+		}
+	}
+}
+
+// TestAllowNamedForms: the forms whose decision is easiest to get wrong,
+// each named, its outcome stated here as well as by the model (so that a
+// wrong model cannot pass them) and checked as TestAllowEveryForm checks.
+func TestAllowNamedForms(t *testing.T) {
+	enforceAll := map[string]policy.Mode{nsOrders: policy.Enforce, nsInvoices: policy.Enforce, nsNotes: policy.Off}
+	// The caller holds 1-4 in each namespace, another session 5, and 6
+	// is free.
+	locks := map[string]map[int]int{}
+	for _, ns := range formNamespaces {
+		locks[ns] = map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 0}
+	}
+	upd := func(ns string, f formFilter, ids ...int) formStmt {
+		return formStmt{ns: ns, op: opModify, filter: f, ids: ids}
+	}
+	for _, c := range []struct {
+		name   string
+		cmd    formCmd
+		stmts  []formStmt
+		reason string // "" allowed
+	}{
+		{"update by _id held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1)}, ""},
+		{"update multi by $in, one not held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byIn, ids: []int{1, 2, 6}, multi: true}}, ReasonNotLocked},
+		{"update by $in over maxCandidates, all held", cmdUpdate, []formStmt{upd(nsOrders, byIn, 1, 2, 3, 4)}, ReasonTooManyCandidates},
+		{"upsert by _id held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{2}, upsert: true}}, ""},
+		{"upsert by a filter matching held documents, inserting an _id another holds", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byMatch, match: 1, upsert: true, upsertID: 5}}, ReasonNotLocked},
+		{"upsert by a filter matching held documents, inserting an _id held", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opReplace, filter: byMatch, match: 1, upsert: true, upsertID: 3}}, ""},
+		{"pipeline upsert without _id in the filter", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opPipeline, filter: byMatch, match: 1, upsert: true}}, ReasonUnverifiableUpsert},
+		{"second statement of three not held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1), upd(nsOrders, byEq, 5), upd(nsOrders, byID, 2)}, ReasonNotLocked},
+		{"delete many by a filter matching held documents", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 1, multi: true}}, ""},
+		{"delete many by a filter matching one not held", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 2, multi: true}}, ReasonNotLocked},
+		{"delete by a filter matching more than maxCandidates", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatchAll, multi: true}}, ReasonTooManyCandidates},
+		{"findAndModify remove by $eq held by another", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opDelete, filter: byEq, ids: []int{5}}}, ReasonNotLocked},
+		{"findAndModify upsert by _id held", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{4}, upsert: true}}, ""},
+		{"insert of an _id another session locked", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{5}}}, ReasonInsertLocked},
+		{"insert of a free _id", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, ""},
+		{"bulkWrite: held in one namespace, anything in an unprotected one", cmdBulkWrite,
+			[]formStmt{upd(nsOrders, byID, 1), {ns: nsNotes, op: opDelete, filter: byMatchAll, multi: true}, upd(nsNotes, byID, 5)}, ""},
+		{"bulkWrite: the unprotected namespace first, then one not held", cmdBulkWrite,
+			[]formStmt{upd(nsNotes, byID, 5), upd(nsInvoices, byID, 1), {ns: nsOrders, op: opDelete, filter: byID, ids: []int{6}}}, ReasonNotLocked},
+		{"bulkWrite: an insert of a locked _id among held updates", cmdBulkWrite,
+			[]formStmt{upd(nsOrders, byID, 1), {ns: nsInvoices, op: opInsert, ids: []int{5}}}, ReasonInsertLocked},
+	} {
+		for _, ordered := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/ordered=%v", c.name, ordered), func(t *testing.T) {
+				fc := formCase{cmd: c.cmd, ordered: ordered, stmts: c.stmts, modes: enforceAll, locks: locks}
+				e := fc.expect()
+				if e.allowed != (c.reason == "") || (c.reason != "" && !slices.Equal(e.reasons, []string{c.reason})) {
+					t.Fatalf("the model says allowed %v (%v), the case %q", e.allowed, e.reasons, c.reason)
+				}
+				checkCase(t, fc)
+			})
 		}
 	}
 }
