@@ -102,11 +102,25 @@ func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns string, errText 
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
+	rids, err := s.releaseAllKeys(ctx, owner, ns)
+	if err != nil {
+		return 0, err
+	}
+	return s.release(ctx, owner, ns, rids, errText)
+}
+
+// releaseAllKeys returns the keys owner may hold in ns, in one of the
+// store's releaseAllScans turns.
+func (s *Store) releaseAllKeys(ctx context.Context, owner Owner, ns string) ([]string, error) {
+	if err := s.scans.take(ctx); err != nil {
+		return nil, s.storeErr(ctx, opFind, err)
+	}
+	defer s.scans.done()
 	rids, err := s.keysOf(ctx, bson.D{
 		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns}, {Key: "head", Value: true},
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	// A head document can have been moved back to another owner's hold
 	// while the owner's own claim after it is the key's newest (a late
@@ -115,9 +129,12 @@ func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns string, errText 
 	// it: compaction keeps every claim after a key's head, so a newest
 	// claim a head lags behind is always there. On FerretDB this is a
 	// scan of the claims (it answers only exact _id filters from an
-	// index), of at most CleanupAfter's worth of changes; release-all is
-	// rare. Keys the owner no longer holds are read and left alone by
-	// releaseOne, as for the heads' own.
+	// index), of at most CleanupAfter's worth of changes, as the query
+	// of the heads is a scan of them: a connection's release-alls are
+	// throttled by the guard, and at most releaseAllScans of them run at
+	// once (scanturns.go). Keys the owner no longer holds are read and
+	// left alone by releaseOne, as for the heads' own, but those this
+	// Store saw move past the owner's claims (claimedKeys).
 	seen := make(map[string]bool, len(rids))
 	for _, rid := range rids {
 		seen[rid] = true
@@ -126,9 +143,9 @@ func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns string, errText 
 		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns},
 	}, func(g *gen) bool { return g.ownedBy(owner) }, seen, rids)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return s.release(ctx, owner, ns, rids, errText)
+	return rids, nil
 }
 
 func (s *Store) release(ctx context.Context, owner Owner, ns string, rids []string, errText string) (int, error) {
