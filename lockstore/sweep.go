@@ -177,14 +177,18 @@ func (s *Store) claimedKeys(ctx context.Context, op string, filter bson.D, mine 
 	if err != nil {
 		return rids, err
 	}
-	newest := map[string]int64{}
+	newest := map[string]gen{}
 	for _, g := range gens {
-		if !seen[g.Key] {
-			newest[g.Key] = max(newest[g.Key], g.Seq)
+		if n, ok := newest[g.Key]; !seen[g.Key] && (!ok || g.Seq > n.Seq) {
+			newest[g.Key] = g
 		}
 	}
-	for rid, seq := range newest {
-		if e, ok := s.cache.get(rid); ok && e.g.Seq > seq && (e.g.Owner == nil || !mine(e.g)) {
+	for rid, c := range newest {
+		// Later in the key's chain, and written later: a key collected
+		// by the janitor starts its chain afresh (headgc.go), so a cached
+		// generation of its previous life can have the higher seq, never
+		// the later time (the key was idle for CleanupAfter in between).
+		if e, ok := s.cache.get(rid); ok && e.g.Seq > c.Seq && e.g.At.After(c.At) && (e.g.Owner == nil || !mine(e.g)) {
 			continue
 		}
 		seen[rid] = true
@@ -193,11 +197,11 @@ func (s *Store) claimedKeys(ctx context.Context, op string, filter bson.D, mine 
 	return rids, nil
 }
 
-// find returns the key and seq of c's generations matching filter.
+// find returns the key, seq and time of c's generations matching filter.
 func (s *Store) find(ctx context.Context, op string, c *mongo.Collection, filter bson.D) ([]gen, error) {
 	var gens []gen
 	err := s.rt(ctx, op, func(ctx context.Context) error {
-		cur, err := c.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "key", Value: 1}, {Key: "seq", Value: 1}}))
+		cur, err := c.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "key", Value: 1}, {Key: "seq", Value: 1}, {Key: "at", Value: 1}}))
 		if err != nil {
 			return err
 		}
