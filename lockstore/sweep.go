@@ -137,9 +137,10 @@ func (s *Store) sweepOnce(ctx context.Context) (int, error) {
 // (compaction keeps every claim after a key's head), as for ReleaseAll.
 // Each is one query for up to a thousand sessions, a scan on FerretDB (it
 // answers only exact _id filters from an index) of the lock collection
-// and of at most CleanupAfter's worth of claims; the sweep runs at most
-// once a sweepPause, whatever the number of sessions ended meanwhile.
-// Keys no session of owners holds are read and left alone by releaseOne.
+// and of at most CleanupAfter's worth of claims; sweeps are a sweepPause
+// apart at least, whatever the number of sessions ended meanwhile. Keys
+// no session of owners holds are read and left alone by releaseOne, but
+// those the cache saw move past their claims (claimedKeys).
 func (s *Store) sweepKeys(ctx context.Context, owners []any, mine func(*gen) bool) ([]string, error) {
 	byOwner := bson.E{Key: "owner", Value: bson.D{{Key: "$in", Value: owners}}}
 	seen := map[string]bool{}
