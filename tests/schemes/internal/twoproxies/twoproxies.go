@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -146,11 +147,18 @@ func RunScript(ctx context.Context, leaseMS int64, argv []string, args ...string
 // Turns make parallel cases take their CPU slots in a fixed order, the
 // longest case first: go resumes parallel cases in no set order, and a
 // long case that took its slot last ran alone at the end. Turn i is taken
-// once the case before it holds its slot.
+// once the case before it holds its slot. A case waiting for its turn
+// holds one of go's parallel slots (-parallel): with fewer of those than
+// cases, the case whose turn it is might never get one, so then there are
+// no turns and the cases take their CPU slots in go's order.
 type Turns []chan struct{}
 
-// NewTurns is n turns, the first open.
+// NewTurns is n turns, the first open; nil (no turns) when -parallel is
+// less than n.
 func NewTurns(n int) Turns {
+	if f := flag.Lookup("test.parallel"); f == nil || f.Value.(flag.Getter).Get().(int) < n {
+		return nil
+	}
 	tu := make(Turns, n+1)
 	for i := range tu {
 		tu[i] = make(chan struct{})
@@ -162,6 +170,10 @@ func NewTurns(n int) Turns {
 // Take waits for turn i, takes a slot of slots until t ends, and passes
 // the turn on. Call it after t.Parallel.
 func (tu Turns) Take(t testing.TB, i int, slots testkit.Slots) {
+	if tu == nil {
+		slots.Take(t)
+		return
+	}
 	<-tu[i]
 	slots.Take(t)
 	close(tu[i+1])
@@ -170,6 +182,9 @@ func (tu Turns) Take(t testing.TB, i int, slots testkit.Slots) {
 // Pass passes turn i on once it comes, for a case that does not run
 // (left out by -run).
 func (tu Turns) Pass(i int) {
+	if tu == nil {
+		return
+	}
 	go func() {
 		<-tu[i]
 		close(tu[i+1])
