@@ -64,6 +64,9 @@ func TestForceReleaseOfALockThatChangedHands(t *testing.T) {
 	if _, err := editor.Collection("orders").UpdateOne(editorCtx, bson.D{{Key: "_id", Value: 42}}, bson.D{{Key: "$set", Value: bson.D{{Key: "by", Value: "editor"}}}}, options.Update().SetUpsert(true)); err != nil {
 		t.Fatalf("the editor's write after a refused force-release: %v", err)
 	}
+	if code, body := post(t, admin+"/locks/release", adminToken, `{"namespace": "orders", "key": "{\"$numberInt\":\"42\"}", "reason": "stuck job"}`); code != http.StatusBadRequest || !strings.Contains(body, "db.coll") {
+		t.Fatalf("a namespace without its database: %d %s, want 400 asking for db.coll", code, body)
+	}
 	if code, body := release(`"junk"`); code != http.StatusBadRequest {
 		t.Fatalf("a token that is no integer: %d %s, want 400", code, body)
 	}

@@ -58,6 +58,20 @@ func TestLocksLimitParameter(t *testing.T) {
 	}
 }
 
+func TestLocksNSParameter(t *testing.T) {
+	if n, err := queryNS(""); err != nil || !n.IsZero() {
+		t.Errorf(`queryNS("") = %v, %v, want no filter`, n, err)
+	}
+	if n, err := queryNS("shop.orders"); err != nil || n.String() != "shop.orders" {
+		t.Errorf(`queryNS("shop.orders") = %v, %v`, n, err)
+	}
+	for _, bad := range []string{"orders", "shop.", ".orders"} {
+		if _, err := queryNS(bad); err == nil || !strings.Contains(err.Error(), `want "db.coll"`) {
+			t.Errorf("queryNS(%q): %v, want an error asking for db.coll", bad, err)
+		}
+	}
+}
+
 // TestPolicyWarningsForRulesThatProtectNothing: a misspelt rule and one
 // that differs from the real namespace only by case are logged and shown
 // in /policy (issue 9), at start and again at reload; a rule for an
