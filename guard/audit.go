@@ -66,7 +66,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		}
 		st := connStateOf(req)
 		if st != nil {
-			defer st.mu.Unlock()
+			defer st.unlock(req)
 		}
 		if st != nil && decision == enforce.DecisionAllow {
 			// The usual decision's series, looked up once per rule

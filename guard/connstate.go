@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -21,9 +22,19 @@ import (
 // what stays the same from one write of a connection to the next, kept so
 // that the next write does not build it again. Its mutex is only ever
 // contended where tests share one ClientInfo across goroutines; a write
-// that finds it busy does without.
+// that finds it busy does without: every taker only tries it
+// (connStateOf, putVerdict, ReleaseMessage), none waits for it.
 type connState struct {
 	mu sync.Mutex
+	// deciding is the request whose enforcement holds mu from its
+	// verdict (newVerdict) to its decision (releaseConn), so that the
+	// memos it reads on the way (the pin, the owner, the lock check, the
+	// line, the edit) do not each lock the connection again: a mutex
+	// taken and released costs two atomic writes, about 12 ns, and an
+	// enforced write took it eight times. Read without mu, hence
+	// atomic; a request is decided by one goroutine, so no other can
+	// find its own request here.
+	deciding atomic.Pointer[proxy.Request]
 	// lines are the decision log's loggers with the fields that lead
 	// every line (client to mode) encoded once, for the few (session,
 	// namespace, command, mode) a connection writes with, replaced in
@@ -80,6 +91,8 @@ func (st *connState) ReleaseMessage(b []byte) {
 // one. A write in flight keeps its verdict until it lands, so a request
 // decided meanwhile (pipelined, or sent while another is unanswered)
 // never gets a verdict still in use: the spare is empty then.
+//
+// The connection stays locked for req's decision until releaseConn.
 func newVerdict(req *proxy.Request, start time.Time) *verdict {
 	st := connStateOf(req)
 	if st == nil {
@@ -87,7 +100,9 @@ func newVerdict(req *proxy.Request, start time.Time) *verdict {
 	}
 	v := st.spare
 	st.spare = nil
-	st.mu.Unlock()
+	if st.deciding.Load() != req {
+		st.deciding.Store(req)
+	}
 	if v == nil {
 		v = &verdict{}
 	}
@@ -199,7 +214,7 @@ func pinnedIDs(req *proxy.Request, pinned []bsoncore.Value) ([]docid.ID, error) 
 	if st == nil {
 		return docid.Copy(pinned)
 	}
-	defer st.mu.Unlock()
+	defer st.unlock(req)
 	p := pinned[0]
 	for i := range st.ids {
 		m := &st.ids[i]
@@ -230,7 +245,8 @@ type linePrefix struct {
 }
 
 // connStateOf returns req's connection state, locked, or nil when another
-// goroutine holds it; the caller unlocks it.
+// goroutine holds it; the caller unlocks it (unlock). Within req's own
+// decision the state is locked already and stays so.
 func connStateOf(req *proxy.Request) *connState {
 	c := req.Client
 	if c == nil {
@@ -241,10 +257,33 @@ func connStateOf(req *proxy.Request) *connState {
 		st = &connState{}
 		c.SetLocal(st)
 	}
+	if st.deciding.Load() == req {
+		return st
+	}
 	if !st.mu.TryLock() {
 		return nil
 	}
 	return st
+}
+
+// unlock unlocks st, taken by connStateOf(req), unless req's decision
+// holds it.
+func (st *connState) unlock(req *proxy.Request) {
+	if st.deciding.Load() != req {
+		st.mu.Unlock()
+	}
+}
+
+// releaseConn ends req's hold of its connection's state, if its decision
+// took it (newVerdict).
+func releaseConn(req *proxy.Request) {
+	if req.Client == nil {
+		return
+	}
+	if st, _ := req.Client.Local().(*connState); st != nil && st.deciding.Load() == req {
+		st.deciding.Store(nil)
+		st.mu.Unlock()
+	}
 }
 
 // prefix returns the entry of a line head, found or made (its logger

@@ -35,6 +35,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if len(writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
+	// A verdict holds the connection's state until the decision is made
+	// (newVerdict).
+	defer releaseConn(req)
 	return g.walk.Run(ctx, req, pol, writes, start)
 }
 

@@ -13,7 +13,7 @@ func (g *Guard) ruleRef(pol *policy.Policy, req *proxy.Request, ns string) []pol
 	if st == nil {
 		return []policy.Rule{enforce.ForClient(pol.Lookup(ns), req.Client)}
 	}
-	defer st.mu.Unlock()
+	defer st.unlock(req)
 	return st.rules.Ref(pol, req.Client, ns)
 }
 

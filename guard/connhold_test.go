@@ -1,0 +1,71 @@
+package guard
+
+import (
+	"testing"
+
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
+)
+
+// TestDecisionReleasesItsConnection: an enforced write's decision holds
+// its connection's state from its verdict to its decision (newVerdict,
+// releaseConn), and gives it back however it ends: allowed, refused for a
+// lock it does not hold, refused for want of a session, after a write
+// nothing protects. Left held, every later write of the connection would
+// do without its memos (a new verdict, a copied _id, no lock memo), and
+// a flight landing on it could not hand its verdict back.
+func TestDecisionReleasesItsConnection(t *testing.T) {
+	c := newConnTest(t)
+	a := lsidOf(1)
+	c.lockCmd(cmdAcquire, a, 7)
+	free := func(what string) {
+		t.Helper()
+		st := connStateOf(&proxy.Request{Client: c.client})
+		if st == nil {
+			t.Fatalf("after %s the connection's state is still held", what)
+		}
+		if st.deciding.Load() != nil {
+			t.Fatalf("after %s the connection's state still names a decision", what)
+		}
+		st.mu.Unlock()
+	}
+	if !c.write(a, 7) {
+		t.Fatal("the holder's write was refused")
+	}
+	free("an allowed write")
+	if c.write(a, 8) {
+		t.Fatal("a write of a document not locked was allowed")
+	}
+	free("a refused write")
+	stmt := bsoncore.NewDocumentBuilder().
+		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
+		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+		Build()
+	if d := c.do(bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendString("$db", "db").Build(),
+		wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}); d.Action != proxy.Reply {
+		t.Fatalf("a write without a session: %+v", d)
+	}
+	free("a write without a session")
+	if d := c.do(bsoncore.NewDocumentBuilder().AppendString("update", "open").AppendDocument("lsid", a).AppendString("$db", "db").Build(),
+		wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}); d.Action != proxy.Forward {
+		t.Fatalf("a write nothing protects: %+v", d)
+	}
+	free("a write nothing protects")
+	// And the memos still serve the next writes: each reuses the verdict
+	// the one before gave back when its flight landed.
+	c.write(a, 7)
+	st := connStateOf(&proxy.Request{Client: c.client})
+	spare := st.spare
+	st.mu.Unlock()
+	if spare == nil {
+		t.Fatal("no verdict was given back to the connection")
+	}
+	c.write(a, 7)
+	if st := connStateOf(&proxy.Request{Client: c.client}); st == nil || st.spare != spare {
+		t.Fatal("the next write did not reuse the connection's verdict")
+	} else {
+		st.mu.Unlock()
+	}
+}
