@@ -113,6 +113,12 @@ func (v *Verdict) Enforced() *Violation {
 }
 
 // Add records a violation.
+//
+// Not inlined: each call site would hold a Violation (its rule and write,
+// about 600 bytes) in its caller's frame, which the walk's function then
+// zeroes on every write, refused or not.
+//
+//go:noinline
 func (v *Verdict) Add(r policy.Rule, w policy.Write, reason string, ids []docid.ID, detail string) {
 	v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: reason, IDs: ids, Detail: detail})
 }

@@ -129,7 +129,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 			}
 		}
 	}
-	if k.Schemes != nil {
+	if k.Schemes != nil && underScheme(writes, rules) {
 		if d, ok := k.Schemes(ctx, req, pol, writes, rules, start); ok {
 			return d
 		}
@@ -139,47 +139,29 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 	var deferred []int // writes whose documents must be resolved first
 	need := Needs(b.NeedBuf[:0])
 	var inserts Needs
-	for i, w := range writes {
-		r := &rules[i] // by pointer: a rule is too large to copy on every call
+	for i := range writes {
+		// Both by pointer: a rule and a write are too large to copy on
+		// every call, and a copy held across calls is zeroed on entry.
+		r, w := &rules[i], &writes[i]
 		if r.Mode == policy.Off {
 			continue
 		}
 		switch w.Kind {
 		case policy.KindCollectionWrite:
 			if !r.AllowCollectionWrites {
-				b.Add(*r, w, ReasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
+				b.Add(*r, *w, ReasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 		case policy.KindInsert:
-			k.fence(v, r, w, nil)
-			if k.cappedInsertRefused(ctx, b, r, w) {
-				continue
-			}
-			if r.Inserts == policy.InsertsRequireUnlocked {
-				id, found, certain := policy.InsertID(w)
-				switch {
-				case !certain:
-					b.Add(*r, w, ReasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
-				case found:
-					// A value that cannot be an _id names no lock, and
-					// the database refuses the insert itself.
-					if did, err := IDCopy(id); err == nil {
-						if r.Implicit() {
-							k.ImplicitInsert(v, w.NS.String(), r, did)
-						} else {
-							inserts.Add(w.NS.String(), r, did)
-						}
-					}
-				}
-			}
+			k.insert(ctx, v, b, r, w, &inserts)
 		default:
 			if !hasSession && !r.Implicit() {
-				b.Add(*r, w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				b.Add(*r, *w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 				continue
 			}
-			if w.Upsert && k.cappedInsertRefused(ctx, b, r, w) {
+			if w.Upsert && k.cappedInsertRefused(ctx, b, r, *w) {
 				continue
 			}
-			ids, ok, later := k.targets(ctx, b, r, w, false)
+			ids, ok, later := k.targets(ctx, b, r, *w, false)
 			if later {
 				deferred = append(deferred, i)
 				continue
@@ -187,7 +169,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 			if !ok {
 				continue
 			}
-			k.fence(v, r, w, ids)
+			k.fence(v, r, *w, ids)
 			need.Add(w.NS.String(), r, ids...)
 		}
 	}
@@ -251,6 +233,43 @@ func (k *Walk[V]) Unclassifiable(req *proxy.Request, pol *policy.Policy, v V, b 
 	}
 	b.Add(r, policy.Write{NS: namespace.Of(ns)}, ReasonUnclassifiable, nil, fmt.Sprintf("the proxy cannot tell with certainty what it writes (%v)", err))
 	return k.Decider.Decide(req, pol, v, b, start)
+}
+
+// insert takes insert w into the walk: fenced, refused into a capped
+// collection, and, where the rule requires its _id unlocked, the lock to
+// check (into inserts, or an implicit lock's).
+func (k *Walk[V]) insert(ctx context.Context, v V, b *Verdict, r *policy.Rule, w *policy.Write, inserts *Needs) {
+	k.fence(v, r, *w, nil)
+	if k.cappedInsertRefused(ctx, b, r, *w) || r.Inserts != policy.InsertsRequireUnlocked {
+		return
+	}
+	id, found, certain := policy.InsertID(*w)
+	switch {
+	case !certain:
+		b.Add(*r, *w, ReasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
+	case found:
+		// A value that cannot be an _id names no lock, and the database
+		// refuses the insert itself.
+		if did, err := IDCopy(id); err == nil {
+			if r.Implicit() {
+				k.ImplicitInsert(v, w.NS.String(), r, did)
+			} else {
+				inserts.Add(w.NS.String(), r, did)
+			}
+		}
+	}
+}
+
+// underScheme reports whether a write is under a locking scheme: only
+// then are the schemes asked (Walk.Schemes), whose unit would find the
+// same and return.
+func underScheme(writes []policy.Write, rules []policy.Rule) bool {
+	for i := range writes {
+		if r := &rules[i]; r.Mode != policy.Off && r.Scheme.Active() {
+			return true
+		}
+	}
+	return false
 }
 
 func (k *Walk[V]) fence(v V, r *policy.Rule, w policy.Write, ids []docid.ID) {
