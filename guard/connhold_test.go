@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -67,5 +68,43 @@ func TestDecisionReleasesItsConnection(t *testing.T) {
 		t.Fatal("the next write did not reuse the connection's verdict")
 	} else {
 		st.mu.Unlock()
+	}
+}
+
+// TestSessionMemoFollowsTheLsid: the connection's copy of its latest lsid
+// (sessionOf) answers only for the same bytes. A write in another session,
+// in no valid session (the same 16 bytes as a legacy UUID, subtype 3),
+// or in one whose lsid document carries another field is decided on its
+// own lsid, never on the one before.
+func TestSessionMemoFollowsTheLsid(t *testing.T) {
+	c := newConnTest(t)
+	a, b := lsidOf(1), lsidOf(2)
+	c.lockCmd(cmdAcquire, a, 7)
+	legacy := bsoncore.NewDocumentBuilder().AppendBinary("id", 3, bytes.Repeat([]byte{1}, 16)).Build()
+	twice := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, bytes.Repeat([]byte{1}, 16)).AppendBinary("id", 4, bytes.Repeat([]byte{2}, 16)).Build()
+	reason := func(lsid bsoncore.Document) string {
+		t.Helper()
+		stmt := bsoncore.NewDocumentBuilder().
+			AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
+			AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+			Build()
+		d := c.do(bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", lsid).AppendString("$db", "db").Build(),
+			wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}})
+		if d.Action != proxy.Reply {
+			return "allowed"
+		}
+		r, _ := d.Reply.Lookup("lockgate", "reason").StringValueOK()
+		return r
+	}
+	for i, step := range []struct {
+		lsid bsoncore.Document
+		want string
+	}{
+		{a, "allowed"}, {a, "allowed"}, {b, "held_by_other"}, {a, "allowed"},
+		{legacy, "no_session"}, {a, "allowed"}, {twice, "no_session"}, {a, "allowed"},
+	} {
+		if got := reason(step.lsid); got != step.want {
+			t.Fatalf("write %d: %s, want %s", i, got, step.want)
+		}
 	}
 }

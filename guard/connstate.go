@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -57,6 +58,10 @@ type connState struct {
 	line, idScratch []byte
 	// owner is the connection's latest session's owner key (sessionKey).
 	owner enforce.OwnerMemo
+	// lsidDoc is a copy of the connection's latest write's lsid document
+	// and lsid its session id, read from that copy (sessionOf); neither
+	// is ever modified, a new lsid gets a new copy.
+	lsidDoc, lsid []byte
 	// held are the lock store's memos of the connection's latest lock
 	// checks, one per document, replaced in turn (heldFromMemo): a
 	// client writes a few documents over and over.
@@ -202,6 +207,39 @@ func (st *connState) idText(ids []docid.ID) string {
 		}
 	}
 	return idList(ids)
+}
+
+// maxKeptLSID bounds the lsid document a connection keeps a copy of: a
+// driver's is {id: <UUID>}, 33 bytes.
+const maxKeptLSID = 64
+
+// sessionOf is req.Command.SessionID(), the parse of its lsid document,
+// answered from the connection's copy of its latest one when the bytes
+// are the same: the parse is a function of those bytes alone, and a
+// connection writes in one session after another.
+func sessionOf(req *proxy.Request) ([]byte, bool) {
+	lsid := req.Command.LSID
+	if lsid == nil {
+		return nil, false
+	}
+	st := connStateOf(req)
+	if st == nil {
+		return wire.SessionID(lsid)
+	}
+	defer st.unlock(req)
+	if st.lsidDoc != nil && bytes.Equal(st.lsidDoc, lsid) {
+		return st.lsid, true
+	}
+	id, ok := wire.SessionID(lsid)
+	if !ok || len(lsid) > maxKeptLSID {
+		return id, ok
+	}
+	doc := bytes.Clone(lsid)
+	if kept, ok := wire.SessionID(doc); ok {
+		st.lsidDoc, st.lsid = doc, kept
+		return kept, true
+	}
+	return id, ok
 }
 
 // pinnedIDs is docid.Copy(pinned), but a single pinned value that the

@@ -138,7 +138,7 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 	if req.Command == nil {
 		return lockstore.Owner{}, false
 	}
-	session, ok := req.Command.SessionID()
+	session, ok := sessionOf(req)
 	if !ok {
 		return lockstore.Owner{}, false
 	}
