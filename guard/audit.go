@@ -218,7 +218,11 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	default:
 		b = appendField(b, "decision", decision)
 	}
-	b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
+	if st != nil {
+		b = append(b, st.versionField(pol)...)
+	} else {
+		b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
+	}
 	b = appendDuration(append(b, `,"took":"`...), took)
 	b = append(b, '"')
 	if ids, ok := v.Checked.Lookup(w.NS.String()); ok {

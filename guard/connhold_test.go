@@ -2,10 +2,16 @@ package guard
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 )
@@ -105,6 +111,49 @@ func TestSessionMemoFollowsTheLsid(t *testing.T) {
 	} {
 		if got := reason(step.lsid); got != step.want {
 			t.Fatalf("write %d: %s, want %s", i, got, step.want)
+		}
+	}
+}
+
+// TestDecisionLineFollowsPolicyReload: the connection keeps its lines'
+// policyVersion field (versionField) for the policy it was made for
+// alone: the first write after a reload names the new version.
+func TestDecisionLineFollowsPolicyReload(t *testing.T) {
+	compile := func(margin int64) *policy.Policy {
+		pol, err := policy.Compile(config.Policy{Default: config.ModeOff, LeaseMarginMS: margin,
+			Namespaces: []config.NamespaceRule{{Match: "db.locked", Mode: config.ModeEnforce}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pol
+	}
+	one, two := compile(100), compile(200)
+	if one.Version() == two.Version() {
+		t.Fatal("two policies with one version")
+	}
+	var buf bytes.Buffer
+	g := New(Options{Store: memstore.New(memstore.Config{}), Logger: zap.NewNop(),
+		DecisionSink: &LineSink{Out: zapcore.AddSync(&buf), Level: zapcore.InfoLevel}})
+	g.SetPolicy(one)
+	c := &connTest{t: t, g: g, client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}, log: &buf}
+	a := lsidOf(1)
+	c.lockCmd(cmdAcquire, a, 7)
+	version := func() string {
+		t.Helper()
+		buf.Reset()
+		if !c.write(a, 7) {
+			t.Fatal("the holder's write was refused")
+		}
+		var line struct{ PolicyVersion string }
+		if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+			t.Fatalf("%v: %s", err, buf.Bytes())
+		}
+		return line.PolicyVersion
+	}
+	for i, want := range []*policy.Policy{one, one, two, two, one} {
+		g.SetPolicy(want)
+		if got := version(); got != want.Version() {
+			t.Fatalf("write %d: policyVersion %q, want %q", i, got, want.Version())
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,6 +69,10 @@ type connState struct {
 	held enforce.HeldMemos
 	// ts is the text of the second of the connection's latest line.
 	ts tsCache
+	// version is the decision line's policyVersion field of the policy
+	// versionOf (versionField).
+	versionOf *policy.Policy
+	version   []byte
 	// spare is a verdict no flight or request points into any more,
 	// for the connection's next write (newVerdict).
 	spare *verdict
@@ -268,6 +273,17 @@ func pinnedIDs(req *proxy.Request, pinned []bsoncore.Value) ([]docid.ID, error) 
 	st.ids[st.nextID] = idMemo{typ: p.Type, val: ids[0].Raw().Value, ids: ids}
 	st.nextID = (st.nextID + 1) % len(st.ids)
 	return ids, nil
+}
+
+// versionField is the decision line's ,"policyVersion":"<version>" of
+// pol, escaped once per policy and connection: a policy's version never
+// changes, a reload is another policy. st is locked.
+func (st *connState) versionField(pol *policy.Policy) []byte {
+	if st.versionOf != pol || st.version == nil {
+		st.versionOf = pol
+		st.version = appendJSONString(append([]byte(nil), `,"policyVersion":`...), pol.Version())
+	}
+	return st.version
 }
 
 // linePrefix is one pre-encoded head of decision lines: as a logger's
