@@ -2,7 +2,11 @@ package guard
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -156,4 +160,73 @@ func TestDecisionLineFollowsPolicyReload(t *testing.T) {
 			t.Fatalf("write %d: policyVersion %q, want %q", i, got, want.Version())
 		}
 	}
+}
+
+// TestConcurrentDecisionsOnOneConnection: writes decided at once on one
+// connection (tests share a ClientInfo; a proxy's pipelined flight lands
+// while the next write is decided) each find the connection's state held
+// by another decision and do without it, and all are decided as alone
+// (run with -race: a decision that used another's held state would
+// race on its memos).
+func TestConcurrentDecisionsOnOneConnection(t *testing.T) {
+	c := newConnTest(t)
+	// The lines through a locked sink, as the gateway's: the connection's
+	// state serves them too.
+	c.g = New(Options{Store: c.store, Logger: zap.NewNop(),
+		DecisionSink: &LineSink{Out: zapcore.Lock(zapcore.AddSync(io.Discard)), Level: zapcore.InfoLevel}})
+	c.g.SetPolicy(c.g0Policy(t))
+	a := lsidOf(1)
+	for id := int32(7); id < 11; id++ {
+		c.lockCmd(cmdAcquire, a, id)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for id := int32(7); id < 11; id++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stmt := bsoncore.NewDocumentBuilder().
+				AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", id).Build()).
+				AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+				Build()
+			body := bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", a).AppendString("$db", "db").Build()
+			msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			cmd, err := wire.CommandOf(msg)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			for range 300 {
+				d := c.g.Intercept(context.Background(), &proxy.Request{Message: msg, Command: cmd, Client: c.client})
+				if d.MessageDone != nil {
+					d.MessageDone.ReleaseMessage(d.Message)
+				}
+				if d.OnReply != nil {
+					d.OnReply.Reply(context.Background(), nil)
+				}
+				if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
+					errs <- fmt.Sprintf("the holder's write of %d was refused: %s", id, d.Reply)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+// g0Policy is the policy newConnTest compiles: db.locked enforced.
+func (c *connTest) g0Policy(t *testing.T) *policy.Policy {
+	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "db.locked", Mode: config.ModeEnforce}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
 }
