@@ -102,11 +102,25 @@ func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns string, errText 
 	if err := s.ready(ctx); err != nil {
 		return 0, err
 	}
+	rids, err := s.releaseAllKeys(ctx, owner, ns)
+	if err != nil {
+		return 0, err
+	}
+	return s.release(ctx, owner, ns, rids, errText)
+}
+
+// releaseAllKeys returns the keys owner may hold in ns, in one of the
+// store's releaseAllScans turns.
+func (s *Store) releaseAllKeys(ctx context.Context, owner Owner, ns string) ([]string, error) {
+	if err := s.scans.take(ctx); err != nil {
+		return nil, s.storeErr(ctx, opFind, err)
+	}
+	defer s.scans.done()
 	rids, err := s.keysOf(ctx, bson.D{
 		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns}, {Key: "head", Value: true},
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	// A head document can have been moved back to another owner's hold
 	// while the owner's own claim after it is the key's newest (a late
@@ -115,47 +129,21 @@ func (s *Store) ReleaseAll(ctx context.Context, owner Owner, ns string, errText 
 	// it: compaction keeps every claim after a key's head, so a newest
 	// claim a head lags behind is always there. On FerretDB this is a
 	// scan of the claims (it answers only exact _id filters from an
-	// index), of at most CleanupAfter's worth of changes; release-all is
-	// rare. Keys the owner no longer holds are read and left alone by
-	// releaseOne, as for the heads' own.
-	claimed, err := s.claimKeysOf(ctx, bson.D{
-		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns},
-	})
-	if err != nil {
-		return 0, err
-	}
+	// index), of at most CleanupAfter's worth of changes, as the query
+	// of the heads is a scan of them: a connection's release-alls are
+	// throttled by the guard, and at most releaseAllScans of them run at
+	// once (scanturns.go). Keys the owner no longer holds are read and
+	// left alone by releaseOne, as for the heads' own, but those this
+	// Store saw move past the owner's claims (claimedKeys).
 	seen := make(map[string]bool, len(rids))
 	for _, rid := range rids {
 		seen[rid] = true
 	}
-	for _, rid := range claimed {
-		if !seen[rid] {
-			rids = append(rids, rid)
-		}
-	}
-	return s.release(ctx, owner, ns, rids, errText)
-}
-
-// claimKeysOf returns the distinct keys of the claims matching filter.
-func (s *Store) claimKeysOf(ctx context.Context, filter bson.D) ([]string, error) {
-	var gens []gen
-	err := s.rt(ctx, opFind, func(ctx context.Context) error {
-		cur, err := s.claims.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "key", Value: 1}}))
-		if err != nil {
-			return err
-		}
-		return cur.All(ctx, &gens)
-	})
+	rids, err = s.claimedKeys(ctx, opFind, bson.D{
+		{Key: "owner", Value: sessionBinary(owner.Session)}, {Key: "ns", Value: ns},
+	}, func(g *gen) bool { return g.ownedBy(owner) }, seen, rids)
 	if err != nil {
-		return nil, s.storeErr(ctx, opFind, err)
-	}
-	seen := make(map[string]bool, len(gens))
-	var rids []string
-	for _, g := range gens {
-		if !seen[g.Key] {
-			seen[g.Key] = true
-			rids = append(rids, g.Key)
-		}
+		return nil, err
 	}
 	return rids, nil
 }
@@ -198,8 +186,10 @@ func (s *Store) keysOf(ctx context.Context, filter bson.D) ([]string, error) {
 // freed before it returns, at the cost of the session's own locks and not
 // of the store's size. Locks the session took through other instances are
 // found by a background sweep that serves every session ended meanwhile
-// with one query by owner (indexed on MongoDB; a scan on FerretDB), so a
-// flood of endSessions cannot multiply scans of the lock collection.
+// with one query by owner of the heads (indexed on MongoDB; a scan on
+// FerretDB) and one of the claims, which find a key whose head was moved
+// back to another owner's hold (a scan on both), so a flood of endSessions
+// cannot multiply scans of the lock store (sweep.go).
 func (s *Store) ReleaseSession(ctx context.Context, session []byte) (int, error) {
 	if len(session) == 0 {
 		return 0, fmt.Errorf("%w: no session", ErrInvalidArgument)

@@ -1,8 +1,12 @@
 package lockstore
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/testkit"
 )
 
 // TestReleaseAllOverAMovedBackHead: a holder's renewal whose head write is
@@ -51,5 +55,39 @@ func TestReleaseAllOverAMovedBackHead(t *testing.T) {
 				t.Errorf("after b's release-all the key is still held: %v", err)
 			}
 		})
+	}
+}
+
+// TestReleaseAllScansAreBounded: a release-all finds its keys by scanning
+// the heads and the claims (on FerretDB), and any client may ask for one;
+// the guard throttles each connection, so many connections asking at
+// once ran as many scans at once, taking the store client's pool from
+// everyone's acquires and checks. At most releaseAllScans look for their
+// keys at once; the others wait for a turn, and all finish.
+func TestReleaseAllScansAreBounded(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, testConfig(t))
+	gate := make(chan struct{})
+	var entered atomic.Int32
+	s.scans.testHookHeld = func() { entered.Add(1); <-gate }
+	const callers = releaseAllScans + 2
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			_, err := s.ReleaseAll(bg, newOwner("x"), "db.c", "")
+			errs <- err
+		}()
+	}
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d release-alls scanning and %d waiting for a turn", releaseAllScans, callers-releaseAllScans), func() bool {
+		return entered.Load() == releaseAllScans && s.scans.waiting.Load() == callers-releaseAllScans
+	})
+	close(gate)
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := entered.Load(); n != callers {
+		t.Errorf("%d of %d release-alls had their turn", n, callers)
 	}
 }

@@ -148,6 +148,7 @@ type Store struct {
 	via     string // this Store's name in the generations it writes
 	owned   *ownedIndex
 	sweeper *sessionSweeper
+	scans   scanTurns // release-all's queries (scanturns.go)
 	// onExpire hears of every lock this store took over after its lease
 	// ended without a release (WithExpiryHook); nil: nobody listens.
 	onExpire func(Expiry)
