@@ -42,7 +42,8 @@ type Walk[V any] struct {
 	// Owner is the lock owner req acts as, which it records on v; false:
 	// req carries no session.
 	Owner func(req *proxy.Request, v V) (lockstore.Owner, bool)
-	// Fence notes w and the ids it targets for the fence; nil: none.
+	// Fence notes w and the ids it targets for the fence, for a rule
+	// that names a fence field (the walk asks for no other); nil: none.
 	Fence func(v V, r *policy.Rule, w policy.Write, ids []docid.ID)
 	// ImplicitInsert takes an insert of id under a rule with implicit
 	// locks from the walk.
@@ -273,7 +274,7 @@ func underScheme(writes []policy.Write, rules []policy.Rule) bool {
 }
 
 func (k *Walk[V]) fence(v V, r *policy.Rule, w policy.Write, ids []docid.ID) {
-	if k.Fence != nil {
+	if k.Fence != nil && r.FenceField != "" {
 		k.Fence(v, r, w, ids)
 	}
 }
