@@ -162,7 +162,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 			if w.Upsert && k.cappedInsertRefused(ctx, b, r, *w) {
 				continue
 			}
-			ids, ok, later := k.targets(ctx, b, r, *w, false)
+			ids, ok, later := k.targets(ctx, b, r, w, false)
 			if later {
 				deferred = append(deferred, i)
 				continue
@@ -185,7 +185,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 		} else {
 			var resolved Needs
 			for _, i := range deferred {
-				ids, ok, _ := k.targets(ctx, b, &rules[i], writes[i], true)
+				ids, ok, _ := k.targets(ctx, b, &rules[i], &writes[i], true)
 				if ok {
 					k.fence(v, &rules[i], writes[i], ids)
 					resolved.Add(writes[i].NS.String(), &rules[i], ids...)
@@ -294,7 +294,7 @@ func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy
 // records on b what it found: the ids the request names, the pin of a
 // resolved statement, the resolution's time, the violation that stops
 // the write. later: w must be resolved, and resolve was false.
-func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
+func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w *policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
 	x := k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS.String()), b.PinBuf[:0])
 	if x.Pinned != nil {
 		if b.Named == nil {
@@ -314,7 +314,7 @@ func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w pol
 		b.Pins = append(b.Pins, x.Pin)
 	}
 	if x.Reason != "" {
-		b.Add(*r, w, x.Reason, nil, x.Detail)
+		b.Add(*r, *w, x.Reason, nil, x.Detail)
 		b.Violations[len(b.Violations)-1].Advice = x.Advice
 	}
 	return x.IDs, x.OK, x.Later
