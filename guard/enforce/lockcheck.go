@@ -417,7 +417,8 @@ func (n *Needs) Add(ns string, r *policy.Rule, ids ...docid.ID) {
 type Checker[V any] struct {
 	Locks *Locks
 	// Skip reports whether the check of ids is left to another (the
-	// implicit locks' acquire, which reads the same keys); nil: never.
+	// implicit locks' acquire, which reads the same keys), under a rule
+	// that takes implicit locks (it is asked for no other); nil: never.
 	Skip func(v V, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) bool
 	// Defer reports whether a write whose session lacks missing (of ids)
 	// is left to implicit locks rather than refused; nil: never.
@@ -470,7 +471,7 @@ func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Ru
 		}
 		return
 	}
-	if c.Skip != nil && c.Skip(v, r, o, ns, ids) {
+	if c.Skip != nil && r.Implicit() && c.Skip(v, r, o, ns, ids) {
 		return
 	}
 	var ok bool
