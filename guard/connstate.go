@@ -110,9 +110,7 @@ func newVerdict(req *proxy.Request, start time.Time) *verdict {
 	}
 	v := st.spare
 	st.spare = nil
-	if st.deciding.Load() != req {
-		st.deciding.Store(req)
-	}
+	st.hold(req)
 	if v == nil {
 		v = &verdict{}
 	}
@@ -318,6 +316,14 @@ func connStateOf(req *proxy.Request) *connState {
 		return nil
 	}
 	return st
+}
+
+// hold keeps st, taken by connStateOf(req), locked for req's decision,
+// until releaseConn.
+func (st *connState) hold(req *proxy.Request) {
+	if st.deciding.Load() != req {
+		st.deciding.Store(req)
+	}
 }
 
 // unlock unlocks st, taken by connStateOf(req), unless req's decision
