@@ -230,3 +230,59 @@ func (c *connTest) g0Policy(t *testing.T) *policy.Policy {
 	}
 	return pol
 }
+
+// TestEnforcedWriteAddsNoAllocation: the allowed write of a session that
+// holds its document's lock, repeated on one connection, allocates no
+// more than the same write where nothing is protected (the plan's
+// allocations, in both): its verdict, flight, rewritten message, pinned
+// _id, owner, lsid, lock check and decision line all come from the
+// connection's state (issue 25's goal of 0 added allocations).
+func TestEnforcedWriteAddsNoAllocation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	c := newConnTest(t)
+	c.g = New(Options{Store: c.store, Logger: zap.NewNop(),
+		DecisionSink: &LineSink{Out: zapcore.Lock(zapcore.AddSync(io.Discard)), Level: zapcore.InfoLevel}})
+	c.g.SetPolicy(c.g0Policy(t))
+	a := lsidOf(1)
+	c.lockCmd(cmdAcquire, a, 7)
+	allocs := func(coll string) float64 {
+		stmt := bsoncore.NewDocumentBuilder().
+			AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
+			AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+			Build()
+		body := bsoncore.NewDocumentBuilder().AppendString("update", coll).AppendDocument("lsid", a).AppendString("$db", "db").Build()
+		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := wire.CommandOf(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &proxy.Request{Message: msg, Command: cmd, Client: c.client}
+		write := func() {
+			req.Plan = nil // planned anew, as the proxy plans each message
+			d := c.g.Intercept(context.Background(), req)
+			if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
+				t.Fatalf("the write to %s was refused: %s", coll, d.Reply)
+			}
+			if d.MessageDone != nil {
+				d.MessageDone.ReleaseMessage(d.Message)
+			}
+			if d.OnReply != nil {
+				d.OnReply.Reply(context.Background(), nil)
+			}
+		}
+		for range 3 {
+			write() // the connection's memos
+		}
+		return testing.AllocsPerRun(200, write)
+	}
+	open, locked := allocs("open"), allocs("locked")
+	if locked > open {
+		t.Fatalf("the enforced write allocates %v times, the unprotected one %v", locked, open)
+	}
+	t.Logf("%v allocations each", locked)
+}
