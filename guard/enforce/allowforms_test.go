@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -12,12 +13,14 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 )
 
 // The forms a write takes, as the plan reads them, and a model of what
@@ -104,14 +107,17 @@ type formStmt struct {
 type formCase struct {
 	cmd     formCmd
 	ordered bool
-	stmts   []formStmt
-	modes   map[string]policy.Mode
-	locks   map[string]map[int]int // ns -> _id -> 0 free, 1 held by the caller, 2 by another session
+	// sessionless: the command carries no lsid, so it holds no lock
+	// (docs/SECURITY.md, Identity): every lock is another's to it.
+	sessionless bool
+	stmts       []formStmt
+	modes       map[string]policy.Mode
+	locks       map[string]map[int]int // ns -> _id -> 0 free, 1 held by the caller, 2 by another session
 }
 
 func (c formCase) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s ordered=%v", c.cmd, c.ordered)
+	fmt.Fprintf(&b, "%s ordered=%v sessionless=%v", c.cmd, c.ordered, c.sessionless)
 	for _, ns := range formNamespaces {
 		fmt.Fprintf(&b, " %s:%s%v", ns, c.modes[ns], c.locks[ns])
 	}
@@ -166,8 +172,19 @@ func (s formStmt) updateDoc() any {
 
 func coll(ns string) string { return ns[strings.IndexByte(ns, '.')+1:] }
 
+// formLSID is the session every command but a sessionless one carries.
+var formLSID = bson.E{Key: "lsid", Value: bson.D{{Key: "id", Value: primitive.Binary{Subtype: 4, Data: bytes.Repeat([]byte{7}, 16)}}}}
+
 // body is the command as a driver sends it.
 func (c formCase) body() bson.D {
+	b := c.command()
+	if !c.sessionless {
+		b = append(b, formLSID)
+	}
+	return b
+}
+
+func (c formCase) command() bson.D {
 	ordered := bson.E{Key: "ordered", Value: c.ordered}
 	switch c.cmd {
 	case cmdUpdate:
@@ -239,25 +256,34 @@ type expectation struct {
 // expect is the model.
 func (c formCase) expect() expectation {
 	e := expectation{allowed: true, checked: map[string][]int{}}
+	// held: the command's session holds the lock on _id i of ns; taken:
+	// someone other than the command's session does.
+	held := func(ns string, i int) bool { return !c.sessionless && c.locks[ns][i] == 1 }
+	taken := func(ns string, i int) bool { return c.locks[ns][i] == 2 || (c.sessionless && c.locks[ns][i] == 1) }
 	for _, s := range c.stmts {
 		mode := c.modes[s.ns]
 		if mode == policy.Off {
 			continue
 		}
-		var cause string
+		// causes are what may refuse the statement; the walk reports one.
+		var causes []string
 		var targets []int
-		if s.op != opInsert && (s.filter == byMatch || s.filter == byMatchAll) {
+		if s.op != opInsert && !c.sessionless && (s.filter == byMatch || s.filter == byMatchAll) {
 			e.resolves = true
 		}
 		switch {
 		case s.op == opInsert:
-			if c.locks[s.ns][s.ids[0]] == 2 {
-				cause = ReasonInsertLocked
+			if taken(s.ns, s.ids[0]) {
+				causes = append(causes, ReasonInsertLocked)
 			}
+		case c.sessionless:
+			// Without a session it can hold no lock: refused before
+			// anything is looked up.
+			causes = append(causes, refuse.ReasonNoSession)
 		case s.filter == byMatchAll || (s.filter == byIn && len(s.ids) > formMaxCan):
-			cause = ReasonTooManyCandidates
+			causes = append(causes, ReasonTooManyCandidates)
 		case s.upsert && s.op == opPipeline && s.filter == byMatch:
-			cause = ReasonUnverifiableUpsert
+			causes = append(causes, ReasonUnverifiableUpsert)
 		default:
 			switch s.filter {
 			case byID, byEq, byIn:
@@ -269,18 +295,21 @@ func (c formCase) expect() expectation {
 				targets = append(targets, s.upsertID)
 			}
 			for _, id := range targets {
-				if c.locks[s.ns][id] != 1 {
-					cause = ReasonNotLocked
+				if !held(s.ns, id) {
+					causes = append(causes, ReasonNotLocked)
+					break
 				}
 			}
 		}
 		switch {
-		case cause != "" && mode == policy.Enforce:
+		case len(causes) > 0 && mode == policy.Enforce:
 			e.allowed = false
-			if !slices.Contains(e.reasons, cause) {
-				e.reasons = append(e.reasons, cause)
+			for _, cause := range causes {
+				if !slices.Contains(e.reasons, cause) {
+					e.reasons = append(e.reasons, cause)
+				}
 			}
-		case cause != "":
+		case len(causes) > 0:
 			e.audited = true
 		case mode == policy.Enforce:
 			e.checked[s.ns] = append(e.checked[s.ns], targets...)
@@ -352,7 +381,14 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 			v := &Verdict{Req: req, Now: start}
 			return v, v
 		},
-		Owner:   func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return a, true },
+		// The owner as the guard reads it: the request's session, else
+		// none.
+		Owner: func(req *proxy.Request, _ *Verdict) (lockstore.Owner, bool) {
+			if _, ok := req.Command.SessionID(); !ok {
+				return lockstore.Owner{}, false
+			}
+			return a, true
+		},
 		Decider: d}
 	dec := k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now())
 	return dec, seen, f.res.Calls()
@@ -429,7 +465,8 @@ func intOf(t *testing.T, x docid.ID) int {
 // genCase draws a command: its form, its statements, the modes of the
 // namespaces and the lock states of their documents.
 func genCase(r *rand.Rand) formCase {
-	c := formCase{cmd: formCmd(r.IntN(5)), ordered: r.IntN(2) == 0, modes: map[string]policy.Mode{}, locks: map[string]map[int]int{}}
+	c := formCase{cmd: formCmd(r.IntN(5)), ordered: r.IntN(2) == 0, sessionless: r.IntN(8) == 0,
+		modes: map[string]policy.Mode{}, locks: map[string]map[int]int{}}
 	for _, ns := range formNamespaces {
 		c.modes[ns] = []policy.Mode{policy.Enforce, policy.Enforce, policy.Audit, policy.Off}[r.IntN(4)]
 		c.locks[ns] = map[int]int{}
@@ -514,6 +551,9 @@ func TestAllowEveryForm(t *testing.T) {
 		e := c.expect()
 		key := c.cmd.String() + map[bool]string{true: " allowed", false: " refused"}[e.allowed]
 		tally[key]++
+		for _, r := range e.reasons {
+			tally[r]++
+		}
 		t.Run(fmt.Sprint(i), func(t *testing.T) { checkCase(t, c) })
 		if t.Failed() {
 			return
@@ -529,6 +569,11 @@ func TestAllowEveryForm(t *testing.T) {
 			if tally[cmd.String()+o] < 20 {
 				t.Errorf("only %d cases of %s%s: the generator no longer covers it", tally[cmd.String()+o], cmd, o)
 			}
+		}
+	}
+	for _, r := range []string{ReasonNotLocked, ReasonInsertLocked, ReasonTooManyCandidates, ReasonUnverifiableUpsert, refuse.ReasonNoSession} {
+		if tally[r] < 20 {
+			t.Errorf("only %d refusals may give %s: the generator no longer covers it", tally[r], r)
 		}
 	}
 }
@@ -548,39 +593,49 @@ func TestAllowNamedForms(t *testing.T) {
 		return formStmt{ns: ns, op: opModify, filter: f, ids: ids}
 	}
 	for _, c := range []struct {
-		name   string
-		cmd    formCmd
-		stmts  []formStmt
-		reason string // "" allowed
+		name        string
+		cmd         formCmd
+		stmts       []formStmt
+		reason      string // "" allowed
+		sessionless bool
 	}{
-		{"update by _id held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1)}, ""},
-		{"update multi by $in, one not held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byIn, ids: []int{1, 2, 6}, multi: true}}, ReasonNotLocked},
-		{"update by $in over maxCandidates, all held", cmdUpdate, []formStmt{upd(nsOrders, byIn, 1, 2, 3, 4)}, ReasonTooManyCandidates},
-		{"upsert by _id held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{2}, upsert: true}}, ""},
+		{"update by _id held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1)}, "", false},
+		{"update multi by $in, one not held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byIn, ids: []int{1, 2, 6}, multi: true}}, ReasonNotLocked, false},
+		{"update by $in over maxCandidates, all held", cmdUpdate, []formStmt{upd(nsOrders, byIn, 1, 2, 3, 4)}, ReasonTooManyCandidates, false},
+		{"upsert by _id held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{2}, upsert: true}}, "", false},
 		{"upsert by a filter matching held documents, inserting an _id another holds", cmdUpdate,
-			[]formStmt{{ns: nsOrders, op: opModify, filter: byMatch, match: 1, upsert: true, upsertID: 5}}, ReasonNotLocked},
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byMatch, match: 1, upsert: true, upsertID: 5}}, ReasonNotLocked, false},
 		{"upsert by a filter matching held documents, inserting an _id held", cmdUpdate,
-			[]formStmt{{ns: nsOrders, op: opReplace, filter: byMatch, match: 1, upsert: true, upsertID: 3}}, ""},
+			[]formStmt{{ns: nsOrders, op: opReplace, filter: byMatch, match: 1, upsert: true, upsertID: 3}}, "", false},
 		{"pipeline upsert without _id in the filter", cmdUpdate,
-			[]formStmt{{ns: nsOrders, op: opPipeline, filter: byMatch, match: 1, upsert: true}}, ReasonUnverifiableUpsert},
-		{"second statement of three not held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1), upd(nsOrders, byEq, 5), upd(nsOrders, byID, 2)}, ReasonNotLocked},
-		{"delete many by a filter matching held documents", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 1, multi: true}}, ""},
-		{"delete many by a filter matching one not held", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 2, multi: true}}, ReasonNotLocked},
-		{"delete by a filter matching more than maxCandidates", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatchAll, multi: true}}, ReasonTooManyCandidates},
-		{"findAndModify remove by $eq held by another", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opDelete, filter: byEq, ids: []int{5}}}, ReasonNotLocked},
-		{"findAndModify upsert by _id held", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{4}, upsert: true}}, ""},
-		{"insert of an _id another session locked", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{5}}}, ReasonInsertLocked},
-		{"insert of a free _id", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, ""},
+			[]formStmt{{ns: nsOrders, op: opPipeline, filter: byMatch, match: 1, upsert: true}}, ReasonUnverifiableUpsert, false},
+		{"second statement of three not held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1), upd(nsOrders, byEq, 5), upd(nsOrders, byID, 2)}, ReasonNotLocked, false},
+		{"delete many by a filter matching held documents", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 1, multi: true}}, "", false},
+		{"delete many by a filter matching one not held", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 2, multi: true}}, ReasonNotLocked, false},
+		{"delete by a filter matching more than maxCandidates", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatchAll, multi: true}}, ReasonTooManyCandidates, false},
+		{"findAndModify remove by $eq held by another", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opDelete, filter: byEq, ids: []int{5}}}, ReasonNotLocked, false},
+		{"findAndModify upsert by _id held", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{4}, upsert: true}}, "", false},
+		{"insert of an _id another session locked", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{5}}}, ReasonInsertLocked, false},
+		{"insert of a free _id", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, "", false},
 		{"bulkWrite: held in one namespace, anything in an unprotected one", cmdBulkWrite,
-			[]formStmt{upd(nsOrders, byID, 1), {ns: nsNotes, op: opDelete, filter: byMatchAll, multi: true}, upd(nsNotes, byID, 5)}, ""},
+			[]formStmt{upd(nsOrders, byID, 1), {ns: nsNotes, op: opDelete, filter: byMatchAll, multi: true}, upd(nsNotes, byID, 5)}, "", false},
 		{"bulkWrite: the unprotected namespace first, then one not held", cmdBulkWrite,
-			[]formStmt{upd(nsNotes, byID, 5), upd(nsInvoices, byID, 1), {ns: nsOrders, op: opDelete, filter: byID, ids: []int{6}}}, ReasonNotLocked},
+			[]formStmt{upd(nsNotes, byID, 5), upd(nsInvoices, byID, 1), {ns: nsOrders, op: opDelete, filter: byID, ids: []int{6}}}, ReasonNotLocked, false},
 		{"bulkWrite: an insert of a locked _id among held updates", cmdBulkWrite,
-			[]formStmt{upd(nsOrders, byID, 1), {ns: nsInvoices, op: opInsert, ids: []int{5}}}, ReasonInsertLocked},
+			[]formStmt{upd(nsOrders, byID, 1), {ns: nsInvoices, op: opInsert, ids: []int{5}}}, ReasonInsertLocked, false},
+		{"without a session, an update of a free _id", cmdUpdate, []formStmt{upd(nsOrders, byID, 6)}, refuse.ReasonNoSession, true},
+		{"without a session, a delete by a filter", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 1}}, refuse.ReasonNoSession, true},
+		{"without a session, findAndModify upsert", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{6}, upsert: true}}, refuse.ReasonNoSession, true},
+		{"without a session, bulkWrite: unprotected, then protected", cmdBulkWrite,
+			[]formStmt{upd(nsNotes, byID, 6), {ns: nsInvoices, op: opDelete, filter: byID, ids: []int{6}}}, refuse.ReasonNoSession, true},
+		{"without a session, an insert of a free _id", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, "", true},
+		{"without a session, an insert of an _id some session locked", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{1}}}, ReasonInsertLocked, true},
+		{"without a session, anything where nothing is protected", cmdBulkWrite,
+			[]formStmt{upd(nsNotes, byID, 5), {ns: nsNotes, op: opDelete, filter: byMatchAll, multi: true}}, "", true},
 	} {
 		for _, ordered := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/ordered=%v", c.name, ordered), func(t *testing.T) {
-				fc := formCase{cmd: c.cmd, ordered: ordered, stmts: c.stmts, modes: enforceAll, locks: locks}
+				fc := formCase{cmd: c.cmd, ordered: ordered, sessionless: c.sessionless, stmts: c.stmts, modes: enforceAll, locks: locks}
 				e := fc.expect()
 				if e.allowed != (c.reason == "") || (c.reason != "" && !slices.Equal(e.reasons, []string{c.reason})) {
 					t.Fatalf("the model says allowed %v (%v), the case %q", e.allowed, e.reasons, c.reason)
