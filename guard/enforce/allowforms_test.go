@@ -110,6 +110,11 @@ type formCase struct {
 	// sessionless: the command carries no lsid, so it holds no lock
 	// (docs/SECURITY.md, Identity): every lock is another's to it.
 	sessionless bool
+	// capped namespaces are capped collections, whose inserts (and
+	// upserts) may evict locked documents; allowCapped is the rules'
+	// allowCappedInserts.
+	capped      map[string]bool
+	allowCapped bool
 	stmts       []formStmt
 	modes       map[string]policy.Mode
 	locks       map[string]map[int]int // ns -> _id -> 0 free, 1 held by the caller, 2 by another session
@@ -117,7 +122,7 @@ type formCase struct {
 
 func (c formCase) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s ordered=%v sessionless=%v", c.cmd, c.ordered, c.sessionless)
+	fmt.Fprintf(&b, "%s ordered=%v sessionless=%v capped=%v allowCapped=%v", c.cmd, c.ordered, c.sessionless, c.capped, c.allowCapped)
 	for _, ns := range formNamespaces {
 		fmt.Fprintf(&b, " %s:%s%v", ns, c.modes[ns], c.locks[ns])
 	}
@@ -268,10 +273,15 @@ func (c formCase) expect() expectation {
 		// causes are what may refuse the statement; the walk reports one.
 		var causes []string
 		var targets []int
-		if s.op != opInsert && !c.sessionless && (s.filter == byMatch || s.filter == byMatchAll) {
+		// An insert, or an upsert that may insert, into a capped
+		// collection may evict any document, locked ones included.
+		evicts := c.capped[s.ns] && !c.allowCapped && (s.op == opInsert || s.upsert)
+		if s.op != opInsert && !c.sessionless && !evicts && (s.filter == byMatch || s.filter == byMatchAll) {
 			e.resolves = true
 		}
 		switch {
+		case evicts && (s.op == opInsert || !c.sessionless):
+			causes = append(causes, ReasonCappedInsert)
 		case s.op == opInsert:
 			if taken(s.ns, s.ids[0]) {
 				causes = append(causes, ReasonInsertLocked)
@@ -343,6 +353,11 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 		}
 	}
 	f := newTargets(t, true)
+	for ns, capped := range c.capped {
+		if capped {
+			f.res.CreateCapped(ns)
+		}
+	}
 	for _, ns := range formNamespaces {
 		for i := 1; i <= formDocs; i++ {
 			if err := f.res.Insert(ns, bson.D{{Key: "_id", Value: i}, {Key: "k", Value: i % 3}}); err != nil {
@@ -375,7 +390,7 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 	}
 	k := &Walk[*Verdict]{Targets: f.targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
 		Rules: func(_ *policy.Policy, _ *proxy.Request, ns string) []policy.Rule {
-			return []policy.Rule{{Mode: c.modes[ns], MaxCandidates: formMaxCan, Inserts: policy.InsertsRequireUnlocked}}
+			return []policy.Rule{{Mode: c.modes[ns], MaxCandidates: formMaxCan, Inserts: policy.InsertsRequireUnlocked, AllowCappedInserts: c.allowCapped}}
 		},
 		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
 			v := &Verdict{Req: req, Now: start}
@@ -466,8 +481,9 @@ func intOf(t *testing.T, x docid.ID) int {
 // namespaces and the lock states of their documents.
 func genCase(r *rand.Rand) formCase {
 	c := formCase{cmd: formCmd(r.IntN(5)), ordered: r.IntN(2) == 0, sessionless: r.IntN(8) == 0,
-		modes: map[string]policy.Mode{}, locks: map[string]map[int]int{}}
+		modes: map[string]policy.Mode{}, locks: map[string]map[int]int{}, capped: map[string]bool{}, allowCapped: r.IntN(3) == 0}
 	for _, ns := range formNamespaces {
+		c.capped[ns] = r.IntN(4) == 0
 		c.modes[ns] = []policy.Mode{policy.Enforce, policy.Enforce, policy.Audit, policy.Off}[r.IntN(4)]
 		c.locks[ns] = map[int]int{}
 		for i := 1; i <= formDocs; i++ {
@@ -571,7 +587,7 @@ func TestAllowEveryForm(t *testing.T) {
 			}
 		}
 	}
-	for _, r := range []string{ReasonNotLocked, ReasonInsertLocked, ReasonTooManyCandidates, ReasonUnverifiableUpsert, refuse.ReasonNoSession} {
+	for _, r := range []string{ReasonNotLocked, ReasonInsertLocked, ReasonTooManyCandidates, ReasonUnverifiableUpsert, refuse.ReasonNoSession, ReasonCappedInsert} {
 		if tally[r] < 20 {
 			t.Errorf("only %d refusals may give %s: the generator no longer covers it", tally[r], r)
 		}
@@ -589,53 +605,72 @@ func TestAllowNamedForms(t *testing.T) {
 	for _, ns := range formNamespaces {
 		locks[ns] = map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 0}
 	}
+	sessionless := func(c *formCase) { c.sessionless = true }
+	// capped makes shop.orders a capped collection, under the rules'
+	// allowCappedInserts allow.
+	capped := func(allow bool) func(*formCase) {
+		return func(c *formCase) { c.capped, c.allowCapped = map[string]bool{nsOrders: true}, allow }
+	}
 	upd := func(ns string, f formFilter, ids ...int) formStmt {
 		return formStmt{ns: ns, op: opModify, filter: f, ids: ids}
 	}
 	for _, c := range []struct {
-		name        string
-		cmd         formCmd
-		stmts       []formStmt
-		reason      string // "" allowed
-		sessionless bool
+		name   string
+		cmd    formCmd
+		stmts  []formStmt
+		reason string // "" allowed
+		// tweak sets what else the case needs (nil: nothing)
+		tweak func(*formCase)
 	}{
-		{"update by _id held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1)}, "", false},
-		{"update multi by $in, one not held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byIn, ids: []int{1, 2, 6}, multi: true}}, ReasonNotLocked, false},
-		{"update by $in over maxCandidates, all held", cmdUpdate, []formStmt{upd(nsOrders, byIn, 1, 2, 3, 4)}, ReasonTooManyCandidates, false},
-		{"upsert by _id held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{2}, upsert: true}}, "", false},
+		{"update by _id held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1)}, "", nil},
+		{"update multi by $in, one not held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byIn, ids: []int{1, 2, 6}, multi: true}}, ReasonNotLocked, nil},
+		{"update by $in over maxCandidates, all held", cmdUpdate, []formStmt{upd(nsOrders, byIn, 1, 2, 3, 4)}, ReasonTooManyCandidates, nil},
+		{"upsert by _id held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{2}, upsert: true}}, "", nil},
 		{"upsert by a filter matching held documents, inserting an _id another holds", cmdUpdate,
-			[]formStmt{{ns: nsOrders, op: opModify, filter: byMatch, match: 1, upsert: true, upsertID: 5}}, ReasonNotLocked, false},
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byMatch, match: 1, upsert: true, upsertID: 5}}, ReasonNotLocked, nil},
 		{"upsert by a filter matching held documents, inserting an _id held", cmdUpdate,
-			[]formStmt{{ns: nsOrders, op: opReplace, filter: byMatch, match: 1, upsert: true, upsertID: 3}}, "", false},
+			[]formStmt{{ns: nsOrders, op: opReplace, filter: byMatch, match: 1, upsert: true, upsertID: 3}}, "", nil},
 		{"pipeline upsert without _id in the filter", cmdUpdate,
-			[]formStmt{{ns: nsOrders, op: opPipeline, filter: byMatch, match: 1, upsert: true}}, ReasonUnverifiableUpsert, false},
-		{"second statement of three not held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1), upd(nsOrders, byEq, 5), upd(nsOrders, byID, 2)}, ReasonNotLocked, false},
-		{"delete many by a filter matching held documents", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 1, multi: true}}, "", false},
-		{"delete many by a filter matching one not held", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 2, multi: true}}, ReasonNotLocked, false},
-		{"delete by a filter matching more than maxCandidates", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatchAll, multi: true}}, ReasonTooManyCandidates, false},
-		{"findAndModify remove by $eq held by another", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opDelete, filter: byEq, ids: []int{5}}}, ReasonNotLocked, false},
-		{"findAndModify upsert by _id held", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{4}, upsert: true}}, "", false},
-		{"insert of an _id another session locked", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{5}}}, ReasonInsertLocked, false},
-		{"insert of a free _id", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, "", false},
+			[]formStmt{{ns: nsOrders, op: opPipeline, filter: byMatch, match: 1, upsert: true}}, ReasonUnverifiableUpsert, nil},
+		{"second statement of three not held", cmdUpdate, []formStmt{upd(nsOrders, byID, 1), upd(nsOrders, byEq, 5), upd(nsOrders, byID, 2)}, ReasonNotLocked, nil},
+		{"delete many by a filter matching held documents", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 1, multi: true}}, "", nil},
+		{"delete many by a filter matching one not held", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 2, multi: true}}, ReasonNotLocked, nil},
+		{"delete by a filter matching more than maxCandidates", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatchAll, multi: true}}, ReasonTooManyCandidates, nil},
+		{"findAndModify remove by $eq held by another", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opDelete, filter: byEq, ids: []int{5}}}, ReasonNotLocked, nil},
+		{"findAndModify upsert by _id held", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{4}, upsert: true}}, "", nil},
+		{"insert of an _id another session locked", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{5}}}, ReasonInsertLocked, nil},
+		{"insert of a free _id", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, "", nil},
 		{"bulkWrite: held in one namespace, anything in an unprotected one", cmdBulkWrite,
-			[]formStmt{upd(nsOrders, byID, 1), {ns: nsNotes, op: opDelete, filter: byMatchAll, multi: true}, upd(nsNotes, byID, 5)}, "", false},
+			[]formStmt{upd(nsOrders, byID, 1), {ns: nsNotes, op: opDelete, filter: byMatchAll, multi: true}, upd(nsNotes, byID, 5)}, "", nil},
 		{"bulkWrite: the unprotected namespace first, then one not held", cmdBulkWrite,
-			[]formStmt{upd(nsNotes, byID, 5), upd(nsInvoices, byID, 1), {ns: nsOrders, op: opDelete, filter: byID, ids: []int{6}}}, ReasonNotLocked, false},
+			[]formStmt{upd(nsNotes, byID, 5), upd(nsInvoices, byID, 1), {ns: nsOrders, op: opDelete, filter: byID, ids: []int{6}}}, ReasonNotLocked, nil},
 		{"bulkWrite: an insert of a locked _id among held updates", cmdBulkWrite,
-			[]formStmt{upd(nsOrders, byID, 1), {ns: nsInvoices, op: opInsert, ids: []int{5}}}, ReasonInsertLocked, false},
-		{"without a session, an update of a free _id", cmdUpdate, []formStmt{upd(nsOrders, byID, 6)}, refuse.ReasonNoSession, true},
-		{"without a session, a delete by a filter", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 1}}, refuse.ReasonNoSession, true},
-		{"without a session, findAndModify upsert", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{6}, upsert: true}}, refuse.ReasonNoSession, true},
+			[]formStmt{upd(nsOrders, byID, 1), {ns: nsInvoices, op: opInsert, ids: []int{5}}}, ReasonInsertLocked, nil},
+		{"without a session, an update of a free _id", cmdUpdate, []formStmt{upd(nsOrders, byID, 6)}, refuse.ReasonNoSession, sessionless},
+		{"without a session, a delete by a filter", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 1}}, refuse.ReasonNoSession, sessionless},
+		{"without a session, findAndModify upsert", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{6}, upsert: true}}, refuse.ReasonNoSession, sessionless},
 		{"without a session, bulkWrite: unprotected, then protected", cmdBulkWrite,
-			[]formStmt{upd(nsNotes, byID, 6), {ns: nsInvoices, op: opDelete, filter: byID, ids: []int{6}}}, refuse.ReasonNoSession, true},
-		{"without a session, an insert of a free _id", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, "", true},
-		{"without a session, an insert of an _id some session locked", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{1}}}, ReasonInsertLocked, true},
+			[]formStmt{upd(nsNotes, byID, 6), {ns: nsInvoices, op: opDelete, filter: byID, ids: []int{6}}}, refuse.ReasonNoSession, sessionless},
+		{"without a session, an insert of a free _id", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, "", sessionless},
+		{"without a session, an insert of an _id some session locked", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{1}}}, ReasonInsertLocked, sessionless},
 		{"without a session, anything where nothing is protected", cmdBulkWrite,
-			[]formStmt{upd(nsNotes, byID, 5), {ns: nsNotes, op: opDelete, filter: byMatchAll, multi: true}}, "", true},
+			[]formStmt{upd(nsNotes, byID, 5), {ns: nsNotes, op: opDelete, filter: byMatchAll, multi: true}}, "", sessionless},
+		{"insert into a capped collection", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, ReasonCappedInsert, capped(false)},
+		{"insert into a capped collection under allowCappedInserts", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, "", capped(true)},
+		{"upsert of a held _id into a capped collection", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{1}, upsert: true}}, ReasonCappedInsert, capped(false)},
+		{"upsert of a held _id into a capped collection under allowCappedInserts", cmdFindAndModify,
+			[]formStmt{{ns: nsOrders, op: opReplace, filter: byID, ids: []int{1}, upsert: true}}, "", capped(true)},
+		{"update, not upsert, of a held _id in a capped collection", cmdUpdate, []formStmt{upd(nsOrders, byID, 1)}, "", capped(false)},
+		{"delete of a held _id in a capped collection", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byID, ids: []int{2}}}, "", capped(false)},
+		{"bulkWrite: held updates, then an insert into a capped collection", cmdBulkWrite,
+			[]formStmt{upd(nsInvoices, byID, 1), {ns: nsOrders, op: opInsert, ids: []int{6}}}, ReasonCappedInsert, capped(false)},
 	} {
 		for _, ordered := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/ordered=%v", c.name, ordered), func(t *testing.T) {
-				fc := formCase{cmd: c.cmd, ordered: ordered, sessionless: c.sessionless, stmts: c.stmts, modes: enforceAll, locks: locks}
+				fc := formCase{cmd: c.cmd, ordered: ordered, stmts: c.stmts, modes: enforceAll, locks: locks}
+				if c.tweak != nil {
+					c.tweak(&fc)
+				}
 				e := fc.expect()
 				if e.allowed != (c.reason == "") || (c.reason != "" && !slices.Equal(e.reasons, []string{c.reason})) {
 					t.Fatalf("the model says allowed %v (%v), the case %q", e.allowed, e.reasons, c.reason)
