@@ -33,15 +33,42 @@ import (
 // own parameters and the fixture's documents, never from the code under
 // test.
 
-// The fixture: three namespaces of the same six documents, {_id: i, k: i
-// % 3} for i in 1..6, so a filter {k: c} matches two of them.
+// The fixture: three namespaces of the same documents: six numbered ones,
+// {_id: i, k: i % 3} for i in 1..6, so a filter {k: c} matches two of
+// them, and one whose _id is the document {a: 1} (idDoc, k -1). A lock
+// state is kept for each.
 const (
 	nsOrders   = "shop.orders"
 	nsInvoices = "shop.invoices"
 	nsNotes    = "shop.notes"
 	formDocs   = 6
 	formMaxCan = 3 // the rules' maxCandidates
+	idDoc      = 10
 )
+
+// formIDs are the fixture's _ids, by the numbers the model names them.
+var formIDs = []int{1, 2, 3, 4, 5, 6, idDoc}
+
+// A numbered _id is written as an int32, an int64 or a double, all one
+// document's _id (docs/SECURITY.md: 1, NumberLong(1) and 1.0 are one key).
+const (
+	asInt32 = iota
+	asInt64
+	asDouble
+)
+
+// idValue is _id i written in form.
+func idValue(i, form int) any {
+	switch {
+	case i == idDoc:
+		return bson.D{{Key: "a", Value: 1}}
+	case form == asInt64:
+		return int64(i)
+	case form == asDouble:
+		return float64(i)
+	}
+	return int32(i)
+}
 
 var formNamespaces = []string{nsOrders, nsInvoices, nsNotes}
 
@@ -88,17 +115,38 @@ const (
 	byIn                         // {_id: {$in: [...]}}
 	byMatch                      // {k: c}: resolved, two documents
 	byMatchAll                   // {k: {$gte: 0}}: resolved, over the bound
+	byAnd                        // {$and: [{_id: X}, {k: c}]}: pins X
+	byOr                         // {$or: [{_id: X}, {_id: {$in: [Y]}}]}: pins X and Y
+	byOrMatch                    // {$or: [{_id: X}, {k: c}]}: resolved
+	byDotted                     // {"_id.a": 1}: resolved, idDoc
+	byExprLet                    // {$expr: {$eq: ["$_id", "$$x"]}} with let {x: X}
+	formFilters
 )
+
+// pins reports whether the filter pins its _ids without a lookup.
+func (f formFilter) pins() bool {
+	switch f {
+	case byID, byEq, byIn, byAnd, byOr:
+		return true
+	}
+	return false
+}
 
 // formStmt is one statement of a generated command.
 type formStmt struct {
 	ns     string
 	op     formOp
 	filter formFilter
-	ids    []int // the _ids byID, byEq and byIn pin; the inserted _id
-	match  int   // byMatch's c
+	ids    []int // the _ids byID, byEq, byIn, byAnd and byOr pin, byOrMatch's and byExprLet's X; the inserted _id
+	// forms are how ids are written (asInt32 when nil), byIn's with
+	// duplicates and mixed types.
+	forms  []int
+	match  int // byMatch's, byAnd's and byOrMatch's c
 	multi  bool
 	upsert bool
+	// Options that change no target: arrayFilters (on an update with
+	// operators) and a hint.
+	arrayFilters, hint bool
 	// upsertID, when not 0, is the _id the upsert would insert, given in
 	// the update ($setOnInsert) or the replacement document.
 	upsertID int
@@ -116,13 +164,15 @@ type formCase struct {
 	capped      map[string]bool
 	allowCapped bool
 	stmts       []formStmt
-	modes       map[string]policy.Mode
-	locks       map[string]map[int]int // ns -> _id -> 0 free, 1 held by the caller, 2 by another session
+	// txnNumber: a retryable write, which is no transaction.
+	txnNumber bool
+	modes     map[string]policy.Mode
+	locks     map[string]map[int]int // ns -> _id -> 0 free, 1 held by the caller, 2 by another session
 }
 
 func (c formCase) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s ordered=%v sessionless=%v capped=%v allowCapped=%v", c.cmd, c.ordered, c.sessionless, c.capped, c.allowCapped)
+	fmt.Fprintf(&b, "%s ordered=%v sessionless=%v txnNumber=%v capped=%v allowCapped=%v", c.cmd, c.ordered, c.sessionless, c.txnNumber, c.capped, c.allowCapped)
 	for _, ns := range formNamespaces {
 		fmt.Fprintf(&b, " %s:%s%v", ns, c.modes[ns], c.locks[ns])
 	}
@@ -132,27 +182,70 @@ func (c formCase) String() string {
 	return b.String()
 }
 
-func (s formStmt) filterDoc() bson.D {
+// value is the statement's j-th pinned _id as written.
+func (s formStmt) value(j int) any {
+	form := asInt32
+	if j < len(s.forms) {
+		form = s.forms[j]
+	}
+	return idValue(s.ids[j], form)
+}
+
+// filterDoc is the statement's filter; the j-th statement's let
+// variable is xj.
+func (s formStmt) filterDoc(j int) bson.D {
+	id := func(v any) bson.D { return bson.D{{Key: "_id", Value: v}} }
+	k := bson.D{{Key: "k", Value: s.match}}
 	switch s.filter {
 	case byID:
-		return bson.D{{Key: "_id", Value: s.ids[0]}}
+		return id(s.value(0))
 	case byEq:
-		return bson.D{{Key: "_id", Value: bson.D{{Key: "$eq", Value: s.ids[0]}}}}
+		return id(bson.D{{Key: "$eq", Value: s.value(0)}})
 	case byIn:
-		return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ints(s.ids)}}}}
+		var in bson.A
+		for j := range s.ids {
+			in = append(in, s.value(j))
+		}
+		return id(bson.D{{Key: "$in", Value: in}})
 	case byMatch:
-		return bson.D{{Key: "k", Value: s.match}}
+		return k
+	case byAnd:
+		return bson.D{{Key: "$and", Value: bson.A{id(s.value(0)), k}}}
+	case byOr:
+		return bson.D{{Key: "$or", Value: bson.A{id(s.value(0)), id(bson.D{{Key: "$in", Value: bson.A{s.value(1)}}})}}}
+	case byOrMatch:
+		return bson.D{{Key: "$or", Value: bson.A{id(s.value(0)), k}}}
+	case byDotted:
+		return bson.D{{Key: "_id.a", Value: 1}}
+	case byExprLet:
+		return bson.D{{Key: "$expr", Value: bson.D{{Key: "$eq", Value: bson.A{"$_id", fmt.Sprintf("$$x%d", j)}}}}}
 	default:
 		return bson.D{{Key: "k", Value: bson.D{{Key: "$gte", Value: 0}}}}
 	}
 }
 
-func ints(v []int) bson.A {
-	a := make(bson.A, len(v))
-	for i, x := range v {
-		a[i] = x
+// let is the command's let: the variables of its byExprLet statements.
+func (c formCase) let() (bson.E, bool) {
+	var vars bson.D
+	for j, s := range c.stmts {
+		if s.filter == byExprLet {
+			vars = append(vars, bson.E{Key: fmt.Sprintf("x%d", j), Value: s.value(0)})
+		}
 	}
-	return a
+	return bson.E{Key: "let", Value: vars}, vars != nil
+}
+
+// options are the statement's arrayFilters and hint, as the statement's
+// (or findAndModify's) fields.
+func (s formStmt) options() bson.D {
+	var o bson.D
+	if s.arrayFilters && s.op == opModify {
+		o = append(o, bson.E{Key: "arrayFilters", Value: bson.A{bson.D{{Key: "e.x", Value: 1}}}})
+	}
+	if s.hint {
+		o = append(o, bson.E{Key: "hint", Value: bson.D{{Key: "_id", Value: 1}}})
+	}
+	return o
 }
 
 // updateDoc is the statement's update: operators, a replacement or a
@@ -183,8 +276,14 @@ var formLSID = bson.E{Key: "lsid", Value: bson.D{{Key: "id", Value: primitive.Bi
 // body is the command as a driver sends it.
 func (c formCase) body() bson.D {
 	b := c.command()
+	if let, ok := c.let(); ok {
+		b = append(b, let)
+	}
 	if !c.sessionless {
 		b = append(b, formLSID)
+		if c.txnNumber {
+			b = append(b, bson.E{Key: "txnNumber", Value: int64(3)})
+		}
 	}
 	return b
 }
@@ -194,40 +293,41 @@ func (c formCase) command() bson.D {
 	switch c.cmd {
 	case cmdUpdate:
 		var us bson.A
-		for _, s := range c.stmts {
-			us = append(us, bson.D{{Key: "q", Value: s.filterDoc()}, {Key: "u", Value: s.updateDoc()},
-				{Key: "multi", Value: s.multi}, {Key: "upsert", Value: s.upsert}})
+		for j, s := range c.stmts {
+			us = append(us, append(bson.D{{Key: "q", Value: s.filterDoc(j)}, {Key: "u", Value: s.updateDoc()},
+				{Key: "multi", Value: s.multi}, {Key: "upsert", Value: s.upsert}}, s.options()...))
 		}
 		return bson.D{{Key: "update", Value: coll(c.stmts[0].ns)}, {Key: "updates", Value: us}, ordered, {Key: "$db", Value: "shop"}}
 	case cmdDelete:
 		var ds bson.A
-		for _, s := range c.stmts {
+		for j, s := range c.stmts {
 			limit := 1
 			if s.multi {
 				limit = 0
 			}
-			ds = append(ds, bson.D{{Key: "q", Value: s.filterDoc()}, {Key: "limit", Value: limit}})
+			ds = append(ds, append(bson.D{{Key: "q", Value: s.filterDoc(j)}, {Key: "limit", Value: limit}}, s.options()...))
 		}
 		return bson.D{{Key: "delete", Value: coll(c.stmts[0].ns)}, {Key: "deletes", Value: ds}, ordered, {Key: "$db", Value: "shop"}}
 	case cmdFindAndModify:
 		s := c.stmts[0]
-		b := bson.D{{Key: "findAndModify", Value: coll(s.ns)}, {Key: "query", Value: s.filterDoc()}}
+		b := bson.D{{Key: "findAndModify", Value: coll(s.ns)}, {Key: "query", Value: s.filterDoc(0)}}
 		if s.op == opDelete {
 			b = append(b, bson.E{Key: "remove", Value: true})
 		} else {
 			b = append(b, bson.E{Key: "update", Value: s.updateDoc()}, bson.E{Key: "upsert", Value: s.upsert})
 		}
+		b = append(b, s.options()...)
 		return append(b, bson.E{Key: "$db", Value: "shop"})
 	case cmdInsert:
 		var docs bson.A
 		for _, s := range c.stmts {
-			docs = append(docs, bson.D{{Key: "_id", Value: s.ids[0]}, {Key: "n", Value: 1}})
+			docs = append(docs, bson.D{{Key: "_id", Value: s.value(0)}, {Key: "n", Value: 1}})
 		}
 		return bson.D{{Key: "insert", Value: coll(c.stmts[0].ns)}, {Key: "documents", Value: docs}, ordered, {Key: "$db", Value: "shop"}}
 	}
 	var ops, nsInfo bson.A
 	index := map[string]int{}
-	for _, s := range c.stmts {
+	for j, s := range c.stmts {
 		i, ok := index[s.ns]
 		if !ok {
 			i = len(nsInfo)
@@ -236,12 +336,12 @@ func (c formCase) command() bson.D {
 		}
 		switch s.op {
 		case opInsert:
-			ops = append(ops, bson.D{{Key: "insert", Value: i}, {Key: "document", Value: bson.D{{Key: "_id", Value: s.ids[0]}, {Key: "n", Value: 1}}}})
+			ops = append(ops, bson.D{{Key: "insert", Value: i}, {Key: "document", Value: bson.D{{Key: "_id", Value: s.value(0)}, {Key: "n", Value: 1}}}})
 		case opDelete:
-			ops = append(ops, bson.D{{Key: "delete", Value: i}, {Key: "filter", Value: s.filterDoc()}, {Key: "multi", Value: s.multi}})
+			ops = append(ops, append(bson.D{{Key: "delete", Value: i}, {Key: "filter", Value: s.filterDoc(j)}, {Key: "multi", Value: s.multi}}, s.options()...))
 		default:
-			ops = append(ops, bson.D{{Key: "update", Value: i}, {Key: "filter", Value: s.filterDoc()}, {Key: "updateMods", Value: s.updateDoc()},
-				{Key: "multi", Value: s.multi}, {Key: "upsert", Value: s.upsert}})
+			ops = append(ops, append(bson.D{{Key: "update", Value: i}, {Key: "filter", Value: s.filterDoc(j)}, {Key: "updateMods", Value: s.updateDoc()},
+				{Key: "multi", Value: s.multi}, {Key: "upsert", Value: s.upsert}}, s.options()...))
 		}
 	}
 	return bson.D{{Key: "bulkWrite", Value: 1}, {Key: "ops", Value: ops}, {Key: "nsInfo", Value: nsInfo}, ordered, {Key: "$db", Value: "admin"}}
@@ -256,6 +356,27 @@ type expectation struct {
 	// resolves: a statement of a protected namespace has a filter that
 	// pins no _id; none else is looked up.
 	resolves bool
+}
+
+// pinned are the _ids the statement's filter pins, each once, and how
+// many values it names as written (distinct by type and value).
+func (s formStmt) pinned() (ids []int, written int) {
+	if !s.filter.pins() || s.op == opInsert {
+		return nil, 0
+	}
+	type w struct{ id, form int }
+	seen := map[w]bool{}
+	for j, id := range s.ids {
+		form := asInt32
+		if j < len(s.forms) && id != idDoc {
+			form = s.forms[j]
+		}
+		seen[w{id, form}] = true
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, len(seen)
 }
 
 // expect is the model.
@@ -276,9 +397,10 @@ func (c formCase) expect() expectation {
 		// An insert, or an upsert that may insert, into a capped
 		// collection may evict any document, locked ones included.
 		evicts := c.capped[s.ns] && !c.allowCapped && (s.op == opInsert || s.upsert)
-		if s.op != opInsert && !c.sessionless && !evicts && (s.filter == byMatch || s.filter == byMatchAll) {
+		if s.op != opInsert && !c.sessionless && !evicts && !s.filter.pins() {
 			e.resolves = true
 		}
+		pinned, written := s.pinned()
 		switch {
 		case evicts && (s.op == opInsert || !c.sessionless):
 			causes = append(causes, ReasonCappedInsert)
@@ -290,16 +412,29 @@ func (c formCase) expect() expectation {
 			// Without a session it can hold no lock: refused before
 			// anything is looked up.
 			causes = append(causes, refuse.ReasonNoSession)
-		case s.filter == byMatchAll || (s.filter == byIn && len(s.ids) > formMaxCan):
+		case s.filter == byMatchAll || written > formMaxCan:
+			// A filter naming more _id values than maxCandidates (as
+			// written: 1 and 1.0 are two values of one _id), or matching
+			// more documents.
 			causes = append(causes, ReasonTooManyCandidates)
-		case s.upsert && s.op == opPipeline && s.filter == byMatch:
+		case s.filter == byExprLet:
+			// The resolver is not given the command's let, so the lookup
+			// fails (the server's "undefined variable"): refused, fail
+			// closed, though the write names one _id.
+			causes = append(causes, ReasonResolveFailed)
+		case s.upsert && (s.filter == byDotted || (s.op == opPipeline && !s.filter.pins())):
+			// The _id it inserts cannot be known: "_id.a" makes one the
+			// server builds, a pipeline may compute any.
 			causes = append(causes, ReasonUnverifiableUpsert)
 		default:
+			targets = pinned
 			switch s.filter {
-			case byID, byEq, byIn:
-				targets = slices.Clone(s.ids)
 			case byMatch:
 				targets = matching(s.match)
+			case byOrMatch:
+				targets = append(matching(s.match), s.ids[0])
+			case byDotted:
+				targets = []int{idDoc}
 			}
 			if s.upsert && s.upsertID != 0 {
 				targets = append(targets, s.upsertID)
@@ -346,9 +481,9 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 		for i, st := range m {
 			switch st {
 			case 1:
-				acquire(t, s, a, ns, id(t, i))
+				acquire(t, s, a, ns, id(t, idValue(i, asInt32)))
 			case 2:
-				acquire(t, s, b, ns, id(t, i))
+				acquire(t, s, b, ns, id(t, idValue(i, asInt32)))
 			}
 		}
 	}
@@ -363,6 +498,9 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 			if err := f.res.Insert(ns, bson.D{{Key: "_id", Value: i}, {Key: "k", Value: i % 3}}); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if err := f.res.Insert(ns, bson.D{{Key: "_id", Value: idValue(idDoc, asInt32)}, {Key: "k", Value: -1}}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	req := request(t, c.body())
@@ -468,8 +606,8 @@ func checkCase(t *testing.T, c formCase) {
 
 func intOf(t *testing.T, x docid.ID) int {
 	t.Helper()
-	for i := 1; i <= formDocs; i++ {
-		if x.Equal(id(t, i)) {
+	for _, i := range formIDs {
+		if x.Equal(id(t, idValue(i, asInt32))) {
 			return i
 		}
 	}
@@ -486,7 +624,7 @@ func genCase(r *rand.Rand) formCase {
 		c.capped[ns] = r.IntN(4) == 0
 		c.modes[ns] = []policy.Mode{policy.Enforce, policy.Enforce, policy.Audit, policy.Off}[r.IntN(4)]
 		c.locks[ns] = map[int]int{}
-		for i := 1; i <= formDocs; i++ {
+		for _, i := range formIDs {
 			// Mostly the caller's, so that allowed commands are common.
 			c.locks[ns][i] = []int{1, 1, 1, 1, 0, 2}[r.IntN(6)]
 		}
@@ -496,6 +634,7 @@ func genCase(r *rand.Rand) formCase {
 	if c.cmd == cmdFindAndModify {
 		n = 1
 	}
+	c.txnNumber = r.IntN(4) == 0
 	for range n {
 		if c.cmd == cmdBulkWrite {
 			ns = formNamespaces[r.IntN(len(formNamespaces))]
@@ -506,8 +645,14 @@ func genCase(r *rand.Rand) formCase {
 }
 
 func genStmt(r *rand.Rand, cmd formCmd, ns string) formStmt {
-	s := formStmt{ns: ns, filter: formFilter(r.IntN(5)), match: r.IntN(3), multi: r.IntN(2) == 0}
-	id := func() int { return 1 + r.IntN(formDocs) }
+	s := formStmt{ns: ns, filter: formFilter(r.IntN(int(formFilters))), match: r.IntN(3), multi: r.IntN(2) == 0,
+		arrayFilters: r.IntN(4) == 0, hint: r.IntN(4) == 0}
+	id := func() int {
+		if r.IntN(8) == 0 {
+			return idDoc
+		}
+		return 1 + r.IntN(formDocs)
+	}
 	switch cmd {
 	case cmdInsert:
 		s.op = opInsert
@@ -521,14 +666,20 @@ func genStmt(r *rand.Rand, cmd formCmd, ns string) formStmt {
 		s.op = []formOp{opModify, opReplace, opPipeline}[r.IntN(3)]
 	}
 	switch s.filter {
-	case byID, byEq:
+	case byID, byEq, byAnd, byOrMatch, byExprLet:
 		s.ids = []int{id()}
+	case byOr:
+		s.ids = []int{id(), id()}
 	case byIn:
+		// Duplicates, and one _id in several types, now and then.
 		for range 1 + r.IntN(formMaxCan+1) {
+			if n := len(s.ids); n > 0 && r.IntN(4) == 0 {
+				s.ids, s.forms = append(s.ids, s.ids[n-1]), append(s.forms, s.forms[n-1])
+				continue
+			}
 			s.ids = append(s.ids, id())
+			s.forms = append(s.forms, []int{asInt32, asInt32, asInt64, asDouble}[r.IntN(4)])
 		}
-		slices.Sort(s.ids)
-		s.ids = slices.Compact(s.ids)
 	}
 	if s.op == opInsert {
 		s.ids = []int{id()}
@@ -539,7 +690,8 @@ func genStmt(r *rand.Rand, cmd formCmd, ns string) formStmt {
 	}
 	if s.op != opDelete && s.op != opInsert && r.IntN(3) == 0 {
 		s.upsert = true
-		if s.filter == byIn || s.filter == byMatchAll {
+		switch s.filter {
+		case byIn, byMatchAll, byOr, byOrMatch:
 			s.filter = byMatch // an upsert's _id is the filter's equality or none
 		}
 		if s.filter == byMatch && s.op != opPipeline && r.IntN(2) == 0 {
@@ -570,6 +722,12 @@ func TestAllowEveryForm(t *testing.T) {
 		for _, r := range e.reasons {
 			tally[r]++
 		}
+		// Each filter form of a protected namespace, by outcome.
+		for _, s := range c.stmts {
+			if s.op != opInsert && c.modes[s.ns] == policy.Enforce {
+				tally[fmt.Sprintf("filter %d%s", s.filter, map[bool]string{true: " allowed", false: " refused"}[e.allowed])]++
+			}
+		}
 		t.Run(fmt.Sprint(i), func(t *testing.T) { checkCase(t, c) })
 		if t.Failed() {
 			return
@@ -587,7 +745,14 @@ func TestAllowEveryForm(t *testing.T) {
 			}
 		}
 	}
-	for _, r := range []string{ReasonNotLocked, ReasonInsertLocked, ReasonTooManyCandidates, ReasonUnverifiableUpsert, refuse.ReasonNoSession, ReasonCappedInsert} {
+	for f := range formFilters {
+		for _, o := range []string{" allowed", " refused"} {
+			if f != byMatchAll && f != byExprLet && tally[fmt.Sprintf("filter %d%s", f, o)] < 20 {
+				t.Errorf("only %d cases of filter form %d%s: the generator no longer covers it", tally[fmt.Sprintf("filter %d%s", f, o)], f, o)
+			}
+		}
+	}
+	for _, r := range []string{ReasonNotLocked, ReasonInsertLocked, ReasonTooManyCandidates, ReasonUnverifiableUpsert, refuse.ReasonNoSession, ReasonCappedInsert, ReasonResolveFailed} {
 		if tally[r] < 20 {
 			t.Errorf("only %d refusals may give %s: the generator no longer covers it", tally[r], r)
 		}
@@ -599,11 +764,11 @@ func TestAllowEveryForm(t *testing.T) {
 // wrong model cannot pass them) and checked as TestAllowEveryForm checks.
 func TestAllowNamedForms(t *testing.T) {
 	enforceAll := map[string]policy.Mode{nsOrders: policy.Enforce, nsInvoices: policy.Enforce, nsNotes: policy.Off}
-	// The caller holds 1-4 in each namespace, another session 5, and 6
-	// is free.
+	// The caller holds 1-4 and {a: 1} in each namespace, another session
+	// 5, and 6 is free.
 	locks := map[string]map[int]int{}
 	for _, ns := range formNamespaces {
-		locks[ns] = map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 0}
+		locks[ns] = map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 0, idDoc: 1}
 	}
 	sessionless := func(c *formCase) { c.sessionless = true }
 	// capped makes shop.orders a capped collection, under the rules'
@@ -664,6 +829,30 @@ func TestAllowNamedForms(t *testing.T) {
 		{"delete of a held _id in a capped collection", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byID, ids: []int{2}}}, "", capped(false)},
 		{"bulkWrite: held updates, then an insert into a capped collection", cmdBulkWrite,
 			[]formStmt{upd(nsInvoices, byID, 1), {ns: nsOrders, op: opInsert, ids: []int{6}}}, ReasonCappedInsert, capped(false)},
+		{"$in naming held _ids with duplicates, one in two types", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byIn, ids: []int{1, 1, 1, 2}, forms: []int{asInt32, asInt32, asInt64, asInt32}, multi: true}}, "", nil},
+		{"$in naming one _id in three types and another: four values, over maxCandidates", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byIn, ids: []int{1, 1, 1, 2}, forms: []int{asInt32, asInt64, asDouble, asInt32}, multi: true}}, ReasonTooManyCandidates, nil},
+		{"$in mixing a number and a document _id, both held", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byIn, ids: []int{3, idDoc}, multi: true}}, "", nil},
+		{"$in naming 5.0, another session's 5", cmdDelete,
+			[]formStmt{{ns: nsOrders, op: opDelete, filter: byIn, ids: []int{1, 5}, forms: []int{asInt32, asDouble}, multi: true}}, ReasonNotLocked, nil},
+		{"$and pins its _id whatever else it says: held, though k does not match", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byAnd, ids: []int{1}, match: 2}}, "", nil},
+		{"$and pinning another session's _id", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opDelete, filter: byAnd, ids: []int{5}, match: 2}}, ReasonNotLocked, nil},
+		{"upsert by $and pinning a free _id", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byAnd, ids: []int{6}, match: 0, upsert: true}}, ReasonNotLocked, nil},
+		{"$or of _ids, both held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byOr, ids: []int{1, idDoc}, multi: true}}, "", nil},
+		{"$or of _ids, one free", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byOr, ids: []int{1, 6}, multi: true}}, ReasonNotLocked, nil},
+		{"$or of an _id and a filter matching held documents", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byOrMatch, ids: []int{3}, match: 1, multi: true}}, "", nil},
+		{"$or of a held _id and a filter matching another session's document", cmdDelete,
+			[]formStmt{{ns: nsOrders, op: opDelete, filter: byOrMatch, ids: []int{1}, match: 2, multi: true}}, ReasonNotLocked, nil},
+		{"$eq with a document value, held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byEq, ids: []int{idDoc}}}, "", nil},
+		{"_id equal to a document, held, upsert", cmdFindAndModify, []formStmt{{ns: nsOrders, op: opReplace, filter: byID, ids: []int{idDoc}, upsert: true}}, "", nil},
+		{"\"_id.a\": resolved to the document _id, held", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byDotted, multi: true}}, "", nil},
+		{"\"_id.a\" upsert: the inserted _id is the server's to build", cmdUpdate, []formStmt{{ns: nsOrders, op: opModify, filter: byDotted, upsert: true}}, ReasonUnverifiableUpsert, nil},
+		{"$expr with the command's let, naming a held _id", cmdDelete, []formStmt{{ns: nsOrders, op: opDelete, filter: byExprLet, ids: []int{1}}}, ReasonResolveFailed, nil},
+		{"arrayFilters, a hint and a txnNumber, held", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{1}, arrayFilters: true, hint: true}}, "", func(c *formCase) { c.txnNumber = true }},
+		{"arrayFilters and a hint, not held", cmdBulkWrite,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{6}, arrayFilters: true, hint: true}}, ReasonNotLocked, func(c *formCase) { c.txnNumber = true }},
 	} {
 		for _, ordered := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/ordered=%v", c.name, ordered), func(t *testing.T) {
