@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 )
@@ -35,19 +37,55 @@ import (
 
 // The fixture: three namespaces of the same documents: six numbered ones,
 // {_id: i, k: i % 3} for i in 1..6, so a filter {k: c} matches two of
-// them, and one whose _id is the document {a: 1} (idDoc, k -1). A lock
-// state is kept for each.
+// them, three with string _ids "a", "A" and "b" (idLowA, idUpA, idB, k
+// -1), one under a case-insensitive collation, and one whose _id is the
+// document {a: 1} (idDoc, k -1). A lock state is kept for each.
 const (
 	nsOrders   = "shop.orders"
 	nsInvoices = "shop.invoices"
 	nsNotes    = "shop.notes"
 	formDocs   = 6
 	formMaxCan = 3 // the rules' maxCandidates
+	idLowA     = 7
+	idUpA      = 8
+	idB        = 9
 	idDoc      = 10
 )
 
 // formIDs are the fixture's _ids, by the numbers the model names them.
-var formIDs = []int{1, 2, 3, 4, 5, 6, idDoc}
+var formIDs = []int{1, 2, 3, 4, 5, 6, idLowA, idUpA, idB, idDoc}
+
+// stringID is the string _id i, if it is one.
+func stringID(i int) (string, bool) {
+	switch i {
+	case idLowA:
+		return "a", true
+	case idUpA:
+		return "A", true
+	case idB:
+		return "b", true
+	}
+	return "", false
+}
+
+// kOf is the k field of the fixture's document i.
+func kOf(i int) int {
+	if i <= formDocs {
+		return i % 3
+	}
+	return -1
+}
+
+// sameID reports whether a filter's _id x matches the document whose _id
+// is d: one number in any type, a string with or without regard to case.
+func sameID(d, x int, ci bool) bool {
+	ds, dok := stringID(d)
+	xs, xok := stringID(x)
+	if dok && xok && ci {
+		return strings.EqualFold(ds, xs)
+	}
+	return d == x
+}
 
 // A numbered _id is written as an int32, an int64 or a double, all one
 // document's _id (docs/SECURITY.md: 1, NumberLong(1) and 1.0 are one key).
@@ -59,6 +97,9 @@ const (
 
 // idValue is _id i written in form.
 func idValue(i, form int) any {
+	if s, ok := stringID(i); ok {
+		return s
+	}
 	switch {
 	case i == idDoc:
 		return bson.D{{Key: "a", Value: 1}}
@@ -71,17 +112,6 @@ func idValue(i, form int) any {
 }
 
 var formNamespaces = []string{nsOrders, nsInvoices, nsNotes}
-
-// matching are the _ids of the fixture's documents whose k is c.
-func matching(c int) []int {
-	var out []int
-	for i := 1; i <= formDocs; i++ {
-		if i%3 == c {
-			out = append(out, i)
-		}
-	}
-	return out
-}
 
 type formCmd int
 
@@ -147,6 +177,8 @@ type formStmt struct {
 	// Options that change no target: arrayFilters (on an update with
 	// operators) and a hint.
 	arrayFilters, hint bool
+	// collation is the statement's: none, simple, or case-insensitive.
+	collation int
 	// upsertID, when not 0, is the _id the upsert would insert, given in
 	// the update ($setOnInsert) or the replacement document.
 	upsertID int
@@ -166,13 +198,16 @@ type formCase struct {
 	stmts       []formStmt
 	// txnNumber: a retryable write, which is no transaction.
 	txnNumber bool
-	modes     map[string]policy.Mode
-	locks     map[string]map[int]int // ns -> _id -> 0 free, 1 held by the caller, 2 by another session
+	// ci are the collections whose default collation is
+	// case-insensitive.
+	ci    map[string]bool
+	modes map[string]policy.Mode
+	locks map[string]map[int]int // ns -> _id -> 0 free, 1 held by the caller, 2 by another session
 }
 
 func (c formCase) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s ordered=%v sessionless=%v txnNumber=%v capped=%v allowCapped=%v", c.cmd, c.ordered, c.sessionless, c.txnNumber, c.capped, c.allowCapped)
+	fmt.Fprintf(&b, "%s ordered=%v sessionless=%v txnNumber=%v capped=%v allowCapped=%v ci=%v", c.cmd, c.ordered, c.sessionless, c.txnNumber, c.capped, c.allowCapped, c.ci)
 	for _, ns := range formNamespaces {
 		fmt.Fprintf(&b, " %s:%s%v", ns, c.modes[ns], c.locks[ns])
 	}
@@ -235,10 +270,23 @@ func (c formCase) let() (bson.E, bool) {
 	return bson.E{Key: "let", Value: vars}, vars != nil
 }
 
-// options are the statement's arrayFilters and hint, as the statement's
-// (or findAndModify's) fields.
+// Statement collations.
+const (
+	collNone = iota
+	collSimple
+	collCI
+)
+
+// options are the statement's arrayFilters, hint and collation, as the
+// statement's (or findAndModify's) fields.
 func (s formStmt) options() bson.D {
 	var o bson.D
+	switch s.collation {
+	case collSimple:
+		o = append(o, bson.E{Key: "collation", Value: bson.D{{Key: "locale", Value: "simple"}}})
+	case collCI:
+		o = append(o, bson.E{Key: "collation", Value: ciCollation})
+	}
 	if s.arrayFilters && s.op == opModify {
 		o = append(o, bson.E{Key: "arrayFilters", Value: bson.A{bson.D{{Key: "e.x", Value: 1}}}})
 	}
@@ -254,7 +302,7 @@ func (s formStmt) updateDoc() any {
 	switch s.op {
 	case opReplace:
 		if s.upsertID != 0 {
-			return bson.D{{Key: "_id", Value: s.upsertID}, {Key: "n", Value: 1}}
+			return bson.D{{Key: "_id", Value: idValue(s.upsertID, asInt32)}, {Key: "n", Value: 1}}
 		}
 		return bson.D{{Key: "n", Value: 1}}
 	case opPipeline:
@@ -262,7 +310,7 @@ func (s formStmt) updateDoc() any {
 	default:
 		u := bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: 1}}}}
 		if s.upsertID != 0 {
-			u = append(u, bson.E{Key: "$setOnInsert", Value: bson.D{{Key: "_id", Value: s.upsertID}}})
+			u = append(u, bson.E{Key: "$setOnInsert", Value: bson.D{{Key: "_id", Value: idValue(s.upsertID, asInt32)}}})
 		}
 		return u
 	}
@@ -368,7 +416,7 @@ func (s formStmt) pinned() (ids []int, written int) {
 	seen := map[w]bool{}
 	for j, id := range s.ids {
 		form := asInt32
-		if j < len(s.forms) && id != idDoc {
+		if j < len(s.forms) && id <= formDocs {
 			form = s.forms[j]
 		}
 		seen[w{id, form}] = true
@@ -377,6 +425,40 @@ func (s formStmt) pinned() (ids []int, written int) {
 		}
 	}
 	return ids, len(seen)
+}
+
+// matches are the fixture's documents the statement's filter matches,
+// with or without regard to the case of strings.
+func (s formStmt) matches(ci bool) []int {
+	var out []int
+	for _, d := range formIDs {
+		id := func(j int) bool { return sameID(d, s.ids[j], ci) }
+		var m bool
+		switch s.filter {
+		case byID, byEq, byExprLet:
+			m = id(0)
+		case byIn:
+			for j := range s.ids {
+				m = m || id(j)
+			}
+		case byMatch:
+			m = kOf(d) == s.match
+		case byMatchAll:
+			m = kOf(d) >= 0
+		case byAnd:
+			m = id(0) && kOf(d) == s.match
+		case byOr:
+			m = id(0) || id(1)
+		case byOrMatch:
+			m = id(0) || kOf(d) == s.match
+		case byDotted:
+			m = d == idDoc
+		}
+		if m {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // expect is the model.
@@ -397,10 +479,15 @@ func (c formCase) expect() expectation {
 		// An insert, or an upsert that may insert, into a capped
 		// collection may evict any document, locked ones included.
 		evicts := c.capped[s.ns] && !c.allowCapped && (s.op == opInsert || s.upsert)
-		if s.op != opInsert && !c.sessionless && !evicts && !s.filter.pins() {
+		// A string _id pins under the simple collation only: under
+		// another, "a" matches "A" too, so such a filter is resolved.
+		ci := s.collation == collCI || (s.collation == collNone && c.ci[s.ns])
+		pinned, written := s.pinned()
+		pins := s.filter.pins() && !(ci && slices.ContainsFunc(pinned, func(i int) bool { _, ok := stringID(i); return ok }))
+		if s.op != opInsert && !c.sessionless && !evicts && !pins {
 			e.resolves = true
 		}
-		pinned, written := s.pinned()
+		resolved := s.matches(ci)
 		switch {
 		case evicts && (s.op == opInsert || !c.sessionless):
 			causes = append(causes, ReasonCappedInsert)
@@ -412,7 +499,7 @@ func (c formCase) expect() expectation {
 			// Without a session it can hold no lock: refused before
 			// anything is looked up.
 			causes = append(causes, refuse.ReasonNoSession)
-		case s.filter == byMatchAll || written > formMaxCan:
+		case written > formMaxCan || (!pins && s.filter != byExprLet && len(resolved) > formMaxCan):
 			// A filter naming more _id values than maxCandidates (as
 			// written: 1 and 1.0 are two values of one _id), or matching
 			// more documents.
@@ -428,13 +515,14 @@ func (c formCase) expect() expectation {
 			causes = append(causes, ReasonUnverifiableUpsert)
 		default:
 			targets = pinned
-			switch s.filter {
-			case byMatch:
-				targets = matching(s.match)
-			case byOrMatch:
-				targets = append(matching(s.match), s.ids[0])
-			case byDotted:
-				targets = []int{idDoc}
+			if !pins {
+				targets = resolved
+			}
+			// An upsert inserts the _id its filter's equality names, else
+			// the one its update sets, when no document matches: its lock
+			// is needed either way.
+			if s.upsert && (s.filter == byID || s.filter == byEq || s.filter == byAnd) {
+				targets = append(targets, s.ids[0])
 			}
 			if s.upsert && s.upsertID != 0 {
 				targets = append(targets, s.upsertID)
@@ -487,22 +575,24 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 			}
 		}
 	}
-	f := newTargets(t, true)
-	for ns, capped := range c.capped {
-		if capped {
-			f.res.CreateCapped(ns)
-		}
-	}
+	res := newCollatingResolver()
 	for _, ns := range formNamespaces {
-		for i := 1; i <= formDocs; i++ {
-			if err := f.res.Insert(ns, bson.D{{Key: "_id", Value: i}, {Key: "k", Value: i % 3}}); err != nil {
+		if c.capped[ns] {
+			res.CreateCapped(ns)
+		}
+		if c.ci[ns] {
+			res.SetCaseInsensitive(ns)
+		}
+		for _, i := range formIDs {
+			if err := res.Insert(ns, bson.D{{Key: "_id", Value: idValue(i, asInt32)}, {Key: "k", Value: kOf(i)}}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := f.res.Insert(ns, bson.D{{Key: "_id", Value: idValue(idDoc, asInt32)}, {Key: "k", Value: -1}}); err != nil {
-			t.Fatal(err)
-		}
 	}
+	targets := NewTargets(TargetsConfig{Resolver: res, ResolveTimeout: time.Minute, Authority: authority.New(nil),
+		Throttle: &fakeThrottle{slots: make(chan struct{}, 1)},
+		Resolves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resolves"}, []string{"outcome"}),
+		Seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seconds"})})
 	req := request(t, c.body())
 	writes, err := policy.NewPlan(req.Message, req.Command).Writes()
 	if err != nil {
@@ -526,7 +616,7 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 			return proxy.Decision{Action: proxy.Forward}
 		},
 	}
-	k := &Walk[*Verdict]{Targets: f.targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
+	k := &Walk[*Verdict]{Targets: targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
 		Rules: func(_ *policy.Policy, _ *proxy.Request, ns string) []policy.Rule {
 			return []policy.Rule{{Mode: c.modes[ns], MaxCandidates: formMaxCan, Inserts: policy.InsertsRequireUnlocked, AllowCappedInserts: c.allowCapped}}
 		},
@@ -544,7 +634,7 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 		},
 		Decider: d}
 	dec := k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now())
-	return dec, seen, f.res.Calls()
+	return dec, seen, res.Calls()
 }
 
 // checkCase decides c and holds the decision to the model.
@@ -635,6 +725,10 @@ func genCase(r *rand.Rand) formCase {
 		n = 1
 	}
 	c.txnNumber = r.IntN(4) == 0
+	c.ci = map[string]bool{}
+	for _, ns := range formNamespaces {
+		c.ci[ns] = r.IntN(3) == 0
+	}
 	for range n {
 		if c.cmd == cmdBulkWrite {
 			ns = formNamespaces[r.IntN(len(formNamespaces))]
@@ -648,10 +742,16 @@ func genStmt(r *rand.Rand, cmd formCmd, ns string) formStmt {
 	s := formStmt{ns: ns, filter: formFilter(r.IntN(int(formFilters))), match: r.IntN(3), multi: r.IntN(2) == 0,
 		arrayFilters: r.IntN(4) == 0, hint: r.IntN(4) == 0}
 	id := func() int {
-		if r.IntN(8) == 0 {
+		switch r.IntN(8) {
+		case 0:
 			return idDoc
+		case 1, 2:
+			return []int{idLowA, idUpA, idB}[r.IntN(3)]
 		}
 		return 1 + r.IntN(formDocs)
+	}
+	if r.IntN(3) == 0 {
+		s.collation = []int{collSimple, collCI}[r.IntN(2)]
 	}
 	switch cmd {
 	case cmdInsert:
@@ -764,11 +864,11 @@ func TestAllowEveryForm(t *testing.T) {
 // wrong model cannot pass them) and checked as TestAllowEveryForm checks.
 func TestAllowNamedForms(t *testing.T) {
 	enforceAll := map[string]policy.Mode{nsOrders: policy.Enforce, nsInvoices: policy.Enforce, nsNotes: policy.Off}
-	// The caller holds 1-4 and {a: 1} in each namespace, another session
-	// 5, and 6 is free.
+	// The caller holds 1-4, {a: 1}, "a" and "b" in each namespace, another
+	// session 5 and "A", and 6 is free.
 	locks := map[string]map[int]int{}
 	for _, ns := range formNamespaces {
-		locks[ns] = map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 0, idDoc: 1}
+		locks[ns] = map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 0, idDoc: 1, idLowA: 1, idUpA: 2, idB: 1}
 	}
 	sessionless := func(c *formCase) { c.sessionless = true }
 	// capped makes shop.orders a capped collection, under the rules'
@@ -776,6 +876,8 @@ func TestAllowNamedForms(t *testing.T) {
 	capped := func(allow bool) func(*formCase) {
 		return func(c *formCase) { c.capped, c.allowCapped = map[string]bool{nsOrders: true}, allow }
 	}
+	// ciDefault gives shop.orders a case-insensitive default collation.
+	ciDefault := func(c *formCase) { c.ci = map[string]bool{nsOrders: true} }
 	upd := func(ns string, f formFilter, ids ...int) formStmt {
 		return formStmt{ns: ns, op: opModify, filter: f, ids: ids}
 	}
@@ -853,6 +955,22 @@ func TestAllowNamedForms(t *testing.T) {
 			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{1}, arrayFilters: true, hint: true}}, "", func(c *formCase) { c.txnNumber = true }},
 		{"arrayFilters and a hint, not held", cmdBulkWrite,
 			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{6}, arrayFilters: true, hint: true}}, ReasonNotLocked, func(c *formCase) { c.txnNumber = true }},
+		{"string _id under a case-insensitive collation: \"a\" matches another session's \"A\"", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{idLowA}, collation: collCI}}, ReasonNotLocked, nil},
+		{"string _id under the simple collation: \"a\" is \"a\" alone", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{idLowA}, collation: collSimple}}, "", ciDefault},
+		{"string _id in a collection whose default collation is case-insensitive", cmdFindAndModify,
+			[]formStmt{{ns: nsOrders, op: opDelete, filter: byEq, ids: []int{idLowA}}}, ReasonNotLocked, ciDefault},
+		{"string _id under a case-insensitive collation, no other case held", cmdDelete,
+			[]formStmt{{ns: nsOrders, op: opDelete, filter: byID, ids: []int{idB}, collation: collCI}}, "", nil},
+		{"$in of a number and a string under a case-insensitive collation", cmdDelete,
+			[]formStmt{{ns: nsOrders, op: opDelete, filter: byIn, ids: []int{1, idLowA}, multi: true}}, ReasonNotLocked, ciDefault},
+		{"$and of a string _id and k under a case-insensitive collation: matches nothing", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byAnd, ids: []int{idUpA}, match: 1, collation: collCI}}, "", nil},
+		{"upsert of \"b\" under a case-insensitive collation", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{idB}, upsert: true}}, "", ciDefault},
+		{"upsert of \"A\" under a case-insensitive collation, held by another", cmdBulkWrite,
+			[]formStmt{{ns: nsOrders, op: opReplace, filter: byID, ids: []int{idUpA}, upsert: true, collation: collCI}}, ReasonNotLocked, nil},
 	} {
 		for _, ordered := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/ordered=%v", c.name, ordered), func(t *testing.T) {
