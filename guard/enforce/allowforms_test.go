@@ -200,14 +200,17 @@ type formCase struct {
 	txnNumber bool
 	// ci are the collections whose default collation is
 	// case-insensitive.
-	ci    map[string]bool
-	modes map[string]policy.Mode
-	locks map[string]map[int]int // ns -> _id -> 0 free, 1 held by the caller, 2 by another session
+	ci map[string]bool
+	// disclose: the caller may read the namespaces (MayDisclose), so a
+	// refusal may name another session's lock and its holder.
+	disclose bool
+	modes    map[string]policy.Mode
+	locks    map[string]map[int]int // ns -> _id -> 0 free, 1 held by the caller, 2 by another session
 }
 
 func (c formCase) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s ordered=%v sessionless=%v txnNumber=%v capped=%v allowCapped=%v ci=%v", c.cmd, c.ordered, c.sessionless, c.txnNumber, c.capped, c.allowCapped, c.ci)
+	fmt.Fprintf(&b, "%s ordered=%v sessionless=%v txnNumber=%v capped=%v allowCapped=%v ci=%v disclose=%v", c.cmd, c.ordered, c.sessionless, c.txnNumber, c.capped, c.allowCapped, c.ci, c.disclose)
 	for _, ns := range formNamespaces {
 		fmt.Fprintf(&b, " %s:%s%v", ns, c.modes[ns], c.locks[ns])
 	}
@@ -404,6 +407,10 @@ type expectation struct {
 	// resolves: a statement of a protected namespace has a filter that
 	// pins no _id; none else is looked up.
 	resolves bool
+	// named are the _ids the request names, by namespace: its pins, the
+	// _ids it upserts and inserts. A refusal shows no other.
+	named    map[string][]int
+	namedAny []int
 }
 
 // pinned are the _ids the statement's filter pins, each once, and how
@@ -461,9 +468,55 @@ func (s formStmt) matches(ci bool) []int {
 	return out
 }
 
+// knownGaps: LOCKGATE_KNOWN_GAPS is set, so the generator holds the code
+// to the contract where it is known to fall short too.
+var knownGaps = os.Getenv("LOCKGATE_KNOWN_GAPS") != ""
+
+// pins reports whether s is read under a case-insensitive collation
+// (its own, else its collection's default), and whether its filter pins
+// its _ids: a string _id pins under the simple collation only, as under
+// another "a" matches "A" too, so such a filter is resolved.
+func (c formCase) pins(s formStmt) (ci, pins bool) {
+	ci = s.collation == collCI || (s.collation == collNone && c.ci[s.ns])
+	pinned, _ := s.pinned()
+	return ci, s.filter.pins() && !(ci && slices.ContainsFunc(pinned, func(i int) bool { _, ok := stringID(i); return ok }))
+}
+
+// names reports whether the statement names _id i itself: as a pin of a
+// filter that pins (pins), as the _id it upserts, as the _id it inserts.
+func (s formStmt) names(i int, pins bool) bool {
+	switch {
+	case s.op == opInsert:
+		return s.ids[0] == i
+	case s.upsert && s.upsertID == i:
+		return true
+	case s.upsert && (s.filter == byID || s.filter == byEq || s.filter == byAnd) && s.ids[0] == i:
+		return true
+	case pins:
+		return slices.Contains(s.ids, i)
+	}
+	return false
+}
+
 // expect is the model.
 func (c formCase) expect() expectation {
-	e := expectation{allowed: true, checked: map[string][]int{}}
+	e := expectation{allowed: true, checked: map[string][]int{}, named: map[string][]int{}}
+	// The known gap (TestRefusalNamesOnlyWhatItsNamespaceNamed): a
+	// refusal may show an _id the request names in another namespace
+	// of a bulkWrite.
+	var namedAny []int
+	for _, s := range c.stmts {
+		if c.modes[s.ns] == policy.Off {
+			continue
+		}
+		_, pins := c.pins(s)
+		for _, id := range formIDs {
+			if s.names(id, pins) {
+				namedAny = append(namedAny, id)
+			}
+		}
+	}
+	e.namedAny = namedAny
 	// held: the command's session holds the lock on _id i of ns; taken:
 	// someone other than the command's session does.
 	held := func(ns string, i int) bool { return !c.sessionless && c.locks[ns][i] == 1 }
@@ -479,11 +532,8 @@ func (c formCase) expect() expectation {
 		// An insert, or an upsert that may insert, into a capped
 		// collection may evict any document, locked ones included.
 		evicts := c.capped[s.ns] && !c.allowCapped && (s.op == opInsert || s.upsert)
-		// A string _id pins under the simple collation only: under
-		// another, "a" matches "A" too, so such a filter is resolved.
-		ci := s.collation == collCI || (s.collation == collNone && c.ci[s.ns])
+		ci, pins := c.pins(s)
 		pinned, written := s.pinned()
-		pins := s.filter.pins() && !(ci && slices.ContainsFunc(pinned, func(i int) bool { _, ok := stringID(i); return ok }))
 		if s.op != opInsert && !c.sessionless && !evicts && !pins {
 			e.resolves = true
 		}
@@ -533,6 +583,19 @@ func (c formCase) expect() expectation {
 					break
 				}
 			}
+			// Told to a caller who may read the namespace: a named _id
+			// another session holds.
+			for _, id := range targets {
+				if c.disclose && taken(s.ns, id) && (s.names(id, pins) || (!knownGaps && slices.Contains(namedAny, id))) {
+					causes = append(causes, ReasonHeldByOther)
+					break
+				}
+			}
+		}
+		for _, id := range formIDs {
+			if s.names(id, pins) {
+				e.named[s.ns] = append(e.named[s.ns], id)
+			}
 		}
 		switch {
 		case len(causes) > 0 && mode == policy.Enforce:
@@ -558,13 +621,16 @@ func (c formCase) expect() expectation {
 	return e
 }
 
+// otherHolder is the other session, as a refusal may describe it.
+var otherHolder = lockstore.Owner{Session: bytes.Repeat([]byte{2}, 16), App: "billing-batch", Client: "10.9.9.9:4000"}
+
 // decideCase runs enforcement's walk, lock check and decision over c's
 // command as the plan reads it, on a lock store in memory in c's lock
 // states and the in-memory resolver over the fixture.
 func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolutions int) {
 	t.Helper()
 	s := memstore.New(memstore.Config{})
-	a, b := ownerOf(1), ownerOf(2)
+	a, b := ownerOf(1), otherHolder
 	for ns, m := range c.locks {
 		for i, st := range m {
 			switch st {
@@ -616,7 +682,16 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 			return proxy.Decision{Action: proxy.Forward}
 		},
 	}
-	k := &Walk[*Verdict]{Targets: targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
+	// Shown as the guard shows a refusal: without its holder to a caller
+	// who may not read the namespace.
+	d.Shown = func(_ *proxy.Request, x Violation) Violation {
+		if c.disclose {
+			return x
+		}
+		return Undisclosed(x)
+	}
+	mayDisclose := func(context.Context, *proxy.Request, string) bool { return c.disclose }
+	k := &Walk[*Verdict]{Targets: targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s), MayDisclose: mayDisclose},
 		Rules: func(_ *policy.Policy, _ *proxy.Request, ns string) []policy.Rule {
 			return []policy.Rule{{Mode: c.modes[ns], MaxCandidates: formMaxCan, Inserts: policy.InsertsRequireUnlocked, AllowCappedInserts: c.allowCapped}}
 		},
@@ -638,7 +713,7 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 }
 
 // checkCase decides c and holds the decision to the model.
-func checkCase(t *testing.T, c formCase) {
+func checkCase(t *testing.T, c formCase) (reason string) {
 	t.Helper()
 	want := c.expect()
 	dec, seen, resolutions := decideCase(t, c)
@@ -680,18 +755,53 @@ func checkCase(t *testing.T, c formCase) {
 	if seen.enforced == nil || !slices.Contains(want.reasons, seen.enforced.Reason) {
 		t.Fatalf("%s\nrefused with %+v, want one of %v", c, seen.enforced, want.reasons)
 	}
-	reason, _ := dec.Reply.Lookup("lockgate", "reason").StringValueOK()
+	reason, _ = dec.Reply.Lookup("lockgate", "reason").StringValueOK()
 	msg, _ := dec.Reply.Lookup("errmsg").StringValueOK()
 	prefix := fmt.Sprintf("lockgate: %s on %s refused: ", c.body()[0].Key, seen.enforced.Write.NS)
 	if reason != seen.enforced.Reason || !strings.HasPrefix(msg, prefix) {
 		t.Fatalf("%s\nreply reason %q, errmsg %q; want %q and a message starting %q", c, reason, msg, seen.enforced.Reason, prefix)
 	}
 	if seen.enforced.Reason == ReasonNotLocked && seen.enforced.Holder != nil {
-		t.Fatalf("%s\na not_locked refusal names the holder %+v to a caller who may not read the namespace", c, seen.enforced.Holder)
+		t.Fatalf("%s\na not_locked refusal names the holder %+v", c, seen.enforced.Holder)
+	}
+	// What the refusal shows: only _ids the request named, and another
+	// session's lock and its holder only to a caller who may read the
+	// namespace.
+	ns := seen.enforced.Write.NS.String()
+	var shown []int
+	if ids, ok := dec.Reply.Lookup("lockgate", "ids").ArrayOK(); ok {
+		vals, _ := ids.Values()
+		for _, v := range vals {
+			x, err := docid.New(bson.RawValue{Type: v.Type, Value: v.Data})
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := intOf(t, x)
+			if !slices.Contains(want.named[ns], i) && (knownGaps || !slices.Contains(want.namedAny, i)) {
+				t.Fatalf("%s\nthe refusal shows _id %v, which the request does not name (it names %v in %s)", c, x, want.named[ns], ns)
+			}
+			shown = append(shown, i)
+		}
+	}
+	_, hasHolder := dec.Reply.Lookup("lockgate", "holder").DocumentOK()
+	switch {
+	case !c.disclose && seen.enforced.Reason == ReasonHeldByOther:
+		// The lock check's own refusal, before the guard's last gate:
+		// held by another and not locked read the same to such a caller.
+		t.Fatalf("%s\nthe lock check refused %s, with holder %+v, a caller who may not read %s", c, seen.enforced.Reason, seen.enforced.Holder, ns)
+	case !c.disclose && (hasHolder || reason == ReasonHeldByOther || strings.Contains(msg, otherHolder.App) || strings.Contains(msg, otherHolder.Client)):
+		t.Fatalf("%s\nrefused %s, holder shown %v, errmsg %q, to a caller who may not read %s", c, reason, hasHolder, msg, ns)
+	case reason == ReasonHeldByOther && (!hasHolder || len(shown) == 0 || c.locks[ns][shown[0]] != 2):
+		t.Fatalf("%s\nrefused %s showing _ids %v, holder shown %v: want the named _id another session holds, and its holder", c, reason, shown, hasHolder)
+	case reason == ReasonInsertLocked && c.disclose && !hasHolder:
+		t.Fatalf("%s\nrefused %s to a caller who may read %s, without the holder", c, reason, ns)
+	case reason == ReasonNotLocked && c.disclose && len(shown) > 0 && c.locks[ns][shown[0]] == 2 && !c.sessionless:
+		t.Fatalf("%s\nrefused %s showing _ids %v, the first held by another session, to a caller who may read %s: want %s and its holder", c, reason, shown, ns, ReasonHeldByOther)
 	}
 	if c.modes[seen.enforced.Write.NS.String()] != policy.Enforce {
 		t.Fatalf("%s\nrefused for %s, which is not enforced", c, seen.enforced.Write.NS)
 	}
+	return reason
 }
 
 func intOf(t *testing.T, x docid.ID) int {
@@ -725,6 +835,7 @@ func genCase(r *rand.Rand) formCase {
 		n = 1
 	}
 	c.txnNumber = r.IntN(4) == 0
+	c.disclose = r.IntN(2) == 0
 	c.ci = map[string]bool{}
 	for _, ns := range formNamespaces {
 		c.ci[ns] = r.IntN(3) == 0
@@ -852,7 +963,7 @@ func TestAllowEveryForm(t *testing.T) {
 			}
 		}
 	}
-	for _, r := range []string{ReasonNotLocked, ReasonInsertLocked, ReasonTooManyCandidates, ReasonUnverifiableUpsert, refuse.ReasonNoSession, ReasonCappedInsert, ReasonResolveFailed} {
+	for _, r := range []string{ReasonNotLocked, ReasonHeldByOther, ReasonInsertLocked, ReasonTooManyCandidates, ReasonUnverifiableUpsert, refuse.ReasonNoSession, ReasonCappedInsert, ReasonResolveFailed} {
 		if tally[r] < 20 {
 			t.Errorf("only %d refusals may give %s: the generator no longer covers it", tally[r], r)
 		}
@@ -876,6 +987,8 @@ func TestAllowNamedForms(t *testing.T) {
 	capped := func(allow bool) func(*formCase) {
 		return func(c *formCase) { c.capped, c.allowCapped = map[string]bool{nsOrders: true}, allow }
 	}
+	// disclose lets the caller read every namespace.
+	disclose := func(c *formCase) { c.disclose = true }
 	// ciDefault gives shop.orders a case-insensitive default collation.
 	ciDefault := func(c *formCase) { c.ci = map[string]bool{nsOrders: true} }
 	upd := func(ns string, f formFilter, ids ...int) formStmt {
@@ -971,6 +1084,14 @@ func TestAllowNamedForms(t *testing.T) {
 			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{idB}, upsert: true}}, "", ciDefault},
 		{"upsert of \"A\" under a case-insensitive collation, held by another", cmdBulkWrite,
 			[]formStmt{{ns: nsOrders, op: opReplace, filter: byID, ids: []int{idUpA}, upsert: true, collation: collCI}}, ReasonNotLocked, nil},
+		{"update of another session's _id, to a caller who may read it", cmdUpdate, []formStmt{upd(nsOrders, byID, 5)}, ReasonHeldByOther, disclose},
+		{"update of a free _id and another session's, to a caller who may read them: the first missing is free", cmdUpdate,
+			[]formStmt{upd(nsOrders, byIn, 6, 5)}, ReasonNotLocked, disclose},
+		{"delete by a filter matching another session's document, to a caller who may read it: not named, no holder", cmdDelete,
+			[]formStmt{{ns: nsOrders, op: opDelete, filter: byMatch, match: 2, multi: true}}, ReasonNotLocked, disclose},
+		{"insert of an _id another session locked, to a caller who may read it", cmdInsert, []formStmt{{ns: nsOrders, op: opInsert, ids: []int{5}}}, ReasonInsertLocked, disclose},
+		{"bulkWrite: held, then another session's, to a caller who may read it", cmdBulkWrite,
+			[]formStmt{upd(nsInvoices, byID, 1), {ns: nsOrders, op: opDelete, filter: byEq, ids: []int{5}}}, ReasonHeldByOther, disclose},
 	} {
 		for _, ordered := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/ordered=%v", c.name, ordered), func(t *testing.T) {
@@ -979,10 +1100,12 @@ func TestAllowNamedForms(t *testing.T) {
 					c.tweak(&fc)
 				}
 				e := fc.expect()
-				if e.allowed != (c.reason == "") || (c.reason != "" && !slices.Equal(e.reasons, []string{c.reason})) {
+				if e.allowed != (c.reason == "") || (c.reason != "" && !slices.Contains(e.reasons, c.reason)) {
 					t.Fatalf("the model says allowed %v (%v), the case %q", e.allowed, e.reasons, c.reason)
 				}
-				checkCase(t, fc)
+				if got := checkCase(t, fc); got != c.reason {
+					t.Fatalf("%s\nrefused %q, want %q", fc, got, c.reason)
+				}
 			})
 		}
 	}
