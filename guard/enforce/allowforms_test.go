@@ -411,6 +411,9 @@ type expectation struct {
 	// _ids it upserts and inserts. A refusal shows no other.
 	named    map[string][]int
 	namedAny []int
+	// fenced are, by statement, the _ids the fence is told an allowed
+	// statement of an enforced namespace may touch.
+	fenced [][]int
 }
 
 // pinned are the _ids the statement's filter pins, each once, and how
@@ -521,7 +524,8 @@ func (c formCase) expect() expectation {
 	// someone other than the command's session does.
 	held := func(ns string, i int) bool { return !c.sessionless && c.locks[ns][i] == 1 }
 	taken := func(ns string, i int) bool { return c.locks[ns][i] == 2 || (c.sessionless && c.locks[ns][i] == 1) }
-	for _, s := range c.stmts {
+	e.fenced = make([][]int, len(c.stmts))
+	for j, s := range c.stmts {
 		mode := c.modes[s.ns]
 		if mode == policy.Off {
 			continue
@@ -609,6 +613,7 @@ func (c formCase) expect() expectation {
 			e.audited = true
 		case mode == policy.Enforce:
 			e.checked[s.ns] = append(e.checked[s.ns], targets...)
+			e.fenced[j] = slices.Clone(targets)
 		}
 	}
 	for ns, ids := range e.checked {
@@ -621,13 +626,27 @@ func (c formCase) expect() expectation {
 	return e
 }
 
+// formSeen is what the fakes saw of a decision, and what the fence was
+// told.
+type formSeen struct {
+	decision
+	fenced []fenceNote
+}
+
+// fenceNote is what the fence was told of one statement.
+type fenceNote struct {
+	ns    string
+	index int
+	ids   []docid.ID
+}
+
 // otherHolder is the other session, as a refusal may describe it.
 var otherHolder = lockstore.Owner{Session: bytes.Repeat([]byte{2}, 16), App: "billing-batch", Client: "10.9.9.9:4000"}
 
 // decideCase runs enforcement's walk, lock check and decision over c's
 // command as the plan reads it, on a lock store in memory in c's lock
 // states and the in-memory resolver over the fixture.
-func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolutions int) {
+func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ formSeen, resolutions int) {
 	t.Helper()
 	s := memstore.New(memstore.Config{})
 	a, b := ownerOf(1), otherHolder
@@ -667,7 +686,7 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 	if len(writes) != len(c.stmts) {
 		t.Fatalf("the plan reads %d writes of %s, want %d", len(writes), c, len(c.stmts))
 	}
-	var seen decision
+	var seen formSeen
 	d := &Decider[*Verdict]{
 		Record: func(_ *proxy.Request, _ *policy.Policy, v *Verdict, enforced *Violation, _ time.Duration, _ time.Time) *Violation {
 			seen.recorded, seen.enforced, seen.violations = true, enforced, v.Violations
@@ -701,6 +720,13 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ decision, resolut
 		},
 		// The owner as the guard reads it: the request's session, else
 		// none.
+		// The fence is told each statement's documents (the guard keeps
+		// them where the rule fences).
+		Fence: func(_ *Verdict, r *policy.Rule, w policy.Write, ids []docid.ID) {
+			if r.Mode == policy.Enforce && w.Kind != policy.KindInsert {
+				seen.fenced = append(seen.fenced, fenceNote{w.NS.String(), w.Index, slices.Clone(ids)})
+			}
+		},
 		Owner: func(req *proxy.Request, _ *Verdict) (lockstore.Owner, bool) {
 			if _, ok := req.Command.SessionID(); !ok {
 				return lockstore.Owner{}, false
@@ -739,6 +765,18 @@ func checkCase(t *testing.T, c formCase) (reason string) {
 			got = slices.Compact(got)
 			if c.modes[ns] == policy.Enforce && !slices.Equal(got, want.checked[ns]) {
 				t.Fatalf("%s\nchecked in %s the _ids %v, want %v", c, ns, got, want.checked[ns])
+			}
+		}
+		for _, n := range seen.fenced {
+			var got []int
+			for _, x := range n.ids {
+				got = append(got, intOf(t, x))
+			}
+			slices.Sort(got)
+			w := slices.Clone(want.fenced[n.index])
+			slices.Sort(w)
+			if !slices.Equal(slices.Compact(got), slices.Compact(w)) || c.stmts[n.index].ns != n.ns {
+				t.Fatalf("%s\nthe fence was told statement %d of %s touches %v, want %v in %s", c, n.index, n.ns, got, w, c.stmts[n.index].ns)
 			}
 		}
 		if got := len(seen.violations) > 0; got != want.audited {
