@@ -83,7 +83,9 @@ type fenceCase struct {
 	locks map[int]int // _id -> 0 free, 1 the caller's, 2 another session's
 }
 
-func (c fenceCase) String() string { return fmt.Sprintf("%s locks=%v stmts=%+v", c.cmd, c.locks, c.stmts) }
+func (c fenceCase) String() string {
+	return fmt.Sprintf("%s locks=%v stmts=%+v", c.cmd, c.locks, c.stmts)
+}
 
 func (s fenceStmt) filterDoc() bson.D {
 	if s.filter == "id" {
