@@ -50,12 +50,15 @@ type implicitStmt struct {
 type implicitCase struct {
 	cmd         string // update, delete, findAndModify, insert, bulkWrite
 	sessionless bool
-	stmts       []implicitStmt
-	locks       map[int]int // _id -> 0 free, 1 the caller's session, 2 another's
+	// wait: unlockedWriters: wait, with unlockedWaitMS 1 (nothing is
+	// released meanwhile, so a locked document is waited for in vain).
+	wait  bool
+	stmts []implicitStmt
+	locks map[int]int // _id -> 0 free, 1 the caller's session, 2 another's
 }
 
 func (c implicitCase) String() string {
-	return fmt.Sprintf("%s sessionless=%v locks=%v stmts=%+v", c.cmd, c.sessionless, c.locks, c.stmts)
+	return fmt.Sprintf("%s sessionless=%v wait=%v locks=%v stmts=%+v", c.cmd, c.sessionless, c.wait, c.locks, c.stmts)
 }
 
 // targets are the documents the statement may touch.
@@ -177,26 +180,40 @@ func (c implicitCase) expect() (allowed bool, reasons []string, implicit bool) {
 		// Explicit and implicit locks never mix in one write.
 		return false, []string{"not_locked", "held_by_other"}, false
 	}
+	own, other := false, false
 	for _, i := range append(need, inserted...) {
-		if c.locks[i] != 0 {
-			return false, []string{"held_by_other", "not_locked", "insert_locked"}, false
-		}
+		own = own || c.locks[i] == 1
+		other = other || c.locks[i] == 2
+	}
+	switch {
+	case c.wait && other && !own:
+		// It waited for another session's lock in vain.
+		return false, []string{"timeout"}, false
+	case other && !own:
+		return false, []string{"held_by_other"}, false
+	case other || own:
+		// The session's own lock on an _id it inserts is met as a lock
+		// holder's write would be: refused as today.
+		return false, []string{"held_by_other", "not_locked", "insert_locked", "timeout"}, false
 	}
 	return true, nil, true
 }
 
 // implicitGuard is a guard enforcing shop.orders with unlockedWriters:
 // refuseIfLocked over the fixture {_id: i, k: i % 3}, i in 1..6.
-func implicitGuard(t *testing.T) (*guard.Guard, *memstore.Store) {
+func implicitGuard(t *testing.T, wait bool) (*guard.Guard, *memstore.Store) {
 	t.Helper()
+	rule := config.NamespaceRule{Match: "shop.orders", Mode: config.ModeEnforce, UnlockedWriters: config.UnlockedRefuseIfLocked}
+	if wait {
+		rule.UnlockedWriters, rule.UnlockedWaitMS = config.UnlockedWait, 1
+	}
 	res := guardtest.NewResolver()
 	for i := 1; i <= 6; i++ {
 		if err := res.Insert("shop.orders", bson.D{{Key: "_id", Value: i}, {Key: "k", Value: i % 3}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, MaxCandidates: 3, Namespaces: []config.NamespaceRule{
-		{Match: "shop.orders", Mode: config.ModeEnforce, UnlockedWriters: config.UnlockedRefuseIfLocked}}})
+	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, MaxCandidates: 3, Namespaces: []config.NamespaceRule{rule}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +267,7 @@ func acquireImplicit(t *testing.T, g *guard.Guard, conn uint64, s byte, ids []in
 
 func checkImplicitCase(t *testing.T, c implicitCase) {
 	t.Helper()
-	g, _ := implicitGuard(t)
+	g, _ := implicitGuard(t, c.wait)
 	for i, st := range c.locks {
 		if st == 0 {
 			continue
@@ -287,7 +304,8 @@ func checkImplicitCase(t *testing.T, c implicitCase) {
 }
 
 func genImplicitCase(r *rand.Rand) implicitCase {
-	c := implicitCase{cmd: []string{"update", "delete", "findAndModify", "insert", "bulkWrite"}[r.IntN(5)], sessionless: r.IntN(4) == 0, locks: map[int]int{}}
+	c := implicitCase{cmd: []string{"update", "delete", "findAndModify", "insert", "bulkWrite"}[r.IntN(5)], sessionless: r.IntN(4) == 0,
+		wait: r.IntN(3) == 0, locks: map[int]int{}}
 	for i := 1; i <= 6; i++ {
 		c.locks[i] = []int{0, 0, 0, 1, 1, 2}[r.IntN(6)]
 	}
@@ -329,7 +347,8 @@ func genImplicitCase(r *rand.Rand) implicitCase {
 
 // TestImplicitLockForms: writes of every form, from a session holding
 // all, some or none of their locks, or from no session, under
-// unlockedWriters: refuseIfLocked, decided as the model says. Fixed seed.
+// unlockedWriters: refuseIfLocked or wait, decided as the model says.
+// Fixed seed.
 func TestImplicitLockForms(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 2026))
 	tally := map[string]int{}
@@ -337,6 +356,9 @@ func TestImplicitLockForms(t *testing.T) {
 		c := genImplicitCase(r)
 		allowed, _, implicit := c.expect()
 		tally[fmt.Sprintf("allowed=%v implicit=%v sessionless=%v", allowed, implicit, c.sessionless)]++
+		if c.wait {
+			tally[fmt.Sprintf("wait allowed=%v", allowed)]++
+		}
 		t.Run(fmt.Sprint(i), func(t *testing.T) { checkImplicitCase(t, c) })
 		if t.Failed() {
 			return
