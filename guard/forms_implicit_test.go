@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -182,10 +183,14 @@ func (c implicitCase) expect() (allowed bool, reasons []string, implicit bool) {
 	}
 	own, other := false, false
 	for _, i := range append(need, inserted...) {
-		own = own || c.locks[i] == 1
-		other = other || c.locks[i] == 2
+		own = own || (!c.sessionless && c.locks[i] == 1)
+		other = other || c.locks[i] == 2 || (c.sessionless && c.locks[i] == 1)
 	}
 	switch {
+	case len(need) == 0 && own && !other && knownGaps:
+		// Only inserts, of _ids the session holds or nobody does: the
+		// holder's lock-then-insert (TestImplicitRuleHolderInsertsItsLockedID).
+		return true, nil, false
 	case c.wait && other && !own:
 		// It waited for another session's lock in vain.
 		return false, []string{"timeout"}, false
@@ -300,6 +305,31 @@ func checkImplicitCase(t *testing.T, c implicitCase) {
 	slices.Sort(all)
 	if a := acquireImplicit(t, g, 3, 0xc, slices.Compact(all)); !replyOK(a) {
 		t.Fatalf("%s\nafter the write was answered, its documents cannot be locked: %s", c, a.Reply)
+	}
+}
+
+// knownGaps: LOCKGATE_KNOWN_GAPS is set, so the model holds the code to
+// what it should do where it is known not to.
+var knownGaps = os.Getenv("LOCKGATE_KNOWN_GAPS") != ""
+
+// TestImplicitRuleHolderInsertsItsLockedID is a known gap, skipped unless
+// LOCKGATE_KNOWN_GAPS=1: under unlockedWriters (refuseIfLocked or wait),
+// a session that holds the lock on _id 3 and inserts {_id: 3}, the
+// lock-then-insert the lock is for, is refused not_locked, "this
+// session does not hold the lock on 1 document its filter matches": the
+// insert's _id is taken as an implicit lock, which meets the session's
+// own lock, and the refusal made as for a lock holder treats the
+// inserted _id as a resolved one. Without unlockedWriters the same
+// insert is allowed. It fails on the code as it is.
+func TestImplicitRuleHolderInsertsItsLockedID(t *testing.T) {
+	if !knownGaps {
+		t.Skip("known gap (a holder's insert of its locked _id under unlockedWriters); LOCKGATE_KNOWN_GAPS=1 runs it")
+	}
+	for _, wait := range []bool{false, true} {
+		for _, cmd := range []string{"insert", "bulkWrite"} {
+			c := implicitCase{cmd: cmd, wait: wait, locks: map[int]int{3: 1}, stmts: []implicitStmt{{kind: "insert", ids: []int{3}}}}
+			t.Run(fmt.Sprintf("%s wait=%v", cmd, wait), func(t *testing.T) { checkImplicitCase(t, c) })
+		}
 	}
 }
 
