@@ -34,7 +34,15 @@ import (
 // would insert, which must be knowable), and no _id it inserts is locked
 // by another session. The model computes the targets from the form's
 // own parameters and the fixture's documents, never from the code under
-// test.
+// test. Beside the forms: commands without a session (no lock held,
+// no_session), capped collections (inserts and upserts may evict),
+// string _ids under a case-insensitive collation (resolved: "a" matches
+// "A"), what a refusal may show and to whom (MayDisclose), what the
+// fence is told, and what a transaction's statement leaves for its
+// commit. docs/TESTING.md lists the mutations each was seen failing
+// under; LOCKGATE_KNOWN_GAPS=1 holds the code to the contract where it is
+// known to fall short (the skipped tests of collation_test.go and
+// disclosure_test.go).
 
 // The fixture: three namespaces of the same documents: six numbered ones,
 // {_id: i, k: i % 3} for i in 1..6, so a filter {k: c} matches two of
@@ -1001,7 +1009,8 @@ func genStmt(r *rand.Rand, cmd formCmd, ns string) formStmt {
 // states from fixed seeds, decided as the model says: allowed with the
 // targets checked iff every target in an enforced namespace is held (and
 // no inserted _id is another's), else refused with LockBusy, a reason
-// docs/ERRORS.md lists and nothing launched.
+// docs/ERRORS.md lists, only what the caller may be shown and nothing
+// launched.
 //
 // LOCKGATE_FORMS_SEED=<n> draws from another seed (the default is 25),
 // LOCKGATE_FORMS_CASES=<n> draws more commands: a failure names the case.
