@@ -220,14 +220,15 @@ RACE_ONLY="proxy upstream gateway audittrail tests/enforcement client/lockgate"
 # 10 minutes; twice that still ends a hung package.
 PLAIN_TIMEOUT="${PLAIN_TIMEOUT:-20m}"
 # The packages go test ./... starts first: go runs packages in the order
-# given, and these three take the longest (mostly waiting for leases and
-# child processes, about 110 to 130 s each on a quiet machine). Last in
+# given, and these three take the longest (mostly waiting for leases, the
+# upstream and child processes; about 60 to 100 s each on a quiet machine
+# since the eighth round of docs/TESTING.md, 95 to 150 s before). Last in
 # go list's order, they ran two at a time after everything else, the
 # third alone at the end; first, the other packages fill the slot the
 # shortest of them frees. tests/reliability comes third: its soak's
-# memory check and its sub-second leases are the most sensitive to load,
-# and started first it ran beside the race step's lockstore and guard
-# (its soak failed that way once, docs/TESTING.md).
+# memory check is the most sensitive to load, and started first it ran
+# beside the race step's lockstore and guard (its soak failed that way
+# once, docs/TESTING.md).
 PLAIN_FIRST="tests/schemes tests/schemes/libs tests/reliability"
 
 # go test ./... runs beside one stream of the race step, the client

@@ -57,6 +57,7 @@ func auditConfig(cfg *config.Config, dir, coll, keyFile string, mode config.Audi
 // key, in every sink. In required mode, every update acknowledged to a
 // client before the kill has its allow record in the trail.
 func TestAuditTrailSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []config.AuditMode{config.AuditBestEffort, config.AuditRequired} {
 		for _, sinks := range []string{"files", "collection", "both"} {
 			t.Run(string(mode)+"/"+sinks, func(t *testing.T) { auditTrailSurvivesSIGKILL(t, mode, sinks) })
@@ -159,11 +160,9 @@ func auditTrailSurvivesSIGKILL(t *testing.T, mode config.AuditMode, sinks string
 		sk.coll = direct.Database(config.Default().Lockstore.Database).Collection(collName)
 	}
 
-	t.Setenv(envChildAuditDir, dir)
-	t.Setenv(envChildAuditColl, collName)
-	t.Setenv(envChildAuditKey, keyFile)
-	t.Setenv(envChildAuditMode, string(mode))
-	child := startChildGateway(t, upstream.URI(), lockColl, ns)
+	// Given to the child only, not set here: the test runs beside others.
+	child := startChildGateway(t, upstream.URI(), lockColl, ns,
+		envChildAuditDir+"="+dir, envChildAuditColl+"="+collName, envChildAuditKey+"="+keyFile, envChildAuditMode+"="+string(mode))
 
 	// Load: locked increments on four keys, and refused writes, until the
 	// child dies under them.

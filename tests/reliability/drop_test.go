@@ -17,6 +17,7 @@ import (
 // maxTimeMS: a release of the session from a new connection is answered
 // only after that, never while the write may still land.
 func TestDroppedReplyKeepsTheLock(t *testing.T) {
+	t.Parallel()
 	coll := uniq("drop")
 	ns := "fence." + coll
 	relay := newFaultRelay(t, upstream.Addr(), slowMarker, 0)

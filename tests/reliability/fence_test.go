@@ -65,6 +65,7 @@ func wantFencedOut(t *testing.T, what string, err error) {
 // do: the first holder still holds its locks in the lock store, so the
 // proxy's own check passes, and only the database can refuse.
 func TestFenceWriteForms(t *testing.T) {
+	t.Parallel()
 	coll := uniq("fenced")
 	ns := "fence." + coll
 	g := startGateway(t, fencedConfig(upstream.URI(), ns, true))
@@ -188,11 +189,12 @@ func TestFenceWriteForms(t *testing.T) {
 }
 
 // staleScenario is issue 11's stale holder: a session on proxy 1 takes X
-// with a 400 ms lease and sends, on one connection, a slow query and then
-// an update of X, checked while the lease is good; the update waits behind
-// the query at the database for 4 s. Meanwhile a second session takes X
-// once the lease has ended and writes it. It returns the final value of X
-// and the first session's reply to its update.
+// with a lease of leaseMS and sends, on one connection, a slow query and
+// then an update of X, checked while the lease is good; the update waits
+// behind the query at the database for staleDelay (4 s), longer than the
+// lease. Meanwhile a second session takes X once the lease has ended and
+// writes it. It returns the final value of X and the first session's
+// reply to its update.
 //
 // partition cuts proxy 1 off from the lock store right after the update
 // left, so that it cannot keep the lock alive while the write is in
@@ -205,12 +207,12 @@ type staleResult struct {
 	secondWaits time.Duration
 }
 
-func staleScenario(t *testing.T, fence, partition, secondOnOther bool) staleResult {
+func staleScenario(t *testing.T, leaseMS int32, fence, partition, secondOnOther bool) staleResult {
 	t.Helper()
 	coll := uniq("stale")
 	ns := "fence." + coll
 	locks := uniq("locks")
-	slow := newFaultRelay(t, upstream.Addr(), slowMarker, 4*time.Second)
+	slow := newFaultRelay(t, upstream.Addr(), slowMarker, staleDelay)
 	store := newFaultRelay(t, upstream.Addr(), "", 0)
 	cfg := fencedConfig("mongodb://"+slow.Addr()+"/", ns, fence)
 	cfg.Lockstore.Collection = locks
@@ -241,7 +243,7 @@ func staleScenario(t *testing.T, fence, partition, secondOnOther bool) staleResu
 	session := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, lsid).Build()
 	ids := bsoncore.NewArrayBuilder().AppendString("X").Build()
 	if _, err := c.Write(rawCmd(1, session, "fence", func(b *bsoncore.DocumentBuilder) {
-		b.AppendString("acquireLock", coll).AppendArray("ids", ids).AppendInt32("leaseMS", 400)
+		b.AppendString("acquireLock", coll).AppendArray("ids", ids).AppendInt32("leaseMS", leaseMS)
 	})); err != nil {
 		t.Fatal(err)
 	}
@@ -297,18 +299,24 @@ func staleScenario(t *testing.T, fence, partition, secondOnOther bool) staleResu
 	return staleResult{final: got.V, reply: reply, secondWaits: waited}
 }
 
+// staleDelay is how long the relay holds the slow query, and so the
+// update queued behind it, at the database.
+const staleDelay = 4 * time.Second
+
 // TestInFlightWriteKeepsItsLock: while the checked update waits at the
 // database, its proxy renews the lock, so the second session gets X only
 // after the update is answered, and writes last.
 //
-// Not parallel, nor are the other tests of staleScenario and the paused
-// proxy: their 400 ms leases are renewed (or must still be live when the
-// update is decided) while a relay holds traffic, and beside the parallel
-// tests, at load 13 to 19, a renewal came too late or the update was not
-// decided within 5 s. (TestFenceStaleHolderPastLease's two cases run
-// beside each other only.)
+// The lease is 2 s, half the relay's delay: unrenewed, it would end while
+// the update is still held, and the second session would get X after
+// about 2 s, which the check below refuses. It was 400 ms, which put the
+// proxy's first renewal (due when half the lease left at the check has
+// passed, about 200 ms) within a loaded machine's scheduling and lock
+// store delays: at load 13 to 19 a renewal came after the lease had ended
+// and the second session took X early (docs/TESTING.md, eighth round).
 func TestInFlightWriteKeepsItsLock(t *testing.T) {
-	r := staleScenario(t, false, false, false)
+	t.Parallel()
+	r := staleScenario(t, 2000, false, false, false)
 	if r.final != "current holder" {
 		t.Errorf("X = %q (second holder waited %v): the first holder's write landed after the lock had passed on", r.final, r.secondWaits)
 	}
@@ -325,21 +333,26 @@ func TestInFlightWriteKeepsItsLock(t *testing.T) {
 // fence the database refuses it and the first client gets the fenced-out
 // error.
 //
-// Its two cases run beside each other (and beside nothing else: the test
-// itself is not parallel), each with its own relays, gateways and
-// collection: most of their time is the relay's 4 s delay, and with the
-// lock store cut off no renewal has to come in time.
+// Its two cases run beside each other and the package's other parallel
+// tests, each with its own relays, gateways and collection: most of their
+// time is the relay's 4 s delay, and with the lock store cut off no
+// renewal has to come in time. The lease, 1.5 s, must only outlast the
+// update's check, sent right after the acquire, and end well within the
+// relay's delay; at 400 ms a loaded machine's check came after it had
+// ended, and the update was refused instead of forwarded ("the update to
+// leave proxy 1" then timed out).
 func TestFenceStaleHolderPastLease(t *testing.T) {
+	t.Parallel()
 	t.Run("without fence", func(t *testing.T) {
 		t.Parallel()
-		r := staleScenario(t, false, true, true)
+		r := staleScenario(t, 1500, false, true, true)
 		if r.final != "stale holder" {
 			t.Fatalf("without the fence the delayed write should land over the new holder's (the window the fence closes); X = %q, reply %v", r.final, r.reply)
 		}
 	})
 	t.Run("with fence", func(t *testing.T) {
 		t.Parallel()
-		r := staleScenario(t, true, true, true)
+		r := staleScenario(t, 1500, true, true, true)
 		if r.final != "current holder" {
 			t.Errorf("X = %q: the stale holder's write landed over the current holder's", r.final)
 		}

@@ -157,6 +157,7 @@ func bigMsg(t *testing.T, n int) []byte {
 // stays up, and a healthy driver client running concurrently sees no
 // error and keeps making progress throughout.
 func TestHostileInput(t *testing.T) {
+	t.Parallel()
 	ns := relDB + "." + uniq("hostile")
 	g := startGateway(t, gatewayConfig(upstream.URI(), uniq("locks"), ns))
 	ctx := testCtx(t, 2*time.Minute)
@@ -444,6 +445,7 @@ func anyIn(have, want []string) bool {
 // old drivers sent) must meet the same rule: the server executes the inner
 // message, so the proxy judges it (issue 12: they used to pass wrapped).
 func TestUnknownOpcodeIsRefused(t *testing.T) {
+	t.Parallel()
 	type tc struct {
 		op         wire.OpCode
 		compressed bool

@@ -265,6 +265,7 @@ func TestKilledProxyFreesImplicitLocksByLease(t *testing.T) {
 // fenced on it and applies, and an insert and an upsert of a legacy writer
 // carry their implicit lock's token.
 func TestImplicitWriteIsFenced(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t, time.Minute)
 	collName := uniq("legacyfence")
 	ns := relDB + "." + collName

@@ -63,10 +63,14 @@ func TestMain(m *testing.M) {
 // parallelCases is how many of the package's parallel tests (t.Parallel)
 // run at once unless -parallel says otherwise: more than go's default of
 // one per CPU, since they mostly wait (for leases to run out, for a
-// relay's injected delay, for a child process). The tests that count the
-// process's goroutines or memory, or set environment variables for a
-// child gateway, are not parallel: go runs the parallel ones after them.
-const parallelCases = 4
+// relay's injected delay, for a child process). Not parallel, so that go
+// runs them first and alone: the tests that count the process's
+// goroutines or memory (the soak, TestSlowUpstreamTimeouts), the crash
+// test whose takeover bound is a time, and the paused proxy, whose 500 ms
+// lease must end while a relay holds the write. Child gateways get their
+// settings in their own environment, never this process's, so that the
+// tests that start them can be parallel.
+const parallelCases = 6
 
 // startUpstream starts the shared upstream, its SQLite files on tmpfs.
 func startUpstream() (func() error, error) {

@@ -82,6 +82,7 @@ func markerRelay(t *testing.T, target string, delay time.Duration) string {
 // now be answered only after the update, and the second writer's value
 // must be the one that stays.
 func TestReleaseWaitsForEarlierWrites(t *testing.T) {
+	t.Parallel()
 	coll := uniq("order")
 	ns := "rel." + coll
 	cfg := gatewayConfig("mongodb://"+markerRelay(t, upstream.Addr(), 700*time.Millisecond)+"/", uniq("locks"), ns)

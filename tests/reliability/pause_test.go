@@ -42,6 +42,10 @@ func childStaleConfig(cfg *config.Config) {
 // Without the fence the stale update lands over the current holder's
 // write; with it the database refuses it and the stale client gets the
 // fenced-out error once its proxy runs again.
+//
+// Not parallel: the second session must take the lock and write within
+// the relay's 2 s, after the 500 ms lease. Its two cases, each with its
+// own child, relay and gateway, run beside each other only.
 func TestPausedProxy(t *testing.T) {
 	for _, fence := range []bool{false, true} {
 		name := "without fence"
@@ -49,6 +53,7 @@ func TestPausedProxy(t *testing.T) {
 			name = "with fence"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			coll := uniq("paused")
 			ns := "fence." + coll
 			locks := uniq("locks")

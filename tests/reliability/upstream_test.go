@@ -32,6 +32,7 @@ import (
 // the locked counters hold at least every acknowledged increment and at
 // most every attempted one.
 func TestUpstreamRestartMidTraffic(t *testing.T) {
+	t.Parallel()
 	const workers = 4
 	dir, err := os.MkdirTemp(tmpfsDir(), "lockgate-restart-")
 	if err != nil {

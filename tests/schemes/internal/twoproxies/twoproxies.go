@@ -10,10 +10,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"testing"
 
 	"go.uber.org/zap"
 
@@ -63,16 +66,16 @@ func Start(o Options) (_ *Set, stop func() error, err error) {
 	}
 	s := &Set{LeaseMS: o.BaseLeaseMS * int64(scale)}
 	fmt.Fprintf(os.Stderr, "%s: leases scaled by %d (%s): leaseMS %d\n", o.Name, scale, why, s.LeaseMS)
-	srv, err := embedded.Start(embedded.Options{})
+	dir, err := os.MkdirTemp(tmpfsDir(), "twoproxies")
 	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := embedded.Start(embedded.Options{Dir: filepath.Join(dir, "ferretdb")})
+	if err != nil {
+		os.RemoveAll(dir)
 		return nil, nil, fmt.Errorf("starting the embedded upstream: %w", err)
 	}
 	s.DirectURI = srv.URI()
-	dir, err := os.MkdirTemp("", "twoproxies")
-	if err != nil {
-		srv.Close()
-		return nil, nil, err
-	}
 	var stops []func() error
 	// done stops whatever started, the last first.
 	done := func() error {
@@ -115,6 +118,17 @@ func Start(o Options) (_ *Set, stop func() error, err error) {
 	return s, done, nil
 }
 
+// tmpfsDir is where the upstream's SQLite files go: tmpfs when there is
+// one. On disk every write the scripts make waits for the SQLite WAL's
+// fsync, and the workloads' lock calls, one write each, waited seconds in
+// all for the disk (docs/TESTING.md, eighth round).
+func tmpfsDir() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		return "/dev/shm"
+	}
+	return ""
+}
+
 // RunScript runs a client script (argv, then args) with the lease it
 // must use in LOCKGATE_TEST_LEASE_MS, and returns what it printed; the
 // error carries what it wrote on stderr.
@@ -128,4 +142,51 @@ func RunScript(ctx context.Context, leaseMS int64, argv []string, args ...string
 		return nil, fmt.Errorf("%s %v: %w\n%s", argv[len(argv)-1], args, err, stderr.String())
 	}
 	return out, nil
+}
+
+// Turns make parallel cases take their CPU slots in a fixed order, the
+// longest case first: go resumes parallel cases in no set order, and a
+// long case that took its slot last ran alone at the end. Turn i is taken
+// once the case before it holds its slot. A case waiting for its turn
+// holds one of go's parallel slots (-parallel): with fewer of those than
+// cases, the case whose turn it is might never get one, so then there are
+// no turns and the cases take their CPU slots in go's order.
+type Turns []chan struct{}
+
+// NewTurns is n turns, the first open; nil (no turns) when -parallel is
+// less than n.
+func NewTurns(n int) Turns {
+	if f := flag.Lookup("test.parallel"); f == nil || f.Value.(flag.Getter).Get().(int) < n {
+		return nil
+	}
+	tu := make(Turns, n+1)
+	for i := range tu {
+		tu[i] = make(chan struct{})
+	}
+	close(tu[0])
+	return tu
+}
+
+// Take waits for turn i, takes a slot of slots until t ends, and passes
+// the turn on. Call it after t.Parallel.
+func (tu Turns) Take(t testing.TB, i int, slots testkit.Slots) {
+	if tu == nil {
+		slots.Take(t)
+		return
+	}
+	<-tu[i]
+	slots.Take(t)
+	close(tu[i+1])
+}
+
+// Pass passes turn i on once it comes, for a case that does not run
+// (left out by -run).
+func (tu Turns) Pass(i int) {
+	if tu == nil {
+		return
+	}
+	go func() {
+		<-tu[i]
+		close(tu[i+1])
+	}()
 }
