@@ -465,9 +465,10 @@ func (c *Checker[V]) Needs(ctx context.Context, v V, base *Verdict, o lockstore.
 func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Rule, o lockstore.Owner, ns string, ids []docid.ID) {
 	if len(o.Session) == 0 {
 		// No session: it holds nothing (only rules with implicit locks
-		// get here without one).
-		if c.Defer != nil {
-			c.Defer(v, r, ns, ids, ids)
+		// get here without one). Unless implicit locks take it, it is
+		// refused: a check that records nothing would allow it.
+		if c.Defer == nil || !c.Defer(v, r, ns, ids, ids) {
+			base.Add(*r, base.FirstWrite(ns), refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 		}
 		return
 	}

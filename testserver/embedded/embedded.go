@@ -29,7 +29,9 @@ type Options struct {
 	// Addr is the TCP address to listen on; "127.0.0.1:0" picks a free port.
 	Addr string
 	// Dir holds the SQLite files. Empty means a new temporary directory that
-	// Close removes.
+	// Close removes, in memory (/dev/shm) where the machine has one: such
+	// data need not outlive the server, and on disk every write waits for
+	// SQLite's sync, which is most of a lock call's time in a test.
 	Dir string
 	// Logger receives FerretDB's own logs; nil discards them.
 	Logger *slog.Logger
@@ -136,12 +138,21 @@ func StartInProcess(opts Options) (*Server, error) {
 	}
 }
 
+// memoryDir is a directory in memory for temporary data, or "" (the
+// system's temporary directory) where there is none.
+func memoryDir() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() && st.Mode().Perm()&0o002 != 0 {
+		return "/dev/shm"
+	}
+	return ""
+}
+
 // newServer makes the Server's data directory: opts.Dir, or a temporary
 // one that Close removes. abs is its absolute path.
 func newServer(opts Options) (s *Server, abs string, err error) {
 	s = &Server{dir: opts.Dir}
 	if s.dir == "" {
-		d, err := os.MkdirTemp("", "lockgate-ferretdb-")
+		d, err := os.MkdirTemp(memoryDir(), "lockgate-ferretdb-")
 		if err != nil {
 			return nil, "", err
 		}
