@@ -423,8 +423,7 @@ type expectation struct {
 	resolves bool
 	// named are the _ids the request names, by namespace: its pins, the
 	// _ids it upserts and inserts. A refusal shows no other.
-	named    map[string][]int
-	namedAny []int
+	named map[string][]int
 	// fenced are, by statement, the _ids the fence is told an allowed
 	// statement of an enforced namespace may touch.
 	fenced [][]int
@@ -523,22 +522,6 @@ func (s formStmt) names(i int, pins bool) bool {
 // expect is the model.
 func (c formCase) expect() expectation {
 	e := expectation{allowed: true, checked: map[string][]int{}, named: map[string][]int{}}
-	// The known gap (TestRefusalNamesOnlyWhatItsNamespaceNamed): a
-	// refusal may show an _id the request names in another namespace
-	// of a bulkWrite.
-	var namedAny []int
-	for _, s := range c.stmts {
-		if c.modes[s.ns] == policy.Off {
-			continue
-		}
-		_, pins := c.pins(s)
-		for _, id := range formIDs {
-			if s.names(id, pins) {
-				namedAny = append(namedAny, id)
-			}
-		}
-	}
-	e.namedAny = namedAny
 	// held: the command's session holds the lock on _id i of ns; taken:
 	// someone other than the command's session does.
 	held := func(ns string, i int) bool { return !c.sessionless && c.locks[ns][i] == 1 }
@@ -614,7 +597,7 @@ func (c formCase) expect() expectation {
 			// Told to a caller who may read the namespace: a named _id
 			// another session holds.
 			for _, id := range targets {
-				if c.disclose && taken(s.ns, id) && (s.names(id, pins) || (!knownGaps && slices.Contains(namedAny, id))) {
+				if c.disclose && taken(s.ns, id) && s.names(id, pins) {
 					causes = append(causes, ReasonHeldByOther)
 					break
 				}
@@ -869,7 +852,7 @@ func checkCase(t *testing.T, c formCase) (reason string) {
 				t.Fatal(err)
 			}
 			i := intOf(t, x)
-			if !slices.Contains(want.named[ns], i) && (knownGaps || !slices.Contains(want.namedAny, i)) {
+			if !slices.Contains(want.named[ns], i) {
 				t.Fatalf("%s\nthe refusal shows _id %v, which the request does not name (it names %v in %s)", c, x, want.named[ns], ns)
 			}
 			shown = append(shown, i)

@@ -8,21 +8,15 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 )
 
-// TestRefusalNamesOnlyWhatItsNamespaceNamed is a known gap, skipped
-// unless LOCKGATE_KNOWN_GAPS=1: the ids a request names are kept in one
-// list for all its namespaces (Verdict.Named), so a bulkWrite that names
-// _id 5 in shop.invoices, and deletes {k: 2} in shop.orders, is refused
+// TestRefusalNamesOnlyWhatItsNamespaceNamed: an id a request names is
+// named in its namespace only. A bulkWrite that names _id 5 in
+// shop.invoices and deletes {k: 2} in shop.orders must not be refused
 // showing _id 5 of shop.orders, a document the proxy found by resolving
-// the filter: the refusal says that it matches {k: 2} and, to a caller
-// who may read shop.orders, who holds it (docs/SECURITY.md: documents
-// found by resolving a filter are counted, never named). Where the
-// database authenticates, the filter is resolved only for a caller who
-// may read shop.orders, so it learns nothing it could not read; the
-// contract is broken all the same. It fails on the code as it is.
+// the filter, nor, to a caller who may read shop.orders, its holder
+// (docs/SECURITY.md: documents found by resolving a filter are counted,
+// never named). It failed while Verdict.Named was one list for all the
+// request's namespaces.
 func TestRefusalNamesOnlyWhatItsNamespaceNamed(t *testing.T) {
-	if !knownGaps {
-		t.Skip("known gap (a refusal shows an _id named in another namespace); LOCKGATE_KNOWN_GAPS=1 runs it")
-	}
 	locks := map[string]map[int]int{}
 	for _, ns := range formNamespaces {
 		locks[ns] = map[int]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 1}

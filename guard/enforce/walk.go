@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -297,14 +296,10 @@ func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy
 func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w *policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
 	x := k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS.String()), b.PinBuf[:0])
 	if x.Pinned != nil {
-		if b.Named == nil {
-			b.Named = slices.Clip(x.Pinned) // shared until appended to
-		} else {
-			b.Named = append(b.Named, x.Pinned...)
-		}
+		b.Name(w.NS.String(), x.Pinned)
 	}
 	if x.HasUpserted {
-		b.Named = append(b.Named, x.Upserted)
+		b.NameOne(w.NS.String(), x.Upserted)
 	}
 	if x.Resolved {
 		b.Now = time.Time{} // read again after the resolution
