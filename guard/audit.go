@@ -50,24 +50,15 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			}
 		}
 		if t := g.opts.Trail; t != nil {
-			ev := g.trailEvent(req, pol, v, w, r, x, decision, now)
-			switch {
-			case x == nil && v.AuditDone:
-				// Its allow record was made durable before the step ran.
-			case x != nil || enforced != nil || unaudited != nil || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired):
-				t.Append(ev)
-			default:
-				if x = g.commitRecord(t, ev, *w, *r); x != nil {
-					// Refused for want of a record: the counters, the
-					// log line and (if it can take one) the trail say so.
-					unaudited, decision, reason = x, enforce.DecisionReject, x.Reason
-					t.Append(g.trailEvent(req, pol, v, w, r, x, decision, now))
-				}
+			if y := g.trailRecord(t, req, pol, v, w, r, x, decision, now, x != nil || enforced != nil || unaudited != nil); y != nil {
+				// Refused for want of a record: the counters, the log
+				// line and (if it can take one) the trail say so.
+				x, unaudited, decision, reason = y, y, enforce.DecisionReject, y.Reason
 			}
 		}
 		st := connStateOf(req)
 		if st != nil {
-			defer st.mu.Unlock()
+			defer st.unlock(req)
 		}
 		if st != nil && decision == enforce.DecisionAllow {
 			// The usual decision's series, looked up once per rule
@@ -84,65 +75,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			}
 			return
 		}
-		if !g.audit.Core().Enabled(zap.InfoLevel) {
-			return
-		}
-		command, lsid := lineCommand(req, v)
-		var ce *zapcore.CheckedEntry
-		fp := g.auditFields.Get().(*[]zap.Field) // room for every field below
-		fields := (*fp)[:0]
-		if st != nil {
-			// The fields that stay the same from one write of the
-			// connection to the next are encoded once.
-			ce = st.decisionLogger(g.audit, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode)).Check(zap.InfoLevel, "decision")
-		} else {
-			var session string
-			if lsid != nil {
-				session = lockstore.SessionPrefix(lsid)
-			}
-			ce = g.audit.Check(zap.InfoLevel, "decision")
-			fields = append(fields,
-				zap.String("client", req.Client.Addr),
-				zap.String("app", req.Client.AppName()),
-				zap.String("user", req.Client.User()),
-				zap.String("session", session),
-				zap.String("ns", w.NS.String()),
-				zap.String("command", command),
-				zap.String("mode", string(r.Mode)))
-		}
-		if ce == nil {
-			g.auditFields.Put(fp)
-			return
-		}
-		fields = append(fields,
-			zap.String("decision", decision),
-			zap.String("policyVersion", pol.Version()),
-			zap.Duration("took", took))
-		if ids, ok := v.Checked.Lookup(w.NS); ok {
-			if st != nil {
-				fields = append(fields, zap.String("ids", st.idText(ids)))
-			} else {
-				fields = append(fields, zap.String("ids", idList(ids)))
-			}
-		}
-		if m := v.implicitMode(); m != "" {
-			fields = append(fields, zap.String("implicit", m))
-		}
-		if v.LockState != "" && x == nil {
-			fields = append(fields, zap.String("lockState", v.LockState))
-		}
-		if x != nil {
-			fields = append(fields, zap.String("reason", reason), zap.String("detail", x.Detail))
-			if len(x.IDs) > 0 {
-				fields = append(fields, zap.String("ids", idList(x.IDs)))
-			}
-		}
-		ce.Write(fields...)
-		// Cores encode or copy the fields in Write (zap's do), so the
-		// slice is free again.
-		clear(fields)
-		*fp = fields[:0]
-		g.auditFields.Put(fp)
+		g.zapLine(st, req, pol, v, w, r, x, decision, reason, took)
 	}
 	for i := range v.Violations {
 		x := &v.Violations[i]
@@ -157,6 +90,93 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 		}
 	}
 	return unaudited
+}
+
+// trailRecord appends the trail's record of one namespace's decision, or,
+// for an allowed write whose rule requires its record (unless plain:
+// refused, audited or not required), waits until it is durable; the
+// violation back refuses the write for want of it (and is recorded).
+// Kept out of record's loop, whose frame it would otherwise enlarge on
+// every write.
+func (g *Guard) trailRecord(t AuditTrail, req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x *enforce.Violation, decision string, now time.Time, plain bool) *enforce.Violation {
+	ev := g.trailEvent(req, pol, v, w, r, x, decision, now)
+	switch {
+	case x == nil && v.AuditDone:
+		// Its allow record was made durable before the step ran.
+	case plain || r.Mode != policy.Enforce || !(r.AuditRequired || g.opts.AuditRequired):
+		t.Append(ev)
+	default:
+		if x = g.commitRecord(t, ev, *w, *r); x != nil {
+			t.Append(g.trailEvent(req, pol, v, w, r, x, enforce.DecisionReject, now))
+			return x
+		}
+	}
+	return nil
+}
+
+// zapLine writes the decision line of one namespace through the guard's
+// logger (without a LineSink), from the connection's pre-encoded fields
+// when st (locked) is set.
+func (g *Guard) zapLine(st *connState, req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x *enforce.Violation, decision, reason string, took time.Duration) {
+	if !g.audit.Core().Enabled(zap.InfoLevel) {
+		return
+	}
+	command, lsid := lineCommand(req, v)
+	var ce *zapcore.CheckedEntry
+	fp := g.auditFields.Get().(*[]zap.Field) // room for every field below
+	fields := (*fp)[:0]
+	if st != nil {
+		// The fields that stay the same from one write of the
+		// connection to the next are encoded once.
+		ce = st.decisionLogger(g.audit, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode)).Check(zap.InfoLevel, "decision")
+	} else {
+		var session string
+		if lsid != nil {
+			session = lockstore.SessionPrefix(lsid)
+		}
+		ce = g.audit.Check(zap.InfoLevel, "decision")
+		fields = append(fields,
+			zap.String("client", req.Client.Addr),
+			zap.String("app", req.Client.AppName()),
+			zap.String("user", req.Client.User()),
+			zap.String("session", session),
+			zap.String("ns", w.NS.String()),
+			zap.String("command", command),
+			zap.String("mode", string(r.Mode)))
+	}
+	if ce == nil {
+		g.auditFields.Put(fp)
+		return
+	}
+	fields = append(fields,
+		zap.String("decision", decision),
+		zap.String("policyVersion", pol.Version()),
+		zap.Duration("took", took))
+	if ids, ok := v.Checked.Lookup(w.NS); ok {
+		if st != nil {
+			fields = append(fields, zap.String("ids", st.idText(ids)))
+		} else {
+			fields = append(fields, zap.String("ids", idList(ids)))
+		}
+	}
+	if m := v.implicitMode(); m != "" {
+		fields = append(fields, zap.String("implicit", m))
+	}
+	if v.LockState != "" && x == nil {
+		fields = append(fields, zap.String("lockState", v.LockState))
+	}
+	if x != nil {
+		fields = append(fields, zap.String("reason", reason), zap.String("detail", x.Detail))
+		if len(x.IDs) > 0 {
+			fields = append(fields, zap.String("ids", idList(x.IDs)))
+		}
+	}
+	ce.Write(fields...)
+	// Cores encode or copy the fields in Write (zap's do), so the
+	// slice is free again.
+	clear(fields)
+	*fp = fields[:0]
+	g.auditFields.Put(fp)
 }
 
 // lineCommand is the command a decision line names, and the session id
@@ -199,7 +219,11 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	default:
 		b = appendField(b, "decision", decision)
 	}
-	b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
+	if st != nil {
+		b = append(b, st.versionField(pol)...)
+	} else {
+		b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
+	}
 	b = appendDuration(append(b, `,"took":"`...), took)
 	b = append(b, '"')
 	if ids, ok := v.Checked.Lookup(w.NS); ok {

@@ -24,7 +24,7 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy
 	st := connStateOf(req)
 	if st != nil {
 		ed.Buf, st.msg = st.msg, nil
-		st.mu.Unlock()
+		st.unlock(req)
 	}
 	b, maxTime, err := policy.EditMessage(req.Message, req.Command, ed)
 	if err == nil && b != nil && len(b) > g.opts.MaxMessageSize && (len(ed.Pins) > 0 || len(ed.Fences) > 0) {

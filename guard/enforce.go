@@ -36,6 +36,9 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 	if len(writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
 	}
+	// A verdict holds the connection's state until the decision is made
+	// (newVerdict).
+	defer releaseConn(req)
 	return g.walk.Run(ctx, req, pol, writes, start)
 }
 
@@ -138,7 +141,7 @@ func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, boo
 	if req.Command == nil {
 		return lockstore.Owner{}, false
 	}
-	session, ok := req.Command.SessionID()
+	session, ok := sessionOf(req)
 	if !ok {
 		return lockstore.Owner{}, false
 	}

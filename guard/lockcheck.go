@@ -53,6 +53,6 @@ func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o lockstore.Owner, ns n
 		return enforce.Held{}, false
 	}
 	h, ok := st.held.Check(g.locks, o, ns, ids[0], r.LeaseMargin, v.TokenBuf[:])
-	st.mu.Unlock()
+	st.unlock(v.Req)
 	return h, ok
 }

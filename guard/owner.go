@@ -39,14 +39,14 @@ func (g *Guard) sessionKey(req *proxy.Request, lsid []byte) ([]byte, *inflight.S
 		return g.owners.Session(user, lsid), nil
 	}
 	if key, flights, ok := st.owner.Get(g.owners, user, lsid); ok {
-		st.mu.Unlock()
+		st.unlock(req)
 		return key, flights
 	}
-	st.mu.Unlock()
+	st.unlock(req)
 	key := g.owners.Session(user, lsid)
 	if st := connStateOf(req); st != nil {
 		st.owner.Set(g.owners, user, lsid, key)
-		st.mu.Unlock()
+		st.unlock(req)
 	}
 	return key, nil
 }
@@ -56,6 +56,6 @@ func (g *Guard) sessionKey(req *proxy.Request, lsid []byte) ([]byte, *inflight.S
 func keepFlights(req *proxy.Request, key []byte, flights *inflight.Session) {
 	if st := connStateOf(req); st != nil {
 		st.owner.KeepFlights(key, flights)
-		st.mu.Unlock()
+		st.unlock(req)
 	}
 }

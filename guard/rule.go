@@ -8,14 +8,21 @@ import (
 )
 
 // ruleRef is the rule of ns for req's client, from the connection's memo
-// (enforce.Rules.Ref); callers must not modify it.
+// (enforce.Rules.Ref); callers must not modify it. A write under a rule
+// that is not off is decided next: the connection's state stays held for
+// its decision (newVerdict, releaseConn).
 func (g *Guard) ruleRef(pol *policy.Policy, req *proxy.Request, ns namespace.Namespace) []policy.Rule {
 	st := connStateOf(req)
 	if st == nil {
 		return []policy.Rule{enforce.ForClient(pol.Lookup(ns), req.Client)}
 	}
-	defer st.mu.Unlock()
-	return st.rules.Ref(pol, req.Client, ns)
+	r := st.rules.Ref(pol, req.Client, ns)
+	if r[0].Mode != policy.Off {
+		st.hold(req)
+	} else {
+		st.unlock(req)
+	}
+	return r
 }
 
 // ruleFor is rule r as it applies to req's client (enforce.ForClient).

@@ -60,7 +60,10 @@ func (g *Guard) newSchemes() *scheme.Schemes {
 // verdictOf is the schemes' verdict as enforcement's: the fields a
 // scheme decision sets, the rest zero as for any verdict made for it.
 func verdictOf(v *scheme.Verdict) *verdict {
-	gv := &verdict{Verdict: enforce.Verdict{Req: v.Req, Writes: v.Writes, Checked: v.Checked, Named: v.Named, AuditDone: v.AuditDone, LockState: v.LockState}}
+	gv := &verdict{Verdict: enforce.Verdict{Req: v.Req, Writes: v.Writes, Checked: v.Checked, AuditDone: v.AuditDone, LockState: v.LockState}}
+	for i, id := range v.Named {
+		gv.NameOne(v.NamedIn[i], id)
+	}
 	if len(v.Violations) > 0 {
 		gv.Violations = make([]enforce.Violation, len(v.Violations))
 		for i := range v.Violations {

@@ -155,11 +155,20 @@ func (d *Decider[V]) Decide(req *proxy.Request, pol *policy.Policy, v V, base *V
 	// full pipe), and a required audit record is waited for.
 	now := start.Add(time.Since(start))
 	if enforced != nil {
-		x := *enforced
-		if d.Shown != nil {
-			x = d.Shown(req, x)
-		}
-		return proxy.Decision{Action: proxy.Reply, Reply: Refusal(req, x).Document()}
+		return d.refused(req, enforced)
 	}
 	return d.Launch(req, pol, v, now)
+}
+
+// refused is the refusal of x as req's caller may see it. Apart from
+// Decide, whose frame would otherwise hold the violation's copies on
+// every write.
+//
+//go:noinline
+func (d *Decider[V]) refused(req *proxy.Request, x *Violation) proxy.Decision {
+	shown := *x
+	if d.Shown != nil {
+		shown = d.Shown(req, shown)
+	}
+	return proxy.Decision{Action: proxy.Reply, Reply: Refusal(req, shown).Document()}
 }

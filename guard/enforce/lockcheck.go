@@ -419,7 +419,8 @@ func (n *Needs) Add(ns namespace.Namespace, r *policy.Rule, ids ...docid.ID) {
 type Checker[V any] struct {
 	Locks *Locks
 	// Skip reports whether the check of ids is left to another (the
-	// implicit locks' acquire, which reads the same keys); nil: never.
+	// implicit locks' acquire, which reads the same keys), under a rule
+	// that takes implicit locks (it is asked for no other); nil: never.
 	Skip func(v V, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) bool
 	// Defer reports whether a write whose session lacks missing (of ids)
 	// is left to implicit locks rather than refused; nil: never.
@@ -466,13 +467,14 @@ func (c *Checker[V]) Needs(ctx context.Context, v V, base *Verdict, o lockstore.
 func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) {
 	if len(o.Session) == 0 {
 		// No session: it holds nothing (only rules with implicit locks
-		// get here without one).
-		if c.Defer != nil {
-			c.Defer(v, r, ns, ids, ids)
+		// get here without one). Unless implicit locks take it, it is
+		// refused: a check that records nothing would allow it.
+		if c.Defer == nil || !c.Defer(v, r, ns, ids, ids) {
+			base.Add(*r, base.FirstWrite(ns), refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 		}
 		return
 	}
-	if c.Skip != nil && c.Skip(v, r, o, ns, ids) {
+	if c.Skip != nil && r.Implicit() && c.Skip(v, r, o, ns, ids) {
 		return
 	}
 	var ok bool
@@ -505,7 +507,7 @@ func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Ru
 func (c *Checker[V]) Refuse(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, missing []docid.ID) {
 	var shown []docid.ID
 	for _, id := range missing {
-		if base.IsNamed(id) {
+		if base.IsNamed(ns.String(), id) {
 			shown = append(shown, id)
 		}
 	}

@@ -128,7 +128,7 @@ func (t *Target) stop(reason, detail string) { t.Reason, t.Detail = reason, deta
 // upsert would insert. Without resolve, a write whose documents would have
 // to be resolved is reported Later instead. refused: the write's
 // namespace is refused already, so nothing is resolved for it.
-func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w policy.Write, resolve, refused bool, buf []bsoncore.Value) (x Target) {
+func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w *policy.Write, resolve, refused bool, buf []bsoncore.Value) (x Target) {
 	// No more pins are read than the rule lets a write touch: a filter
 	// naming 50,000 ids costs no more than one naming maxCandidates + 1.
 	pinned, hasString, ok, over := policy.PinnedIDsInto(buf, w.Filter, r.MaxCandidates)
@@ -137,7 +137,7 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 		return x
 	}
 	if ok && hasString {
-		ok = t.ExactStrings(ctx, w)
+		ok = t.ExactStrings(ctx, *w)
 	}
 	if !ok && !resolve && t.cfg.Resolver != nil {
 		x.Later = true
@@ -177,7 +177,7 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 			x.stop(ReasonResolveFailed, e)
 			return x
 		}
-		cands, spent, err := t.Resolve(ctx, t.cfg.Throttle.Slots(req), *r, w, limit+1)
+		cands, spent, err := t.Resolve(ctx, t.cfg.Throttle.Slots(req), *r, *w, limit+1)
 		x.Resolved = true
 		if r.Mode == policy.Enforce {
 			x.Spent = spent
@@ -207,7 +207,7 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 		}
 	}
 	if w.Upsert {
-		id, found, certain := policy.UpsertID(w)
+		id, found, certain := policy.UpsertID(*w)
 		if !certain {
 			x.stop(ReasonUnverifiableUpsert, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
 			return x

@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"slices"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -35,9 +36,16 @@ type Verdict struct {
 	// upserted and inserted ids): the only ids a refusal may show. Ids
 	// found by resolving a filter stay secret, or a refusal would tell
 	// the client which documents match any filter it likes.
+	// Each is named in one namespace (namedIn): an id a bulkWrite names
+	// in one namespace is not named in another, where the same value may
+	// be a document only its filter found.
 	Named []docid.ID
+	// namedIn says where each of Named was named: Named[previous
+	// end:end] in ns. One span for the usual write, in namedInBuf.
+	namedIn    []namedSpan
+	namedInBuf [1]namedSpan
 	// namedKeys indexes Named[:namedIndexed] (IsNamed).
-	namedKeys    map[string]struct{}
+	namedKeys    map[namedKey]struct{}
 	namedIndexed int
 	// InTxn: the write is a statement of a transaction (autocommit:
 	// false), whose commit is checked as well.
@@ -69,26 +77,77 @@ type Verdict struct {
 // Check records ids as verified in ns, for the audit line.
 func (v *Verdict) Check(ns namespace.Namespace, ids []docid.ID) { v.Checked.Add(ns, ids) }
 
-// IsNamed reports whether the request itself named id. A refusal asks it
-// of every missing id: past a few named ids they are indexed, or a write
-// naming n ids would cost n² comparisons to refuse.
-func (v *Verdict) IsNamed(id docid.ID) bool {
+type namedSpan struct {
+	ns  string
+	end int
+}
+
+type namedKey struct{ ns, id string }
+
+// Name records ids as named by the request itself in ns. The first ids
+// are kept as they are, not copied, until more are added.
+func (v *Verdict) Name(ns string, ids []docid.ID) {
+	if len(ids) == 0 {
+		return
+	}
+	if v.Named == nil {
+		v.Named = slices.Clip(ids)
+	} else {
+		v.Named = append(v.Named, ids...)
+	}
+	v.spanTo(ns)
+}
+
+// NameOne records id as named by the request itself in ns.
+func (v *Verdict) NameOne(ns string, id docid.ID) {
+	v.Named = append(v.Named, id)
+	v.spanTo(ns)
+}
+
+// spanTo makes the last span, in ns, end at the end of Named.
+func (v *Verdict) spanTo(ns string) {
+	if n := len(v.namedIn); n > 0 && v.namedIn[n-1].ns == ns {
+		v.namedIn[n-1].end = len(v.Named)
+		return
+	}
+	if v.namedIn == nil {
+		v.namedIn = v.namedInBuf[:0]
+	}
+	v.namedIn = append(v.namedIn, namedSpan{ns: ns, end: len(v.Named)})
+}
+
+// IsNamed reports whether the request itself named id in ns. A refusal
+// asks it of every missing id: past a few named ids they are indexed, or
+// a write naming n ids would cost n² comparisons to refuse.
+func (v *Verdict) IsNamed(ns string, id docid.ID) bool {
 	if len(v.Named) <= 16 {
-		for _, n := range v.Named {
-			if n.Equal(id) {
-				return true
+		start := 0
+		for _, sp := range v.namedIn {
+			if sp.ns == ns {
+				for _, n := range v.Named[start:sp.end] {
+					if n.Equal(id) {
+						return true
+					}
+				}
 			}
+			start = sp.end
 		}
 		return false
 	}
 	if v.namedKeys == nil {
-		v.namedKeys = make(map[string]struct{}, len(v.Named))
+		v.namedKeys = make(map[namedKey]struct{}, len(v.Named))
 	}
-	for _, n := range v.Named[v.namedIndexed:] {
-		v.namedKeys[n.Key()] = struct{}{}
+	start := 0
+	for _, sp := range v.namedIn {
+		if sp.end > v.namedIndexed {
+			for _, n := range v.Named[max(start, v.namedIndexed):sp.end] {
+				v.namedKeys[namedKey{ns: sp.ns, id: n.Key()}] = struct{}{}
+			}
+		}
+		start = sp.end
 	}
 	v.namedIndexed = len(v.Named)
-	_, ok := v.namedKeys[id.Key()]
+	_, ok := v.namedKeys[namedKey{ns: ns, id: id.Key()}]
 	return ok
 }
 
@@ -113,6 +172,12 @@ func (v *Verdict) Enforced() *Violation {
 }
 
 // Add records a violation.
+//
+// Not inlined: each call site would hold a Violation (its rule and write,
+// about 600 bytes) in its caller's frame, which the walk's function then
+// zeroes on every write, refused or not.
+//
+//go:noinline
 func (v *Verdict) Add(r policy.Rule, w policy.Write, reason string, ids []docid.ID, detail string) {
 	v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: reason, IDs: ids, Detail: detail})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -42,7 +41,8 @@ type Walk[V any] struct {
 	// Owner is the lock owner req acts as, which it records on v; false:
 	// req carries no session.
 	Owner func(req *proxy.Request, v V) (lockstore.Owner, bool)
-	// Fence notes w and the ids it targets for the fence; nil: none.
+	// Fence notes w and the ids it targets for the fence, for a rule
+	// that names a fence field (the walk asks for no other); nil: none.
 	Fence func(v V, r *policy.Rule, w policy.Write, ids []docid.ID)
 	// ImplicitInsert takes an insert of id under a rule with implicit
 	// locks from the walk.
@@ -129,7 +129,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 			}
 		}
 	}
-	if k.Schemes != nil {
+	if k.Schemes != nil && underScheme(writes, rules) {
 		if d, ok := k.Schemes(ctx, req, pol, writes, rules, start); ok {
 			return d
 		}
@@ -139,44 +139,26 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 	var deferred []int // writes whose documents must be resolved first
 	need := Needs(b.NeedBuf[:0])
 	var inserts Needs
-	for i, w := range writes {
-		r := &rules[i] // by pointer: a rule is too large to copy on every call
+	for i := range writes {
+		// Both by pointer: a rule and a write are too large to copy on
+		// every call, and a copy held across calls is zeroed on entry.
+		r, w := &rules[i], &writes[i]
 		if r.Mode == policy.Off {
 			continue
 		}
 		switch w.Kind {
 		case policy.KindCollectionWrite:
 			if !r.AllowCollectionWrites {
-				b.Add(*r, w, ReasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
+				b.Add(*r, *w, ReasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 		case policy.KindInsert:
-			k.fence(v, r, w, nil)
-			if k.cappedInsertRefused(ctx, b, r, w) {
-				continue
-			}
-			if r.Inserts == policy.InsertsRequireUnlocked {
-				id, found, certain := policy.InsertID(w)
-				switch {
-				case !certain:
-					b.Add(*r, w, ReasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
-				case found:
-					// A value that cannot be an _id names no lock, and
-					// the database refuses the insert itself.
-					if did, err := IDCopy(id); err == nil {
-						if r.Implicit() {
-							k.ImplicitInsert(v, w.NS, r, did)
-						} else {
-							inserts.Add(w.NS, r, did)
-						}
-					}
-				}
-			}
+			k.insert(ctx, v, b, r, w, &inserts)
 		default:
 			if !hasSession && !r.Implicit() {
-				b.Add(*r, w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				b.Add(*r, *w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
 				continue
 			}
-			if w.Upsert && k.cappedInsertRefused(ctx, b, r, w) {
+			if w.Upsert && k.cappedInsertRefused(ctx, b, r, *w) {
 				continue
 			}
 			ids, ok, later := k.targets(ctx, b, r, w, false)
@@ -187,7 +169,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 			if !ok {
 				continue
 			}
-			k.fence(v, r, w, ids)
+			k.fence(v, r, *w, ids)
 			need.Add(w.NS, r, ids...)
 		}
 	}
@@ -202,7 +184,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 		} else {
 			var resolved Needs
 			for _, i := range deferred {
-				ids, ok, _ := k.targets(ctx, b, &rules[i], writes[i], true)
+				ids, ok, _ := k.targets(ctx, b, &rules[i], &writes[i], true)
 				if ok {
 					k.fence(v, &rules[i], writes[i], ids)
 					resolved.Add(writes[i].NS, &rules[i], ids...)
@@ -253,8 +235,45 @@ func (k *Walk[V]) Unclassifiable(req *proxy.Request, pol *policy.Policy, v V, b 
 	return k.Decider.Decide(req, pol, v, b, start)
 }
 
+// insert takes insert w into the walk: fenced, refused into a capped
+// collection, and, where the rule requires its _id unlocked, the lock to
+// check (into inserts, or an implicit lock's).
+func (k *Walk[V]) insert(ctx context.Context, v V, b *Verdict, r *policy.Rule, w *policy.Write, inserts *Needs) {
+	k.fence(v, r, *w, nil)
+	if k.cappedInsertRefused(ctx, b, r, *w) || r.Inserts != policy.InsertsRequireUnlocked {
+		return
+	}
+	id, found, certain := policy.InsertID(*w)
+	switch {
+	case !certain:
+		b.Add(*r, *w, ReasonUnclassifiable, nil, "the inserted document's _id cannot be told with certainty (it appears twice)")
+	case found:
+		// A value that cannot be an _id names no lock, and the database
+		// refuses the insert itself.
+		if did, err := IDCopy(id); err == nil {
+			if r.Implicit() {
+				k.ImplicitInsert(v, w.NS, r, did)
+			} else {
+				inserts.Add(w.NS, r, did)
+			}
+		}
+	}
+}
+
+// underScheme reports whether a write is under a locking scheme: only
+// then are the schemes asked (Walk.Schemes), whose unit would find the
+// same and return.
+func underScheme(writes []policy.Write, rules []policy.Rule) bool {
+	for i := range writes {
+		if r := &rules[i]; r.Mode != policy.Off && r.Scheme.Active() {
+			return true
+		}
+	}
+	return false
+}
+
 func (k *Walk[V]) fence(v V, r *policy.Rule, w policy.Write, ids []docid.ID) {
-	if k.Fence != nil {
+	if k.Fence != nil && r.FenceField != "" {
 		k.Fence(v, r, w, ids)
 	}
 }
@@ -274,17 +293,13 @@ func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy
 // records on b what it found: the ids the request names, the pin of a
 // resolved statement, the resolution's time, the violation that stops
 // the write. later: w must be resolved, and resolve was false.
-func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
+func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w *policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
 	x := k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS), b.PinBuf[:0])
 	if x.Pinned != nil {
-		if b.Named == nil {
-			b.Named = slices.Clip(x.Pinned) // shared until appended to
-		} else {
-			b.Named = append(b.Named, x.Pinned...)
-		}
+		b.Name(w.NS.String(), x.Pinned)
 	}
 	if x.HasUpserted {
-		b.Named = append(b.Named, x.Upserted)
+		b.NameOne(w.NS.String(), x.Upserted)
 	}
 	if x.Resolved {
 		b.Now = time.Time{} // read again after the resolution
@@ -294,7 +309,7 @@ func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w pol
 		b.Pins = append(b.Pins, x.Pin)
 	}
 	if x.Reason != "" {
-		b.Add(*r, w, x.Reason, nil, x.Detail)
+		b.Add(*r, *w, x.Reason, nil, x.Detail)
 		b.Violations[len(b.Violations)-1].Advice = x.Advice
 	}
 	return x.IDs, x.OK, x.Later

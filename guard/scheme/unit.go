@@ -78,8 +78,9 @@ type Verdict struct {
 	// Checked are the ids whose locks were verified, for the audit line.
 	Checked inflight.Locks
 	// Named are the ids the request itself names: the only ids a refusal
-	// may show.
-	Named []docid.ID
+	// may show. NamedIn[i] is the namespace Named[i] was named in.
+	Named   []docid.ID
+	NamedIn []string
 	// AuditDone: the write's allow record is durable already (CommitStep).
 	AuditDone bool
 	// LockState is the state of the scheme lock an allowed write was
@@ -215,4 +216,9 @@ func idCopy(v bsoncore.Value) (docid.ID, error) {
 		return docid.ID{}, err
 	}
 	return ids[0], nil
+}
+
+// name records id as named by the request itself in ns.
+func (v *Verdict) name(ns string, id docid.ID) {
+	v.Named, v.NamedIn = append(v.Named, id), append(v.NamedIn, ns)
 }
