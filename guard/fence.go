@@ -152,7 +152,7 @@ func (g *Guard) fenceDecision(req *proxy.Request, v *verdict) (proxy.Decision, [
 			}
 			f.IDs = append(f.IDs, id.Core())
 			f.Tokens = append(f.Tokens, t)
-			c.IDs, c.Tokens, c.Named = append(c.IDs, id), append(c.Tokens, t), append(c.Named, v.IsNamed(s.w.NS.String(), id))
+			c.IDs, c.Tokens, c.Named = append(c.IDs, id), append(c.Tokens, t), append(c.Named, v.IsNamed(s.w.NS, id))
 		}
 		fences, checks = append(fences, f), append(checks, c)
 	}

@@ -431,7 +431,7 @@ func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n enforce.Need,
 	}
 	x := enforce.Violation{Rule: *n.Rule, Write: w, Reason: enforce.ReasonHeldByOther}
 	what := "a document its filter matches"
-	if v.IsNamed(n.NS.String(), he.ID) {
+	if v.IsNamed(n.NS, he.ID) {
 		x.IDs, x.Holder = []docid.ID{he.ID}, &he.Holder
 		what = "_id " + he.ID.String()
 	}

@@ -507,7 +507,7 @@ func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Ru
 func (c *Checker[V]) Refuse(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, missing []docid.ID) {
 	var shown []docid.ID
 	for _, id := range missing {
-		if base.IsNamed(ns.String(), id) {
+		if base.IsNamed(ns, id) {
 			shown = append(shown, id)
 		}
 	}

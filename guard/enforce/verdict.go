@@ -45,7 +45,7 @@ type Verdict struct {
 	namedIn    []namedSpan
 	namedInBuf [1]namedSpan
 	// namedKeys indexes Named[:namedIndexed] (IsNamed).
-	namedKeys    map[namedKey]struct{}
+	namedKeys    map[docid.Key]struct{}
 	namedIndexed int
 	// InTxn: the write is a statement of a transaction (autocommit:
 	// false), whose commit is checked as well.
@@ -78,15 +78,13 @@ type Verdict struct {
 func (v *Verdict) Check(ns namespace.Namespace, ids []docid.ID) { v.Checked.Add(ns, ids) }
 
 type namedSpan struct {
-	ns  string
+	ns  namespace.Namespace
 	end int
 }
 
-type namedKey struct{ ns, id string }
-
 // Name records ids as named by the request itself in ns. The first ids
 // are kept as they are, not copied, until more are added.
-func (v *Verdict) Name(ns string, ids []docid.ID) {
+func (v *Verdict) Name(ns namespace.Namespace, ids []docid.ID) {
 	if len(ids) == 0 {
 		return
 	}
@@ -99,14 +97,14 @@ func (v *Verdict) Name(ns string, ids []docid.ID) {
 }
 
 // NameOne records id as named by the request itself in ns.
-func (v *Verdict) NameOne(ns string, id docid.ID) {
+func (v *Verdict) NameOne(ns namespace.Namespace, id docid.ID) {
 	v.Named = append(v.Named, id)
 	v.spanTo(ns)
 }
 
 // spanTo makes the last span, in ns, end at the end of Named.
-func (v *Verdict) spanTo(ns string) {
-	if n := len(v.namedIn); n > 0 && v.namedIn[n-1].ns == ns {
+func (v *Verdict) spanTo(ns namespace.Namespace) {
+	if n := len(v.namedIn); n > 0 && v.namedIn[n-1].ns.String() == ns.String() {
 		v.namedIn[n-1].end = len(v.Named)
 		return
 	}
@@ -119,11 +117,11 @@ func (v *Verdict) spanTo(ns string) {
 // IsNamed reports whether the request itself named id in ns. A refusal
 // asks it of every missing id: past a few named ids they are indexed, or
 // a write naming n ids would cost n² comparisons to refuse.
-func (v *Verdict) IsNamed(ns string, id docid.ID) bool {
+func (v *Verdict) IsNamed(ns namespace.Namespace, id docid.ID) bool {
 	if len(v.Named) <= 16 {
 		start := 0
 		for _, sp := range v.namedIn {
-			if sp.ns == ns {
+			if sp.ns.String() == ns.String() {
 				for _, n := range v.Named[start:sp.end] {
 					if n.Equal(id) {
 						return true
@@ -135,19 +133,19 @@ func (v *Verdict) IsNamed(ns string, id docid.ID) bool {
 		return false
 	}
 	if v.namedKeys == nil {
-		v.namedKeys = make(map[namedKey]struct{}, len(v.Named))
+		v.namedKeys = make(map[docid.Key]struct{}, len(v.Named))
 	}
 	start := 0
 	for _, sp := range v.namedIn {
 		if sp.end > v.namedIndexed {
 			for _, n := range v.Named[max(start, v.namedIndexed):sp.end] {
-				v.namedKeys[namedKey{ns: sp.ns, id: n.Key()}] = struct{}{}
+				v.namedKeys[docid.KeyOf(sp.ns, n)] = struct{}{}
 			}
 		}
 		start = sp.end
 	}
 	v.namedIndexed = len(v.Named)
-	_, ok := v.namedKeys[namedKey{ns: ns, id: id.Key()}]
+	_, ok := v.namedKeys[docid.KeyOf(ns, id)]
 	return ok
 }
 

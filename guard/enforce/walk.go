@@ -296,10 +296,10 @@ func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy
 func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w *policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
 	x := k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS), b.PinBuf[:0])
 	if x.Pinned != nil {
-		b.Name(w.NS.String(), x.Pinned)
+		b.Name(w.NS, x.Pinned)
 	}
 	if x.HasUpserted {
-		b.NameOne(w.NS.String(), x.Upserted)
+		b.NameOne(w.NS, x.Upserted)
 	}
 	if x.Resolved {
 		b.Now = time.Time{} // read again after the resolution

@@ -152,7 +152,7 @@ func (sc *Schemes) Enforce(ctx context.Context, req *proxy.Request, pol *policy.
 				continue
 			}
 			ids = []docid.ID{id}
-			v.name(w.NS.String(), id)
+			v.name(w.NS, id)
 		}
 		if r.Scheme.LockSide && st.Kind != policy.StepOther {
 			if op, ok := sc.lockCollPlan(ctx, v, req, r, w, st, ids); ok {
@@ -1036,7 +1036,7 @@ func (sc *Schemes) insert(ctx context.Context, v *Verdict, req *proxy.Request, r
 	}
 	if len(sts) == 1 && sts[0].Held && !sts[0].HeldByYou {
 		h := sts[0].Holder
-		v.name(w.NS.String(), did)
+		v.name(w.NS, did)
 		v.Violations = append(v.Violations, Violation{Rule: r, Write: w, Reason: refuse.ReasonInsertLocked, IDs: ids, Holder: &h,
 			Detail: fmt.Sprintf("another holder has locked _id %s under the %s locking scheme, and this insert would create it (%s)", ids[0].String(), r.Scheme.Type, refuse.DescribeHolder(h))})
 	}

@@ -80,7 +80,7 @@ type Verdict struct {
 	// Named are the ids the request itself names: the only ids a refusal
 	// may show. NamedIn[i] is the namespace Named[i] was named in.
 	Named   []docid.ID
-	NamedIn []string
+	NamedIn []namespace.Namespace
 	// AuditDone: the write's allow record is durable already (CommitStep).
 	AuditDone bool
 	// LockState is the state of the scheme lock an allowed write was
@@ -219,6 +219,6 @@ func idCopy(v bsoncore.Value) (docid.ID, error) {
 }
 
 // name records id as named by the request itself in ns.
-func (v *Verdict) name(ns string, id docid.ID) {
+func (v *Verdict) name(ns namespace.Namespace, id docid.ID) {
 	v.Named, v.NamedIn = append(v.Named, id), append(v.NamedIn, ns)
 }
