@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/namespace"
 )
@@ -25,28 +26,8 @@ func TestReleaseAllOverAMovedBackHead(t *testing.T) {
 	}{{"through the store b acquired through", 1}, {"through a store that never saw b", 2}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := testConfig(t)
-			s := []*Store{openStore(t, cfg), openStore(t, cfg), openStore(t, cfg)}
-			a, b, other := newOwner("a"), newOwner("b"), newOwner("c")
+			s, b, other, key := movedBackHead(t)
 			const ns = "db.c"
-			key := ids(t, "k")
-			mustAcquire(t, s[0], a, ns, key, holdLease, 0)
-			mustAcquire(t, s[1], b, ns, ids(t, "also b's"), time.Minute, 0)
-			landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
-				_, err := s[0].Renew(bg, a, namespace.Of(ns), key, holdLease)
-				return err
-			})
-			if n, err := s[1].Release(bg, a, namespace.Of(ns), key, ""); n != 1 || err != nil {
-				t.Fatalf("a's release: %d %v", n, err)
-			}
-			mustAcquire(t, s[1], b, ns, key, time.Minute, 0)
-			if err := landRenewal(); err != nil {
-				t.Logf("the overtaken renewal: %v", err)
-			}
-			h, err := s[0].head(bg, ks(t, ns, key))
-			if err != nil || h == nil || h.Kind != kindRenew {
-				t.Fatalf("the head is %+v (%v), want a's renewal moved back over b's acquire: the test no longer reaches the case", h, err)
-			}
 
 			n, err := s[c.through].ReleaseAll(bg, b, namespace.Of(ns), "")
 			if err != nil || n != 2 {
@@ -91,4 +72,37 @@ func TestReleaseAllScansAreBounded(t *testing.T) {
 	if n := entered.Load(); n != callers {
 		t.Errorf("%d of %d release-alls had their turn", n, callers)
 	}
+}
+
+// movedBackHead makes, on three stores of one lock store, a key "k" of
+// db.c whose head document was moved back: a's renewal through s[0] is
+// overtaken by a's release and b's acquire through s[1], then lands, so
+// the head shows a's renewal while the claims say the key is b's. b also
+// holds "also b's" through s[1]; other is a third owner.
+func movedBackHead(t *testing.T) (s []*Store, b, other Owner, key []docid.ID) {
+	t.Helper()
+	cfg := testConfig(t)
+	s = []*Store{openStore(t, cfg), openStore(t, cfg), openStore(t, cfg)}
+	a := newOwner("a")
+	b, other = newOwner("b"), newOwner("c")
+	const ns = "db.c"
+	key = ids(t, "k")
+	mustAcquire(t, s[0], a, ns, key, holdLease, 0)
+	mustAcquire(t, s[1], b, ns, ids(t, "also b's"), time.Minute, 0)
+	landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
+		_, err := s[0].Renew(bg, a, namespace.Of(ns), key, holdLease)
+		return err
+	})
+	if n, err := s[1].Release(bg, a, namespace.Of(ns), key, ""); n != 1 || err != nil {
+		t.Fatalf("a's release: %d %v", n, err)
+	}
+	mustAcquire(t, s[1], b, ns, key, time.Minute, 0)
+	if err := landRenewal(); err != nil {
+		t.Logf("the overtaken renewal: %v", err)
+	}
+	h, err := s[0].head(bg, ks(t, ns, key))
+	if err != nil || h == nil || h.Kind != kindRenew {
+		t.Fatalf("the head is %+v (%v), want a's renewal moved back over b's acquire: the test no longer reaches the case", h, err)
+	}
+	return s, b, other, key
 }

@@ -25,28 +25,8 @@ func TestSessionEndOverAMovedBackHead(t *testing.T) {
 	}{{"through the store b acquired through", 1}, {"through a store that never saw b", 2}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := testConfig(t)
-			s := []*Store{openStore(t, cfg), openStore(t, cfg), openStore(t, cfg)}
-			a, b, other := newOwner("a"), newOwner("b"), newOwner("c")
+			s, b, other, key := movedBackHead(t)
 			const ns = "db.c"
-			key := ids(t, "k")
-			mustAcquire(t, s[0], a, ns, key, holdLease, 0)
-			mustAcquire(t, s[1], b, ns, ids(t, "also b's"), time.Minute, 0)
-			landRenewal := holdHeadWrite(s[0], kindRenew, func() error {
-				_, err := s[0].Renew(bg, a, namespace.Of(ns), key, holdLease)
-				return err
-			})
-			if n, err := s[1].Release(bg, a, namespace.Of(ns), key, ""); n != 1 || err != nil {
-				t.Fatalf("a's release: %d %v", n, err)
-			}
-			mustAcquire(t, s[1], b, ns, key, time.Minute, 0)
-			if err := landRenewal(); err != nil {
-				t.Logf("the overtaken renewal: %v", err)
-			}
-			h, err := s[0].head(bg, ks(t, ns, key))
-			if err != nil || h == nil || h.Kind != kindRenew {
-				t.Fatalf("the head is %+v (%v), want a's renewal moved back over b's acquire: the test no longer reaches the case", h, err)
-			}
 
 			if _, err := s[c.through].ReleaseSession(bg, b.Session); err != nil {
 				t.Fatalf("b's session end: %v", err)
