@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -187,7 +186,7 @@ func (c implicitCase) expect() (allowed bool, reasons []string, implicit bool) {
 		other = other || c.locks[i] == 2 || (c.sessionless && c.locks[i] == 1)
 	}
 	switch {
-	case len(need) == 0 && own && !other && knownGaps:
+	case len(need) == 0 && own && !other:
 		// Only inserts, of _ids the session holds or nobody does: the
 		// holder's lock-then-insert (TestImplicitRuleHolderInsertsItsLockedID).
 		return true, nil, false
@@ -197,8 +196,9 @@ func (c implicitCase) expect() (allowed bool, reasons []string, implicit bool) {
 	case other && !own:
 		return false, []string{"held_by_other"}, false
 	case other || own:
-		// The session's own lock on an _id it inserts is met as a lock
-		// holder's write would be: refused as today.
+		// The session's own lock on an _id it inserts makes it a lock
+		// holder, answered as today (its other writes refused, another's
+		// locked _id not inserted), unless another's lock was met first.
 		return false, []string{"held_by_other", "not_locked", "insert_locked", "timeout"}, false
 	}
 	return true, nil, true
@@ -308,23 +308,13 @@ func checkImplicitCase(t *testing.T, c implicitCase) {
 	}
 }
 
-// knownGaps: LOCKGATE_KNOWN_GAPS is set, so the model holds the code to
-// what it should do where it is known not to.
-var knownGaps = os.Getenv("LOCKGATE_KNOWN_GAPS") != ""
-
-// TestImplicitRuleHolderInsertsItsLockedID is a known gap, skipped unless
-// LOCKGATE_KNOWN_GAPS=1: under unlockedWriters (refuseIfLocked or wait),
-// a session that holds the lock on _id 3 and inserts {_id: 3}, the
-// lock-then-insert the lock is for, is refused not_locked, "this
-// session does not hold the lock on 1 document its filter matches": the
-// insert's _id is taken as an implicit lock, which meets the session's
-// own lock, and the refusal made as for a lock holder treats the
-// inserted _id as a resolved one. Without unlockedWriters the same
-// insert is allowed. It fails on the code as it is.
+// TestImplicitRuleHolderInsertsItsLockedID: under unlockedWriters
+// (refuseIfLocked or wait), a session that holds the lock on _id 3 and
+// inserts {_id: 3}, the lock-then-insert the lock is for, is allowed, as
+// without unlockedWriters. It was refused not_locked ("this session does
+// not hold the lock on 1 document its filter matches"): the insert's _id
+// was taken as an implicit lock, which met the session's own lock.
 func TestImplicitRuleHolderInsertsItsLockedID(t *testing.T) {
-	if !knownGaps {
-		t.Skip("known gap (a holder's insert of its locked _id under unlockedWriters); LOCKGATE_KNOWN_GAPS=1 runs it")
-	}
 	for _, wait := range []bool{false, true} {
 		for _, cmd := range []string{"insert", "bulkWrite"} {
 			c := implicitCase{cmd: cmd, wait: wait, locks: map[int]int{3: 1}, stmts: []implicitStmt{{kind: "insert", ids: []int{3}}}}

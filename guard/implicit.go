@@ -291,6 +291,16 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			g.checkUnchecked(ctx, v, o)
 			return g.takeImplicit(ctx, v, o, inserts)
 		}
+		if err != nil && ownInsert(p, n, o, err) {
+			// The session holds the lock on an _id it inserts: the
+			// lock-then-insert its lock is for. A lock-aware writer, it
+			// is answered as today (its insert allowed, its other
+			// writes checked), without waiting on its own lock.
+			g.flights.StopTaking(taking)
+			g.releaseImplicit(p)
+			p.mode, p.waited = "", false
+			return asToday()
+		}
 		if p.mode == config.UnlockedWait && errors.Is(err, lockstore.ErrBusy) {
 			p.waited = true
 			if h := g.testImplicit; h != nil && h.waiting != nil {
@@ -357,6 +367,21 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 		v.flight.implicit = p
 	}
 	return inserts
+}
+
+// ownInsert reports whether err says that the session o itself holds
+// the lock on an _id that n's namespace's inserts of the write create.
+func ownInsert(p *implicitPlan, n enforce.Need, o lockstore.Owner, err error) bool {
+	var he *lockstore.HeldError
+	if len(o.Session) == 0 || !errors.As(err, &he) || he.Holder.SessionPrefix != lockstore.SessionPrefix(o.Session) {
+		return false
+	}
+	for _, in := range p.inserts {
+		if in.NS == n.NS && slices.ContainsFunc(in.IDs, he.ID.Equal) {
+			return true
+		}
+	}
+	return false
 }
 
 // minMemoryWrite is the least maxTimeMS a write under memory locks is
