@@ -201,7 +201,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 	}
 	defer logger.Sync()
 
-	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, Logger: ferretLogger(stderr)})
+	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, OnDisk: true, Logger: ferretLogger(stderr)})
 	if err != nil {
 		logger.Error("embedded upstream failed to start", zap.Error(err))
 		return 1

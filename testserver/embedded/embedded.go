@@ -33,6 +33,11 @@ type Options struct {
 	// data need not outlive the server, and on disk every write waits for
 	// SQLite's sync, which is most of a lock call's time in a test.
 	Dir string
+	// OnDisk keeps an empty Dir's temporary directory in the system's
+	// temporary directory, not in memory: for a server whose data may
+	// outgrow what /dev/shm holds (a container's is often 64 MB), such as
+	// the dev stack's, which a person fills for as long as they like.
+	OnDisk bool
 	// Logger receives FerretDB's own logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -152,7 +157,11 @@ func memoryDir() string {
 func newServer(opts Options) (s *Server, abs string, err error) {
 	s = &Server{dir: opts.Dir}
 	if s.dir == "" {
-		d, err := os.MkdirTemp(memoryDir(), "lockgate-ferretdb-")
+		base := ""
+		if !opts.OnDisk {
+			base = memoryDir()
+		}
+		d, err := os.MkdirTemp(base, "lockgate-ferretdb-")
 		if err != nil {
 			return nil, "", err
 		}

@@ -102,3 +102,29 @@ func write(t *testing.T, uri string, id int) int64 {
 	}
 	return n
 }
+
+// TestTemporaryDataDirectory: a temporary data directory is in memory
+// (/dev/shm) where the machine has a writable one, so a test's writes do
+// not wait for disk syncs, and on disk when OnDisk asks (the dev stack,
+// whose data may outgrow a container's small /dev/shm); Close removes it
+// either way.
+func TestTemporaryDataDirectory(t *testing.T) {
+	st, err := os.Stat("/dev/shm")
+	shm := err == nil && st.IsDir() && st.Mode().Perm()&0o002 != 0
+	for _, onDisk := range []bool{false, true} {
+		srv, err := embedded.StartInProcess(embedded.Options{OnDisk: onDisk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := srv.Dir()
+		if inMemory := filepath.Dir(dir) == "/dev/shm"; inMemory != (shm && !onDisk) {
+			t.Errorf("OnDisk %v: the data directory is %s", onDisk, dir)
+		}
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("OnDisk %v: %s outlived Close (%v)", onDisk, dir, err)
+		}
+	}
+}
