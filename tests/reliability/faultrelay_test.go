@@ -34,10 +34,13 @@ type faultRelay struct {
 	// onForwarded, if set, runs once a marked message was written to the
 	// server.
 	onForwarded func()
-	stallGen    atomic.Int64
-	mu          sync.Mutex
-	conns       []net.Conn
-	wg          sync.WaitGroup
+	// onForwardedMsg, if set, gets each marked message as it was written
+	// to the server (the caller may keep it).
+	onForwardedMsg func(msg []byte)
+	stallGen       atomic.Int64
+	mu             sync.Mutex
+	conns          []net.Conn
+	wg             sync.WaitGroup
 
 	connSeq atomic.Int64
 	// flights are the marked messages passed on to the server and not
@@ -195,6 +198,9 @@ func (r *faultRelay) accept() {
 				}
 				if marked && r.onForwarded != nil {
 					r.onForwarded()
+				}
+				if marked && r.onForwardedMsg != nil {
+					r.onForwardedMsg(msg)
 				}
 				if marked && r.dropMk.Load() {
 					// The write reached the server; its reply never
