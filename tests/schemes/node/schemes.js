@@ -172,6 +172,25 @@ async function seed(coll, scheme, db) {
   }
 }
 
+// How long a worker tries to take one lock before it gives up: far longer
+// than any holder keeps it, so that reaching it means the lock is never
+// coming back (a flag left set by a worker that died with it: the scheme
+// leaves its recovery to whoever notices, and these workers do not).
+// Giving up ends the worker with an error naming the lock, and the script
+// still prints what every worker saw, instead of spinning until
+// schemes_test.go kills it with nothing to show.
+const GIVE_UP_MS = Math.max(30000, 20 * LEASE_MS);
+
+class GaveUp extends Error {}
+
+async function spin(tryOnce, what) {
+  const deadline = Date.now() + GIVE_UP_MS;
+  while (!(await tryOnce())) {
+    if (Date.now() > deadline) throw new GaveUp(`gave up taking the lock on ${what} after ${GIVE_UP_MS / 1000} s: its holder never let it go`);
+    await sleep(1);
+  }
+}
+
 async function work(scheme, uri, direct, db, cname, k, m, rogue) {
   const uris = uri.split(',');
   const clients = uris.map((u) => new MongoClient(u, { appName: 'scheme-worker', retryWrites: false }));
@@ -191,7 +210,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
       for (let i = 0; i < m; i++) {
         if (scheme === 'lockDocument') {
           const ids = [HOT[(w + i) % 2], 3];
-          while (!(await s.acquireAll(ids, me, seen))) await sleep(1);
+          await spin(() => s.acquireAll(ids, me, seen), `_id ${ids}`);
           for (const id of ids) {
             const n = (await coll.findOne({ _id: id })).n;
             if ((await s.write(id, me, n + 1)) !== 1) seen.add('write:not_applied');
@@ -200,7 +219,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
           continue;
         }
         const id = HOT[(w + i) % HOT.length];
-        while (!(await s.acquire(id, me, seen))) await sleep(1);
+        await spin(() => s.acquire(id, me, seen), `_id ${id}`);
         const n = (await coll.findOne({ _id: id })).n;
         if ((await s.write(id, me, n + 1)) !== 1) seen.add('write:not_applied');
         if (scheme === 'lockCollection') await s.release(id, me, i % 2 === 1);
@@ -208,7 +227,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
       }
     } catch (e) {
       seen.add(`worker_error:${errName(e)}`);
-      errors.push(String(e));
+      errors.push(`worker ${w}: ${e}`);
     }
   };
 

@@ -202,6 +202,28 @@ def seed(coll, scheme):
         coll.insert_one(d)
 
 
+# How long a worker tries to take one lock before it gives up: far longer
+# than any holder keeps it, so that reaching it means the lock is never
+# coming back (a flag left set by a worker that died with it: the scheme
+# leaves its recovery to whoever notices, and these workers do not).
+# Giving up ends the worker with an error naming the lock, and the script
+# still prints what every worker saw, instead of spinning until
+# schemes_test.go kills it with nothing to show.
+GIVE_UP_S = max(30.0, 20 * LEASE_S)
+
+
+class GaveUp(Exception):
+    pass
+
+
+def spin(try_once, what):
+    deadline = time.monotonic() + GIVE_UP_S
+    while not try_once():
+        if time.monotonic() > deadline:
+            raise GaveUp("gave up taking the lock on %s after %.0f s: its holder never let it go" % (what, GIVE_UP_S))
+        time.sleep(0.001)
+
+
 def work(scheme, uri, direct, db, cname, k, m, rogue):
     # uri may name several proxies, comma-separated: workers alternate
     # between them (one client each).
@@ -226,8 +248,7 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
                 if scheme == "lockDocument":
                     # Two hot documents at once, in key order.
                     ids = [HOT[(w + i) % 2], 3]
-                    while not s.acquire_all(ids, me, local):
-                        time.sleep(0.001)
+                    spin(lambda: s.acquire_all(ids, me, local), "_id %s" % ids)
                     for _id in ids:
                         n = coll.find_one({"_id": _id})["n"]
                         if s.write(_id, me, n + 1) != 1:
@@ -236,8 +257,7 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
                         s.release(_id, me)
                     continue
                 _id = HOT[(w + i) % len(HOT)]
-                while not s.acquire(_id, me, local):
-                    time.sleep(0.001)
+                spin(lambda: s.acquire(_id, me, local), "_id %s" % _id)
                 n = coll.find_one({"_id": _id})["n"]
                 if s.write(_id, me, n + 1) != 1:
                     local.add("write:not_applied")
@@ -245,10 +265,10 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
                     s.release(_id, me, by_aid=i % 2 == 1)
                 else:
                     s.release(_id, me)
-        except PyMongoError as e:
+        except (PyMongoError, GaveUp) as e:
             local.add("worker_error:%s/%s" % (type(e).__name__, getattr(e, "code", None)))
             with lock:
-                errors.append(repr(e))
+                errors.append("worker %d: %r" % (w, e))
         with lock:
             seen.update(local)
 
