@@ -99,12 +99,18 @@
 // one generation at a time (`TestHolderRenewsOverAMovedBackFreeHead`,
 // `TestAcquireOverAHeadBehindARelease`,
 // `TestForceReleaseOverAHeadFarBehind`).
-// A head that shows no holder, or an ended hold, is not checked: it can
-// only make a reader say "not held". Compaction keeps the claims after a
-// key's head (compactClaims): a head moved back behind them stays
-// noticeable until a writer moves it past them. Without that, a stale
-// head read as current handed out a token again, or, free, let a second
-// owner take a key held under a younger claim
+// A head that shows no holder, or an ended hold, is not checked by the
+// reads that show state (Status, List): it can only make them say "not
+// held". Holds and HeldTokens, whose "not held" refuses the asking
+// holder's own write, search the claims after such a head before they
+// answer it: a release whose head write lands after the next holder's
+// acquire leaves exactly that head, and the holder's writes were refused
+// as unlocked until its next change of the key
+// (`TestHolderHeldOverAHeadMovedBackToARelease`). Compaction keeps the
+// claims after a key's head (compactClaims): a head moved back behind them
+// stays noticeable until a writer moves it past them. Without that, a
+// stale head read as current handed out a token again, or, free, let a
+// second owner take a key held under a younger claim
 // (`TestStaleHeadAfterCompaction`, `TestStaleFreeHeadAfterCompaction`).
 // So the janitor alone deletes claims, on every server: the claims never
 // have a TTL index, which would delete them by age whatever the heads say

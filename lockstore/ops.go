@@ -516,6 +516,21 @@ func (s *Store) holds(ctx context.Context, owner Owner, ks []lockKey, margin tim
 	for _, i := range ask {
 		k := ks[i]
 		h := hs[k.rid]
+		if h != nil && !(h.ownedBy(owner) && h.ExpiresAt.After(need)) && (h.Owner == nil || !h.ExpiresAt.After(now.Add(-unc))) {
+			// heads follows only a live hold to the claims after it: a
+			// free or ended head that lags can only make a reader say
+			// "not held". Here that answer refuses the holder's own
+			// write, and a lagging free head is what a release leaves
+			// when its head write lands after the next holder's acquire
+			// (TestHolderHeldOverAHeadMovedBackToARelease); the claims
+			// decide before it is given. Only on this path, so a check
+			// of a held lock costs no more reads.
+			n, err := s.newestClaim(ctx, k.rid, h)
+			if err != nil {
+				return false, nil, 0, err
+			}
+			h = n
+		}
 		if h != nil && h.ownedBy(owner) && h.ExpiresAt.After(need) {
 			s.cache.put(k.rid, holdEntry{g: h, verified: verified, confirmed: verified})
 			if tokens != nil {
