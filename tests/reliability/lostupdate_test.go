@@ -52,6 +52,36 @@ func increment(ctx context.Context, coll *mongo.Collection, key int) error {
 	return nil
 }
 
+// dumpLogs writes every line g logged into t's log: what a failed run
+// needs to tell a refused write from a lost one.
+func dumpLogs(t *testing.T, name string, g *gw) {
+	for _, e := range g.Logs.All() {
+		t.Logf("%s %s %s %s %v", name, e.Time.Format("15:04:05.000000"), e.Level, e.Message, e.ContextMap())
+	}
+}
+
+// dumpRecords writes the lock store's records (head documents, then
+// claims) of the lock collection coll into t's log: which generation of a
+// key each proxy wrote, and whether a head lags behind its claims.
+func dumpRecords(t *testing.T, c *mongo.Client, coll string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range []string{coll, coll + "_claims"} {
+		cur, err := c.Database("lockgate").Collection(name).Find(ctx, bson.D{})
+		if err != nil {
+			t.Logf("reading %s: %v", name, err)
+			continue
+		}
+		for cur.Next(ctx) {
+			t.Logf("%s %s", name, cur.Current)
+		}
+		if err := cur.Err(); err != nil {
+			t.Logf("reading %s: %v", name, err)
+		}
+		cur.Close(ctx)
+	}
+}
+
 // lostUpdateSizes are the workload of TestLostUpdates: workers, increments
 // per worker, counters.
 func lostUpdateSizes() (workers, perWorker, counters int) {
@@ -93,6 +123,13 @@ func TestLostUpdates(t *testing.T) {
 	}
 
 	t.Run("locked via two proxies", func(t *testing.T) {
+		t.Cleanup(func() {
+			if t.Failed() {
+				dumpLogs(t, "proxy a", a)
+				dumpLogs(t, "proxy b", b)
+				dumpRecords(t, direct, lockColl)
+			}
+		})
 		start := time.Now()
 		var wg sync.WaitGroup
 		errs := make(chan error, workers)
