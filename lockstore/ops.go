@@ -454,9 +454,10 @@ func (s *Store) forceRelease(ctx context.Context, ns namespace.Namespace, id doc
 // Holds reports whether owner holds an unexpired lock on every id with at
 // least margin of lease left, and lists the ids it does not. It answers from
 // the local cache for locks whose current generation this Store wrote,
-// confirmed within Config.CacheTrust, and reads the database (one round
-// trip) for the rest, so a lock taken or changed through another instance
-// is honoured. It fails closed: on error the answer is false.
+// confirmed within Config.CacheTrust, and reads the database for the rest
+// (the head documents, and the claims after any that could hide a newer
+// generation), so a lock taken or changed through another instance is
+// honoured. It fails closed: on error the answer is false.
 func (s *Store) Holds(ctx context.Context, owner Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
 	if err := checkOwner(owner); err != nil {
 		return false, nil, err
