@@ -99,13 +99,14 @@
 // one generation at a time (`TestHolderRenewsOverAMovedBackFreeHead`,
 // `TestAcquireOverAHeadBehindARelease`,
 // `TestForceReleaseOverAHeadFarBehind`).
-// A head that shows no holder, or an ended hold, is not checked by the
-// reads that show state (Status, List): it can only make them say "not
-// held". Holds and HeldTokens, whose "not held" refuses the asking
-// holder's own write, search the claims after such a head before they
-// answer it: a release whose head write lands after the next holder's
-// acquire leaves exactly that head, and the holder's writes were refused
-// as unlocked until its next change of the key
+// A head that shows no holder, or an ended hold, is not checked: it can
+// only make a reader say "not held". One such answer is checked all the
+// same: Holds and HeldTokens, before they tell an owner that it does not
+// hold a key this Store granted or renewed it (the owned index), search
+// the claims after the head. A release through another Store whose head
+// write lands after this Store's grant leaves exactly that head, and the
+// holder's writes through the lockgate it locked through were refused as
+// unlocked until its next change of the key
 // (`TestHolderHeldOverAHeadMovedBackToARelease`). Compaction keeps the
 // claims after a key's head (compactClaims): a head moved back behind them
 // stays noticeable until a writer moves it past them. Without that, a

@@ -69,6 +69,15 @@ func (o *ownedIndex) count(session []byte, rids []string, now time.Time) (held, 
 	return len(m), fresh
 }
 
+// has reports whether session took or renewed rid through this Store with
+// a lease ending after now, as far as this Store has seen.
+func (o *ownedIndex) has(session []byte, rid string, now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	exp, ok := o.m[string(session)][rid]
+	return ok && exp.After(now)
+}
+
 // list returns the keys of session's locks; the transitions that free
 // them remove them.
 func (o *ownedIndex) list(session []byte) []string {
