@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,6 +97,10 @@ type Policy struct {
 	// collections Lookup recognises (scheme.go).
 	lockRules []Rule
 	lockNS    []namespace.Namespace // lockRules[i]'s match, read once
+	// ruleDBs are the databases the rules name (each once, as
+	// configured), which a case variant of a database is compared with
+	// (caseVariantOf).
+	ruleDBs []string
 }
 
 // Compile checks and compiles the policy part of a configuration. The
@@ -184,6 +189,9 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 			p.exact[nr.Match] = r
 		}
 		p.rules = append(p.rules, r)
+		if !slices.Contains(p.ruleDBs, db) {
+			p.ruleDBs = append(p.ruleDBs, db)
+		}
 		if r.Scheme.Type == config.SchemeLockCollection {
 			p.lockRules = append(p.lockRules, r)
 			p.lockNS = append(p.lockNS, n)
@@ -242,6 +250,15 @@ func (p *Policy) Rules() (rules []Rule, fallback Rule) {
 // that touches a whole database) gets the strictest rule of that database,
 // "*" the strictest of all.
 //
+// A database no rule names whose name differs from one a rule names only
+// in ASCII case ("SHOP" beside rules on "shop") gets the rule of that
+// spelling, without implicit locks (CaseVariantOf): an upstream that keeps
+// databases on a case-insensitive file system (FerretDB with SQLite on
+// macOS or Windows) opens shop's files for "SHOP", so a write there lands
+// on the protected documents. MongoDB refuses such a database while the
+// other exists (DatabaseDifferCase), so nothing legitimate is refused.
+// Collections are compared exactly: no upstream folds their names.
+//
 // Rules are keyed by the namespace's text (String), which a lookup reads
 // without building it.
 func (p *Policy) Lookup(n namespace.Namespace) Rule {
@@ -255,49 +272,108 @@ func (p *Policy) Lookup(n namespace.Namespace) Rule {
 		return r
 	}
 	if ns == namespace.Any {
-		return p.strictestIn("")
+		r, _ := p.strictestIn("")
+		return r
 	}
 	db, coll := n.Parts()
+	r, ok := p.lookupIn(db, coll)
+	if ok {
+		return r
+	}
+	if spelled, ok := p.CaseVariantOf(db); ok {
+		if r, ok := p.lookupIn(spelled, coll); ok {
+			return caseVariantRule(r)
+		}
+	}
+	return r
+}
+
+// lookupIn is Lookup's reading of db.coll past an exact rule, with
+// time-series buckets read as their collection; false (and the default)
+// when no rule matches.
+func (p *Policy) lookupIn(db, coll string) (Rule, bool) {
 	if base, ok := strings.CutPrefix(coll, "system.buckets."); ok {
 		// A time-series collection keeps its documents in its buckets
 		// collection; writing there directly writes the protected data.
-		own := p.lookupColl(db, coll)
-		if viaBase := p.lookupColl(db, base); stricter(viaBase, own) {
-			return viaBase
+		own, ownOK := p.lookupColl(db, coll)
+		viaBase, baseOK := p.lookupColl(db, base)
+		if stricter(viaBase, own) {
+			return viaBase, baseOK
 		}
-		return own
+		return own, ownOK
 	}
 	return p.lookupColl(db, coll)
 }
 
-func (p *Policy) lookupColl(db, coll string) Rule {
+// lookupColl is the rule of db.coll, else of db, else the default (false).
+func (p *Policy) lookupColl(db, coll string) (Rule, bool) {
 	if r, ok := p.exact[db+"."+coll]; ok {
-		return r
+		return r, true
 	}
 	if coll == "*" {
 		return p.strictestIn(db)
 	}
 	if r, ok := p.byDB[db]; ok {
-		return r
+		return r, true
 	}
-	return p.fallback
+	return p.fallback, false
+}
+
+// CaseVariantOf reports whether no rule names database db but one names
+// a database whose name equals db under ASCII case folding, and returns
+// that database as the rules spell it. Lock commands there are refused
+// (a lock on "SHOP.orders" is no lock on "shop.orders", which an upstream
+// that folds database names writes under it).
+func (p *Policy) CaseVariantOf(db string) (string, bool) {
+	var found string
+	for _, d := range p.ruleDBs {
+		if d == db {
+			return "", false
+		}
+		if found == "" && strings.EqualFold(d, db) {
+			found = d
+		}
+	}
+	return found, found != ""
+}
+
+// caseVariantRule is r for a case variant of its database: no implicit
+// lock, as one taken under the variant's name would not exclude the
+// holders of the protected documents' locks.
+func caseVariantRule(r Rule) Rule {
+	if r.Implicit() {
+		r.Unlocked = config.UnlockedRefuse
+	}
+	if r.Clients != nil {
+		c := *r.Clients
+		c.OthersUnlocked = config.UnlockedRefuse
+		r.Clients = &c
+	}
+	return r
 }
 
 // strictestIn is the rule of the most protected namespace of db ("" for
-// every database), since a database-wide write touches all of them.
-func (p *Policy) strictestIn(db string) Rule {
-	best := p.fallback
+// every database), since a database-wide write touches all of them; false
+// when no rule is in db (the default).
+func (p *Policy) strictestIn(db string) (Rule, bool) {
+	best, found := p.fallback, false
 	for d, r := range p.byDB {
-		if (db == "" || d == db) && stricter(r, best) {
-			best = r
+		if db == "" || d == db {
+			found = true
+			if stricter(r, best) {
+				best = r
+			}
 		}
 	}
 	for ns, r := range p.exact {
-		if (db == "" || strings.HasPrefix(ns, db+".")) && stricter(r, best) {
-			best = r
+		if db == "" || strings.HasPrefix(ns, db+".") {
+			found = true
+			if stricter(r, best) {
+				best = r
+			}
 		}
 	}
-	return best
+	return best, found
 }
 
 func stricter(a, b Rule) bool {
