@@ -74,3 +74,24 @@ func TestLookupOfACaseVariantWithClients(t *testing.T) {
 		t.Error("the rule itself lost its other clients' implicit locks")
 	}
 }
+
+// TestLookupOfACaseVariantLockCollection: a lockCollection scheme's lock
+// collection in a case variant of its database is its lock side, as the
+// records an upstream that folds the name writes there are the scheme's.
+// It was read as the data side before.
+func TestLookupOfACaseVariantLockCollection(t *testing.T) {
+	p, err := CompileWithLease(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{
+		{Match: "cc.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection}},
+	}}, 30000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"cc.w.lock", "CC.w.lock", "Cc.w.lock"} {
+		if r := p.Lookup(namespace.Of(ns)); r.Mode != Enforce || !r.Scheme.LockSide {
+			t.Errorf("Lookup(%q) = %s lock side %v, want the enforced lock side", ns, r.Mode, r.Scheme.LockSide)
+		}
+	}
+	if r := p.Lookup(namespace.Of("CC.w")); r.Mode != Enforce || r.Scheme.LockSide {
+		t.Errorf("Lookup(CC.w) = %s lock side %v, want the enforced data side", r.Mode, r.Scheme.LockSide)
+	}
+}

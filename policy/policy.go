@@ -281,6 +281,11 @@ func (p *Policy) Lookup(n namespace.Namespace) Rule {
 		return r
 	}
 	if spelled, ok := p.CaseVariantOf(db); ok {
+		if len(p.lockRules) > 0 {
+			if r, ok := p.lockSide(namespace.New(spelled, coll)); ok {
+				return caseVariantRule(r)
+			}
+		}
 		if r, ok := p.lookupIn(spelled, coll); ok {
 			return caseVariantRule(r)
 		}
