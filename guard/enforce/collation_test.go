@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/guardtest"
@@ -228,6 +229,13 @@ func (unknownCollation) SimpleCollation(context.Context, namespace.Namespace) (b
 // one enforced rule (inserts: requireUnlocked, implicit locks when
 // implicit), whose commands act as owner o.
 func collatedWalk(s Store, res Resolver, o lockstore.Owner) func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
+	return collatedWalkUnder(s, res, o, policy.Rule{Mode: policy.Enforce, MaxCandidates: 10, Inserts: policy.InsertsRequireUnlocked})
+}
+
+// collatedWalkUnder is collatedWalk under rule r; an insert an implicit
+// lock would take is taken for held (the guard's implicit locks are not
+// enforce's).
+func collatedWalkUnder(s Store, res Resolver, o lockstore.Owner, r policy.Rule) func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
 	targets := NewTargets(TargetsConfig{Resolver: res, ResolveTimeout: time.Minute, Authority: authority.New(nil),
 		Throttle: &fakeThrottle{slots: make(chan struct{}, 1)},
 		Resolves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resolves"}, []string{"outcome"}),
@@ -236,13 +244,14 @@ func collatedWalk(s Store, res Resolver, o lockstore.Owner) func(t *testing.T, b
 	launched := false
 	k := &Walk[*Verdict]{Targets: targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
 		Rules: func(*policy.Policy, *proxy.Request, namespace.Namespace) []policy.Rule {
-			return []policy.Rule{{Mode: policy.Enforce, MaxCandidates: 10, Inserts: policy.InsertsRequireUnlocked}}
+			return []policy.Rule{r}
 		},
 		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
 			v := &Verdict{Req: req, Now: start}
 			return v, v
 		},
-		Owner: func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return o, true },
+		ImplicitInsert: func(*Verdict, namespace.Namespace, *policy.Rule, docid.ID) {},
+		Owner:          func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return o, true },
 		Decider: &Decider[*Verdict]{
 			Record: func(_ *proxy.Request, _ *policy.Policy, _ *Verdict, x *Violation, _ time.Duration, _ time.Time) *Violation {
 				enforced = x
@@ -359,6 +368,24 @@ func TestInsertOfACaseVariantOfALockedID(t *testing.T) {
 				t.Fatalf("the refusal shows _ids %v, holder %v; want the inserted _id and the holder", x.IDs, x.Holder)
 			}
 		})
+	}
+}
+
+// TestCollatedInsertUnderImplicitLocks: under unlockedWriters the insert
+// of "C" takes an implicit lock on "C", which another session's lock on
+// "c" does not stop (the keys differ); the collation check refuses it as
+// without implicit locks.
+func TestCollatedInsertUnderImplicitLocks(t *testing.T) {
+	res := newCollatingResolver()
+	res.SetCaseInsensitive("shop.orders")
+	s := memstore.New(memstore.Config{})
+	acquire(t, s, ownerOf(2), "shop.orders", id(t, "c"))
+	r := policy.Rule{Mode: policy.Enforce, MaxCandidates: 10, Inserts: policy.InsertsRequireUnlocked, Unlocked: config.UnlockedRefuseIfLocked}
+	if !r.Implicit() {
+		t.Fatal("the rule takes no implicit locks")
+	}
+	if d, x := collatedWalkUnder(s, res, ownerOf(1), r)(t, insertOf("C")); d.Action != proxy.Reply || x == nil || x.Reason != ReasonInsertLocked {
+		t.Fatalf("action %v, violation %+v; want refused %s", d.Action, x, ReasonInsertLocked)
 	}
 }
 
