@@ -137,11 +137,15 @@ func (l *Locks) CollatedInsertable(ctx context.Context, o lockstore.Owner, r *po
 		return &Violation{Rule: *r, Write: w, Reason: ReasonInsertLocked, IDs: ids,
 			Detail: fmt.Sprintf("the default collation of %s is not simple, and more than %d _ids are locked there, too many to confirm that none is one document with %s under it; insert when fewer are locked", ns, MaxCollatedLocks, refuse.IDsString(ids))}
 	}
+	// A shape that cannot be told (blanking a DBRef's $ref may leave no
+	// valid _id) may be any: such an _id is taken for every other.
 	shapes := make(map[string]docid.ID, len(ids))
+	anyShape := false
 	for _, id := range ids {
 		k, err := shapeKey(id.Core())
 		if err != nil {
-			continue // no _id: the database refuses it
+			anyShape = true
+			continue
 		}
 		shapes[k] = id
 	}
@@ -152,10 +156,11 @@ func (l *Locks) CollatedInsertable(ctx context.Context, o lockstore.Owner, r *po
 			continue
 		}
 		k, err := shapeKey(h.Core())
-		if err != nil {
-			continue
+		id, ok := shapes[k]
+		if err != nil || anyShape {
+			id, ok = ids[0], true
 		}
-		if id, ok := shapes[k]; ok {
+		if ok {
 			cands, of = append(cands, h), append(of, id)
 		}
 	}
