@@ -537,3 +537,25 @@ func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns n
 	m.Fill(s, s.gen.Load(), owner, ns, id.Key(), expires, r.token, time.Time{})
 	return r.expires.Add(-unc).Sub(now), r.token, true
 }
+
+// MayBeHeldIn implements lockstore.Store.MayBeHeldIn: the _ids held in
+// ns now, as first locked, at most limit of them (complete: all are).
+func (s *Store) MayBeHeldIn(_ context.Context, ns namespace.Namespace, limit int) ([]docid.ID, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, false, s.fail
+	}
+	now, _ := s.cfg.Clock.Now()
+	var ids []docid.ID
+	for _, r := range s.recs {
+		if r.ns != ns.String() || !heldAt(r, now) {
+			continue
+		}
+		if len(ids) == limit {
+			return ids, false, nil
+		}
+		ids = append(ids, r.id)
+	}
+	return ids, true, nil
+}
