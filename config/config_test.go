@@ -310,7 +310,7 @@ func TestValidateAccepts(t *testing.T) {
 			c.TLS = TLS{CertFile: "c", KeyFile: "k", ClientAuth: ClientAuthRequest}
 		}},
 		{"min message size", func(c *Config) { c.Limits.MaxMessageSizeBytes = MinMaxMessageSizeBytes }},
-		{"console debug", func(c *Config) { c.Log = Log{LogLevelDebug, LogFormatConsole} }},
+		{"console debug", func(c *Config) { c.Log = Log{Level: LogLevelDebug, Format: LogFormatConsole} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -124,6 +124,9 @@ func (c *Config) Validate() error {
 	if !c.Log.Format.Valid() {
 		v.add("log.format", "must be one of %s, got %q", list(LogFormats()), c.Log.Format)
 	}
+	if d := c.Log.FlushInterval.D(); d < 0 || d > MaxLogFlushInterval {
+		v.add("log.flushInterval", "must be between 0s (every line written at once) and %v, got %v", MaxLogFlushInterval, d)
+	}
 	return errors.Join(v.errs...)
 }
 

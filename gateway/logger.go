@@ -16,9 +16,45 @@ import (
 // binary prints on purpose (the dev stack's connection string).
 func NewLogger(c config.Log) (*zap.Logger, error) { return NewLoggerTo(c, os.Stderr) }
 
-// NewLoggerTo builds a logger writing to w: JSON lines for production log
-// collectors, or zap's human-readable console encoding for development.
-// Writes to w are serialized.
+// logBufferBytes is the buffer of a log with a flush interval: about 500
+// decision lines, so that a busy lockgate writes well under once per
+// interval's worth of lines only when the buffer fills.
+const logBufferBytes = 256 << 10
+
+// OpenLogger builds the process logger writing to w, as NewLoggerTo does,
+// and honours c.FlushInterval: above 0, lines are buffered (zap's
+// BufferedWriteSyncer) and written when the interval has passed, when the
+// buffer fills, and at once with any line at warn or above, so that what
+// precedes a failure is on disk before the failure's own line returns.
+// closeLog writes what is buffered and stops the flushing goroutine; call
+// it last (after the gateway has stopped), as the mains defer it.
+func OpenLogger(c config.Log, w io.Writer) (_ *zap.Logger, closeLog func(), err error) {
+	d := c.FlushInterval.D()
+	if d < 0 || d > config.MaxLogFlushInterval {
+		return nil, nil, fmt.Errorf("log.flushInterval: must be between 0s and %v, got %v", config.MaxLogFlushInterval, d)
+	}
+	if d == 0 {
+		l, err := newLogger(c, zapcore.Lock(zapcore.AddSync(w)), false)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, func() { _ = l.Sync() }, nil
+	}
+	// BufferedWriteSyncer serializes its own writes.
+	bw := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(w), Size: logBufferBytes, FlushInterval: d}
+	l, err := newLogger(c, bw, true)
+	if err != nil {
+		_ = bw.Stop()
+		return nil, nil, err
+	}
+	return l, func() { _ = bw.Stop() }, nil
+}
+
+// NewLoggerTo builds a logger writing every line to w at once: JSON lines
+// for production log collectors, or zap's human-readable console encoding
+// for development. Writes to w are serialized. A buffered log needs a
+// close at the end (OpenLogger), so a c.FlushInterval above 0 is refused
+// here.
 //
 // Stack traces are kept for DPanic and above: lockgate's errors are
 // operational (a refused reload, an unreachable upstream), and a stack
@@ -27,6 +63,15 @@ func NewLogger(c config.Log) (*zap.Logger, error) { return NewLoggerTo(c, os.Std
 // There is deliberately no sampling: it would silently drop repeated lines,
 // and the audit trail of policy decisions must keep every one of them.
 func NewLoggerTo(c config.Log, w io.Writer) (*zap.Logger, error) {
+	if c.FlushInterval != 0 {
+		return nil, fmt.Errorf("log.flushInterval: a buffered log is opened with OpenLogger, which closes it")
+	}
+	return newLogger(c, zapcore.Lock(zapcore.AddSync(w)), false)
+}
+
+// newLogger builds the logger on ws, whose writes are serialized; flushOnWarn
+// makes ws written out after every line at warn or above (ws buffers).
+func newLogger(c config.Log, ws zapcore.WriteSyncer, flushOnWarn bool) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(string(c.Level))
 	if err != nil || !c.Level.Valid() {
 		return nil, fmt.Errorf("log.level: must be one of debug, info, warn, error, got %q", c.Level)
@@ -47,8 +92,10 @@ func NewLoggerTo(c config.Log, w io.Writer) (*zap.Logger, error) {
 	default:
 		return nil, fmt.Errorf("log.format: must be one of json, console, got %q", c.Format)
 	}
-	ws := zapcore.Lock(zapcore.AddSync(w))
 	var core zapcore.Core = zapcore.NewCore(enc, ws, lvl)
+	if flushOnWarn {
+		core = flushingCore{Core: core, ws: ws}
+	}
 	if c.Format == config.LogFormatJSON {
 		core = sinkCore{Core: core, sink: &guard.LineSink{Out: ws, Level: lvl, ErrorOutput: ws}}
 	}
@@ -71,4 +118,33 @@ func decisionSink(l *zap.Logger) *guard.LineSink {
 		return c.sink
 	}
 	return nil
+}
+
+// flushingCore writes its buffered output out after each line at warn or
+// above: the lines leading to a failure are the ones a reader needs, and
+// a process that then dies would lose them from the buffer.
+type flushingCore struct {
+	zapcore.Core
+	ws zapcore.WriteSyncer
+}
+
+func (c flushingCore) With(fields []zapcore.Field) zapcore.Core {
+	return flushingCore{Core: c.Core.With(fields), ws: c.ws}
+}
+
+func (c flushingCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c flushingCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	err := c.Core.Write(e, fields)
+	if e.Level >= zapcore.WarnLevel {
+		if serr := c.ws.Sync(); err == nil {
+			err = serr
+		}
+	}
+	return err
 }

@@ -3,8 +3,14 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
@@ -12,6 +18,7 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/guard"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -100,3 +107,162 @@ func TestDecisionSinkWritesTheLoggersLines(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// syncBuffer is a writer the test reads while a logger writes to it.
+type syncBuffer struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	writes int
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes++
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestBufferedLogKeepsLinesUntilAWarning: with log.flushInterval set, info
+// lines and decision lines wait in the buffer (many lines, one write), a
+// warning writes them out before it returns, so that what led to a failure
+// is out even if the process dies next, and closing the log writes the
+// rest.
+func TestBufferedLogKeepsLinesUntilAWarning(t *testing.T) {
+	var out syncBuffer
+	l, closeLog, err := OpenLogger(config.Log{Level: config.LogLevelInfo, Format: config.LogFormatJSON,
+		FlushInterval: config.Duration(config.MaxLogFlushInterval)}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := decisionSink(l)
+	if sink == nil {
+		t.Fatal("the buffered JSON logger hands the guard no sink")
+	}
+	l.Info("first")
+	if _, err := sink.Out.Write([]byte(`{"msg":"decision"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	l.Info("second")
+	if s := out.String(); s != "" {
+		t.Fatalf("lines written before the interval, a warning or the close: %q", s)
+	}
+	l.Warn("trouble")
+	s := out.String()
+	for _, want := range []string{`"msg":"first"`, `{"msg":"decision"}`, `"msg":"second"`, `"msg":"trouble"`} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("after the warning returned, %s is not written: %q", want, s)
+		}
+	}
+	if out.writes != 1 {
+		t.Errorf("four lines in %d writes, want 1", out.writes)
+	}
+	l.Info("last")
+	closeLog()
+	if !strings.Contains(out.String(), `"msg":"last"`) {
+		t.Fatalf("closing the log did not write its last line: %q", out.String())
+	}
+}
+
+// TestBufferedLogWritesWithinItsInterval: a buffered line is written
+// without any warning or close once the interval has passed.
+func TestBufferedLogWritesWithinItsInterval(t *testing.T) {
+	var out syncBuffer
+	l, closeLog, err := OpenLogger(config.Log{Level: config.LogLevelInfo, Format: config.LogFormatJSON,
+		FlushInterval: config.Duration(20 * time.Millisecond)}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLog()
+	l.Info("quiet")
+	testkit.Eventually(t, 10*time.Second, "the buffered line is written", func() bool {
+		return strings.Contains(out.String(), `"msg":"quiet"`)
+	})
+}
+
+// TestUnbufferedLogWritesEachLine: the default writes every line at once,
+// and NewLoggerTo, which has no close, refuses a flush interval.
+func TestUnbufferedLogWritesEachLine(t *testing.T) {
+	var out syncBuffer
+	l, closeLog, err := OpenLogger(config.Log{Level: config.LogLevelInfo, Format: config.LogFormatJSON}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLog()
+	l.Info("now")
+	if !strings.Contains(out.String(), `"msg":"now"`) {
+		t.Fatalf("an unbuffered line waited: %q", out.String())
+	}
+	if _, err := NewLoggerTo(config.Log{Level: config.LogLevelInfo, Format: config.LogFormatJSON,
+		FlushInterval: config.Duration(time.Second)}, &out); err == nil || !strings.Contains(err.Error(), "log.flushInterval") {
+		t.Fatalf("NewLoggerTo with a flush interval: %v, want an error naming log.flushInterval", err)
+	}
+	for _, d := range []time.Duration{-time.Second, config.MaxLogFlushInterval + time.Second} {
+		if _, _, err := OpenLogger(config.Log{Level: config.LogLevelInfo, Format: config.LogFormatJSON,
+			FlushInterval: config.Duration(d)}, &out); err == nil {
+			t.Errorf("OpenLogger with flushInterval %v: no error", d)
+		}
+	}
+}
+
+// BenchmarkDecisionLineOutput is what writing one decision line (about
+// 430 bytes, one Write, as guard's line writer does) costs on the sinks a
+// production lockgate writes to: a file, a pipe to a log collector, each
+// unbuffered and with log.flushInterval, against the discard sink the
+// benchmarks of the enforced write use.
+func BenchmarkDecisionLineOutput(b *testing.B) {
+	line := append([]byte(`{"level":"info","ts":"2026-11-27T18:00:00.123456789Z","msg":"decision",`), bytes.Repeat([]byte("x"), 350)...)
+	line = append(line, "}\n"...)
+	file := func(b *testing.B) io.Writer {
+		f, err := os.Create(filepath.Join(b.TempDir(), "log"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		return f
+	}
+	pipe := func(b *testing.B) io.Writer {
+		r, w, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { io.Copy(io.Discard, r); close(done) }()
+		b.Cleanup(func() { w.Close(); <-done; r.Close() })
+		return w
+	}
+	for _, c := range []struct {
+		name  string
+		out   func(*testing.B) io.Writer
+		flush time.Duration
+	}{
+		{"discard", func(*testing.B) io.Writer { return io.Discard }, 0},
+		{"file", file, 0},
+		{"pipe", pipe, 0},
+		{"file-buffered", file, 100 * time.Millisecond},
+		{"pipe-buffered", pipe, 100 * time.Millisecond},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			l, closeLog, err := OpenLogger(config.Log{Level: config.LogLevelInfo, Format: config.LogFormatJSON,
+				FlushInterval: config.Duration(c.flush)}, c.out(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			sink := decisionSink(l).Out
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := sink.Write(line); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			closeLog()
+		})
+	}
+}

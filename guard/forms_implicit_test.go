@@ -45,6 +45,23 @@ type implicitStmt struct {
 	ids    []int  // the _ids id and in name; the inserted _id
 	match  int
 	upsert bool
+	ns     int // bulkWrite: 0 shop.orders, 1 shop.items (its nsInfo index)
+}
+
+// implicitColls are the enforced collections, by implicitStmt.ns.
+var implicitColls = [...]string{"orders", "items"}
+
+// lockKey names _id i of collection ns in implicitCase.locks: the _id
+// itself in shop.orders, 10 + _id in shop.items.
+func lockKey(ns, i int) int { return ns*10 + i }
+
+// keys are the lock keys of ids in the statement's collection.
+func (s implicitStmt) keys(ids []int) []int {
+	out := make([]int, len(ids))
+	for j, i := range ids {
+		out[j] = lockKey(s.ns, i)
+	}
+	return out
 }
 
 type implicitCase struct {
@@ -54,11 +71,14 @@ type implicitCase struct {
 	// released meanwhile, so a locked document is waited for in vain).
 	wait  bool
 	stmts []implicitStmt
-	locks map[int]int // _id -> 0 free, 1 the caller's session, 2 another's
+	locks map[int]int // lockKey -> 0 free, 1 the caller's session, 2 another's
+	// twoNS: a bulkWrite whose nsInfo names shop.items after
+	// shop.orders, its statements in either.
+	twoNS bool
 }
 
 func (c implicitCase) String() string {
-	return fmt.Sprintf("%s sessionless=%v wait=%v locks=%v stmts=%+v", c.cmd, c.sessionless, c.wait, c.locks, c.stmts)
+	return fmt.Sprintf("%s sessionless=%v wait=%v twoNS=%v locks=%v stmts=%+v", c.cmd, c.sessionless, c.wait, c.twoNS, c.locks, c.stmts)
 }
 
 // targets are the documents the statement may touch.
@@ -127,15 +147,19 @@ func (c implicitCase) body() bson.D {
 		for _, s := range c.stmts {
 			switch s.kind {
 			case "insert":
-				ops = append(ops, bson.D{{Key: "insert", Value: 0}, {Key: "document", Value: bson.D{{Key: "_id", Value: s.ids[0]}}}})
+				ops = append(ops, bson.D{{Key: "insert", Value: s.ns}, {Key: "document", Value: bson.D{{Key: "_id", Value: s.ids[0]}}}})
 			case "delete":
-				ops = append(ops, bson.D{{Key: "delete", Value: 0}, {Key: "filter", Value: s.filterDoc()}, {Key: "multi", Value: true}})
+				ops = append(ops, bson.D{{Key: "delete", Value: s.ns}, {Key: "filter", Value: s.filterDoc()}, {Key: "multi", Value: true}})
 			default:
-				ops = append(ops, bson.D{{Key: "update", Value: 0}, {Key: "filter", Value: s.filterDoc()}, {Key: "updateMods", Value: implicitSet},
+				ops = append(ops, bson.D{{Key: "update", Value: s.ns}, {Key: "filter", Value: s.filterDoc()}, {Key: "updateMods", Value: implicitSet},
 					{Key: "multi", Value: true}, {Key: "upsert", Value: s.upsert}})
 			}
 		}
-		b = bson.D{{Key: "bulkWrite", Value: 1}, {Key: "ops", Value: ops}, {Key: "nsInfo", Value: bson.A{bson.D{{Key: "ns", Value: "shop.orders"}}}}, {Key: "$db", Value: "admin"}}
+		nsInfo := bson.A{bson.D{{Key: "ns", Value: "shop.orders"}}}
+		if c.twoNS {
+			nsInfo = append(nsInfo, bson.D{{Key: "ns", Value: "shop.items"}})
+		}
+		b = bson.D{{Key: "bulkWrite", Value: 1}, {Key: "ops", Value: ops}, {Key: "nsInfo", Value: nsInfo}, {Key: "$db", Value: "admin"}}
 	}
 	if !c.sessionless {
 		b = append(b, bson.E{Key: "lsid", Value: implicitSession(0xa)})
@@ -155,9 +179,9 @@ func (c implicitCase) expect() (allowed bool, reasons []string, implicit bool) {
 	var need, inserted []int
 	for _, s := range c.stmts {
 		if s.kind == "insert" {
-			inserted = append(inserted, s.ids[0])
+			inserted = append(inserted, lockKey(s.ns, s.ids[0]))
 		} else {
-			need = append(need, s.targets()...)
+			need = append(need, s.keys(s.targets())...)
 		}
 	}
 	held := func(i int) bool { return !c.sessionless && c.locks[i] == 1 }
@@ -204,21 +228,26 @@ func (c implicitCase) expect() (allowed bool, reasons []string, implicit bool) {
 	return true, nil, true
 }
 
-// implicitGuard is a guard enforcing shop.orders with unlockedWriters:
-// refuseIfLocked over the fixture {_id: i, k: i % 3}, i in 1..6.
+// implicitGuard is a guard enforcing shop.orders and shop.items with
+// unlockedWriters: refuseIfLocked over the fixture {_id: i, k: i % 3}, i
+// in 1..6, in each.
 func implicitGuard(t *testing.T, wait bool) (*guard.Guard, *memstore.Store) {
 	t.Helper()
-	rule := config.NamespaceRule{Match: "shop.orders", Mode: config.ModeEnforce, UnlockedWriters: config.UnlockedRefuseIfLocked}
-	if wait {
-		rule.UnlockedWriters, rule.UnlockedWaitMS = config.UnlockedWait, 1
-	}
+	var rules []config.NamespaceRule
 	res := guardtest.NewResolver()
-	for i := 1; i <= 6; i++ {
-		if err := res.Insert("shop.orders", bson.D{{Key: "_id", Value: i}, {Key: "k", Value: i % 3}}); err != nil {
-			t.Fatal(err)
+	for _, coll := range implicitColls {
+		rule := config.NamespaceRule{Match: "shop." + coll, Mode: config.ModeEnforce, UnlockedWriters: config.UnlockedRefuseIfLocked}
+		if wait {
+			rule.UnlockedWriters, rule.UnlockedWaitMS = config.UnlockedWait, 1
+		}
+		rules = append(rules, rule)
+		for i := 1; i <= 6; i++ {
+			if err := res.Insert("shop."+coll, bson.D{{Key: "_id", Value: i}, {Key: "k", Value: i % 3}}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, MaxCandidates: 3, Namespaces: []config.NamespaceRule{rule}})
+	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, MaxCandidates: 3, Namespaces: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,26 +288,33 @@ func implicitIntercept(t *testing.T, g *guard.Guard, conn uint64, body bson.D) p
 
 func replyOK(d proxy.Decision) bool { return ok(d.Reply) }
 
-// acquireImplicit takes the locks on ids for session s through g.
+// acquireImplicit takes the locks on ids of shop.orders for session s
+// through g.
 func acquireImplicit(t *testing.T, g *guard.Guard, conn uint64, s byte, ids []int) proxy.Decision {
+	t.Helper()
+	return acquireIn(t, g, conn, s, "orders", ids)
+}
+
+// acquireIn takes the locks on ids of shop.coll for session s through g.
+func acquireIn(t *testing.T, g *guard.Guard, conn uint64, s byte, coll string, ids []int) proxy.Decision {
 	t.Helper()
 	var a bson.A
 	for _, i := range ids {
 		a = append(a, i)
 	}
-	return implicitIntercept(t, g, conn, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: a}, {Key: "$db", Value: "shop"},
+	return implicitIntercept(t, g, conn, bson.D{{Key: "acquireLock", Value: coll}, {Key: "ids", Value: a}, {Key: "$db", Value: "shop"},
 		{Key: "lsid", Value: implicitSession(s)}})
 }
 
 func checkImplicitCase(t *testing.T, c implicitCase) {
 	t.Helper()
 	g, _ := implicitGuard(t, c.wait)
-	for i, st := range c.locks {
+	for k, st := range c.locks {
 		if st == 0 {
 			continue
 		}
-		if d := acquireImplicit(t, g, 1, map[int]byte{1: 0xa, 2: 0xb}[st], []int{i}); !replyOK(d) {
-			t.Fatalf("acquireLock %d: %s", i, d.Reply)
+		if d := acquireIn(t, g, 1, map[int]byte{1: 0xa, 2: 0xb}[st], implicitColls[k/10], []int{k % 10}); !replyOK(d) {
+			t.Fatalf("acquireLock %d: %s", k, d.Reply)
 		}
 	}
 	allowed, reasons, implicit := c.expect()
@@ -297,14 +333,22 @@ func checkImplicitCase(t *testing.T, c implicitCase) {
 		return
 	}
 	// Its implicit locks lasted one write: every document it touched,
-	// and every _id it inserted, can be locked again at once.
-	var all []int
-	for _, s := range c.stmts {
-		all = append(all, s.targets()...)
-	}
-	slices.Sort(all)
-	if a := acquireImplicit(t, g, 3, 0xc, slices.Compact(all)); !replyOK(a) {
-		t.Fatalf("%s\nafter the write was answered, its documents cannot be locked: %s", c, a.Reply)
+	// and every _id it inserted, in each collection, can be locked again
+	// at once.
+	for ns, coll := range implicitColls {
+		var all []int
+		for _, s := range c.stmts {
+			if s.ns == ns {
+				all = append(all, s.targets()...)
+			}
+		}
+		if len(all) == 0 {
+			continue
+		}
+		slices.Sort(all)
+		if a := acquireIn(t, g, 3, 0xc, coll, slices.Compact(all)); !replyOK(a) {
+			t.Fatalf("%s\nafter the write was answered, its documents in %s cannot be locked: %s", c, coll, a.Reply)
+		}
 	}
 }
 
@@ -388,6 +432,71 @@ func TestImplicitLockForms(t *testing.T) {
 	for k, n := range tally {
 		if n < 10 && !strings.Contains(k, "allowed=true implicit=false sessionless=true") {
 			t.Errorf("only %d cases of %s", n, k)
+		}
+	}
+}
+
+// genTwoNamespaceCase is a bulkWrite whose statements (two or three)
+// are in shop.orders and shop.items, with locks in both.
+func genTwoNamespaceCase(r *rand.Rand) implicitCase {
+	c := implicitCase{cmd: "bulkWrite", twoNS: true, sessionless: r.IntN(4) == 0, wait: r.IntN(3) == 0, locks: map[int]int{}}
+	for ns := range implicitColls {
+		for i := 1; i <= 6; i++ {
+			c.locks[lockKey(ns, i)] = []int{0, 0, 0, 1, 1, 2}[r.IntN(6)]
+		}
+	}
+	id := func() int { return 1 + r.IntN(6) }
+	n := 2 + r.IntN(2)
+	for k := range n {
+		s := implicitStmt{kind: []string{"update", "delete", "insert"}[r.IntN(3)], filter: []string{"id", "in", "match"}[r.IntN(3)], match: r.IntN(3), ns: r.IntN(2)}
+		if k == 1 && s.ns == c.stmts[0].ns {
+			s.ns = 1 - s.ns // both collections, always
+		}
+		switch {
+		case s.kind == "insert":
+			s.filter, s.ids = "", []int{id()}
+		case s.filter == "id":
+			s.ids = []int{id()}
+			s.upsert = s.kind == "update" && r.IntN(3) == 0
+		case s.filter == "in":
+			s.ids = []int{id(), id()}
+			slices.Sort(s.ids)
+			s.ids = slices.Compact(s.ids)
+		}
+		c.stmts = append(c.stmts, s)
+	}
+	return c
+}
+
+// TestImplicitLocksAcrossNamespaces: a bulkWrite over shop.orders and
+// shop.items, both under unlockedWriters, from a session holding all,
+// some or none of the locks it needs across both, or from no session:
+// its implicit locks are taken in both collections (an _id locked by
+// another session in either refuses it all), its held locks are counted
+// across both (holding every one in one collection and none in the
+// other is holding some), and, allowed, none outlives it in either.
+// Fixed seed, apart from TestImplicitLockForms'.
+func TestImplicitLocksAcrossNamespaces(t *testing.T) {
+	r := rand.New(rand.NewPCG(10, 2026))
+	tally := map[string]int{}
+	for i := range 600 {
+		c := genTwoNamespaceCase(r)
+		allowed, reasons, implicit := c.expect()
+		key := fmt.Sprintf("allowed=%v implicit=%v", allowed, implicit)
+		if !allowed {
+			key += " " + reasons[0]
+		}
+		tally[key]++
+		t.Run(fmt.Sprint(i), func(t *testing.T) { checkImplicitCase(t, c) })
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%v", tally)
+	for _, k := range []string{"allowed=true implicit=true", "allowed=true implicit=false", "allowed=false implicit=false held_by_other",
+		"allowed=false implicit=false not_locked", "allowed=false implicit=false timeout"} {
+		if tally[k] < 10 {
+			t.Errorf("only %d cases of %s", tally[k], k)
 		}
 	}
 }

@@ -47,6 +47,7 @@ var (
 	_ enforce.ElsewhereFinder = (*lockstore.Store)(nil)
 	_ enforce.MemoStore       = (*lockstore.Store)(nil)
 	_ enforce.TokenIntoStore  = (*lockstore.Store)(nil)
+	_ enforce.HeldLister      = (*lockstore.Store)(nil)
 	_ txn.Store               = (*lockstore.Store)(nil)
 	_ fence.DB                = (*MongoResolver)(nil)
 	_ lockcmd.Collections     = (*MongoResolver)(nil)

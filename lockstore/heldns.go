@@ -5,8 +5,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/namespace"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/mongo/options"
 )
 
 // heldNamespaces remembers which namespaces had a held lock at the last
@@ -111,4 +113,73 @@ func (s *Store) refreshHeldNamespaces(ctx context.Context) {
 		}
 	}
 	s.heldNS.set(m, start)
+}
+
+// MayBeHeldIn lists the _ids of ns (as first locked) that may be locked
+// now, at most limit of them; complete: no other may be. The insert check
+// under a collation that is not simple reads it, as it cannot name the
+// keys it must check (docs/SECURITY.md). It errs towards listing, like
+// ConfirmedStatus: a head record can lag behind its claims, or be missing
+// for a moment for a key just locked for the first time, so the claims
+// whose lease has not ended by the clock's earliest estimate are read as
+// well as the heads, and the locks held in memory; whether each listed
+// _id is held is for ConfirmedStatus to say. Two round trips; the claims
+// are not indexed by namespace, so the second scans them on MongoDB too,
+// which the caller only pays for an insert of a string _id into such a
+// namespace where a lock may be held.
+func (s *Store) MayBeHeldIn(ctx context.Context, ns namespace.Namespace, limit int) ([]docid.ID, bool, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, false, err
+	}
+	now, unc := s.clock.Now()
+	filter := bson.D{{Key: "ns", Value: ns.String()}, {Key: "expiresAt", Value: bson.D{{Key: "$gt", Value: now.Add(-unc)}}}}
+	// A key is listed once however many generations it has; a claim per
+	// renewal can outnumber the keys, so the claims get a larger bound,
+	// and reaching it counts as incomplete.
+	seen := map[string]bool{}
+	var ids []docid.ID
+	complete := true
+	add := func(id docid.ID) {
+		if id.IsZero() || seen[id.Key()] {
+			return
+		}
+		seen[id.Key()] = true
+		if len(ids) == limit {
+			complete = false
+			return
+		}
+		ids = append(ids, id)
+	}
+	proj := bson.D{{Key: "id", Value: 1}}
+	for _, c := range []struct {
+		coll  string
+		bound int
+	}{{"heads", limit + 1}, {"claims", 8*limit + 1}} {
+		var gens []gen
+		err := s.rt(ctx, opFind, func(ctx context.Context) error {
+			coll, f := s.coll, append(bson.D{{Key: "head", Value: true}}, filter...)
+			if c.coll == "claims" {
+				coll, f = s.claims, filter
+			}
+			cur, err := coll.Find(ctx, f, options.Find().SetProjection(proj).SetLimit(int64(c.bound)))
+			if err != nil {
+				return err
+			}
+			return cur.All(ctx, &gens)
+		})
+		if err != nil {
+			return nil, false, s.storeErr(ctx, opFind, err)
+		}
+		if len(gens) == c.bound {
+			complete = false
+		}
+		for i := range gens {
+			add(gens[i].lockedID())
+		}
+	}
+	_, sts := s.memList(ns)
+	for _, st := range sts {
+		add(st.ID)
+	}
+	return ids, complete, nil
 }

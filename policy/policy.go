@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,6 +97,12 @@ type Policy struct {
 	// collections Lookup recognises (scheme.go).
 	lockRules []Rule
 	lockNS    []namespace.Namespace // lockRules[i]'s match, read once
+	// ruleDBs are the databases the rules name (each once, as
+	// configured), which a case variant of a database is compared with
+	// (CaseVariantOf); ruleDBLens has bit n set for a name of n bytes (n
+	// < 64), so that most lookups skip the comparison.
+	ruleDBs    []string
+	ruleDBLens uint64
 }
 
 // Compile checks and compiles the policy part of a configuration. The
@@ -184,6 +191,12 @@ func CompileWithLease(c config.Policy, defaultLeaseMS int64) (*Policy, error) {
 			p.exact[nr.Match] = r
 		}
 		p.rules = append(p.rules, r)
+		if !slices.Contains(p.ruleDBs, db) {
+			p.ruleDBs = append(p.ruleDBs, db)
+			if len(db) < 64 {
+				p.ruleDBLens |= 1 << len(db)
+			}
+		}
 		if r.Scheme.Type == config.SchemeLockCollection {
 			p.lockRules = append(p.lockRules, r)
 			p.lockNS = append(p.lockNS, n)
@@ -242,6 +255,15 @@ func (p *Policy) Rules() (rules []Rule, fallback Rule) {
 // that touches a whole database) gets the strictest rule of that database,
 // "*" the strictest of all.
 //
+// A database no rule names whose name differs from one a rule names only
+// in ASCII case ("SHOP" beside rules on "shop") gets the rule of that
+// spelling, without implicit locks (CaseVariantOf): an upstream that keeps
+// databases on a case-insensitive file system (FerretDB with SQLite on
+// macOS or Windows) opens shop's files for "SHOP", so a write there lands
+// on the protected documents. MongoDB refuses such a database while the
+// other exists (DatabaseDifferCase), so nothing legitimate is refused.
+// Collections are compared exactly: no upstream folds their names.
+//
 // Rules are keyed by the namespace's text (String), which a lookup reads
 // without building it.
 func (p *Policy) Lookup(n namespace.Namespace) Rule {
@@ -258,6 +280,35 @@ func (p *Policy) Lookup(n namespace.Namespace) Rule {
 		return p.strictestIn("")
 	}
 	db, coll := n.Parts()
+	// A database no rule names would get the default, unless it is a case
+	// variant of one a rule names.
+	if spelled, ok := p.CaseVariantOf(db); ok {
+		return p.lookupVariant(spelled, coll)
+	}
+	if strings.HasPrefix(coll, "system.buckets.") {
+		return p.lookupIn(db, coll)
+	}
+	return p.lookupColl(db, coll)
+}
+
+// lookupVariant is Lookup of spelled.coll for a case variant of spelled.
+// It and lookupIn are apart from Lookup so that the rules they copy do
+// not weigh on every lookup's frame (inline, they cost 20 ns more a
+// lookup of a namespace no rule names).
+//
+//go:noinline
+func (p *Policy) lookupVariant(spelled, coll string) Rule {
+	if len(p.lockRules) > 0 {
+		if r, ok := p.lockSide(namespace.New(spelled, coll)); ok {
+			return caseVariantRule(r)
+		}
+	}
+	return caseVariantRule(p.lookupIn(spelled, coll))
+}
+
+// lookupIn is lookupColl with time-series buckets read as their
+// collection.
+func (p *Policy) lookupIn(db, coll string) Rule {
 	if base, ok := strings.CutPrefix(coll, "system.buckets."); ok {
 		// A time-series collection keeps its documents in its buckets
 		// collection; writing there directly writes the protected data.
@@ -281,6 +332,42 @@ func (p *Policy) lookupColl(db, coll string) Rule {
 		return r
 	}
 	return p.fallback
+}
+
+// CaseVariantOf reports whether no rule names database db but one names
+// a database whose name equals db under ASCII case folding, and returns
+// that database as the rules spell it. Lock commands there are refused
+// (a lock on "SHOP.orders" is no lock on "shop.orders", which an upstream
+// that folds database names writes under it).
+func (p *Policy) CaseVariantOf(db string) (string, bool) {
+	if len(db) < 64 && p.ruleDBLens&(1<<len(db)) == 0 {
+		return "", false // no rule's database is as long
+	}
+	var found string
+	for _, d := range p.ruleDBs {
+		if d == db {
+			return "", false
+		}
+		if found == "" && asciiFoldEqual(d, db) {
+			found = d
+		}
+	}
+	return found, found != ""
+}
+
+// caseVariantRule is r for a case variant of its database: no implicit
+// lock, as one taken under the variant's name would not exclude the
+// holders of the protected documents' locks.
+func caseVariantRule(r Rule) Rule {
+	if r.Implicit() {
+		r.Unlocked = config.UnlockedRefuse
+	}
+	if r.Clients != nil {
+		c := *r.Clients
+		c.OthersUnlocked = config.UnlockedRefuse
+		r.Clients = &c
+	}
+	return r
 }
 
 // strictestIn is the rule of the most protected namespace of db ("" for

@@ -73,9 +73,10 @@ func (c *Command) Role() Role {
 // "<db>.$cmd", or an OP_COMPRESSED wrapping either; (nil, nil) for anything
 // else. The server identifies a command by the first key of its body, so
 // does this; a body that could be read two ways (a duplicate $db, lsid or
-// command key), an empty body, a missing or non-string $db in OP_MSG, or an
-// OP_QUERY whose $db disagrees with its namespace is ErrMalformed: the proxy
-// must never judge a different command than the one the server runs.
+// command key, in the body or as a document sequence), an empty body, a
+// missing or non-string $db in OP_MSG, or an OP_QUERY whose $db disagrees
+// with its namespace is ErrMalformed: the proxy must never judge a
+// different command than the one the server runs.
 func CommandOf(m Message) (*Command, error) {
 	switch m := m.(type) {
 	case *OpMsg:
@@ -100,6 +101,14 @@ func CommandOf(m Message) (*Command, error) {
 			return nil, malformed("OP_MSG: $db of command %q is empty", c.Name)
 		}
 		c.DB = internName(s)
+		for _, seq := range c.Sequences {
+			// The server reads a sequence as a body field of its name:
+			// FerretDB replaces the body's value with it, MongoDB
+			// refuses the duplicate. Either way not the value judged.
+			if seq.Identifier == "$db" || seq.Identifier == "lsid" || seq.Identifier == c.Name {
+				return nil, malformed("OP_MSG: %q is also a document sequence in command %q", seq.Identifier, c.Name)
+			}
+		}
 		return c, nil
 	case *OpQuery:
 		nsDB, ok := m.commandDB()

@@ -135,6 +135,18 @@ func TestCommandOfMalformed(t *testing.T) {
 		})), "appears twice"},
 		{"query no db", queryOf(".$cmd", cmdDoc("find", "c", "x")), "has no database"},
 		{"hand-made OpMsg", &OpMsg{}, "empty command body"},
+		// A document sequence is a body field to the server: FerretDB
+		// sets the field to the sequence's documents (replacing $db or
+		// the collection), MongoDB refuses the duplicate.
+		{"$db as a sequence", msgOf(cmdDoc("delete", "c", "open"), 0,
+			Sequence{Identifier: "$db", Documents: []bsoncore.Document{cmdDoc("x", "y", "locked")}}), `"$db" is also a document sequence`},
+		{"command key as a sequence", msgOf(cmdDoc("delete", "open", "app"), 0,
+			Sequence{Identifier: "delete", Documents: []bsoncore.Document{cmdDoc("x", "y", "app")}}), `"delete" is also a document sequence`},
+		{"applyOps's operations as a sequence", msgOf(doc(func(b *bsoncore.DocumentBuilder) {
+			b.AppendArray("applyOps", bsoncore.NewArrayBuilder().Build()).AppendString("$db", "admin")
+		}), 0, Sequence{Identifier: "applyOps", Documents: []bsoncore.Document{cmdDoc("op", "d", "x")}}), `"applyOps" is also a document sequence`},
+		{"lsid as a sequence", msgOf(cmdDoc("delete", "c", "app"), 0,
+			Sequence{Identifier: "lsid", Documents: []bsoncore.Document{lsid}}), `"lsid" is also a document sequence`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

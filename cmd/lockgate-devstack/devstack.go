@@ -194,12 +194,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-cha
 		f.Close()
 		cfg.Lockstore.OwnerSecretFile = f.Name()
 	}
-	logger, err := gateway.NewLoggerTo(cfg.Log, stderr)
+	logger, closeLog, err := gateway.OpenLogger(cfg.Log, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "devstack:", err)
 		return 2
 	}
-	defer logger.Sync()
+	defer closeLog()
 
 	up, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", Dir: o.dataDir, OnDisk: true, Logger: ferretLogger(stderr)})
 	if err != nil {

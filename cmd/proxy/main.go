@@ -151,12 +151,12 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	if o.check {
 		return runCheck(ctx, cfg, o.strict, stdout)
 	}
-	logger, err := gateway.NewLoggerTo(cfg.Log, stderr)
+	logger, closeLog, err := gateway.OpenLogger(cfg.Log, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "lockgate:", err)
 		return exitUsage
 	}
-	defer logger.Sync()
+	defer closeLog()
 	logger.Info("starting lockgate", zap.String("version", versionString()), zap.String("config", o.configPath))
 
 	// The gateway gets its own context so that a second signal, or a hung

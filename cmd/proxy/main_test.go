@@ -243,3 +243,23 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestBufferedLogIsWrittenAtExit: with log.flushInterval set, the lines
+// still in the buffer when lockgate stops (here its last, "lockgate
+// stopped", an info line no warning follows) are written before run
+// returns.
+func TestBufferedLogIsWrittenAtExit(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshutdownTimeout: 2s\n"+
+		"upstream:\n  uri: mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200\n  dialTimeout: 200ms\n"+
+		"log:\n  flushInterval: 10s\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // stop as soon as it has started
+	var stdout, stderr syncBuffer
+	if code := run(ctx, []string{"-config", file}, env(nil), &stdout, &stderr, make(chan os.Signal, 1)); code != exitOK {
+		t.Fatalf("exit code %d\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "lockgate stopped") {
+		t.Fatalf("the buffered last line was not written at exit:\n%s", stderr.String())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -520,6 +521,23 @@ func (s formStmt) names(i int, pins bool) bool {
 	return false
 }
 
+// inserted is the _id the statement inserts: an insert's, or the one an
+// upsert inserts when nothing matches (its filter's equality, else its
+// update's).
+func (s formStmt) inserted() (int, bool) {
+	switch {
+	case s.op == opInsert:
+		return s.ids[0], true
+	case !s.upsert:
+		return 0, false
+	case s.upsertID != 0:
+		return s.upsertID, true
+	case s.filter == byID || s.filter == byEq || s.filter == byAnd:
+		return s.ids[0], true
+	}
+	return 0, false
+}
+
 // expect is the model.
 func (c formCase) expect() expectation {
 	e := expectation{allowed: true, checked: map[string][]int{}, named: map[string][]int{}}
@@ -602,6 +620,17 @@ func (c formCase) expect() expectation {
 					causes = append(causes, ReasonHeldByOther)
 					break
 				}
+			}
+		}
+		// Under a default collation that is not simple the _id index may
+		// take a string _id for another ("a" for "A"), whatever the
+		// statement's own collation: an insert, or an upsert, of a string
+		// _id is refused while another session holds a lock on any string
+		// _id there, as lockgate cannot evaluate the collation
+		// (collation.go). A sessionless upsert is refused before.
+		if ins, ok := s.inserted(); ok && c.ci[s.ns] && (s.op == opInsert || !c.sessionless) {
+			if _, str := stringID(ins); str && slices.ContainsFunc(formIDs, func(i int) bool { _, si := stringID(i); return si && taken(s.ns, i) }) {
+				causes = append(causes, ReasonInsertLocked)
 			}
 		}
 		for _, id := range formIDs {
@@ -1075,6 +1104,15 @@ func TestAllowNamedForms(t *testing.T) {
 	disclose := func(c *formCase) { c.disclose = true }
 	// ciDefault gives shop.orders a case-insensitive default collation.
 	ciDefault := func(c *formCase) { c.ci = map[string]bool{nsOrders: true} }
+	// freeUpA frees "A" in shop.orders, on a copy of the lock states.
+	freeUpA := func(c *formCase) {
+		l := map[string]map[int]int{}
+		for ns, m := range c.locks {
+			l[ns] = maps.Clone(m)
+		}
+		l[nsOrders][idUpA] = 0
+		c.locks = l
+	}
 	upd := func(ns string, f formFilter, ids ...int) formStmt {
 		return formStmt{ns: ns, op: opModify, filter: f, ids: ids}
 	}
@@ -1164,8 +1202,20 @@ func TestAllowNamedForms(t *testing.T) {
 			[]formStmt{{ns: nsOrders, op: opDelete, filter: byIn, ids: []int{1, idLowA}, multi: true}}, ReasonNotLocked, ciDefault},
 		{"$and of a string _id and k under a case-insensitive collation: matches nothing", cmdUpdate,
 			[]formStmt{{ns: nsOrders, op: opModify, filter: byAnd, ids: []int{idUpA}, match: 1, collation: collCI}}, "", nil},
-		{"upsert of \"b\" under a case-insensitive collation", cmdUpdate,
-			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{idB}, upsert: true}}, "", ciDefault},
+		{"upsert of \"b\", held, under a case-insensitive default collation, while another session holds \"A\"", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{idB}, upsert: true}}, ReasonInsertLocked, ciDefault},
+		{"upsert of \"b\" under a case-insensitive default collation, no other session's string _id locked", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{idB}, upsert: true}}, "", func(c *formCase) { ciDefault(c); freeUpA(c) }},
+		{"insert of \"b\", held, under a case-insensitive default collation, while another session holds \"A\"", cmdBulkWrite,
+			[]formStmt{{ns: nsOrders, op: opInsert, ids: []int{idB}}}, ReasonInsertLocked, ciDefault},
+		{"upsert of \"b\" by $setOnInsert under a case-insensitive default collation, while another session holds \"A\"", cmdUpdate,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byMatch, match: 1, upsert: true, upsertID: idB}}, ReasonInsertLocked, ciDefault},
+		{"upsert of \"b\" under a case-insensitive statement collation, simple default, while another session holds \"A\"", cmdFindAndModify,
+			[]formStmt{{ns: nsOrders, op: opModify, filter: byID, ids: []int{idB}, upsert: true, collation: collCI}}, "", nil},
+		{"insert of \"b\" under the simple default collation, while another session holds \"A\"", cmdInsert,
+			[]formStmt{{ns: nsOrders, op: opInsert, ids: []int{idB}}}, "", nil},
+		{"without a session, an insert of the free 6 under a case-insensitive default collation", cmdInsert,
+			[]formStmt{{ns: nsOrders, op: opInsert, ids: []int{6}}}, "", func(c *formCase) { ciDefault(c); sessionless(c) }},
 		{"upsert of \"A\" under a case-insensitive collation, held by another", cmdBulkWrite,
 			[]formStmt{{ns: nsOrders, op: opReplace, filter: byID, ids: []int{idUpA}, upsert: true, collation: collCI}}, ReasonNotLocked, nil},
 		{"update of another session's _id, to a caller who may read it", cmdUpdate, []formStmt{upd(nsOrders, byID, 5)}, ReasonHeldByOther, disclose},

@@ -3,15 +3,16 @@ package enforce
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/guardtest"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/namespace"
@@ -19,6 +20,7 @@ import (
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -195,54 +197,279 @@ func (r *collatingResolver) Capped(ctx context.Context, ns namespace.Namespace) 
 
 var _ Resolver = (*collatingResolver)(nil)
 
-// TestInsertOfACaseVariantOfALockedID is a known gap, skipped unless
-// LOCKGATE_KNOWN_GAPS=1: in a collection whose default collation ignores
-// case, its _id index does too, so "C" and "c" are one document's _id to
-// the database. Session B locks "c" to create it (lock, then upsert); a
-// writer without that lock inserts {_id: "C"} first. The insert check
-// compares lock keys exactly, finds "C" unlocked and lets the insert
-// through (inserts: requireUnlocked should refuse it: docs/SECURITY.md,
-// "Insert the _id another session has locked"); the document B locked
-// now exists with the other writer's content, and B's upsert of "c"
-// matches "C", whose lock it does not hold. It fails on the code as it
-// is.
-func TestInsertOfACaseVariantOfALockedID(t *testing.T) {
-	if os.Getenv("LOCKGATE_KNOWN_GAPS") == "" {
-		t.Skip("known gap (collation-equal string _ids at insert); LOCKGATE_KNOWN_GAPS=1 runs it")
-	}
-	s := memstore.New(memstore.Config{})
-	acquire(t, s, ownerOf(2), "shop.orders", id(t, "c"))
-	res := newCollatingResolver()
-	res.SetCaseInsensitive("shop.orders")
+var (
+	_ HeldLister = (*memstore.Store)(nil)
+	_ HeldLister = (*lockstore.Store)(nil)
+)
+
+// listCounting is a memstore that counts its MayBeHeldIn calls, or, with
+// noList, a lock store that cannot list a namespace's locks at all.
+type listCounting struct {
+	*memstore.Store
+	lists int
+}
+
+func (s *listCounting) MayBeHeldIn(ctx context.Context, ns namespace.Namespace, limit int) ([]docid.ID, bool, error) {
+	s.lists++
+	return s.Store.MayBeHeldIn(ctx, ns, limit)
+}
+
+// noList is a lock store with no MayBeHeldIn (the in-memory one, whose
+// other capabilities it keeps but one).
+type noList struct{ Store }
+
+// unknownCollation is the collating resolver whose collation reads fail.
+type unknownCollation struct{ *collatingResolver }
+
+func (unknownCollation) SimpleCollation(context.Context, namespace.Namespace) (bool, error) {
+	return false, fmt.Errorf("listCollections: connection reset")
+}
+
+// collatedWalk is enforcement's walk over store s and resolver res with
+// one enforced rule (inserts: requireUnlocked, implicit locks when
+// implicit), whose commands act as owner o.
+func collatedWalk(s Store, res Resolver, o lockstore.Owner) func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
+	return collatedWalkUnder(s, res, o, policy.Rule{Mode: policy.Enforce, MaxCandidates: 10, Inserts: policy.InsertsRequireUnlocked})
+}
+
+// collatedWalkUnder is collatedWalk under rule r; an insert an implicit
+// lock would take is taken for held (the guard's implicit locks are not
+// enforce's).
+func collatedWalkUnder(s Store, res Resolver, o lockstore.Owner, r policy.Rule) func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
 	targets := NewTargets(TargetsConfig{Resolver: res, ResolveTimeout: time.Minute, Authority: authority.New(nil),
 		Throttle: &fakeThrottle{slots: make(chan struct{}, 1)},
 		Resolves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resolves"}, []string{"outcome"}),
 		Seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seconds"})})
+	var enforced *Violation
 	launched := false
 	k := &Walk[*Verdict]{Targets: targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
 		Rules: func(*policy.Policy, *proxy.Request, namespace.Namespace) []policy.Rule {
-			return []policy.Rule{{Mode: policy.Enforce, MaxCandidates: 10, Inserts: policy.InsertsRequireUnlocked}}
+			return []policy.Rule{r}
 		},
 		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
 			v := &Verdict{Req: req, Now: start}
 			return v, v
 		},
-		Owner: func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return ownerOf(1), true },
+		ImplicitInsert: func(*Verdict, namespace.Namespace, *policy.Rule, docid.ID) {},
+		Owner:          func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return o, true },
 		Decider: &Decider[*Verdict]{
-			Record: func(*proxy.Request, *policy.Policy, *Verdict, *Violation, time.Duration, time.Time) *Violation {
+			Record: func(_ *proxy.Request, _ *policy.Policy, _ *Verdict, x *Violation, _ time.Duration, _ time.Time) *Violation {
+				enforced = x
 				return nil
 			},
 			Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time) proxy.Decision {
 				launched = true
 				return proxy.Decision{Action: proxy.Forward}
 			}}}
-	req := request(t, bson.D{{Key: "insert", Value: "orders"}, {Key: "documents", Value: bson.A{bson.D{{Key: "_id", Value: "C"}}}},
-		{Key: "$db", Value: "shop"}, formLSID})
-	writes, err := policy.NewPlan(req.Message, req.Command).Writes()
-	if err != nil {
+	return func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
+		t.Helper()
+		enforced, launched = nil, false
+		req := request(t, append(body, bson.E{Key: "$db", Value: "shop"}, formLSID))
+		writes, err := policy.NewPlan(req.Message, req.Command).Writes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now())
+		if (d.Action == proxy.Forward) != launched {
+			t.Fatalf("action %v, launched %v", d.Action, launched)
+		}
+		return d, enforced
+	}
+}
+
+func insertOf(v any) bson.D {
+	return bson.D{{Key: "insert", Value: "orders"}, {Key: "documents", Value: bson.A{bson.D{{Key: "_id", Value: v}, {Key: "n", Value: 1}}}}}
+}
+
+// upsertOf is an update of _id v that inserts it when nothing matches,
+// under the statement's collation when one is given.
+func upsertOf(v any, collation ...bson.D) bson.D {
+	u := bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: v}}}, {Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: 1}}}}}, {Key: "upsert", Value: true}}
+	for _, c := range collation {
+		u = append(u, bson.E{Key: "collation", Value: c})
+	}
+	return bson.D{{Key: "update", Value: "orders"}, {Key: "updates", Value: bson.A{u}}}
+}
+
+// TestInsertOfACaseVariantOfALockedID: in a collection whose default
+// collation ignores case, its _id index does too, so "C" and "c" are one
+// document's _id to the database. Session B (2) locks "c" to create it
+// (lock, then upsert); a writer without that lock inserts {_id: "C"}
+// first. Compared exactly, "C" is unlocked; inserts: requireUnlocked must
+// refuse it all the same (docs/SECURITY.md, "Insert the _id another
+// session has locked"), as the document B locked would then exist with
+// the other writer's content. So must an upsert of "C" by a session (1)
+// that locked "C", which inserts it when nothing matches. The check
+// cannot evaluate the collation (the fake folds case; the proxy would
+// need ICU), so any lock on a string _id by another session refuses a
+// string _id's insert there. It failed on the code before the check
+// (run with LOCKGATE_KNOWN_GAPS=1 then, as a known gap).
+func TestInsertOfACaseVariantOfALockedID(t *testing.T) {
+	ci := newCollatingResolver()
+	ci.SetCaseInsensitive("shop.orders")
+	sc := newCollatingResolver() // shop.orders under the simple collation
+	for _, c := range []struct {
+		name string
+		res  Resolver
+		// mine and others' are the _ids of shop.orders the writer (1) and
+		// another session (2) hold.
+		mine, others []any
+		body         bson.D
+		refused      string // "" allowed
+		lists        bool   // the lock store is asked for the namespace's locks
+	}{
+		{"insert of \"C\" while another holds \"c\"", ci, nil, []any{"c"}, insertOf("C"), ReasonInsertLocked, true},
+		{"upsert of \"C\", held, while another holds \"c\"", ci, []any{"C"}, []any{"c"}, upsertOf("C"), ReasonInsertLocked, true},
+		{"upsert of \"C\" under the simple collation, while another holds \"c\": the _id index still ignores case", ci, []any{"C"}, []any{"c"},
+			upsertOf("C", bson.D{{Key: "locale", Value: "simple"}}), ReasonInsertLocked, true},
+		{"insert of {a: \"C\"} while another holds {a: \"c\"}", ci, nil, []any{bson.D{{Key: "a", Value: "c"}}}, insertOf(bson.D{{Key: "a", Value: "C"}}), ReasonInsertLocked, true},
+		{"insert of \"x\" while another holds \"c\": lockgate cannot tell what the collation equates", ci, nil, []any{"c"}, insertOf("x"), ReasonInsertLocked, true},
+		{"insert of \"C\" while this session holds \"c\"", ci, []any{"c"}, nil, insertOf("C"), "", true},
+		{"insert of \"C\" while another holds 7 and {a: 1}: no string", ci, nil, []any{7, bson.D{{Key: "a", Value: 1}}}, insertOf("C"), "", true},
+		{"insert of {a: \"C\"} while another holds {b: \"c\"}: another shape", ci, nil, []any{bson.D{{Key: "b", Value: "c"}}}, insertOf(bson.D{{Key: "a", Value: "C"}}), "", true},
+		{"insert of 7 while another holds \"c\": no string inserted", ci, nil, []any{"c"}, insertOf(7), "", false},
+		{"upsert of 7, held, while another holds \"c\"", ci, []any{7}, []any{"c"}, upsertOf(7), "", false},
+		{"insert of \"C\" under the simple collation while another holds \"c\"", sc, nil, []any{"c"}, insertOf("C"), "", false},
+		{"upsert of \"C\" under a case-insensitive statement collation, simple default, while another holds \"c\": the _id index is exact",
+			sc, []any{"C"}, []any{"c"}, upsertOf("C", ciCollation), "", false},
+		{"insert of \"C\" where the collation cannot be read, while another holds \"c\"", unknownCollation{sc}, nil, []any{"c"}, insertOf("C"), ReasonInsertLocked, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &listCounting{Store: memstore.New(memstore.Config{})}
+			for _, v := range c.mine {
+				acquire(t, s.Store, ownerOf(1), "shop.orders", id(t, v))
+			}
+			for _, v := range c.others {
+				acquire(t, s.Store, ownerOf(2), "shop.orders", id(t, v))
+			}
+			acquire(t, s.Store, ownerOf(2), "shop.invoices", id(t, "z"))
+			d, x := collatedWalk(s, c.res, ownerOf(1))(t, c.body)
+			switch {
+			case c.refused == "" && d.Action != proxy.Forward:
+				t.Fatalf("refused (%+v), want allowed", x)
+			case c.refused != "" && (d.Action != proxy.Reply || x == nil || x.Reason != c.refused):
+				t.Fatalf("action %v, violation %+v; want refused %s", d.Action, x, c.refused)
+			case (s.lists > 0) != c.lists:
+				t.Fatalf("the lock store listed the namespace's locks %d times, want it to: %v", s.lists, c.lists)
+			}
+			if x == nil {
+				return
+			}
+			// The refusal names the _id the request names, and the holder
+			// (which the guard hides from who may not read the
+			// namespace), never the locked _id, which the request did not
+			// name.
+			for _, v := range c.others {
+				if o, ok := v.(string); ok && strings.Contains(x.Detail, fmt.Sprintf("%q", o)) {
+					t.Fatalf("the refusal %q names another session's locked _id %q", x.Detail, o)
+				}
+			}
+			if len(x.IDs) != 1 || x.Holder == nil || Undisclosed(*x).Holder != nil {
+				t.Fatalf("the refusal shows _ids %v, holder %v; want the inserted _id and the holder", x.IDs, x.Holder)
+			}
+		})
+	}
+}
+
+// TestCollatedInsertUnderImplicitLocks: under unlockedWriters the insert
+// of "C" takes an implicit lock on "C", which another session's lock on
+// "c" does not stop (the keys differ); the collation check refuses it as
+// without implicit locks.
+func TestCollatedInsertUnderImplicitLocks(t *testing.T) {
+	res := newCollatingResolver()
+	res.SetCaseInsensitive("shop.orders")
+	s := memstore.New(memstore.Config{})
+	acquire(t, s, ownerOf(2), "shop.orders", id(t, "c"))
+	r := policy.Rule{Mode: policy.Enforce, MaxCandidates: 10, Inserts: policy.InsertsRequireUnlocked, Unlocked: config.UnlockedRefuseIfLocked}
+	if !r.Implicit() {
+		t.Fatal("the rule takes no implicit locks")
+	}
+	if d, x := collatedWalkUnder(s, res, ownerOf(1), r)(t, insertOf("C")); d.Action != proxy.Reply || x == nil || x.Reason != ReasonInsertLocked {
+		t.Fatalf("action %v, violation %+v; want refused %s", d.Action, x, ReasonInsertLocked)
+	}
+}
+
+// TestCollatedInsertFailsClosed: where a collation may equate string _ids,
+// the insert of one is refused when the lock store cannot list the
+// namespace's locks (it has no such query, or it is down), or when more
+// are locked there than the check reads; not once the locks are gone.
+func TestCollatedInsertFailsClosed(t *testing.T) {
+	res := newCollatingResolver()
+	res.SetCaseInsensitive("shop.orders")
+	s := memstore.New(memstore.Config{})
+	locks := acquire(t, s, ownerOf(2), "shop.orders", id(t, "c"))
+	if d, x := collatedWalk(noList{s}, res, ownerOf(1))(t, insertOf("C")); d.Action != proxy.Reply || x == nil || x.Reason != refuse.ReasonUnavailable {
+		t.Fatalf("a lock store that cannot list the namespace's locks: action %v, violation %+v; want refused %s", d.Action, x, refuse.ReasonUnavailable)
+	}
+	s.SetUnavailable(fmt.Errorf("down"))
+	if d, x := collatedWalk(s, res, ownerOf(1))(t, insertOf("C")); d.Action != proxy.Reply || x == nil || x.Reason != refuse.ReasonUnavailable {
+		t.Fatalf("a lock store that is down: action %v, violation %+v; want refused %s", d.Action, x, refuse.ReasonUnavailable)
+	}
+	s.SetUnavailable(nil)
+	if _, err := s.Release(context.Background(), ownerOf(2), namespace.Of("shop.orders"), []docid.ID{locks[0].ID}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if d := k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now()); d.Action != proxy.Reply || launched {
-		t.Fatalf(`an insert of "C" while another session holds "c", in a collection whose _ids ignore case: action %v, launched %v; want refused (insert_locked)`, d.Action, launched)
+	var many []docid.ID
+	for i := range MaxCollatedLocks + 1 {
+		many = append(many, id(t, i))
+	}
+	acquire(t, s, ownerOf(2), "shop.orders", many...)
+	if d, x := collatedWalk(s, res, ownerOf(1))(t, insertOf("C")); d.Action != proxy.Reply || x == nil || x.Reason != ReasonInsertLocked {
+		t.Fatalf("more than %d locks held: action %v, violation %+v; want refused %s", MaxCollatedLocks, d.Action, x, ReasonInsertLocked)
+	}
+	if _, err := s.ReleaseAll(context.Background(), ownerOf(2), namespace.Of("shop.orders"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if d, x := collatedWalk(s, res, ownerOf(1))(t, insertOf("C")); d.Action != proxy.Forward {
+		t.Fatalf("no lock held: refused %+v", x)
+	}
+}
+
+// TestStringBearingAndShape: the values a collation can take for an _id
+// of other bytes, and the shape two such _ids share.
+func TestStringBearingAndShape(t *testing.T) {
+	val := func(v any) bsoncore.Value {
+		typ, data, err := bson.MarshalValue(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bsoncore.Value{Type: typ, Data: data}
+	}
+	for _, c := range []struct {
+		v    any
+		want bool
+	}{
+		{"c", true}, {primitive.Symbol("c"), true}, {bson.D{{Key: "a", Value: bson.D{{Key: "b", Value: "x"}}}}, true},
+		{primitive.CodeWithScope{Code: "f", Scope: bson.D{{Key: "a", Value: "x"}}}, true},
+		{7, false}, {bson.D{{Key: "a", Value: 1}}, false}, {primitive.NewObjectID(), false}, {primitive.JavaScript("x"), false},
+	} {
+		if got := StringBearing(val(c.v)); got != c.want {
+			t.Errorf("StringBearing(%v) = %v, want %v", c.v, got, c.want)
+		}
+	}
+	same := func(a, b any) bool {
+		ka, err := shapeKey(val(a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kb, err := shapeKey(val(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ka == kb
+	}
+	for _, c := range []struct {
+		a, b any
+		want bool
+	}{
+		{"C", "c", true}, {"C", "straße", true}, {"C", primitive.Symbol("c"), true},
+		{bson.D{{Key: "a", Value: "C"}, {Key: "n", Value: 1}}, bson.D{{Key: "a", Value: "c"}, {Key: "n", Value: 1.0}}, true},
+		{bson.D{{Key: "a", Value: "C"}, {Key: "n", Value: 1}}, bson.D{{Key: "a", Value: "c"}, {Key: "n", Value: 2}}, false},
+		{bson.D{{Key: "a", Value: "C"}}, bson.D{{Key: "A", Value: "c"}}, false},
+		{"C", bson.D{{Key: "a", Value: "c"}}, false},
+	} {
+		if got := same(c.a, c.b); got != c.want {
+			t.Errorf("one shape (%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+		}
 	}
 }

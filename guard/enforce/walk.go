@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // Walk is enforcement's walk over the writes of one request: the rule of
@@ -139,6 +140,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 	var deferred []int // writes whose documents must be resolved first
 	need := Needs(b.NeedBuf[:0])
 	var inserts Needs
+	collate := false // an insert or upsert may need the collation check (collated)
 	for i := range writes {
 		// Both by pointer: a rule and a write are too large to copy on
 		// every call, and a copy held across calls is zeroed on entry.
@@ -152,7 +154,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 				b.Add(*r, *w, ReasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
 			}
 		case policy.KindInsert:
-			k.insert(ctx, v, b, r, w, &inserts)
+			collate = k.insert(ctx, v, b, r, w, &inserts) || collate
 		default:
 			if !hasSession && !r.Implicit() {
 				b.Add(*r, *w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
@@ -161,6 +163,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 			if w.Upsert && k.cappedInsertRefused(ctx, b, r, *w) {
 				continue
 			}
+			collate = collate || Collatable(r, w, bsoncore.Value{})
 			ids, ok, later := k.targets(ctx, b, r, w, false)
 			if later {
 				deferred = append(deferred, i)
@@ -198,6 +201,9 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 	}
 	for _, n := range inserts {
 		k.Checker.Insertable(ctx, b, n.Rule, o, n.NS, n.IDs)
+	}
+	if collate {
+		k.collated(ctx, b, o, writes, rules)
 	}
 	if k.Checked != nil {
 		k.Checked(ctx, v, o, hasSession)
@@ -237,11 +243,12 @@ func (k *Walk[V]) Unclassifiable(req *proxy.Request, pol *policy.Policy, v V, b 
 
 // insert takes insert w into the walk: fenced, refused into a capped
 // collection, and, where the rule requires its _id unlocked, the lock to
-// check (into inserts, or an implicit lock's).
-func (k *Walk[V]) insert(ctx context.Context, v V, b *Verdict, r *policy.Rule, w *policy.Write, inserts *Needs) {
+// check (into inserts, or an implicit lock's). collate: it may need the
+// collation check too (Collatable).
+func (k *Walk[V]) insert(ctx context.Context, v V, b *Verdict, r *policy.Rule, w *policy.Write, inserts *Needs) (collate bool) {
 	k.fence(v, r, *w, nil)
 	if k.cappedInsertRefused(ctx, b, r, *w) || r.Inserts != policy.InsertsRequireUnlocked {
-		return
+		return false
 	}
 	id, found, certain := policy.InsertID(*w)
 	switch {
@@ -257,7 +264,9 @@ func (k *Walk[V]) insert(ctx context.Context, v V, b *Verdict, r *policy.Rule, w
 				inserts.Add(w.NS, r, did)
 			}
 		}
+		return Collatable(r, w, id)
 	}
+	return false
 }
 
 // underScheme reports whether a write is under a locking scheme: only

@@ -165,6 +165,14 @@ func (s *Stage) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 	cmd := req.Command
 	start := time.Now()
 	a, cerr := parseLockCommand(cmd, s.cfg.MaxLockIDs)
+	if pol := s.cfg.Policy(); cerr == nil && pol != nil {
+		// A lock under a case variant of a protected database is no lock
+		// on the documents an upstream that folds database names writes
+		// under it (policy.Lookup).
+		if spelled, ok := pol.CaseVariantOf(cmd.DB); ok {
+			cerr = refuse.BadArg(mongoerr.InvalidNamespace, "%s: database %q differs only in case from %q, which the policy protects; send the command on %q", cmd.Name, cmd.DB, spelled, spelled)
+		}
+	}
 	// One connection's lock commands cannot take the lock store from the
 	// others: they wait for their ids' share, and for a delay once they
 	// keep being malformed (throttle.go).
