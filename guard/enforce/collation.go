@@ -121,8 +121,10 @@ func (t *Targets) DefaultCollationSimple(ctx context.Context, ns namespace.Names
 // when the store cannot list the namespace's locks, or more than
 // MaxCollatedLocks may be held there. The refusal names only ids, never
 // the locked _id, which the request did not name.
+//
+// Its namespace is r.LockNamespace's, as Locks.Insertable's.
 func (l *Locks) CollatedInsertable(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) *Violation {
-	ns := w.NS
+	ns := r.LockNamespace(w.NS)
 	lister, ok := l.store.(HeldLister)
 	if !ok {
 		return &Violation{Rule: *r, Write: w, Reason: refuse.ReasonUnavailable,
@@ -224,7 +226,7 @@ func (k *Walk[V]) collated(ctx context.Context, b *Verdict, o lockstore.Owner, w
 		} else {
 			v, found, certain = policy.UpsertID(*w)
 		}
-		if !found || !certain || !StringBearing(v) || b.Blocked(w.NS) || !k.Checker.Locks.MayHoldLocks(w.NS) {
+		if !found || !certain || !StringBearing(v) || b.Blocked(w.NS) || !k.Checker.Locks.MayHoldLocks(r.LockNamespace(w.NS)) {
 			continue // no _id known: refused elsewhere, or the server makes an ObjectId
 		}
 		id, err := IDCopy(v)
@@ -236,7 +238,7 @@ func (k *Walk[V]) collated(ctx context.Context, b *Verdict, o lockstore.Owner, w
 			j++
 		}
 		if j == len(groups) {
-			if k.Targets.DefaultCollationSimple(ctx, w.NS) {
+			if k.Targets.DefaultCollationSimple(ctx, r.LockNamespace(w.NS)) {
 				continue
 			}
 			groups = append(groups, group{r: r, w: *w})
