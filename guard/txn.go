@@ -25,6 +25,9 @@ func (g *Guard) newTxnCheck() *txn.Check {
 			return g.ruleFor(pol.Lookup(ns), req).LeaseMargin
 		},
 		Confirmed: g.confirmedStatus, LeaseLeft: g.leaseLeft, ForceSeq: g.flights.ForceSeq,
+		Collated: func(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) string {
+			return enforce.CommitCollated(ctx, g.targeting, g.locks, o, ns, ids)
+		},
 		Launch: g.launchCommit,
 		Refused: func() {
 			g.metrics.decisions.WithLabelValues("transaction", enforce.DecisionReject, txn.ReasonCommitNotCovered).Inc()

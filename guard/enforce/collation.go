@@ -184,6 +184,29 @@ func (l *Locks) CollatedInsertable(ctx context.Context, o lockstore.Owner, r *po
 	return nil
 }
 
+// CommitCollated is the collation check of a transaction's commit
+// (txn.Config.Collated): the statements' inserts of ids into ns were
+// checked when sent (Walk.collated), and a lock taken since on an _id the
+// collation may take for one of them is as much in the way. It returns
+// why the commit may not insert them, "" when it may; it fails closed as
+// CollatedInsertable does. ns is the namespace whose locks apply
+// (policy.Rule.LockNamespace).
+func CommitCollated(ctx context.Context, t *Targets, l *Locks, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) string {
+	var strs []docid.ID
+	for _, id := range ids {
+		if StringBearing(id.Core()) {
+			strs = append(strs, id)
+		}
+	}
+	if len(strs) == 0 || !l.MayHoldLocks(ns) || t.DefaultCollationSimple(ctx, ns) {
+		return ""
+	}
+	if x := l.CollatedInsertable(ctx, o, &policy.Rule{}, policy.Write{NS: ns}, strs); x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // Collatable reports whether a statement of w under r may need the
 // collation check (Walk.collated): an insert whose _id is of a type that
 // can hold a string, or an upsert, where the rule requires inserted _ids
