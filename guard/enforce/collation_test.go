@@ -308,8 +308,7 @@ func upsertOf(v any, collation ...bson.D) bson.D {
 // that locked "C", which inserts it when nothing matches. The check
 // cannot evaluate the collation (the fake folds case; the proxy would
 // need ICU), so any lock on a string _id by another session refuses a
-// string _id's insert there. It failed on the code before the check
-// (run with LOCKGATE_KNOWN_GAPS=1 then, as a known gap).
+// string _id's insert there. It failed on the code before the check.
 func TestInsertOfACaseVariantOfALockedID(t *testing.T) {
 	ci := newCollatingResolver()
 	ci.SetCaseInsensitive("shop.orders")
