@@ -62,6 +62,19 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 			rec = append(rec, lockstore.TxnNeed{NS: n.NS, Bind: o.Bind, Unlocked: n.IDs})
 		}
 	}
+	// An upsert inserts its _id when nothing matches: the commit checks
+	// it as an insert under a collation that is not simple (its own lock
+	// passes the exact check), for a lock taken since on another spelling.
+	for i, w := range v.Writes {
+		if w.Kind == policy.KindInsert || !w.Upsert || i >= len(v.Rules) || v.Rules[i].Mode != policy.Enforce || v.Rules[i].Inserts != policy.InsertsRequireUnlocked {
+			continue
+		}
+		if val, found, certain := policy.UpsertID(w); found && certain && enforce.StringBearing(val) {
+			if id, err := enforce.IDCopy(val); err == nil {
+				rec = append(rec, lockstore.TxnNeed{NS: w.NS, Bind: o.Bind, Unlocked: []docid.ID{id}})
+			}
+		}
+	}
 	if x := g.txns.Record(ctx, req, o.Session, rec); x != nil {
 		v.Violations = append(v.Violations, enforce.Violation{Rule: g.ruleOf(v, x.NS), Write: v.FirstWrite(x.NS), Reason: x.Reason, Detail: x.Detail, Advice: x.Advice})
 	}

@@ -8,7 +8,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/bson"
 
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/testserver/scripted"
@@ -22,6 +25,19 @@ type caseInsensitiveOrders struct{ Resolver }
 
 func (caseInsensitiveOrders) SimpleCollation(_ context.Context, ns namespace.Namespace) (bool, error) {
 	return ns.String() != "shop.orders", nil
+}
+
+// Candidates: no document matches (an upsert inserts).
+func (caseInsensitiveOrders) Candidates(context.Context, namespace.Namespace, bsoncore.Document, bsoncore.Document, bsoncore.Value, int) ([]docid.ID, error) {
+	return nil, nil
+}
+
+// lockString is s's acquireLock of string _id id in shop.orders.
+func (s txnSession) lockString(t *testing.T, p *stack, id string) {
+	t.Helper()
+	if r := s.cmd(t, p, bson.D{{"acquireLock", "orders"}, {"ids", bson.A{id}}, {"leaseMS", 30000}, {"$db", "shop"}}); !okReply(r) {
+		t.Fatalf("acquireLock %q: %v", id, r)
+	}
 }
 
 func txnInsertOf(id any, n int64) bson.D {
@@ -55,9 +71,7 @@ func TestCommitOfAnInsertOfANowLockedCaseVariantIsChecked(t *testing.T) {
 	a, b := newTxnSession(0xc1), newTxnSession(0xc2)
 
 	wantOK(t, "insert of \"C\" in the transaction", a.cmd(t, p, txnInsertOf("C", 1)))
-	if r := b.cmd(t, p, bson.D{{"acquireLock", "orders"}, {"ids", bson.A{"c"}}, {"leaseMS", 30000}, {"$db", "shop"}}); !okReply(r) {
-		t.Fatalf("acquireLock \"c\": %v", r)
-	}
+	b.lockString(t, p, "c")
 	r := a.cmd(t, p, endCmd("commitTransaction", 1))
 	wantCommitRefused(t, u, r, 1)
 	if msg, _ := r["errmsg"].(string); !strings.Contains(msg, "default collation") {
@@ -79,4 +93,13 @@ func TestCommitOfAnInsertOfANowLockedCaseVariantIsChecked(t *testing.T) {
 	}
 	wantOK(t, "insert of \"C\" in the transaction", a.cmd(t, p, txnInsertOf("C", 3)))
 	wantCommitted(t, u, a.cmd(t, p, endCmd("commitTransaction", 3)), 3)
+
+	// An upsert of "D" under A's lock on "D" inserts it when nothing
+	// matches: B's lock on "d", taken since, refuses its commit too.
+	a.lockString(t, p, "D")
+	upsert := bson.D{{"update", "orders"}, {"updates", bson.A{bson.D{{"q", bson.D{{"_id", "D"}}}, {"u", bson.D{{"$set", bson.D{{"n", 1}}}}}, {"upsert", true}}}},
+		{"txnNumber", int64(4)}, {"autocommit", false}, {"startTransaction", true}, {"$db", "shop"}}
+	wantOK(t, "upsert of \"D\" in the transaction", a.cmd(t, p, upsert))
+	b.lockString(t, p, "d")
+	wantCommitRefused(t, u, a.cmd(t, p, endCmd("commitTransaction", 4)), 4)
 }
