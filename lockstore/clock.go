@@ -42,6 +42,9 @@ type clockSample struct {
 // estimate. Before the first sample, Now reports ok=false through estimate.
 type serverClock struct {
 	local func() time.Time
+	// timeNow: local is time.Now (newServerClock's default), whose
+	// readings carry the monotonic clock.
+	timeNow bool
 
 	mu sync.Mutex // serializes add
 	// best is the sample the estimate is made from, nil before the
@@ -55,11 +58,14 @@ type clockEstimate struct {
 	mid    time.Time // local midpoint of the best sample
 	server time.Time // server time at that midpoint
 	rtt    time.Duration
+	// mono: mid carries a monotonic clock reading, so that the time
+	// since it can be read on the monotonic clock alone (sinceMid).
+	mono bool
 }
 
 func newServerClock(local func() time.Time) *serverClock {
 	if local == nil {
-		local = time.Now
+		return &serverClock{local: time.Now, timeNow: true}
 	}
 	return &serverClock{local: local}
 }
@@ -80,8 +86,12 @@ func (c *serverClock) add(s clockSample) {
 		b.uncertainty(now) < rtt/2+serverTimeResolution+drift(now.Sub(mid)) {
 		return
 	}
-	c.best.Store(&clockEstimate{mid: mid, server: s.server, rtt: rtt})
+	c.best.Store(&clockEstimate{mid: mid, server: s.server, rtt: rtt, mono: hasMonotonic(mid)})
 }
+
+// hasMonotonic reports whether t carries a monotonic clock reading
+// (time.Now's do; Round(0), Truncate, UTC and a parsed time strip it).
+func hasMonotonic(t time.Time) bool { return t != t.Round(0) }
 
 func drift(d time.Duration) time.Duration {
 	if d < 0 {
@@ -91,7 +101,29 @@ func drift(d time.Duration) time.Duration {
 }
 
 func (b *clockEstimate) uncertainty(now time.Time) time.Duration {
-	return b.rtt/2 + serverTimeResolution + drift(now.Sub(b.mid))
+	return b.uncertaintyAfter(now.Sub(b.mid))
+}
+
+// uncertaintyAfter is uncertainty at d after the sample's midpoint.
+func (b *clockEstimate) uncertaintyAfter(d time.Duration) time.Duration {
+	return b.rtt/2 + serverTimeResolution + drift(d)
+}
+
+// monotonicEstimate is the estimate when it can be read on the monotonic
+// clock alone: the local clock is time.Now's and the sample's midpoint
+// carries a monotonic reading; nil otherwise. Every use of the local
+// reading in a cached lock check is a difference with another local
+// reading (the midpoint, a confirmation), which Go takes on the monotonic
+// clock: time.Since of such a time reads that clock alone, where
+// time.Now reads the wall clock as well, the more costly half.
+func (c *serverClock) monotonicEstimate() *clockEstimate {
+	if !c.timeNow {
+		return nil
+	}
+	if b := c.best.Load(); b != nil && b.mono {
+		return b
+	}
+	return nil
 }
 
 // estimate returns the server time, its uncertainty, and false before the

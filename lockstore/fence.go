@@ -107,6 +107,16 @@ func (s *Store) heldCachedMemo(owner Owner, ns namespace.Namespace, id docid.ID,
 	return e.g.ExpiresAt.Add(-unc).Sub(now), true
 }
 
+// monotonicEstimate is the store's own server-clock estimate when a
+// cached check can read it on the monotonic clock alone
+// (serverClock.monotonicEstimate); nil with an injected clock.
+func (s *Store) monotonicEstimate() *clockEstimate {
+	if s.sclock == nil || s.clock != Clock(s.sclock) {
+		return nil
+	}
+	return s.sclock.monotonicEstimate()
+}
+
 // nowLocal is s.clock.Now and the local time.Now of the same instant.
 // With the store's own server-clock estimate, whose local clock is
 // time.Now, one reading serves both: a cached lock check reads the clock

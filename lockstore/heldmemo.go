@@ -28,6 +28,9 @@ type HeldMemo struct {
 	expires   time.Time // the lease's end, on the store's clock
 	token     int64
 	confirmed time.Time // local; zero where the store keeps no such time
+	// mono: confirmed carries a monotonic clock reading (a store's
+	// monotonic check needs one).
+	mono bool
 }
 
 // Fill records a lock check that store, at generation gen, answered from
@@ -35,7 +38,7 @@ type HeldMemo struct {
 // the store's memory of it was confirmed at local time confirmed.
 func (m *HeldMemo) Fill(store any, gen uint64, owner Owner, ns namespace.Namespace, key string, expires time.Time, token int64, confirmed time.Time) {
 	*m = HeldMemo{store: store, gen: gen, session: owner.Session, bind: owner.Bind, ns: ns, key: key,
-		expires: expires, token: token, confirmed: confirmed}
+		expires: expires, token: token, confirmed: confirmed, mono: hasMonotonic(confirmed)}
 }
 
 // Match returns what Fill recorded when it was filled by store at
@@ -65,6 +68,18 @@ func (s *Store) HeldTokenMemo(m *HeldMemo, owner Owner, ns namespace.Namespace, 
 		return 0, 0, false
 	}
 	if expires, token, confirmed, ok := m.Match(s, s.cache.gen.Load(), owner, ns, id.Key()); ok {
+		if b := s.monotonicEstimate(); b != nil && m.mono {
+			// One reading of the monotonic clock serves both: the server's
+			// time (the estimate's, at d after its midpoint) and the time
+			// since the confirmation (d less the confirmation's offset
+			// from the midpoint, both monotonic readings).
+			d := time.Since(b.mid)
+			now, unc := b.server.Add(d), b.uncertaintyAfter(d)
+			if expires.After(now.Add(unc+margin)) && d-confirmed.Sub(b.mid) <= s.cfg.CacheTrust {
+				return expires.Add(-unc).Sub(now), token, true
+			}
+			return 0, 0, false
+		}
 		now, unc, local := s.nowLocal()
 		if expires.After(now.Add(unc+margin)) && local.Sub(confirmed) <= s.cfg.CacheTrust {
 			return expires.Add(-unc).Sub(now), token, true

@@ -221,7 +221,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 		s.m = NewMetrics()
 	}
 	if s.clock == nil {
-		s.sclock = newServerClock(time.Now)
+		s.sclock = newServerClock(nil) // time.Now, read on the monotonic clock alone where it can be
 		s.clock = s.sclock
 	}
 	if hook := s.onExpire; hook != nil {

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -158,8 +160,38 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 		b, err := wire.WithBody(m, query)
 		return b, maxTime, err
 	default:
-		return wire.AppendWithEdits(e.Buf[:0], msg.(*wire.OpMsg), body, extra, seqs), maxTime, nil
+		om := msg.(*wire.OpMsg)
+		if !edited {
+			if b, ok := appendCap(e.Buf[:0], om, body, extra, seqs); ok {
+				return b, maxTime, nil
+			}
+		}
+		return wire.AppendWithEdits(e.Buf[:0], om, body, extra, seqs), maxTime, nil
 	}
+}
+
+// appendCap is the message m with extra, encoded elements, added at the
+// end of its body, when only the cap changes and m has the usual layout:
+// its body, which body is, as its first section and no checksum. The
+// message's bytes are copied around the new elements and its two
+// lengths set (what wire.AppendWithEdits yields, byte for byte, without
+// encoding each section again); false otherwise.
+func appendCap(dst []byte, m *wire.OpMsg, body bsoncore.Document, extra []byte, seqs []wire.Sequence) ([]byte, bool) {
+	const at = wire.HeaderSize + 4 + 1 // header, flags, section kind 0
+	raw := m.Raw()
+	if m.Flags&wire.ChecksumPresent != 0 || len(body) < 5 || len(raw) < at+len(body) || raw[at-1] != 0 ||
+		&raw[at] != &body[0] || len(seqs) != len(m.Sequences) || (len(seqs) > 0 && &seqs[0] != &m.Sequences[0]) {
+		return nil, false
+	}
+	end := at + len(body) - 1 // the body's terminating 0
+	start := len(dst)
+	dst = slices.Grow(dst, len(raw)+len(extra))
+	dst = append(dst, raw[:end]...)
+	dst = append(dst, extra...)
+	dst = append(dst, raw[end:]...)
+	binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-start))
+	binary.LittleEndian.PutUint32(dst[start+at:], uint32(len(body)+len(extra)))
+	return dst, true
 }
 
 // appendElements is d with elems, encoded elements, added at its end.

@@ -38,6 +38,9 @@ type Config struct {
 // atomic here; what matters is that every answer matches lockstore.Store's.
 type Store struct {
 	cfg Config
+	// local: cfg.Clock is the local clock (localClock), whose readings
+	// carry the monotonic clock: a memo's check reads that alone.
+	local bool
 
 	mu   sync.Mutex
 	recs map[docid.Key]*record
@@ -72,10 +75,11 @@ func New(cfg Config) *Store {
 	if cfg.MaxLease == 0 {
 		cfg.MaxLease = lockstore.DefaultMaxLease
 	}
-	if cfg.Clock == nil {
+	local := cfg.Clock == nil
+	if local {
 		cfg.Clock = localClock{}
 	}
-	return &Store{cfg: cfg, recs: map[docid.Key]*record{}, changed: make(chan struct{})}
+	return &Store{cfg: cfg, local: local, recs: map[docid.Key]*record{}, changed: make(chan struct{})}
 }
 
 type localClock struct{}
@@ -497,6 +501,15 @@ func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns n
 		return 0, 0, false
 	}
 	if expires, token, _, ok := m.Match(s, s.gen.Load(), owner, ns, id.Key()); ok {
+		if s.local {
+			// expires is the lease's end as a monotonic reading (below):
+			// one reading of the monotonic clock, as lockstore's memo
+			// check takes.
+			if left := time.Until(expires); left > margin {
+				return left, token, true
+			}
+			return 0, 0, false
+		}
 		now, unc := s.cfg.Clock.Now()
 		if expires.After(now.Add(unc + margin)) {
 			return expires.Add(-unc).Sub(now), token, true
@@ -514,7 +527,14 @@ func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns n
 	if r == nil || !ownedBy(r, owner) || !r.expires.After(now.Add(unc+margin)) {
 		return 0, 0, false
 	}
-	m.Fill(s, s.gen.Load(), owner, ns, id.Key(), r.expires, r.token, time.Time{})
+	expires := r.expires
+	if s.local {
+		// The lease's end as a local monotonic reading: its time left
+		// from now, on the monotonic clock (now is time.Now's reading;
+		// r.expires, truncated, has none).
+		expires = now.Add(r.expires.Sub(now))
+	}
+	m.Fill(s, s.gen.Load(), owner, ns, id.Key(), expires, r.token, time.Time{})
 	return r.expires.Add(-unc).Sub(now), r.token, true
 }
 

@@ -1,0 +1,140 @@
+package guard
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
+)
+
+// blockingSink is a decision log whose next line, once armed, blocks
+// until released: a full pipe, a stalled disk.
+type blockingSink struct {
+	armed   chan struct{} // a value: block the next line
+	entered chan time.Time
+	release chan struct{}
+}
+
+func (s *blockingSink) Write(p []byte) (int, error) {
+	select {
+	case <-s.armed:
+		s.entered <- time.Now()
+		<-s.release
+	default:
+	}
+	return len(p), nil
+}
+
+func (s *blockingSink) Sync() error { return nil }
+
+// TestBlockingDecisionLineCannotStretchALease: an allowed write's
+// decision line is written after its lock check, to a sink that can block
+// for any time (a full pipe, a stalled disk). Whenever the write can
+// still leave (the proxy's deadline check, d.Deadline, passed at the
+// moment it would send the bytes), it must carry a maxTimeMS that ends
+// its run before its lease less the margin: the lease left may not be
+// counted from a reading taken before the line unless the time the write
+// may still leave after it is bounded (docs/BENCHMARKS.md, issue 25,
+// h10-core: the one-clock-reading design).
+func TestBlockingDecisionLineCannotStretchALease(t *testing.T) {
+	c := newConnTest(t)
+	sink := &blockingSink{armed: make(chan struct{}, 1), entered: make(chan time.Time, 1), release: make(chan struct{})}
+	c.g = New(Options{Store: c.store, Logger: zap.NewNop(),
+		DecisionSink: &LineSink{Out: zapcore.Lock(sink), Level: zapcore.InfoLevel}})
+	pol := c.g0Policy(t)
+	c.g.SetPolicy(pol)
+	a := lsidOf(1)
+	c.lockCmd(cmdAcquire, a, 7)
+	ns := namespace.Of("db.locked")
+	seven, err := docid.Of(int32(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.store.Status(context.Background(), lockstore.Owner{}, ns, []docid.ID{seven})
+	if err != nil || len(st) != 1 || !st[0].Held {
+		t.Fatalf("the lock is not held: %v %v", st, err)
+	}
+	// What the write may not run past.
+	limit := st[0].ExpiresAt.Add(-pol.Lookup(ns).LeaseMargin)
+
+	stmt := bsoncore.NewDocumentBuilder().
+		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
+		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+		Build()
+	body := bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", a).AppendString("$db", "db").Build()
+	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := wire.CommandOf(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// write decides the write as the proxy does and reports whether it
+	// would leave, checking what it would run under if so.
+	write := func(block time.Duration) (left bool, late bsoncore.Document) {
+		t.Helper()
+		if block > 0 {
+			sink.armed <- struct{}{}
+		}
+		req := &proxy.Request{Message: msg, Command: cmd, Client: c.client}
+		done := make(chan proxy.Decision, 1)
+		go func() { done <- c.g.Intercept(context.Background(), req) }()
+		if block > 0 {
+			entered := <-sink.entered
+			// The line's write is under way; let the time pass.
+			<-time.After(time.Until(entered.Add(block)))
+			sink.release <- struct{}{}
+		}
+		d := <-done
+		if d.Action != proxy.Rewrite {
+			t.Fatalf("the holder's write: %+v %s", d, d.Reply)
+		}
+		// The proxy's check, immediately before the bytes leave.
+		leaving := time.Now()
+		if d.Deadline.IsZero() || d.Deadline.Before(leaving) {
+			late = d.LateReply.LateReply()
+			d.OnReply.Reply(context.Background(), nil)
+			return false, late
+		}
+		sent, err := wire.Parse(d.Message, wire.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		scmd, err := wire.CommandOf(sent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, ok := scmd.Body.Lookup("maxTimeMS").AsInt64OK()
+		if !ok {
+			t.Fatalf("no maxTimeMS in %s", scmd.Body)
+		}
+		if end := leaving.Add(time.Duration(ms) * time.Millisecond); end.After(limit) {
+			t.Fatalf("the write left with maxTimeMS %d: it may run until %s, past its lease less the margin (%s) by %s",
+				ms, end.Format(time.RFC3339Nano), limit.Format(time.RFC3339Nano), end.Sub(limit))
+		}
+		d.MessageDone.ReleaseMessage(d.Message)
+		d.OnReply.Reply(context.Background(), nil)
+		return true, nil
+	}
+	for range 3 {
+		write(0) // unblocked: leaves (or, descheduled past the bound, is refused), always inside the lease
+	}
+	refused := 0
+	for _, block := range []time.Duration{5 * time.Millisecond, 50 * time.Millisecond} {
+		if left, _ := write(block); !left {
+			refused++ // refused rather than let run past its lease: allowed
+		}
+	}
+	write(0)
+	t.Logf("%d of the 2 writes whose line blocked were refused", refused)
+}
