@@ -25,6 +25,9 @@ func (g *Guard) newTxnCheck() *txn.Check {
 			return g.ruleFor(pol.Lookup(ns), req).LeaseMargin
 		},
 		Confirmed: g.confirmedStatus, LeaseLeft: g.leaseLeft, ForceSeq: g.flights.ForceSeq,
+		Collated: func(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) string {
+			return enforce.CommitCollated(ctx, g.targeting, g.locks, o, ns, ids)
+		},
 		Launch: g.launchCommit,
 		Refused: func() {
 			g.metrics.decisions.WithLabelValues("transaction", enforce.DecisionReject, txn.ReasonCommitNotCovered).Inc()
@@ -57,6 +60,19 @@ func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o
 	for _, n := range inserts {
 		if n.Rule.Mode == policy.Enforce && len(n.IDs) > 0 {
 			rec = append(rec, lockstore.TxnNeed{NS: n.NS, Bind: o.Bind, Unlocked: n.IDs})
+		}
+	}
+	// An upsert inserts its _id when nothing matches: the commit checks
+	// it as an insert under a collation that is not simple (its own lock
+	// passes the exact check), for a lock taken since on another spelling.
+	for i, w := range v.Writes {
+		if w.Kind == policy.KindInsert || !w.Upsert || i >= len(v.Rules) || v.Rules[i].Mode != policy.Enforce || v.Rules[i].Inserts != policy.InsertsRequireUnlocked {
+			continue
+		}
+		if val, found, certain := policy.UpsertID(w); found && certain && enforce.StringBearing(val) {
+			if id, err := enforce.IDCopy(val); err == nil {
+				rec = append(rec, lockstore.TxnNeed{NS: w.NS, Bind: o.Bind, Unlocked: []docid.ID{id}})
+			}
 		}
 	}
 	if x := g.txns.Record(ctx, req, o.Session, rec); x != nil {

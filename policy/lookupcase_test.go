@@ -95,3 +95,17 @@ func TestLookupOfACaseVariantLockCollection(t *testing.T) {
 		t.Errorf("Lookup(CC.w) = %s lock side %v, want the enforced data side", r.Mode, r.Scheme.LockSide)
 	}
 }
+
+// TestLockNamespaceOfACaseVariant: the locks an insert into a case
+// variant must not meet are the protected namespace's, where they are
+// taken; every other namespace's are its own.
+func TestLockNamespaceOfACaseVariant(t *testing.T) {
+	p := compile(t, Off, config.NamespaceRule{Match: "shop.orders", Mode: Enforce}, config.NamespaceRule{Match: "Crm.*", Mode: Audit})
+	for ns, want := range map[string]string{"SHOP.orders": "shop.orders", "Shop.orders": "shop.orders", "crm.leads": "Crm.leads",
+		"shop.orders": "shop.orders", "Crm.leads": "Crm.leads", "other.x": "other.x", "SHOP.other": "shop.other"} {
+		r := p.Lookup(namespace.Of(ns))
+		if got := r.LockNamespace(namespace.Of(ns)).String(); got != want {
+			t.Errorf("Lookup(%q).LockNamespace = %q, want %q", ns, got, want)
+		}
+	}
+}

@@ -73,6 +73,24 @@ type Rule struct {
 	// UnlockedWait bounds the queueing of such a write under
 	// config.UnlockedWait.
 	UnlockedWait time.Duration
+	// CaseOf is, for the rule of a database that is a case variant of
+	// one the rules name (CaseVariantOf), that database as they spell it;
+	// "" for any other. An upstream that folds database names writes the
+	// protected documents under the variant, where no lock can be taken,
+	// so the locks an insert must not meet are the protected namespace's
+	// (LockNamespace).
+	CaseOf string
+}
+
+// LockNamespace is the namespace whose locks apply to a write of ns under
+// r: ns, but for a case variant of a protected database, the protected
+// database's namespace of the same collection (Rule.CaseOf).
+func (r *Rule) LockNamespace(ns namespace.Namespace) namespace.Namespace {
+	if r.CaseOf == "" {
+		return ns
+	}
+	_, coll := ns.Parts()
+	return namespace.New(r.CaseOf, coll)
 }
 
 // Implicit reports whether a write from a session that holds none of the
@@ -300,10 +318,10 @@ func (p *Policy) Lookup(n namespace.Namespace) Rule {
 func (p *Policy) lookupVariant(spelled, coll string) Rule {
 	if len(p.lockRules) > 0 {
 		if r, ok := p.lockSide(namespace.New(spelled, coll)); ok {
-			return caseVariantRule(r)
+			return caseVariantRule(r, spelled)
 		}
 	}
-	return caseVariantRule(p.lookupIn(spelled, coll))
+	return caseVariantRule(p.lookupIn(spelled, coll), spelled)
 }
 
 // lookupIn is lookupColl with time-series buckets read as their
@@ -355,10 +373,12 @@ func (p *Policy) CaseVariantOf(db string) (string, bool) {
 	return found, found != ""
 }
 
-// caseVariantRule is r for a case variant of its database: no implicit
-// lock, as one taken under the variant's name would not exclude the
-// holders of the protected documents' locks.
-func caseVariantRule(r Rule) Rule {
+// caseVariantRule is r for a case variant of its database, spelled as
+// the rules spell it: no implicit lock, as one taken under the variant's
+// name would not exclude the holders of the protected documents' locks,
+// and inserts checked against those holders' locks (CaseOf).
+func caseVariantRule(r Rule, spelled string) Rule {
+	r.CaseOf = spelled
 	if r.Implicit() {
 		r.Unlocked = config.UnlockedRefuse
 	}

@@ -42,9 +42,7 @@ import (
 // "A"), what a refusal may show and to whom (MayDisclose), what the
 // fence is told, and what a transaction's statement leaves for its
 // commit. docs/TESTING.md lists the mutations each was seen failing
-// under; LOCKGATE_KNOWN_GAPS=1 holds the code to the contract where it is
-// known to fall short (the skipped tests of collation_test.go and
-// disclosure_test.go).
+// under.
 
 // The fixture: three namespaces of the same documents: six numbered ones,
 // {_id: i, k: i % 3} for i in 1..6, so a filter {k: c} matches two of
@@ -490,10 +488,6 @@ func (s formStmt) matches(ci bool) []int {
 	}
 	return out
 }
-
-// knownGaps: LOCKGATE_KNOWN_GAPS is set, so the generator holds the code
-// to the contract where it is known to fall short too.
-var knownGaps = os.Getenv("LOCKGATE_KNOWN_GAPS") != ""
 
 // pins reports whether s is read under a case-insensitive collation
 // (its own, else its collection's default), and whether its filter pins

@@ -121,8 +121,10 @@ func (t *Targets) DefaultCollationSimple(ctx context.Context, ns namespace.Names
 // when the store cannot list the namespace's locks, or more than
 // MaxCollatedLocks may be held there. The refusal names only ids, never
 // the locked _id, which the request did not name.
+//
+// Its namespace is r.LockNamespace's, as Locks.Insertable's.
 func (l *Locks) CollatedInsertable(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) *Violation {
-	ns := w.NS
+	ns := r.LockNamespace(w.NS)
 	lister, ok := l.store.(HeldLister)
 	if !ok {
 		return &Violation{Rule: *r, Write: w, Reason: refuse.ReasonUnavailable,
@@ -182,6 +184,29 @@ func (l *Locks) CollatedInsertable(ctx context.Context, o lockstore.Owner, r *po
 	return nil
 }
 
+// CommitCollated is the collation check of a transaction's commit
+// (txn.Config.Collated): the statements' inserts of ids into ns were
+// checked when sent (Walk.collated), and a lock taken since on an _id the
+// collation may take for one of them is as much in the way. It returns
+// why the commit may not insert them, "" when it may; it fails closed as
+// CollatedInsertable does. ns is the namespace whose locks apply
+// (policy.Rule.LockNamespace).
+func CommitCollated(ctx context.Context, t *Targets, l *Locks, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) string {
+	var strs []docid.ID
+	for _, id := range ids {
+		if StringBearing(id.Core()) {
+			strs = append(strs, id)
+		}
+	}
+	if len(strs) == 0 || !l.MayHoldLocks(ns) || t.DefaultCollationSimple(ctx, ns) {
+		return ""
+	}
+	if x := l.CollatedInsertable(ctx, o, &policy.Rule{}, policy.Write{NS: ns}, strs); x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // Collatable reports whether a statement of w under r may need the
 // collation check (Walk.collated): an insert whose _id is of a type that
 // can hold a string, or an upsert, where the rule requires inserted _ids
@@ -224,7 +249,7 @@ func (k *Walk[V]) collated(ctx context.Context, b *Verdict, o lockstore.Owner, w
 		} else {
 			v, found, certain = policy.UpsertID(*w)
 		}
-		if !found || !certain || !StringBearing(v) || b.Blocked(w.NS) || !k.Checker.Locks.MayHoldLocks(w.NS) {
+		if !found || !certain || !StringBearing(v) || b.Blocked(w.NS) || !k.Checker.Locks.MayHoldLocks(r.LockNamespace(w.NS)) {
 			continue // no _id known: refused elsewhere, or the server makes an ObjectId
 		}
 		id, err := IDCopy(v)
@@ -236,7 +261,7 @@ func (k *Walk[V]) collated(ctx context.Context, b *Verdict, o lockstore.Owner, w
 			j++
 		}
 		if j == len(groups) {
-			if k.Targets.DefaultCollationSimple(ctx, w.NS) {
+			if k.Targets.DefaultCollationSimple(ctx, r.LockNamespace(w.NS)) {
 				continue
 			}
 			groups = append(groups, group{r: r, w: *w})

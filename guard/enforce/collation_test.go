@@ -236,6 +236,12 @@ func collatedWalk(s Store, res Resolver, o lockstore.Owner) func(t *testing.T, b
 // lock would take is taken for held (the guard's implicit locks are not
 // enforce's).
 func collatedWalkUnder(s Store, res Resolver, o lockstore.Owner, r policy.Rule) func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
+	return walkOf(s, res, o, func(namespace.Namespace) policy.Rule { return r }, "shop")
+}
+
+// walkOf is collatedWalk with the rule of each namespace from rules, and
+// commands on database db.
+func walkOf(s Store, res Resolver, o lockstore.Owner, rules func(namespace.Namespace) policy.Rule, db string) func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
 	targets := NewTargets(TargetsConfig{Resolver: res, ResolveTimeout: time.Minute, Authority: authority.New(nil),
 		Throttle: &fakeThrottle{slots: make(chan struct{}, 1)},
 		Resolves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resolves"}, []string{"outcome"}),
@@ -243,8 +249,8 @@ func collatedWalkUnder(s Store, res Resolver, o lockstore.Owner, r policy.Rule) 
 	var enforced *Violation
 	launched := false
 	k := &Walk[*Verdict]{Targets: targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
-		Rules: func(*policy.Policy, *proxy.Request, namespace.Namespace) []policy.Rule {
-			return []policy.Rule{r}
+		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
+			return []policy.Rule{rules(ns)}
 		},
 		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
 			v := &Verdict{Req: req, Now: start}
@@ -264,7 +270,7 @@ func collatedWalkUnder(s Store, res Resolver, o lockstore.Owner, r policy.Rule) 
 	return func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
 		t.Helper()
 		enforced, launched = nil, false
-		req := request(t, append(body, bson.E{Key: "$db", Value: "shop"}, formLSID))
+		req := request(t, append(body, bson.E{Key: "$db", Value: db}, formLSID))
 		writes, err := policy.NewPlan(req.Message, req.Command).Writes()
 		if err != nil {
 			t.Fatal(err)
@@ -302,8 +308,7 @@ func upsertOf(v any, collation ...bson.D) bson.D {
 // that locked "C", which inserts it when nothing matches. The check
 // cannot evaluate the collation (the fake folds case; the proxy would
 // need ICU), so any lock on a string _id by another session refuses a
-// string _id's insert there. It failed on the code before the check
-// (run with LOCKGATE_KNOWN_GAPS=1 then, as a known gap).
+// string _id's insert there. It failed on the code before the check.
 func TestInsertOfACaseVariantOfALockedID(t *testing.T) {
 	ci := newCollatingResolver()
 	ci.SetCaseInsensitive("shop.orders")

@@ -365,8 +365,12 @@ func documents(n int) string {
 // locked (nil: it may go), and fails closed when the store cannot tell.
 // checked: the store was asked; where no lock may be held in ns at all,
 // no _id of it can be locked, and most inserts need no round trip.
+//
+// The locks are those of r.LockNamespace: into a case variant of a
+// protected database, where no lock can be taken, the protected
+// namespace's, which an upstream that folds database names writes.
 func (l *Locks) Insertable(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) (_ *Violation, checked bool) {
-	ns := w.NS
+	ns := r.LockNamespace(w.NS)
 	if !l.MayHoldLocks(ns) {
 		return nil, false
 	}
@@ -379,10 +383,19 @@ func (l *Locks) Insertable(ctx context.Context, o lockstore.Owner, r *policy.Rul
 		if st.Held && !st.HeldByYou {
 			h := st.Holder
 			return &Violation{Rule: *r, Write: w, Reason: ReasonInsertLocked, IDs: []docid.ID{st.ID}, Holder: &h,
-				Detail: fmt.Sprintf("another session has locked _id %s, which this insert would create (%s)", st.ID, refuse.DescribeHolder(h))}, true
+				Detail: fmt.Sprintf("another session has locked _id %s%s, which this insert would create (%s)", st.ID, inVariant(r, ns), refuse.DescribeHolder(h))}, true
 		}
 	}
 	return nil, true
+}
+
+// inVariant names ns, the namespace whose locks an insert under r was
+// checked against, when it is not the one written (Rule.CaseOf).
+func inVariant(r *policy.Rule, ns namespace.Namespace) string {
+	if r.CaseOf == "" {
+		return ""
+	}
+	return " in " + ns.String() + ", which a server that folds database names writes under this spelling"
 }
 
 // Needs are the locks a command's writes need, by namespace in the order

@@ -91,6 +91,12 @@ type Config struct {
 	// LeaseLeft reports whether o holds ids with more than margin left,
 	// and how much lease is surely left.
 	LeaseLeft func(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (time.Duration, bool, error)
+	// Collated is the insert check under a default collation that is not
+	// simple (enforce's Locks.CollatedInsertable, where the namespace's
+	// is not): why inserting ids into ns, as o, may create a document
+	// another session locked under another spelling of its _id; "" when
+	// it may not. nil refuses every commit that inserts (fail closed).
+	Collated func(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) string
 	// ForceSeq is the in-flight tracker's force-release sequence.
 	ForceSeq func() uint64
 	// Launch launches a covered commit as a write in flight, with next
@@ -209,12 +215,18 @@ func (c *Check) End(ctx context.Context, req *proxy.Request) proxy.Decision {
 		held.Add(x.NS, x.Held)
 		unlocked.Add(x.NS, x.Unlocked)
 	}
-	// The insert check first: it needs no lease.
+	// The insert check first: it needs no lease. It is the statement's
+	// (enforce's Locks.Insertable and CollatedInsertable), against the
+	// locks taken since: of the namespace whose locks apply (a case
+	// variant of a protected database's are the protected one's), exact,
+	// then under the namespace's default collation.
 	for _, l := range unlocked {
 		if len(l.IDs) == 0 {
 			continue
 		}
-		sts, err := cfg.Confirmed(ctx, o, l.NS, l.IDs)
+		r := pol.Lookup(l.NS)
+		ns := r.LockNamespace(l.NS)
+		sts, err := cfg.Confirmed(ctx, o, ns, l.IDs)
 		if err != nil {
 			return c.refuse(req, ts, key, n, fmt.Sprintf("the lock store cannot confirm that the _ids it inserts into %s are unlocked (%v)", l.NS, err))
 		}
@@ -222,6 +234,12 @@ func (c *Check) End(ctx context.Context, req *proxy.Request) proxy.Decision {
 			if st.Held && !st.HeldByYou {
 				return c.refuse(req, ts, key, n, fmt.Sprintf("another session has locked _id %s, which it inserts into %s", st.ID, l.NS))
 			}
+		}
+		if cfg.Collated == nil {
+			return c.refuse(req, ts, key, n, fmt.Sprintf("this proxy cannot check the _ids it inserts into %s under that collection's collation", l.NS))
+		}
+		if why := cfg.Collated(ctx, o, ns, l.IDs); why != "" {
+			return c.refuse(req, ts, key, n, why)
 		}
 	}
 	// Guarded: a force-release of one of the locks through this proxy

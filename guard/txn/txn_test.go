@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,10 @@ type rig struct {
 	lockedBy bool          // Confirmed: another session holds the inserted _ids
 	launched []*Commit
 	forced   bool // Launch finds a force-release since ForceSeq
+	// collated is Collated's answer; asked are the namespaces Confirmed
+	// and Collated were asked about.
+	collated string
+	asked    []string
 }
 
 // launchedHook is a launched flight's hook: it hands the reply on, as
@@ -101,7 +106,8 @@ func newRig(t *testing.T, withRecords bool) *rig {
 		LeaseMargin: func(_ *proxy.Request, pol *policy.Policy, ns namespace.Namespace) time.Duration {
 			return pol.Lookup(ns).LeaseMargin
 		},
-		Confirmed: func(_ context.Context, _ lockstore.Owner, _ namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
+		Confirmed: func(_ context.Context, _ lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
+			r.asked = append(r.asked, "confirmed "+ns.String())
 			var out []lockstore.Status
 			for _, id := range ids {
 				out = append(out, lockstore.Status{ID: id, Held: r.lockedBy})
@@ -110,6 +116,10 @@ func newRig(t *testing.T, withRecords bool) *rig {
 		},
 		LeaseLeft: func(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, time.Duration) (time.Duration, bool, error) {
 			return r.left, r.left > 0, nil
+		},
+		Collated: func(_ context.Context, _ lockstore.Owner, ns namespace.Namespace, _ []docid.ID) string {
+			r.asked = append(r.asked, "collated "+ns.String())
+			return r.collated
 		},
 		ForceSeq: func() uint64 { return 3 },
 		Launch: func(c *Commit, _ time.Duration, next proxy.ReplyHook) proxy.ReplyHook {
@@ -224,6 +234,45 @@ func TestCommitOfAnInsertOfALockedIDIsAborted(t *testing.T) {
 	r.record(t, 1, nil, ids(t, 9))
 	r.lockedBy = true
 	wantAborted(t, r, r.check.End(context.Background(), request(t, "commitTransaction", 1)), "another session has locked _id 9")
+}
+
+// TestCommitOfAnInsertUnderACollationIsChecked: a lock taken since the
+// statement on an _id the namespace's collation may take for an inserted
+// one ("c" for "C") refuses the commit as it refused the statement; the
+// commit re-checked inserted _ids exactly only before, and was launched.
+// Without the collation check (Collated nil), a commit that inserts is
+// refused (fail closed).
+func TestCommitOfAnInsertUnderACollationIsChecked(t *testing.T) {
+	r := newRig(t, true)
+	r.record(t, 1, nil, ids(t, 9))
+	r.collated = "another session has locked an _id the collation may take for 9"
+	wantAborted(t, r, r.check.End(context.Background(), request(t, "commitTransaction", 1)), r.collated)
+	if want := []string{"confirmed shop.orders", "collated shop.orders"}; !slices.Equal(r.asked, want) {
+		t.Errorf("asked %v, want %v", r.asked, want)
+	}
+
+	r = newRig(t, true)
+	r.check.cfg.Collated = nil
+	r.record(t, 1, nil, ids(t, 9))
+	wantAborted(t, r, r.check.End(context.Background(), request(t, "commitTransaction", 1)), "this proxy cannot check the _ids it inserts into shop.orders under that collection's collation")
+}
+
+// TestCommitOfAnInsertIntoACaseVariantIsChecked: an insert into
+// SHOP.orders, a case variant of the protected shop.orders, is checked at
+// its commit against shop.orders's locks, where they are taken (a server
+// that folds database names writes shop.orders for it); it was checked
+// under SHOP.orders, where no lock can be, before.
+func TestCommitOfAnInsertIntoACaseVariantIsChecked(t *testing.T) {
+	r := newRig(t, true)
+	if x := r.check.Record(context.Background(), request(t, "insert", 1), r.key,
+		[]lockstore.TxnNeed{{NS: namespace.Of("SHOP.orders"), Unlocked: ids(t, 9)}}); x != nil {
+		t.Fatalf("recording: %+v", x)
+	}
+	r.lockedBy = true
+	wantAborted(t, r, r.check.End(context.Background(), request(t, "commitTransaction", 1)), "another session has locked _id 9, which it inserts into SHOP.orders")
+	if want := []string{"confirmed shop.orders"}; !slices.Equal(r.asked, want) {
+		t.Errorf("asked %v, want %v", r.asked, want)
+	}
 }
 
 // TestStatementAfterTheCommitBeganIsRefused: once a commit has read the

@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -226,6 +227,19 @@ func (m *spellingModel) holderWrite(step int) {
 	}
 }
 
+// holderLock is the lock holder's acquireLock or releaseLock of
+// lockedInsertID in protected collection c.
+func (m *spellingModel) holderLock(c, cmd string) {
+	m.t.Helper()
+	body := bson.D{{cmd, c}, {"ids", bson.A{lockedInsertID}}, {"lsid", bson.D{{"id", bsonUUID(m.holder.lsid)}}}, {"$db", m.db}}
+	if cmd == "acquireLock" {
+		body = slices.Insert(body, 2, bson.E{"leaseMS", int32(30000)})
+	}
+	if r := m.holder.send(m.t, wire.AppendMsg(nil, m.holder.next(), 0, 0, marshal(body))); r.closed || r.code != 0 || !r.ok {
+		m.t.Fatalf("holder %s of _id %d in %s: %+v", cmd, lockedInsertID, c, r)
+	}
+}
+
 // try sends f to the control through FerretDB and to the protected
 // database through lockgate, checks the invariant, and names the verdict.
 func (m *spellingModel) try(f spellingForm, step int) string {
@@ -235,7 +249,13 @@ func (m *spellingModel) try(f spellingForm, step int) string {
 	if ctlWritten {
 		m.reset(m.ctl)
 	}
+	if f.heldColl != "" {
+		m.holderLock(f.heldColl, "acquireLock")
+	}
 	pxR := m.proxy.send(m.t, f.build(m.db, m.proxy, int32(-1-step)))
+	if f.heldColl != "" {
+		m.holderLock(f.heldColl, "releaseLock")
+	}
 	if got := m.snapshot(m.db); !sameDocs(got, m.want) {
 		m.t.Errorf("%s: a session holding no lock changed the protected data: %v, want %v (lockgate answered %+v; FerretDB alone %+v)", f.name, got, m.want, pxR, upR)
 		m.reset(m.db)
@@ -422,7 +442,15 @@ type spellingForm struct {
 	// protected one; FerretDB here keeps them apart, so lockgate itself
 	// must refuse it.
 	folds bool
+	// heldColl, when set, is a protected collection in which the lock
+	// holder holds _id lockedInsertID while the form is sent through
+	// lockgate (to create it: lock, then upsert).
+	heldColl string
 }
+
+// lockedInsertID is the _id a lock holder holds, not yet created, while a
+// form inserts it into a case variant of the protected database.
+const lockedInsertID = int32(100)
 
 // foldsDB reports whether a database spelling is an ASCII case variant.
 func foldsDB(name string) bool { return name == "UPPER" || name == "Title" }
@@ -551,6 +579,17 @@ func spellingForms() []spellingForm {
 					if !foldsDB(ds.name) {
 						continue
 					}
+					// An _id the holder locked to create it: inserted
+					// into the variant, a folding upstream creates the
+					// locked document (it was allowed, the insert check
+					// looking for locks under the variant's name).
+					forms = append(forms, spellingForm{
+						name: fmt.Sprintf("insert of an _id locked in %q: $db %s", coll, ds.name),
+						build: func(db string, sc *spellConn, v int32) []byte {
+							return msgOn(sc, ds.f(db), bson.D{{"insert", coll}, {"documents", bson.A{bson.D{{"_id", lockedInsertID}, {"v", v}}}}})
+						},
+						folds: true, heldColl: coll,
+					})
 					// The lock that would make the variant's writes
 					// pass: none is granted there.
 					forms = append(forms, spellingForm{
