@@ -393,20 +393,26 @@ func genImplicitCase(r *rand.Rand) implicitCase {
 				s.kind = "update"
 			}
 		}
-		switch {
-		case s.kind == "insert":
-			s.filter, s.ids = "", []int{id()}
-		case s.filter == "id":
-			s.ids = []int{id()}
-			s.upsert = s.kind == "update" && r.IntN(3) == 0
-		case s.filter == "in":
-			s.ids = []int{id(), id()}
-			slices.Sort(s.ids)
-			s.ids = slices.Compact(s.ids)
-		}
+		s.pickIDs(r, id)
 		c.stmts = append(c.stmts, s)
 	}
 	return c
+}
+
+// pickIDs gives s the _ids its kind and filter name, drawn by id: one
+// for an insert or an _id filter (which may upsert), one or two for $in.
+func (s *implicitStmt) pickIDs(r *rand.Rand, id func() int) {
+	switch {
+	case s.kind == "insert":
+		s.filter, s.ids = "", []int{id()}
+	case s.filter == "id":
+		s.ids = []int{id()}
+		s.upsert = s.kind == "update" && r.IntN(3) == 0
+	case s.filter == "in":
+		s.ids = []int{id(), id()}
+		slices.Sort(s.ids)
+		s.ids = slices.Compact(s.ids)
+	}
 }
 
 // TestImplicitLockForms: writes of every form, from a session holding
@@ -452,17 +458,7 @@ func genTwoNamespaceCase(r *rand.Rand) implicitCase {
 		if k == 1 && s.ns == c.stmts[0].ns {
 			s.ns = 1 - s.ns // both collections, always
 		}
-		switch {
-		case s.kind == "insert":
-			s.filter, s.ids = "", []int{id()}
-		case s.filter == "id":
-			s.ids = []int{id()}
-			s.upsert = s.kind == "update" && r.IntN(3) == 0
-		case s.filter == "in":
-			s.ids = []int{id(), id()}
-			slices.Sort(s.ids)
-			s.ids = slices.Compact(s.ids)
-		}
+		s.pickIDs(r, id)
 		c.stmts = append(c.stmts, s)
 	}
 	return c
