@@ -183,16 +183,19 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		d, _, _ = g.edit(req, pol, v, d, ed)
 		return d
 	}
-	p.v, p.pol = v, pol
+	p.v, p.pol, p.g = v, pol, g // LateReply reads all three, also before launchAt
 	budget := p.end.Sub(now) - p.margin
-	if budget <= 0 {
+	// Under a millisecond is late too: the least maxTimeMS a server takes
+	// is 1, which would let the write run past the lease by the rest of
+	// that millisecond (a margin of 0 is allowed).
+	if budget < time.Millisecond {
 		if d.OnReply != nil {
 			d.OnReply.Abandon()
 		}
 		return proxy.Decision{Action: proxy.Reply, Reply: p.LateReply()}
 	}
 	if req.Command != nil && !v.InTxn {
-		ed.MaxTimeMS = max(budget.Milliseconds(), 1)
+		ed.MaxTimeMS = budget.Milliseconds()
 	}
 	d, maxTime, ok := g.edit(req, pol, v, d, ed)
 	if !ok {

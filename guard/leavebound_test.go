@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -137,4 +138,91 @@ func TestBlockingDecisionLineCannotStretchALease(t *testing.T) {
 	}
 	write(0)
 	t.Logf("%d of the 2 writes whose line blocked were refused", refused)
+}
+
+// TestSubMillisecondBudgetIsLate: with no lease margin, a write whose
+// decision ends less than a millisecond before its lease does may not
+// leave with maxTimeMS 1 (the least a server takes), which would let it
+// run up to a millisecond past the lease, when another session may hold
+// the lock: it is refused as late. The decision line is held until the
+// lease has 0.2–0.8 ms left, so the guard reads the lease left after it.
+func TestSubMillisecondBudgetIsLate(t *testing.T) {
+	c := newConnTest(t)
+	sink := &blockingSink{armed: make(chan struct{}, 1), entered: make(chan time.Time, 1), release: make(chan struct{})}
+	c.g = New(Options{Store: c.store, Logger: zap.NewNop(),
+		DecisionSink: &LineSink{Out: zapcore.Lock(sink), Level: zapcore.InfoLevel}})
+	pol := c.g0Policy(t)
+	if m := pol.Lookup(namespace.Of("db.locked")).LeaseMargin; m != 0 {
+		t.Fatalf("the policy's lease margin is %v; the test needs none", m)
+	}
+	c.g.SetPolicy(pol)
+	stmt := bsoncore.NewDocumentBuilder().
+		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
+		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+		Build()
+	seven, err := docid.Of(int32(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace.Of("db.locked")
+	overran := 0
+	for i, left := range []time.Duration{800 * time.Microsecond, 500 * time.Microsecond, 200 * time.Microsecond} {
+		a := lsidOf(byte(10 + i))
+		// A short lease, so that the line is held for about a second.
+		d := c.do(bsoncore.NewDocumentBuilder().AppendString(cmdAcquire, "locked").
+			AppendArray("ids", bsoncore.NewArrayBuilder().AppendInt32(7).Build()).AppendInt32("leaseMS", 1000).
+			AppendDocument("lsid", a).AppendString("$db", "db").Build())
+		if ok, _ := d.Reply.Lookup("ok").AsInt64OK(); ok != 1 {
+			t.Fatalf("acquire: %s", d.Reply)
+		}
+		st, err := c.store.Status(context.Background(), lockstore.Owner{}, ns, []docid.ID{seven})
+		if err != nil || len(st) != 1 || !st[0].Held {
+			t.Fatalf("the lock is not held: %v %v", st, err)
+		}
+		limit := st[0].ExpiresAt
+		body := bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", a).AppendString("$db", "db").Build()
+		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := wire.CommandOf(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink.armed <- struct{}{}
+		done := make(chan proxy.Decision, 1)
+		go func() {
+			done <- c.g.Intercept(context.Background(), &proxy.Request{Message: msg, Command: cmd, Client: c.client})
+		}()
+		<-sink.entered
+		<-time.After(time.Until(limit.Add(-left)))
+		sink.release <- struct{}{}
+		d = <-done
+		leaving := time.Now()
+		if d.Action == proxy.Rewrite && !d.Deadline.IsZero() && !d.Deadline.Before(leaving) {
+			sent, err := wire.Parse(d.Message, wire.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			scmd, err := wire.CommandOf(sent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, _ := scmd.Body.Lookup("maxTimeMS").AsInt64OK()
+			if end := leaving.Add(time.Duration(ms) * time.Millisecond); ms <= 0 || end.After(limit) {
+				overran++
+				t.Errorf("with %v of its lease left at the line's end, the write left with maxTimeMS %d: it may run %v past its lease", left, ms, end.Sub(limit))
+			}
+			d.MessageDone.ReleaseMessage(d.Message)
+		}
+		if d.OnReply != nil {
+			d.OnReply.Reply(context.Background(), nil)
+		}
+		// Under a millisecond left, or none: refused, with the reason.
+		if ok, _ := d.Reply.Lookup("ok").AsInt64OK(); d.Action != proxy.Reply || ok != 0 || !bytes.Contains(d.Reply, []byte("leaseMarginMS")) {
+			t.Errorf("with %v of its lease left at the line's end: action %v, reply %s; want the late refusal", left, d.Action, d.Reply)
+		}
+		c.lockCmd(cmdRelease, a, 7)
+	}
+	t.Logf("%d of 3 writes could overrun", overran)
 }
