@@ -42,10 +42,14 @@ func (s *blockingSink) Sync() error { return nil }
 // for any time (a full pipe, a stalled disk). Whenever the write can
 // still leave (the proxy's deadline check, d.Deadline, passed at the
 // moment it would send the bytes), it must carry a maxTimeMS that ends
-// its run before its lease less the margin: the lease left may not be
-// counted from a reading taken before the line unless the time the write
-// may still leave after it is bounded (docs/BENCHMARKS.md, issue 25,
-// h10-core: the one-clock-reading design).
+// its run before its lease less the margin, counted from the end of the
+// line: the lease left may not be counted from a reading taken before the
+// line unless the time the write may still leave after it is bounded
+// (docs/BENCHMARKS.md, issue 25, h10-core: the one-clock-reading design).
+// The time from the guard's reading to the bytes leaving (its edit, the
+// proxy's checks, a pause of the process) is not counted here: the lease
+// margin covers it (docs/ENFORCEMENT.md, "maxTimeMS"); on a loaded
+// machine, or under the race detector, it was seen at 7 ms.
 func TestBlockingDecisionLineCannotStretchALease(t *testing.T) {
 	c := newConnTest(t)
 	sink := &blockingSink{armed: make(chan struct{}, 1), entered: make(chan time.Time, 1), release: make(chan struct{})}
@@ -89,11 +93,14 @@ func TestBlockingDecisionLineCannotStretchALease(t *testing.T) {
 		}
 		req := &proxy.Request{Message: msg, Command: cmd, Client: c.client}
 		done := make(chan proxy.Decision, 1)
+		// from: no later than the guard's reading of the lease left.
+		from := time.Now()
 		go func() { done <- c.g.Intercept(context.Background(), req) }()
 		if block > 0 {
 			entered := <-sink.entered
 			// The line's write is under way; let the time pass.
 			<-time.After(time.Until(entered.Add(block)))
+			from = time.Now()
 			sink.release <- struct{}{}
 		}
 		d := <-done
@@ -119,8 +126,8 @@ func TestBlockingDecisionLineCannotStretchALease(t *testing.T) {
 		if !ok {
 			t.Fatalf("no maxTimeMS in %s", scmd.Body)
 		}
-		if end := leaving.Add(time.Duration(ms) * time.Millisecond); end.After(limit) {
-			t.Fatalf("the write left with maxTimeMS %d: it may run until %s, past its lease less the margin (%s) by %s",
+		if end := from.Add(time.Duration(ms) * time.Millisecond); end.After(limit) {
+			t.Fatalf("the write left with maxTimeMS %d, counted from before its line ended: it may run until %s, past its lease less the margin (%s) by %s",
 				ms, end.Format(time.RFC3339Nano), limit.Format(time.RFC3339Nano), end.Sub(limit))
 		}
 		d.MessageDone.ReleaseMessage(d.Message)
@@ -196,6 +203,7 @@ func TestSubMillisecondBudgetIsLate(t *testing.T) {
 		}()
 		<-sink.entered
 		<-time.After(time.Until(limit.Add(-left)))
+		from := time.Now() // no later than the guard's reading of the lease left
 		sink.release <- struct{}{}
 		d = <-done
 		leaving := time.Now()
@@ -209,7 +217,7 @@ func TestSubMillisecondBudgetIsLate(t *testing.T) {
 				t.Fatal(err)
 			}
 			ms, _ := scmd.Body.Lookup("maxTimeMS").AsInt64OK()
-			if end := leaving.Add(time.Duration(ms) * time.Millisecond); ms <= 0 || end.After(limit) {
+			if end := from.Add(time.Duration(ms) * time.Millisecond); ms <= 0 || end.After(limit) {
 				overran++
 				t.Errorf("with %v of its lease left at the line's end, the write left with maxTimeMS %d: it may run %v past its lease", left, ms, end.Sub(limit))
 			}
