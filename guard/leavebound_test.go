@@ -37,6 +37,24 @@ func (s *blockingSink) Write(p []byte) (int, error) {
 
 func (s *blockingSink) Sync() error { return nil }
 
+// sentMaxTimeMS is the maxTimeMS of the message the proxy would send.
+func sentMaxTimeMS(t *testing.T, b []byte) int64 {
+	t.Helper()
+	sent, err := wire.Parse(b, wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scmd, err := wire.CommandOf(sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, ok := scmd.Body.Lookup("maxTimeMS").AsInt64OK()
+	if !ok {
+		t.Fatalf("no maxTimeMS in %s", scmd.Body)
+	}
+	return ms
+}
+
 // TestBlockingDecisionLineCannotStretchALease: an allowed write's
 // decision line is written after its lock check, to a sink that can block
 // for any time (a full pipe, a stalled disk). Whenever the write can
@@ -114,18 +132,7 @@ func TestBlockingDecisionLineCannotStretchALease(t *testing.T) {
 			d.OnReply.Reply(context.Background(), nil)
 			return false, late
 		}
-		sent, err := wire.Parse(d.Message, wire.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		scmd, err := wire.CommandOf(sent)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms, ok := scmd.Body.Lookup("maxTimeMS").AsInt64OK()
-		if !ok {
-			t.Fatalf("no maxTimeMS in %s", scmd.Body)
-		}
+		ms := sentMaxTimeMS(t, d.Message)
 		if end := from.Add(time.Duration(ms) * time.Millisecond); end.After(limit) {
 			t.Fatalf("the write left with maxTimeMS %d, counted from before its line ended: it may run until %s, past its lease less the margin (%s) by %s",
 				ms, end.Format(time.RFC3339Nano), limit.Format(time.RFC3339Nano), end.Sub(limit))
@@ -208,15 +215,7 @@ func TestSubMillisecondBudgetIsLate(t *testing.T) {
 		d = <-done
 		leaving := time.Now()
 		if d.Action == proxy.Rewrite && !d.Deadline.IsZero() && !d.Deadline.Before(leaving) {
-			sent, err := wire.Parse(d.Message, wire.Limits{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			scmd, err := wire.CommandOf(sent)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ms, _ := scmd.Body.Lookup("maxTimeMS").AsInt64OK()
+			ms := sentMaxTimeMS(t, d.Message)
 			if end := from.Add(time.Duration(ms) * time.Millisecond); ms <= 0 || end.After(limit) {
 				overran++
 				t.Errorf("with %v of its lease left at the line's end, the write left with maxTimeMS %d: it may run %v past its lease", left, ms, end.Sub(limit))
