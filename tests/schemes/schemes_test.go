@@ -3,9 +3,12 @@ package schemes
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,29 +73,54 @@ func need(t *testing.T, d driver) {
 	}
 }
 
-func runScript(t *testing.T, d driver, args ...string) []byte {
+// runScript runs the driver's script with args under a lease of ms.
+func runScript(t *testing.T, d driver, ms int64, args ...string) []byte {
 	t.Helper()
 	// 90 s on an idle machine; the scripts wait out leases, which scale.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second*time.Duration(leaseMS/baseLeaseMS))
 	defer cancel()
-	out, err := twoproxies.RunScript(ctx, leaseMS, d.argv, args...)
+	out, err := twoproxies.RunScript(ctx, ms, d.argv, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-func work(t *testing.T, d driver, scheme, uri, db string, rogue bool) workResult {
-	// Each driver in its own collection of the database.
+// A run of the workload script: the database (each driver in its own
+// collection of it), the URI it goes through, whether the rogue runs.
+type workRun struct {
+	uri, db string
+	rogue   bool
+}
+
+// work runs the workload script once per run, all at once, and returns
+// their results in the same order.
+func work(t *testing.T, d driver, scheme string, runs ...workRun) []workResult {
 	t.Helper()
-	r := "0"
-	if rogue {
-		r = "1"
+	// 90 s on an idle machine; the scripts wait out leases, which scale.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second*time.Duration(leaseMS/baseLeaseMS))
+	defer cancel()
+	res := make([]workResult, len(runs))
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Go(func() {
+			rogue := "0"
+			if r.rogue {
+				rogue = "1"
+			}
+			out, err := twoproxies.RunScript(ctx, leaseMS, d.argv, scheme, "work", r.uri, directURI, r.db, d.name, itoa(workers), itoa(increments), rogue)
+			if err == nil {
+				if err = json.Unmarshal(out, &res[i]); err != nil {
+					err = fmt.Errorf("%s output %q: %w", d.argv[len(d.argv)-1], out, err)
+				}
+			}
+			errs[i] = err
+		})
 	}
-	out := runScript(t, d, scheme, "work", uri, directURI, db, d.name, itoa(workers), itoa(increments), r)
-	var res workResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("schemes.py output %q: %v", out, err)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	return res
 }
@@ -160,7 +188,7 @@ func workload(t *testing.T, d driver, scheme string) {
 			}
 		}
 	}
-	proxied := work(t, d, scheme, proxyURI+","+proxy2URI, scheme, true)
+	proxied := work(t, d, scheme, workRun{proxyURI + "," + proxy2URI, scheme, true})[0]
 	t.Logf("through lockgate: %+v", proxied)
 	for id, n := range want {
 		if proxied.Counters[id] != n {
@@ -182,8 +210,12 @@ func workload(t *testing.T, d driver, scheme string) {
 
 	// The same workload, no rogue, straight at the database: the
 	// outcomes the workers see there are the ones they see through
-	// lockgate.
-	direct := work(t, d, scheme, directURI, "schdirect_"+scheme, false)
+	// lockgate. Beside it, in databases of their own, the control: the
+	// rogue's writes land without lockgate. The two go straight to the
+	// database and take a few seconds each; the run through lockgate,
+	// whose workers must finish within their leases, had the slot alone.
+	both := work(t, d, scheme, workRun{directURI, "schdirect_" + scheme, false}, workRun{directURI, "schcontrol_" + scheme, true})
+	direct, control := both[0], both[1]
 	t.Logf("direct, no rogue: %+v", direct)
 	for _, o := range proxied.Outcomes {
 		if !slices.Contains(direct.Outcomes, o) {
@@ -200,8 +232,6 @@ func workload(t *testing.T, d driver, scheme string) {
 		t.Errorf("through lockgate, no worker ever found a lock busy (%v): the workload has no contention", proxied.Outcomes)
 	}
 
-	// Control: the rogue's writes land without lockgate.
-	control := work(t, d, scheme, directURI, "schcontrol_"+scheme, true)
 	t.Logf("direct with rogue (control): %+v", control)
 	if control.RogueLanded["update"]+control.RogueLanded["delete"] == 0 {
 		t.Errorf("control: no rogue write landed straight at the database: %+v", control)
@@ -214,9 +244,10 @@ func workload(t *testing.T, d driver, scheme string) {
 // then the flag cleared) another client takes it over, and the vanished
 // holder's late write no longer lands.
 //
-// The four schemes' cases run at once (TestMain's
-// testkit.DefaultParallel): most of their time is the wait for the lease
-// to end. The test itself is not parallel, so that go runs it before the
+// The eight cases (four schemes, two drivers, each driver in a collection
+// of its own) run at once (TestMain's testkit.DefaultParallel): most of
+// their time is the wait for the lease to end, a few dozen calls in all.
+// The test itself is not parallel, so that go runs it before the
 // workloads, not beside them: all four takeovers beside two workloads
 // starved the lock store on a loaded machine (docs/TESTING.md).
 func TestSchemeTakeover(t *testing.T) {
@@ -225,6 +256,7 @@ func TestSchemeTakeover(t *testing.T) {
 			t.Parallel()
 			for _, d := range drivers {
 				t.Run(d.name, func(t *testing.T) {
+					t.Parallel()
 					need(t, d)
 					takeover(t, d, scheme)
 				})
@@ -233,10 +265,23 @@ func TestSchemeTakeover(t *testing.T) {
 	}
 }
 
-// takeoverAttempts is how many times takeover runs the script before it
-// gives up on a machine too slow for B's early steps to come within A's
-// lease.
-const takeoverAttempts = 3
+// takeoverAttempts is how many times takeover runs the script, each time
+// with twice the lease of the run before, before it gives up on a
+// machine too slow for B's early steps to come within A's lease: the
+// last lease, 12 s, is the package's lease at testkit.MaxLeaseScale.
+const takeoverAttempts = 4
+
+// takeoverLeaseMS is the lease of the takeover's k-th run: baseLeaseMS,
+// doubled for each run before it. Not the package's lease scaled with the
+// load at the start (leaseMS): a takeover is three or four calls and then
+// lease-long waits, judged by how long B's early steps took (early_ms),
+// so it needs the longer lease only when a run shows it, and waited out
+// the scaled one (3 to 6 s at the loads of CI) even when its calls took
+// a few milliseconds.
+func takeoverLeaseMS(k int) int64 { return baseLeaseMS << (k - 1) }
+
+// takeoverDB is the database of the takeover's k-th run of a scheme.
+func takeoverDB(k int, scheme string) string { return fmt.Sprintf("takeover%d_%s", k, scheme) }
 
 func takeover(t *testing.T, d driver, scheme string) {
 	// B's early steps (acquire, and lockCollection's delete and refresh
@@ -244,15 +289,16 @@ func takeover(t *testing.T, d driver, scheme string) {
 	// the script says how long they took from A's acquire (early_ms), and
 	// a run in which that reached A's lease proves nothing either way
 	// (under load, a non-holder's delete of a record older than the lease
-	// is the TTL's recovery, allowed). Such a run is run again, each time
-	// in a collection of its own.
-	aLease := leaseMS
-	if scheme == "lockDocument" {
-		aLease = leaseMS * 2 / 3 // the script's lease for A
-	}
+	// is the TTL's recovery, allowed). Such a run is run again with twice
+	// the lease, in a database of its own.
 	var got map[string]any
 	for attempt := 1; ; attempt++ {
-		out := runScript(t, d, scheme, "takeover", proxyURI, directURI, scheme, d.name+"_takeover"+itoa(attempt))
+		ms := takeoverLeaseMS(attempt)
+		aLease := ms
+		if scheme == "lockDocument" {
+			aLease = ms * 2 / 3 // the script's lease for A
+		}
+		out := runScript(t, d, ms, scheme, "takeover", proxyURI, directURI, takeoverDB(attempt, scheme), d.name+"_takeover")
 		got = nil
 		if err := json.Unmarshal(out, &got); err != nil {
 			t.Fatalf("output %q: %v", out, err)
@@ -266,10 +312,10 @@ func takeover(t *testing.T, d driver, scheme string) {
 			break
 		}
 		if attempt == takeoverAttempts {
-			t.Fatalf("in %d runs B's early steps took %d ms or more from A's acquire, not less than A's lease of %d ms: A's lock may have ended before them, so the machine is too slow to judge them (raise %s)",
-				attempt, int64(early), aLease, testkit.LeaseScaleEnv)
+			t.Fatalf("in %d runs B's early steps took %d ms or more from A's acquire, not less than A's lease of %d ms: A's lock may have ended before them, so the machine is too slow to judge them",
+				attempt, int64(early), aLease)
 		}
-		t.Logf("run %d: B's early steps took %d ms from A's acquire, not less than A's lease of %d ms; they are not judged, and the takeover runs again", attempt, int64(early), aLease)
+		t.Logf("run %d: B's early steps took %d ms from A's acquire, not less than A's lease of %d ms; they are not judged, and the takeover runs again with twice the lease", attempt, int64(early), aLease)
 	}
 	delete(got, "early_ms")
 	want := map[string]any{"a_acquire": true, "b_acquire_early": false, "final": float64(7), "b_write": float64(1)}

@@ -17,8 +17,9 @@ import (
 // The common locking libraries whose own flows libs.py and libs.js
 // translate call for call (the file of each library is named in the
 // scripts), and the name config.example.yaml's "Library presets" gives
-// each. Their namespaces are the databases lib_<name>; libdirect_<name>
-// and libcontrol_<name> have no rule.
+// each. Their namespaces are the databases lib_<name> and, for each
+// driver's takeover, libtk_<driver>_<name> (takeoverDB); libdirect_<name>,
+// libcontrol_<name> and directlibtk_<driver>_<name> have no rule.
 var libPresets = []struct{ name, label string }{
 	{"mongolocks", "mizrael/MongoLocks"},
 	{"drmirror", "drmirror/locks"},
@@ -80,6 +81,9 @@ func libRules() []config.NamespaceRule {
 	for _, p := range libPresets {
 		if s, err := libScheme(p.name); err == nil {
 			rs = append(rs, config.NamespaceRule{Match: "lib_" + p.name + ".*", Mode: config.ModeEnforce, Scheme: s})
+			for _, d := range libDrivers() {
+				rs = append(rs, config.NamespaceRule{Match: takeoverDB(d, p.name) + ".*", Mode: config.ModeEnforce, Scheme: s})
+			}
 		}
 	}
 	return rs
@@ -211,8 +215,14 @@ func libWorkload(t *testing.T, d libDriver, lib string) {
 		t.Errorf("through lockgate, the library failed: %v %v", proxied.Errors, proxied.Outcomes)
 	}
 
-	var direct libWorkResult
-	runLib(t, d, &direct, lib, "work", directURI, directURI, "libdirect_"+lib, itoa(d.base), k, m, "0")
+	// The same workload straight at the database, without the rogue and,
+	// as the control, with it, the two at once (each in its own database,
+	// a few seconds each): the run through lockgate, whose workers must
+	// finish within their leases, had the slot alone.
+	var direct, control libWorkResult
+	runLibs(t, d,
+		libRun{&direct, []string{lib, "work", directURI, directURI, "libdirect_" + lib, itoa(d.base), k, m, "0"}},
+		libRun{&control, []string{lib, "work", directURI, directURI, "libcontrol_" + lib, itoa(d.base), k, m, "1"}})
 	t.Logf("direct, no rogue: %+v", direct)
 	busy := 0
 	for _, o := range proxied.Outcomes {
@@ -225,8 +235,6 @@ func libWorkload(t *testing.T, d libDriver, lib string) {
 		t.Errorf("through lockgate, no worker ever found a lock busy (%v): the workload has no contention", proxied.Outcomes)
 	}
 
-	var control libWorkResult
-	runLib(t, d, &control, lib, "work", directURI, directURI, "libcontrol_"+lib, itoa(d.base), k, m, "1")
 	t.Logf("direct with rogue (control): %+v", control)
 	if control.RogueLanded["update"]+control.RogueLanded["delete"] == 0 {
 		t.Errorf("control: no rogue write landed straight at the database: %+v", control)
@@ -245,19 +253,28 @@ func libWorkload(t *testing.T, d libDriver, lib string) {
 
 // TestLibSetup: a library's own setup (the TTL and aid indexes of the lock
 // collection) gets through lockgate the answer the database gives it.
+// The two libraries, in databases of their own, and the two runs of a
+// case (through lockgate and straight at the database, each in its own
+// database) run at once: a case is two script start-ups and a few index
+// calls. The drivers of one library stay one after the other, the
+// second meeting the indexes the first created, as before.
 func TestLibSetup(t *testing.T) {
-	for _, d := range libDrivers() {
-		for _, lib := range []string{"alistair", "codecentric"} {
-			t.Run(d.name+"/"+lib, func(t *testing.T) {
-				needLib(t, d, lib)
-				var proxied, direct map[string]any
-				runLib(t, d, &proxied, lib, "setup", proxyURI, directURI, "lib_"+lib, itoa(d.base))
-				runLib(t, d, &direct, lib, "setup", directURI, directURI, "libdirect_"+lib, itoa(d.base))
-				if fmt.Sprint(proxied) != fmt.Sprint(direct) {
-					t.Errorf("setup through lockgate %v, straight at the database %v", proxied, direct)
-				}
-			})
-		}
+	for _, lib := range []string{"alistair", "codecentric"} {
+		t.Run(lib, func(t *testing.T) {
+			t.Parallel()
+			for _, d := range libDrivers() {
+				t.Run(d.name, func(t *testing.T) {
+					needLib(t, d, lib)
+					var proxied, direct map[string]any
+					runLibs(t, d,
+						libRun{&proxied, []string{lib, "setup", proxyURI, directURI, "lib_" + lib, itoa(d.base)}},
+						libRun{&direct, []string{lib, "setup", directURI, directURI, "libdirect_" + lib, itoa(d.base)}})
+					if fmt.Sprint(proxied) != fmt.Sprint(direct) {
+						t.Errorf("setup through lockgate %v, straight at the database %v", proxied, direct)
+					}
+				})
+			}
+		})
 	}
 }
 
@@ -269,12 +286,20 @@ func TestLibSetup(t *testing.T) {
 // own calls already decide every step (MongoLocks), the run through
 // lockgate must return exactly what the same run returns straight at the
 // database.
+//
+// Every case, library by driver, runs at once (TestMain's
+// testkit.DefaultParallel), each driver in databases of its own
+// (takeoverDB): a case is a few calls and lease-long waits. In the
+// libraries' shared databases the drivers had to take turns (a seed
+// empties the collections, codecentric's release of all a holder's
+// records would take the other driver's).
 func TestLibTakeover(t *testing.T) {
 	for _, lib := range libNames {
 		t.Run(lib, func(t *testing.T) {
 			t.Parallel()
 			for _, d := range libDrivers() {
 				t.Run(d.name, func(t *testing.T) {
+					t.Parallel()
 					needLib(t, d, lib)
 					libTakeover(t, d, lib)
 				})
@@ -283,9 +308,22 @@ func TestLibTakeover(t *testing.T) {
 	}
 }
 
+// takeoverDB is the database of a driver's takeover of lib through
+// lockgate; "direct"+takeoverDB its run straight at the database.
+func takeoverDB(d libDriver, lib string) string { return "libtk_" + d.name + "_" + lib }
+
 func libTakeover(t *testing.T, d libDriver, lib string) {
-	var got map[string]any
-	runLib(t, d, &got, lib, "takeover", proxyURI, directURI, "lib_"+lib, itoa(d.base))
+	// The same run straight at the database, which only MongoLocks is
+	// compared with (the others' runs through lockgate are refused where
+	// the database would let the vanished holder through, which want
+	// says), beside the run through lockgate: the others' direct runs
+	// were only logged, and waited out their leases for nothing.
+	var got, direct map[string]any
+	runs := []libRun{{&got, []string{lib, "takeover", proxyURI, directURI, takeoverDB(d, lib), itoa(d.base)}}}
+	if lib == "mongolocks" {
+		runs = append(runs, libRun{&direct, []string{lib, "takeover", directURI, directURI, "direct" + takeoverDB(d, lib), itoa(d.base)}})
+	}
+	runLibs(t, d, runs...)
 	t.Logf("through lockgate: %v", got)
 	const refused = "refused/46"
 	var want map[string]any
@@ -294,13 +332,6 @@ func libTakeover(t *testing.T, d libDriver, lib string) {
 		want = map[string]any{"a_lock": "locked", "b_lock_early": "LockException", "b_lock_after_lease": "locked",
 			"a_release_after_takeover": "LockException", "b_release": "released", "c_lock_new": "locked",
 			"c_release_new": "released", "new_value": 6, "final": 7}
-		// The same run straight at the database, which only MongoLocks
-		// is compared with (the others' runs through lockgate are refused
-		// where the database would let the vanished holder through, which
-		// want says): the other libraries' direct runs were only logged,
-		// and waited out their leases for nothing.
-		var direct map[string]any
-		runLib(t, d, &direct, lib, "takeover", directURI, directURI, "libdirect_"+lib, itoa(d.base))
 		t.Logf("direct: %v", direct)
 		if fmt.Sprint(got) != fmt.Sprint(direct) {
 			t.Errorf("through lockgate %v, straight at the database %v", got, direct)

@@ -36,15 +36,16 @@ const baseLibLeaseMS = 3000
 // passes it as LOCKGATE_TEST_LEASE_MS), so the two never disagree.
 var libLeaseMS int64
 
-// TestMain runs every library's case at once (testkit.DefaultParallel,
-// unless -parallel says otherwise): a takeover is mostly its scripts
-// waiting out leases, so the five wait together instead of two at a time.
+// TestMain runs every library's case at once, both drivers' takeovers
+// too (testkit.DefaultParallel, unless -parallel says otherwise): a
+// takeover is mostly its scripts waiting out leases, so the ten wait
+// together instead of two at a time.
 // The workloads keep go's default of one per CPU (testkit.CPUSlots): their
 // workers spin through lock calls, and more of them beside each other
 // would only stretch each worker's hold towards its lease.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	testkit.DefaultParallel(len(libNames))
+	testkit.DefaultParallel(len(libNames) * len(libDrivers()))
 	os.Exit(testkit.RunMain(m, setup))
 }
 

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/lockgate/lockgate/internal/testkit"
@@ -59,13 +62,37 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // JSON into out.
 func runLib(t *testing.T, d libDriver, out any, args ...string) {
 	t.Helper()
+	runLibs(t, d, libRun{out, args})
+}
+
+// A libRun is one run of a driver's script: its args, and where its one
+// line of JSON goes.
+type libRun struct {
+	out  any
+	args []string
+}
+
+// runLibs runs the driver's script once per run, all at once (each run
+// in databases of its own), and decodes each one's output.
+func runLibs(t *testing.T, d libDriver, runs ...libRun) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout())
 	defer cancel()
-	b, err := twoproxies.RunScript(ctx, libLeaseMS, d.argv, args...)
-	if err != nil {
-		t.Fatal(err)
+	errs := make([]error, len(runs))
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Go(func() {
+			b, err := twoproxies.RunScript(ctx, libLeaseMS, d.argv, r.args...)
+			if err == nil {
+				if err = json.Unmarshal(bytes.TrimSpace(b), r.out); err != nil {
+					err = fmt.Errorf("%v output %q: %w", r.args, b, err)
+				}
+			}
+			errs[i] = err
+		})
 	}
-	if err := json.Unmarshal(bytes.TrimSpace(b), out); err != nil {
-		t.Fatalf("%v output %q: %v", args, b, err)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
