@@ -105,6 +105,8 @@ func fixedRules() []config.NamespaceRule {
 		// (TestSchemeLockThenCreate: a 1.5 s lease ran out between two
 		// inserts under load and let the other client's insert through).
 		{Match: "lockCollectionLong.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection, LeaseMS: 600000}},
+		// TestRegressFlagNonHolder's held flag, for the same reason.
+		{Match: "flagLong.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeFlag, LeaseMS: 600000}},
 		// lockcoll_test.go: named lock records with an absolute expiry, as
 		// alistairjevans/mongodb-locks keeps them.
 		{Match: "lockcoll2.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockCollection,

@@ -2,6 +2,7 @@ package schemes
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -334,16 +335,26 @@ func TestRegressFlagNonHolder(t *testing.T) {
 			}
 		}
 	}
-	// Held by another client: neither a data write nor a clear.
-	seed(t, "flag", coll, bson.D{{"_id", 1}, {"locked", false}, {"value", 1}})
-	if !flagCase().acquire(ctx, connect(t, proxyURI, "holder").Database("flag").Collection(coll), 1, "") {
+	// Held by another client: neither a data write nor a clear. Under a
+	// lease that outlasts the six writes on a loaded machine (flagLong.*):
+	// at load 15 with the lease scaled by 2 (3 s) the holder's lease ended
+	// before the clear, which the scheme then rightly allowed. A
+	// collection per run: the lock outlives it.
+	held := fmt.Sprintf("%s_%d", coll, time.Now().UnixNano())
+	seed(t, "flagLong", held, bson.D{{"_id", 1}, {"locked", false}, {"value", 1}})
+	if !flagCase().acquire(ctx, connect(t, proxyURI, "holder").Database("flagLong").Collection(held), 1, "") {
 		t.Fatal("acquire failed")
 	}
+	rogue = connect(t, proxyURI, "rogue").Database("flagLong").Collection(held)
 	for name, w := range writes {
 		refused(t, name+" of a held flag", w())
 	}
 	_, err := rogue.UpdateOne(ctx, bson.D{{"_id", 1}}, bson.D{{"$set", bson.D{{"locked", false}}}})
 	refused(t, "clearing a held flag", err)
+	if d := stored(t, "flagLong", held, 1); d["value"] != int32(1) || d["locked"] != true {
+		t.Errorf("a write to the held flag landed: %v", d)
+	}
+	rogue = connect(t, proxyURI, "rogue").Database("flag").Collection(coll)
 	// A flag nobody holds (set before lockgate ran): anyone may clear it
 	// with a write that changes nothing else.
 	seed(t, "flag", coll, bson.D{{"_id", 2}, {"locked", true}, {"value", 1}})
