@@ -53,29 +53,6 @@ var (
 // rules are the namespaces of the tests: database <scheme> enforced
 // under that scheme, audit_<scheme> audited under it.
 func rules() []config.NamespaceRule {
-	return append(fixedRules(), takeoverRules()...)
-}
-
-// takeoverRules are the databases of TestSchemeTakeover's runs:
-// takeover<k>_<scheme> for its k-th run, under the scheme with that run's
-// lease (takeoverLeaseMS).
-func takeoverRules() []config.NamespaceRule {
-	var out []config.NamespaceRule
-	for k := 1; k <= takeoverAttempts; k++ {
-		ms := takeoverLeaseMS(k)
-		for _, s := range []*config.Scheme{
-			{Type: config.SchemeHolderFields, LeaseMS: ms},
-			{Type: config.SchemeLockDocument},
-			{Type: config.SchemeFlag, LeaseMS: ms},
-			{Type: config.SchemeLockCollection, LeaseMS: ms},
-		} {
-			out = append(out, config.NamespaceRule{Match: takeoverDB(k, string(s.Type)) + ".*", Mode: config.ModeEnforce, Scheme: s})
-		}
-	}
-	return out
-}
-
-func fixedRules() []config.NamespaceRule {
 	hf := &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: leaseMS}
 	ld := &config.Scheme{Type: config.SchemeLockDocument}
 	fl := &config.Scheme{Type: config.SchemeFlag, LeaseMS: leaseMS}

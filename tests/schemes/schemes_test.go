@@ -73,13 +73,12 @@ func need(t *testing.T, d driver) {
 	}
 }
 
-// runScript runs the driver's script with args under a lease of ms.
-func runScript(t *testing.T, d driver, ms int64, args ...string) []byte {
+func runScript(t *testing.T, d driver, args ...string) []byte {
 	t.Helper()
 	// 90 s on an idle machine; the scripts wait out leases, which scale.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second*time.Duration(leaseMS/baseLeaseMS))
 	defer cancel()
-	out, err := twoproxies.RunScript(ctx, ms, d.argv, args...)
+	out, err := twoproxies.RunScript(ctx, leaseMS, d.argv, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,23 +264,10 @@ func TestSchemeTakeover(t *testing.T) {
 	}
 }
 
-// takeoverAttempts is how many times takeover runs the script, each time
-// with twice the lease of the run before, before it gives up on a
-// machine too slow for B's early steps to come within A's lease: the
-// last lease, 12 s, is the package's lease at testkit.MaxLeaseScale.
-const takeoverAttempts = 4
-
-// takeoverLeaseMS is the lease of the takeover's k-th run: baseLeaseMS,
-// doubled for each run before it. Not the package's lease scaled with the
-// load at the start (leaseMS): a takeover is three or four calls and then
-// lease-long waits, judged by how long B's early steps took (early_ms),
-// so it needs the longer lease only when a run shows it, and waited out
-// the scaled one (3 to 6 s at the loads of CI) even when its calls took
-// a few milliseconds.
-func takeoverLeaseMS(k int) int64 { return baseLeaseMS << (k - 1) }
-
-// takeoverDB is the database of the takeover's k-th run of a scheme.
-func takeoverDB(k int, scheme string) string { return fmt.Sprintf("takeover%d_%s", k, scheme) }
+// takeoverAttempts is how many times takeover runs the script before it
+// gives up on a machine too slow for B's early steps to come within A's
+// lease.
+const takeoverAttempts = 3
 
 func takeover(t *testing.T, d driver, scheme string) {
 	// B's early steps (acquire, and lockCollection's delete and refresh
@@ -289,16 +275,15 @@ func takeover(t *testing.T, d driver, scheme string) {
 	// the script says how long they took from A's acquire (early_ms), and
 	// a run in which that reached A's lease proves nothing either way
 	// (under load, a non-holder's delete of a record older than the lease
-	// is the TTL's recovery, allowed). Such a run is run again with twice
-	// the lease, in a database of its own.
+	// is the TTL's recovery, allowed). Such a run is run again, each time
+	// in a collection of its own.
+	aLease := leaseMS
+	if scheme == "lockDocument" {
+		aLease = leaseMS * 2 / 3 // the script's lease for A
+	}
 	var got map[string]any
 	for attempt := 1; ; attempt++ {
-		ms := takeoverLeaseMS(attempt)
-		aLease := ms
-		if scheme == "lockDocument" {
-			aLease = ms * 2 / 3 // the script's lease for A
-		}
-		out := runScript(t, d, ms, scheme, "takeover", proxyURI, directURI, takeoverDB(attempt, scheme), d.name+"_takeover")
+		out := runScript(t, d, scheme, "takeover", proxyURI, directURI, scheme, d.name+"_takeover"+itoa(attempt))
 		got = nil
 		if err := json.Unmarshal(out, &got); err != nil {
 			t.Fatalf("output %q: %v", out, err)
@@ -312,10 +297,10 @@ func takeover(t *testing.T, d driver, scheme string) {
 			break
 		}
 		if attempt == takeoverAttempts {
-			t.Fatalf("in %d runs B's early steps took %d ms or more from A's acquire, not less than A's lease of %d ms: A's lock may have ended before them, so the machine is too slow to judge them",
-				attempt, int64(early), aLease)
+			t.Fatalf("in %d runs B's early steps took %d ms or more from A's acquire, not less than A's lease of %d ms: A's lock may have ended before them, so the machine is too slow to judge them (raise %s)",
+				attempt, int64(early), aLease, testkit.LeaseScaleEnv)
 		}
-		t.Logf("run %d: B's early steps took %d ms from A's acquire, not less than A's lease of %d ms; they are not judged, and the takeover runs again with twice the lease", attempt, int64(early), aLease)
+		t.Logf("run %d: B's early steps took %d ms from A's acquire, not less than A's lease of %d ms; they are not judged, and the takeover runs again", attempt, int64(early), aLease)
 	}
 	delete(got, "early_ms")
 	want := map[string]any{"a_acquire": true, "b_acquire_early": false, "final": float64(7), "b_write": float64(1)}
