@@ -279,8 +279,11 @@ func (c *Check) End(ctx context.Context, req *proxy.Request) proxy.Decision {
 	budget := time.Until(plan.End) - plan.Margin
 	d := proxy.Decision{Action: proxy.Forward}
 	var maxTime time.Duration
-	if b, capped, err := policy.EditMessage(req.Message, req.Command, policy.Edit{MaxTimeMS: max(budget.Milliseconds(), 1)}); err == nil {
-		maxTime = capped
+	if b, _, at, err := policy.EditMessageAt(req.Message, req.Command, policy.Edit{MaxTimeMS: max(budget.Milliseconds(), 1)}); err == nil {
+		// The proxy lowers the cap to what is left when the commit leaves
+		// (d.MaxTime), so the database may run it until the deadline,
+		// whatever maxTimeMS it leaves with.
+		maxTime, d.MaxTime = budget, at
 		if b != nil {
 			d.Action, d.Message = proxy.Rewrite, b
 		}
