@@ -20,8 +20,9 @@ import (
 // flight"). An enforced write is forwarded only while its locks surely have
 // more than the rule's margin of lease left, measured when the check
 // answered and checked again by the proxy just before the bytes leave; it
-// carries maxTimeMS no greater than that lease minus the margin, so the
-// database stops working on it before the lease could end; and until its
+// carries maxTimeMS no greater than that lease minus the margin, counted
+// by the proxy from that same reading (launchDecision), so the database
+// stops working on it before the lease could end; and until its
 // reply arrives this proxy keeps its locks from lapsing (renewing them) and
 // keeps releases of its session waiting.
 
