@@ -191,9 +191,9 @@ func TestFenceWriteForms(t *testing.T) {
 // staleScenario is issue 11's stale holder: a session on proxy 1 takes X
 // with a lease of leaseMS and sends, on one connection, a slow query and
 // then an update of X, checked while the lease is good; the update waits
-// behind the query at the database for staleDelay (6 s), longer than the
-// lease. Meanwhile a second session takes X once the lease has ended and
-// writes it. It returns the final value of X and the first session's
+// behind the query at the database, past the lease: for staleDelay (6 s),
+// or, partitioned, until the second session has written. Meanwhile a
+// second session takes X once the lease has ended and writes it. It returns the final value of X and the first session's
 // reply to its update.
 //
 // partition cuts proxy 1 off from the lock store right after the update
@@ -212,7 +212,17 @@ func staleScenario(t *testing.T, leaseMS int32, fence, partition, secondOnOther 
 	coll := uniq("stale")
 	ns := "fence." + coll
 	locks := uniq("locks")
+	// Partitioned, the slow query and the update behind it are held until
+	// the second holder has written, not for a time: the update's lease
+	// need only outlast its check, and the order of the two writes at the
+	// database is set by the test, not by how fast a loaded machine
+	// reaches the second write within a fixed delay.
+	var held chan struct{}
 	slow := newFaultRelay(t, upstream.Addr(), slowMarker, staleDelay)
+	if partition {
+		held = make(chan struct{})
+		slow = newHoldingRelay(t, upstream.Addr(), slowMarker, held)
+	}
 	store := newFaultRelay(t, upstream.Addr(), "", 0)
 	cfg := fencedConfig("mongodb://"+slow.Addr()+"/", ns, fence)
 	cfg.Lockstore.Collection = locks
@@ -267,9 +277,18 @@ func staleScenario(t *testing.T, leaseMS int32, fence, partition, secondOnOther 
 	if partition {
 		// Once the update has been decided and forwarded: proxy 1 can
 		// no longer reach its lock store.
-		testkit.Eventually(t, 5*time.Second, "the update to leave proxy 1", func() bool {
-			return g1.metric(t, "lockgate_decisions_total", map[string]string{"decision": "allow"}) >= 1
-		})
+		if !testkit.Within(20*time.Second, func() bool {
+			return g1.metric(t, "lockgate_decisions_total", nil) >= 1
+		}) {
+			t.Fatalf("no decision on the update within 20 s")
+		}
+		if g1.metric(t, "lockgate_decisions_total", map[string]string{"decision": "allow"}) < 1 {
+			// Its lease ran out before its check (a machine too loaded
+			// for even leaseMS): what the proxy said, not a timeout.
+			close(held)
+			readMessage(t, c) // the slow find
+			t.Fatalf("the update was not allowed (decisions %v): %v", g1.decisions(t), bsoncore.Document(readBody(t, c)))
+		}
 		store.Stall(true)
 	}
 
@@ -281,12 +300,15 @@ func staleScenario(t *testing.T, leaseMS int32, fence, partition, secondOnOther 
 	defer s.EndSession(ctx)
 	sctx := mongo.NewSessionContext(ctx, s)
 	start := time.Now()
-	if err := second.Database("fence").RunCommand(sctx, bson.D{{Key: "acquireLock", Value: coll}, {Key: "ids", Value: bson.A{"X"}}, {Key: "waitMS", Value: 10000}}).Err(); err != nil {
+	if err := second.Database("fence").RunCommand(sctx, bson.D{{Key: "acquireLock", Value: coll}, {Key: "ids", Value: bson.A{"X"}}, {Key: "waitMS", Value: 20000}}).Err(); err != nil {
 		t.Fatalf("second holder's acquireLock: %v", err)
 	}
 	waited := time.Since(start)
 	if _, err := second.Database("fence").Collection(coll).UpdateOne(sctx, bson.D{{Key: "_id", Value: "X"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: "current holder"}}}}); err != nil {
 		t.Fatalf("second holder's write: %v", err)
+	}
+	if held != nil {
+		close(held)
 	}
 	readMessage(t, c) // the slow find
 	reply := bsoncore.Document(append([]byte(nil), readBody(t, c)...))
@@ -337,25 +359,27 @@ func TestInFlightWriteKeepsItsLock(t *testing.T) {
 // error.
 //
 // Its two cases run beside each other and the package's other parallel
-// tests, each with its own relays, gateways and collection: most of their
-// time is the relay's 6 s delay, and with the lock store cut off no
-// renewal has to come in time. The lease, 1.5 s, must only outlast the
-// update's check, sent right after the acquire, and end well within the
-// relay's delay; at 400 ms a loaded machine's check came after it had
-// ended, and the update was refused instead of forwarded ("the update to
-// leave proxy 1" then timed out).
+// tests, each with its own relays, gateways and collection; with the lock
+// store cut off no renewal has to come in time. The relay holds the
+// update until the second holder has written, so the lease, 4 s, must
+// only outlast the update's check, sent right after the acquire. It was
+// 400 ms, then 1.5 s within a fixed 6 s hold: a loaded machine's check
+// came after the lease had ended, and the update was refused instead of
+// forwarded (seen in CI at 1.5 s as "the update to leave proxy 1" timing
+// out), and a shorter hold would have let a slow second write land after
+// the stale one.
 func TestFenceStaleHolderPastLease(t *testing.T) {
 	t.Parallel()
 	t.Run("without fence", func(t *testing.T) {
 		t.Parallel()
-		r := staleScenario(t, 1500, false, true, true)
+		r := staleScenario(t, 4000, false, true, true)
 		if r.final != "stale holder" {
 			t.Fatalf("without the fence the delayed write should land over the new holder's (the window the fence closes); X = %q, reply %v", r.final, r.reply)
 		}
 	})
 	t.Run("with fence", func(t *testing.T) {
 		t.Parallel()
-		r := staleScenario(t, 1500, true, true, true)
+		r := staleScenario(t, 4000, true, true, true)
 		if r.final != "current holder" {
 			t.Errorf("X = %q: the stale holder's write landed over the current holder's", r.final)
 		}
