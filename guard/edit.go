@@ -3,7 +3,6 @@ package guard
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/policy"
@@ -13,20 +12,22 @@ import (
 // edit applies an allowed write's edits (its pins, its fences and the
 // maxTimeMS cap) to d in one pass: policy.EditMessage encodes the message
 // at most once, and d keeps forwarding the original bytes when nothing
-// changes. It returns the limit the command runs under, and false with a
-// refusal when the write cannot be edited as it must be (then d's reply
-// hook is abandoned): refusing is the only safe answer in enforce mode.
+// changes. When the write is capped, d.MaxTime is where its maxTimeMS
+// lies in the bytes to send, for the proxy to lower to what is left when
+// they leave. It returns false with a refusal when the write cannot be
+// edited as it must be (then d's reply hook is abandoned): refusing is the
+// only safe answer in enforce mode.
 //
 // The message is encoded into the connection's buffer, which the proxy
 // hands back once it has written it (d.MessageDone): the connection's
 // next request is decided only after that.
-func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, ed policy.Edit) (proxy.Decision, time.Duration, bool) {
+func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, ed policy.Edit) (proxy.Decision, bool) {
 	st := connStateOf(req)
 	if st != nil {
 		ed.Buf, st.msg = st.msg, nil
 		st.unlock(req)
 	}
-	b, maxTime, err := policy.EditMessage(req.Message, req.Command, ed)
+	b, _, at, err := policy.EditMessageAt(req.Message, req.Command, ed)
 	if err == nil && b != nil && len(b) > g.opts.MaxMessageSize && (len(ed.Pins) > 0 || len(ed.Fences) > 0) {
 		err = errTooLarge
 	}
@@ -34,11 +35,12 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy
 		if d.OnReply != nil {
 			d.OnReply.Abandon()
 		}
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.editViolation(pol, v, ed, err)).Document()}, 0, false
+		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.editViolation(pol, v, ed, err)).Document()}, false
 	}
 	if len(ed.Pins) > 0 {
 		g.metrics.pinned.Inc()
 	}
+	d.MaxTime = at
 	if b != nil {
 		d.Action, d.Message = proxy.Rewrite, b
 		if st != nil {
@@ -47,7 +49,7 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy
 	} else if st != nil && ed.Buf != nil {
 		st.ReleaseMessage(ed.Buf)
 	}
-	return d, maxTime, true
+	return d, true
 }
 
 // errTooLarge: the edited message exceeds the upstream's message limit.

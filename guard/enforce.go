@@ -55,7 +55,7 @@ func (g *Guard) newWalk() *enforce.Walk[*verdict] {
 		ImplicitInsert: func(v *verdict, ns namespace.Namespace, r *policy.Rule, id docid.ID) {
 			v.implicitPlan().inserts.Add(ns, r, id)
 		},
-		Implicit: func(ctx context.Context, v *verdict, o lockstore.Owner, inserts enforce.Needs) enforce.Needs {
+		Implicit: func(ctx context.Context, v *verdict, o *lockstore.Owner, inserts enforce.Needs) enforce.Needs {
 			if v.implicit != nil {
 				// Taking implicit locks can wait for them: their lease
 				// left is counted from after the wait (flightLocks reads
@@ -64,7 +64,7 @@ func (g *Guard) newWalk() *enforce.Walk[*verdict] {
 			}
 			return g.takeImplicit(ctx, v, o, inserts)
 		},
-		Checked: func(ctx context.Context, v *verdict, o lockstore.Owner, hasSession bool) {
+		Checked: func(ctx context.Context, v *verdict, o *lockstore.Owner, hasSession bool) {
 			if !v.EnforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
 				g.fenceInserts(ctx, v, o, hasSession)
 			}
@@ -137,13 +137,13 @@ func refusal(req *proxy.Request, x enforce.Violation) *refuse.Error { return enf
 // writeOwner is the lock owner a write acts as: its session, and the
 // binding it names, if any, in its comment: "lockgate:<bind>" (a string,
 // which every server accepts), or {lockgate: "<bind>"}.
-func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (lockstore.Owner, bool) {
+func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (*lockstore.Owner, bool) {
 	if req.Command == nil {
-		return lockstore.Owner{}, false
+		return nil, false
 	}
 	session, ok := sessionOf(req)
 	if !ok {
-		return lockstore.Owner{}, false
+		return nil, false
 	}
 	v.LSID = session // for the audit line
 	bind := enforce.Binding(req.Command)

@@ -92,7 +92,7 @@ func (p *fencePlan) token(ns namespace.Namespace, id docid.ID) (int64, bool) {
 // lock on the inserted _id, and its token: the new document then carries
 // it, so that a stale holder of the same _id cannot write it afterwards.
 // Where no lock is held in the namespace at all, nothing is looked up.
-func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner, hasSession bool) {
+func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o *lockstore.Owner, hasSession bool) {
 	if v.fence == nil || !hasSession {
 		return
 	}
@@ -112,7 +112,7 @@ func (g *Guard) fenceInserts(ctx context.Context, v *verdict, o lockstore.Owner,
 		if err != nil {
 			continue // no lock can be held on it; the database refuses it
 		}
-		sts, err := g.opts.Store.Status(ctx, o, s.w.NS, []docid.ID{rid})
+		sts, err := g.opts.Store.Status(ctx, *o, s.w.NS, []docid.ID{rid})
 		if err != nil {
 			v.Violations = append(v.Violations, enforce.Violation{Rule: s.r, Write: s.w, Reason: refuse.ReasonUnavailable,
 				Detail: fmt.Sprintf("the lock store cannot tell whether this session holds the inserted _id's lock, whose token the fenced document must carry (%v)", err)})

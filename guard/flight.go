@@ -20,8 +20,9 @@ import (
 // flight"). An enforced write is forwarded only while its locks surely have
 // more than the rule's margin of lease left, measured when the check
 // answered and checked again by the proxy just before the bytes leave; it
-// carries maxTimeMS no greater than that lease minus the margin, so the
-// database stops working on it before the lease could end; and until its
+// carries maxTimeMS no greater than that lease minus the margin, counted
+// by the proxy from that same reading (launchDecision), so the database
+// stops working on it before the lease could end; and until its
 // reply arrives this proxy keeps its locks from lapsing (renewing them) and
 // keeps releases of its session waiting.
 
@@ -103,7 +104,8 @@ func (g *Guard) launch(p *flightPlan, maxTime time.Duration, next proxy.ReplyHoo
 }
 
 // launchAt is launch with the time read by the caller: the flight starts
-// at now, which must not be later than the write leaves. It returns nil,
+// at now, which must not be later than the write leaves; maxTime, if not
+// 0, is how long from now the database may run it. It returns nil,
 // launching nothing, for a guarded plan whose locks an operator's
 // force-release may have freed since they were checked.
 func (g *Guard) launchAt(p *flightPlan, now time.Time, maxTime time.Duration, next proxy.ReplyHook) *flightPlan {
@@ -167,37 +169,48 @@ func (g *Guard) BeginForceRelease(ctx context.Context, ns namespace.Namespace, i
 }
 
 // launchDecision turns an allowed enforced write into its flight: it is
-// forwarded only before its lease, less the margin, could end (the proxy
-// checks the deadline again just before the bytes leave), it carries
-// maxTimeMS capped at what is left of that, and it is tracked until
-// answered. The cap joins ed, the write's pins and fences, so that the
-// message is edited and encoded once (guard/edit.go). now is read after
-// the decision was made (and its audit record, if required, made
-// durable).
+// forwarded only before its lease, less the margin, could end, it carries
+// maxTimeMS capped at what is left of that when its bytes leave, and it
+// is tracked until answered. The guard reads no clock for it: now is the
+// decision's end (read before its audit record was made durable, which
+// can block), an upper bound of the time left when the write leaves. The
+// cap joins ed, the write's pins and fences, so that the message is
+// edited and encoded once (guard/edit.go), with a value counted from now;
+// the proxy lowers it in place by its own clock reading immediately
+// before the bytes leave (proxy.Decision.Leave, at d.MaxTime), and
+// refuses the write as late there if less than a millisecond is left.
 func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, ed policy.Edit, now time.Time) proxy.Decision {
 	if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
 		return d
 	}
 	p := v.flight
 	if p == nil {
-		d, _, _ = g.edit(req, pol, v, d, ed)
+		d, _ = g.edit(req, pol, v, d, ed)
 		return d
 	}
 	p.v, p.pol, p.g = v, pol, g // LateReply reads all three, also before launchAt
-	budget := p.end.Sub(now) - p.margin
+	deadline := p.end.Add(-p.margin)
+	budget := deadline.Sub(now)
 	// Under a millisecond is late too: the least maxTimeMS a server takes
 	// is 1, which would let the write run past the lease by the rest of
-	// that millisecond (a margin of 0 is allowed).
+	// that millisecond (a margin of 0 is allowed). Late already at now,
+	// it is late when it would leave.
 	if budget < time.Millisecond {
 		if d.OnReply != nil {
 			d.OnReply.Abandon()
 		}
 		return proxy.Decision{Action: proxy.Reply, Reply: p.LateReply()}
 	}
+	// What the database may still run it for, counted from now: until the
+	// deadline, whatever maxTimeMS it leaves with (the proxy's is counted
+	// from later, and a client's smaller one from its own sending). An
+	// abandoned flight stays until then.
+	var maxTime time.Duration
 	if req.Command != nil && !v.InTxn {
 		ed.MaxTimeMS = budget.Milliseconds()
+		maxTime = budget
 	}
-	d, maxTime, ok := g.edit(req, pol, v, d, ed)
+	d, ok := g.edit(req, pol, v, d, ed)
 	if !ok {
 		return d
 	}
@@ -216,7 +229,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	if p.Session != v.Flights {
 		keepFlights(req, p.Owner.Session, p.Session) // for the session's next write
 	}
-	d.Deadline = p.end.Add(-p.margin)
+	d.Deadline = deadline
 	d.LateReply, d.OnReply = p, p
 	if p.implicit != nil {
 		p.implicit.launched = true

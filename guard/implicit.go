@@ -125,7 +125,7 @@ type sessionLocks interface {
 // session included; one that fails has the skipped checks made as today
 // before anything is decided (takeImplicit), so a lock-aware session whose
 // locks were taken through another lockgate is answered exactly as before.
-func (g *Guard) skipHeldCheck(v *verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) bool {
+func (g *Guard) skipHeldCheck(v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) bool {
 	if !r.Implicit() || len(o.Session) == 0 || (v.implicit != nil && v.implicit.noGuess) {
 		return false
 	}
@@ -141,7 +141,7 @@ func (g *Guard) skipHeldCheck(v *verdict, r *policy.Rule, o lockstore.Owner, ns 
 // checkUnchecked makes the checks skipHeldCheck skipped, as the lock check
 // makes them: the session's locks are held (the write is a lock holder's),
 // missing (left to implicit locks after all), or some of each (refused).
-func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o lockstore.Owner) {
+func (g *Guard) checkUnchecked(ctx context.Context, v *verdict, o *lockstore.Owner) {
 	p := v.implicit
 	u := p.unchecked
 	p.unchecked, p.noGuess = nil, true
@@ -163,7 +163,7 @@ func implicitAsToday(v *verdict) bool {
 // takeImplicit decides the writes left to implicit locks, after every
 // statement was checked: it takes the locks, or refuses as the lock check would
 // have. It returns the inserts still to be checked as today.
-func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner, inserts enforce.Needs) enforce.Needs {
+func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o *lockstore.Owner, inserts enforce.Needs) enforce.Needs {
 	p := v.implicit
 	if p == nil {
 		return inserts
@@ -226,7 +226,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 			wait = max(wait, n.Rule.UnlockedWait)
 		}
 	}
-	p.owner = g.implicitOwner(v.Req, o)
+	p.owner = g.implicitOwner(v.Req, *o)
 	start := time.Now()
 	deadline := start.Add(wait)
 	// Every namespace's locks are taken before any is recorded for the
@@ -371,7 +371,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o lockstore.Owner,
 
 // ownInsert reports whether err says that the session o itself holds
 // the lock on an _id that n's namespace's inserts of the write create.
-func ownInsert(p *implicitPlan, n enforce.Need, o lockstore.Owner, err error) bool {
+func ownInsert(p *implicitPlan, n enforce.Need, o *lockstore.Owner, err error) bool {
 	var he *lockstore.HeldError
 	if len(o.Session) == 0 || !errors.As(err, &he) || he.Holder.SessionPrefix != lockstore.SessionPrefix(o.Session) {
 		return false
@@ -440,7 +440,7 @@ func (g *Guard) implicitOwner(req *proxy.Request, o lockstore.Owner) lockstore.O
 // held (refuseIfLocked), still held after unlockedWaitMS (wait), or the
 // lock store's failure. Only an _id the request named is shown, with its
 // holder; of a document found by resolving a filter, neither.
-func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n enforce.Need, o lockstore.Owner, err error) {
+func (g *Guard) implicitRefused(ctx context.Context, v *verdict, n enforce.Need, o *lockstore.Owner, err error) {
 	w := v.FirstWrite(n.NS)
 	var he *lockstore.HeldError
 	if !errors.As(err, &he) {

@@ -312,9 +312,11 @@ func TestImplicitLockClosesTheCheckWriteWindow(t *testing.T) {
 // TestImplicitLocksNoDeadlock: two unlocked writes of the same
 // documents named in opposite orders, and an unlocked write against a
 // holder that waits for a document the write holds, all end, each within
-// its bound, and nothing is lost.
+// its bound, and nothing is lost. The writes wait up to 20 s: a deadlock
+// would still end them in LockTimeout, and at 5 s the race detector at
+// load 17-19 timed them out by queueing alone.
 func TestImplicitLocksNoDeadlock(t *testing.T) {
-	coll, pol := legacyPolicy(t, 4, config.UnlockedWait, 5000)
+	coll, pol := legacyPolicy(t, 4, config.UnlockedWait, 20000)
 	st := startStackWith(t, stackOptions{policy: pol})
 	a := connect(t, st.uri, "legacy-a").Database("shop").Collection(coll)
 	b := connect(t, st.uri, "legacy-b").Database("shop").Collection(coll)

@@ -15,7 +15,7 @@ import (
 // what the write's flight needs (the owner, the locks, the lease they
 // surely have left, measured now) and, for a fenced rule, their tokens
 // for the rewrite.
-func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (bool, []docid.ID, error) {
+func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (bool, []docid.ID, error) {
 	// Read before the store answers: a force-release under way since is
 	// seen at the launch (launchAt).
 	seq := g.flights.ForceSeq()
@@ -30,7 +30,7 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 		return true, nil, nil
 	}
 	if r.Mode == policy.Enforce {
-		v.flightLocksSince(o, r, ns, ids, h.Left, true, seq)
+		v.flightLocksSince(*o, r, ns, ids, h.Left, true, seq)
 	}
 	if !fenced(*r) {
 		return true, nil, nil
@@ -44,7 +44,7 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o locksto
 
 // heldFromMemo is the check of one id answered through the connection's
 // memos (enforce.HeldMemos); false: ask the store as usual.
-func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (enforce.Held, bool) {
+func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (enforce.Held, bool) {
 	if len(ids) != 1 || v.Req == nil || !g.locks.Measures() {
 		return enforce.Held{}, false
 	}

@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/mongo/options"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // lockRecords returns every document of a test stack's lock collection and
@@ -133,9 +138,64 @@ func TestConnectionOwnerMemoNeverStale(t *testing.T) {
 			g = a
 		}
 		lsid := lsids[(i/2)%len(lsids)]
-		got, _ := g.sessionKey(req, lsid)
+		got, _, st := g.sessionKey(req, lsid)
+		if st != nil {
+			st.unlock(req)
+		}
 		if want := g.owners.Session("", lsid); !bytes.Equal(got, want) {
 			t.Fatalf("step %d: key %x, want %x", i, got, want)
 		}
 	}
+}
+
+// TestWriteOwnerSharedNeverChanges: the owner a write acts as is the
+// connection's shared one while it writes as the same owner, and what
+// the guard derives for its user, session and binding whatever it wrote
+// as before; an owner handed to an earlier write never changes.
+func TestWriteOwnerSharedNeverChanges(t *testing.T) {
+	g := New(Options{Store: memstore.New(memstore.Config{}), OwnerSecret: bytes.Repeat([]byte("a"), MinOwnerSecret)})
+	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
+	type handed struct {
+		o   *lockstore.Owner
+		was lockstore.Owner
+	}
+	var kept []handed
+	write := func(step string, lsid byte, comment string) *lockstore.Owner {
+		t.Helper()
+		b := bsoncore.NewDocumentBuilder().AppendString("update", "c").AppendDocument("lsid", lsidOf(lsid))
+		if comment != "" {
+			b.AppendString("comment", comment)
+		}
+		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, b.AppendString("$db", "db").Build()), wire.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := wire.CommandOf(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, ok := g.writeOwner(&proxy.Request{Message: msg, Command: cmd, Client: client}, &verdict{})
+		if !ok {
+			t.Fatalf("%s: no owner", step)
+		}
+		want := g.owners.Owner(client, g.owners.Session("", bytes.Repeat([]byte{lsid}, 16)), strings.TrimPrefix(comment, "lockgate:"))
+		if !reflect.DeepEqual(*o, want) {
+			t.Fatalf("%s: owner %+v, want %+v", step, *o, want)
+		}
+		for _, h := range kept {
+			if !reflect.DeepEqual(*h.o, h.was) {
+				t.Fatalf("%s: an earlier write's owner changed: %+v, was %+v", step, *h.o, h.was)
+			}
+		}
+		kept = append(kept, handed{o, *o})
+		return o
+	}
+	first := write("first", 1, "")
+	if write("again", 1, "") != first {
+		t.Fatal("the connection's owner was made again")
+	}
+	write("bound", 1, "lockgate:job-7")
+	write("another session, bound", 2, "lockgate:job-7")
+	write("another session", 2, "")
+	write("the first again", 1, "")
 }

@@ -48,7 +48,7 @@ func (g *Guard) newTxnCheck() *txn.Check {
 // far will need: the locks of its enforced writes, and the _ids it inserts
 // where inserts require them unlocked. It runs before the statement is
 // forwarded; a statement whose needs cannot be stored is refused.
-func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o lockstore.Owner, inserts enforce.Needs) {
+func (g *Guard) recordTxn(ctx context.Context, req *proxy.Request, v *verdict, o *lockstore.Owner, inserts enforce.Needs) {
 	var rec []lockstore.TxnNeed
 	if f := v.flight; f != nil {
 		for _, l := range f.Locks {

@@ -71,12 +71,12 @@ func (s *Store) HeldTokensInto(ctx context.Context, owner Owner, ns namespace.Na
 // whose lease surely outlasts margin, confirmed within CacheTrust. false
 // means "ask the long way", never "not held".
 func (s *Store) heldCached(owner Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, token *int64) (time.Duration, bool) {
-	return s.heldCachedMemo(owner, ns, id, margin, token, nil)
+	return s.heldCachedMemo(&owner, ns, id, margin, token, nil)
 }
 
 // heldCachedMemo is heldCached, filling memo (when not nil) with what it
 // answered from and the cache's generation it read it at.
-func (s *Store) heldCachedMemo(owner Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, token *int64, memo *HeldMemo) (time.Duration, bool) {
+func (s *Store) heldCachedMemo(owner *Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, token *int64, memo *HeldMemo) (time.Duration, bool) {
 	key := id.Key()
 	if ns.IsZero() || len(key) > maxPlainKey || strings.IndexByte(ns.String(), 0) >= 0 {
 		return 0, false
@@ -96,7 +96,7 @@ func (s *Store) heldCachedMemo(owner Owner, ns namespace.Namespace, id docid.ID,
 		return 0, false
 	}
 	now, unc, local := s.nowLocal()
-	if !e.g.ownedBy(owner) || !e.g.ExpiresAt.After(now.Add(unc+margin)) || e.g.Via != s.via ||
+	if !e.g.ownedBy(*owner) || !e.g.ExpiresAt.After(now.Add(unc+margin)) || e.g.Via != s.via ||
 		local.Sub(e.confirmed) > s.cfg.CacheTrust {
 		return 0, false
 	}

@@ -36,14 +36,14 @@ type HeldMemo struct {
 // Fill records a lock check that store, at generation gen, answered from
 // memory: owner holds (ns, the id of key) until expires with token, and
 // the store's memory of it was confirmed at local time confirmed.
-func (m *HeldMemo) Fill(store any, gen uint64, owner Owner, ns namespace.Namespace, key string, expires time.Time, token int64, confirmed time.Time) {
+func (m *HeldMemo) Fill(store any, gen uint64, owner *Owner, ns namespace.Namespace, key string, expires time.Time, token int64, confirmed time.Time) {
 	*m = HeldMemo{store: store, gen: gen, session: owner.Session, bind: owner.Bind, ns: ns, key: key,
 		expires: expires, token: token, confirmed: confirmed, mono: hasMonotonic(confirmed)}
 }
 
 // Match returns what Fill recorded when it was filled by store at
 // generation gen for the same owner, namespace and id key; false else.
-func (m *HeldMemo) Match(store any, gen uint64, owner Owner, ns namespace.Namespace, key string) (expires time.Time, token int64, confirmed time.Time, ok bool) {
+func (m *HeldMemo) Match(store any, gen uint64, owner *Owner, ns namespace.Namespace, key string) (expires time.Time, token int64, confirmed time.Time, ok bool) {
 	if m.store != store || m.gen != gen || m.ns != ns || m.key != key || m.bind != owner.Bind ||
 		string(m.session) != string(owner.Session) {
 		return time.Time{}, 0, time.Time{}, false
@@ -62,8 +62,9 @@ func (m *HeldMemo) Of(ns namespace.Namespace, id docid.ID) bool {
 // surely outlasts margin (and, for the cache, its trust): it returns the
 // lease left and the token. Otherwise it answers from the cache as
 // HeldTokensInto would and fills m; false means "ask HeldTokensInto",
-// never "not held".
-func (s *Store) HeldTokenMemo(m *HeldMemo, owner Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
+// never "not held". The owner is read, never kept nor modified: by
+// pointer, as it is too large to copy on every write's check.
+func (s *Store) HeldTokenMemo(m *HeldMemo, owner *Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
 	if s.cfg.CacheTrust <= 0 || len(owner.Session) == 0 || id.IsZero() {
 		return 0, 0, false
 	}

@@ -52,8 +52,8 @@ func TestHeldMemoMonotonicCheck(t *testing.T) {
 			}
 			expires := server().Add(c.expires).Round(0) // a server time: no monotonic reading
 			var m HeldMemo
-			m.Fill(s, s.cache.gen.Load(), owner, ns, id.Key(), expires, 42, confirmed)
-			left, tok, ok := s.HeldTokenMemo(&m, owner, ns, id, margin)
+			m.Fill(s, s.cache.gen.Load(), &owner, ns, id.Key(), expires, 42, confirmed)
+			left, tok, ok := s.HeldTokenMemo(&m, &owner, ns, id, margin)
 			if ok != c.held {
 				t.Fatalf("%s (monotonic %v): held %v, want %v", c.name, mono, ok, c.held)
 			}

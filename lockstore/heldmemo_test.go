@@ -26,7 +26,7 @@ func TestHeldMemoSeesEveryChange(t *testing.T) {
 	// cache's own (heldCached).
 	memoHeld := func(o Owner, id string) (int64, bool) {
 		t.Helper()
-		left, tok, ok := s1.HeldTokenMemo(&memo, o, namespace.Of(ns), rv(t, id), time.Second)
+		left, tok, ok := s1.HeldTokenMemo(&memo, &o, namespace.Of(ns), rv(t, id), time.Second)
 		var ctok int64
 		_, cached := s1.heldCached(o, namespace.Of(ns), rv(t, id), time.Second, &ctok)
 		if ok != cached || (ok && tok != ctok) {

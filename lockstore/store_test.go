@@ -268,8 +268,11 @@ func TestCanonicalOrder(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", pair.name, err)
 				}
-			case <-time.After(90 * time.Second):
-				t.Fatalf("%s: opposite-order lockers did not finish in 90s", pair.name)
+			case <-time.After(4 * time.Minute):
+				// A deadlock ends an Acquire in its minute's wait with an
+				// error (above); this catches a locker that never returns.
+				// 90 s was overrun by the race detector at load 20.
+				t.Fatalf("%s: opposite-order lockers did not finish in 4 minutes", pair.name)
 			}
 		}
 		t.Logf("%s: %d rounds each of opposite-order 4-key locking in %v", pair.name, rounds, time.Since(start))

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -63,13 +64,52 @@ type Edit struct {
 // The result may exceed the size limits the message was read under; the
 // caller checks it against the upstream's limits before sending it.
 func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Duration, error) {
+	b, maxTime, _, err := EditMessageAt(msg, cmd, e)
+	return b, maxTime, err
+}
+
+// EditMessageAt is EditMessage telling also, when e caps the command,
+// where the value of its maxTimeMS lies in the bytes to send (the result,
+// or msg's own bytes when the result is nil), so that the sender can
+// lower it in place at the last moment (wire.NumberAt.Set) instead of the
+// cap counting from before the message was even built. The value is then
+// e.MaxTimeMS, or the command's own if it is positive and no greater. So
+// that it can always be lowered in place, an OP_COMPRESSED message is
+// returned uncompressed (a copy of its inner message) when it carries a
+// value of its own that is kept.
+func EditMessageAt(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Duration, wire.NumberAt, error) {
+	b, maxTime, at, err := editMessage(msg, cmd, e)
+	if err != nil || e.MaxTimeMS <= 0 || at.Located() {
+		return b, maxTime, at, err
+	}
+	if b != nil {
+		if at, ok := wire.LocateCommandNumber(b, "maxTimeMS"); ok {
+			return b, maxTime, at, nil
+		}
+		return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: EditMessage: the capped message's maxTimeMS cannot be found")
+	}
+	raw := msg.Raw()
+	if c, ok := msg.(*wire.OpCompressed); ok {
+		// Its bytes are compressed: the inner message is sent instead.
+		raw = append(e.Buf[:0], c.Inner.Raw()...)
+		b = raw
+	}
+	if at, ok := wire.LocateCommandNumber(raw, "maxTimeMS"); ok {
+		return b, maxTime, at, nil
+	}
+	return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: EditMessage: the command's own maxTimeMS cannot be found")
+}
+
+// editMessage is EditMessageAt, locating the cap only where it knows its
+// place without a search (appendCap).
+func editMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Duration, wire.NumberAt, error) {
 	if len(e.Pins) == 0 && len(e.Fences) == 0 && e.MaxTimeMS <= 0 {
-		return nil, 0, nil
+		return nil, 0, wire.NumberAt{}, nil
 	}
 	const op = "EditMessage"
 	if c, ok := msg.(*wire.OpCompressed); ok {
 		if c.Inner == nil {
-			return nil, 0, fmt.Errorf("policy: %s: OP_COMPRESSED without an inner message", op)
+			return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: %s: OP_COMPRESSED without an inner message", op)
 		}
 		msg = c.Inner
 	}
@@ -83,15 +123,15 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 		case len(e.Pins) > 0:
 			verb = "pinned"
 		}
-		return nil, 0, fmt.Errorf("policy: %s: %v statements cannot be %s", op, msg.Header().OpCode, verb)
+		return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: %s: %v statements cannot be %s", op, msg.Header().OpCode, verb)
 	}
 	if cmd == nil {
 		c, err := wire.CommandOf(msg)
 		if err != nil {
-			return nil, 0, fmt.Errorf("policy: %s: %w", op, err)
+			return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: %s: %w", op, err)
 		}
 		if c == nil {
-			return nil, 0, fmt.Errorf("policy: %s: not a command", op)
+			return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: %s: not a command", op)
 		}
 		cmd = c
 	}
@@ -100,7 +140,7 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 			// In $in a regex matches by pattern and an array by element:
 			// either would widen the statement instead of pinning it.
 			if !docid.ValidType(id.Type) {
-				return nil, 0, fmt.Errorf("policy: %s: statement %q[%d]: a %v cannot be a pinned _id", op, p.List, p.Index, id.Type)
+				return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: %s: statement %q[%d]: a %v cannot be a pinned _id", op, p.List, p.Index, id.Type)
 			}
 		}
 	}
@@ -109,7 +149,7 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 	if len(e.Pins) > 0 || len(e.Fences) > 0 {
 		var err error
 		if body, seqs, err = editStatements(cmd, e.Pins, e.Fences); err != nil {
-			return nil, 0, fmt.Errorf("policy: %s: %s: %w", op, cmd.Name, err)
+			return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: %s: %s: %w", op, cmd.Name, err)
 		}
 		edited = true
 	}
@@ -139,14 +179,14 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 			maxTime = time.Duration(e.MaxTimeMS) * time.Millisecond
 		default:
 			if body, err = replaceField(body, "maxTimeMS", bsoncore.Value{Type: bson.TypeInt64, Data: bsoncore.AppendInt64(nil, e.MaxTimeMS)}, true); err != nil {
-				return nil, 0, fmt.Errorf("policy: %s: maxTimeMS: %w", op, err)
+				return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: %s: maxTimeMS: %w", op, err)
 			}
 			edited = true
 			maxTime = time.Duration(e.MaxTimeMS) * time.Millisecond
 		}
 	}
 	if !edited && extra == nil {
-		return nil, maxTime, nil
+		return nil, maxTime, wire.NumberAt{}, nil
 	}
 	switch m := msg.(type) {
 	case *wire.OpQuery:
@@ -155,18 +195,18 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 		}
 		query, err := rewrapQuery(m.Query, body)
 		if err != nil {
-			return nil, 0, fmt.Errorf("policy: %s: OP_QUERY: %w", op, err)
+			return nil, 0, wire.NumberAt{}, fmt.Errorf("policy: %s: OP_QUERY: %w", op, err)
 		}
 		b, err := wire.WithBody(m, query)
-		return b, maxTime, err
+		return b, maxTime, wire.NumberAt{}, err
 	default:
 		om := msg.(*wire.OpMsg)
 		if !edited {
-			if b, ok := appendCap(e.Buf[:0], om, body, extra, seqs); ok {
-				return b, maxTime, nil
+			if b, at, ok := appendCap(e.Buf[:0], om, body, extra, seqs); ok {
+				return b, maxTime, wire.NumberAt{Off: at, Type: bson.TypeInt64}, nil
 			}
 		}
-		return wire.AppendWithEdits(e.Buf[:0], om, body, extra, seqs), maxTime, nil
+		return wire.AppendWithEdits(e.Buf[:0], om, body, extra, seqs), maxTime, wire.NumberAt{}, nil
 	}
 }
 
@@ -175,13 +215,14 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 // its body, which body is, as its first section and no checksum. The
 // message's bytes are copied around the new elements and its two
 // lengths set (what wire.AppendWithEdits yields, byte for byte, without
-// encoding each section again); false otherwise.
-func appendCap(dst []byte, m *wire.OpMsg, body bsoncore.Document, extra []byte, seqs []wire.Sequence) ([]byte, bool) {
+// encoding each section again), and where the value of extra's first
+// element, the cap, lies in it; false otherwise.
+func appendCap(dst []byte, m *wire.OpMsg, body bsoncore.Document, extra []byte, seqs []wire.Sequence) ([]byte, int, bool) {
 	const at = wire.HeaderSize + 4 + 1 // header, flags, section kind 0
 	raw := m.Raw()
 	if m.Flags&wire.ChecksumPresent != 0 || len(body) < 5 || len(raw) < at+len(body) || raw[at-1] != 0 ||
 		&raw[at] != &body[0] || len(seqs) != len(m.Sequences) || (len(seqs) > 0 && &seqs[0] != &m.Sequences[0]) {
-		return nil, false
+		return nil, 0, false
 	}
 	end := at + len(body) - 1 // the body's terminating 0
 	start := len(dst)
@@ -191,7 +232,8 @@ func appendCap(dst []byte, m *wire.OpMsg, body bsoncore.Document, extra []byte, 
 	dst = append(dst, raw[end:]...)
 	binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-start))
 	binary.LittleEndian.PutUint32(dst[start+at:], uint32(len(body)+len(extra)))
-	return dst, true
+	// extra's first element: its type, its key and the key's 0.
+	return dst, end + 1 + bytes.IndexByte(extra[1:], 0) + 1, true
 }
 
 // appendElements is d with elems, encoded elements, added at its end.

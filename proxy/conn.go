@@ -369,14 +369,29 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 			return false
 		}
 	}
-	// time.Until reads the monotonic clock alone where the deadline has
-	// it (the guard's do): one clock reading per enforced write, not two.
-	if !d.Deadline.IsZero() && (d.Action == Forward || d.Action == Rewrite) && time.Until(d.Deadline) < 0 {
-		var late bsoncore.Document
-		if d.LateReply != nil {
-			late = d.LateReply.LateReply()
+	var now time.Time
+	if !d.Deadline.IsZero() && (d.Action == Forward || d.Action == Rewrite) {
+		// The upstream connection is made first: a dial can take any
+		// time, and the write's maxTimeMS counts from after it.
+		if c.pumpDone == nil && !c.connectUpstream(msg) {
+			if d.OnReply != nil {
+				d.OnReply.Reply(c.ctx, nil) // it never left
+			}
+			return false
 		}
-		d = Decision{Action: Reply, Reply: late, OnReply: d.OnReply}
+		b := raw.Bytes
+		if d.Action == Rewrite {
+			b = d.Message
+		}
+		// The last clock reading before the bytes leave: it sets their
+		// maxTimeMS, and it is the round trip's start (forward).
+		if now = time.Now(); !d.Leave(b, now) {
+			var late bsoncore.Document
+			if d.LateReply != nil {
+				late = d.LateReply.LateReply()
+			}
+			d = Decision{Action: Reply, Reply: late, OnReply: d.OnReply}
+		}
 	}
 	if d.OnReply != nil {
 		sent := d.Action == Forward || d.Action == Rewrite
@@ -391,9 +406,9 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	}
 	switch d.Action {
 	case Forward:
-		return c.forward(msg, raw.Bytes, hello)
+		return c.forward(msg, raw.Bytes, hello, now)
 	case Rewrite:
-		ok := c.forward(msg, d.Message, hello)
+		ok := c.forward(msg, d.Message, hello, now)
 		if d.MessageDone != nil {
 			// Written (net.Conn.Write keeps none of it), or never
 			// will be.
@@ -433,8 +448,9 @@ func expectsReply(msg wire.Message) bool {
 }
 
 // forward writes b, the request or its rewrite, to the upstream and
-// records what its reply needs.
-func (c *conn) forward(msg wire.Message, b []byte, hello bool) bool {
+// records what its reply needs; now, if not zero, is the clock read just
+// before.
+func (c *conn) forward(msg wire.Message, b []byte, hello bool, now time.Time) bool {
 	if c.pumpDone == nil && !c.connectUpstream(msg) {
 		return false
 	}
@@ -447,7 +463,10 @@ func (c *conn) forward(msg wire.Message, b []byte, hello bool) bool {
 	}
 	if reply {
 		c.inflight.Add(1)
-		c.rttAt.Store(time.Now().UnixNano())
+		if now.IsZero() {
+			now = time.Now()
+		}
+		c.rttAt.Store(now.UnixNano())
 		c.rttID.Store(id)
 	} else if msg.Header().OpCode != wire.OpCodeKillCursors {
 		c.trackUnacked(id)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+
+	"github.com/lockgate/lockgate/wire"
 )
 
 // lateWrite is an interceptor's state for one request: its LateReplier and
@@ -103,5 +106,66 @@ func TestDeadlinePassedAnswersLateReply(t *testing.T) {
 	}
 	if got := strings.Join(receivedCommands(t, up), ","); got != "inTime" {
 		t.Fatalf("upstream received %q, want only the request within its deadline", got)
+	}
+}
+
+// capInterceptor forwards every command with a deadline 10 s from its
+// decision, reported on deadlines, and the maxTimeMS of the client's
+// bytes as the cap to set (Decision.MaxTime).
+type capInterceptor struct{ deadlines chan time.Time }
+
+func (c capInterceptor) Intercept(_ context.Context, req *Request) Decision {
+	at, ok := wire.LocateCommandNumber(req.Message.Raw(), "maxTimeMS")
+	if !ok {
+		return Decision{Action: Forward}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	c.deadlines <- deadline
+	return Decision{Action: Forward, Deadline: deadline, MaxTime: at}
+}
+
+// TestCapCountsFromAfterTheDial: the maxTimeMS the proxy sets is counted
+// from its clock reading after the upstream connection is made: a dial
+// that takes 50 ms (made for the connection's first request) may not let
+// the request run past its deadline. The client's own larger value is
+// lowered in place in its bytes. Read before the dial, the cap ran past
+// the deadline by the dial's time.
+func TestCapCountsFromAfterTheDial(t *testing.T) {
+	up := echoUpstream(t, nil)
+	dialing, release := make(chan struct{}), make(chan struct{})
+	dial := dialFunc(func(ctx context.Context) (net.Conn, error) {
+		dialing <- struct{}{}
+		<-release
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", up.Addr())
+	})
+	deadlines := make(chan time.Time, 1)
+	p := startProxy(t, Options{Upstream: dial, Interceptor: capInterceptor{deadlines}})
+	c := dialRaw(t, p.addr)
+	req, id := c.msg(0, bson.D{{"capMe", 1}, {"maxTimeMS", int64(60000)}, {"$db", "test"}})
+	c.send(req)
+	deadline := <-deadlines
+	<-dialing
+	<-time.After(50 * time.Millisecond)
+	resumed := time.Now() // the bytes leave after this
+	release <- struct{}{}
+	if r := c.read(); r.Header().ResponseTo != id {
+		t.Fatalf("responseTo %d, want %d", r.Header().ResponseTo, id)
+	}
+	reqs := up.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("upstream received %d requests", len(reqs))
+	}
+	m, err := wire.Parse(reqs[0], wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := wire.CommandOf(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, ok := cmd.Body.Lookup("maxTimeMS").Int64OK()
+	if end := resumed.Add(time.Duration(ms) * time.Millisecond); !ok || ms <= 0 || end.After(deadline) {
+		t.Fatalf("after a 50 ms dial the request left with maxTimeMS %d (%v): it may run %v past its deadline", ms, ok, end.Sub(deadline))
 	}
 }

@@ -116,6 +116,14 @@ type Decision struct {
 	// then gets Reply with a nil body, as for any request that never left.
 	Deadline  time.Time
 	LateReply LateReplier
+	// MaxTime, if located, is where the bytes to send (Message for
+	// Rewrite, the request's own for Forward) carry the command's
+	// maxTimeMS. At the Deadline check the proxy lowers it, in place, to
+	// the whole milliseconds left until Deadline by that same clock
+	// reading, so that the write's running time is counted from the
+	// moment the bytes leave, not from the decision; with under a
+	// millisecond left it answers LateReply instead (Leave).
+	MaxTime wire.NumberAt
 	// MessageDone, if set, gets Message back once the proxy no longer
 	// reads it: after the bytes were written upstream (or the write
 	// failed), on the client pump. Message may then be a buffer the
@@ -123,6 +131,34 @@ type Decision struct {
 	// sent at all (the deadline passed, another action) is not handed
 	// back.
 	MessageDone MessageReleaser
+}
+
+// Leave is the check the proxy makes on d immediately before it writes b,
+// the bytes it forwards, upstream, with now its clock reading then: false
+// when the request may no longer leave (its Deadline has passed, or, when
+// it carries a maxTimeMS to bound, less than a millisecond is left: the
+// least maxTimeMS a server takes is 1); otherwise the maxTimeMS in b
+// is lowered to what is left, if it is greater. A decision without a
+// Deadline always leaves. Exported for the tests of an interceptor, which
+// play the proxy.
+func (d *Decision) Leave(b []byte, now time.Time) bool {
+	if d.Deadline.IsZero() {
+		return true
+	}
+	left := d.Deadline.Sub(now)
+	if !d.MaxTime.Located() {
+		return left >= 0
+	}
+	if left < time.Millisecond {
+		return false
+	}
+	ms := left.Milliseconds()
+	if cur, ok := d.MaxTime.Get(b); ok && cur > 0 && cur <= ms {
+		return true // the client's own, smaller
+	}
+	// A value that cannot be written (out of place) cannot be bounded:
+	// refused rather than sent as it is.
+	return d.MaxTime.Set(b, ms)
 }
 
 // MessageReleaser takes back a rewritten message (Decision.MessageDone).

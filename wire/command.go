@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/bsontype"
@@ -72,8 +73,8 @@ func (c *Command) Role() Role {
 // CommandOf returns the command carried by an OP_MSG, an OP_QUERY on
 // "<db>.$cmd", or an OP_COMPRESSED wrapping either; (nil, nil) for anything
 // else. The server identifies a command by the first key of its body, so
-// does this; a body that could be read two ways (a duplicate $db, lsid or
-// command key, in the body or as a document sequence), an empty body, a
+// does this; a body that could be read two ways (a duplicate $db, lsid,
+// command key or one of bodyKeys, in the body or as a document sequence), an empty body, a
 // missing or non-string $db in OP_MSG, or an OP_QUERY whose $db disagrees
 // with its namespace is ErrMalformed: the proxy must never judge a
 // different command than the one the server runs.
@@ -105,7 +106,7 @@ func CommandOf(m Message) (*Command, error) {
 			// The server reads a sequence as a body field of its name:
 			// FerretDB replaces the body's value with it, MongoDB
 			// refuses the duplicate. Either way not the value judged.
-			if seq.Identifier == "$db" || seq.Identifier == "lsid" || seq.Identifier == c.Name {
+			if seq.Identifier == "$db" || seq.Identifier == "lsid" || seq.Identifier == c.Name || slices.Contains(bodyKeys[:], seq.Identifier) {
 				return nil, malformed("OP_MSG: %q is also a document sequence in command %q", seq.Identifier, c.Name)
 			}
 		}
@@ -201,9 +202,16 @@ func (c *Command) scanBody(op string) (bsoncore.Value, error) {
 			c.LSID = d
 		case bodyKeys[0], bodyKeys[1], bodyKeys[2]:
 			for j, k := range bodyKeys {
-				if k == string(key) && c.kept[j].Type == 0 {
-					c.kept[j] = e.Value()
+				if k != string(key) {
+					continue
 				}
+				if c.kept[j].Type != 0 {
+					// Enforcement reads the first (the owner's binding,
+					// the transaction flag, the cap it may keep); a server
+					// that takes the last would run another command.
+					return db, malformed("%s: %s appears twice in command %q", op, key, name)
+				}
+				c.kept[j] = e.Value()
 			}
 		}
 	}

@@ -147,6 +147,22 @@ func TestCommandOfMalformed(t *testing.T) {
 		}), 0, Sequence{Identifier: "applyOps", Documents: []bsoncore.Document{cmdDoc("op", "d", "x")}}), `"applyOps" is also a document sequence`},
 		{"lsid as a sequence", msgOf(cmdDoc("delete", "c", "app"), 0,
 			Sequence{Identifier: "lsid", Documents: []bsoncore.Document{lsid}}), `"lsid" is also a document sequence`},
+		// A server that takes the last value would run past the cap
+		// lockgate kept, or outside the transaction it judged.
+		{"duplicate maxTimeMS", msgOf(doc(func(b *bsoncore.DocumentBuilder) {
+			b.AppendString("update", "c").AppendInt32("maxTimeMS", 1).AppendString("$db", "app").AppendInt64("maxTimeMS", 600000)
+		}), 0), "maxTimeMS appears twice"},
+		{"duplicate autocommit", msgOf(doc(func(b *bsoncore.DocumentBuilder) {
+			b.AppendString("update", "c").AppendString("$db", "app").AppendBoolean("autocommit", true).AppendBoolean("autocommit", false)
+		}), 0), "autocommit appears twice"},
+		{"duplicate comment", msgOf(doc(func(b *bsoncore.DocumentBuilder) {
+			b.AppendString("update", "c").AppendString("comment", "a").AppendString("$db", "app").AppendString("comment", "b")
+		}), 0), "comment appears twice"},
+		{"query duplicate maxTimeMS", queryOf("app.$cmd", doc(func(b *bsoncore.DocumentBuilder) {
+			b.AppendString("update", "a").AppendInt32("maxTimeMS", 1).AppendInt32("maxTimeMS", 900000)
+		})), "maxTimeMS appears twice"},
+		{"maxTimeMS as a sequence", msgOf(cmdDoc("update", "c", "app"), 0,
+			Sequence{Identifier: "maxTimeMS", Documents: []bsoncore.Document{lsid}}), `"maxTimeMS" is also a document sequence`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -258,13 +274,14 @@ func TestDocuments(t *testing.T) {
 }
 
 // TestCommandLookupIsBodyLookup: the values the walk keeps are the ones a
-// lookup in the body finds (the first of a repeated key), absent keys are
-// absent, and a command built without the walk still answers from its body.
+// lookup in the body finds, absent keys are absent, and a command built
+// without the walk still answers from its body. (A kept key repeated is
+// malformed: TestCommandOfMalformed.)
 func TestCommandLookupIsBodyLookup(t *testing.T) {
 	body := doc(func(b *bsoncore.DocumentBuilder) {
 		b.AppendString("update", "items").AppendString("comment", "lockgate:first").
-			AppendBoolean("autocommit", false).AppendString("comment", "lockgate:second").
-			AppendInt64("maxTimeMS", 5).AppendInt32("maxTimeMS", 9).AppendInt32("other", 1).AppendString("$db", "app")
+			AppendBoolean("autocommit", false).AppendInt32("other", 1).AppendInt32("other", 2).
+			AppendInt64("maxTimeMS", 5).AppendString("$db", "app")
 	})
 	noKeys := doc(func(b *bsoncore.DocumentBuilder) { b.AppendString("update", "items").AppendString("$db", "app") })
 	for _, body := range []bsoncore.Document{body, noKeys} {

@@ -64,7 +64,7 @@ func decideWrites(t *testing.T, s Store, o lockstore.Owner, stmts []stmt) (proxy
 			v := &Verdict{Req: req, Now: start}
 			return v, v
 		},
-		Owner:   func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return o, true },
+		Owner:   func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
 		Decider: d}
 	return k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now()), seen
 }

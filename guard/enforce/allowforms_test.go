@@ -763,16 +763,16 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ formSeen, resolut
 			}
 		},
 		// A transaction's allowed statement leaves what its commit needs.
-		Txn: func(_ context.Context, _ *proxy.Request, v *Verdict, _ lockstore.Owner, inserts Needs) {
+		Txn: func(_ context.Context, _ *proxy.Request, v *Verdict, _ *lockstore.Owner, inserts Needs) {
 			seen.txn, seen.txnChecked, seen.txnInserts = true, v.Checked, inserts
 		},
 		// The owner as the guard reads it: the request's session, else
 		// none.
-		Owner: func(req *proxy.Request, _ *Verdict) (lockstore.Owner, bool) {
+		Owner: func(req *proxy.Request, _ *Verdict) (*lockstore.Owner, bool) {
 			if _, ok := req.Command.SessionID(); !ok {
-				return lockstore.Owner{}, false
+				return nil, false
 			}
-			return a, true
+			return &a, true
 		},
 		Decider: d}
 	dec := k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now())

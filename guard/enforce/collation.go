@@ -123,7 +123,7 @@ func (t *Targets) DefaultCollationSimple(ctx context.Context, ns namespace.Names
 // the locked _id, which the request did not name.
 //
 // Its namespace is r.LockNamespace's, as Locks.Insertable's.
-func (l *Locks) CollatedInsertable(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) *Violation {
+func (l *Locks) CollatedInsertable(ctx context.Context, o *lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) *Violation {
 	ns := r.LockNamespace(w.NS)
 	lister, ok := l.store.(HeldLister)
 	if !ok {
@@ -169,7 +169,7 @@ func (l *Locks) CollatedInsertable(ctx context.Context, o lockstore.Owner, r *po
 	if len(cands) == 0 {
 		return nil
 	}
-	sts, err := l.ConfirmedStatus(ctx, o, ns, cands)
+	sts, err := l.ConfirmedStatus(ctx, *o, ns, cands)
 	if err != nil {
 		return &Violation{Rule: *r, Write: w, Reason: refuse.ReasonUnavailable,
 			Detail: fmt.Sprintf("the lock store cannot confirm that no _id locked in %s, whose default collation is not simple, is one document with %s (%v)", ns, refuse.IDsString(ids), err)}
@@ -201,7 +201,7 @@ func CommitCollated(ctx context.Context, t *Targets, l *Locks, o lockstore.Owner
 	if len(strs) == 0 || !l.MayHoldLocks(ns) || t.DefaultCollationSimple(ctx, ns) {
 		return ""
 	}
-	if x := l.CollatedInsertable(ctx, o, &policy.Rule{}, policy.Write{NS: ns}, strs); x != nil {
+	if x := l.CollatedInsertable(ctx, &o, &policy.Rule{}, policy.Write{NS: ns}, strs); x != nil {
 		return x.Detail
 	}
 	return ""
@@ -230,7 +230,7 @@ func Collatable(r *policy.Rule, w *policy.Write, id bsoncore.Value) bool {
 // another session holds a lock the collation may take for it
 // (Locks.CollatedInsertable). Namespaces refused already, and those where
 // no lock may be held, cost nothing more.
-func (k *Walk[V]) collated(ctx context.Context, b *Verdict, o lockstore.Owner, writes []policy.Write, rules []policy.Rule) {
+func (k *Walk[V]) collated(ctx context.Context, b *Verdict, o *lockstore.Owner, writes []policy.Write, rules []policy.Rule) {
 	type group struct {
 		r   *policy.Rule
 		w   policy.Write

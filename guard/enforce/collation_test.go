@@ -257,7 +257,7 @@ func walkOf(s Store, res Resolver, o lockstore.Owner, rules func(namespace.Names
 			return v, v
 		},
 		ImplicitInsert: func(*Verdict, namespace.Namespace, *policy.Rule, docid.ID) {},
-		Owner:          func(*proxy.Request, *Verdict) (lockstore.Owner, bool) { return o, true },
+		Owner:          func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
 		Decider: &Decider[*Verdict]{
 			Record: func(_ *proxy.Request, _ *policy.Policy, _ *Verdict, x *Violation, _ time.Duration, _ time.Time) *Violation {
 				enforced = x

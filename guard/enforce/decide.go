@@ -138,7 +138,7 @@ type Decider[V any] struct {
 	// it may read the namespace); nil: as it is.
 	Shown func(req *proxy.Request, x Violation) Violation
 	// Launch is an allowed write's decision (its edit and its flight),
-	// now being the time its lease left is counted from.
+	// now being the decision's end: no later than the write leaves.
 	Launch func(req *proxy.Request, pol *policy.Policy, v V, now time.Time) proxy.Decision
 }
 
@@ -148,15 +148,17 @@ func (d *Decider[V]) Decide(req *proxy.Request, pol *policy.Policy, v V, base *V
 	// The clock is read on its monotonic side alone (one read, not two):
 	// the decision's end is its start plus what it took.
 	took := time.Since(start)
-	if x := d.Record(req, pol, v, enforced, took, start.Add(took)); x != nil && enforced == nil {
+	now := start.Add(took)
+	if x := d.Record(req, pol, v, enforced, took, now); x != nil && enforced == nil {
 		enforced = x // its audit record could not be made durable
 	}
-	// The lease left is measured after the record: its sink can block (a
-	// full pipe), and a required audit record is waited for.
-	now := start.Add(time.Since(start))
 	if enforced != nil {
 		return d.refused(req, enforced)
 	}
+	// The record's sink can block (a full pipe, a required audit record
+	// waited for), yet the clock is not read again: what is left of the
+	// lease is measured by the proxy just before the write leaves, which
+	// sets its maxTimeMS then (proxy.Decision.Leave).
 	return d.Launch(req, pol, v, now)
 }
 

@@ -55,7 +55,7 @@ type (
 	// the connection's memo while the store is unchanged since it filled
 	// it (lockstore.HeldMemo): no key built, no shared mutex, no map.
 	MemoStore interface {
-		HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool)
+		HeldTokenMemo(m *lockstore.HeldMemo, owner *lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool)
 	}
 	// ElsewhereFinder finds a session's lock on the same _id in another
 	// namespace.
@@ -113,12 +113,12 @@ type Held struct {
 // Check checks that o holds every id of ns with margin left. A fenced
 // write needs the tokens, so a store that cannot report them fails it
 // (ErrNoTokens). The tokens go into buf when it is large enough.
-func (l *Locks) Check(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration, fenced bool, buf []int64) (Held, error) {
+func (l *Locks) Check(ctx context.Context, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration, fenced bool, buf []int64) (Held, error) {
 	if l.tokens == nil {
 		if fenced {
 			return Held{}, ErrNoTokens
 		}
-		_, missing, err := l.store.Holds(ctx, o, ns, ids, margin)
+		_, missing, err := l.store.Holds(ctx, *o, ns, ids, margin)
 		return Held{Missing: missing}, err
 	}
 	if l.into != nil {
@@ -127,10 +127,10 @@ func (l *Locks) Check(ctx context.Context, o lockstore.Owner, ns namespace.Names
 			tokens = make([]int64, 0, len(ids))
 		}
 		tokens = tokens[:len(ids)]
-		left, missing, err := l.into.HeldTokensInto(ctx, o, ns, ids, margin, tokens)
+		left, missing, err := l.into.HeldTokensInto(ctx, *o, ns, ids, margin, tokens)
 		return Held{Missing: missing, Measured: err == nil && len(missing) == 0, Left: left, Tokens: tokens}, err
 	}
-	tokens, left, missing, err := l.tokens.HeldTokens(ctx, o, ns, ids, margin)
+	tokens, left, missing, err := l.tokens.HeldTokens(ctx, *o, ns, ids, margin)
 	return Held{Missing: missing, Measured: err == nil && len(missing) == 0, Left: left, Tokens: tokens}, err
 }
 
@@ -147,7 +147,7 @@ type HeldMemos struct {
 // check, else through the memo it replaces next (filled for the next
 // check when the store answers); false: ask l.Check. The token goes into
 // buf, which must have room for one.
-func (m *HeldMemos) Check(l *Locks, o lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, buf []int64) (Held, bool) {
+func (m *HeldMemos) Check(l *Locks, o *lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, buf []int64) (Held, bool) {
 	if l.memo == nil {
 		return Held{}, false
 	}
@@ -199,7 +199,7 @@ func (l *Locks) Status(ctx context.Context, o lockstore.Owner, ns namespace.Name
 // HeldAsOtherType finds a lock o holds on one of ids written as another
 // type: "1" for 1, or 1 for "1", the usual way a lock that "was taken"
 // still does not cover a write.
-func (l *Locks) HeldAsOtherType(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (docid.ID, bool) {
+func (l *Locks) HeldAsOtherType(ctx context.Context, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (docid.ID, bool) {
 	var alts []docid.ID
 	alt := func(t bsontype.Type, b []byte) {
 		if id, err := docid.New(bson.RawValue{Type: t, Value: b}); err == nil {
@@ -233,7 +233,7 @@ func (l *Locks) HeldAsOtherType(ctx context.Context, o lockstore.Owner, ns names
 	if len(alts) == 0 {
 		return docid.ID{}, false
 	}
-	sts, err := l.store.Status(ctx, o, ns, alts)
+	sts, err := l.store.Status(ctx, *o, ns, alts)
 	if err != nil {
 		return docid.ID{}, false
 	}
@@ -248,12 +248,12 @@ func (l *Locks) HeldAsOtherType(ctx context.Context, o lockstore.Owner, ns names
 // HeldInDoubledNamespace checks the usual namespace mistake: acquireLock:
 // "shop.orders" run on database shop locks shop.shop.orders. It reports
 // that namespace when o holds one of ids there.
-func (l *Locks) HeldInDoubledNamespace(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (string, bool) {
+func (l *Locks) HeldInDoubledNamespace(ctx context.Context, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (string, bool) {
 	if strings.IndexByte(ns.String(), '.') < 0 || len(ids) == 0 {
 		return "", false
 	}
 	other := namespace.New(ns.DB(), ns.String())
-	sts, err := l.store.Status(ctx, o, other, ids[:min(len(ids), 10)])
+	sts, err := l.store.Status(ctx, *o, other, ids[:min(len(ids), 10)])
 	if err != nil {
 		return "", false
 	}
@@ -269,11 +269,11 @@ func (l *Locks) HeldInDoubledNamespace(ctx context.Context, o lockstore.Owner, n
 // often acquireLock run on another database than the write (mongosh
 // starts on "test"), or on a misspelt collection. It returns the text to
 // append to the refusal, naming a namespace o itself locked in.
-func (l *Locks) HeldInOtherNamespace(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (string, bool) {
+func (l *Locks) HeldInOtherNamespace(ctx context.Context, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (string, bool) {
 	if l.elsewhere == nil || len(ids) == 0 {
 		return "", false
 	}
-	other, id, ok, err := l.elsewhere.HeldElsewhere(ctx, o, ns, ids[:min(len(ids), 10)])
+	other, id, ok, err := l.elsewhere.HeldElsewhere(ctx, *o, ns, ids[:min(len(ids), 10)])
 	if err != nil || !ok {
 		return "", false
 	}
@@ -303,14 +303,14 @@ func TypeName(v docid.ID) string {
 // even the asking depends on the answer; to any other caller a lock held
 // by another session and no lock at all are the same refusal, down to
 // the hints.
-func (l *Locks) Missing(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, shown []docid.ID, hidden int, disclose bool) Violation {
+func (l *Locks) Missing(ctx context.Context, o *lockstore.Owner, r *policy.Rule, w policy.Write, shown []docid.ID, hidden int, disclose bool) Violation {
 	ns := w.NS
 	x := Violation{Rule: *r, Write: w, Reason: ReasonNotLocked, IDs: shown}
 	// One more round trip, on the refusal path only, to say who holds it:
 	// for a named id only, as the holder of another document is none of
 	// the caller's business.
 	if len(shown) > 0 {
-		if sts, err := l.store.Status(ctx, o, ns, shown[:1]); err == nil && len(sts) == 1 {
+		if sts, err := l.store.Status(ctx, *o, ns, shown[:1]); err == nil && len(sts) == 1 {
 			st := sts[0]
 			switch {
 			case st.Held && !st.HeldByYou && disclose:
@@ -369,12 +369,12 @@ func documents(n int) string {
 // The locks are those of r.LockNamespace: into a case variant of a
 // protected database, where no lock can be taken, the protected
 // namespace's, which an upstream that folds database names writes.
-func (l *Locks) Insertable(ctx context.Context, o lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) (_ *Violation, checked bool) {
+func (l *Locks) Insertable(ctx context.Context, o *lockstore.Owner, r *policy.Rule, w policy.Write, ids []docid.ID) (_ *Violation, checked bool) {
 	ns := r.LockNamespace(w.NS)
 	if !l.MayHoldLocks(ns) {
 		return nil, false
 	}
-	sts, err := l.ConfirmedStatus(ctx, o, ns, ids)
+	sts, err := l.ConfirmedStatus(ctx, *o, ns, ids)
 	if err != nil {
 		return &Violation{Rule: *r, Write: w, Reason: refuse.ReasonUnavailable,
 			Detail: fmt.Sprintf("the lock store cannot confirm that the inserted _ids are unlocked (%v)", err)}, true
@@ -434,13 +434,13 @@ type Checker[V any] struct {
 	// Skip reports whether the check of ids is left to another (the
 	// implicit locks' acquire, which reads the same keys), under a rule
 	// that takes implicit locks (it is asked for no other); nil: never.
-	Skip func(v V, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) bool
+	Skip func(v V, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) bool
 	// Defer reports whether a write whose session lacks missing (of ids)
 	// is left to implicit locks rather than refused; nil: never.
 	Defer func(v V, r *policy.Rule, ns namespace.Namespace, ids, missing []docid.ID) bool
 	// Held checks the locks and records what the write's flight and
 	// fence need of them; nil: Locks.Check alone, unfenced.
-	Held func(ctx context.Context, v V, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (ok bool, missing []docid.ID, err error)
+	Held func(ctx context.Context, v V, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (ok bool, missing []docid.ID, err error)
 	// MayDisclose reports whether req's caller may be told who holds a
 	// lock of ns; nil: never.
 	MayDisclose func(ctx context.Context, req *proxy.Request, ns namespace.Namespace) bool
@@ -451,7 +451,7 @@ type Checker[V any] struct {
 
 // Insertable refuses inserts of ids into ns that another session has
 // locked (Locks.Insertable).
-func (c *Checker[V]) Insertable(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) {
+func (c *Checker[V]) Insertable(ctx context.Context, base *Verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) {
 	x, checked := c.Locks.Insertable(ctx, o, r, base.FirstWrite(ns), ids)
 	if c.InsertChecks != nil {
 		if !checked {
@@ -467,7 +467,7 @@ func (c *Checker[V]) Insertable(ctx context.Context, base *Verdict, r *policy.Ru
 
 // Needs checks the locks each namespace's writes need, skipping
 // namespaces already refused.
-func (c *Checker[V]) Needs(ctx context.Context, v V, base *Verdict, o lockstore.Owner, need Needs) {
+func (c *Checker[V]) Needs(ctx context.Context, v V, base *Verdict, o *lockstore.Owner, need Needs) {
 	for i := range need {
 		if n := &need[i]; len(n.IDs) > 0 && !base.Blocked(n.NS) {
 			c.Check(ctx, v, base, n.Rule, o, n.NS, n.IDs)
@@ -477,7 +477,7 @@ func (c *Checker[V]) Needs(ctx context.Context, v V, base *Verdict, o lockstore.
 
 // Check verifies that o holds every id in ns with the rule's margin: the
 // ids are verified, left to implicit locks, or the write is refused.
-func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) {
+func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) {
 	if len(o.Session) == 0 {
 		// No session: it holds nothing (only rules with implicit locks
 		// get here without one). Unless implicit locks take it, it is
@@ -517,7 +517,7 @@ func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Ru
 
 // Refuse refuses a write of ns whose session does not hold the locks on
 // missing (Locks.Missing), showing only the ids the request named.
-func (c *Checker[V]) Refuse(ctx context.Context, base *Verdict, r *policy.Rule, o lockstore.Owner, ns namespace.Namespace, missing []docid.ID) {
+func (c *Checker[V]) Refuse(ctx context.Context, base *Verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, missing []docid.ID) {
 	var shown []docid.ID
 	for _, id := range missing {
 		if base.IsNamed(ns, id) {

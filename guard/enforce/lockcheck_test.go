@@ -66,7 +66,7 @@ func TestLockCheck(t *testing.T) {
 	acquire(t, s, b, ns, id(t, 8))
 
 	var buf [1]int64
-	h, err := l.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, false, buf[:0])
+	h, err := l.Check(ctx, &a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, false, buf[:0])
 	if err != nil || len(h.Missing) > 0 || !h.Measured {
 		t.Fatalf("held: %+v, %v", h, err)
 	}
@@ -76,7 +76,7 @@ func TestLockCheck(t *testing.T) {
 	if &h.Tokens[0] != &buf[0] {
 		t.Error("the token of the one id was not written into the buffer given")
 	}
-	h, err = l.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 7), id(t, 9)}, time.Second, true, buf[:0])
+	h, err = l.Check(ctx, &a, namespace.Of(ns), []docid.ID{id(t, 7), id(t, 9)}, time.Second, true, buf[:0])
 	if err != nil || len(h.Missing) > 0 || len(h.Tokens) != 2 || h.Tokens[1] != locks[1].Token {
 		t.Fatalf("two held: %+v, %v", h, err)
 	}
@@ -90,7 +90,7 @@ func TestLockCheck(t *testing.T) {
 		"one of two":      {[]docid.ID{id(t, 7), id(t, 10)}, time.Second},
 		"within margin":   {[]docid.ID{id(t, 7)}, time.Minute},
 	} {
-		h, err := l.Check(ctx, a, namespace.Of(ns), c.ids, c.margin, false, buf[:0])
+		h, err := l.Check(ctx, &a, namespace.Of(ns), c.ids, c.margin, false, buf[:0])
 		if err != nil || len(h.Missing) == 0 || h.Measured {
 			t.Errorf("%s: %+v, %v: want missing", name, h, err)
 		}
@@ -100,13 +100,13 @@ func TestLockCheck(t *testing.T) {
 	if p.Measures() {
 		t.Fatal("a store without tokens measures")
 	}
-	if _, err := p.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, true, buf[:0]); !errors.Is(err, ErrNoTokens) || !errors.Is(err, lockstore.ErrUnavailable) {
+	if _, err := p.Check(ctx, &a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, true, buf[:0]); !errors.Is(err, ErrNoTokens) || !errors.Is(err, lockstore.ErrUnavailable) {
 		t.Fatalf("fenced, no tokens: %v", err)
 	}
-	if h, err := p.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, false, buf[:0]); err != nil || len(h.Missing) > 0 || h.Measured {
+	if h, err := p.Check(ctx, &a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, false, buf[:0]); err != nil || len(h.Missing) > 0 || h.Measured {
 		t.Fatalf("unfenced on a plain store: %+v, %v", h, err)
 	}
-	if h, _ := p.Check(ctx, a, namespace.Of(ns), []docid.ID{id(t, 8)}, time.Second, false, buf[:0]); len(h.Missing) != 1 {
+	if h, _ := p.Check(ctx, &a, namespace.Of(ns), []docid.ID{id(t, 8)}, time.Second, false, buf[:0]); len(h.Missing) != 1 {
 		t.Fatalf("held by another on a plain store: %+v", h)
 	}
 }
@@ -125,29 +125,29 @@ func TestLockCheckMemo(t *testing.T) {
 	var m HeldMemos
 	var buf [1]int64
 	for i := range 3 {
-		if h, ok := m.Check(l, a, namespace.Of(ns), seven, time.Second, buf[:]); !ok || !h.Measured || h.Left <= 0 {
+		if h, ok := m.Check(l, &a, namespace.Of(ns), seven, time.Second, buf[:]); !ok || !h.Measured || h.Left <= 0 {
 			t.Fatalf("check %d of a held lock: %+v, %v", i, h, ok)
 		}
 	}
-	if _, ok := m.Check(l, b, namespace.Of(ns), seven, time.Second, buf[:]); ok {
+	if _, ok := m.Check(l, &b, namespace.Of(ns), seven, time.Second, buf[:]); ok {
 		t.Fatal("the memo answered for another owner")
 	}
-	if _, ok := m.Check(l, a, namespace.Of(ns), id(t, 8), time.Second, buf[:]); ok {
+	if _, ok := m.Check(l, &a, namespace.Of(ns), id(t, 8), time.Second, buf[:]); ok {
 		t.Fatal("the memo answered for another document")
 	}
-	if _, ok := m.Check(l, a, namespace.Of(ns), seven, time.Minute, buf[:]); ok {
+	if _, ok := m.Check(l, &a, namespace.Of(ns), seven, time.Minute, buf[:]); ok {
 		t.Fatal("the memo answered for a margin the lease does not cover")
 	}
 	if _, err := s.Release(ctx, a, namespace.Of(ns), []docid.ID{seven}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.Check(l, a, namespace.Of(ns), seven, time.Second, buf[:]); ok {
+	if _, ok := m.Check(l, &a, namespace.Of(ns), seven, time.Second, buf[:]); ok {
 		t.Fatal("the memo answered for a released lock")
 	}
-	if h, err := l.Check(ctx, a, namespace.Of(ns), []docid.ID{seven}, time.Second, false, buf[:0]); err != nil || len(h.Missing) != 1 {
+	if h, err := l.Check(ctx, &a, namespace.Of(ns), []docid.ID{seven}, time.Second, false, buf[:0]); err != nil || len(h.Missing) != 1 {
 		t.Fatalf("after the release: %+v, %v", h, err)
 	}
-	if _, ok := new(HeldMemos).Check(NewLocks(plainStore{s}), a, namespace.Of(ns), seven, time.Second, buf[:]); ok {
+	if _, ok := new(HeldMemos).Check(NewLocks(plainStore{s}), &a, namespace.Of(ns), seven, time.Second, buf[:]); ok {
 		t.Fatal("a store without memos answered from one")
 	}
 }
@@ -173,15 +173,15 @@ func TestLockHeldElsewhere(t *testing.T) {
 		{7.5, docid.ID{}, false},
 		{int32(8), docid.ID{}, false},
 	} {
-		got, ok := l.HeldAsOtherType(ctx, a, namespace.Of(ns), []docid.ID{id(t, c.asked)})
+		got, ok := l.HeldAsOtherType(ctx, &a, namespace.Of(ns), []docid.ID{id(t, c.asked)})
 		if ok != c.found || (ok && !got.Equal(c.want)) {
 			t.Errorf("asked %v: %v %v, want %v %v", c.asked, got, ok, c.want, c.found)
 		}
 	}
-	if got, ok := l.HeldInDoubledNamespace(ctx, a, namespace.Of(ns), []docid.ID{id(t, 9)}); !ok || got != "shop.shop.orders" {
+	if got, ok := l.HeldInDoubledNamespace(ctx, &a, namespace.Of(ns), []docid.ID{id(t, 9)}); !ok || got != "shop.shop.orders" {
 		t.Errorf("doubled namespace: %q %v", got, ok)
 	}
-	if _, ok := l.HeldInDoubledNamespace(ctx, a, namespace.Of(ns), []docid.ID{id(t, 10)}); ok {
+	if _, ok := l.HeldInDoubledNamespace(ctx, &a, namespace.Of(ns), []docid.ID{id(t, 10)}); ok {
 		t.Error("doubled namespace found for an id not locked there")
 	}
 	if got := TypeName(id(t, "x")) + "/" + TypeName(id(t, int32(1))) + "/" + TypeName(id(t, true)); got != "a string/a number/a boolean" {
@@ -204,21 +204,21 @@ func TestMissingRefusal(t *testing.T) {
 	acquire(t, s, b, ns, id(t, 8))
 	acquire(t, s, a, ns, id(t, 9), id(t, "12"))
 
-	x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 8)}, 0, true)
+	x := l.Missing(ctx, &a, r, w, []docid.ID{id(t, 8)}, 0, true)
 	if x.Reason != ReasonHeldByOther || x.Holder == nil || !strings.Contains(x.Detail, "held by") {
 		t.Errorf("held by another, disclosed: %+v", x)
 	}
-	x = l.Missing(ctx, a, r, w, []docid.ID{id(t, 8)}, 0, false)
+	x = l.Missing(ctx, &a, r, w, []docid.ID{id(t, 8)}, 0, false)
 	if x.Reason != ReasonNotLocked || x.Holder != nil || x.Detail != "this session does not hold the lock on _id 8" {
 		t.Errorf("held by another, not disclosed: %+v", x)
 	}
-	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 10)}, 0, true); x.Reason != ReasonNotLocked || x.Detail != "this session does not hold the lock on _id 10" {
+	if x := l.Missing(ctx, &a, r, w, []docid.ID{id(t, 10)}, 0, true); x.Reason != ReasonNotLocked || x.Detail != "this session does not hold the lock on _id 10" {
 		t.Errorf("not locked: %+v", x)
 	}
-	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 9)}, 0, true); !strings.Contains(x.Detail, "less than the policy's margin of 60000 ms") {
+	if x := l.Missing(ctx, &a, r, w, []docid.ID{id(t, 9)}, 0, true); !strings.Contains(x.Detail, "less than the policy's margin of 60000 ms") {
 		t.Errorf("within margin: %+v", x)
 	}
-	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, int32(12))}, 0, true); !strings.Contains(x.Detail, `it holds the lock on _id "12", a string`) {
+	if x := l.Missing(ctx, &a, r, w, []docid.ID{id(t, int32(12))}, 0, true); !strings.Contains(x.Detail, `it holds the lock on _id "12", a string`) {
 		t.Errorf("another type: %+v", x)
 	}
 	// The usual mix-ups, named (moved here from guard's
@@ -229,21 +229,21 @@ func TestMissingRefusal(t *testing.T) {
 	oid, hex := primitive.NewObjectID(), primitive.NewObjectID()
 	acquire(t, s, a, ns, id(t, oid.Hex()), id(t, hex))
 	acquire(t, s, a, "shop.shop.orders", id(t, 30))
-	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, oid)}, 0, true); !strings.Contains(x.Detail, `it holds the lock on _id "`+oid.Hex()+`", a string`) {
+	if x := l.Missing(ctx, &a, r, w, []docid.ID{id(t, oid)}, 0, true); !strings.Contains(x.Detail, `it holds the lock on _id "`+oid.Hex()+`", a string`) {
 		t.Errorf("ObjectId locked as its text: %+v", x.Detail)
 	}
-	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, hex.Hex())}, 0, true); !strings.Contains(x.Detail, "an ObjectId: an _id of another type is another document") {
+	if x := l.Missing(ctx, &a, r, w, []docid.ID{id(t, hex.Hex())}, 0, true); !strings.Contains(x.Detail, "an ObjectId: an _id of another type is another document") {
 		t.Errorf("text locked as its ObjectId: %+v", x.Detail)
 	}
-	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 30)}, 0, true); !strings.Contains(x.Detail, "it holds the lock in shop.shop.orders instead") {
+	if x := l.Missing(ctx, &a, r, w, []docid.ID{id(t, 30)}, 0, true); !strings.Contains(x.Detail, "it holds the lock in shop.shop.orders instead") {
 		t.Errorf("doubled namespace: %+v", x.Detail)
 	}
 
-	x = l.Missing(ctx, a, r, w, nil, 2, true)
+	x = l.Missing(ctx, &a, r, w, nil, 2, true)
 	if len(x.IDs) != 0 || x.Detail != "this session does not hold the lock on 2 documents its filter matches" {
 		t.Errorf("only hidden ids: %+v", x)
 	}
-	if x := l.Missing(ctx, a, r, w, []docid.ID{id(t, 10)}, 1, true); x.Detail != "this session does not hold the lock on _id 10, nor on 1 document more that its filter matches" {
+	if x := l.Missing(ctx, &a, r, w, []docid.ID{id(t, 10)}, 1, true); x.Detail != "this session does not hold the lock on _id 10, nor on 1 document more that its filter matches" {
 		t.Errorf("shown and hidden: %+v", x)
 	}
 	if e := Refusal(request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}}), x); e.Code != mongoerr.LockBusy {
@@ -264,11 +264,11 @@ func TestInsertable(t *testing.T) {
 	r := &policy.Rule{Mode: policy.Enforce}
 	acquire(t, s, b, ns, id(t, 8))
 	acquire(t, s, a, ns, id(t, 9))
-	x, checked := l.Insertable(ctx, a, r, w, []docid.ID{id(t, 7), id(t, 8)})
+	x, checked := l.Insertable(ctx, &a, r, w, []docid.ID{id(t, 7), id(t, 8)})
 	if !checked || x == nil || x.Reason != ReasonInsertLocked || x.Holder == nil || len(x.IDs) != 1 || !x.IDs[0].Equal(id(t, 8)) {
 		t.Fatalf("locked by another: %+v %v", x, checked)
 	}
-	if x, _ := l.Insertable(ctx, a, r, w, []docid.ID{id(t, 7), id(t, 9)}); x != nil {
+	if x, _ := l.Insertable(ctx, &a, r, w, []docid.ID{id(t, 7), id(t, 9)}); x != nil {
 		t.Fatalf("own and free ids: %+v", x)
 	}
 }

@@ -31,7 +31,7 @@ func TestCheckWithoutASessionFailsClosed(t *testing.T) {
 		}
 		req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
 		v := &Verdict{Req: req}
-		ch.Check(context.Background(), v, v, &r, lockstore.Owner{}, namespace.Of("shop.orders"), []docid.ID{id(t, 1)})
+		ch.Check(context.Background(), v, v, &r, &lockstore.Owner{}, namespace.Of("shop.orders"), []docid.ID{id(t, 1)})
 		x := v.Enforced()
 		if x == nil {
 			t.Fatalf("Defer set %v: a write without a session was neither refused nor left to implicit locks: checked %v, violations %+v", withDefer, v.Checked, v.Violations)

@@ -146,18 +146,24 @@ func Binding(cmd *wire.Command) string {
 }
 
 // OwnerMemo is a connection's latest session and its owner key, with the
-// owner keys that made it, and the session's entry in the flight tracker
-// once a write of it was launched: a connection writes in one session at
-// a time, and the map behind OwnerKeys takes a lock every connection
-// contends for. The key is a function of the secret, the user and the
-// lsid alone, so the memo can never be stale. The zero value is empty;
-// it is the connection's own (not safe for concurrent use).
+// owner keys that made it, the session's entry in the flight tracker
+// once a write of it was launched, and the lock owner its writes act as:
+// a connection writes in one session at a time, and the map behind
+// OwnerKeys takes a lock every connection contends for. The key is a
+// function of the secret, the user and the lsid alone, so the memo can
+// never be stale. The zero value is empty; it is the connection's own
+// (not safe for concurrent use).
 type OwnerMemo struct {
 	keys    *OwnerKeys
 	user    string
 	lsid    [16]byte
 	key     []byte
 	flights *inflight.Session
+	// owner is the lock owner of key for bind (not yet hashed), made by
+	// Owner; shared with every write that acted as it, so never written
+	// to: a write with anything else gets an owner of its own.
+	owner *lockstore.Owner
+	bind  string
 }
 
 // Get returns the memo's key and flight entry when it holds keys's key
@@ -181,6 +187,21 @@ func (m *OwnerMemo) KeepFlights(key []byte, flights *inflight.Session) {
 	if m.key != nil && bytes.Equal(m.key, key) {
 		m.flights = flights
 	}
+}
+
+// Owner is keys.Owner(c, key, bind) for the memo's key, made once for
+// as long as the connection writes as the same owner: the same pointer
+// then, which its holders must neither modify nor keep (they copy what
+// they keep), and a new owner whenever anything in it differs, never the
+// old one rewritten, so that an owner handed out never changes under
+// whoever holds it. The memo must hold key (Get or Set).
+func (m *OwnerMemo) Owner(c *proxy.ClientInfo, bind string) *lockstore.Owner {
+	if o := m.owner; o != nil && m.bind == bind && o.App == c.AppName() && o.Client == c.Addr && o.User == c.User() {
+		return o
+	}
+	o := m.keys.Owner(c, m.key, bind)
+	m.owner, m.bind = &o, bind
+	return m.owner
 }
 
 // Flights is the flight tracker's entry the memo kept, nil before one.

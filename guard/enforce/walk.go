@@ -39,9 +39,12 @@ type Walk[V any] struct {
 	New func(req *proxy.Request, start time.Time) (V, *Verdict)
 	// Schemes decides writes under a locking scheme; false: none is.
 	Schemes func(ctx context.Context, req *proxy.Request, pol *policy.Policy, writes []policy.Write, rules []policy.Rule, start time.Time) (proxy.Decision, bool)
-	// Owner is the lock owner req acts as, which it records on v; false:
-	// req carries no session.
-	Owner func(req *proxy.Request, v V) (lockstore.Owner, bool)
+	// Owner is the lock owner req acts as, which it records on v; false
+	// (and nil): req carries no session. The owner is shared, by pointer:
+	// it is too large to copy into every func of the walk, and no one
+	// writes to it once it is handed out (OwnerMemo.Owner); whoever keeps
+	// it past the decision keeps a copy (the flight, a memo's fields).
+	Owner func(req *proxy.Request, v V) (*lockstore.Owner, bool)
 	// Fence notes w and the ids it targets for the fence, for a rule
 	// that names a fence field (the walk asks for no other); nil: none.
 	Fence func(v V, r *policy.Rule, w policy.Write, ids []docid.ID)
@@ -51,13 +54,13 @@ type Walk[V any] struct {
 	// Implicit takes the implicit locks of the writes left to them, once
 	// every lock is checked, and returns the inserts whose locks are
 	// still to be checked; nil: none are taken.
-	Implicit func(ctx context.Context, v V, o lockstore.Owner, inserts Needs) Needs
+	Implicit func(ctx context.Context, v V, o *lockstore.Owner, inserts Needs) Needs
 	// Checked runs once the locks are checked, before a transaction's
 	// statement is recorded (the fence's inserts); nil: nothing does.
-	Checked func(ctx context.Context, v V, o lockstore.Owner, hasSession bool)
+	Checked func(ctx context.Context, v V, o *lockstore.Owner, hasSession bool)
 	// Txn records what an allowed statement of a transaction needs at its
 	// commit; nil: statements of transactions are not recorded.
-	Txn func(ctx context.Context, req *proxy.Request, v V, o lockstore.Owner, inserts Needs)
+	Txn func(ctx context.Context, req *proxy.Request, v V, o *lockstore.Owner, inserts Needs)
 	// Settle runs before the decision (the resolution time charged or
 	// credited) and reports whether Decided is to see it: Decided, given
 	// the decision, returns the one made (the implicit locks released
@@ -66,6 +69,10 @@ type Walk[V any] struct {
 	Settle  func(v V) bool
 	Decided func(v V, d proxy.Decision) proxy.Decision
 	Decider *Decider[V]
+
+	// noOwner is the owner of a request that carries no session: the
+	// zero owner, which holds nothing. Never written.
+	noOwner lockstore.Owner
 }
 
 // Run decides writes, the writes of req, under pol, from start.
@@ -137,6 +144,9 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 	}
 
 	o, hasSession := k.Owner(req, v)
+	if o == nil {
+		o = &k.noOwner
+	}
 	var deferred []int // writes whose documents must be resolved first
 	need := Needs(b.NeedBuf[:0])
 	var inserts Needs

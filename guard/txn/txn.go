@@ -278,12 +278,18 @@ func (c *Check) End(ctx context.Context, req *proxy.Request) proxy.Decision {
 	// Covered: the commit is a write in flight under those locks.
 	budget := time.Until(plan.End) - plan.Margin
 	d := proxy.Decision{Action: proxy.Forward}
-	var maxTime time.Duration
-	if b, capped, err := policy.EditMessage(req.Message, req.Command, policy.Edit{MaxTimeMS: max(budget.Milliseconds(), 1)}); err == nil {
-		maxTime = capped
-		if b != nil {
-			d.Action, d.Message = proxy.Rewrite, b
-		}
+	b, _, at, err := policy.EditMessageAt(req.Message, req.Command, policy.Edit{MaxTimeMS: max(budget.Milliseconds(), 1)})
+	if err != nil {
+		// Uncapped, the commit could run past its locks' lease.
+		return c.refuse(req, ts, key, n, fmt.Sprintf("lockgate could not bound the commit's maxTimeMS by its locks' lease (%v)", err))
+	}
+	// The proxy lowers the cap to what is left when the commit leaves
+	// (d.MaxTime), so the database may run it until the deadline,
+	// whatever maxTimeMS it leaves with.
+	maxTime := budget
+	d.MaxTime = at
+	if b != nil {
+		d.Action, d.Message = proxy.Rewrite, b
 	}
 	refused := refusal("the lease of its locks would have ended before the commit left for the database")
 	if h := cfg.Checked; h != nil {

@@ -203,6 +203,10 @@ func TestCoveredCommitIsLaunched(t *testing.T) {
 	if ms, ok := c2.Body.Lookup("maxTimeMS").AsInt64OK(); !ok || ms <= 0 || ms > 5000 {
 		t.Errorf("maxTimeMS %v, want the lease left less the margin", c2.Body.Lookup("maxTimeMS"))
 	}
+	// The proxy lowers the cap as the commit leaves: it must be told where.
+	if ms, ok := d.MaxTime.Get(d.Message); !ok || ms != c2.Body.Lookup("maxTimeMS").Int64() {
+		t.Errorf("the cap is not located in the commit (%+v): %d %v", d.MaxTime, ms, ok)
+	}
 }
 
 // TestUncoveredCommitIsAborted: a commit whose locks were lost is not

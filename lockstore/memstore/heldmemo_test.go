@@ -40,13 +40,13 @@ func TestHeldMemoEndsWithTheLease(t *testing.T) {
 		// The store first, then the memo: the memo, asked later, may
 		// not say held when the store did not.
 		_, storeHeld := direct()
-		left, _, memoHeld := s.HeldTokenMemo(&m, a, ns, id, margin)
+		left, _, memoHeld := s.HeldTokenMemo(&m, &a, ns, id, margin)
 		if memoHeld && !storeHeld {
 			t.Fatalf("the memo answers held (%s left) after the store answered not", left)
 		}
 		// The memo first, then the store: the store, asked later, never
 		// has more lease left than the memo said.
-		left, _, memoHeld = s.HeldTokenMemo(&m, a, ns, id, margin)
+		left, _, memoHeld = s.HeldTokenMemo(&m, &a, ns, id, margin)
 		if sleft, ok := direct(); ok && (!memoHeld || sleft > left) {
 			t.Fatalf("the store answers %s left after the memo answered held %v, %s left", sleft, memoHeld, left)
 		}

@@ -496,7 +496,7 @@ func (s *Store) HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns na
 // id answered from the caller's memo m while the store is unchanged since
 // it was filled, else from the store (filling m); false means "ask
 // HeldTokensInto", never "not held".
-func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
+func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner *lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
 	if len(owner.Session) == 0 || id.IsZero() || ns.IsZero() || strings.IndexByte(ns.String(), 0) >= 0 {
 		return 0, 0, false
 	}
@@ -524,7 +524,7 @@ func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner lockstore.Owner, ns n
 	}
 	now, unc := s.cfg.Clock.Now()
 	r := s.recs[rid]
-	if r == nil || !ownedBy(r, owner) || !r.expires.After(now.Add(unc+margin)) {
+	if r == nil || !ownedBy(r, *owner) || !r.expires.After(now.Add(unc+margin)) {
 		return 0, 0, false
 	}
 	expires := r.expires

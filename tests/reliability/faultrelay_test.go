@@ -21,10 +21,15 @@ import (
 // cut every connection, optionally right after a marked message was
 // passed on (the write reached the server, its reply never comes back).
 type faultRelay struct {
-	target  string
-	ln      net.Listener
-	marker  []byte
-	delay   time.Duration
+	target string
+	ln     net.Listener
+	marker []byte
+	delay  time.Duration
+	// hold, if set, replaces delay: a marked message waits until it is
+	// closed, so that a test orders the held write after an event (a
+	// write through another proxy) instead of after a time a loaded
+	// machine may overrun.
+	hold    chan struct{}
 	stalled atomic.Bool
 	heal    chan struct{} // closed and replaced when a stall ends
 	dropMk  atomic.Bool   // cut the connection after forwarding a marked message
@@ -58,11 +63,23 @@ type faultRelay struct {
 
 func newFaultRelay(t testing.TB, target string, marker string, delay time.Duration) *faultRelay {
 	t.Helper()
+	return startFaultRelay(t, target, marker, delay, nil)
+}
+
+// newHoldingRelay is a relay whose marked messages (and what follows
+// them on their connection) wait until hold is closed.
+func newHoldingRelay(t testing.TB, target string, marker string, hold chan struct{}) *faultRelay {
+	t.Helper()
+	return startFaultRelay(t, target, marker, 0, hold)
+}
+
+func startFaultRelay(t testing.TB, target string, marker string, delay time.Duration, hold chan struct{}) *faultRelay {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &faultRelay{target: target, ln: ln, marker: []byte(marker), delay: delay, heal: make(chan struct{}),
+	r := &faultRelay{target: target, ln: ln, marker: []byte(marker), delay: delay, hold: hold, heal: make(chan struct{}),
 		flights: map[[2]int64]bool{}, settled: make(chan struct{}), done: make(chan struct{})}
 	r.wg.Add(1)
 	go r.accept()
@@ -182,9 +199,15 @@ func (r *faultRelay) accept() {
 					if r.onMarked != nil {
 						r.onMarked()
 					}
-					// The injected fault: a server busy for delay.
+					// The injected fault: a server busy for delay, or
+					// until hold is closed.
+					var busy <-chan time.Time
+					if r.hold == nil {
+						busy = time.After(r.delay)
+					}
 					select {
-					case <-time.After(r.delay):
+					case <-busy:
+					case <-r.hold:
 					case <-r.done:
 						return
 					}

@@ -230,6 +230,32 @@ func (g *gw) metric(t testing.TB, name string, labels map[string]string) float64
 	return 0
 }
 
+// decisions lists a gateway's lockgate_decisions_total series that are
+// not zero, for a failure's message.
+func (g *gw) decisions(t testing.TB) []string {
+	t.Helper()
+	fams, err := g.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range fams {
+		if f.GetName() != "lockgate_decisions_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if v := m.GetCounter().GetValue(); v != 0 {
+				var ls []string
+				for _, l := range m.GetLabel() {
+					ls = append(ls, l.GetName()+"="+l.GetValue())
+				}
+				out = append(out, fmt.Sprintf("{%s} %v", strings.Join(ls, ","), v))
+			}
+		}
+	}
+	return out
+}
+
 // errorsByKind returns lockgate_errors_total per kind.
 func (g *gw) errorsByKind(t testing.TB) map[string]float64 {
 	t.Helper()
