@@ -14,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -79,16 +80,8 @@ func TestBlockingDecisionLineCannotStretchALease(t *testing.T) {
 	a := lsidOf(1)
 	c.lockCmd(cmdAcquire, a, 7)
 	ns := namespace.Of("db.locked")
-	seven, err := docid.Of(int32(7))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.store.Status(context.Background(), lockstore.Owner{}, ns, []docid.ID{seven})
-	if err != nil || len(st) != 1 || !st[0].Held {
-		t.Fatalf("the lock is not held: %v %v", st, err)
-	}
 	// What the write may not run past.
-	limit := st[0].ExpiresAt.Add(-pol.Lookup(ns).LeaseMargin)
+	limit := leaseLimit(t, c.store, ns, 7, pol.Lookup(ns).LeaseMargin)
 
 	stmt := bsoncore.NewDocumentBuilder().
 		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
@@ -174,10 +167,6 @@ func TestSubMillisecondBudgetIsLate(t *testing.T) {
 		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
 		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
 		Build()
-	seven, err := docid.Of(int32(7))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := namespace.Of("db.locked")
 	overran := 0
 	for i, left := range []time.Duration{800 * time.Microsecond, 500 * time.Microsecond, 200 * time.Microsecond} {
@@ -189,11 +178,7 @@ func TestSubMillisecondBudgetIsLate(t *testing.T) {
 		if ok, _ := d.Reply.Lookup("ok").AsInt64OK(); ok != 1 {
 			t.Fatalf("acquire: %s", d.Reply)
 		}
-		st, err := c.store.Status(context.Background(), lockstore.Owner{}, ns, []docid.ID{seven})
-		if err != nil || len(st) != 1 || !st[0].Held {
-			t.Fatalf("the lock is not held: %v %v", st, err)
-		}
-		limit := st[0].ExpiresAt
+		limit := leaseLimit(t, c.store, ns, 7, 0)
 		body := bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", a).AppendString("$db", "db").Build()
 		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
 		if err != nil {
@@ -346,15 +331,7 @@ func TestPauseBeforeSendCannotStretchALease(t *testing.T) {
 	if ok, _ := reply().Lookup("ok").AsInt64OK(); ok != 1 {
 		t.Fatal("acquireLock refused")
 	}
-	seven, err := docid.Of(int32(7))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.store.Status(context.Background(), lockstore.Owner{}, ns, []docid.ID{seven})
-	if err != nil || len(st) != 1 || !st[0].Held {
-		t.Fatalf("the lock is not held: %v %v", st, err)
-	}
-	limit := st[0].ExpiresAt.Add(-margin)
+	limit := leaseLimit(t, c.store, ns, 7, margin)
 	stmt := bsoncore.NewDocumentBuilder().
 		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
 		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
@@ -388,4 +365,19 @@ func TestPauseBeforeSendCannotStretchALease(t *testing.T) {
 				w.pause, got.ms, end.Format(time.RFC3339Nano), end.Sub(limit))
 		}
 	}
+}
+
+// leaseLimit is the end of the held lock on _id id, less margin: what a
+// write under it may not run past.
+func leaseLimit(t *testing.T, store *memstore.Store, ns namespace.Namespace, id int32, margin time.Duration) time.Time {
+	t.Helper()
+	d, err := docid.Of(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Status(context.Background(), lockstore.Owner{}, ns, []docid.ID{d})
+	if err != nil || len(st) != 1 || !st[0].Held {
+		t.Fatalf("the lock is not held: %v %v", st, err)
+	}
+	return st[0].ExpiresAt.Add(-margin)
 }

@@ -23,23 +23,6 @@ func TestCapAppendedAsEncoded(t *testing.T) {
 		bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: 7}}}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}}},
 		bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: 8}}}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 2}}}}}})
 	other := clSeq(t, "extra", bson.D{{Key: "x", Value: 1}})
-	// bodyLast is an OP_MSG whose sequence comes before its body.
-	bodyLast := func() []byte {
-		b := wire.Header{RequestID: 9, OpCode: wire.OpCodeMsg}.Append(nil)
-		b = binary.LittleEndian.AppendUint32(b, 0)
-		b = append(b, 1)
-		at := len(b)
-		b = append(b, 0, 0, 0, 0)
-		b = append(b, "updates\x00"...)
-		for _, d := range upd.Documents {
-			b = append(b, d...)
-		}
-		binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at))
-		b = append(b, 0)
-		b = append(b, clDoc(t, body)...)
-		binary.LittleEndian.PutUint32(b, uint32(len(b)))
-		return b
-	}
 	for _, c := range []struct {
 		name     string
 		raw      []byte
@@ -50,7 +33,7 @@ func TestCapAppendedAsEncoded(t *testing.T) {
 		{"body and two sequences", clMsgRaw(t, 0, body, upd, other), true},
 		{"exhaustAllowed", clMsgRaw(t, 1<<16, body, upd), true},
 		{"a checksum", clMsgRaw(t, wire.ChecksumPresent, body, upd), false},
-		{"body after the sequence", bodyLast(), false},
+		{"body after the sequence", msgBodyLast(t, 0, upd, body), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := clParse(t, c.raw)
@@ -119,26 +102,6 @@ func TestCapPatchedAsEncoded(t *testing.T) {
 	upd := clSeq(t, "updates",
 		bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: 7}}}, {Key: "u", Value: bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}}})
 	other := clSeq(t, "extra", bson.D{{Key: "x", Value: 1}})
-	bodyLast := func(flags wire.MsgFlags, body bson.D) []byte {
-		b := wire.Header{RequestID: 9, OpCode: wire.OpCodeMsg}.Append(nil)
-		b = binary.LittleEndian.AppendUint32(b, uint32(flags))
-		b = append(b, 1)
-		at := len(b)
-		b = append(b, 0, 0, 0, 0)
-		b = append(b, "updates\x00"...)
-		for _, d := range upd.Documents {
-			b = append(b, d...)
-		}
-		binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at))
-		b = append(b, 0)
-		b = append(b, clDoc(t, body)...)
-		if flags&wire.ChecksumPresent != 0 {
-			binary.LittleEndian.PutUint32(b, uint32(len(b)+4))
-			return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
-		}
-		binary.LittleEndian.PutUint32(b, uint32(len(b)))
-		return b
-	}
 	query := func(q bson.D) []byte {
 		return clFrame(wire.OpCodeQuery, clI32(0), clCStr("db.$cmd"), clI32(0), clI32(-1), clDoc(t, q))
 	}
@@ -165,8 +128,8 @@ func TestCapPatchedAsEncoded(t *testing.T) {
 		{name: "body and two sequences", raw: clMsgRaw(t, 0, body, upd, other)},
 		{name: "exhaustAllowed", raw: clMsgRaw(t, wire.ExhaustAllowed, body, upd)},
 		{name: "a checksum", raw: clMsgRaw(t, wire.ChecksumPresent, body, upd)},
-		{name: "body after the sequence", raw: bodyLast(0, body)},
-		{name: "body after the sequence, a checksum", raw: bodyLast(wire.ChecksumPresent, body)},
+		{name: "body after the sequence", raw: msgBodyLast(t, 0, upd, body)},
+		{name: "body after the sequence, a checksum", raw: msgBodyLast(t, wire.ChecksumPresent, upd, body)},
 		{name: "pinned", raw: clMsgRaw(t, 0, body, upd), pins: pin},
 		{name: "pinned, a checksum", raw: clMsgRaw(t, wire.ChecksumPresent, body, upd), pins: pin},
 		{name: "OP_QUERY", raw: query(with(body, bson.E{Key: "updates", Value: stmts}))},
@@ -179,7 +142,7 @@ func TestCapPatchedAsEncoded(t *testing.T) {
 			return clMsgRaw(t, wire.ChecksumPresent, with(body, bson.E{Key: "maxTimeMS", Value: ms}), upd)
 		}},
 		{name: "the client's double, body last", own: func(ms int64) []byte {
-			return bodyLast(0, with(body, bson.E{Key: "maxTimeMS", Value: float64(ms)}))
+			return msgBodyLast(t, 0, upd, with(body, bson.E{Key: "maxTimeMS", Value: float64(ms)}))
 		}},
 		{name: "the client's int32 in OP_QUERY", own: func(ms int64) []byte {
 			return query(with(body, bson.E{Key: "updates", Value: stmts}, bson.E{Key: "maxTimeMS", Value: int32(ms)}))
@@ -241,4 +204,27 @@ func TestCapPatchedAsEncoded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// msgBodyLast is an OP_MSG whose sequence comes before its body (the
+// encoder never writes one), with a checksum if flags ask for it.
+func msgBodyLast(t *testing.T, flags wire.MsgFlags, seq wire.Sequence, body bson.D) []byte {
+	b := wire.Header{RequestID: 9, OpCode: wire.OpCodeMsg}.Append(nil)
+	b = binary.LittleEndian.AppendUint32(b, uint32(flags))
+	b = append(b, 1)
+	at := len(b)
+	b = append(b, 0, 0, 0, 0)
+	b = append(b, seq.Identifier+"\x00"...)
+	for _, d := range seq.Documents {
+		b = append(b, d...)
+	}
+	binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at))
+	b = append(b, 0)
+	b = append(b, clDoc(t, body)...)
+	if flags&wire.ChecksumPresent != 0 {
+		binary.LittleEndian.PutUint32(b, uint32(len(b)+4))
+		return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+	}
+	binary.LittleEndian.PutUint32(b, uint32(len(b)))
+	return b
 }
