@@ -151,7 +151,9 @@ func (m *legacyModel) once() {
 	inc := bson.D{{"$inc", bson.D{{"n", 1}}}}
 	switch op := m.rng.IntN(10); op {
 	case 0, 1: // explicit acquire, no wait
-		err := m.exDB[k].RunCommand(m.exCtx[k], bson.D{{"acquireLock", m.coll}, {"ids", bson.A{id}}, {"leaseMS", 60000}}).Err()
+		// The model knows no lease: it must outlast the run, which took
+		// 131 s at load 12 (a 60 s lease ended at its step 25).
+		err := m.exDB[k].RunCommand(m.exCtx[k], bson.D{{"acquireLock", m.coll}, {"ids", bson.A{id}}, {"leaseMS", 600000}}).Err()
 		m.expect(fmt.Sprintf("session %d acquires %d", k, id), err, m.holder[id] == -1 || m.holder[id] == k, "held")
 		if err == nil {
 			m.holder[id] = k
