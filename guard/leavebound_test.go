@@ -83,19 +83,7 @@ func TestBlockingDecisionLineCannotStretchALease(t *testing.T) {
 	// What the write may not run past.
 	limit := leaseLimit(t, c.store, ns, 7, pol.Lookup(ns).LeaseMargin)
 
-	stmt := bsoncore.NewDocumentBuilder().
-		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
-		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
-		Build()
-	body := bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", a).AppendString("$db", "db").Build()
-	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd, err := wire.CommandOf(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg, cmd := updateOfSeven(t, a)
 	// write decides the write as the proxy does and reports whether it
 	// would leave, checking what it would run under if so.
 	write := func(block time.Duration) (left bool, late bsoncore.Document) {
@@ -163,10 +151,6 @@ func TestSubMillisecondBudgetIsLate(t *testing.T) {
 		t.Fatalf("the policy's lease margin is %v; the test needs none", m)
 	}
 	c.g.SetPolicy(pol)
-	stmt := bsoncore.NewDocumentBuilder().
-		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
-		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
-		Build()
 	ns := namespace.Of("db.locked")
 	overran := 0
 	for i, left := range []time.Duration{800 * time.Microsecond, 500 * time.Microsecond, 200 * time.Microsecond} {
@@ -179,15 +163,7 @@ func TestSubMillisecondBudgetIsLate(t *testing.T) {
 			t.Fatalf("acquire: %s", d.Reply)
 		}
 		limit := leaseLimit(t, c.store, ns, 7, 0)
-		body := bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", a).AppendString("$db", "db").Build()
-		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd, err := wire.CommandOf(msg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		msg, cmd := updateOfSeven(t, a)
 		sink.armed <- struct{}{}
 		done := make(chan proxy.Decision, 1)
 		go func() {
@@ -332,10 +308,7 @@ func TestPauseBeforeSendCannotStretchALease(t *testing.T) {
 		t.Fatal("acquireLock refused")
 	}
 	limit := leaseLimit(t, c.store, ns, 7, margin)
-	stmt := bsoncore.NewDocumentBuilder().
-		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
-		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
-		Build()
+	stmt := incSeven()
 	for _, w := range []struct {
 		pause time.Duration
 		own   int32 // the client's own maxTimeMS, smaller than the cap at the decision
@@ -380,4 +353,28 @@ func leaseLimit(t *testing.T, store *memstore.Store, ns namespace.Namespace, id 
 		t.Fatalf("the lock is not held: %v %v", st, err)
 	}
 	return st[0].ExpiresAt.Add(-margin)
+}
+
+// incSeven is the statement the leave-bound tests send: $inc n on _id 7.
+func incSeven() bsoncore.Document {
+	return bsoncore.NewDocumentBuilder().
+		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
+		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+		Build()
+}
+
+// updateOfSeven is incSeven as an update of db.locked in session lsid,
+// its statement in a document sequence, parsed as the proxy hands it on.
+func updateOfSeven(t *testing.T, lsid bsoncore.Document) (wire.Message, *wire.Command) {
+	t.Helper()
+	body := bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", lsid).AppendString("$db", "db").Build()
+	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{incSeven()}}), wire.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := wire.CommandOf(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg, cmd
 }
