@@ -204,28 +204,39 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	command, lsid := lineCommand(req, v)
 	var b []byte
 	var pooled *[]byte
+	started := false
 	if st != nil {
-		b = g.lines.start(st.line, now, &st.ts)
-		b = append(b, st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))...)
+		head := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
+		if decision == enforce.DecisionAllow {
+			// The usual line: everything but its time's fraction,
+			// took and ids from the connection's memo.
+			b, started = st.allow.startAllowed(g.lines, st.line, now, &st.ts, head, pol, st.versionField(pol))
+		}
+		if !started {
+			b = append(g.lines.start(st.line, now, &st.ts), head...)
+		}
 	} else {
 		pooled = g.lines.bufs.Get().(*[]byte)
 		b = g.lines.start(*pooled, now, nil)
 		b = appendLineHead(b, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
 	}
-	// The keys, and the decision, need no escaping: appended as they are.
-	switch decision {
-	case enforce.DecisionAllow:
-		b = append(b, `,"decision":"allow"`...)
-	default:
-		b = appendField(b, "decision", decision)
+	if !started {
+		// The keys, and the decision, need no escaping: appended as
+		// they are.
+		switch decision {
+		case enforce.DecisionAllow:
+			b = append(b, `,"decision":"allow"`...)
+		default:
+			b = appendField(b, "decision", decision)
+		}
+		if st != nil {
+			b = append(b, st.versionField(pol)...)
+		} else {
+			b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
+		}
+		b = append(b, `,"took":"`...)
 	}
-	if st != nil {
-		b = append(b, st.versionField(pol)...)
-	} else {
-		b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
-	}
-	b = appendDuration(append(b, `,"took":"`...), took)
-	b = append(b, '"')
+	b = append(appendDuration(b, took), '"')
 	if ids, ok := v.Checked.Lookup(w.NS); ok {
 		var done bool
 		if len(ids) == 1 && st != nil {

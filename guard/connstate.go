@@ -67,8 +67,10 @@ type connState struct {
 	// checks, one per document, replaced in turn (heldFromMemo): a
 	// client writes a few documents over and over.
 	held enforce.HeldMemos
-	// ts is the text of the second of the connection's latest line.
-	ts tsCache
+	// ts is the text of the second of the connection's latest line,
+	// allow what its allowed writes' lines hold around the head.
+	ts    tsCache
+	allow allowLine
 	// version is the decision line's policyVersion field of the policy
 	// versionOf (versionField).
 	versionOf *policy.Policy

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/policy"
 )
 
 // LineSink is where the guard writes its decision lines itself instead of
@@ -52,7 +54,7 @@ func newLineWriter(s *LineSink, loggerName string) *lineWriter {
 		return nil
 	}
 	w := &lineWriter{sink: s, on: s.Level == nil || s.Level.Enabled(zapcore.InfoLevel)}
-	w.head = []byte(`{"level":"info","ts":"`)
+	w.head = []byte(lineOpen)
 	w.tail = append(w.tail, '"')
 	if loggerName != "" {
 		w.tail = appendField(w.tail, "logger", loggerName)
@@ -61,6 +63,9 @@ func newLineWriter(s *LineSink, loggerName string) *lineWriter {
 	w.bufs.New = func() any { b := make([]byte, 0, 512); return &b }
 	return w
 }
+
+// lineOpen is every line's text before its time.
+const lineOpen = `{"level":"info","ts":"`
 
 // start begins a line at t into b[:0]: everything up to its first field.
 // ts, when set, is the caller's own cache of t's second as text.
@@ -74,46 +79,83 @@ func (w *lineWriter) start(b []byte, t time.Time, ts *tsCache) []byte {
 // line in the same second as the one before appends its fraction alone:
 // most of the time's formatting is the date, which changes once a second.
 type tsCache struct {
-	sec  int64
-	loc  *time.Location
-	head []byte // "2006-01-02T15:04:05"
+	sec int64
+	loc *time.Location
+	// open is lineOpen and the second's "2006-01-02T15:04:05": a line
+	// up to its time's fraction.
+	open []byte
 	zone []byte // "Z", "+05:30"
+}
+
+// load makes c hold t's second; false when t's text is not cached (a
+// year of other than four digits).
+func (c *tsCache) load(t time.Time) bool {
+	sec, loc := t.Unix(), t.Location()
+	if c.open != nil && sec == c.sec && loc == c.loc {
+		return true
+	}
+	// The whole second, without a fraction: its date and time, then
+	// its zone.
+	whole := time.Unix(sec, 0).In(loc).AppendFormat([]byte(lineOpen), time.RFC3339Nano)
+	if n := len(lineOpen); len(whole) < n+20 || (whole[n+19] != 'Z' && whole[n+19] != '+' && whole[n+19] != '-') || whole[n+4] != '-' {
+		c.open = nil
+		return false
+	}
+	c.sec, c.loc, c.open, c.zone = sec, loc, whole[:len(lineOpen)+19], whole[len(lineOpen)+19:]
+	return true
 }
 
 // append appends t as t.AppendFormat(b, time.RFC3339Nano) does.
 func (c *tsCache) append(b []byte, t time.Time) []byte {
-	if c == nil {
+	if c == nil || !c.load(t) {
 		return t.AppendFormat(b, time.RFC3339Nano)
 	}
-	sec, loc := t.Unix(), t.Location()
-	if c.head == nil || sec != c.sec || loc != c.loc {
-		// The whole second, without a fraction: its date and time, then
-		// its zone. A year of other than four digits is not cached.
-		whole := time.Unix(sec, 0).In(loc).AppendFormat(nil, time.RFC3339Nano)
-		if len(whole) < 20 || (whole[19] != 'Z' && whole[19] != '+' && whole[19] != '-') || whole[4] != '-' {
-			c.head = nil
-			return t.AppendFormat(b, time.RFC3339Nano)
-		}
-		c.sec, c.loc, c.head, c.zone = sec, loc, whole[:19], whole[19:]
+	b = append(b, c.open[len(lineOpen):]...)
+	return append(appendNanos(b, t.Nanosecond()), c.zone...)
+}
+
+// appendNanos appends the fraction of a second RFC3339Nano gives ns: a
+// point and up to nine digits without trailing zeros, nothing for 0.
+func appendNanos(b []byte, ns int) []byte {
+	return appendFraction(b, uint64(ns), 9)
+}
+
+// allowLine is a connection's memo of the text its allowed writes'
+// decision lines hold between their time's fraction and their took's
+// value: the time's zone, the logger's name and the message, the line
+// head, the decision and the policy's version. Only the time's fraction,
+// took and the ids vary from one such line to the next, so a line is
+// three copies and those (startAllowed).
+type allowLine struct {
+	w *lineWriter
+	// head is the line head the text was made from, kept so that its
+	// address stays its own: a head is never modified, a new one is a
+	// new slice.
+	head []byte
+	pol  *policy.Policy
+	text []byte
+	zone int // the text's first zone bytes are the time's zone
+}
+
+// startAllowed begins an allowed write's line at t into b[:0], up to and
+// with the opening quote of took's value: what w.start, head,
+// ,"decision":"allow", version and ,"took":" append. version is pol's
+// policyVersion field. ok is false when t's text is not cached (ts.load),
+// b then untouched.
+func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCache, head []byte, pol *policy.Policy, version []byte) (_ []byte, ok bool) {
+	if !ts.load(t) {
+		return b, false
 	}
-	b = append(b, c.head...)
-	if ns := t.Nanosecond(); ns != 0 {
-		var frac [10]byte
-		frac[0] = '.'
-		// Two digits a step: half the divisions.
-		for i := 9; i > 1; i -= 2 {
-			d := ns % 100
-			ns /= 100
-			frac[i-1], frac[i] = digitPairs[2*d], digitPairs[2*d+1]
-		}
-		frac[1] = byte('0' + ns)
-		n := 10
-		for frac[n-1] == '0' {
-			n--
-		}
-		b = append(b, frac[:n]...)
+	if a.w != w || a.pol != pol || len(a.head) != len(head) || len(head) == 0 || &a.head[0] != &head[0] ||
+		string(a.text[:a.zone]) != string(ts.zone) {
+		a.w, a.pol, a.head, a.zone = w, pol, head, len(ts.zone)
+		a.text = append(append(a.text[:0], ts.zone...), w.tail...)
+		a.text = append(append(a.text, head...), `,"decision":"allow"`...)
+		a.text = append(append(a.text, version...), `,"took":"`...)
 	}
-	return append(b, c.zone...)
+	b = append(b[:0], ts.open...)
+	b = appendNanos(b, t.Nanosecond())
+	return append(b, a.text...), true
 }
 
 // digitPairs are 00 to 99, two bytes each.
@@ -267,7 +309,10 @@ func appendIDField(b, scratch []byte, key string, id docid.ID) (_, _ []byte, ok 
 // appendDuration appends d as d.String() reads, without its allocation:
 // whole hours, minutes and seconds with the seconds' fraction
 // ("1h2m3.5s"), or below a second one unit, ns, µs or ms, with the
-// fraction of the next ("1.5ms"); no trailing zeros, "0s" for zero.
+// fraction of the next ("1.5ms"); no trailing zeros, "0s" for zero. Each
+// unit's branch divides by constants, which compile to multiplications:
+// a division by a unit held in a variable costs tens of cycles, and a
+// line's took took several.
 func appendDuration(b []byte, d time.Duration) []byte {
 	if d == 0 {
 		return append(b, '0', 's')
@@ -277,52 +322,71 @@ func appendDuration(b []byte, d time.Duration) []byte {
 		b = append(b, '-')
 		u = -u // the magnitude, math.MinInt64 included
 	}
-	if u < uint64(time.Second) {
-		switch {
-		case u < uint64(time.Microsecond):
-			return append(appendUint(b, u), 'n', 's')
-		case u < uint64(time.Millisecond):
-			return append(appendFrac(b, u, uint64(time.Microsecond)), "µs"...)
-		default:
-			return append(appendFrac(b, u, uint64(time.Millisecond)), 'm', 's')
-		}
+	switch {
+	case u < 1e3:
+		return append(appendUint(b, u), 'n', 's')
+	case u < 1e6:
+		return append(appendFraction(appendUint(b, u/1e3), u%1e3, 3), 0xc2, 0xb5, 's') // µs
+	case u < 1e9:
+		return append(appendFraction(appendUint(b, u/1e6), u%1e6, 6), 'm', 's')
 	}
-	secs := u / uint64(time.Second)
+	secs := u / 1e9
 	if h := secs / 3600; h > 0 {
 		b = append(appendUint(b, h), 'h')
 		b = append(appendUint(b, secs/60%60), 'm')
 	} else if m := secs / 60; m > 0 {
 		b = append(appendUint(b, m), 'm')
 	}
-	return append(appendFrac(b, secs%60*uint64(time.Second)+u%uint64(time.Second), uint64(time.Second)), 's')
+	return append(appendFraction(appendUint(b, secs%60), u%1e9, 9), 's')
 }
 
-// appendFrac appends u/unit with its fraction, unit a power of ten,
-// trailing zeros (and a point with nothing after it) left out.
-func appendFrac(b []byte, u, unit uint64) []byte {
-	b = appendUint(b, u/unit)
-	frac := u % unit
+// appendFraction appends frac, below 10^n (n at most 9), as the n digits
+// after a decimal point, trailing zeros (and the point, for 0) left out.
+// The digits are written in place, two at a time: a few bytes appended
+// from an array of their own cost a memmove call each, and a line had
+// several.
+func appendFraction(b []byte, frac uint64, n int) []byte {
 	if frac == 0 {
 		return b
 	}
-	b = append(b, '.')
-	for unit /= 10; frac > 0; unit /= 10 {
-		b = append(b, byte('0'+frac/unit))
-		frac %= unit
+	for frac%10 == 0 {
+		frac /= 10
+		n--
+	}
+	l := len(b)
+	b = slices.Grow(b, n+1)[:l+n+1]
+	b[l] = '.'
+	for i := l + n; i > l; i -= 2 {
+		d := frac % 100
+		frac /= 100
+		b[i] = digitPairs[2*d+1]
+		if i-1 > l {
+			b[i-1] = digitPairs[2*d]
+		}
 	}
 	return b
 }
 
+// appendUint appends u in decimal, in place like appendFraction.
 func appendUint(b []byte, u uint64) []byte {
-	var digits [20]byte
-	i := len(digits)
-	for {
-		i--
-		digits[i] = byte('0' + u%10)
-		u /= 10
-		if u == 0 {
-			break
-		}
+	switch {
+	case u < 10:
+		return append(b, byte('0'+u))
+	case u < 100:
+		return append(b, digitPairs[2*u], digitPairs[2*u+1])
+	case u < 1000:
+		d := u % 100
+		return append(b, byte('0'+u/100), digitPairs[2*d], digitPairs[2*d+1])
 	}
-	return append(b, digits[i:]...)
+	n := 4
+	for v := u / 10000; v > 0; v /= 10 {
+		n++
+	}
+	l := len(b)
+	b = slices.Grow(b, n)[:l+n]
+	for i := l + n - 1; i >= l; i-- {
+		b[i] = byte('0' + u%10)
+		u /= 10
+	}
+	return b
 }

@@ -1,0 +1,103 @@
+package guard
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/policy"
+)
+
+// TestAllowedLineMemoIsZapsLine: an allowed write's decision line made
+// from a connection's memo (allowLine, tsCache) is, byte for byte, the
+// line zap's encoder writes for the same entry and fields, along a run of
+// lines that changes one thing at a time: the time within its second and
+// across seconds, fractions ending in every count of zeros and none, the
+// time's zone (to an offset of the same length, and of another), the
+// line's head (to another of the same length, and back), the policy (its
+// version the same length), the logger's name, and a year the cache does
+// not hold.
+func TestAllowedLineMemoIsZapsLine(t *testing.T) {
+	compile := func(match string) *policy.Policy {
+		p, err := policy.Compile(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: match, Mode: config.ModeEnforce}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	polA, polB := compile("db.a"), compile("db.b")
+	if len(polA.Version()) != len(polB.Version()) || polA.Version() == polB.Version() {
+		t.Fatalf("versions %q and %q: want two of one length", polA.Version(), polB.Version())
+	}
+	type head struct{ app, user, ns string }
+	headA, headB := head{"app-a", "u1", "db.a"}, head{"app-b", "u2", "db.b"} // one length
+	writerA := newLineWriter(&LineSink{Out: zapcore.AddSync(&bytes.Buffer{})}, "audit")
+	writerB := newLineWriter(&LineSink{Out: zapcore.AddSync(&bytes.Buffer{})}, "lockgate.audit")
+	plus5, plus4, minus7 := time.FixedZone("", 5*3600+30*60), time.FixedZone("", 4*3600), time.FixedZone("", -7*3600)
+	sec := time.Date(2026, 11, 28, 0, 0, 59, 0, time.UTC)
+	lsid := []byte("0123456789abcdef")
+	steps := []struct {
+		at   time.Time
+		h    head
+		pol  *policy.Policy
+		w    *lineWriter
+		took time.Duration
+	}{
+		{sec.Add(123456789), headA, polA, writerA, 2345},
+		{sec.Add(123456790), headA, polA, writerA, 1500},    // same second, fraction ends in a zero
+		{sec.Add(500000000), headA, polA, writerA, 999},     // eight zeros
+		{sec, headA, polA, writerA, 1000},                   // no fraction at all
+		{sec.Add(time.Second), headA, polA, writerA, 0},     // the next second, the next minute
+		{sec.Add(time.Second + 1), headA, polA, writerA, 1}, // and its first nanosecond
+		{sec.Add(time.Second + 100).In(plus5), headA, polA, writerA, 7 * time.Millisecond},
+		{sec.Add(time.Second + 200).In(plus4), headA, polA, writerA, 7}, // another offset, the same length
+		{sec.Add(time.Second + 300), headA, polA, writerA, 7},           // back to Z in the same second
+		{sec.Add(time.Second + 400).In(minus7), headA, polA, writerA, 7},
+		{sec.Add(time.Second + 500).In(minus7), headB, polA, writerA, 7},        // another head, the same length
+		{sec.Add(time.Second + 600).In(minus7), headA, polA, writerA, 7},        // and back
+		{sec.Add(time.Second + 700).In(minus7), headA, polB, writerA, 7},        // another policy
+		{sec.Add(time.Second + 800).In(minus7), headA, polB, writerB, 7},        // another logger's sink
+		{time.Date(10001, 1, 1, 0, 0, 0, 5, time.UTC), headA, polB, writerB, 7}, // not cached
+		{time.Date(2026, 1, 1, 0, 0, 0, 50, time.UTC), headA, polB, writerB, 90 * time.Minute},
+		{time.Date(2026, 1, 1, 0, 0, 0, 60, time.UTC), headA, polB, writerB, 3 * time.Second},
+	}
+	// One head slice per head, as the connection keeps it (lineHead).
+	heads := map[head][]byte{}
+	for _, h := range []head{headA, headB} {
+		heads[h] = appendLineHead(nil, "127.0.0.1:5000", h.app, h.user, lsid, h.ns, "update", "enforce")
+	}
+	var (
+		ts    tsCache
+		memo  allowLine
+		line  []byte
+		ok    bool
+		names = map[*lineWriter]string{writerA: "audit", writerB: "lockgate.audit"}
+	)
+	for i, s := range steps {
+		version := appendJSONString([]byte(`,"policyVersion":`), s.pol.Version())
+		line, ok = memo.startAllowed(s.w, line, s.at, &ts, heads[s.h], s.pol, version)
+		if !ok {
+			if s.at.Year() < 10000 {
+				t.Fatalf("step %d: a time of year %d not cached", i, s.at.Year())
+			}
+			line = append(s.w.start(line, s.at, &ts), heads[s.h]...)
+			line = append(append(line, `,"decision":"allow"`...), version...)
+			line = append(line, `,"took":"`...)
+		}
+		line = append(appendDuration(line, s.took), '"')
+		line = append(line, '}', '\n')
+		want := encodeLine(t, names[s.w], s.at,
+			zap.String("client", "127.0.0.1:5000"), zap.String("app", s.h.app), zap.String("user", s.h.user),
+			zap.String("session", lockstore.SessionPrefix(lsid)), zap.String("ns", s.h.ns), zap.String("command", "update"),
+			zap.String("mode", "enforce"), zap.String("decision", "allow"), zap.String("policyVersion", s.pol.Version()),
+			zap.Duration("took", s.took))
+		if string(line) != want {
+			t.Errorf("step %d (%v):\n got %s\nwant %s", i, s.at, line, want)
+		}
+	}
+}
