@@ -47,24 +47,34 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 		pol  *policy.Policy
 		w    *lineWriter
 		took time.Duration
+		// refused: the line of a refused write, which loads the time
+		// without the memo.
+		refused bool
 	}{
-		{sec.Add(123456789), headA, polA, writerA, 2345},
-		{sec.Add(123456790), headA, polA, writerA, 1500},    // same second, fraction ends in a zero
-		{sec.Add(500000000), headA, polA, writerA, 999},     // eight zeros
-		{sec, headA, polA, writerA, 1000},                   // no fraction at all
-		{sec.Add(time.Second), headA, polA, writerA, 0},     // the next second, the next minute
-		{sec.Add(time.Second + 1), headA, polA, writerA, 1}, // and its first nanosecond
-		{sec.Add(time.Second + 100).In(plus5), headA, polA, writerA, 7 * time.Millisecond},
-		{sec.Add(time.Second + 200).In(plus4), headA, polA, writerA, 7}, // another offset, the same length
-		{sec.Add(time.Second + 300), headA, polA, writerA, 7},           // back to Z in the same second
-		{sec.Add(time.Second + 400).In(minus7), headA, polA, writerA, 7},
-		{sec.Add(time.Second + 500).In(minus7), headB, polA, writerA, 7},        // another head, the same length
-		{sec.Add(time.Second + 600).In(minus7), headA, polA, writerA, 7},        // and back
-		{sec.Add(time.Second + 700).In(minus7), headA, polB, writerA, 7},        // another policy
-		{sec.Add(time.Second + 800).In(minus7), headA, polB, writerB, 7},        // another logger's sink
-		{time.Date(10001, 1, 1, 0, 0, 0, 5, time.UTC), headA, polB, writerB, 7}, // not cached
-		{time.Date(2026, 1, 1, 0, 0, 0, 50, time.UTC), headA, polB, writerB, 90 * time.Minute},
-		{time.Date(2026, 1, 1, 0, 0, 0, 60, time.UTC), headA, polB, writerB, 3 * time.Second},
+		{sec.Add(123456789), headA, polA, writerA, 2345, false},
+		{sec.Add(123456790), headA, polA, writerA, 1500, false},    // same second, fraction ends in a zero
+		{sec.Add(500000000), headA, polA, writerA, 999, false},     // eight zeros
+		{sec, headA, polA, writerA, 1000, false},                   // no fraction at all
+		{sec.Add(time.Second), headA, polA, writerA, 0, false},     // the next second, the next minute
+		{sec.Add(time.Second + 1), headA, polA, writerA, 1, false}, // and its first nanosecond
+		{sec.Add(time.Second + 100).In(plus5), headA, polA, writerA, 7 * time.Millisecond, false},
+		{sec.Add(time.Second + 200).In(plus4), headA, polA, writerA, 7, false}, // another offset, the same length
+		{sec.Add(time.Second + 300), headA, polA, writerA, 7, false},           // back to Z in the same second
+		{sec.Add(time.Second + 400).In(minus7), headA, polA, writerA, 7, false},
+		{sec.Add(time.Second + 500).In(minus7), headB, polA, writerA, 7, false}, // another head, the same length
+		{sec.Add(time.Second + 600).In(minus7), headA, polA, writerA, 7, false}, // and back
+		{sec.Add(time.Second + 700).In(minus7), headA, polB, writerA, 7, false}, // another policy
+		{sec.Add(time.Second + 800).In(minus7), headA, polB, writerB, 7, false}, // another logger's sink
+		// A refused write's line loads the next second in another
+		// zone; the allowed one after it, in that second and zone,
+		// must not keep the zone of the memo's.
+		{sec.Add(2*time.Second + 1).In(plus5), headA, polB, writerB, 7, true},
+		{sec.Add(2*time.Second + 2).In(plus5), headA, polB, writerB, 7, false},
+		{sec.Add(2*time.Second + 3).In(plus4), headA, polB, writerB, 7, true},
+		{sec.Add(2*time.Second + 4).In(plus4), headA, polB, writerB, 7, false},
+		{time.Date(10001, 1, 1, 0, 0, 0, 5, time.UTC), headA, polB, writerB, 7, false}, // not cached
+		{time.Date(2026, 1, 1, 0, 0, 0, 50, time.UTC), headA, polB, writerB, 90 * time.Minute, false},
+		{time.Date(2026, 1, 1, 0, 0, 0, 60, time.UTC), headA, polB, writerB, 3 * time.Second, false},
 	}
 	// One head slice per head, as the connection keeps it (lineHead).
 	heads := map[head][]byte{}
@@ -80,13 +90,18 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 	)
 	for i, s := range steps {
 		version := appendJSONString([]byte(`,"policyVersion":`), s.pol.Version())
-		line, ok = memo.startAllowed(s.w, line, s.at, &ts, heads[s.h], s.pol, version)
+		decision := "allow"
+		if s.refused {
+			decision, ok = "reject", false
+		} else {
+			line, ok = memo.startAllowed(s.w, line, s.at, &ts, heads[s.h], s.pol, version)
+		}
 		if !ok {
-			if s.at.Year() < 10000 {
+			if !s.refused && s.at.Year() < 10000 {
 				t.Fatalf("step %d: a time of year %d not cached", i, s.at.Year())
 			}
 			line = append(s.w.start(line, s.at, &ts), heads[s.h]...)
-			line = append(append(line, `,"decision":"allow"`...), version...)
+			line = append(appendField(line, "decision", decision), version...)
 			line = append(line, `,"took":"`...)
 		}
 		line = append(appendDuration(line, s.took), '"')
@@ -94,10 +109,36 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 		want := encodeLine(t, names[s.w], s.at,
 			zap.String("client", "127.0.0.1:5000"), zap.String("app", s.h.app), zap.String("user", s.h.user),
 			zap.String("session", lockstore.SessionPrefix(lsid)), zap.String("ns", s.h.ns), zap.String("command", "update"),
-			zap.String("mode", "enforce"), zap.String("decision", "allow"), zap.String("policyVersion", s.pol.Version()),
+			zap.String("mode", "enforce"), zap.String("decision", decision), zap.String("policyVersion", s.pol.Version()),
 			zap.Duration("took", s.took))
 		if string(line) != want {
 			t.Errorf("step %d (%v):\n got %s\nwant %s", i, s.at, line, want)
+		}
+	}
+}
+
+// TestAllowedLineMemoKnowsItsTimeCache: a memo made with one time cache
+// is not taken for another's second, though both loaded as many seconds:
+// their zones differ.
+func TestAllowedLineMemoKnowsItsTimeCache(t *testing.T) {
+	pol, err := policy.Compile(config.Policy{Default: config.ModeOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newLineWriter(&LineSink{Out: zapcore.AddSync(&bytes.Buffer{})}, "audit")
+	head := appendLineHead(nil, "c", "a", "u", nil, "db.c", "update", "enforce")
+	version := appendJSONString([]byte(`,"policyVersion":`), pol.Version())
+	at := time.Date(2026, 11, 28, 0, 0, 0, 5, time.UTC)
+	var memo allowLine
+	var utc, plus5 tsCache
+	for _, c := range []struct {
+		ts   *tsCache
+		at   time.Time
+		zone string
+	}{{&utc, at, `Z","logger"`}, {&plus5, at.In(time.FixedZone("", 5*3600)), `+05:00","logger"`}} {
+		line, ok := memo.startAllowed(w, nil, c.at, c.ts, head, pol, version)
+		if !ok || !bytes.Contains(line, []byte(c.zone)) {
+			t.Errorf("%v: %s, want its zone %s", c.at, line, c.zone)
 		}
 	}
 }

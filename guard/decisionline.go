@@ -85,6 +85,9 @@ type tsCache struct {
 	// up to its time's fraction.
 	open []byte
 	zone []byte // "Z", "+05:30"
+	// gen counts the seconds loaded: a memo of the zone made at one
+	// gen holds until the next.
+	gen uint64
 }
 
 // load makes c hold t's second; false when t's text is not cached (a
@@ -102,6 +105,7 @@ func (c *tsCache) load(t time.Time) bool {
 		return false
 	}
 	c.sec, c.loc, c.open, c.zone = sec, loc, whole[:len(lineOpen)+19], whole[len(lineOpen)+19:]
+	c.gen++
 	return true
 }
 
@@ -133,8 +137,12 @@ type allowLine struct {
 	// new slice.
 	head []byte
 	pol  *policy.Policy
+	// ts and gen are the second whose zone the text begins with: the
+	// text is made again once a second, rather than its zone compared
+	// on every line.
+	ts   *tsCache
+	gen  uint64
 	text []byte
-	zone int // the text's first zone bytes are the time's zone
 }
 
 // startAllowed begins an allowed write's line at t into b[:0], up to and
@@ -146,9 +154,8 @@ func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCac
 	if !ts.load(t) {
 		return b, false
 	}
-	if a.w != w || a.pol != pol || len(a.head) != len(head) || len(head) == 0 || &a.head[0] != &head[0] ||
-		string(a.text[:a.zone]) != string(ts.zone) {
-		a.w, a.pol, a.head, a.zone = w, pol, head, len(ts.zone)
+	if a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol || len(a.head) != len(head) || len(head) == 0 || &a.head[0] != &head[0] {
+		a.w, a.pol, a.head, a.ts, a.gen = w, pol, head, ts, ts.gen
 		a.text = append(append(a.text[:0], ts.zone...), w.tail...)
 		a.text = append(append(a.text, head...), `,"decision":"allow"`...)
 		a.text = append(append(a.text, version...), `,"took":"`...)
@@ -342,29 +349,30 @@ func appendDuration(b []byte, d time.Duration) []byte {
 
 // appendFraction appends frac, below 10^n (n at most 9), as the n digits
 // after a decimal point, trailing zeros (and the point, for 0) left out.
-// The digits are written in place, two at a time: a few bytes appended
-// from an array of their own cost a memmove call each, and a line had
-// several.
+// The digits are written in place, two at a time in 32 bits, then the
+// zeros cut: a few bytes appended from an array of their own cost a
+// memmove call each, and a line had several.
 func appendFraction(b []byte, frac uint64, n int) []byte {
 	if frac == 0 {
 		return b
 	}
-	for frac%10 == 0 {
-		frac /= 10
+	l := len(b)
+	b = slices.Grow(b, 10)[:l+10]
+	d := (*[10]byte)(b[l:])
+	d[0] = '.'
+	f := uint32(frac)
+	for i := n; i > 1; i -= 2 {
+		r := f % 100
+		f /= 100
+		d[i-1], d[i] = digitPairs[2*r], digitPairs[2*r+1]
+	}
+	if n&1 == 1 {
+		d[1] = byte('0' + f)
+	}
+	for d[n] == '0' {
 		n--
 	}
-	l := len(b)
-	b = slices.Grow(b, n+1)[:l+n+1]
-	b[l] = '.'
-	for i := l + n; i > l; i -= 2 {
-		d := frac % 100
-		frac /= 100
-		b[i] = digitPairs[2*d+1]
-		if i-1 > l {
-			b[i-1] = digitPairs[2*d]
-		}
-	}
-	return b
+	return b[:l+n+1]
 }
 
 // appendUint appends u in decimal, in place like appendFraction.
