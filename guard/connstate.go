@@ -53,6 +53,8 @@ type connState struct {
 	nextAllow int
 	// rules are the rules the connection wrote under lately (ruleRef).
 	rules enforce.Rules
+	// pins are the connection's latest pinned filters (pinMemos).
+	pins enforce.PinMemos
 	// line is the buffer the connection's decision lines are written
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).

@@ -105,7 +105,7 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				req := reqs[i%len(reqs)]
-				req.Plan = nil // each request is planned anew, as the proxy makes a new one per message
+				req.Plan = nil // each request is planned anew, into its connection's plan (Request.Scratch), as the proxy does
 				d := g.Intercept(ctx, req)
 				if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
 					b.Fatalf("%+v %s", d, d.Reply)
@@ -180,7 +180,7 @@ func BenchmarkManyPinnedIDs(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				req.Plan = nil // each request is planned anew, as the proxy makes a new one per message
+				req.Plan = nil // each request is planned anew, into its connection's plan (Request.Scratch), as the proxy does
 				d := g.Intercept(ctx, req)
 				if d.Action != proxy.Reply {
 					b.Fatalf("%+v", d)

@@ -65,14 +65,22 @@ type flightPlan struct {
 // (by the resolver's cached collation or capped checks at most; v.now is
 // cleared after anything that can wait longer: a resolution, implicit
 // locks).
+// The flight keeps a copy of o, the caller's.
 func (v *verdict) flightLocks(o lockstore.Owner, r *policy.Rule, ns namespace.Namespace, ids []docid.ID, left time.Duration) {
-	v.flightLocksSince(o, r, ns, ids, left, false, 0)
+	if v.flight == nil {
+		v.flightBuf.SetOwner(o)
+		v.flightLocksSince(v.flightBuf.Owner, r, ns, ids, left, false, 0)
+		return
+	}
+	v.flightLocksSince(v.flight.Owner, r, ns, ids, left, false, 0)
 }
 
 // flightLocksSince is flightLocks for a lock holder's locks when guarded,
 // checked after the tracker's forceSeq read seq: the first check's seq is
-// the earliest, and so covers those that follow.
-func (v *verdict) flightLocksSince(o lockstore.Owner, r *policy.Rule, ns namespace.Namespace, ids []docid.ID, left time.Duration, guarded bool, seq uint64) {
+// the earliest, and so covers those that follow. The flight shares o,
+// the walk's owner, which no one writes to (Walk.Owner) and which the
+// verdict, the flight's home, outlives.
+func (v *verdict) flightLocksSince(o *lockstore.Owner, r *policy.Rule, ns namespace.Namespace, ids []docid.ID, left time.Duration, guarded bool, seq uint64) {
 	if v.Now.IsZero() {
 		v.Now = time.Now()
 	}

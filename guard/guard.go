@@ -261,7 +261,7 @@ func New(opts Options) *Guard {
 	g.authority = authority.New(opts.AuthRequired)
 	g.locks = enforce.NewLocks(opts.Store)
 	g.targeting = enforce.NewTargets(enforce.TargetsConfig{Resolver: opts.Resolver, ResolveTimeout: opts.ResolveTimeout,
-		Authority: g.authority, Throttle: throttleHooks{g}, PinnedIDs: pinnedIDs,
+		Authority: g.authority, Throttle: throttleHooks{g}, PinnedIDs: pinnedIDs, PinMemos: pinMemos,
 		Resolves: g.metrics.resolves, Seconds: g.metrics.resolveSeconds})
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.txns = g.newTxnCheck()

@@ -45,7 +45,7 @@ func TestHeldMemoNeverStale(t *testing.T) {
 			a := lsidOf(1)
 			ct.lockCmd(cmdAcquire, a, 7)
 			f := ct.decideWrite(a, 7)
-			o := f.Owner
+			o := *f.Owner
 			f.Reply(context.Background(), nil)
 			if !ct.write(a, 7) {
 				t.Fatal("the holder's second write was refused")
@@ -74,7 +74,7 @@ func TestHeldMemoPerDocument(t *testing.T) {
 		}
 	}
 	f := c.decideWrite(a, 7)
-	o := f.Owner
+	o := *f.Owner
 	f.Reply(context.Background(), nil)
 	if n, err := c.store.Release(context.Background(), o, namespace.Of("db.locked"), lockstoretest.IDs(int32(7)), ""); n != 1 || err != nil {
 		t.Fatalf("release: %d %v", n, err)

@@ -53,7 +53,7 @@ func BenchmarkInterceptPassThrough(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				req.Plan = nil // each request is planned anew, as the proxy makes a new one per message
+				req.Plan = nil // each request is planned anew, into its connection's plan (Request.Scratch), as the proxy does
 				if d := g.Intercept(ctx, req); d.Action != proxy.Forward {
 					b.Fatal(d)
 				}

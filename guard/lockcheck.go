@@ -30,7 +30,7 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o *lockst
 		return true, nil, nil
 	}
 	if r.Mode == policy.Enforce {
-		v.flightLocksSince(*o, r, ns, ids, h.Left, true, seq)
+		v.flightLocksSince(o, r, ns, ids, h.Left, true, seq)
 	}
 	if !fenced(*r) {
 		return true, nil, nil

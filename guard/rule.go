@@ -29,3 +29,17 @@ func (g *Guard) ruleRef(pol *policy.Policy, req *proxy.Request, ns namespace.Nam
 func (g *Guard) ruleFor(r policy.Rule, req *proxy.Request) policy.Rule {
 	return enforce.ForClient(r, req.Client)
 }
+
+// pinMemos is the memo of req's connection's pinned filters
+// (enforce.PinMemos), while req's decision holds the connection (ruleRef,
+// for a rule that is not off); nil otherwise, so that no other goroutine
+// can be reading it.
+func pinMemos(req *proxy.Request) *enforce.PinMemos {
+	if req.Client == nil {
+		return nil
+	}
+	if st, _ := req.Client.Local().(*connState); st != nil && st.deciding.Load() == req {
+		return &st.pins
+	}
+	return nil
+}

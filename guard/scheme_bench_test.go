@@ -88,7 +88,7 @@ func BenchmarkSchemeHolderWrite(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				leg.req.Plan = nil // each request is planned anew, as the proxy makes a new one per message
+				leg.req.Plan = nil // each request is planned anew, into its connection's plan (Request.Scratch), as the proxy does
 				if d := g.Intercept(ctx, leg.req); d.Action != proxy.Forward {
 					b.Fatalf("%+v %s", d, d.Reply)
 				}

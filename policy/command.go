@@ -13,6 +13,9 @@ import (
 // walk (Classify, an explained command) finds both itself.
 type command struct {
 	*wire.Command
+	// plan is the plan the command is read into, whose room the
+	// classifier writes into; nil for a command read on its own.
+	plan *Plan
 	// own is the command's own collection when the walk made it; zero
 	// otherwise.
 	own namespace.Namespace
@@ -81,7 +84,7 @@ func (c *command) Documents(field string) ([]bsoncore.Document, error) {
 	if c.complete {
 		for i := range c.found[:c.nfound] {
 			if f := &c.found[i]; f.field == field {
-				return c.Command.DocumentsFound(field, f.first, f.n)
+				return c.Command.DocumentsFound(c.docs(), field, f.first, f.n)
 			}
 		}
 	}
@@ -94,5 +97,24 @@ func (c *command) ownNS() namespace.Namespace {
 	if !c.own.IsZero() {
 		return c.own
 	}
+	if c.plan != nil {
+		return c.plan.ns(c.DB, c.Collection)
+	}
 	return namespace.New(c.DB, c.Collection)
+}
+
+// docs is room for a statement list read from the body (Plan.docRoom).
+func (c *command) docs() []bsoncore.Document {
+	if c.plan != nil {
+		return c.plan.docRoom()
+	}
+	return nil
+}
+
+// writes returns room for n writes, all zero (Plan.newWrites).
+func (c *command) writes(n int) []Write {
+	if c.plan != nil {
+		return c.plan.newWrites(n)
+	}
+	return make([]Write, n)
 }

@@ -31,7 +31,7 @@ func classifyInsert(c *command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws := make([]Write, len(docs))
+	ws := c.writes(len(docs))
 	for i, d := range docs {
 		ws[i] = Write{NS: ns, Kind: KindInsert, List: list, Index: i, Doc: d}
 	}
@@ -49,7 +49,7 @@ func classifyUpdate(c *command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws := make([]Write, len(docs))
+	ws := c.writes(len(docs))
 	for i, d := range docs {
 		w := Write{NS: ns, Kind: KindUpdate, List: list, Index: i, FilterKey: k.Filter}
 		if err := readUpdate(&w, d, k, list, ns); err != nil {
@@ -111,7 +111,7 @@ func classifyDelete(c *command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws := make([]Write, len(docs))
+	ws := c.writes(len(docs))
 	for i, d := range docs {
 		w := Write{NS: ns, Kind: KindDelete, List: list, Index: i, FilterKey: k.Filter}
 		f, err := fieldsOf(d, k.Filter, k.Limit, "collation", "hint")
@@ -199,7 +199,9 @@ func classifyFindAndModify(c *command) ([]Write, error) {
 	if err != nil {
 		return nil, refuse(ns, "%s: %v", c.Name, err)
 	}
-	return []Write{w}, nil
+	ws := c.writes(1)
+	ws[0] = w
+	return ws, nil
 }
 
 // emptyDoc is {}: the filter of a findAndModify without query.
@@ -231,7 +233,7 @@ func classifyBulkWrite(c *command) ([]Write, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws := make([]Write, len(ops))
+	ws := c.writes(len(ops))
 	for i, op := range ops {
 		w, err := bulkOp(spec, op, i, nss)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -168,7 +169,7 @@ func editMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 		} else {
 			err = bsoncore.ErrElementNotFound
 		}
-		switch cur, ok := v.AsInt64OK(); {
+		switch cur, ok := wholeMS(v); {
 		case err == nil && ok && cur > 0 && cur <= e.MaxTimeMS:
 			maxTime = time.Duration(cur) * time.Millisecond
 		case err != nil:
@@ -404,4 +405,16 @@ func editStatement(stmt bsoncore.Document, filterKey, updateKey string, s *state
 		return nil, err
 	}
 	return replaceField(out, updateKey, u, false)
+}
+
+// wholeMS is a maxTimeMS value as the milliseconds it surely bounds a run
+// to: an int32, an int64, or a double that is a whole number. A double
+// with a fraction is not one: MongoDB refuses it, and a server that takes
+// it may round it up past the cap (5.5 under a cap of 5), or down to 0,
+// which is no limit at all; it is replaced by the cap.
+func wholeMS(v bsoncore.Value) (int64, bool) {
+	if f, ok := v.DoubleOK(); ok && (f != math.Trunc(f) || math.IsNaN(f)) {
+		return 0, false
+	}
+	return v.AsInt64OK()
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 
@@ -66,5 +67,48 @@ func TestCapMaxTimeKeepsTheMessage(t *testing.T) {
 				t.Errorf("apart from the body, the message changed")
 			}
 		})
+	}
+}
+
+// A client's maxTimeMS that is a double with a fraction bounds nothing
+// lockgate can count on: MongoDB refuses it, and a server that takes it
+// may round it up (5.5 runs 6 ms under a cap of 5) or down to 0, no limit
+// at all. It is replaced by the cap, never kept, however it compares;
+// a whole double is the client's own, smaller value, and kept.
+func TestFractionalMaxTimeIsReplaced(t *testing.T) {
+	const capMS = 5
+	stmt := bsoncore.NewDocumentBuilder().AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build()).Build()
+	seq := wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}
+	for _, tc := range []struct {
+		own  float64
+		kept bool
+	}{{5.5, false}, {0.5, false}, {4.25, false}, {4, true}, {5, true}} {
+		raw := wire.AppendMsg(nil, 7, 0, 0, bsoncore.NewDocumentBuilder().AppendString("update", "orders").
+			AppendDouble("maxTimeMS", tc.own).AppendString("$db", "shop").Build(), seq)
+		b, capped, at, err := EditMessageAt(clParse(t, raw), nil, Edit{MaxTimeMS: capMS})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := raw
+		if b != nil {
+			sent = b
+		}
+		m, err := wire.Parse(sent, wire.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := m.(*wire.OpMsg).Body.Lookup("maxTimeMS")
+		f, isDouble := v.DoubleOK()
+		switch {
+		case tc.kept && (b != nil || !isDouble || f != tc.own):
+			t.Errorf("maxTimeMS %v: sent %v, want the client's own kept", tc.own, v)
+		case !tc.kept && (isDouble || v.AsInt64() != capMS):
+			t.Errorf("maxTimeMS %v: sent %v, want the cap, %d", tc.own, v, capMS)
+		case capped > capMS*time.Millisecond:
+			t.Errorf("maxTimeMS %v: counted as %v, more than the cap", tc.own, capped)
+		}
+		if got, ok := at.Get(sent); !ok || got > capMS {
+			t.Errorf("maxTimeMS %v: the value to patch at send reads %d, %v", tc.own, got, ok)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/wire"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // Access says how a request touches a namespace. The bits combine.
@@ -34,9 +35,9 @@ type Ref struct {
 // Written), so a check over Refs covers every namespace enforcement sees:
 // the two can never disagree on where a request goes.
 //
-// A Plan is built by NewPlan and not changed after; it is safe for
-// concurrent reads. Its documents are views into the request's message
-// and share its lifetime.
+// A Plan is built by NewPlan, or re-read for another request by Read,
+// and not changed in between; it is safe for concurrent reads. Its
+// documents are views into the request's message and share its lifetime.
 type Plan struct {
 	refs   []Ref
 	stages []string
@@ -45,10 +46,28 @@ type Plan struct {
 	cmd    command // the request's command as the walk read it
 
 	// Room for what nearly every request has, so that a plan is one
-	// allocation.
-	refBuf   [4]Ref
-	stageBuf [4]string
+	// allocation, and none when it is read again (Read).
+	refBuf        [4]Ref
+	stageBuf      [4]string
+	writeBuf      []Write // writes' room, kept by Read up to keptWrites
+	writeBufTaken bool    // newWrites handed writeBuf out since Read
+	// docBuf is the room of the statement list of a command that sends
+	// its statements in its body (an array, not a document sequence),
+	// handed out once per Read.
+	docBuf   [4]bsoncore.Document
+	docTaken bool
+	// lastNS is the last collection namespace the walk made, kept across
+	// Reads: a connection writes to the same collection again and again,
+	// and its text is then not built (and allocated) anew. Its string is
+	// its own, never a view into a message.
+	lastNS namespace.Namespace
 }
+
+// keptWrites is how many statements' room a plan keeps from one Read to
+// the next: what the usual write and a small batch need, and not the
+// room of a bulk insert of thousands, which would stay with an idle
+// connection.
+const keptWrites = 16
 
 // NewPlan walks msg once into its plan. cmd is wire.CommandOf(msg), nil
 // for a legacy opcode that is not a command (OP_INSERT, OP_QUERY on a
@@ -56,7 +75,23 @@ type Plan struct {
 // the command itself.
 func NewPlan(msg wire.Message, cmd *wire.Command) *Plan {
 	p := &Plan{}
-	p.refs, p.stages = p.refBuf[:0], p.stageBuf[:0]
+	p.Read(msg, cmd)
+	return p
+}
+
+// Read makes p the plan of msg, as NewPlan does, reusing p's room: what
+// p was before is gone, so only p's owner may call it, and only once
+// nothing reads p's last plan any more (the proxy's connection, between
+// two of its requests).
+func (p *Plan) Read(msg wire.Message, cmd *wire.Command) {
+	// The last plan's views into its message go, so that a message does
+	// not stay reachable from an idle connection.
+	clear(p.refs)
+	clear(p.stages)
+	clear(p.writeBuf[:min(len(p.writes), cap(p.writeBuf))])
+	clear(p.docBuf[:])
+	p.refs, p.stages, p.writes, p.err, p.writeBufTaken, p.docTaken = p.refBuf[:0], p.stageBuf[:0], nil, nil, false, false
+	p.cmd = command{plan: p}
 	if cmd == nil {
 		if c, err := wire.CommandOf(msg); err == nil {
 			cmd = c
@@ -83,7 +118,45 @@ func NewPlan(msg wire.Message, cmd *wire.Command) *Plan {
 	for i := range p.writes {
 		p.add(writeNamespace(p.writes[i].NS), Written)
 	}
-	return p
+}
+
+// ns is namespace.New(db, coll) for a collection, without building its
+// text again when it is the last one the plan made.
+func (p *Plan) ns(db, coll string) namespace.Namespace {
+	if coll == "" {
+		return namespace.Database(db)
+	}
+	if n := p.lastNS; n.Collection() == coll && n.DB() == db && !n.IsZero() {
+		return n
+	}
+	p.lastNS = namespace.New(db, coll)
+	return p.lastNS
+}
+
+// docRoom is room for a statement list, the plan's own the first time
+// after Read: a second list (bulkWrite's nsInfo, then its ops) must not
+// overwrite the first while it may still be read.
+func (p *Plan) docRoom() []bsoncore.Document {
+	if p.docTaken {
+		return nil
+	}
+	p.docTaken = true
+	return p.docBuf[:0]
+}
+
+// newWrites returns room for n writes, all zero: the plan's own when it
+// is large enough, kept for the next Read when n is small.
+func (p *Plan) newWrites(n int) []Write {
+	if n <= cap(p.writeBuf) && !p.writeBufTaken {
+		// Once per Read: a second list would overwrite the first.
+		p.writeBufTaken = true
+		return p.writeBuf[:n]
+	}
+	ws := make([]Write, n)
+	if n <= keptWrites && !p.writeBufTaken {
+		p.writeBuf, p.writeBufTaken = ws, true
+	}
+	return ws
 }
 
 // Refs are the namespaces the request touches, each once or more (a

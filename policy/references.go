@@ -70,7 +70,7 @@ type walker struct{ p *Plan }
 
 // visit records collection coll of db, and returns its namespace.
 func (w walker) visit(db, coll string) namespace.Namespace {
-	n := namespace.New(db, coll)
+	n := w.p.ns(db, coll)
 	w.p.add(n, Named)
 	return n
 }
@@ -94,7 +94,7 @@ func (w walker) command(db string, body bsoncore.Document, first string, top *co
 		s, isString = v.StringValueOK()
 	}
 	if isString {
-		own := namespace.New(db, s)
+		own := w.p.ns(db, s)
 		w.p.add(own, Named)
 		if top != nil && first != "" && !own.IsUnknown() {
 			top.own = own

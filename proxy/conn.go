@@ -68,6 +68,12 @@ type conn struct {
 	nAuth atomic.Int32
 	conv  conversation
 
+	// req is the request being decided, one for the connection: the
+	// client pump decides its requests one at a time (handleRequest), and
+	// nothing keeps a request past its handling (Interceptor), so its
+	// Scratch carries over and it is never allocated per message.
+	req Request
+
 	inflight atomic.Int32 // requests forwarded and not yet answered
 	draining atomic.Bool  // stop reading requests; close once inflight is 0
 	// quiet are closed when inflight drops to 0: the waiters of
@@ -359,7 +365,8 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 
 	d := Decision{Action: Forward}
 	if ic := c.srv.opts.Interceptor; ic != nil {
-		d = ic.Intercept(c.ctx, &Request{Message: msg, Command: cmd, Client: c.info, conn: c})
+		c.req = Request{Message: msg, Command: cmd, Client: c.info, Scratch: c.req.Scratch, conn: c}
+		d = ic.Intercept(c.ctx, &c.req)
 	}
 	if isAuth && (d.Action == Forward || d.Action == Rewrite) && expectsReply(msg) {
 		auth.id = msg.Header().RequestID

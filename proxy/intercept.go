@@ -39,6 +39,15 @@ type Request struct {
 	// keeps its policy.Plan here). The proxy neither reads nor sets it;
 	// each request starts without one.
 	Plan any
+	// Scratch is the interceptor's room for reading requests, kept by the
+	// connection from one request to the next (the guard reads each
+	// request's plan into the same policy.Plan), so that reading one
+	// allocates nothing. The proxy neither reads nor sets it. Requests on
+	// a connection are decided one at a time and the last one is done
+	// with when the next is intercepted, so what is in it may be
+	// overwritten then; it must never decide anything by itself. A
+	// request not made by a connection (tests) starts without one.
+	Scratch any
 
 	// conn is the connection the request arrived on; nil where none backs
 	// it (tests). A pointer, not method values: those would cost two

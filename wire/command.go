@@ -282,14 +282,15 @@ func (c *Command) Documents(field string) ([]bsoncore.Document, error) {
 		}
 		n++
 	}
-	return c.DocumentsFound(field, first, n)
+	return c.DocumentsFound(nil, field, first, n)
 }
 
 // DocumentsFound is Documents for a caller that has read the body's
 // fields already (policy.NewPlan's one walk): first is field's first value
 // in the body, n the number of times the body names it (0 for none). The
-// answer, errors included, is Documents'.
-func (c *Command) DocumentsFound(field string, first bsoncore.Value, n int) ([]bsoncore.Document, error) {
+// answer, errors included, is Documents'; the documents of a body array
+// are appended to dst[:0], the caller's room.
+func (c *Command) DocumentsFound(dst []bsoncore.Document, field string, first bsoncore.Value, n int) ([]bsoncore.Document, error) {
 	var fromBody []bsoncore.Document
 	inBody := n > 0
 	if inBody {
@@ -297,7 +298,7 @@ func (c *Command) DocumentsFound(field string, first bsoncore.Value, n int) ([]b
 		if !ok {
 			return nil, malformed("command %q: field %q is a %v, not an array", c.Name, field, first.Type)
 		}
-		docs, err := arrayDocuments(arr)
+		docs, err := arrayDocuments(dst, arr)
 		if err != nil {
 			return nil, malformed("command %q: field %q: %v", c.Name, field, err)
 		}
@@ -328,9 +329,13 @@ func (c *Command) DocumentsFound(field string, first bsoncore.Value, n int) ([]b
 }
 
 // arrayDocuments returns the elements of arr, each of which must be a
-// document. An empty array yields an empty, non-nil slice.
-func arrayDocuments(arr bsoncore.Array) ([]bsoncore.Document, error) {
-	docs := []bsoncore.Document{}
+// document, appended to dst[:0]. An empty array yields an empty, non-nil
+// slice.
+func arrayDocuments(dst []bsoncore.Document, arr bsoncore.Array) ([]bsoncore.Document, error) {
+	docs := dst[:0]
+	if docs == nil {
+		docs = []bsoncore.Document{}
+	}
 	rest := elements(arr)
 	for i := 0; len(rest) > 0; i++ {
 		e, r, ok := bsoncore.ReadElement(rest)

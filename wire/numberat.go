@@ -37,8 +37,9 @@ func (n NumberAt) width() int {
 	return 0
 }
 
-// Get reads the number in b, the message; false when n does not fit in b.
-// A double is truncated toward zero.
+// Get reads the number in b, the message; false when n does not fit in b,
+// or the value is a double that is not a whole number: a server may round
+// such a maxTimeMS up, or down to 0 (no limit), so it bounds nothing.
 func (n NumberAt) Get(b []byte) (int64, bool) {
 	w := n.width()
 	if !n.Located() || w == 0 || n.Off+w > len(b) {
@@ -52,7 +53,7 @@ func (n NumberAt) Get(b []byte) (int64, bool) {
 		return int64(binary.LittleEndian.Uint64(v)), true
 	default:
 		f := math.Float64frombits(binary.LittleEndian.Uint64(v))
-		if math.IsNaN(f) || f >= math.MaxInt64 || f < math.MinInt64 {
+		if math.IsNaN(f) || f >= math.MaxInt64 || f < math.MinInt64 || f != math.Trunc(f) {
 			return 0, false
 		}
 		return int64(f), true

@@ -65,6 +65,10 @@ type TargetsConfig struct {
 	// PinnedIDs copies the values a filter pins into IDs (the connection
 	// may have them already); nil: docid.Copy.
 	PinnedIDs func(req *proxy.Request, pinned []bsoncore.Value) ([]docid.ID, error)
+	// PinMemos is the memo of req's connection's latest pinned filters,
+	// req's alone while it is decided; nil (the func, or its answer):
+	// every filter is read anew.
+	PinMemos func(req *proxy.Request) *PinMemos
 	// Resolves counts resolutions by outcome (ok, error, timeout,
 	// skipped); Seconds observes how long they ran.
 	Resolves *prometheus.CounterVec
@@ -129,12 +133,22 @@ func (t *Target) stop(reason, detail string) { t.Reason, t.Detail = reason, deta
 // to be resolved is reported Later instead. refused: the write's
 // namespace is refused already, so nothing is resolved for it.
 func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w *policy.Write, resolve, refused bool, buf []bsoncore.Value) (x Target) {
-	// No more pins are read than the rule lets a write touch: a filter
-	// naming 50,000 ids costs no more than one naming maxCandidates + 1.
-	pinned, hasString, ok, over := policy.PinnedIDsInto(buf, w.Filter, r.MaxCandidates)
-	if over {
-		x.stop(ReasonTooManyCandidates, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
-		return x
+	var memo *PinMemos
+	if t.cfg.PinMemos != nil {
+		memo = t.cfg.PinMemos(req)
+	}
+	var pinned []bsoncore.Value
+	memoIDs, hasString, ok := memo.get(w.Filter, r.MaxCandidates)
+	if !ok {
+		// No more pins are read than the rule lets a write touch: a
+		// filter naming 50,000 ids costs no more than one naming
+		// maxCandidates + 1.
+		var over bool
+		pinned, hasString, ok, over = policy.PinnedIDsInto(buf, w.Filter, r.MaxCandidates)
+		if over {
+			x.stop(ReasonTooManyCandidates, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
+			return x
+		}
 	}
 	if ok && hasString {
 		ok = t.ExactStrings(ctx, *w)
@@ -144,12 +158,15 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 		return x
 	}
 	switch {
+	case ok && memoIDs != nil:
+		x.IDs, x.Pinned = memoIDs, memoIDs
 	case ok:
 		ids, err := t.cfg.PinnedIDs(req, pinned)
 		if err != nil {
 			x.stop(ReasonUnclassifiable, fmt.Sprintf("its filter pins a value that cannot be a document's _id (%v)", err))
 			return x
 		}
+		memo.put(w.Filter, r.MaxCandidates, ids, hasString)
 		x.IDs, x.Pinned = ids, ids
 	case t.cfg.Resolver == nil:
 		x.stop(ReasonResolveFailed, "the filter does not name _id values and no resolver is configured")
@@ -223,6 +240,58 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 	}
 	x.OK = true
 	return x
+}
+
+// PinMemos are a connection's memos of its latest filters that pin one
+// _id, with the id they pin: a client writes a few documents over and
+// over, and reading the filter again (policy.PinnedIDsInto) and copying
+// its id cost more than comparing its bytes. What a filter pins is a
+// function of its bytes and the limit alone (the rule's maxCandidates),
+// and an ID is never modified, so an entry needs no invalidation: it is
+// used only for the same bytes under the same limit. Whether its string
+// ids compare exactly (the collation) is not kept: it is asked on every
+// write (Targets.ExactStrings). The zero value is empty; it is the
+// connection's own (not safe for concurrent use).
+type PinMemos struct {
+	m    [4]pinMemo
+	next int
+}
+
+type pinMemo struct {
+	filter    []byte // a copy, its room reused for the next filter
+	limit     int
+	ids       []docid.ID // len 1, capacity 1: an append copies
+	hasString bool
+}
+
+// maxPinMemoFilter bounds the filters memoized: the usual {_id: v} is a
+// few dozen bytes.
+const maxPinMemoFilter = 128
+
+// get is what the memo knows of filter under limit: the one id it pins;
+// false: read it (nil m knows nothing).
+func (m *PinMemos) get(filter []byte, limit int) ([]docid.ID, bool, bool) {
+	if m == nil {
+		return nil, false, false
+	}
+	for i := range m.m {
+		e := &m.m[i]
+		if e.ids != nil && e.limit == limit && string(e.filter) == string(filter) {
+			return e.ids, e.hasString, true
+		}
+	}
+	return nil, false, false
+}
+
+// put keeps ids, what filter pins under limit, when it is one id.
+func (m *PinMemos) put(filter []byte, limit int, ids []docid.ID, hasString bool) {
+	if m == nil || len(ids) != 1 || len(filter) > maxPinMemoFilter {
+		return
+	}
+	e := &m.m[m.next]
+	m.next = (m.next + 1) % len(m.m)
+	e.filter = append(e.filter[:0], filter...)
+	e.limit, e.ids, e.hasString = limit, ids[:1:1], hasString
 }
 
 // Capped reports why an insert, or an upsert that may insert, into w's

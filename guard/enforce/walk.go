@@ -42,8 +42,10 @@ type Walk[V any] struct {
 	// Owner is the lock owner req acts as, which it records on v; false
 	// (and nil): req carries no session. The owner is shared, by pointer:
 	// it is too large to copy into every func of the walk, and no one
-	// writes to it once it is handed out (OwnerMemo.Owner); whoever keeps
-	// it past the decision keeps a copy (the flight, a memo's fields).
+	// writes to it once it is handed out (OwnerMemo.Owner, never
+	// rewritten), so a write's flight keeps the pointer until it lands;
+	// anything else that keeps it past the decision keeps a copy (a
+	// memo's fields).
 	Owner func(req *proxy.Request, v V) (*lockstore.Owner, bool)
 	// Fence notes w and the ids it targets for the fence, for a rule
 	// that names a fence field (the walk asks for no other); nil: none.

@@ -110,7 +110,8 @@ func (t *Tracker) Took(pending **Flight, owner lockstore.Owner, ns namespace.Nam
 	}
 	f := *pending
 	if f == nil {
-		f = &Flight{Owner: owner}
+		f = &Flight{}
+		f.SetOwner(owner)
 		sf := t.sessionLocked(owner.Session)
 		f.sf = sf
 		sf.add(f) // not dropped: t.mu is held

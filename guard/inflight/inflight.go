@@ -169,11 +169,18 @@ type Lander interface {
 }
 
 // Flight is one enforced write in flight; it is the request's ReplyHook.
-// The caller fills Owner, Locks and Left and launches it (Launch); a
-// Flight is launched once. It is a value so that the caller may keep it
-// inside what it already allocated for the write.
+// The caller fills Owner (or SetOwner), Locks and Left and launches it
+// (Launch); a Flight is launched once. It is a value so that the caller
+// may keep it inside what it already allocated for the write.
 type Flight struct {
-	Owner lockstore.Owner
+	// Owner is the lock owner whose locks the flight holds, by pointer:
+	// copying an owner (six pointers, each a write barrier while the
+	// collector marks) cost the usual write more than anything it does
+	// with it. No one may write to it until the flight has landed: the
+	// guard hands out only owners never rewritten (enforce.OwnerMemo);
+	// a caller with an owner of its own to hand over copies it in
+	// (SetOwner).
+	Owner *lockstore.Owner
 	Locks Locks
 	// Left is the lease left at the check, for renewals.
 	Left time.Duration
@@ -197,6 +204,14 @@ type Flight struct {
 	done     bool
 	timer    *time.Timer
 	renewals int
+	// own is SetOwner's copy.
+	own lockstore.Owner
+}
+
+// SetOwner makes a copy of o the flight's owner.
+func (f *Flight) SetOwner(o lockstore.Owner) {
+	f.own = o
+	f.Owner = &f.own
 }
 
 // ForceSeq is read before a lock holder's lock check, and passed to
@@ -435,7 +450,7 @@ func (f *Flight) renew() {
 	defer cancel()
 	for _, l := range f.Locks {
 		ns := l.NS
-		if _, err := cfg.Store.Renew(ctx, f.Owner, ns, l.IDs, lease); err != nil {
+		if _, err := cfg.Store.Renew(ctx, *f.Owner, ns, l.IDs, lease); err != nil {
 			// Released by an operator, or the store is unreachable: the
 			// write goes on under its maxTimeMS (and the fence, if any).
 			cfg.Log.Info("could not renew the locks of a write still in flight", zap.String("ns", ns.String()), zap.Error(err))

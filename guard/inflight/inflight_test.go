@@ -24,7 +24,7 @@ func TestFlightsOfOneSession(t *testing.T) {
 	tr := New(Config{})
 	owner := lockstore.Owner{Session: []byte("0123456789abcdef")}
 	launch := func() *Flight {
-		f := &Flight{Owner: owner, Left: time.Minute}
+		f := &Flight{Owner: &owner, Left: time.Minute}
 		tr.Launch(f, nil, false, 0, time.Now(), 0, nil)
 		return f
 	}
@@ -74,7 +74,7 @@ func TestFlightsOfOneSession(t *testing.T) {
 func TestIdleSessionsBounded(t *testing.T) {
 	tr := New(Config{})
 	for i := range maxIdleSessions + 10 {
-		f := &Flight{Owner: lockstore.Owner{Session: []byte(fmt.Sprintf("%016d", i))}, Left: time.Minute}
+		f := &Flight{Owner: &lockstore.Owner{Session: []byte(fmt.Sprintf("%016d", i))}, Left: time.Minute}
 		tr.Launch(f, nil, false, 0, time.Now(), 0, nil)
 		f.Reply(context.Background(), nil)
 	}
@@ -101,7 +101,7 @@ func TestKeptSessionEntry(t *testing.T) {
 	owner := lockstore.Owner{Session: []byte("0123456789abcdef")}
 	id := lockstoretest.ID(int32(7))
 	launch := func(kept *Session) *Flight {
-		f := &Flight{Owner: owner, Left: time.Minute, Session: kept, Locks: Locks{{NS: namespace.Of("db.c"), IDs: []docid.ID{id}}}}
+		f := &Flight{Owner: &owner, Left: time.Minute, Session: kept, Locks: Locks{{NS: namespace.Of("db.c"), IDs: []docid.ID{id}}}}
 		if !tr.Launch(f, nil, true, tr.ForceSeq(), time.Now(), 0, nil) {
 			t.Fatal("launch refused")
 		}
@@ -132,7 +132,7 @@ func TestKeptSessionEntry(t *testing.T) {
 	// Enough other sessions that the next new one drops every idle
 	// entry, the kept one included.
 	for i := range maxIdleSessions + 1 {
-		f := &Flight{Owner: lockstore.Owner{Session: []byte(fmt.Sprintf("%016d", i))}, Left: time.Minute}
+		f := &Flight{Owner: &lockstore.Owner{Session: []byte(fmt.Sprintf("%016d", i))}, Left: time.Minute}
 		tr.Launch(f, nil, false, 0, time.Now(), 0, nil)
 		f.Reply(context.Background(), nil)
 	}
@@ -159,7 +159,7 @@ func TestLaunchMeetsForceReleaseUnderWay(t *testing.T) {
 	id := lockstoretest.ID(int32(7))
 	done := tr.Forcing(namespace.Of("db.c"), id)
 	seq := tr.ForceSeq()
-	f := &Flight{Owner: owner, Left: time.Minute, Locks: Locks{{NS: namespace.Of("db.c"), IDs: []docid.ID{id}}}}
+	f := &Flight{Owner: &owner, Left: time.Minute, Locks: Locks{{NS: namespace.Of("db.c"), IDs: []docid.ID{id}}}}
 	if tr.Launch(f, nil, true, seq, time.Now(), 0, nil) {
 		t.Fatal("a write launched under a lock whose force-release is under way")
 	}
@@ -169,7 +169,7 @@ func TestLaunchMeetsForceReleaseUnderWay(t *testing.T) {
 		t.Fatal("the refused write is still in flight")
 	}
 	done()
-	g := &Flight{Owner: owner, Left: time.Minute, Locks: Locks{{NS: namespace.Of("db.c"), IDs: []docid.ID{id}}}}
+	g := &Flight{Owner: &owner, Left: time.Minute, Locks: Locks{{NS: namespace.Of("db.c"), IDs: []docid.ID{id}}}}
 	if !tr.Launch(g, nil, true, tr.ForceSeq(), time.Now(), 0, nil) {
 		t.Fatal("a write checked after the force-release ended was refused")
 	}

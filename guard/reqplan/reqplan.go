@@ -14,12 +14,19 @@ import (
 
 // Of is the request's plan: the one walk of its message, made by the
 // first stage that reads it and kept on the request (proxy.Request.Plan)
-// for the stages after it.
+// for the stages after it. It is read into the connection's plan
+// (proxy.Request.Scratch), whose room the last request on the connection
+// is done with, so that planning a request allocates nothing.
 func Of(req *proxy.Request) *policy.Plan {
 	if p, ok := req.Plan.(*policy.Plan); ok {
 		return p
 	}
-	p := policy.NewPlan(req.Message, req.Command)
+	p, ok := req.Scratch.(*policy.Plan)
+	if !ok {
+		p = new(policy.Plan)
+		req.Scratch = p
+	}
+	p.Read(req.Message, req.Command)
 	req.Plan = p
 	return p
 }

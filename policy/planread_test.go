@@ -1,0 +1,150 @@
+package policy
+
+import (
+	"fmt"
+	"math/rand"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/lockgate/lockgate/wire"
+)
+
+// A connection reads every request's plan into the same Plan (Read). That
+// plan must be exactly the one NewPlan makes of the request, whatever the
+// connection sent before: a reference, a stage, a write, a refusal or a
+// statement list left over from the last request would let the boundary
+// or enforcement judge one request by another. The corpus is read in
+// name order and in shuffled orders, so that large batches come before
+// single writes, refusals before clean writes, collections change.
+func TestPlanReadIsNewPlan(t *testing.T) {
+	corpus := planCorpus(t)
+	names := make([]string, 0, len(corpus))
+	for name := range corpus {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	type req struct {
+		name string
+		msg  wire.Message
+		cmd  *wire.Command
+	}
+	var reqs []req
+	for _, name := range names {
+		m, err := wire.Parse(corpus[name], wire.Limits{})
+		if err != nil {
+			continue
+		}
+		cmd, err := wire.CommandOf(m)
+		if err != nil {
+			continue
+		}
+		reqs = append(reqs, req{name, m, cmd})
+	}
+	// A bulk insert larger than the room a plan keeps, between the rest.
+	bulk := make([]any, 3*keptWrites)
+	for i := range bulk {
+		bulk[i] = D{{"_id", i}}
+	}
+	big := clParse(t, clMsgRaw(t, 0, D{{"insert", "orders"}, {"documents", A(bulk)}, {"$db", "shop"}}))
+	bigCmd, err := wire.CommandOf(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := int64(0); seed < 4; seed++ {
+		order := slices.Clone(reqs)
+		if seed > 0 {
+			r := rand.New(rand.NewSource(seed))
+			r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		}
+		var p Plan
+		for i, rq := range order {
+			if i%50 == 25 {
+				p.Read(big, bigCmd)
+				samePlan(t, "bulk insert", &p, NewPlan(big, bigCmd))
+			}
+			p.Read(rq.msg, rq.cmd)
+			samePlan(t, fmt.Sprintf("order %d, %s", seed, rq.name), &p, NewPlan(rq.msg, rq.cmd))
+		}
+	}
+}
+
+func samePlan(t *testing.T, name string, got, want *Plan) {
+	t.Helper()
+	gw, gerr := got.Writes()
+	ww, werr := want.Writes()
+	switch {
+	case !reflect.DeepEqual(got.Refs(), want.Refs()):
+		t.Fatalf("%s: refs %v, NewPlan's %v", name, got.Refs(), want.Refs())
+	case !reflect.DeepEqual(got.Stages(), want.Stages()):
+		t.Fatalf("%s: stages %v, NewPlan's %v", name, got.Stages(), want.Stages())
+	case fmt.Sprint(gerr) != fmt.Sprint(werr):
+		t.Fatalf("%s: error %v, NewPlan's %v", name, gerr, werr)
+	case len(gw) != len(ww):
+		t.Fatalf("%s: %d writes, NewPlan's %d", name, len(gw), len(ww))
+	}
+	for i := range gw {
+		if !reflect.DeepEqual(gw[i], ww[i]) {
+			t.Fatalf("%s: write %d is %+v, NewPlan's %+v", name, i, gw[i], ww[i])
+		}
+	}
+}
+
+// The plan of the enforced write, read again for each request as a
+// connection reads it, allocates nothing: the namespace's text is the one
+// the plan made for the last request on the same collection, and the
+// statement list is the plan's own room. So does a single delete,
+// findAndModify and a small bulkWrite.
+func TestPlanReadAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+	}{
+		{"update", clMsgRaw(t, 0, D{{"update", "orders"}, {"ordered", true}, {"lsid", lsid}, {"$db", "shop"}},
+			clSeq(t, "updates", D{{"q", D{{"_id", 42}}}, {"u", setA}}))},
+		{"delete", clMsgRaw(t, 0, D{{"delete", "orders"}, {"deletes", A{D{{"q", D{{"_id", 42}}}, {"limit", 1}}}}, {"$db", "shop"}})},
+		{"findAndModify", clMsgRaw(t, 0, D{{"findAndModify", "orders"}, {"query", D{{"_id", 42}}}, {"update", setA}, {"$db", "shop"}})},
+	} {
+		m := clParse(t, tc.raw)
+		cmd, err := wire.CommandOf(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p Plan
+		p.Read(m, cmd)
+		if ws, err := p.Writes(); len(ws) != 1 || err != nil {
+			t.Fatalf("%s: %d writes, %v", tc.name, len(ws), err)
+		}
+		if n := testing.AllocsPerRun(100, func() { p.Read(m, cmd) }); n != 0 {
+			t.Errorf("%s: Read allocates %v times", tc.name, n)
+		}
+	}
+}
+
+// A plan hands its room for a statement list and for writes out once per
+// Read: a classifier that read a second list (bulkWrite reads nsInfo,
+// then ops) must not get the room the first one is still in.
+func TestPlanRoomIsHandedOutOnce(t *testing.T) {
+	var p Plan
+	m := clParse(t, clMsgRaw(t, 0, D{{"find", "orders"}, {"$db", "shop"}}))
+	cmd, err := wire.CommandOf(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Read(m, cmd) // no statement list: the room is still free
+	a, b := append(p.docRoom(), nil), append(p.docRoom(), nil)
+	if &a[0] == &b[0] {
+		t.Error("docRoom handed out the same room twice after one Read")
+	}
+	w1, w2 := p.newWrites(1), p.newWrites(1)
+	if &w1[0] == &w2[0] {
+		t.Error("newWrites handed out the same room twice after one Read")
+	}
+	p.Read(m, cmd)
+	if c := append(p.docRoom(), nil); &c[0] != &a[0] {
+		t.Error("the statement list room was not handed out again after Read")
+	}
+}
