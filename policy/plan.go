@@ -84,13 +84,8 @@ func NewPlan(msg wire.Message, cmd *wire.Command) *Plan {
 // nothing reads p's last plan any more (the proxy's connection, between
 // two of its requests).
 func (p *Plan) Read(msg wire.Message, cmd *wire.Command) {
-	// The last plan's views into its message go, so that a message does
-	// not stay reachable from an idle connection.
-	clear(p.refs)
-	clear(p.stages)
-	clear(p.writeBuf[:min(len(p.writes), cap(p.writeBuf))])
-	clear(p.docBuf[:])
-	p.refs, p.stages, p.writes, p.err, p.writeBufTaken, p.docTaken = p.refBuf[:0], p.stageBuf[:0], nil, nil, false, false
+	p.Forget()
+	p.refs, p.stages = p.refBuf[:0], p.stageBuf[:0]
 	p.cmd = command{plan: p}
 	if cmd == nil {
 		if c, err := wire.CommandOf(msg); err == nil {
@@ -118,6 +113,20 @@ func (p *Plan) Read(msg wire.Message, cmd *wire.Command) {
 	for i := range p.writes {
 		p.add(writeNamespace(p.writes[i].NS), Written)
 	}
+}
+
+// Forget lets go of p's request: every view into its message goes (its
+// command, statements, filters, documents), so that a plan kept for the
+// connection's next request (proxy.Forgetter) does not keep a message of
+// megabytes reachable meanwhile. Its room and the last namespace, whose
+// text is its own, stay. p is empty until the next Read.
+func (p *Plan) Forget() {
+	clear(p.refs)
+	clear(p.stages)
+	clear(p.writeBuf[:min(len(p.writes), cap(p.writeBuf))])
+	clear(p.docBuf[:])
+	p.refs, p.stages, p.writes, p.err, p.writeBufTaken, p.docTaken = nil, nil, nil, nil, false, false
+	p.cmd = command{}
 }
 
 // ns is namespace.New(db, coll) for a collection, without building its

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockgate/lockgate/wire"
 )
@@ -147,4 +150,42 @@ func TestPlanRoomIsHandedOutOnce(t *testing.T) {
 	if c := append(p.docRoom(), nil); &c[0] != &a[0] {
 		t.Error("the statement list room was not handed out again after Read")
 	}
+}
+
+// A plan kept for a connection's next request keeps nothing of its last
+// one once forgotten (proxy.Forgetter): a message over the buffer pool's
+// largest class is the garbage collector's as soon as it is handled, and
+// an idle connection must not keep one reachable through its plan.
+func TestForgottenPlanKeepsNoMessage(t *testing.T) {
+	var p Plan
+	freed := make(chan struct{})
+	func() {
+		docs := make([]any, 3*keptWrites)
+		for i := range docs {
+			docs[i] = D{{"_id", i}, {"pad", strings.Repeat("x", 64<<10)}}
+		}
+		raw := clMsgRaw(t, 0, D{{"insert", "orders"}, {"documents", A(docs)}, {"$db", "shop"}})
+		buf := append(make([]byte, 0, len(raw)), raw...)
+		runtime.SetFinalizer(&buf[0], func(*byte) { close(freed) })
+		m := clParse(t, buf)
+		cmd, err := wire.CommandOf(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Read(m, cmd)
+		if ws, err := p.Writes(); len(ws) != len(docs) || err != nil {
+			t.Fatalf("%d writes, %v", len(ws), err)
+		}
+	}()
+	p.Forget()
+	defer runtime.KeepAlive(&p) // the plan lives on, as a connection's does
+	for i := 0; i < 20; i++ {
+		runtime.GC()
+		select {
+		case <-freed:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatal("the forgotten plan still keeps its message reachable")
 }

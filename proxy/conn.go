@@ -71,7 +71,8 @@ type conn struct {
 	// req is the request being decided, one for the connection: the
 	// client pump decides its requests one at a time (handleRequest), and
 	// nothing keeps a request past its handling (Interceptor), so its
-	// Scratch carries over and it is never allocated per message.
+	// Scratch carries over and it is never allocated per message. It is
+	// emptied once handled (Request.forget).
 	req Request
 
 	inflight atomic.Int32 // requests forwarded and not yet answered
@@ -279,6 +280,7 @@ func (c *conn) clientPump() {
 			return
 		}
 		keep := c.handleRequest(raw)
+		c.req.forget()
 		raw.Release()
 		if !keep {
 			c.finish()

@@ -45,14 +45,35 @@ type Request struct {
 	// allocates nothing. The proxy neither reads nor sets it. Requests on
 	// a connection are decided one at a time and the last one is done
 	// with when the next is intercepted, so what is in it may be
-	// overwritten then; it must never decide anything by itself. A
-	// request not made by a connection (tests) starts without one.
+	// overwritten then; it must never decide anything by itself. When
+	// the connection is done with a request, it calls Forget if Scratch
+	// is a Forgetter. A request not made by a connection (tests) starts
+	// without one.
 	Scratch any
 
 	// conn is the connection the request arrived on; nil where none backs
 	// it (tests). A pointer, not method values: those would cost two
 	// allocations per request.
 	conn *conn
+}
+
+// Forgetter is a Request.Scratch that holds views into its request: the
+// connection calls Forget once it is done with the request (answered,
+// forwarded or refused), so that an idle connection does not keep its
+// last message reachable. A message larger than the buffer pool's largest
+// class is the garbage collector's to free as soon as it is handled.
+type Forgetter interface {
+	Forget()
+}
+
+// forget lets go of the request once the connection is done with it,
+// keeping only the Scratch, which forgets it too.
+func (r *Request) forget() {
+	s := r.Scratch
+	*r = Request{Scratch: s}
+	if f, ok := s.(Forgetter); ok {
+		f.Forget()
+	}
 }
 
 // ErrNoUpstream: Ask has no upstream connection to send on.

@@ -12,6 +12,10 @@ import (
 	"github.com/lockgate/lockgate/proxy"
 )
 
+// The connection tells the plan it keeps in Scratch to let go of each
+// request's message once it is handled.
+var _ proxy.Forgetter = (*policy.Plan)(nil)
+
 // Of is the request's plan: the one walk of its message, made by the
 // first stage that reads it and kept on the request (proxy.Request.Plan)
 // for the stages after it. It is read into the connection's plan
