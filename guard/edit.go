@@ -17,7 +17,7 @@ import (
 // they leave. It returns false, d made a refusal, when the write cannot
 // be edited as it must be (then d's reply hook is abandoned): refusing is
 // the only safe answer in enforce mode. d is edited in place: the
-// decision is a dozen words, copied at every call that takes it by value.
+// decision is about 20 words, copied at every call that takes it by value.
 //
 // The message is encoded into the connection's buffer, which the proxy
 // hands back once it has written it (d.MessageDone): the connection's
