@@ -14,20 +14,21 @@ import (
 // at most once, and d keeps forwarding the original bytes when nothing
 // changes. When the write is capped, d.MaxTime is where its maxTimeMS
 // lies in the bytes to send, for the proxy to lower to what is left when
-// they leave. It returns false with a refusal when the write cannot be
-// edited as it must be (then d's reply hook is abandoned): refusing is the
-// only safe answer in enforce mode.
+// they leave. It returns false, d made a refusal, when the write cannot
+// be edited as it must be (then d's reply hook is abandoned): refusing is
+// the only safe answer in enforce mode. d is edited in place: the
+// decision is about 20 words, copied at every call that takes it by value.
 //
 // The message is encoded into the connection's buffer, which the proxy
 // hands back once it has written it (d.MessageDone): the connection's
 // next request is decided only after that.
-func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, ed policy.Edit) (proxy.Decision, bool) {
+func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d *proxy.Decision, ed *policy.Edit) bool {
 	st := connStateOf(req)
 	if st != nil {
 		ed.Buf, st.msg = st.msg, nil
 		st.unlock(req)
 	}
-	b, _, at, err := policy.EditMessageAt(req.Message, req.Command, ed)
+	b, _, at, err := policy.EditMessageAt(req.Message, req.Command, *ed)
 	if err == nil && b != nil && len(b) > g.opts.MaxMessageSize && (len(ed.Pins) > 0 || len(ed.Fences) > 0) {
 		err = errTooLarge
 	}
@@ -35,7 +36,8 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy
 		if d.OnReply != nil {
 			d.OnReply.Abandon()
 		}
-		return proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.editViolation(pol, v, ed, err)).Document()}, false
+		*d = proxy.Decision{Action: proxy.Reply, Reply: refusal(req, g.editViolation(pol, v, *ed, err)).Document()}
+		return false
 	}
 	if len(ed.Pins) > 0 {
 		g.metrics.pinned.Inc()
@@ -49,7 +51,7 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy
 	} else if st != nil && ed.Buf != nil {
 		st.ReleaseMessage(ed.Buf)
 	}
-	return d, true
+	return true
 }
 
 // errTooLarge: the edited message exceeds the upstream's message limit.

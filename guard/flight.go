@@ -193,7 +193,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	}
 	p := v.flight
 	if p == nil {
-		d, _ = g.edit(req, pol, v, d, ed)
+		g.edit(req, pol, v, &d, &ed)
 		return d
 	}
 	p.v, p.pol, p.g = v, pol, g // LateReply reads all three, also before launchAt
@@ -218,8 +218,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		ed.MaxTimeMS = budget.Milliseconds()
 		maxTime = budget
 	}
-	d, ok := g.edit(req, pol, v, d, ed)
-	if !ok {
+	if !g.edit(req, pol, v, &d, &ed) {
 		return d
 	}
 	if p == &v.flightBuf && d.OnReply == nil && v.implicit == nil && v.fence == nil && !v.InTxn {

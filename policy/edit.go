@@ -1,11 +1,9 @@
 package policy
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -156,7 +154,7 @@ func editMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 	}
 	// The cap reads the body as it will be sent; no statement edit touches
 	// maxTimeMS.
-	var extra []byte
+	var appendMS bool // the cap is a new field at the body's end
 	var maxTime time.Duration
 	if e.MaxTimeMS > 0 {
 		// Unedited, the body is the command's, whose walk kept the value.
@@ -169,14 +167,18 @@ func editMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 		} else {
 			err = bsoncore.ErrElementNotFound
 		}
-		switch cur, ok := wholeMS(v); {
+		var cur int64
+		ok := false
+		if err == nil {
+			cur, ok = wholeMS(v)
+		}
+		switch {
 		case err == nil && ok && cur > 0 && cur <= e.MaxTimeMS:
 			maxTime = time.Duration(cur) * time.Millisecond
 		case err != nil:
 			// The usual case, no maxTimeMS yet: the field is appended
 			// while the message is encoded, one copy of its final size.
-			var b [24]byte
-			extra = bsoncore.AppendInt64Element(b[:0], "maxTimeMS", e.MaxTimeMS)
+			appendMS = true
 			maxTime = time.Duration(e.MaxTimeMS) * time.Millisecond
 		default:
 			if body, err = replaceField(body, "maxTimeMS", bsoncore.Value{Type: bson.TypeInt64, Data: bsoncore.AppendInt64(nil, e.MaxTimeMS)}, true); err != nil {
@@ -186,8 +188,20 @@ func editMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 			maxTime = time.Duration(e.MaxTimeMS) * time.Millisecond
 		}
 	}
-	if !edited && extra == nil {
+	if !edited && !appendMS {
 		return nil, maxTime, wire.NumberAt{}, nil
+	}
+	if !edited && appendMS {
+		if om, ok := msg.(*wire.OpMsg); ok {
+			if b, at, ok := appendCap(e.Buf[:0], om, body, e.MaxTimeMS, seqs); ok {
+				return b, maxTime, wire.NumberAt{Off: at, Type: bson.TypeInt64}, nil
+			}
+		}
+	}
+	var extra []byte
+	if appendMS {
+		var b [24]byte
+		extra = bsoncore.AppendInt64Element(b[:0], "maxTimeMS", e.MaxTimeMS)
 	}
 	switch m := msg.(type) {
 	case *wire.OpQuery:
@@ -201,24 +215,19 @@ func editMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 		b, err := wire.WithBody(m, query)
 		return b, maxTime, wire.NumberAt{}, err
 	default:
-		om := msg.(*wire.OpMsg)
-		if !edited {
-			if b, at, ok := appendCap(e.Buf[:0], om, body, extra, seqs); ok {
-				return b, maxTime, wire.NumberAt{Off: at, Type: bson.TypeInt64}, nil
-			}
-		}
-		return wire.AppendWithEdits(e.Buf[:0], om, body, extra, seqs), maxTime, wire.NumberAt{}, nil
+		return wire.AppendWithEdits(e.Buf[:0], msg.(*wire.OpMsg), body, extra, seqs), maxTime, wire.NumberAt{}, nil
 	}
 }
 
-// appendCap is the message m with extra, encoded elements, added at the
-// end of its body, when only the cap changes and m has the usual layout:
-// its body, which body is, as its first section and no checksum. The
-// message's bytes are copied around the new elements and its two
-// lengths set (what wire.AppendWithEdits yields, byte for byte, without
-// encoding each section again), and where the value of extra's first
-// element, the cap, lies in it; false otherwise.
-func appendCap(dst []byte, m *wire.OpMsg, body bsoncore.Document, extra []byte, seqs []wire.Sequence) ([]byte, int, bool) {
+// appendCap is the message m with the cap, maxTimeMS: ms as an int64,
+// added at the end of its body, when only the cap changes and m has the
+// usual layout: its body, which body is, as its first section and no
+// checksum. The message's bytes are copied around the new element, which
+// is written in place, and its two lengths set (what
+// wire.AppendWithEdits yields with the element encoded, byte for byte,
+// without encoding each section again), and where the cap's value lies
+// in it; false otherwise. dst must be empty: the offset is the message's.
+func appendCap(dst []byte, m *wire.OpMsg, body bsoncore.Document, ms int64, seqs []wire.Sequence) ([]byte, int, bool) {
 	const at = wire.HeaderSize + 4 + 1 // header, flags, section kind 0
 	raw := m.Raw()
 	if m.Flags&wire.ChecksumPresent != 0 || len(body) < 5 || len(raw) < at+len(body) || raw[at-1] != 0 ||
@@ -226,16 +235,33 @@ func appendCap(dst []byte, m *wire.OpMsg, body bsoncore.Document, extra []byte, 
 		return nil, 0, false
 	}
 	end := at + len(body) - 1 // the body's terminating 0
-	start := len(dst)
-	dst = slices.Grow(dst, len(raw)+len(extra))
-	dst = append(dst, raw[:end]...)
-	dst = append(dst, extra...)
-	dst = append(dst, raw[end:]...)
-	binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-start))
-	binary.LittleEndian.PutUint32(dst[start+at:], uint32(len(body)+len(extra)))
-	// extra's first element: its type, its key and the key's 0.
-	return dst, end + 1 + bytes.IndexByte(extra[1:], 0) + 1, true
+	n := len(raw) + len(capElement) + 8
+	if cap(dst) < n {
+		dst = make([]byte, n)
+	}
+	dst = dst[:n]
+	copy(dst, raw[:end])
+	// The element's 11 bytes before its value, as three stores rather
+	// than a copy call.
+	binary.LittleEndian.PutUint64(dst[end:], capHead8)
+	binary.LittleEndian.PutUint16(dst[end+8:], capHead2)
+	dst[end+10] = 0
+	val := end + len(capElement)
+	binary.LittleEndian.PutUint64(dst[val:], uint64(ms))
+	copy(dst[val+8:], raw[end:])
+	binary.LittleEndian.PutUint32(dst, uint32(n))
+	binary.LittleEndian.PutUint32(dst[at:], uint32(len(body)+len(capElement)+8))
+	return dst, val, true
 }
+
+// capElement is the cap's element before its value: an int64 (type
+// 0x12) under the key maxTimeMS; capHead8 and capHead2 are its first 8
+// and next 2 bytes as little-endian words (TestCapHeadIsTheElement).
+const (
+	capElement = "\x12maxTimeMS\x00"
+	capHead8   = uint64(0x12) | 'm'<<8 | 'a'<<16 | 'x'<<24 | 'T'<<32 | 'i'<<40 | 'm'<<48 | 'e'<<56
+	capHead2   = uint16('M') | 'S'<<8
+)
 
 // appendElements is d with elems, encoded elements, added at its end.
 func appendElements(d bsoncore.Document, elems []byte) bsoncore.Document {

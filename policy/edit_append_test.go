@@ -43,7 +43,7 @@ func TestCapAppendedAsEncoded(t *testing.T) {
 			}
 			extra := bsoncore.AppendInt64Element(nil, "maxTimeMS", 1500)
 			want := wire.AppendWithEdits(nil, m.(*wire.OpMsg), cmd.Body, extra, cmd.Sequences)
-			if _, _, ok := appendCap(nil, m.(*wire.OpMsg), cmd.Body, extra, cmd.Sequences); ok != c.appended {
+			if _, _, ok := appendCap(nil, m.(*wire.OpMsg), cmd.Body, 1500, cmd.Sequences); ok != c.appended {
 				t.Fatalf("appended %v, want %v", ok, c.appended)
 			}
 			for _, buf := range [][]byte{nil, make([]byte, 3, 8), make([]byte, 0, 4096)} {
@@ -227,4 +227,16 @@ func msgBodyLast(t *testing.T, flags wire.MsgFlags, seq wire.Sequence, body bson
 	}
 	binary.LittleEndian.PutUint32(b, uint32(len(b)))
 	return b
+}
+
+// TestCapHeadIsTheElement: the words appendCap stores are the bytes of
+// the cap's element before its value, as the BSON encoder writes them.
+func TestCapHeadIsTheElement(t *testing.T) {
+	want := bsoncore.AppendInt64Element(nil, "maxTimeMS", 0)[:len(capElement)]
+	got := binary.LittleEndian.AppendUint64(nil, capHead8)
+	got = binary.LittleEndian.AppendUint16(got, capHead2)
+	got = append(got, 0)
+	if !bytes.Equal(got, want) || capElement != string(want) {
+		t.Fatalf("stored %q, element %q, capElement %q", got, want, capElement)
+	}
 }

@@ -98,13 +98,13 @@ type Tracker struct {
 	mu        sync.Mutex
 	bySession map[string]*Session
 	// renewals is one timer for the first renewal of every flight, armed
-	// for the earliest one due (at armed; zero when idle): a timer per
-	// write would cost each write an allocation and two operations on
-	// the runtime's timer heap, for a renewal that almost never happens.
-	// armedAt is armed as nanoseconds since epoch (rounded up to 1), or
-	// 0 when idle, for launches to read without mu: changed under mu.
+	// for the earliest one due (at armed, in nanoseconds since epoch as
+	// sinceEpoch counts them; 0 when idle): a timer per write would cost
+	// each write an allocation and two operations on the runtime's timer
+	// heap, for a renewal that almost never happens. armedAt is armed for
+	// launches to read without mu: changed under mu.
 	renewals *time.Timer
-	armed    time.Time
+	armed    int64
 	armedAt  atomic.Int64
 	epoch    time.Time
 	// forceSeq counts the starts and ends of force-releases (changed
@@ -197,9 +197,11 @@ type Flight struct {
 	start   time.Time
 	maxTime time.Duration // the maxTimeMS it carries, 0 if none
 	next    proxy.ReplyHook
-	// due is when the first renewal is due, zero once it was started
-	// (guarded by sf.mu).
-	due      time.Time
+	// due is when the first renewal is due, as nanoseconds since the
+	// tracker's epoch (sinceEpoch, never 0), 0 once it was started
+	// (guarded by sf.mu): a count, not a time.Time, whose Add and
+	// comparisons cost every launch tens of instructions.
+	due      int64
 	mu       sync.Mutex
 	done     bool
 	timer    *time.Timer
@@ -228,7 +230,8 @@ func (t *Tracker) Launch(f *Flight, l Lander, guarded bool, forceSeq uint64, now
 	f.t, f.lander, f.start, f.maxTime, f.next = t, l, now, maxTime, next
 	// Renew once half of what was left at the check has passed without a
 	// reply; most writes are answered long before.
-	f.due = f.start.Add(max(f.Left/2, 10*time.Millisecond))
+	due := max(int64(now.Sub(t.epoch)+max(f.Left/2, 10*time.Millisecond)), 1)
+	f.due = due
 	sf := f.Session
 	if sf == nil || sf.t != t || sf.key != string(f.Owner.Session) || !sf.add(f) {
 		t.mu.Lock()
@@ -258,9 +261,9 @@ func (t *Tracker) Launch(f *Flight, l Lander, guarded bool, forceSeq uint64, now
 	// The renewal timer fires by armedAt, and then finds this flight in
 	// its session (which renewDue reads after clearing armedAt): only a
 	// flight due earlier, or an idle timer, needs the tracker's mutex.
-	if a, d := t.armedAt.Load(), f.due.Sub(t.epoch); a == 0 || d <= 0 || int64(d) < a {
+	if a := t.armedAt.Load(); a == 0 || due < a {
 		t.mu.Lock()
-		t.armLocked(f.due)
+		t.armLocked(due)
 		t.mu.Unlock()
 	}
 	return true
@@ -269,17 +272,18 @@ func (t *Tracker) Launch(f *Flight, l Lander, guarded bool, forceSeq uint64, now
 // add puts f in the session, unless it was dropped from the tracker.
 func (sf *Session) add(f *Flight) bool {
 	sf.mu.Lock()
-	defer sf.mu.Unlock()
-	if sf.dropped {
-		return false
+	ok := !sf.dropped
+	if ok {
+		sf.all = append(sf.all, f)
 	}
-	sf.all = append(sf.all, f)
-	return true
+	sf.mu.Unlock()
+	return ok
 }
 
-// sinceEpoch is due as armedAt holds it: rounded up to 1 (a due before
-// the epoch is read as later than it is, which only makes a launch that
-// is due after it take the mutex), never 0.
+// sinceEpoch is a time as dues and armedAt hold it: nanoseconds since the
+// epoch, rounded up to 1, never 0 (a time before the epoch, which only a
+// caller's clock other than the tracker's can give, reads as the epoch:
+// a flight due then is renewed at the timer's first firing).
 func (t *Tracker) sinceEpoch(due time.Time) int64 {
 	return max(int64(due.Sub(t.epoch)), 1)
 }
@@ -298,18 +302,20 @@ func (t *Tracker) sessionLocked(session []byte) *Session {
 	return sf
 }
 
-// armLocked makes sure the renewal timer fires by due; t.mu is held.
-func (t *Tracker) armLocked(due time.Time) {
-	if !t.armed.IsZero() && !due.Before(t.armed) {
+// armLocked makes sure the renewal timer fires by due (since the epoch,
+// as sinceEpoch counts it); t.mu is held.
+func (t *Tracker) armLocked(due int64) {
+	if t.armed != 0 && due >= t.armed {
 		return
 	}
 	t.armed = due
-	t.armedAt.Store(t.sinceEpoch(due))
+	t.armedAt.Store(due)
+	in := time.Duration(due) - t.cfg.Now().Sub(t.epoch)
 	if t.renewals == nil {
-		t.renewals = time.AfterFunc(due.Sub(t.cfg.Now()), t.renewDue)
+		t.renewals = time.AfterFunc(in, t.renewDue)
 		return
 	}
-	t.renewals.Reset(due.Sub(t.cfg.Now()))
+	t.renewals.Reset(in)
 }
 
 // renewDue starts the first renewal of every flight now due, each in its
@@ -318,25 +324,25 @@ func (t *Tracker) armLocked(due time.Time) {
 func (t *Tracker) renewDue() {
 	var due []*Flight
 	t.mu.Lock()
-	now := t.cfg.Now()
-	t.armed = time.Time{}
+	now := t.sinceEpoch(t.cfg.Now())
+	t.armed = 0
 	t.armedAt.Store(0) // before the sessions are read: see Launch
-	var next time.Time
+	var next int64
 	for _, sf := range t.bySession {
 		sf.mu.Lock()
 		for _, f := range sf.all {
 			switch {
-			case f.due.IsZero():
-			case !f.due.After(now):
-				f.due = time.Time{}
+			case f.due == 0:
+			case f.due <= now:
+				f.due = 0
 				due = append(due, f)
-			case next.IsZero() || f.due.Before(next):
+			case next == 0 || f.due < next:
 				next = f.due
 			}
 		}
 		sf.mu.Unlock()
 	}
-	if !next.IsZero() {
+	if next != 0 {
 		t.armLocked(next)
 	}
 	t.mu.Unlock()
@@ -404,11 +410,13 @@ func (f *Flight) landed(answered bool) {
 func (t *Tracker) remove(f *Flight) (unrenewed bool) {
 	sf := f.sf
 	if sf == nil {
-		return !f.due.IsZero()
+		return f.due != 0
 	}
+	// No defer: this is every write's landing, and nothing below
+	// can panic (an append-free slice edit, a close of a channel only
+	// this mutex's holder closes).
 	sf.mu.Lock()
-	defer sf.mu.Unlock()
-	unrenewed = !f.due.IsZero()
+	unrenewed = f.due != 0
 	if i := slices.Index(sf.all, f); i >= 0 {
 		last := len(sf.all) - 1
 		sf.all[i], sf.all[last] = sf.all[last], nil
@@ -418,6 +426,7 @@ func (t *Tracker) remove(f *Flight) (unrenewed bool) {
 		close(sf.idle)
 		sf.idle = nil // the next waiter waits for the next idle time
 	}
+	sf.mu.Unlock()
 	return unrenewed
 }
 
