@@ -3,14 +3,12 @@ package guard_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/guard"
@@ -58,14 +56,7 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The gateway's JSON logger (gateway.NewLoggerTo) and the sink it
-	// hands the guard for the decision lines.
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	enc.EncodeDuration = zapcore.StringDurationEncoder
-	out := zapcore.Lock(zapcore.AddSync(io.Discard))
-	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), out, zapcore.InfoLevel))
-	sink := &guard.LineSink{Out: out, Level: zapcore.InfoLevel, ErrorOutput: out}
+	logger, sink := guard.BenchLog()
 	// The enforced leg writes one _id, as a client updating one document
 	// over and over; enforced-64ids cycles through 64 locked _ids, as a
 	// client updating many documents does, which the connection's memo

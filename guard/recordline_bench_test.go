@@ -2,13 +2,10 @@ package guard
 
 import (
 	"context"
-	"io"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/guard/enforce"
@@ -32,13 +29,8 @@ func BenchmarkRecordAllowedWrite(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	enc.EncodeDuration = zapcore.StringDurationEncoder
-	out := zapcore.Lock(zapcore.AddSync(io.Discard))
-	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), out, zapcore.InfoLevel))
-	g := New(Options{Store: memstore.New(memstore.Config{}), Logger: logger,
-		DecisionSink: &LineSink{Out: out, Level: zapcore.InfoLevel, ErrorOutput: out}})
+	logger, sink := BenchLog()
+	g := New(Options{Store: memstore.New(memstore.Config{}), Logger: logger, DecisionSink: sink})
 	g.SetPolicy(pol)
 	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
 	lsid := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, make([]byte, 16)).Build()
