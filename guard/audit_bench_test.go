@@ -56,23 +56,9 @@ func BenchmarkEnforcedWriteAuditTrail(b *testing.B) {
 	lsid := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, make([]byte, 16)).Build()
 	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000", RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}
 	parse := func(body bsoncore.Document, seqs ...wire.Sequence) *proxy.Request {
-		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, seqs...), wire.Limits{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cmd, err := wire.CommandOf(msg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return &proxy.Request{Message: msg, Command: cmd, Client: client}
+		return guard.BenchRequest(b, client, body, seqs...)
 	}
-	stmt := bsoncore.NewDocumentBuilder().
-		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
-		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
-		Build()
-	update := parse(bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendBoolean("ordered", true).
-		AppendDocument("lsid", lsid).AppendInt64("txnNumber", 1).AppendString("$db", "bench").Build(),
-		wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}})
+	update := guard.BenchUpdate(b, client, lsid, "locked", 7)
 	acquire := parse(bsoncore.NewDocumentBuilder().AppendString("acquireLock", "locked").
 		AppendArray("ids", bsoncore.NewArrayBuilder().AppendInt32(7).Build()).AppendInt32("leaseMS", int32(10*time.Minute/time.Millisecond)).
 		AppendDocument("lsid", lsid).AppendString("$db", "bench").Build())

@@ -34,24 +34,7 @@ import (
 func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 	lsid := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, make([]byte, 16)).Build()
 	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000", RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}
-	update := func(coll string, id int32) *proxy.Request {
-		// As the Go driver sends it: the statement in a kind-1 section.
-		stmt := bsoncore.NewDocumentBuilder().
-			AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", id).Build()).
-			AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
-			Build()
-		body := bsoncore.NewDocumentBuilder().AppendString("update", coll).AppendBoolean("ordered", true).
-			AppendDocument("lsid", lsid).AppendInt64("txnNumber", 1).AppendString("$db", "bench").Build()
-		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}}), wire.Limits{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cmd, err := wire.CommandOf(msg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return &proxy.Request{Message: msg, Command: cmd, Client: client}
-	}
+	update := func(coll string, id int32) *proxy.Request { return guard.BenchUpdate(b, client, lsid, coll, id) }
 	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "bench.locked", Mode: config.ModeEnforce}}})
 	if err != nil {
 		b.Fatal(err)

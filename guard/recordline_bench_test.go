@@ -35,15 +35,7 @@ func BenchmarkRecordAllowedWrite(b *testing.B) {
 	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
 	lsid := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, make([]byte, 16)).Build()
 	parse := func(body bsoncore.Document, seqs ...wire.Sequence) *proxy.Request {
-		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, seqs...), wire.Limits{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cmd, err := wire.CommandOf(msg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return &proxy.Request{Message: msg, Command: cmd, Client: client}
+		return BenchRequest(b, client, body, seqs...)
 	}
 	ctx := context.Background()
 	acquire := parse(bsoncore.NewDocumentBuilder().AppendString("acquireLock", "locked").
@@ -52,13 +44,7 @@ func BenchmarkRecordAllowedWrite(b *testing.B) {
 	if d := g.Intercept(ctx, acquire); d.Action != proxy.Reply {
 		b.Fatalf("acquireLock: %+v", d)
 	}
-	stmt := bsoncore.NewDocumentBuilder().
-		AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", 7).Build()).
-		AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
-		Build()
-	update := parse(bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendBoolean("ordered", true).
-		AppendDocument("lsid", lsid).AppendInt64("txnNumber", 1).AppendString("$db", "bench").Build(),
-		wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}})
+	update := BenchUpdate(b, client, lsid, "locked", 7)
 	// The decision's own arguments, caught as it records them; the
 	// write is never answered, so its verdict stays as recorded.
 	var v *verdict
