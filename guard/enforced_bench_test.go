@@ -32,9 +32,13 @@ import (
 //
 //	go test ./guard -run '^$' -bench EnforcedPinnedUpdate -benchmem
 func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
-	lsid := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, make([]byte, 16)).Build()
+	// lsidOf is session s's lsid: a driver's {id: <UUID>}.
+	lsidOf := func(s int32) bsoncore.Document {
+		id := make([]byte, 16)
+		id[0] = byte(s)
+		return bsoncore.NewDocumentBuilder().AppendBinary("id", 4, id).Build()
+	}
 	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000", RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}
-	update := func(coll string, id int32) *proxy.Request { return guard.BenchUpdate(b, client, lsid, coll, id) }
 	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "bench.locked", Mode: config.ModeEnforce}}})
 	if err != nil {
 		b.Fatal(err)
@@ -43,37 +47,39 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 	// The enforced leg writes one _id, as a client updating one document
 	// over and over; enforced-64ids cycles through 64 locked _ids, as a
 	// client updating many documents does, which the connection's memo
-	// of its last 8 pinned ids (pinnedIDs) cannot hold.
+	// of its last 8 pinned ids (pinnedIDs) cannot hold. enforced-16sessions
+	// is the enforce family's workload as one connection of a driver's
+	// pool sees it: 16 sessions, each holding its 4 documents, write in
+	// turn on the connection (an operation goes out on whichever pooled
+	// connection is idle), so that the connection's memos, keyed by
+	// session and document, see 64 keys (docs/BENCHMARKS.md, "the third
+	// box's merges").
 	for _, leg := range []struct {
-		name, coll string
-		ids        int32
-	}{{"unprotected", "open", 1}, {"enforced", "locked", 1}, {"enforced-64ids", "locked", 64}} {
+		name, coll    string
+		sessions, ids int32 // ids per session
+	}{{"unprotected", "open", 1, 1}, {"enforced", "locked", 1, 1}, {"enforced-64ids", "locked", 1, 64}, {"enforced-16sessions", "locked", 16, 4}} {
 		b.Run(leg.name, func(b *testing.B) {
 			store := memstore.New(memstore.Config{})
 			g := guard.New(guard.Options{Store: store, Reserved: guard.ReservedFor("lockgate", "locks"), Logger: logger, DecisionSink: sink})
 			g.SetPolicy(pol)
 			ctx := context.Background()
-			// The lock, taken as acquireLock through the guard takes it.
-			acquire := bsoncore.NewDocumentBuilder().AppendString("acquireLock", "locked").
-				AppendArray("ids", lockIDs(leg.ids)).AppendInt32("leaseMS", int32(10*time.Minute/time.Millisecond)).
-				AppendDocument("lsid", lsid).AppendString("$db", "bench").Build()
-			amsg, err := wire.Parse(wire.AppendMsg(nil, 2, 0, 0, acquire), wire.Limits{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			acmd, err := wire.CommandOf(amsg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if d := g.Intercept(ctx, &proxy.Request{Message: amsg, Command: acmd, Client: client}); d.Action != proxy.Reply || !ok(d.Reply) {
-				b.Fatalf("acquireLock: %+v %s", d, d.Reply)
+			for s := range leg.sessions {
+				// The locks, taken as acquireLock through the guard takes them.
+				acquire := bsoncore.NewDocumentBuilder().AppendString("acquireLock", "locked").
+					AppendArray("ids", lockIDs(7+s*leg.ids, leg.ids)).AppendInt32("leaseMS", int32(10*time.Minute/time.Millisecond)).
+					AppendDocument("lsid", lsidOf(s)).AppendString("$db", "bench").Build()
+				if d := g.Intercept(ctx, guard.BenchRequest(b, client, acquire)); d.Action != proxy.Reply || !ok(d.Reply) {
+					b.Fatalf("acquireLock: %+v %s", d, d.Reply)
+				}
 			}
 			if st, _ := store.Status(ctx, lockstore.Owner{}, namespace.Of("bench.locked"), lockstoretest.IDs(int32(7))); len(st) != 1 || !st[0].Held {
 				b.Fatal("the lock is not held", st)
 			}
-			reqs := make([]*proxy.Request, leg.ids)
+			// Request i is session i mod sessions's, on its documents in turn.
+			reqs := make([]*proxy.Request, leg.sessions*leg.ids)
 			for i := range reqs {
-				reqs[i] = update(leg.coll, 7+int32(i))
+				s, k := int32(i)%leg.sessions, int32(i)/leg.sessions
+				reqs[i] = guard.BenchUpdate(b, client, lsidOf(s), leg.coll, 7+s*leg.ids+k)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -95,11 +101,11 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 	}
 }
 
-// lockIDs are the _ids 7 to 7+n-1, as acquireLock's ids.
-func lockIDs(n int32) bsoncore.Array {
+// lockIDs are the _ids from to from+n-1, as acquireLock's ids.
+func lockIDs(from, n int32) bsoncore.Array {
 	a := bsoncore.NewArrayBuilder()
 	for i := range n {
-		a.AppendInt32(7 + i)
+		a.AppendInt32(from + i)
 	}
 	return a.Build()
 }
