@@ -123,7 +123,11 @@ func (p *Plan) Read(msg wire.Message, cmd *wire.Command) {
 func (p *Plan) Forget() {
 	clear(p.refs)
 	clear(p.stages)
-	clear(p.writeBuf[:min(len(p.writes), cap(p.writeBuf))])
+	if p.writeBufTaken {
+		// All of it: a classifier that failed half way filled some of
+		// its statements and returned none.
+		clear(p.writeBuf[:cap(p.writeBuf)])
+	}
 	clear(p.docBuf[:])
 	p.refs, p.stages, p.writes, p.err, p.writeBufTaken, p.docTaken = nil, nil, nil, nil, false, false
 	p.cmd = command{}

@@ -155,37 +155,59 @@ func TestPlanRoomIsHandedOutOnce(t *testing.T) {
 // A plan kept for a connection's next request keeps nothing of its last
 // one once forgotten (proxy.Forgetter): a message over the buffer pool's
 // largest class is the garbage collector's as soon as it is handled, and
-// an idle connection must not keep one reachable through its plan.
+// an idle connection must not keep one reachable through its plan. Also
+// when the classifier refused the message half way, after it had filled
+// some statements into the plan's room.
 func TestForgottenPlanKeepsNoMessage(t *testing.T) {
-	var p Plan
-	freed := make(chan struct{})
-	func() {
-		docs := make([]any, 3*keptWrites)
-		for i := range docs {
-			docs[i] = D{{"_id", i}, {"pad", strings.Repeat("x", 64<<10)}}
+	pad := strings.Repeat("x", 64<<10)
+	bulk := make([]any, 3*keptWrites)
+	for i := range bulk {
+		bulk[i] = D{{"_id", i}, {"pad", pad}}
+	}
+	stmt := func(i int) D { return D{{"q", D{{"_id", i}, {"pad", pad}}}, {"u", setA}} }
+	// Within the room the plan keeps, so that the refused statements'
+	// room is the plan's.
+	updates := A{stmt(1), stmt(2), D{{"q", "not a document"}, {"u", setA}}}
+	for _, tc := range []struct {
+		name   string
+		body   D
+		writes int
+	}{
+		{"a bulk insert", D{{"insert", "orders"}, {"documents", A(bulk)}, {"$db", "shop"}}, len(bulk)},
+		{"an update refused at its last statement", D{{"update", "orders"}, {"updates", updates}, {"$db", "shop"}}, 0},
+	} {
+		var p Plan
+		// The plan has room for a few statements already.
+		warm := clParse(t, clMsgRaw(t, 0, D{{"update", "orders"}, {"updates", A{stmt(1), stmt(2), stmt(3)}}, {"$db", "shop"}}))
+		p.Read(warm, nil)
+		freed := make(chan struct{})
+		func() {
+			raw := clMsgRaw(t, 0, tc.body)
+			buf := append(make([]byte, 0, len(raw)), raw...)
+			runtime.SetFinalizer(&buf[0], func(*byte) { close(freed) })
+			m := clParse(t, buf)
+			cmd, err := wire.CommandOf(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Read(m, cmd)
+			if ws, err := p.Writes(); len(ws) != tc.writes || (err != nil) != (tc.writes == 0) {
+				t.Fatalf("%s: %d writes, %v", tc.name, len(ws), err)
+			}
+		}()
+		p.Forget()
+		gone := false
+		for i := 0; i < 20 && !gone; i++ {
+			runtime.GC()
+			select {
+			case <-freed:
+				gone = true
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
-		raw := clMsgRaw(t, 0, D{{"insert", "orders"}, {"documents", A(docs)}, {"$db", "shop"}})
-		buf := append(make([]byte, 0, len(raw)), raw...)
-		runtime.SetFinalizer(&buf[0], func(*byte) { close(freed) })
-		m := clParse(t, buf)
-		cmd, err := wire.CommandOf(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Read(m, cmd)
-		if ws, err := p.Writes(); len(ws) != len(docs) || err != nil {
-			t.Fatalf("%d writes, %v", len(ws), err)
-		}
-	}()
-	p.Forget()
-	defer runtime.KeepAlive(&p) // the plan lives on, as a connection's does
-	for i := 0; i < 20; i++ {
-		runtime.GC()
-		select {
-		case <-freed:
-			return
-		case <-time.After(50 * time.Millisecond):
+		runtime.KeepAlive(&p) // the plan lives on, as a connection's does
+		if !gone {
+			t.Errorf("%s: the forgotten plan still keeps its message reachable", tc.name)
 		}
 	}
-	t.Fatal("the forgotten plan still keeps its message reachable")
 }
