@@ -95,7 +95,7 @@ func (r *Rule) LockNamespace(ns namespace.Namespace) namespace.Namespace {
 
 // Implicit reports whether a write from a session that holds none of the
 // locks it needs takes implicit locks instead of being refused.
-func (r Rule) Implicit() bool {
+func (r *Rule) Implicit() bool {
 	return r.Mode == Enforce && (r.Unlocked == config.UnlockedRefuseIfLocked || r.Unlocked == config.UnlockedWait)
 }
 

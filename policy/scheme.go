@@ -66,7 +66,7 @@ func (s Scheme) IdentityHolder() bool {
 
 // Active reports whether the rule uses a document scheme instead of
 // lockgate's own commands.
-func (s Scheme) Active() bool { return s.Type != "" && s.Type != config.SchemeLockgate }
+func (s *Scheme) Active() bool { return s.Type != "" && s.Type != config.SchemeLockgate }
 
 // compileScheme turns a configured scheme into a Scheme.
 func compileScheme(c *config.Scheme, defaultLeaseMS int64) Scheme {
