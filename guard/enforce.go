@@ -99,14 +99,14 @@ func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error
 	return g.walk.Unclassifiable(req, pol, v, &v.Verdict, err, start)
 }
 
-// allowed is an allowed write's decision (enforce.Decider.Launch): its
-// pins and fences, and its flight.
-func (g *Guard) allowed(req *proxy.Request, pol *policy.Policy, v *verdict, now time.Time) proxy.Decision {
+// allowed makes d, a forward, an allowed write's decision
+// (enforce.Decider.Launch): its pins and fences, and its flight.
+func (g *Guard) allowed(req *proxy.Request, pol *policy.Policy, v *verdict, now time.Time, d *proxy.Decision) {
+	ed := policy.Edit{Pins: v.Pins}
 	if v.fence != nil {
-		d, fences := g.fenceDecision(req, v)
-		return g.launchDecision(req, pol, v, d, policy.Edit{Pins: v.Pins, Fences: fences}, now)
+		*d, ed.Fences = g.fenceDecision(req, v)
 	}
-	return g.launchDecision(req, pol, v, proxy.Decision{Action: proxy.Forward}, policy.Edit{Pins: v.Pins}, now)
+	g.launchDecision(req, pol, v, d, &ed, now)
 }
 
 // shownTo is x as req's caller may see it: a violation that names another

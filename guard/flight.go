@@ -32,7 +32,12 @@ import (
 // ReplyHook (its flight's) and LateReplier.
 type flightPlan struct {
 	inflight.Flight
-	end    time.Time     // local monotonic time when the earliest lease surely ends
+	// The earliest lease surely ends endIn after at, in local monotonic
+	// time: an offset, not the end itself, so that the usual write's
+	// launch adds to a time once (its deadline), not twice (time.Time's
+	// Add costs tens of instructions).
+	at     time.Time
+	endIn  time.Duration
 	margin time.Duration // the largest margin of the rules involved
 	// implicit, when set, are implicit locks the proxy took for this
 	// write alone: released when it lands (implicit.go).
@@ -84,26 +89,29 @@ func (v *verdict) flightLocksSince(o *lockstore.Owner, r *policy.Rule, ns namesp
 	if v.Now.IsZero() {
 		v.Now = time.Now()
 	}
-	end := v.Now.Add(left)
-	if v.flight == nil {
+	f := v.flight
+	if f == nil {
 		// The usual write's plan lives in its verdict (already one
 		// allocation); the flight keeps the verdict until it lands.
-		v.flight = &v.flightBuf
-		v.flight.Owner, v.flight.end, v.flight.Left = o, end, left
-		v.flight.Session = v.Flights // checked against o by the launch
-		v.flight.Locks = v.flight.lockBuf[:0]
+		f = &v.flightBuf
+		v.flight = f
+		f.Owner, f.at, f.endIn, f.Left = o, v.Now, left, left
+		f.Session = v.Flights // checked against o by the launch
+		f.Locks = f.lockBuf[:0]
+	} else if end := v.Now.Sub(f.at) + left; end < f.endIn {
+		f.endIn = end
 	}
-	f := v.flight
 	if guarded && !f.guarded {
 		f.guarded, f.forceSeq = true, seq
-	}
-	if end.Before(f.end) {
-		f.end = end
 	}
 	f.Left = min(f.Left, left)
 	f.margin = max(f.margin, r.LeaseMargin)
 	f.Locks.Add(ns, ids)
 }
+
+// deadline is when the write's earliest lease, less the largest margin,
+// surely ends.
+func (p *flightPlan) deadline() time.Time { return p.at.Add(p.endIn - p.margin) }
 
 // launch registers a write as in flight and returns it as the hook of the
 // decision (chaining the hook already there).
@@ -176,10 +184,10 @@ func (g *Guard) BeginForceRelease(ctx context.Context, ns namespace.Namespace, i
 	return done, g.WaitWritesOn(ctx, ns, id)
 }
 
-// launchDecision turns an allowed enforced write into its flight: it is
-// forwarded only before its lease, less the margin, could end, it carries
-// maxTimeMS capped at what is left of that when its bytes leave, and it
-// is tracked until answered. The guard reads no clock for it: now is the
+// launchDecision turns d, an allowed enforced write's decision, into its
+// flight, in place: it is forwarded only before its lease, less the
+// margin, could end, it carries maxTimeMS capped at what is left of that
+// when its bytes leave, and it is tracked until answered. The guard reads no clock for it: now is the
 // decision's end (read before its audit record was made durable, which
 // can block), an upper bound of the time left when the write leaves. The
 // cap joins ed, the write's pins and fences, so that the message is
@@ -187,17 +195,17 @@ func (g *Guard) BeginForceRelease(ctx context.Context, ns namespace.Namespace, i
 // the proxy lowers it in place by its own clock reading immediately
 // before the bytes leave (proxy.Decision.Leave, at d.MaxTime), and
 // refuses the write as late there if less than a millisecond is left.
-func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdict, d proxy.Decision, ed policy.Edit, now time.Time) proxy.Decision {
+func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdict, d *proxy.Decision, ed *policy.Edit, now time.Time) {
 	if d.Action != proxy.Forward && d.Action != proxy.Rewrite {
-		return d
+		return
 	}
 	p := v.flight
 	if p == nil {
-		g.edit(req, pol, v, &d, &ed)
-		return d
+		g.edit(req, pol, v, d, ed)
+		return
 	}
 	p.v, p.pol, p.g = v, pol, g // LateReply reads all three, also before launchAt
-	deadline := p.end.Add(-p.margin)
+	deadline := p.deadline()
 	budget := deadline.Sub(now)
 	// Under a millisecond is late too: the least maxTimeMS a server takes
 	// is 1, which would let the write run past the lease by the rest of
@@ -207,7 +215,8 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		if d.OnReply != nil {
 			d.OnReply.Abandon()
 		}
-		return proxy.Decision{Action: proxy.Reply, Reply: p.LateReply()}
+		*d = proxy.Decision{Action: proxy.Reply, Reply: p.LateReply()}
+		return
 	}
 	// What the database may still run it for, counted from now: until the
 	// deadline, whatever maxTimeMS it leaves with (the proxy's is counted
@@ -218,8 +227,8 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		ed.MaxTimeMS = budget.Milliseconds()
 		maxTime = budget
 	}
-	if !g.edit(req, pol, v, &d, &ed) {
-		return d
+	if !g.edit(req, pol, v, d, ed) {
+		return
 	}
 	if p == &v.flightBuf && d.OnReply == nil && v.implicit == nil && v.fence == nil && !v.InTxn {
 		// Nothing but the flight points into the verdict: it may go
@@ -231,7 +240,8 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 			d.OnReply.Abandon()
 		}
 		g.log.Info("refused a write whose lock an operator force-released after it was checked", zap.String("ns", v.Writes[0].NS.String()))
-		return proxy.Decision{Action: proxy.Reply, Reply: g.forcedRefusal(req, pol, v)}
+		*d = proxy.Decision{Action: proxy.Reply, Reply: g.forcedRefusal(req, pol, v)}
+		return
 	}
 	if p.Session != v.Flights {
 		keepFlights(req, p.Owner.Session, p.Session) // for the session's next write
@@ -243,7 +253,6 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		// The flight stands for the write now.
 		g.flights.Unhold(&p.implicit.pending)
 	}
-	return d
 }
 
 // forcedRefusal is the refusal of a lock holder's write whose lock an

@@ -147,6 +147,32 @@ func TestEnforcedWriteCarriesLeaseBoundMaxTime(t *testing.T) {
 	d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
 }
 
+// TestFlightEndIsTheEarliestLease: a write's deadline is when the
+// earliest of its locks' leases surely ends, each counted from when its
+// check started (v.Now, read again after a resolution), less the largest
+// margin. A later check whose lease ends later moves nothing; one whose
+// lease ends earlier brings the deadline forward.
+func TestFlightEndIsTheEarliestLease(t *testing.T) {
+	t0 := time.Now()
+	ids := lockstoretest.IDs(int32(1))
+	short, wide := &policy.Rule{LeaseMargin: 100 * time.Millisecond}, &policy.Rule{LeaseMargin: 300 * time.Millisecond}
+	v := &verdict{}
+	v.Now = t0
+	v.flightLocksSince(&lockstore.Owner{}, short, namespace.Of("shop.a"), ids, 10*time.Second, false, 0)
+	v.Now = t0.Add(3 * time.Second) // a resolution ran meanwhile
+	v.flightLocksSince(&lockstore.Owner{}, short, namespace.Of("shop.b"), ids, 8*time.Second, false, 0)
+	if got, want := v.flight.deadline(), t0.Add(10*time.Second-100*time.Millisecond); !got.Equal(want) {
+		t.Errorf("a later check of a lease ending later: deadline %v after the first check, want %v", got.Sub(t0), want.Sub(t0))
+	}
+	v.flightLocksSince(&lockstore.Owner{}, wide, namespace.Of("shop.c"), ids, 5*time.Second, false, 0)
+	if got, want := v.flight.deadline(), t0.Add(8*time.Second-300*time.Millisecond); !got.Equal(want) {
+		t.Errorf("a later check of a lease ending earlier: deadline %v after the first check, want %v", got.Sub(t0), want.Sub(t0))
+	}
+	if v.flight.Left != 5*time.Second || len(v.flight.Locks) != 3 {
+		t.Errorf("left %v, locks %v; want 5s and the three namespaces", v.flight.Left, v.flight.Locks)
+	}
+}
+
 // TestReleaseWaitsForWritesInFlight: a release of the session, from any
 // connection, waits for its enforced writes in flight; the flight renews
 // the locks meanwhile; once answered, the release goes through.

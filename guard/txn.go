@@ -94,7 +94,7 @@ func (g *Guard) ruleOf(v *verdict, ns namespace.Namespace) policy.Rule {
 // guarded: a force-release of one of its locks since c.ForceSeq refuses
 // it, and then nothing is launched.
 func (g *Guard) launchCommit(c *txn.Commit, maxTime time.Duration, next proxy.ReplyHook) proxy.ReplyHook {
-	plan := &flightPlan{Flight: inflight.Flight{Locks: c.Locks, Left: c.Left}, end: c.End, margin: c.Margin,
+	plan := &flightPlan{Flight: inflight.Flight{Locks: c.Locks, Left: c.Left}, at: c.End, margin: c.Margin,
 		guarded: true, forceSeq: c.ForceSeq}
 	plan.SetOwner(c.Owner)
 	if fl := g.launch(plan, maxTime, next); fl != nil {

@@ -51,9 +51,8 @@ func decideWrites(t *testing.T, s Store, o lockstore.Owner, stmts []stmt) (proxy
 			}
 			return nil
 		},
-		Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time) proxy.Decision {
+		Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time, *proxy.Decision) {
 			seen.launched = true
-			return proxy.Decision{Action: proxy.Forward}
 		},
 	}
 	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},

@@ -733,9 +733,8 @@ func decideCase(t *testing.T, c formCase) (_ proxy.Decision, _ formSeen, resolut
 			}
 			return nil
 		},
-		Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time) proxy.Decision {
+		Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time, *proxy.Decision) {
 			seen.launched = true
-			return proxy.Decision{Action: proxy.Forward}
 		},
 	}
 	// Shown as the guard shows a refusal: without its holder to a caller

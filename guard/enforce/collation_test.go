@@ -263,9 +263,8 @@ func walkOf(s Store, res Resolver, o lockstore.Owner, rules func(namespace.Names
 				enforced = x
 				return nil
 			},
-			Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time) proxy.Decision {
+			Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time, *proxy.Decision) {
 				launched = true
-				return proxy.Decision{Action: proxy.Forward}
 			}}}
 	return func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
 		t.Helper()

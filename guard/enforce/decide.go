@@ -137,9 +137,12 @@ type Decider[V any] struct {
 	// Shown is a refusal as req's caller may see it (Undisclosed, unless
 	// it may read the namespace); nil: as it is.
 	Shown func(req *proxy.Request, x Violation) Violation
-	// Launch is an allowed write's decision (its edit and its flight),
-	// now being the decision's end: no later than the write leaves.
-	Launch func(req *proxy.Request, pol *policy.Policy, v V, now time.Time) proxy.Decision
+	// Launch makes an allowed write's decision (its edit and its flight)
+	// out of d, a forward, now being the decision's end: no later than
+	// the write leaves. d is the verdict's own room (Verdict.Decision):
+	// a decision returned by value (about 20 words) was copied at every
+	// call between the launch and the walk.
+	Launch func(req *proxy.Request, pol *policy.Policy, v V, now time.Time, d *proxy.Decision)
 }
 
 // Decide decides v, whose enforcement verdict is base, started at start.
@@ -159,7 +162,10 @@ func (d *Decider[V]) Decide(req *proxy.Request, pol *policy.Policy, v V, base *V
 	// waited for), yet the clock is not read again: what is left of the
 	// lease is measured by the proxy just before the write leaves, which
 	// sets its maxTimeMS then (proxy.Decision.Leave).
-	return d.Launch(req, pol, v, now)
+	dec := &base.Decision
+	*dec = proxy.Decision{Action: proxy.Forward}
+	d.Launch(req, pol, v, now, dec)
+	return *dec
 }
 
 // refused is the refusal of x as req's caller may see it. Apart from

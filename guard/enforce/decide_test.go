@@ -106,3 +106,32 @@ func TestUndisclosed(t *testing.T) {
 		t.Errorf("no holder changed: %+v", x)
 	}
 }
+
+// TestLaunchStartsFromAForward: an allowed write's decision is made in
+// its verdict's room (Verdict.Decision), which a verdict decided again
+// still holds: each launch starts from a plain forward, and the decision
+// returned is a copy that the next launch does not change.
+func TestLaunchStartsFromAForward(t *testing.T) {
+	req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
+	var seen []proxy.Decision
+	d := &Decider[*Verdict]{
+		Record: func(*proxy.Request, *policy.Policy, *Verdict, *Violation, time.Duration, time.Time) *Violation {
+			return nil
+		},
+		Launch: func(_ *proxy.Request, _ *policy.Policy, _ *Verdict, now time.Time, d *proxy.Decision) {
+			seen = append(seen, *d)
+			d.Action, d.Message, d.Deadline, d.Reason = proxy.Rewrite, []byte{1}, now, strings.Repeat("x", len(seen))
+		},
+	}
+	v := &Verdict{}
+	first := d.Decide(req, nil, v, v, time.Now())
+	second := d.Decide(req, nil, v, v, time.Now())
+	for i, s := range seen {
+		if s.Action != proxy.Forward || s.Message != nil || !s.Deadline.IsZero() || s.Reason != "" {
+			t.Errorf("launch %d started from %+v, want a plain forward", i, s)
+		}
+	}
+	if first.Action != proxy.Rewrite || first.Reason != "x" || second.Reason != "xx" || len(first.Message) != 1 {
+		t.Errorf("the first decision %+v changed with the second %+v", first, second)
+	}
+}

@@ -66,6 +66,9 @@ type Verdict struct {
 	// Flights is the write's session's entry in the flight tracker, as
 	// the connection kept it, for its flight's launch.
 	Flights *inflight.Session
+	// Decision is the room an allowed write's decision is made in
+	// (Decider.Launch); the decision returned is a copy.
+	Decision proxy.Decision
 	// Room for the usual write of one statement in one namespace, so
 	// that the verdict of a single write is one allocation, not four.
 	TokenBuf   [1]int64
