@@ -55,23 +55,30 @@ func (g *Guard) newWalk() *enforce.Walk[*verdict] {
 		ImplicitInsert: func(v *verdict, ns namespace.Namespace, r *policy.Rule, id docid.ID) {
 			v.implicitPlan().inserts.Add(ns, r, id)
 		},
+		// The usual write has no implicit locks, no fence and no
+		// resolution: each func below tells so by a field before it calls
+		// what would find the same (takeImplicit, fenceInserts,
+		// settleResolutions return at once then).
 		Implicit: func(ctx context.Context, v *verdict, o *lockstore.Owner, inserts enforce.Needs) enforce.Needs {
-			if v.implicit != nil {
-				// Taking implicit locks can wait for them: their lease
-				// left is counted from after the wait (flightLocks reads
-				// the clock).
-				v.Now = time.Time{}
+			if v.implicit == nil {
+				return inserts
 			}
+			// Taking implicit locks can wait for them: their lease left
+			// is counted from after the wait (flightLocks reads the
+			// clock).
+			v.Now = time.Time{}
 			return g.takeImplicit(ctx, v, o, inserts)
 		},
 		Checked: func(ctx context.Context, v *verdict, o *lockstore.Owner, hasSession bool) {
-			if !v.EnforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
+			if v.fence != nil && !v.EnforcedViolation() && (v.implicit == nil || v.implicit.taken == nil) {
 				g.fenceInserts(ctx, v, o, hasSession)
 			}
 		},
 		Txn: g.recordTxn,
 		Settle: func(v *verdict) bool {
-			g.settleResolutions(v)
+			if v.ResolveSpent > 0 {
+				g.settleResolutions(v)
+			}
 			return v.implicit != nil
 		},
 		Decided: g.settleImplicit}

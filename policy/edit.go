@@ -77,6 +77,18 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 // returned uncompressed (a copy of its inner message) when it carries a
 // value of its own that is kept.
 func EditMessageAt(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Duration, wire.NumberAt, error) {
+	// The usual enforced write's only edit: the cap, to an OP_MSG that
+	// carries none, appended (what editMessage does, without its other
+	// cases' checks).
+	if len(e.Pins) == 0 && len(e.Fences) == 0 && e.MaxTimeMS > 0 && cmd != nil {
+		if om, ok := msg.(*wire.OpMsg); ok {
+			if _, has := cmd.Lookup("maxTimeMS"); !has {
+				if b, at, ok := appendCap(e.Buf[:0], om, cmd.Body, e.MaxTimeMS, cmd.Sequences); ok {
+					return b, time.Duration(e.MaxTimeMS) * time.Millisecond, wire.NumberAt{Off: at, Type: bson.TypeInt64}, nil
+				}
+			}
+		}
+	}
 	b, maxTime, at, err := editMessage(msg, cmd, e)
 	if err != nil || e.MaxTimeMS <= 0 || at.Located() {
 		return b, maxTime, at, err

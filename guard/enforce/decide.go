@@ -147,6 +147,12 @@ type Decider[V any] struct {
 
 // Decide decides v, whose enforcement verdict is base, started at start.
 func (d *Decider[V]) Decide(req *proxy.Request, pol *policy.Policy, v V, base *Verdict, start time.Time) proxy.Decision {
+	return *d.decide(req, pol, v, base, start)
+}
+
+// decide is Decide, the decision made in base's room (Verdict.Decision),
+// for the walk to copy once.
+func (d *Decider[V]) decide(req *proxy.Request, pol *policy.Policy, v V, base *Verdict, start time.Time) *proxy.Decision {
 	enforced := base.Enforced()
 	// The clock is read on its monotonic side alone (one read, not two):
 	// the decision's end is its start plus what it took.
@@ -155,17 +161,18 @@ func (d *Decider[V]) Decide(req *proxy.Request, pol *policy.Policy, v V, base *V
 	if x := d.Record(req, pol, v, enforced, took, now); x != nil && enforced == nil {
 		enforced = x // its audit record could not be made durable
 	}
+	dec := &base.Decision
 	if enforced != nil {
-		return d.refused(req, enforced)
+		*dec = d.refused(req, enforced)
+		return dec
 	}
 	// The record's sink can block (a full pipe, a required audit record
 	// waited for), yet the clock is not read again: what is left of the
 	// lease is measured by the proxy just before the write leaves, which
 	// sets its maxTimeMS then (proxy.Decision.Leave).
-	dec := &base.Decision
 	*dec = proxy.Decision{Action: proxy.Forward}
 	d.Launch(req, pol, v, now, dec)
-	return *dec
+	return dec
 }
 
 // refused is the refusal of x as req's caller may see it. Apart from

@@ -30,7 +30,9 @@ func TestPinMemoAnswersOnlyTheSameFilter(t *testing.T) {
 	req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}}
 	of := func(r policy.Rule, w policy.Write) Target {
 		var buf [1]bsoncore.Value
-		return targets.Of(context.Background(), req, &r, &w, false, false, buf[:0])
+		var x Target
+		targets.Of(context.Background(), req, &r, &w, false, false, buf[:0], &x)
+		return x
 	}
 
 	for range 2 { // the second round answered from the memo

@@ -131,8 +131,10 @@ func (t *Target) stop(reason, detail string) { t.Reason, t.Detail = reason, deta
 // now (then its statement is to be pinned to them), plus the _id an
 // upsert would insert. Without resolve, a write whose documents would have
 // to be resolved is reported Later instead. refused: the write's
-// namespace is refused already, so nothing is resolved for it.
-func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w *policy.Write, resolve, refused bool, buf []bsoncore.Value) (x Target) {
+// namespace is refused already, so nothing is resolved for it. What it
+// finds is written to x, the caller's, zero: a Target returned by value
+// (about 30 words) was copied on every write.
+func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w *policy.Write, resolve, refused bool, buf []bsoncore.Value, x *Target) {
 	var memo *PinMemos
 	if t.cfg.PinMemos != nil {
 		memo = t.cfg.PinMemos(req)
@@ -147,7 +149,7 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 		pinned, hasString, ok, over = policy.PinnedIDsInto(buf, w.Filter, r.MaxCandidates)
 		if over {
 			x.stop(ReasonTooManyCandidates, fmt.Sprintf("its filter names more than %d _id values (the policy's maxCandidates); write in smaller batches", r.MaxCandidates))
-			return x
+			return
 		}
 	}
 	if ok && hasString {
@@ -155,7 +157,7 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 	}
 	if !ok && !resolve && t.cfg.Resolver != nil {
 		x.Later = true
-		return x
+		return
 	}
 	switch {
 	case ok && memoIDs != nil:
@@ -164,35 +166,35 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 		ids, err := t.cfg.PinnedIDs(req, pinned)
 		if err != nil {
 			x.stop(ReasonUnclassifiable, fmt.Sprintf("its filter pins a value that cannot be a document's _id (%v)", err))
-			return x
+			return
 		}
 		memo.put(w.Filter, r.MaxCandidates, ids, hasString)
 		x.IDs, x.Pinned = ids, ids
 	case t.cfg.Resolver == nil:
 		x.stop(ReasonResolveFailed, "the filter does not name _id values and no resolver is configured")
-		return x
+		return
 	case r.Mode == policy.Enforce && refused:
 		// Refused already: what the filter matches cannot change that.
 		t.skippedSeries.Inc()
-		return x
+		return
 	case r.Mode == policy.Enforce && t.cfg.Throttle.Cooling(req) > 0:
 		t.skippedSeries.Inc()
 		t.cfg.Throttle.Tarpit(ctx, req)
 		x.stop(ReasonResolveFailed, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %s more; lock the documents and name their _id values in the filter", lockstore.FormatMS(t.cfg.Throttle.Cooling(req).Round(time.Second))))
 		x.Advice = "nothing was written"
-		return x
+		return
 	case r.Mode == policy.Enforce && t.cfg.Throttle.RefusedWait(req) > 0:
 		wait := t.cfg.Throttle.RefusedWait(req)
 		t.skippedSeries.Inc()
 		t.cfg.Throttle.HoldRefusal(ctx, wait)
 		x.stop(ReasonResolveFailed, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %s more; lock the documents and name their _id values in the filter", callerKind(req), lockstore.FormatMS(max(wait, 100*time.Millisecond).Round(100*time.Millisecond))))
 		x.Advice = "nothing was written"
-		return x
+		return
 	default:
 		limit := r.MaxCandidates
 		if e := t.MayRead(ctx, req, w.NS); e != "" {
 			x.stop(ReasonResolveFailed, e)
-			return x
+			return
 		}
 		cands, spent, err := t.Resolve(ctx, t.cfg.Throttle.Slots(req), *r, *w, limit+1)
 		x.Resolved = true
@@ -204,7 +206,7 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 			// Audit only, and every slot busy: the write goes through
 			// either way, so it does not queue behind enforced ones.
 			x.stop(ReasonUnverified, "the documents it can touch were not resolved: every resolver slot was busy, and an audited write does not wait for one")
-			return x
+			return
 		}
 		if err != nil {
 			x.stop(ReasonResolveFailed, fmt.Sprintf("the documents it can touch could not be resolved: %v", err))
@@ -212,11 +214,11 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 				x.Detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %s (limits.resolveTimeoutMS); lock the documents and name their _id values in the filter", lockstore.FormatMS(t.cfg.ResolveTimeout))
 				x.Advice = "nothing was written"
 			}
-			return x
+			return
 		}
 		if len(cands) > limit {
 			x.stop(ReasonTooManyCandidates, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow the filter, for example to a list of _id values", limit))
-			return x
+			return
 		}
 		x.IDs = cands
 		if r.Mode == policy.Enforce {
@@ -227,7 +229,7 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 		id, found, certain := policy.UpsertID(*w)
 		if !certain {
 			x.stop(ReasonUnverifiableUpsert, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
-			return x
+			return
 		}
 		if found {
 			// A value that cannot be an _id names no lock, and the
@@ -239,7 +241,7 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 		}
 	}
 	x.OK = true
-	return x
+	return
 }
 
 // PinMemos are a connection's memos of its latest filters that pin one

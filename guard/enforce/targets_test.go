@@ -72,7 +72,9 @@ func update(t *testing.T, filter bson.D) policy.Write {
 func (f *targetsFixture) of(r policy.Rule, w policy.Write, resolve, refused bool) Target {
 	var buf [1]bsoncore.Value
 	req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}}
-	return f.targets.Of(context.Background(), req, &r, &w, resolve, refused, buf[:0])
+	var x Target
+	f.targets.Of(context.Background(), req, &r, &w, resolve, refused, buf[:0], &x)
+	return x
 }
 
 func sameIDs(t *testing.T, what string, got []docid.ID, want ...any) {

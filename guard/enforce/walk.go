@@ -228,11 +228,11 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 		k.Txn(ctx, req, v, o, inserts)
 	}
 	after := k.Settle != nil && k.Settle(v)
-	d := k.Decider.Decide(req, pol, v, b, start)
+	d := k.Decider.decide(req, pol, v, b, start)
 	if after {
-		d = k.Decided(v, d)
+		return k.Decided(v, *d)
 	}
-	return d
+	return *d
 }
 
 // Unclassifiable decides a write that cannot be read with certainty
@@ -319,7 +319,8 @@ func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy
 // resolved statement, the resolution's time, the violation that stops
 // the write. later: w must be resolved, and resolve was false.
 func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w *policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
-	x := k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS), b.PinBuf[:0])
+	var x Target
+	k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS), b.PinBuf[:0], &x)
 	if x.Pinned != nil {
 		b.Name(w.NS, x.Pinned)
 	}
