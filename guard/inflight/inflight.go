@@ -201,11 +201,14 @@ type Flight struct {
 	// tracker's epoch (sinceEpoch, never 0), 0 once it was started
 	// (guarded by sf.mu): a count, not a time.Time, whose Add and
 	// comparisons cost every launch tens of instructions.
-	due      int64
-	mu       sync.Mutex
-	done     bool
-	timer    *time.Timer
-	renewals int
+	due int64
+	// done: the flight landed (or its launch was refused), set once. An
+	// atomic, not under mu: the usual landing, before any renewal, then
+	// takes no mutex of the flight's (landed).
+	done atomic.Bool
+	// mu guards timer, the next renewal's, set by a renewal under way.
+	mu    sync.Mutex
+	timer *time.Timer
 	// own is SetOwner's copy.
 	own lockstore.Owner
 }
@@ -250,9 +253,7 @@ func (t *Tracker) Launch(f *Flight, l Lander, guarded bool, forceSeq uint64, now
 		forced := t.forcedSinceLocked(f.Locks, forceSeq)
 		t.mu.Unlock()
 		if forced {
-			f.mu.Lock()
-			f.done = true // no renewal may start for it now
-			f.mu.Unlock()
+			f.done.Store(true) // no renewal may start for it now
 			t.remove(f)
 			f.sf = nil
 			return false
@@ -387,21 +388,28 @@ func (f *Flight) land() { f.landed(false) }
 // nothing else can reach it any more: a flight that was abandoned may
 // still have a timer that lands it again, and one whose renewal started
 // may still be renewing.
+//
+// Whether a renewal started is what remove tells (unrenewed): a first
+// renewal starts only with due cleared, under the session's mutex, while
+// the flight is in the session; none can start once remove took it out,
+// and a later renewal, or its timer, only after a first. So a flight
+// found unrenewed has no renewal and no timer, and needs no mutex of its
+// own; one renewed may have armed its next renewal's timer, which is
+// stopped here, or sees done and arms none (renew).
 func (f *Flight) landed(answered bool) {
-	f.mu.Lock()
-	if f.done {
-		f.mu.Unlock()
+	if !f.done.CompareAndSwap(false, true) {
 		return
 	}
-	f.done = true
-	quiet := f.timer == nil && f.renewals == 0
-	if f.timer != nil {
-		f.timer.Stop()
-	}
-	f.mu.Unlock()
 	unrenewed := f.t.remove(f)
+	if !unrenewed {
+		f.mu.Lock()
+		if f.timer != nil {
+			f.timer.Stop()
+		}
+		f.mu.Unlock()
+	}
 	if f.lander != nil {
-		f.lander.Landed(answered, quiet && unrenewed)
+		f.lander.Landed(answered, unrenewed)
 	}
 }
 
@@ -447,13 +455,9 @@ func (t *Tracker) dropIdleLocked() {
 // never past MaxInFlight since the write left.
 func (f *Flight) renew() {
 	cfg := &f.t.cfg
-	f.mu.Lock()
-	if f.done || cfg.Now().Sub(f.start) > cfg.MaxInFlight {
-		f.mu.Unlock()
+	if f.done.Load() || cfg.Now().Sub(f.start) > cfg.MaxInFlight {
 		return
 	}
-	f.renewals++
-	f.mu.Unlock()
 	lease := min(max(f.Left, time.Second), cfg.MaxInFlight)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -468,7 +472,7 @@ func (f *Flight) renew() {
 	}
 	cfg.Renewals.Inc()
 	f.mu.Lock()
-	if !f.done {
+	if !f.done.Load() {
 		f.timer = time.AfterFunc(lease/2, f.renew)
 	}
 	f.mu.Unlock()

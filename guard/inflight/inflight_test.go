@@ -175,3 +175,77 @@ func TestLaunchMeetsForceReleaseUnderWay(t *testing.T) {
 	}
 	g.Reply(context.Background(), nil)
 }
+
+// landings records what a flight's lander heard.
+type landings struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (l *landings) Landed(answered, reusable bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, fmt.Sprintf("answered %v reusable %v", answered, reusable))
+}
+
+func (l *landings) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprint(l.got)
+}
+
+// renewSignal is a lock store whose renewals are signalled.
+type renewSignal struct{ renewed chan struct{} }
+
+func (r *renewSignal) Renew(context.Context, lockstore.Owner, namespace.Namespace, []docid.ID, time.Duration) ([]lockstore.Lock, error) {
+	select {
+	case r.renewed <- struct{}{}:
+	default:
+	}
+	return nil, nil
+}
+
+// TestLandedReusableOnlyUnrenewed: a flight answered before any renewal
+// of its locks started tells its lander that what it lent may be taken
+// back (reusable), once, however often it is answered; a flight whose
+// renewal started does not, as the renewal may still read its locks and
+// owner; an abandoned flight's landing is not an answer.
+func TestLandedReusableOnlyUnrenewed(t *testing.T) {
+	store := &renewSignal{renewed: make(chan struct{}, 1)}
+	tr := New(Config{Store: store, MaxInFlight: time.Minute})
+	owner := lockstore.Owner{Session: []byte("0123456789abcdef")}
+	locks := Locks{{NS: namespace.Of("shop.orders"), IDs: lockstoretest.IDs(int32(1))}}
+	launch := func(left time.Duration) (*Flight, *landings) {
+		l := &landings{}
+		f := &Flight{Owner: &owner, Left: left, Locks: locks}
+		if !tr.Launch(f, l, false, 0, time.Now(), 0, nil) {
+			t.Fatal("not launched")
+		}
+		return f, l
+	}
+
+	quick, ql := launch(time.Hour)
+	quick.Reply(context.Background(), nil)
+	quick.Reply(context.Background(), nil)
+	quick.land()
+	if got, want := ql.String(), "[answered true reusable true]"; got != want {
+		t.Errorf("answered before its renewal: lander heard %s, want %s", got, want)
+	}
+
+	slow, sl := launch(20 * time.Millisecond) // its first renewal is due in 10 ms
+	select {
+	case <-store.renewed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the flight's locks were never renewed")
+	}
+	slow.Reply(context.Background(), nil)
+	if got, want := sl.String(), "[answered true reusable false]"; got != want {
+		t.Errorf("answered after its renewal started: lander heard %s, want %s", got, want)
+	}
+
+	abandoned, al := launch(time.Hour)
+	abandoned.land()
+	if got, want := al.String(), "[answered false reusable true]"; got != want {
+		t.Errorf("abandoned: lander heard %s, want %s", got, want)
+	}
+}
