@@ -77,9 +77,16 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 		{time.Date(2026, 1, 1, 0, 0, 0, 60, time.UTC), headA, polB, writerB, 3 * time.Second, false},
 	}
 	// One head slice per head, as the connection keeps it (lineHead).
-	heads := map[head][]byte{}
+	// The connection's part and the session's, each made once, as
+	// lineHead and memos.tail keep them; one version field per policy,
+	// as versionField keeps it.
+	heads := map[head][2][]byte{}
 	for _, h := range []head{headA, headB} {
-		heads[h] = appendLineHead(nil, "127.0.0.1:5000", h.app, h.user, lsid, h.ns, "update", "enforce")
+		heads[h] = [2][]byte{appendConnHead(nil, "127.0.0.1:5000", h.app), appendLineTail(nil, h.user, lsid, h.ns, "update", "enforce")}
+	}
+	versions := map[*policy.Policy][]byte{}
+	for _, p := range []*policy.Policy{polA, polB} {
+		versions[p] = appendJSONString([]byte(`,"policyVersion":`), p.Version())
 	}
 	var (
 		ts    tsCache
@@ -89,18 +96,18 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 		names = map[*lineWriter]string{writerA: "audit", writerB: "lockgate.audit"}
 	)
 	for i, s := range steps {
-		version := appendJSONString([]byte(`,"policyVersion":`), s.pol.Version())
+		version := versions[s.pol]
 		decision := "allow"
 		if s.refused {
 			decision, ok = "reject", false
 		} else {
-			line, ok = memo.startAllowed(s.w, line, s.at, &ts, heads[s.h], s.pol, version)
+			line, ok = memo.startAllowed(s.w, line, s.at, &ts, heads[s.h][0], heads[s.h][1], s.pol, version)
 		}
 		if !ok {
 			if !s.refused && s.at.Year() < 10000 {
 				t.Fatalf("step %d: a time of year %d not cached", i, s.at.Year())
 			}
-			line = append(s.w.start(line, s.at, &ts), heads[s.h]...)
+			line = append(append(s.w.start(line, s.at, &ts), heads[s.h][0]...), heads[s.h][1]...)
 			line = append(appendField(line, "decision", decision), version...)
 			line = append(line, `,"took":"`...)
 		}
@@ -126,7 +133,7 @@ func TestAllowedLineMemoKnowsItsTimeCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := newLineWriter(&LineSink{Out: zapcore.AddSync(&bytes.Buffer{})}, "audit")
-	head := appendLineHead(nil, "c", "a", "u", nil, "db.c", "update", "enforce")
+	head, tail := appendConnHead(nil, "c", "a"), appendLineTail(nil, "u", nil, "db.c", "update", "enforce")
 	version := appendJSONString([]byte(`,"policyVersion":`), pol.Version())
 	at := time.Date(2026, 11, 28, 0, 0, 0, 5, time.UTC)
 	var memo allowLine
@@ -136,7 +143,7 @@ func TestAllowedLineMemoKnowsItsTimeCache(t *testing.T) {
 		at   time.Time
 		zone string
 	}{{&utc, at, `Z","logger"`}, {&plus5, at.In(time.FixedZone("", 5*3600)), `+05:00","logger"`}} {
-		line, ok := memo.startAllowed(w, nil, c.at, c.ts, head, pol, version)
+		line, ok := memo.startAllowed(w, nil, c.at, c.ts, head, tail, pol, version)
 		if !ok || !bytes.Contains(line, []byte(c.zone)) {
 			t.Errorf("%v: %s, want its zone %s", c.at, line, c.zone)
 		}

@@ -126,43 +126,49 @@ func appendNanos(b []byte, ns int) []byte {
 
 // allowLine is a connection's memo of the text its allowed writes'
 // decision lines hold between their time's fraction and their took's
-// value: the time's zone, the logger's name and the message, the line
-// head, the decision and the policy's version. Only the time's fraction,
-// took and the ids vary from one such line to the next, so a line is
-// three copies and those (startAllowed).
+// value, in the two parts around the line head: the time's zone, the
+// logger's name and the message (pre, made again once a second), and the
+// decision and the policy's version (post, made again for another
+// policy). Only the time's fraction, the head, took and the ids vary from
+// one such line to the next, so a line is a few copies and those
+// (startAllowed). The head is not in the memo: its second part is the
+// session's (memos.tail), and a connection writes for sessions in turn.
 type allowLine struct {
 	w *lineWriter
-	// head is the line head the text was made from, kept so that its
-	// address stays its own: a head is never modified, a new one is a
-	// new slice.
-	head []byte
-	pol  *policy.Policy
-	// ts and gen are the second whose zone the text begins with: the
-	// text is made again once a second, rather than its zone compared
-	// on every line.
-	ts   *tsCache
-	gen  uint64
-	text []byte
+	// ts and gen are the second whose zone pre begins with: pre is made
+	// again once a second, rather than its zone compared on every line.
+	ts  *tsCache
+	gen uint64
+	pre []byte
+	// pol and version are the policy and the version field post was
+	// made of; a version field is never modified, a new one is a new
+	// slice.
+	pol     *policy.Policy
+	version []byte
+	post    []byte
 }
 
 // startAllowed begins an allowed write's line at t into b[:0], up to and
-// with the opening quote of took's value: what w.start, head,
+// with the opening quote of took's value: what w.start, head, tail,
 // ,"decision":"allow", version and ,"took":" append. version is pol's
 // policyVersion field. ok is false when t's text is not cached (ts.load),
 // b then untouched.
-func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCache, head []byte, pol *policy.Policy, version []byte) (_ []byte, ok bool) {
+func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCache, head, tail []byte, pol *policy.Policy, version []byte) (_ []byte, ok bool) {
 	if !ts.load(t) {
 		return b, false
 	}
-	if a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol || len(a.head) != len(head) || len(head) == 0 || &a.head[0] != &head[0] {
-		a.w, a.pol, a.head, a.ts, a.gen = w, pol, head, ts, ts.gen
-		a.text = append(append(a.text[:0], ts.zone...), w.tail...)
-		a.text = append(append(a.text, head...), `,"decision":"allow"`...)
-		a.text = append(append(a.text, version...), `,"took":"`...)
+	if a.gen != ts.gen || a.ts != ts || a.w != w {
+		a.w, a.ts, a.gen = w, ts, ts.gen
+		a.pre = append(append(a.pre[:0], ts.zone...), w.tail...)
+	}
+	if a.pol != pol || len(a.version) != len(version) || len(version) == 0 || &a.version[0] != &version[0] {
+		a.pol, a.version = pol, version
+		a.post = append(append(append(a.post[:0], `,"decision":"allow"`...), version...), `,"took":"`...)
 	}
 	b = append(b[:0], ts.open...)
 	b = appendNanos(b, t.Nanosecond())
-	return append(b, a.text...), true
+	b = append(append(append(b, a.pre...), head...), tail...)
+	return append(b, a.post...), true
 }
 
 // digitPairs are 00 to 99, two bytes each.
