@@ -57,6 +57,8 @@ type connState struct {
 	self memos
 	cur  *memos
 	sess *sessionMemo
+	// last is the session memo the connection took last (takeSession).
+	last *sessionMemo
 	// line is the buffer the connection's decision lines are written
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).

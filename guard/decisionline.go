@@ -126,26 +126,25 @@ func appendNanos(b []byte, ns int) []byte {
 
 // allowLine is a connection's memo of the text its allowed writes'
 // decision lines hold between their time's fraction and their took's
-// value, in the two parts around the line head: the time's zone, the
-// logger's name and the message (pre, made again once a second), and the
-// decision and the policy's version (post, made again for another
-// policy). Only the time's fraction, the head, took and the ids vary from
-// one such line to the next, so a line is a few copies and those
-// (startAllowed). The head is not in the memo: its second part is the
-// session's (memos.tail), and a connection writes for sessions in turn.
+// value: the time's zone, the logger's name and the message, the line
+// head (the connection's part and the session's), the decision and the
+// policy's version. Only the time's fraction, took and the ids vary from
+// one such line to the next in a session, so a line is three copies and
+// those (startAllowed); a connection that writes for another session
+// next makes the text again.
 type allowLine struct {
 	w *lineWriter
-	// ts and gen are the second whose zone pre begins with: pre is made
-	// again once a second, rather than its zone compared on every line.
-	ts  *tsCache
-	gen uint64
-	pre []byte
-	// pol and version are the policy and the version field post was
-	// made of; a version field is never modified, a new one is a new
-	// slice.
-	pol     *policy.Policy
-	version []byte
-	post    []byte
+	// head, tail and version are the slices the text was made from,
+	// kept so that their addresses stay their own: none is ever
+	// modified, a new one is a new slice.
+	head, tail, version []byte
+	pol                 *policy.Policy
+	// ts and gen are the second whose zone the text begins with: the
+	// text is made again once a second, rather than its zone compared
+	// on every line.
+	ts   *tsCache
+	gen  uint64
+	text []byte
 }
 
 // startAllowed begins an allowed write's line at t into b[:0], up to and
@@ -157,19 +156,19 @@ func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCac
 	if !ts.load(t) {
 		return b, false
 	}
-	if a.gen != ts.gen || a.ts != ts || a.w != w {
-		a.w, a.ts, a.gen = w, ts, ts.gen
-		a.pre = append(append(a.pre[:0], ts.zone...), w.tail...)
-	}
-	if a.pol != pol || len(a.version) != len(version) || len(version) == 0 || &a.version[0] != &version[0] {
-		a.pol, a.version = pol, version
-		a.post = append(append(append(a.post[:0], `,"decision":"allow"`...), version...), `,"took":"`...)
+	if a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol || !same(a.head, head) || !same(a.tail, tail) || !same(a.version, version) {
+		a.w, a.pol, a.head, a.tail, a.version, a.ts, a.gen = w, pol, head, tail, version, ts, ts.gen
+		a.text = append(append(a.text[:0], ts.zone...), w.tail...)
+		a.text = append(append(append(a.text, head...), tail...), `,"decision":"allow"`...)
+		a.text = append(append(a.text, version...), `,"took":"`...)
 	}
 	b = append(b[:0], ts.open...)
 	b = appendNanos(b, t.Nanosecond())
-	b = append(append(append(b, a.pre...), head...), tail...)
-	return append(b, a.post...), true
+	return append(b, a.text...), true
 }
+
+// same reports whether a and b are the same non-empty slice.
+func same(a, b []byte) bool { return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0] }
 
 // digitPairs are 00 to 99, two bytes each.
 const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +

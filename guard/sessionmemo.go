@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/enforce"
@@ -106,7 +107,9 @@ func newSessionTable() *sessionTable {
 func (t *sessionTable) get(keys *enforce.OwnerKeys, user string, lsid []byte, now int64) *sessionMemo {
 	a, b, m := t.find(user, lsid)
 	if m != nil {
-		m.used.Store(now)
+		if now-m.used.Load() > usedGrain {
+			m.used.Store(now)
+		}
 		return m
 	}
 	m = &sessionMemo{table: t, user: user, lsid: [16]byte(lsid), key: keys.Session(user, lsid)}
@@ -117,6 +120,11 @@ func (t *sessionTable) get(keys *enforce.OwnerKeys, user string, lsid []byte, no
 	a.Store(m)
 	return m
 }
+
+// usedGrain is how much later than its last record a memo's use is
+// recorded again: a store on every write would be a write every
+// connection makes to the same memory.
+const usedGrain = int64(time.Millisecond)
 
 // find returns the memo of (user, lsid), if the table has it, and the
 // two slots it may be in.
@@ -147,7 +155,9 @@ func (m *sessionMemo) boundOf(keys *enforce.OwnerKeys, bind string) string {
 // of req's decision, which holds st: the connection's memos are the
 // session's from here on (releaseConn gives them back). nil when the
 // memo is taken by another write of the session at this moment, or the
-// lsid is not a UUID's 16 bytes.
+// lsid is not a UUID's 16 bytes. The connection's latest session's memo
+// is taken without the table: a connection of its own writes in one
+// session after another.
 func (st *connState) takeSession(t *sessionTable, keys *enforce.OwnerKeys, user string, lsid []byte, now int64) *sessionMemo {
 	if len(lsid) != 16 {
 		return nil
@@ -158,11 +168,14 @@ func (st *connState) takeSession(t *sessionTable, keys *enforce.OwnerKeys, user 
 		}
 		st.dropSession()
 	}
-	m := t.get(keys, user, lsid, now)
+	m := st.last
+	if m == nil || m.table != t || m.lsid != [16]byte(lsid) || m.user != user {
+		m = t.get(keys, user, lsid, now)
+	}
 	if !m.mu.TryLock() {
 		return nil
 	}
-	st.sess, st.cur = m, &m.memos
+	st.sess, st.cur, st.last = m, &m.memos, m
 	return m
 }
 
