@@ -28,6 +28,12 @@ import (
 // authentication.
 func scramProxyStack(t *testing.T) *stack {
 	t.Helper()
+	return scramProxyStackWith(t, config.Policy{})
+}
+
+// scramProxyStackWith is scramProxyStack under pol.
+func scramProxyStackWith(t *testing.T, pol config.Policy) *stack {
+	t.Helper()
 	h, err := scripted.SCRAM(map[string]string{"alice": "alice-pw", "bob": "bob-pw"}, standaloneReplies)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +43,7 @@ func scramProxyStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	return startStackWith(t, stackOptions{upstreamAddr: up.Addr(), authRequired: func() bool { return true }})
+	return startStackWith(t, stackOptions{upstreamAddr: up.Addr(), authRequired: func() bool { return true }, policy: pol})
 }
 
 // standaloneReplies answers a handshake as a standalone server with
@@ -186,17 +192,7 @@ func TestLocksBelongToTheAuthenticatedUser(t *testing.T) {
 // again and again between her writes. A memo keyed by the lsid alone
 // would hand him alice's owner and let his writes through.
 func TestSessionMemoIsTheUsers(t *testing.T) {
-	h, err := scripted.SCRAM(map[string]string{"alice": "alice-pw", "bob": "bob-pw"}, standaloneReplies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	up, err := scripted.Start(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close() })
-	pol := config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}}
-	st := startStackWith(t, stackOptions{upstreamAddr: up.Addr(), authRequired: func() bool { return true }, policy: pol})
+	st := scramProxyStackWith(t, config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}})
 	lsid := []byte("0123456789abcdef")
 	update := bson.D{{"update", "orders"}, {"updates", bson.A{bson.D{{"q", bson.D{{"_id", 1}}}, {"u", bson.D{{"$set", bson.D{{"x", 1}}}}}}}},
 		{"lsid", lsidDoc(lsid)}, {"$db", "shop"}}

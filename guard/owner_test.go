@@ -11,7 +11,6 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/proxy"
-	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -162,15 +161,7 @@ func ownerRequest(t *testing.T, client *proxy.ClientInfo, lsid bsoncore.Document
 	if comment != "" {
 		b.AppendString("comment", comment)
 	}
-	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, b.AppendString("$db", "db").Build()), wire.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd, err := wire.CommandOf(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &proxy.Request{Message: msg, Command: cmd, Client: client}
+	return BenchRequest(t, client, b.AppendString("$db", "db").Build())
 }
 
 // TestWriteOwnerNeverChanges: the owner a write acts as is what the
