@@ -19,7 +19,8 @@ import (
 // lines that changes one thing at a time: the time within its second and
 // across seconds, fractions ending in every count of zeros and none, the
 // time's zone (to an offset of the same length, and of another), the
-// line's head (to another of the same length, and back), the policy (its
+// line's head (to another of the same length, and back; to another
+// session's on the same connection, and back), the policy (its
 // version the same length), the logger's name, and a year the cache does
 // not hold.
 func TestAllowedLineMemoIsZapsLine(t *testing.T) {
@@ -36,6 +37,7 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 	}
 	type head struct{ app, user, ns string }
 	headA, headB := head{"app-a", "u1", "db.a"}, head{"app-b", "u2", "db.b"} // one length
+	headC := head{"app-a", "u3", "db.c"}                                     // headA's connection, another session
 	writerA := newLineWriter(&LineSink{Out: zapcore.AddSync(&bytes.Buffer{})}, "audit")
 	writerB := newLineWriter(&LineSink{Out: zapcore.AddSync(&bytes.Buffer{})}, "lockgate.audit")
 	plus5, plus4, minus7 := time.FixedZone("", 5*3600+30*60), time.FixedZone("", 4*3600), time.FixedZone("", -7*3600)
@@ -63,6 +65,8 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 		{sec.Add(time.Second + 400).In(minus7), headA, polA, writerA, 7, false},
 		{sec.Add(time.Second + 500).In(minus7), headB, polA, writerA, 7, false}, // another head, the same length
 		{sec.Add(time.Second + 600).In(minus7), headA, polA, writerA, 7, false}, // and back
+		{sec.Add(time.Second + 610).In(minus7), headC, polA, writerA, 7, false}, // another session on the connection
+		{sec.Add(time.Second + 620).In(minus7), headA, polA, writerA, 7, false}, // and back
 		{sec.Add(time.Second + 700).In(minus7), headA, polB, writerA, 7, false}, // another policy
 		{sec.Add(time.Second + 800).In(minus7), headA, polB, writerB, 7, false}, // another logger's sink
 		// A refused write's line loads the next second in another
@@ -77,9 +81,20 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 		{time.Date(2026, 1, 1, 0, 0, 0, 60, time.UTC), headA, polB, writerB, 3 * time.Second, false},
 	}
 	// One head slice per head, as the connection keeps it (lineHead).
-	heads := map[head][]byte{}
-	for _, h := range []head{headA, headB} {
-		heads[h] = appendLineHead(nil, "127.0.0.1:5000", h.app, h.user, lsid, h.ns, "update", "enforce")
+	// The connection's part and the session's, each made once, as
+	// lineHead and memos.tail keep them; one version field per policy,
+	// as versionField keeps it.
+	heads := map[head][2][]byte{}
+	conns := map[string][]byte{}
+	for _, h := range []head{headA, headB, headC} {
+		if conns[h.app] == nil {
+			conns[h.app] = appendConnHead(nil, "127.0.0.1:5000", h.app)
+		}
+		heads[h] = [2][]byte{conns[h.app], appendLineTail(nil, h.user, lsid, h.ns, "update", "enforce")}
+	}
+	versions := map[*policy.Policy][]byte{}
+	for _, p := range []*policy.Policy{polA, polB} {
+		versions[p] = appendJSONString([]byte(`,"policyVersion":`), p.Version())
 	}
 	var (
 		ts    tsCache
@@ -89,18 +104,18 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 		names = map[*lineWriter]string{writerA: "audit", writerB: "lockgate.audit"}
 	)
 	for i, s := range steps {
-		version := appendJSONString([]byte(`,"policyVersion":`), s.pol.Version())
+		version := versions[s.pol]
 		decision := "allow"
 		if s.refused {
 			decision, ok = "reject", false
 		} else {
-			line, ok = memo.startAllowed(s.w, line, s.at, &ts, heads[s.h], s.pol, version)
+			line, ok = memo.startAllowed(s.w, line, s.at, &ts, heads[s.h][0], heads[s.h][1], s.pol, version)
 		}
 		if !ok {
 			if !s.refused && s.at.Year() < 10000 {
 				t.Fatalf("step %d: a time of year %d not cached", i, s.at.Year())
 			}
-			line = append(s.w.start(line, s.at, &ts), heads[s.h]...)
+			line = append(append(s.w.start(line, s.at, &ts), heads[s.h][0]...), heads[s.h][1]...)
 			line = append(appendField(line, "decision", decision), version...)
 			line = append(line, `,"took":"`...)
 		}
@@ -126,7 +141,7 @@ func TestAllowedLineMemoKnowsItsTimeCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := newLineWriter(&LineSink{Out: zapcore.AddSync(&bytes.Buffer{})}, "audit")
-	head := appendLineHead(nil, "c", "a", "u", nil, "db.c", "update", "enforce")
+	head, tail := appendConnHead(nil, "c", "a"), appendLineTail(nil, "u", nil, "db.c", "update", "enforce")
 	version := appendJSONString([]byte(`,"policyVersion":`), pol.Version())
 	at := time.Date(2026, 11, 28, 0, 0, 0, 5, time.UTC)
 	var memo allowLine
@@ -136,7 +151,7 @@ func TestAllowedLineMemoKnowsItsTimeCache(t *testing.T) {
 		at   time.Time
 		zone string
 	}{{&utc, at, `Z","logger"`}, {&plus5, at.In(time.FixedZone("", 5*3600)), `+05:00","logger"`}} {
-		line, ok := memo.startAllowed(w, nil, c.at, c.ts, head, pol, version)
+		line, ok := memo.startAllowed(w, nil, c.at, c.ts, head, tail, pol, version)
 		if !ok || !bytes.Contains(line, []byte(c.zone)) {
 			t.Errorf("%v: %s, want its zone %s", c.at, line, c.zone)
 		}

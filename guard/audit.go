@@ -154,7 +154,7 @@ func (g *Guard) zapLine(st *connState, req *proxy.Request, pol *policy.Policy, v
 		zap.Duration("took", took))
 	if ids, ok := v.Checked.Lookup(w.NS); ok {
 		if st != nil {
-			fields = append(fields, zap.String("ids", st.idText(ids)))
+			fields = append(fields, zap.String("ids", st.memo().idText(ids)))
 		} else {
 			fields = append(fields, zap.String("ids", idList(ids)))
 		}
@@ -206,14 +206,14 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	var pooled *[]byte
 	started := false
 	if st != nil {
-		head := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
+		head, tail := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
 		if decision == enforce.DecisionAllow {
 			// The usual line: everything but its time's fraction,
-			// took and ids from the connection's memo.
-			b, started = st.allow.startAllowed(g.lines, st.line, now, &st.ts, head, pol, st.versionField(pol))
+			// took and ids from the memos.
+			b, started = st.allow.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol))
 		}
 		if !started {
-			b = append(g.lines.start(st.line, now, &st.ts), head...)
+			b = append(append(g.lines.start(st.line, now, &st.ts), head...), tail...)
 		}
 	} else {
 		pooled = g.lines.bufs.Get().(*[]byte)
@@ -240,7 +240,7 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	if ids, ok := v.Checked.Lookup(w.NS); ok {
 		var done bool
 		if len(ids) == 1 && st != nil {
-			if f := st.idField(ids); f != nil {
+			if f := st.memo().idField(ids); f != nil {
 				b, done = append(b, f...), true
 			} else {
 				b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
@@ -252,7 +252,7 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 		switch {
 		case done:
 		case st != nil:
-			b = appendField(b, "ids", st.idText(ids))
+			b = appendField(b, "ids", st.memo().idText(ids))
 		default:
 			b = appendField(b, "ids", idList(ids))
 		}

@@ -28,6 +28,12 @@ import (
 // authentication.
 func scramProxyStack(t *testing.T) *stack {
 	t.Helper()
+	return scramProxyStackWith(t, config.Policy{})
+}
+
+// scramProxyStackWith is scramProxyStack under pol.
+func scramProxyStackWith(t *testing.T, pol config.Policy) *stack {
+	t.Helper()
 	h, err := scripted.SCRAM(map[string]string{"alice": "alice-pw", "bob": "bob-pw"}, standaloneReplies)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +43,7 @@ func scramProxyStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	return startStackWith(t, stackOptions{upstreamAddr: up.Addr(), authRequired: func() bool { return true }})
+	return startStackWith(t, stackOptions{upstreamAddr: up.Addr(), authRequired: func() bool { return true }, policy: pol})
 }
 
 // standaloneReplies answers a handshake as a standalone server with
@@ -175,6 +181,35 @@ func TestLocksBelongToTheAuthenticatedUser(t *testing.T) {
 	}
 	if r := mallory.do(status); fmt.Sprint(r["code"]) != "13" {
 		t.Fatalf("lockStatus after a refused conversation: %v, want Unauthorized (13)", r)
+	}
+}
+
+// TestSessionMemoIsTheUsers: the guard keeps each session's memos (its
+// owner key, its lock checks) for its next write on any connection, keyed
+// by the user as well as the lsid: bob, sending the lsid of alice's
+// session on his own connection right after her writes warmed its memos,
+// writes as bob in that session, which holds nothing, and is refused,
+// again and again between her writes. A memo keyed by the lsid alone
+// would hand him alice's owner and let his writes through.
+func TestSessionMemoIsTheUsers(t *testing.T) {
+	st := scramProxyStackWith(t, config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}})
+	lsid := []byte("0123456789abcdef")
+	update := bson.D{{"update", "orders"}, {"updates", bson.A{bson.D{{"q", bson.D{{"_id", 1}}}, {"u", bson.D{{"$set", bson.D{{"x", 1}}}}}}}},
+		{"lsid", lsidDoc(lsid)}, {"$db", "shop"}}
+	alice, bob := dialRawConn(t, st.addr), dialRawConn(t, st.addr)
+	if !alice.scramAuth("alice", "alice-pw") || !bob.scramAuth("bob", "bob-pw") {
+		t.Fatal("alice or bob could not authenticate through the proxy")
+	}
+	if r := alice.do(bson.D{{"acquireLock", "orders"}, {"ids", bson.A{1}}, {"lsid", lsidDoc(lsid)}, {"$db", "shop"}}); fmt.Sprint(r["ok"]) != "1" {
+		t.Fatalf("alice's acquireLock: %v", r)
+	}
+	for i := range 3 {
+		if r := alice.do(update); fmt.Sprint(r["ok"]) != "1" {
+			t.Fatalf("round %d: alice's write in her session: %v", i, r)
+		}
+		if r := bob.do(update); fmt.Sprint(r["ok"]) == "1" {
+			t.Fatalf("round %d: bob's write with alice's lsid was let through: %v", i, r)
+		}
 	}
 }
 

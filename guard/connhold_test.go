@@ -81,8 +81,8 @@ func TestDecisionReleasesItsConnection(t *testing.T) {
 	}
 }
 
-// TestSessionMemoFollowsTheLsid: the connection's copy of its latest lsid
-// (sessionOf) answers only for the same bytes. A write in another session,
+// TestSessionMemoFollowsTheLsid: the connection's latest session memo
+// (takeSession) answers only for the same session. A write in another session,
 // in no valid session (the same 16 bytes as a legacy UUID, subtype 3),
 // or in one whose lsid document carries another field is decided on its
 // own lsid, never on the one before.

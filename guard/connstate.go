@@ -13,9 +13,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
-	"github.com/lockgate/lockgate/wire"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.mongodb.org/mongo-driver/bson/bsontype"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
 )
@@ -40,35 +38,31 @@ type connState struct {
 	// lines are the decision log's loggers with the fields that lead
 	// every line (client to mode) encoded once, for the few (session,
 	// namespace, command, mode) a connection writes with, replaced in
-	// turn.
+	// turn (zapLine, without a LineSink).
 	lines [4]linePrefix
 	next  int
-	// ids are the _ids of the connection's latest single-id filters,
-	// made once each (idMemo).
-	ids    [8]idMemo
-	nextID int
+	// head is the decision line's client and app fields, of the app
+	// headApp (lineHead); the rest of the head is the writer's (memos).
+	head    []byte
+	headApp string
 	// allows are the allow series of the rules the connection wrote
 	// under lately (allowCounter).
 	allows    [4]allowSeries
 	nextAllow int
 	// rules are the rules the connection wrote under lately (ruleRef).
 	rules enforce.Rules
-	// pins are the connection's latest pinned filters (pinMemos).
-	pins enforce.PinMemos
+	// self are the connection's own memos, for writes without a session
+	// memo (memo); cur, while set, the session's that the decision holds
+	// (takeSession), sess that session.
+	self memos
+	cur  *memos
+	sess *sessionMemo
+	// last is the session memo the connection took last (takeSession).
+	last *sessionMemo
 	// line is the buffer the connection's decision lines are written
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).
 	line, idScratch []byte
-	// owner is the connection's latest session's owner key (sessionKey).
-	owner enforce.OwnerMemo
-	// lsidDoc is a copy of the connection's latest write's lsid document
-	// and lsid its session id, read from that copy (sessionOf); neither
-	// is ever modified, a new lsid gets a new copy.
-	lsidDoc, lsid []byte
-	// held are the lock store's memos of the connection's latest lock
-	// checks, one per document, replaced in turn (heldFromMemo): a
-	// client writes a few documents over and over.
-	held enforce.HeldMemos
 	// ts is the text of the second of the connection's latest line,
 	// allow what its allowed writes' lines hold around the head.
 	ts    tsCache
@@ -155,102 +149,8 @@ func (st *connState) allowCounter(vec *prometheus.CounterVec, match string) prom
 	return c
 }
 
-// idMemo is one _id as a filter sent it and its ID, with bytes of its
-// own. An ID is immutable, so every write that pins the same bytes
-// shares it; it says nothing about any lock.
-type idMemo struct {
-	typ bsontype.Type
-	val []byte
-	ids []docid.ID // len 1, capacity 1: an append copies
-	// text is the id as the decision line shows it, made on first use.
-	text string
-	// field is the decision line's ,"ids":"<text>", made on its second
-	// line (idField) when the id is one appendIDField writes; lined
-	// counts the lines before.
-	field []byte
-	lined int
-}
-
-// idField is the decision line's ids field of ids, encoded once per
-// connection, when ids is the memo's own slice (the usual one-id write)
-// of an id appendIDField writes and the memo's second line or later; nil
-// otherwise. An id written once (a client cycling through more ids than
-// the memo holds) costs no allocation for a field never used again.
-// st is locked.
-func (st *connState) idField(ids []docid.ID) []byte {
-	for i := range st.ids {
-		m := &st.ids[i]
-		if len(m.ids) != 1 || &m.ids[0] != &ids[0] {
-			continue
-		}
-		if m.field == nil {
-			if m.lined++; m.lined < 2 {
-				return nil
-			}
-			f, _, ok := appendIDField(nil, nil, "ids", ids[0])
-			if !ok || len(f) > maxKeptLine {
-				return nil
-			}
-			m.field = f
-		}
-		return m.field
-	}
-	return nil
-}
-
-// idText is idList(ids) for the decision line, from the memo when ids is
-// the memo's own slice (the usual one-id write): the id is formatted once
-// per connection, not once per write. st is locked.
-func (st *connState) idText(ids []docid.ID) string {
-	if len(ids) == 1 {
-		for i := range st.ids {
-			m := &st.ids[i]
-			if len(m.ids) == 1 && &m.ids[0] == &ids[0] {
-				if m.text == "" {
-					m.text = idList(ids)
-				}
-				return m.text
-			}
-		}
-	}
-	return idList(ids)
-}
-
-// maxKeptLSID bounds the lsid document a connection keeps a copy of: a
-// driver's is {id: <UUID>}, 33 bytes.
-const maxKeptLSID = 64
-
-// sessionOf is req.Command.SessionID(), the parse of its lsid document,
-// answered from the connection's copy of its latest one when the bytes
-// are the same: the parse is a function of those bytes alone, and a
-// connection writes in one session after another.
-func sessionOf(req *proxy.Request) ([]byte, bool) {
-	lsid := req.Command.LSID
-	if lsid == nil {
-		return nil, false
-	}
-	st := connStateOf(req)
-	if st == nil {
-		return wire.SessionID(lsid)
-	}
-	defer st.unlock(req)
-	if st.lsidDoc != nil && bytes.Equal(st.lsidDoc, lsid) {
-		return st.lsid, true
-	}
-	id, ok := wire.SessionID(lsid)
-	if !ok || len(lsid) > maxKeptLSID {
-		return id, ok
-	}
-	doc := bytes.Clone(lsid)
-	if kept, ok := wire.SessionID(doc); ok {
-		st.lsidDoc, st.lsid = doc, kept
-		return kept, true
-	}
-	return id, ok
-}
-
 // pinnedIDs is docid.Copy(pinned), but a single pinned value that the
-// connection pinned lately is not copied again.
+// writer pinned lately is not copied again (memos.pinned).
 func pinnedIDs(req *proxy.Request, pinned []bsoncore.Value) ([]docid.ID, error) {
 	if len(pinned) != 1 || req == nil {
 		return docid.Copy(pinned)
@@ -260,21 +160,7 @@ func pinnedIDs(req *proxy.Request, pinned []bsoncore.Value) ([]docid.ID, error) 
 		return docid.Copy(pinned)
 	}
 	defer st.unlock(req)
-	p := pinned[0]
-	for i := range st.ids {
-		m := &st.ids[i]
-		if m.ids != nil && m.typ == p.Type && bytes.Equal(m.val, p.Data) {
-			return m.ids, nil
-		}
-	}
-	ids, err := docid.Copy(pinned)
-	if err != nil {
-		return nil, err
-	}
-	ids = ids[:1:1]
-	st.ids[st.nextID] = idMemo{typ: p.Type, val: ids[0].Raw().Value, ids: ids}
-	st.nextID = (st.nextID + 1) % len(st.ids)
-	return ids, nil
+	return st.memo().pinned(pinned[0])
 }
 
 // versionField is the decision line's ,"policyVersion":"<version>" of
@@ -288,16 +174,13 @@ func (st *connState) versionField(pol *policy.Policy) []byte {
 	return st.version
 }
 
-// linePrefix is one pre-encoded head of decision lines: as a logger's
-// fields (zap), or as the line's bytes (LineSink), each made on first use.
+// linePrefix is one pre-encoded head of decision lines, as a logger's
+// fields (zap).
 type linePrefix struct {
 	log                          *zap.Logger
 	app, user, ns, command, mode string
 	lsid                         []byte      // a copy: the request's buffer is not ours
 	auditing                     *zap.Logger // the logger log was made from
-	// head is the fields as the line shows them, each with its leading
-	// comma (appendLineHead).
-	head []byte
 }
 
 // connStateOf returns req's connection state, locked, or nil when another
@@ -345,17 +228,18 @@ func releaseConn(req *proxy.Request) {
 		return
 	}
 	if st, _ := req.Client.Local().(*connState); st != nil && st.deciding.Load() == req {
+		st.dropSession()
 		st.deciding.Store(nil)
 		st.mu.Unlock()
 	}
 }
 
 // prefix returns the entry of a line head, found or made (its logger
-// and bytes still to be made). st is locked.
+// still to be made). st is locked.
 func (st *connState) prefix(app, user string, lsid []byte, ns, command, mode string) *linePrefix {
 	for i := range st.lines {
 		p := &st.lines[i]
-		if (p.log != nil || p.head != nil) && p.app == app && p.user == user && bytes.Equal(p.lsid, lsid) &&
+		if p.log != nil && p.app == app && p.user == user && bytes.Equal(p.lsid, lsid) &&
 			p.ns == ns && p.command == command && p.mode == mode {
 			return p
 		}
@@ -391,24 +275,35 @@ func (st *connState) decisionLogger(audit *zap.Logger, client, app, user string,
 	return p.log
 }
 
-// lineHead is appendLineHead's bytes, made once per head. st is locked.
-func (st *connState) lineHead(client, app, user string, lsid []byte, ns, command, mode string) []byte {
-	p := st.prefix(app, user, lsid, ns, command, mode)
-	if p.head == nil {
-		p.head = appendLineHead(nil, client, app, user, lsid, ns, command, mode)
+// lineHead is the decision line's head, client to mode, in two parts:
+// the connection's client and app fields, made once per app, and the
+// rest, made once per key in the writer's memos (memos.tail), so that a
+// session's writes find their part on whichever connection they come.
+// st is locked.
+func (st *connState) lineHead(client, app, user string, lsid []byte, ns, command, mode string) (conn, tail []byte) {
+	if st.head == nil || st.headApp != app {
+		st.head, st.headApp = appendConnHead(nil, client, app), app
 	}
-	return p.head
+	return st.head, st.memo().tail(user, lsid, ns, command, mode)
 }
 
 // appendLineHead appends the fields that lead every decision line, in the
 // order decisionLogger gives them to zap.
 func appendLineHead(b []byte, client, app, user string, lsid []byte, ns, command, mode string) []byte {
+	return appendLineTail(appendConnHead(b, client, app), user, lsid, ns, command, mode)
+}
+
+// appendConnHead appends the head's fields of the connection.
+func appendConnHead(b []byte, client, app string) []byte {
+	return appendField(appendField(b, "client", client), "app", app)
+}
+
+// appendLineTail appends the head's fields after the connection's.
+func appendLineTail(b []byte, user string, lsid []byte, ns, command, mode string) []byte {
 	session := ""
 	if lsid != nil {
 		session = lockstore.SessionPrefix(lsid)
 	}
-	b = appendField(b, "client", client)
-	b = appendField(b, "app", app)
 	b = appendField(b, "user", user)
 	b = appendField(b, "session", session)
 	b = appendField(b, "ns", ns)

@@ -53,6 +53,17 @@ func lsidOf(b byte) bsoncore.Document {
 	return bsoncore.NewDocumentBuilder().AppendBinary("id", 4, bytes.Repeat([]byte{b}, 16)).Build()
 }
 
+// sessionMemo is the guard's memo of the session of lsid (from lsidOf),
+// nil when its table has none.
+func (c *connTest) sessionMemo(lsid bsoncore.Document) *sessionMemo {
+	id, ok := wire.SessionID(lsid)
+	if !ok {
+		c.t.Fatalf("no session id in %s", lsid)
+	}
+	_, _, m := c.g.sessionMemos.find(c.client.User(), id)
+	return m
+}
+
 func (c *connTest) do(body bsoncore.Document, seq ...wire.Sequence) proxy.Decision {
 	c.t.Helper()
 	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body, seq...), wire.Limits{})
@@ -120,8 +131,8 @@ func TestConnMemoSeesEveryLockChange(t *testing.T) {
 			t.Fatal("the holder's write was refused")
 		}
 	}
-	if st, _ := c.client.Local().(*connState); st == nil || st.ids[0].ids == nil {
-		t.Fatal("the connection's _id memo was not used")
+	if m := c.sessionMemo(a); m == nil || m.ids[0].ids == nil {
+		t.Fatal("the session's _id memo was not used")
 	}
 	// Release: the next write is refused.
 	c.lockCmd(cmdRelease, a, 7)

@@ -127,16 +127,18 @@ func appendNanos(b []byte, ns int) []byte {
 // allowLine is a connection's memo of the text its allowed writes'
 // decision lines hold between their time's fraction and their took's
 // value: the time's zone, the logger's name and the message, the line
-// head, the decision and the policy's version. Only the time's fraction,
-// took and the ids vary from one such line to the next, so a line is
-// three copies and those (startAllowed).
+// head (the connection's part and the session's), the decision and the
+// policy's version. Only the time's fraction, took and the ids vary from
+// one such line to the next in a session, so a line is three copies and
+// those (startAllowed); a connection that writes for another session
+// next makes the text again.
 type allowLine struct {
 	w *lineWriter
-	// head is the line head the text was made from, kept so that its
-	// address stays its own: a head is never modified, a new one is a
-	// new slice.
-	head []byte
-	pol  *policy.Policy
+	// head, tail and version are the slices the text was made from,
+	// kept so that their addresses stay their own: none is ever
+	// modified, a new one is a new slice.
+	head, tail, version []byte
+	pol                 *policy.Policy
 	// ts and gen are the second whose zone the text begins with: the
 	// text is made again once a second, rather than its zone compared
 	// on every line.
@@ -146,24 +148,27 @@ type allowLine struct {
 }
 
 // startAllowed begins an allowed write's line at t into b[:0], up to and
-// with the opening quote of took's value: what w.start, head,
+// with the opening quote of took's value: what w.start, head, tail,
 // ,"decision":"allow", version and ,"took":" append. version is pol's
 // policyVersion field. ok is false when t's text is not cached (ts.load),
 // b then untouched.
-func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCache, head []byte, pol *policy.Policy, version []byte) (_ []byte, ok bool) {
+func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCache, head, tail []byte, pol *policy.Policy, version []byte) (_ []byte, ok bool) {
 	if !ts.load(t) {
 		return b, false
 	}
-	if a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol || len(a.head) != len(head) || len(head) == 0 || &a.head[0] != &head[0] {
-		a.w, a.pol, a.head, a.ts, a.gen = w, pol, head, ts, ts.gen
+	if a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol || !same(a.head, head) || !same(a.tail, tail) || !same(a.version, version) {
+		a.w, a.pol, a.head, a.tail, a.version, a.ts, a.gen = w, pol, head, tail, version, ts, ts.gen
 		a.text = append(append(a.text[:0], ts.zone...), w.tail...)
-		a.text = append(append(a.text, head...), `,"decision":"allow"`...)
+		a.text = append(append(append(a.text, head...), tail...), `,"decision":"allow"`...)
 		a.text = append(append(a.text, version...), `,"took":"`...)
 	}
 	b = append(b[:0], ts.open...)
 	b = appendNanos(b, t.Nanosecond())
 	return append(b, a.text...), true
 }
+
+// same reports whether a and b are the same non-empty slice.
+func same(a, b []byte) bool { return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0] }
 
 // digitPairs are 00 to 99, two bytes each.
 const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +

@@ -141,24 +141,6 @@ func (g *Guard) shownTo(req *proxy.Request, x enforce.Violation) enforce.Violati
 // (enforce.Refusal).
 func refusal(req *proxy.Request, x enforce.Violation) *refuse.Error { return enforce.Refusal(req, x) }
 
-// writeOwner is the lock owner a write acts as: its session, and the
-// binding it names, if any, in its comment: "lockgate:<bind>" (a string,
-// which every server accepts), or {lockgate: "<bind>"}.
-func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (*lockstore.Owner, bool) {
-	if req.Command == nil {
-		return nil, false
-	}
-	session, ok := sessionOf(req)
-	if !ok {
-		return nil, false
-	}
-	v.LSID = session // for the audit line
-	bind := enforce.Binding(req.Command)
-	o, flights := g.ownerAndFlights(req, session, bind)
-	v.Flights = flights
-	return o, true
-}
-
 // mayRead is enforce.Targets.MayRead, for the units given it.
 func (g *Guard) mayRead(ctx context.Context, req *proxy.Request, ns namespace.Namespace) string {
 	return g.targeting.MayRead(ctx, req, ns)

@@ -14,10 +14,11 @@ func TestKeptFlightEntryStillWaitedFor(t *testing.T) {
 	a := lsidOf(1)
 	c.lockCmd(cmdAcquire, a, 7)
 	c.decideWrite(a, 7).Reply(context.Background(), nil)
-	kept := c.client.Local().(*connState).owner.Flights()
-	if kept == nil {
-		t.Fatal("the connection kept no flight entry after its first write")
+	m := c.sessionMemo(a)
+	if m == nil || m.flights == nil {
+		t.Fatal("the session's memo kept no flight entry after its first write")
 	}
+	kept := m.flights
 	f := c.decideWrite(a, 7)
 	if f.Session != kept {
 		t.Fatal("the second write was not launched with the kept entry")

@@ -162,6 +162,9 @@ type Guard struct {
 	refused *refusedBudget
 
 	owners *enforce.OwnerKeys
+	// sessionMemos are the sessions' memos, shared by their connections
+	// (sessionmemo.go).
+	sessionMemos *sessionTable
 	// locks is enforcement's lock check over opts.Store, and targeting
 	// finds the documents of a write (package enforce).
 	locks     *enforce.Locks
@@ -256,7 +259,7 @@ func New(opts Options) *Guard {
 		opts.ImplicitLease = 30 * time.Second
 	}
 	g := &Guard{opts: opts, log: opts.Logger.Named("guard"), audit: opts.Logger.Named("audit").WithOptions(zap.WithCaller(false)),
-		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: enforce.NewOwnerKeys(opts.OwnerSecret),
+		metrics: opts.Metrics, resolveSlots: make(chan struct{}, opts.MaxResolves), owners: enforce.NewOwnerKeys(opts.OwnerSecret), sessionMemos: newSessionTable(),
 		throttle: newThrottle(time.Now), slowResolveSlot: make(chan struct{}, 1), refused: newRefusedBudget(time.Now)}
 	g.authority = authority.New(opts.AuthRequired)
 	g.locks = enforce.NewLocks(opts.Store)

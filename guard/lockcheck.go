@@ -42,8 +42,9 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o *lockst
 	return true, nil, nil
 }
 
-// heldFromMemo is the check of one id answered through the connection's
-// memos (enforce.HeldMemos); false: ask the store as usual.
+// heldFromMemo is the check of one id answered through the writer's
+// memos (enforce.HeldMemos, the session's or the connection's); false:
+// ask the store as usual.
 func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (enforce.Held, bool) {
 	if len(ids) != 1 || v.Req == nil || !g.locks.Measures() {
 		return enforce.Held{}, false
@@ -52,7 +53,7 @@ func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o *lockstore.Owner, ns 
 	if st == nil {
 		return enforce.Held{}, false
 	}
-	h, ok := st.held.Check(g.locks, o, ns, ids[0], r.LeaseMargin, v.TokenBuf[:])
+	h, ok := st.memo().held.Check(g.locks, o, ns, ids[0], r.LeaseMargin, v.TokenBuf[:])
 	st.unlock(v.Req)
 	return h, ok
 }

@@ -1,10 +1,12 @@
 package guard
 
 import (
+	"bytes"
+
 	"github.com/lockgate/lockgate/guard/enforce"
-	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 )
 
 // MinOwnerSecret is the shortest owner secret accepted, in bytes.
@@ -13,57 +15,49 @@ const MinOwnerSecret = enforce.MinOwnerSecret
 // owner builds the lock owner of a request (enforce.OwnerKeys.Owner), for
 // the stage packages that are given it: a copy of their own.
 func (g *Guard) owner(req *proxy.Request, session []byte, bind string) lockstore.Owner {
-	o, _ := g.ownerAndFlights(req, session, bind)
-	return *o
+	return g.owners.Owner(req.Client, g.owners.Session(req.Client.User(), session), bind)
 }
 
-// ownerAndFlights is owner, shared: the connection's owner memo's when
-// the connection writes as it again (enforce.OwnerMemo.Owner), which no
-// one may modify; with the owner session's entry in the flight tracker
-// that the connection kept from its last write in that session, if any
-// (Flight.Session).
-func (g *Guard) ownerAndFlights(req *proxy.Request, session []byte, bind string) (*lockstore.Owner, *inflight.Session) {
-	key, flights, st := g.sessionKey(req, session)
-	if st == nil {
-		o := g.owners.Owner(req.Client, key, bind)
-		return &o, flights
+// writeOwner is the lock owner a write acts as: its session, and the
+// binding it names, if any, in its comment: "lockgate:<bind>" (a string,
+// which every server accepts), or {lockgate: "<bind>"}. It is made into
+// the verdict, which outlives every holder of it (the walk, the flight:
+// a verdict is only reused once its flight landed with nothing else
+// pointing into it), and which no one writes to once handed out.
+//
+// The session's memo (takeSession), when the decision gets it, gives the
+// owner key, the binding's stored form and the session's flight tracker
+// entry, and a copy of the session id for the audit line.
+func (g *Guard) writeOwner(req *proxy.Request, v *verdict) (*lockstore.Owner, bool) {
+	if req.Command == nil || req.Command.LSID == nil {
+		return nil, false
 	}
-	o := st.owner.Owner(req.Client, bind)
-	st.unlock(req)
-	return o, flights
+	lsid, ok := wire.SessionID(req.Command.LSID)
+	if !ok {
+		return nil, false
+	}
+	c := req.Client
+	user := c.User()
+	bind := enforce.Binding(req.Command)
+	if m := g.sessionMemoOf(req, user, lsid, v); m != nil {
+		v.LSID, v.Flights = m.lsid[:], m.flights
+		v.owner = lockstore.Owner{Session: m.key, App: c.AppName(), Client: c.Addr, User: user, Bind: m.boundOf(g.owners, bind)}
+		return &v.owner, true
+	}
+	v.LSID = bytes.Clone(lsid) // for the audit line: the request's buffer is not ours
+	v.owner = g.owners.Owner(c, g.owners.Session(user, lsid), bind)
+	return &v.owner, true
 }
 
-// sessionKey is g.owners.Session for req's user and lsid, through the
-// connection's memo (enforce.OwnerMemo), with the session's flight
-// tracker entry the memo kept (keepFlights). The connection is unlocked
-// while the key is derived. st, when not nil, is the connection, locked,
-// whose memo holds the key: the caller unlocks it.
-func (g *Guard) sessionKey(req *proxy.Request, lsid []byte) (_ []byte, _ *inflight.Session, st *connState) {
-	user := req.Client.User()
-	if len(lsid) != 16 {
-		return g.owners.Session(user, lsid), nil, nil
+// sessionMemoOf is the memo of req's session, taken for the rest of its
+// decision (connState.takeSession); nil without one.
+func (g *Guard) sessionMemoOf(req *proxy.Request, user string, lsid []byte, v *verdict) *sessionMemo {
+	if req.Client == nil || len(lsid) != 16 {
+		return nil
 	}
-	st = connStateOf(req)
-	if st == nil {
-		return g.owners.Session(user, lsid), nil, nil
+	st, _ := req.Client.Local().(*connState)
+	if st == nil || st.deciding.Load() != req {
+		return nil
 	}
-	if key, flights, ok := st.owner.Get(g.owners, user, lsid); ok {
-		return key, flights, st
-	}
-	st.unlock(req)
-	key := g.owners.Session(user, lsid)
-	if st := connStateOf(req); st != nil {
-		st.owner.Set(g.owners, user, lsid, key)
-		return key, nil, st
-	}
-	return key, nil, nil
-}
-
-// keepFlights remembers the flight tracker's entry of the owner session
-// key beside the connection's owner memo, when that is still the key.
-func keepFlights(req *proxy.Request, key []byte, flights *inflight.Session) {
-	if st := connStateOf(req); st != nil {
-		st.owner.KeepFlights(key, flights)
-		st.unlock(req)
-	}
+	return st.takeSession(g.sessionMemos, g.owners, user, lsid, v.Now.UnixNano())
 }

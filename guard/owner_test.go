@@ -11,7 +11,6 @@ import (
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/proxy"
-	"github.com/lockgate/lockgate/wire"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 	"go.mongodb.org/mongo-driver/mongo"
@@ -123,58 +122,71 @@ func TestOwnerSecretIsShared(t *testing.T) {
 	}
 }
 
-// TestConnectionOwnerMemoNeverStale: the owner key a connection remembers
-// for its latest session is the one the guard's secret gives for the
-// session it writes in now, whichever session it wrote in before and
-// whichever guard (secret) asked last on the same connection.
-func TestConnectionOwnerMemoNeverStale(t *testing.T) {
+// TestSessionOwnerKeyNeverStale: the owner key a write acts with is the
+// one its guard's secret gives for its user and session, whichever
+// sessions and guards (secrets) wrote on the same connection before it,
+// and however the sessions fall into the memo table's slots.
+func TestSessionOwnerKeyNeverStale(t *testing.T) {
 	a := New(Options{Store: memstore.New(memstore.Config{}), OwnerSecret: bytes.Repeat([]byte("a"), MinOwnerSecret)})
 	b := New(Options{Store: memstore.New(memstore.Config{}), OwnerSecret: bytes.Repeat([]byte("b"), MinOwnerSecret)})
-	req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}}
-	lsids := [][]byte{bytes.Repeat([]byte{1}, 16), bytes.Repeat([]byte{2}, 16), []byte("short")}
+	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
+	lsids := [][]byte{bytes.Repeat([]byte{1}, 16), bytes.Repeat([]byte{2}, 16), bytes.Repeat([]byte{3}, 16)}
 	for i := range 30 {
 		g := []*Guard{a, b}[i%2]
 		if i%5 == 0 {
 			g = a
 		}
-		lsid := lsids[(i/2)%len(lsids)]
-		got, _, st := g.sessionKey(req, lsid)
-		if st != nil {
-			st.unlock(req)
+		if i == 20 {
+			// Every session in one pair of slots: the memos push each
+			// other out.
+			a.sessionMemos.pairs, b.sessionMemos.pairs = 1, 1
 		}
-		if want := g.owners.Session("", lsid); !bytes.Equal(got, want) {
-			t.Fatalf("step %d: key %x, want %x", i, got, want)
+		lsid := lsids[(i/2)%len(lsids)]
+		req := ownerRequest(t, client, bsoncore.NewDocumentBuilder().AppendBinary("id", 4, lsid).Build(), "")
+		st := connStateOf(req)
+		st.hold(req)
+		o, ok := g.writeOwner(req, &verdict{})
+		releaseConn(req)
+		if want := g.owners.Session("", lsid); !ok || !bytes.Equal(o.Session, want) {
+			t.Fatalf("step %d: key %x, want %x", i, o.Session, want)
 		}
 	}
 }
 
-// TestWriteOwnerSharedNeverChanges: the owner a write acts as is the
-// connection's shared one while it writes as the same owner, and what
-// the guard derives for its user, session and binding whatever it wrote
-// as before; an owner handed to an earlier write never changes.
-func TestWriteOwnerSharedNeverChanges(t *testing.T) {
+// ownerRequest is an update in the session of the lsid document, with
+// comment if not "".
+func ownerRequest(t *testing.T, client *proxy.ClientInfo, lsid bsoncore.Document, comment string) *proxy.Request {
+	t.Helper()
+	b := bsoncore.NewDocumentBuilder().AppendString("update", "c").AppendDocument("lsid", lsid)
+	if comment != "" {
+		b.AppendString("comment", comment)
+	}
+	return BenchRequest(t, client, b.AppendString("$db", "db").Build())
+}
+
+// TestWriteOwnerNeverChanges: the owner a write acts as is what the
+// guard derives for its client, user, session and binding, whatever was
+// written before it on its connection or in its session on another
+// connection; it lives in the write's verdict, so an owner handed to an
+// earlier write (a flight still holding it) never changes.
+func TestWriteOwnerNeverChanges(t *testing.T) {
 	g := New(Options{Store: memstore.New(memstore.Config{}), OwnerSecret: bytes.Repeat([]byte("a"), MinOwnerSecret)})
-	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
+	clients := []*proxy.ClientInfo{{ID: 1, Addr: "127.0.0.1:5000"}, {ID: 2, Addr: "127.0.0.1:5001"}}
 	type handed struct {
 		o   *lockstore.Owner
 		was lockstore.Owner
 	}
 	var kept []handed
-	write := func(step string, lsid byte, comment string) *lockstore.Owner {
+	write := func(step string, client *proxy.ClientInfo, lsid byte, comment string) {
 		t.Helper()
-		b := bsoncore.NewDocumentBuilder().AppendString("update", "c").AppendDocument("lsid", lsidOf(lsid))
-		if comment != "" {
-			b.AppendString("comment", comment)
+		req := ownerRequest(t, client, lsidOf(lsid), comment)
+		st := connStateOf(req)
+		st.hold(req)
+		o, ok := g.writeOwner(req, &verdict{})
+		if ok && st.sess == nil {
+			t.Fatalf("%s: the write got no session memo", step)
 		}
-		msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, b.AppendString("$db", "db").Build()), wire.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd, err := wire.CommandOf(msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, ok := g.writeOwner(&proxy.Request{Message: msg, Command: cmd, Client: client}, &verdict{})
+		releaseConn(req)
 		if !ok {
 			t.Fatalf("%s: no owner", step)
 		}
@@ -188,14 +200,15 @@ func TestWriteOwnerSharedNeverChanges(t *testing.T) {
 			}
 		}
 		kept = append(kept, handed{o, *o})
-		return o
 	}
-	first := write("first", 1, "")
-	if write("again", 1, "") != first {
-		t.Fatal("the connection's owner was made again")
-	}
-	write("bound", 1, "lockgate:job-7")
-	write("another session, bound", 2, "lockgate:job-7")
-	write("another session", 2, "")
-	write("the first again", 1, "")
+	a, b := clients[0], clients[1]
+	write("first", a, 1, "")
+	write("again", a, 1, "")
+	write("bound", a, 1, "lockgate:job-7")
+	write("bound, on another connection", b, 1, "lockgate:job-7")
+	write("bound otherwise", b, 1, "lockgate:job-8")
+	write("another session, bound", a, 2, "lockgate:job-7")
+	write("another session", a, 2, "")
+	write("the first on the other connection", b, 1, "")
+	write("the first again", a, 1, "")
 }

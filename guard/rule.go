@@ -30,16 +30,16 @@ func (g *Guard) ruleFor(r policy.Rule, req *proxy.Request) policy.Rule {
 	return enforce.ForClient(r, req.Client)
 }
 
-// pinMemos is the memo of req's connection's pinned filters
-// (enforce.PinMemos), while req's decision holds the connection (ruleRef,
-// for a rule that is not off); nil otherwise, so that no other goroutine
-// can be reading it.
+// pinMemos is the memo of the pinned filters of req's writer (the
+// session's or the connection's memos: enforce.PinMemos), while req's
+// decision holds the connection (ruleRef, for a rule that is not off);
+// nil otherwise, so that no other goroutine can be reading it.
 func pinMemos(req *proxy.Request) *enforce.PinMemos {
 	if req.Client == nil {
 		return nil
 	}
 	if st, _ := req.Client.Local().(*connState); st != nil && st.deciding.Load() == req {
-		return &st.pins
+		return &st.memo().pins
 	}
 	return nil
 }

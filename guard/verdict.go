@@ -2,6 +2,7 @@ package guard
 
 import (
 	"github.com/lockgate/lockgate/guard/enforce"
+	"github.com/lockgate/lockgate/lockstore"
 )
 
 // verdict is enforcement's verdict (enforce.Verdict) with the plans of
@@ -21,4 +22,6 @@ type verdict struct {
 	home *connState
 	// Room for the usual write's flight (see enforce.Verdict's buffers).
 	flightBuf flightPlan
+	// owner is the lock owner the write acts as (writeOwner).
+	owner lockstore.Owner
 }

@@ -250,6 +250,22 @@ func (c *Command) SessionID() ([]byte, bool) {
 // session whose bytes it carries. The one parser of lsid, of endSessions'
 // and of killSessions' ids.
 func SessionID(lsid bsoncore.Document) ([]byte, bool) {
+	if len(lsid) == len(driverLSID) && string(lsid[:13]) == driverLSID[:13] && lsid[29] == 0 {
+		// What every driver sends, {id: <UUID>} alone, read without a
+		// walk: the one element, at its one place (readSessionID reads
+		// it the same, TestSessionIDAsTheWalkReadsIt).
+		return lsid[13:29:29], true
+	}
+	return readSessionID(lsid)
+}
+
+// driverLSID is the layout of {id: <UUID>}: the document's length (30),
+// a binary element "id" of 16 bytes, subtype 4, then the id (zeros here)
+// and the document's end.
+const driverLSID = "\x1e\x00\x00\x00\x05id\x00\x10\x00\x00\x00\x04" + "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" + "\x00"
+
+// readSessionID is SessionID for any document: a walk over its elements.
+func readSessionID(lsid bsoncore.Document) ([]byte, bool) {
 	var id []byte
 	found := false
 	rest := elements(lsid)

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
@@ -300,4 +301,41 @@ func TestCommandLookupIsBodyLookup(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSessionIDAsTheWalkReadsIt: SessionID's reading of the driver's
+// {id: <UUID>} in place answers as the walk over the elements does, for
+// that document and for every one a byte away from it (another type,
+// key, length, subtype, a byte past the end): the shortcut takes nothing
+// the walk would refuse and refuses nothing it would take.
+func TestSessionIDAsTheWalkReadsIt(t *testing.T) {
+	id := []byte("0123456789abcdef")
+	doc := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, id).Build()
+	if len(doc) != len(driverLSID) {
+		t.Fatalf("the driver's lsid is %d bytes, the shortcut reads %d", len(doc), len(driverLSID))
+	}
+	check := func(what string, d []byte) {
+		t.Helper()
+		got, ok := SessionID(d)
+		want, wantOK := readSessionID(d)
+		if ok != wantOK || !bytes.Equal(got, want) {
+			t.Fatalf("%s %x: %x %v, the walk reads %x %v", what, d, got, ok, want, wantOK)
+		}
+	}
+	check("the driver's", doc)
+	if got, ok := SessionID(doc); !ok || !bytes.Equal(got, id) {
+		t.Fatalf("the driver's lsid reads %x %v", got, ok)
+	}
+	for i := range doc {
+		for _, b := range []byte{0, 1, 3, 4, 5, 0x0f, 0x10, 0x11, 0x1d, 0x1e, 0x1f, 'i', 'd', 0xff, doc[i] ^ 1} {
+			d := bytes.Clone(doc)
+			d[i] = b
+			check(fmt.Sprintf("byte %d as %#x", i, b), d)
+		}
+	}
+	check("one byte longer", append(bytes.Clone(doc), 0))
+	check("one byte shorter", doc[:len(doc)-1])
+	// {id: <UUID>, uid: ...}: the walk's, and taken.
+	long := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, id).AppendBinary("uid", 0, make([]byte, 32)).Build()
+	check("with a uid", long)
 }

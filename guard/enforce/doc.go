@@ -14,8 +14,8 @@
 // after the decision. Walk, Checker and Decider are shared once built;
 // a Verdict is one request's. Everything else here is
 // safe for concurrent use unless a type says it is a connection's own
-// (Rules, OwnerMemo, HeldMemos: kept in the guard's per-connection state,
-// under its lock).
+// (Rules, HeldMemos, PinMemos: kept in the guard's per-connection or
+// per-session memos, under their lock).
 //
 // It must never let a write through on an error: a lock store or a
 // resolver that cannot answer is a refusal (fail closed), and a refusal

@@ -1,7 +1,6 @@
 package enforce
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/lockgate/lockgate/guard/inflight"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/wire"
@@ -144,65 +142,3 @@ func Binding(cmd *wire.Command) string {
 	}
 	return ""
 }
-
-// OwnerMemo is a connection's latest session and its owner key, with the
-// owner keys that made it, the session's entry in the flight tracker
-// once a write of it was launched, and the lock owner its writes act as:
-// a connection writes in one session at a time, and the map behind
-// OwnerKeys takes a lock every connection contends for. The key is a
-// function of the secret, the user and the lsid alone, so the memo can
-// never be stale. The zero value is empty; it is the connection's own
-// (not safe for concurrent use).
-type OwnerMemo struct {
-	keys    *OwnerKeys
-	user    string
-	lsid    [16]byte
-	key     []byte
-	flights *inflight.Session
-	// owner is the lock owner of key for bind (not yet hashed), made by
-	// Owner; shared with every write that acted as it, so never written
-	// to: a write with anything else gets an owner of its own.
-	owner *lockstore.Owner
-	bind  string
-}
-
-// Get returns the memo's key and flight entry when it holds keys's key
-// of (user, lsid).
-func (m *OwnerMemo) Get(keys *OwnerKeys, user string, lsid []byte) ([]byte, *inflight.Session, bool) {
-	if m.keys == keys && m.key != nil && len(lsid) == 16 && m.user == user && m.lsid == [16]byte(lsid) {
-		return m.key, m.flights, true
-	}
-	return nil, nil, false
-}
-
-// Set makes key, keys's key of (user, lsid), the memo's; lsid must be 16
-// bytes long.
-func (m *OwnerMemo) Set(keys *OwnerKeys, user string, lsid []byte, key []byte) {
-	*m = OwnerMemo{keys: keys, user: user, lsid: [16]byte(lsid), key: key}
-}
-
-// KeepFlights remembers the flight tracker's entry of the session whose
-// key is key, when that is still the memo's.
-func (m *OwnerMemo) KeepFlights(key []byte, flights *inflight.Session) {
-	if m.key != nil && bytes.Equal(m.key, key) {
-		m.flights = flights
-	}
-}
-
-// Owner is keys.Owner(c, key, bind) for the memo's key, made once for
-// as long as the connection writes as the same owner: the same pointer
-// then, which its holders must neither modify nor keep (they copy what
-// they keep), and a new owner whenever anything in it differs, never the
-// old one rewritten, so that an owner handed out never changes under
-// whoever holds it. The memo must hold key (Get or Set).
-func (m *OwnerMemo) Owner(c *proxy.ClientInfo, bind string) *lockstore.Owner {
-	if o := m.owner; o != nil && m.bind == bind && o.App == c.AppName() && o.Client == c.Addr && o.User == c.User() {
-		return o
-	}
-	o := m.keys.Owner(c, m.key, bind)
-	m.owner, m.bind = &o, bind
-	return m.owner
-}
-
-// Flights is the flight tracker's entry the memo kept, nil before one.
-func (m *OwnerMemo) Flights() *inflight.Session { return m.flights }

@@ -3,11 +3,9 @@ package enforce
 import (
 	"bytes"
 	"fmt"
-	"reflect"
 	"sync"
 	"testing"
 
-	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
 )
@@ -53,9 +51,7 @@ func TestOwnerKeyCache(t *testing.T) {
 
 // TestOwnerDerivation: the owner a write acts as is the keyed hash of its
 // user and session (another user, session or secret is another owner),
-// with its client's address and the hashed binding its comment names;
-// the connection's memo answers only for the keys, user and session it
-// was filled with.
+// with its client's address and the hashed binding its comment names.
 func TestOwnerDerivation(t *testing.T) {
 	a := NewOwnerKeys(bytes.Repeat([]byte("a"), MinOwnerSecret))
 	b := NewOwnerKeys(bytes.Repeat([]byte("b"), MinOwnerSecret))
@@ -95,72 +91,4 @@ func TestOwnerDerivation(t *testing.T) {
 			t.Errorf("comment %v: binding %q, want %q", s.comment, got, s.want)
 		}
 	}
-
-	var m OwnerMemo
-	if _, _, ok := m.Get(a, "", s1); ok {
-		t.Fatal("an empty memo answered")
-	}
-	m.Set(a, "", s1, a.Session("", s1))
-	if key, _, ok := m.Get(a, "", s1); !ok || !bytes.Equal(key, a.Session("", s1)) {
-		t.Fatal("the memo does not answer for what it was filled with")
-	}
-	for name, get := range map[string]func() bool{
-		"another secret":  func() bool { _, _, ok := m.Get(b, "", s1); return ok },
-		"another user":    func() bool { _, _, ok := m.Get(a, "u", s1); return ok },
-		"another session": func() bool { _, _, ok := m.Get(a, "", s2); return ok },
-	} {
-		if get() {
-			t.Errorf("the memo answered for %s", name)
-		}
-	}
-}
-
-// TestOwnerMemoNeverRewritesAnOwner: the connection's memo hands the same
-// owner to every write that acts as it, and a new one, never the old one
-// rewritten, when the session, the binding or the client differs: an
-// owner a write (or anything it handed the owner to) still holds never
-// changes under it. Each owner is the one OwnerKeys.Owner derives.
-func TestOwnerMemoNeverRewritesAnOwner(t *testing.T) {
-	keys := NewOwnerKeys(bytes.Repeat([]byte("a"), MinOwnerSecret))
-	s1, s2 := bytes.Repeat([]byte{1}, 16), bytes.Repeat([]byte{2}, 16)
-	c := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
-	moved := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5001"}
-	var m OwnerMemo
-	type held struct {
-		o    *lockstore.Owner
-		was  lockstore.Owner
-		sess []byte
-	}
-	var kept []held
-	check := func(step string, c *proxy.ClientInfo, lsid []byte, bind string) *lockstore.Owner {
-		t.Helper()
-		key, _, ok := m.Get(keys, "", lsid)
-		if !ok {
-			key = keys.Session("", lsid)
-			m.Set(keys, "", lsid, key)
-		}
-		o := m.Owner(c, bind)
-		if want := keys.Owner(c, key, bind); !reflect.DeepEqual(*o, want) {
-			t.Fatalf("%s: owner %+v, want %+v", step, *o, want)
-		}
-		for _, h := range kept {
-			if !reflect.DeepEqual(*h.o, h.was) || !bytes.Equal(h.o.Session, h.sess) {
-				t.Fatalf("%s: an owner handed out earlier changed: %+v, was %+v", step, *h.o, h.was)
-			}
-		}
-		kept = append(kept, held{o: o, was: *o, sess: bytes.Clone(o.Session)})
-		return o
-	}
-	first := check("first write", c, s1, "")
-	if again := check("the same owner again", c, s1, ""); again != first {
-		t.Fatal("the same owner was made again instead of shared")
-	}
-	bound := check("another binding", c, s1, "job-7")
-	if bound == first {
-		t.Fatal("another binding shares the owner")
-	}
-	check("the first binding again", c, s1, "")
-	check("another client", moved, s1, "")
-	check("another session", c, s2, "job-7")
-	check("the first session again", c, s1, "job-7")
 }

@@ -42,8 +42,9 @@ type Walk[V any] struct {
 	// Owner is the lock owner req acts as, which it records on v; false
 	// (and nil): req carries no session. The owner is shared, by pointer:
 	// it is too large to copy into every func of the walk, and no one
-	// writes to it once it is handed out (OwnerMemo.Owner, never
-	// rewritten), so a write's flight keeps the pointer until it lands;
+	// writes to it once it is handed out (the guard makes it in the
+	// write's verdict, which is reused only once its flight landed), so
+	// a write's flight keeps the pointer until it lands;
 	// anything else that keeps it past the decision keeps a copy (a
 	// memo's fields).
 	Owner func(req *proxy.Request, v V) (*lockstore.Owner, bool)

@@ -177,7 +177,7 @@ type Flight struct {
 	// copying an owner (six pointers, each a write barrier while the
 	// collector marks) cost the usual write more than anything it does
 	// with it. No one may write to it until the flight has landed: the
-	// guard hands out only owners never rewritten (enforce.OwnerMemo);
+	// guard's lives in the write's verdict, reused only after that;
 	// a caller with an owner of its own to hand over copies it in
 	// (SetOwner).
 	Owner *lockstore.Owner
