@@ -125,7 +125,9 @@ func (w walker) command(db string, body bsoncore.Document, first string, top *co
 		if top != nil {
 			top.saw(k, v)
 		}
-		if spec != nil && slices.Contains(spec.FullNamespaces, string(k)) {
+		// Most commands have no full-namespace field: the key is not made
+		// a string (a copy) for them.
+		if spec != nil && len(spec.FullNamespaces) > 0 && slices.Contains(spec.FullNamespaces, string(k)) {
 			w.fullNS(v)
 			continue
 		}
