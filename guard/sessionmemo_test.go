@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"testing"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
 )
 
 // pooledTest is a guard in front of a driver's pool: connections, each
@@ -204,6 +206,74 @@ func TestSessionWritesAtOnce(t *testing.T) {
 			t.Fatalf("session %x: its memo is missing or still held after every decision", id[0])
 		} else {
 			m.mu.Unlock()
+		}
+	}
+}
+
+// TestSessionMemoModel: random steps of lock commands and writes by
+// sessions with and without bindings, each on whichever connection comes,
+// against a model of who holds each document. Every write must be let
+// through exactly when its owner (session and binding) holds the lock
+// as the model has it: the memos a session's writes leave, on any
+// connection, never decide one on a lock as it was.
+func TestSessionMemoModel(t *testing.T) {
+	p := newPooledTest(t, 3, &LineSink{Out: zapcore.Lock(zapcore.AddSync(io.Discard)), Level: zapcore.InfoLevel})
+	type owner struct {
+		lsid byte
+		bind string
+	}
+	lsids, binds, docs := []byte{1, 2, 3, 4}, []string{"", "b1", "b2"}, []int32{1, 2, 3}
+	held := map[int32]owner{}
+	rng := rand.New(rand.NewPCG(25, 4))
+	steps := 3000
+	if testing.Short() {
+		steps = 600
+	}
+	for i := range steps {
+		conn := rng.IntN(len(p.conns))
+		o := owner{lsids[rng.IntN(len(lsids))], binds[rng.IntN(len(binds))]}
+		doc := docs[rng.IntN(len(docs))]
+		lsid := lsidOf(o.lsid)
+		switch op := rng.IntN(10); {
+		case op < 2: // acquireLock
+			b := bsoncore.NewDocumentBuilder().AppendString(cmdAcquire, "locked").
+				AppendArray("ids", bsoncore.NewArrayBuilder().AppendInt32(doc).Build()).AppendInt32("leaseMS", 600000)
+			if o.bind != "" {
+				b.AppendString("bind", o.bind)
+			}
+			d := p.g.Intercept(context.Background(), BenchRequest(t, p.conns[conn].client, b.AppendDocument("lsid", lsid).AppendString("$db", "bench").Build()))
+			ok, _ := d.Reply.Lookup("ok").AsInt64OK()
+			h, isHeld := held[doc]
+			if want := !isHeld || h == o; (ok == 1) != want {
+				t.Fatalf("step %d: acquireLock of %d by %+v on connection %d: %s, held by %+v (%v)", i, doc, o, conn, d.Reply, h, isHeld)
+			}
+			if ok == 1 {
+				held[doc] = o
+			}
+		case op < 3: // releaseLock
+			b := bsoncore.NewDocumentBuilder().AppendString(cmdRelease, "locked").
+				AppendArray("ids", bsoncore.NewArrayBuilder().AppendInt32(doc).Build())
+			if o.bind != "" {
+				b.AppendString("bind", o.bind)
+			}
+			p.g.Intercept(context.Background(), BenchRequest(t, p.conns[conn].client, b.AppendDocument("lsid", lsid).AppendString("$db", "bench").Build()))
+			if h, ok := held[doc]; ok && h == o {
+				delete(held, doc)
+			}
+		default: // updateOne({_id: doc}), as the holder's writes or another's
+			stmt := bsoncore.NewDocumentBuilder().
+				AppendDocument("q", bsoncore.NewDocumentBuilder().AppendInt32("_id", doc).Build()).
+				AppendDocument("u", bsoncore.NewDocumentBuilder().AppendDocument("$inc", bsoncore.NewDocumentBuilder().AppendInt32("n", 1).Build()).Build()).
+				Build()
+			b := bsoncore.NewDocumentBuilder().AppendString("update", "locked").AppendDocument("lsid", lsid)
+			if o.bind != "" {
+				b.AppendString("comment", "lockgate:"+o.bind)
+			}
+			req := BenchRequest(t, p.conns[conn].client, b.AppendString("$db", "bench").Build(), wire.Sequence{Identifier: "updates", Documents: []bsoncore.Document{stmt}})
+			h, isHeld := held[doc]
+			if got, want := p.decide(req), isHeld && h == o; got != want {
+				t.Fatalf("step %d: the write of %d by %+v on connection %d let through: %v, want %v (held by %+v: %v)", i, doc, o, conn, got, want, h, isHeld)
+			}
 		}
 	}
 }
