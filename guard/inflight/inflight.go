@@ -206,6 +206,11 @@ type Flight struct {
 	// atomic, not under mu: the usual landing, before any renewal, then
 	// takes no mutex of the flight's (landed).
 	done atomic.Bool
+	// abandoned: Abandon armed a timer that lands the flight, which
+	// outlives its landing by a reply, if one comes after all: such a
+	// flight is never reusable (landed), or the timer would land the
+	// write its room was reused for.
+	abandoned atomic.Bool
 	// mu guards timer, the next renewal's, set by a renewal under way.
 	mu    sync.Mutex
 	timer *time.Timer
@@ -377,6 +382,7 @@ func (f *Flight) Abandon() {
 	if wait <= 0 {
 		wait = f.Left
 	}
+	f.abandoned.Store(true)
 	time.AfterFunc(max(wait-f.t.cfg.Now().Sub(f.start), 0), f.land)
 }
 
@@ -409,7 +415,7 @@ func (f *Flight) landed(answered bool) {
 		f.mu.Unlock()
 	}
 	if f.lander != nil {
-		f.lander.Landed(answered, unrenewed)
+		f.lander.Landed(answered, unrenewed && !f.abandoned.Load())
 	}
 }
 

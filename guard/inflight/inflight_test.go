@@ -248,4 +248,13 @@ func TestLandedReusableOnlyUnrenewed(t *testing.T) {
 	if got, want := al.String(), "[answered false reusable true]"; got != want {
 		t.Errorf("abandoned: lander heard %s, want %s", got, want)
 	}
+
+	// Abandoned, its timer armed, then answered after all: the timer
+	// outlives the landing, so the flight's room is not reusable.
+	late, ll := launch(time.Hour)
+	late.Abandon()
+	late.Reply(context.Background(), nil)
+	if got, want := ll.String(), "[answered true reusable false]"; got != want {
+		t.Errorf("answered after it was abandoned: lander heard %s, want %s", got, want)
+	}
 }
