@@ -52,10 +52,9 @@ type connState struct {
 	// rules are the rules the connection wrote under lately (ruleRef).
 	rules enforce.Rules
 	// self are the connection's own memos, for writes without a session
-	// memo (memo); cur, while set, the session's that the decision holds
-	// (takeSession), sess that session.
+	// memo (memo); sess, while set, the session memo the decision holds
+	// (takeSession), whose memos are used instead.
 	self memos
-	cur  *memos
 	sess *sessionMemo
 	// last is the session memo the connection took last (takeSession).
 	last *sessionMemo

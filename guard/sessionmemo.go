@@ -175,14 +175,14 @@ func (st *connState) takeSession(t *sessionTable, keys *enforce.OwnerKeys, user 
 	if !m.mu.TryLock() {
 		return nil
 	}
-	st.sess, st.cur, st.last = m, &m.memos, m
+	st.sess, st.last = m, m
 	return m
 }
 
 // dropSession gives the session memo st holds back. st is locked.
 func (st *connState) dropSession() {
 	if m := st.sess; m != nil {
-		st.sess, st.cur = nil, nil
+		st.sess = nil
 		m.mu.Unlock()
 	}
 }
@@ -190,8 +190,8 @@ func (st *connState) dropSession() {
 // memo is the memos of st's current write: its session's while it holds
 // them (takeSession), the connection's own otherwise. st is locked.
 func (st *connState) memo() *memos {
-	if st.cur != nil {
-		return st.cur
+	if st.sess != nil {
+		return &st.sess.memos
 	}
 	return &st.self
 }

@@ -54,6 +54,15 @@ func (p *pooledTest) write(conn int, lsid bsoncore.Document, id int32) bool {
 
 func (p *pooledTest) decide(req *proxy.Request) bool {
 	p.t.Helper()
+	allowed, err := p.decideReq(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return allowed
+}
+
+// decideReq is decide without the test's Fatal, for other goroutines.
+func (p *pooledTest) decideReq(req *proxy.Request) (bool, error) {
 	req.Plan = nil // planned anew into req.Scratch, as the proxy plans each message
 	d := p.g.Intercept(context.Background(), req)
 	if d.MessageDone != nil {
@@ -64,12 +73,11 @@ func (p *pooledTest) decide(req *proxy.Request) bool {
 	}
 	switch d.Action {
 	case proxy.Forward, proxy.Rewrite:
-		return true
+		return true, nil
 	case proxy.Reply:
-		return false
+		return false, nil
 	}
-	p.t.Fatalf("unexpected decision %+v", d)
-	return false
+	return false, fmt.Errorf("unexpected decision %+v", d)
 }
 
 // lockCmd runs acquireLock or releaseLock of bench.locked id in the
@@ -184,14 +192,19 @@ func TestSessionWritesAtOnce(t *testing.T) {
 	var mu sync.Mutex
 	var wrong []string
 	for conn := range p.conns {
+		// Each goroutine's requests, made here: only the test's own
+		// goroutine may fail it.
+		holderReq := BenchUpdate(t, p.conns[conn].client, a, "locked", 7)
+		strangerReq := BenchUpdate(t, p.conns[conn].client, b, "locked", 7)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 200 {
-				holder, stranger := p.write(conn, a, 7), p.write(conn, b, 7)
-				if !holder || stranger {
+				holder, err1 := p.decideReq(holderReq)
+				stranger, err2 := p.decideReq(strangerReq)
+				if !holder || stranger || err1 != nil || err2 != nil {
 					mu.Lock()
-					wrong = append(wrong, fmt.Sprintf("connection %d, write %d: holder let through %v, stranger %v", conn, i, holder, stranger))
+					wrong = append(wrong, fmt.Sprintf("connection %d, write %d: holder let through %v, stranger %v (%v, %v)", conn, i, holder, stranger, err1, err2))
 					mu.Unlock()
 				}
 			}
