@@ -183,9 +183,13 @@ const GIVE_UP_MS = Math.max(30000, 20 * LEASE_MS);
 
 class GaveUp extends Error {}
 
+let tries = 0;
+
 async function spin(tryOnce, what) {
   const deadline = Date.now() + GIVE_UP_MS;
-  while (!(await tryOnce())) {
+  for (;;) {
+    tries++;
+    if (await tryOnce()) return;
     if (Date.now() > deadline) throw new GaveUp(`gave up taking the lock on ${what} after ${GIVE_UP_MS / 1000} s: its holder never let it go`);
     await sleep(1);
   }
@@ -218,7 +222,8 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
           for (const id of [...ids].reverse()) await s.release(id, me);
           continue;
         }
-        const id = HOT[(w + i) % HOT.length];
+        // Workers 0 and 1 want the same document every round (schemes.py).
+        const id = HOT[(Math.floor(w / 2) + i) % HOT.length];
         await spin(() => s.acquire(id, me, seen), `_id ${id}`);
         const n = (await coll.findOne({ _id: id })).n;
         if ((await s.write(id, me, n + 1)) !== 1) seen.add('write:not_applied');
@@ -232,6 +237,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
   };
 
   const landed = { update: 0, delete: 0 };
+  let rogueTries = 0;
   const refused = new Set();
   // The age in ms (at the reply) of each lock record the rogue deleted:
   // abandoned ones, and live ones (stolen).
@@ -245,6 +251,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
     while (!stop) {
       const id = HOT[i % HOT.length];
       i++;
+      rogueTries = i;
       try {
         if (scheme === 'lockCollection' && i % 5 === 1) {
           // Steal a lock: delete someone's record. The scheme lets anyone
@@ -278,7 +285,8 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
         if (e instanceof MongoServerError) refused.add(`${e.code}/${e.codeName}`);
         else throw e;
       }
-      await sleep(2);
+      // Paced, as in schemes.py.
+      await sleep(10);
     }
     await rc.close();
   };
@@ -290,7 +298,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
   const counters = {};
   for (const d of await dc.db(db).collection(cname).find({}, { sort: { _id: 1 } }).toArray()) counters[String(d._id)] = d.n;
   console.log(JSON.stringify({
-    counters, rogueLanded: landed, rogueTakeovers: takeovers, rogueStolen: stolen, rogueRefused: [...refused].sort(), outcomes: [...seen].sort(), errors: errors.slice(0, 5),
+    counters, rogueLanded: landed, rogueTakeovers: takeovers, rogueStolen: stolen, rogueRefused: [...refused].sort(), outcomes: [...seen].sort(), errors: errors.slice(0, 5), tries, rogueTries,
   }));
   for (const c of clients) await c.close();
   await dc.close();
