@@ -150,6 +150,9 @@ func TestLockCollAidBoundToInserter(t *testing.T) {
 // with that aid is still refused. Without the renewal on refresh, the
 // rogue's insert landed once the acquire's lease had passed.
 func TestLockCollAidBindingLastsWhileRefreshed(t *testing.T) {
+	// Lease-long waits: beside the other waiting tests (waitPhase).
+	waitPhase.join(t)
+	t.Parallel()
 	ctx := context.Background()
 	_, lock := lcSetup(t, "lockCollection", "lc_bind", "lc_bind.lock", 1, 2)
 	h := connect(t, proxyURI, "lc-holder").Database("lockCollection").Collection("lc_bind.lock")
@@ -243,6 +246,9 @@ func TestLockCollReleaseMatchingNothingFreesNothing(t *testing.T) {
 // insert, by upsert, and after a holder through lockgate vanished. On the
 // unfixed code each got DuplicateKey (or "not inserted") for ever.
 func TestLockCollAbandonedRecordTakenOver(t *testing.T) {
+	// Lease-long waits: beside the other waiting tests (waitPhase).
+	waitPhase.join(t)
+	t.Parallel()
 	ctx := context.Background()
 	data, lock := lcSetup(t, "lockCollection", "lc_ttl", "lc_ttl.lock", 4, 5, 6, 7)
 	old := msNow().Add(-10 * lease)

@@ -9,6 +9,7 @@ package schemes
 import (
 	"flag"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,14 +100,15 @@ func rules() []config.NamespaceRule {
 	}
 }
 
-// TestMain lets the eight takeover cases (four schemes by two drivers),
-// mostly waits for leases, run at once (testkit.DefaultParallel, unless
-// -parallel says otherwise); TestSchemeTakeover is not parallel itself,
-// so no workload runs beside them. The workloads, CPU, stay one per CPU,
-// go's default (testkit.CPUSlots).
+// TestMain lets the tests that mostly wait run at once (testkit.
+// DefaultParallel, unless -parallel says otherwise): the four models, the
+// eight takeover cases (four schemes by two drivers), the two lock-
+// collection tests that wait out leases, and TestSchemeWorkload, which
+// holds its slot while it waits for them (waitPhase). The workloads, CPU,
+// then stay one per CPU, go's default (testkit.CPUSlots).
 func TestMain(m *testing.M) {
 	flag.Parse()
-	testkit.DefaultParallel(len(schemeNames) * len(drivers))
+	testkit.DefaultParallel(len(schemeNames) + len(schemeNames)*len(drivers) + 2 + 1)
 	os.Exit(testkit.RunMain(m, setup))
 }
 
@@ -131,4 +133,45 @@ func setup() (func() error, error) {
 	directURI, proxyURI, proxy2URI = set.DirectURI, set.ProxyURI, set.Proxy2URI
 	gw, baseCfg = set.Gateway, set.Config
 	return stop, nil
+}
+
+// waitPhase lets the tests that mostly wait out leases and clocks (the
+// model's clock steps, the takeovers, the lock-collection tests that wait
+// two leases) run beside each other, before the workloads, which keep the
+// cores busy: each such test calls waitPhase.join before t.Parallel (go
+// runs every top-level test up to its t.Parallel before it resumes any of
+// them, so every member has joined before a workload can look), and
+// TestSchemeWorkload waits for them all after its t.Parallel. A test left
+// out by -run never joins, so nothing waits for it.
+var waitPhase = phase{done: make(chan struct{})}
+
+type phase struct {
+	mu      sync.Mutex
+	members int
+	done    chan struct{}
+}
+
+// join makes t a member until it ends (its subtests too).
+func (p *phase) join(t *testing.T) {
+	p.mu.Lock()
+	p.members++
+	p.mu.Unlock()
+	t.Cleanup(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.members--; p.members == 0 {
+			close(p.done)
+			p.done = make(chan struct{}) // for -count's next round
+		}
+	})
+}
+
+// wait returns once every member has ended (at once when none joined).
+func (p *phase) wait() {
+	p.mu.Lock()
+	n, done := p.members, p.done
+	p.mu.Unlock()
+	if n > 0 {
+		<-done
+	}
 }

@@ -49,14 +49,16 @@ import (
 // go on, to count every kind of violation in one run). A hand-shrunk
 // sequence replays with LOCKGATE_MODEL_SCRIPT (model_script_test.go).
 //
-// The four schemes run beside each other (each in its own database),
-// not beside the package's parallel cases: the test is not parallel, so
-// go runs it before the workloads. Most of a scheme's time is its clock
-// steps waiting for leases to end and its round trips, not CPU. With the
-// four beside each other and beside the workloads, a loaded run (SQLite
-// on disk then) reported a flag acquire whose mirror was already free
-// (docs/TESTING.md, second round).
+// The four schemes run beside each other (each in its own database) and
+// beside the takeovers and the lock-collection tests that wait out leases,
+// not beside the workloads (waitPhase). Most of a scheme's time is its
+// clock steps waiting for leases to end and its round trips, not CPU.
+// With the four beside each other and beside the workloads, a loaded run
+// (SQLite on disk then) reported a flag acquire whose mirror was already
+// free (docs/TESTING.md, second round).
 func TestSchemeModel(t *testing.T) {
+	waitPhase.join(t)
+	t.Parallel()
 	cfg := modelSettings(t)
 	for _, scheme := range schemeNames {
 		t.Run(scheme, func(t *testing.T) {

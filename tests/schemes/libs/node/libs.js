@@ -480,7 +480,8 @@ async function work(lib, uri, direct, dbname, k, m, rogue) {
         if (e instanceof MongoServerError) refused.add(`${e.code}/${e.codeName}`);
         else throw e;
       }
-      await sleep(2);
+      // Paced as libs.py's rogue is.
+      await sleep(10);
     }
     await rc.close();
   };
