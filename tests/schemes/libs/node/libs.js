@@ -415,7 +415,8 @@ async function setupCalls(lib, db) {
 
 function make(lib, db, w, session) {
   if (lib === 'drmirror') return new DrMirror(db, session);
-  if (lib === 'tharga') return new Tharga(db, 30000, `w${w}`);
+  // The other libraries' lease, not Tharga's default 30 s (libs.py).
+  if (lib === 'tharga') return new Tharga(db, LEASE_MS, `w${w}`);
   if (lib === 'codecentric') return new Codecentric(db, `w${w}-${new UUID().toHexString()}`);
   return new LIBS[lib](db);
 }
