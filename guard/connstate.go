@@ -204,6 +204,20 @@ func connStateOf(req *proxy.Request) *connState {
 	return st
 }
 
+// conn is connStateOf(req) for req's verdict v, found through v: the
+// connection req's decision holds (newVerdict), without the request's
+// interface lookup and type check, which an enforced write made at every
+// unit that reads the connection's memos. Only while that decision holds
+// it (deciding is req, which no other connection's state can hold): once
+// released (releaseConn), or for a verdict made without one, this is
+// connStateOf.
+func (v *verdict) conn(req *proxy.Request) *connState {
+	if st := v.home; st != nil && st.deciding.Load() == req {
+		return st
+	}
+	return connStateOf(req)
+}
+
 // hold keeps st, taken by connStateOf(req), locked for req's decision,
 // until releaseConn.
 func (st *connState) hold(req *proxy.Request) {
