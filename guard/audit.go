@@ -220,14 +220,25 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	var pooled *[]byte
 	started := false
 	if st != nil {
-		head, tail := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
-		if decision == enforce.DecisionAllow {
-			// The usual line: everything but its time's fraction,
-			// took and ids from the memos.
-			b, started = st.allow.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol))
+		// The usual line: everything but its time's fraction, took and
+		// ids from the memos; the connection's latest allowed line's
+		// text when its fields are the same (again).
+		var key allowKey
+		keyed := decision == enforce.DecisionAllow && len(lsid) == len(key.lsid)
+		if keyed {
+			key = allowKey{client: req.Client.Addr, app: req.Client.AppName(), user: req.Client.User(), lsid: [16]byte(lsid),
+				ns: w.NS.String(), command: command, mode: string(r.Mode)}
+			b, started = st.allow.again(g.lines, st.line, now, &st.ts, pol, &key)
 		}
 		if !started {
-			b = append(append(g.lines.start(st.line, now, &st.ts), head...), tail...)
+			head, tail := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
+			if decision == enforce.DecisionAllow {
+				b, started = st.allow.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol))
+				st.allow.remember(&key, started && keyed)
+			}
+			if !started {
+				b = append(append(g.lines.start(st.line, now, &st.ts), head...), tail...)
+			}
 		}
 	} else {
 		pooled = g.lines.bufs.Get().(*[]byte)

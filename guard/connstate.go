@@ -41,10 +41,11 @@ type connState struct {
 	// turn (zapLine, without a LineSink).
 	lines [4]linePrefix
 	next  int
-	// head is the decision line's client and app fields, of the app
-	// headApp (lineHead); the rest of the head is the writer's (memos).
-	head    []byte
-	headApp string
+	// head is the decision line's client and app fields, of headClient
+	// and headApp (lineHead); the rest of the head is the writer's
+	// (memos).
+	head                []byte
+	headApp, headClient string
 	// allows are the allow series of the rules the connection wrote
 	// under lately (allowCounter).
 	allows    [4]allowSeries
@@ -294,8 +295,8 @@ func (st *connState) decisionLogger(audit *zap.Logger, client, app, user string,
 // session's writes find their part on whichever connection they come.
 // st is locked.
 func (st *connState) lineHead(client, app, user string, lsid []byte, ns, command, mode string) (conn, tail []byte) {
-	if st.head == nil || st.headApp != app {
-		st.head, st.headApp = appendConnHead(nil, client, app), app
+	if st.head == nil || st.headApp != app || st.headClient != client {
+		st.head, st.headApp, st.headClient = appendConnHead(nil, client, app), app, client
 	}
 	return st.head, st.memo().tail(user, lsid, ns, command, mode)
 }

@@ -146,6 +146,44 @@ type allowLine struct {
 	ts   *tsCache
 	gen  uint64
 	text []byte
+	// key, when keyed, are the fields the text's head and tail were made
+	// of (again).
+	key   allowKey
+	keyed bool
+}
+
+// allowKey is what an allowed line's head and tail are made of
+// (appendLineHead): the connection's client and app, the writer's user,
+// session, namespace, command and mode. An lsid of 16 bytes (a driver's
+// UUID) alone: the memo keeps it by value.
+type allowKey struct {
+	client, app, user string
+	lsid              [16]byte
+	ns, command, mode string
+}
+
+// again is startAllowed for a line whose fields (k, pol, w) are those
+// the memo's text was made for last: the text is used as it is, without
+// the connection's head and the writer's tail looked up (lineHead) nor
+// the version field, which a connection's allowed writes in one session
+// need again every time. false: make the line with startAllowed (remember
+// then).
+func (a *allowLine) again(w *lineWriter, b []byte, t time.Time, ts *tsCache, pol *policy.Policy, k *allowKey) (_ []byte, ok bool) {
+	if !a.keyed || !ts.load(t) || a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol || a.key != *k {
+		return b, false
+	}
+	b = append(b[:0], ts.open...)
+	b = appendNanos(b, t.Nanosecond())
+	return append(b, a.text...), true
+}
+
+// remember records that the memo's text, just made or found by
+// startAllowed, is that of k's fields (again); ok false forgets them.
+func (a *allowLine) remember(k *allowKey, ok bool) {
+	a.keyed = ok
+	if ok {
+		a.key = *k
+	}
 }
 
 // startAllowed begins an allowed write's line at t into b[:0], up to and
