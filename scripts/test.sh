@@ -268,17 +268,31 @@ step_race() {
 	LOCKGATE_TEST_FERRETDB=$FERRETDB_BIN go test -count=1 -race $RACE_PKGS
 }
 
-# Every fuzz target of every package, found with go test -list, so a new
-# target is covered without editing this script.
+# Every fuzz target of every package, found with the test binary's -list,
+# so a new target is covered without editing this script. Each package is
+# built once, instrumented for fuzzing (go test -c with -fuzz set; which
+# target -fuzz names matters only when the binary runs), and that binary
+# lists and fuzzes each of its targets, from the package's directory and
+# with go test's fuzz cache, as go test -fuzz would run it. go test -fuzz
+# per target linked a binary per target and go test -list another per
+# package: most of the smoke's time was building (docs/TESTING.md, tenth
+# round).
 step_fuzz() {
-	local fuzzed=0 pkg target
+	local fuzzed=0 pkg importpath listed target bin cache
+	bin=$(mktemp -d)
+	cache=$(go env GOCACHE)/fuzz
 	for pkg in $(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | xargs -n1 dirname | sort -u); do
-		for target in $(go test -list '^Fuzz' "./$pkg" | grep '^Fuzz' || true); do
+		importpath=$(go list "./$pkg")
+		go test -c -fuzz . -o "$bin/fuzz.test" "./$pkg"
+		listed=$(cd "$pkg" && "$bin/fuzz.test" -test.list '^Fuzz')
+		for target in $(echo "$listed" | grep '^Fuzz' || true); do
 			echo "--- $pkg $target"
-			go test "./$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_EXECS}x" -parallel 2
+			(cd "$pkg" && "$bin/fuzz.test" -test.paniconexit0 -test.timeout 10m -test.fuzzcachedir "$cache/$importpath" \
+				-test.run '^$' -test.fuzz "^${target}\$" -test.fuzztime "${FUZZ_EXECS}x" -test.parallel 2)
 			fuzzed=$((fuzzed + 1))
 		done
 	done
+	rm -rf "$bin"
 	echo "fuzzed $fuzzed targets"
 }
 
