@@ -288,7 +288,12 @@ step_fuzz() {
 		for target in $(echo "$listed" | grep '^Fuzz' || true); do
 			echo "--- $pkg $target"
 			(cd "$pkg" && "$bin/fuzz.test" -test.paniconexit0 -test.timeout 10m -test.fuzzcachedir "$cache/$importpath" \
-				-test.run '^$' -test.fuzz "^${target}\$" -test.fuzztime "${FUZZ_EXECS}x" -test.parallel 2)
+				-test.run '^$' -test.fuzz "^${target}\$" -test.fuzztime "${FUZZ_EXECS}x" -test.parallel 2) 2>&1 | tee "$bin/out"
+			# A binary built without the instrumentation still fuzzes,
+			# blind, saying so only in this warning.
+			if grep -q 'not built with coverage instrumentation' "$bin/out"; then
+				fail "$pkg: the test binary fuzzed $target without coverage guidance"
+			fi
 			fuzzed=$((fuzzed + 1))
 		done
 	done
