@@ -289,7 +289,7 @@ func New(opts Options) *Guard {
 	g.lockCommands = lockcmd.New(lc)
 	g.sessions = sessions.New(sessions.Config{Store: opts.Store, Flights: g.flights, SessionKey: g.owners.Session,
 		Admit: g.throttle.beforeLockCommand, EndTransaction: g.txns.End, EndSessionsSupported: opts.EndSessionsSupported,
-		OrderTimeout: opts.OrderTimeout, Log: g.log, Ended: g.metrics.sessionsEnded})
+		Forget: g.sessionMemos.forgetSession, OrderTimeout: opts.OrderTimeout, Log: g.log, Ended: g.metrics.sessionsEnded})
 	g.chain = proxy.Chain(g.Stages())
 	return g
 }

@@ -80,9 +80,11 @@ type sessionMemo struct {
 }
 
 // sessionSlots is the size of the guard's table of session memos. A
-// session's memos are about 2 KiB; 2,048 of them bound the table at
-// about 4 MiB, for far more sessions writing at once than a proxy serves
-// (a driver's pool of sessions is about its pool of connections).
+// session's memos are about 3 KiB on the heap (2,360 B of memo, its
+// owner key and what its memos keep); 2,048 of them bound the table at
+// about 7 MiB, for far more sessions writing at once than a proxy serves
+// (a driver's pool of sessions is about its pool of connections). Memos
+// leave with their sessions (forgetSession) and connections (ConnClosed).
 const sessionSlots = 2048
 
 // sessionTable is the guard's session memos, found by a hash of the
@@ -137,6 +139,48 @@ func (t *sessionTable) find(user string, lsid []byte) (a, b *atomic.Pointer[sess
 		}
 	}
 	return a, b, nil
+}
+
+// forget takes m out of the table, if it is still there: the memo stays
+// right for whoever holds it, the next write of its session makes a new
+// one.
+func (t *sessionTable) forget(m *sessionMemo) {
+	i := maphash.Bytes(t.seed, m.lsid[:]) % t.pairs * 2
+	if !t.slots[i].CompareAndSwap(m, nil) {
+		t.slots[i+1].CompareAndSwap(m, nil)
+	}
+}
+
+// forgetSession takes the memo of (user, lsid) out of the table: the
+// session ended (endSessions).
+func (t *sessionTable) forgetSession(user string, lsid []byte) {
+	if len(lsid) != 16 {
+		return
+	}
+	if _, _, m := t.find(user, lsid); m != nil {
+		t.forget(m)
+	}
+}
+
+// ConnClosed implements proxy.ConnCloser: the memo of the connection's
+// latest session leaves the table with it. A client that opens a
+// connection per session and never ends its sessions (an old driver, a
+// script, a crashed application) would otherwise leave a memo behind per
+// connection served, until the table is full of them. A driver's pooled
+// connections live long and end their sessions (endSessions), so this
+// costs them at most a memo made again.
+func (st *connState) ConnClosed() {
+	if !st.mu.TryLock() {
+		// A decision still holds the state (the connection ended in a
+		// panic): the memo stays until pushed out.
+		return
+	}
+	m := st.last
+	st.last = nil
+	st.mu.Unlock()
+	if m != nil {
+		m.table.forget(m)
+	}
 }
 
 // boundOf is keys.Bind(bind), the stored form of the session's latest

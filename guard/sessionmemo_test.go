@@ -290,3 +290,85 @@ func TestSessionMemoModel(t *testing.T) {
 		}
 	}
 }
+
+// memoCount is how many session memos the guard's table holds.
+func (p *pooledTest) memoCount() int {
+	n := 0
+	for i := range p.g.sessionMemos.slots {
+		if p.g.sessionMemos.slots[i].Load() != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// uuidLSID is {id: <UUID n>}, for more sessions than lsidOf makes.
+func uuidLSID(n int) bsoncore.Document {
+	id := make([]byte, 16)
+	id[0], id[1], id[15] = byte(n), byte(n>>8), 0xa5
+	return bsoncore.NewDocumentBuilder().AppendBinary("id", 4, id).Build()
+}
+
+// TestSessionMemosLeaveWithTheirConnection: the session memos do not grow
+// with the sessions served. A client that opens a connection per session
+// and closes it without ending the session (an old driver, a script, the
+// soak of tests/reliability) leaves no memo behind: the connection's
+// latest session's memo leaves the table when the connection closes.
+// Sessions that a driver ends (endSessions, as it does when it
+// disconnects), on whichever of its pooled connections, leave none
+// either. Either way a memo counts as a leak only until the table is
+// full; the soak's check of memory per connection served found it.
+func TestSessionMemosLeaveWithTheirConnection(t *testing.T) {
+	p := newPooledTest(t, 4, nil)
+	const sessions = 300
+	for s := range sessions {
+		c := &connTest{t: t, g: p.g, store: nil, client: &proxy.ClientInfo{ID: uint64(100 + s), Addr: fmt.Sprintf("127.0.0.1:%d", 6000+s)}}
+		p.conns = append(p.conns[:4], c)
+		lsid := uuidLSID(s)
+		p.lockCmd(4, cmdAcquire, lsid, int32(s))
+		if !p.write(4, lsid, int32(s)) {
+			t.Fatal("the holder's write was refused")
+		}
+		if c.sessionMemo(lsid) == nil {
+			t.Fatal("the write made no session memo")
+		}
+		p.lockCmd(4, cmdRelease, lsid, int32(s))
+		closer, ok := c.client.Local().(proxy.ConnCloser)
+		if !ok {
+			t.Fatal("the guard's connection state is not a proxy.ConnCloser")
+		}
+		closer.ConnClosed()
+	}
+	if n := p.memoCount(); n != 0 {
+		t.Fatalf("%d session memos left after %d connections, each of one session, closed", n, sessions)
+	}
+
+	// A driver's pool: every session on every connection, then ended.
+	ended := bsoncore.NewArrayBuilder()
+	for s := range sessions {
+		lsid := uuidLSID(1000 + s)
+		p.lockCmd(s%4, cmdAcquire, lsid, int32(s))
+		for conn := range 4 {
+			if !p.write(conn, lsid, int32(s)) {
+				t.Fatal("the holder's write was refused")
+			}
+		}
+		ended.AppendDocument(lsid)
+	}
+	if n := p.memoCount(); n < sessions/2 {
+		t.Fatalf("%d session memos for %d sessions: the table keeps too few for this test to mean anything", n, sessions)
+	}
+	d := p.g.Intercept(context.Background(), BenchRequest(t, p.conns[0].client, bsoncore.NewDocumentBuilder().
+		AppendArray("endSessions", ended.Build()).AppendString("$db", "admin").Build()))
+	if d.OnReply != nil {
+		d.OnReply.Reply(context.Background(), nil)
+	}
+	if n := p.memoCount(); n != 0 {
+		t.Fatalf("%d session memos left after their %d sessions ended", n, sessions)
+	}
+	// An ended session that writes again is decided as any: its lock
+	// went with it.
+	if p.write(1, uuidLSID(1000), 0) {
+		t.Fatal("a write was let through after its session ended")
+	}
+}

@@ -145,6 +145,10 @@ func (c *conn) serve() {
 			c.log.Error("connection handler panicked", zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
 		}
 		c.close()
+		// The client pump, which runs the decisions, has returned.
+		if l, ok := c.info.Local().(ConnCloser); ok {
+			l.ConnClosed()
+		}
 	}()
 
 	if tc, ok := c.client.(*tls.Conn); ok {

@@ -238,6 +238,15 @@ func (c *ClientInfo) Local() any { return c.local.Load() }
 // SetLocal stores the interceptor's per-connection value.
 func (c *ClientInfo) SetLocal(v any) { c.local.Store(v) }
 
+// ConnCloser is a per-connection value (SetLocal) that must learn when its
+// connection ends: what it shares with other connections, such as a memo
+// of a session that a client which opens a connection per session never
+// ends, can then be let go with it instead of filling a table.
+type ConnCloser interface {
+	// ConnClosed is called once, after the connection's last decision.
+	ConnClosed()
+}
+
 // Verdict returns a remembered verdict for key under the current user.
 func (c *ClientInfo) Verdict(key string) (allowed, known bool) {
 	c.mu.Lock()

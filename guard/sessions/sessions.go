@@ -45,6 +45,9 @@ type Config struct {
 	// EndSessionsSupported tells whether the upstream knows endSessions
 	// (guard.Options.EndSessionsSupported); nil means supported.
 	EndSessionsSupported func(ctx context.Context) (bool, error)
+	// Forget lets go of the guard's memos of an ended (user, lsid)
+	// session; nil for none.
+	Forget func(user string, lsid []byte)
 	// OrderTimeout bounds the waits for the requests sent before.
 	OrderTimeout time.Duration
 	Log          *zap.Logger
@@ -119,6 +122,9 @@ func (s *Stage) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 			data, ok := wire.SessionID(doc)
 			if !ok {
 				continue
+			}
+			if cfg.Forget != nil {
+				cfg.Forget(req.Client.User(), data)
 			}
 			// The locks of this session as this connection's user: an
 			// endSessions naming someone else's session id from another
