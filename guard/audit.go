@@ -34,6 +34,12 @@ func (g *Guard) record(req *proxy.Request, pol *policy.Policy, v *verdict, enfor
 // decision lines' time, zero to read it when they are written.
 func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enforced *enforce.Violation, took time.Duration, now time.Time) (unaudited *enforce.Violation) {
 	g.metrics.decisionSeconds.Observe(took.Seconds())
+	if len(v.Violations) == 0 && len(v.Writes) == 1 && len(v.Rules) == 1 {
+		// The usual write, one namespace under the rule enforce looked
+		// up: what the loops below do for it, without their closure and
+		// its list of namespaces logged.
+		return g.recordNS(req, pol, v, &v.Writes[0], &v.Rules[0], nil, enforced, nil, took, now)
+	}
 	var seenBuf [4]string
 	seen := seenBuf[:0] // namespaces logged; a message writes very few
 	logNS := func(w *policy.Write, r *policy.Rule, x *enforce.Violation) {
@@ -41,41 +47,7 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			return
 		}
 		seen = append(seen, w.NS.String())
-		decision, reason := enforce.DecisionAllow, ""
-		if x != nil {
-			reason = x.Reason
-			decision = enforce.DecisionWouldReject
-			if enforced != nil {
-				decision = enforce.DecisionReject
-			}
-		}
-		if t := g.opts.Trail; t != nil {
-			if y := g.trailRecord(t, req, pol, v, w, r, x, decision, now, x != nil || enforced != nil || unaudited != nil); y != nil {
-				// Refused for want of a record: the counters, the log
-				// line and (if it can take one) the trail say so.
-				x, unaudited, decision, reason = y, y, enforce.DecisionReject, y.Reason
-			}
-		}
-		st := connStateOf(req)
-		if st != nil {
-			defer st.unlock(req)
-		}
-		if st != nil && decision == enforce.DecisionAllow {
-			// The usual decision's series, looked up once per rule
-			// and connection: the labels' hash costs more than the add.
-			st.allowCounter(g.metrics.decisions, r.Match).Inc()
-		} else {
-			g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
-		}
-		// The line's fields (id lists above all) cost more than the
-		// decision itself; build them only when the line is written.
-		if g.lines != nil {
-			if g.lines.on {
-				g.appendLine(st, req, pol, v, w, r, x, decision, took, now)
-			}
-			return
-		}
-		g.zapLine(st, req, pol, v, w, r, x, decision, reason, took)
+		unaudited = g.recordNS(req, pol, v, w, r, x, enforced, unaudited, took, now)
 	}
 	for i := range v.Violations {
 		x := &v.Violations[i]
@@ -88,6 +60,48 @@ func (g *Guard) recordAt(req *proxy.Request, pol *policy.Policy, v *verdict, enf
 			r := g.ruleFor(pol.Lookup(v.Writes[i].NS), req)
 			logNS(&v.Writes[i], &r, nil)
 		}
+	}
+	return unaudited
+}
+
+// recordNS records the decision of one namespace w of the message: its
+// violation x, if any, enforced the message's first enforced one. It
+// returns unaudited, or the violation that refuses the write for want of
+// its audit record.
+func (g *Guard) recordNS(req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x, enforced, unaudited *enforce.Violation, took time.Duration, now time.Time) *enforce.Violation {
+	decision, reason := enforce.DecisionAllow, ""
+	if x != nil {
+		reason = x.Reason
+		decision = enforce.DecisionWouldReject
+		if enforced != nil {
+			decision = enforce.DecisionReject
+		}
+	}
+	if t := g.opts.Trail; t != nil {
+		if y := g.trailRecord(t, req, pol, v, w, r, x, decision, now, x != nil || enforced != nil || unaudited != nil); y != nil {
+			// Refused for want of a record: the counters, the log
+			// line and (if it can take one) the trail say so.
+			x, unaudited, decision, reason = y, y, enforce.DecisionReject, y.Reason
+		}
+	}
+	st := v.conn(req)
+	if st != nil && decision == enforce.DecisionAllow {
+		// The usual decision's series, looked up once per rule
+		// and connection: the labels' hash costs more than the add.
+		st.allowCounter(g.metrics.decisions, r.Match).Inc()
+	} else {
+		g.metrics.decisions.WithLabelValues(r.Match, decision, metricReason(reason)).Inc()
+	}
+	// The line's fields (id lists above all) cost more than the
+	// decision itself; build them only when the line is written.
+	switch {
+	case g.lines == nil:
+		g.zapLine(st, req, pol, v, w, r, x, decision, reason, took)
+	case g.lines.on:
+		g.appendLine(st, req, pol, v, w, r, x, decision, took, now)
+	}
+	if st != nil {
+		st.unlock(req)
 	}
 	return unaudited
 }
@@ -206,14 +220,25 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	var pooled *[]byte
 	started := false
 	if st != nil {
-		head, tail := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
-		if decision == enforce.DecisionAllow {
-			// The usual line: everything but its time's fraction,
-			// took and ids from the memos.
-			b, started = st.allow.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol))
+		// The usual line: everything but its time's fraction, took and
+		// ids from the memos; the connection's latest allowed line's
+		// text when its fields are the same (again).
+		var key allowKey
+		keyed := decision == enforce.DecisionAllow && len(lsid) == len(key.lsid)
+		if keyed {
+			key = allowKey{client: req.Client.Addr, app: req.Client.AppName(), user: req.Client.User(), lsid: [16]byte(lsid),
+				ns: w.NS.String(), command: command, mode: string(r.Mode)}
+			b, started = st.allow.again(g.lines, st.line, now, &st.ts, pol, &key)
 		}
 		if !started {
-			b = append(append(g.lines.start(st.line, now, &st.ts), head...), tail...)
+			head, tail := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
+			if decision == enforce.DecisionAllow {
+				b, started = st.allow.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol))
+				st.allow.remember(&key, started && keyed)
+			}
+			if !started {
+				b = append(append(g.lines.start(st.line, now, &st.ts), head...), tail...)
+			}
 		}
 	} else {
 		pooled = g.lines.bufs.Get().(*[]byte)

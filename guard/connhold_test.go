@@ -8,6 +8,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 	"go.uber.org/zap"
@@ -284,5 +285,45 @@ func TestEnforcedWriteAllocatesNothing(t *testing.T) {
 	open, locked := allocs("open"), allocs("locked")
 	if locked != 0 || open != 0 {
 		t.Fatalf("the enforced write allocates %v times, the unprotected one %v", locked, open)
+	}
+}
+
+// TestVerdictConnOnlyWhileHeld: a verdict finds its connection's state
+// through itself (verdict.conn) only while its own request's decision
+// holds it. Once released, or held by the connection's next decision,
+// the state is not its to use: conn then takes it as connStateOf does
+// (locked, for the caller to unlock) or finds it busy.
+func TestVerdictConnOnlyWhileHeld(t *testing.T) {
+	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
+	req := &proxy.Request{Client: client}
+	v := newVerdict(req, time.Now())
+	st := v.home
+	if st == nil || v.conn(req) != st || st.deciding.Load() != req {
+		t.Fatal("the decision does not find its own connection's state")
+	}
+	st.unlock(req) // held: a no-op
+	releaseConn(req)
+	if st.deciding.Load() != nil {
+		t.Fatal("released, the state still names the decision")
+	}
+	// Released: conn locks it as connStateOf would; the caller unlocks.
+	if got := v.conn(req); got != st || st.mu.TryLock() {
+		t.Fatal("after its release conn did not take the state as connStateOf does")
+	}
+	st.unlock(req)
+	// Held by the connection's next decision: busy for the old verdict.
+	next := &proxy.Request{Client: client}
+	w := newVerdict(next, time.Now())
+	if w.home != st {
+		t.Fatal("the next decision did not take the connection's state")
+	}
+	if got := v.conn(req); got != nil {
+		t.Fatal("a released verdict used the state another decision holds")
+	}
+	releaseConn(next)
+	if st.mu.TryLock() {
+		st.mu.Unlock()
+	} else {
+		t.Fatal("the next decision's release left the state locked")
 	}
 }

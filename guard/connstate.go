@@ -41,10 +41,11 @@ type connState struct {
 	// turn (zapLine, without a LineSink).
 	lines [4]linePrefix
 	next  int
-	// head is the decision line's client and app fields, of the app
-	// headApp (lineHead); the rest of the head is the writer's (memos).
-	head    []byte
-	headApp string
+	// head is the decision line's client and app fields, of headClient
+	// and headApp (lineHead); the rest of the head is the writer's
+	// (memos).
+	head                []byte
+	headApp, headClient string
 	// allows are the allow series of the rules the connection wrote
 	// under lately (allowCounter).
 	allows    [4]allowSeries
@@ -204,6 +205,20 @@ func connStateOf(req *proxy.Request) *connState {
 	return st
 }
 
+// conn is connStateOf(req) for req's verdict v, found through v: the
+// connection req's decision holds (newVerdict), without the request's
+// interface lookup and type check, which an enforced write made at every
+// unit that reads the connection's memos. Only while that decision holds
+// it (deciding is req, which no other connection's state can hold): once
+// released (releaseConn), or for a verdict made without one, this is
+// connStateOf.
+func (v *verdict) conn(req *proxy.Request) *connState {
+	if st := v.home; st != nil && st.deciding.Load() == req {
+		return st
+	}
+	return connStateOf(req)
+}
+
 // hold keeps st, taken by connStateOf(req), locked for req's decision,
 // until releaseConn.
 func (st *connState) hold(req *proxy.Request) {
@@ -280,8 +295,8 @@ func (st *connState) decisionLogger(audit *zap.Logger, client, app, user string,
 // session's writes find their part on whichever connection they come.
 // st is locked.
 func (st *connState) lineHead(client, app, user string, lsid []byte, ns, command, mode string) (conn, tail []byte) {
-	if st.head == nil || st.headApp != app {
-		st.head, st.headApp = appendConnHead(nil, client, app), app
+	if st.head == nil || st.headApp != app || st.headClient != client {
+		st.head, st.headApp, st.headClient = appendConnHead(nil, client, app), app, client
 	}
 	return st.head, st.memo().tail(user, lsid, ns, command, mode)
 }

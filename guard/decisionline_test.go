@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,5 +213,56 @@ func TestIDFieldIsFormatsText(t *testing.T) {
 	buf, scratch := make([]byte, 0, 128), make([]byte, 0, 64)
 	if n := testing.AllocsPerRun(100, func() { appendIDField(buf[:0], scratch, "ids", id) }); n != 0 {
 		t.Errorf("a short string id: %v allocations", n)
+	}
+}
+
+// TestFractionIsTrimmedDigits: appendFraction writes frac as its n digits
+// after a point, trailing zeros and the point for 0 left out, as the
+// text strconv gives: every fraction of 3 and 6 digits (a duration's
+// microseconds and milliseconds), and those of 9 digits (a time's
+// nanoseconds, a duration's seconds) with every count of trailing zeros,
+// each digit at its bounds, and random ones; after a prefix, into a
+// buffer with and without room.
+func TestFractionIsTrimmedDigits(t *testing.T) {
+	want := func(frac uint64, n int) string {
+		if frac == 0 {
+			return ""
+		}
+		s := strconv.FormatUint(frac, 10)
+		s = strings.Repeat("0", n-len(s)) + s
+		return "." + strings.TrimRight(s, "0")
+	}
+	check := func(frac uint64, n int) {
+		t.Helper()
+		bufs := [][]byte{nil, make([]byte, 0, 64), []byte("x:")}
+		if frac%7 != 0 {
+			bufs = bufs[:1]
+		}
+		for _, b := range bufs {
+			prefix := string(b)
+			if got := string(appendFraction(b, frac, n)); got != prefix+want(frac, n) {
+				t.Fatalf("%d with %d digits after %q: got %q, want %q", frac, n, prefix, got, prefix+want(frac, n))
+			}
+		}
+	}
+	p10 := [10]uint64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9}
+	for n := 1; n <= 6; n++ {
+		for f := range p10[n] {
+			check(f, n)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for n := 7; n <= 9; n++ {
+		for z := range n + 1 {
+			for range 2000 {
+				check(rng.Uint64N(p10[n-z])*p10[z], n) // z trailing zeros at least
+			}
+		}
+		for _, f := range []uint64{1, 9, p10[n] - 1, p10[n-1], 9 * p10[n-1], p10[n] / 2, 123456789 % p10[n]} {
+			check(f, n)
+		}
+	}
+	for range 100000 {
+		check(rng.Uint64N(1e9), 9)
 	}
 }

@@ -23,7 +23,7 @@ import (
 // hands back once it has written it (d.MessageDone): the connection's
 // next request is decided only after that.
 func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d *proxy.Decision, ed *policy.Edit) bool {
-	st := connStateOf(req)
+	st := v.conn(req)
 	if st != nil {
 		ed.Buf, st.msg = st.msg, nil
 		st.unlock(req)

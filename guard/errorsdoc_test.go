@@ -21,6 +21,13 @@ import (
 // as a bare number (so that none escapes the list), and every refusal
 // reason of the guard, the lockgate.reason users match on, is named there.
 func TestErrorsDocListsEveryCode(t *testing.T) {
+	if raceEnabled {
+		// One goroutine reading files: nothing for the detector to check,
+		// and its regexps ran 16 times slower under it (4.9 s against
+		// 0.3 s). go test ./..., where this package must stay
+		// (scripts/test.sh), runs it.
+		t.Skip("no concurrency to check; runs without the race detector")
+	}
 	doc, err := os.ReadFile("../docs/ERRORS.md")
 	if err != nil {
 		t.Fatal(err)

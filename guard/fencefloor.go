@@ -24,7 +24,7 @@ func (g *Guard) fenceFloors(ctx context.Context, ns namespace.Namespace, ids []d
 		return nil
 	}
 	r := pol.Lookup(ns)
-	if !fenced(r) {
+	if !fenced(&r) {
 		return nil
 	}
 	db, ok := g.opts.Resolver.(fence.DB)

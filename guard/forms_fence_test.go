@@ -503,7 +503,8 @@ func TestFencedForms(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 2026))
 	tally := map[string]int{}
 	stale := rand.New(rand.NewPCG(12, 2026)) // apart, so that the seed's cases stay as they were
-	for i := range 800 {
+	cases, full := formCases(800)
+	for i := range cases {
 		c := genFenceCase(r)
 		c.stale = genStale(stale, c)
 		reasons := c.expect()
@@ -521,6 +522,9 @@ func TestFencedForms(t *testing.T) {
 		}
 	}
 	t.Logf("%v", tally)
+	if !full {
+		return
+	}
 	for _, k := range []string{"update allowed", "update fence_field", "update not_locked", "delete allowed", "findAndModify allowed",
 		"findAndModify fence_field", "bulkWrite fence_unsupported", "update stale", "delete stale", "findAndModify stale"} {
 		if tally[k] < 10 {

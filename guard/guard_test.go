@@ -369,6 +369,11 @@ func TestBadArgumentsTakeNothing(t *testing.T) {
 		{bson.D{{"releaseLock", "orders"}, {"error", bson.D{}}}, 14, "error must be a string"},
 	}
 	for _, tc := range cases {
+		// Each malformed command doubles the delay before the
+		// connection's next lock command (TestThrottleLockCommands):
+		// forgetting the strikes keeps the thirteen cases from waiting
+		// out 4 s of it, which is not this test's subject.
+		st.guard.throttle.conns.Purge()
 		_, err := run(t, c, s, tc.cmd)
 		ce := commandError(t, err)
 		if ce.Code != tc.code || !strings.Contains(ce.Message, tc.want) {

@@ -259,7 +259,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o *lockstore.Owner
 			_, _ = g.opts.Store.Acquire(ctx, p.owner, n.NS, n.IDs, g.opts.ImplicitLease, 0)
 			locks, err = g.naiveImplicit(ctx, p.owner, n.NS, n.IDs)
 		default:
-			if ml, ok := g.opts.Store.(memoryLocker); ok && !fenced(*n.Rule) && !g.noMemoryLocks() {
+			if ml, ok := g.opts.Store.(memoryLocker); ok && !fenced(n.Rule) && !g.noMemoryLocks() {
 				// Alone on the lock store, an uncontended write's locks
 				// need no round trip (lockstore/memlock.go); a fenced
 				// rule needs the store's tokens.
@@ -345,7 +345,7 @@ func (g *Guard) takeImplicit(ctx context.Context, v *verdict, o *lockstore.Owner
 		}
 		v.flightLocks(p.owner, n.Rule, n.NS, ids, leaseLeft)
 		v.Check(n.NS, ids)
-		if fenced(*n.Rule) {
+		if fenced(n.Rule) {
 			if err := g.fenceImplicit(ctx, v, n, locks); err != nil {
 				g.releaseImplicit(p)
 				w := v.FirstWrite(n.NS)

@@ -78,6 +78,12 @@ func TestLegacyWriteSkipsTheHoldsRead(t *testing.T) {
 // is refused as not locked, without waiting. Taking the guess for proved
 // (testImplicit.trustGuess) refuses the holder its own document.
 func TestGuessedLegacyWriterHoldingElsewhere(t *testing.T) {
+	// Parallel: most of its time is the second lockgate's wait for the
+	// newcomer horizon of memory locks (3 s per case), which needs the
+	// real store's two instances (a shared memstore is one instance, where
+	// the session's lock is this lockgate's own and the guess is never
+	// made); it waits beside the package's other waiting tests.
+	t.Parallel()
 	for _, trust := range []bool{false, true} {
 		t.Run(fmt.Sprintf("trustGuess=%v", trust), func(t *testing.T) {
 			coll, pol := legacyPolicy(t, 3, config.UnlockedWait, 2000)

@@ -168,6 +168,9 @@ func TestRefuseUnchanged(t *testing.T) {
 // increments; explicit acquirers wait for its implicit lock in turn; and
 // it gives up with LockTimeout after unlockedWaitMS.
 func TestWaitQueuesBehindTheHolder(t *testing.T) {
+	// Parallel: most of its time is the 3 s unlockedWaitMS it waits out
+	// at the end; it waits beside the package's other waiting tests.
+	t.Parallel()
 	coll, pol := legacyPolicy(t, 3, config.UnlockedWait, 3000)
 	st := startStackWith(t, stackOptions{policy: pol})
 	legacy := connect(t, st.uri, "legacy-batch")

@@ -2,9 +2,9 @@ package guard
 
 import (
 	"context"
+	"time"
 
 	"github.com/lockgate/lockgate/docid"
-	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
@@ -19,41 +19,51 @@ func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o *lockst
 	// Read before the store answers: a force-release under way since is
 	// seen at the launch (launchAt).
 	seq := g.flights.ForceSeq()
-	h, ok := g.heldFromMemo(v, r, o, ns, ids)
-	if !ok {
-		var err error
-		if h, err = g.locks.Check(ctx, o, ns, ids, r.LeaseMargin, fenced(*r), v.TokenBuf[:0]); err != nil || len(h.Missing) > 0 {
-			return false, h.Missing, err
-		}
-	}
-	if !h.Measured {
+	if left, ok := g.heldFromMemo(v, r, o, ns, ids); ok {
+		g.held(v, r, o, ns, ids, left, v.TokenBuf[:1], seq)
 		return true, nil, nil
 	}
-	if r.Mode == policy.Enforce {
-		v.flightLocksSince(o, r, ns, ids, h.Left, true, seq)
+	h, err := g.locks.Check(ctx, o, ns, ids, r.LeaseMargin, fenced(r), v.TokenBuf[:0])
+	if err != nil || len(h.Missing) > 0 {
+		return false, h.Missing, err
 	}
-	if !fenced(*r) {
-		return true, nil, nil
-	}
-	p := v.fencePlan()
-	for i, id := range ids {
-		p.tokens[docid.KeyOf(ns, id)] = h.Tokens[i]
+	if h.Measured {
+		g.held(v, r, o, ns, ids, h.Left, h.Tokens, seq)
 	}
 	return true, nil, nil
 }
 
+// held records the locks of ids, found held with left past the margin
+// (measured) and tokens, checked after the tracker's ForceSeq read seq:
+// in the flight of an enforced rule's write, and for a fenced rule their
+// tokens for the rewrite.
+func (g *Guard) held(v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID, left time.Duration, tokens []int64, seq uint64) {
+	if r.Mode == policy.Enforce {
+		v.flightLocksSince(o, r, ns, ids, left, true, seq)
+	}
+	if !fenced(r) {
+		return
+	}
+	p := v.fencePlan()
+	for i, id := range ids {
+		p.tokens[docid.KeyOf(ns, id)] = tokens[i]
+	}
+}
+
 // heldFromMemo is the check of one id answered through the writer's
-// memos (enforce.HeldMemos, the session's or the connection's); false:
-// ask the store as usual.
-func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (enforce.Held, bool) {
+// memos (enforce.HeldMemos, the session's or the connection's): the
+// lease left past the margin, the token in v.TokenBuf; false: ask the
+// store as usual.
+func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (time.Duration, bool) {
 	if len(ids) != 1 || v.Req == nil || !g.locks.Measures() {
-		return enforce.Held{}, false
+		return 0, false
 	}
-	st := connStateOf(v.Req)
+	st := v.conn(v.Req)
 	if st == nil {
-		return enforce.Held{}, false
+		return 0, false
 	}
-	h, ok := st.memo().held.Check(g.locks, o, ns, ids[0], r.LeaseMargin, v.TokenBuf[:])
+	left, token, ok := st.memo().held.Left(g.locks, o, ns, ids[0], r.LeaseMargin)
 	st.unlock(v.Req)
-	return h, ok
+	v.TokenBuf[0] = token
+	return left, ok
 }

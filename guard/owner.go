@@ -55,9 +55,11 @@ func (g *Guard) sessionMemoOf(req *proxy.Request, user string, lsid []byte, v *v
 	if req.Client == nil || len(lsid) != 16 {
 		return nil
 	}
-	st, _ := req.Client.Local().(*connState)
+	st := v.home // the connection v's decision holds, as a rule
 	if st == nil || st.deciding.Load() != req {
-		return nil
+		if st, _ = req.Client.Local().(*connState); st == nil || st.deciding.Load() != req {
+			return nil
+		}
 	}
 	return st.takeSession(g.sessionMemos, g.owners, user, lsid, v.Now.UnixNano())
 }

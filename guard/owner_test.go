@@ -99,6 +99,10 @@ func TestLockStoreKeepsNoSessionID(t *testing.T) {
 // owner secret; with another secret the same session is a stranger, which
 // keeps the lock exclusive (fail closed) but not usable (docs/SECURITY.md).
 func TestOwnerSecretIsShared(t *testing.T) {
+	// Parallel: most of its time is its second and third lockgates'
+	// first grant, a CacheTrust each; it waits beside the package's other
+	// waiting tests.
+	t.Parallel()
 	coll, pol := protected(t, 1)
 	lockColl := "locks_secret_" + coll
 	a := startStackWith(t, stackOptions{noMemoryLocks: true, collection: lockColl, policy: pol})

@@ -32,6 +32,9 @@ import (
 // alistairjevans/mongodb-locks' deleteOne of an ExpireAt record; and a
 // non-holder's release by aid of an abandoned record.
 func TestHolderDeleteAfterItsLeaseEnded(t *testing.T) {
+	// Parallel: most of its time is waiting out its 1 s leases; it waits
+	// beside the package's other waiting tests.
+	t.Parallel()
 	db := "odel_" + time.Now().Format("150405.000000")[7:]
 	pol := config.Policy{Default: config.ModeOff, MaxCandidates: 50, LeaseMarginMS: 100,
 		Namespaces: []config.NamespaceRule{

@@ -214,7 +214,7 @@ run_vet || fail "go vet reported the findings above"
 # detector (raceEnabled, a race build tag) must also run without it, which
 # step_plain enforces.
 RACE_PKGS="./lockstore ./guard/... ./tests ./proxy ./upstream ./gateway ./audittrail ./tests/enforcement"
-RACE_ONLY="proxy upstream gateway audittrail tests/enforcement client/lockgate"
+RACE_ONLY="proxy upstream gateway audittrail tests tests/enforcement client/lockgate"
 # A package's time-out in go test ./...: under load, with its leases
 # scaled (docs/TESTING.md), tests/schemes took 555 s of go's default of
 # 10 minutes; twice that still ends a hung package.
@@ -268,17 +268,36 @@ step_race() {
 	LOCKGATE_TEST_FERRETDB=$FERRETDB_BIN go test -count=1 -race $RACE_PKGS
 }
 
-# Every fuzz target of every package, found with go test -list, so a new
-# target is covered without editing this script.
+# Every fuzz target of every package, found with the test binary's -list,
+# so a new target is covered without editing this script. Each package is
+# built once, instrumented for fuzzing (go test -c with -fuzz set; which
+# target -fuzz names matters only when the binary runs), and that binary
+# lists and fuzzes each of its targets, from the package's directory and
+# with go test's fuzz cache, as go test -fuzz would run it. go test -fuzz
+# per target linked a binary per target and go test -list another per
+# package: most of the smoke's time was building (docs/TESTING.md, tenth
+# round).
 step_fuzz() {
-	local fuzzed=0 pkg target
+	local fuzzed=0 pkg importpath listed target bin cache
+	bin=$(mktemp -d)
+	cache=$(go env GOCACHE)/fuzz
 	for pkg in $(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | xargs -n1 dirname | sort -u); do
-		for target in $(go test -list '^Fuzz' "./$pkg" | grep '^Fuzz' || true); do
+		importpath=$(go list "./$pkg")
+		go test -c -fuzz . -o "$bin/fuzz.test" "./$pkg"
+		listed=$(cd "$pkg" && "$bin/fuzz.test" -test.list '^Fuzz')
+		for target in $(echo "$listed" | grep '^Fuzz' || true); do
 			echo "--- $pkg $target"
-			go test "./$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_EXECS}x" -parallel 2
+			(cd "$pkg" && "$bin/fuzz.test" -test.paniconexit0 -test.timeout 10m -test.fuzzcachedir "$cache/$importpath" \
+				-test.run '^$' -test.fuzz "^${target}\$" -test.fuzztime "${FUZZ_EXECS}x" -test.parallel 2) 2>&1 | tee "$bin/out"
+			# A binary built without the instrumentation still fuzzes,
+			# blind, saying so only in this warning.
+			if grep -q 'not built with coverage instrumentation' "$bin/out"; then
+				fail "$pkg: the test binary fuzzed $target without coverage guidance"
+			fi
 			fuzzed=$((fuzzed + 1))
 		done
 	done
+	rm -rf "$bin"
 	echo "fuzzed $fuzzed targets"
 }
 

@@ -148,8 +148,20 @@ type HeldMemos struct {
 // check when the store answers); false: ask l.Check. The token goes into
 // buf, which must have room for one.
 func (m *HeldMemos) Check(l *Locks, o *lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, buf []int64) (Held, bool) {
-	if l.memo == nil {
+	left, token, ok := m.Left(l, o, ns, id, margin)
+	if !ok {
 		return Held{}, false
+	}
+	tokens := buf[:1]
+	tokens[0] = token
+	return Held{Measured: true, Left: left, Tokens: tokens}, true
+}
+
+// Left is Check's answer without a Held made of it, for a caller that
+// has the token's room: the lease left past the margin and the token.
+func (m *HeldMemos) Left(l *Locks, o *lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
+	if l.memo == nil {
+		return 0, 0, false
 	}
 	slot := &m.m[m.next]
 	for i := range m.m {
@@ -161,13 +173,7 @@ func (m *HeldMemos) Check(l *Locks, o *lockstore.Owner, ns namespace.Namespace, 
 	if slot == &m.m[m.next] {
 		m.next = (m.next + 1) % len(m.m)
 	}
-	left, token, ok := l.memo.HeldTokenMemo(slot, o, ns, id, margin)
-	if !ok {
-		return Held{}, false
-	}
-	tokens := buf[:1]
-	tokens[0] = token
-	return Held{Measured: true, Left: left, Tokens: tokens}, true
+	return l.memo.HeldTokenMemo(slot, o, ns, id, margin)
 }
 
 // MayHoldLocks reports whether any lock may be held in ns: true unless

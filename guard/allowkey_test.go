@@ -1,0 +1,151 @@
+package guard
+
+import (
+	"bytes"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/enforce"
+	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/namespace"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"github.com/lockgate/lockgate/wire"
+)
+
+// TestAllowedLineAgainIsFreshLine: the decision line of an allowed write
+// that a connection makes from its latest allowed line's text
+// (allowLine.again, keyed by the line's fields) is the line made without
+// any memo (appendLine without the connection's state), along a run of
+// lines that changes one field of the key at a time, to a value of the
+// same length, and back: the client, the app, the user, the session, the
+// namespace, the command, the mode, the policy, the logger (another
+// guard's sink on the same connection), the time's zone after a refused
+// line's, and an lsid that is not 16 bytes. A key that missed any of
+// them would give the line of the field before.
+func TestAllowedLineAgainIsFreshLine(t *testing.T) {
+	compile := func(match string) *policy.Policy {
+		p, err := policy.Compile(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: match, Mode: config.ModeEnforce}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	polA, polB := compile("db.*"), compile("db.?")
+	var out bytes.Buffer
+	guardOf := func(name string) *Guard {
+		return New(Options{Store: memstore.New(memstore.Config{}), Logger: zap.NewNop().Named(name),
+			DecisionSink: &LineSink{Out: zapcore.AddSync(&out)}})
+	}
+	gA, gB := guardOf("a"), guardOf("b")
+	if gA.lines == nil || gB.lines == nil {
+		t.Fatal("no line writer")
+	}
+	clientOf := func(addr, app, user string) *proxy.ClientInfo {
+		c := &proxy.ClientInfo{ID: 1, Addr: addr}
+		setIdentity(t, c, app, user)
+		return c
+	}
+	type line struct {
+		g       *Guard
+		client  *proxy.ClientInfo
+		lsid    []byte
+		ns      string
+		command string
+		mode    policy.Mode
+		pol     *policy.Policy
+		at      time.Time
+		refused bool
+	}
+	base := line{gA, clientOf("127.0.0.1:5000", "app-1", "u1@admin"), bytes.Repeat([]byte{1}, 16), "db.a", "update", policy.Enforce, polA,
+		time.Date(2026, 11, 28, 5, 0, 0, 123456789, time.UTC), false}
+	other := []func(l *line){
+		func(l *line) {},
+		func(l *line) { l.client = clientOf("127.0.0.1:5001", "app-1", "u1@admin") },
+		func(l *line) { l.client = clientOf("127.0.0.1:5000", "app-2", "u1@admin") },
+		func(l *line) { l.client = clientOf("127.0.0.1:5000", "app-1", "u2@admin") },
+		func(l *line) { l.lsid = bytes.Repeat([]byte{2}, 16) },
+		func(l *line) { l.ns = "db.b" },
+		func(l *line) { l.command = "delete" },
+		func(l *line) { l.mode = policy.Audit },
+		func(l *line) { l.pol = polB },
+		func(l *line) { l.g = gB },
+		func(l *line) { l.at = l.at.In(time.FixedZone("", 5*3600)); l.refused = true },
+		func(l *line) { l.at = l.at.In(time.FixedZone("", 5*3600)) },
+		func(l *line) { l.at = l.at.In(time.FixedZone("", 4*3600)) },
+		func(l *line) { l.lsid = []byte("fifteen bytes!!") },
+		func(l *line) { l.lsid = nil },
+	}
+	st := &connState{}
+	write := func(l line, withState bool) string {
+		t.Helper()
+		req := &proxy.Request{Client: l.client, Command: &wire.Command{Name: l.command}}
+		v := &verdict{}
+		v.LSID = l.lsid
+		w := &policy.Write{NS: namespace.Of(l.ns)}
+		r := &policy.Rule{Match: "db.*", Mode: l.mode}
+		var x *enforce.Violation
+		decision := enforce.DecisionAllow
+		if l.refused {
+			x, decision = &enforce.Violation{Rule: *r, Write: *w, Reason: enforce.ReasonNotLocked, Detail: "no"}, enforce.DecisionReject
+		}
+		var s *connState
+		if withState {
+			s = st
+		}
+		out.Reset()
+		l.g.appendLine(s, req, l.pol, v, w, r, x, decision, 1500*time.Nanosecond, l.at)
+		return out.String()
+	}
+	step := 0
+	for i, change := range other {
+		for _, back := range []bool{false, true} {
+			l := base
+			l.at = l.at.Add(time.Duration(step) * time.Microsecond) // the same second
+			step++
+			if !back {
+				change(&l)
+			}
+			got, want := write(l, true), write(l, false)
+			if got != want || want == "" {
+				t.Fatalf("change %d (back %v):\n got %s\nwant %s", i, back, got, want)
+			}
+		}
+	}
+	if !st.allow.keyed {
+		t.Fatal("the memo was never keyed: the test tested no memo")
+	}
+}
+
+// setIdentity sets what a client's handshake and authentication told
+// (proxy.ClientInfo's app name and user), which only the proxy sets, in
+// place: the test fails if their layout is no longer the one written to.
+func setIdentity(t *testing.T, c *proxy.ClientInfo, app, user string) {
+	t.Helper()
+	type identity struct{ appName, driver, user string }
+	f := reflect.ValueOf(c).Elem().FieldByName("id")
+	if !f.IsValid() || f.Type().Size() != unsafe.Sizeof(atomic.Pointer[identity]{}) || f.Type().Name() != "Pointer[github.com/lockgate/lockgate/proxy.clientID]" {
+		t.Fatalf("proxy.ClientInfo's identity is not an atomic pointer to clientID: %v", f)
+	}
+	id := f.Type().Field(0).Type.Elem().Elem() // the pointer's _ [0]*clientID
+	want := []string{"appName", "driver", "user"}
+	if id.Size() != unsafe.Sizeof(identity{}) || id.NumField() != len(want) {
+		t.Fatalf("proxy.clientID is not %v: %v", want, id)
+	}
+	for i, name := range want {
+		if id.Field(i).Name != name || id.Field(i).Type.Kind() != reflect.String {
+			t.Fatalf("proxy.clientID is not %v: %v", want, id)
+		}
+	}
+	(*atomic.Pointer[identity])(unsafe.Pointer(f.UnsafeAddr())).Store(&identity{appName: app, user: user})
+	if c.AppName() != app || c.User() != user {
+		t.Fatalf("set %q %q, the client says %q %q", app, user, c.AppName(), c.User())
+	}
+}
