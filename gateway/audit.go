@@ -57,8 +57,11 @@ func (a *assembly) openAudit() error {
 		// checkpoint) are written after the upstream's client is closed,
 		// and a separate deployment has credentials of its own.
 		uri := auditURI(a.cfg)
-		a.auditClient, err = mongo.Connect(a.ctx, options.Client().ApplyURI(uri).SetAppName("lockgate-audit").
-			SetMaxPoolSize(4).SetServerSelectionTimeout(lockstore.DefaultOpTimeout))
+		co := options.Client().ApplyURI(uri).SetAppName("lockgate-audit").SetMaxPoolSize(4)
+		if co.ServerSelectionTimeout == nil { // the URI's is the operator's
+			co.SetServerSelectionTimeout(lockstore.DefaultOpTimeout)
+		}
+		a.auditClient, err = mongo.Connect(a.ctx, co)
 		if err != nil {
 			return fmt.Errorf("audit.collection.uri: %w", err)
 		}

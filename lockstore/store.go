@@ -241,10 +241,14 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 	s.sweeper = newSessionSweeper()
 	s.heldNS.trust = cfg.CacheTrust
 
-	copts := options.Client().ApplyURI(cfg.URI).
-		SetAppName(cfg.AppName).
-		SetServerSelectionTimeout(cfg.OpTimeout).
-		SetConnectTimeout(cfg.OpTimeout)
+	copts := options.Client().ApplyURI(cfg.URI).SetAppName(cfg.AppName)
+	// Timeouts the URI names are the operator's; otherwise a round trip's.
+	if copts.ServerSelectionTimeout == nil {
+		copts.SetServerSelectionTimeout(cfg.OpTimeout)
+	}
+	if copts.ConnectTimeout == nil {
+		copts.SetConnectTimeout(cfg.OpTimeout)
+	}
 	if cfg.MaxPoolSize > 0 {
 		copts.SetMaxPoolSize(cfg.MaxPoolSize)
 	}

@@ -37,7 +37,8 @@ type Options struct {
 	// keeps it at 2, for monitoring alone. Raise it when the client also
 	// serves other work (the gateway's resolver and lock store).
 	MaxPoolSize uint64
-	// ServerSelectionTimeout bounds the wait for a suitable server in the
+	// ServerSelectionTimeout, unless the URI sets serverSelectionTimeoutMS,
+	// bounds the wait for a suitable server in the
 	// client's operations; 0 keeps the driver's default or the URI's.
 	ServerSelectionTimeout time.Duration
 	// AppName is the client's application name unless the URI names one.
@@ -112,7 +113,9 @@ func New(ctx context.Context, opts Options) (*Upstream, error) {
 		pool = 2
 	}
 	co.SetMaxPoolSize(pool).SetMinPoolSize(0)
-	if opts.ServerSelectionTimeout > 0 {
+	// The URI's serverSelectionTimeoutMS, when it names one, is the
+	// operator's: it wins over the default the caller passes.
+	if opts.ServerSelectionTimeout > 0 && co.ServerSelectionTimeout == nil {
 		co.SetServerSelectionTimeout(opts.ServerSelectionTimeout)
 	}
 	if opts.AppName != "" && co.AppName == nil {

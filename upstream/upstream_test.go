@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/mongo/address"
 	"go.mongodb.org/mongo-driver/mongo/description"
+	drivertopology "go.mongodb.org/mongo-driver/x/mongo/driver/topology"
 	"go.uber.org/zap"
 )
 
@@ -216,5 +218,36 @@ func TestDialWithoutPrimaryTimesOut(t *testing.T) {
 	u.dialTimeout = 30 * time.Millisecond
 	if _, err := u.Dial(context.Background()); err == nil {
 		t.Fatal("Dial succeeded with no server known")
+	}
+}
+
+// TestURISelectionTimeoutWins: the operator's serverSelectionTimeoutMS in
+// the URI bounds server selection, not the default the gateway passes
+// (5 s, lockstore.DefaultOpTimeout), which applies only when the URI
+// names none. Against an address nothing answers on, a ping whose
+// context outlives the selection timeout fails with the driver's own
+// selection timeout; one whose context ends first fails with the
+// context's deadline instead.
+func TestURISelectionTimeoutWins(t *testing.T) {
+	for _, tc := range []struct {
+		name, uri string
+		option    time.Duration
+	}{
+		{"the URI's", "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=150&connectTimeoutMS=100", time.Hour},
+		{"the default, when the URI names none", "mongodb://127.0.0.1:1/?connectTimeoutMS=100", 150 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := New(context.Background(), Options{URI: tc.uri, Logger: zap.NewNop(), ServerSelectionTimeout: tc.option})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer u.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err = u.Ping(ctx)
+			if !errors.Is(err, drivertopology.ErrServerSelectionTimeout) {
+				t.Fatalf("ping of an absent server: %v; want the driver's server selection timeout (150 ms), not the context's", err)
+			}
+		})
 	}
 }

@@ -156,9 +156,9 @@ func TestPrecedence(t *testing.T) {
 // applies a changed policy, an edit of the file is picked up without a
 // signal, and an invalid file is refused while the gateway keeps running.
 func TestReloadAppliesPolicyAndRefusesInvalid(t *testing.T) {
-	// Beside the other run-loop tests: most of its time is the gateway
-	// waiting out its 5 s server selection against the absent upstream
-	// (the lock store at start, the policy check), not CPU.
+	// Beside the other run-loop tests: they wait on server selection
+	// against the absent upstream (the lock store at start, the policy
+	// check), bounded by the URI's serverSelectionTimeoutMS.
 	t.Parallel()
 	base := "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshutdownTimeout: 2s\n" +
 		"upstream:\n  uri: mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200\n  dialTimeout: 200ms\n"
@@ -196,9 +196,9 @@ func TestReloadAppliesPolicyAndRefusesInvalid(t *testing.T) {
 // upstream that is not there (the gateway starts anyway and reports not
 // ready), then stops it as SIGTERM would.
 func TestRunServesUntilCancelled(t *testing.T) {
-	// Beside the other run-loop tests: most of its time is the gateway
-	// waiting out its 5 s server selection against the absent upstream
-	// (the lock store at start, the policy check), not CPU.
+	// Beside the other run-loop tests: they wait on server selection
+	// against the absent upstream (the lock store at start, the policy
+	// check), bounded by the URI's serverSelectionTimeoutMS.
 	t.Parallel()
 	file := writeFile(t, "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshutdownTimeout: 2s\n"+
 		"upstream:\n  uri: mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200\n  dialTimeout: 200ms\n")

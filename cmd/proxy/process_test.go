@@ -117,9 +117,9 @@ func TestCheckMode(t *testing.T) {
 // test's: the checks run inside the drain however slow the machine, and
 // the shutdown provably waits for the timer, not for the test's pace.
 func TestDrainDelayAndVersionMetric(t *testing.T) {
-	// Beside the other run-loop tests: most of its time is the gateway
-	// waiting out its 5 s server selection against the absent upstream
-	// (the lock store at start, the policy check), not CPU.
+	// Beside the other run-loop tests: they wait on server selection
+	// against the absent upstream (the lock store at start, the policy
+	// check), bounded by the URI's serverSelectionTimeoutMS.
 	t.Parallel()
 	const delay = 1500 * time.Millisecond
 	file := writeFile(t, "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshutdownTimeout: 2s\nshutdownDrainDelay: 1500ms\n"+
