@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/mongo"
-	"go.mongodb.org/mongo-driver/x/mongo/driver/connstring"
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/admin"
@@ -115,15 +114,14 @@ func (a *assembly) listen() (err error) {
 // openUpstream starts monitoring the deployment. Its client is the
 // proxy's one client of that deployment, so its pool is sized for the
 // resolver and the lock store too, and its server selection fails as fast
-// as a lock store round trip may take — unless the operator's URI sets
-// serverSelectionTimeoutMS, which they expect honoured.
+// as a lock store round trip may take.
 func (a *assembly) openUpstream() (err error) {
 	a.up, err = upstream.New(a.ctx, upstream.Options{
 		URI:                    a.cfg.Upstream.URI,
 		DialTimeout:            a.cfg.Upstream.DialTimeout.D(),
 		Logger:                 a.log,
 		MaxPoolSize:            sharedPoolSize,
-		ServerSelectionTimeout: selectionTimeout(a.cfg.Upstream.URI),
+		ServerSelectionTimeout: lockstore.DefaultOpTimeout,
 		AppName:                "lockgate",
 	})
 	if err != nil {
@@ -131,17 +129,6 @@ func (a *assembly) openUpstream() (err error) {
 	}
 	a.cleanup = append(a.cleanup, a.up.Close)
 	return nil
-}
-
-// selectionTimeout is the URI's serverSelectionTimeoutMS when it sets one,
-// otherwise lockstore.DefaultOpTimeout. A URI that does not parse keeps the
-// default: upstream.New reports the parse error itself.
-func selectionTimeout(uri string) time.Duration {
-	cs, err := connstring.Parse(uri)
-	if err != nil || !cs.ServerSelectionTimeoutSet {
-		return lockstore.DefaultOpTimeout
-	}
-	return cs.ServerSelectionTimeout
 }
 
 // readSecrets compiles the policy and reads the operator token and the
