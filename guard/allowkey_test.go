@@ -119,7 +119,7 @@ func TestAllowedLineAgainIsFreshLine(t *testing.T) {
 			}
 		}
 	}
-	if !st.allow.keyed {
+	if !st.memo().allow.keyed {
 		t.Fatal("the memo was never keyed: the test tested no memo")
 	}
 }
@@ -147,5 +147,49 @@ func setIdentity(t *testing.T, c *proxy.ClientInfo, app, user string) {
 	(*atomic.Pointer[identity])(unsafe.Pointer(f.UnsafeAddr())).Store(&identity{appName: app, user: user})
 	if c.AppName() != app || c.User() != user {
 		t.Fatalf("set %q %q, the client says %q %q", app, user, c.AppName(), c.User())
+	}
+}
+
+// TestAllowedLineOfSharedSessionMemo: a session's memos, and with them its
+// latest allowed line's text (memos.allow), go with its writes from one
+// connection to another (a driver's pool), while the time's text is each
+// connection's own (tsCache). Two connections of the same client, one in
+// another zone, take turns writing allowed lines of one session: each
+// line is the line made without any memo. A memo that did not tell the
+// connections apart would give one connection's zone on the other's line.
+func TestAllowedLineOfSharedSessionMemo(t *testing.T) {
+	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "db.*", Mode: config.ModeEnforce}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	g := New(Options{Store: memstore.New(memstore.Config{}), Logger: zap.NewNop(), DecisionSink: &LineSink{Out: zapcore.AddSync(&out)}})
+	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
+	setIdentity(t, client, "app-1", "u1@admin")
+	shared := &sessionMemo{}
+	conns := []*connState{{sess: shared}, {sess: shared}}
+	at := time.Date(2026, 11, 28, 5, 0, 0, 123456789, time.UTC)
+	zones := []*time.Location{time.UTC, time.FixedZone("", 5*3600)}
+	write := func(st *connState, now time.Time) string {
+		t.Helper()
+		req := &proxy.Request{Client: client, Command: &wire.Command{Name: "update"}}
+		v := &verdict{}
+		v.LSID = bytes.Repeat([]byte{1}, 16)
+		w := &policy.Write{NS: namespace.Of("db.a")}
+		r := &policy.Rule{Match: "db.*", Mode: policy.Enforce}
+		out.Reset()
+		g.appendLine(st, req, pol, v, w, r, nil, enforce.DecisionAllow, 1500*time.Nanosecond, now)
+		return out.String()
+	}
+	for i := range 6 {
+		c := i % 2
+		now := at.Add(time.Duration(i) * time.Microsecond).In(zones[c])
+		got, want := write(conns[c], now), write(nil, now)
+		if got != want || want == "" {
+			t.Fatalf("write %d on connection %d:\n got %s\nwant %s", i, c, got, want)
+		}
+	}
+	if !shared.allow.keyed {
+		t.Fatal("the session's memo was never keyed: the test tested no memo")
 	}
 }

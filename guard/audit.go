@@ -228,13 +228,14 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 		if keyed {
 			key = allowKey{client: req.Client.Addr, app: req.Client.AppName(), user: req.Client.User(), lsid: [16]byte(lsid),
 				ns: w.NS.String(), command: command, mode: string(r.Mode)}
-			b, started = st.allow.again(g.lines, st.line, now, &st.ts, pol, &key)
+			b, started = st.memo().allow.again(g.lines, st.line, now, &st.ts, pol, &key)
 		}
 		if !started {
 			head, tail := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
 			if decision == enforce.DecisionAllow {
-				b, started = st.allow.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol))
-				st.allow.remember(&key, started && keyed)
+				al := &st.memo().allow
+				b, started = al.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol))
+				al.remember(&key, started && keyed)
 			}
 			if !started {
 				b = append(append(g.lines.start(st.line, now, &st.ts), head...), tail...)

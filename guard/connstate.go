@@ -63,10 +63,10 @@ type connState struct {
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).
 	line, idScratch []byte
-	// ts is the text of the second of the connection's latest line,
-	// allow what its allowed writes' lines hold around the head.
-	ts    tsCache
-	allow allowLine
+	// ts is the text of the second of the connection's latest line
+	// (the text around an allowed line's head is the writer's memos',
+	// memos.allow).
+	ts tsCache
 	// version is the decision line's policyVersion field of the policy
 	// versionOf (versionField).
 	versionOf *policy.Policy

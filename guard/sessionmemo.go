@@ -37,6 +37,11 @@ type memos struct {
 	// (lineTail), for the few (namespace, command, mode) written lately.
 	tails    [4]lineTail
 	nextTail int
+	// allow is the latest allowed line's text of these memos' writer
+	// (allowLine): kept with the session, as its tails are, so that a
+	// connection carrying many sessions' writes in turn (a driver's
+	// pool) finds each session's text again rather than making it anew.
+	allow allowLine
 }
 
 // lineTail is one decision line's fields from user to mode, each with
