@@ -507,8 +507,13 @@ func TestSoak500Connections(t *testing.T) {
 	}
 
 	var lockedTotal int64
-	var retained [2]memSample
-	for round := 0; round < 2; round++ {
+	var retained []memSample
+	// limit is how much more live heap a later round may leave than the
+	// first: a leak of even 2 KiB per connection served would add 1 MB
+	// per round of 500, while pools and caches are warm after the first.
+	limit := float64(conns)*2048 + 2<<20
+	rounds := 2
+	for round := 0; round < rounds; round++ {
 		if round > 0 {
 			pconns = openIdle(t, g.Addr, conns)
 		}
@@ -541,7 +546,7 @@ func TestSoak500Connections(t *testing.T) {
 			return ours <= baseOurs+goroutineSlack
 		})
 		debug.FreeOSMemory()
-		retained[round] = sampleMem()
+		retained = append(retained, sampleMem())
 		a := retained[round]
 		if dir := os.Getenv("LOCKGATE_SOAK_HEAPPROFILE_DIR"); dir != "" {
 			writeHeapProfile(t, fmt.Sprintf("%s/soak_heap_round%d.pb.gz", dir, round+1))
@@ -551,21 +556,36 @@ func TestSoak500Connections(t *testing.T) {
 		if !back {
 			t.Errorf("round %d: goroutines did not return to the baseline: %d, baseline %d; live goroutines by creator:\n%s", round+1, ours, baseOurs, goroutineSummary())
 		}
+		if round == 1 && float64(a.live)-float64(retained[0].live) > limit {
+			// One sample over the limit is not yet a leak: on a loaded
+			// machine a sample can catch megabytes that are only passing
+			// through (a CI run once saw 3.8 MiB after round 2 that no
+			// run here repeats). What a leak keeps, every round keeps
+			// again, so a third round must confirm it.
+			t.Logf("round 2 left %.1f MiB more live heap than round 1: a third round confirms or refutes a leak",
+				(float64(a.live)-float64(retained[0].live))/(1<<20))
+			rounds = 3
+		}
 	}
 	if got := sumCounters(t, ctx, dcoll); got != lockedTotal {
 		t.Errorf("enforced counters sum to %d, want exactly the %d acknowledged locked writes", got, lockedTotal)
 	}
-	// A leak of even 2 KiB per connection served would add 1 MB per round
-	// of 500; pools and caches are warm after the first round. Live heap
-	// (what the last GC marked) is compared, not HeapInuse, whose span
-	// fragmentation varies by megabytes from run to run. (This check found
-	// the test's own log observer holding every audit line; the gateway
-	// here records no log lines for that reason.)
+	// Live heap (what the last GC marked) is compared, not HeapInuse,
+	// whose span fragmentation varies by megabytes from run to run. (This
+	// check found the test's own log observer holding every audit line;
+	// the gateway here records no log lines for that reason.) A leak grows
+	// with every round, so the least any later round left is judged: a
+	// third round runs only when the second was over the limit.
 	grown := float64(retained[1].live) - float64(retained[0].live)
 	t.Logf("live heap after round 1 %.1f MiB, after round 2 %.1f MiB (cold baseline %.1f): round 2 retained %.2f MiB more (%.2f KiB per connection served); HeapInuse+StackInuse %.1f -> %.1f MiB",
 		mib(retained[0].live), mib(retained[1].live), mib(base2.live), grown/(1<<20), grown/float64(conns)/1024, mib(retained[0].heapStack), mib(retained[1].heapStack))
-	if grown > float64(conns)*2048+2<<20 {
-		t.Errorf("the second round left %.1f MiB more than the first: memory grows with connections served", grown/(1<<20))
+	if len(retained) > 2 {
+		third := float64(retained[2].live) - float64(retained[0].live)
+		t.Logf("live heap after round 3 %.1f MiB: %.2f MiB more than after round 1", mib(retained[2].live), third/(1<<20))
+		grown = min(grown, third)
+	}
+	if grown > limit {
+		t.Errorf("every round after the first left at least %.1f MiB more than the first: memory grows with connections served", grown/(1<<20))
 	}
 }
 
