@@ -219,8 +219,8 @@ run_vet || fail "go vet reported the findings above"
 # sets LOCKGATE_TEST_RACE_COVERED, and their TestMain
 # (testkit.OnlyRaceScaled) then runs the tests declared in a race-tagged
 # file or reaching raceEnabled through any helper; the rest, run
-# unchanged by the detector, cost the plain run 32 s of CPU for nothing
-# (docs/TESTING.md, twelfth round).
+# unchanged by the detector, cost the plain run 26 to 32 s of CPU for
+# nothing (docs/TESTING.md, twelfth round).
 # client/lockgate comes last: it ran in a go test -race of its own after
 # the others, whose last package had run alone with a slot idle.
 RACE_PKGS="./lockstore ./guard/... ./tests ./proxy ./upstream ./gateway ./audittrail ./tests/enforcement ./client/lockgate"
