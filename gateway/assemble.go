@@ -40,6 +40,10 @@ type assembly struct {
 	log     *zap.Logger
 	cleanup []func() error
 
+	// callerMetrics are Start's caller's series, registered with the
+	// gateway's own.
+	callerMetrics []prometheus.Collector
+
 	tls          *tls.Config
 	reg          *prometheus.Registry
 	proxyMetrics *proxy.Metrics
@@ -81,13 +85,13 @@ func (a *assembly) serverTLS() (err error) {
 func (a *assembly) registerMetrics() error {
 	a.reg = prometheus.NewRegistry()
 	a.proxyMetrics = proxy.NewMetrics()
-	return a.register(
+	return a.register(append([]prometheus.Collector{
 		collectors.NewGoCollector(),
 		// go_build_info: which build is running, for rollouts.
 		collectors.NewBuildInfoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		a.proxyMetrics,
-	)
+	}, a.callerMetrics...)...)
 }
 
 func (a *assembly) register(cs ...prometheus.Collector) error {

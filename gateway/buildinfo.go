@@ -9,9 +9,9 @@ import (
 )
 
 // BuildInfo is lockgate_build_info{version, goversion} = 1: which release
-// runs where, for dashboards and rollouts. The binary registers it on
-// Registry with its own version string (set at link time), which the
-// gateway cannot know.
+// runs where, for dashboards and rollouts. The binary passes it to Start
+// with its own version string (set at link time), which the gateway
+// cannot know.
 func BuildInfo(version string) prometheus.Collector {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "lockgate_build_info",

@@ -68,7 +68,12 @@ type Gateway struct {
 // upstream's) share the upstream monitor's driver client: one monitor and
 // one pool per deployment. A lock store on another deployment has a
 // client of its own.
-func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gateway, err error) {
+//
+// metrics are the caller's own series (the binary's lockgate_build_info),
+// registered with the gateway's before either listener accepts, so that
+// the first scrape already has them: registered after Start, they were
+// missing from a scrape that came between.
+func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger, metrics ...prometheus.Collector) (_ *Gateway, err error) {
 	if cfg == nil {
 		return nil, errors.New("gateway: nil config")
 	}
@@ -78,7 +83,7 @@ func Start(ctx context.Context, cfg *config.Config, logger *zap.Logger) (_ *Gate
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	a := &assembly{ctx: ctx, cfg: cfg, log: logger}
+	a := &assembly{ctx: ctx, cfg: cfg, log: logger, callerMetrics: metrics}
 	defer func() {
 		if err != nil {
 			a.undo()

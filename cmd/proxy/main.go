@@ -163,13 +163,10 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	// drain, can be bounded here without racing the gateway's shutdown.
 	gwCtx, stopGateway := context.WithCancel(context.Background())
 	defer stopGateway()
-	gw, err := gateway.Start(gwCtx, cfg, logger)
+	gw, err := gateway.Start(gwCtx, cfg, logger, gateway.BuildInfo(versionString()))
 	if err != nil {
 		logger.Error("start failed", zap.Error(err))
 		return exitFailure
-	}
-	if err := gw.Registry().Register(gateway.BuildInfo(versionString())); err != nil {
-		logger.Error("registering lockgate_build_info", zap.Error(err))
 	}
 
 	changed := make(chan struct{}, 1)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,7 +114,10 @@ func TestCheckMode(t *testing.T) {
 
 // After SIGTERM with shutdownDrainDelay, /readyz reports draining while
 // the proxy still accepts clients, and the shutdown starts only when the
-// delay's timer fires. /metrics carries the version. The timer is the
+// delay's timer fires. /metrics carries the version from the first
+// scrape on: the test scrapes while "lockgate started" is being written,
+// before the run loop goes on (a CI run once scraped between the start
+// and a later registration of lockgate_build_info). The timer is the
 // test's: the checks run inside the drain however slow the machine, and
 // the shutdown provably waits for the timer, not for the test's pace.
 func TestDrainDelayAndVersionMetric(t *testing.T) {
@@ -126,19 +130,24 @@ func TestDrainDelayAndVersionMetric(t *testing.T) {
 		"upstream:\n  uri: mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200\n  dialTimeout: 200ms\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout syncBuffer
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	addrs := regexp.MustCompile(`"listen":"([^"]+)","admin":"([^"]+)"`)
+	stderr := &scrapeAtStart{client: client, addrs: addrs, done: make(chan struct{})}
 	done := make(chan int, 1)
 	asked := make(chan time.Duration, 1)
 	fire := make(chan time.Time)
 	drainTimer := func(d time.Duration) <-chan time.Time { asked <- d; return fire }
-	go func() { done <- runWith(ctx, []string{"-config", file}, env(nil), &stdout, &stderr, nil, drainTimer) }()
+	go func() { done <- runWith(ctx, []string{"-config", file}, env(nil), &stdout, stderr, nil, drainTimer) }()
 	testkit.Eventually(t, 10*time.Second, "the log line lockgate started", func() bool { return strings.Contains(stderr.String(), "lockgate started") })
-	m := regexp.MustCompile(`"listen":"([^"]+)","admin":"([^"]+)"`).FindStringSubmatch(stderr.String())
+	m := addrs.FindStringSubmatch(stderr.String())
 	if m == nil {
 		t.Fatalf("no addresses in the start line:\n%s", stderr.String())
 	}
 	listen, adminAddr := m[1], m[2]
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	if first := stderr.firstScrape(t); !strings.Contains(first, fmt.Sprintf(`version=%q} 1`, versionString())) || !strings.Contains(first, "lockgate_build_info{") {
+		t.Errorf("the scrape made as lockgate started has no lockgate_build_info with version %q:\n%s", versionString(), first)
+	}
 	get := func(path string) (int, string) {
 		resp, err := client.Get("http://" + adminAddr + path)
 		if err != nil {
@@ -229,5 +238,53 @@ func TestCheckShowsPolicyWarnings(t *testing.T) {
 	}
 	if code, _, errOut := runOnce(t, []string{"-config", file, "-strict"}, env(nil)); code != exitUsage || !strings.Contains(errOut, "-strict applies to -check only") {
 		t.Errorf("-strict alone: exit %d %s", code, errOut)
+	}
+}
+
+// scrapeAtStart is a log output that, when the line "lockgate started"
+// is written, scrapes /metrics at the line's admin address before the
+// write returns: the run loop waits on it, so the scrape sees what was
+// registered by the time lockgate said it started, however fast a later
+// step would have been.
+type scrapeAtStart struct {
+	syncBuffer
+	client  *http.Client
+	addrs   *regexp.Regexp
+	scraped sync.Once
+	done    chan struct{} // closed once body is set
+	body    string
+}
+
+func (s *scrapeAtStart) Write(p []byte) (int, error) {
+	n, err := s.syncBuffer.Write(p)
+	if bytes.Contains(p, []byte("lockgate started")) {
+		s.scraped.Do(func() {
+			defer close(s.done)
+			m := s.addrs.FindSubmatch(p)
+			if m == nil {
+				s.body = "no admin address in the start line"
+				return
+			}
+			resp, err := s.client.Get("http://" + string(m[2]) + "/metrics")
+			if err != nil {
+				s.body = err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			s.body = string(b)
+		})
+	}
+	return n, err
+}
+
+// firstScrape is the scrape made as lockgate started.
+func (s *scrapeAtStart) firstScrape(t *testing.T) string {
+	select {
+	case <-s.done:
+		return s.body
+	case <-time.After(20 * time.Second):
+		t.Fatal("no scrape was made as lockgate started")
+		return ""
 	}
 }
