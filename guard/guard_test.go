@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 		holderProcess(uri, os.Getenv("LOCKGATE_HOLDER_COLL"))
 		return
 	}
+	if err := testkit.OnlyRaceScaled(raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	os.Exit(testkit.RunMain(m, func() (func() error, error) {
 		srv, err := embedded.Start(embedded.Options{})
 		if err != nil {

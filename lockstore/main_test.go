@@ -33,6 +33,10 @@ const parallelTests = 4
 func TestMain(m *testing.M) {
 	flag.Parse()
 	testkit.DefaultParallel(parallelTests)
+	if err := testkit.OnlyRaceScaled(raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	os.Exit(testkit.RunMain(m, func() (func() error, error) {
 		// SQLite on tmpfs when there is one: the tests measure the lock
 		// store, not fsync.

@@ -5,8 +5,8 @@
 # (pymongo from Debian's packages, the Node.js driver and mongosh from npm),
 # then runs: gofmt, the module downloads, go vet (in CI also once from
 # empty Go caches), then beside each other go test ./... and, one after
-# the other, the race detector on the packages with concurrency, the Go
-# client helper's race test and a fuzz smoke run of every fuzz target,
+# the other, the race detector on the packages with concurrency (the Go
+# client helper among them) and a fuzz smoke run of every fuzz target,
 # then alone a short hostile-client load test and a smoke run of the
 # enforced-write and audit benchmarks, the packaging and monitoring
 # checks. Every failure ends with a "==== FAILED: <step>" line that names
@@ -206,14 +206,24 @@ fi
 section "go vet ./..."
 run_vet || fail "go vet reported the findings above"
 
-# The packages the race detector runs (step "go test -race" below, and
-# client/lockgate in "client helpers"). Those of RACE_ONLY run the same
+# The packages the race detector runs (step "go test -race" below), among
+# them the Go client helper, which renews from its own goroutine while
+# the caller writes in the same session: the detector checks that they
+# never share the driver's Session value. Those of RACE_ONLY run the same
 # tests with and without the detector, so they run under it only: running
 # them in "go test ./..." too tested nothing more and cost about a minute
 # (docs/TESTING.md). A package that scales its tests down under the
 # detector (raceEnabled, a race build tag) must also run without it, which
-# step_plain enforces.
-RACE_PKGS="./lockstore ./guard/... ./tests ./proxy ./upstream ./gateway ./audittrail ./tests/enforcement"
+# step_plain enforces. The others, lockstore and guard, run in both, but
+# without the detector only their tests that differ under it: step_plain
+# sets LOCKGATE_TEST_RACE_COVERED, and their TestMain
+# (testkit.OnlyRaceScaled) then runs the tests declared in a race-tagged
+# file or reaching raceEnabled through any helper; the rest, run
+# unchanged by the detector, cost the plain run 26 to 32 s of CPU for
+# nothing (docs/TESTING.md, twelfth round).
+# client/lockgate comes last: it ran in a go test -race of its own after
+# the others, whose last package had run alone with a slot idle.
+RACE_PKGS="./lockstore ./guard/... ./tests ./proxy ./upstream ./gateway ./audittrail ./tests/enforcement ./client/lockgate"
 RACE_ONLY="proxy upstream gateway audittrail tests tests/enforcement client/lockgate"
 # A package's time-out in go test ./...: under load, with its leases
 # scaled (docs/TESTING.md), tests/schemes took 555 s of go's default of
@@ -231,8 +241,8 @@ PLAIN_TIMEOUT="${PLAIN_TIMEOUT:-20m}"
 # once, docs/TESTING.md).
 PLAIN_FIRST="tests/schemes tests/schemes/libs tests/reliability"
 
-# go test ./... runs beside one stream of the race step, the client
-# helper's race test and the fuzz smoke (beside), go's default packages at
+# go test ./... runs beside one stream of the race step and the fuzz
+# smoke (beside), go's default packages at
 # a time each. Most of go test ./...'s time is its three longest packages
 # waiting (leases running out, child processes), which leaves CPU to the
 # other stream. Two schedules of this kind were tried before and not kept
@@ -256,7 +266,7 @@ step_plain() {
 	first=$(for pkg in $PLAIN_FIRST; do echo "$module/$pkg"; done)
 	plain=$(go list ./... | grep -vxF -f <(for pkg in $RACE_ONLY; do echo "$module/$pkg"; done) | grep -vxF -f <(echo "$first"))
 	# shellcheck disable=SC2086 # one argument per package
-	go test -count=1 -timeout "$PLAIN_TIMEOUT" $first $plain
+	LOCKGATE_TEST_RACE_COVERED=1 go test -count=1 -timeout "$PLAIN_TIMEOUT" $first $plain
 }
 
 # The integration suites run here too: the proxy under the race detector
@@ -301,26 +311,15 @@ step_fuzz() {
 	echo "fuzzed $fuzzed targets"
 }
 
-# The Go helper renews from its own goroutine while the caller writes in
-# the same session; the race detector checks that they never share the
-# driver's Session value.
-step_client_race() {
-	LOCKGATE_TEST_FERRETDB=$FERRETDB_BIN go test -count=1 -race ./client/lockgate
-}
-
-# The race step, the client helper's race test and the fuzz smoke, one
-# after the other: one stream beside go test ./..., so that at most two
+# The race step and the fuzz smoke, one after the other: one stream
+# beside go test ./..., so that at most two
 # packages run under the detector at a time and the fuzzer's two workers,
 # which use all the CPU they get, do not start beside the race step and
 # the sub-second leases of tests/reliability's first tests.
-step_race_client_fuzz() {
+step_race_fuzz() {
 	local start=$SECONDS
 	step_race
 	printf '==== ok: go test -race (packages with concurrency) (%ds)\n\n' "$((SECONDS - start))"
-	start=$SECONDS
-	echo "==== client helpers: go test -race ./client/lockgate"
-	step_client_race
-	printf '==== ok: client helpers: go test -race ./client/lockgate (%ds)\n\n' "$((SECONDS - start))"
 	start=$SECONDS
 	echo "==== fuzz smoke ($FUZZ_EXECS executions per target)"
 	step_fuzz
@@ -341,7 +340,7 @@ go build -o "$FERRETDB_BIN" ./testserver/ferretdb
 
 beside \
 	"go test ./... (but the race-only packages: $RACE_ONLY)" step_plain \
-	"go test -race (packages with concurrency), then go test -race ./client/lockgate, then the fuzz smoke" step_race_client_fuzz
+	"go test -race (packages with concurrency), then the fuzz smoke" step_race_fuzz
 
 section "hostile load test (short form)"
 # Well-behaved lock-write-release clients alone, then beside 1000 idle

@@ -12,7 +12,20 @@ import (
 	"time"
 )
 
-func TestMain(m *testing.M) { os.Exit(RunMain(m, nil)) }
+// limitEnv makes this binary's TestMain call OnlyRaceScaled, as
+// lockstore's and guard's do, for TestOnlyRaceScaledLimitsTheRun's child
+// runs.
+const limitEnv = "LOCKGATE_TESTKIT_LIMIT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(limitEnv) == "1" {
+		if err := OnlyRaceScaled(false); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	os.Exit(RunMain(m, nil))
+}
 
 // recorder is a testing.TB that records how a helper ended the test
 // instead of ending the real one.
