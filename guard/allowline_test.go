@@ -2,8 +2,11 @@ package guard
 
 import (
 	"bytes"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -154,6 +157,48 @@ func TestAllowedLineMemoKnowsItsTimeCache(t *testing.T) {
 		line, ok := memo.startAllowed(w, nil, c.at, c.ts, head, tail, pol, version)
 		if !ok || !bytes.Contains(line, []byte(c.zone)) {
 			t.Errorf("%v: %s, want its zone %s", c.at, line, c.zone)
+		}
+	}
+}
+
+// TestAllowKeySame: the memo of the latest allowed line's text is used
+// again only for a key equal in every field (allowKey.same, which skips
+// the byte comparison of strings at one address). A key that differs in
+// any one field, by a string of the same length at another address or by
+// the session id, is another line; the same bytes at another address are
+// the same line. Every field is taken from the type, so a field added
+// to allowKey and left out of same fails here.
+func TestAllowKeySame(t *testing.T) {
+	base := allowKey{client: "127.0.0.1:5000", app: "app", user: "user", lsid: [16]byte{1},
+		ns: "db.locked", command: "update", mode: "enforce"}
+	fields := reflect.TypeOf(base)
+	for i := range fields.NumField() {
+		name := fields.Field(i).Name
+		other, copied := base, base
+		f, c := reflect.ValueOf(&other).Elem().Field(i), reflect.ValueOf(&copied).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			s := settable(f).String()
+			// Same length, other bytes, another address.
+			settable(f).SetString(strings.Repeat("z", len(s)))
+			// The same bytes, another address.
+			settable(c).SetString(string([]byte(s)))
+			if unsafe.StringData(settable(c).String()) == unsafe.StringData(s) {
+				t.Fatalf("%s: the copy shares the bytes", name)
+			}
+		case reflect.Array:
+			settable(f).Index(0).SetUint(2)
+		default:
+			t.Fatalf("allowKey.%s: a %s; teach the test", name, f.Kind())
+		}
+		if base.same(&other) || other.same(&base) {
+			t.Errorf("keys that differ in %s are the same", name)
+		}
+		if !base.same(&copied) || !copied.same(&base) {
+			t.Errorf("keys equal but for the address of %s differ", name)
+		}
+		if base.same(&other) != (base == other) || base.same(&copied) != (base == copied) {
+			t.Errorf("%s: same disagrees with ==", name)
 		}
 	}
 }

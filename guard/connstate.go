@@ -119,7 +119,7 @@ func newVerdict(req *proxy.Request, start time.Time) *verdict {
 // putVerdict takes back the verdict of a flight that landed, once
 // nothing else points into it, cleared: it keeps no request alive.
 func (st *connState) putVerdict(v *verdict) {
-	*v = verdict{}
+	v.reset()
 	if !st.mu.TryLock() {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"go.mongodb.org/mongo-driver/bson"
 	"go.uber.org/zap/zapcore"
@@ -162,6 +163,30 @@ type allowKey struct {
 	ns, command, mode string
 }
 
+// same reports whether k and o are equal (k == o). Their strings are
+// the same bytes as a rule (the connection's client, app and user, the
+// interned namespace and command, the rule's mode), which the first
+// test tells by their addresses and lengths alone; only keys that differ
+// there are compared by ==, which calls the runtime's memequal for each
+// of the six strings (about 130 instructions a line, where the first
+// test takes about 40).
+func (k *allowKey) same(o *allowKey) bool {
+	if k.lsid != o.lsid {
+		return false
+	}
+	if sameBytes(k.client, o.client) && sameBytes(k.app, o.app) && sameBytes(k.user, o.user) &&
+		sameBytes(k.ns, o.ns) && sameBytes(k.command, o.command) && sameBytes(k.mode, o.mode) {
+		return true
+	}
+	return *k == *o
+}
+
+// sameBytes reports whether a and b are the same bytes in memory: then
+// they are equal; if not, they may be equal still.
+func sameBytes(a, b string) bool {
+	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
+}
+
 // again is startAllowed for a line whose fields (k, pol, w) are those
 // the memo's text was made for last: the text is used as it is, without
 // the connection's head and the writer's tail looked up (lineHead) nor
@@ -169,7 +194,7 @@ type allowKey struct {
 // need again every time. false: make the line with startAllowed (remember
 // then).
 func (a *allowLine) again(w *lineWriter, b []byte, t time.Time, ts *tsCache, pol *policy.Policy, k *allowKey) (_ []byte, ok bool) {
-	if !a.keyed || !ts.load(t) || a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol || a.key != *k {
+	if !a.keyed || !ts.load(t) || a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol || !a.key.same(k) {
 		return b, false
 	}
 	b = append(b[:0], ts.open...)

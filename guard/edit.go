@@ -28,7 +28,7 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d *prox
 		ed.Buf, st.msg = st.msg, nil
 		st.unlock(req)
 	}
-	b, _, at, err := policy.EditMessageAt(req.Message, req.Command, *ed)
+	b, _, at, err := ed.MessageAt(req.Message, req.Command)
 	if err == nil && b != nil && len(b) > g.opts.MaxMessageSize && (len(ed.Pins) > 0 || len(ed.Fences) > 0) {
 		err = errTooLarge
 	}

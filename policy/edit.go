@@ -77,6 +77,13 @@ func EditMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 // returned uncompressed (a copy of its inner message) when it carries a
 // value of its own that is kept.
 func EditMessageAt(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Duration, wire.NumberAt, error) {
+	return e.MessageAt(msg, cmd)
+}
+
+// MessageAt is EditMessageAt(msg, cmd, *e), for a caller that holds its
+// edit already: an Edit (ten words) passed by value was copied twice on
+// every enforced write's way in.
+func (e *Edit) MessageAt(msg wire.Message, cmd *wire.Command) ([]byte, time.Duration, wire.NumberAt, error) {
 	// The usual enforced write's only edit: the cap, to an OP_MSG that
 	// carries none, appended (what editMessage does, without its other
 	// cases' checks).
@@ -89,7 +96,7 @@ func EditMessageAt(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Du
 			}
 		}
 	}
-	b, maxTime, at, err := editMessage(msg, cmd, e)
+	b, maxTime, at, err := editMessage(msg, cmd, *e)
 	if err != nil || e.MaxTimeMS <= 0 || at.Located() {
 		return b, maxTime, at, err
 	}
