@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/mongo/options"
 	"go.mongodb.org/mongo-driver/mongo/readpref"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
+	"golang.org/x/sync/singleflight"
 )
 
 // Resolver finds which documents a filter matches (enforce.Resolver).
@@ -25,6 +26,13 @@ type MongoResolver struct {
 	client     *mongo.Client
 	collations *lru.Cache[string, collationEntry]
 	now        func() time.Time
+	// reads are the listCollections in flight, one per namespace: when an
+	// entry runs out, every connection writing the collection needs it at
+	// once, and each sent its own (42 at one expiry in a profiled run).
+	reads singleflight.Group
+	// testHookRead, when set, is called by each caller about to join or
+	// start a read, so that a test knows they all wait on one.
+	testHookRead func()
 }
 
 type collationEntry struct {
@@ -102,8 +110,47 @@ func (r *MongoResolver) SimpleCollation(ctx context.Context, ns namespace.Namesp
 	return e.simple, err
 }
 
-// readCollection reads ns's listCollections entry and caches it.
+// collectionReadTimeout bounds a shared listCollections whose first
+// caller set no deadline.
+const collectionReadTimeout = 5 * time.Second
+
+// readCollection returns ns's listCollections entry, read once for every
+// caller that needs it at the same time, and caches it. Each caller waits
+// for it no longer than its own ctx; the read itself runs to the first
+// caller's deadline even if that caller goes away, so that one client
+// hanging up does not fail the others' writes.
 func (r *MongoResolver) readCollection(ctx context.Context, ns namespace.Namespace) (collationEntry, error) {
+	if r.testHookRead != nil {
+		r.testHookRead()
+	}
+	key := ns.String()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(collectionReadTimeout)
+	}
+	ch := r.reads.DoChan(key, func() (any, error) {
+		// A caller that found the entry stale may come just after a read
+		// it could have shared has cached a fresh one.
+		if e, ok := r.collations.Get(key); ok && r.now().Sub(e.at) < collationTTL {
+			return e, nil
+		}
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+		defer cancel()
+		return r.listCollection(rctx, ns)
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return collationEntry{}, res.Err
+		}
+		return res.Val.(collationEntry), nil
+	case <-ctx.Done():
+		return collationEntry{}, fmt.Errorf("reading the collation of %s: %w", ns, ctx.Err())
+	}
+}
+
+// listCollection reads ns's listCollections entry and caches it.
+func (r *MongoResolver) listCollection(ctx context.Context, ns namespace.Namespace) (collationEntry, error) {
 	db, coll := ns.Parts()
 	specs, err := r.client.Database(db).ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: coll}})
 	if err != nil {
@@ -132,12 +179,13 @@ func (r *MongoResolver) readCollection(ctx context.Context, ns namespace.Namespa
 // trusted like a cached collation; a cached absence is not, and is read
 // again: a collection appears with its first insert, typically just
 // before its first lock, and a stale absence would warn about a
-// collection that is there.
+// collection that is there. That read is the caller's own, sent after it
+// asked: a shared one may have been sent before the insert.
 func (r *MongoResolver) CollectionExists(ctx context.Context, ns namespace.Namespace) (bool, error) {
 	if e, ok := r.collations.Get(ns.String()); ok && e.exists && r.now().Sub(e.at) < collationTTL {
 		return true, nil
 	}
-	e, err := r.readCollection(ctx, ns)
+	e, err := r.listCollection(ctx, ns)
 	if err != nil {
 		return false, err
 	}
