@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/namespace"
@@ -24,7 +23,7 @@ type Resolver = enforce.Resolver
 // deployment. Reads go to the primary, which the writes go to as well.
 type MongoResolver struct {
 	client     *mongo.Client
-	collations *lru.Cache[string, collationEntry]
+	collations collationCache
 	now        func() time.Time
 	// reads are the listCollections in flight, one per namespace: when an
 	// entry runs out, every connection writing the collection needs it at
@@ -50,8 +49,7 @@ const collationTTL = 30 * time.Second
 // set when it is created, so a stale answer only matters across a drop and
 // re-create, and the cache is short.
 func NewResolver(client *mongo.Client) *MongoResolver {
-	c, _ := lru.New[string, collationEntry](4096) // only fails for a size <= 0
-	return &MongoResolver{client: client, collations: c, now: time.Now}
+	return &MongoResolver{client: client, now: time.Now}
 }
 
 // Candidates implements Resolver.
@@ -103,7 +101,7 @@ func (r *MongoResolver) Candidates(ctx context.Context, ns namespace.Namespace, 
 
 // SimpleCollation implements Resolver.
 func (r *MongoResolver) SimpleCollation(ctx context.Context, ns namespace.Namespace) (bool, error) {
-	if e, ok := r.collations.Get(ns.String()); ok && r.now().Sub(e.at) < collationTTL {
+	if e, ok := r.collations.get(ns.String()); ok && r.now().Sub(e.at) < collationTTL {
 		return e.simple, nil
 	}
 	e, err := r.readCollection(ctx, ns)
@@ -131,7 +129,7 @@ func (r *MongoResolver) readCollection(ctx context.Context, ns namespace.Namespa
 	ch := r.reads.DoChan(key, func() (any, error) {
 		// A caller that found the entry stale may come just after a read
 		// it could have shared has cached a fresh one.
-		if e, ok := r.collations.Get(key); ok && r.now().Sub(e.at) < collationTTL {
+		if e, ok := r.collations.get(key); ok && r.now().Sub(e.at) < collationTTL {
 			return e, nil
 		}
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
@@ -171,7 +169,7 @@ func (r *MongoResolver) listCollection(ctx context.Context, ns namespace.Namespa
 		}
 	}
 	e := collationEntry{simple: simple, exists: exists, capped: capped, at: r.now()}
-	r.collations.Add(ns.String(), e)
+	r.collations.put(ns.String(), e)
 	return e, nil
 }
 
@@ -182,7 +180,7 @@ func (r *MongoResolver) listCollection(ctx context.Context, ns namespace.Namespa
 // collection that is there. That read is the caller's own, sent after it
 // asked: a shared one may have been sent before the insert.
 func (r *MongoResolver) CollectionExists(ctx context.Context, ns namespace.Namespace) (bool, error) {
-	if e, ok := r.collations.Get(ns.String()); ok && e.exists && r.now().Sub(e.at) < collationTTL {
+	if e, ok := r.collations.get(ns.String()); ok && e.exists && r.now().Sub(e.at) < collationTTL {
 		return true, nil
 	}
 	e, err := r.listCollection(ctx, ns)
@@ -199,13 +197,13 @@ func (r *MongoResolver) Capped(ctx context.Context, ns namespace.Namespace) (boo
 	if _, err := r.SimpleCollation(ctx, ns); err != nil {
 		return false, err
 	}
-	e, ok := r.collations.Get(ns.String())
+	e, ok := r.collations.get(ns.String())
 	if !ok {
 		// Evicted in between: ask again rather than guess.
 		if _, err := r.SimpleCollation(ctx, ns); err != nil {
 			return false, err
 		}
-		e, _ = r.collations.Get(ns.String())
+		e, _ = r.collations.get(ns.String())
 	}
 	return e.capped, nil
 }
