@@ -108,31 +108,27 @@ func (r *MongoResolver) SimpleCollation(ctx context.Context, ns namespace.Namesp
 	return e.simple, err
 }
 
-// collectionReadTimeout bounds a shared listCollections whose first
-// caller set no deadline.
+// collectionReadTimeout bounds a shared listCollections.
 const collectionReadTimeout = 5 * time.Second
 
 // readCollection returns ns's listCollections entry, read once for every
 // caller that needs it at the same time, and caches it. Each caller waits
-// for it no longer than its own ctx; the read itself runs to the first
-// caller's deadline even if that caller goes away, so that one client
-// hanging up does not fail the others' writes.
+// for it no longer than its own ctx. The read itself is bounded by
+// collectionReadTimeout, not by its first caller's context, so that no
+// client, by hanging up or by the deadline its request carries, can fail
+// the read that other clients' writes wait on.
 func (r *MongoResolver) readCollection(ctx context.Context, ns namespace.Namespace) (collationEntry, error) {
 	if r.testHookRead != nil {
 		r.testHookRead()
 	}
 	key := ns.String()
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(collectionReadTimeout)
-	}
 	ch := r.reads.DoChan(key, func() (any, error) {
 		// A caller that found the entry stale may come just after a read
 		// it could have shared has cached a fresh one.
 		if e, ok := r.collations.get(key); ok && r.now().Sub(e.at) < collationTTL {
 			return e, nil
 		}
-		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), collectionReadTimeout)
 		defer cancel()
 		return r.listCollection(rctx, ns)
 	})

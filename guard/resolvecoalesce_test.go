@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,8 +39,9 @@ func TestCollationReadsCoalesce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Disconnect(context.Background())
-	ns := namespace.Of("guardtest.coalesce")
-	if _, err := client.Database("guardtest").Collection("coalesce").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+	coll := fmt.Sprintf("coalesce%d", time.Now().UnixNano())
+	ns := namespace.Of("guardtest." + coll)
+	if _, err := client.Database("guardtest").Collection(coll).InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	r := NewResolver(client)
@@ -76,8 +78,9 @@ func TestCollationReadsCoalesce(t *testing.T) {
 	}
 }
 
-// TestCollationReadOutlivesItsFirstCaller: the writer whose read the others
-// joined hangs up; they still get the answer, not its cancellation.
+// TestCollationReadOutlivesItsFirstCaller: the deadline of the writer whose
+// read the others joined passes; they still get the answer, not its
+// deadline's error.
 func TestCollationReadOutlivesItsFirstCaller(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
@@ -95,28 +98,31 @@ func TestCollationReadOutlivesItsFirstCaller(t *testing.T) {
 	}
 	defer client.Disconnect(context.Background())
 	r := NewResolver(client)
-	ns := namespace.Of("guardtest.outlives")
+	ns := namespace.Of(fmt.Sprintf("guardtest.outlives%d", time.Now().UnixNano()))
 	var arrived atomic.Int32
 	r.testHookRead = func() { arrived.Add(1) }
-	firstCtx, hangUp := context.WithCancel(ctx)
+	// The first writer's request carries a short deadline of its own,
+	// which passes while the read is held back: the shared read must not
+	// inherit it.
+	firstCtx, cancelFirst := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelFirst()
 	first := make(chan error, 1)
 	go func() { _, err := r.SimpleCollation(firstCtx, ns); first <- err }()
 	<-started
 	second := make(chan error, 1)
 	go func() { _, err := r.SimpleCollation(ctx, ns); second <- err }()
 	testkit.Eventually(t, 30*time.Second, "the second writer to wait for the read", func() bool { return arrived.Load() == 2 })
-	hangUp()
 	select {
 	case err := <-first:
 		if err == nil {
-			t.Errorf("the writer that hung up got an answer after hanging up")
+			t.Errorf("the first writer got an answer after its deadline")
 		}
 	case <-time.After(20 * time.Second):
 		close(release)
-		t.Fatal("the writer that hung up still waited for the read")
+		t.Fatal("the first writer still waited for the read past its deadline")
 	}
 	close(release)
 	if err := <-second; err != nil {
-		t.Errorf("the first writer hanging up failed the second's read: %v", err)
+		t.Errorf("the first writer's deadline failed the second's read: %v", err)
 	}
 }
