@@ -32,8 +32,10 @@ import (
 const modelSteps = 120
 
 // modelStepsRace is the default under the race detector, which also
-// instruments the embedded FerretDB: 120 steps took most of the package's
-// race run (274 s of 472 s on a loaded machine). The package runs without
+// instruments the embedded FerretDB when it runs in the test's process (a
+// developer's go test -race; scripts/test.sh runs it apart): 120 steps
+// took most of the package's race run (274 s of 472 s on a loaded
+// machine). The package runs without
 // the detector too (scripts/test.sh), with modelSteps, and that run is the
 // one that explores the sequences and that the mutations were tried
 // against (docs/TESTING.md). Under the detector the steps give it the

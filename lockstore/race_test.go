@@ -2,6 +2,8 @@
 
 package lockstore
 
-// raceEnabled: the race detector also instruments the embedded FerretDB,
-// which then runs several times slower; load tests scale down.
+// raceEnabled: the detector slows the store's own code several times,
+// and the embedded FerretDB too unless LOCKGATE_TEST_FERRETDB runs it in a
+// process of its own (scripts/test.sh does); load tests scale down. The
+// tests that reach it also run without the detector (testkit.OnlyRaceScaled).
 const raceEnabled = true
