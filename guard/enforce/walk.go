@@ -104,10 +104,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 				rules = rr
 				continue
 			}
-			rules = make([]policy.Rule, i, len(writes))
-			for j := range rules {
-				rules[j] = k.Rules(pol, req, writes[j].NS)[0]
-			}
+			rules = k.rulesBefore(pol, req, writes, i)
 		}
 		rules = append(rules, rr[0])
 	}
@@ -119,11 +116,7 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 	case off == 0:
 		b.Writes, b.Rules = writes, rules
 	case off < len(writes):
-		for i := range writes {
-			if rules[i].Mode != policy.Off {
-				b.Writes, b.Rules = append(b.Writes, writes[i]), append(b.Rules, rules[i])
-			}
-		}
+		protectedOnly(b, writes, rules)
 	}
 	if len(b.Writes) == 0 {
 		return proxy.Decision{Action: proxy.Forward}
@@ -134,11 +127,8 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 	// depends on one: an insert of a locked _id would otherwise be refused
 	// here and one of a free _id by the database, telling which is locked.
 	if k.AuthRequired != nil && k.AuthRequired() && req.Client.User() == "" {
-		for i, w := range b.Writes {
-			if b.Rules[i].Mode == policy.Enforce {
-				b.Add(b.Rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
-				return k.Decider.Decide(req, pol, v, b, start)
-			}
+		if d, ok := k.unauthenticated(req, pol, v, b, start); ok {
+			return d
 		}
 	}
 	if k.Schemes != nil && underScheme(writes, rules) {
@@ -165,16 +155,16 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 		switch w.Kind {
 		case policy.KindCollectionWrite:
 			if !r.AllowCollectionWrites {
-				b.Add(*r, *w, ReasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
+				collectionWrite(b, r, w)
 			}
 		case policy.KindInsert:
 			collate = k.insert(ctx, v, b, r, w, &inserts) || collate
 		default:
 			if !hasSession && !r.Implicit() {
-				b.Add(*r, *w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+				noSession(b, r, w)
 				continue
 			}
-			if w.Upsert && k.cappedInsertRefused(ctx, b, r, *w) {
+			if w.Upsert && k.cappedInsertRefused(ctx, b, r, w) {
 				continue
 			}
 			collate = collate || Collatable(r, w, bsoncore.Value{})
@@ -196,25 +186,13 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 	// they match is the expensive part, and pointless once anything in the
 	// command is refused.
 	if len(deferred) > 0 {
-		if b.EnforcedViolation() {
-			k.Targets.Skipped(len(deferred))
-		} else {
-			var resolved Needs
-			for _, i := range deferred {
-				ids, ok, _ := k.targets(ctx, b, &rules[i], &writes[i], true)
-				if ok {
-					k.fence(v, &rules[i], &writes[i], ids)
-					resolved.Add(writes[i].NS, &rules[i], ids...)
-				}
-			}
-			k.Checker.Needs(ctx, v, b, o, resolved)
-		}
+		k.resolveDeferred(ctx, v, b, o, writes, rules, deferred)
 	}
 	if k.Implicit != nil {
 		inserts = k.Implicit(ctx, v, o, inserts)
 	}
-	for _, n := range inserts {
-		k.Checker.Insertable(ctx, b, n.Rule, o, n.NS, n.IDs)
+	if len(inserts) > 0 {
+		k.insertable(ctx, b, o, inserts)
 	}
 	if collate {
 		k.collated(ctx, b, o, writes, rules)
@@ -234,6 +212,96 @@ func (k *Walk[V]) Run(ctx context.Context, req *proxy.Request, pol *policy.Polic
 		return k.Decided(v, *d)
 	}
 	return *d
+}
+
+// The walk's branches that the usual write (one allowed statement) does
+// not take are functions of their own, not inlined: Run's frame held
+// every copy of a rule and a write they make (b.Add's arguments by
+// value, fmt's) and every value they keep live, about 3 KB of stack,
+// and the usual write paid for that frame in spills around each call.
+
+// rulesBefore is the rules of writes[:i], the first i writes of a
+// message whose first protected write is i, with room for the rest.
+//
+//go:noinline
+func (k *Walk[V]) rulesBefore(pol *policy.Policy, req *proxy.Request, writes []policy.Write, i int) []policy.Rule {
+	rules := make([]policy.Rule, i, len(writes))
+	for j := range rules {
+		rules[j] = k.Rules(pol, req, writes[j].NS)[0]
+	}
+	return rules
+}
+
+// protectedOnly puts on b the writes whose rule is not off, and their
+// rules.
+//
+//go:noinline
+func protectedOnly(b *Verdict, writes []policy.Write, rules []policy.Rule) {
+	for i := range writes {
+		if rules[i].Mode != policy.Off {
+			b.Writes, b.Rules = append(b.Writes, writes[i]), append(b.Rules, rules[i])
+		}
+	}
+}
+
+// unauthenticated refuses the first enforced write of a connection that
+// has not authenticated where the database requires it; false: none is
+// enforced.
+//
+//go:noinline
+func (k *Walk[V]) unauthenticated(req *proxy.Request, pol *policy.Policy, v V, b *Verdict, start time.Time) (proxy.Decision, bool) {
+	for i, w := range b.Writes {
+		if b.Rules[i].Mode == policy.Enforce {
+			b.Add(b.Rules[i], w, refuse.ReasonUnauthenticated, nil, "this connection has not authenticated, and the database requires it, so it holds no lock")
+			return k.Decider.Decide(req, pol, v, b, start), true
+		}
+	}
+	return proxy.Decision{}, false
+}
+
+// collectionWrite refuses w, a collection-wide write, where r does not
+// allow those.
+//
+//go:noinline
+func collectionWrite(b *Verdict, r *policy.Rule, w *policy.Write) {
+	b.Add(*r, *w, ReasonCollectionWrite, nil, fmt.Sprintf("%s replaces or removes documents wholesale, which the policy does not allow on %s (allowCollectionWrites is false)", w.What, w.NS))
+}
+
+// noSession refuses w, which needs locks, in a command without a session.
+//
+//go:noinline
+func noSession(b *Verdict, r *policy.Rule, w *policy.Write) {
+	b.Add(*r, *w, refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+}
+
+// resolveDeferred resolves the statements whose filter names no _id,
+// writes[deferred], and checks the locks of what they match, unless the
+// command is refused already.
+//
+//go:noinline
+func (k *Walk[V]) resolveDeferred(ctx context.Context, v V, b *Verdict, o *lockstore.Owner, writes []policy.Write, rules []policy.Rule, deferred []int) {
+	if b.EnforcedViolation() {
+		k.Targets.Skipped(len(deferred))
+		return
+	}
+	var resolved Needs
+	for _, i := range deferred {
+		ids, ok, _ := k.targets(ctx, b, &rules[i], &writes[i], true)
+		if ok {
+			k.fence(v, &rules[i], &writes[i], ids)
+			resolved.Add(writes[i].NS, &rules[i], ids...)
+		}
+	}
+	k.Checker.Needs(ctx, v, b, o, resolved)
+}
+
+// insertable checks that the inserted ids of inserts are not locked.
+//
+//go:noinline
+func (k *Walk[V]) insertable(ctx context.Context, b *Verdict, o *lockstore.Owner, inserts Needs) {
+	for _, n := range inserts {
+		k.Checker.Insertable(ctx, b, n.Rule, o, n.NS, n.IDs)
+	}
 }
 
 // Unclassifiable decides a write that cannot be read with certainty
@@ -261,7 +329,7 @@ func (k *Walk[V]) Unclassifiable(req *proxy.Request, pol *policy.Policy, v V, b 
 // collation check too (Collatable).
 func (k *Walk[V]) insert(ctx context.Context, v V, b *Verdict, r *policy.Rule, w *policy.Write, inserts *Needs) (collate bool) {
 	k.fence(v, r, w, nil)
-	if k.cappedInsertRefused(ctx, b, r, *w) || r.Inserts != policy.InsertsRequireUnlocked {
+	if k.cappedInsertRefused(ctx, b, r, w) || r.Inserts != policy.InsertsRequireUnlocked {
 		return false
 	}
 	id, found, certain := policy.InsertID(*w)
@@ -300,18 +368,30 @@ func underScheme(writes []policy.Write, rules []policy.Rule) bool {
 // fenced or not.
 func (k *Walk[V]) fence(v V, r *policy.Rule, w *policy.Write, ids []docid.ID) {
 	if k.Fence != nil && r.FenceField != "" {
-		k.Fence(v, r, *w, ids)
+		k.fenced(v, r, w, ids)
 	}
+}
+
+// fenced calls Fence, apart: the write's copy for it would otherwise sit
+// in the frame of every caller of fence.
+//
+//go:noinline
+func (k *Walk[V]) fenced(v V, r *policy.Rule, w *policy.Write, ids []docid.ID) {
+	k.Fence(v, r, *w, ids)
 }
 
 // cappedInsertRefused records a violation for an insert, or an upsert
 // that may insert, into a capped collection (Targets.Capped).
-func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy.Rule, w policy.Write) bool {
-	reason, detail := k.Targets.Capped(ctx, r, w)
+// w by pointer, not inlined: a write by value (about 250 bytes) was
+// copied into the walk's frame for the call.
+//
+//go:noinline
+func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy.Rule, w *policy.Write) bool {
+	reason, detail := k.Targets.Capped(ctx, r, *w)
 	if reason == "" {
 		return false
 	}
-	b.Add(*r, w, reason, nil, detail)
+	b.Add(*r, *w, reason, nil, detail)
 	return true
 }
 
@@ -336,8 +416,16 @@ func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w *po
 		b.Pins = append(b.Pins, x.Pin)
 	}
 	if x.Reason != "" {
-		b.Add(*r, *w, x.Reason, nil, x.Detail)
-		b.Violations[len(b.Violations)-1].Advice = x.Advice
+		refused(b, r, w, &x)
 	}
 	return x.IDs, x.OK, x.Later
+}
+
+// refused records the violation x found for w. Apart from targets, whose
+// frame held the rule's and the write's copies for it.
+//
+//go:noinline
+func refused(b *Verdict, r *policy.Rule, w *policy.Write, x *Target) {
+	b.Add(*r, *w, x.Reason, nil, x.Detail)
+	b.Violations[len(b.Violations)-1].Advice = x.Advice
 }
