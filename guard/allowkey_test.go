@@ -27,8 +27,9 @@ import (
 // lines that changes one field of the key at a time, to a value of the
 // same length, and back: the client, the app, the user, the session, the
 // namespace, the command, the mode, the policy, the logger (another
-// guard's sink on the same connection), the time's zone after a refused
-// line's, and an lsid that is not 16 bytes. A key that missed any of
+// guard's sink on the same connection), a refused line's in between,
+// the time's zone after a refused line's, and an lsid that is not 16
+// bytes. A key that missed any of
 // them would give the line of the field before.
 func TestAllowedLineAgainIsFreshLine(t *testing.T) {
 	compile := func(match string) *policy.Policy {
@@ -77,6 +78,10 @@ func TestAllowedLineAgainIsFreshLine(t *testing.T) {
 		func(l *line) { l.mode = policy.Audit },
 		func(l *line) { l.pol = polB },
 		func(l *line) { l.g = gB },
+		// A refused line in the same second and zone, made in the
+		// connection's line buffer over the allowed line the next one
+		// would otherwise find there (lineHeld).
+		func(l *line) { l.refused = true },
 		func(l *line) { l.at = l.at.In(time.FixedZone("", 5*3600)); l.refused = true },
 		func(l *line) { l.at = l.at.In(time.FixedZone("", 5*3600)) },
 		func(l *line) { l.at = l.at.In(time.FixedZone("", 4*3600)) },

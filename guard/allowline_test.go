@@ -13,7 +13,9 @@ import (
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
 )
 
 // TestAllowedLineMemoIsZapsLine: an allowed write's decision line made
@@ -103,6 +105,7 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 		ts    tsCache
 		memo  allowLine
 		line  []byte
+		held  lineHeld
 		ok    bool
 		names = map[*lineWriter]string{writerA: "audit", writerB: "lockgate.audit"}
 	)
@@ -112,9 +115,10 @@ func TestAllowedLineMemoIsZapsLine(t *testing.T) {
 		if s.refused {
 			decision, ok = "reject", false
 		} else {
-			line, ok = memo.startAllowed(s.w, line, s.at, &ts, heads[s.h][0], heads[s.h][1], s.pol, version)
+			line, ok = memo.startAllowed(s.w, line, s.at, &ts, heads[s.h][0], heads[s.h][1], s.pol, version, &held)
 		}
 		if !ok {
+			held = lineHeld{} // as appendLine: the buffer holds another line
 			if !s.refused && s.at.Year() < 10000 {
 				t.Fatalf("step %d: a time of year %d not cached", i, s.at.Year())
 			}
@@ -154,7 +158,7 @@ func TestAllowedLineMemoKnowsItsTimeCache(t *testing.T) {
 		at   time.Time
 		zone string
 	}{{&utc, at, `Z","logger"`}, {&plus5, at.In(time.FixedZone("", 5*3600)), `+05:00","logger"`}} {
-		line, ok := memo.startAllowed(w, nil, c.at, c.ts, head, tail, pol, version)
+		line, ok := memo.startAllowed(w, nil, c.at, c.ts, head, tail, pol, version, &lineHeld{})
 		if !ok || !bytes.Contains(line, []byte(c.zone)) {
 			t.Errorf("%v: %s, want its zone %s", c.at, line, c.zone)
 		}
@@ -199,6 +203,20 @@ func TestAllowKeySame(t *testing.T) {
 		}
 		if base.same(&other) != (base == other) || base.same(&copied) != (base == copied) {
 			t.Errorf("%s: same disagrees with ==", name)
+		}
+		// is, which compares the key to a line's fields where they
+		// are, agrees with same on the key they make.
+		for _, o := range []*allowKey{&other, &copied} {
+			c := &proxy.ClientInfo{Addr: o.client}
+			setIdentity(t, c, o.app, o.user)
+			w, r := policy.Write{NS: namespace.Of(o.ns)}, policy.Rule{Mode: policy.Mode(o.mode)}
+			made := allowKeyOf(c, o.lsid[:], &w, o.command, &r)
+			if got := base.is(c, o.lsid[:], &w, o.command, &r); got != base.same(&made) || got != (base == *o) {
+				t.Errorf("%s: is says %v of a key same says %v of", name, got, base.same(&made))
+			}
+			if !made.is(c, o.lsid[:], &w, o.command, &r) {
+				t.Errorf("%s: is tells a key from the fields it was made of", name)
+			}
 		}
 	}
 }

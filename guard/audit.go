@@ -223,21 +223,25 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 		// The usual line: everything but its time's fraction, took and
 		// ids from the memos; the connection's latest allowed line's
 		// text when its fields are the same (again).
-		var key allowKey
-		keyed := decision == enforce.DecisionAllow && len(lsid) == len(key.lsid)
+		keyed := decision == enforce.DecisionAllow && len(lsid) == len(allowKey{}.lsid)
 		if keyed {
-			key = allowKey{client: req.Client.Addr, app: req.Client.AppName(), user: req.Client.User(), lsid: [16]byte(lsid),
-				ns: w.NS.String(), command: command, mode: string(r.Mode)}
-			b, started = st.memo().allow.again(g.lines, st.line, now, &st.ts, pol, &key)
+			if al := &st.memo().allow; al.keyed && al.key.is(req.Client, lsid, w, command, r) {
+				b, started = al.again(g.lines, st.line, now, &st.ts, pol, &st.held)
+			}
 		}
 		if !started {
 			head, tail := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
 			if decision == enforce.DecisionAllow {
 				al := &st.memo().allow
-				b, started = al.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol))
+				b, started = al.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol), &st.held)
+				var key allowKey
+				if started && keyed {
+					key = allowKeyOf(req.Client, lsid, w, command, r)
+				}
 				al.remember(&key, started && keyed)
 			}
 			if !started {
+				st.held = lineHeld{} // the buffer's line is another one now
 				b = append(append(g.lines.start(st.line, now, &st.ts), head...), tail...)
 			}
 		}

@@ -63,6 +63,9 @@ type connState struct {
 	// from (LineSink), kept between writes; idScratch holds an id's text
 	// on its way into the line (appendIDField).
 	line, idScratch []byte
+	// held is what line still holds of the connection's last line
+	// (lineHeld).
+	held lineHeld
 	// ts is the text of the second of the connection's latest line
 	// (the text around an allowed line's head is the writer's memos',
 	// memos.allow).

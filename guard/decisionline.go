@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
 )
 
 // LineSink is where the guard writes its decision lines itself instead of
@@ -147,10 +148,33 @@ type allowLine struct {
 	ts   *tsCache
 	gen  uint64
 	text []byte
+	// textGen counts the times text was made: a line buffer that holds
+	// the text of one generation holds it for as long as it lasts
+	// (lineHeld).
+	textGen uint64
 	// key, when keyed, are the fields the text's head and tail were made
 	// of (again).
 	key   allowKey
 	keyed bool
+}
+
+// lineHeld is what a connection's line buffer (connState.line) still
+// holds of the last line written from it, when that line was an allowed
+// one made from a memo's text (allowLine.fill): ts's second at gen, a
+// fraction of frac bytes, then a's text of generation text, up to end.
+// The next such line of the same memo in the same second has the same
+// bytes there, and only its fraction is written again when it has as
+// many digits: the second's text and the memo's text (about 290 bytes
+// together, two copies and 85 instructions a line) are where they were,
+// and the memo's text is not read at all. A line made any other way
+// into the buffer forgets it (zero).
+type lineHeld struct {
+	a    *allowLine
+	text uint64
+	ts   *tsCache
+	gen  uint64
+	frac int
+	end  int
 }
 
 // allowKey is what an allowed line's head and tail are made of
@@ -181,25 +205,81 @@ func (k *allowKey) same(o *allowKey) bool {
 	return *k == *o
 }
 
+// is reports whether k is the key of the line of c's write of w, under
+// r, by command, in the session lsid: k.same(&o) for o the key made of
+// them, but without o made first, which cost about 60 instructions a
+// line (six strings and the lsid copied out, then read back). Only when
+// an address differs is the key made, and compared by ==.
+func (k *allowKey) is(c *proxy.ClientInfo, lsid []byte, w *policy.Write, command string, r *policy.Rule) bool {
+	if len(lsid) != len(k.lsid) || k.lsid != [16]byte(lsid) {
+		return false
+	}
+	if sameBytes(k.client, c.Addr) && sameBytes(k.ns, w.NS.String()) && sameBytes(k.command, command) &&
+		sameBytes(k.mode, string(r.Mode)) && sameBytes(k.app, c.AppName()) && sameBytes(k.user, c.User()) {
+		return true
+	}
+	return k.isMade(c, lsid, w, command, r)
+}
+
+// isMade is is for keys whose strings are at other addresses: the key
+// made, then compared by ==. Apart, so that is's frame holds no key.
+//
+//go:noinline
+func (k *allowKey) isMade(c *proxy.ClientInfo, lsid []byte, w *policy.Write, command string, r *policy.Rule) bool {
+	return *k == allowKeyOf(c, lsid, w, command, r)
+}
+
+// allowKeyOf is the key of the line of c's write of w, under r, by
+// command, in the session lsid, which is 16 bytes.
+func allowKeyOf(c *proxy.ClientInfo, lsid []byte, w *policy.Write, command string, r *policy.Rule) allowKey {
+	return allowKey{client: c.Addr, app: c.AppName(), user: c.User(), lsid: [16]byte(lsid),
+		ns: w.NS.String(), command: command, mode: string(r.Mode)}
+}
+
 // sameBytes reports whether a and b are the same bytes in memory: then
 // they are equal; if not, they may be equal still.
 func sameBytes(a, b string) bool {
 	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
 }
 
-// again is startAllowed for a line whose fields (k, pol, w) are those
+// again is startAllowed for a line whose fields (pol, w, and the key,
+// which the caller found the same: a.keyed and allowKey.is) are those
 // the memo's text was made for last: the text is used as it is, without
 // the connection's head and the writer's tail looked up (lineHead) nor
 // the version field, which a connection's allowed writes in one session
 // need again every time. false: make the line with startAllowed (remember
 // then).
-func (a *allowLine) again(w *lineWriter, b []byte, t time.Time, ts *tsCache, pol *policy.Policy, k *allowKey) (_ []byte, ok bool) {
-	if !a.keyed || !ts.load(t) || a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol || !a.key.same(k) {
+//
+// b is the connection's line buffer, and h what it holds (lineHeld).
+func (a *allowLine) again(w *lineWriter, b []byte, t time.Time, ts *tsCache, pol *policy.Policy, h *lineHeld) (_ []byte, ok bool) {
+	if !ts.load(t) || a.gen != ts.gen || a.ts != ts || a.w != w || a.pol != pol {
 		return b, false
 	}
-	b = append(b[:0], ts.open...)
-	b = appendNanos(b, t.Nanosecond())
-	return append(b, a.text...), true
+	return a.fill(b, t, ts, h), true
+}
+
+// fill makes in b[:0] the line of a's text at t, which ts holds the
+// second of: what b holds already of it (h) is left in place, and h
+// then says what b holds.
+func (a *allowLine) fill(b []byte, t time.Time, ts *tsCache, h *lineHeld) []byte {
+	n := len(ts.open)
+	if h.a == a && h.text == a.textGen && h.ts == ts && h.gen == ts.gen && h.end <= cap(b) && n+10 <= cap(b) {
+		// b[:n] is ts.open and b[n+h.frac:h.end] a's text; with room
+		// for the fraction in place, b stays the same array. The
+		// fraction is written as all its ten bytes, then cut to its
+		// digits without trailing zeros (appendFraction): the text is
+		// left whole only after a fraction of ten bytes, or none.
+		b = appendNanos(b[:n], t.Nanosecond())
+		if f := len(b) - n; f == h.frac && (f == 10 || f == 0) {
+			return b[:h.end]
+		}
+	} else {
+		b = appendNanos(append(b[:0], ts.open...), t.Nanosecond())
+	}
+	frac := len(b) - n
+	b = append(b, a.text...)
+	*h = lineHeld{a: a, text: a.textGen, ts: ts, gen: ts.gen, frac: frac, end: len(b)}
+	return b
 }
 
 // remember records that the memo's text, just made or found by
@@ -215,8 +295,8 @@ func (a *allowLine) remember(k *allowKey, ok bool) {
 // with the opening quote of took's value: what w.start, head, tail,
 // ,"decision":"allow", version and ,"took":" append. version is pol's
 // policyVersion field. ok is false when t's text is not cached (ts.load),
-// b then untouched.
-func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCache, head, tail []byte, pol *policy.Policy, version []byte) (_ []byte, ok bool) {
+// b then untouched. b and h as for again.
+func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCache, head, tail []byte, pol *policy.Policy, version []byte, h *lineHeld) (_ []byte, ok bool) {
 	if !ts.load(t) {
 		return b, false
 	}
@@ -225,10 +305,9 @@ func (a *allowLine) startAllowed(w *lineWriter, b []byte, t time.Time, ts *tsCac
 		a.text = append(append(a.text[:0], ts.zone...), w.tail...)
 		a.text = append(append(append(a.text, head...), tail...), `,"decision":"allow"`...)
 		a.text = append(append(a.text, version...), `,"took":"`...)
+		a.textGen++
 	}
-	b = append(b[:0], ts.open...)
-	b = appendNanos(b, t.Nanosecond())
-	return append(b, a.text...), true
+	return a.fill(b, t, ts, h), true
 }
 
 // same reports whether a and b are the same non-empty slice.
@@ -402,7 +481,7 @@ func appendDuration(b []byte, d time.Duration) []byte {
 	case u < 1e3:
 		return append(appendUint(b, u), 'n', 's')
 	case u < 1e6:
-		return append(appendFraction(appendUint(b, u/1e3), u%1e3, 3), 0xc2, 0xb5, 's') // µs
+		return appendMicros(b, u)
 	case u < 1e9:
 		return append(appendFraction(appendUint(b, u/1e6), u%1e6, 6), 'm', 's')
 	}
@@ -414,6 +493,48 @@ func appendDuration(b []byte, d time.Duration) []byte {
 		b = append(appendUint(b, m), 'm')
 	}
 	return append(appendFraction(appendUint(b, secs%60), u%1e9, 9), 's')
+}
+
+// appendMicros appends u nanoseconds, at least 1µs and under 1ms, as
+// d.String() reads: the whole microseconds, then up to three digits of
+// their fraction without trailing zeros, then "µs". A decision's took
+// is nearly always in this range; written into one window of the
+// buffer with one room check, it costs about a third of appendUint and
+// appendFraction in turn (about 140 instructions a line).
+func appendMicros(b []byte, u uint64) []byte {
+	l := len(b)
+	if cap(b)-l < 10 {
+		b = slices.Grow(b, 10)
+	}
+	d := (*[10]byte)(b[l : l+10]) // "999.999µs", the longest, is 10 bytes
+	q, r := u/1e3, u%1e3
+	n := 0
+	switch {
+	case q < 10:
+		d[0] = byte('0' + q)
+		n = 1
+	case q < 100:
+		d[0], d[1] = digitPairs[2*q], digitPairs[2*q+1]
+		n = 2
+	default:
+		t := q % 100
+		d[0], d[1], d[2] = byte('0'+q/100), digitPairs[2*t], digitPairs[2*t+1]
+		n = 3
+	}
+	if r != 0 {
+		t := r % 100
+		d[n], d[n+1], d[n+2], d[n+3] = '.', byte('0'+r/100), digitPairs[2*t], digitPairs[2*t+1]
+		switch {
+		case t == 0:
+			n += 2
+		case t%10 == 0:
+			n += 3
+		default:
+			n += 4
+		}
+	}
+	d[n], d[n+1], d[n+2] = 0xc2, 0xb5, 's' // µs
+	return b[:l+n+3]
 }
 
 // appendFraction appends frac, below 10^n (n at most 9), as the n digits

@@ -266,3 +266,22 @@ func TestFractionIsTrimmedDigits(t *testing.T) {
 		check(rng.Uint64N(1e9), 9)
 	}
 }
+
+// TestMicrosIsDurationString: a took between a microsecond and a
+// millisecond (appendMicros, the usual decision's) is the text
+// time.Duration.String gives, for every such duration, after a prefix,
+// into a buffer with and without room.
+func TestMicrosIsDurationString(t *testing.T) {
+	room := make([]byte, 0, 64)
+	for u := time.Duration(time.Microsecond); u < time.Millisecond; u++ {
+		want := u.String()
+		if got := appendDuration(room[:0], u); string(got) != want {
+			t.Fatalf("%d: got %q, want %q", int64(u), got, want)
+		}
+		if u%97 == 0 {
+			if got := appendDuration([]byte("x:"), u); string(got) != "x:"+want {
+				t.Fatalf("%d after a prefix, no room: got %q, want %q", int64(u), got, "x:"+want)
+			}
+		}
+	}
+}
