@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"net"
+	"unsafe"
 
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
@@ -44,7 +45,7 @@ func (m *Rules) Ref(pol *policy.Policy, c *proxy.ClientInfo, ns namespace.Namesp
 	}
 	for i := range m.memo {
 		e := &m.memo[i]
-		if e.pol == pol && e.rule != nil && e.ns == ns && e.app == app && e.user == user && e.addr == addr {
+		if e.pol == pol && e.rule != nil && e.ns == ns && eqString(e.app, app) && eqString(e.user, user) && eqString(e.addr, addr) {
 			return e.rule[:]
 		}
 	}
@@ -52,6 +53,14 @@ func (m *Rules) Ref(pol *policy.Policy, c *proxy.ClientInfo, ns namespace.Namesp
 	m.memo[m.next] = ruleMemo{pol: pol, ns: ns, app: app, user: user, addr: addr, rule: r}
 	m.next = (m.next + 1) % len(m.memo)
 	return r[:]
+}
+
+// eqString is a == b, told without the runtime's memequal when a and b
+// are the same bytes in memory: a memo's app, user and address are the
+// client's own strings, which the next write reads again at the same
+// addresses (each == of equal strings was a call, about 10 instructions).
+func eqString(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // ruleMemo is a rule a connection wrote under lately: what ForClient

@@ -71,3 +71,24 @@ func TestRuleChoice(t *testing.T) {
 		t.Fatalf("the memo kept the rule of another namespace: %s", got)
 	}
 }
+
+// TestEqString: eqString is ==, whether or not the strings share their
+// bytes: equal at another address, other bytes of the same length, a
+// prefix of the same bytes.
+func TestEqString(t *testing.T) {
+	s := "10.1.2.3:5000"
+	for _, c := range []struct {
+		a, b string
+	}{
+		{s, s},
+		{s, string([]byte(s))},
+		{s, "10.1.2.4:5000"},
+		{s, s[:len(s)-1]},
+		{"", ""},
+		{s, ""},
+	} {
+		if got := eqString(c.a, c.b); got != (c.a == c.b) {
+			t.Errorf("eqString(%q, %q) = %v", c.a, c.b, got)
+		}
+	}
+}
