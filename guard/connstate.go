@@ -77,6 +77,11 @@ type connState struct {
 	// msg is the buffer the connection's rewritten messages are encoded
 	// into (edit), nil while the proxy has it (ReleaseMessage).
 	msg []byte
+	// throttle is the connection's share of lock commands and its
+	// resolutions' cool-down (throttle.go), made when first needed. Set
+	// and read without mu: a lock command's throttling must not wait for
+	// a write's decision, nor a decision for it.
+	throttle atomic.Pointer[connThrottle]
 }
 
 // maxKeptMessage bounds the message buffer a connection keeps: a write
@@ -191,16 +196,22 @@ func connStateOf(req *proxy.Request) *connState {
 	if c == nil {
 		return nil
 	}
-	st, _ := c.Local().(*connState)
-	if st == nil {
-		st = &connState{}
-		c.SetLocal(st)
-	}
+	st := localState(c)
 	if st.deciding.Load() == req {
 		return st
 	}
 	if !st.mu.TryLock() {
 		return nil
+	}
+	return st
+}
+
+// localState returns c's connection state, made on first use, unlocked.
+func localState(c *proxy.ClientInfo) *connState {
+	st, _ := c.Local().(*connState)
+	if st == nil {
+		st = &connState{}
+		c.SetLocal(st)
 	}
 	return st
 }

@@ -351,8 +351,6 @@ func TestAcquireContendReleaseStatus(t *testing.T) {
 
 func TestBadArgumentsTakeNothing(t *testing.T) {
 	st := startStack(t, "")
-	c := connect(t, st.uri, "args")
-	s := session(t, c)
 	cases := []struct {
 		cmd  bson.D
 		code int32
@@ -375,10 +373,10 @@ func TestBadArgumentsTakeNothing(t *testing.T) {
 	for _, tc := range cases {
 		// Each malformed command doubles the delay before the
 		// connection's next lock command (TestThrottleLockCommands):
-		// forgetting the strikes keeps the thirteen cases from waiting
-		// out 4 s of it, which is not this test's subject.
-		st.guard.throttle.conns.Purge()
-		_, err := run(t, c, s, tc.cmd)
+		// a connection of its own per case keeps the thirteen cases from
+		// waiting out 4 s of it, which is not this test's subject.
+		c := connect(t, st.uri, "args")
+		_, err := run(t, c, session(t, c), tc.cmd)
 		ce := commandError(t, err)
 		if ce.Code != tc.code || !strings.Contains(ce.Message, tc.want) {
 			t.Errorf("%v: got %d %q, want code %d mentioning %q", tc.cmd, ce.Code, ce.Message, tc.code, tc.want)

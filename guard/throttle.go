@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"github.com/lockgate/lockgate/guard/enforce"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -35,14 +33,17 @@ const (
 	// one are refused at once (the cool-down doubles from ResolveTimeout
 	// while they keep running out).
 	resolveCooldownMax = time.Minute
-	// throttledConns bounds the connections whose state is kept; the least
-	// recently seen are forgotten first.
-	throttledConns = 1 << 16
 )
 
+// throttle keeps each connection's state in the connection's own state
+// (connState.throttle), not in a table of its own: it then ends with the
+// connection. A table keyed by connection id, bounded by count, kept the
+// state of up to 65,536 connections long closed (about 11 MiB on a proxy
+// serving short connections), and forgot the least recently seen first,
+// so that a client opening enough connections could push out the strikes
+// of its own live one.
 type throttle struct {
-	conns *lru.Cache[uint64, *connThrottle]
-	now   func() time.Time
+	now func() time.Time
 }
 
 type connThrottle struct {
@@ -56,24 +57,35 @@ type connThrottle struct {
 }
 
 func newThrottle(now func() time.Time) *throttle {
-	c, _ := lru.New[uint64, *connThrottle](throttledConns)
-	return &throttle{conns: c, now: now}
+	return &throttle{now: now}
 }
 
-func (t *throttle) of(conn uint64) *connThrottle {
-	ct, ok := t.conns.Get(conn)
-	if !ok {
-		ct = &connThrottle{tokens: idsBurst, refilled: t.now()}
-		t.conns.Add(conn, ct)
+// of returns c's throttle state, made on its first use.
+func (t *throttle) of(c *proxy.ClientInfo) *connThrottle {
+	st := localState(c)
+	if ct := st.throttle.Load(); ct != nil {
+		return ct
+	}
+	ct := &connThrottle{tokens: idsBurst, refilled: t.now()}
+	if !st.throttle.CompareAndSwap(nil, ct) {
+		return st.throttle.Load()
 	}
 	return ct
+}
+
+// peek returns c's throttle state, nil if it never needed one.
+func (t *throttle) peek(c *proxy.ClientInfo) *connThrottle {
+	if st, _ := c.Local().(*connState); st != nil {
+		return st.throttle.Load()
+	}
+	return nil
 }
 
 // beforeLockCommand waits until connection conn may run a lock command on
 // ids ids: the ids must be in its bucket, and a connection with malformed
 // commands behind it waits its strike delay. It returns false when ctx
 // ends first.
-func (t *throttle) beforeLockCommand(ctx context.Context, conn uint64, ids int) bool {
+func (t *throttle) beforeLockCommand(ctx context.Context, conn *proxy.ClientInfo, ids int) bool {
 	wait := t.lockCommandDelay(conn, ids)
 	if wait <= 0 {
 		return true
@@ -90,7 +102,7 @@ func (t *throttle) beforeLockCommand(ctx context.Context, conn uint64, ids int) 
 
 // lockCommandDelay takes ids from conn's bucket and returns how long its
 // lock command must wait first.
-func (t *throttle) lockCommandDelay(conn uint64, ids int) time.Duration {
+func (t *throttle) lockCommandDelay(conn *proxy.ClientInfo, ids int) time.Duration {
 	ct := t.of(conn)
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
@@ -110,7 +122,7 @@ func (t *throttle) lockCommandDelay(conn uint64, ids int) time.Duration {
 }
 
 // lockCommandDone records whether a lock command was well formed.
-func (t *throttle) lockCommandDone(conn uint64, malformed bool) {
+func (t *throttle) lockCommandDone(conn *proxy.ClientInfo, malformed bool) {
 	ct := t.of(conn)
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
@@ -123,9 +135,9 @@ func (t *throttle) lockCommandDone(conn uint64, malformed bool) {
 
 // resolveCooling reports how long connection conn's unpinned writes are
 // still refused without a resolution, or 0.
-func (t *throttle) resolveCooling(conn uint64) time.Duration {
-	ct, ok := t.conns.Get(conn)
-	if !ok {
+func (t *throttle) resolveCooling(conn *proxy.ClientInfo) time.Duration {
+	ct := t.peek(conn)
+	if ct == nil {
 		return 0
 	}
 	ct.mu.Lock()
@@ -136,7 +148,7 @@ func (t *throttle) resolveCooling(conn uint64) time.Duration {
 // resolveDone records the outcome of a resolution of conn's write: one that
 // ran out of time starts (or doubles) the cool-down; one that finished in
 // time ends it.
-func (t *throttle) resolveDone(conn uint64, timedOut bool, timeout time.Duration) {
+func (t *throttle) resolveDone(conn *proxy.ClientInfo, timedOut bool, timeout time.Duration) {
 	ct := t.of(conn)
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
@@ -154,7 +166,7 @@ func (g *Guard) resolveCooling(req *proxy.Request) time.Duration {
 	if req == nil || req.Client == nil {
 		return 0
 	}
-	return g.throttle.resolveCooling(req.Client.ID)
+	return g.throttle.resolveCooling(req.Client)
 }
 
 // resolveOutcome feeds an enforced write's resolution to its connection's
@@ -164,7 +176,7 @@ func (g *Guard) resolveOutcome(req *proxy.Request, r policy.Rule, err error) {
 		return
 	}
 	timedOut := errors.Is(err, context.DeadlineExceeded) || enforce.IsMaxTimeExpired(err)
-	g.throttle.resolveDone(req.Client.ID, timedOut, g.opts.ResolveTimeout)
+	g.throttle.resolveDone(req.Client, timedOut, g.opts.ResolveTimeout)
 }
 
 // tarpitDelay is how long a refusal during a cool-down is held back: the
@@ -194,8 +206,8 @@ func (g *Guard) resolveSlotsFor(req *proxy.Request) chan struct{} {
 	if req == nil || req.Client == nil {
 		return g.resolveSlots
 	}
-	ct, ok := g.throttle.conns.Get(req.Client.ID)
-	if !ok {
+	ct := g.throttle.peek(req.Client)
+	if ct == nil {
 		return g.resolveSlots
 	}
 	ct.mu.Lock()

@@ -56,8 +56,8 @@ type Config struct {
 	// Admit waits until the connection may run a lock command on ids ids
 	// (the guard's throttle), false when ctx ends first; Done ends it,
 	// saying whether the command was malformed.
-	Admit func(ctx context.Context, conn uint64, ids int) bool
-	Done  func(conn uint64, malformed bool)
+	Admit func(ctx context.Context, conn *proxy.ClientInfo, ids int) bool
+	Done  func(conn *proxy.ClientInfo, malformed bool)
 	// Flights waits for a session's writes still in flight on this proxy
 	// (inflight.Tracker): a release waits for them.
 	Flights interface {

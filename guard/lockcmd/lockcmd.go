@@ -183,11 +183,11 @@ func (s *Stage) lockCommand(ctx context.Context, req *proxy.Request) bsoncore.Do
 			nids = releaseAllCost
 		}
 	}
-	if !s.cfg.Admit(ctx, req.Client.ID, nids) {
+	if !s.cfg.Admit(ctx, req.Client, nids) {
 		return (&refuse.Error{Code: mongoerr.LockBusy, Reason: refuse.ReasonInternal, Msg: "lockgate: " + cmd.Name + ": the connection closed"}).Document()
 	}
 	defer func() {
-		s.cfg.Done(req.Client.ID, cerr != nil && cerr.Reason == refuse.ReasonBadArgument)
+		s.cfg.Done(req.Client, cerr != nil && cerr.Reason == refuse.ReasonBadArgument)
 	}()
 	var session []byte
 	if cerr == nil {

@@ -42,8 +42,8 @@ func stage(t *testing.T, required bool) (*Stage, *[]string) {
 		},
 		SessionKey: func(_ string, lsid []byte) []byte { return append([]byte("k"), lsid...) },
 		Authority:  authority.New(func() bool { return required }),
-		Admit:      func(context.Context, uint64, int) bool { return true },
-		Done:       func(uint64, bool) {},
+		Admit:      func(context.Context, *proxy.ClientInfo, int) bool { return true },
+		Done:       func(*proxy.ClientInfo, bool) {},
 		Flights:    noFlights{},
 		Fence: func(context.Context, namespace.Namespace, lockstore.Owner, []lockstore.Lock) *refuse.Error {
 			return nil

@@ -3,6 +3,8 @@ package lockcmd
 import (
 	"context"
 	"testing"
+
+	"github.com/lockgate/lockgate/proxy"
 )
 
 // TestReleaseAllIsChargedAsAScan: a releaseLock without ids makes the lock
@@ -14,7 +16,7 @@ import (
 func TestReleaseAllIsChargedAsAScan(t *testing.T) {
 	s, _ := stage(t, false)
 	var asked []int
-	s.cfg.Admit = func(_ context.Context, _ uint64, n int) bool {
+	s.cfg.Admit = func(_ context.Context, _ *proxy.ClientInfo, n int) bool {
 		asked = append(asked, n)
 		return true
 	}

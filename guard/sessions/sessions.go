@@ -39,7 +39,7 @@ type Config struct {
 	SessionKey func(user string, lsid []byte) []byte
 	// Admit waits until the connection may run a lock command on n ids
 	// (the guard's throttle); false when ctx ends first.
-	Admit func(ctx context.Context, conn uint64, n int) bool
+	Admit func(ctx context.Context, conn *proxy.ClientInfo, n int) bool
 	// EndTransaction decides commitTransaction and abortTransaction.
 	EndTransaction func(ctx context.Context, req *proxy.Request) proxy.Decision
 	// EndSessionsSupported tells whether the upstream knows endSessions
@@ -110,7 +110,7 @@ func (s *Stage) endSessions(ctx context.Context, req *proxy.Request) proxy.Decis
 	// this instance costs no round trip (the sweep for the others runs
 	// once a second for all), and drivers end up to 10,000 sessions in
 	// one command when they disconnect.
-	if err == nil && len(vals) > 0 && !cfg.Admit(ctx, req.Client.ID, 1) {
+	if err == nil && len(vals) > 0 && !cfg.Admit(ctx, req.Client, 1) {
 		vals = nil
 	}
 	if err == nil {

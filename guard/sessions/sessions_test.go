@@ -72,7 +72,7 @@ func TestEndSessionsReleasesEachSessionsLocks(t *testing.T) {
 	asked, supported := 0, true
 	s := New(Config{Store: store, Flights: busyFlights{busy: append([]byte("k"), bytes.Repeat([]byte{3}, 16)...)},
 		SessionKey:           func(user string, id []byte) []byte { return append([]byte("k"+user), id...) },
-		Admit:                func(context.Context, uint64, int) bool { return true },
+		Admit:                func(context.Context, *proxy.ClientInfo, int) bool { return true },
 		EndSessionsSupported: func(context.Context) (bool, error) { asked++; return supported, nil },
 		Log:                  zap.NewNop(), Ended: ended})
 	ctx := context.Background()
@@ -89,7 +89,7 @@ func TestEndSessionsReleasesEachSessionsLocks(t *testing.T) {
 	}
 
 	s = New(Config{Store: store, Flights: busyFlights{}, SessionKey: func(_ string, id []byte) []byte { return id },
-		Admit: func(context.Context, uint64, int) bool { return true }, Log: zap.NewNop(), Ended: ended,
+		Admit: func(context.Context, *proxy.ClientInfo, int) bool { return true }, Log: zap.NewNop(), Ended: ended,
 		EndSessionsSupported: func(context.Context) (bool, error) { asked++; return false, nil }})
 	asked = 0
 	for range 2 {
@@ -110,7 +110,7 @@ func TestSessionStageSettlesOnlyItsCommands(t *testing.T) {
 	store := &fakeStore{}
 	var txns int
 	s := New(Config{Store: store, Flights: busyFlights{}, SessionKey: func(_ string, id []byte) []byte { return id },
-		Admit: func(context.Context, uint64, int) bool { return true }, Log: zap.NewNop(),
+		Admit: func(context.Context, *proxy.ClientInfo, int) bool { return true }, Log: zap.NewNop(),
 		Ended: prometheus.NewCounter(prometheus.CounterOpts{Name: "ended"}),
 		EndTransaction: func(context.Context, *proxy.Request) proxy.Decision {
 			txns++
