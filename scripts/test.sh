@@ -23,7 +23,7 @@ export PATH
 # package's build cache key holds its directory, so a fresh clone (CI
 # clones into a new directory each run) compiled every lockgate package
 # again, for go vet, go test, -race and the fuzz smoke's instrumented
-# builds, however warm the cache: about 200 s of CPU of the test command
+# builds, however warm the cache: about 160 s of CPU of the test command
 # on 2 cores (docs/TESTING.md, thirteenth round). With it, a clone builds
 # from the cache whatever a clone before it built of the same sources.
 # The first run on a machine compiles the standard library and the
