@@ -488,29 +488,27 @@ func (c *Checker[V]) Needs(ctx context.Context, v V, base *Verdict, o *lockstore
 }
 
 // startFresh reports whether base.Now, read when the decision started,
-// is still fresh at need's one check: nothing before it can have waited.
-// That is a single write (another write's check, or the explanation of
-// its refusal, can wait on the lock store), neither an insert nor an
-// upsert (their checks read the lock store and the collection's options
-// first), whose _ids are all of types no collation compares (for a
-// string, or a document or array that may hold one, Targets.ExactStrings
-// may ask the resolver for the collection's collation). A resolution
-// zeroes base.Now (Walk.targets). Anything else is read again: the
-// trust in a cached lock is measured in milliseconds, and a reading
-// older than the check by a wait would stretch it.
+// is still fresh at need's one check, of one id: nothing before it can
+// have waited. That is a single write (another write's check, or the
+// explanation of its refusal, can wait on the lock store), neither an
+// insert nor an upsert (their checks read the lock store and the
+// collection's options first), whose _id is of a type no collation
+// compares (for a string, or a document or array that may hold one,
+// Targets.ExactStrings may ask the resolver for the collection's
+// collation). A resolution zeroes base.Now (Walk.targets). Anything else
+// is read again: the trust in a cached lock is measured in milliseconds,
+// and a reading older than the check by a wait would stretch it.
 func startFresh(base *Verdict, need Needs) bool {
-	if len(base.Writes) != 1 || len(need) != 1 {
+	// Several ids are never a memo's check (heldFromMemo): their freshness
+	// is not asked.
+	if len(base.Writes) != 1 || len(need) != 1 || len(need[0].IDs) != 1 {
 		return false
 	}
 	if w := &base.Writes[0]; w.Kind == policy.KindInsert || w.Upsert {
 		return false
 	}
-	for i := range need[0].IDs {
-		if t := need[0].IDs[i].Type(); t >= 64 || uncollatedIDs>>t&1 == 0 {
-			return false
-		}
-	}
-	return true
+	t := need[0].IDs[0].Type()
+	return t < 64 && uncollatedIDs>>t&1 != 0
 }
 
 // uncollatedIDs are the _id types no collation compares, as a set of bits
