@@ -37,19 +37,22 @@ func TestLeaseErrorsSpeakMilliseconds(t *testing.T) {
 	}
 
 	// A write under a lease shorter than the policy's margin: the margin
-	// in milliseconds, named by its key, not "1s".
+	// in milliseconds, named by its key, not "45.5s". The lease is long
+	// enough to be running still at the write however loaded the machine
+	// (a 1 s lease ran out first once, and the write was refused for
+	// holding no lock).
 	e := startStackWith(t, stackOptions{policy: config.Policy{
-		LeaseMarginMS: 1500,
+		LeaseMarginMS: 45500,
 		Namespaces:    []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}},
 	}})
 	ec := connect(t, e.uri, "ms-app")
 	es := session(t, ec)
-	if _, err := run(t, ec, es, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{3}}, {Key: "leaseMS", Value: 1000}}); err != nil {
+	if _, err := run(t, ec, es, bson.D{{Key: "acquireLock", Value: "orders"}, {Key: "ids", Value: bson.A{3}}, {Key: "leaseMS", Value: 30000}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = run(t, ec, es, bson.D{{Key: "update", Value: "orders"}, {Key: "updates", Value: bson.A{bson.D{
 		{Key: "q", Value: bson.D{{Key: "_id", Value: 3}}}, {Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}}}}}})
-	if err == nil || !strings.Contains(err.Error(), "margin of 1500 ms (policy.leaseMarginMS)") || strings.Contains(err.Error(), "1.5s") {
+	if err == nil || !strings.Contains(err.Error(), "margin of 45500 ms (policy.leaseMarginMS)") || strings.Contains(err.Error(), "45.5s") {
 		t.Errorf("write under a lease shorter than the margin: %v, want the margin in milliseconds", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -134,7 +135,10 @@ func TestPooledSessionsAllocateNothing(t *testing.T) {
 	for range 2 * len(reqs) {
 		write() // every memo made
 	}
-	if n := testing.AllocsPerRun(len(reqs), write); n != 0 {
+	// testkit.AllocsPerRun: the process's other goroutines (the embedded
+	// FerretDB's among them) allocate too, and a burst of theirs on a
+	// loaded machine read as "allocates 1 times".
+	if n := testkit.AllocsPerRun(5, len(reqs), write); n != 0 {
 		t.Fatalf("a pooled session's write allocates %v times", n)
 	}
 }

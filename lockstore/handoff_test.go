@@ -3,6 +3,7 @@ package lockstore
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,9 @@ import (
 	"github.com/lockgate/lockgate/internal/testkit"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.mongodb.org/mongo-driver/event"
+	"go.mongodb.org/mongo-driver/mongo"
+	"go.mongodb.org/mongo-driver/mongo/options"
 )
 
 // handoffConfig makes waiters poll so rarely that, in these tests, a
@@ -101,12 +105,38 @@ func headOf(t *testing.T, s *Store, rid string) *gen {
 	return h
 }
 
-func roundTrips(s *Store) float64 {
-	var n float64
-	for _, op := range []string{opAcquire, opRelease, opFind, opRenew} {
-		n += testutil.ToFloat64(s.m.roundTrips.WithLabelValues(op, "ok"))
+// callerTrips counts the commands a Store sends on behalf of the calls
+// whose context came from tag: the Store's own timers (the cache's
+// refresh, the heartbeat, the claims scan, all on the Store's context)
+// use the same operations, a find among them, and under load a tick fell
+// inside the window a test counted (the store-wide round-trip metric
+// read 5 where the release and its grant took 2). Commands a call starts
+// in the background from its caller's context still carry its tag.
+type callerTrips struct {
+	n atomic.Int64
+}
+
+type callerTripsKey struct{}
+
+func (c *callerTrips) tag(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callerTripsKey{}, c)
+}
+
+// client connects a client to cfg's deployment that counts the tagged
+// calls' commands, for the Store under test (WithClient).
+func (c *callerTrips) client(t *testing.T, cfg Config) *mongo.Client {
+	t.Helper()
+	mon := &event.CommandMonitor{Started: func(ctx context.Context, _ *event.CommandStartedEvent) {
+		if ctx.Value(callerTripsKey{}) == c {
+			c.n.Add(1)
+		}
+	}}
+	client, err := mongo.Connect(context.Background(), options.Client().ApplyURI(cfg.URI).SetMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return n
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return client
 }
 
 // TestReleaseHandsOverToLocalWaiter: the release's own generation grants
@@ -115,15 +145,19 @@ func roundTrips(s *Store) float64 {
 // its own.
 func TestReleaseHandsOverToLocalWaiter(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, handoffConfig(t))
+	cfg := handoffConfig(t)
+	var trips callerTrips
+	s := openStore(t, cfg, WithClient(trips.client(t, cfg)))
 	a, b := newOwner("a"), newOwner("b")
 	id := ids(t, "h")
 	rid := ks(t, "db.c", id)
 	la := mustAcquire(t, s, a, "db.c", id, time.Minute, 0)
-	w, done := startWaiter(t, bg, s, b, "db.c", id, 30*time.Second, 20*time.Second)
+	// The waiter's calls are counted too: a grant that left the waiter to
+	// take the key itself would show as its round trips.
+	w, done := startWaiter(t, trips.tag(bg), s, b, "db.c", id, 30*time.Second, 20*time.Second)
 
-	before := roundTrips(s)
-	if n, err := s.Release(bg, a, namespace.Of("db.c"), id, "boom"); err != nil || n != 1 {
+	before := trips.n.Load()
+	if n, err := s.Release(trips.tag(bg), a, namespace.Of("db.c"), id, "boom"); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if st := stateOf(s, w); st != stateGranted {
@@ -133,7 +167,7 @@ func TestReleaseHandsOverToLocalWaiter(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if got := roundTrips(s) - before; got != 2 {
+	if got := trips.n.Load() - before; got != 2 {
 		t.Fatalf("release and grant took %v lock store round trips, want 2 (claim and head)", got)
 	}
 	lb := r.locks[0]
