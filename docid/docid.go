@@ -137,6 +137,12 @@ func (id ID) Core() bsoncore.Value { return bsoncore.Value{Type: id.typ, Data: i
 // names, not for people (String is).
 func (id ID) Key() string { return id.key }
 
+// KeyAt is Key read through a pointer, for a caller that holds the ID by
+// one: Key's value receiver, called through a pointer, has the whole ID
+// (six words) copied before its one field is read, on every call (the
+// lock store's memo check, on every enforced write).
+func (id *ID) KeyAt() string { return id.key }
+
 // Key names one document's lock: its namespace and its _id's canonical
 // key. Comparable, so it is a map key as it is, made without building a
 // string.

@@ -37,6 +37,9 @@ func key(t *testing.T, v any) string {
 	if err != nil {
 		t.Fatalf("New(%v): %v", v, err)
 	}
+	if id.KeyAt() != id.Key() {
+		t.Fatalf("%v: KeyAt %x, Key %x", v, id.KeyAt(), id.Key())
+	}
 	return id.Key()
 }
 

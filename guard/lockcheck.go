@@ -53,7 +53,9 @@ func (g *Guard) held(v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespac
 // heldFromMemo is the check of one id answered through the writer's
 // memos (enforce.HeldMemos, the session's or the connection's): the
 // lease left past the margin, the token in v.TokenBuf; false: ask the
-// store as usual.
+// store as usual. The answer is for v.Now, which the checker keeps fresh
+// (enforce.Checker.Needs), so the flight's lease is measured from the
+// very instant its check was for, and the memo reads no clock.
 func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (time.Duration, bool) {
 	if len(ids) != 1 || v.Req == nil || !g.locks.Measures() {
 		return 0, false
@@ -62,7 +64,7 @@ func (g *Guard) heldFromMemo(v *verdict, r *policy.Rule, o *lockstore.Owner, ns 
 	if st == nil {
 		return 0, false
 	}
-	left, token, ok := st.memo().held.Left(g.locks, o, ns, ids[0], r.LeaseMargin)
+	left, token, ok := st.memo().held.Left(g.locks, o, ns, &ids[0], r.LeaseMargin, v.Now)
 	st.unlock(v.Req)
 	v.TokenBuf[0] = token
 	return left, ok

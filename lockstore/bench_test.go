@@ -88,3 +88,31 @@ func BenchmarkHeldTokensIntoCached(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHeldTokenMemo is BenchmarkHeldTokensIntoCached answered from
+// the caller's memo, as the guard asks on a document's repeated writes:
+// no key built, no mutex, no map; the caller's reading of the clock (the
+// guard's decision reads it anyway) stands for the check's own.
+func BenchmarkHeldTokenMemo(b *testing.B) {
+	cfg := testConfig(b)
+	cfg.CacheTrust = time.Hour
+	s := openStore(b, cfg)
+	o := newOwner("bench")
+	id := rv(b, "bench")
+	ns := namespace.Of("db.bench")
+	if _, err := s.Acquire(bg, o, ns, []docid.ID{id}, 10*time.Minute, 0); err != nil {
+		b.Fatal(err)
+	}
+	var memos HeldMemos
+	if _, _, ok := s.HeldTokenMemo(&memos, &o, ns, &id, time.Second, time.Time{}); !ok {
+		b.Fatal("not held")
+	}
+	now := time.Now()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, _, ok := s.HeldTokenMemo(&memos, &o, ns, &id, time.Second, now); !ok {
+			b.Fatal("not held")
+		}
+	}
+}

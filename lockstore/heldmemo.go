@@ -1,6 +1,7 @@
 package lockstore
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
@@ -19,7 +20,10 @@ import (
 // memo is filled and read by the store alone, under the caller's own
 // lock.
 type HeldMemo struct {
-	store     any
+	// counter is the generation counter of the store that filled the
+	// memo: its address is the store's identity, compared as a pointer
+	// (an interface's compare is a runtime call on every check).
+	counter   *atomic.Uint64
 	gen       uint64
 	session   []byte // the owner key, shared: owner keys are never modified
 	bind      string
@@ -33,61 +37,115 @@ type HeldMemo struct {
 	mono bool
 }
 
-// Fill records a lock check that store, at generation gen, answered from
-// memory: owner holds (ns, the id of key) until expires with token, and
-// the store's memory of it was confirmed at local time confirmed.
-func (m *HeldMemo) Fill(store any, gen uint64, owner *Owner, ns namespace.Namespace, key string, expires time.Time, token int64, confirmed time.Time) {
-	*m = HeldMemo{store: store, gen: gen, session: owner.Session, bind: owner.Bind, ns: ns, key: key,
+// Fill records a lock check that the store whose generation counter is
+// counter, at generation gen, answered from memory: owner holds (ns, the
+// id of key) until expires with token, and the store's memory of it was
+// confirmed at local time confirmed.
+func (m *HeldMemo) Fill(counter *atomic.Uint64, gen uint64, owner *Owner, ns namespace.Namespace, key string, expires time.Time, token int64, confirmed time.Time) {
+	*m = HeldMemo{counter: counter, gen: gen, session: owner.Session, bind: owner.Bind, ns: ns, key: key,
 		expires: expires, token: token, confirmed: confirmed, mono: hasMonotonic(confirmed)}
 }
 
-// Match returns what Fill recorded when it was filled by store at
-// generation gen for the same owner, namespace and id key; false else.
-func (m *HeldMemo) Match(store any, gen uint64, owner *Owner, ns namespace.Namespace, key string) (expires time.Time, token int64, confirmed time.Time, ok bool) {
-	if m.store != store || m.gen != gen || m.ns != ns || m.key != key || m.bind != owner.Bind ||
-		string(m.session) != string(owner.Session) {
-		return time.Time{}, 0, time.Time{}, false
+// Recorded is what Fill recorded: the lease's end, the token and the
+// confirmation. Only a memo HeldMemos.Find found for the store, its
+// generation, the owner and the lock answers for them.
+func (m *HeldMemo) Recorded() (expires time.Time, token int64, confirmed time.Time) {
+	return m.expires, m.token, m.confirmed
+}
+
+// heldMemoSlots: a client writes a few documents over and over; more
+// slots would make every miss compare more keys.
+const heldMemoSlots = 4
+
+// HeldMemos are a caller's memos of its latest lock checks answered from
+// a store's memory, one per document, replaced in turn. The zero value
+// is empty; like a HeldMemo, they are read and filled by the store
+// alone, under the caller's own lock.
+type HeldMemos struct {
+	m    [heldMemoSlots]HeldMemo
+	next uint8
+}
+
+// Find is the one lookup of a memo check: the memo of ms for the lock on
+// (ns, id), and hit when the store whose generation counter is counter
+// filled it for owner at the counter's present generation, so that what
+// it recorded is the store's answer; without a hit, the memo to fill for
+// that lock (the one it had, whoever held it, else the next in turn). The lock's key, the costly compare (the memo's key and
+// the request's are never at one address), is compared once, in the
+// same pass that picks the slot; the id is read through its pointer, not
+// copied (docid.ID.KeyAt). A memo for another id, namespace, owner, store or generation
+// is never a hit (TestHeldMemosFindComparesEveryField).
+func (ms *HeldMemos) Find(counter *atomic.Uint64, owner *Owner, ns namespace.Namespace, id *docid.ID) (*HeldMemo, bool) {
+	key := id.KeyAt()
+	for i := range ms.m {
+		m := &ms.m[i]
+		if m.key != key || m.ns != ns {
+			continue
+		}
+		// An empty slot's counter is nil: never a hit, even for a zero id.
+		return m, m.counter == counter && m.gen == counter.Load() && m.bind == owner.Bind &&
+			string(m.session) == string(owner.Session)
 	}
-	return m.expires, m.token, m.confirmed, true
+	m := &ms.m[ms.next]
+	ms.next = (ms.next + 1) % heldMemoSlots
+	return m, false
 }
 
-// Of reports whether m was filled for the lock on (ns, id), whoever
-// holds it: which of a caller's memos to hand the store.
-func (m *HeldMemo) Of(ns namespace.Namespace, id docid.ID) bool {
-	return m.store != nil && m.key == id.Key() && m.ns == ns
-}
-
-// HeldTokenMemo answers HeldTokensInto for one id from m, when the store
-// is still at the generation m was filled at and the lease it recorded
-// surely outlasts margin (and, for the cache, its trust): it returns the
-// lease left and the token. Otherwise it answers from the cache as
-// HeldTokensInto would and fills m; false means "ask HeldTokensInto",
-// never "not held". The owner is read, never kept nor modified: by
-// pointer, as it is too large to copy on every write's check.
-func (s *Store) HeldTokenMemo(m *HeldMemo, owner *Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
-	if s.cfg.CacheTrust <= 0 || len(owner.Session) == 0 || id.IsZero() {
+// HeldTokenMemo answers HeldTokensInto for one id from ms, when the store
+// is still at the generation the id's memo was filled at and the lease it
+// recorded surely outlasts margin (and, for the cache, its trust): it
+// returns the lease left and the token. Otherwise it answers from the
+// cache as HeldTokensInto would and fills a memo of ms; false means "ask
+// HeldTokensInto", never "not held". The owner and the id are read,
+// never kept nor modified: by pointer, as they are too large to copy on
+// every write's check.
+//
+// now is the caller's reading of time.Now, taken with nothing between it
+// and this call that may wait (a round trip, a lock's wait): the answer
+// is for that instant, the lease left and the cache's trust both
+// measured from it, so that the check reads no clock of its own. A
+// reading older by a wait would stretch the trust by that wait (the
+// guard reads the clock again then: enforce.Checker.Needs). The zero
+// Time makes the check read time.Now; any other is taken for one of
+// time.Now's, with the monotonic clock (telling them apart, Round(0),
+// cost about a third of the reading saved). With an injected clock
+// (tests) the store reads its clocks as before.
+func (s *Store) HeldTokenMemo(ms *HeldMemos, owner *Owner, ns namespace.Namespace, id *docid.ID, margin time.Duration, now time.Time) (time.Duration, int64, bool) {
+	if s.cfg.CacheTrust <= 0 {
 		return 0, 0, false
 	}
-	if expires, token, confirmed, ok := m.Match(s, s.cache.gen.Load(), owner, ns, id.Key()); ok {
+	// A hit needs a memo filled for this owner, namespace and non-zero
+	// id, which heldCachedMemo validated then: the checks of the
+	// arguments are the miss's alone.
+	m, hit := ms.Find(&s.cache.gen, owner, ns, id)
+	if hit {
+		expires, token, confirmed := m.Recorded()
 		if b := s.monotonicEstimate(); b != nil && m.mono {
-			// One reading of the monotonic clock serves both: the server's
-			// time (the estimate's, at d after its midpoint) and the time
-			// since the confirmation (d less the confirmation's offset
-			// from the midpoint, both monotonic readings).
-			d := time.Since(b.mid)
-			now, unc := b.server.Add(d), b.uncertaintyAfter(d)
-			if expires.After(now.Add(unc+margin)) && d-confirmed.Sub(b.mid) <= s.cfg.CacheTrust {
-				return expires.Add(-unc).Sub(now), token, true
+			if now.IsZero() {
+				now = time.Now()
+			}
+			// One monotonic reading, the caller's, serves both: the
+			// server's time (the estimate's, at d after its midpoint)
+			// and the time since the confirmation (d less the
+			// confirmation's offset from the midpoint, both monotonic
+			// readings).
+			d := now.Sub(b.mid)
+			at, unc := b.server.Add(d), b.uncertaintyAfter(d)
+			if expires.After(at.Add(unc+margin)) && d-confirmed.Sub(b.mid) <= s.cfg.CacheTrust {
+				return expires.Add(-unc).Sub(at), token, true
 			}
 			return 0, 0, false
 		}
-		now, unc, local := s.nowLocal()
-		if expires.After(now.Add(unc+margin)) && local.Sub(confirmed) <= s.cfg.CacheTrust {
-			return expires.Add(-unc).Sub(now), token, true
+		at, unc, local := s.nowLocal()
+		if expires.After(at.Add(unc+margin)) && local.Sub(confirmed) <= s.cfg.CacheTrust {
+			return expires.Add(-unc).Sub(at), token, true
 		}
 		return 0, 0, false
 	}
+	if len(owner.Session) == 0 || id.IsZero() {
+		return 0, 0, false
+	}
 	var token int64
-	left, ok := s.heldCachedMemo(owner, ns, id, margin, &token, m)
+	left, ok := s.heldCachedMemo(owner, ns, *id, margin, &token, m)
 	return left, token, ok
 }

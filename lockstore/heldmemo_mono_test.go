@@ -1,9 +1,11 @@
 package lockstore
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/namespace"
 )
 
@@ -51,20 +53,106 @@ func TestHeldMemoMonotonicCheck(t *testing.T) {
 				confirmed = confirmed.Round(0)
 			}
 			expires := server().Add(c.expires).Round(0) // a server time: no monotonic reading
-			var m HeldMemo
-			m.Fill(s, s.cache.gen.Load(), &owner, ns, id.Key(), expires, 42, confirmed)
-			left, tok, ok := s.HeldTokenMemo(&m, &owner, ns, id, margin)
-			if ok != c.held {
-				t.Fatalf("%s (monotonic %v): held %v, want %v", c.name, mono, ok, c.held)
+			var ms HeldMemos
+			m, _ := ms.Find(&s.cache.gen, &owner, ns, &id)
+			m.Fill(&s.cache.gen, s.cache.gen.Load(), &owner, ns, id.Key(), expires, 42, confirmed)
+			// The caller's reading, or none (the store reads the clock).
+			for _, now := range []time.Time{time.Now(), {}} {
+				left, tok, ok := s.HeldTokenMemo(&ms, &owner, ns, &id, margin, now)
+				if ok != c.held {
+					t.Fatalf("%s (monotonic %v, caller's reading %v): held %v, want %v", c.name, mono, !now.IsZero(), ok, c.held)
+				}
+				if !ok {
+					continue
+				}
+				// The lease left is the server's less the uncertainty.
+				want := c.expires - 201*time.Millisecond
+				if tok != 42 || left > want || left < want-time.Second {
+					t.Fatalf("%s (monotonic %v): token %d, left %s, want 42 and about %s", c.name, mono, tok, left, want)
+				}
 			}
-			if !ok {
+			if !c.held || !mono {
 				continue
 			}
-			// The lease left is the server's less the uncertainty.
-			want := c.expires - 201*time.Millisecond
-			if tok != 42 || left > want || left < want-time.Second {
-				t.Fatalf("%s (monotonic %v): token %d, left %s, want 42 and about %s", c.name, mono, tok, left, want)
+			// The answer is for the caller's instant, not the clock's: a
+			// reading past the cache's trust, or past the lease less the
+			// margin, is not held (a check that read its own clock, or
+			// ignored the caller's, would say held).
+			for _, ahead := range []time.Duration{trust, c.expires} {
+				if _, _, ok := s.HeldTokenMemo(&ms, &owner, ns, &id, margin, time.Now().Add(ahead)); ok {
+					t.Fatalf("%s: held for a reading %s ahead", c.name, ahead)
+				}
 			}
 		}
+	}
+}
+
+// TestHeldMemosFindComparesEveryField: a memo is the store's answer only
+// for the very lock check it recorded: another store, generation, owner
+// session or binding, namespace or _id is never a hit (it would answer
+// "held" for a lock the asker does not hold). Each field is left out of
+// Find's compare in turn by the mutations this test was checked against.
+func TestHeldMemosFindComparesEveryField(t *testing.T) {
+	t.Parallel()
+	// Two stores' generation counters, the one at 7.
+	var s, other atomic.Uint64
+	s.Store(7)
+	other.Store(7)
+	a := Owner{Session: []byte("session a"), Bind: "txn 1"}
+	ns := namespace.Of("db.c")
+	id := rv(t, "x")
+	var ms HeldMemos
+	m, hit := ms.Find(&s, &a, ns, &id)
+	if hit {
+		t.Fatal("an empty memo is a hit")
+	}
+	m.Fill(&s, 7, &a, ns, id.Key(), time.Now().Add(time.Minute), 42, time.Now())
+	if got, hit := ms.Find(&s, &a, ns, &id); !hit || got != m {
+		t.Fatalf("the memo's own check: hit %v, the same memo %v", hit, got == m)
+	}
+	sessionB := Owner{Session: []byte("session b"), Bind: a.Bind}
+	sameLen := Owner{Session: []byte("session z"), Bind: a.Bind} // differs in the last byte only
+	bind := Owner{Session: a.Session, Bind: "txn 2"}
+	noBind := Owner{Session: a.Session}
+	// A copy of the owner key: compared by value, not by address.
+	copied := Owner{Session: append([]byte(nil), a.Session...), Bind: a.Bind}
+	y, X := rv(t, "y"), rv(t, "X")
+	for _, c := range []struct {
+		name    string
+		counter *atomic.Uint64
+		owner   *Owner
+		ns      namespace.Namespace
+		id      *docid.ID
+	}{
+		{"another store", &other, &a, ns, &id},
+		{"another session", &s, &sessionB, ns, &id},
+		{"a session differing in its last byte", &s, &sameLen, ns, &id},
+		{"another binding", &s, &bind, ns, &id},
+		{"no binding", &s, &noBind, ns, &id},
+		{"another namespace", &s, &a, namespace.Of("db.d"), &id},
+		{"another database", &s, &a, namespace.Of("dc.c"), &id},
+		{"another _id", &s, &a, ns, &y},
+		{"an _id differing in case", &s, &a, ns, &X},
+	} {
+		if _, hit := ms.Find(c.counter, c.owner, c.ns, c.id); hit {
+			t.Fatalf("%s: a hit", c.name)
+		}
+	}
+	if _, hit := ms.Find(&s, &copied, ns, &id); !hit {
+		t.Fatal("the same owner key at another address is not a hit")
+	}
+	// Another lock fills another memo; the memo of a lock whoever held it
+	// is the one refilled, so that no two memos are of one lock.
+	if got, _ := ms.Find(&s, &a, ns, &y); got == m {
+		t.Fatal("another _id is given the memo of x to fill")
+	}
+	if got, _ := ms.Find(&s, &sessionB, ns, &id); got != m {
+		t.Fatal("another session's check of x is not given x's memo to fill")
+	}
+	// Any change through the store moves its generation: the memo is
+	// no longer its answer.
+	s.Add(1)
+	if _, hit := ms.Find(&s, &a, ns, &id); hit {
+		t.Fatal("a hit after the store's generation moved")
 	}
 }

@@ -21,12 +21,13 @@ func TestHeldMemoSeesEveryChange(t *testing.T) {
 	s2 := openStore(t, cfg)
 	a, b := newOwner("a"), newOwner("b")
 	const ns = "db.c"
-	var memo HeldMemo
+	var memos HeldMemos
 	// memoHeld asks through the memo and checks the answer against the
 	// cache's own (heldCached).
 	memoHeld := func(o Owner, id string) (int64, bool) {
 		t.Helper()
-		left, tok, ok := s1.HeldTokenMemo(&memo, &o, namespace.Of(ns), rv(t, id), time.Second)
+		idv := rv(t, id)
+		left, tok, ok := s1.HeldTokenMemo(&memos, &o, namespace.Of(ns), &idv, time.Second, time.Now())
 		var ctok int64
 		_, cached := s1.heldCached(o, namespace.Of(ns), rv(t, id), time.Second, &ctok)
 		if ok != cached || (ok && tok != ctok) {

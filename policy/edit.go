@@ -89,7 +89,7 @@ func (e *Edit) MessageAt(msg wire.Message, cmd *wire.Command) ([]byte, time.Dura
 	// cases' checks).
 	if len(e.Pins) == 0 && len(e.Fences) == 0 && e.MaxTimeMS > 0 && cmd != nil {
 		if om, ok := msg.(*wire.OpMsg); ok {
-			if _, has := cmd.Lookup("maxTimeMS"); !has {
+			if _, has := cmd.Kept(wire.KeyMaxTimeMS); !has {
 				if b, at, ok := appendCap(e.Buf[:0], om, cmd.Body, e.MaxTimeMS, cmd.Sequences); ok {
 					return b, time.Duration(e.MaxTimeMS) * time.Millisecond, wire.NumberAt{Off: at, Type: bson.TypeInt64}, nil
 				}
@@ -181,7 +181,7 @@ func editMessage(msg wire.Message, cmd *wire.Command, e Edit) ([]byte, time.Dura
 		var err error
 		if edited {
 			v, err = body.LookupErr("maxTimeMS")
-		} else if cv, ok := cmd.Lookup("maxTimeMS"); ok {
+		} else if cv, ok := cmd.Kept(wire.KeyMaxTimeMS); ok {
 			v = cv
 		} else {
 			err = bsoncore.ErrElementNotFound

@@ -41,13 +41,52 @@ var bodyKeys = [...]string{"comment", "autocommit", "maxTimeMS"}
 // Lookup returns the body's first value under key, as
 // bsoncore.Document.LookupErr finds it; false when it has none.
 func (c *Command) Lookup(key string) (bsoncore.Value, bool) {
-	// A switch, not a loop over bodyKeys: enforcement looks up three keys
-	// on every write.
+	// A switch, not a loop over bodyKeys: the kept keys are found
+	// without a walk.
 	if i := bodyKey(key); i >= 0 && c.scanned {
 		return c.kept[i], c.kept[i].Type != 0
 	}
+	return c.lookupBody(key)
+}
+
+// lookupBody is Lookup's walk of the body.
+func (c *Command) lookupBody(key string) (bsoncore.Value, bool) {
 	v, err := c.Body.LookupErr(key)
 	return v, err == nil
+}
+
+// BodyKey names one of the body's keys that the walk of the command
+// keeps (bodyKeys), for Kept.
+type BodyKey uint8
+
+// The kept keys, in bodyKeys' order.
+const (
+	KeyComment    BodyKey = iota // "comment": the owner's binding
+	KeyAutocommit                // "autocommit": the transaction flag
+	KeyMaxTimeMS                 // "maxTimeMS": the running-time cap
+)
+
+// Kept is Lookup of the key k names, the same answer (a value found
+// always has a type), found by its index: enforcement reads these on
+// every write, and Lookup's compare of the key (the switch of bodyKey)
+// and its call cost more than the read. Written to stay within the
+// compiler's inlining budget (cost 80 of 80: read the kept value before
+// the flag, the walk out of line), so that a constant k reads the one
+// field. TestCommandLookupIsBodyLookup and FuzzCommandOf hold it to the
+// body's first value.
+func (c *Command) Kept(k BodyKey) (bsoncore.Value, bool) {
+	v := c.kept[k]
+	if !c.scanned {
+		v = c.lookupKept(k)
+	}
+	return v, v.Type != 0
+}
+
+// lookupKept is Kept for a command not made by CommandOf (a zero Value
+// when the body has no such key).
+func (c *Command) lookupKept(k BodyKey) bsoncore.Value {
+	v, _ := c.lookupBody(bodyKeys[k])
+	return v
 }
 
 // bodyKey is key's index in bodyKeys, -1 for any other key (a mismatch

@@ -276,8 +276,9 @@ func TestDocuments(t *testing.T) {
 
 // TestCommandLookupIsBodyLookup: the values the walk keeps are the ones a
 // lookup in the body finds, absent keys are absent, and a command built
-// without the walk still answers from its body. (A kept key repeated is
-// malformed: TestCommandOfMalformed.)
+// without the walk still answers from its body; Kept answers as Lookup
+// of the key it names. (A kept key repeated is malformed:
+// TestCommandOfMalformed.)
 func TestCommandLookupIsBodyLookup(t *testing.T) {
 	body := doc(func(b *bsoncore.DocumentBuilder) {
 		b.AppendString("update", "items").AppendString("comment", "lockgate:first").
@@ -297,6 +298,14 @@ func TestCommandLookupIsBodyLookup(t *testing.T) {
 				got, ok := c.Lookup(key)
 				if ok != (werr == nil) || !got.Equal(want) {
 					t.Errorf("%s (scanned %v): Lookup = %v, %v; body has %v, %v", key, c.scanned, got, ok, want, werr)
+				}
+			}
+		}
+		for k, key := range map[BodyKey]string{KeyComment: "comment", KeyAutocommit: "autocommit", KeyMaxTimeMS: "maxTimeMS"} {
+			want, werr := body.LookupErr(key)
+			for _, c := range []*Command{c, unscanned} {
+				if got, ok := c.Kept(k); ok != (werr == nil) || !got.Equal(want) {
+					t.Errorf("Kept(%d), %s (scanned %v) = %v, %v; body has %v, %v", k, key, c.scanned, got, ok, want, werr)
 				}
 			}
 		}

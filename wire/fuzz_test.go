@@ -269,6 +269,14 @@ func FuzzCommandOf(f *testing.F) {
 		if !cmd.Legacy && cmd.DB == "" {
 			t.Fatal("OP_MSG command without $db accepted")
 		}
+		// The values kept by the walk are the body's first (what
+		// enforcement reads is what the server reads).
+		for k, key := range bodyKeys {
+			want, werr := cmd.Body.LookupErr(key)
+			if got, ok := cmd.Kept(BodyKey(k)); ok != (werr == nil) || !got.Equal(want) {
+				t.Fatalf("Kept(%s) = %v, %v; the body has %v, %v", key, got, ok, want, werr)
+			}
+		}
 		checkMessage(t, raw, m)
 	})
 }

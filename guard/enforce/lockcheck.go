@@ -52,10 +52,12 @@ type (
 		HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration, tokens []int64) (time.Duration, []docid.ID, error)
 	}
 	// MemoStore answers a connection's repeated check of one lock from
-	// the connection's memo while the store is unchanged since it filled
-	// it (lockstore.HeldMemo): no key built, no shared mutex, no map.
+	// the connection's memos while the store is unchanged since it filled
+	// them (lockstore.HeldMemos): no key built, no shared mutex, no map,
+	// the id's key compared once and, the caller's reading of the clock
+	// given, no clock read.
 	MemoStore interface {
-		HeldTokenMemo(m *lockstore.HeldMemo, owner *lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool)
+		HeldTokenMemo(ms *lockstore.HeldMemos, owner *lockstore.Owner, ns namespace.Namespace, id *docid.ID, margin time.Duration, now time.Time) (time.Duration, int64, bool)
 	}
 	// ElsewhereFinder finds a session's lock on the same _id in another
 	// namespace.
@@ -135,20 +137,19 @@ func (l *Locks) Check(ctx context.Context, o *lockstore.Owner, ns namespace.Name
 }
 
 // HeldMemos are a connection's memos of its latest lock checks, one per
-// document, replaced in turn: a client writes a few documents over and
-// over. The zero value is empty; it is the connection's own (not safe
-// for concurrent use).
-type HeldMemos struct {
-	m    [4]lockstore.HeldMemo
-	next int
-}
+// document, replaced in turn (lockstore.HeldMemos): a client writes a few
+// documents over and over. The zero value is empty; it is the
+// connection's own (not safe for concurrent use).
+type HeldMemos lockstore.HeldMemos
 
 // Check is l.Check of the one id, answered from the memo of its latest
 // check, else through the memo it replaces next (filled for the next
-// check when the store answers); false: ask l.Check. The token goes into
-// buf, which must have room for one.
-func (m *HeldMemos) Check(l *Locks, o *lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration, buf []int64) (Held, bool) {
-	left, token, ok := m.Left(l, o, ns, id, margin)
+// check when the store answers); false: ask l.Check. now is the caller's
+// reading of time.Now, with nothing between it and the check that may
+// wait (the answer is for that instant: Checker.Needs); the zero Time has
+// the store read the clock. The token goes into buf, which must have room for one.
+func (m *HeldMemos) Check(l *Locks, o *lockstore.Owner, ns namespace.Namespace, id *docid.ID, margin time.Duration, now time.Time, buf []int64) (Held, bool) {
+	left, token, ok := m.Left(l, o, ns, id, margin, now)
 	if !ok {
 		return Held{}, false
 	}
@@ -159,21 +160,13 @@ func (m *HeldMemos) Check(l *Locks, o *lockstore.Owner, ns namespace.Namespace, 
 
 // Left is Check's answer without a Held made of it, for a caller that
 // has the token's room: the lease left past the margin and the token.
-func (m *HeldMemos) Left(l *Locks, o *lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
+// The slot is picked by the store's one lookup (lockstore.HeldMemos.Find),
+// not here: picking it here compared the id's key once more.
+func (m *HeldMemos) Left(l *Locks, o *lockstore.Owner, ns namespace.Namespace, id *docid.ID, margin time.Duration, now time.Time) (time.Duration, int64, bool) {
 	if l.memo == nil {
 		return 0, 0, false
 	}
-	slot := &m.m[m.next]
-	for i := range m.m {
-		if m.m[i].Of(ns, id) {
-			slot = &m.m[i]
-			break
-		}
-	}
-	if slot == &m.m[m.next] {
-		m.next = (m.next + 1) % len(m.m)
-	}
-	return l.memo.HeldTokenMemo(slot, o, ns, id, margin)
+	return l.memo.HeldTokenMemo((*lockstore.HeldMemos)(m), o, ns, id, margin, now)
 }
 
 // MayHoldLocks reports whether any lock may be held in ns: true unless
@@ -473,13 +466,55 @@ func (c *Checker[V]) Insertable(ctx context.Context, base *Verdict, r *policy.Ru
 
 // Needs checks the locks each namespace's writes need, skipping
 // namespaces already refused.
+//
+// A check answered from a held-lock memo is for the instant base.Now
+// (HeldMemos.Left: the lease and the cache's trust are measured from it,
+// no clock read), so base.Now must be fresh at each such check (of a
+// single id): it is read again before one unless nothing between the
+// decision's start and it can have waited (startFresh). The reading is
+// taken before the check, so it is never later than the check's answer,
+// as the flight's measure needs (Verdict.Now).
 func (c *Checker[V]) Needs(ctx context.Context, v V, base *Verdict, o *lockstore.Owner, need Needs) {
+	fresh := startFresh(base, need)
 	for i := range need {
 		if n := &need[i]; len(n.IDs) > 0 && !base.Blocked(n.NS) {
+			if len(n.IDs) == 1 && (!fresh || base.Now.IsZero()) {
+				// Only a single id's check may be a memo's.
+				base.Now = time.Now()
+			}
 			c.Check(ctx, v, base, n.Rule, o, n.NS, n.IDs)
 		}
 	}
 }
+
+// startFresh reports whether base.Now, read when the decision started,
+// is still fresh at need's one check, of one id: nothing before it can
+// have waited. That is a single write (another write's check, or the
+// explanation of its refusal, can wait on the lock store), neither an
+// insert nor an upsert (their checks read the lock store and the
+// collection's options first), whose _id is of a type no collation
+// compares (for a string, or a document or array that may hold one,
+// Targets.ExactStrings may ask the resolver for the collection's
+// collation). A resolution zeroes base.Now (Walk.targets). Anything else
+// is read again: the trust in a cached lock is measured in milliseconds,
+// and a reading older than the check by a wait would stretch it.
+func startFresh(base *Verdict, need Needs) bool {
+	// Several ids are never a memo's check (heldFromMemo): their freshness
+	// is not asked.
+	if len(base.Writes) != 1 || len(need) != 1 || len(need[0].IDs) != 1 {
+		return false
+	}
+	if w := &base.Writes[0]; w.Kind == policy.KindInsert || w.Upsert {
+		return false
+	}
+	t := need[0].IDs[0].Type()
+	return t < 64 && uncollatedIDs>>t&1 != 0
+}
+
+// uncollatedIDs are the _id types no collation compares, as a set of bits
+// (a switch over them cost a compare each on every write).
+const uncollatedIDs = 1<<bson.TypeInt32 | 1<<bson.TypeInt64 | 1<<bson.TypeDouble | 1<<bson.TypeDecimal128 |
+	1<<bson.TypeObjectID | 1<<bson.TypeDateTime | 1<<bson.TypeTimestamp | 1<<bson.TypeBinary | 1<<bson.TypeBoolean
 
 // Check verifies that o holds every id in ns with the rule's margin: the
 // ids are verified, left to implicit locks, or the write is refused.

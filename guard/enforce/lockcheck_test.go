@@ -120,34 +120,34 @@ func TestLockCheckMemo(t *testing.T) {
 	l := NewLocks(s)
 	a, b := ownerOf(1), ownerOf(2)
 	const ns = "shop.orders"
-	seven := id(t, 7)
+	seven, eight := id(t, 7), id(t, 8)
 	acquire(t, s, a, ns, seven)
 	var m HeldMemos
 	var buf [1]int64
 	for i := range 3 {
-		if h, ok := m.Check(l, &a, namespace.Of(ns), seven, time.Second, buf[:]); !ok || !h.Measured || h.Left <= 0 {
+		if h, ok := m.Check(l, &a, namespace.Of(ns), &seven, time.Second, time.Now(), buf[:]); !ok || !h.Measured || h.Left <= 0 {
 			t.Fatalf("check %d of a held lock: %+v, %v", i, h, ok)
 		}
 	}
-	if _, ok := m.Check(l, &b, namespace.Of(ns), seven, time.Second, buf[:]); ok {
+	if _, ok := m.Check(l, &b, namespace.Of(ns), &seven, time.Second, time.Now(), buf[:]); ok {
 		t.Fatal("the memo answered for another owner")
 	}
-	if _, ok := m.Check(l, &a, namespace.Of(ns), id(t, 8), time.Second, buf[:]); ok {
+	if _, ok := m.Check(l, &a, namespace.Of(ns), &eight, time.Second, time.Now(), buf[:]); ok {
 		t.Fatal("the memo answered for another document")
 	}
-	if _, ok := m.Check(l, &a, namespace.Of(ns), seven, time.Minute, buf[:]); ok {
+	if _, ok := m.Check(l, &a, namespace.Of(ns), &seven, time.Minute, time.Now(), buf[:]); ok {
 		t.Fatal("the memo answered for a margin the lease does not cover")
 	}
 	if _, err := s.Release(ctx, a, namespace.Of(ns), []docid.ID{seven}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.Check(l, &a, namespace.Of(ns), seven, time.Second, buf[:]); ok {
+	if _, ok := m.Check(l, &a, namespace.Of(ns), &seven, time.Second, time.Now(), buf[:]); ok {
 		t.Fatal("the memo answered for a released lock")
 	}
 	if h, err := l.Check(ctx, &a, namespace.Of(ns), []docid.ID{seven}, time.Second, false, buf[:0]); err != nil || len(h.Missing) != 1 {
 		t.Fatalf("after the release: %+v, %v", h, err)
 	}
-	if _, ok := new(HeldMemos).Check(NewLocks(plainStore{s}), &a, namespace.Of(ns), seven, time.Second, buf[:]); ok {
+	if _, ok := new(HeldMemos).Check(NewLocks(plainStore{s}), &a, namespace.Of(ns), &seven, time.Second, time.Now(), buf[:]); ok {
 		t.Fatal("a store without memos answered from one")
 	}
 }
@@ -270,5 +270,72 @@ func TestInsertable(t *testing.T) {
 	}
 	if x, _ := l.Insertable(ctx, &a, r, w, []docid.ID{id(t, 7), id(t, 9)}); x != nil {
 		t.Fatalf("own and free ids: %+v", x)
+	}
+}
+
+// TestMemoChecksSeeAFreshReading: a check answered from a held-lock memo
+// is for the instant base.Now (HeldMemos.Left measures the lease and the
+// cache's trust from it), so at every check of a single id base.Now must
+// be no older than anything that may have waited before it: another
+// write's check or refusal, an insert's or upsert's reads, the collation
+// read of a string (or document) _id, a resolution. Here the decision
+// "started" an hour ago; only a lone update of _ids no collation compares
+// (nothing can have waited) keeps that reading, every other shape is
+// checked at a reading taken in Needs. With startFresh answering true
+// for every shape, the memo would be asked about an hour-old instant,
+// and a cache confirmed more than its trust ago would still be taken.
+func TestMemoChecksSeeAFreshReading(t *testing.T) {
+	ctx := context.Background()
+	r := &policy.Rule{Mode: policy.Enforce}
+	c, d := namespace.Of("db.c"), namespace.Of("db.d")
+	upd := policy.Write{Kind: policy.KindUpdate, NS: c}
+	upsert := upd
+	upsert.Upsert = true
+	ins := policy.Write{Kind: policy.KindInsert, NS: c}
+	updD := policy.Write{Kind: policy.KindUpdate, NS: d}
+	need := func(ns namespace.Namespace, ids ...docid.ID) Need { return Need{NS: ns, Rule: r, IDs: ids} }
+	for _, tc := range []struct {
+		name   string
+		writes []policy.Write
+		need   Needs
+		zero   bool // a resolution ran (Walk.targets zeroes Now)
+		kept   bool // the start is fresh enough
+	}{
+		{"an update of an int _id", []policy.Write{upd}, Needs{need(c, id(t, 7))}, false, true},
+		{"an update of an ObjectId", []policy.Write{upd}, Needs{need(c, id(t, primitive.NewObjectID()))}, false, true},
+		{"an update of a string _id", []policy.Write{upd}, Needs{need(c, id(t, "7"))}, false, false},
+		{"an update of a document _id", []policy.Write{upd}, Needs{need(c, id(t, bson.D{{Key: "a", Value: 1}}))}, false, false},
+		{"an upsert", []policy.Write{upsert}, Needs{need(c, id(t, 7))}, false, false},
+		{"an insert", []policy.Write{ins}, Needs{need(c, id(t, 7))}, false, false},
+		{"two writes", []policy.Write{upd, updD}, Needs{need(c, id(t, 7)), need(d, id(t, 8))}, false, false},
+		{"after a resolution", []policy.Write{upd}, Needs{need(c, id(t, 7))}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now().Add(-time.Hour)
+			base := &Verdict{Writes: tc.writes, Now: start}
+			if tc.zero {
+				base.Now = time.Time{}
+			}
+			var seen []time.Time
+			chk := &Checker[int]{Held: func(_ context.Context, _ int, _ *policy.Rule, _ *lockstore.Owner, _ namespace.Namespace, _ []docid.ID) (bool, []docid.ID, error) {
+				seen = append(seen, base.Now)
+				return true, nil, nil
+			}}
+			o := ownerOf(1)
+			before := time.Now()
+			chk.Needs(ctx, 0, base, &o, tc.need)
+			if len(seen) != len(tc.need) {
+				t.Fatalf("%d checks, want %d", len(seen), len(tc.need))
+			}
+			for i, at := range seen {
+				if tc.kept {
+					if !at.Equal(start) {
+						t.Errorf("check %d: at %v, want the start kept", i, at)
+					}
+				} else if at.Before(before) {
+					t.Errorf("check %d is for a reading %s before Needs began", i, before.Sub(at))
+				}
+			}
+		})
 	}
 }

@@ -124,7 +124,7 @@ func (k *OwnerKeys) Owner(c *proxy.ClientInfo, key []byte, bind string) lockstor
 // "lockgate:<bind>" (a string, which every server accepts), or
 // {lockgate: "<bind>"}; "" for none.
 func Binding(cmd *wire.Command) string {
-	c, ok := cmd.Lookup("comment")
+	c, ok := cmd.Kept(wire.KeyComment)
 	if !ok {
 		return ""
 	}

@@ -122,7 +122,7 @@ func New(cfg Config) *Check { return &Check{cfg: cfg} }
 // (autocommit: false), where the server refuses a maxTimeMS of its own
 // statements; the commit is checked instead.
 func In(cmd *wire.Command) bool {
-	v, ok := cmd.Lookup("autocommit")
+	v, ok := cmd.Kept(wire.KeyAutocommit)
 	if !ok {
 		return false
 	}

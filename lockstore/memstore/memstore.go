@@ -493,49 +493,59 @@ func (s *Store) HeldTokensInto(ctx context.Context, owner lockstore.Owner, ns na
 }
 
 // HeldTokenMemo is lockstore.Store.HeldTokenMemo: HeldTokensInto for one
-// id answered from the caller's memo m while the store is unchanged since
-// it was filled, else from the store (filling m); false means "ask
-// HeldTokensInto", never "not held".
-func (s *Store) HeldTokenMemo(m *lockstore.HeldMemo, owner *lockstore.Owner, ns namespace.Namespace, id docid.ID, margin time.Duration) (time.Duration, int64, bool) {
-	if len(owner.Session) == 0 || id.IsZero() || ns.IsZero() || strings.IndexByte(ns.String(), 0) >= 0 {
-		return 0, 0, false
-	}
-	if expires, token, _, ok := m.Match(s, s.gen.Load(), owner, ns, id.Key()); ok {
+// id answered from the caller's memos ms while the store is unchanged
+// since the id's memo was filled, else from the store (filling a memo);
+// false means "ask HeldTokensInto", never "not held". On the local clock
+// the answer is for the caller's reading now (lockstore's contract), so
+// a hit reads no clock.
+func (s *Store) HeldTokenMemo(ms *lockstore.HeldMemos, owner *lockstore.Owner, ns namespace.Namespace, id *docid.ID, margin time.Duration, now time.Time) (time.Duration, int64, bool) {
+	// A hit needs a memo this store filled for the same owner, namespace
+	// and id, all validated when it filled it (below): the arguments'
+	// checks are the miss's alone.
+	m, hit := ms.Find(&s.gen, owner, ns, id)
+	if hit {
+		expires, token, _ := m.Recorded()
 		if s.local {
-			// expires is the lease's end as a monotonic reading (below):
-			// one reading of the monotonic clock, as lockstore's memo
-			// check takes.
-			if left := time.Until(expires); left > margin {
+			// expires is the lease's end as a monotonic reading (below),
+			// compared with the caller's monotonic reading: no clock
+			// read here, as lockstore's memo check reads none.
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if left := expires.Sub(now); left > margin {
 				return left, token, true
 			}
 			return 0, 0, false
 		}
-		now, unc := s.cfg.Clock.Now()
-		if expires.After(now.Add(unc + margin)) {
-			return expires.Add(-unc).Sub(now), token, true
+		at, unc := s.cfg.Clock.Now()
+		if expires.After(at.Add(unc + margin)) {
+			return expires.Add(-unc).Sub(at), token, true
 		}
 		return 0, 0, false
 	}
-	rid := docid.KeyOf(ns, id)
+	if len(owner.Session) == 0 || id.IsZero() || ns.IsZero() || strings.IndexByte(ns.String(), 0) >= 0 {
+		return 0, 0, false
+	}
+	rid := docid.KeyOf(ns, *id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
 		return 0, 0, false
 	}
-	now, unc := s.cfg.Clock.Now()
+	at, unc := s.cfg.Clock.Now()
 	r := s.recs[rid]
-	if r == nil || !ownedBy(r, *owner) || !r.expires.After(now.Add(unc+margin)) {
+	if r == nil || !ownedBy(r, *owner) || !r.expires.After(at.Add(unc+margin)) {
 		return 0, 0, false
 	}
 	expires := r.expires
 	if s.local {
 		// The lease's end as a local monotonic reading: its time left
-		// from now, on the monotonic clock (now is time.Now's reading;
+		// from at, on the monotonic clock (at is time.Now's reading;
 		// r.expires, truncated, has none).
-		expires = now.Add(r.expires.Sub(now))
+		expires = at.Add(r.expires.Sub(at))
 	}
-	m.Fill(s, s.gen.Load(), owner, ns, id.Key(), expires, r.token, time.Time{})
-	return r.expires.Add(-unc).Sub(now), r.token, true
+	m.Fill(&s.gen, s.gen.Load(), owner, ns, id.Key(), expires, r.token, time.Time{})
+	return r.expires.Add(-unc).Sub(at), r.token, true
 }
 
 // MayBeHeldIn implements lockstore.Store.MayBeHeldIn: the _ids held in
