@@ -23,7 +23,7 @@ import (
 // that the next write does not build it again. Its mutex is only ever
 // contended where tests share one ClientInfo across goroutines; a write
 // that finds it busy does without: every taker only tries it
-// (connStateOf, putVerdict, ReleaseMessage), none waits for it.
+// (connStateOf, ReleaseMessage), none waits for it.
 type connState struct {
 	mu sync.Mutex
 	// deciding is the request whose enforcement holds mu from its
@@ -74,9 +74,6 @@ type connState struct {
 	// versionOf (versionField).
 	versionOf *policy.Policy
 	version   []byte
-	// spare is a verdict no flight or request points into any more,
-	// for the connection's next write (newVerdict).
-	spare *verdict
 	// msg is the buffer the connection's rewritten messages are encoded
 	// into (edit), nil while the proxy has it (ReleaseMessage).
 	msg []byte
@@ -103,38 +100,36 @@ func (st *connState) ReleaseMessage(b []byte) {
 	st.mu.Unlock()
 }
 
-// newVerdict returns a verdict for req: the connection's spare, or a new
-// one. A write in flight keeps its verdict until it lands, so a request
-// decided meanwhile (pipelined, or sent while another is unanswered)
-// never gets a verdict still in use: the spare is empty then.
+// newVerdict returns a verdict for req: a cleared one from spares (nil:
+// none), or a new one. A write in flight keeps its verdict until it
+// lands, so a request decided meanwhile (pipelined, or sent while
+// another is unanswered) never gets a verdict still in use: only a
+// landed flight's goes back (putVerdict).
 //
 // The connection stays locked for req's decision until releaseConn.
-func newVerdict(req *proxy.Request, start time.Time) *verdict {
-	st := connStateOf(req)
-	if st == nil {
-		return &verdict{Verdict: enforce.Verdict{Req: req, Now: start}}
+func newVerdict(spares *sync.Pool, req *proxy.Request, start time.Time) *verdict {
+	var v *verdict
+	if spares != nil {
+		v, _ = spares.Get().(*verdict)
 	}
-	v := st.spare
-	st.spare = nil
-	st.hold(req)
 	if v == nil {
 		v = &verdict{}
 	}
-	v.Req, v.Now, v.home = req, start, st
+	v.Req, v.Now = req, start
+	if st := connStateOf(req); st != nil {
+		st.hold(req)
+		v.home = st
+	}
 	return v
 }
 
 // putVerdict takes back the verdict of a flight that landed, once
-// nothing else points into it, cleared: it keeps no request alive.
-func (st *connState) putVerdict(v *verdict) {
+// nothing else points into it, cleared: it keeps no request alive, and
+// the write that gets it next, on any connection, finds nothing of this
+// one's.
+func (g *Guard) putVerdict(v *verdict) {
 	v.reset()
-	if !st.mu.TryLock() {
-		return
-	}
-	if st.spare == nil {
-		st.spare = v
-	}
-	st.mu.Unlock()
+	g.verdicts.Put(v)
 }
 
 type allowSeries struct {
