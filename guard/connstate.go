@@ -25,6 +25,14 @@ import (
 // that finds it busy does without: every taker only tries it
 // (connStateOf, ReleaseMessage), none waits for it.
 type connState struct {
+	// What the usual allowed write reads and writes comes first, in as
+	// few cache lines as it fits (six, the first entries of allows and
+	// rules with them); what it does not (the zap path's loggers, the
+	// line's head and version, made once per app or policy, the throttle,
+	// its own memos when a session memo serves) after. Between two writes
+	// of a connection every other connection's run, and each line of
+	// this one's it touches is a miss (docs/BENCHMARKS.md, "the ninth
+	// box's footprint").
 	mu sync.Mutex
 	// deciding is the request whose enforcement holds mu from its
 	// verdict (newVerdict) to its decision (releaseConn), so that the
@@ -35,34 +43,14 @@ type connState struct {
 	// atomic; a request is decided by one goroutine, so no other can
 	// find its own request here.
 	deciding atomic.Pointer[proxy.Request]
-	// lines are the decision log's loggers with the fields that lead
-	// every line (client to mode) encoded once, for the few (session,
-	// namespace, command, mode) a connection writes with, replaced in
-	// turn (zapLine, without a LineSink).
-	lines [4]linePrefix
-	next  int
-	// head is the decision line's client and app fields, of headClient
-	// and headApp (lineHead); the rest of the head is the writer's
-	// (memos).
-	head                []byte
-	headApp, headClient string
-	// allows are the allow series of the rules the connection wrote
-	// under lately (allowCounter).
-	allows    [4]allowSeries
-	nextAllow int
-	// rules are the rules the connection wrote under lately (ruleRef).
-	rules enforce.Rules
-	// self are the connection's own memos, for writes without a session
-	// memo (memo); sess, while set, the session memo the decision holds
-	// (takeSession), whose memos are used instead.
-	self memos
+	// sess, while set, is the session memo the decision holds
+	// (takeSession), whose memos are used instead of self.
 	sess *sessionMemo
 	// last is the session memo the connection took last (takeSession).
 	last *sessionMemo
 	// line is the buffer the connection's decision lines are written
-	// from (LineSink), kept between writes; idScratch holds an id's text
-	// on its way into the line (appendIDField).
-	line, idScratch []byte
+	// from (LineSink), kept between writes.
+	line []byte
 	// held is what line still holds of the connection's last line
 	// (lineHeld).
 	held lineHeld
@@ -70,18 +58,43 @@ type connState struct {
 	// (the text around an allowed line's head is the writer's memos',
 	// memos.allow).
 	ts tsCache
+	// msg is the buffer the connection's rewritten messages are encoded
+	// into (edit), nil while the proxy has it (ReleaseMessage).
+	msg []byte
+	// allows are the allow series of the rules the connection wrote
+	// under lately (allowCounter).
+	allows    [4]allowSeries
+	nextAllow int
+	// head is the decision line's client and app fields, of headClient
+	// and headApp (lineHead); the rest of the head is the writer's
+	// (memos). headApp here puts rules' first memo on a line boundary
+	// (two lines, not three; TestConnStateHotLines).
+	headApp string
+	// rules are the rules the connection wrote under lately (ruleRef).
+	rules      enforce.Rules
+	head       []byte
+	headClient string
+	// idScratch holds an id's text on its way into the line
+	// (appendIDField), when the writer's memos have no field for it.
+	idScratch []byte
 	// version is the decision line's policyVersion field of the policy
 	// versionOf (versionField).
 	versionOf *policy.Policy
 	version   []byte
-	// msg is the buffer the connection's rewritten messages are encoded
-	// into (edit), nil while the proxy has it (ReleaseMessage).
-	msg []byte
 	// throttle is the connection's share of lock commands and its
 	// resolutions' cool-down (throttle.go), made when first needed. Set
 	// and read without mu: a lock command's throttling must not wait for
 	// a write's decision, nor a decision for it.
 	throttle atomic.Pointer[connThrottle]
+	// lines are the decision log's loggers with the fields that lead
+	// every line (client to mode) encoded once, for the few (session,
+	// namespace, command, mode) a connection writes with, replaced in
+	// turn (zapLine, without a LineSink).
+	lines [4]linePrefix
+	next  int
+	// self are the connection's own memos, for writes without a session
+	// memo (memo): sess's are used instead while it is set.
+	self memos
 }
 
 // maxKeptMessage bounds the message buffer a connection keeps: a write
