@@ -23,7 +23,7 @@ import (
 // that the next write does not build it again. Its mutex is only ever
 // contended where tests share one ClientInfo across goroutines; a write
 // that finds it busy does without: every taker only tries it
-// (connStateOf, ReleaseMessage), none waits for it.
+// (connStateOf), none waits for it.
 type connState struct {
 	// What the usual allowed write reads and writes comes first, in as
 	// few cache lines as it fits (six, the first entries of allows and
@@ -58,18 +58,15 @@ type connState struct {
 	// (the text around an allowed line's head is the writer's memos',
 	// memos.allow).
 	ts tsCache
-	// msg is the buffer the connection's rewritten messages are encoded
-	// into (edit), nil while the proxy has it (ReleaseMessage).
-	msg []byte
+	// head is the decision line's client and app fields, of headClient
+	// and headApp (lineHead); the rest of the head is the writer's
+	// (memos). headApp here puts the first allow series in one line and
+	// rules' first memo in two, not three (TestConnStateHotLines).
+	headApp string
 	// allows are the allow series of the rules the connection wrote
 	// under lately (allowCounter).
 	allows    [4]allowSeries
 	nextAllow int
-	// head is the decision line's client and app fields, of headClient
-	// and headApp (lineHead); the rest of the head is the writer's
-	// (memos). headApp here puts rules' first memo on a line boundary
-	// (two lines, not three; TestConnStateHotLines).
-	headApp string
 	// rules are the rules the connection wrote under lately (ruleRef).
 	rules      enforce.Rules
 	head       []byte
@@ -97,20 +94,35 @@ type connState struct {
 	self memos
 }
 
-// maxKeptMessage bounds the message buffer a connection keeps: a write
+// maxKeptMessage bounds the message buffers the guard keeps: a write
 // rewritten once with many pinned ids does not hold its size for good.
 const maxKeptMessage = 16 << 10
 
+// msgBuf is a buffer rewritten messages are encoded into (edit), kept in
+// the guard's msgBufs between writes: one per P, as the verdicts, so
+// that the next rewritten message is encoded into the bytes the last
+// one on this core left in its cache, not into a connection's own
+// buffer, which every other connection's writes evicted meanwhile (the
+// encoding's stores were the guard's largest share of write misses;
+// docs/BENCHMARKS.md, "the ninth box's footprint").
+type msgBuf struct {
+	b     []byte
+	spare *sync.Pool
+	// out: the proxy has the buffer (Decision.MessageDone). Set before
+	// it is handed over, taken back once: a second ReleaseMessage of
+	// the same message must not put the buffer in the pool twice, where
+	// two writes would get it and encode into the same bytes.
+	out atomic.Bool
+}
+
 // ReleaseMessage implements proxy.MessageReleaser: the proxy has written
-// the connection's rewritten message and reads it no more.
-func (st *connState) ReleaseMessage(b []byte) {
-	if cap(b) > maxKeptMessage || !st.mu.TryLock() {
+// the rewritten message and reads it no more.
+func (m *msgBuf) ReleaseMessage(b []byte) {
+	if !m.out.CompareAndSwap(true, false) || cap(b) > maxKeptMessage {
 		return
 	}
-	if st.msg == nil {
-		st.msg = b[:0]
-	}
-	st.mu.Unlock()
+	m.b = b[:0]
+	m.spare.Put(m)
 }
 
 // newVerdict returns a verdict for req: a cleared one from spares (nil:

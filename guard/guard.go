@@ -192,6 +192,9 @@ type Guard struct {
 	// and, with a few hundred connections, from L2 (docs/BENCHMARKS.md,
 	// "the ninth box's footprint").
 	verdicts sync.Pool
+	// msgBufs are the buffers rewritten messages are encoded into, kept
+	// per P as the verdicts are (msgBuf).
+	msgBufs sync.Pool
 	// txns is the transaction check (package txn), built once from the
 	// guard's parts (txn.go).
 	txns *txn.Check

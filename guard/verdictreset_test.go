@@ -90,7 +90,7 @@ func fillNonZero(t *testing.T, v reflect.Value, path string) {
 		case reflect.Chan:
 			f.Set(reflect.MakeChan(f.Type(), 0))
 		case reflect.Interface:
-			for _, c := range []any{&flightPlan{}, &connState{}, &verdict{}, "x"} {
+			for _, c := range []any{&flightPlan{}, &connState{}, &msgBuf{}, &verdict{}, "x"} {
 				if reflect.TypeOf(c).Implements(f.Type()) {
 					f.Set(reflect.ValueOf(c))
 					break
