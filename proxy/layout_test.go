@@ -24,9 +24,17 @@ func TestConnHotFieldsFirst(t *testing.T) {
 			t.Errorf("conn.%s ends at byte %d, past the first four cache lines", name, end)
 		}
 	}
-	// The heap's size classes of 448 and 512 bytes hold objects at
-	// multiples of 64 bytes; other classes near it (416, 480) do not.
-	if n := rt.Size(); n <= 416 || n > 512 || n > 448 && n <= 480 {
-		t.Errorf("conn is %d bytes: its size class does not keep it 64-aligned", n)
+	// The heap's size classes near it, from internal/runtime/gc/sizeclasses.go: an
+	// object of a class that is a multiple of 64 bytes starts on a line
+	// (its span starts on a page).
+	n := rt.Size()
+	for _, class := range []uintptr{288, 320, 352, 384, 416, 448, 480, 512} {
+		if n <= class {
+			if class%64 != 0 {
+				t.Errorf("conn is %d bytes, in the %d-byte size class: it does not start on a cache line", n, class)
+			}
+			return
+		}
 	}
+	t.Errorf("conn is %d bytes: see which size class it falls in", n)
 }
