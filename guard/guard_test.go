@@ -98,6 +98,11 @@ type stackOptions struct {
 	// instead of their 3 s horizon: for tests of several stacks that take
 	// no implicit locks.
 	noMemoryLocks bool
+	// poll, when set, is the lock store's MinPoll and MaxPoll: how often its
+	// waiters look again for locks released through other instances.
+	poll time.Duration
+	// opTimeout, when set, is the lock store's OpTimeout.
+	opTimeout time.Duration
 	// trail, when set, is the guard's audit trail.
 	trail AuditTrail
 }
@@ -113,7 +118,7 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	if so.collection == "" {
 		so.collection = fmt.Sprintf("locks_%d", seq.Add(1))
 	}
-	opTimeout := time.Duration(0) // the store's default
+	opTimeout := so.opTimeout // zero: the store's default
 	if so.storeURI == "" {
 		so.storeURI = upstreamURI
 	} else {
@@ -138,6 +143,9 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 		}
 		if so.noMemoryLocks {
 			cfg.NewcomerHorizon = -1
+		}
+		if so.poll > 0 {
+			cfg.MinPoll, cfg.MaxPoll = so.poll, so.poll
 		}
 		var err error
 		store, err = lockstore.Open(ctx, cfg, storeOpts...)

@@ -318,9 +318,19 @@ func TestImplicitLockClosesTheCheckWriteWindow(t *testing.T) {
 // its bound, and nothing is lost. The writes wait up to 20 s: a deadlock
 // would still end them in LockTimeout, and at 5 s the race detector at
 // load 17-19 timed them out by queueing alone.
+//
+// Every waiter here waits on the same lockgate as the holder it waits
+// for, so each wait ends by the local release's wake-up: the store's
+// polling (every 50 ms by default, for releases through other lockgates)
+// is turned off, so that a missed wake-up fails instead of being covered
+// by a poll. The polls also loaded the shared embedded FerretDB: under the
+// race detector at load 15 the store's round trips queued past its 5 s
+// OpTimeout ("lock store unreachable" on the holder's release); they are
+// bounded at 30 s here, a bound for a broken run, not what the test
+// measures.
 func TestImplicitLocksNoDeadlock(t *testing.T) {
 	coll, pol := legacyPolicy(t, 4, config.UnlockedWait, 20000)
-	st := startStackWith(t, stackOptions{policy: pol})
+	st := startStackWith(t, stackOptions{policy: pol, poll: time.Hour, opTimeout: 30 * time.Second})
 	a := connect(t, st.uri, "legacy-a").Database("shop").Collection(coll)
 	b := connect(t, st.uri, "legacy-b").Database("shop").Collection(coll)
 	const rounds = 20
@@ -373,7 +383,11 @@ func TestImplicitLocksNoDeadlock(t *testing.T) {
 	}()
 	<-waiting
 	start := time.Now()
-	if _, err := run(t, alice, sa, bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}, {"waitMS", 10000}, {"leaseMS", 20000}}); err != nil {
+	// The client gives the command longer than its waitMS (run's 10 s was
+	// as long, and on a loaded machine ran out first, as a network error).
+	ctx, cancel := context.WithTimeout(mongo.NewSessionContext(context.Background(), sa), time.Minute)
+	defer cancel()
+	if err := alice.Database("shop").RunCommand(ctx, bson.D{{"acquireLock", coll}, {"ids", bson.A{1}}, {"waitMS", 10000}, {"leaseMS", 20000}}).Err(); err != nil {
 		t.Fatalf("holder waiting for a document the unlocked write wants: %v", err)
 	}
 	if _, err := run(t, alice, sa, bson.D{{"releaseLock", coll}}); err != nil {
