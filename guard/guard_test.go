@@ -98,9 +98,6 @@ type stackOptions struct {
 	// instead of their 3 s horizon: for tests of several stacks that take
 	// no implicit locks.
 	noMemoryLocks bool
-	// poll, when set, is the lock store's MinPoll and MaxPoll: how often its
-	// waiters look again for locks released through other instances.
-	poll time.Duration
 	// opTimeout, when set, is the lock store's OpTimeout.
 	opTimeout time.Duration
 	// trail, when set, is the guard's audit trail.
@@ -143,9 +140,6 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 		}
 		if so.noMemoryLocks {
 			cfg.NewcomerHorizon = -1
-		}
-		if so.poll > 0 {
-			cfg.MinPoll, cfg.MaxPoll = so.poll, so.poll
 		}
 		var err error
 		store, err = lockstore.Open(ctx, cfg, storeOpts...)
