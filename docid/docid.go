@@ -32,6 +32,11 @@ var ErrInvalid = errors.New("invalid _id for a lock")
 // (Copy), and nothing ever modifies them.
 type ID struct {
 	typ bsontype.Type
+	// tag is a fingerprint of key (keyTag), made with it: a memo of one
+	// document's lock check tells itself from its neighbours' by it
+	// without reading their keys (lockstore.HeldMemos). It sits in typ's
+	// padding, so an ID is no larger for it.
+	tag uint32
 	val []byte
 	key string
 }
@@ -43,7 +48,8 @@ func New(v bson.RawValue) (ID, error) {
 	if err := appendKey(&b, v); err != nil {
 		return ID{}, err
 	}
-	return ID{typ: v.Type, val: v.Value, key: b.asString()}, nil
+	key := b.asString()
+	return ID{typ: v.Type, tag: keyTag(key), val: v.Value, key: key}, nil
 }
 
 // Copy makes the IDs of vs, which usually point into a request's buffer,
@@ -82,6 +88,7 @@ func Copy(vs []bsoncore.Value) ([]ID, error) {
 	all, at := keys.asString(), 0
 	for i := range out {
 		out[i].key = all[at:ends[i]]
+		out[i].tag = keyTag(out[i].key)
 		at = ends[i]
 	}
 	return out, nil
@@ -109,7 +116,8 @@ func copyOne(v bsoncore.Value) (_ []ID, ok bool, _ error) {
 	if err := appendKey(&key, bson.RawValue{Type: v.Type, Value: val}); err != nil {
 		return nil, true, err
 	}
-	box.ids[0] = ID{typ: v.Type, val: val, key: key.asString()}
+	k := key.asString()
+	box.ids[0] = ID{typ: v.Type, tag: keyTag(k), val: val, key: k}
 	return box.ids[:], true, nil
 }
 
@@ -142,6 +150,27 @@ func (id ID) Key() string { return id.key }
 // (six words) copied before its one field is read, on every call (the
 // lock store's memo check, on every enforced write).
 func (id *ID) KeyAt() string { return id.key }
+
+// TagAt is a fingerprint of the id's key, read through a pointer as
+// KeyAt: two ids that are one document's _id have one tag; two that are
+// not usually have two, which is all it promises, so that it only ever
+// spares a compare of keys that differ, never stands for one.
+func (id *ID) TagAt() uint32 { return id.tag }
+
+// keyTag is FNV-1a (32 bits) of k, and 0 for the zero ID's empty key. It
+// is computed once, where the ID is made, and read on every lock check
+// of the document after that.
+func keyTag(k string) uint32 {
+	if k == "" {
+		return 0
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(k); i++ {
+		h ^= uint32(k[i])
+		h *= 16777619
+	}
+	return h
+}
 
 // Key names one document's lock: its namespace and its _id's canonical
 // key. Comparable, so it is a map key as it is, made without building a

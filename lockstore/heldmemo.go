@@ -62,8 +62,14 @@ const heldMemoSlots = 4
 // is empty; like a HeldMemo, they are read and filled by the store
 // alone, under the caller's own lock.
 type HeldMemos struct {
-	m    [heldMemoSlots]HeldMemo
+	// tags are the fingerprints of the memos' ids (docid.ID.TagAt), side
+	// by side: a lookup passes over the other documents' memos by their
+	// tags, one cache line for all, not by their keys, a line for each
+	// memo and another for each key's bytes. A slot's tag is its memo's
+	// id's, or its memo is empty.
+	tags [heldMemoSlots]uint32
 	next uint8
+	m    [heldMemoSlots]HeldMemo
 }
 
 // Find is the one lookup of a memo check: the memo of ms for the lock on
@@ -76,19 +82,35 @@ type HeldMemos struct {
 // copied (docid.ID.KeyAt). A memo for another id, namespace, owner, store or generation
 // is never a hit (TestHeldMemosFindComparesEveryField).
 func (ms *HeldMemos) Find(counter *atomic.Uint64, owner *Owner, ns namespace.Namespace, id *docid.ID) (*HeldMemo, bool) {
-	key := id.KeyAt()
-	for i := range ms.m {
+	key, tag := id.KeyAt(), id.TagAt()
+	free := -1
+	for i := range ms.tags {
+		if ms.tags[i] != tag {
+			continue // another id: the ids of one key have one tag
+		}
 		m := &ms.m[i]
 		if m.key != key || m.ns != ns {
+			if m.counter == nil {
+				free = i // given to an id of this tag, never filled
+			}
 			continue
 		}
 		// An empty slot's counter is nil: never a hit, even for a zero id.
 		return m, m.counter == counter && m.gen == counter.Load() && m.bind == owner.Bind &&
 			string(m.session) == string(owner.Session)
 	}
-	m := &ms.m[ms.next]
-	ms.next = (ms.next + 1) % heldMemoSlots
-	return m, false
+	// The next slot in turn is given to the id, emptied, so that a slot's
+	// tag is always its memo's; an id whose check fills none (not held,
+	// or not in the store's memory) keeps the slot it was given rather
+	// than taking the other memos' one by one.
+	i := free
+	if i < 0 {
+		i = int(ms.next)
+		ms.next = (ms.next + 1) % heldMemoSlots
+		ms.tags[i] = tag
+		ms.m[i] = HeldMemo{}
+	}
+	return &ms.m[i], false
 }
 
 // HeldTokenMemo answers HeldTokensInto for one id from ms, when the store

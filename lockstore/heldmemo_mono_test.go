@@ -1,12 +1,15 @@
 package lockstore
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/namespace"
+	"go.mongodb.org/mongo-driver/bson"
+	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
 // TestHeldMemoMonotonicCheck: a memo's check read on the monotonic clock
@@ -154,5 +157,38 @@ func TestHeldMemosFindComparesEveryField(t *testing.T) {
 	s.Add(1)
 	if _, hit := ms.Find(&s, &a, ns, &id); hit {
 		t.Fatal("a hit after the store's generation moved")
+	}
+}
+
+// TestHeldMemosKeepTheirTags: the memos are found by their ids' tags
+// first (docid.ID.TagAt), so a slot's tag must stay its memo's: an id
+// checked over and over without filling a memo (a lock the store's memory
+// cannot vouch for) keeps the one slot it was given and does not take
+// the memo of a document that is held, and an id of the same document
+// made another way (a batch's copy, not New) finds the memo.
+func TestHeldMemosKeepTheirTags(t *testing.T) {
+	t.Parallel()
+	var s atomic.Uint64
+	s.Store(3)
+	a := Owner{Session: []byte("session a")}
+	ns := namespace.Of("db.c")
+	x := rv(t, "doc-000001")
+	var ms HeldMemos
+	m, _ := ms.Find(&s, &a, ns, &x)
+	m.Fill(&s, 3, &a, ns, x.Key(), time.Now().Add(time.Minute), 1, time.Now())
+	for i := range 3 * heldMemoSlots {
+		y := rv(t, fmt.Sprintf("doc-%06d", 2+i%2)) // two ids never held
+		if _, hit := ms.Find(&s, &a, ns, &y); hit {
+			t.Fatalf("%v: a hit", y)
+		}
+	}
+	copied, err := docid.Copy([]bsoncore.Value{{Type: bson.TypeInt32, Data: bsoncore.AppendInt32(nil, 5)}, x.Core()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []docid.ID{x, copied[1]} {
+		if got, hit := ms.Find(&s, &a, ns, &id); !hit || got != m {
+			t.Fatalf("x's memo after other ids' misses: hit %v, the same memo %v", hit, got == m)
+		}
 	}
 }
