@@ -373,13 +373,21 @@ const { MongoClient } = require('mongodb');
 })();
 `, host},
 	}
+	nodeDir := filepath.Join("..", "tests", "compat", "node")
+	// Checked before running the script, so that a checkout without the
+	// driver says what to install instead of failing on Python's
+	// ImportError or Node's MODULE_NOT_FOUND.
+	missing := map[string]func() error{
+		"pymongo": testkit.Pymongo,
+		"node":    func() error { return testkit.NodeModule(filepath.Join(nodeDir, "node_modules"), "mongodb") },
+	}
 	for _, name := range []string{"pymongo", "node"} {
 		t.Run(name, func(t *testing.T) {
 			args := scripts[name]
-			testkit.RequireTool(t, args[0], testkit.OnPath(args[0], "install it (python3-pymongo, Node.js 20)"))
+			testkit.RequireTool(t, name, missing[name]())
 			cmd := exec.Command(args[0], args[1:]...)
 			if name == "node" {
-				cmd.Dir = filepath.Join("..", "tests", "compat", "node")
+				cmd.Dir = nodeDir
 			}
 			out, err := cmd.CombinedOutput()
 			if err != nil {

@@ -62,12 +62,23 @@ func (s *leaseStore) Release(context.Context, lockstore.Owner, namespace.Namespa
 
 func flightGuard(t *testing.T, left time.Duration) (*Guard, *leaseStore) {
 	t.Helper()
+	return flightGuardOrder(t, left, 300*time.Millisecond)
+}
+
+// flightGuardOrder is flightGuard whose releases wait up to order for the
+// session's writes in flight. A test that must see a release wait until a
+// reply it sends gives a long one (a wait it ends itself), and bounds a
+// wait it wants to see refused with the context it passes: on a loaded
+// machine a 300 ms wait ran out between the test's seeing the release
+// parked and its sending the reply.
+func flightGuardOrder(t *testing.T, left, order time.Duration) (*Guard, *leaseStore) {
+	t.Helper()
 	pol, err := policy.Compile(config.Policy{Default: config.ModeEnforce, MaxCandidates: 10, LeaseMarginMS: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := &leaseStore{left: left, txns: memstore.New(memstore.Config{})}
-	g := New(Options{Store: st, OrderTimeout: 300 * time.Millisecond})
+	g := New(Options{Store: st, OrderTimeout: order})
 	g.SetPolicy(pol)
 	return g, st
 }
@@ -177,21 +188,25 @@ func TestFlightEndIsTheEarliestLease(t *testing.T) {
 // connection, waits for its enforced writes in flight; the flight renews
 // the locks meanwhile; once answered, the release goes through.
 func TestReleaseWaitsForWritesInFlight(t *testing.T) {
-	g, st := flightGuard(t, 200*time.Millisecond)
+	g, st := flightGuardOrder(t, 200*time.Millisecond, time.Minute)
 	d := g.Intercept(context.Background(), flightRequest(t, nil))
 	if d.OnReply == nil {
 		t.Fatal("no flight")
 	}
-	release := func() bsoncore.Document {
+	release := func(ctx context.Context) bsoncore.Document {
 		b := bsoncore.NewDocumentBuilder().AppendString("releaseLock", "orders").
 			AppendArray("ids", bsoncore.NewArrayBuilder().AppendInt32(1).Build()).
 			AppendDocument("lsid", flightLSID).AppendString("$db", "shop").Build()
 		msg, _ := wire.Parse(wire.AppendMsg(nil, 2, 0, 0, b), wire.Limits{})
 		cmd, _ := wire.CommandOf(msg)
 		// Another connection of the same session: nothing of its own in flight.
-		return g.Intercept(context.Background(), &proxy.Request{Message: msg, Command: cmd, Client: &proxy.ClientInfo{ID: 2, Addr: "other"}}).Reply
+		return g.Intercept(ctx, &proxy.Request{Message: msg, Command: cmd, Client: &proxy.ClientInfo{ID: 2, Addr: "other"}}).Reply
 	}
-	if r := release(); st.release.Load() != 0 {
+	// A release whose wait ends (its connection's context, here, as
+	// OrderTimeout would) before the reply is refused.
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if r := release(short); st.release.Load() != 0 {
 		t.Fatalf("released while the write was in flight: %v", r)
 	} else if reason, _ := r.Lookup("lockgate", "reason").StringValueOK(); reason != refuse.ReasonInFlight {
 		t.Errorf("release during the flight: %v, want reason %s", r, refuse.ReasonInFlight)
@@ -204,7 +219,7 @@ func TestReleaseWaitsForWritesInFlight(t *testing.T) {
 		t.Error("the locks of a write in flight past half its lease were not renewed")
 	}
 	done := make(chan bsoncore.Document)
-	go func() { done <- release() }()
+	go func() { done <- release(context.Background()) }()
 	testkit.Eventually(t, 10*time.Second, "the release to wait for the flight", func() bool { return parked("guard/inflight.(*Tracker).WaitSession") })
 	d.OnReply.Reply(context.Background(), bsoncore.NewDocumentBuilder().AppendInt32("ok", 1).Build())
 	r := <-done
@@ -216,7 +231,7 @@ func TestReleaseWaitsForWritesInFlight(t *testing.T) {
 // TestForceReleaseWaitsForWritesInFlight: an operator's force-release of a
 // lock first waits for the writes this proxy forwarded under it.
 func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
-	g, _ := flightGuard(t, 5*time.Second)
+	g, _ := flightGuardOrder(t, 5*time.Second, time.Minute)
 	d := g.Intercept(context.Background(), flightRequest(t, nil))
 	if d.OnReply == nil {
 		t.Fatal("no flight")
@@ -226,7 +241,9 @@ func TestForceReleaseWaitsForWritesInFlight(t *testing.T) {
 	if err := g.WaitWritesOn(context.Background(), namespace.Of("shop.orders"), two); err != nil {
 		t.Errorf("a lock with no write in flight waited: %v", err)
 	}
-	if err := g.WaitWritesOn(context.Background(), namespace.Of("shop.orders"), one); err == nil {
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := g.WaitWritesOn(short, namespace.Of("shop.orders"), one); err == nil {
 		t.Error("force-release did not wait for the write in flight under the lock")
 	}
 	go func() {

@@ -98,6 +98,8 @@ type stackOptions struct {
 	// instead of their 3 s horizon: for tests of several stacks that take
 	// no implicit locks.
 	noMemoryLocks bool
+	// opTimeout, when set, is the lock store's OpTimeout.
+	opTimeout time.Duration
 	// trail, when set, is the guard's audit trail.
 	trail AuditTrail
 }
@@ -113,7 +115,7 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	if so.collection == "" {
 		so.collection = fmt.Sprintf("locks_%d", seq.Add(1))
 	}
-	opTimeout := time.Duration(0) // the store's default
+	opTimeout := so.opTimeout // zero: the store's default
 	if so.storeURI == "" {
 		so.storeURI = upstreamURI
 	} else {

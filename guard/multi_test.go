@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,9 +91,16 @@ func TestTwoProxiesShareLocks(t *testing.T) {
 }
 
 // holderProcess is the child process of TestKilledHolderLockExpires: it
-// takes a lock, says so, and waits to be killed. TestMain runs it instead of
-// the tests when the environment asks for it.
+// takes a lock with the lease LOCKGATE_HOLDER_LEASE_MS, says so with the
+// time it read before asking (no lease it was granted can end before that
+// time plus the lease), and waits to be killed. TestMain runs it instead
+// of the tests when the environment asks for it.
 func holderProcess(uri, coll string) {
+	lease, err := strconv.Atoi(os.Getenv("LOCKGATE_HOLDER_LEASE_MS"))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
 	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(uri).SetAppName("doomed"))
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -103,21 +111,23 @@ func holderProcess(uri, coll string) {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
-	if err := c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{"job"}}, {"leaseMS", 1500}}).Err(); err != nil {
+	asked := time.Now()
+	if err := c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{"job"}}, {"leaseMS", lease}}).Err(); err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
-	fmt.Println("LOCKED")
+	fmt.Println("LOCKED", asked.UnixNano())
 	time.Sleep(time.Hour) // until killed
 }
 
-// TestKilledHolderLockExpires: a process holding a lock is killed with
-// SIGKILL, sending no goodbye; its lock is free once the lease ends.
-func TestKilledHolderLockExpires(t *testing.T) {
-	st := startStack(t, "")
-	coll := fmt.Sprintf("jobs_%d", seq.Add(1))
+// killedHolder starts holderProcess with a lease of lease, waits for its
+// lock and kills it with SIGKILL; it returns the earliest time its lease
+// can end.
+func killedHolder(t *testing.T, uri, coll string, lease time.Duration) time.Time {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "LOCKGATE_HOLDER_URI="+st.uri, "LOCKGATE_HOLDER_COLL="+coll)
+	cmd.Env = append(os.Environ(), "LOCKGATE_HOLDER_URI="+uri, "LOCKGATE_HOLDER_COLL="+coll,
+		"LOCKGATE_HOLDER_LEASE_MS="+strconv.Itoa(int(lease.Milliseconds())))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -125,21 +135,23 @@ func TestKilledHolderLockExpires(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	locked := make(chan bool, 1)
+	locked := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), "LOCKED") {
-				locked <- true
+			if rest, ok := strings.CutPrefix(sc.Text(), "LOCKED "); ok {
+				locked <- rest
 			}
 		}
 		close(locked)
 	}()
+	var asked string
 	select {
-	case ok := <-locked:
+	case line, ok := <-locked:
 		if !ok {
 			t.Fatal("holder process exited before locking")
 		}
+		asked = line
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		t.Fatal("holder process did not lock within 30s")
@@ -148,20 +160,53 @@ func TestKilledHolderLockExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	killed := time.Now()
+	ns, err := strconv.ParseInt(asked, 10, 64)
+	if err != nil {
+		t.Fatalf("holder process said LOCKED %q", asked)
+	}
+	return time.Unix(0, ns).Add(lease)
+}
 
+// TestKilledHolderLockExpires: a process holding a lock is killed with
+// SIGKILL, sending no goodbye; its lock is still held after the kill, not
+// granted to a waiter before the lease ends, and granted once it does.
+//
+// "Still held" can only be seen before the lease ends: a check answered
+// after the earliest end of the lease shows nothing either way (on a
+// loaded machine the child's start, its reply and the kill took longer
+// than a 1.5 s lease). Such a check is not counted, and the experiment is
+// made again with a lease twice as long, up to 24 s; a check answered in
+// time that finds the lock free fails at once.
+func TestKilledHolderLockExpires(t *testing.T) {
+	st := startStack(t, "")
 	c := connect(t, st.uri, "survivor")
 	s := session(t, c)
-	err = c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{"job"}}}).Err()
-	if ce := commandError(t, err); ce.Code != 46 || !strings.Contains(ce.Message, `"doomed"`) {
-		t.Fatalf("right after the kill the lock should still be held by the dead process: %v", err)
+	for lease := 1500 * time.Millisecond; ; lease *= 2 {
+		coll := fmt.Sprintf("jobs_%d", seq.Add(1))
+		earliestEnd := killedHolder(t, st.uri, coll, lease)
+		killed := time.Now()
+		err := c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{"job"}}}).Err()
+		if answered := time.Now(); answered.After(earliestEnd) {
+			if lease >= 24*time.Second {
+				t.Fatalf("the check after the kill was answered %v after the %v lease could have ended, with every lease up to %v", answered.Sub(earliestEnd), lease, lease)
+			}
+			t.Logf("the check after the kill was answered %v after the %v lease could have ended: not counted, again with a longer lease", answered.Sub(earliestEnd).Round(time.Millisecond), lease)
+			continue
+		}
+		if ce := commandError(t, err); ce.Code != 46 || !strings.Contains(ce.Message, `"doomed"`) {
+			t.Fatalf("right after the kill, within its lease, the lock should still be held by the dead process: %v", err)
+		}
+		// Waiting is bounded by the dead holder's lease plus the
+		// waiter's wake-up at its expiry.
+		if err := c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{"job"}}, {"waitMS", (lease + 10*time.Second).Milliseconds()}}).Err(); err != nil {
+			t.Fatalf("lock of a killed holder not freed by its lease: %v", err)
+		}
+		if granted := time.Now(); granted.Before(earliestEnd) {
+			t.Fatalf("lock of a killed holder granted to the waiter %v before its %v lease could end", earliestEnd.Sub(granted), lease)
+		}
+		t.Logf("lock free %v after the holder was killed (lease %v)", time.Since(killed).Round(time.Millisecond), lease)
+		return
 	}
-	// Waiting is bounded by the dead holder's lease (1.5 s) plus the
-	// waiter's wake-up at its expiry.
-	if err := c.Database("shop").RunCommand(inSession(s), bson.D{{"acquireLock", coll}, {"ids", bson.A{"job"}}, {"waitMS", 10000}}).Err(); err != nil {
-		t.Fatalf("lock of a killed holder not freed by its lease: %v", err)
-	}
-	t.Logf("lock free %v after the holder was killed (lease 1.5s)", time.Since(killed).Round(time.Millisecond))
 }
 
 // TestManyClientsNoDoubleGrant: 50 clients, each in its own session, run

@@ -182,23 +182,64 @@ func TestRefusedResolutionsAreBudgeted(t *testing.T) {
 	}
 }
 
+// retryEchoResolver is delayResolver for a refuse-lock-retry cycle: every
+// resolution takes at least d, and each even one (the retry under the lock)
+// at least as long as the odd one before it (the refusal). The budget is
+// charged and credited the resolutions' wall time; on a loaded machine two
+// runs of the same query differ by hundreds of milliseconds, and which of
+// the pair is slower is the machine's doing, not the guard's.
+type retryEchoResolver struct {
+	Resolver
+	d       time.Duration
+	calls   *atomic.Int64
+	refusal *atomic.Int64 // the last odd resolution's time, in nanoseconds
+}
+
+func (r retryEchoResolver) Candidates(ctx context.Context, ns namespace.Namespace, filter, collation bsoncore.Document, hint bsoncore.Value, limit int) ([]docid.ID, error) {
+	start := time.Now()
+	n := r.calls.Add(1)
+	ids, err := delayResolver{r.Resolver, r.d, new(atomic.Int64)}.Candidates(ctx, ns, filter, collation, hint, limit)
+	if n%2 == 1 {
+		r.refusal.Store(int64(time.Since(start)))
+		return ids, err
+	}
+	if rest := time.Duration(r.refusal.Load()) - time.Since(start); rest > 0 {
+		select {
+		case <-time.After(rest):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return ids, err
+}
+
 // TestRefuseLockRetryKeepsItsBudget: an application whose slow-filter
 // write is refused, which then takes the lock and sends it again, can go
 // round that cycle forever: the allowed retry gives back what the refusal
 // cost. (Charging refusals alone ran this out of budget after about seven
 // cycles; a cool-down after three refusals in a row broke
 // TestEnforcedWritesNeedTheLock.)
+//
+// The budget's clock stands still, so nothing comes back by refilling:
+// without the credit the 20 refusals, each at least 100 ms, spend more
+// than the 1.9 s burst whatever the machine's speed, and with it a
+// cycle's refusal is given back by its retry, so that only a single
+// refusal slower than the burst could run it out. (At a 500 ms burst on
+// the real clock, one refusal slower than the burst plus its refill at
+// load 15 did.)
 func TestRefuseLockRetryKeepsItsBudget(t *testing.T) {
 	coll, pol := protected(t, 5)
-	var calls atomic.Int64
+	var calls, refusal atomic.Int64
 	const d = 100 * time.Millisecond
-	st := startStackWith(t, stackOptions{policy: pol,
-		resolver: func(r Resolver) Resolver { return delayResolver{r, d, &calls} }})
-	st.guard.refused.burst = 500 * time.Millisecond
+	const cycles = 20
+	st := startStackWith(t, stackOptions{policy: pol, resolveTimeout: time.Minute,
+		resolver: func(r Resolver) Resolver { return retryEchoResolver{r, d, &calls, &refusal} }})
+	still := &stepClock{t: time.Unix(1000, 0)}
+	st.guard.refused.now = still.now
+	st.guard.refused.burst = cycles*d - d
 	c := connect(t, st.uri, "app")
 	s := session(t, c)
 	orders := c.Database("shop").Collection(coll)
-	const cycles = 20
 	for i := range cycles {
 		k := i%5 + 1
 		filter := bson.D{{"qty", 10 * k}}

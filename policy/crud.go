@@ -63,7 +63,8 @@ func classifyUpdate(c *command) ([]Write, error) {
 // readUpdate fills w from an update statement whose fields k names.
 // Errors name errNS.
 func readUpdate(w *Write, d bsoncore.Document, k wire.StatementKeys, list string, errNS namespace.Namespace) error {
-	f, err := fieldsOf(d, k.Filter, k.Update, k.Multi, k.Upsert, "collation", "hint", "sort", "upsertSupplied")
+	var f fields
+	err := fieldsInto(&f, d, k.Filter, k.Update, k.Multi, k.Upsert, "collation", "hint", "sort", "upsertSupplied")
 	if err != nil {
 		return refuse(errNS, "%s[%d]: %v", list, w.Index, err)
 	}
@@ -114,7 +115,8 @@ func classifyDelete(c *command) ([]Write, error) {
 	ws := c.writes(len(docs))
 	for i, d := range docs {
 		w := Write{NS: ns, Kind: KindDelete, List: list, Index: i, FilterKey: k.Filter}
-		f, err := fieldsOf(d, k.Filter, k.Limit, "collation", "hint")
+		var f fields
+		err := fieldsInto(&f, d, k.Filter, k.Limit, "collation", "hint")
 		if err == nil {
 			w.Filter, err = requiredDoc(f[0], k.Filter)
 		}
@@ -167,7 +169,8 @@ func classifyFindAndModify(c *command) ([]Write, error) {
 	}
 	k := c.Spec().Statement
 	w := Write{NS: ns, Kind: KindFindAndModify, List: ListFindAndModify, FilterKey: k.Filter}
-	f, err := fieldsOf(c.Body, k.Filter, k.Update, k.Remove, k.Upsert, "collation", "hint", "sort", "upsertSupplied")
+	var f fields
+	err = fieldsInto(&f, c.Body, k.Filter, k.Update, k.Remove, k.Upsert, "collation", "hint", "sort", "upsertSupplied")
 	if err == nil {
 		err = noUpsertSupplied(f[7])
 	}
@@ -303,7 +306,8 @@ func bulkOp(spec *wire.CommandSpec, op bsoncore.Document, i int, nss []namespace
 		}
 	case KindDelete:
 		w.FilterKey = keys.Filter
-		f, err := fieldsOf(op, keys.Filter, keys.Multi, "collation", "hint")
+		var f fields
+		err := fieldsInto(&f, op, keys.Filter, keys.Multi, "collation", "hint")
 		if err == nil {
 			w.Filter, err = requiredDoc(f[0], keys.Filter)
 		}

@@ -260,16 +260,17 @@ func appendCap(dst []byte, m *wire.OpMsg, body bsoncore.Document, ms int64, seqs
 	}
 	dst = dst[:n]
 	copy(dst, raw[:end])
-	// The element's 11 bytes before its value, as three stores rather
-	// than a copy call.
-	binary.LittleEndian.PutUint64(dst[end:], capHead8)
-	binary.LittleEndian.PutUint16(dst[end+8:], capHead2)
-	dst[end+10] = 0
-	val := end + len(capElement)
-	binary.LittleEndian.PutUint64(dst[val:], uint64(ms))
-	copy(dst[val+8:], raw[end:])
+	// The element, 11 bytes before its 8-byte value, as four stores into
+	// a window whose bounds are checked once.
+	el := (*[len(capElement) + 8]byte)(dst[end:])
+	binary.LittleEndian.PutUint64(el[:], capHead8)
+	binary.LittleEndian.PutUint16(el[8:], capHead2)
+	el[10] = 0
+	binary.LittleEndian.PutUint64(el[len(capElement):], uint64(ms))
+	copy(dst[end+len(el):], raw[end:])
 	binary.LittleEndian.PutUint32(dst, uint32(n))
-	binary.LittleEndian.PutUint32(dst[at:], uint32(len(body)+len(capElement)+8))
+	binary.LittleEndian.PutUint32(dst[at:], uint32(len(body)+len(el)))
+	val := end + len(capElement)
 	return dst, val, true
 }
 

@@ -173,3 +173,26 @@ func BenchmarkEditPinnedCapped(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkEditCap is the usual enforced write's only edit: the maxTimeMS
+// cap appended to an update that has none, into the connection's buffer,
+// reused from one write to the next as the guard reuses it.
+//
+//	go test ./policy -run '^$' -bench EditCap -benchmem
+func BenchmarkEditCap(b *testing.B) {
+	m := clParse(b, clMsgRaw(b, 0, bson.D{{Key: "update", Value: "c"}, {Key: "ordered", Value: true}, {Key: "$db", Value: "db"}},
+		clSeq(b, "updates", bson.D{{Key: "q", Value: bson.D{{Key: "_id", Value: "doc-17"}}}, {Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "a", Value: 1}}}}}})))
+	cmd, err := wire.CommandOf(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := Edit{MaxTimeMS: 500}
+	b.ReportAllocs()
+	for b.Loop() {
+		out, _, at, err := e.MessageAt(m, cmd)
+		if err != nil || !at.Located() {
+			b.Fatal(err)
+		}
+		e.Buf = out
+	}
+}

@@ -437,8 +437,17 @@ type fields [8]bsoncore.Value
 // reads.
 func fieldsOf(d bsoncore.Document, names ...string) (fields, error) {
 	var out fields
+	err := fieldsInto(&out, d, names...)
+	return out, err
+}
+
+// fieldsInto is fieldsOf into out, which must be zero: the statement
+// readers of every write keep their fields in their own frame rather than
+// have 256 bytes zeroed and copied back on each call, on a stack whose
+// lines the other connections' work has evicted since the last request.
+func fieldsInto(out *fields, d bsoncore.Document, names ...string) error {
 	if len(names) > len(out) {
-		return out, fmt.Errorf("too many fields")
+		return fmt.Errorf("too many fields")
 	}
 	it := iterate(d)
 	for {
@@ -451,15 +460,15 @@ func fieldsOf(d bsoncore.Document, names ...string) (fields, error) {
 				continue
 			}
 			if out[i].Type != 0 {
-				return out, fmt.Errorf("field %q appears twice", n)
+				return fmt.Errorf("field %q appears twice", n)
 			}
 			out[i] = v
 		}
 	}
 	if it.bad {
-		return out, fmt.Errorf("unreadable document")
+		return fmt.Errorf("unreadable document")
 	}
-	return out, nil
+	return nil
 }
 
 func requiredDoc(v bsoncore.Value, name string) (bsoncore.Document, error) {

@@ -39,28 +39,32 @@ type Ref struct {
 // and not changed in between; it is safe for concurrent reads. Its
 // documents are views into the request's message and share its lifetime.
 type Plan struct {
+	// The fields the usual request touches come first, so that it spans
+	// as few cache lines as it can: a connection's plan is read once per
+	// request and evicted in between by the other connections' work.
 	refs   []Ref
 	stages []string
 	writes []Write
 	err    error
 	cmd    command // the request's command as the walk read it
 
-	// Room for what nearly every request has, so that a plan is one
-	// allocation, and none when it is read again (Read).
-	refBuf        [4]Ref
-	stageBuf      [4]string
 	writeBuf      []Write // writes' room, kept by Read up to keptWrites
 	writeBufTaken bool    // newWrites handed writeBuf out since Read
-	// docBuf is the room of the statement list of a command that sends
-	// its statements in its body (an array, not a document sequence),
-	// handed out once per Read.
-	docBuf   [4]bsoncore.Document
-	docTaken bool
+	docTaken      bool    // docRoom handed docBuf out since Read
 	// lastNS is the last collection namespace the walk made, kept across
 	// Reads: a connection writes to the same collection again and again,
 	// and its text is then not built (and allocated) anew. Its string is
 	// its own, never a view into a message.
 	lastNS namespace.Namespace
+
+	// Room for what nearly every request has, so that a plan is one
+	// allocation, and none when it is read again (Read).
+	refBuf   [4]Ref
+	stageBuf [4]string
+	// docBuf is the room of the statement list of a command that sends
+	// its statements in its body (an array, not a document sequence),
+	// handed out once per Read.
+	docBuf [4]bsoncore.Document
 }
 
 // keptWrites is how many statements' room a plan keeps from one Read to
@@ -84,7 +88,7 @@ func NewPlan(msg wire.Message, cmd *wire.Command) *Plan {
 // nothing reads p's last plan any more (the proxy's connection, between
 // two of its requests).
 func (p *Plan) Read(msg wire.Message, cmd *wire.Command) {
-	p.Forget()
+	p.forget()
 	p.refs, p.stages = p.refBuf[:0], p.stageBuf[:0]
 	p.cmd = command{plan: p}
 	if cmd == nil {
@@ -121,16 +125,33 @@ func (p *Plan) Read(msg wire.Message, cmd *wire.Command) {
 // megabytes reachable meanwhile. Its room and the last namespace, whose
 // text is its own, stay. p is empty until the next Read.
 func (p *Plan) Forget() {
+	p.forget()
+	p.cmd = command{}
+}
+
+// forget is Forget but for the command, which Read sets whole at once.
+// It clears only the room the last request used (the usual write takes
+// no statement list from the body, and its line of docBuf is then not
+// touched at all): the rest is zero already.
+func (p *Plan) forget() {
 	clear(p.refs)
 	clear(p.stages)
+	if len(p.refs) > len(p.refBuf) {
+		// Grown past its room: the room holds the first few still.
+		clear(p.refBuf[:])
+	}
+	if len(p.stages) > len(p.stageBuf) {
+		clear(p.stageBuf[:])
+	}
 	if p.writeBufTaken {
 		// All of it: a classifier that failed half way filled some of
 		// its statements and returned none.
 		clear(p.writeBuf[:cap(p.writeBuf)])
 	}
-	clear(p.docBuf[:])
+	if p.docTaken {
+		clear(p.docBuf[:])
+	}
 	p.refs, p.stages, p.writes, p.err, p.writeBufTaken, p.docTaken = nil, nil, nil, nil, false, false
-	p.cmd = command{}
 }
 
 // ns is namespace.New(db, coll) for a collection, without building its

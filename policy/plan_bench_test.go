@@ -9,7 +9,8 @@ import (
 // The plan of the requests the proxy sees most: a pinned update (the
 // enforced write), a read, a batch insert and an aggregation that looks
 // up and writes elsewhere, each by NewPlan's one walk and by the two walks
-// it replaced (twoPassPlan, the fuzz oracle), side by side in one run.
+// it replaced (twoPassPlan, the fuzz oracle), and read again into a
+// connection's plan (read), side by side in one run.
 // Run: go test ./policy -run XXX -bench Plan -benchmem
 func BenchmarkPlan(b *testing.B) {
 	lookup := D{{"$lookup", D{{"from", "customers"}, {"localField", "c"}, {"foreignField", "_id"}, {"as", "cust"},
@@ -33,10 +34,16 @@ func BenchmarkPlan(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// A connection's plan, read again for each request (Plan.Read).
+		var kept Plan
+		read := func(m wire.Message, cmd *wire.Command) *Plan {
+			kept.Read(m, cmd)
+			return &kept
+		}
 		for _, way := range []struct {
 			name string
 			plan func(wire.Message, *wire.Command) *Plan
-		}{{"onepass", NewPlan}, {"twopass", twoPassPlan}} {
+		}{{"onepass", NewPlan}, {"twopass", twoPassPlan}, {"read", read}} {
 			b.Run(tc.name+"/"+way.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/lockgate/lockgate/wire"
 )
@@ -210,4 +211,123 @@ func TestForgottenPlanKeepsNoMessage(t *testing.T) {
 			t.Errorf("%s: the forgotten plan still keeps its message reachable", tc.name)
 		}
 	}
+}
+
+// A forgotten plan holds nothing of its request: every field is zero but
+// the room it keeps (writeBuf, whose statements are all zero) and the
+// last namespace, whose text is its own. Forget clears only what the
+// request used; this holds it to having cleared all of it, after every
+// request of the corpus and a bulk insert whose references, statements
+// and body list outgrow the plan's room.
+func TestForgottenPlanIsEmpty(t *testing.T) {
+	corpus := planCorpus(t)
+	names := make([]string, 0, len(corpus))
+	for name := range corpus {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	bulk := make([]any, 3*keptWrites)
+	for i := range bulk {
+		bulk[i] = D{{"_id", i}}
+	}
+	big := clMsgRaw(t, 0, D{{"insert", "orders"}, {"documents", A(bulk)}, {"$db", "shop"}})
+	var p Plan
+	for i, name := range names {
+		for _, raw := range [][]byte{corpus[name], big} {
+			if i%10 != 0 && &raw[0] == &big[0] {
+				continue
+			}
+			m, err := wire.Parse(raw, wire.Limits{})
+			if err != nil {
+				continue
+			}
+			cmd, _ := wire.CommandOf(m)
+			p.Read(m, cmd)
+			p.Forget()
+			emptyPlan(t, name, &p)
+		}
+	}
+}
+
+// TestForgetClearsEveryField fills every field of a plan, by reflection
+// so that a field added later is filled too, and forgets it: what
+// survives is only what Forget keeps on purpose.
+func TestForgetClearsEveryField(t *testing.T) {
+	var p Plan
+	fill(reflect.ValueOf(&p).Elem())
+	p.refs, p.stages = p.refBuf[:], p.stageBuf[:]
+	p.Forget()
+	emptyPlan(t, "filled", &p)
+	// Grown past its room, as a long command's references do.
+	fill(reflect.ValueOf(&p).Elem())
+	p.refs = append(p.refBuf[:], p.refBuf[:]...)
+	p.stages = append(p.stageBuf[:], "$match")
+	p.Forget()
+	emptyPlan(t, "grown", &p)
+}
+
+// emptyPlan fails unless p is the zero Plan but for its kept room.
+func emptyPlan(t *testing.T, name string, p *Plan) {
+	t.Helper()
+	for i := range p.writeBuf[:cap(p.writeBuf)] {
+		if !reflect.ValueOf(p.writeBuf[:cap(p.writeBuf)][i]).IsZero() {
+			t.Fatalf("%s: the forgotten plan's statement room %d holds %+v", name, i, p.writeBuf[:cap(p.writeBuf)][i])
+		}
+	}
+	v := reflect.ValueOf(p).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		if f.Name == "writeBuf" || f.Name == "lastNS" {
+			continue
+		}
+		if !v.Field(i).IsZero() {
+			t.Fatalf("%s: the forgotten plan's %s is %+v", name, f.Name, v.Field(i))
+		}
+	}
+}
+
+// fill sets every field of v, at any depth, to something not zero.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			fill(reflectSettable(v.Field(i)))
+		}
+	case reflect.Array:
+		for i := 0; i < v.Len(); i++ {
+			fill(v.Index(i))
+		}
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 2, 2)
+		for i := 0; i < 2; i++ {
+			fill(s.Index(i))
+		}
+		v.Set(s)
+	case reflect.Pointer:
+		if v.Type().Elem().Kind() == reflect.Struct && v.Type().Elem().Name() == "Plan" {
+			v.Set(reflect.New(v.Type().Elem()))
+			return
+		}
+		p := reflect.New(v.Type().Elem())
+		fill(p.Elem())
+		v.Set(p)
+	case reflect.Interface:
+		v.Set(reflect.ValueOf(fmt.Errorf("filled")))
+	case reflect.String:
+		v.SetString("filled")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		v.SetUint(7)
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+	}
+}
+
+// reflectSettable makes an unexported field settable: the test fills the
+// package's own types.
+func reflectSettable(v reflect.Value) reflect.Value {
+	return reflect.NewAt(v.Type(), unsafe.Pointer(v.UnsafeAddr())).Elem()
 }

@@ -36,37 +36,55 @@ const maxPendingHellos = 16
 // them to the client. Both write to the client under wmu, so that replies
 // the proxy makes never interleave with forwarded ones.
 type conn struct {
+	// The fields every request reads or writes come first, in the
+	// struct's first four cache lines (TestConnHotFieldsFirst): between
+	// two requests of a connection the other connections' work evicts
+	// them, and each line is a miss when the next request comes.
 	srv      *Server
 	info     *ClientInfo
-	log      *zap.Logger
 	client   net.Conn
 	upstream net.Conn
-	// cancel ends ctx, which unblocks everything the connection waits on.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// ctx ends with the connection (cancel), which unblocks everything
+	// the connection waits on.
+	ctx context.Context
 
-	wmu sync.Mutex // serialises writes to client
+	inflight atomic.Int32 // requests forwarded and not yet answered
+	draining atomic.Bool  // stop reading requests; close once inflight is 0
+	// How many of the rarely used lists below there are, read without
+	// the lock on every request: nHellos (hellos), nUnacked (unacked),
+	// nAuth (auth), nQuiet (quiet), nAsks (asks), nHooks (hook and
+	// hooks).
+	nHellos, nUnacked, nAuth, nQuiet, nAsks, nHooks atomic.Int32
+	// The latest request's id and forward time, for the round-trip
+	// histogram. Drivers do not pipeline, so one slot times nearly every
+	// request; a mismatch is simply not measured.
+	rttID atomic.Int32
+	// hookID is the request hook answers (under mu).
+	hookID int32
+	rttAt  atomic.Int64
+	// Unix nanoseconds since a client message began arriving, or a write
+	// to the client began; 0 when idle. The server's watchdog closes
+	// connections stuck in either for too long, so that the hot path
+	// never touches socket deadlines.
+	readSince  atomic.Int64
+	writeSince atomic.Int64
 
-	// nextID numbers the replies the proxy makes itself. They are only
-	// matched by responseTo, so any sequence unique per connection works.
-	nextID atomic.Int32
-
+	// hooks see the replies to some forwarded requests first, by
+	// requestID (under mu; nHooks, how many there are, for the hot path).
+	// A client waits for each reply before its next request, so the
+	// usual hook is alone: it is kept in hook (for request hookID) and
+	// the map holds the others, only ever used while hook is set.
+	hook ReplyHook
+	wmu  sync.Mutex // serialises writes to client
 	// Handshakes are rare: their bookkeeping may take a lock. Everything
 	// touched on every request is atomic.
-	mu      sync.Mutex
-	hellos  []int32      // requestIDs whose replies are handshakes to rewrite
-	nHellos atomic.Int32 // len(hellos), read without the lock
-	// Recent fire-and-forget requestIDs: a reply to one of them is a
-	// protocol violation by the upstream (FerretDB v1.24 commits it) that
-	// the client would take for the answer to its next request, so it is
-	// dropped. Bounded: only the latest few are remembered.
-	unacked  []int32
-	nUnacked atomic.Int32
-	// Authentication steps awaiting the upstream's verdict and the SASL
-	// conversation open upstream (under mu; nAuth for the hot path).
-	auth  []authStep
-	nAuth atomic.Int32
-	conv  conversation
+	mu sync.Mutex
+	// pumpDone is closed when the upstream pump ends; nil until the
+	// upstream is dialed. Set and read by the client pump's goroutine.
+	pumpDone chan struct{}
+	// spoke and acceptedAt: a client that sends nothing within the
+	// handshake timeout of connecting is closed by the watchdog.
+	spoke atomic.Bool
 
 	// req is the request being decided, one for the connection: the
 	// client pump decides its requests one at a time (handleRequest), and
@@ -75,49 +93,35 @@ type conn struct {
 	// emptied once handled (Request.forget).
 	req Request
 
-	inflight atomic.Int32 // requests forwarded and not yet answered
-	draining atomic.Bool  // stop reading requests; close once inflight is 0
+	// The rest is read when a connection starts or ends, or on the
+	// rare requests (handshakes, authentication, fire-and-forget,
+	// the proxy's own).
+	log        *zap.Logger
+	cancel     context.CancelFunc
+	acceptedAt int64 // see spoke
+	// nextID numbers the replies the proxy makes itself. They are only
+	// matched by responseTo, so any sequence unique per connection works.
+	nextID atomic.Int32
+	hellos []int32 // requestIDs whose replies are handshakes to rewrite
+	// Recent fire-and-forget requestIDs: a reply to one of them is a
+	// protocol violation by the upstream (FerretDB v1.24 commits it) that
+	// the client would take for the answer to its next request, so it is
+	// dropped. Bounded: only the latest few are remembered.
+	unacked []int32
+	// Authentication steps awaiting the upstream's verdict and the SASL
+	// conversation open upstream (under mu).
+	auth []authStep
+	conv conversation
 	// quiet are closed when inflight drops to 0: the waiters of
-	// Request.WaitAnswered (under mu; nQuiet is len(quiet) for the hot path).
-	quiet  []chan struct{}
-	nQuiet atomic.Int32
+	// Request.WaitAnswered (under mu).
+	quiet []chan struct{}
 	// asks are the proxy's own requests awaiting replies, by requestID
-	// (under mu; nAsks for the hot path).
+	// (under mu).
 	asks  map[int32]chan []byte
-	nAsks atomic.Int32
-	// hooks see the replies to some forwarded requests first, by
-	// requestID (under mu; nHooks, how many there are, for the hot path).
-	// A client waits for each reply before its next request, so the
-	// usual hook is alone: it is kept in hook (for request hookID) and
-	// the map holds the others, only ever used while hook is set.
-	hook   ReplyHook
-	hookID int32
-	hooks  map[int32]ReplyHook
-	nHooks atomic.Int32
-
-	// The latest request's id and forward time, for the round-trip
-	// histogram. Drivers do not pipeline, so one slot times nearly every
-	// request; a mismatch is simply not measured.
-	rttID atomic.Int32
-	rttAt atomic.Int64
-
-	// Unix nanoseconds since a client message began arriving, or a write
-	// to the client began; 0 when idle. The server's watchdog closes
-	// connections stuck in either for too long, so that the hot path
-	// never touches socket deadlines.
-	readSince  atomic.Int64
-	writeSince atomic.Int64
+	hooks map[int32]ReplyHook
 
 	closeOnce sync.Once
 	closed    bool // under mu: set by close, read by setUpstream
-
-	// pumpDone is closed when the upstream pump ends; nil until the
-	// upstream is dialed. Set and read by the client pump's goroutine.
-	pumpDone chan struct{}
-	// acceptedAt and spoke: a client that sends nothing within the
-	// handshake timeout of connecting is closed by the watchdog.
-	acceptedAt int64
-	spoke      atomic.Bool
 }
 
 func (s *Server) newConn(ctx context.Context, client net.Conn, id uint64) *conn {
@@ -369,12 +373,15 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 		m.legacyOps.WithLabelValues(raw.Header.OpCode.String()).Inc()
 	}
 
+	// Read once: the hook, the authentication step and forward all need
+	// it.
+	reply := expectsReply(msg)
 	d := Decision{Action: Forward}
 	if ic := c.srv.opts.Interceptor; ic != nil {
 		c.req = Request{Message: msg, Command: cmd, Client: c.info, Scratch: c.req.Scratch, conn: c}
 		d = ic.Intercept(c.ctx, &c.req)
 	}
-	if isAuth && (d.Action == Forward || d.Action == Rewrite) && expectsReply(msg) {
+	if isAuth && (d.Action == Forward || d.Action == Rewrite) && reply {
 		auth.id = msg.Header().RequestID
 		if !c.trackAuth(auth) {
 			c.srv.metrics.error(errMalformed)
@@ -409,7 +416,7 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	if d.OnReply != nil {
 		sent := d.Action == Forward || d.Action == Rewrite
 		switch {
-		case sent && expectsReply(msg):
+		case sent && reply:
 			c.addHook(msg.Header().RequestID, d.OnReply)
 		case sent:
 			d.OnReply.Abandon()
@@ -419,9 +426,9 @@ func (c *conn) handleRequest(raw *wire.RawMessage) bool {
 	}
 	switch d.Action {
 	case Forward:
-		return c.forward(msg, raw.Bytes, hello, now)
+		return c.forward(msg, raw.Bytes, hello, reply, now)
 	case Rewrite:
-		ok := c.forward(msg, d.Message, hello, now)
+		ok := c.forward(msg, d.Message, hello, reply, now)
 		if d.MessageDone != nil {
 			// Written (net.Conn.Write keeps none of it), or never
 			// will be.
@@ -461,13 +468,12 @@ func expectsReply(msg wire.Message) bool {
 }
 
 // forward writes b, the request or its rewrite, to the upstream and
-// records what its reply needs; now, if not zero, is the clock read just
-// before.
-func (c *conn) forward(msg wire.Message, b []byte, hello bool, now time.Time) bool {
+// records what its reply needs (reply: expectsReply(msg)); now, if not
+// zero, is the clock read just before.
+func (c *conn) forward(msg wire.Message, b []byte, hello, reply bool, now time.Time) bool {
 	if c.pumpDone == nil && !c.connectUpstream(msg) {
 		return false
 	}
-	reply := expectsReply(msg)
 	id := msg.Header().RequestID
 	if hello && reply && !c.trackHello(id) {
 		c.srv.metrics.error(errMalformed)
@@ -812,7 +818,10 @@ func (w watchedReader) Read(p []byte) (int, error) {
 	n, err := w.c.client.Read(p)
 	if n > 0 && w.c.readSince.Load() == 0 {
 		w.c.readSince.Store(time.Now().UnixNano())
-		w.c.spoke.Store(true)
+		if !w.c.spoke.Load() {
+			// Once: a store on every message would dirty its line.
+			w.c.spoke.Store(true)
+		}
 	}
 	return n, err
 }

@@ -73,31 +73,36 @@ func (c *conn) hookCount() int32 {
 	return 1 + int32(len(c.hooks))
 }
 
-// takeHook removes and returns the hook for responseTo.
+// takeHook removes and returns the hook for responseTo. No defer: it
+// runs on every enforced write's reply, and its returns are few.
 func (c *conn) takeHook(responseTo int32) ReplyHook {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	var h ReplyHook
+	h := c.hook
 	switch {
-	case c.hook == nil:
+	case h == nil:
+		c.mu.Unlock()
 		return nil
 	case c.hookID == responseTo:
-		h, c.hook = c.hook, nil
-		// The slot stays taken while the map holds any: one of them
-		// moves into it.
-		for id, next := range c.hooks {
-			c.hook, c.hookID = next, id
-			delete(c.hooks, id)
-			break
+		c.hook = nil
+		if len(c.hooks) > 0 {
+			// The slot stays taken while the map holds any: one of them
+			// moves into it.
+			for id, next := range c.hooks {
+				c.hook, c.hookID = next, id
+				delete(c.hooks, id)
+				break
+			}
 		}
 	default:
 		var ok bool
 		if h, ok = c.hooks[responseTo]; !ok {
+			c.mu.Unlock()
 			return nil
 		}
 		delete(c.hooks, responseTo)
 	}
 	c.nHooks.Store(c.hookCount())
+	c.mu.Unlock()
 	return h
 }
 

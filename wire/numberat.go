@@ -41,6 +41,16 @@ func (n NumberAt) width() int {
 // or the value is a double that is not a whole number: a server may round
 // such a maxTimeMS up, or down to 0 (no limit), so it bounds nothing.
 func (n NumberAt) Get(b []byte) (int64, bool) {
+	// The int64 the proxy's own cap is, read where it is called
+	// (inlined) on every capped write.
+	if n.Type == bsontype.Int64 && n.Off >= HeaderSize && n.Off <= len(b)-8 {
+		return int64(binary.LittleEndian.Uint64(b[n.Off:])), true
+	}
+	return n.get(b)
+}
+
+// get is Get for every type.
+func (n NumberAt) get(b []byte) (int64, bool) {
 	w := n.width()
 	if !n.Located() || w == 0 || n.Off+w > len(b) {
 		return 0, false
