@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -66,20 +67,23 @@ func TestDecisionReleasesItsConnection(t *testing.T) {
 		t.Fatalf("a write nothing protects: %+v", d)
 	}
 	free("a write nothing protects")
-	// And the memos still serve the next writes: each reuses the verdict
-	// the one before gave back when its flight landed.
-	c.write(a, 7)
-	st := connStateOf(&proxy.Request{Client: c.client})
-	spare := st.spare
-	st.mu.Unlock()
-	if spare == nil {
-		t.Fatal("no verdict was given back to the connection")
-	}
-	c.write(a, 7)
-	if st := connStateOf(&proxy.Request{Client: c.client}); st == nil || st.spare != spare {
-		t.Fatal("the next write did not reuse the connection's verdict")
-	} else {
-		st.mu.Unlock()
+	// And a landed flight's verdict goes back to the guard's spares,
+	// cleared, for the next write (on any connection). sync.Pool keeps
+	// one per P and, under the race detector, drops a quarter of what it
+	// is given: the write is tried until its verdict is found there.
+	for i := 0; ; i++ {
+		if !c.write(a, 7) {
+			t.Fatal("the holder's write was refused")
+		}
+		if v, _ := c.g.verdicts.Get().(*verdict); v != nil {
+			if !reflect.ValueOf(v).Elem().IsZero() {
+				t.Fatal("a verdict given back is not cleared")
+			}
+			break
+		}
+		if i == 50 {
+			t.Fatal("no verdict was given back when its flight landed")
+		}
 	}
 }
 
@@ -237,9 +241,9 @@ func (c *connTest) g0Policy(t *testing.T) *policy.Policy {
 // holds its document's lock, repeated on one connection, allocates
 // nothing, and neither does the same write where nothing is protected:
 // its plan is read into the connection's (Request.Scratch, as the proxy
-// keeps it), and its verdict, flight, rewritten message, pinned _id,
-// owner, lsid, lock check and decision line all come from the
-// connection's state (issue 25's goal of 0 allocations).
+// keeps it), its verdict and flight come from the guard's spares, and
+// its rewritten message, pinned _id, owner, lsid, lock check and
+// decision line from the connection's state (issue 25's goal of 0 allocations).
 func TestEnforcedWriteAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
@@ -297,7 +301,7 @@ func TestEnforcedWriteAllocatesNothing(t *testing.T) {
 func TestVerdictConnOnlyWhileHeld(t *testing.T) {
 	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
 	req := &proxy.Request{Client: client}
-	v := newVerdict(req, time.Now())
+	v := newVerdict(nil, req, time.Now())
 	st := v.home
 	if st == nil || v.conn(req) != st || st.deciding.Load() != req {
 		t.Fatal("the decision does not find its own connection's state")
@@ -314,7 +318,7 @@ func TestVerdictConnOnlyWhileHeld(t *testing.T) {
 	st.unlock(req)
 	// Held by the connection's next decision: busy for the old verdict.
 	next := &proxy.Request{Client: client}
-	w := newVerdict(next, time.Now())
+	w := newVerdict(nil, next, time.Now())
 	if w.home != st {
 		t.Fatal("the next decision did not take the connection's state")
 	}

@@ -23,8 +23,16 @@ import (
 // that the next write does not build it again. Its mutex is only ever
 // contended where tests share one ClientInfo across goroutines; a write
 // that finds it busy does without: every taker only tries it
-// (connStateOf, putVerdict, ReleaseMessage), none waits for it.
+// (connStateOf), none waits for it.
 type connState struct {
+	// What the usual allowed write reads and writes comes first, in as
+	// few cache lines as it fits (six, the first entries of allows and
+	// rules with them); what it does not (the zap path's loggers, the
+	// line's head and version, made once per app or policy, the throttle,
+	// its own memos when a session memo serves) after. Between two writes
+	// of a connection every other connection's run, and each line of
+	// this one's it touches is a miss (docs/BENCHMARKS.md, "the ninth
+	// box's footprint").
 	mu sync.Mutex
 	// deciding is the request whose enforcement holds mu from its
 	// verdict (newVerdict) to its decision (releaseConn), so that the
@@ -35,34 +43,14 @@ type connState struct {
 	// atomic; a request is decided by one goroutine, so no other can
 	// find its own request here.
 	deciding atomic.Pointer[proxy.Request]
-	// lines are the decision log's loggers with the fields that lead
-	// every line (client to mode) encoded once, for the few (session,
-	// namespace, command, mode) a connection writes with, replaced in
-	// turn (zapLine, without a LineSink).
-	lines [4]linePrefix
-	next  int
-	// head is the decision line's client and app fields, of headClient
-	// and headApp (lineHead); the rest of the head is the writer's
-	// (memos).
-	head                []byte
-	headApp, headClient string
-	// allows are the allow series of the rules the connection wrote
-	// under lately (allowCounter).
-	allows    [4]allowSeries
-	nextAllow int
-	// rules are the rules the connection wrote under lately (ruleRef).
-	rules enforce.Rules
-	// self are the connection's own memos, for writes without a session
-	// memo (memo); sess, while set, the session memo the decision holds
-	// (takeSession), whose memos are used instead.
-	self memos
+	// sess, while set, is the session memo the decision holds
+	// (takeSession), whose memos are used instead of self.
 	sess *sessionMemo
 	// last is the session memo the connection took last (takeSession).
 	last *sessionMemo
 	// line is the buffer the connection's decision lines are written
-	// from (LineSink), kept between writes; idScratch holds an id's text
-	// on its way into the line (appendIDField).
-	line, idScratch []byte
+	// from (LineSink), kept between writes.
+	line []byte
 	// held is what line still holds of the connection's last line
 	// (lineHeld).
 	held lineHeld
@@ -70,71 +58,103 @@ type connState struct {
 	// (the text around an allowed line's head is the writer's memos',
 	// memos.allow).
 	ts tsCache
+	// head is the decision line's client and app fields, of headClient
+	// and headApp (lineHead); the rest of the head is the writer's
+	// (memos). headApp here puts the first allow series in one line and
+	// rules' first memo in two, not three (TestConnStateHotLines).
+	headApp string
+	// allows are the allow series of the rules the connection wrote
+	// under lately (allowCounter).
+	allows    [4]allowSeries
+	nextAllow int
+	// rules are the rules the connection wrote under lately (ruleRef).
+	rules      enforce.Rules
+	head       []byte
+	headClient string
+	// idScratch holds an id's text on its way into the line
+	// (appendIDField), when the writer's memos have no field for it.
+	idScratch []byte
 	// version is the decision line's policyVersion field of the policy
 	// versionOf (versionField).
 	versionOf *policy.Policy
 	version   []byte
-	// spare is a verdict no flight or request points into any more,
-	// for the connection's next write (newVerdict).
-	spare *verdict
-	// msg is the buffer the connection's rewritten messages are encoded
-	// into (edit), nil while the proxy has it (ReleaseMessage).
-	msg []byte
 	// throttle is the connection's share of lock commands and its
 	// resolutions' cool-down (throttle.go), made when first needed. Set
 	// and read without mu: a lock command's throttling must not wait for
 	// a write's decision, nor a decision for it.
 	throttle atomic.Pointer[connThrottle]
+	// lines are the decision log's loggers with the fields that lead
+	// every line (client to mode) encoded once, for the few (session,
+	// namespace, command, mode) a connection writes with, replaced in
+	// turn (zapLine, without a LineSink).
+	lines [4]linePrefix
+	next  int
+	// self are the connection's own memos, for writes without a session
+	// memo (memo): sess's are used instead while it is set.
+	self memos
 }
 
-// maxKeptMessage bounds the message buffer a connection keeps: a write
+// maxKeptMessage bounds the message buffers the guard keeps: a write
 // rewritten once with many pinned ids does not hold its size for good.
 const maxKeptMessage = 16 << 10
 
-// ReleaseMessage implements proxy.MessageReleaser: the proxy has written
-// the connection's rewritten message and reads it no more.
-func (st *connState) ReleaseMessage(b []byte) {
-	if cap(b) > maxKeptMessage || !st.mu.TryLock() {
-		return
-	}
-	if st.msg == nil {
-		st.msg = b[:0]
-	}
-	st.mu.Unlock()
+// msgBuf is a buffer rewritten messages are encoded into (edit), kept in
+// the guard's msgBufs between writes: one per P, as the verdicts, so
+// that the next rewritten message is encoded into the bytes the last
+// one on this core left in its cache, not into a connection's own
+// buffer, which every other connection's writes evicted meanwhile (the
+// encoding's stores were the guard's largest share of write misses;
+// docs/BENCHMARKS.md, "the ninth box's footprint").
+type msgBuf struct {
+	b     []byte
+	spare *sync.Pool
+	// out: the proxy has the buffer (Decision.MessageDone). Set before
+	// it is handed over, taken back once: a second ReleaseMessage of
+	// the same message must not put the buffer in the pool twice, where
+	// two writes would get it and encode into the same bytes.
+	out atomic.Bool
 }
 
-// newVerdict returns a verdict for req: the connection's spare, or a new
-// one. A write in flight keeps its verdict until it lands, so a request
-// decided meanwhile (pipelined, or sent while another is unanswered)
-// never gets a verdict still in use: the spare is empty then.
+// ReleaseMessage implements proxy.MessageReleaser: the proxy has written
+// the rewritten message and reads it no more.
+func (m *msgBuf) ReleaseMessage(b []byte) {
+	if !m.out.CompareAndSwap(true, false) || cap(b) > maxKeptMessage {
+		return
+	}
+	m.b = b[:0]
+	m.spare.Put(m)
+}
+
+// newVerdict returns a verdict for req: a cleared one from spares (nil:
+// none), or a new one. A write in flight keeps its verdict until it
+// lands, so a request decided meanwhile (pipelined, or sent while
+// another is unanswered) never gets a verdict still in use: only a
+// landed flight's goes back (putVerdict).
 //
 // The connection stays locked for req's decision until releaseConn.
-func newVerdict(req *proxy.Request, start time.Time) *verdict {
-	st := connStateOf(req)
-	if st == nil {
-		return &verdict{Verdict: enforce.Verdict{Req: req, Now: start}}
+func newVerdict(spares *sync.Pool, req *proxy.Request, start time.Time) *verdict {
+	var v *verdict
+	if spares != nil {
+		v, _ = spares.Get().(*verdict)
 	}
-	v := st.spare
-	st.spare = nil
-	st.hold(req)
 	if v == nil {
 		v = &verdict{}
 	}
-	v.Req, v.Now, v.home = req, start, st
+	v.Req, v.Now = req, start
+	if st := connStateOf(req); st != nil {
+		st.hold(req)
+		v.home = st
+	}
 	return v
 }
 
 // putVerdict takes back the verdict of a flight that landed, once
-// nothing else points into it, cleared: it keeps no request alive.
-func (st *connState) putVerdict(v *verdict) {
+// nothing else points into it, cleared: it keeps no request alive, and
+// the write that gets it next, on any connection, finds nothing of this
+// one's.
+func (g *Guard) putVerdict(v *verdict) {
 	v.reset()
-	if !st.mu.TryLock() {
-		return
-	}
-	if st.spare == nil {
-		st.spare = v
-	}
-	st.mu.Unlock()
+	g.verdicts.Put(v)
 }
 
 type allowSeries struct {

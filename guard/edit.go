@@ -19,15 +19,14 @@ import (
 // the only safe answer in enforce mode. d is edited in place: the
 // decision is about 20 words, copied at every call that takes it by value.
 //
-// The message is encoded into the connection's buffer, which the proxy
-// hands back once it has written it (d.MessageDone): the connection's
-// next request is decided only after that.
+// The message is encoded into a buffer of the guard's (msgBuf), which
+// the proxy hands back once it has written it (d.MessageDone).
 func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d *proxy.Decision, ed *policy.Edit) bool {
-	st := v.conn(req)
-	if st != nil {
-		ed.Buf, st.msg = st.msg, nil
-		st.unlock(req)
+	m, _ := g.msgBufs.Get().(*msgBuf)
+	if m == nil {
+		m = &msgBuf{spare: &g.msgBufs}
 	}
+	ed.Buf, m.b = m.b, nil
 	b, _, at, err := ed.MessageAt(req.Message, req.Command)
 	if err == nil && b != nil && len(b) > g.opts.MaxMessageSize && (len(ed.Pins) > 0 || len(ed.Fences) > 0) {
 		err = errTooLarge
@@ -45,11 +44,11 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d *prox
 	d.MaxTime = at
 	if b != nil {
 		d.Action, d.Message = proxy.Rewrite, b
-		if st != nil {
-			d.MessageDone = st
-		}
-	} else if st != nil && ed.Buf != nil {
-		st.ReleaseMessage(ed.Buf)
+		m.out.Store(true)
+		d.MessageDone = m
+	} else {
+		m.b = ed.Buf[:0]
+		g.msgBufs.Put(m)
 	}
 	return true
 }

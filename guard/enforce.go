@@ -48,7 +48,7 @@ func (g *Guard) newWalk() *enforce.Walk[*verdict] {
 	return &enforce.Walk[*verdict]{Targets: g.targeting, Checker: g.checker, Decider: g.decider,
 		AuthRequired: g.authority.Required, Rules: g.ruleRef,
 		New: func(req *proxy.Request, start time.Time) (*verdict, *enforce.Verdict) {
-			v := newVerdict(req, start)
+			v := newVerdict(&g.verdicts, req, start)
 			return v, &v.Verdict
 		},
 		Schemes: g.schemes.Enforce, Owner: g.writeOwner, Fence: (*verdict).fenceWrite,

@@ -57,11 +57,11 @@ type flightPlan struct {
 	// (launchDecision), for its late reply; v is nil otherwise.
 	v   *verdict
 	pol *policy.Policy
-	// home, when set, is the connection that gets v back once the flight
-	// lands, for its next write: set only when nothing but the flight
-	// points into v (recyclable), and kept only if the flight lands by
-	// its reply before any renewal started (Landed).
-	home *connState
+	// recycle: v goes back to the guard's spares once the flight lands,
+	// for a next write: set only when nothing but the flight points into
+	// v, and acted on only if the flight lands by its reply before any
+	// renewal started (Landed).
+	recycle bool
 }
 
 // flightLocks adds the locks of ns to the write's plan. The lease end is
@@ -153,13 +153,13 @@ func (f *flightPlan) LateReply() bsoncore.Document {
 
 // Landed implements inflight.Lander: the write's implicit locks are
 // released, and an answered flight that nothing else can reach any more
-// hands its verdict back to its connection.
+// hands its verdict back to the guard's spares.
 func (f *flightPlan) Landed(answered, reusable bool) {
 	if f.implicit != nil {
 		f.g.releaseImplicit(f.implicit)
 	}
-	if answered && reusable && f.home != nil {
-		f.home.putVerdict(f.v)
+	if answered && reusable && f.recycle {
+		f.g.putVerdict(f.v)
 	}
 }
 
@@ -232,8 +232,8 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	}
 	if p == &v.flightBuf && d.OnReply == nil && v.implicit == nil && v.fence == nil && !v.InTxn {
 		// Nothing but the flight points into the verdict: it may go
-		// back to the connection when the flight lands.
-		p.home = v.home
+		// back to the guard's spares when the flight lands.
+		p.recycle = true
 	}
 	if g.launchAt(p, now, maxTime, d.OnReply) == nil {
 		if d.OnReply != nil {

@@ -183,6 +183,18 @@ type Guard struct {
 
 	// flights are the enforced writes forwarded and not yet answered.
 	flights *inflight.Tracker
+	// verdicts are verdicts no flight or request points into any more,
+	// cleared, for the next write on the same processor (newVerdict):
+	// one kept per P, not one per connection, so that the next write's
+	// verdict is the one the last write on this core used and left in its
+	// cache. A connection's own spare (as before) came back after every
+	// other connection's write had run, its 19 lines long gone from L1
+	// and, with a few hundred connections, from L2 (docs/BENCHMARKS.md,
+	// "the ninth box's footprint").
+	verdicts sync.Pool
+	// msgBufs are the buffers rewritten messages are encoded into, kept
+	// per P as the verdicts are (msgBuf).
+	msgBufs sync.Pool
 	// txns is the transaction check (package txn), built once from the
 	// guard's parts (txn.go).
 	txns *txn.Check

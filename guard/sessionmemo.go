@@ -24,6 +24,13 @@ import (
 // finds it: where memos live only decides how often they hit. They are
 // not safe for concurrent use; their holder locks them.
 type memos struct {
+	// allow first: its three lines the usual write reads follow the
+	// session memo's own fields (TestMemosHotLines).
+	// allow is the latest allowed line's text of these memos' writer
+	// (allowLine): kept with the session, as its tails are, so that a
+	// connection carrying many sessions' writes in turn (a driver's
+	// pool) finds each session's text again rather than making it anew.
+	allow allowLine
 	// ids are the _ids of the latest single-id filters, made once each
 	// (idMemo).
 	ids    [8]idMemo
@@ -37,11 +44,6 @@ type memos struct {
 	// (lineTail), for the few (namespace, command, mode) written lately.
 	tails    [4]lineTail
 	nextTail int
-	// allow is the latest allowed line's text of these memos' writer
-	// (allowLine): kept with the session, as its tails are, so that a
-	// connection carrying many sessions' writes in turn (a driver's
-	// pool) finds each session's text again rather than making it anew.
-	allow allowLine
 }
 
 // lineTail is one decision line's fields from user to mode, each with

@@ -26,7 +26,7 @@ type verdict struct {
 	owner lockstore.Owner
 }
 
-// reset clears v, every field, for its connection's next write
+// reset clears v, every field, for the next write that gets it
 // (putVerdict): it keeps no request alive, and the next write starts
 // from nothing of this one's. As a whole, not field by field: cleared
 // field by field (each a store or two, the pointers' behind a write

@@ -6,8 +6,8 @@ import (
 	"unsafe"
 )
 
-// TestVerdictResetClearsEveryField: a verdict goes back to its
-// connection for the next write (putVerdict), cleared by verdict.reset.
+// TestVerdictResetClearsEveryField: a verdict goes back to the guard
+// for the next write, on any connection (putVerdict), cleared by verdict.reset.
 // Every field, recursively through what the verdict holds by value
 // (enforce.Verdict, its flight's room with inflight.Flight, the owners,
 // the buffers), unexported ones included, is filled with a value that is
@@ -90,7 +90,7 @@ func fillNonZero(t *testing.T, v reflect.Value, path string) {
 		case reflect.Chan:
 			f.Set(reflect.MakeChan(f.Type(), 0))
 		case reflect.Interface:
-			for _, c := range []any{&flightPlan{}, &connState{}, &verdict{}, "x"} {
+			for _, c := range []any{&flightPlan{}, &connState{}, &msgBuf{}, &verdict{}, "x"} {
 				if reflect.TypeOf(c).Implements(f.Type()) {
 					f.Set(reflect.ValueOf(c))
 					break

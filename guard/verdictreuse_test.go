@@ -60,12 +60,15 @@ func (c *connTest) inFlight(id int32) bool {
 	return c.g.WaitWritesOn(ctx, namespace.Of("db.locked"), lockstoretest.ID(id)) != nil
 }
 
-// TestOverlappingWritesNeverShareAVerdict: a connection's verdict goes
-// back to it only when its flight has landed by its reply, so requests
-// decided while another is in flight on the same connection (pipelined,
-// or a driver that does not wait) each get a verdict of their own, and
-// landing one neither lands nor changes the others; a flight that was
-// abandoned (its write may still run) keeps its verdict.
+// TestOverlappingWritesNeverShareAVerdict: a verdict goes back to the
+// guard's spares only when its flight has landed by its reply, so
+// requests decided while another is in flight on the same connection
+// (pipelined, or a driver that does not wait) each get a verdict of
+// their own, and landing one neither lands nor changes the others; a
+// flight that was abandoned (its write may still run) keeps its verdict.
+// Whether a landed one is the one reused is the pool's to say (sync.Pool
+// keeps one per P, and drops some under the race detector): the test
+// holds that no write gets a verdict still in flight.
 func TestOverlappingWritesNeverShareAVerdict(t *testing.T) {
 	c := newConnTest(t)
 	a := lsidOf(1)
@@ -90,9 +93,9 @@ func TestOverlappingWritesNeverShareAVerdict(t *testing.T) {
 	if c.inFlight(7) || !c.inFlight(8) {
 		t.Fatalf("after the first reply: 7 in flight %v, 8 in flight %v; want only 8", c.inFlight(7), c.inFlight(8))
 	}
-	fc := c.decideWrite(a, 9) // gets a's verdict back: a has landed
-	if fc != fa {
-		t.Fatal("the verdict of a landed flight was not reused")
+	fc := c.decideWrite(a, 9) // a's verdict back, as a rule: a has landed
+	if fc == fb || fc.v == fb.v {
+		t.Fatal("two writes in flight on one connection share a verdict")
 	}
 	holds(fc, 9)
 	holds(fb, 8)
@@ -107,9 +110,6 @@ func TestOverlappingWritesNeverShareAVerdict(t *testing.T) {
 	fd := c.decideWrite(a, 10)
 	if fd == fc || fd.v == fc.v {
 		t.Fatal("two writes in flight on one connection share a verdict")
-	}
-	if fd != fb {
-		t.Fatal("the second landed verdict was not the one reused")
 	}
 	holds(fc, 9)
 	holds(fd, 10)
@@ -135,11 +135,12 @@ func TestOverlappingWritesNeverShareAVerdict(t *testing.T) {
 	fe.Reply(context.Background(), nil) // lands it, as its timer would
 }
 
-// TestRewrittenMessageBufferNotReusedUntilHandedBack: the connection's
-// rewritten message (maxTimeMS added) is encoded into its buffer only once
-// the proxy has handed the previous one back (MessageDone): a message
-// still held by the proxy is never written over, whatever is decided
-// meanwhile on the connection.
+// TestRewrittenMessageBufferNotReusedUntilHandedBack: a rewritten
+// message (maxTimeMS added) is encoded into a buffer of the guard's only
+// once the proxy has handed it back (MessageDone): a message still held
+// by the proxy is never written over, whatever is decided meanwhile on
+// the connection. (Which handed-back buffer is reused is the pool's to
+// say; TestMessageBufferReleasedOnce holds that one goes back.)
 func TestRewrittenMessageBufferNotReusedUntilHandedBack(t *testing.T) {
 	c := newConnTest(t)
 	a := lsidOf(1)
@@ -161,8 +162,8 @@ func TestRewrittenMessageBufferNotReusedUntilHandedBack(t *testing.T) {
 	f1.Reply(context.Background(), nil)
 	kept = append(kept[:0], d2.Message...)
 	d3, f3 := c.decideWriteMsg(a, 7)
-	if &d3.Message[0] != &d1.Message[0] {
-		t.Fatal("the handed-back buffer was not reused")
+	if &d3.Message[0] == &d2.Message[0] {
+		t.Fatal("a message the proxy still holds was reused")
 	}
 	if !bytes.Equal(d2.Message, kept) || maxTimeOf(t, d2.Message) <= 0 {
 		t.Fatal("a message the proxy still holds was written over")
