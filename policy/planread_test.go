@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"math/rand"
 	"reflect"
 	"runtime"
@@ -23,11 +24,7 @@ import (
 // single writes, refusals before clean writes, collections change.
 func TestPlanReadIsNewPlan(t *testing.T) {
 	corpus := planCorpus(t)
-	names := make([]string, 0, len(corpus))
-	for name := range corpus {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(corpus))
 	type req struct {
 		name string
 		msg  wire.Message
@@ -221,11 +218,7 @@ func TestForgottenPlanKeepsNoMessage(t *testing.T) {
 // and body list outgrow the plan's room.
 func TestForgottenPlanIsEmpty(t *testing.T) {
 	corpus := planCorpus(t)
-	names := make([]string, 0, len(corpus))
-	for name := range corpus {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(corpus))
 	bulk := make([]any, 3*keptWrites)
 	for i := range bulk {
 		bulk[i] = D{{"_id", i}}
