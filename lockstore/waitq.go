@@ -232,12 +232,16 @@ func (wq *waitQueues) abandon(w *waiter) bool {
 }
 
 // leave removes w and wakes the waiters that became first everywhere.
+// What w held up is its turn as the first waiter that may take a key,
+// which it can have without being first in the queue (those ahead of it
+// may be blocked on other keys): a waiter behind it that never tried has
+// no retry timer, and only this wake-up tells it its turn came.
 func (wq *waitQueues) leave(w *waiter) {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
 	for _, rid := range w.rids {
+		wasFirst := wq.firstLocked(rid, nil) == w
 		q := wq.q[rid]
-		wasHead := len(q) > 0 && q[0] == w
 		for i, x := range q {
 			if x == w {
 				q = append(q[:i:i], q[i+1:]...)
@@ -249,7 +253,7 @@ func (wq *waitQueues) leave(w *waiter) {
 			continue
 		}
 		wq.q[rid] = q
-		if wasHead || w.blockedOn != "" {
+		if wasFirst || w.blockedOn != "" {
 			wq.wakeLocked(rid, nil)
 		}
 	}

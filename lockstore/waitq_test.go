@@ -73,3 +73,37 @@ func TestWaitersPerLockAreBounded(t *testing.T) {
 		t.Errorf("a refused waiter left %d entries on its other keys", n)
 	}
 }
+
+// TestLeaverFirstForAKeyWakesTheNext: a waiter that gives up while it is
+// the first waiter that may take a key, but not first in that key's queue
+// (the one ahead is blocked on another key), hands its turn on. The next
+// waiter had never tried (it was behind), so it has no retry timer of its
+// own and, unwoken, would sleep until its deadline although the key was
+// free.
+func TestLeaverFirstForAKeyWakesTheNext(t *testing.T) {
+	t.Parallel()
+	wq := newWaitQueues()
+	v := newWaiter([]string{"1", "5"})
+	wq.join(v, 1000)
+	if !poked(v) || !wq.startTry(v) {
+		t.Fatal("the first waiter may not try")
+	}
+	wq.block(v, "5") // 5 is held elsewhere: v yields 1
+	u := newWaiter([]string{"2"})
+	wq.join(u, 1000)
+	if !poked(u) || !wq.startTry(u) {
+		t.Fatal("the waiter for 2 may not try")
+	}
+	w := newWaiter([]string{"1", "2"})
+	wq.join(w, 1000) // first that may take 1, behind u for 2
+	a := newWaiter([]string{"1"})
+	wq.join(a, 1000)
+	if poked(w) || poked(a) {
+		t.Fatal("a waiter behind another that can proceed was woken")
+	}
+	wq.abandon(w) // its wait elapsed
+	wq.leave(w)
+	if !poked(a) || !wq.isHead(a) {
+		t.Fatal("the waiter for 1 was not woken when the waiter ahead of it that could take 1 left")
+	}
+}
