@@ -31,6 +31,7 @@ import (
 // runs longer, LOCKGATE_WAITQ_SEED=n repeats a seed's operation sequences
 // (the goroutines' interleaving is the scheduler's).
 func TestWaitQueueModel(t *testing.T) {
+	t.Parallel() // it mostly waits on the store
 	run := 3 * time.Second
 	if v := os.Getenv("LOCKGATE_WAITQ_MODEL"); v != "" {
 		d, err := time.ParseDuration(v)
