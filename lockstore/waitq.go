@@ -21,6 +21,12 @@ type waiter struct {
 	// queues of its other keys: a waiter that can proceed is never held
 	// up behind one that cannot.
 	blockedOn string
+	// freed is set when a release of one of its keys came while its own
+	// attempt ran (under waitQueues.mu): the refusal the attempt ends with
+	// may name a key that is free by now, and that release's wake-up found
+	// it trying, so block must not mark it blocked on that key (nothing
+	// would clear the mark) but let it try again.
+	freed bool
 	// who is what Store.Waiters shows of it; set before join, then only
 	// read.
 	who Waiter
@@ -134,8 +140,14 @@ func (wq *waitQueues) wakeLocked(rid string, except *waiter) {
 func (wq *waitQueues) block(w *waiter, rid string) {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
-	w.blockedOn = rid
 	w.state = stateIdle
+	if w.freed {
+		w.freed = false
+		w.blockedOn = ""
+		w.poke()
+		return
+	}
+	w.blockedOn = rid
 	if rid == "" {
 		return
 	}
@@ -156,6 +168,7 @@ func (wq *waitQueues) startTry(w *waiter) bool {
 		return false
 	}
 	w.blockedOn = ""
+	w.freed = false
 	w.state = stateTrying
 	return true
 }
@@ -219,12 +232,16 @@ func (wq *waitQueues) abandon(w *waiter) bool {
 }
 
 // leave removes w and wakes the waiters that became first everywhere.
+// What w held up is its turn as the first waiter that may take a key,
+// which it can have without being first in the queue (those ahead of it
+// may be blocked on other keys): a waiter behind it that never tried has
+// no retry timer, and only this wake-up tells it its turn came.
 func (wq *waitQueues) leave(w *waiter) {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
 	for _, rid := range w.rids {
+		wasFirst := wq.firstLocked(rid, nil) == w
 		q := wq.q[rid]
-		wasHead := len(q) > 0 && q[0] == w
 		for i, x := range q {
 			if x == w {
 				q = append(q[:i:i], q[i+1:]...)
@@ -236,7 +253,7 @@ func (wq *waitQueues) leave(w *waiter) {
 			continue
 		}
 		wq.q[rid] = q
-		if wasHead || w.blockedOn != "" {
+		if wasFirst || w.blockedOn != "" {
 			wq.wakeLocked(rid, nil)
 		}
 	}
@@ -245,18 +262,27 @@ func (wq *waitQueues) leave(w *waiter) {
 // notify wakes the first waiter for rid, if it is first everywhere: the lock
 // was released (or may have been) and it should try now.
 func (wq *waitQueues) notify(rids ...string) {
-	wq.mu.Lock()
-	defer wq.mu.Unlock()
-	for _, rid := range rids {
-		wq.wakeLocked(rid, nil)
-	}
+	wq.notifyExcept(nil, rids...)
 }
 
-// notifyExcept is notify without waking self.
+// notifyExcept is notify without waking self. A waiter blocked on rid is
+// no longer known to be blocked: it takes its places back in the queues
+// of its other keys, where it is woken in its turn, for this wake-up may
+// not reach it (it need not be first everywhere now). A waiter in its
+// own attempt is told that a key of its was freed meanwhile (block); self
+// is not, as its own rollback frees only keys it took.
 func (wq *waitQueues) notifyExcept(self *waiter, rids ...string) {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
 	for _, rid := range rids {
+		for _, x := range wq.q[rid] {
+			switch {
+			case x.blockedOn == rid:
+				x.blockedOn = ""
+			case x.state == stateTrying && x != self:
+				x.freed = true
+			}
+		}
 		wq.wakeLocked(rid, self)
 	}
 }

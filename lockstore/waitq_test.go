@@ -73,3 +73,102 @@ func TestWaitersPerLockAreBounded(t *testing.T) {
 		t.Errorf("a refused waiter left %d entries on its other keys", n)
 	}
 }
+
+// TestLeaverFirstForAKeyWakesTheNext: a waiter that gives up while it is
+// the first waiter that may take a key, but not first in that key's queue
+// (the one ahead is blocked on another key), hands its turn on. The next
+// waiter had never tried (it was behind), so it has no retry timer of its
+// own and, unwoken, would sleep until its deadline although the key was
+// free.
+func TestLeaverFirstForAKeyWakesTheNext(t *testing.T) {
+	t.Parallel()
+	wq := newWaitQueues()
+	v := newWaiter([]string{"1", "5"})
+	wq.join(v, 1000)
+	if !poked(v) || !wq.startTry(v) {
+		t.Fatal("the first waiter may not try")
+	}
+	wq.block(v, "5") // 5 is held elsewhere: v yields 1
+	u := newWaiter([]string{"2"})
+	wq.join(u, 1000)
+	if !poked(u) || !wq.startTry(u) {
+		t.Fatal("the waiter for 2 may not try")
+	}
+	w := newWaiter([]string{"1", "2"})
+	wq.join(w, 1000) // first that may take 1, behind u for 2
+	a := newWaiter([]string{"1"})
+	wq.join(a, 1000)
+	if poked(w) || poked(a) {
+		t.Fatal("a waiter behind another that can proceed was woken")
+	}
+	wq.abandon(w) // its wait elapsed
+	wq.leave(w)
+	if !poked(a) || !wq.isHead(a) {
+		t.Fatal("the waiter for 1 was not woken when the waiter ahead of it that could take 1 left")
+	}
+}
+
+// TestReleaseDuringAttemptIsNotLost: a key released while a waiter's own
+// attempt runs, which that attempt then reports held, must not leave the
+// waiter marked blocked on it: the release found it trying (and, as it
+// was no longer first everywhere, woke nobody), so no later release would
+// clear the mark, and the waiter would be skipped in its other queues.
+func TestReleaseDuringAttemptIsNotLost(t *testing.T) {
+	t.Parallel()
+	wq := newWaitQueues()
+	x := newWaiter([]string{"1", "5"})
+	wq.join(x, 1000)
+	if !poked(x) || !wq.startTry(x) {
+		t.Fatal("the first waiter may not try")
+	}
+	wq.block(x, "5") // 5 held elsewhere: x yields 1
+	w := newWaiter([]string{"1", "2"})
+	wq.join(w, 1000)
+	if !poked(w) || !wq.startTry(w) {
+		t.Fatal("the waiter for [1, 2] may not try while the one ahead is blocked")
+	}
+	wq.notify("5") // x may proceed again, and is ahead of w for 1
+	wq.notify("2") // 2, which w's attempt is about to find held, is freed
+	wq.block(w, "2")
+	poked(w)
+	if !poked(x) || !wq.startTry(x) {
+		t.Fatal("the waiter ahead was not woken when its key was released")
+	}
+	wq.leave(x) // x took 1 and 5, and left
+	if !poked(w) || !wq.isHead(w) {
+		t.Fatal("the waiter whose blocking key was freed during its attempt was not woken when its turn came")
+	}
+}
+
+// TestReleaseClearsTheBlockedMark is the lost wake-up TestWaitQueueModel
+// found: a waiter blocked on 2 yields 1; when 2 is released while the
+// waiter ahead of it for 1 may proceed again, that release cannot wake it
+// (it is not first everywhere), and when the one ahead leaves, a waiter
+// still marked blocked on 2 would be skipped for 1: nobody wakes it, and
+// with it every waiter queued behind it.
+func TestReleaseClearsTheBlockedMark(t *testing.T) {
+	t.Parallel()
+	wq := newWaitQueues()
+	x := newWaiter([]string{"1", "5"})
+	wq.join(x, 1000)
+	if !poked(x) || !wq.startTry(x) {
+		t.Fatal("the first waiter may not try")
+	}
+	wq.block(x, "5")
+	w := newWaiter([]string{"1", "2"})
+	wq.join(w, 1000)
+	if !poked(w) || !wq.startTry(w) {
+		t.Fatal("the waiter for [1, 2] may not try while the one ahead is blocked")
+	}
+	wq.block(w, "2") // 2 held elsewhere: w yields 1
+	wq.notify("5")
+	if !poked(x) || !wq.startTry(x) {
+		t.Fatal("the waiter ahead was not woken when its key was released")
+	}
+	wq.notify("2") // w is not first everywhere: x is ahead for 1
+	poked(w)
+	wq.leave(x) // x took 1 and 5, and left
+	if !poked(w) || !wq.isHead(w) {
+		t.Fatal("the waiter whose blocking key was released was not woken when its turn came")
+	}
+}
