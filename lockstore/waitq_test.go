@@ -108,6 +108,26 @@ func TestLeaverFirstForAKeyWakesTheNext(t *testing.T) {
 	}
 }
 
+// trying12BehindBlocked sets the scene of the two tests below: x waits
+// for [1, 5] and is blocked on 5 (held elsewhere), so it yields 1; w
+// waits for [1, 2] behind it and is in its own attempt.
+func trying12BehindBlocked(t *testing.T) (wq *waitQueues, x, w *waiter) {
+	t.Helper()
+	wq = newWaitQueues()
+	x = newWaiter([]string{"1", "5"})
+	wq.join(x, 1000)
+	if !poked(x) || !wq.startTry(x) {
+		t.Fatal("the first waiter may not try")
+	}
+	wq.block(x, "5")
+	w = newWaiter([]string{"1", "2"})
+	wq.join(w, 1000)
+	if !poked(w) || !wq.startTry(w) {
+		t.Fatal("the waiter for [1, 2] may not try while the one ahead is blocked")
+	}
+	return wq, x, w
+}
+
 // TestReleaseDuringAttemptIsNotLost: a key released while a waiter's own
 // attempt runs, which that attempt then reports held, must not leave the
 // waiter marked blocked on it: the release found it trying (and, as it
@@ -115,18 +135,7 @@ func TestLeaverFirstForAKeyWakesTheNext(t *testing.T) {
 // clear the mark, and the waiter would be skipped in its other queues.
 func TestReleaseDuringAttemptIsNotLost(t *testing.T) {
 	t.Parallel()
-	wq := newWaitQueues()
-	x := newWaiter([]string{"1", "5"})
-	wq.join(x, 1000)
-	if !poked(x) || !wq.startTry(x) {
-		t.Fatal("the first waiter may not try")
-	}
-	wq.block(x, "5") // 5 held elsewhere: x yields 1
-	w := newWaiter([]string{"1", "2"})
-	wq.join(w, 1000)
-	if !poked(w) || !wq.startTry(w) {
-		t.Fatal("the waiter for [1, 2] may not try while the one ahead is blocked")
-	}
+	wq, x, w := trying12BehindBlocked(t)
 	wq.notify("5") // x may proceed again, and is ahead of w for 1
 	wq.notify("2") // 2, which w's attempt is about to find held, is freed
 	wq.block(w, "2")
@@ -148,18 +157,7 @@ func TestReleaseDuringAttemptIsNotLost(t *testing.T) {
 // with it every waiter queued behind it.
 func TestReleaseClearsTheBlockedMark(t *testing.T) {
 	t.Parallel()
-	wq := newWaitQueues()
-	x := newWaiter([]string{"1", "5"})
-	wq.join(x, 1000)
-	if !poked(x) || !wq.startTry(x) {
-		t.Fatal("the first waiter may not try")
-	}
-	wq.block(x, "5")
-	w := newWaiter([]string{"1", "2"})
-	wq.join(w, 1000)
-	if !poked(w) || !wq.startTry(w) {
-		t.Fatal("the waiter for [1, 2] may not try while the one ahead is blocked")
-	}
+	wq, x, w := trying12BehindBlocked(t)
 	wq.block(w, "2") // 2 held elsewhere: w yields 1
 	wq.notify("5")
 	if !poked(x) || !wq.startTry(x) {

@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -158,18 +159,15 @@ func runFastModel(t *testing.T, seed uint64, d time.Duration) bool {
 	}
 }
 
+// describeQueues is a failure's dump of wq: per key, each waiter's keys,
+// the key it is blocked on, its state and whether a release found it
+// trying.
 func describeQueues(wq *waitQueues) string {
 	wq.mu.Lock()
 	defer wq.mu.Unlock()
 	var b strings.Builder
-	for _, rid := range slices.Sorted(func(yield func(string) bool) {
-		for k := range wq.q {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		fmt.Fprintf(&b, "  %s:", rid)
+	for _, rid := range slices.Sorted(maps.Keys(wq.q)) {
+		fmt.Fprintf(&b, "  %q:", rid)
 		for _, w := range wq.q[rid] {
 			fmt.Fprintf(&b, " [%s %v blockedOn=%q state=%d freed=%v]", w.who.App, w.rids, w.blockedOn, w.state, w.freed)
 		}

@@ -117,28 +117,8 @@ func (m *waitModel) fail(format string, args ...any) {
 	m.cancel()
 }
 
-// queues describes the wait queues: per key, each waiter's keys, the key
-// it is blocked on and its state.
-func (m *waitModel) queues() string {
-	wq := m.s.wq
-	wq.mu.Lock()
-	defer wq.mu.Unlock()
-	var b strings.Builder
-	for _, rid := range slices.Sorted(func(yield func(string) bool) {
-		for k := range wq.q {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		fmt.Fprintf(&b, "  %q:", rid)
-		for _, w := range wq.q[rid] {
-			fmt.Fprintf(&b, " [%s rids=%q blockedOn=%q state=%d]", w.who.App, w.rids, w.blockedOn, w.state)
-		}
-		b.WriteByte('\n')
-	}
-	return b.String()
-}
+// queues describes the store's wait queues (describeQueues).
+func (m *waitModel) queues() string { return describeQueues(m.s.wq) }
 
 func (m *waitModel) run(d time.Duration) {
 	stop := make(chan struct{})
