@@ -721,8 +721,11 @@ func (s *Store) heads(ctx context.Context, rids []string) (map[string]*gen, erro
 
 // readHeads reads the head documents of rids, keyed by record id (a key
 // without one is absent): by exact _id for up to perKeyReads keys, else
-// with one $in. FerretDB answers only an exact _id filter from the index
-// and scans every head document for a $in (BenchmarkHeadReads).
+// with one $in. FerretDB pushes only an exact _id filter down to SQLite
+// and reads every head document into its own process for a $in
+// (BenchmarkHeadReads). Stock FerretDB v1.24 then still scans the table
+// in SQLite, whose _id index is on another expression; the tests'
+// embedded server adds one it uses (testserver/embedded, idIndexer).
 func (s *Store) readHeads(ctx context.Context, rids []string) (map[string]*gen, error) {
 	if len(rids) <= perKeyReads {
 		return s.headsByID(ctx, rids)

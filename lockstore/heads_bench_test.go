@@ -15,9 +15,10 @@ import (
 )
 
 // TestHeadReadsPushdown asks the upstream (FerretDB, explain) which head
-// reads it answers from the _id index: readHeads relies on an exact _id
-// read being one, and reads by exact _id below perKeyReads keys because
-// a $in is not (FerretDB v1.24 on SQLite scans every head document).
+// reads it pushes down to SQLite: readHeads relies on an exact _id read
+// being one, and reads by exact _id below perKeyReads keys because a $in
+// is not (FerretDB v1.24 reads every head document into its own process
+// and filters them there).
 func TestHeadReadsPushdown(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, testConfig(t))

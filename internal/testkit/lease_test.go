@@ -1,6 +1,9 @@
 package testkit
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+)
 
 func TestScaleForLoad(t *testing.T) {
 	for _, c := range []struct {
@@ -26,5 +29,35 @@ func TestLeaseScaleEnv(t *testing.T) {
 		if _, _, err := LeaseScale(); err == nil {
 			t.Errorf("LeaseScale with %s=%s: no error", LeaseScaleEnv, bad)
 		}
+	}
+}
+
+// TestLeaseScaleMin: the floor raises a lower reading of the load and
+// leaves a higher one (MaxLeaseScale is above any idle machine's
+// reading), and a bad floor is an error.
+func TestLeaseScaleMin(t *testing.T) {
+	t.Setenv(LeaseScaleEnv, "")
+	t.Setenv(LeaseScaleMinEnv, "")
+	base, _, err := LeaseScale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(LeaseScaleMinEnv, strconv.Itoa(MaxLeaseScale))
+	if n, why, err := LeaseScale(); n != MaxLeaseScale || err != nil {
+		t.Errorf("LeaseScale with %s=%d: %d (%s), %v; without it %d", LeaseScaleMinEnv, MaxLeaseScale, n, why, err, base)
+	}
+	t.Setenv(LeaseScaleMinEnv, "1")
+	if n, _, err := LeaseScale(); n < base || err != nil {
+		t.Errorf("LeaseScale with %s=1: %d, %v; without it %d", LeaseScaleMinEnv, n, err, base)
+	}
+	t.Setenv(LeaseScaleMinEnv, "0")
+	if _, _, err := LeaseScale(); err == nil {
+		t.Errorf("LeaseScale with %s=0: no error", LeaseScaleMinEnv)
+	}
+	// The fixed scale wins over the floor.
+	t.Setenv(LeaseScaleEnv, "1")
+	t.Setenv(LeaseScaleMinEnv, "3")
+	if n, _, err := LeaseScale(); n != 1 || err != nil {
+		t.Errorf("LeaseScale with %s=1 and %s=3: %d, %v", LeaseScaleEnv, LeaseScaleMinEnv, n, err)
 	}
 }

@@ -57,7 +57,7 @@ func rules() []config.NamespaceRule {
 	hf := &config.Scheme{Type: config.SchemeHolderFields, LeaseMS: leaseMS}
 	ld := &config.Scheme{Type: config.SchemeLockDocument}
 	fl := &config.Scheme{Type: config.SchemeFlag, LeaseMS: leaseMS}
-	return []config.NamespaceRule{
+	rs := []config.NamespaceRule{
 		{Match: "holderFields.*", Mode: config.ModeEnforce, Scheme: hf},
 		{Match: "lockDocument.*", Mode: config.ModeEnforce, Scheme: ld},
 		{Match: "flag.*", Mode: config.ModeEnforce, Scheme: fl},
@@ -98,17 +98,30 @@ func rules() []config.NamespaceRule {
 		{Match: "regress_tharga.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockDocument,
 			Field: "Lock", ActorField: "Actor", ExpiresField: "ExpireTime", HolderField: "LockKey"}},
 	}
+	// TestSchemeTakeover's later attempts: each scheme again, in databases
+	// of their own, under a lease takeoverScale times as long.
+	for _, k := range takeoverScales[1:] {
+		for _, scheme := range schemeNames {
+			sch := &config.Scheme{Type: config.SchemeType(scheme), LeaseMS: leaseMS * k}
+			if scheme == "lockDocument" {
+				sch = ld // the script's own expiry is its lease
+			}
+			rs = append(rs, config.NamespaceRule{Match: takeoverDB(scheme, k) + ".*", Mode: config.ModeEnforce, Scheme: sch})
+		}
+	}
+	return rs
 }
 
 // TestMain lets the tests that mostly wait run at once (testkit.
-// DefaultParallel, unless -parallel says otherwise): the four models, the
-// eight takeover cases (four schemes by two drivers), the two lock-
-// collection tests that wait out leases, and TestSchemeWorkload, which
-// holds its slot while it waits for them (waitPhase). The workloads, CPU,
-// then stay one per CPU, go's default (testkit.CPUSlots).
+// DefaultParallel, unless -parallel says otherwise): the four models'
+// seeds (two each in the short form), the eight takeover cases (four
+// schemes by two drivers), the two lock-collection tests that wait out
+// leases, and TestSchemeWorkload, which holds its slot while it waits for
+// them (waitPhase). The workloads, CPU, then stay one per CPU, go's
+// default (testkit.CPUSlots).
 func TestMain(m *testing.M) {
 	flag.Parse()
-	testkit.DefaultParallel(len(schemeNames) + len(schemeNames)*len(drivers) + 2 + 1)
+	testkit.DefaultParallel(len(schemeNames)*len(shortSeeds) + len(schemeNames)*len(drivers) + 2 + 1)
 	os.Exit(testkit.RunMain(m, setup))
 }
 

@@ -67,8 +67,13 @@ func TestSchemeModel(t *testing.T) {
 				newModel(t, scheme, 0, cfg).runScript(script)
 				return
 			}
+			// The seeds beside each other too, each in its own
+			// collection: a seed is mostly its clock steps' sleeps.
 			for _, seed := range cfg.seeds {
-				newModel(t, scheme, seed, cfg).run(cfg.steps)
+				t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+					t.Parallel()
+					newModel(t, scheme, seed, cfg).run(cfg.steps)
+				})
 			}
 		})
 	}

@@ -54,6 +54,9 @@ type Server struct {
 	// stops it, kill ends it if it does not stop in time.
 	stdin io.WriteCloser
 	kill  func()
+	// ids indexes FerretDB's tables for its own _id lookups (idIndexer);
+	// nil in a parent whose server runs in a child process.
+	ids *idIndexer
 }
 
 // Shared is the setup of a test package whose tests share one server
@@ -117,6 +120,7 @@ func StartInProcess(opts Options) (*Server, error) {
 	s.cancel = cancel
 	s.done = make(chan error, 1)
 	go func() { s.done <- f.Run(ctx) }()
+	s.ids = startIDIndexer(abs)
 
 	// MongoDBURI is only meaningful once the listener is bound; Run binds it
 	// asynchronously, so wait until a TCP dial succeeds.
@@ -263,6 +267,9 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) cleanup() {
+	if s.ids != nil {
+		s.ids.Close()
+	}
 	if s.tempDir {
 		os.RemoveAll(s.dir)
 	}
