@@ -126,8 +126,9 @@ func (m *HeldMemo) Trusted(epoch, local time.Time, trust time.Duration) bool {
 	if m.confMono {
 		return local.Sub(epoch)-time.Duration(m.confirmed) <= trust
 	}
-	// local is after 1970, so local less trust does not overflow.
-	return m.confirmed != noTime && m.confirmed >= local.UnixNano()-int64(trust)
+	// local is after 1970, so local less trust does not overflow and
+	// is above noTime.
+	return m.confirmed >= local.UnixNano()-int64(trust)
 }
 
 // heldMemoSlots: a client writes a few documents over and over; more
