@@ -37,6 +37,12 @@ type memos struct {
 	nextID int
 	// pins are the latest pinned filters (enforce.PinMemos).
 	pins enforce.PinMemos
+	// heldPad puts held at a cache line's start in a session memo on the
+	// heap (its size class's objects start at lines, and the runtime's
+	// 8-byte header of a large object with pointers comes first): the
+	// lookup's tags are then one line and each memo two
+	// (TestHeldMemosLineAligned checks the sum).
+	heldPad [48]byte
 	// held are the lock store's memos of the latest lock checks, one per
 	// document, replaced in turn (heldFromMemo).
 	held enforce.HeldMemos

@@ -147,7 +147,13 @@ type HeldMemos struct {
 	// id's, or its memo is empty.
 	tags [heldMemoSlots]uint32
 	next uint8
-	m    [heldMemoSlots]HeldMemo
+	// The memos start a cache line after the tags: a holder that puts
+	// HeldMemos at a line's start has the tags in one line and each
+	// memo in two whole ones (guard's session memo does:
+	// TestHeldMemosLineAligned), where memos 24 bytes in would each
+	// straddle three.
+	_ [64 - 4*heldMemoSlots - 1]byte
+	m [heldMemoSlots]HeldMemo
 }
 
 // Find is the one lookup of a memo check: the memo of ms for the lock on
