@@ -93,7 +93,7 @@ type sessionMemo struct {
 }
 
 // sessionSlots is the size of the guard's table of session memos. A
-// session's memos are about 3 KiB on the heap (2,360 B of memo, its
+// session's memos are about 3 KiB on the heap (2,560 B of memo, its
 // owner key and what its memos keep); 2,048 of them bound the table at
 // about 7 MiB, for far more sessions writing at once than a proxy serves
 // (a driver's pool of sessions is about its pool of connections). Memos
