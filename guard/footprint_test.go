@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/lockgate/lockgate/lockstore"
 )
 
 // lineOf is the cache line (64 bytes) of the byte at off in a struct
@@ -122,5 +124,24 @@ func TestMessageBufferReleasedOnce(t *testing.T) {
 	n.ReleaseMessage(b)
 	if pool.Get() == n {
 		t.Fatal("a buffer the proxy never had went back to the pool")
+	}
+}
+
+// TestHeldMemosLineAligned: a session memo's held-lock memos start at a
+// cache line on the heap (the session memo's size class puts each at a
+// line's start, then the runtime's header: checked on a few), so that a
+// lookup reads the tags' line and its memo's two lines, not three of
+// them (lockstore.HeldMemos).
+func TestHeldMemosLineAligned(t *testing.T) {
+	var ms lockstore.HeldMemos
+	if unsafe.Sizeof(ms) != 64+2*64*4 {
+		t.Errorf("lockstore.HeldMemos is %d bytes, not a line of tags and two lines a memo", unsafe.Sizeof(ms))
+	}
+	keep := make([]*sessionMemo, 8)
+	for i := range keep {
+		keep[i] = new(sessionMemo)
+		if p := uintptr(unsafe.Pointer(&keep[i].held)); p%64 != 0 {
+			t.Fatalf("a session memo's held memos are %d bytes into a line (heldPad is off)", p%64)
+		}
 	}
 }

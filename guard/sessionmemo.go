@@ -37,6 +37,12 @@ type memos struct {
 	nextID int
 	// pins are the latest pinned filters (enforce.PinMemos).
 	pins enforce.PinMemos
+	// heldPad puts held at a cache line's start in a session memo on the
+	// heap (its size class's objects start at lines, and the runtime's
+	// 8-byte header of a large object with pointers comes first): the
+	// lookup's tags are then one line and each memo two
+	// (TestHeldMemosLineAligned checks the sum).
+	heldPad [48]byte
 	// held are the lock store's memos of the latest lock checks, one per
 	// document, replaced in turn (heldFromMemo).
 	held enforce.HeldMemos
@@ -87,7 +93,7 @@ type sessionMemo struct {
 }
 
 // sessionSlots is the size of the guard's table of session memos. A
-// session's memos are about 3 KiB on the heap (2,360 B of memo, its
+// session's memos are about 3 KiB on the heap (2,560 B of memo, its
 // owner key and what its memos keep); 2,048 of them bound the table at
 // about 7 MiB, for far more sessions writing at once than a proxy serves
 // (a driver's pool of sessions is about its pool of connections). Memos

@@ -102,7 +102,7 @@ func (s *Store) heldCachedMemo(owner *Owner, ns namespace.Namespace, id docid.ID
 	}
 	*token = e.g.Token
 	if memo != nil {
-		memo.Fill(&s.cache.gen, gen, owner, ns, key, e.g.ExpiresAt, e.g.Token, e.confirmed)
+		memo.Fill(&s.cache.gen, gen, owner, ns, key, e.g.ExpiresAt, e.g.Token, e.confirmed, s.epoch)
 	}
 	return e.g.ExpiresAt.Add(-unc).Sub(now), true
 }

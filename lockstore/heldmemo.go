@@ -1,6 +1,7 @@
 package lockstore
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -23,34 +24,111 @@ type HeldMemo struct {
 	// counter is the generation counter of the store that filled the
 	// memo: its address is the store's identity, compared as a pointer
 	// (an interface's compare is a runtime call on every check).
-	counter   *atomic.Uint64
-	gen       uint64
-	session   []byte // the owner key, shared: owner keys are never modified
-	bind      string
-	ns        namespace.Namespace
-	key       string
-	expires   time.Time // the lease's end, on the store's clock
-	token     int64
-	confirmed time.Time // local; zero where the store keeps no such time
-	// mono: confirmed carries a monotonic clock reading (a store's
-	// monotonic check needs one).
-	mono bool
+	counter *atomic.Uint64
+	gen     uint64
+	session []byte // the owner key, shared: owner keys are never modified
+	bind    string
+	ns      namespace.Namespace
+	key     string
+	token   int64
+	// expires (the lease's end, on the store's clock) and confirmed
+	// (local; none where the store keeps no such time) are time.Times
+	// in eight bytes each (memoTime), so that a memo is two cache lines,
+	// not three: a time.Time is three words.
+	expires, confirmed int64
+	// expMono, confMono: the time is a monotonic reading, kept as the
+	// monotonic time since the filling store's epoch; else it is a wall
+	// time in Unix nanoseconds. A store's clock is not always a wall
+	// clock (memstore's local clock gives monotonic readings), and a
+	// wall time alone would let a lease outlast its end when the wall
+	// clock steps back.
+	expMono, confMono bool
+}
+
+// noTime is a confirmed time the memo cannot keep (the zero Time, where
+// the store keeps none): never trusted.
+const noTime = math.MinInt64
+
+// memoTime is t in a memo's eight bytes: on the monotonic clock since
+// epoch (a reading of time.Now) when t carries a monotonic reading, else
+// its Unix nanoseconds; false when t is outside what those can hold
+// (the zero Time, a wall time beyond 1678-2262, or an epoch without a
+// monotonic reading). A difference of two monotonic readings is exact
+// (time.Time.Sub reads the monotonic clocks alone), so comparing the
+// kept form with another reading's, made the same way, is time.Time's
+// own comparison.
+func memoTime(t, epoch time.Time) (v int64, mono, ok bool) {
+	if hasMonotonic(t) {
+		return int64(t.Sub(epoch)), true, hasMonotonic(epoch)
+	}
+	// Inside UnixNano's range by a second on each side.
+	if sec := t.Unix(); sec <= math.MinInt64/int64(time.Second) || sec >= math.MaxInt64/int64(time.Second) {
+		return 0, false, false
+	}
+	return t.UnixNano(), false, true
 }
 
 // Fill records a lock check that the store whose generation counter is
 // counter, at generation gen, answered from memory: owner holds (ns, the
 // id of key) until expires with token, and the store's memory of it was
-// confirmed at local time confirmed.
-func (m *HeldMemo) Fill(counter *atomic.Uint64, gen uint64, owner *Owner, ns namespace.Namespace, key string, expires time.Time, token int64, confirmed time.Time) {
+// confirmed at local time confirmed. epoch is the store's own reading of
+// time.Now, the same for every memo it fills and reads (LeaseLeft,
+// Trusted). A lease's end the memo cannot keep leaves it empty: the
+// check asks the store.
+func (m *HeldMemo) Fill(counter *atomic.Uint64, gen uint64, owner *Owner, ns namespace.Namespace, key string, expires time.Time, token int64, confirmed, epoch time.Time) {
+	e, eMono, ok := memoTime(expires, epoch)
+	if !ok {
+		*m = HeldMemo{}
+		return
+	}
+	c, cMono, ok := memoTime(confirmed, epoch)
+	if !ok {
+		c, cMono = noTime, false
+	}
 	*m = HeldMemo{counter: counter, gen: gen, session: owner.Session, bind: owner.Bind, ns: ns, key: key,
-		expires: expires, token: token, confirmed: confirmed, mono: hasMonotonic(confirmed)}
+		token: token, expires: e, confirmed: c, expMono: eMono, confMono: cMono}
 }
 
-// Recorded is what Fill recorded: the lease's end, the token and the
-// confirmation. Only a memo HeldMemos.Find found for the store, its
-// generation, the owner and the lock answers for them.
-func (m *HeldMemo) Recorded() (expires time.Time, token int64, confirmed time.Time) {
-	return m.expires, m.token, m.confirmed
+// Token is the lock's token Fill recorded. Only a memo HeldMemos.Find
+// found for the store, its generation, the owner and the lock answers
+// for them.
+func (m *HeldMemo) Token() int64 { return m.token }
+
+// LeaseLeft is Fill's lease end read at the store's clock reading at,
+// uncertain by unc: the lease left, expires.Add(-unc).Sub(at), when
+// expires.After(at.Add(unc+margin)), as time.Time computes them (on the
+// monotonic clock where both carry a reading, else on the wall clock).
+// A monotonic lease end read at a wall time (that time.Time would
+// compare on the wall clock, which the memo does not keep) is false:
+// ask the store. epoch is the one Fill was given.
+func (m *HeldMemo) LeaseLeft(epoch, at time.Time, unc, margin time.Duration) (time.Duration, bool) {
+	var now int64
+	if m.expMono {
+		if !hasMonotonic(at) {
+			return 0, false
+		}
+		now = int64(at.Sub(epoch))
+	} else {
+		now = at.UnixNano()
+	}
+	// expires > now first: a difference that overflows (readings
+	// centuries apart) is negative, so not held, never a long lease.
+	if left := time.Duration(m.expires - now); m.expires > now && left > unc+margin {
+		return left - unc, true
+	}
+	return 0, false
+}
+
+// Trusted is whether Fill's confirmation is within trust of local, a
+// reading of time.Now: local.Sub(confirmed) <= trust. A confirmation
+// the memo could not keep is never trusted.
+func (m *HeldMemo) Trusted(epoch, local time.Time, trust time.Duration) bool {
+	if m.confMono {
+		return local.Sub(epoch)-time.Duration(m.confirmed) <= trust
+	}
+	// local is after 1970, so local less trust does not overflow and
+	// is above noTime.
+	return m.confirmed >= local.UnixNano()-int64(trust)
 }
 
 // heldMemoSlots: a client writes a few documents over and over; more
@@ -69,7 +147,13 @@ type HeldMemos struct {
 	// id's, or its memo is empty.
 	tags [heldMemoSlots]uint32
 	next uint8
-	m    [heldMemoSlots]HeldMemo
+	// The memos start a cache line after the tags: a holder that puts
+	// HeldMemos at a line's start has the tags in one line and each
+	// memo in two whole ones (guard's session memo does:
+	// TestHeldMemosLineAligned), where memos 24 bytes in would each
+	// straddle three.
+	_ [64 - 4*heldMemoSlots - 1]byte
+	m [heldMemoSlots]HeldMemo
 }
 
 // Find is the one lookup of a memo check: the memo of ms for the lock on
@@ -141,26 +225,23 @@ func (s *Store) HeldTokenMemo(ms *HeldMemos, owner *Owner, ns namespace.Namespac
 	// arguments are the miss's alone.
 	m, hit := ms.Find(&s.cache.gen, owner, ns, id)
 	if hit {
-		expires, token, confirmed := m.Recorded()
-		if b := s.monotonicEstimate(); b != nil && m.mono {
+		if b := s.monotonicEstimate(); b != nil && m.confMono {
 			if now.IsZero() {
 				now = time.Now()
 			}
 			// One monotonic reading, the caller's, serves both: the
 			// server's time (the estimate's, at d after its midpoint)
-			// and the time since the confirmation (d less the
-			// confirmation's offset from the midpoint, both monotonic
-			// readings).
+			// and the time since the confirmation.
 			d := now.Sub(b.mid)
 			at, unc := b.server.Add(d), b.uncertaintyAfter(d)
-			if expires.After(at.Add(unc+margin)) && d-confirmed.Sub(b.mid) <= s.cfg.CacheTrust {
-				return expires.Add(-unc).Sub(at), token, true
+			if left, ok := m.LeaseLeft(s.epoch, at, unc, margin); ok && m.Trusted(s.epoch, now, s.cfg.CacheTrust) {
+				return left, m.token, true
 			}
 			return 0, 0, false
 		}
 		at, unc, local := s.nowLocal()
-		if expires.After(at.Add(unc+margin)) && local.Sub(confirmed) <= s.cfg.CacheTrust {
-			return expires.Add(-unc).Sub(at), token, true
+		if left, ok := m.LeaseLeft(s.epoch, at, unc, margin); ok && m.Trusted(s.epoch, local, s.cfg.CacheTrust) {
+			return left, m.token, true
 		}
 		return 0, 0, false
 	}

@@ -22,7 +22,7 @@ func TestHeldMemoMonotonicCheck(t *testing.T) {
 	t.Parallel()
 	const trust = 10 * time.Second
 	const margin = time.Second
-	s := &Store{cfg: Config{CacheTrust: trust}, cache: newHoldCache(nil)}
+	s := &Store{cfg: Config{CacheTrust: trust}, cache: newHoldCache(nil), epoch: time.Now()}
 	s.sclock = newServerClock(nil)
 	s.clock = s.sclock
 	// The server is 1h ahead; the round trip took 400 ms, so the estimate
@@ -58,7 +58,7 @@ func TestHeldMemoMonotonicCheck(t *testing.T) {
 			expires := server().Add(c.expires).Round(0) // a server time: no monotonic reading
 			var ms HeldMemos
 			m, _ := ms.Find(&s.cache.gen, &owner, ns, &id)
-			m.Fill(&s.cache.gen, s.cache.gen.Load(), &owner, ns, id.Key(), expires, 42, confirmed)
+			m.Fill(&s.cache.gen, s.cache.gen.Load(), &owner, ns, id.Key(), expires, 42, confirmed, s.epoch)
 			// The caller's reading, or none (the store reads the clock).
 			for _, now := range []time.Time{time.Now(), {}} {
 				left, tok, ok := s.HeldTokenMemo(&ms, &owner, ns, &id, margin, now)
@@ -109,7 +109,7 @@ func TestHeldMemosFindComparesEveryField(t *testing.T) {
 	if hit {
 		t.Fatal("an empty memo is a hit")
 	}
-	m.Fill(&s, 7, &a, ns, id.Key(), time.Now().Add(time.Minute), 42, time.Now())
+	m.Fill(&s, 7, &a, ns, id.Key(), time.Now().Add(time.Minute), 42, time.Now(), time.Now())
 	if got, hit := ms.Find(&s, &a, ns, &id); !hit || got != m {
 		t.Fatalf("the memo's own check: hit %v, the same memo %v", hit, got == m)
 	}
@@ -175,7 +175,7 @@ func TestHeldMemosKeepTheirTags(t *testing.T) {
 	x := rv(t, "doc-000001")
 	var ms HeldMemos
 	m, _ := ms.Find(&s, &a, ns, &x)
-	m.Fill(&s, 3, &a, ns, x.Key(), time.Now().Add(time.Minute), 1, time.Now())
+	m.Fill(&s, 3, &a, ns, x.Key(), time.Now().Add(time.Minute), 1, time.Now(), time.Now())
 	for i := range 3 * heldMemoSlots {
 		y := rv(t, fmt.Sprintf("doc-%06d", 2+i%2)) // two ids never held
 		if _, hit := ms.Find(&s, &a, ns, &y); hit {

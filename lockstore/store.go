@@ -145,7 +145,10 @@ type Store struct {
 	clock     Clock
 	sclock    *serverClock // nil when the clock was injected
 
-	cache   *holdCache
+	cache *holdCache
+	// epoch is the origin of the monotonic times in this Store's held
+	// memos (HeldMemo.Fill): a reading of time.Now, made once.
+	epoch   time.Time
 	via     string // this Store's name in the generations it writes
 	owned   *ownedIndex
 	sweeper *sessionSweeper
@@ -209,7 +212,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Store{cfg: cfg}
+	s := &Store{cfg: cfg, epoch: time.Now()}
 	for _, o := range opts {
 		o(s)
 	}

@@ -524,7 +524,7 @@ func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Ru
 		// get here without one). Unless implicit locks take it, it is
 		// refused: a check that records nothing would allow it.
 		if c.Defer == nil || !c.Defer(v, r, ns, ids, ids) {
-			base.Add(*r, base.FirstWrite(ns), refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+			refuseNoSession(base, r, ns)
 		}
 		return
 	}
@@ -542,8 +542,7 @@ func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Ru
 		ok, missing = err == nil && len(h.Missing) == 0, h.Missing
 	}
 	if err != nil {
-		base.Violations = append(base.Violations, Violation{Rule: *r, Write: base.FirstWrite(ns), Reason: refuse.ReasonUnavailable,
-			Detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
+		refuseUnavailable(base, r, ns, err)
 		return
 	}
 	if ok {
@@ -554,6 +553,23 @@ func (c *Checker[V]) Check(ctx context.Context, v V, base *Verdict, r *policy.Ru
 		return
 	}
 	c.Refuse(ctx, base, r, o, ns, missing)
+}
+
+// refuseNoSession and refuseUnavailable are Check's refusals, kept out
+// of it: inlined, their copies of the rule (a Violation holds one by
+// value) and fmt's arguments made Check's frame about 2 KB, a stack
+// every allowed write touches and that is cold between a connection's
+// writes.
+//
+//go:noinline
+func refuseNoSession(base *Verdict, r *policy.Rule, ns namespace.Namespace) {
+	base.Add(*r, base.FirstWrite(ns), refuse.ReasonNoSession, nil, "the command carries no logical session (lsid), so it cannot hold locks")
+}
+
+//go:noinline
+func refuseUnavailable(base *Verdict, r *policy.Rule, ns namespace.Namespace, err error) {
+	base.Violations = append(base.Violations, Violation{Rule: *r, Write: base.FirstWrite(ns), Reason: refuse.ReasonUnavailable,
+		Detail: fmt.Sprintf("the lock store cannot confirm the locks (%v), so the write is refused (fail closed)", err)})
 }
 
 // Refuse refuses a write of ns whose session does not hold the locks on

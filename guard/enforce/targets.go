@@ -177,71 +177,109 @@ func (t *Targets) Of(ctx context.Context, req *proxy.Request, r *policy.Rule, w 
 		// Refused already: what the filter matches cannot change that.
 		t.skippedSeries.Inc()
 		return
-	case r.Mode == policy.Enforce && t.cfg.Throttle.Cooling(req) > 0:
+	case r.Mode == policy.Enforce && t.throttled(ctx, req, x):
+		return
+	default:
+		if !t.resolve(ctx, req, r, w, x) {
+			return
+		}
+	}
+	if w.Upsert && !upsertTarget(w, x) {
+		return
+	}
+	x.OK = true
+	return
+}
+
+// The branches of Of that the usual write (a filter pinning its _ids, no
+// upsert) does not take are functions of their own, not inlined: their
+// copies of the rule and the write (Resolve and UpsertID take them by
+// value) and fmt's arguments made Of's frame 1,704 bytes, a stack every
+// write touches and that is cold between a connection's writes.
+
+// throttled refuses, for the throttle, an enforced write whose filter
+// must be resolved; false: the throttle lets it be resolved.
+//
+//go:noinline
+func (t *Targets) throttled(ctx context.Context, req *proxy.Request, x *Target) bool {
+	if t.cfg.Throttle.Cooling(req) > 0 {
 		t.skippedSeries.Inc()
 		t.cfg.Throttle.Tarpit(ctx, req)
 		x.stop(ReasonResolveFailed, fmt.Sprintf("its filter names no _id, and this connection's last such write was too slow to verify, so such writes are refused for %s more; lock the documents and name their _id values in the filter", lockstore.FormatMS(t.cfg.Throttle.Cooling(req).Round(time.Second))))
 		x.Advice = "nothing was written"
-		return
-	case r.Mode == policy.Enforce && t.cfg.Throttle.RefusedWait(req) > 0:
+		return true
+	}
+	if t.cfg.Throttle.RefusedWait(req) > 0 {
 		wait := t.cfg.Throttle.RefusedWait(req)
 		t.skippedSeries.Inc()
 		t.cfg.Throttle.HoldRefusal(ctx, wait)
 		x.stop(ReasonResolveFailed, fmt.Sprintf("its filter names no _id, and looking up the documents of this %s's writes that were then refused anyway has used up its share of the database's time, so such writes are refused at once for %s more; lock the documents and name their _id values in the filter", callerKind(req), lockstore.FormatMS(max(wait, 100*time.Millisecond).Round(100*time.Millisecond))))
 		x.Advice = "nothing was written"
-		return
-	default:
-		limit := r.MaxCandidates
-		if e := t.MayRead(ctx, req, w.NS); e != "" {
-			x.stop(ReasonResolveFailed, e)
-			return
+		return true
+	}
+	return false
+}
+
+// resolve resolves the documents a filter that pins no _id can touch
+// into x; false: x is stopped.
+//
+//go:noinline
+func (t *Targets) resolve(ctx context.Context, req *proxy.Request, r *policy.Rule, w *policy.Write, x *Target) bool {
+	limit := r.MaxCandidates
+	if e := t.MayRead(ctx, req, w.NS); e != "" {
+		x.stop(ReasonResolveFailed, e)
+		return false
+	}
+	cands, spent, err := t.Resolve(ctx, t.cfg.Throttle.Slots(req), *r, *w, limit+1)
+	x.Resolved = true
+	if r.Mode == policy.Enforce {
+		x.Spent = spent
+	}
+	t.cfg.Throttle.Outcome(req, *r, err)
+	if errors.Is(err, ErrResolveSkipped) {
+		// Audit only, and every slot busy: the write goes through
+		// either way, so it does not queue behind enforced ones.
+		x.stop(ReasonUnverified, "the documents it can touch were not resolved: every resolver slot was busy, and an audited write does not wait for one")
+		return false
+	}
+	if err != nil {
+		x.stop(ReasonResolveFailed, fmt.Sprintf("the documents it can touch could not be resolved: %v", err))
+		if errors.Is(err, context.DeadlineExceeded) || IsMaxTimeExpired(err) {
+			x.Detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %s (limits.resolveTimeoutMS); lock the documents and name their _id values in the filter", lockstore.FormatMS(t.cfg.ResolveTimeout))
+			x.Advice = "nothing was written"
 		}
-		cands, spent, err := t.Resolve(ctx, t.cfg.Throttle.Slots(req), *r, *w, limit+1)
-		x.Resolved = true
-		if r.Mode == policy.Enforce {
-			x.Spent = spent
-		}
-		t.cfg.Throttle.Outcome(req, *r, err)
-		if errors.Is(err, ErrResolveSkipped) {
-			// Audit only, and every slot busy: the write goes through
-			// either way, so it does not queue behind enforced ones.
-			x.stop(ReasonUnverified, "the documents it can touch were not resolved: every resolver slot was busy, and an audited write does not wait for one")
-			return
-		}
-		if err != nil {
-			x.stop(ReasonResolveFailed, fmt.Sprintf("the documents it can touch could not be resolved: %v", err))
-			if errors.Is(err, context.DeadlineExceeded) || IsMaxTimeExpired(err) {
-				x.Detail = fmt.Sprintf("its filter names no _id and was too slow to verify within %s (limits.resolveTimeoutMS); lock the documents and name their _id values in the filter", lockstore.FormatMS(t.cfg.ResolveTimeout))
-				x.Advice = "nothing was written"
-			}
-			return
-		}
-		if len(cands) > limit {
-			x.stop(ReasonTooManyCandidates, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow the filter, for example to a list of _id values", limit))
-			return
-		}
-		x.IDs = cands
-		if r.Mode == policy.Enforce {
-			x.Pin, x.Pins = policy.Pin{List: w.List, Index: w.Index, IDs: docid.Cores(cands)}, true
+		return false
+	}
+	if len(cands) > limit {
+		x.stop(ReasonTooManyCandidates, fmt.Sprintf("its filter matches more than %d documents (the policy's maxCandidates); narrow the filter, for example to a list of _id values", limit))
+		return false
+	}
+	x.IDs = cands
+	if r.Mode == policy.Enforce {
+		x.Pin, x.Pins = policy.Pin{List: w.List, Index: w.Index, IDs: docid.Cores(cands)}, true
+	}
+	return true
+}
+
+// upsertTarget adds an upsert's inserted _id to x; false: x is stopped.
+//
+//go:noinline
+func upsertTarget(w *policy.Write, x *Target) bool {
+	id, found, certain := policy.UpsertID(*w)
+	if !certain {
+		x.stop(ReasonUnverifiableUpsert, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
+		return false
+	}
+	if found {
+		// A value that cannot be an _id names no lock, and the
+		// database refuses to insert it.
+		if did, err := IDCopy(id); err == nil {
+			x.IDs = append(x.IDs, did)
+			x.Upserted, x.HasUpserted = did, true
 		}
 	}
-	if w.Upsert {
-		id, found, certain := policy.UpsertID(*w)
-		if !certain {
-			x.stop(ReasonUnverifiableUpsert, "it is an upsert whose inserted _id cannot be known in advance (a pipeline update that does not pin _id)")
-			return
-		}
-		if found {
-			// A value that cannot be an _id names no lock, and the
-			// database refuses to insert it.
-			if did, err := IDCopy(id); err == nil {
-				x.IDs = append(x.IDs, did)
-				x.Upserted, x.HasUpserted = did, true
-			}
-		}
-	}
-	x.OK = true
-	return
+
+	return true
 }
 
 // PinMemos are a connection's memos of its latest filters that pin one

@@ -41,6 +41,9 @@ type Store struct {
 	// local: cfg.Clock is the local clock (localClock), whose readings
 	// carry the monotonic clock: a memo's check reads that alone.
 	local bool
+	// epoch is the origin of the monotonic times in this Store's held
+	// memos (lockstore.HeldMemo.Fill): a reading of time.Now, made once.
+	epoch time.Time
 
 	mu   sync.Mutex
 	recs map[docid.Key]*record
@@ -79,7 +82,7 @@ func New(cfg Config) *Store {
 	if local {
 		cfg.Clock = localClock{}
 	}
-	return &Store{cfg: cfg, local: local, recs: map[docid.Key]*record{}, changed: make(chan struct{})}
+	return &Store{cfg: cfg, local: local, epoch: time.Now(), recs: map[docid.Key]*record{}, changed: make(chan struct{})}
 }
 
 type localClock struct{}
@@ -504,22 +507,21 @@ func (s *Store) HeldTokenMemo(ms *lockstore.HeldMemos, owner *lockstore.Owner, n
 	// checks are the miss's alone.
 	m, hit := ms.Find(&s.gen, owner, ns, id)
 	if hit {
-		expires, token, _ := m.Recorded()
 		if s.local {
-			// expires is the lease's end as a monotonic reading (below),
-			// compared with the caller's monotonic reading: no clock
-			// read here, as lockstore's memo check reads none.
+			// The lease's end is a monotonic reading (below), read at
+			// the caller's monotonic reading: no clock read here, as
+			// lockstore's memo check reads none.
 			if now.IsZero() {
 				now = time.Now()
 			}
-			if left := expires.Sub(now); left > margin {
-				return left, token, true
+			if left, ok := m.LeaseLeft(s.epoch, now, 0, margin); ok {
+				return left, m.Token(), true
 			}
 			return 0, 0, false
 		}
 		at, unc := s.cfg.Clock.Now()
-		if expires.After(at.Add(unc + margin)) {
-			return expires.Add(-unc).Sub(at), token, true
+		if left, ok := m.LeaseLeft(s.epoch, at, unc, margin); ok {
+			return left, m.Token(), true
 		}
 		return 0, 0, false
 	}
@@ -544,7 +546,7 @@ func (s *Store) HeldTokenMemo(ms *lockstore.HeldMemos, owner *lockstore.Owner, n
 		// r.expires, truncated, has none).
 		expires = at.Add(r.expires.Sub(at))
 	}
-	m.Fill(&s.gen, s.gen.Load(), owner, ns, id.Key(), expires, r.token, time.Time{})
+	m.Fill(&s.gen, s.gen.Load(), owner, ns, id.Key(), expires, r.token, time.Time{}, s.epoch)
 	return r.expires.Add(-unc).Sub(at), r.token, true
 }
 
