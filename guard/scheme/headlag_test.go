@@ -2,7 +2,6 @@ package scheme
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -21,28 +20,17 @@ import (
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
 	"github.com/lockgate/lockgate/testserver/embedded"
-	"github.com/lockgate/lockgate/wire"
 )
 
 // abandonByID is Tharga.MongoDB's abandon of _id 1 of shop.ld: a
 // findAndModify by _id alone that clears the lock, naming no holder.
 func abandonByID(t *testing.T) *proxy.Request {
 	t.Helper()
-	body := bsoncore.NewDocumentBuilder().AppendString("findAndModify", "ld").
+	return requestOf(t, bsoncore.NewDocumentBuilder().AppendString("findAndModify", "ld").
 		AppendDocument("query", bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build()).
 		AppendDocument("update", bsoncore.NewDocumentBuilder().AppendDocument("$set",
 			bsoncore.NewDocumentBuilder().AppendNull("Lock").Build()).Build()).
-		AppendString("$db", "shop").Build()
-	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body), wire.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd, err := wire.CommandOf(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &proxy.Request{Message: msg, Command: cmd, Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000",
-		RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}}
+		AppendString("$db", "shop").Build())
 }
 
 // TestIdentityWriteHeadMovedBack: the CI failure of tharga's workload

@@ -2,6 +2,7 @@ package scheme
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -47,8 +48,14 @@ func holderWrite(t *testing.T, holder string) *proxy.Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := bsoncore.NewDocumentBuilder().AppendString("update", "hf").
-		AppendArray("updates", bsoncore.NewArrayBuilder().AppendDocument(stmt).Build()).AppendString("$db", "shop").Build()
+	return requestOf(t, bsoncore.NewDocumentBuilder().AppendString("update", "hf").
+		AppendArray("updates", bsoncore.NewArrayBuilder().AppendDocument(stmt).Build()).AppendString("$db", "shop").Build())
+}
+
+// requestOf is body as an OP_MSG from client 1, parsed as the proxy parses
+// it.
+func requestOf(t *testing.T, body bsoncore.Document) *proxy.Request {
+	t.Helper()
 	msg, err := wire.Parse(wire.AppendMsg(nil, 1, 0, 0, body), wire.Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +64,8 @@ func holderWrite(t *testing.T, holder string) *proxy.Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &proxy.Request{Message: msg, Command: cmd, Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}}
+	return &proxy.Request{Message: msg, Command: cmd, Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000",
+		RemoteAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}}}
 }
 
 // TestHolderWriteDecidedByTheMirror: under holderFields, a write naming a
