@@ -14,7 +14,8 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-# CGO off: a static binary needs no libc in the runtime image.
+# CGO off: a static binary needs no libc in the runtime image. go build
+# optimizes with cmd/proxy/default.pgo, the proxy's CPU profile, by itself.
 RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
       -ldflags "-s -w -X main.version=${VERSION}" \
       -o /out/lockgate ./cmd/proxy

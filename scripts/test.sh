@@ -28,7 +28,16 @@ export PATH
 # from the cache whatever a clone before it built of the same sources.
 # The first run on a machine compiles the standard library and the
 # modules once more under the new keys.
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
+#
+# -pgo=off: `go build ./cmd/proxy` optimizes with the profile in
+# cmd/proxy/default.pgo (scripts/pgo.sh), and so would go test and go vet
+# of cmd/proxy, which would compile every package the proxy imports a
+# second time under that profile: about 3 minutes of CPU on a cold cache,
+# and again after each change below the proxy. The profile changes which
+# calls are inlined, never what the code does; the tests run the code
+# without it, and cmd/proxy's TestDefaultProfileIsCurrent checks that the
+# profile still names the code's hot functions.
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath -pgo=off"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 NODE_COMPAT=tests/compat/node
