@@ -105,8 +105,15 @@ const maxKeptMessage = 16 << 10
 // buffer, which every other connection's writes evicted meanwhile (the
 // encoding's stores were the guard's largest share of write misses;
 // docs/BENCHMARKS.md, "the ninth box's footprint").
+//
+// A verdict that goes back to the spares keeps one of its own
+// (verdict.msg, spare nil): that write's pool Get and Put were about 110
+// instructions, and the verdict, a spare per P too, brings the buffer
+// its last write on this core encoded into.
 type msgBuf struct {
-	b     []byte
+	b []byte
+	// spare is the pool the buffer goes back to; nil: it is a verdict's,
+	// which keeps it (b is set by edit, before it is handed out).
 	spare *sync.Pool
 	// out: the proxy has the buffer (Decision.MessageDone). Set before
 	// it is handed over, taken back once: a second ReleaseMessage of
@@ -118,11 +125,23 @@ type msgBuf struct {
 // ReleaseMessage implements proxy.MessageReleaser: the proxy has written
 // the rewritten message and reads it no more.
 func (m *msgBuf) ReleaseMessage(b []byte) {
-	if !m.out.CompareAndSwap(true, false) || cap(b) > maxKeptMessage {
+	if !m.out.CompareAndSwap(true, false) || m.spare == nil || cap(b) > maxKeptMessage {
 		return
 	}
 	m.b = b[:0]
 	m.spare.Put(m)
+}
+
+// ownMsg is v's own message buffer for its next rewrite (edit): the one
+// it keeps, unless the proxy still holds that (its flight landed before
+// the proxy handed the message back), then a new one, which v keeps from
+// now on (the other is the proxy's until it lets go of it).
+func (v *verdict) ownMsg() *msgBuf {
+	if m := v.msg; m != nil && !m.out.Load() {
+		return m
+	}
+	v.msg = &msgBuf{}
+	return v.msg
 }
 
 // newVerdict returns a verdict for req: a cleared one from spares (nil:

@@ -19,11 +19,16 @@ import (
 // the only safe answer in enforce mode. d is edited in place: the
 // decision is about 20 words, copied at every call that takes it by value.
 //
-// The message is encoded into a buffer of the guard's (msgBuf), which
-// the proxy hands back once it has written it (d.MessageDone).
-func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d *proxy.Decision, ed *policy.Edit) bool {
-	m, _ := g.msgBufs.Get().(*msgBuf)
-	if m == nil {
+// The message is encoded into a buffer (msgBuf), which the proxy hands
+// back once it has written it (d.MessageDone): with own, the verdict's
+// (verdict.msg, kept while the verdict goes round: own is for a verdict
+// that goes back to the spares when its flight lands), else one of the
+// guard's msgBufs.
+func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d *proxy.Decision, ed *policy.Edit, own bool) bool {
+	var m *msgBuf
+	if own {
+		m = v.ownMsg()
+	} else if m, _ = g.msgBufs.Get().(*msgBuf); m == nil {
 		m = &msgBuf{spare: &g.msgBufs}
 	}
 	ed.Buf, m.b = m.b, nil
@@ -42,13 +47,22 @@ func (g *Guard) edit(req *proxy.Request, pol *policy.Policy, v *verdict, d *prox
 		g.metrics.pinned.Inc()
 	}
 	d.MaxTime = at
-	if b != nil {
+	switch {
+	case b == nil:
+		m.b = ed.Buf[:0]
+		if !own {
+			g.msgBufs.Put(m)
+		}
+	default:
+		if own && cap(b) <= maxKeptMessage {
+			// The verdict's buffer is these bytes again once they are
+			// handed back (ownMsg asks out first): kept now, so that the
+			// release writes nothing but out.
+			m.b = b[:0]
+		}
 		d.Action, d.Message = proxy.Rewrite, b
 		m.out.Store(true)
 		d.MessageDone = m
-	} else {
-		m.b = ed.Buf[:0]
-		g.msgBufs.Put(m)
 	}
 	return true
 }

@@ -46,7 +46,7 @@ func (g *Guard) enforce(ctx context.Context, req *proxy.Request, pol *policy.Pol
 // guard's parts.
 func (g *Guard) newWalk() *enforce.Walk[*verdict] {
 	return &enforce.Walk[*verdict]{Targets: g.targeting, Checker: g.checker, Decider: g.decider,
-		AuthRequired: g.authority.Required, Rules: g.ruleRef,
+		AuthRequired: g.authority.Required, Rules: ruleRef,
 		New: func(req *proxy.Request, start time.Time) (*verdict, *enforce.Verdict) {
 			v := newVerdict(&g.verdicts, req, start)
 			return v, &v.Verdict
@@ -106,14 +106,18 @@ func (g *Guard) unclassifiable(req *proxy.Request, pol *policy.Policy, err error
 	return g.walk.Unclassifiable(req, pol, v, &v.Verdict, err, start)
 }
 
-// allowed makes d, a forward, an allowed write's decision
-// (enforce.Decider.Launch): its pins and fences, and its flight.
-func (g *Guard) allowed(req *proxy.Request, pol *policy.Policy, v *verdict, now time.Time, d *proxy.Decision) {
-	ed := policy.Edit{Pins: v.Pins}
-	if v.fence != nil {
-		*d, ed.Fences = g.fenceDecision(req, v)
+// allowed is enforce.Decider.Launch: it makes d, a forward, an allowed
+// write's decision: its pins and fences, and its flight. A closure over
+// g, not the method value of a method: the method value's wrapper moved
+// every argument one register along to put g first, on every write.
+func (g *Guard) allowed() func(req *proxy.Request, pol *policy.Policy, v *verdict, now time.Time, d *proxy.Decision) {
+	return func(req *proxy.Request, pol *policy.Policy, v *verdict, now time.Time, d *proxy.Decision) {
+		ed := policy.Edit{Pins: v.Pins}
+		if v.fence != nil {
+			*d, ed.Fences = g.fenceDecision(req, v)
+		}
+		g.launchDecision(req, pol, v, d, &ed, now)
 	}
-	g.launchDecision(req, pol, v, d, &ed, now)
 }
 
 // shownTo is x as req's caller may see it: a violation that names another

@@ -201,7 +201,7 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 	}
 	p := v.flight
 	if p == nil {
-		g.edit(req, pol, v, d, ed)
+		g.edit(req, pol, v, d, ed, false)
 		return
 	}
 	p.v, p.pol, p.g = v, pol, g // LateReply reads all three, also before launchAt
@@ -227,12 +227,14 @@ func (g *Guard) launchDecision(req *proxy.Request, pol *policy.Policy, v *verdic
 		ed.MaxTimeMS = budget.Milliseconds()
 		maxTime = budget
 	}
-	if !g.edit(req, pol, v, d, ed) {
+	// Nothing but the flight will point into the verdict: it may go back
+	// to the guard's spares when the flight lands, and its message
+	// buffer with it.
+	recycle := p == &v.flightBuf && d.OnReply == nil && v.implicit == nil && v.fence == nil && !v.InTxn
+	if !g.edit(req, pol, v, d, ed, recycle) {
 		return
 	}
-	if p == &v.flightBuf && d.OnReply == nil && v.implicit == nil && v.fence == nil && !v.InTxn {
-		// Nothing but the flight points into the verdict: it may go
-		// back to the guard's spares when the flight lands.
+	if recycle {
 		p.recycle = true
 	}
 	if g.launchAt(p, now, maxTime, d.OnReply) == nil {

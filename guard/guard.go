@@ -281,8 +281,8 @@ func New(opts Options) *Guard {
 	g.flights = inflight.New(inflight.Config{Store: opts.Store, MaxInFlight: opts.MaxInFlight, Log: g.log, Renewals: g.metrics.inFlightRenewals})
 	g.txns = g.newTxnCheck()
 	g.checker = &enforce.Checker[*verdict]{Locks: g.locks, Skip: g.skipHeldCheck, Defer: (*verdict).deferToImplicit,
-		Held: g.holds, MayDisclose: g.authority.MayDisclose, InsertChecks: g.metrics.insertChecks}
-	g.decider = &enforce.Decider[*verdict]{Record: g.recordAt, Shown: g.shownTo, Launch: g.allowed}
+		Held: g.holds(), MayDisclose: g.authority.MayDisclose, InsertChecks: g.metrics.insertChecks}
+	g.decider = &enforce.Decider[*verdict]{Record: g.recordAt, Shown: g.shownTo, Launch: g.allowed()}
 	g.schemes = g.newSchemes()
 	g.walk = g.newWalk()
 	g.auditFields.New = func() any { f := make([]zap.Field, 0, 16); return &f }

@@ -14,23 +14,28 @@ import (
 // connection's memo for a single id), and records for an enforced rule
 // what the write's flight needs (the owner, the locks, the lease they
 // surely have left, measured now) and, for a fenced rule, their tokens
-// for the rewrite.
-func (g *Guard) holds(ctx context.Context, v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (bool, []docid.ID, error) {
-	// Read before the store answers: a force-release under way since is
-	// seen at the launch (launchAt).
-	seq := g.flights.ForceSeq()
-	if left, ok := g.heldFromMemo(v, r, o, ns, ids); ok {
-		g.held(v, r, o, ns, ids, left, v.TokenBuf[:1], seq)
+// for the rewrite. It is enforce.Checker.Held: a closure over g, not the
+// method value of a method, whose wrapper moved the ten words of
+// arguments one register along to put g first (two of them onto the
+// stack) on every write.
+func (g *Guard) holds() func(ctx context.Context, v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (bool, []docid.ID, error) {
+	return func(ctx context.Context, v *verdict, r *policy.Rule, o *lockstore.Owner, ns namespace.Namespace, ids []docid.ID) (bool, []docid.ID, error) {
+		// Read before the store answers: a force-release under way
+		// since is seen at the launch (launchAt).
+		seq := g.flights.ForceSeq()
+		if left, ok := g.heldFromMemo(v, r, o, ns, ids); ok {
+			g.held(v, r, o, ns, ids, left, v.TokenBuf[:1], seq)
+			return true, nil, nil
+		}
+		h, err := g.locks.Check(ctx, o, ns, ids, r.LeaseMargin, fenced(r), v.TokenBuf[:0])
+		if err != nil || len(h.Missing) > 0 {
+			return false, h.Missing, err
+		}
+		if h.Measured {
+			g.held(v, r, o, ns, ids, h.Left, h.Tokens, seq)
+		}
 		return true, nil, nil
 	}
-	h, err := g.locks.Check(ctx, o, ns, ids, r.LeaseMargin, fenced(r), v.TokenBuf[:0])
-	if err != nil || len(h.Missing) > 0 {
-		return false, h.Missing, err
-	}
-	if h.Measured {
-		g.held(v, r, o, ns, ids, h.Left, h.Tokens, seq)
-	}
-	return true, nil, nil
 }
 
 // held records the locks of ids, found held with left past the margin

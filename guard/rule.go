@@ -10,8 +10,10 @@ import (
 // ruleRef is the rule of ns for req's client, from the connection's memo
 // (enforce.Rules.Ref); callers must not modify it. A write under a rule
 // that is not off is decided next: the connection's state stays held for
-// its decision (newVerdict, releaseConn).
-func (g *Guard) ruleRef(pol *policy.Policy, req *proxy.Request, ns namespace.Namespace) []policy.Rule {
+// its decision (newVerdict, releaseConn). A function, not a method: the
+// walk's Rules is this function itself, not a method value's wrapper,
+// which moved the arguments one register along on every call.
+func ruleRef(pol *policy.Policy, req *proxy.Request, ns namespace.Namespace) []policy.Rule {
 	st := connStateOf(req)
 	if st == nil {
 		return []policy.Rule{enforce.ForClient(pol.Lookup(ns), req.Client)}

@@ -24,6 +24,11 @@ type verdict struct {
 	flightBuf flightPlan
 	// owner is the lock owner the write acts as (writeOwner).
 	owner lockstore.Owner
+	// msg is the buffer the verdict's rewritten messages are encoded
+	// into (ownMsg): the one field reset keeps. It holds no request: the
+	// proxy's bytes are its own once handed back, and the next message
+	// is encoded over them.
+	msg *msgBuf
 }
 
 // reset clears v, every field, for the next write that gets it
@@ -33,5 +38,9 @@ type verdict struct {
 // barrier check) it took about 195 instructions where the whole
 // verdict's loop takes about 150 (docs/BENCHMARKS.md, "the seventh
 // box's core"). TestVerdictResetClearsEveryField holds any other way of
-// clearing it to every field.
-func (v *verdict) reset() { *v = verdict{} }
+// clearing it to every field but msg, which the verdict keeps (ownMsg).
+func (v *verdict) reset() {
+	m := v.msg
+	*v = verdict{}
+	v.msg = m
+}

@@ -209,3 +209,38 @@ func TestLateReplyOfALegacyWrite(t *testing.T) {
 		t.Fatalf("late reply of a holder's write: %s", late)
 	}
 }
+
+// TestVerdictMessageBufferNotReusedBeforeHandedBack: a verdict that goes
+// back to the spares keeps its message buffer (verdict.msg). When its
+// flight lands before the proxy hands the rewritten message back (the
+// reply read while the writer has not yet let go of the bytes), the
+// next write, which may get that verdict, must not encode into the
+// bytes the proxy still holds. Tried on several writes in turn: the
+// spares (a sync.Pool) are not bound to hand back any one verdict.
+func TestVerdictMessageBufferNotReusedBeforeHandedBack(t *testing.T) {
+	c := newConnTest(t)
+	a := lsidOf(1)
+	c.lockCmd(cmdAcquire, a, 7)
+	c.lockCmd(cmdAcquire, a, 8)
+	reused := false
+	for i := range 20 {
+		d1, f1 := c.decideWriteMsg(a, 7+int32(i%2))
+		if d1.Action != proxy.Rewrite || d1.MessageDone == nil {
+			t.Fatalf("%+v, want a rewrite (maxTimeMS) to hand back", d1)
+		}
+		v1 := f1.v
+		kept := append([]byte(nil), d1.Message...)
+		f1.Reply(context.Background(), nil) // landed: v1 may go to the next write
+		d2, f2 := c.decideWriteMsg(a, 8-int32(i%2))
+		reused = reused || f2.v == v1
+		if &d2.Message[0] == &d1.Message[0] || !bytes.Equal(d1.Message, kept) {
+			t.Fatal("a message the proxy still holds was written over by the next write")
+		}
+		d1.MessageDone.ReleaseMessage(d1.Message)
+		d2.MessageDone.ReleaseMessage(d2.Message)
+		f2.Reply(context.Background(), nil)
+	}
+	if !reused && !raceEnabled {
+		t.Fatal("no landed flight's verdict was reused: the test did not try what it is for")
+	}
+}
