@@ -18,6 +18,8 @@ let HOT = [1, 2, 3];
 const LEASE_MS = Number(process.env.LOCKGATE_TEST_LEASE_MS);
 if (!(LEASE_MS > 0)) throw new Error('LOCKGATE_TEST_LEASE_MS is not set (libs_test.go sets it)');
 
+// A busy lock's pause before the next try, as libs.py's RETRY_S.
+const RETRY_MS = 20;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const errName = (e) => `${e instanceof MongoServerError ? 'OperationFailure' : e.constructor.name}/${e.code}`;
 // BSON dates keep milliseconds, as Date does.
@@ -67,7 +69,7 @@ class MongoLocks {
     for (;;) {
       try { item = await this.lock(id, null, seen); break; } catch (e) {
         if (e.name !== 'LockException') throw e;
-        await sleep(1);
+        await sleep(RETRY_MS);
       }
     }
     item.Value += 1;
@@ -108,7 +110,7 @@ class DrMirror {
       } catch (e) {
         if (!(e instanceof MongoServerError)) throw e;
         if (seen) seen.add(`watch:${errName(e)}`);
-        await sleep(1);
+        await sleep(RETRY_MS);
       } finally {
         await cursor.close();
       }
@@ -297,7 +299,7 @@ class Tharga {
     for (;;) {
       try { return await this.pick(id, seen); } catch (e) {
         if (e.name !== 'LockException') throw e;
-        await sleep(1);
+        await sleep(RETRY_MS);
       }
     }
   }
@@ -320,7 +322,7 @@ class Tharga {
       try { entries = await this.lockMany(ids, seen); break; } catch (e) {
         if (e.name !== 'LockException') throw e;
         seen.add('lockMany:LockException');
-        await sleep(1);
+        await sleep(RETRY_MS);
       }
     }
     for (const [entity, lock] of entries) {
@@ -380,7 +382,7 @@ class Codecentric {
 
   async round(w, i, seen) {
     const id = HOT[(Math.floor(w / 2) + i) % HOT.length];
-    while (!(await this.obtain(id, seen))) await sleep(1);
+    while (!(await this.obtain(id, seen))) await sleep(RETRY_MS);
     const n = (await this.coll.findOne({ _id: id })).n;
     if ((await this.write(id, n + 1)) !== 1) seen.add('write:not_applied');
     if (i % 2 === 0) await this.release(id, seen);
