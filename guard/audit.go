@@ -211,6 +211,12 @@ func lineCommand(req *proxy.Request, v *verdict) (command string, lsid []byte) {
 // appendLine writes the decision line of one namespace through the
 // guard's LineSink: the fields record gives zap, in the same order, from
 // the connection's pre-encoded head when st (locked) is set.
+//
+// Only the usual line (the connection's latest allowed line again, its
+// one id's field from the memo) is written here; what any other line
+// needs is in functions of their own, not inlined, so that the usual
+// line's code is a few contiguous cache lines (docs/BENCHMARKS.md, "the
+// thirteenth box's code footprint").
 func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy, v *verdict, w *policy.Write, r *policy.Rule, x *enforce.Violation, decision string, took time.Duration, now time.Time) {
 	if now.IsZero() {
 		now = time.Now()
@@ -219,74 +225,116 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 	var b []byte
 	var pooled *[]byte
 	started := false
+	// The usual line: everything but its time's fraction, took and ids
+	// from the memos; the connection's latest allowed line's text when
+	// its fields are the same (again).
+	keyed := st != nil && decision == enforce.DecisionAllow && len(lsid) == len(allowKey{}.lsid)
+	if keyed {
+		if al := &st.memo().allow; al.keyed && al.key.is(req.Client, lsid, w, command, r) {
+			b, started = al.again(g.lines, st.line, now, &st.ts, pol, &st.held)
+		}
+	}
+	if !started {
+		b, pooled = g.startLine(st, req, pol, w, r, decision, now, command, lsid, keyed)
+	}
+	b = append(appendDuration(b, took), '"')
+	if ids, ok := v.Checked.Lookup(w.NS); ok {
+		var f []byte
+		if len(ids) == 1 && st != nil {
+			f = st.memo().idField(ids)
+		}
+		if f != nil {
+			b = append(b, f...)
+		} else {
+			b = appendLineIDs(st, b, ids)
+		}
+	}
+	if v.implicit != nil || v.LockState != "" || x != nil {
+		b = appendLineOutcome(b, v, x)
+	}
+	b = g.lines.write(b, now)
 	if st != nil {
-		// The usual line: everything but its time's fraction, took and
-		// ids from the memos; the connection's latest allowed line's
-		// text when its fields are the same (again).
-		keyed := decision == enforce.DecisionAllow && len(lsid) == len(allowKey{}.lsid)
-		if keyed {
-			if al := &st.memo().allow; al.keyed && al.key.is(req.Client, lsid, w, command, r) {
-				b, started = al.again(g.lines, st.line, now, &st.ts, pol, &st.held)
+		st.line = b
+	} else {
+		*pooled = b
+		g.lines.bufs.Put(pooled)
+	}
+}
+
+// startLine is a decision line up to its took's value, for any line but
+// the connection's latest allowed line again: from the connection's
+// head, or, without st, in a pooled buffer (returned, to be put back).
+//
+//go:noinline
+func (g *Guard) startLine(st *connState, req *proxy.Request, pol *policy.Policy, w *policy.Write, r *policy.Rule, decision string, now time.Time, command string, lsid []byte, keyed bool) (b []byte, pooled *[]byte) {
+	started := false
+	if st != nil {
+		head, tail := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
+		if decision == enforce.DecisionAllow {
+			al := &st.memo().allow
+			b, started = al.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol), &st.held)
+			var key allowKey
+			if started && keyed {
+				key = allowKeyOf(req.Client, lsid, w, command, r)
 			}
+			al.remember(&key, started && keyed)
 		}
 		if !started {
-			head, tail := st.lineHead(req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
-			if decision == enforce.DecisionAllow {
-				al := &st.memo().allow
-				b, started = al.startAllowed(g.lines, st.line, now, &st.ts, head, tail, pol, st.versionField(pol), &st.held)
-				var key allowKey
-				if started && keyed {
-					key = allowKeyOf(req.Client, lsid, w, command, r)
-				}
-				al.remember(&key, started && keyed)
-			}
-			if !started {
-				st.held = lineHeld{} // the buffer's line is another one now
-				b = append(append(g.lines.start(st.line, now, &st.ts), head...), tail...)
-			}
+			st.held = lineHeld{} // the buffer's line is another one now
+			b = append(append(g.lines.start(st.line, now, &st.ts), head...), tail...)
 		}
 	} else {
 		pooled = g.lines.bufs.Get().(*[]byte)
 		b = g.lines.start(*pooled, now, nil)
 		b = appendLineHead(b, req.Client.Addr, req.Client.AppName(), req.Client.User(), lsid, w.NS.String(), command, string(r.Mode))
 	}
-	if !started {
-		// The keys, and the decision, need no escaping: appended as
-		// they are.
-		switch decision {
-		case enforce.DecisionAllow:
-			b = append(b, `,"decision":"allow"`...)
-		default:
-			b = appendField(b, "decision", decision)
-		}
-		if st != nil {
-			b = append(b, st.versionField(pol)...)
-		} else {
-			b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
-		}
-		b = append(b, `,"took":"`...)
+	if started {
+		return b, pooled
 	}
-	b = append(appendDuration(b, took), '"')
-	if ids, ok := v.Checked.Lookup(w.NS); ok {
+	// The keys, and the decision, need no escaping: appended as they are.
+	switch decision {
+	case enforce.DecisionAllow:
+		b = append(b, `,"decision":"allow"`...)
+	default:
+		b = appendField(b, "decision", decision)
+	}
+	if st != nil {
+		b = append(b, st.versionField(pol)...)
+	} else {
+		b = appendJSONString(append(b, `,"policyVersion":`...), pol.Version())
+	}
+	return append(b, `,"took":"`...), pooled
+}
+
+// appendLineIDs appends a line's ids field where the memo has none made
+// (idField): one id's field into the connection's scratch, or the list.
+//
+//go:noinline
+func appendLineIDs(st *connState, b []byte, ids []docid.ID) []byte {
+	switch {
+	case len(ids) == 1 && st != nil:
 		var done bool
-		if len(ids) == 1 && st != nil {
-			if f := st.memo().idField(ids); f != nil {
-				b, done = append(b, f...), true
-			} else {
-				b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
-				if cap(st.idScratch) > maxKeptLine {
-					st.idScratch = nil // a huge _id's text is not kept
-				}
-			}
+		b, st.idScratch, done = appendIDField(b, st.idScratch, "ids", ids[0])
+		if cap(st.idScratch) > maxKeptLine {
+			st.idScratch = nil // a huge _id's text is not kept
 		}
-		switch {
-		case done:
-		case st != nil:
-			b = appendField(b, "ids", st.memo().idText(ids))
-		default:
-			b = appendField(b, "ids", idList(ids))
+		if done {
+			return b
 		}
+		return appendField(b, "ids", st.memo().idText(ids))
+	case st != nil:
+		return appendField(b, "ids", st.memo().idText(ids))
+	default:
+		return appendField(b, "ids", idList(ids))
 	}
+}
+
+// appendLineOutcome appends what a line says besides the usual allowed
+// write's fields: the implicit locks' mode, the scheme's lock state, the
+// refusal.
+//
+//go:noinline
+func appendLineOutcome(b []byte, v *verdict, x *enforce.Violation) []byte {
 	if m := v.implicitMode(); m != "" {
 		b = appendField(b, "implicit", m)
 	}
@@ -300,13 +348,7 @@ func (g *Guard) appendLine(st *connState, req *proxy.Request, pol *policy.Policy
 			b = appendField(b, "ids", idList(x.IDs))
 		}
 	}
-	b = g.lines.write(b, now)
-	if st != nil {
-		st.line = b
-	} else {
-		*pooled = b
-		g.lines.bufs.Put(pooled)
-	}
+	return b
 }
 
 // AuditTrail takes the records of the tamper-evident audit trail;

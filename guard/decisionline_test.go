@@ -2,6 +2,7 @@ package guard
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -180,6 +181,35 @@ func TestDecisionLinesThroughSinkAreZaps(t *testing.T) {
 		t.Fatalf("unexpected lines:\n%s", strings.Join(viaSink, "\n"))
 	}
 }
+
+// TestDecisionLineWriteErrorIsReported: a decision line the sink cannot
+// write is reported on the sink's ErrorOutput, with the writer's error, as
+// zap reports its own failed writes; the write is decided all the same.
+func TestDecisionLineWriteErrorIsReported(t *testing.T) {
+	pol, err := policy.Compile(config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "db.locked", Mode: config.ModeEnforce}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf, errs bytes.Buffer
+	logger := zap.New(zapcore.NewCore(gatewayEncoder(), zapcore.Lock(zapcore.AddSync(&buf)), zapcore.InfoLevel))
+	failing := writerFunc(func([]byte) (int, error) { return 0, errDiskFull })
+	g := New(Options{Store: memstore.New(memstore.Config{}), Logger: logger,
+		DecisionSink: &LineSink{Out: zapcore.AddSync(failing), Level: zapcore.InfoLevel, ErrorOutput: zapcore.AddSync(&errs)}})
+	g.SetPolicy(pol)
+	c := &connTest{t: t, g: g, client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}, log: &buf}
+	a := lsidOf(1)
+	c.lockCmd(cmdAcquire, a, 7)
+	for i := range 3 { // the first line, its head made, then the line again
+		if !c.write(a, 7) {
+			t.Fatalf("write %d refused", i)
+		}
+	}
+	if n := strings.Count(errs.String(), "write error: "+errDiskFull.Error()+"\n"); n != 3 {
+		t.Fatalf("%d write errors reported, want 3:\n%s", n, errs.String())
+	}
+}
+
+var errDiskFull = errors.New("no space left on device")
 
 type writerFunc func([]byte) (int, error)
 

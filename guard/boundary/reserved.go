@@ -72,6 +72,17 @@ func sameName(a, b string) bool {
 	if isASCII(a) {
 		return false
 	}
+	return sameNormalized(a, b)
+}
+
+// sameNormalized is sameName's comparison of a name that is not ASCII.
+// Apart and not inlined: every write's names are compared by sameName,
+// inlined several times over (isSessionsCollection), and this rare
+// branch's two normalizations, in each copy, spread the usual ASCII
+// names' code over more cache lines.
+//
+//go:noinline
+func sameNormalized(a, b string) bool {
 	return strings.EqualFold(norm.NFKC.String(a), norm.NFKC.String(b))
 }
 

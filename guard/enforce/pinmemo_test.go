@@ -70,3 +70,60 @@ func TestPinMemoAnswersOnlyTheSameFilter(t *testing.T) {
 		t.Fatalf("a string _id memoized under the simple collation was taken as pinned under a case-folding one: %+v", x)
 	}
 }
+
+// TestPinMemoAnswersUpsertsAsReading: an upsert whose filter the memo
+// knows is decided as one whose filter is read afresh: the _id it would
+// insert named (Upserted) and among the ids to lock, or the write refused
+// where that _id cannot be known. The memo's answer skips Of's reading of
+// the filter, not the upsert's own check (Targets.Of's usual path).
+func TestPinMemoAnswersUpsertsAsReading(t *testing.T) {
+	var memo PinMemos
+	targets := NewTargets(TargetsConfig{Resolver: guardtest.NewResolver(), ResolveTimeout: time.Second, Authority: authority.New(nil),
+		Throttle: &fakeThrottle{slots: make(chan struct{}, 1)}, PinMemos: func(*proxy.Request) *PinMemos { return &memo },
+		Resolves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resolves"}, []string{"outcome"}),
+		Seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seconds"})})
+	req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}}
+	fresh := newTargets(t, true) // no memo: every filter read
+	upsert := func(update bsoncore.Value) policy.Write {
+		w := update7(t)
+		w.Upsert = true
+		if update.Data != nil {
+			w.Update = update
+		}
+		return w
+	}
+	writes := map[string]policy.Write{
+		"update":                 update7(t),
+		"upsert":                 upsert(bsoncore.Value{}),
+		"upsert setting _id":     upsert(bsoncore.Value{Type: bson.TypeEmbeddedDocument, Data: raw(t, bson.D{{Key: "$set", Value: bson.D{{Key: "_id", Value: 9}}}})}),
+		"pipeline upsert":        upsert(bsoncore.Value{Type: bson.TypeArray, Data: raw(t, bson.D{{Key: "0", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: 1}}}}}})}),
+		"pipeline upsert of _id": upsert(bsoncore.Value{Type: bson.TypeArray, Data: raw(t, bson.D{{Key: "0", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "_id", Value: 9}}}}}})}),
+	}
+	upserted := 0
+	for round := range 2 { // the second round all answered from the memo
+		for what, w := range writes {
+			want := fresh.of(enforced, w, false, false)
+			var buf [1]bsoncore.Value
+			var got Target
+			targets.Of(context.Background(), req, &enforced, &w, false, false, buf[:0], &got)
+			if got.OK != want.OK || got.Later != want.Later || got.Reason != want.Reason || got.HasUpserted != want.HasUpserted ||
+				(want.HasUpserted && !got.Upserted.Equal(want.Upserted)) || len(got.IDs) != len(want.IDs) {
+				t.Fatalf("round %d, %s: from the memo %+v, read afresh %+v", round, what, got, want)
+			}
+			for i := range want.IDs {
+				if !got.IDs[i].Equal(want.IDs[i]) {
+					t.Fatalf("round %d, %s: ids %v from the memo, %v read afresh", round, what, got.IDs, want.IDs)
+				}
+			}
+			if want.HasUpserted {
+				upserted++
+			}
+		}
+	}
+	if memo.m[0].ids == nil || upserted == 0 {
+		t.Fatalf("nothing memoized (%v) or no upsert named its _id (%d): the test proves nothing", memo.m[0].ids, upserted)
+	}
+}
+
+// update7 is an update of shop.orders whose filter pins _id 7.
+func update7(t *testing.T) policy.Write { return update(t, bson.D{{Key: "_id", Value: 7}}) }

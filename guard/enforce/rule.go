@@ -49,6 +49,15 @@ func (m *Rules) Ref(pol *policy.Policy, c *proxy.ClientInfo, ns namespace.Namesp
 			return e.rule[:]
 		}
 	}
+	return m.add(pol, c, ns, app, user, addr)
+}
+
+// add makes the memo's rule of ns for c, in place of its oldest. Apart
+// and not inlined: the usual write finds its rule in the memo, and this
+// look-up and copy of a rule kept Ref's code over more cache lines.
+//
+//go:noinline
+func (m *Rules) add(pol *policy.Policy, c *proxy.ClientInfo, ns namespace.Namespace, app, user, addr string) []policy.Rule {
 	r := &[1]policy.Rule{ForClient(pol.Lookup(ns), c)}
 	m.memo[m.next] = ruleMemo{pol: pol, ns: ns, app: app, user: user, addr: addr, rule: r}
 	m.next = (m.next + 1) % len(m.memo)

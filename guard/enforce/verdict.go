@@ -154,6 +154,14 @@ func (v *Verdict) IsNamed(ns namespace.Namespace, id docid.ID) bool {
 
 // EnforcedViolation reports whether the command is refused already.
 func (v *Verdict) EnforcedViolation() bool {
+	return len(v.Violations) > 0 && v.enforcedViolation()
+}
+
+// enforcedViolation is EnforcedViolation for a verdict with violations,
+// apart as blocked is.
+//
+//go:noinline
+func (v *Verdict) enforcedViolation() bool {
 	for _, x := range v.Violations {
 		if x.Rule.Mode == policy.Enforce {
 			return true
@@ -186,6 +194,15 @@ func (v *Verdict) Add(r policy.Rule, w policy.Write, reason string, ids []docid.
 // Blocked reports whether ns already has a violation, so that no lock
 // store round trip is spent on a command that is refused anyway.
 func (v *Verdict) Blocked(ns namespace.Namespace) bool {
+	return len(v.Violations) > 0 && v.blocked(ns)
+}
+
+// blocked is Blocked for a verdict with violations. Apart and not
+// inlined: the usual write has none, and the loop, inlined into the
+// walk's two calls, spread its code over more cache lines.
+//
+//go:noinline
+func (v *Verdict) blocked(ns namespace.Namespace) bool {
 	for _, x := range v.Violations {
 		if x.Write.NS.String() == ns.String() && x.Rule.Mode == policy.Enforce {
 			return true

@@ -401,10 +401,24 @@ func (k *Walk[V]) cappedInsertRefused(ctx context.Context, b *Verdict, r *policy
 // the write. later: w must be resolved, and resolve was false.
 func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w *policy.Write, resolve bool) (_ []docid.ID, ok, later bool) {
 	var x Target
-	k.Targets.Of(ctx, b.Req, r, w, resolve, len(b.Violations) > 0 && b.Blocked(w.NS), b.PinBuf[:0], &x)
+	k.Targets.Of(ctx, b.Req, r, w, resolve, b.Blocked(w.NS), b.PinBuf[:0], &x)
 	if x.Pinned != nil {
 		b.Name(w.NS, x.Pinned)
 	}
+	if x.HasUpserted || x.Resolved || x.Pins || x.Reason != "" {
+		targetsFound(b, r, w, &x)
+	}
+	return x.IDs, x.OK, x.Later
+}
+
+// targetsFound records on b what Targets.Of found for w besides the ids
+// the request names: an upsert's _id, a resolution, a pin, a violation.
+// Apart and not inlined: the usual write (one pinned _id) finds none of
+// them, and their code, inlined into the walk by the profile-guided
+// build, spread the walk's usual path over more cache lines.
+//
+//go:noinline
+func targetsFound(b *Verdict, r *policy.Rule, w *policy.Write, x *Target) {
 	if x.HasUpserted {
 		b.NameOne(w.NS, x.Upserted)
 	}
@@ -416,9 +430,8 @@ func (k *Walk[V]) targets(ctx context.Context, b *Verdict, r *policy.Rule, w *po
 		b.Pins = append(b.Pins, x.Pin)
 	}
 	if x.Reason != "" {
-		refused(b, r, w, &x)
+		refused(b, r, w, x)
 	}
-	return x.IDs, x.OK, x.Later
 }
 
 // refused records the violation x found for w. Apart from targets, whose
