@@ -31,7 +31,7 @@ var collSeq atomic.Int64
 func protected(t *testing.T, n int) (string, config.Policy) {
 	t.Helper()
 	name := fmt.Sprintf("orders_%d", collSeq.Add(1))
-	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI))
+	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func protected(t *testing.T, n int) (string, config.Policy) {
 // snapshot reads a collection directly from the upstream, sorted by _id.
 func snapshot(t *testing.T, coll string) []bson.M {
 	t.Helper()
-	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI))
+	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func (r racingResolver) Candidates(ctx context.Context, ns namespace.Namespace, 
 // left alone.
 func TestDocumentThatStartsMatchingIsNotWritten(t *testing.T) {
 	coll, pol := protected(t, 3)
-	direct, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI))
+	direct, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
