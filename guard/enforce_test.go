@@ -108,7 +108,7 @@ func acquire(t *testing.T, c *mongo.Client, s mongo.Session, coll string, ids ..
 // unlocked writes are refused and change nothing, locked writes apply.
 func TestEnforcedWritesNeedTheLock(t *testing.T) {
 	coll, pol := protected(t, 5)
-	st := startStackWith(t, stackOptions{policy: pol})
+	st := startStackWith(t, stackOptions{memStore: decisionStore(), policy: pol})
 	alice := connect(t, st.uri, "alice")
 	bob := connect(t, st.uri, "bob")
 	sa, sb := session(t, alice), session(t, bob)
@@ -258,7 +258,7 @@ func TestDocumentThatStartsMatchingIsNotWritten(t *testing.T) {
 // through and counts what enforce would have refused.
 func TestAuditForwardsAndCounts(t *testing.T) {
 	coll, pol := protected(t, 2)
-	st := startStackWith(t, stackOptions{policy: pol})
+	st := startStackWith(t, stackOptions{memStore: decisionStore(), policy: pol})
 	c := connect(t, st.uri, "auditor")
 	s := session(t, c)
 	audited := coll + "_audit"
@@ -305,7 +305,7 @@ func TestLockStoreDownFailsClosed(t *testing.T) {
 // unacknowledged write closes the connection and writes nothing.
 func TestLimitsAndUnacknowledged(t *testing.T) {
 	coll, pol := protected(t, 60)
-	st := startStackWith(t, stackOptions{policy: pol})
+	st := startStackWith(t, stackOptions{memStore: decisionStore(), policy: pol})
 	c := connect(t, st.uri, "limits")
 	s := session(t, c)
 	_, err := c.Database("shop").Collection(coll).UpdateMany(inSession(s), bson.D{{"qty", bson.D{{"$gte", 0}}}}, bson.D{{"$set", bson.D{{"x", 1}}}})

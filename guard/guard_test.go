@@ -114,6 +114,14 @@ type stackOptions struct {
 	trail AuditTrail
 }
 
+// decisionStore is a lock store in memory with the test stacks' leases
+// (5 s by default, a minute at most), for the tests whose subject is a
+// guard decision, not what reached the lock database: they run without
+// the lock store's calls to FerretDB (docs/TESTING.md, issue 25).
+func decisionStore() *memstore.Store {
+	return memstore.New(memstore.Config{DefaultLease: 5 * time.Second, MaxLease: time.Minute})
+}
+
 var testOwnerSecret = []byte("lockgate-test-owner-secret-0123456789")
 
 func startStack(t *testing.T, collection string) *stack {
