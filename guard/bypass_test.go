@@ -141,7 +141,7 @@ func docSeq(t *testing.T, id string, docs ...any) wire.Sequence {
 func TestNoBypass(t *testing.T) {
 	coll, pol := protected(t, 3)
 	pol.Namespaces = append(pol.Namespaces, config.NamespaceRule{Match: "shop." + coll + "_strict", Mode: config.ModeEnforce, Inserts: config.InsertsRequireUnlocked})
-	st := startStackWith(t, stackOptions{policy: pol})
+	st := startStackWith(t, stackOptions{memStore: decisionStore(), policy: pol})
 	ns := "shop." + coll
 
 	// Another session holds _id 1, so type variants of 1 meet a real lock.

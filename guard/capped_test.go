@@ -31,7 +31,7 @@ import (
 func TestCappedCollectionsLoseNoLockedDocument(t *testing.T) {
 	ctx := context.Background()
 	name := fmt.Sprintf("capped_%d", collSeq.Add(1))
-	direct, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI))
+	direct, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

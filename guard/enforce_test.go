@@ -31,7 +31,7 @@ var collSeq atomic.Int64
 func protected(t *testing.T, n int) (string, config.Policy) {
 	t.Helper()
 	name := fmt.Sprintf("orders_%d", collSeq.Add(1))
-	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI))
+	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func protected(t *testing.T, n int) (string, config.Policy) {
 // snapshot reads a collection directly from the upstream, sorted by _id.
 func snapshot(t *testing.T, coll string) []bson.M {
 	t.Helper()
-	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI))
+	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func acquire(t *testing.T, c *mongo.Client, s mongo.Session, coll string, ids ..
 // unlocked writes are refused and change nothing, locked writes apply.
 func TestEnforcedWritesNeedTheLock(t *testing.T) {
 	coll, pol := protected(t, 5)
-	st := startStackWith(t, stackOptions{policy: pol})
+	st := startStackWith(t, stackOptions{memStore: decisionStore(), policy: pol})
 	alice := connect(t, st.uri, "alice")
 	bob := connect(t, st.uri, "bob")
 	sa, sb := session(t, alice), session(t, bob)
@@ -231,7 +231,7 @@ func (r racingResolver) Candidates(ctx context.Context, ns namespace.Namespace, 
 // left alone.
 func TestDocumentThatStartsMatchingIsNotWritten(t *testing.T) {
 	coll, pol := protected(t, 3)
-	direct, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI))
+	direct, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestDocumentThatStartsMatchingIsNotWritten(t *testing.T) {
 // through and counts what enforce would have refused.
 func TestAuditForwardsAndCounts(t *testing.T) {
 	coll, pol := protected(t, 2)
-	st := startStackWith(t, stackOptions{policy: pol})
+	st := startStackWith(t, stackOptions{memStore: decisionStore(), policy: pol})
 	c := connect(t, st.uri, "auditor")
 	s := session(t, c)
 	audited := coll + "_audit"
@@ -305,7 +305,7 @@ func TestLockStoreDownFailsClosed(t *testing.T) {
 // unacknowledged write closes the connection and writes nothing.
 func TestLimitsAndUnacknowledged(t *testing.T) {
 	coll, pol := protected(t, 60)
-	st := startStackWith(t, stackOptions{policy: pol})
+	st := startStackWith(t, stackOptions{memStore: decisionStore(), policy: pol})
 	c := connect(t, st.uri, "limits")
 	s := session(t, c)
 	_, err := c.Database("shop").Collection(coll).UpdateMany(inSession(s), bson.D{{"qty", bson.D{{"$gte", 0}}}}, bson.D{{"$set", bson.D{{"x", 1}}}})

@@ -27,7 +27,7 @@ func TestAcquireOverAnotherStoresStamp(t *testing.T) {
 	st := startStackWith(t, stackOptions{policy: pol})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	direct := connect(t, upstreamURI, "direct").Database("shop").Collection(coll)
+	direct := connect(t, upstreamURI(t), "direct").Database("shop").Collection(coll)
 	field := config.DefaultFenceField
 	ahead := time.Now().Add(2 * time.Second).UnixNano()
 	if _, err := direct.InsertOne(ctx, bson.D{{"_id", 1}, {field, ahead}}); err != nil {

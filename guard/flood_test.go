@@ -31,7 +31,7 @@ func TestSlowFilterFloodKeepsIdWritersLatency(t *testing.T) {
 	}
 	coll, pol := protected(t, 3)
 	slowDB, slowColl := "floodtest", fmt.Sprintf("slow_%d", collSeq.Add(1))
-	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI))
+	c, err := mongo.Connect(context.Background(), options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,24 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-var upstreamURI, upstreamAddr string
+// upstream is the embedded FerretDB that the tests needing a real
+// database share, started by the first of them (upstreamURI,
+// upstreamAddr): the benchmarks and the tests on memstore run without
+// it, so that its goroutines, which run by the clock, add nothing to a
+// benchmark's counts (embedded.Lazy).
+var upstream = embedded.NewLazy(embedded.Options{})
+
+func upstreamServer(tb testing.TB) *embedded.Server {
+	tb.Helper()
+	srv, err := upstream.Server()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return srv
+}
+
+func upstreamURI(tb testing.TB) string  { tb.Helper(); return upstreamServer(tb).URI() }
+func upstreamAddr(tb testing.TB) string { tb.Helper(); return upstreamServer(tb).Addr() }
 
 func TestMain(m *testing.M) {
 	if uri := os.Getenv("LOCKGATE_HOLDER_URI"); uri != "" {
@@ -38,14 +55,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	os.Exit(testkit.RunMain(m, func() (func() error, error) {
-		srv, err := embedded.Start(embedded.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("embedded upstream: %w", err)
-		}
-		upstreamURI, upstreamAddr = srv.URI(), srv.Addr()
-		return srv.Close, nil
-	}))
+	os.Exit(testkit.RunMain(m, func() (func() error, error) { return upstream.Close, nil }))
 }
 
 type dialAddr string
@@ -104,6 +114,14 @@ type stackOptions struct {
 	trail AuditTrail
 }
 
+// decisionStore is a lock store in memory with the test stacks' leases
+// (5 s by default, a minute at most), for the tests whose subject is a
+// guard decision, not what reached the lock database: they run without
+// the lock store's calls to FerretDB (docs/TESTING.md, issue 25).
+func decisionStore() *memstore.Store {
+	return memstore.New(memstore.Config{DefaultLease: 5 * time.Second, MaxLease: time.Minute})
+}
+
 var testOwnerSecret = []byte("lockgate-test-owner-secret-0123456789")
 
 func startStack(t *testing.T, collection string) *stack {
@@ -117,7 +135,7 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	}
 	opTimeout := so.opTimeout // zero: the store's default
 	if so.storeURI == "" {
-		so.storeURI = upstreamURI
+		so.storeURI = upstreamURI(t)
 	} else {
 		// The only other deployment is an unreachable one: each call
 		// fails after this, and a test makes five of them.
@@ -149,7 +167,7 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 		t.Cleanup(func() { store.Close(context.Background()) })
 		lockStore = store
 	}
-	rc, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI))
+	rc, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +198,7 @@ func startStackWith(t testing.TB, so stackOptions) *stack {
 	})
 	gd.SetPolicy(pol)
 	if so.upstreamAddr == "" {
-		so.upstreamAddr = upstreamAddr
+		so.upstreamAddr = upstreamAddr(t)
 	}
 	srv, err := proxy.New(proxy.Options{
 		Upstream:    dialAddr(so.upstreamAddr),

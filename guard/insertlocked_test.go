@@ -25,7 +25,7 @@ import (
 func TestNoInsertOfALockedIDInAnyForm(t *testing.T) {
 	coll, pol := protected(t, 1)
 	pol.Namespaces = append(pol.Namespaces, config.NamespaceRule{Match: "shop." + coll + "_allow", Mode: config.ModeEnforce, Inserts: config.InsertsAllow})
-	st := startStackWith(t, stackOptions{policy: pol})
+	st := startStackWith(t, stackOptions{memStore: decisionStore(), policy: pol})
 	holder, intruder := connect(t, st.uri, "holder"), connect(t, st.uri, "intruder")
 	hs, is := session(t, holder), session(t, intruder)
 	acquire(t, holder, hs, coll, 7, "k")

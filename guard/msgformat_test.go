@@ -64,7 +64,7 @@ func TestLeaseErrorsSpeakMilliseconds(t *testing.T) {
 // application (same name, host and user), the refusal and a busy acquire
 // say so and give the fix; another application still gets "wait".
 func TestOwnApplicationInAnotherSessionIsNamed(t *testing.T) {
-	s := startStackWith(t, stackOptions{policy: config.Policy{
+	s := startStackWith(t, stackOptions{memStore: decisionStore(), policy: config.Policy{
 		Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}},
 	}})
 	app := connect(t, s.uri, "trap-app")

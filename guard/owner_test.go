@@ -23,7 +23,7 @@ import (
 func lockRecords(t *testing.T, coll string) []bson.Raw {
 	t.Helper()
 	ctx := context.Background()
-	c, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI))
+	c, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 // person types ("global") stays at info.
 func TestRoutineProbeRefusalLoggedAtDebug(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
-	s := startStackWith(t, stackOptions{logger: zap.New(core), policy: config.Policy{
+	s := startStackWith(t, stackOptions{memStore: decisionStore(), logger: zap.New(core), policy: config.Policy{
 		Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}},
 	}})
 	c := connect(t, s.uri, "mongosh 2.3.0")

@@ -34,7 +34,7 @@ func TestCollationReadsCoalesce(t *testing.T) {
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	client, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI).SetMonitor(monitor).SetMaxPoolSize(writers+2))
+	client, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI(t)).SetMonitor(monitor).SetMaxPoolSize(writers+2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestCollationReadOutlivesItsFirstCaller(t *testing.T) {
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	client, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI).SetMonitor(monitor))
+	client, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI(t)).SetMonitor(monitor))
 	if err != nil {
 		t.Fatal(err)
 	}

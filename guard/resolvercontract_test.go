@@ -18,7 +18,7 @@ import (
 // fast tests passes the same.
 func TestResolverContract(t *testing.T) {
 	ctx := context.Background()
-	client, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI))
+	client, err := mongo.Connect(ctx, options.Client().ApplyURI(upstreamURI(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

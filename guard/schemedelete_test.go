@@ -39,7 +39,7 @@ func TestNonHolderDeleteAfterItsMirrorLapsed(t *testing.T) {
 	s2 := startStackWith(t, stackOptions{noMemoryLocks: true, collection: coll, policy: pol})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	direct := connect(t, upstreamURI, "direct").Database(db).Collection("c.lock")
+	direct := connect(t, upstreamURI(t), "direct").Database(db).Collection("c.lock")
 	holder := connect(t, s2.uri, "holder").Database(db).Collection("c.lock")
 	rogue := connect(t, s1.uri, "rogue").Database(db).Collection("c.lock")
 	// Records 2 and 3 are abandoned: written straight at the database,

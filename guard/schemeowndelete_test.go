@@ -49,7 +49,7 @@ func TestHolderDeleteAfterItsLeaseEnded(t *testing.T) {
 	s2 := startStackWith(t, stackOptions{noMemoryLocks: true, collection: coll, policy: pol})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	holderC, nextC, directC := connect(t, s1.uri, "holder"), connect(t, s2.uri, "next"), connect(t, upstreamURI, "direct")
+	holderC, nextC, directC := connect(t, s1.uri, "holder"), connect(t, s2.uri, "next"), connect(t, upstreamURI(t), "direct")
 	lockColl := func(c *mongo.Client) *mongo.Collection { return c.Database(db).Collection("c.lock") }
 	named := func(c *mongo.Client) *mongo.Collection { return c.Database(db + "n").Collection("resourceLocks") }
 

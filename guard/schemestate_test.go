@@ -40,7 +40,7 @@ func TestSchemeDecisionSaysTheLockState(t *testing.T) {
 	defer cancel()
 	a := connect(t, st.uri, "a").Database(db).Collection("c.lock")
 	b := connect(t, st.uri, "b").Database(db).Collection("c.lock")
-	direct := connect(t, upstreamURI, "direct")
+	direct := connect(t, upstreamURI(t), "direct")
 	old := time.Now().Add(-2 * time.Minute)
 	for _, id := range []int32{2, 4} {
 		if _, err := direct.Database(db).Collection("c.lock").InsertOne(ctx, bson.D{{"_id", id}, {"ts", old}, {"aid", "gone"}}); err != nil {

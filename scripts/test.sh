@@ -187,13 +187,25 @@ fi
 openssl version
 
 section "install: Node.js driver and mongosh (npm ci in $NODE_COMPAT)"
-if [ -x "$NODE_COMPAT/node_modules/.bin/mongosh" ] && [ "$NODE_COMPAT/node_modules/.package-lock.json" -nt "$NODE_COMPAT/package-lock.json" ]; then
-	echo "already installed"
+# npm ci is skipped when node_modules holds what package-lock.json names:
+# the stamp, written after a successful npm ci, is the sha256 of the
+# package-lock.json it installed. A fresh clone has no node_modules, a
+# changed lock file another hash, and either installs. The check it
+# replaces compared modification times, which git sets at checkout: every
+# new clone or worktree, and every branch switch that touched the lock
+# file, made node_modules look older than it, and npm ci ran each time,
+# 17 s on a warm machine (docs/TESTING.md, issue 25).
+npm_stamp=$NODE_COMPAT/node_modules/.lockgate-package-lock.sha256
+lock_sum=$(sha256sum "$NODE_COMPAT/package-lock.json" | cut -d' ' -f1)
+if [ -x "$NODE_COMPAT/node_modules/.bin/mongosh" ] && [ -f "$npm_stamp" ] && [ "$(cat "$npm_stamp")" = "$lock_sum" ]; then
+	echo "up to date: node_modules was installed by npm ci from this package-lock.json (sha256 $lock_sum)"
 else
+	rm -f "$npm_stamp"
 	# --ignore-scripts: only optional native add-ons of mongosh have install
 	# scripts (kerberos, OS DNS, ssh); the suites need none, and skipping
 	# them keeps the install free of a compiler toolchain.
 	(cd "$NODE_COMPAT" && npm ci --ignore-scripts --no-audit --no-fund)
+	echo "$lock_sum" >"$npm_stamp"
 fi
 "$NODE_COMPAT/node_modules/.bin/mongosh" --version
 

@@ -98,15 +98,16 @@ func rules() []config.NamespaceRule {
 		{Match: "regress_tharga.*", Mode: config.ModeEnforce, Scheme: &config.Scheme{Type: config.SchemeLockDocument,
 			Field: "Lock", ActorField: "Actor", ExpiresField: "ExpireTime", HolderField: "LockKey"}},
 	}
-	// TestSchemeTakeover's later attempts: each scheme again, in databases
-	// of their own, under a lease takeoverScale times as long.
-	for _, k := range takeoverScales[1:] {
+	// TestSchemeTakeover's and the flag workload's later attempts: each
+	// scheme again, in databases of their own, under a lease leaseScales
+	// times as long.
+	for _, k := range leaseScales[1:] {
 		for _, scheme := range schemeNames {
 			sch := &config.Scheme{Type: config.SchemeType(scheme), LeaseMS: leaseMS * k}
 			if scheme == "lockDocument" {
 				sch = ld // the script's own expiry is its lease
 			}
-			rs = append(rs, config.NamespaceRule{Match: takeoverDB(scheme, k) + ".*", Mode: config.ModeEnforce, Scheme: sch})
+			rs = append(rs, config.NamespaceRule{Match: scaledDB(scheme, k) + ".*", Mode: config.ModeEnforce, Scheme: sch})
 		}
 	}
 	return rs

@@ -94,6 +94,18 @@ var libNames = []string{"mongolocks", "drmirror", "alistair", "tharga", "codecen
 type libWorkResult struct {
 	workResult
 	Setup map[string]any `json:"setup"`
+	// Rollback is what Tharga's LockManyAsync rollbacks met: the library
+	// swallows their errors, the scripts count them (libs.py,
+	// new_rollback). Writes is how many it made; Refused (by codeName)
+	// and Failed (by error) those that failed while their lock had more
+	// than lockgate's margin left, Expired those that failed after it
+	// might not have (a lease lost to load: not judged).
+	Rollback struct {
+		Writes  int            `json:"writes"`
+		Refused map[string]int `json:"refused"`
+		Failed  map[string]int `json:"failed"`
+		Expired map[string]int `json:"expired"`
+	} `json:"rollback"`
 }
 
 func needLib(t *testing.T, d libDriver, lib string) {
@@ -213,6 +225,12 @@ func libWorkload(t *testing.T, d libDriver, lib string) {
 	}
 	if len(proxied.Errors) > 0 || slices.Contains(proxied.Outcomes, "write:not_applied") {
 		t.Errorf("through lockgate, the library failed: %v %v", proxied.Errors, proxied.Outcomes)
+	}
+	// A rollback's write is its holder's release of a lock it holds:
+	// refused, it would leave the lock held until it expires, and the
+	// library would never say (it swallows the error).
+	if rb := proxied.Rollback; len(rb.Refused)+len(rb.Failed) > 0 {
+		t.Errorf("through lockgate, of %d rollback writes of LockManyAsync, refused %v, failed %v (expired, not judged: %v)", rb.Writes, rb.Refused, rb.Failed, rb.Expired)
 	}
 
 	// The same workload straight at the database, without the rogue and,

@@ -16,6 +16,9 @@ const HOT = [1, 2, 3];
 // The rules' leaseMS, from schemes_test.go, as in schemes.py.
 const LEASE_MS = Number(process.env.LOCKGATE_TEST_LEASE_MS);
 if (!(LEASE_MS > 0)) throw new Error('LOCKGATE_TEST_LEASE_MS is not set (schemes_test.go sets it)');
+// lockgate's policy.leaseMarginMS, as in schemes.py.
+const MARGIN_MS = Number(process.env.LOCKGATE_TEST_LEASE_MARGIN_MS);
+if (!(MARGIN_MS >= 0)) throw new Error('LOCKGATE_TEST_LEASE_MARGIN_MS is not set (schemes_test.go sets it)');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const errName = (e) => `${e.constructor.name}/${e.code}`;
@@ -183,13 +186,24 @@ const GIVE_UP_MS = Math.max(30000, 20 * LEASE_MS);
 
 class GaveUp extends Error {}
 
+// A flag holder's call refused after it may have held the lock for its
+// whole lease; the run abandoned because of one (work, as in schemes.py).
+class LeaseLost extends Error {
+  constructor(heldMS) {
+    super(`refused after ${heldMS} ms held`);
+    this.heldMS = heldMS;
+  }
+}
+class Abandoned extends Error {}
+
 let tries = 0;
 
-async function spin(tryOnce, what) {
+async function spin(tryOnce, what, abandon) {
   const deadline = Date.now() + GIVE_UP_MS;
   for (;;) {
     tries++;
     if (await tryOnce()) return;
+    if (abandon.set) throw new Abandoned();
     if (Date.now() > deadline) throw new GaveUp(`gave up taking the lock on ${what} after ${GIVE_UP_MS / 1000} s: its holder never let it go`);
     await sleep(1);
   }
@@ -203,6 +217,10 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
   const seen = new Set();
   const errors = [];
   let stop = false;
+  // A flag holder slowed past its lease stops the run, to be run again
+  // under a longer lease, as in schemes.py.
+  const leaseLost = [];
+  const abandon = { set: false };
 
   const worker = async (w) => {
     const me = `w${w}-${Math.random().toString(16).slice(2)}`;
@@ -214,7 +232,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
       for (let i = 0; i < m; i++) {
         if (scheme === 'lockDocument') {
           const ids = [HOT[(w + i) % 2], 3];
-          await spin(() => s.acquireAll(ids, me, seen), `_id ${ids}`);
+          await spin(() => s.acquireAll(ids, me, seen), `_id ${ids}`, abandon);
           for (const id of ids) {
             const n = (await coll.findOne({ _id: id })).n;
             if ((await s.write(id, me, n + 1)) !== 1) seen.add('write:not_applied');
@@ -224,15 +242,30 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
         }
         // Workers 0 and 1 want the same document every round (schemes.py).
         const id = HOT[(Math.floor(w / 2) + i) % HOT.length];
-        await spin(() => s.acquire(id, me, seen), `_id ${id}`);
-        const n = (await coll.findOne({ _id: id })).n;
-        if ((await s.write(id, me, n + 1)) !== 1) seen.add('write:not_applied');
-        if (scheme === 'lockCollection') await s.release(id, me, i % 2 === 1);
-        else await s.release(id, me);
+        let sent = 0;
+        await spin(() => { sent = performance.now(); return s.acquire(id, me, seen); }, `_id ${id}`, abandon);
+        try {
+          const n = (await coll.findOne({ _id: id })).n;
+          if ((await s.write(id, me, n + 1)) !== 1) seen.add('write:not_applied');
+          if (scheme === 'lockCollection') await s.release(id, me, i % 2 === 1);
+          else await s.release(id, me);
+        } catch (e) {
+          const held = performance.now() - sent;
+          if (scheme === 'flag' && e instanceof MongoServerError && held >= LEASE_MS - MARGIN_MS) throw new LeaseLost(Math.floor(held));
+          throw e;
+        }
       }
     } catch (e) {
+      if (e instanceof LeaseLost) {
+        leaseLost.push(e.heldMS);
+        abandon.set = true;
+        return;
+      }
+      if (e instanceof Abandoned) return;
       seen.add(`worker_error:${errName(e)}`);
       errors.push(`worker ${w}: ${e}`);
+      // Its flag may stay set: its peers stop too (schemes.py).
+      abandon.set = true;
     }
   };
 
@@ -298,7 +331,7 @@ async function work(scheme, uri, direct, db, cname, k, m, rogue) {
   const counters = {};
   for (const d of await dc.db(db).collection(cname).find({}, { sort: { _id: 1 } }).toArray()) counters[String(d._id)] = d.n;
   console.log(JSON.stringify({
-    counters, rogueLanded: landed, rogueTakeovers: takeovers, rogueStolen: stolen, rogueRefused: [...refused].sort(), outcomes: [...seen].sort(), errors: errors.slice(0, 5), tries, rogueTries,
+    counters, rogueLanded: landed, rogueTakeovers: takeovers, rogueStolen: stolen, rogueRefused: [...refused].sort(), outcomes: [...seen].sort(), errors: errors.slice(0, 5), leaseLost, tries, rogueTries,
   }));
   for (const c of clients) await c.close();
   await dc.close();

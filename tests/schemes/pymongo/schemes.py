@@ -39,6 +39,9 @@ HOT = [1, 2, 3]
 # records' lease), from schemes_test.go, which scales it with the machine's
 # load: one number for the rules and the clients.
 LEASE_S = int(os.environ["LOCKGATE_TEST_LEASE_MS"]) / 1000
+# The lease a lockgate lock must have left for a write to pass
+# (policy.leaseMarginMS of the gateways, twoproxies.LeaseMarginMS).
+MARGIN_S = int(os.environ["LOCKGATE_TEST_LEASE_MARGIN_MS"]) / 1000
 
 
 def now():
@@ -216,15 +219,30 @@ class GaveUp(Exception):
     pass
 
 
+class LeaseLost(Exception):
+    """A flag holder's call refused after it may have held the lock for
+    its whole lease (work)."""
+
+    def __init__(self, held_ms):
+        super().__init__("refused after %d ms held" % held_ms)
+        self.held_ms = held_ms
+
+
+class Abandoned(Exception):
+    """The run was abandoned because a worker lost its lease (work)."""
+
+
 TRIES = [0]
 
 
-def spin(try_once, what):
+def spin(try_once, what, abandon):
     deadline = time.monotonic() + GIVE_UP_S
     while True:
         TRIES[0] += 1
         if try_once():
             return
+        if abandon.is_set():
+            raise Abandoned()
         if time.monotonic() > deadline:
             raise GaveUp("gave up taking the lock on %s after %.0f s: its holder never let it go" % (what, GIVE_UP_S))
         time.sleep(0.001)
@@ -241,6 +259,20 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
     lock = threading.Lock()
     errors = []
     stop = threading.Event()
+    # A flag holder slowed past its lease by a loaded machine loses its
+    # lock (docs/SCHEMES.md, flag): its next call is refused, and its flag
+    # stays set for good, since the scheme has no expiry and these workers
+    # do not recover abandoned flags; its peers spun until GIVE_UP_S (120 s
+    # at a 6 s lease) and failed the run. Such a refusal proves nothing
+    # either way: the worker reports how long it may have held the lock
+    # (leaseLost), every worker stops (abandon), and schemes_test.go runs
+    # the workload again under a longer lease. A refusal answered within
+    # the lease less lockgate's margin, counted from the send of the
+    # acquire that won (before lockgate took the lock), came while the
+    # holder's lock lived: it stays a worker error, which fails the test
+    # (and stops the workers too).
+    lease_lost = []
+    abandon = threading.Event()
 
     def worker(w):
         me = str(uuid.uuid4())
@@ -254,7 +286,7 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
                 if scheme == "lockDocument":
                     # Two hot documents at once, in key order.
                     ids = [HOT[(w + i) % 2], 3]
-                    spin(lambda: s.acquire_all(ids, me, local), "_id %s" % ids)
+                    spin(lambda: s.acquire_all(ids, me, local), "_id %s" % ids, abandon)
                     for _id in ids:
                         n = coll.find_one({"_id": _id})["n"]
                         if s.write(_id, me, n + 1) != 1:
@@ -265,18 +297,39 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
                 # Workers 0 and 1 want the same document every round:
                 # every run contends, however short.
                 _id = HOT[(w // 2 + i) % len(HOT)]
-                spin(lambda: s.acquire(_id, me, local), "_id %s" % _id)
-                n = coll.find_one({"_id": _id})["n"]
-                if s.write(_id, me, n + 1) != 1:
-                    local.add("write:not_applied")
-                if scheme == "lockCollection":
-                    s.release(_id, me, by_aid=i % 2 == 1)
-                else:
-                    s.release(_id, me)
+                sent = [0.0]
+
+                def try_acquire():
+                    sent[0] = time.monotonic()
+                    return s.acquire(_id, me, local)
+
+                spin(try_acquire, "_id %s" % _id, abandon)
+                try:
+                    n = coll.find_one({"_id": _id})["n"]
+                    if s.write(_id, me, n + 1) != 1:
+                        local.add("write:not_applied")
+                    if scheme == "lockCollection":
+                        s.release(_id, me, by_aid=i % 2 == 1)
+                    else:
+                        s.release(_id, me)
+                except OperationFailure:
+                    held = time.monotonic() - sent[0]
+                    if scheme == "flag" and held >= LEASE_S - MARGIN_S:
+                        raise LeaseLost(int(held * 1000))
+                    raise
+        except LeaseLost as e:
+            with lock:
+                lease_lost.append(e.held_ms)
+            abandon.set()
+        except Abandoned:
+            pass
         except (PyMongoError, GaveUp) as e:
             local.add("worker_error:%s/%s" % (type(e).__name__, getattr(e, "code", None)))
             with lock:
                 errors.append("worker %d: %r" % (w, e))
+            # A failed worker may leave its flag set: its peers stop too,
+            # rather than spin until GIVE_UP_S.
+            abandon.set()
         with lock:
             seen.update(local)
 
@@ -348,7 +401,7 @@ def work(scheme, uri, direct, db, cname, k, m, rogue):
         rt.join()
     counters = {str(d["_id"]): d.get("n") for d in dc[db][cname].find({}, sort=[("_id", 1)])}
     print(json.dumps({"counters": counters, "rogueLanded": landed, "rogueTakeovers": takeovers, "rogueStolen": stolen, "rogueRefused": sorted(refused),
-                      "outcomes": sorted(seen), "errors": errors[:5],
+                      "outcomes": sorted(seen), "errors": errors[:5], "leaseLost": lease_lost,
                       "tries": TRIES[0], "rogueTries": rogue_tries[0]}))
     for c in clients:
         c.close()

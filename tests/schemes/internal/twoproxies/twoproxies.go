@@ -58,6 +58,12 @@ type Set struct {
 // taken through one must be its owner's through the other.
 const ownerSecret = "0123456789abcdef0123456789abcdef0123456789abcdef"
 
+// LeaseMarginMS is the gateways' policy.leaseMarginMS: the lease a lock
+// must have left for a write to pass. RunScript gives it to the scripts
+// (LOCKGATE_TEST_LEASE_MARGIN_MS), which tell a refusal that came while a
+// holder's lock surely lived from one that came after it may have ended.
+const LeaseMarginMS = 200
+
 // Start starts the upstream and the two lockgates; stop ends them.
 func Start(o Options) (_ *Set, stop func() error, err error) {
 	scale, why, err := testkit.LeaseScale()
@@ -93,7 +99,7 @@ func Start(o Options) (_ *Set, stop func() error, err error) {
 	}
 	cfg := gatewaytest.Config(s.DirectURI)
 	cfg.Policy.Default = config.ModeOff
-	cfg.Policy.LeaseMarginMS = 200
+	cfg.Policy.LeaseMarginMS = LeaseMarginMS
 	cfg.Policy.Namespaces = o.Rules(s.LeaseMS)
 	cfg.Lockstore.OwnerSecretFile = dir + "/owner-secret"
 	if err := os.WriteFile(cfg.Lockstore.OwnerSecretFile, []byte(ownerSecret), 0o600); err != nil {
@@ -130,11 +136,13 @@ func tmpfsDir() string {
 }
 
 // RunScript runs a client script (argv, then args) with the lease it
-// must use in LOCKGATE_TEST_LEASE_MS, and returns what it printed; the
+// must use in LOCKGATE_TEST_LEASE_MS (and the gateways' margin in
+// LOCKGATE_TEST_LEASE_MARGIN_MS), and returns what it printed; the
 // error carries what it wrote on stderr.
 func RunScript(ctx context.Context, leaseMS int64, argv []string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], args...)...)
-	cmd.Env = append(os.Environ(), "LOCKGATE_TEST_LEASE_MS="+strconv.FormatInt(leaseMS, 10))
+	cmd.Env = append(os.Environ(), "LOCKGATE_TEST_LEASE_MS="+strconv.FormatInt(leaseMS, 10),
+		"LOCKGATE_TEST_LEASE_MARGIN_MS="+strconv.FormatInt(LeaseMarginMS, 10))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -20,6 +20,16 @@ if (!(LEASE_MS > 0)) throw new Error('LOCKGATE_TEST_LEASE_MS is not set (libs_te
 
 // A busy lock's pause before the next try, as libs.py's RETRY_S.
 const RETRY_MS = 20;
+// lockgate's policy.leaseMarginMS, as in libs.py.
+const MARGIN_MS = Number(process.env.LOCKGATE_TEST_LEASE_MARGIN_MS);
+if (!(MARGIN_MS >= 0)) throw new Error('LOCKGATE_TEST_LEASE_MARGIN_MS is not set (libs_test.go sets it)');
+
+// What LockManyAsync's rollbacks met, as libs.py's new_rollback.
+const newRollback = () => ({ writes: 0, refused: {}, failed: {}, expired: {} });
+const mergeRollback = (into, r) => {
+  into.writes += r.writes;
+  for (const k of ['refused', 'failed', 'expired']) for (const [name, n] of Object.entries(r[k])) into[k][name] = (into[k][name] || 0) + n;
+};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const errName = (e) => `${e instanceof MongoServerError ? 'OperationFailure' : e.constructor.name}/${e.code}`;
 // BSON dates keep milliseconds, as Date does.
@@ -208,6 +218,7 @@ class Tharga {
     this.coll = db.collection(Tharga.COLL);
     this.timeout = timeoutMS;
     this.actor = actor;
+    this.rollback = newRollback();
   }
 
   async acquire(filter, failIfLocked, seen) {
@@ -288,8 +299,18 @@ class Tharga {
       }
       return entries;
     } catch (e) {
+      // The library's best-effort rollback swallows its errors; the
+      // harness counts them, as libs.py does.
       for (const [entity, lock] of entries) {
-        try { await this.abandon(entity, lock, seen); } catch (e2) { /* best-effort rollback */ }
+        this.rollback.writes++;
+        try { await this.abandon(entity, lock, seen); } catch (e2) {
+          let kind;
+          let name;
+          if (Date.now() + MARGIN_MS >= lock.ExpireTime.getTime()) [kind, name] = ['expired', e2.name];
+          else if (e2 instanceof MongoServerError) [kind, name] = ['refused', e2.codeName || String(e2.code)];
+          else [kind, name] = ['failed', e2.name];
+          this.rollback[kind][name] = (this.rollback[kind][name] || 0) + 1;
+        }
       }
       throw e;
     }
@@ -433,6 +454,7 @@ async function work(lib, uri, direct, dbname, k, m, rogue) {
   const seen = new Set();
   const errors = [];
   let stop = false;
+  const rollback = newRollback();
 
   const worker = async (w) => {
     const c = clients[w % clients.length];
@@ -446,6 +468,7 @@ async function work(lib, uri, direct, dbname, k, m, rogue) {
       errors.push(String(e));
     }
     if (session) await session.endSession();
+    if (s instanceof Tharga) mergeRollback(rollback, s.rollback);
   };
 
   const landed = { update: 0, delete: 0 };
@@ -496,7 +519,7 @@ async function work(lib, uri, direct, dbname, k, m, rogue) {
   const counters = {};
   for (const d of await dc.db(dbname).collection(cls.COLL).find({}, { sort: { _id: 1 } }).toArray()) counters[String(d._id)] = d[cls.FIELD];
   console.log(JSON.stringify({
-    counters, rogueLanded: landed, rogueRefused: [...refused].sort(), outcomes: [...seen].sort(), setup, errors: errors.slice(0, 5),
+    counters, rogueLanded: landed, rogueRefused: [...refused].sort(), outcomes: [...seen].sort(), setup, errors: errors.slice(0, 5), rollback,
   }));
   for (const c of clients) await c.close();
   await dc.close();

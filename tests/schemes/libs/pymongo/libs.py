@@ -60,6 +60,25 @@ LEASE_S = int(os.environ["LOCKGATE_TEST_LEASE_MS"]) / 1000
 # lease and still finds the lock busy: two workers want the same
 # document in every round.
 RETRY_S = 0.02
+# The lease a lockgate lock must have left for a write to pass
+# (policy.leaseMarginMS of the gateways, twoproxies.LeaseMarginMS).
+MARGIN = datetime.timedelta(milliseconds=int(os.environ["LOCKGATE_TEST_LEASE_MARGIN_MS"]))
+
+
+def new_rollback():
+    """What LockManyAsync's rollbacks met (Tharga.lock_many): the writes
+    it made, and those that failed, by error: "refused" (the server's
+    answer, by codeName) and "failed" (any other error) while the lock
+    had more than lockgate's margin left, "expired" once it might not
+    have (a lock lost to a loaded machine, not judged)."""
+    return {"writes": 0, "refused": {}, "failed": {}, "expired": {}}
+
+
+def merge_rollback(into, r):
+    into["writes"] += r["writes"]
+    for k in ("refused", "failed", "expired"):
+        for name, n in r[k].items():
+            into[k][name] = into[k].get(name, 0) + n
 
 
 def utcnow():
@@ -372,6 +391,7 @@ class Tharga:
         self.coll = db[self.COLL]
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.actor = actor
+        self.rollback = new_rollback()
 
     def _acquire(self, flt, fail_if_locked, seen=None):
         now = utcnow()
@@ -468,11 +488,21 @@ class Tharga:
                 entries.append((entity, lock))
             return entries
         except Exception:
-            for entity, lock in entries:  # best-effort rollback, errors swallowed
+            # The library's best-effort rollback swallows its errors; the
+            # harness counts them (self.rollback), so that a refused
+            # rollback, which leaves a lock held until it expires, is seen.
+            for entity, lock in entries:
+                self.rollback["writes"] += 1
                 try:
                     self.abandon(entity, lock, seen)
-                except Exception:
-                    pass
+                except Exception as e:
+                    if utcnow() + MARGIN >= lock["ExpireTime"]:
+                        kind, name = "expired", type(e).__name__
+                    elif isinstance(e, OperationFailure):
+                        kind, name = "refused", (e.details or {}).get("codeName") or str(e.code)
+                    else:
+                        kind, name = "failed", type(e).__name__
+                    self.rollback[kind][name] = self.rollback[kind].get(name, 0) + 1
             raise
 
     def wait_pick(self, _id, seen):
@@ -639,6 +669,7 @@ def work(lib, uri, direct, dbname, k, m, rogue):
     mu = threading.Lock()
     errors = []
     stop = threading.Event()
+    rollback = new_rollback()
 
     def worker(w):
         local = set()
@@ -659,6 +690,8 @@ def work(lib, uri, direct, dbname, k, m, rogue):
             session.end_session()
         with mu:
             seen.update(local)
+            if isinstance(s, Tharga):
+                merge_rollback(rollback, s.rollback)
 
     landed = {"update": 0, "delete": 0}
     refused = set()
@@ -716,7 +749,7 @@ def work(lib, uri, direct, dbname, k, m, rogue):
         rt.join()
     counters = {str(d["_id"]): d.get(cls.FIELD) for d in dc[dbname][cls.COLL].find({}, sort=[("_id", 1)])}
     print(json.dumps({"counters": counters, "rogueLanded": landed, "rogueRefused": sorted(refused),
-                      "outcomes": sorted(seen), "setup": setup, "errors": errors[:5]}))
+                      "outcomes": sorted(seen), "setup": setup, "errors": errors[:5], "rollback": rollback}))
     for c in clients:
         c.close()
     dc.close()
