@@ -3,9 +3,7 @@ package guard_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -62,25 +60,12 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 	// cache when its next write comes, which the one-connection legs,
 	// whose whole loop stays cached, never pay (docs/BENCHMARKS.md, "the
 	// seventh box's proxy path").
-	//
-	// The -cold legs, between two writes, pass 256 bytes through a
-	// loopback TCP connection and read 256 KiB of memory (evictor), as a
-	// proxy's connection goroutine has its socket calls, its client's
-	// driver and the other connections' work run between two of its
-	// requests: the write's code and data are no longer in the core's L1
-	// caches when it comes (the enforced loop runs 923 lines of code, the
-	// L1i holds 512), which the legs above, whose loop runs from those
-	// caches, do not pay. Both pay the same eviction, so the difference of
-	// the two -cold legs is the core as a busy proxy pays it
-	// (docs/BENCHMARKS.md, "the thirteenth box's figures").
 	for _, leg := range []struct {
 		name, coll    string
 		sessions, ids int32 // ids per session
 		conns         int32 // session s writes on connection s mod conns
-		cold          bool  // caches evicted between two writes
-	}{{"unprotected", "open", 1, 1, 1, false}, {"enforced", "locked", 1, 1, 1, false}, {"enforced-64ids", "locked", 1, 64, 1, false}, {"enforced-16sessions", "locked", 16, 4, 1, false},
-		{"unprotected-256conns", "open", 256, 1, 256, false}, {"enforced-256conns", "locked", 256, 1, 256, false},
-		{"unprotected-cold", "open", 1, 1, 1, true}, {"enforced-cold", "locked", 1, 1, 1, true}} {
+	}{{"unprotected", "open", 1, 1, 1}, {"enforced", "locked", 1, 1, 1}, {"enforced-64ids", "locked", 1, 64, 1}, {"enforced-16sessions", "locked", 16, 4, 1},
+		{"unprotected-256conns", "open", 256, 1, 256}, {"enforced-256conns", "locked", 256, 1, 256}} {
 		b.Run(leg.name, func(b *testing.B) {
 			clients := []*proxy.ClientInfo{client}
 			for c := int32(1); c < leg.conns; c++ {
@@ -109,16 +94,9 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 				s, k := int32(i)%leg.sessions, int32(i)/leg.sessions
 				reqs[i] = guard.BenchUpdate(b, clients[s%leg.conns], lsidOf(s), leg.coll, 7+s*leg.ids+k)
 			}
-			var ev *evictor
-			if leg.cold {
-				ev = newEvictor(b)
-			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if ev != nil {
-					ev.run(b)
-				}
 				req := reqs[i%len(reqs)]
 				req.Plan = nil // each request is planned anew, into its connection's plan (Request.Scratch), as the proxy does
 				d := g.Intercept(ctx, req)
@@ -133,39 +111,6 @@ func BenchmarkEnforcedPinnedUpdate(b *testing.B) {
 				}
 			}
 		})
-	}
-}
-
-// evictor is what runs between two writes of the -cold legs: 256 bytes
-// through a pipe (two system calls, whose kernel paths evict much of the
-// L1 caches, as a proxy's own four socket calls a request do) and a read
-// of 256 KiB, one load per 64-byte line (the L1d and half of this host's
-// L2). It allocates nothing, so the legs' allocations stay the guard's.
-type evictor struct {
-	w, r *os.File
-	msg  [256]byte
-	mem  []byte
-	sum  byte
-}
-
-func newEvictor(b *testing.B) *evictor {
-	r, w, err := os.Pipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { w.Close(); r.Close() })
-	return &evictor{w: w, r: r, mem: make([]byte, 256<<10)}
-}
-
-func (e *evictor) run(b *testing.B) {
-	if _, err := e.w.Write(e.msg[:]); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := io.ReadFull(e.r, e.msg[:]); err != nil {
-		b.Fatal(err)
-	}
-	for i := 0; i < len(e.mem); i += 64 {
-		e.sum += e.mem[i]
 	}
 }
 
