@@ -50,8 +50,12 @@ type EnforceConfig struct {
 	// locks and writes the ones whose number ≡ i (mod n). Every one of
 	// them is a lock key, re-read from the lock store at most once per
 	// second (the lock store's cache trust) while it is written.
-	Docs     int
-	Progress io.Writer
+	Docs int
+	// ProxyBinary, when set, is a lockgate build that the family runs in
+	// a process of its own, as a sidecar runs beside its application;
+	// empty, lockgate runs in the benchmark's process (StartGateway).
+	ProxyBinary string
+	Progress    io.Writer
 }
 
 // DefaultEnforceConfig is the default run: about a minute on a 2-core
@@ -177,7 +181,12 @@ func runEnforceUpstream(ctx context.Context, cfg EnforceConfig, u Upstream, rep 
 		upAddr = f.Addr()
 		storeNote = "lock store on the same FerretDB (lockstore.uri empty)"
 	}
-	gw, err := StartGateway("mongodb://"+upAddr+"/", lockURI, LockedNS)
+	var gw gatewayUnderTest
+	if cfg.ProxyBinary != "" {
+		gw, err = startProcGateway(cfg.ProxyBinary, "mongodb://"+upAddr+"/", lockURI, LockedNS)
+	} else {
+		gw, err = StartGateway("mongodb://"+upAddr+"/", lockURI, LockedNS)
+	}
 	if err != nil {
 		return err
 	}
@@ -198,6 +207,7 @@ func runEnforceUpstream(ctx context.Context, cfg EnforceConfig, u Upstream, rep 
 			return err
 		}
 		closers = append(closers, c.Close)
+		c.cpu = cpuClock(gw)
 		clients[l] = c
 		if err := c.StartSessions(maxClients); err != nil {
 			return err
@@ -286,6 +296,9 @@ func runEnforceUpstream(ctx context.Context, cfg EnforceConfig, u Upstream, rep 
 		if want := updates[Enforced]; locked != want {
 			return fmt.Errorf("%s records %d increments, the clients had %d acknowledged", LockedNS, locked, want)
 		}
+	}
+	if cfg.ProxyBinary != "" {
+		storeNote += "; lockgate in a process of its own (" + cfg.ProxyBinary + ")"
 	}
 	rep.Checked[u] = fmt.Sprintf("%s; an update of %s without the lock was refused with LockBusy; all %d enforced updates (and every other leg's) are in the documents (sum of n checked)",
 		storeNote, LockedNS, updates[Enforced])

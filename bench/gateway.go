@@ -95,22 +95,12 @@ func (g *Gateway) RoundTrips() (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]float64)
 	for _, mf := range mfs {
-		if mf.GetName() != "lockgate_lockstore_round_trips_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			op := ""
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "op" {
-					op = lp.GetValue()
-				}
-			}
-			out[op] += m.GetCounter().GetValue()
+		if mf.GetName() == "lockgate_lockstore_round_trips_total" {
+			return roundTripsOf(mf), nil
 		}
 	}
-	return out, nil
+	return map[string]float64{}, nil
 }
 
 // roundTripsDelta returns after - before, by operation, without zeros.

@@ -300,7 +300,7 @@ func runThroughput(ctx context.Context, cfg LockConfig, gw *Gateway, db *mongo.D
 				acqMu.Unlock()
 			}()
 		}
-		r, err := runLoop(ctx, clients[l], d, 0, rec, seed, ops[l])
+		r, err := runLoop(ctx, clients[l], d, 0, rec, seed, processCPU, ops[l])
 		after, gerr := gw.RoundTrips()
 		if err == nil {
 			err = gerr

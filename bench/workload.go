@@ -54,6 +54,9 @@ type Client struct {
 	// sessions, when set, are the explicit sessions of the clients of a
 	// round: client i runs in sessions[i].
 	sessions []mongo.Session
+	// cpu, when set, is the CPU clock of a round in place of this
+	// process's: with lockgate in a process of its own, both processes'.
+	cpu func() time.Duration
 }
 
 // Connect returns a driver client for leg l of st, working on collection.
@@ -206,7 +209,8 @@ type Round struct {
 	P50     time.Duration
 	P99     time.Duration
 	// CPU is the user+system CPU time the whole process used during the
-	// round: clients, relay or proxy, and the upstream when in-process.
+	// round: clients, relay or proxy, and the upstream when in-process;
+	// with lockgate in a process of its own, that process's as well.
 	// Unlike throughput it hardly moves when other processes take the
 	// machine's cores.
 	CPU time.Duration
@@ -234,7 +238,11 @@ func (c *Client) RunRound(ctx context.Context, w Workload, clients int, d time.D
 		return Round{}, fmt.Errorf("%s has %d sessions, not %d", c.Leg, len(c.sessions), clients)
 	}
 	ids := docIDs(docs)
-	r, err := runLoop(ctx, clients, d, budget, rec, seed, func(ctx context.Context, i int, rng *rand.Rand) error {
+	cpu := c.cpu
+	if cpu == nil {
+		cpu = processCPU
+	}
+	r, err := runLoop(ctx, clients, d, budget, rec, seed, cpu, func(ctx context.Context, i int, rng *rand.Rand) error {
 		// Client i works on the documents whose _id ≡ i (mod clients):
 		// no two clients ever update the same document at once, since
 		// FerretDB v1.24 loses concurrent $inc on one document (a
@@ -261,7 +269,7 @@ func (c *Client) RunRound(ctx context.Context, w Workload, clients int, d time.D
 // (d > 0) or until budget calls have run in all (budget > 0), whichever is
 // first. The first error ends the round (errors after ctx ends are not
 // reported, except ctx's own).
-func runLoop(ctx context.Context, clients int, d time.Duration, budget int64, rec *Recorder, seed uint64, op func(ctx context.Context, i int, rng *rand.Rand) error) (Round, error) {
+func runLoop(ctx context.Context, clients int, d time.Duration, budget int64, rec *Recorder, seed uint64, cpuClock func() time.Duration, op func(ctx context.Context, i int, rng *rand.Rand) error) (Round, error) {
 	if clients > len(rec.rings) {
 		return Round{}, fmt.Errorf("recorder has room for %d clients, not %d", len(rec.rings), clients)
 	}
@@ -317,13 +325,13 @@ func runLoop(ctx context.Context, clients int, d time.Duration, budget int64, re
 		}(i)
 	}
 	started.Wait()
-	cpu0 := processCPU()
+	cpu0 := cpuClock()
 	start := time.Now()
 	deadline = start.Add(d)
 	close(gate)
 	finished.Wait()
 	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
+	cpu := cpuClock() - cpu0
 	if firstErr != nil {
 		return Round{}, firstErr
 	}

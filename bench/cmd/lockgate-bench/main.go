@@ -66,6 +66,7 @@ func run() error {
 		eRound     = flag.Duration("enforce-round", edef.Round, "enforce: how long each leg runs per round")
 		eWarmup    = flag.Duration("enforce-warmup", edef.Warmup, "enforce: untimed run of each leg before each cell")
 		eDocs      = flag.Int("enforce-docs", edef.Docs, "enforce: documents (and lock keys) per collection")
+		eProxy     = flag.String("enforce-proxy", "", "enforce: a lockgate binary to run in a process of its own, as a sidecar runs (go build -o lockgate ./cmd/proxy); empty: lockgate in this process")
 
 		aUpstreams = flag.String("audit-upstreams", join(adef.Upstreams), "audit: upstreams to measure: instant, ferretdb")
 		aClients   = flag.String("audit-clients", "16", "audit: concurrent clients per leg")
@@ -115,7 +116,7 @@ func run() error {
 	if ecfg.Clients, err = counts("-enforce-clients", *eClients); err != nil {
 		return err
 	}
-	ecfg.Rounds, ecfg.Round, ecfg.Warmup, ecfg.Docs = *eRounds, *eRound, *eWarmup, *eDocs
+	ecfg.Rounds, ecfg.Round, ecfg.Warmup, ecfg.Docs, ecfg.ProxyBinary = *eRounds, *eRound, *eWarmup, *eDocs, *eProxy
 	ecfg.Progress = os.Stderr
 
 	acfg := adef
