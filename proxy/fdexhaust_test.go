@@ -111,6 +111,18 @@ func TestDescriptorExhaustion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The child inherits 140 descriptors more, as under a go test -exec
+	// wrapper that holds them: its limit must count from what it holds
+	// (runFDChild), not from a bare process's 3.
+	const inherited = 140
+	for range inherited {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +137,9 @@ func TestDescriptorExhaustion(t *testing.T) {
 		t.Fatalf("child: %q: %v", lines.Text(), err)
 	}
 	t.Logf("the child held %d descriptors as it started; its limit is %d", held, limit)
+	if held < 3+inherited || limit != held+fdSpare {
+		t.Fatalf("the child counted %d descriptors held (it inherited %d besides the standard three) and set its limit to %d, not %d more", held, inherited, limit, fdSpare)
+	}
 	var rest strings.Builder
 	go func() {
 		for lines.Scan() {
