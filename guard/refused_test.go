@@ -117,7 +117,10 @@ func TestRefusedResolutionsAreBudgeted(t *testing.T) {
 	coll, pol := protected(t, 5)
 	var calls atomic.Int64
 	const d = 100 * time.Millisecond
-	st := startStackWith(t, stackOptions{policy: pol,
+	// The lock store in memory: the budget is the subject, and a loaded
+	// machine's FerretDB timed lock store calls out (once, under -race at
+	// load 8); the resolutions still query the embedded upstream.
+	st := startStackWith(t, stackOptions{policy: pol, memStore: decisionStore(),
 		resolver: func(r Resolver) Resolver { return delayResolver{r, d, &calls} }})
 	// 5 resolutions, and so slow a refill that the budget cannot come
 	// back within the test.
