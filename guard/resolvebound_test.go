@@ -11,7 +11,6 @@ import (
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/bson"
-	"go.mongodb.org/mongo-driver/mongo"
 	"go.mongodb.org/mongo-driver/x/bsonx/bsoncore"
 )
 
@@ -96,16 +95,46 @@ func TestSlowFiltersCannotStarveOthers(t *testing.T) {
 	if n := calls.Load() - before; n != 0 {
 		t.Errorf("%d resolutions during the connection's cool-down", n)
 	}
+	// A command refused for a pinned statement spends no resolution on
+	// its other statements: TestRefusedCommandSpendsNoResolution.
+}
 
-	// A write refused for a pinned statement never spends a resolution on
-	// the next statement: its outcome cannot change.
-	before = calls.Load()
-	_, err = flood.Database("shop").Collection(coll).BulkWrite(inSession(fs), []mongo.WriteModel{
-		mongo.NewDeleteOneModel().SetFilter(bson.D{{"_id", 2}}),
-		mongo.NewDeleteManyModel().SetFilter(bson.D{{"qty", bson.D{{"$gt", 0}}}}),
-	})
+// TestRefusedCommandSpendsNoResolution: once a statement of a command is
+// refused for a lock the caller does not hold, no later statement of it
+// is resolved: the command is refused whatever they would find (the
+// walk's stop at an enforced violation, enforce.Walk.resolveDeferred).
+// The commands are sent as written, since a driver's BulkWrite sends a
+// deleteOne and a deleteMany as two commands (and an ordered one stops
+// at the first refusal); the caller has its budget and no cool-down, so
+// that nothing else keeps the resolver from being asked.
+func TestRefusedCommandSpendsNoResolution(t *testing.T) {
+	coll, pol := protected(t, 3)
+	var calls atomic.Int64
+	st := startStackWith(t, stackOptions{policy: pol, memStore: decisionStore(),
+		resolver: func(r Resolver) Resolver { return delayResolver{r, 0, &calls} }})
+	c := connect(t, st.uri, "refused-first")
+	s := session(t, c)
+	db := c.Database("shop")
+	unpinned := bson.D{{"qty", bson.D{{"$gt", 0}}}}
+
+	// The unpinned statement alone is resolved.
+	err := db.RunCommand(inSession(s), bson.D{{"delete", coll}, {"deletes", bson.A{bson.D{{"q", unpinned}, {"limit", 0}}}}}).Err()
 	lockBusy(t, err, "does not hold the lock")
-	if n := calls.Load() - before; n != 0 {
-		t.Errorf("%d resolutions for a write already refused", n)
+	if calls.Load() != 1 {
+		t.Fatalf("%d resolutions for an unpinned delete, want 1", calls.Load())
+	}
+	for _, cmd := range []bson.D{
+		{{"delete", coll}, {"deletes", bson.A{bson.D{{"q", bson.D{{"_id", 2}}}, {"limit", 1}}, bson.D{{"q", unpinned}, {"limit", 0}}}}, {"ordered", false}},
+		// After it, too: the pinned statements are checked first.
+		{{"update", coll}, {"updates", bson.A{
+			bson.D{{"q", unpinned}, {"u", bson.D{{"$set", bson.D{{"x", 2}}}}}, {"multi", true}},
+			bson.D{{"q", bson.D{{"_id", 3}}}, {"u", bson.D{{"$set", bson.D{{"x", 1}}}}}}}}, {"ordered", false}},
+	} {
+		before := calls.Load()
+		err := db.RunCommand(inSession(s), cmd).Err()
+		lockBusy(t, err, "does not hold the lock")
+		if n := calls.Load() - before; n != 0 {
+			t.Errorf("%s: %d resolutions for a command refused by its pinned statement", cmd[0].Key, n)
+		}
 	}
 }
