@@ -289,3 +289,21 @@ func setClientIdentity(t *testing.T, c *proxy.ClientInfo, app, user string) {
 		t.Fatalf("set %q %q, the client says %q %q", app, user, c.AppName(), c.User())
 	}
 }
+
+// TestInsertOfADocumentWithTwoIDs: an inserted document whose _id appears
+// twice is refused where inserted _ids must be unlocked: which of its
+// values the server would keep cannot be told, and one of them is locked
+// by another session. Mutant: Walk.insert's case !certain never taken
+// (the insert went through unchecked).
+func TestInsertOfADocumentWithTwoIDs(t *testing.T) {
+	s := memstore.New(memstore.Config{})
+	acquire(t, s, ownerOf(2), "shop.orders", id(t, 8))
+	walk := collatedWalk(s, newCollatingResolver(), ownerOf(1))
+	twice := bson.D{{Key: "insert", Value: "orders"}, {Key: "documents", Value: bson.A{bson.D{{Key: "_id", Value: 7}, {Key: "_id", Value: 8}, {Key: "n", Value: 1}}}}}
+	if d, x := walk(t, twice); d.Action != proxy.Reply || x == nil || x.Reason != ReasonUnclassifiable {
+		t.Fatalf("insert of {_id: 7, _id: 8}, 8 locked by another session: action %v, violation %+v; want refused as %s", d.Action, x, ReasonUnclassifiable)
+	}
+	if d, _ := walk(t, insertOf(7)); d.Action != proxy.Forward {
+		t.Fatalf("insert of {_id: 7}, free: action %v", d.Action)
+	}
+}
