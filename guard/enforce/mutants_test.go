@@ -150,13 +150,13 @@ func TestInsertableAsksTheConfirmedStatus(t *testing.T) {
 	}
 }
 
-// TestLockStoreDownFailsClosed: when the lock store cannot answer, an
+// TestLocksUnreadableFailClosed: when the lock store cannot answer, an
 // insert that needs its _id unlocked is refused as unavailable, and so
 // is a write whose locks cannot be checked (not as "not locked", whose
 // advice is to take a lock the store cannot give). Mutants:
 // Locks.Insertable ignoring the store's error (the insert went
 // through); Checker.Check ignoring it (refused as not_locked).
-func TestLockStoreDownFailsClosed(t *testing.T) {
+func TestLocksUnreadableFailClosed(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New(memstore.Config{})
 	a := ownerOf(1)
