@@ -98,3 +98,43 @@ func TestResolvedWriteIsPinned(t *testing.T) {
 		t.Fatalf("the allowed resolved write's pins: %+v; want its statement pinned to _id 1 and 2", launched.Pins)
 	}
 }
+
+// TestVerdictHoldsOnlyProtectedWrites: a command that writes where no
+// rule applies and where one does keeps, on its verdict, only the
+// protected writes and their rules: the audit line, its metrics and the
+// trail read them, and a namespace whose rule is off gets no decision of
+// its own. Mutant: protectedOnly keeping every write.
+func TestVerdictHoldsOnlyProtectedWrites(t *testing.T) {
+	s := memstore.New(memstore.Config{})
+	o := ownerOf(1)
+	acquire(t, s, o, "shop.orders", id(t, 7))
+	rules := map[string]policy.Rule{"shop.orders": enforced, "shop.free": {Mode: policy.Off}}
+	var launched *Verdict
+	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
+		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
+			return []policy.Rule{rules[ns.String()]}
+		},
+		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
+			v := &Verdict{Req: req, Now: start}
+			return v, v
+		},
+		Owner: func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
+		Decider: &Decider[*Verdict]{
+			Record: func(*proxy.Request, *policy.Policy, *Verdict, *Violation, time.Duration, time.Time) *Violation {
+				return nil
+			},
+			Launch: func(_ *proxy.Request, _ *policy.Policy, v *Verdict, _ time.Time, _ *proxy.Decision) { launched = v },
+		}}
+	free := update7(t)
+	free.NS = namespace.Of("shop.free")
+	for _, writes := range [][]policy.Write{{free, update7(t)}, {update7(t), free}} {
+		launched = nil
+		req := request(t, bson.D{{Key: "bulkWrite", Value: 1}, {Key: "$db", Value: "admin"}})
+		if d := k.Run(t.Context(), req, &policy.Policy{}, writes, time.Now()); d.Action != proxy.Forward || launched == nil {
+			t.Fatalf("held write beside a write where no rule applies: action %v", d.Action)
+		}
+		if len(launched.Writes) != 1 || launched.Writes[0].NS.String() != "shop.orders" || len(launched.Rules) != 1 || launched.Rules[0].Mode != policy.Enforce {
+			t.Fatalf("the verdict's writes %v and rules %v; want shop.orders's alone", launched.Writes, launched.Rules)
+		}
+	}
+}
