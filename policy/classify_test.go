@@ -302,6 +302,9 @@ func classifyCases() []classifyCase {
 			want: []want{{NS: "db.c", Kind: KindUpdate, List: "updates", FilterKey: "q", Filter: D{}, Update: A{D{{"$set", D{{"a", 1}}}}}}}},
 		{name: "update numeric multi/upsert", raw: clBody(D{{"update", "c"}, {"updates", A{D{{"q", D{}}, {"u", setA}, {"multi", 1}, {"upsert", 0.5}}}}, {"$db", "db"}}),
 			want: []want{{NS: "db.c", Kind: KindUpdate, List: "updates", FilterKey: "q", Filter: D{}, Update: setA, Multi: true, Upsert: true}}},
+		// The server reads any non-zero number as true, a negative one too.
+		{name: "update negative multi/upsert", raw: clBody(D{{"update", "c"}, {"updates", A{D{{"q", D{}}, {"u", setA}, {"multi", int32(-1)}, {"upsert", -0.5}}}}, {"$db", "db"}}),
+			want: []want{{NS: "db.c", Kind: KindUpdate, List: "updates", FilterKey: "q", Filter: D{}, Update: setA, Multi: true, Upsert: true}}},
 		{name: "update empty updates", raw: clBody(D{{"update", "c"}, {"updates", A{}}, {"$db", "db"}}), want: nil},
 		{name: "update multi string", raw: clBody(D{{"update", "c"}, {"updates", A{D{{"q", D{}}, {"u", setA}, {"multi", "yes"}}}}, {"$db", "db"}}), errNS: "db.c", errText: "multi"},
 		{name: "update multi null", raw: clBody(D{{"update", "c"}, {"updates", A{D{{"q", D{}}, {"u", setA}, {"multi", nil}}}}, {"$db", "db"}}), errNS: "db.c", errText: "multi"},

@@ -1,0 +1,137 @@
+package enforce
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/refuse"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/memstore"
+	"github.com/lockgate/lockgate/namespace"
+	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
+	"go.mongodb.org/mongo-driver/bson"
+)
+
+// recordingDecider is a Decider whose record and launch note what they
+// were given; record answers recordErr (an audit record that could not be
+// made durable).
+func recordingDecider(recorded **Violation, launched *bool, recordErr *Violation) *Decider[*Verdict] {
+	return &Decider[*Verdict]{
+		Record: func(_ *proxy.Request, _ *policy.Policy, _ *Verdict, x *Violation, _ time.Duration, _ time.Time) *Violation {
+			*recorded = x
+			return recordErr
+		},
+		Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time, *proxy.Decision) { *launched = true },
+	}
+}
+
+// TestUnclassifiableIsRefusedByItsNamespacesRule: a write that cannot be
+// read with certainty is decided by the rule of the namespace the
+// classifier names, not by its command's database's. Mutant:
+// Walk.Unclassifiable ignoring the ClassifyError's namespace (the
+// database's rule, off here, forwarded it).
+func TestUnclassifiableIsRefusedByItsNamespacesRule(t *testing.T) {
+	pol := compile(t, config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "shop.orders", Mode: config.ModeEnforce}}})
+	var recorded *Violation
+	launched := false
+	k := &Walk[*Verdict]{Decider: recordingDecider(&recorded, &launched, nil)}
+	req := request(t, bson.D{{Key: "bulkWrite", Value: 1}, {Key: "$db", Value: "admin"}})
+	b := &Verdict{Req: req}
+	d := k.Unclassifiable(req, pol, b, b, &policy.ClassifyError{NS: namespace.Of("shop.orders"), Reason: "an operation of an unknown kind"}, time.Now())
+	if d.Action != proxy.Reply || launched || recorded == nil || recorded.Reason != ReasonUnclassifiable || recorded.Write.NS.String() != "shop.orders" {
+		t.Fatalf("an unclassifiable write of shop.orders sent on admin: action %v, launched %v, recorded %+v", d.Action, launched, recorded)
+	}
+}
+
+// TestUnauthenticatedMixedCommand: where the database requires
+// authentication, a command of a connection that has not authenticated
+// is refused as unauthenticated when any of its writes is enforced, not
+// only its first protected one: its later enforced insert must not be
+// checked against the locks (refused as insert_locked for a locked _id,
+// forwarded for a free one, which tells which is locked). Mutant:
+// unauthenticated looking only at the first protected write.
+func TestUnauthenticatedMixedCommand(t *testing.T) {
+	s := memstore.New(memstore.Config{})
+	acquire(t, s, ownerOf(2), "shop.orders", id(t, 8))
+	rules := map[string]policy.Rule{
+		"shop.audited": {Mode: policy.Audit, MaxCandidates: 3, Inserts: policy.InsertsRequireUnlocked},
+		"shop.orders":  {Mode: policy.Enforce, MaxCandidates: 3, Inserts: policy.InsertsRequireUnlocked},
+	}
+	insert := func(ns string, v any) policy.Write {
+		return policy.Write{NS: namespace.Of(ns), Kind: policy.KindInsert, Doc: raw(t, bson.D{{Key: "_id", Value: v}})}
+	}
+	var recorded *Violation
+	launched := false
+	o := ownerOf(1)
+	k := &Walk[*Verdict]{Targets: newTargets(t, true).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
+		AuthRequired: func() bool { return true },
+		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
+			return []policy.Rule{rules[ns.String()]}
+		},
+		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
+			v := &Verdict{Req: req, Now: start}
+			return v, v
+		},
+		Owner:   func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
+		Decider: recordingDecider(&recorded, &launched, nil)}
+	req := request(t, bson.D{{Key: "bulkWrite", Value: 1}, {Key: "$db", Value: "admin"}})
+	if req.Client.User() != "" {
+		t.Fatal("the request's client has authenticated: the test proves nothing")
+	}
+	d := k.Run(context.Background(), req, &policy.Policy{}, []policy.Write{insert("shop.audited", 1), insert("shop.orders", 8)}, time.Now())
+	if d.Action != proxy.Reply || launched || recorded == nil || recorded.Reason != refuse.ReasonUnauthenticated {
+		t.Fatalf("an unauthenticated command, audited then enforced insert: action %v, launched %v, recorded %+v; want refused as %s", d.Action, launched, recorded, refuse.ReasonUnauthenticated)
+	}
+}
+
+// TestAuditRecordFailureRefuses: a write whose audit record could not be
+// made durable (Record answers a violation) is refused, not launched.
+// Mutant: decide ignoring Record's violation.
+func TestAuditRecordFailureRefuses(t *testing.T) {
+	req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
+	failed := &Violation{Rule: policy.Rule{Mode: policy.Enforce}, Write: policy.Write{NS: namespace.Of("shop.orders")}, Reason: refuse.ReasonUnavailable, Detail: "the audit record could not be written"}
+	var recorded *Violation
+	launched := false
+	b := &Verdict{Req: req}
+	d := recordingDecider(&recorded, &launched, failed).Decide(req, &policy.Policy{}, b, b, time.Now())
+	if d.Action != proxy.Reply || launched {
+		t.Fatalf("an allowed write whose audit record failed: action %v, launched %v; want refused", d.Action, launched)
+	}
+	launched = false
+	if d := recordingDecider(&recorded, &launched, nil).Decide(req, &policy.Policy{}, b, b, time.Now()); d.Action != proxy.Forward || !launched {
+		t.Fatalf("an allowed write recorded: action %v, launched %v", d.Action, launched)
+	}
+}
+
+// TestSchemeWritesAreTheSchemes: a write under a locking scheme is
+// decided by the schemes (Walk.Schemes), not by lockgate's own lock
+// check. Mutant: the schemes never asked.
+func TestSchemeWritesAreTheSchemes(t *testing.T) {
+	s := memstore.New(memstore.Config{})
+	o := ownerOf(1)
+	acquire(t, s, o, "shop.orders", id(t, 7)) // lockgate's own lock: the scheme's verdict must win
+	rule := policy.Rule{Mode: policy.Enforce, MaxCandidates: 3, Scheme: policy.Scheme{Type: config.SchemeHolderFields}}
+	asked := 0
+	var recorded *Violation
+	launched := false
+	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
+		Rules: func(*policy.Policy, *proxy.Request, namespace.Namespace) []policy.Rule { return []policy.Rule{rule} },
+		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
+			v := &Verdict{Req: req, Now: start}
+			return v, v
+		},
+		Schemes: func(context.Context, *proxy.Request, *policy.Policy, []policy.Write, []policy.Rule, time.Time) (proxy.Decision, bool) {
+			asked++
+			return proxy.Decision{Action: proxy.Reply}, true
+		},
+		Owner:   func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
+		Decider: recordingDecider(&recorded, &launched, nil)}
+	req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
+	d := k.Run(context.Background(), req, &policy.Policy{}, []policy.Write{update7(t)}, time.Now())
+	if asked != 1 || d.Action != proxy.Reply || launched {
+		t.Fatalf("a write under a scheme: schemes asked %d times, action %v, launched %v; want the schemes' refusal", asked, d.Action, launched)
+	}
+}
