@@ -135,3 +135,22 @@ func TestLaunchStartsFromAForward(t *testing.T) {
 		t.Errorf("the first decision %+v changed with the second %+v", first, second)
 	}
 }
+
+// TestAuditRecordFailureRefuses: a write whose audit record could not be
+// made durable (Record answers a violation) is refused, not launched.
+// Mutant: decide ignoring Record's violation.
+func TestAuditRecordFailureRefuses(t *testing.T) {
+	req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
+	failed := &Violation{Rule: policy.Rule{Mode: policy.Enforce}, Write: policy.Write{NS: namespace.Of("shop.orders")}, Reason: refuse.ReasonUnavailable, Detail: "the audit record could not be written"}
+	var recorded *Violation
+	launched := false
+	b := &Verdict{Req: req}
+	d := recordingDecider(&recorded, &launched, failed).Decide(req, &policy.Policy{}, b, b, time.Now())
+	if d.Action != proxy.Reply || launched {
+		t.Fatalf("an allowed write whose audit record failed: action %v, launched %v; want refused", d.Action, launched)
+	}
+	launched = false
+	if d := recordingDecider(&recorded, &launched, nil).Decide(req, &policy.Policy{}, b, b, time.Now()); d.Action != proxy.Forward || !launched {
+		t.Fatalf("an allowed write recorded: action %v, launched %v", d.Action, launched)
+	}
+}

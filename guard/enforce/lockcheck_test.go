@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/docid"
+	"github.com/lockgate/lockgate/guard/refuse"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/mongoerr"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
+	"github.com/lockgate/lockgate/proxy"
 	"go.mongodb.org/mongo-driver/bson"
 	"go.mongodb.org/mongo-driver/bson/primitive"
 )
@@ -337,5 +339,121 @@ func TestMemoChecksSeeAFreshReading(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// tokensOnly is a lock store that reports tokens (HeldTokens) but not
+// into the caller's slice (no HeldTokensInto), nor a memo: a store
+// written to the interface's required part and TokenStore alone.
+type tokensOnly struct{ s *memstore.Store }
+
+func (p tokensOnly) Status(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
+	return p.s.Status(ctx, o, ns, ids)
+}
+
+func (p tokensOnly) Holds(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) (bool, []docid.ID, error) {
+	return p.s.Holds(ctx, o, ns, ids, margin)
+}
+
+func (p tokensOnly) HeldTokens(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID, margin time.Duration) ([]int64, time.Duration, []docid.ID, error) {
+	return p.s.HeldTokens(ctx, o, ns, ids, margin)
+}
+
+// TestLockCheckThroughHeldTokens: on a store that reports tokens only by
+// HeldTokens, a lock not held is missing, and a write of it refused.
+// Mutant: Locks.Check dropping HeldTokens' missing ids (Missing: nil on
+// that path): every write on such a store was allowed.
+func TestLockCheckThroughHeldTokens(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.Config{})
+	a, b := ownerOf(1), ownerOf(2)
+	const ns = "shop.orders"
+	locks := acquire(t, s, a, ns, id(t, 7))
+	acquire(t, s, b, ns, id(t, 8))
+	l := NewLocks(tokensOnly{s})
+	if !l.Measures() || l.into != nil {
+		t.Fatal("the store is not one of tokens without HeldTokensInto: the test proves nothing")
+	}
+	var buf [1]int64
+	h, err := l.Check(ctx, &a, namespace.Of(ns), []docid.ID{id(t, 7)}, time.Second, true, buf[:0])
+	if err != nil || len(h.Missing) != 0 || !h.Measured || len(h.Tokens) != 1 || h.Tokens[0] != locks[0].Token {
+		t.Fatalf("held: %+v, %v", h, err)
+	}
+	for _, ids := range [][]docid.ID{{id(t, 8)}, {id(t, 9)}, {id(t, 7), id(t, 8)}} {
+		h, err := l.Check(ctx, &a, namespace.Of(ns), ids, time.Second, false, buf[:0])
+		if err != nil || len(h.Missing) == 0 || h.Measured {
+			t.Errorf("%v: %+v, %v; want missing", ids, h, err)
+		}
+	}
+	d, seen := decideWrites(t, tokensOnly{s}, a, []stmt{{ns, policy.Enforce, bson.A{8}}})
+	if d.Action != proxy.Reply || seen.launched {
+		t.Fatalf("a write of a document another session locked, on a HeldTokens store: action %v, launched %v", d.Action, seen.launched)
+	}
+}
+
+// laggingStore is a lock store whose Status trusts a head record that
+// lags behind its claims (it sees no lock), while ConfirmedStatus sees
+// the lock another session holds.
+type laggingStore struct{ *memstore.Store }
+
+func (l laggingStore) Status(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
+	sts, err := l.Store.Status(ctx, o, ns, ids)
+	for i := range sts {
+		sts[i].Held, sts[i].HeldByYou = false, false
+	}
+	return sts, err
+}
+
+func (l laggingStore) ConfirmedStatus(ctx context.Context, o lockstore.Owner, ns namespace.Namespace, ids []docid.ID) ([]lockstore.Status, error) {
+	return l.Store.Status(ctx, o, ns, ids)
+}
+
+// TestInsertableAsksTheConfirmedStatus: whether an inserted _id is locked
+// is asked of the store's ConfirmedStatus, where "not held" lets the
+// insert through. Mutant: Locks.ConfirmedStatus answering Status on a
+// Confirmer (l.confirm ignored): the insert of a locked _id went through
+// while the head record lagged.
+func TestInsertableAsksTheConfirmedStatus(t *testing.T) {
+	s := memstore.New(memstore.Config{})
+	a, b := ownerOf(1), ownerOf(2)
+	acquire(t, s, b, "shop.orders", id(t, 7))
+	l := NewLocks(laggingStore{s})
+	r := policy.Rule{Mode: policy.Enforce, Inserts: policy.InsertsRequireUnlocked}
+	w := policy.Write{NS: namespace.Of("shop.orders"), Kind: policy.KindInsert}
+	x, checked := l.Insertable(context.Background(), &a, &r, w, []docid.ID{id(t, 7)})
+	if !checked || x == nil || x.Reason != ReasonInsertLocked {
+		t.Fatalf("insert of an _id another session locked, the head record lagging: %+v, checked %v", x, checked)
+	}
+	if x, _ := l.Insertable(context.Background(), &a, &r, w, []docid.ID{id(t, 9)}); x != nil {
+		t.Fatalf("insert of a free _id: %+v", x)
+	}
+}
+
+// TestLocksUnreadableFailClosed: when the lock store cannot answer, an
+// insert that needs its _id unlocked is refused as unavailable, and so
+// is a write whose locks cannot be checked (not as "not locked", whose
+// advice is to take a lock the store cannot give). Mutants:
+// Locks.Insertable ignoring the store's error (the insert went
+// through); Checker.Check ignoring it (refused as not_locked).
+func TestLocksUnreadableFailClosed(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.Config{})
+	a := ownerOf(1)
+	acquire(t, s, a, "shop.orders", id(t, 7))
+	s.SetUnavailable(errors.New("lock store down"))
+	l := NewLocks(s)
+	r := policy.Rule{Mode: policy.Enforce, MaxCandidates: 3, Inserts: policy.InsertsRequireUnlocked}
+	ins := policy.Write{NS: namespace.Of("shop.orders"), Kind: policy.KindInsert}
+	x, checked := l.Insertable(ctx, &a, &r, ins, []docid.ID{id(t, 9)})
+	if !checked || x == nil || x.Reason != refuse.ReasonUnavailable {
+		t.Fatalf("insert with the lock store down: %+v, checked %v; want refused as %s", x, checked, refuse.ReasonUnavailable)
+	}
+
+	c := &Checker[*Verdict]{Locks: l}
+	w := update7(t)
+	base := &Verdict{Writes: []policy.Write{w}, Req: request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})}
+	c.Check(ctx, base, base, &r, &a, w.NS, []docid.ID{id(t, 7)})
+	if len(base.Violations) != 1 || base.Violations[0].Reason != refuse.ReasonUnavailable {
+		t.Fatalf("lock check with the lock store down: %+v; want one violation, %s", base.Violations, refuse.ReasonUnavailable)
 	}
 }

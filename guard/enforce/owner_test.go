@@ -92,3 +92,20 @@ func TestOwnerDerivation(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerKeyBindsTheUser: two users of the same length, in one lsid,
+// are two owners, and so are a user and a longer lsid that together
+// spell the same bytes. Mutants: the user left out of the keyed hash
+// (TestOwnerKeyCache's users differ in length, which the length prefix
+// alone told apart); the length prefix left out.
+func TestOwnerKeyBindsTheUser(t *testing.T) {
+	k := NewOwnerKeys(bytes.Repeat([]byte("k"), MinOwnerSecret))
+	lsid := bytes.Repeat([]byte{5}, 16)
+	if bytes.Equal(k.Session("alice@admin", lsid), k.Session("carol@admin", lsid)) {
+		t.Fatal("two users of the same length share an owner key for one lsid")
+	}
+	moved := append([]byte("n"), lsid...) // "admin" + lsid as "admi" + ("n" + lsid)
+	if bytes.Equal(k.Session("admin", lsid), k.Session("admi", moved)) {
+		t.Fatal("moving a byte from the user to the lsid gives the same owner key")
+	}
+}

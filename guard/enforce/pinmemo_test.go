@@ -127,3 +127,36 @@ func TestPinMemoAnswersUpsertsAsReading(t *testing.T) {
 
 // update7 is an update of shop.orders whose filter pins _id 7.
 func update7(t *testing.T) policy.Write { return update(t, bson.D{{Key: "_id", Value: 7}}) }
+
+// TestPinMemoKeepsOnlySingleIDFilters: the connection's memo of pinned
+// filters keeps a filter only when it pins one _id (it keeps that one
+// id): a filter pinning two, written again, still needs both locks.
+// Mutant: PinMemos.put keeping any filter (len(ids) < 1), which kept
+// {_id: {$in: [7, 8]}} as pinning 7 alone, so its second write went
+// through with only 7 locked.
+func TestPinMemoKeepsOnlySingleIDFilters(t *testing.T) {
+	var memo PinMemos
+	targets := NewTargets(TargetsConfig{Resolver: guardtest.NewResolver(), ResolveTimeout: time.Second, Authority: authority.New(nil),
+		Throttle: &fakeThrottle{slots: make(chan struct{}, 1)}, PinMemos: func(*proxy.Request) *PinMemos { return &memo },
+		Resolves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resolves"}, []string{"outcome"}),
+		Seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seconds"})})
+	req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}}
+	w := update(t, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{7, 8}}}}})
+	for round := range 3 {
+		var buf [1]bsoncore.Value
+		var x Target
+		targets.Of(context.Background(), req, &enforced, &w, false, false, buf[:0], &x)
+		if !x.OK {
+			t.Fatalf("round %d: %+v", round, x)
+		}
+		sameIDs(t, "two pinned ids, written again", x.IDs, 7, 8)
+	}
+	// The memo is in use: a single-id filter is kept.
+	one := update7(t)
+	var buf [1]bsoncore.Value
+	var x Target
+	targets.Of(context.Background(), req, &enforced, &one, false, false, buf[:0], &x)
+	if memo.m[0].ids == nil {
+		t.Fatal("a single-id filter was not memoized: the test proves nothing about the memo")
+	}
+}

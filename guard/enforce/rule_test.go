@@ -1,7 +1,10 @@
 package enforce
 
 import (
+	"reflect"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/namespace"
@@ -90,5 +93,68 @@ func TestEqString(t *testing.T) {
 		if got := eqString(c.a, c.b); got != (c.a == c.b) {
 			t.Errorf("eqString(%q, %q) = %v", c.a, c.b, got)
 		}
+	}
+}
+
+// TestRulesMemoSeesTheIdentity: a connection's rule memo gives a rule
+// narrowed to some users or applications back only to the same user and
+// application: a connection that authenticates as another user (or
+// logs out), or names its application only after writing, gets its own
+// rule. Mutants: Rules.Ref ignoring the user, or the application (the
+// memo kept the rule of the identity the connection had before).
+func TestRulesMemoSeesTheIdentity(t *testing.T) {
+	byUser := compile(t, config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "db.locked", Mode: config.ModeEnforce,
+		Clients: &config.Clients{Users: []string{"batch@admin"}}, OtherClients: config.ModeOff}}})
+	byApp := compile(t, config.Policy{Default: config.ModeOff, Namespaces: []config.NamespaceRule{{Match: "db.locked", Mode: config.ModeEnforce,
+		Clients: &config.Clients{AppNames: []string{"billing"}}, OtherClients: config.ModeOff}}})
+	ns := namespace.Of("db.locked")
+	for _, s := range []struct {
+		what          string
+		pol           *policy.Policy
+		app, user     string
+		app2, user2   string
+		before, after policy.Mode
+	}{
+		{"authenticates as the narrowed user", byUser, "", "web@admin", "", "batch@admin", policy.Off, policy.Enforce},
+		{"logs out", byUser, "", "batch@admin", "", "", policy.Enforce, policy.Off},
+		{"names its application late", byApp, "", "", "billing", "", policy.Off, policy.Enforce},
+	} {
+		c := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
+		var m Rules
+		setClientIdentity(t, c, s.app, s.user)
+		if got := m.Ref(s.pol, c, ns)[0].Mode; got != s.before {
+			t.Fatalf("%s: before, mode %s, want %s", s.what, got, s.before)
+		}
+		setClientIdentity(t, c, s.app2, s.user2)
+		if got := m.Ref(s.pol, c, ns)[0].Mode; got != s.after {
+			t.Errorf("%s: the memo gave mode %s, want %s", s.what, got, s.after)
+		}
+	}
+}
+
+// setClientIdentity sets a client's application name and user, which only
+// the proxy sets (its handshake and authentication), in place, as the
+// guard's tests do (guard's setIdentity): the test fails if their layout
+// is no longer the one written to.
+func setClientIdentity(t *testing.T, c *proxy.ClientInfo, app, user string) {
+	t.Helper()
+	type identity struct{ appName, driver, user string }
+	f := reflect.ValueOf(c).Elem().FieldByName("id")
+	if !f.IsValid() || f.Type().Size() != unsafe.Sizeof(atomic.Pointer[identity]{}) || f.Type().Name() != "Pointer[github.com/lockgate/lockgate/proxy.clientID]" {
+		t.Fatalf("proxy.ClientInfo's identity is not an atomic pointer to clientID: %v", f)
+	}
+	id := f.Type().Field(0).Type.Elem().Elem()
+	want := []string{"appName", "driver", "user"}
+	if id.Size() != unsafe.Sizeof(identity{}) || id.NumField() != len(want) {
+		t.Fatalf("proxy.clientID is not %v: %v", want, id)
+	}
+	for i, name := range want {
+		if id.Field(i).Name != name || id.Field(i).Type.Kind() != reflect.String {
+			t.Fatalf("proxy.clientID is not %v: %v", want, id)
+		}
+	}
+	(*atomic.Pointer[identity])(unsafe.Pointer(f.UnsafeAddr())).Store(&identity{appName: app, user: user})
+	if c.AppName() != app || c.User() != user {
+		t.Fatalf("set %q %q, the client says %q %q", app, user, c.AppName(), c.User())
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/guardtest"
+	"github.com/lockgate/lockgate/lockstore"
+	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -246,5 +248,120 @@ func TestTargetsCapped(t *testing.T) {
 	g := newTargets(t, false)
 	if reason, _ := g.targets.Capped(context.Background(), &enforced, w); reason != ReasonResolveFailed {
 		t.Fatalf("no resolver: %q", reason)
+	}
+}
+
+// TestCappedUnreadableFailsClosed: an insert into a collection whose
+// options cannot be read is refused, as it might be capped and evict
+// locked documents. Mutant: Targets.Capped ignoring the resolver's error
+// (case err != nil never taken): the insert went through.
+func TestCappedUnreadableFailsClosed(t *testing.T) {
+	f := newTargets(t, true)
+	f.res.SetUnavailable(errors.New("listCollections: connection reset"))
+	w := policy.Write{NS: namespace.Of("shop.log"), Kind: policy.KindInsert}
+	if reason, detail := f.targets.Capped(context.Background(), &enforced, w); reason != ReasonResolveFailed {
+		t.Fatalf("capped unreadable: %q %q; want %s", reason, detail, ReasonResolveFailed)
+	}
+}
+
+// TestStringPinWithoutResolver: without a resolver the collection's
+// collation cannot be read, so a pinned string _id ("a" may match "A")
+// is not taken as exact: the write is refused, not checked against the
+// lock of "a" alone. Mutant: ExactStrings answering true without a
+// resolver.
+func TestStringPinWithoutResolver(t *testing.T) {
+	g := newTargets(t, false)
+	x := g.of(enforced, update(t, bson.D{{Key: "_id", Value: "a"}}), true, false)
+	if x.OK || x.Reason != ReasonResolveFailed {
+		t.Fatalf("a string _id with no resolver to read the collation: %+v; want %s", x, ReasonResolveFailed)
+	}
+	w := update(t, bson.D{{Key: "_id", Value: "a"}})
+	w.Collation = raw(t, bson.D{{Key: "locale", Value: "simple"}})
+	if x := g.of(enforced, w, true, false); !x.OK {
+		t.Fatalf("a string _id under the statement's own simple collation: %+v", x)
+	}
+}
+
+// TestResolutionAsksTheCallersReadAccess: where the upstream requires
+// authentication, a filter that names no _id is resolved for a caller
+// only once the upstream said the caller may read the namespace: one who
+// may not, or whose access could not be asked, is refused and nothing is
+// resolved. Mutants: MayRead not asking (Required ignored), ignoring a
+// no, ignoring an error.
+func TestResolutionAsksTheCallersReadAccess(t *testing.T) {
+	f := newTargets(t, true)
+	f.targets = NewTargets(TargetsConfig{Resolver: f.res, ResolveTimeout: time.Second, Authority: authority.New(func() bool { return true }),
+		Throttle: f.throttle, Resolves: f.resolves, Seconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seconds"})})
+	if err := f.res.Insert("shop.orders", bson.D{{Key: "_id", Value: 1}, {Key: "s", Value: "open"}}); err != nil {
+		t.Fatal(err)
+	}
+	open := update(t, bson.D{{Key: "s", Value: "open"}})
+	of := func(c *proxy.ClientInfo) Target {
+		var x Target
+		r := enforced
+		f.targets.Of(t.Context(), &proxy.Request{Client: c}, &r, &open, true, false, nil, &x)
+		return x
+	}
+	key := string(authority.Read) + " shop.orders"
+
+	denied := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
+	denied.SetVerdict(key, false)
+	if x := of(denied); x.OK || x.Reason != ReasonResolveFailed || !strings.Contains(x.Detail, "may not read") {
+		t.Fatalf("a caller who may not read shop.orders: %+v", x)
+	}
+	// No connection to ask on (proxy.ErrNoUpstream): not asked is not yes.
+	unasked := &proxy.ClientInfo{ID: 2, Addr: "127.0.0.1:5001"}
+	if x := of(unasked); x.OK || x.Reason != ReasonResolveFailed || !strings.Contains(x.Detail, "could not be asked") {
+		t.Fatalf("a caller whose read access could not be asked: %+v", x)
+	}
+	if n := f.res.Calls(); n != 0 {
+		t.Fatalf("%d resolutions for callers who may not read", n)
+	}
+	allowed := &proxy.ClientInfo{ID: 3, Addr: "127.0.0.1:5002"}
+	allowed.SetVerdict(key, true)
+	if x := of(allowed); !x.OK || !x.Resolved {
+		t.Fatalf("a caller who may read shop.orders: %+v", x)
+	}
+}
+
+// TestResolvedWriteIsPinned: an enforced write whose filter was resolved
+// is allowed only with its statement pinned to the documents the
+// resolution found (the verdict's Pins, which the guard's edit writes
+// into the forwarded statement), so that it cannot touch a document
+// that came to match after its locks were checked. Mutant: targetsFound not recording the pin
+// (the write was forwarded as sent).
+func TestResolvedWriteIsPinned(t *testing.T) {
+	s := memstore.New(memstore.Config{})
+	o := ownerOf(1)
+	acquire(t, s, o, "shop.orders", id(t, 1), id(t, 2))
+	f := newTargets(t, true)
+	if err := f.res.Insert("shop.orders", bson.D{{Key: "_id", Value: 1}, {Key: "s", Value: "open"}}, bson.D{{Key: "_id", Value: 2}, {Key: "s", Value: "open"}},
+		bson.D{{Key: "_id", Value: 3}, {Key: "s", Value: "done"}}); err != nil {
+		t.Fatal(err)
+	}
+	var launched *Verdict
+	k := &Walk[*Verdict]{Targets: f.targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
+		Rules: func(*policy.Policy, *proxy.Request, namespace.Namespace) []policy.Rule {
+			return []policy.Rule{enforced}
+		},
+		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
+			v := &Verdict{Req: req, Now: start}
+			return v, v
+		},
+		Owner: func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
+		Decider: &Decider[*Verdict]{
+			Record: func(*proxy.Request, *policy.Policy, *Verdict, *Violation, time.Duration, time.Time) *Violation {
+				return nil
+			},
+			Launch: func(_ *proxy.Request, _ *policy.Policy, v *Verdict, _ time.Time, _ *proxy.Decision) { launched = v },
+		}}
+	req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
+	w := update(t, bson.D{{Key: "s", Value: "open"}})
+	w.Index = 0
+	if d := k.Run(t.Context(), req, &policy.Policy{}, []policy.Write{w}, time.Now()); d.Action != proxy.Forward || launched == nil {
+		t.Fatalf("a resolved write whose documents its session holds: action %v", d.Action)
+	}
+	if len(launched.Pins) != 1 || launched.Pins[0].List != "updates" || launched.Pins[0].Index != 0 || len(launched.Pins[0].IDs) != 2 {
+		t.Fatalf("the allowed resolved write's pins: %+v; want its statement pinned to _id 1 and 2", launched.Pins)
 	}
 }

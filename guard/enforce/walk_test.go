@@ -15,6 +15,24 @@ import (
 	"go.mongodb.org/mongo-driver/bson"
 )
 
+// TestInsertOfADocumentWithTwoIDs: an inserted document whose _id appears
+// twice is refused where inserted _ids must be unlocked: which of its
+// values the server would keep cannot be told, and one of them is locked
+// by another session. Mutant: Walk.insert's case !certain never taken
+// (the insert went through unchecked).
+func TestInsertOfADocumentWithTwoIDs(t *testing.T) {
+	s := memstore.New(memstore.Config{})
+	acquire(t, s, ownerOf(2), "shop.orders", id(t, 8))
+	walk := collatedWalk(s, newCollatingResolver(), ownerOf(1))
+	twice := bson.D{{Key: "insert", Value: "orders"}, {Key: "documents", Value: bson.A{bson.D{{Key: "_id", Value: 7}, {Key: "_id", Value: 8}, {Key: "n", Value: 1}}}}}
+	if d, x := walk(t, twice); d.Action != proxy.Reply || x == nil || x.Reason != ReasonUnclassifiable {
+		t.Fatalf("insert of {_id: 7, _id: 8}, 8 locked by another session: action %v, violation %+v; want refused as %s", d.Action, x, ReasonUnclassifiable)
+	}
+	if d, _ := walk(t, insertOf(7)); d.Action != proxy.Forward {
+		t.Fatalf("insert of {_id: 7}, free: action %v", d.Action)
+	}
+}
+
 // recordingDecider is a Decider whose record and launch note what they
 // were given; record answers recordErr (an audit record that could not be
 // made durable).
@@ -87,25 +105,6 @@ func TestUnauthenticatedMixedCommand(t *testing.T) {
 	}
 }
 
-// TestAuditRecordFailureRefuses: a write whose audit record could not be
-// made durable (Record answers a violation) is refused, not launched.
-// Mutant: decide ignoring Record's violation.
-func TestAuditRecordFailureRefuses(t *testing.T) {
-	req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
-	failed := &Violation{Rule: policy.Rule{Mode: policy.Enforce}, Write: policy.Write{NS: namespace.Of("shop.orders")}, Reason: refuse.ReasonUnavailable, Detail: "the audit record could not be written"}
-	var recorded *Violation
-	launched := false
-	b := &Verdict{Req: req}
-	d := recordingDecider(&recorded, &launched, failed).Decide(req, &policy.Policy{}, b, b, time.Now())
-	if d.Action != proxy.Reply || launched {
-		t.Fatalf("an allowed write whose audit record failed: action %v, launched %v; want refused", d.Action, launched)
-	}
-	launched = false
-	if d := recordingDecider(&recorded, &launched, nil).Decide(req, &policy.Policy{}, b, b, time.Now()); d.Action != proxy.Forward || !launched {
-		t.Fatalf("an allowed write recorded: action %v, launched %v", d.Action, launched)
-	}
-}
-
 // TestSchemeWritesAreTheSchemes: a write under a locking scheme is
 // decided by the schemes (Walk.Schemes), not by lockgate's own lock
 // check. Mutant: the schemes never asked.
@@ -133,5 +132,45 @@ func TestSchemeWritesAreTheSchemes(t *testing.T) {
 	d := k.Run(context.Background(), req, &policy.Policy{}, []policy.Write{update7(t)}, time.Now())
 	if asked != 1 || d.Action != proxy.Reply || launched {
 		t.Fatalf("a write under a scheme: schemes asked %d times, action %v, launched %v; want the schemes' refusal", asked, d.Action, launched)
+	}
+}
+
+// TestVerdictHoldsOnlyProtectedWrites: a command that writes where no
+// rule applies and where one does keeps, on its verdict, only the
+// protected writes and their rules: the audit line, its metrics and the
+// trail read them, and a namespace whose rule is off gets no decision of
+// its own. Mutant: protectedOnly keeping every write.
+func TestVerdictHoldsOnlyProtectedWrites(t *testing.T) {
+	s := memstore.New(memstore.Config{})
+	o := ownerOf(1)
+	acquire(t, s, o, "shop.orders", id(t, 7))
+	rules := map[string]policy.Rule{"shop.orders": enforced, "shop.free": {Mode: policy.Off}}
+	var launched *Verdict
+	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
+		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
+			return []policy.Rule{rules[ns.String()]}
+		},
+		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
+			v := &Verdict{Req: req, Now: start}
+			return v, v
+		},
+		Owner: func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
+		Decider: &Decider[*Verdict]{
+			Record: func(*proxy.Request, *policy.Policy, *Verdict, *Violation, time.Duration, time.Time) *Violation {
+				return nil
+			},
+			Launch: func(_ *proxy.Request, _ *policy.Policy, v *Verdict, _ time.Time, _ *proxy.Decision) { launched = v },
+		}}
+	free := update7(t)
+	free.NS = namespace.Of("shop.free")
+	for _, writes := range [][]policy.Write{{free, update7(t)}, {update7(t), free}} {
+		launched = nil
+		req := request(t, bson.D{{Key: "bulkWrite", Value: 1}, {Key: "$db", Value: "admin"}})
+		if d := k.Run(t.Context(), req, &policy.Policy{}, writes, time.Now()); d.Action != proxy.Forward || launched == nil {
+			t.Fatalf("held write beside a write where no rule applies: action %v", d.Action)
+		}
+		if len(launched.Writes) != 1 || launched.Writes[0].NS.String() != "shop.orders" || len(launched.Rules) != 1 || launched.Rules[0].Mode != policy.Enforce {
+			t.Fatalf("the verdict's writes %v and rules %v; want shop.orders's alone", launched.Writes, launched.Rules)
+		}
 	}
 }
