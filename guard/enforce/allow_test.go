@@ -55,16 +55,7 @@ func decideWrites(t *testing.T, s Store, o lockstore.Owner, stmts []stmt) (proxy
 			seen.launched = true
 		},
 	}
-	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
-		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
-			return []policy.Rule{rules[ns.String()]}
-		},
-		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
-			v := &Verdict{Req: req, Now: start}
-			return v, v
-		},
-		Owner:   func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
-		Decider: d}
+	k := testWalk(newTargets(t, false).targets, s, &o, func(ns namespace.Namespace) policy.Rule { return rules[ns.String()] }, d)
 	return k.Run(context.Background(), req, &policy.Policy{}, writes, time.Now()), seen
 }
 

@@ -249,24 +249,16 @@ func walkOf(s Store, res Resolver, o lockstore.Owner, rules func(namespace.Names
 		Seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seconds"})})
 	var enforced *Violation
 	launched := false
-	k := &Walk[*Verdict]{Targets: targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
-		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
-			return []policy.Rule{rules(ns)}
+	k := testWalk(targets, s, &o, rules, &Decider[*Verdict]{
+		Record: func(_ *proxy.Request, _ *policy.Policy, _ *Verdict, x *Violation, _ time.Duration, _ time.Time) *Violation {
+			enforced = x
+			return nil
 		},
-		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
-			v := &Verdict{Req: req, Now: start}
-			return v, v
-		},
-		ImplicitInsert: func(*Verdict, namespace.Namespace, *policy.Rule, docid.ID) {},
-		Owner:          func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
-		Decider: &Decider[*Verdict]{
-			Record: func(_ *proxy.Request, _ *policy.Policy, _ *Verdict, x *Violation, _ time.Duration, _ time.Time) *Violation {
-				enforced = x
-				return nil
-			},
-			Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time, *proxy.Decision) {
-				launched = true
-			}}}
+		Launch: func(*proxy.Request, *policy.Policy, *Verdict, time.Time, *proxy.Decision) {
+			launched = true
+		}})
+	// Inserts take no implicit lock here.
+	k.ImplicitInsert = func(*Verdict, namespace.Namespace, *policy.Rule, docid.ID) {}
 	return func(t *testing.T, body bson.D) (proxy.Decision, *Violation) {
 		t.Helper()
 		enforced, launched = nil, false

@@ -10,7 +10,6 @@ import (
 	"github.com/lockgate/lockgate/docid"
 	"github.com/lockgate/lockgate/guard/authority"
 	"github.com/lockgate/lockgate/guard/guardtest"
-	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
@@ -340,21 +339,7 @@ func TestResolvedWriteIsPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	var launched *Verdict
-	k := &Walk[*Verdict]{Targets: f.targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
-		Rules: func(*policy.Policy, *proxy.Request, namespace.Namespace) []policy.Rule {
-			return []policy.Rule{enforced}
-		},
-		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
-			v := &Verdict{Req: req, Now: start}
-			return v, v
-		},
-		Owner: func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
-		Decider: &Decider[*Verdict]{
-			Record: func(*proxy.Request, *policy.Policy, *Verdict, *Violation, time.Duration, time.Time) *Violation {
-				return nil
-			},
-			Launch: func(_ *proxy.Request, _ *policy.Policy, v *Verdict, _ time.Time, _ *proxy.Decision) { launched = v },
-		}}
+	k := testWalk(f.targets, s, &o, func(namespace.Namespace) policy.Rule { return enforced }, launchingDecider(&launched))
 	req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
 	w := update(t, bson.D{{Key: "s", Value: "open"}})
 	w.Index = 0

@@ -33,6 +33,33 @@ func TestInsertOfADocumentWithTwoIDs(t *testing.T) {
 	}
 }
 
+// testWalk is the walk of this package's tests: the given targets and
+// lock store, the rule of each namespace from rules, o the owner of every
+// write, d deciding; a test sets the other parts it needs on the result.
+func testWalk(targets *Targets, s Store, o *lockstore.Owner, rules func(namespace.Namespace) policy.Rule, d *Decider[*Verdict]) *Walk[*Verdict] {
+	return &Walk[*Verdict]{Targets: targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
+		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
+			return []policy.Rule{rules(ns)}
+		},
+		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
+			v := &Verdict{Req: req, Now: start}
+			return v, v
+		},
+		Owner:   func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return o, true },
+		Decider: d}
+}
+
+// launchingDecider records nothing and keeps the verdict it launches in
+// *launched.
+func launchingDecider(launched **Verdict) *Decider[*Verdict] {
+	return &Decider[*Verdict]{
+		Record: func(*proxy.Request, *policy.Policy, *Verdict, *Violation, time.Duration, time.Time) *Violation {
+			return nil
+		},
+		Launch: func(_ *proxy.Request, _ *policy.Policy, v *Verdict, _ time.Time, _ *proxy.Decision) { *launched = v },
+	}
+}
+
 // recordingDecider is a Decider whose record and launch note what they
 // were given; record answers recordErr (an audit record that could not be
 // made durable).
@@ -84,17 +111,8 @@ func TestUnauthenticatedMixedCommand(t *testing.T) {
 	var recorded *Violation
 	launched := false
 	o := ownerOf(1)
-	k := &Walk[*Verdict]{Targets: newTargets(t, true).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
-		AuthRequired: func() bool { return true },
-		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
-			return []policy.Rule{rules[ns.String()]}
-		},
-		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
-			v := &Verdict{Req: req, Now: start}
-			return v, v
-		},
-		Owner:   func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
-		Decider: recordingDecider(&recorded, &launched, nil)}
+	k := testWalk(newTargets(t, true).targets, s, &o, func(ns namespace.Namespace) policy.Rule { return rules[ns.String()] }, recordingDecider(&recorded, &launched, nil))
+	k.AuthRequired = func() bool { return true }
 	req := request(t, bson.D{{Key: "bulkWrite", Value: 1}, {Key: "$db", Value: "admin"}})
 	if req.Client.User() != "" {
 		t.Fatal("the request's client has authenticated: the test proves nothing")
@@ -116,18 +134,11 @@ func TestSchemeWritesAreTheSchemes(t *testing.T) {
 	asked := 0
 	var recorded *Violation
 	launched := false
-	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
-		Rules: func(*policy.Policy, *proxy.Request, namespace.Namespace) []policy.Rule { return []policy.Rule{rule} },
-		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
-			v := &Verdict{Req: req, Now: start}
-			return v, v
-		},
-		Schemes: func(context.Context, *proxy.Request, *policy.Policy, []policy.Write, []policy.Rule, time.Time) (proxy.Decision, bool) {
-			asked++
-			return proxy.Decision{Action: proxy.Reply}, true
-		},
-		Owner:   func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
-		Decider: recordingDecider(&recorded, &launched, nil)}
+	k := testWalk(newTargets(t, false).targets, s, &o, func(namespace.Namespace) policy.Rule { return rule }, recordingDecider(&recorded, &launched, nil))
+	k.Schemes = func(context.Context, *proxy.Request, *policy.Policy, []policy.Write, []policy.Rule, time.Time) (proxy.Decision, bool) {
+		asked++
+		return proxy.Decision{Action: proxy.Reply}, true
+	}
 	req := request(t, bson.D{{Key: "update", Value: "orders"}, {Key: "$db", Value: "shop"}})
 	d := k.Run(context.Background(), req, &policy.Policy{}, []policy.Write{update7(t)}, time.Now())
 	if asked != 1 || d.Action != proxy.Reply || launched {
@@ -146,21 +157,7 @@ func TestVerdictHoldsOnlyProtectedWrites(t *testing.T) {
 	acquire(t, s, o, "shop.orders", id(t, 7))
 	rules := map[string]policy.Rule{"shop.orders": enforced, "shop.free": {Mode: policy.Off}}
 	var launched *Verdict
-	k := &Walk[*Verdict]{Targets: newTargets(t, false).targets, Checker: &Checker[*Verdict]{Locks: NewLocks(s)},
-		Rules: func(_ *policy.Policy, _ *proxy.Request, ns namespace.Namespace) []policy.Rule {
-			return []policy.Rule{rules[ns.String()]}
-		},
-		New: func(req *proxy.Request, start time.Time) (*Verdict, *Verdict) {
-			v := &Verdict{Req: req, Now: start}
-			return v, v
-		},
-		Owner: func(*proxy.Request, *Verdict) (*lockstore.Owner, bool) { return &o, true },
-		Decider: &Decider[*Verdict]{
-			Record: func(*proxy.Request, *policy.Policy, *Verdict, *Violation, time.Duration, time.Time) *Violation {
-				return nil
-			},
-			Launch: func(_ *proxy.Request, _ *policy.Policy, v *Verdict, _ time.Time, _ *proxy.Decision) { launched = v },
-		}}
+	k := testWalk(newTargets(t, false).targets, s, &o, func(ns namespace.Namespace) policy.Rule { return rules[ns.String()] }, launchingDecider(&launched))
 	free := update7(t)
 	free.NS = namespace.Of("shop.free")
 	for _, writes := range [][]policy.Write{{free, update7(t)}, {update7(t), free}} {
