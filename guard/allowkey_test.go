@@ -2,17 +2,15 @@ package guard
 
 import (
 	"bytes"
-	"reflect"
-	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/config"
 	"github.com/lockgate/lockgate/guard/enforce"
+	"github.com/lockgate/lockgate/guard/guardtest"
 	"github.com/lockgate/lockgate/lockstore/memstore"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
@@ -51,7 +49,7 @@ func TestAllowedLineAgainIsFreshLine(t *testing.T) {
 	}
 	clientOf := func(addr, app, user string) *proxy.ClientInfo {
 		c := &proxy.ClientInfo{ID: 1, Addr: addr}
-		setIdentity(t, c, app, user)
+		guardtest.SetIdentity(t, c, app, user)
 		return c
 	}
 	type line struct {
@@ -129,32 +127,6 @@ func TestAllowedLineAgainIsFreshLine(t *testing.T) {
 	}
 }
 
-// setIdentity sets what a client's handshake and authentication told
-// (proxy.ClientInfo's app name and user), which only the proxy sets, in
-// place: the test fails if their layout is no longer the one written to.
-func setIdentity(t *testing.T, c *proxy.ClientInfo, app, user string) {
-	t.Helper()
-	type identity struct{ appName, driver, user string }
-	f := reflect.ValueOf(c).Elem().FieldByName("id")
-	if !f.IsValid() || f.Type().Size() != unsafe.Sizeof(atomic.Pointer[identity]{}) || f.Type().Name() != "Pointer[github.com/lockgate/lockgate/proxy.clientID]" {
-		t.Fatalf("proxy.ClientInfo's identity is not an atomic pointer to clientID: %v", f)
-	}
-	id := f.Type().Field(0).Type.Elem().Elem() // the pointer's _ [0]*clientID
-	want := []string{"appName", "driver", "user"}
-	if id.Size() != unsafe.Sizeof(identity{}) || id.NumField() != len(want) {
-		t.Fatalf("proxy.clientID is not %v: %v", want, id)
-	}
-	for i, name := range want {
-		if id.Field(i).Name != name || id.Field(i).Type.Kind() != reflect.String {
-			t.Fatalf("proxy.clientID is not %v: %v", want, id)
-		}
-	}
-	(*atomic.Pointer[identity])(unsafe.Pointer(f.UnsafeAddr())).Store(&identity{appName: app, user: user})
-	if c.AppName() != app || c.User() != user {
-		t.Fatalf("set %q %q, the client says %q %q", app, user, c.AppName(), c.User())
-	}
-}
-
 // TestAllowedLineOfSharedSessionMemo: a session's memos, and with them its
 // latest allowed line's text (memos.allow), go with its writes from one
 // connection to another (a driver's pool), while the time's text is each
@@ -170,7 +142,7 @@ func TestAllowedLineOfSharedSessionMemo(t *testing.T) {
 	var out bytes.Buffer
 	g := New(Options{Store: memstore.New(memstore.Config{}), Logger: zap.NewNop(), DecisionSink: &LineSink{Out: zapcore.AddSync(&out)}})
 	client := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
-	setIdentity(t, client, "app-1", "u1@admin")
+	guardtest.SetIdentity(t, client, "app-1", "u1@admin")
 	shared := &sessionMemo{}
 	conns := []*connState{{sess: shared}, {sess: shared}}
 	at := time.Date(2026, 11, 28, 5, 0, 0, 123456789, time.UTC)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/guardtest"
 	"github.com/lockgate/lockgate/lockstore"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
@@ -208,7 +209,7 @@ func TestAllowKeySame(t *testing.T) {
 		// are, agrees with same on the key they make.
 		for _, o := range []*allowKey{&other, &copied} {
 			c := &proxy.ClientInfo{Addr: o.client}
-			setIdentity(t, c, o.app, o.user)
+			guardtest.SetIdentity(t, c, o.app, o.user)
 			w, r := policy.Write{NS: namespace.Of(o.ns)}, policy.Rule{Mode: policy.Mode(o.mode)}
 			made := allowKeyOf(c, o.lsid[:], &w, o.command, &r)
 			if got := base.is(c, o.lsid[:], &w, o.command, &r); got != base.same(&made) || got != (base == *o) {

@@ -1,12 +1,10 @@
 package enforce
 
 import (
-	"reflect"
-	"sync/atomic"
 	"testing"
-	"unsafe"
 
 	"github.com/lockgate/lockgate/config"
+	"github.com/lockgate/lockgate/guard/guardtest"
 	"github.com/lockgate/lockgate/namespace"
 	"github.com/lockgate/lockgate/policy"
 	"github.com/lockgate/lockgate/proxy"
@@ -121,40 +119,13 @@ func TestRulesMemoSeesTheIdentity(t *testing.T) {
 	} {
 		c := &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}
 		var m Rules
-		setClientIdentity(t, c, s.app, s.user)
+		guardtest.SetIdentity(t, c, s.app, s.user)
 		if got := m.Ref(s.pol, c, ns)[0].Mode; got != s.before {
 			t.Fatalf("%s: before, mode %s, want %s", s.what, got, s.before)
 		}
-		setClientIdentity(t, c, s.app2, s.user2)
+		guardtest.SetIdentity(t, c, s.app2, s.user2)
 		if got := m.Ref(s.pol, c, ns)[0].Mode; got != s.after {
 			t.Errorf("%s: the memo gave mode %s, want %s", s.what, got, s.after)
 		}
-	}
-}
-
-// setClientIdentity sets a client's application name and user, which only
-// the proxy sets (its handshake and authentication), in place, as the
-// guard's tests do (guard's setIdentity): the test fails if their layout
-// is no longer the one written to.
-func setClientIdentity(t *testing.T, c *proxy.ClientInfo, app, user string) {
-	t.Helper()
-	type identity struct{ appName, driver, user string }
-	f := reflect.ValueOf(c).Elem().FieldByName("id")
-	if !f.IsValid() || f.Type().Size() != unsafe.Sizeof(atomic.Pointer[identity]{}) || f.Type().Name() != "Pointer[github.com/lockgate/lockgate/proxy.clientID]" {
-		t.Fatalf("proxy.ClientInfo's identity is not an atomic pointer to clientID: %v", f)
-	}
-	id := f.Type().Field(0).Type.Elem().Elem()
-	want := []string{"appName", "driver", "user"}
-	if id.Size() != unsafe.Sizeof(identity{}) || id.NumField() != len(want) {
-		t.Fatalf("proxy.clientID is not %v: %v", want, id)
-	}
-	for i, name := range want {
-		if id.Field(i).Name != name || id.Field(i).Type.Kind() != reflect.String {
-			t.Fatalf("proxy.clientID is not %v: %v", want, id)
-		}
-	}
-	(*atomic.Pointer[identity])(unsafe.Pointer(f.UnsafeAddr())).Store(&identity{appName: app, user: user})
-	if c.AppName() != app || c.User() != user {
-		t.Fatalf("set %q %q, the client says %q %q", app, user, c.AppName(), c.User())
 	}
 }
