@@ -536,16 +536,6 @@ func TestCommitCollatedOneString(t *testing.T) {
 	}
 }
 
-// tellingStore is a memstore that tells where no lock may be held
-// (LockTeller), as lockstore.Store does: memstore alone answers "may"
-// everywhere, which hides a check asked of the wrong namespace.
-type tellingStore struct{ *memstore.Store }
-
-func (s tellingStore) MayHoldLocks(ns namespace.Namespace) bool {
-	ids, complete, err := s.MayBeHeldIn(context.Background(), ns, 1)
-	return err != nil || !complete || len(ids) > 0
-}
-
 // TestCollatedInsertForms: the collation check covers each insert whose
 // _id holds a string, whatever the type that holds it, every one of a
 // command's inserts, and an insert into a case variant of the protected
@@ -573,8 +563,11 @@ func TestCollatedInsertForms(t *testing.T) {
 		{"insert of \"C\" into SHOP.orders while another holds \"c\" in shop.orders", "SHOP", "c", insertOf("C")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := tellingStore{memstore.New(memstore.Config{})}
-			acquire(t, s.Store, ownerOf(2), "shop.orders", id(t, c.other))
+			// memstore tells where no lock may be held, as lockstore.Store
+			// does (LockTeller), so a check asked of the wrong namespace
+			// is skipped there, as in production.
+			s := memstore.New(memstore.Config{})
+			acquire(t, s, ownerOf(2), "shop.orders", id(t, c.other))
 			rules := func(namespace.Namespace) policy.Rule {
 				return policy.Rule{Mode: policy.Enforce, MaxCandidates: 10, Inserts: policy.InsertsRequireUnlocked}
 			}
