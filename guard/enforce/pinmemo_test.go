@@ -77,11 +77,7 @@ func TestPinMemoAnswersOnlyTheSameFilter(t *testing.T) {
 // where that _id cannot be known. The memo's answer skips Of's reading of
 // the filter, not the upsert's own check (Targets.Of's usual path).
 func TestPinMemoAnswersUpsertsAsReading(t *testing.T) {
-	var memo PinMemos
-	targets := NewTargets(TargetsConfig{Resolver: guardtest.NewResolver(), ResolveTimeout: time.Second, Authority: authority.New(nil),
-		Throttle: &fakeThrottle{slots: make(chan struct{}, 1)}, PinMemos: func(*proxy.Request) *PinMemos { return &memo },
-		Resolves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resolves"}, []string{"outcome"}),
-		Seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seconds"})})
+	targets, memo := memoTargets()
 	req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}}
 	fresh := newTargets(t, true) // no memo: every filter read
 	upsert := func(update bsoncore.Value) policy.Write {
@@ -135,11 +131,7 @@ func update7(t *testing.T) policy.Write { return update(t, bson.D{{Key: "_id", V
 // {_id: {$in: [7, 8]}} as pinning 7 alone, so its second write went
 // through with only 7 locked.
 func TestPinMemoKeepsOnlySingleIDFilters(t *testing.T) {
-	var memo PinMemos
-	targets := NewTargets(TargetsConfig{Resolver: guardtest.NewResolver(), ResolveTimeout: time.Second, Authority: authority.New(nil),
-		Throttle: &fakeThrottle{slots: make(chan struct{}, 1)}, PinMemos: func(*proxy.Request) *PinMemos { return &memo },
-		Resolves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resolves"}, []string{"outcome"}),
-		Seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seconds"})})
+	targets, memo := memoTargets()
 	req := &proxy.Request{Client: &proxy.ClientInfo{ID: 1, Addr: "127.0.0.1:5000"}}
 	w := update(t, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{7, 8}}}}})
 	for round := range 3 {
@@ -159,4 +151,14 @@ func TestPinMemoKeepsOnlySingleIDFilters(t *testing.T) {
 	if memo.m[0].ids == nil {
 		t.Fatal("a single-id filter was not memoized: the test proves nothing about the memo")
 	}
+}
+
+// memoTargets is targeting with one connection's pin memo (the second
+// result), for every request, and a resolver that finds nothing.
+func memoTargets() (*Targets, *PinMemos) {
+	memo := new(PinMemos)
+	return NewTargets(TargetsConfig{Resolver: guardtest.NewResolver(), ResolveTimeout: time.Second, Authority: authority.New(nil),
+		Throttle: &fakeThrottle{slots: make(chan struct{}, 1)}, PinMemos: func(*proxy.Request) *PinMemos { return memo },
+		Resolves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "resolves"}, []string{"outcome"}),
+		Seconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "seconds"})}), memo
 }
